@@ -1,0 +1,218 @@
+"""The ``dotcat`` command line: a thin shell over library functions.
+
+Every command parses its arguments, calls one importable function, and prints. A
+:class:`~dotcat.errors.DotcatError` becomes one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from dotcat.errors import DotcatError
+
+
+class _Group(TyperGroup):
+    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except DotcatError as e:
+            click.echo(f"dotcat: error: {e}", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("dotcat: interrupted", err=True)
+            ctx.exit(130)
+
+
+app = typer.Typer(
+    cls=_Group,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="dotcat: index a corpus with BERT_DOT + FAISS, search it, re-rank, evaluate.",
+)
+logger = logging.getLogger("dotcat")
+
+
+@app.callback()
+def _setup(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if quiet:
+        import os
+
+        os.environ["TQDM_DISABLE"] = "1"
+
+
+def _parse_search_params(nprobe: int | None, ef_search: int | None) -> dict[str, float]:
+    params: dict[str, float] = {}
+    if nprobe is not None:
+        params["nprobe"] = nprobe
+    if ef_search is not None:
+        params["efSearch"] = ef_search
+    return params
+
+
+@app.command()
+def index(
+    corpus: Annotated[Path, typer.Argument(help="BEIR directory, or a JSONL/TSV corpus (.gz ok).")],
+    index_dir: Annotated[Path, typer.Argument(help="Where to write the index directory.")],
+    model: Annotated[str, typer.Option(help="Local model dir, hub name, or 'default'.")] = "default",
+    pooling: Annotated[str | None, typer.Option(help="cls or mean (default: model's config).")] = None,
+    similarity: Annotated[str | None, typer.Option(help="dot or cos (default: model's config).")] = None,
+    max_length: Annotated[int | None, typer.Option(help="Max tokens per document.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    faiss: Annotated[str, typer.Option("--faiss", help="FAISS factory string, e.g. Flat, HNSW32, IVF4096,Flat.")] = "Flat",
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
+    keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
+) -> None:
+    """Encode a corpus with BERT_DOT and build a FAISS index directory."""
+    from dotcat.index import IndexConfig, build_index
+    from dotcat.models import EncoderConfig
+
+    encoder = EncoderConfig(
+        model=model,
+        pooling=pooling,
+        similarity=similarity,
+        max_length=max_length,
+        batch_size=batch_size,
+        device=device,
+    )
+    config = IndexConfig(faiss_spec=faiss, device=device, keep_vectors=keep_vectors)
+    start = time.perf_counter()
+    manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite)
+    seconds = time.perf_counter() - start
+    n = manifest.documents["count"]
+    typer.echo(
+        f"indexed {n} documents into {index_dir} in {seconds:.1f} s ({n / seconds:.1f} docs/s); "
+        f"encoder {manifest.encoder['name']} ({manifest.encoder['pooling']}, "
+        f"{manifest.encoder['similarity']}, max {manifest.encoder['max_length']} tokens), "
+        f"FAISS {manifest.faiss['spec']}"
+    )
+
+
+def _print_hits(hits, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps([h.__dict__ for h in hits], ensure_ascii=False, indent=2))
+        return
+    if not hits:
+        typer.echo("no results")
+        return
+    id_width = max(6, *(len(h.doc_id) for h in hits))
+    typer.echo(f"{'rank':>4}  {'score':>8}  {'doc id':<{id_width}}  title / snippet")
+    for h in hits:
+        title = textwrap.shorten(h.title or "(no title)", 70, placeholder="...")
+        snippet = textwrap.shorten(h.text, 100, placeholder="...")
+        typer.echo(f"{h.rank:>4}  {h.score:>8.4f}  {h.doc_id:<{id_width}}  {title}")
+        typer.echo(f"{'':>4}  {'':>8}  {'':<{id_width}}  {snippet}")
+
+
+@app.command()
+def search(
+    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
+    query: Annotated[str | None, typer.Argument(help="Query text (or use --queries).")] = None,
+    k: Annotated[int, typer.Option("-k", help="How many results.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    queries: Annotated[Path | None, typer.Option(help="Queries file or BEIR dir, for batch search.")] = None,
+    split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")] = "test",
+    output: Annotated[Path | None, typer.Option(help="TREC run file to write (batch search).")] = None,
+    model: Annotated[str | None, typer.Option(help="Query encoder, if not the one recorded.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    nprobe: Annotated[int | None, typer.Option(help="IVF lists to visit.")] = None,
+    ef_search: Annotated[int | None, typer.Option(help="HNSW efSearch.")] = None,
+    tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat",
+) -> None:
+    """Search an index: one query (a table or --json), or a queries file into a TREC run."""
+    from dotcat.search.retriever import DenseRetriever
+
+    if (query is None) == (queries is None):
+        raise DotcatError("give either a QUERY or --queries (with --output)")
+    if queries is not None and output is None:
+        raise DotcatError("--queries needs --output RUN (the TREC run file to write)")
+    retriever = DenseRetriever(
+        index_dir, model=model, device=device, search_params=_parse_search_params(nprobe, ef_search)
+    )
+    if query is not None:
+        _print_hits(retriever.search(query, k=k), as_json)
+        return
+
+    from dotcat.data import load_queries, write_run
+
+    topics = load_queries(queries, split=split if Path(queries).is_dir() else None)
+    start = time.perf_counter()
+    run = retriever.batch_search(topics, k=k)
+    seconds = time.perf_counter() - start
+    write_run(run, output, tag=tag)
+    typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s; wrote {output}")
+
+
+@app.command()
+def bm25(
+    corpus: Annotated[Path, typer.Argument(help="BEIR directory, or a JSONL/TSV corpus (.gz ok).")],
+    queries: Annotated[Path, typer.Option(help="Queries file or BEIR dir.")],
+    output: Annotated[Path, typer.Option(help="TREC run file to write.")],
+    split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")] = "test",
+    k: Annotated[int, typer.Option("-k", help="How many results per query.")] = 100,
+    k1: Annotated[float, typer.Option(help="BM25 k1 (Pyserini's BEIR default 0.9).")] = 0.9,
+    b: Annotated[float, typer.Option(help="BM25 b (Pyserini's BEIR default 0.4).")] = 0.4,
+    tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "bm25",
+) -> None:
+    """BM25 (bm25s, Snowball stemming, English stop words) into a TREC run."""
+    from dotcat.data import load_corpus, load_queries, write_run
+    from dotcat.search.bm25 import BM25Config, bm25_search
+
+    topics = load_queries(queries, split=split if Path(queries).is_dir() else None)
+    start = time.perf_counter()
+    run = bm25_search(load_corpus(corpus), topics, k=k, config=BM25Config(k1=k1, b=b))
+    seconds = time.perf_counter() - start
+    write_run(run, output, tag=tag)
+    typer.echo(f"BM25: searched {len(topics)} queries in {seconds:.1f} s; wrote {output}")
+
+
+@app.command("eval")
+def eval_(
+    run: Annotated[Path, typer.Argument(help="TREC run file.")],
+    qrels: Annotated[Path, typer.Argument(help="Qrels file, or a BEIR directory.")],
+    split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split.")] = "test",
+    measure: Annotated[list[str] | None, typer.Option("--measure", "-m", help="ir-measures name; repeat.")] = None,
+    per_query: Annotated[bool, typer.Option(help="Also print one row per query.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Evaluate a TREC run with ir-measures (default nDCG@10 RR@10 R@100 AP@100)."""
+    from dotcat.data import load_corpus, load_qrels, load_queries, read_run
+    from dotcat.evaluation import DEFAULT_MEASURES, evaluate, format_table, to_json
+
+    judgements = load_qrels(qrels, split=split)
+    known_queries = known_docs = None
+    if Path(qrels).is_dir():  # a BEIR dir: check qrels ids against its queries and corpus
+        known_queries = set(load_queries(qrels))
+        known_docs = set(load_corpus(qrels)["id"])
+    report = evaluate(
+        read_run(run),
+        judgements,
+        measures=tuple(measure) if measure else DEFAULT_MEASURES,
+        known_queries=known_queries,
+        known_docs=known_docs,
+    )
+    if as_json:
+        typer.echo(json.dumps(to_json(report), indent=2))
+        return
+    typer.echo(format_table({run.name: report}, per_query=per_query))

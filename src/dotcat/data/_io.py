@@ -1,0 +1,215 @@
+"""Shared low-level reading: plain or gzipped files, strict UTF-8 lines, JSON records, ids.
+
+Every reader in :mod:`dotcat.data` goes through :func:`iter_lines`, so every format gets the
+same treatment of gzip, byte-order marks, blank lines, line numbers and invalid UTF-8, and
+every problem is reported as one :class:`~dotcat.errors.DataFormatError` naming the file and
+the physical (1-based) line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DataFormatError
+
+#: File name endings (after an optional ``.gz``) read as JSON Lines.
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+#: File name endings (after an optional ``.gz``) read as tab-separated values.
+TSV_SUFFIXES = (".tsv", ".txt")
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_WHITESPACE = re.compile(r"\s")
+
+
+def is_gzipped(path: Path) -> bool:
+    """Whether ``path`` is read through gzip (its name ends in ``.gz``)."""
+    return path.name.lower().endswith(".gz")
+
+
+def require_file(path: str | Path) -> Path:
+    """Return ``path`` as a :class:`Path` if it is an existing regular file, else raise."""
+    p = Path(path)
+    if not p.exists():
+        raise DataFormatError(p, None, "no such file or directory")
+    if p.is_dir():
+        raise DataFormatError(p, None, "is a directory, expected a file")
+    return p
+
+
+def find_one(directory: Path, names: Sequence[str], what: str) -> Path:
+    """The single file among ``names`` present in ``directory``.
+
+    Two candidates (say ``corpus.jsonl`` and ``corpus.jsonl.gz``) are refused rather than
+    silently preferring one of them: they may differ.
+    """
+    found = [directory / name for name in names if (directory / name).is_file()]
+    if not found:
+        raise DataFormatError(directory, None, f"no {what} file here (expected {' or '.join(names)})")
+    if len(found) > 1:
+        listed = " and ".join(p.name for p in found)
+        raise DataFormatError(directory, None, f"both {listed} exist; keep only one")
+    return found[0]
+
+
+def detect_format(path: Path) -> str:
+    """``"jsonl"`` or ``"tsv"`` from the file name, else from the first non-blank line.
+
+    A name ending in one of :data:`JSONL_SUFFIXES` or :data:`TSV_SUFFIXES` (optionally followed
+    by ``.gz``) decides; otherwise a first record starting with ``{`` means JSON Lines.
+    """
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    if name.endswith(TSV_SUFFIXES):
+        return "tsv"
+    for _, text in iter_lines(path):
+        return "jsonl" if text.lstrip().startswith("{") else "tsv"
+    return "jsonl"  # an empty file: either reader yields nothing
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for every non-blank line of a plain or gzipped file.
+
+    Line numbers are physical and 1-based (blank lines count but are not yielded). Lines are
+    split on ``\\n`` only and decoded as strict UTF-8; a UTF-8 byte-order mark at the start and
+    a trailing ``\\r`` are dropped. Invalid UTF-8, a corrupt or truncated gzip stream and read
+    errors become a :class:`DataFormatError`.
+    """
+    gz = is_gzipped(path)
+    lineno = 0
+    offset = 0  # byte offset of the current line in the (decompressed) file
+    try:
+        with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    where = "decompressed file" if gz else "file"
+                    raise DataFormatError(
+                        path,
+                        lineno,
+                        f"invalid UTF-8: byte 0x{raw[e.start]:02x} at byte {e.start} of the line "
+                        f"(byte {offset + e.start} of the {where}): {e.reason}",
+                    ) from None
+                offset += len(raw)
+                if lineno == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                text = text.rstrip("\r\n")
+                if text.strip():
+                    yield lineno, text
+    except (OSError, EOFError, zlib.error) as e:
+        # gzip.BadGzipFile is an OSError; a truncated stream raises EOFError on the next read.
+        line = lineno + 1 if lineno else None
+        raise DataFormatError(path, line, f"cannot read{' gzip data' if gz else ''}: {e}") from None
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:
+    """Decode one JSON Lines record, which must be a JSON object."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(
+            path, lineno, f"malformed JSON: {e.msg} (column {e.colno})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise DataFormatError(path, lineno, f"expected a JSON object, found {json_type(obj)}")
+    return obj
+
+
+def check_id(path: Path, lineno: int, value: str, field: str) -> str:
+    """Validate an id read as text: non-empty and free of whitespace.
+
+    Whitespace is refused because TREC run and qrels files separate their columns with it, so
+    such an id could not be written or evaluated faithfully.
+    """
+    if not value.strip():
+        raise DataFormatError(path, lineno, "empty id", field)
+    if _WHITESPACE.search(value):
+        raise DataFormatError(
+            path, lineno, f"id {value!r} contains whitespace (TREC runs and qrels cannot hold it)", field
+        )
+    return value
+
+
+def get_json_id(path: Path, lineno: int, obj: Mapping[str, Any]) -> tuple[str, str]:
+    """The record's id and the field it came from (``_id`` preferred, ``id`` accepted).
+
+    Integer ids are turned into strings (as BEIR's own loader does); other types are refused.
+    """
+    present = [key for key in ("_id", "id") if key in obj]
+    if not present:
+        raise DataFormatError(path, lineno, "missing id (expected an '_id' or 'id' field)", "_id")
+    if len(present) == 2 and obj["_id"] != obj["id"]:
+        raise DataFormatError(
+            path, lineno, f"'_id' {obj['_id']!r} and 'id' {obj['id']!r} disagree", "_id"
+        )
+    field = present[0]
+    value = obj[field]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    elif not isinstance(value, str):
+        raise DataFormatError(
+            path, lineno, f"id must be a string or an integer, found {json_type(value)}", field
+        )
+    return check_id(path, lineno, value, field), field
+
+
+def get_json_text(
+    path: Path, lineno: int, obj: Mapping[str, Any], names: Sequence[str]
+) -> str | None:
+    """The first of the fields ``names`` present in ``obj`` as a string, or None if none is.
+
+    ``null`` reads as ``""``; other non-string values are refused. If several of the names are
+    present with different values the record is ambiguous and refused.
+    """
+    present = [name for name in names if name in obj]
+    if not present:
+        return None
+    values = []
+    for name in present:
+        value = obj[name]
+        if value is None:
+            value = ""
+        elif not isinstance(value, str):
+            raise DataFormatError(
+                path, lineno, f"expected a string, found {json_type(value)}", name
+            )
+        values.append(value)
+    if any(v != values[0] for v in values[1:]):
+        raise DataFormatError(
+            path, lineno, f"fields {' and '.join(present)} are both present and differ", present[0]
+        )
+    return values[0]
+
+
+def split_tsv(text: str) -> list[str]:
+    """Split a TSV line on tabs (no quoting: a tab inside a field is a format error)."""
+    return text.split("\t")
+
+
+def is_integer(text: str) -> bool:
+    """Whether ``text`` is a plain decimal integer (``int()`` alone would accept ``1_0``)."""
+    return _INTEGER.fullmatch(text) is not None

@@ -1,0 +1,221 @@
+"""Build an index directory: corpus -> BERT_DOT vectors -> FAISS + doc store + manifest.
+
+The corpus is read as a memory-mapped Arrow dataset and encoded in chunks, longest documents
+first, into a memory-mapped ``.npy`` file, so neither the texts nor the vectors of a corpus
+larger than RAM are held in memory. The index is written into a temporary sibling directory
+and renamed into place at the end: an interrupted build leaves no half index that loads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from dotcat import __version__
+from dotcat.data import find_corpus_file, load_corpus
+from dotcat.errors import DotcatError
+from dotcat.index import faiss_index
+from dotcat.index.docstore import DocStore
+from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME, Manifest
+from dotcat.models import BiEncoder, EncoderConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexConfig:
+    """How to build the FAISS side of an index.
+
+    Attributes:
+        faiss_spec: a FAISS factory string; ``Flat`` is exact search.
+        device: ``auto`` (GPU when faiss-gpu sees one), ``cpu`` or ``cuda``.
+        search_params: search-time defaults stored in the manifest (``nprobe``, ``efSearch``).
+        chunk_size: documents handed to the encoder at a time (bounds memory).
+        keep_vectors: keep ``vectors.npy`` in the index directory (to re-index with another
+            FAISS spec without encoding again).
+        seed: seed of the training sample.
+    """
+
+    faiss_spec: str = "Flat"
+    device: str = "auto"
+    search_params: dict[str, float] = field(
+        default_factory=lambda: dict(faiss_index.DEFAULT_SEARCH_PARAMS)
+    )
+    chunk_size: int = 8192
+    keep_vectors: bool = False
+    seed: int = 0
+
+
+def document_text(title: str, text: str) -> str:
+    """The text a document is encoded (and BM25-indexed) on: title, a space, body.
+
+    As BEIR and MTEB do for bi-encoders; an empty part is dropped.
+    """
+    return f"{title} {text}" if title and text else (title or text)
+
+
+def file_fingerprint(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _prepare_target(index_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber anything but an existing dotcat index, and that only if asked."""
+    if not index_dir.exists():
+        return
+    if not index_dir.is_dir():
+        raise DotcatError(f"{index_dir}: exists and is not a directory")
+    if not any(index_dir.iterdir()):
+        return
+    if not (index_dir / MANIFEST_NAME).is_file():
+        raise DotcatError(
+            f"{index_dir}: exists, is not empty and is not a dotcat index; refusing to touch it"
+        )
+    if not overwrite:
+        raise DotcatError(f"{index_dir}: an index exists there; pass --overwrite to replace it")
+
+
+def _swap_into_place(tmp: Path, index_dir: Path) -> None:
+    """Rename the finished build into place; an old index is kept until the new one is in."""
+    old = None
+    if index_dir.exists():
+        old = index_dir.with_name(f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(index_dir, old)
+    os.replace(tmp, index_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    dir_fd = os.open(index_dir.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _fill_docstore(dataset, store: DocStore, show_progress: bool) -> None:
+    pos = 0
+    with tqdm(total=len(dataset), desc="storing documents", unit="doc", disable=not show_progress) as bar:
+        for batch in dataset.iter(batch_size=10_000):
+            rows = list(zip(range(pos, pos + len(batch["id"])), batch["id"], batch["title"], batch["text"]))
+            store.add(rows)
+            pos += len(rows)
+            bar.update(len(rows))
+    store.commit()
+
+
+def _encode_corpus(dataset, encoder: BiEncoder, out: np.ndarray, chunk_size: int, show_progress: bool) -> None:
+    """Encode every document into ``out`` (row = position), longest documents first.
+
+    Sorting by length across the whole corpus (not only inside a batch) keeps padding to a
+    minimum; character length is a cheap, good proxy for token count.
+    """
+    table = dataset.data
+    lengths = pc.add(pc.utf8_length(table.column("title")), pc.utf8_length(table.column("text")))
+    order = np.argsort(-lengths.to_numpy(zero_copy_only=False), kind="stable")
+    with tqdm(total=len(order), desc="encoding documents", unit="doc", disable=not show_progress) as bar:
+        for start in range(0, len(order), chunk_size):
+            idx = np.sort(order[start : start + chunk_size])
+            rows = dataset[idx.tolist()]
+            texts = [document_text(t, x) for t, x in zip(rows["title"], rows["text"])]
+            out[idx] = encoder.encode_documents(texts)
+            bar.update(len(idx))
+
+
+def build_index(
+    corpus: str | Path,
+    index_dir: str | Path,
+    encoder: BiEncoder | EncoderConfig | None = None,
+    config: IndexConfig | None = None,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> Manifest:
+    """Index a corpus with a BERT_DOT encoder into ``index_dir``.
+
+    Args:
+        corpus: a BEIR directory, or a JSONL/TSV corpus file (optionally gzipped).
+        index_dir: where the index goes; created atomically.
+        encoder: a loaded :class:`BiEncoder` or the config to load one (default model).
+        config: the FAISS side (:class:`IndexConfig`).
+        overwrite: replace an existing dotcat index at ``index_dir``.
+
+    Returns:
+        The manifest written into the index.
+    """
+    config = config or IndexConfig()
+    index_dir = Path(index_dir)
+    _prepare_target(index_dir, overwrite)
+    faiss_device = faiss_index.resolve_faiss_device(config.device)
+    if not isinstance(encoder, BiEncoder):
+        encoder = BiEncoder.load(encoder or EncoderConfig(device=config.device))
+    corpus_file = find_corpus_file(corpus)
+    dataset = load_corpus(corpus)
+    n = len(dataset)
+    if n == 0:
+        raise DotcatError(f"{corpus_file}: the corpus has no documents to index")
+
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = index_dir.with_name(f".{index_dir.name}.building-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
+        try:
+            _fill_docstore(dataset, store, show_progress)
+        finally:
+            store.close()
+
+        vectors_path = tmp / "vectors.npy"
+        vectors = np.lib.format.open_memmap(vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
+        _encode_corpus(dataset, encoder, vectors, config.chunk_size, show_progress)
+        vectors.flush()
+
+        index = faiss_index.create_index(config.faiss_spec, encoder.dim)
+        if faiss_device == "cuda":
+            index = faiss_index.to_gpu(index)
+        faiss_index.train_index(index, vectors, config.faiss_spec, seed=config.seed)
+        faiss_index.add_vectors(index, vectors, show_progress)
+        index = faiss_index.to_cpu(index)
+        search_params = faiss_index.applicable_search_params(index, config.search_params)
+        faiss.write_index(index, str(tmp / INDEX_NAME))
+        del vectors
+        if not config.keep_vectors:
+            vectors_path.unlink()
+
+        manifest = Manifest(
+            encoder=encoder.manifest_entry(),
+            faiss={
+                "spec": config.faiss_spec,
+                "metric": "inner_product",
+                "ntotal": int(index.ntotal),
+                "search_params": search_params,
+                "built_on": faiss_device,
+            },
+            documents={"count": n},
+            corpus={
+                "path": str(Path(corpus).resolve()),
+                "file": str(corpus_file.resolve()),
+                "sha256": file_fingerprint(corpus_file),
+            },
+            dotcat_version=__version__,
+            created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        )
+        manifest.write(tmp)
+        _swap_into_place(tmp, index_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("indexed %d documents into %s (%s)", n, index_dir, config.faiss_spec)
+    return manifest

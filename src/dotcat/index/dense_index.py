@@ -1,0 +1,73 @@
+"""A built index, loaded: FAISS index + doc store + manifest, searched by vectors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from dotcat.errors import DotcatError
+from dotcat.index import faiss_index
+from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.manifest import Manifest
+
+logger = logging.getLogger(__name__)
+
+
+class DenseIndex:
+    """An index directory opened for search.
+
+    Args:
+        index_dir: a directory written by :func:`dotcat.index.build_index`.
+        device: ``auto`` (GPU when faiss-gpu sees one), ``cpu`` or ``cuda``.
+        search_params: overrides of the manifest's search parameters (``nprobe``, ``efSearch``).
+    """
+
+    def __init__(
+        self,
+        index_dir: str | Path,
+        device: str = "auto",
+        search_params: dict[str, float] | None = None,
+    ) -> None:
+        self.dir = Path(index_dir)
+        self.manifest = Manifest.read(self.dir)
+        self.device = faiss_index.resolve_faiss_device(device)
+        index_path = self.dir / self.manifest.files["index"]
+        try:
+            index = faiss.read_index(str(index_path))
+        except RuntimeError as e:
+            raise DotcatError(f"{index_path}: cannot read FAISS index ({e})") from None
+        expected = self.manifest.documents["count"]
+        if index.ntotal != expected:
+            raise DotcatError(
+                f"{index_path}: holds {index.ntotal} vectors, manifest says {expected}; rebuild"
+            )
+        if self.device == "cuda":
+            index = faiss_index.to_gpu(index)
+        params = dict(self.manifest.faiss.get("search_params", {}))
+        params.update(faiss_index.applicable_search_params(index, search_params or {}))
+        faiss_index.set_search_params(index, params)
+        self.search_params = params
+        self.index = index
+        self.store = DocStore(self.dir / self.manifest.files["docstore"])
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(scores, positions)`` for a ``(n, dim)`` array of query vectors."""
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise DotcatError(f"query vectors have shape {queries.shape}, index dim {self.dim}")
+        return faiss_index.search(self.index, queries, k)
+
+    def documents(self, positions) -> dict[int, StoredDocument]:
+        return self.store.get(positions)
+
+    def doc_ids(self, positions) -> dict[int, str]:
+        return self.store.ids(positions)

@@ -1,0 +1,105 @@
+"""The index manifest: everything needed to search an index again, written, never guessed.
+
+``manifest.json`` records the format version, the encoder (name, path, weights fingerprint,
+pooling, similarity, normalisation, max length, dimension), the FAISS spec and search
+parameters, the document count and a fingerprint of the corpus it was built from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+INDEX_NAME = "index.faiss"
+DOCSTORE_NAME = "docstore.sqlite"
+
+# Encoder fields that change the vectors: any difference makes query and document vectors
+# incomparable, so searching with a different value is refused.
+ENCODER_KEYS = ("fingerprint", "pooling", "similarity", "normalize", "max_length", "dim")
+
+
+@dataclass
+class Manifest:
+    """What an index directory holds and how it was built (see DESIGN.md, "Index directory")."""
+
+    encoder: dict[str, Any]
+    faiss: dict[str, Any]
+    documents: dict[str, Any]
+    corpus: dict[str, Any]
+    format_version: int = FORMAT_VERSION
+    dotcat_version: str = ""
+    created: str = ""
+    files: dict[str, str] = field(
+        default_factory=lambda: {"index": INDEX_NAME, "docstore": DOCSTORE_NAME}
+    )
+
+    def write(self, directory: Path) -> None:
+        """Write ``manifest.json`` durably (temp file, fsync, rename)."""
+        path = Path(directory) / MANIFEST_NAME
+        tmp = path.with_suffix(".json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(self), f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, directory: Path) -> Manifest:
+        """Read and validate the manifest of an index directory."""
+        directory = Path(directory)
+        path = directory / MANIFEST_NAME
+        if not directory.is_dir():
+            raise DotcatError(f"{directory}: no such index directory")
+        if not path.is_file():
+            raise DotcatError(
+                f"{directory}: not a dotcat index (no {MANIFEST_NAME}; "
+                "an interrupted build never leaves one, so rebuild it with `dotcat index`)"
+            )
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DotcatError(f"{path}: manifest is not valid JSON ({e})") from None
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise DotcatError(
+                f"{path}: index format version {version!r} is not supported by this dotcat "
+                f"(expects {FORMAT_VERSION}); rebuild the index"
+            )
+        try:
+            manifest = cls(**raw)
+        except TypeError as e:
+            raise DotcatError(f"{path}: malformed manifest ({e})") from None
+        for key in ("index", "docstore"):
+            name = manifest.files.get(key, "")
+            if not (directory / name).is_file():
+                raise DotcatError(f"{directory}: manifest names {key} file {name!r}, missing")
+        return manifest
+
+
+def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: Path) -> None:
+    """Refuse to search an index with an encoder whose vectors are not comparable.
+
+    Raises:
+        DotcatError: naming the index's encoder and the given one, and what differs.
+    """
+    recorded = manifest.encoder
+    diffs = [
+        f"{key}: index {recorded.get(key)!r} vs given {encoder_entry.get(key)!r}"
+        for key in ENCODER_KEYS
+        if recorded.get(key) != encoder_entry.get(key)
+    ]
+    if diffs:
+        raise DotcatError(
+            f"{index_dir}: index was built with encoder {recorded.get('name')!r} "
+            f"(weights {str(recorded.get('fingerprint'))[:12]}), refusing to search it with "
+            f"{encoder_entry.get('name')!r} (weights {str(encoder_entry.get('fingerprint'))[:12]})"
+            f"; differences: {'; '.join(diffs)}"
+        )

@@ -1,0 +1,38 @@
+"""Training losses for dotcat's encoders: embeddings in, a scalar out, no model inside.
+
+- :func:`contrastive_loss` / :class:`ContrastiveLoss`: InfoNCE with in-batch and hard negatives
+  and a temperature, cosine or dot product (van den Oord et al. 2018; Karpukhin et al. 2020).
+- :func:`triplet_loss` / :class:`TripletLoss`: ``max(gamma - cos(q, d+) + cos(q, d-), 0)``
+  (Schroff et al. 2015; the course notes).
+- :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
+  memory (Gao et al. 2021).
+"""
+
+from dotcat.losses.cached import GradCache, RandContext, grad_cache_backward, split_batch
+from dotcat.losses.contrastive import (
+    DEFAULT_TEMPERATURE,
+    SIMILARITIES,
+    ContrastiveLoss,
+    contrastive_logits,
+    contrastive_loss,
+    false_negative_mask,
+    similarity_matrix,
+)
+from dotcat.losses.triplet import DEFAULT_MARGIN, TripletLoss, triplet_loss
+
+__all__ = [
+    "DEFAULT_MARGIN",
+    "DEFAULT_TEMPERATURE",
+    "SIMILARITIES",
+    "ContrastiveLoss",
+    "GradCache",
+    "RandContext",
+    "TripletLoss",
+    "contrastive_logits",
+    "contrastive_loss",
+    "false_negative_mask",
+    "grad_cache_backward",
+    "similarity_matrix",
+    "split_batch",
+    "triplet_loss",
+]

@@ -1,0 +1,108 @@
+"""Dense retrieval at query time: encode the query with the index's own encoder, FAISS top-k.
+
+The encoder is rebuilt from the index manifest (model, pooling, similarity, max length), so
+an index is always searched as it was built; another model is refused unless its weights and
+settings are the ones recorded (:func:`dotcat.index.check_encoder`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from dotcat.index import DenseIndex, check_encoder
+from dotcat.models import BiEncoder, EncoderConfig
+
+logger = logging.getLogger(__name__)
+
+Run = dict[str, list[tuple[str, float]]]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One ranked result."""
+
+    rank: int
+    doc_id: str
+    score: float
+    title: str
+    text: str
+
+
+def encoder_config_from_manifest(
+    encoder_entry: Mapping, model: str | None = None, device: str = "auto"
+) -> EncoderConfig:
+    """The encoder config that reproduces the index's vectors.
+
+    ``model`` overrides where the weights come from (e.g. a copy of the model elsewhere); the
+    weights fingerprint is checked afterwards either way.
+    """
+    if model is None:
+        recorded_path = encoder_entry.get("path")
+        model = recorded_path if recorded_path and Path(recorded_path).is_dir() else encoder_entry["name"]
+    return EncoderConfig(
+        model=str(model),
+        pooling=encoder_entry["pooling"],
+        similarity=encoder_entry["similarity"],
+        max_length=encoder_entry["max_length"],
+        device=device,
+    )
+
+
+class DenseRetriever:
+    """BERT_DOT first stage over an index directory.
+
+    Args:
+        index_dir: a directory written by ``dotcat index``.
+        model: load the query encoder from here instead of the manifest's record.
+        device: ``auto``, ``cpu`` or ``cuda`` (for both the encoder and FAISS).
+        search_params: FAISS search parameters (``nprobe``, ``efSearch``) overriding the manifest.
+    """
+
+    def __init__(
+        self,
+        index_dir: str | Path,
+        model: str | None = None,
+        device: str = "auto",
+        search_params: dict[str, float] | None = None,
+    ) -> None:
+        self.index = DenseIndex(index_dir, device=device, search_params=search_params)
+        entry = self.index.manifest.encoder
+        self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device))
+        check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """The top-k documents for one query, with titles and texts."""
+        vector = self.encoder.encode_queries([query])
+        scores, positions = self.index.search(vector, k)
+        docs = self.index.documents(positions[0])
+        return [
+            Hit(rank, docs[p].id, float(s), docs[p].title, docs[p].text)
+            for rank, (s, p) in enumerate(zip(scores[0], positions[0]), start=1)
+            if p >= 0
+        ]
+
+    def batch_search(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        batch_size: int = 256,
+        show_progress: bool = True,
+    ) -> Run:
+        """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
+        qids = list(queries)
+        run: Run = {}
+        with tqdm(total=len(qids), desc="searching", unit="query", disable=not show_progress) as bar:
+            for start in range(0, len(qids), batch_size):
+                chunk = qids[start : start + batch_size]
+                vectors = self.encoder.encode_queries([queries[q] for q in chunk])
+                scores, positions = self.index.search(vectors, k)
+                ids = self.index.doc_ids(positions.ravel())
+                for qid, row_scores, row_pos in zip(chunk, scores, positions):
+                    run[qid] = [(ids[p], float(s)) for s, p in zip(row_scores, row_pos) if p >= 0]
+                bar.update(len(chunk))
+        return run
