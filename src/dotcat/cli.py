@@ -189,30 +189,40 @@ def bm25(
 
 @app.command("eval")
 def eval_(
-    run: Annotated[Path, typer.Argument(help="TREC run file.")],
-    qrels: Annotated[Path, typer.Argument(help="Qrels file, or a BEIR directory.")],
+    paths: Annotated[list[Path], typer.Argument(help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir.")],
     split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split.")] = "test",
     measure: Annotated[list[str] | None, typer.Option("--measure", "-m", help="ir-measures name; repeat.")] = None,
     per_query: Annotated[bool, typer.Option(help="Also print one row per query.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Evaluate a TREC run with ir-measures (default nDCG@10 RR@10 R@100 AP@100)."""
+    """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
+
+    Queries with judgements but no results count as 0; qrels naming unknown queries or
+    documents (checked when QRELS is a BEIR directory) are counted and reported.
+    """
     from dotcat.data import load_corpus, load_qrels, load_queries, read_run
     from dotcat.evaluation import DEFAULT_MEASURES, evaluate, format_table, to_json
 
+    if len(paths) < 2:
+        raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
+    *runs, qrels = paths
     judgements = load_qrels(qrels, split=split)
     known_queries = known_docs = None
     if Path(qrels).is_dir():  # a BEIR dir: check qrels ids against its queries and corpus
         known_queries = set(load_queries(qrels))
         known_docs = set(load_corpus(qrels)["id"])
-    report = evaluate(
-        read_run(run),
-        judgements,
-        measures=tuple(measure) if measure else DEFAULT_MEASURES,
-        known_queries=known_queries,
-        known_docs=known_docs,
-    )
+    measures = tuple(measure) if measure else DEFAULT_MEASURES
+    reports = {
+        run.name: evaluate(
+            read_run(run),
+            judgements,
+            measures=measures,
+            known_queries=known_queries,
+            known_docs=known_docs,
+        )
+        for run in runs
+    }
     if as_json:
-        typer.echo(json.dumps(to_json(report), indent=2))
+        typer.echo(json.dumps({name: to_json(r) for name, r in reports.items()}, indent=2))
         return
-    typer.echo(format_table({run.name: report}, per_query=per_query))
+    typer.echo(format_table(reports, per_query=per_query))

@@ -1,0 +1,38 @@
+# The two set-up-included entry points (see README): `make scifact` and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.dotcat-installed
+INDEX ?= indexes/scifact-minilm
+RUNS ?= runs
+
+.PHONY: scifact test test-fast lint setup clean
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	bash scripts/bootstrap.sh $(VENV)
+	touch $@
+
+setup: $(STAMP)
+
+# Main job: index the bundled SciFact with the default model (all-MiniLM-L6-v2), search the
+# test queries, run the BM25 baseline, evaluate both with ir-measures, print the table.
+scifact: $(STAMP)
+	mkdir -p $(RUNS)
+	$(BIN)/dotcat index data/scifact $(INDEX) --overwrite
+	$(BIN)/dotcat search $(INDEX) --queries data/scifact --split test --output $(RUNS)/scifact-minilm.trec -k 100
+	$(BIN)/dotcat bm25 data/scifact --queries data/scifact --split test --output $(RUNS)/scifact-bm25.trec -k 100
+	$(BIN)/dotcat eval $(RUNS)/scifact-bm25.trec $(RUNS)/scifact-minilm.trec data/scifact --split test
+
+# The whole test suite, slow (real-model) tests included.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# Without the real-model tests, for quick iterations.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests eval
+	$(BIN)/ruff format --check src tests eval
+
+clean:
+	rm -rf $(VENV) $(RUNS) $(INDEX)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Create a virtualenv and install dotcat into it, with the right torch and faiss for this machine.
+#
+#   scripts/bootstrap.sh [VENV_DIR]      (default: .venv)
+#
+# Without a GPU, torch is installed first as the CPU build (torch==$DOTCAT_CPU_TORCH); a bare
+# `torch` requirement would otherwise pull a multi-GB CUDA build. pip finds the CPU wheel in
+# its find-links/index settings (set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index on a
+# machine that has none locally). With an NVIDIA GPU, the regular (CUDA) torch and faiss-gpu
+# are installed instead. An existing torch is always kept: dotcat only needs torch>=2.4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${1:-${DOTCAT_VENV:-.venv}}"
+python="${PYTHON:-python3}"
+cpu_torch="${DOTCAT_CPU_TORCH:-2.13.0}"
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap: creating virtualenv $venv"
+  "$python" -m venv "$venv"
+fi
+# shellcheck disable=SC1091
+. "$venv/bin/activate"
+
+has_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  has_gpu=1
+fi
+
+if ! python -c "import torch" >/dev/null 2>&1; then
+  if [ "$has_gpu" = 1 ]; then
+    echo "bootstrap: NVIDIA GPU found, installing the CUDA build of torch"
+    pip install --quiet "torch>=2.4"
+  else
+    echo "bootstrap: no GPU, installing the CPU build of torch ($cpu_torch)"
+    pip install --quiet "torch==$cpu_torch"
+  fi
+fi
+
+if [ "$has_gpu" = 1 ]; then
+  pip install --quiet -e ".[dev,gpu]"
+  # faiss-cpu and faiss-gpu-cu12 ship the same `faiss` module: keep only the GPU one.
+  pip uninstall --quiet -y faiss-cpu
+  pip install --quiet --force-reinstall --no-deps "faiss-gpu-cu12>=1.8"
+else
+  pip install --quiet -e ".[dev]"
+fi
+python -c "import torch, faiss, dotcat; print('bootstrap: dotcat', dotcat.__version__, '| torch', torch.__version__, '| faiss', faiss.__version__, '| cuda', torch.cuda.is_available())"

@@ -1,0 +1,337 @@
+"""Evaluate a run against qrels with ir-measures, counting every judged query.
+
+All metric maths is done by `ir-measures <https://ir-measur.es>`_ (MacAvaney, Macdonald and
+Ounis, ECIR 2022), which dispatches each measure to a provider (pytrec_eval for nDCG, R, AP;
+the MS MARCO evaluator for RR@k). This module only decides *which* queries are evaluated and
+makes sure none is silently lost:
+
+* A query in the qrels with no results in the run (absent, or an empty ranking) scores 0 on
+  every measure and is listed in :attr:`EvalReport.missing_queries`. ir-measures alone, like
+  trec_eval without ``-c``, averages over the queries present in both run and qrels, which
+  rewards a system for not answering the hard queries.
+* With ``known_queries``, qrels queries outside that set cannot have been searched: they are
+  left out of the evaluation and listed in :attr:`EvalReport.unknown_queries`.
+* With ``known_docs``, qrels entries naming a document outside the corpus are counted in
+  :attr:`EvalReport.unknown_docs`. They stay in the qrels (such a relevant document can never
+  be retrieved, and dropping it would inflate recall), so the count tells how much of the
+  judged ground is unreachable.
+* Run queries that have no qrels are ignored, as trec_eval does, and listed in
+  :attr:`EvalReport.unjudged_queries`.
+
+Measures (``nDCG@10`` etc.) follow trec_eval's definitions. nDCG (Järvelin and Kekäläinen,
+"Cumulated gain-based evaluation of IR techniques", TOIS 2002), as trec_eval computes it::
+
+    DCG@k  = sum_{i=1..k} rel_i / log2(i + 1)        (gain = the graded relevance label)
+    nDCG@k = DCG@k / IDCG@k                           (IDCG: DCG of the ideal ordering)
+
+RR@k is 1/rank of the first relevant document within the top k (0 if none), R@k the share of
+relevant documents found in the top k, AP@k the mean over relevant documents of the precision
+at each relevant document's rank within the top k, divided by the number of relevant documents.
+
+Ties: a run is a set of scored documents; the providers re-sort it by score and break ties by
+document id, *not* by the order of your list. They do not agree on the direction:
+pytrec_eval (nDCG, R, AP) puts the larger id first, as trec_eval does, while the MS MARCO
+provider (RR@k) puts the smaller id first. Runs without tied scores are unaffected; with ties,
+two measures may see two different orders of the same run. Ranks written in a TREC run file
+are ignored by all evaluators.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import ir_measures
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MEASURES = ("nDCG@10", "RR@10", "R@100", "AP@100")
+
+#: qid -> {docid: score} (as :func:`dotcat.data.read_run` returns) or qid -> [(docid, score)]
+RunLike = Mapping[str, Mapping[str, float] | Iterable[tuple[str, float]]]
+#: qid -> {docid: graded relevance}
+QrelsLike = Mapping[str, Mapping[str, int]]
+
+_SHOW = 5  # ids quoted in a log message before "..."
+
+
+@dataclass
+class EvalReport:
+    """The outcome of :func:`evaluate`.
+
+    Attributes:
+        aggregate: measure name -> value over all evaluated (judged) queries; a mean for every
+            rank-based measure (ir-measures' own aggregator for the measure is used, so counts
+            such as ``NumRel`` are sums).
+        per_query: qid -> measure name -> value, for every evaluated query (missing ones as 0).
+        n_queries: number of evaluated queries: the qrels queries, less the unknown ones.
+        missing_queries: evaluated queries with no results in the run; they score 0.
+        unknown_queries: qrels queries outside ``known_queries``; not evaluated.
+        unknown_docs: qrels entries naming a document outside ``known_docs``; kept in the qrels.
+        unjudged_queries: run queries without qrels; ignored.
+    """
+
+    aggregate: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    n_queries: int
+    missing_queries: list[str] = field(default_factory=list)
+    unknown_queries: list[str] = field(default_factory=list)
+    unknown_docs: int = 0
+    unjudged_queries: list[str] = field(default_factory=list)
+
+    @property
+    def measures(self) -> list[str]:
+        """Measure names, in the order they were asked for."""
+        return list(self.aggregate)
+
+    def notes(self) -> list[str]:
+        """One human-readable line per thing a reader of the figures should know."""
+        lines = []
+        if self.missing_queries:
+            lines.append(
+                f"{len(self.missing_queries)} of {self.n_queries} judged queries have no results "
+                f"in the run and score 0: {_preview(self.missing_queries)}"
+            )
+        if self.unknown_queries:
+            lines.append(
+                f"{len(self.unknown_queries)} qrels queries are not in the query set and were "
+                f"not evaluated: {_preview(self.unknown_queries)}"
+            )
+        if self.unknown_docs:
+            lines.append(
+                f"{self.unknown_docs} qrels entries name documents that are not in the corpus "
+                "(kept: they cannot be retrieved)"
+            )
+        if self.unjudged_queries:
+            lines.append(
+                f"{len(self.unjudged_queries)} run queries have no qrels and were ignored: "
+                f"{_preview(self.unjudged_queries)}"
+            )
+        return lines
+
+
+def qid_sort_key(qid: str) -> tuple[int, int, str]:
+    """Sort key putting numeric ids in numeric order (2 < 10), then the others by string."""
+    return (0, int(qid), qid) if qid.isdigit() else (1, 0, qid)
+
+
+def parse_measures(measures: str | Iterable[Any]) -> list[ir_measures.Measure]:
+    """Parse measure names into ir-measures measures, without duplicates, in the given order.
+
+    Accepts ir-measures names (``nDCG@10``, ``RR@10``, ``R@100``, ``AP``, ``P(rel=2)@5``),
+    trec_eval names (``ndcg_cut_10``, ``recip_rank``, ``P_5,10``) and Measure objects.
+
+    Raises:
+        DotcatError: naming the first name that neither parser knows.
+    """
+    if isinstance(measures, str) or isinstance(measures, ir_measures.Measure):
+        measures = [measures]
+    parsed: list[ir_measures.Measure] = []
+    for item in measures:
+        for measure in _parse_one(item):
+            if measure not in parsed:
+                parsed.append(measure)
+    if not parsed:
+        raise DotcatError("no measures given")
+    return parsed
+
+
+def _parse_one(item: Any) -> list[ir_measures.Measure]:
+    if isinstance(item, ir_measures.Measure):
+        return [item]
+    name = str(item).strip()
+    try:
+        return [ir_measures.parse_measure(name)]
+    except (NameError, ValueError, TypeError, AssertionError):
+        pass
+    try:
+        return list(ir_measures.parse_trec_measure(name))
+    except (NameError, ValueError, TypeError, AssertionError, KeyError):
+        pass
+    raise DotcatError(
+        f"unknown measure {name!r}: use ir-measures names such as nDCG@10, RR@10, R@100, AP@100 "
+        "(or trec_eval names such as ndcg_cut_10)"
+    )
+
+
+def evaluate(
+    run: RunLike,
+    qrels: QrelsLike,
+    measures: str | Iterable[Any] = DEFAULT_MEASURES,
+    known_queries: Iterable[Any] | None = None,
+    known_docs: Iterable[Any] | None = None,
+) -> EvalReport:
+    """Evaluate ``run`` against ``qrels`` with ir-measures; judged queries without results score 0.
+
+    Args:
+        run: qid -> {docid: score}, or qid -> sequence of (docid, score) (ranked lists as
+            :func:`dotcat.search.bm25.bm25_search` returns). The order of a list does not
+            matter: evaluators rank by score (see the module docstring on ties). A docid
+            repeated within one query's list keeps its first score.
+        qrels: qid -> {docid: relevance}; ``relevance > 0`` is relevant for binary measures,
+            graded labels are used as gains by nDCG.
+        measures: names (ir-measures or trec_eval syntax) or ir-measures Measure objects.
+        known_queries: the query set the run was produced from (ids, or a qid -> text mapping);
+            qrels queries outside it are reported and not evaluated.
+        known_docs: the corpus' document ids (ids, a mapping keyed by id, objects with ``.id``,
+            or a ``datasets.Dataset`` with an ``id`` column); qrels entries naming other
+            documents are counted.
+
+    Returns:
+        An :class:`EvalReport`; measure names are ir-measures' canonical spelling
+        (``ndcg_cut_10`` is reported as ``nDCG@10``).
+
+    Raises:
+        DotcatError: unknown measure, malformed qrels/run values, or no query to evaluate.
+    """
+    parsed = parse_measures(measures)
+    names = {m: str(m) for m in parsed}
+    judged = _normalise_qrels(qrels)
+    if not judged:
+        raise DotcatError("the qrels are empty: there is nothing to evaluate")
+
+    unknown_docs = 0
+    if known_docs is not None:
+        docs = _id_set(known_docs)
+        unknown_docs = sum(1 for rels in judged.values() for d in rels if d not in docs)
+        if unknown_docs:
+            logger.warning("%d qrels entries name documents not in the corpus", unknown_docs)
+
+    unknown_queries: list[str] = []
+    if known_queries is not None:
+        queries = _id_set(known_queries)
+        unknown_queries = sorted((q for q in judged if q not in queries), key=qid_sort_key)
+        for qid in unknown_queries:
+            del judged[qid]
+        if unknown_queries:
+            logger.warning(
+                "%d qrels queries are not in the query set and are not evaluated: %s",
+                len(unknown_queries),
+                _preview(unknown_queries),
+            )
+        if not judged:
+            raise DotcatError(
+                "none of the qrels queries is in the query set: check the queries and the split"
+            )
+
+    ranked = _normalise_run(run)
+    unjudged = sorted((q for q in ranked if q not in judged), key=qid_sort_key)
+    to_score = {q: docs for q, docs in ranked.items() if q in judged and docs}
+    evaluated = sorted(judged, key=qid_sort_key)
+    missing = [q for q in evaluated if q not in to_score]
+    if unjudged:
+        logger.info("%d run queries have no qrels and are ignored", len(unjudged))
+    if not to_score:
+        logger.warning(
+            "none of the run's %d queries is judged: every one of the %d judged queries "
+            "scores 0 (wrong qrels file or split?)",
+            len(ranked),
+            len(evaluated),
+        )
+    elif missing:
+        logger.warning(
+            "%d of %d judged queries have no results and score 0: %s",
+            len(missing),
+            len(evaluated),
+            _preview(missing),
+        )
+
+    per_query: dict[str, dict[str, float]] = {q: {} for q in evaluated}
+    if to_score:
+        qrels_to_score = {q: judged[q] for q in to_score}
+        for metric in ir_measures.iter_calc(parsed, qrels_to_score, to_score):
+            name = names.get(metric.measure, str(metric.measure))
+            per_query[metric.query_id][name] = float(metric.value)
+    for qid, values in per_query.items():
+        for name in names.values():
+            if name not in values:
+                # Missing queries by design; a provider that skips a scored query would be
+                # caught here too, and an unanswered query is worth 0 on rank-based measures.
+                if qid not in missing:
+                    logger.debug("no %s value for query %s: scored 0", name, qid)
+                values[name] = 0.0
+    per_query = {q: {n: per_query[q][n] for n in names.values()} for q in evaluated}
+
+    aggregate: dict[str, float] = {}
+    for measure, name in names.items():
+        agg = measure.aggregator()
+        for values in per_query.values():
+            agg.add(values[name])
+        aggregate[name] = float(agg.result())
+
+    return EvalReport(
+        aggregate=aggregate,
+        per_query=per_query,
+        n_queries=len(evaluated),
+        missing_queries=missing,
+        unknown_queries=unknown_queries,
+        unknown_docs=unknown_docs,
+        unjudged_queries=unjudged,
+    )
+
+
+def _normalise_qrels(qrels: QrelsLike) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for qid, rels in qrels.items():
+        clean: dict[str, int] = {}
+        for did, rel in rels.items():
+            try:
+                clean[str(did)] = int(rel)
+            except (TypeError, ValueError):
+                raise DotcatError(
+                    f"qrels: query {qid}, document {did}: relevance {rel!r} is not an integer"
+                ) from None
+        out[str(qid)] = clean
+    return out
+
+
+def _normalise_run(run: RunLike) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    repeated = 0
+    for qid, results in run.items():
+        pairs = results.items() if isinstance(results, Mapping) else results
+        scores: dict[str, float] = {}
+        for pair in pairs:
+            try:
+                did, score = pair
+                did, score = str(did), float(score)
+            except (TypeError, ValueError):
+                raise DotcatError(
+                    f"run: query {qid}: expected (docid, score) pairs, got {pair!r}"
+                ) from None
+            if did in scores:
+                repeated += 1
+                continue
+            scores[did] = score
+        out[str(qid)] = scores
+    if repeated:
+        logger.warning("run: %d repeated (query, document) pairs; kept the first", repeated)
+    return out
+
+
+def _id_set(ids: Iterable[Any]) -> set[str]:
+    column_names = getattr(ids, "column_names", None)
+    if column_names is not None and "id" in column_names:  # a datasets.Dataset
+        return {str(i) for i in ids["id"]}
+    if isinstance(ids, Mapping):
+        return {str(i) for i in ids}
+    out = set()
+    for item in ids:
+        if isinstance(item, str):
+            out.add(item)
+        elif isinstance(item, Mapping):
+            out.add(str(item["id"] if "id" in item else item["_id"]))
+        elif hasattr(item, "id"):
+            out.add(str(item.id))
+        else:
+            out.add(str(item))
+    return out
+
+
+def _preview(ids: list[str]) -> str:
+    shown = ", ".join(ids[:_SHOW])
+    return shown + (", ..." if len(ids) > _SHOW else "")
