@@ -79,3 +79,16 @@ def tiny_beir_dir(tmp_path) -> Path:
         for qid, did, rel in TINY_QRELS["test"]:
             f.write(f"{qid}\t{did}\t{rel}\n")
     return root
+
+
+@pytest.fixture()
+def tiny_docs() -> list[dict]:
+    """The documents of ``tiny_beir_dir``, in file order."""
+    return [dict(d) for d in TINY_DOCS]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches(tmp_path_factory, monkeypatch):
+    """Keep dotcat's dataset cache out of the user's home, and the hub offline."""
+    monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path_factory.getbasetemp() / "dotcat-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -50,7 +50,9 @@ def find_one(directory: Path, names: Sequence[str], what: str) -> Path:
     """
     found = [directory / name for name in names if (directory / name).is_file()]
     if not found:
-        raise DataFormatError(directory, None, f"no {what} file here (expected {' or '.join(names)})")
+        raise DataFormatError(
+            directory, None, f"no {what} file here (expected {' or '.join(names)})"
+        )
     if len(found) > 1:
         listed = " and ".join(p.name for p in found)
         raise DataFormatError(directory, None, f"both {listed} exist; keep only one")
@@ -96,8 +98,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                     raise DataFormatError(
                         path,
                         lineno,
-                        f"invalid UTF-8: byte 0x{raw[e.start]:02x} at byte {e.start} of the line "
-                        f"(byte {offset + e.start} of the {where}): {e.reason}",
+                        f"invalid UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} in the line "
+                        f"(offset {offset + e.start} in the {where}): {e.reason}",
                     ) from None
                 offset += len(raw)
                 if lineno == 1 and text.startswith("\ufeff"):
@@ -131,9 +133,7 @@ def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataFormatError(
-            path, lineno, f"malformed JSON: {e.msg} (column {e.colno})"
-        ) from None
+        raise DataFormatError(path, lineno, f"malformed JSON: {e.msg} (column {e.colno})") from None
     if not isinstance(obj, dict):
         raise DataFormatError(path, lineno, f"expected a JSON object, found {json_type(obj)}")
     return obj
@@ -149,7 +149,10 @@ def check_id(path: Path, lineno: int, value: str, field: str) -> str:
         raise DataFormatError(path, lineno, "empty id", field)
     if _WHITESPACE.search(value):
         raise DataFormatError(
-            path, lineno, f"id {value!r} contains whitespace (TREC runs and qrels cannot hold it)", field
+            path,
+            lineno,
+            f"id {value!r} contains whitespace (TREC runs and qrels cannot hold it)",
+            field,
         )
     return value
 

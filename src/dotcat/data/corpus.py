@@ -241,11 +241,15 @@ def iter_corpus(path: str | Path, stats: CorpusStats | None = None) -> Iterator[
                 stats.skipped_empty += 1
                 first_skipped = first_skipped or lineno
                 if stats.skipped_empty <= _EMPTY_LOGGED:
-                    logger.debug("%s:%d: document %r has no title and no text", file, lineno, doc_id)
+                    logger.debug(
+                        "%s:%d: document %r has no title and no text", file, lineno, doc_id
+                    )
                 continue
             stats.title_only += 1
             if stats.title_only <= _EMPTY_LOGGED:
-                logger.debug("%s:%d: document %r has no text, indexed on title", file, lineno, doc_id)
+                logger.debug(
+                    "%s:%d: document %r has no text, indexed on title", file, lineno, doc_id
+                )
         stats.documents += 1
         yield Document(doc_id, title, text)
     _log_summary(stats, first_skipped)
@@ -301,9 +305,7 @@ class _CacheMiss(Exception):
 def _features() -> datasets.Features:
     import datasets
 
-    return datasets.Features(
-        {name: datasets.Value("string") for name in ("id", "title", "text")}
-    )
+    return datasets.Features({name: datasets.Value("string") for name in ("id", "title", "text")})
 
 
 def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Dataset:
@@ -347,7 +349,8 @@ def load_corpus(
 
     Args:
         path: a BEIR directory or a corpus file.
-        cache_dir: the cache root; entries are ``<name>-<path hash>-<version hash>/``.
+        cache_dir: the cache root; entries are ``<name>-<path hash>-<version hash>/``, with
+            their lock files under ``.locks/``.
         stats: if given, filled in with the corpus counts (see :class:`CorpusStats`).
 
     Raises:
@@ -361,24 +364,48 @@ def load_corpus(
     path_key = _digest(str(file))
     version_key = _digest([CACHE_FORMAT_VERSION, st.st_size, st.st_mtime_ns])
     entry = root / f"{slug}-{path_key}-{version_key}"
-    marker = entry / "stats.json"
     fingerprint = f"dotcat-corpus-{path_key}-{version_key}"
     result = stats if stats is not None else CorpusStats()
 
+    from filelock import FileLock  # a dependency of datasets and huggingface_hub
+
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    # One builder per entry: several processes (say torchrun ranks) may load the same corpus.
+    with FileLock(str(root / ".locks" / f"{entry.name}.lock")):
+        cached = _load_cached(entry, fingerprint)
+        if cached is not None:
+            dataset, recorded = cached
+            logger.info("corpus %s loaded from cache %s", file, entry)
+            _log_summary(recorded)
+        else:
+            dataset, recorded = _build(file, st, entry, fingerprint)
+            for stale in root.glob(f"{slug}-{path_key}-*"):
+                if stale != entry:
+                    logger.info("removing stale corpus cache %s", stale)
+                    shutil.rmtree(stale, ignore_errors=True)
+    for name, value in dataclasses.asdict(recorded).items():
+        setattr(result, name, value)
+    return dataset
+
+
+def _load_cached(entry: Path, fingerprint: str) -> tuple[datasets.Dataset, CorpusStats] | None:
+    """The completed cache entry's dataset and counts, or None (after deleting any leftovers)."""
+    marker = entry / "stats.json"
     if marker.is_file():
         try:
-            recorded = json.loads(marker.read_text(encoding="utf-8"))["stats"]
-            dataset = _from_generator(_cached_only, entry, fingerprint)
+            recorded = CorpusStats(**json.loads(marker.read_text(encoding="utf-8"))["stats"])
+            return _from_generator(_cached_only, entry, fingerprint), recorded
         except Exception as e:  # noqa: BLE001 - any unreadable entry is simply rebuilt
             logger.warning("cache entry %s is unusable (%s); rebuilding it", entry, e)
-        else:
-            for name, value in recorded.items():
-                setattr(result, name, value)
-            logger.info("corpus %s loaded from cache %s", file, entry)
-            _log_summary(result)
-            return dataset
-
     shutil.rmtree(entry, ignore_errors=True)  # leftovers of an interrupted build
+    return None
+
+
+def _build(
+    file: Path, st: os.stat_result, entry: Path, fingerprint: str
+) -> tuple[datasets.Dataset, CorpusStats]:
+    """Stream ``file`` into a new cache entry; on any failure delete the entry and re-raise
+    (a :class:`DataFormatError` unwrapped from datasets' ``DatasetGenerationError``)."""
     entry.mkdir(parents=True, exist_ok=True)
     build_stats = CorpusStats()
 
@@ -396,6 +423,11 @@ def load_corpus(
     logger.info("reading corpus %s into %s", file, entry)
     try:
         dataset = _from_generator(generate, entry, fingerprint)
+        now = file.stat()
+        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            # Not marked complete: the next load reads the file again.
+            logger.warning("%s changed while it was being read; it will be read again", file)
+            return dataset, build_stats
         record = {
             "source": str(file),
             "size": st.st_size,
@@ -403,20 +435,14 @@ def load_corpus(
             "format_version": CACHE_FORMAT_VERSION,
             "stats": dataclasses.asdict(build_stats),
         }
-        _write_json_atomically(marker, record)
+        _write_json_atomically(entry / "stats.json", record)
     except BaseException as e:
         shutil.rmtree(entry, ignore_errors=True)
         cause = _find_cause(e, DataFormatError)
         if cause is not None and cause is not e:
             raise cause from None
         raise
-    for stale in root.glob(f"{slug}-{path_key}-*"):
-        if stale != entry:
-            logger.info("removing stale corpus cache %s", stale)
-            shutil.rmtree(stale, ignore_errors=True)
-    for name, value in dataclasses.asdict(build_stats).items():
-        setattr(result, name, value)
-    return dataset
+    return dataset, build_stats
 
 
 def _cached_only() -> Iterator[dict[str, str]]:

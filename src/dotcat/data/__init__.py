@@ -1,0 +1,40 @@
+"""Reading corpora, queries and qrels; reading and writing TREC runs.
+
+Formats: BEIR directories (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``), plain
+JSON Lines and TSV, TREC qrels and runs, each optionally gzipped. Every problem in the input is
+one :class:`dotcat.errors.DataFormatError` naming the file, the line and the problem.
+
+- :func:`iter_corpus` streams :class:`Document` objects; :func:`load_corpus` returns a
+  memory-mapped Arrow :class:`datasets.Dataset` (columns ``id``, ``title``, ``text``), cached.
+  Both fill an optional :class:`CorpusStats` (documents, title-only, skipped).
+- :func:`load_queries`, :func:`load_qrels`: dictionaries.
+- :func:`read_run`, :func:`write_run`: TREC runs (atomic write).
+"""
+
+from dotcat.data.corpus import (
+    CorpusStats,
+    Document,
+    default_cache_dir,
+    find_corpus_file,
+    iter_corpus,
+    load_corpus,
+)
+from dotcat.data.qrels import available_splits, find_qrels_file, load_qrels
+from dotcat.data.queries import find_queries_file, load_queries
+from dotcat.data.runs import read_run, write_run
+
+__all__ = [
+    "CorpusStats",
+    "Document",
+    "available_splits",
+    "default_cache_dir",
+    "find_corpus_file",
+    "find_qrels_file",
+    "find_queries_file",
+    "iter_corpus",
+    "load_corpus",
+    "load_qrels",
+    "load_queries",
+    "read_run",
+    "write_run",
+]

@@ -1,0 +1,134 @@
+"""Relevance judgements (qrels): BEIR ``qrels/<split>.tsv`` and TREC qrels files.
+
+Two layouts, optionally gzipped, told apart by the number of columns of the first record:
+
+- BEIR: ``query-id<TAB>corpus-id<TAB>score`` with a header line (Thakur et al., 2021).
+- TREC: ``qid iteration docid relevance`` (4 whitespace-separated columns, no header), as read
+  by trec_eval and ir-measures.
+
+Relevance grades are integers (negative grades, used by some TREC tracks, are kept).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from dotcat.data._io import find_one, is_integer, iter_lines, require_file
+from dotcat.errors import DataFormatError
+
+logger = logging.getLogger(__name__)
+
+_HEADER_FIRST = {"query-id", "query_id", "qid", "queryid", "query"}
+_LAYOUTS = {3: "query-id, corpus-id, score", 4: "qid, iteration, docid, relevance"}
+
+
+def available_splits(beir_dir: str | Path) -> list[str]:
+    """The split names a BEIR directory has qrels for (``qrels/<split>.tsv[.gz]``), sorted."""
+    qrels_dir = Path(beir_dir) / "qrels"
+    if not qrels_dir.is_dir():
+        return []
+    splits = set()
+    for p in qrels_dir.iterdir():
+        for suffix in (".tsv", ".tsv.gz"):
+            if p.is_file() and p.name.endswith(suffix):
+                splits.add(p.name[: -len(suffix)])
+    return sorted(splits)
+
+
+def find_qrels_file(path: str | Path, split: str = "test") -> Path:
+    """The qrels file of ``path``: a BEIR directory's ``qrels/<split>.tsv[.gz]``, or a file.
+
+    Raises:
+        DataFormatError: the file does not exist; for a directory, the message lists the
+            splits that do.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return require_file(p)
+    qrels_dir = p / "qrels"
+    names = (f"{split}.tsv", f"{split}.tsv.gz")
+    if not any((qrels_dir / name).is_file() for name in names):
+        splits = available_splits(p)
+        listed = ", ".join(splits) if splits else "none"
+        raise DataFormatError(
+            p, None, f"no qrels for split {split!r} (qrels/{split}.tsv); available splits: {listed}"
+        )
+    return find_one(qrels_dir, names, f"{split!r} qrels")
+
+
+def _split_fields(text: str) -> list[str]:
+    """Tab-separated fields, or whitespace-separated ones when tabs do not give 3 or 4."""
+    fields = [f.strip() for f in text.split("\t")]
+    if len(fields) not in (3, 4):
+        fields = text.split()
+    return fields
+
+
+def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """Read relevance judgements: ``{query_id: {doc_id: relevance}}``.
+
+    Args:
+        path: a qrels file (BEIR TSV or TREC format, optionally .gz) or a BEIR directory.
+        split: for a BEIR directory, which ``qrels/<split>.tsv`` to read; ignored for a file.
+
+    Raises:
+        DataFormatError: a missing split (listing the available ones), a line with the wrong
+            number of fields, a non-integer relevance, or the same (query, document) pair
+            judged twice, naming the file and line.
+    """
+    file = find_qrels_file(path, split)
+    qrels: dict[str, dict[str, int]] = {}
+    first_line: dict[tuple[str, str], int] = {}
+    columns = 0
+    columns_line = 0
+    for lineno, text in iter_lines(file):
+        fields = _split_fields(text)
+        if not columns:
+            if (
+                len(fields) == 3
+                and fields[0].lower() in _HEADER_FIRST
+                and not is_integer(fields[2])
+            ):
+                continue  # the BEIR header "query-id corpus-id score"
+            if len(fields) not in _LAYOUTS:
+                raise DataFormatError(
+                    file,
+                    lineno,
+                    f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), "
+                    f"found {len(fields)}",
+                )
+            columns, columns_line = len(fields), lineno
+        elif len(fields) != columns:
+            raise DataFormatError(
+                file,
+                lineno,
+                f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}, "
+                f"found {len(fields)}",
+            )
+        qid, docid, rel = (
+            (fields[0], fields[1], fields[2])
+            if columns == 3
+            else (
+                fields[0],
+                fields[2],
+                fields[3],
+            )
+        )
+        if not is_integer(rel):
+            raise DataFormatError(file, lineno, f"expected an integer, found {rel!r}", "relevance")
+        key = (qid, docid)
+        if key in first_line:
+            raise DataFormatError(
+                file,
+                lineno,
+                f"query {qid!r} and document {docid!r} judged twice "
+                f"(first at line {first_line[key]})",
+            )
+        first_line[key] = lineno
+        qrels.setdefault(qid, {})[docid] = int(rel)
+    if not qrels:
+        logger.warning("%s: no judgements", file)
+    else:
+        logger.info("%s: %d judgements for %d queries", file, len(first_line), len(qrels))
+    return qrels

@@ -1,0 +1,159 @@
+"""TREC run files: ``qid Q0 docid rank score tag``, one retrieved document per line.
+
+The format read by trec_eval and ir-measures (Voorhees & Harman, "TREC: Experiment and
+Evaluation in Information Retrieval", 2005). Evaluation tools order a query's documents by
+descending score and break ties by document id, not by the rank column, so :func:`write_run`
+refuses lists whose scores are not in descending order rather than write a file that would be
+evaluated in another order than the one given.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
+from dotcat.errors import DataFormatError
+
+logger = logging.getLogger(__name__)
+
+_WHITESPACE = re.compile(r"\s")
+# The process umask, read once at import time (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def read_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """Read a TREC run (optionally .gz): ``{query_id: {doc_id: score}}``.
+
+    The ``Q0`` and ``tag`` columns are not interpreted; ``rank`` must be an integer and
+    ``score`` a finite number.
+
+    Raises:
+        DataFormatError: a line without exactly 6 whitespace-separated fields, a non-integer
+            rank, a non-numeric or non-finite score, or a document listed twice for the same
+            query, naming the file and line.
+    """
+    file = require_file(path)
+    run: dict[str, dict[str, float]] = {}
+    lines = 0
+    for lineno, text in iter_lines(file):
+        fields = text.split()
+        if len(fields) != 6:
+            raise DataFormatError(
+                file,
+                lineno,
+                f"expected 6 fields (qid Q0 docid rank score tag), found {len(fields)}",
+            )
+        qid, _, docid, rank, score_text, _ = fields
+        if not is_integer(rank):
+            raise DataFormatError(file, lineno, f"expected an integer, found {rank!r}", "rank")
+        try:
+            score = float(score_text)
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            raise DataFormatError(
+                file, lineno, f"expected a finite number, found {score_text!r}", "score"
+            )
+        docs = run.setdefault(qid, {})
+        if docid in docs:
+            raise DataFormatError(
+                file, lineno, f"document {docid!r} appears twice for query {qid!r}", "docid"
+            )
+        docs[docid] = score
+        lines += 1
+    logger.info("%s: %d results for %d queries", file, lines, len(run))
+    return run
+
+
+def _check_token(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value or _WHITESPACE.search(value):
+        raise ValueError(f"{what} {value!r} must be a non-empty string without whitespace")
+    return value
+
+
+def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable[str]:
+    """The run's lines, validating as they are produced."""
+    for qid, ranking in run.items():
+        _check_token(qid, "query id")
+        seen: set[str] = set()
+        previous = math.inf
+        for rank, (docid, score) in enumerate(ranking, start=1):
+            _check_token(docid, f"document id (query {qid!r}, rank {rank})")
+            if docid in seen:
+                raise ValueError(f"document {docid!r} listed twice for query {qid!r}")
+            seen.add(docid)
+            value = float(score)
+            if not math.isfinite(value):
+                raise ValueError(f"score {value} of query {qid!r}, rank {rank} is not finite")
+            if value > previous:
+                raise ValueError(
+                    f"ranking of query {qid!r} is not in descending score order at rank {rank} "
+                    f"({value!r} > {previous!r})"
+                )
+            previous = value
+            # repr() is the shortest text that reads back as the same float: no ties invented.
+            yield f"{qid} Q0 {docid} {rank} {value!r} {tag}\n"
+
+
+def _write(stream: BinaryIO, run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> int:
+    count = 0
+    buffer: list[str] = []
+    for line in _lines(run, tag):
+        buffer.append(line)
+        count += 1
+        if len(buffer) >= 10_000:
+            stream.write("".join(buffer).encode("utf-8"))
+            buffer.clear()
+    stream.write("".join(buffer).encode("utf-8"))
+    return count
+
+
+def write_run(
+    run: Mapping[str, Sequence[tuple[str, float]]], path: str | Path, tag: str = "dotcat"
+) -> None:
+    """Write ranked lists as a TREC run, atomically (gzipped if ``path`` ends in ``.gz``).
+
+    Each query's list is written in the order given, with ranks 1..n; it must be in
+    non-increasing score order (see the module docstring). Queries with an empty list write
+    no line. The file is written to a temporary file in the same directory, flushed to disk
+    and renamed over ``path`` (``os.replace``), so a crash or error leaves either the old
+    file or the complete new one, never half a run. Parent directories are created.
+
+    Args:
+        run: ``{query_id: [(doc_id, score), ...]}`` best first.
+        path: the run file to (over)write.
+        tag: the run name in the last column.
+
+    Raises:
+        ValueError: an id or tag that is empty or contains whitespace, a document listed
+            twice for a query, a non-finite score, or scores out of descending order.
+    """
+    _check_token(tag, "run tag")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if is_gzipped(path):
+                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+                    count = _write(gz, run, tag)
+            else:
+                count = _write(raw, run, tag)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    logger.info("%s: wrote %d results for %d queries", path, count, len(run))
