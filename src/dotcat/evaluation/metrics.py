@@ -6,9 +6,11 @@ the MS MARCO evaluator for RR@k). This module only decides *which* queries are e
 makes sure none is silently lost:
 
 * A query in the qrels with no results in the run (absent, or an empty ranking) scores 0 on
-  every measure and is listed in :attr:`EvalReport.missing_queries`. ir-measures alone, like
-  trec_eval without ``-c``, averages over the queries present in both run and qrels, which
-  rewards a system for not answering the hard queries.
+  every measure and is listed in :attr:`EvalReport.missing_queries`. trec_eval without ``-c``
+  (and older ir-measures) average over the queries present in both run and qrels, which
+  rewards a system for not answering the hard queries. ir-measures >= 0.3 already scores such
+  queries at the measure's ``DEFAULT`` (0); dotcat does not rely on it: it fills any value a
+  provider leaves out the same way, and names the queries so that a reader can see them.
 * With ``known_queries``, qrels queries outside that set cannot have been searched: they are
   left out of the evaluation and listed in :attr:`EvalReport.unknown_queries`.
 * With ``known_docs``, qrels entries naming a document outside the corpus are counted in
@@ -128,7 +130,7 @@ def parse_measures(measures: str | Iterable[Any]) -> list[ir_measures.Measure]:
     Raises:
         DotcatError: naming the first name that neither parser knows.
     """
-    if isinstance(measures, str) or isinstance(measures, ir_measures.Measure):
+    if isinstance(measures, (str, ir_measures.Measure)):
         measures = [measures]
     parsed: list[ir_measures.Measure] = []
     for item in measures:
@@ -242,18 +244,18 @@ def evaluate(
 
     per_query: dict[str, dict[str, float]] = {q: {} for q in evaluated}
     if to_score:
-        qrels_to_score = {q: judged[q] for q in to_score}
-        for metric in ir_measures.iter_calc(parsed, qrels_to_score, to_score):
+        for metric in ir_measures.iter_calc(parsed, judged, to_score):
             name = names.get(metric.measure, str(metric.measure))
-            per_query[metric.query_id][name] = float(metric.value)
+            if metric.query_id in per_query:
+                per_query[metric.query_id][name] = float(metric.value)
     for qid, values in per_query.items():
-        for name in names.values():
+        for measure, name in names.items():
             if name not in values:
-                # Missing queries by design; a provider that skips a scored query would be
-                # caught here too, and an unanswered query is worth 0 on rank-based measures.
+                # An unanswered query is worth the measure's default (0 for every rank-based
+                # measure), as ir-measures itself fills it for the queries it is given.
                 if qid not in missing:
-                    logger.debug("no %s value for query %s: scored 0", name, qid)
-                values[name] = 0.0
+                    logger.debug("no %s value for query %s: scored as missing", name, qid)
+                values[name] = float(measure.DEFAULT)
     per_query = {q: {n: per_query[q][n] for n in names.values()} for q in evaluated}
 
     aggregate: dict[str, float] = {}
