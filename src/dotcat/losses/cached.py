@@ -36,10 +36,13 @@ Encode = Callable[[Any], Tensor]
 
 def _accelerator_devices(inputs: Any) -> tuple[str | None, list[int]]:
     """The accelerator type and the device indices whose RNG a forward over ``inputs`` may use."""
-    acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-    if acc is None:
+    if hasattr(torch, "accelerator"):  # torch >= 2.6
+        acc = torch.accelerator.current_accelerator()
+        device_type = acc.type if acc is not None else None
+    else:
+        device_type = "cuda" if torch.cuda.is_available() else None
+    if device_type is None:
         return None, []
-    device_type = acc.type
     module = torch.get_device_module(device_type)
     found: set[int] = set()
 
@@ -58,8 +61,9 @@ def _accelerator_devices(inputs: Any) -> tuple[str | None, list[int]]:
     # Inputs may be strings tokenized inside `encode`: then the model's device is the current one,
     # which is initialised as soon as a model lives there.
     is_initialized = getattr(module, "is_initialized", None)
-    if is_initialized is not None and is_initialized():
-        found.add(module.current_device())
+    current_device = getattr(module, "current_device", None)
+    if is_initialized is not None and current_device is not None and is_initialized():
+        found.add(current_device())
     return device_type, sorted(found)
 
 

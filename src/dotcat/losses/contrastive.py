@@ -69,11 +69,6 @@ def _check_shapes(
         raise ValueError(
             f"queries [offset={offset}, offset+{batch}) do not fit in {positive.shape[0]} positives"
         )
-    if offset == 0 and positive.shape[0] != batch:
-        raise ValueError(
-            f"{batch} queries but {positive.shape[0]} positives; pass offset= when the positives "
-            "were gathered from several processes"
-        )
     if negatives is None:
         return None
     if negatives.ndim == 2:  # one negative per query
@@ -171,7 +166,9 @@ def contrastive_loss(
             with :func:`false_negative_mask`. Masking a query's own target raises ``ValueError``.
         offset: for cross-process batches (DDP): the queries are this process's share and
             ``positive`` / ``negatives`` were gathered from all processes, so query ``i``'s
-            positive is ``positive[offset + i]``. 0 for a single process.
+            positive is ``positive[offset + i]`` (``offset = rank * B``; ``P = world * B``).
+            With a single process ``P == B`` and ``offset = 0``. The mean over this process's
+            queries, averaged over processes, is the full-batch loss (tested).
 
     Returns:
         The mean of ``L_i`` over the ``B`` queries (a scalar tensor).
@@ -251,8 +248,8 @@ class ContrastiveLoss(nn.Module):
     Relations:
         Same loss and gradients as sentence-transformers'
         ``MultipleNegativesRankingLoss(model, scale=1 / temperature, similarity_fct=cos_sim)``
-        on the same embeddings (tested); the cached variant is :func:`dotcat.losses.cached.
-        grad_cache_backward` with this loss.
+        on the same embeddings (tested). For large batches in small memory, pass it to
+        :func:`~dotcat.losses.cached.grad_cache_backward` (GradCache).
 
     References:
         van den Oord et al. (2018) arXiv:1807.03748; Karpukhin et al. (2020) arXiv:2004.04906.
