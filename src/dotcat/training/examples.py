@@ -1,0 +1,327 @@
+"""Training examples for BERT_DOT: (query, positive, hard negatives) triples from qrels.
+
+Every judged-relevant (query, document) pair is one example, as in DPR (Karpukhin et al.,
+"Dense Passage Retrieval for Open-Domain Question Answering", EMNLP 2020): the query's positive
+is scored against the other examples' documents of the batch (in-batch negatives) and against
+its own hard negatives, mined from BM25 or from a dense index (:mod:`dotcat.training.mining`).
+
+A judged-relevant document is never used as a negative: such "false negatives" are the main
+noise of mined negatives (Qu et al., "RocketQA", NAACL 2021), so they are removed here again,
+whatever file the negatives came from.
+
+The dev split used for model selection is carved from the training queries by a hash of
+``(seed, qid)`` (:func:`split_dev`), so it is reproducible and stable when queries are added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import datasets
+
+from dotcat.data import load_corpus, load_qrels, load_queries
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+Qrels = Mapping[str, Mapping[str, int]]
+_EXAMPLES = 5
+
+
+def _unit_hash(*parts: object) -> float:
+    """A number in [0, 1) from the sha256 of the parts (NUL-separated): stable across runs."""
+    key = "\x00".join(str(p) for p in parts).encode("utf-8")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2.0**64
+
+
+def _rng(*parts: object) -> random.Random:
+    key = "\x00".join(str(p) for p in parts).encode("utf-8")
+    return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+
+def split_dev(
+    qids: Iterable[str], dev_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[str], list[str]]:
+    """Split query ids into ``(train_qids, dev_qids)`` deterministically.
+
+    A query goes to dev when ``h(seed, qid) < dev_fraction``, with ``h`` the first 64 bits of
+    ``sha256(f"{seed}\\0{qid}")`` as a number in [0, 1). The assignment of a query depends on its
+    id and the seed only, so it is the same on every run and machine, and adding queries later
+    never moves an existing query from train to dev or back. The dev share is ``dev_fraction``
+    in expectation.
+
+    Small sets: with ``dev_fraction > 0`` and at least two queries, dev is never empty (the
+    query with the smallest hash is taken) and train is never empty (the one with the largest
+    hash is kept); only in these corner cases does an assignment depend on the other ids.
+
+    Args:
+        qids: query ids (order is kept in both outputs; repeated ids are kept once).
+        dev_fraction: share of queries for dev, in [0, 1); 0 gives an empty dev split.
+        seed: changes the split.
+
+    Raises:
+        DotcatError: ``dev_fraction`` outside [0, 1).
+    """
+    if not 0.0 <= dev_fraction < 1.0:
+        raise DotcatError(f"dev fraction must be in [0, 1), got {dev_fraction}")
+    ids = list(dict.fromkeys(str(q) for q in qids))
+    hashes = {qid: _unit_hash(seed, qid) for qid in ids}
+    dev = {qid for qid in ids if hashes[qid] < dev_fraction}
+    if dev_fraction > 0 and len(ids) >= 2:
+        if not dev:
+            dev = {min(ids, key=hashes.__getitem__)}
+        if len(dev) == len(ids):
+            dev.discard(max(ids, key=hashes.__getitem__))
+    train = [qid for qid in ids if qid not in dev]
+    dev_ids = [qid for qid in ids if qid in dev]
+    logger.info(
+        "dev split: %d train and %d dev queries (fraction %.3g, seed %d)",
+        len(train),
+        len(dev_ids),
+        dev_fraction,
+        seed,
+    )
+    return train, dev_ids
+
+
+@dataclass(frozen=True)
+class TrainingExample:
+    """One training example: a query, one judged-relevant document and its hard negatives.
+
+    Attributes:
+        qid: query id.
+        query: query text.
+        positive_id: id of a document judged relevant to the query.
+        negative_ids: ids of hard negatives (never judged relevant to the query); may be
+            fewer than asked for when too few were mined (see :func:`build_examples`).
+    """
+
+    qid: str
+    query: str
+    positive_id: str
+    negative_ids: tuple[str, ...] = ()
+
+
+@dataclass
+class ExampleStats:
+    """Counts from :func:`build_examples`; pass an instance as ``stats=`` to receive them.
+
+    Attributes:
+        queries: queries with text and at least one positive (one or more examples each).
+        examples: examples built (after ``on_short="drop"`` removals).
+        skipped_no_qrels: queries with text but no document judged ``>= min_relevance``.
+        skipped_no_text: queries with a positive but without a (non-blank) text.
+        short_negatives: examples with fewer than ``n_negatives`` negatives available.
+        dropped_short: examples dropped for it (``on_short="drop"``, or ``"repeat"`` with none).
+        removed_relevant: mined negatives removed because they are judged relevant (> 0).
+    """
+
+    queries: int = 0
+    examples: int = 0
+    skipped_no_qrels: int = 0
+    skipped_no_text: int = 0
+    short_negatives: int = 0
+    dropped_short: int = 0
+    removed_relevant: int = 0
+
+
+def relevant_docs(judged: Mapping[str, int] | None) -> set[str]:
+    """The documents judged relevant (grade > 0) in one query's qrels."""
+    return {doc for doc, rel in (judged or {}).items() if rel > 0}
+
+
+def build_examples(
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    negatives: Mapping[str, Sequence[str]] | None = None,
+    n_negatives: int = 0,
+    min_relevance: int = 1,
+    seed: int = 0,
+    *,
+    on_short: Literal["keep", "drop", "repeat"] = "keep",
+    stats: ExampleStats | None = None,
+) -> list[TrainingExample]:
+    """One :class:`TrainingExample` per (query, judged-relevant document) pair.
+
+    Queries come in the order of ``queries``, positives in qrels order. For each example,
+    ``n_negatives`` negatives are sampled without replacement from the query's mined list with
+    a ``random.Random`` seeded by ``sha256(seed, qid, positive_id)``: the same inputs give the
+    same examples on every run, and two positives of one query get different samples.
+
+    Judged-relevant documents (grade > 0, whatever ``min_relevance``) are removed from the
+    mined lists before sampling (counted in ``stats.removed_relevant``, logged): false negatives
+    hurt contrastive training (Qu et al., RocketQA, 2021). Judged non-relevant documents
+    (grade <= 0) are fine negatives and are kept. Repeated ids in a mined list count once.
+
+    Args:
+        queries: qid -> text.
+        qrels: qid -> docid -> grade.
+        negatives: qid -> mined negative ids (best first), e.g. from
+            :func:`dotcat.training.mining.mine_bm25_negatives`; ``None`` for none.
+        n_negatives: negatives per example (0: in-batch negatives only).
+        min_relevance: smallest grade that makes a document a positive (>= 1).
+        seed: seed of the negative sampling.
+        on_short: when fewer than ``n_negatives`` are available: ``"keep"`` the example with
+            what there is; ``"drop"`` it; ``"repeat"`` the available ones (cycled, in sampled
+            order) up to ``n_negatives``, dropping examples with none. A fixed count per example
+            is what a ``[B, n, d]`` negatives tensor needs.
+        stats: filled in with counts (see :class:`ExampleStats`).
+
+    Raises:
+        DotcatError: ``n_negatives < 0``, ``min_relevance < 1`` or an unknown ``on_short``.
+    """
+    if n_negatives < 0:
+        raise DotcatError(f"number of negatives must be >= 0, got {n_negatives}")
+    if min_relevance < 1:
+        raise DotcatError(f"min_relevance must be >= 1, got {min_relevance}")
+    if on_short not in ("keep", "drop", "repeat"):
+        raise DotcatError(f"on_short must be keep, drop or repeat, got {on_short!r}")
+    stats = stats if stats is not None else ExampleStats()
+    examples: list[TrainingExample] = []
+    no_text = [
+        qid
+        for qid, judged in qrels.items()
+        if any(rel >= min_relevance for rel in judged.values())
+        and not (queries.get(qid) or "").strip()
+    ]
+    stats.skipped_no_text += len(no_text)
+    for qid, text in queries.items():
+        if not (text or "").strip():
+            continue  # counted in no_text when judged
+        judged = qrels.get(qid) or {}
+        positives = [doc for doc, rel in judged.items() if rel >= min_relevance]
+        if not positives:
+            stats.skipped_no_qrels += 1
+            continue
+        stats.queries += 1
+        pool: list[str] = []
+        if negatives is not None and n_negatives > 0:
+            relevant = relevant_docs(judged)
+            mined = list(dict.fromkeys(negatives.get(qid, ())))
+            pool = [doc for doc in mined if doc not in relevant]
+            stats.removed_relevant += len(mined) - len(pool)
+        for positive in positives:
+            chosen: list[str] = []
+            if n_negatives > 0 and negatives is not None:
+                rng = _rng(seed, qid, positive)
+                if len(pool) >= n_negatives:
+                    chosen = rng.sample(pool, n_negatives)
+                else:
+                    stats.short_negatives += 1
+                    chosen = rng.sample(pool, len(pool))
+                    if on_short == "drop" or (on_short == "repeat" and not chosen):
+                        stats.dropped_short += 1
+                        continue
+                    if on_short == "repeat":
+                        chosen = [chosen[i % len(chosen)] for i in range(n_negatives)]
+            examples.append(TrainingExample(qid, text, positive, tuple(chosen)))
+    stats.examples = len(examples)
+    _log_stats(stats, n_negatives, no_text)
+    return examples
+
+
+def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> None:
+    logger.info(
+        "%d training examples from %d queries (%d negatives each)",
+        stats.examples,
+        stats.queries,
+        n_negatives,
+    )
+    if stats.skipped_no_text:
+        logger.warning(
+            "%d judged queries have no text and were skipped (e.g. %s)",
+            stats.skipped_no_text,
+            ", ".join(repr(q) for q in no_text[:_EXAMPLES]),
+        )
+    if stats.skipped_no_qrels:
+        logger.info("%d queries without a relevant document were skipped", stats.skipped_no_qrels)
+    if stats.removed_relevant:
+        logger.warning(
+            "%d mined negatives are judged relevant to their query and were removed",
+            stats.removed_relevant,
+        )
+    if stats.short_negatives:
+        logger.warning(
+            "%d examples have fewer than %d mined negatives available%s",
+            stats.short_negatives,
+            n_negatives,
+            f" ({stats.dropped_short} dropped)" if stats.dropped_short else "",
+        )
+
+
+class TrainingData(NamedTuple):
+    """What :func:`load_training_data` returns; unpacks as ``queries, qrels, corpus``."""
+
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    corpus: datasets.Dataset
+
+
+def load_training_data(
+    data_path: str | Path,
+    split: str = "train",
+    queries: str | Path | None = None,
+    qrels: str | Path | None = None,
+) -> TrainingData:
+    """Load the queries, qrels and corpus to train on.
+
+    Either a BEIR directory (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``), or a
+    corpus (a BEIR directory or a corpus file) plus a queries file and a qrels file, which
+    replace the directory's own.
+
+    Only judged queries with text are kept, and qrels entries naming a document that is not in
+    the corpus are dropped (it could neither be encoded as a positive nor be retrieved), with a
+    warning giving the count.
+
+    Raises:
+        DotcatError: ``data_path`` is a corpus file and the queries or qrels file is missing;
+            any :class:`dotcat.errors.DataFormatError` from the readers.
+    """
+    data_path = Path(data_path)
+    if not data_path.is_dir() and (queries is None or qrels is None):
+        raise DotcatError(
+            f"{data_path}: not a BEIR directory; give the queries and qrels files as well"
+        )
+    judged = load_qrels(qrels) if qrels is not None else load_qrels(data_path, split)
+    texts = load_queries(queries) if queries is not None else load_queries(data_path, split)
+    corpus = load_corpus(data_path)
+
+    in_corpus = set(corpus["id"])
+    kept_qrels: dict[str, dict[str, int]] = {}
+    missing_docs: list[str] = []
+    for qid, docs in judged.items():
+        kept = {doc: rel for doc, rel in docs.items() if doc in in_corpus}
+        missing_docs += [doc for doc in docs if doc not in in_corpus]
+        if kept:
+            kept_qrels[qid] = kept
+    if missing_docs:
+        logger.warning(
+            "%d qrels entries name documents missing from the corpus and were dropped (e.g. %s)",
+            len(missing_docs),
+            ", ".join(repr(d) for d in missing_docs[:_EXAMPLES]),
+        )
+    kept_queries = {qid: text for qid, text in texts.items() if qid in kept_qrels}
+    if len(kept_queries) < len(texts):
+        logger.info("%d queries without judgements ignored", len(texts) - len(kept_queries))
+    no_text = [qid for qid in kept_qrels if qid not in kept_queries]
+    if no_text:
+        logger.warning(
+            "%d judged queries have no text (e.g. %s)",
+            len(no_text),
+            ", ".join(repr(q) for q in no_text[:_EXAMPLES]),
+        )
+    if not kept_queries:
+        raise DotcatError(f"{data_path}: no judged query with text to train on (split {split!r})")
+    logger.info(
+        "training data: %d queries, %d judgements, %d documents",
+        len(kept_queries),
+        sum(len(d) for d in kept_qrels.values()),
+        len(corpus),
+    )
+    return TrainingData(kept_queries, kept_qrels, corpus)
