@@ -74,13 +74,21 @@ def _parse_search_params(nprobe: int | None, ef_search: int | None) -> dict[str,
 def index(
     corpus: Annotated[Path, typer.Argument(help="BEIR directory, or a JSONL/TSV corpus (.gz ok).")],
     index_dir: Annotated[Path, typer.Argument(help="Where to write the index directory.")],
-    model: Annotated[str, typer.Option(help="Local model dir, hub name, or 'default'.")] = "default",
-    pooling: Annotated[str | None, typer.Option(help="cls or mean (default: model's config).")] = None,
-    similarity: Annotated[str | None, typer.Option(help="dot or cos (default: model's config).")] = None,
+    model: Annotated[
+        str, typer.Option(help="Local model dir, hub name, or 'default'.")
+    ] = "default",
+    pooling: Annotated[
+        str | None, typer.Option(help="cls or mean (default: model's config).")
+    ] = None,
+    similarity: Annotated[
+        str | None, typer.Option(help="dot or cos (default: model's config).")
+    ] = None,
     max_length: Annotated[int | None, typer.Option(help="Max tokens per document.")] = None,
     batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    faiss: Annotated[str, typer.Option("--faiss", help="FAISS factory string, e.g. Flat, HNSW32, IVF4096,Flat.")] = "Flat",
+    faiss: Annotated[
+        str, typer.Option("--faiss", help="FAISS factory string, e.g. Flat, HNSW32, IVF4096,Flat.")
+    ] = "Flat",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
     keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
 ) -> None:
@@ -131,10 +139,18 @@ def search(
     query: Annotated[str | None, typer.Argument(help="Query text (or use --queries).")] = None,
     k: Annotated[int, typer.Option("-k", help="How many results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    queries: Annotated[Path | None, typer.Option(help="Queries file or BEIR dir, for batch search.")] = None,
-    split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")] = "test",
-    output: Annotated[Path | None, typer.Option(help="TREC run file to write (batch search).")] = None,
-    model: Annotated[str | None, typer.Option(help="Query encoder, if not the one recorded.")] = None,
+    queries: Annotated[
+        Path | None, typer.Option(help="Queries file or BEIR dir, for batch search.")
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")
+    ] = "test",
+    output: Annotated[
+        Path | None, typer.Option(help="TREC run file to write (batch search).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Query encoder, if not the one recorded.")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     nprobe: Annotated[int | None, typer.Option(help="IVF lists to visit.")] = None,
     ef_search: Annotated[int | None, typer.Option(help="HNSW efSearch.")] = None,
@@ -169,7 +185,9 @@ def bm25(
     corpus: Annotated[Path, typer.Argument(help="BEIR directory, or a JSONL/TSV corpus (.gz ok).")],
     queries: Annotated[Path, typer.Option(help="Queries file or BEIR dir.")],
     output: Annotated[Path, typer.Option(help="TREC run file to write.")],
-    split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")] = "test",
+    split: Annotated[
+        str, typer.Option(help="With a BEIR dir: the qrels split whose queries to run.")
+    ] = "test",
     k: Annotated[int, typer.Option("-k", help="How many results per query.")] = 100,
     k1: Annotated[float, typer.Option(help="BM25 k1 (Pyserini's BEIR default 0.9).")] = 0.9,
     b: Annotated[float, typer.Option(help="BM25 b (Pyserini's BEIR default 0.4).")] = 0.4,
@@ -189,9 +207,14 @@ def bm25(
 
 @app.command("eval")
 def eval_(
-    paths: Annotated[list[Path], typer.Argument(help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir."),
+    ],
     split: Annotated[str, typer.Option(help="With a BEIR dir: the qrels split.")] = "test",
-    measure: Annotated[list[str] | None, typer.Option("--measure", "-m", help="ir-measures name; repeat.")] = None,
+    measure: Annotated[
+        list[str] | None, typer.Option("--measure", "-m", help="ir-measures name; repeat.")
+    ] = None,
     per_query: Annotated[bool, typer.Option(help="Also print one row per query.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
@@ -201,7 +224,13 @@ def eval_(
     documents (checked when QRELS is a BEIR directory) are counted and reported.
     """
     from dotcat.data import load_corpus, load_qrels, load_queries, read_run
-    from dotcat.evaluation import DEFAULT_MEASURES, evaluate, format_table, to_json
+    from dotcat.evaluation import (
+        DEFAULT_MEASURES,
+        evaluate,
+        format_per_query,
+        format_table,
+        to_json,
+    )
 
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
@@ -225,4 +254,9 @@ def eval_(
     if as_json:
         typer.echo(json.dumps({name: to_json(r) for name, r in reports.items()}, indent=2))
         return
-    typer.echo(format_table(reports, per_query=per_query))
+    typer.echo(format_table(reports, show_queries=True))
+    for name, report in reports.items():
+        for note in report.notes():
+            typer.echo(f"note ({name}): {note}")
+        if per_query:
+            typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")

@@ -108,16 +108,21 @@ def _swap_into_place(tmp: Path, index_dir: Path) -> None:
 
 def _fill_docstore(dataset, store: DocStore, show_progress: bool) -> None:
     pos = 0
-    with tqdm(total=len(dataset), desc="storing documents", unit="doc", disable=not show_progress) as bar:
+    with tqdm(
+        total=len(dataset), desc="storing documents", unit="doc", disable=not show_progress
+    ) as bar:
         for batch in dataset.iter(batch_size=10_000):
-            rows = list(zip(range(pos, pos + len(batch["id"])), batch["id"], batch["title"], batch["text"]))
+            positions = range(pos, pos + len(batch["id"]))
+            rows = list(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
             store.add(rows)
             pos += len(rows)
             bar.update(len(rows))
     store.commit()
 
 
-def _encode_corpus(dataset, encoder: BiEncoder, out: np.ndarray, chunk_size: int, show_progress: bool) -> None:
+def _encode_corpus(
+    dataset, encoder: BiEncoder, out: np.ndarray, chunk_size: int, show_progress: bool
+) -> None:
     """Encode every document into ``out`` (row = position), longest documents first.
 
     Sorting by length across the whole corpus (not only inside a batch) keeps padding to a
@@ -126,11 +131,13 @@ def _encode_corpus(dataset, encoder: BiEncoder, out: np.ndarray, chunk_size: int
     table = dataset.data
     lengths = pc.add(pc.utf8_length(table.column("title")), pc.utf8_length(table.column("text")))
     order = np.argsort(-lengths.to_numpy(zero_copy_only=False), kind="stable")
-    with tqdm(total=len(order), desc="encoding documents", unit="doc", disable=not show_progress) as bar:
+    with tqdm(
+        total=len(order), desc="encoding documents", unit="doc", disable=not show_progress
+    ) as bar:
         for start in range(0, len(order), chunk_size):
             idx = np.sort(order[start : start + chunk_size])
             rows = dataset[idx.tolist()]
-            texts = [document_text(t, x) for t, x in zip(rows["title"], rows["text"])]
+            texts = [document_text(t, x) for t, x in zip(rows["title"], rows["text"], strict=False)]
             out[idx] = encoder.encode_documents(texts)
             bar.update(len(idx))
 
@@ -178,7 +185,9 @@ def build_index(
             store.close()
 
         vectors_path = tmp / "vectors.npy"
-        vectors = np.lib.format.open_memmap(vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
+        vectors = np.lib.format.open_memmap(
+            vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim)
+        )
         _encode_corpus(dataset, encoder, vectors, config.chunk_size, show_progress)
         vectors.flush()
 

@@ -43,7 +43,11 @@ def encoder_config_from_manifest(
     """
     if model is None:
         recorded_path = encoder_entry.get("path")
-        model = recorded_path if recorded_path and Path(recorded_path).is_dir() else encoder_entry["name"]
+        model = (
+            recorded_path
+            if recorded_path and Path(recorded_path).is_dir()
+            else encoder_entry["name"]
+        )
     return EncoderConfig(
         model=str(model),
         pooling=encoder_entry["pooling"],
@@ -82,7 +86,7 @@ class DenseRetriever:
         docs = self.index.documents(positions[0])
         return [
             Hit(rank, docs[p].id, float(s), docs[p].title, docs[p].text)
-            for rank, (s, p) in enumerate(zip(scores[0], positions[0]), start=1)
+            for rank, (s, p) in enumerate(zip(scores[0], positions[0], strict=False), start=1)
             if p >= 0
         ]
 
@@ -96,13 +100,16 @@ class DenseRetriever:
         """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
         qids = list(queries)
         run: Run = {}
-        with tqdm(total=len(qids), desc="searching", unit="query", disable=not show_progress) as bar:
+        with tqdm(
+            total=len(qids), desc="searching", unit="query", disable=not show_progress
+        ) as bar:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]
                 vectors = self.encoder.encode_queries([queries[q] for q in chunk])
                 scores, positions = self.index.search(vectors, k)
                 ids = self.index.doc_ids(positions.ravel())
-                for qid, row_scores, row_pos in zip(chunk, scores, positions):
-                    run[qid] = [(ids[p], float(s)) for s, p in zip(row_scores, row_pos) if p >= 0]
+                for qid, row_scores, row_pos in zip(chunk, scores, positions, strict=True):
+                    pairs = zip(row_scores, row_pos, strict=True)
+                    run[qid] = [(ids[p], float(s)) for s, p in pairs if p >= 0]
                 bar.update(len(chunk))
         return run

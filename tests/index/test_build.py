@@ -1,0 +1,142 @@
+"""Index building: contents, exact search, atomicity, refusal to clobber, manifest checks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dotcat.errors import DotcatError
+from dotcat.index import DenseIndex, IndexConfig, Manifest, build_index, check_encoder, faiss_index
+from dotcat.models import BiEncoder, EncoderConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tiny_bert_dir):
+    return BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), similarity="cos", pooling="mean"))
+
+
+def test_build_writes_complete_index(tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path):
+    out = tmp_path / "idx"
+    manifest = build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "docstore.sqlite",
+        "index.faiss",
+        "manifest.json",
+    ]
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk["documents"]["count"] == len(tiny_docs) == manifest.documents["count"]
+    assert on_disk["encoder"]["fingerprint"] == tiny_encoder.fingerprint
+    assert on_disk["encoder"]["pooling"] == "mean" and on_disk["encoder"]["similarity"] == "cos"
+    assert on_disk["encoder"]["dim"] == 32
+    assert len(on_disk["corpus"]["sha256"]) == 64
+    # no temporary directory left beside the index
+    assert [p.name for p in tmp_path.iterdir()] == ["idx"]
+
+
+def test_every_document_finds_itself_first(tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path):
+    out = tmp_path / "idx"
+    build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    index = DenseIndex(out, device="cpu")
+    texts = [f"{d['title']} {d['text']}" for d in tiny_docs]
+    scores, positions = index.search(tiny_encoder.encode_documents(texts), k=3)
+    ids = index.doc_ids(positions[:, 0])
+    assert [ids[p] for p in positions[:, 0]] == [d["_id"] for d in tiny_docs]
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)  # cosine of a vector with itself
+    stored = index.documents([int(positions[2, 0])])[int(positions[2, 0])]
+    assert stored.title == tiny_docs[2]["title"] and stored.text == tiny_docs[2]["text"]
+
+
+def test_failed_build_leaves_nothing_and_keeps_old_index(
+    tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path, monkeypatch
+):
+    out = tmp_path / "idx"
+    build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    before = (out / "manifest.json").read_bytes()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # the user presses Ctrl-C half way
+
+    monkeypatch.setattr(faiss_index, "add_vectors", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_beir_dir, out, tiny_encoder, overwrite=True, show_progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_beir_dir, tmp_path / "fresh", tiny_encoder, show_progress=False)
+    assert (out / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+    assert len(DenseIndex(out, device="cpu")) == len(tiny_docs)
+
+
+def test_refuses_to_clobber(tiny_beir_dir, tiny_encoder, tmp_path):
+    out = tmp_path / "idx"
+    build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    with pytest.raises(DotcatError, match="--overwrite"):
+        build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(DotcatError, match="not a dotcat index"):
+        build_index(tiny_beir_dir, precious, tiny_encoder, overwrite=True, show_progress=False)
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_half_written_directory_does_not_load(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "index.faiss").write_bytes(b"partial")
+    with pytest.raises(DotcatError, match="not a dotcat index"):
+        DenseIndex(broken)
+    with pytest.raises(DotcatError, match="no such index"):
+        DenseIndex(tmp_path / "missing")
+
+
+def test_manifest_version_and_files_checked(tiny_beir_dir, tiny_encoder, tmp_path):
+    out = tmp_path / "idx"
+    build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
+    raw = json.loads((out / "manifest.json").read_text())
+    raw["format_version"] = 99
+    (out / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(DotcatError, match="format version 99"):
+        Manifest.read(out)
+    raw["format_version"] = 1
+    (out / "manifest.json").write_text(json.dumps(raw))
+    (out / "docstore.sqlite").unlink()
+    with pytest.raises(DotcatError, match="docstore"):
+        Manifest.read(out)
+
+
+def test_check_encoder_names_both_models(tiny_beir_dir, tiny_encoder, tmp_path):
+    manifest = build_index(tiny_beir_dir, tmp_path / "idx", tiny_encoder, show_progress=False)
+    other = dict(tiny_encoder.manifest_entry(), name="other-model", fingerprint="f" * 64)
+    with pytest.raises(DotcatError) as err:
+        check_encoder(manifest, other, tmp_path / "idx")
+    message = str(err.value)
+    assert tiny_encoder.manifest_entry()["name"] in message and "other-model" in message
+    assert "fingerprint" in message
+    check_encoder(manifest, tiny_encoder.manifest_entry(), tmp_path / "idx")  # same: accepted
+
+
+@pytest.mark.parametrize("spec", ["IVF4,Flat", "HNSW16"])
+def test_factory_specs_build_and_search(tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path, spec):
+    out = tmp_path / "idx"
+    config = IndexConfig(faiss_spec=spec, device="cpu")
+    manifest = build_index(tiny_beir_dir, out, tiny_encoder, config, show_progress=False)
+    assert manifest.faiss["spec"] == spec
+    index = DenseIndex(out, device="cpu")
+    vec = tiny_encoder.encode_documents([f"{tiny_docs[0]['title']} {tiny_docs[0]['text']}"])
+    _, positions = index.search(vec, k=2)
+    assert index.doc_ids(positions[0])[positions[0][0]] == "d1"
+
+
+def test_too_few_vectors_for_ivf_is_a_clear_error(tiny_beir_dir, tiny_encoder, tmp_path):
+    config = IndexConfig(faiss_spec="IVF4096,Flat", device="cpu")
+    with pytest.raises(DotcatError, match="needs at least 4096 vectors"):
+        build_index(tiny_beir_dir, tmp_path / "idx", tiny_encoder, config, show_progress=False)
+    assert not (tmp_path / "idx").exists()
+
+
+def test_bad_faiss_spec(tiny_beir_dir, tiny_encoder, tmp_path):
+    config = IndexConfig(faiss_spec="IVFbanana", device="cpu")
+    with pytest.raises(DotcatError, match="invalid FAISS spec 'IVFbanana'"):
+        build_index(tiny_beir_dir, tmp_path / "idx", tiny_encoder, config, show_progress=False)

@@ -1,0 +1,139 @@
+"""The CLI end to end on a tiny model and corpus: index, search, batch search, bm25, eval."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture()
+def tiny_index(tiny_beir_dir, tiny_bert_dir, tmp_path):
+    out = tmp_path / "idx"
+    result = invoke(
+        "-q",
+        "index",
+        tiny_beir_dir,
+        out,
+        "--model",
+        tiny_bert_dir,
+        "--pooling",
+        "mean",
+        "--similarity",
+        "cos",
+    )
+    assert result.exit_code == 0, result.output
+    assert "indexed 6 documents" in result.output
+    return out
+
+
+def test_search_one_query_table_and_json(tiny_index, tiny_docs):
+    result = invoke(
+        "search", tiny_index, "Cats are small domesticated carnivorous mammals.", "-k", "3"
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split()[:3] == ["rank", "score", "doc"]
+    assert len([line for line in lines if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
+
+    result = invoke(
+        "search",
+        tiny_index,
+        "Cats Cats are small domesticated carnivorous mammals.",
+        "-k",
+        "2",
+        "--json",
+    )
+    hits = json.loads(result.output)
+    assert [h["rank"] for h in hits] == [1, 2]
+    assert {"doc_id", "score", "title", "text"} <= set(hits[0])
+    assert hits[0]["score"] >= hits[1]["score"]
+
+
+def test_batch_search_bm25_and_eval(tiny_index, tiny_beir_dir, tmp_path):
+    dense_run = tmp_path / "dense.trec"
+    result = invoke(
+        "-q",
+        "search",
+        tiny_index,
+        "--queries",
+        tiny_beir_dir,
+        "--split",
+        "test",
+        "--output",
+        dense_run,
+        "-k",
+        "5",
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in dense_run.read_text().splitlines()]
+    assert {r[0] for r in rows} == {"q1", "q2", "q3"}
+    assert all(len(r) == 6 and r[1] == "Q0" for r in rows)
+    assert [int(r[3]) for r in rows if r[0] == "q1"] == [1, 2, 3, 4, 5]
+
+    bm25_run = tmp_path / "bm25.trec"
+    result = invoke(
+        "-q", "bm25", tiny_beir_dir, "--queries", tiny_beir_dir, "--output", bm25_run, "-k", "5"
+    )
+    assert result.exit_code == 0, result.output
+    first = {
+        r.split()[0]: r.split()[2] for r in bm25_run.read_text().splitlines() if r.split()[3] == "1"
+    }
+    assert first["q1"] == "d2" and first["q3"] == "d6"  # lexical overlap makes these easy
+
+    result = invoke("eval", bm25_run, dense_run, tiny_beir_dir, "--split", "test")
+    assert result.exit_code == 0, result.output
+    assert (
+        "nDCG@10" in result.output
+        and "bm25.trec" in result.output
+        and "dense.trec" in result.output
+    )
+
+    result = invoke("eval", bm25_run, tiny_beir_dir, "-m", "RR@10", "--json")
+    report = json.loads(result.output)["bm25.trec"]
+    assert 0.0 < report["aggregate"]["RR@10"] <= 1.0
+
+
+def test_index_refuses_another_encoder(tiny_index, tiny_bert_dir, tmp_path):
+    from transformers import AutoModel
+
+    other = tmp_path / "other_model"
+    model = AutoModel.from_pretrained(tiny_bert_dir)
+    for p in model.parameters():
+        p.data.add_(0.01)
+    model.save_pretrained(other)
+    for f in tiny_bert_dir.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special")):
+            (other / f.name).write_bytes(f.read_bytes())
+    result = runner.invoke(app, ["search", str(tiny_index), "cats", "--model", str(other)])
+    assert result.exit_code == 2
+    assert "refusing to search" in result.output and str(other) in result.output
+
+
+def test_bad_corpus_line_is_one_clear_error(tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "bad.jsonl.gz"
+    with gzip.open(corpus, "wt") as f:
+        f.write('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": broken}\n')
+    result = runner.invoke(
+        app, ["index", str(corpus), str(tmp_path / "idx"), "--model", str(tiny_bert_dir)]
+    )
+    assert result.exit_code == 2
+    assert "bad.jsonl.gz:2" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "idx").exists()
+
+
+def test_search_argument_errors(tiny_index):
+    result = runner.invoke(app, ["search", str(tiny_index)])
+    assert result.exit_code == 2 and "either a QUERY or --queries" in result.output
+    result = runner.invoke(app, ["search", str(tiny_index), "--queries", "x.jsonl"])
+    assert result.exit_code == 2 and "--output" in result.output
