@@ -42,7 +42,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
         "search", tiny_index, "Cats are small domesticated carnivorous mammals.", "-k", "3"
     )
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["rank", "score", "doc"]
     assert len([line for line in lines if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
 
@@ -54,7 +54,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
         "2",
         "--json",
     )
-    hits = json.loads(result.output)
+    hits = json.loads(result.stdout)
     assert [h["rank"] for h in hits] == [1, 2]
     assert {"doc_id", "score", "title", "text"} <= set(hits[0])
     assert hits[0]["score"] >= hits[1]["score"]
@@ -100,7 +100,7 @@ def test_batch_search_bm25_and_eval(tiny_index, tiny_beir_dir, tmp_path):
     )
 
     result = invoke("eval", bm25_run, tiny_beir_dir, "-m", "RR@10", "--json")
-    report = json.loads(result.output)["bm25.trec"]
+    report = json.loads(result.stdout)["bm25.trec"]
     assert 0.0 < report["aggregate"]["RR@10"] <= 1.0
 
 
