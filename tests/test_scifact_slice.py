@@ -24,7 +24,10 @@ def scifact_slice(tmp_path_factory) -> Path:
     relevant = {r[1] for r in kept}
     with open(root / "qrels" / "test.tsv", "w") as f:
         f.write(header + "\n" + "".join("\t".join(r) + "\n" for r in kept))
-    with gzip.open(SCIFACT / "corpus.jsonl.gz", "rt") as src, open(root / "corpus.jsonl", "w") as dst:
+    with (
+        gzip.open(SCIFACT / "corpus.jsonl.gz", "rt") as src,
+        open(root / "corpus.jsonl", "w") as dst,
+    ):
         others = 0
         for line in src:
             doc_id = json.loads(line)["_id"]
