@@ -50,3 +50,22 @@ __all__ = [
     "split_dev",
     "window_negatives",
 ]
+
+# The training loop (dotcat train dot): model, trainer; see also .checkpoint and .distributed.
+from dotcat.training.model import TrainableBiEncoder  # noqa: E402
+from dotcat.training.trainer import (  # noqa: E402
+    DotTrainConfig,
+    LossConfig,
+    backward_batch,
+    evaluate_dev,
+    train_bi_encoder,
+)
+
+__all__ += [
+    "DotTrainConfig",
+    "LossConfig",
+    "TrainableBiEncoder",
+    "backward_batch",
+    "evaluate_dev",
+    "train_bi_encoder",
+]

@@ -1,0 +1,423 @@
+"""dotcat.training.trainer: an end-to-end run, GradCache == plain, exact resume, triplet, bf16."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dotcat.errors import DotcatError
+from dotcat.training.examples import TrainingExample
+from dotcat.training.mining import load_negatives
+from dotcat.training.model import TrainableBiEncoder
+from dotcat.training.trainer import (
+    DotTrainConfig,
+    LossConfig,
+    backward_batch,
+    cpu_has_native_bf16,
+    dev_subset,
+    resolve_bf16,
+    train_bi_encoder,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine OpenMP workers that wait
+    for a descheduled sibling make every op slow (seen: 40x); one thread keeps tests quick."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TOPICS = [
+    ("insulin", "glucose"),
+    ("neuron", "synapse"),
+    ("tumor", "chemotherapy"),
+    ("virus", "antibody"),
+    ("bone", "calcium"),
+    ("liver", "bile"),
+    ("lung", "oxygen"),
+    ("kidney", "urine"),
+    ("heart", "artery"),
+    ("skin", "melanin"),
+    ("muscle", "fiber"),
+    ("gene", "mutation"),
+    ("protein", "folding"),
+    ("sleep", "melatonin"),
+    ("vaccine", "immunity"),
+    ("diet", "obesity"),
+]
+FILLER = ["study", "patients", "effect", "cells", "trial", "risk", "mice", "levels", "results"]
+
+
+def make_training_beir(root: Path, seed: int = 0) -> Path:
+    """A learnable toy BEIR dir: each query names its document's two topic words.
+
+    Documents share filler words, so BM25 ranks other documents below the relevant one and
+    there are negatives to mine; two extra documents per topic-free filler make the corpus
+    bigger than a batch.
+    """
+    rng = random.Random(seed)
+    (root / "qrels").mkdir(parents=True)
+    docs, queries, qrels = [], [], []
+    for i, (a, b) in enumerate(TOPICS):
+        words = [a, b, a, *rng.sample(FILLER, 4)]
+        rng.shuffle(words)
+        docs.append({"_id": f"d{i}", "title": f"{a} {b}", "text": " ".join(words)})
+        queries.append({"_id": f"q{i}", "text": f"{rng.choice(FILLER)} {a} {b}"})
+        qrels.append((f"q{i}", f"d{i}"))
+    for j in range(8):
+        docs.append({"_id": f"x{j}", "title": "", "text": " ".join(rng.sample(FILLER, 5))})
+    with gzip.open(root / "corpus.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(d) + "\n" for d in docs)
+    with open(root / "queries.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(q) + "\n" for q in queries)
+    with open(root / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        f.writelines(f"{q}\t{d}\t1\n" for q, d in qrels)
+    return root
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    return make_training_beir(tmp_path_factory.mktemp("toy") / "beir")
+
+
+@pytest.fixture(scope="module")
+def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
+    """The tiny BERT without dropout: plain and cached passes then see the same network."""
+    out = tmp_path_factory.mktemp("tiny_nodrop") / "model"
+    shutil.copytree(tiny_bert_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def _config(data: Path, out: Path, base: Path, **overrides) -> DotTrainConfig:
+    settings = dict(
+        data=data,
+        out_dir=out,
+        base=str(base),
+        pooling="mean",
+        similarity="cos",
+        window=(1, 10),
+        n_negatives=1,
+        epochs=2,
+        batch_size=4,
+        lr=1e-3,
+        warmup_ratio=0.1,
+        max_length=32,
+        query_max_length=16,
+        dev_fraction=0.2,
+        seed=7,
+        bf16="off",
+        device="cpu",
+        show_progress=False,
+    )
+    settings.update(overrides)
+    return DotTrainConfig(**settings)
+
+
+def _record(out: Path) -> dict:
+    return json.loads((out / "dotcat_training.json").read_text())
+
+
+def test_end_to_end_run_writes_model_negatives_and_record(toy_data, tiny_bert_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    out = train_bi_encoder(_config(toy_data, tmp_path / "run", tiny_bert_dir, epochs=3))
+    record = _record(out)
+    assert record["status"] == "finished"
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2, 3]
+    scores = [e["dev_nDCG@10"] for e in record["epochs"]]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert record["best_dev_nDCG@10"] == max(scores)
+    assert scores[record["best_epoch"]] == max(scores)
+    losses = [e["train_loss"] for e in record["epochs"][1:]]
+    assert losses[-1] < losses[0]  # a learnable toy task: the loss goes down
+    assert record["split"]["train_queries"] + record["split"]["dev_queries"] == len(TOPICS)
+    assert record["split"]["dev_queries"] >= 1
+    assert len(record["data"]["fingerprint"]) == 64
+    assert record["base_model"]["fingerprint"] and record["model"]["fingerprint"]
+    assert record["negatives"]["method"] == "bm25" and record["negatives"]["window"] == [1, 10]
+    assert record["examples_per_second"] > 0 and record["steps"] == record["total_steps"]
+    assert record["hyperparameters"]["lr"] == 1e-3 and record["loss"]["temperature"] == 0.05
+
+    negatives, meta = load_negatives(out / "negatives.jsonl.gz")
+    assert meta["method"] == "bm25" and negatives
+    dev_qids = set(negatives) ^ {f"q{i}" for i in range(len(TOPICS))}
+    assert len(dev_qids) == record["split"]["dev_queries"]  # negatives for train queries only
+
+    st = SentenceTransformer(str(out), device="cpu")
+    trained = TrainableBiEncoder.from_pretrained(out)
+    texts = ["insulin glucose", "a neuron and its synapse"]
+    np.testing.assert_allclose(st.encode(texts), trained.encode(texts), atol=1e-5)
+    assert not (out / "checkpoints").exists()  # none asked for
+
+    # A second run into the same directory must not silently mix with the first.
+    with pytest.raises(DotcatError, match="resume"):
+        train_bi_encoder(_config(toy_data, out, tiny_bert_dir))
+
+
+def _example_batch() -> tuple[list[TrainingExample], dict[str, str], dict]:
+    docs = {f"d{i}": f"{a} {b} study of {a}" for i, (a, b) in enumerate(TOPICS)}
+    batch = [
+        TrainingExample(f"q{i}", f"what about {a}", f"d{i}", (f"d{(i + 3) % 16}", f"d{i + 8}"))
+        for i, (a, _) in enumerate(TOPICS[:6])
+    ]
+    # q0 also finds d1 relevant: d1 is a false negative for q0 that the mask must remove.
+    qrels = {e.qid: {e.positive_id: 1} for e in batch}
+    qrels["q0"]["d1"] = 1
+    return batch, docs, qrels
+
+
+def _grads(model: TrainableBiEncoder) -> dict[str, torch.Tensor]:
+    out = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.mark.parametrize("loss_name", ["contrastive", "triplet"])
+def test_grad_cache_step_gives_the_plain_step_gradients(tiny_no_dropout, loss_name):
+    model = TrainableBiEncoder.from_pretrained(tiny_no_dropout, pooling="mean", similarity="cos")
+    model.freeze_unused_parameters()
+    model.train()
+    batch, docs, qrels = _example_batch()
+    loss = LossConfig(loss_name, "cos", temperature=0.05, margin=0.5)
+
+    def encode(texts, max_length):
+        return model(model.tokenize(texts, max_length))
+
+    def run(chunk_size):
+        value = backward_batch(
+            encode,
+            batch,
+            docs,
+            loss,
+            query_max_length=16,
+            max_length=32,
+            qrels=qrels,
+            chunk_size=chunk_size,
+        )
+        return value, _grads(model)
+
+    plain_loss, plain = run(None)
+    for chunk in (1, 4):
+        cached_loss, cached = run(chunk)
+        assert cached_loss == pytest.approx(plain_loss, abs=1e-5)
+        assert plain.keys() == cached.keys() and len(plain) > 10
+        for name in plain:
+            torch.testing.assert_close(cached[name], plain[name], atol=1e-5, rtol=1e-4)
+    assert any(g.abs().sum() > 0 for g in plain.values())
+
+
+def test_triplet_accumulation_over_halves_equals_the_whole_batch(tiny_no_dropout):
+    # The triplet loss has no in-batch negatives, so two half batches at scale 1/2 must give the
+    # whole batch's gradient: the accumulation arithmetic of the training loop.
+    model = TrainableBiEncoder.from_pretrained(tiny_no_dropout, pooling="cls", similarity="cos")
+    model.freeze_unused_parameters()
+    batch, docs, _ = _example_batch()
+    loss = LossConfig("triplet", "cos", margin=0.5)
+
+    def step(examples, scale):
+        return backward_batch(
+            lambda t, n: model(model.tokenize(t, n)),
+            examples,
+            docs,
+            loss,
+            query_max_length=16,
+            max_length=32,
+            scale=scale,
+        )
+
+    whole = step(batch, 1.0)
+    expected = _grads(model)
+    halves = step(batch[:3], 0.5) + step(batch[3:], 0.5)
+    got = _grads(model)
+    assert halves == pytest.approx(whole, abs=1e-6)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5)
+
+
+def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
+    common = dict(epochs=2, batch_size=3, grad_accum_steps=1, dev_eval="none", checkpoint_every=0)
+    straight = train_bi_encoder(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
+    total = _record(straight)["steps"]
+    assert total >= 6
+
+    split = tmp_path / "split"
+    stop = total // 2 + 1  # inside the second epoch
+    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    stopped = _record(split)
+    assert stopped["status"] == "stopped" and stopped["steps"] == stop
+    assert (split / "checkpoints" / f"step-{stop:08d}" / "optimizer.pt").is_file()
+    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    resumed = _record(split)
+    assert resumed["status"] == "finished" and resumed["steps"] == total
+    assert resumed["resumed_from"].endswith(f"step-{stop:08d}")
+    # Resuming a finished run does nothing.
+    before = (split / "model.safetensors").stat().st_mtime_ns
+    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    assert (split / "model.safetensors").stat().st_mtime_ns == before
+
+    a = load_file(straight / "model.safetensors")
+    b = load_file(split / "model.safetensors")
+    base = load_file(next(Path(tiny_bert_dir).glob("*.safetensors")))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0)
+    moved = [n for n in a if n.endswith("query.weight")]
+    assert moved and any(not torch.equal(a[n], base[n]) for n in moved)  # it did train
+    straight_record = _record(straight)
+    assert resumed["loss_curve"] == straight_record["loss_curve"]
+    assert [e["train_loss"] for e in resumed["epochs"]] == [
+        e["train_loss"] for e in straight_record["epochs"]
+    ]
+
+
+def test_checkpoints_every_n_steps_and_resume_keeps_dev_history(toy_data, tiny_bert_dir, tmp_path):
+    out = tmp_path / "run"
+    config = _config(toy_data, out, tiny_bert_dir, epochs=2, checkpoint_every=2, keep_checkpoints=2)
+    train_bi_encoder(config)
+    record = _record(out)
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert len(kept) == 2 and kept[-1] == f"step-{record['steps'] // 2 * 2:08d}"
+    state = json.loads((out / "checkpoints" / kept[-1] / "state.json").read_text())
+    assert state["config"]["checkpoint_every"] == 2 and state["sampler"]["n_examples"] > 0
+    blob = torch.load(out / "checkpoints" / kept[-1] / "optimizer.pt", weights_only=True)
+    assert {"optimizer", "scheduler", "torch_rng"} <= blob.keys()
+
+    # Resume from a mid-run checkpoint: the dev history up to it is carried over.
+    shutil.rmtree(out / "checkpoints" / kept[-1])
+    train_bi_encoder(
+        _config(toy_data, out, tiny_bert_dir, epochs=2, checkpoint_every=2, resume=True)
+    )
+    again = _record(out)
+    assert [e["epoch"] for e in again["epochs"]] == [0, 1, 2]
+    for before, after in zip(record["epochs"], again["epochs"], strict=True):
+        assert after["dev_nDCG@10"] == pytest.approx(before["dev_nDCG@10"], abs=1e-6)
+        if before["train_loss"] is not None:
+            assert after["train_loss"] == pytest.approx(before["train_loss"], abs=1e-6)
+
+
+def test_triplet_loss_and_gradcache_and_accumulation_run(toy_data, tiny_bert_dir, tmp_path):
+    out = train_bi_encoder(
+        _config(
+            toy_data,
+            tmp_path / "triplet",
+            tiny_bert_dir,
+            loss="triplet",
+            margin=0.2,
+            n_negatives=2,
+            epochs=1,
+            grad_accum_steps=2,
+            cache_chunk_size=3,
+        )
+    )
+    record = _record(out)
+    assert record["loss"]["name"] == "triplet" and record["loss"]["margin"] == 0.2
+    assert np.isfinite(record["epochs"][1]["train_loss"])
+    assert record["steps"] == record["total_steps"] >= 1
+
+
+def test_bf16_forced_on_cpu_runs(toy_data, tiny_bert_dir, tmp_path):
+    out = train_bi_encoder(
+        _config(toy_data, tmp_path / "bf16", tiny_bert_dir, bf16="on", epochs=1, dev_fraction=0)
+    )
+    record = _record(out)
+    assert record["bf16"] is True
+    assert np.isfinite(record["epochs"][-1]["train_loss"])
+    assert record["best_epoch"] == 1  # no dev split: the last epoch is the model
+    weights = load_file(out / "model.safetensors")
+    assert all(t.dtype == torch.float32 for t in weights.values())
+
+
+def test_bf16_auto_follows_the_hardware():
+    assert resolve_bf16("auto", torch.device("cpu")) is cpu_has_native_bf16()
+    assert resolve_bf16("off", torch.device("cpu")) is False
+    assert resolve_bf16("on", torch.device("cpu")) is True
+
+
+def test_negatives_file_and_in_batch_only(toy_data, tiny_bert_dir, tmp_path):
+    first = train_bi_encoder(_config(toy_data, tmp_path / "a", tiny_bert_dir, epochs=1))
+    again = train_bi_encoder(
+        _config(
+            toy_data,
+            tmp_path / "b",
+            tiny_bert_dir,
+            epochs=1,
+            negatives_file=first / "negatives.jsonl.gz",
+        )
+    )
+    a, _ = load_negatives(first / "negatives.jsonl.gz")
+    b, meta = load_negatives(again / "negatives.jsonl.gz")
+    assert a == b and meta["loaded_from"].endswith("negatives.jsonl.gz")
+    # Same negatives, same seed: the same run.
+    assert _record(again)["loss_curve"] == _record(first)["loss_curve"]
+
+    none = train_bi_encoder(
+        _config(toy_data, tmp_path / "c", tiny_bert_dir, epochs=1, negatives="none")
+    )
+    assert not (none / "negatives.jsonl.gz").exists()
+    assert _record(none)["negatives"]["method"] == "none"
+
+
+def test_dense_remining_between_epochs(toy_data, tiny_bert_dir, tmp_path):
+    out = train_bi_encoder(
+        _config(
+            toy_data,
+            tmp_path / "remine",
+            tiny_bert_dir,
+            negatives="dense",
+            remine_each_epoch=True,
+            epochs=2,
+            dev_eval="none",
+        )
+    )
+    first, meta0 = load_negatives(out / "negatives.jsonl.gz")
+    second, meta1 = load_negatives(out / "negatives-epoch-1.jsonl.gz")
+    assert meta0["method"] == meta1["method"] == "dense"
+    assert meta0["model_fingerprint"] != meta1["model_fingerprint"]
+    assert first.keys() == second.keys()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"loss": "hinge"},
+        {"negatives": "colbert"},
+        {"loss": "triplet", "negatives": "none"},
+        {"epochs": 0},
+        {"window": (5, 5)},
+        {"bf16": "maybe"},
+        {"remine_each_epoch": True, "negatives": "none"},
+    ],
+)
+def test_bad_settings_are_refused(tmp_path, overrides):
+    config = DotTrainConfig(data=tmp_path, out_dir=tmp_path / "out", **overrides)
+    with pytest.raises(DotcatError):
+        config.validate()
+
+
+def test_dev_subset_keeps_judged_documents_and_samples_the_rest():
+    import datasets
+
+    corpus = datasets.Dataset.from_dict(
+        {"id": [f"d{i}" for i in range(100)], "title": [""] * 100, "text": ["t"] * 100}
+    )
+    qrels = {"q1": {"d3": 1, "d97": 0}, "q2": {"d50": 2}}
+    subset = dev_subset(corpus, qrels, max_docs=10, seed=1)
+    ids = subset["id"]
+    assert {"d3", "d97", "d50"} <= set(ids) and len(ids) == 13
+    assert dev_subset(corpus, qrels, max_docs=10, seed=1)["id"] == ids
+    assert dev_subset(corpus, qrels, max_docs=100, seed=1) is corpus
