@@ -137,3 +137,28 @@ def test_search_argument_errors(tiny_index):
     assert result.exit_code == 2 and "either a QUERY or --queries" in result.output
     result = runner.invoke(app, ["search", str(tiny_index), "--queries", "x.jsonl"])
     assert result.exit_code == 2 and "--output" in result.output
+
+
+def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_dir, tmp_path):
+    import shutil
+
+    shutil.copy(tiny_beir_dir / "qrels" / "test.tsv", tiny_beir_dir / "qrels" / "train.tsv")
+    out = tmp_path / "trained"
+    result = invoke(
+        "-q", "train", "dot", tiny_beir_dir, out, "--base", tiny_bert_dir, "--epochs", "1",
+        "--batch-size", "2", "--negatives", "none", "--max-length", "32",
+        "--dev-fraction", "0.3",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (out / "modules.json").is_file() and (out / "dotcat_training.json").is_file()
+    result = invoke("-q", "index", tiny_beir_dir, tmp_path / "idx", "--model", out)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["encoder"]["path"] == str(out.resolve())
+
+
+def test_train_dot_bad_option_is_one_line(tiny_beir_dir, tmp_path):
+    result = runner.invoke(
+        app, ["train", "dot", str(tiny_beir_dir), str(tmp_path / "o"), "--loss", "hinge"]
+    )
+    assert result.exit_code == 2 and "loss must be one of" in result.output

@@ -260,3 +260,84 @@ def eval_(
             typer.echo(f"note ({name}): {note}")
         if per_query:
             typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")
+
+
+train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT (and BERT_CAT).")
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("dot")
+def train_dot(
+    data: Annotated[Path, typer.Argument(help="BEIR dir (or corpus file with --queries/--qrels).")],
+    out_dir: Annotated[Path, typer.Argument(help="Where the trained model directory goes.")],
+    split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
+    queries: Annotated[Path | None, typer.Option(help="Queries file (with a corpus file).")] = None,
+    qrels: Annotated[Path | None, typer.Option(help="Qrels file (with a corpus file).")] = None,
+    base: Annotated[
+        str, typer.Option(help="Base model: local dir, hub name, 'default'.")
+    ] = "default",
+    loss: Annotated[str, typer.Option(help="contrastive (InfoNCE) or triplet.")] = "contrastive",
+    negatives: Annotated[str, typer.Option(help="Hard negatives: bm25, dense or none.")] = "bm25",
+    negatives_file: Annotated[Path | None, typer.Option(help="Reuse saved negatives.")] = None,
+    n_negatives: Annotated[int, typer.Option(help="Hard negatives per query.")] = 1,
+    window_start: Annotated[int, typer.Option(help="Mine negatives from this rank...")] = 10,
+    window_end: Annotated[int, typer.Option(help="...up to (excluding) this rank.")] = 100,
+    remine: Annotated[bool, typer.Option(help="Re-mine dense negatives each epoch.")] = False,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 3,
+    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
+    cache_chunk: Annotated[int | None, typer.Option(help="GradCache chunk size (0: off).")] = None,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 2e-5,
+    warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
+    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
+    margin: Annotated[float, typer.Option(help="Triplet margin gamma.")] = 0.1,
+    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    query_max_length: Annotated[int, typer.Option(help="Max query tokens.")] = 64,
+    dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
+    dev_max_docs: Annotated[int, typer.Option(help="Corpus sample for dev evaluation.")] = 50_000,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
+    bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue from the last checkpoint.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
+) -> None:
+    """Train a BERT_DOT bi-encoder on relevance labels (works under torchrun for DDP)."""
+    from dotcat.training import DotTrainConfig, train_bi_encoder
+
+    config = DotTrainConfig(
+        data=data,
+        out_dir=out_dir,
+        split=split,
+        queries=queries,
+        qrels=qrels,
+        base=base,
+        loss=loss,
+        negatives=negatives,
+        negatives_file=negatives_file,
+        n_negatives=n_negatives,
+        window=(window_start, window_end),
+        remine_each_epoch=remine,
+        epochs=epochs,
+        batch_size=batch_size,
+        grad_accum_steps=grad_accum,
+        cache_chunk_size=cache_chunk or None,
+        lr=lr,
+        warmup_ratio=warmup_ratio,
+        temperature=temperature,
+        margin=margin,
+        max_length=max_length,
+        query_max_length=query_max_length,
+        dev_fraction=dev_fraction,
+        dev_max_docs=dev_max_docs,
+        seed=seed,
+        bf16=bf16,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        overwrite=overwrite,
+    )
+    path = train_bi_encoder(config)
+    typer.echo(
+        f"trained model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
+    )
