@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import faiss
 import numpy as np
@@ -133,8 +135,28 @@ def set_search_params(index: faiss.Index, params: dict[str, float]) -> None:
         space.set_index_parameter(index, name, value)
 
 
+# Below this many query x document products a search runs on one OpenMP thread. faiss-cpu and
+# torch each ship their own OpenMP runtime; after a multi-threaded faiss call, faiss's idle
+# threads spin and starve torch's: one query's encoding went from 19 ms to 500 ms on a 2-core
+# machine. Small searches gain nothing from threads anyway.
+SINGLE_THREAD_WORK = 50_000_000
+
+
+@contextmanager
+def _omp_threads(n: int) -> Iterator[None]:
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product: ``(scores, positions)``, each ``(n_queries, k)``; -1 pads."""
     k = max(1, min(int(k), index.ntotal))
     queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK:
+        with _omp_threads(1):
+            return index.search(queries, k)
     return index.search(queries, k)
