@@ -1,0 +1,437 @@
+"""BERT_DOT: the bi-encoder that turns queries and documents into vectors.
+
+``s(q, d) = f_sim(E(q), E(d))`` with ``E(x) = pool(BERT(x))`` (DPR, Karpukhin et al. 2020;
+Sentence-BERT, Reimers & Gurevych 2019) and f_sim the dot product or the cosine; with cosine
+the vectors are L2-normalised, so an inner-product index ranks by cosine.
+
+Encoding on CPU is GEMM-bound (about two thirds of the time in the Linear layers of a MiniLM,
+fp32). What makes it fast here, each measured in ``eval/results/encode_throughput.md``:
+
+* texts are tokenized once, sorted by token count and batched, so little is spent on padding,
+  then each vector is written back to its text's row;
+* on CPU a batch also holds at most ``max_batch_tokens`` padded tokens (2048 by default): a
+  batch's activations then stay in cache (the FFN's ``tokens x 1536`` floats), which gave
+  1.2x over 32 x 256-token batches on a 2-core Zen 3;
+* data-parallel CPU workers: one thread per core, each encoding its own batch with one
+  intra-op thread, instead of every op split over all cores (no barrier inside each op;
+  about 1.3x, and robust when other processes share the cores);
+* ``torch.inference_mode``, SDPA attention (the eager one was 1.3-1.6x slower);
+* bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`.
+
+Tried and left out (numbers in the benchmark notes): ``torch.compile`` (about 1.06x for 25-40 s
+of compilation, and no sharing across worker threads), int8 dynamic quantization (vectors
+off: mean cosine 0.92-0.996 < 0.999), fused oneDNN linear+GELU (no gain).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dotcat.errors import DotcatError
+from dotcat.models.pooling import POOLINGS, l2_normalize, pool
+from dotcat.models.resolve import resolve_model, weights_fingerprint
+from dotcat.models.runtime import (
+    autocast,
+    configure_threads,
+    resolve_device,
+    resolve_precision,
+)
+from dotcat.models.st_config import read_st_settings
+
+logger = logging.getLogger(__name__)
+
+SIMILARITIES = ("dot", "cos")
+#: Padded tokens per forward pass on CPU (see the module docstring and the benchmark).
+CPU_MAX_BATCH_TOKENS = 2048
+#: Most automatic CPU workers; beyond, each worker gets several intra-op threads (measured on
+#: 2 cores only; many Python threads would contend for the GIL between ops).
+MAX_AUTO_WORKERS = 8
+#: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
+WINDOW = 16_384
+
+
+@dataclass
+class EncoderConfig:
+    """How to build a :class:`BiEncoder`. None fields come from the model's own files.
+
+    Attributes:
+        model: local directory or hub name (``default`` = all-MiniLM-L6-v2, packaged).
+        pooling: ``cls`` or ``mean``; None: the model's sentence-transformers Pooling, else cls.
+        similarity: ``dot`` or ``cos`` (vectors L2-normalised); None: ``cos`` if the model has
+            a Normalize module, else its ``similarity_fn_name``, else ``dot``.
+        max_length: tokens per text, truncated beyond; None: the model's ``max_seq_length``,
+            else min(512, its position embeddings).
+        batch_size: most texts per forward pass.
+        device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda``, ``cuda:N``.
+        query_prefix, document_prefix: text put before each query / document (e.g. E5's
+            ``"query: "``); None: the model's sentence-transformers prompts, else empty.
+        fast: speed tricks that keep the vectors (token-budget batches and data-parallel
+            workers on CPU, autocast per ``precision``); False gives the plain reference path:
+            fixed-size batches, one at a time, fp32.
+        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU;
+            0: no cap.
+        precision: ``auto`` (bf16 where native, fp16 on older GPUs, else fp32), ``fp32``,
+            ``bf16``, ``fp16``: the autocast dtype; pooling and outputs stay fp32.
+        cpu_workers: batches encoded at once on CPU, each by its own thread with one
+            intra-op thread (data parallel: no barrier between cores inside an op, robust when
+            other processes share the cores); None: one per intra-op thread (at most 8, then
+            several threads each) when ``fast``;
+            1: one batch at a time over all threads (PyTorch's usual intra-op parallelism).
+        num_threads: intra-op threads; None: every core this process may use.
+    """
+
+    model: str = "default"
+    pooling: str | None = None
+    similarity: str | None = None
+    max_length: int | None = None
+    batch_size: int = 32
+    device: str = "auto"
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+    fast: bool = True
+    max_batch_tokens: int | None = None
+    precision: str = "auto"
+    cpu_workers: int | None = None
+    num_threads: int | None = None
+
+
+class BiEncoder:
+    """A BERT_DOT encoder: transformers ``AutoModel`` + cls/mean pooling + dot/cos.
+
+    Build with :meth:`load`. Vectors agree with ``sentence_transformers.SentenceTransformer``
+    on the same model directory (mean cosine >= 0.999, checked in the tests and benchmark).
+    """
+
+    def __init__(
+        self,
+        config: EncoderConfig,
+        path: Path,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        pooling: str,
+        similarity: str,
+        max_length: int,
+        fingerprint: str,
+        device: torch.device,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        lowercase: bool = False,
+    ) -> None:
+        self.config = config
+        self.name = config.model
+        self.path = path
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.similarity = similarity
+        self.max_length = max_length
+        self.dim = int(model.config.hidden_size)
+        self.fingerprint = fingerprint
+        self.device = device
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
+        self.lowercase = lowercase
+        fast = config.fast
+        self.autocast_dtype = resolve_precision(config.precision if fast else "fp32", device)
+        tokens = config.max_batch_tokens
+        if tokens is None:
+            tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
+        self.max_batch_tokens = tokens if fast else 0
+        pad = tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else 0
+
+    @classmethod
+    def load(cls, config: EncoderConfig | None = None) -> BiEncoder:
+        """Resolve, load and set up the encoder that ``config`` describes.
+
+        Defaults for None fields are read from the model's sentence-transformers files
+        (modules.json, 1_Pooling/config.json, a Normalize module, sentence_bert_config.json,
+        config_sentence_transformers.json); a plain Hugging Face directory gives cls, dot and
+        min(512, max positions). all-MiniLM-L6-v2 gives mean, cos, 256.
+
+        Raises:
+            DotcatError: unresolvable model, unsupported pooling/similarity/modules, or a
+                max_length beyond the model's position embeddings.
+        """
+        from transformers import AutoModel, AutoTokenizer
+
+        config = config or EncoderConfig()
+        path = resolve_model(config.model)
+        st = read_st_settings(path)
+
+        pooling = config.pooling or st.pooling
+        if pooling is None:
+            if st.pooling_error:
+                raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
+            pooling = "cls"
+        if pooling not in POOLINGS:
+            raise DotcatError(f"unknown pooling {pooling!r} (cls or mean)")
+        similarity = config.similarity or st.similarity or "dot"
+        if similarity not in SIMILARITIES:
+            raise DotcatError(f"unknown similarity {similarity!r} (dot or cos)")
+        if config.batch_size < 1:
+            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
+
+        device = resolve_device(config.device)
+        if device.type == "cpu":
+            configure_threads(config.num_threads)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
+            model = _load_model(AutoModel, st.transformer_dir)
+        except (OSError, ValueError) as e:
+            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+        model.eval().requires_grad_(False).to(device)
+
+        positions = _max_positions(model.config)
+        max_length = config.max_length or st.max_length or min(512, positions)
+        if max_length < 2 or max_length > positions:
+            raise DotcatError(
+                f"max_length {max_length} is outside 2..{positions} (the model's positions)"
+            )
+        query_prefix = config.query_prefix
+        if query_prefix is None:
+            query_prefix = st.query_prompt or ""
+        document_prefix = config.document_prefix
+        if document_prefix is None:
+            document_prefix = st.document_prompt or ""
+        encoder = cls(
+            config,
+            path,
+            model,
+            tokenizer,
+            pooling=pooling,
+            similarity=similarity,
+            max_length=int(max_length),
+            fingerprint=weights_fingerprint(path),
+            device=device,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
+            lowercase=st.lowercase,
+        )
+        logger.info(
+            "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, autocast %s",
+            config.model,
+            pooling,
+            similarity,
+            encoder.max_length,
+            encoder.dim,
+            device,
+            encoder.autocast_dtype or "off (fp32)",
+        )
+        return encoder
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        *,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Encode texts as they are (no prefix) into a float32 ``(len(texts), dim)`` array.
+
+        Texts are tokenized, sorted by token count, batched (at most ``batch_size`` texts and,
+        on CPU, ``max_batch_tokens`` padded tokens per batch), encoded under
+        ``torch.inference_mode`` and written back in the input order. Rows are L2-normalised
+        when ``similarity == "cos"``.
+
+        Args:
+            texts: the texts (a list, or any sequence that slices, like a datasets column).
+            batch_size: overrides ``config.batch_size``.
+            show_progress: a tqdm bar over texts.
+            out: write into this ``(len(texts), dim)`` float32 array (e.g. an ``np.memmap``)
+                instead of a new one.
+        """
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a sequence of texts, not one string")
+        n = len(texts)
+        if out is None:
+            out = np.empty((n, self.dim), dtype=np.float32)
+        elif out.shape != (n, self.dim) or out.dtype != np.float32:
+            raise ValueError(f"out must be float32 {(n, self.dim)}, got {out.dtype} {out.shape}")
+        batch_size = batch_size or self.config.batch_size
+        workers = self._workers()
+        bar_lock = threading.Lock()
+        with tqdm(total=n, desc="encoding", unit="text", disable=not show_progress) as bar:
+            for start in range(0, n, WINDOW):
+                window = list(texts[start : start + WINDOW])
+                ids = self._tokenize(window)
+                lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+                order = np.argsort(-lengths, kind="stable")
+                jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
+
+                def run(idx: np.ndarray, ids: list[list[int]] = ids, start: int = start) -> None:
+                    input_ids, mask = self._collate([ids[i] for i in idx])
+                    out[start + idx] = self._embed(input_ids, mask)
+                    with bar_lock:
+                        bar.update(len(idx))
+
+                _run_jobs(jobs, run, workers)
+        return out
+
+    def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+        """Encode queries: :meth:`encode` on ``query_prefix + text``."""
+        return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
+
+    def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+        """Encode documents: :meth:`encode` on ``document_prefix + text``."""
+        return self.encode(_prefixed(self.document_prefix, texts), **kwargs)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """What an index records about the encoder that made its vectors."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "pooling": self.pooling,
+            "similarity": self.similarity,
+            "normalize": self.similarity == "cos",
+            "max_length": self.max_length,
+            "dim": self.dim,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+        }
+
+    def __repr__(self) -> str:
+        settings = {k: v for k, v in asdict(self.config).items() if k != "model"}
+        return (
+            f"BiEncoder({self.name!r}, pooling={self.pooling!r}, similarity={self.similarity!r}"
+            f", max_length={self.max_length}, dim={self.dim}, device={self.device}, {settings})"
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        if self.lowercase:
+            texts = [t.lower() for t in texts]
+        encoded = self.tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.max_length,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return encoded["input_ids"]
+
+    def _batches(self, sorted_lengths: np.ndarray, batch_size: int) -> Iterator[slice]:
+        """Slices of the longest-first order: <= batch_size texts, <= max_batch_tokens padded."""
+        start, n = 0, len(sorted_lengths)
+        while start < n:
+            size = batch_size
+            if self.max_batch_tokens > 0:
+                size = max(1, min(batch_size, self.max_batch_tokens // int(sorted_lengths[start])))
+            yield slice(start, min(n, start + size))
+            start += size
+
+    def _collate(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-pad to the longest sequence: (input_ids, attention_mask)."""
+        width = max(len(s) for s in seqs)
+        input_ids = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(seqs), width), dtype=np.int64)
+        for row, seq in enumerate(seqs):
+            input_ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return (
+            torch.from_numpy(input_ids).to(self.device, non_blocking=True),
+            torch.from_numpy(mask).to(self.device, non_blocking=True),
+        )
+
+    def _embed(self, input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+        with autocast(self.device, self.autocast_dtype):
+            output = self.model(input_ids=input_ids, attention_mask=mask)
+        hidden = output[0].float()
+        vectors = pool(self.pooling, hidden, mask)
+        if self.similarity == "cos":
+            vectors = l2_normalize(vectors)
+        return vectors.cpu().numpy()
+
+    def _workers(self) -> int:
+        """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
+        if self.device.type != "cpu" or not self.config.fast:
+            return 1  # a GPU runs one batch at a time
+        if self.config.cpu_workers is not None:
+            return max(1, self.config.cpu_workers)
+        return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
+
+
+def _run_jobs(jobs: list[np.ndarray], run: Any, workers: int) -> None:
+    """``run(job)`` for every job: inline, or pulled from a shared queue by ``workers`` threads.
+
+    Each worker thread gives itself ``threads // workers`` intra-op threads (PyTorch's thread
+    count is per thread under OpenMP) and enters ``inference_mode`` (also per thread). The
+    first error stops the other workers and is raised here.
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        with torch.inference_mode():
+            for job in jobs:
+                run(job)
+        return
+    total_threads = torch.get_num_threads()
+    per_worker = max(1, total_threads // workers)
+    pending = iter(jobs)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def work() -> None:
+        torch.set_num_threads(per_worker)
+        with torch.inference_mode():
+            while not stop.is_set():
+                with lock:
+                    job = next(pending, None)
+                if job is None:
+                    return
+                try:
+                    run(job)
+                except BaseException:
+                    stop.set()
+                    raise
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dotcat-encode") as pool:
+            futures = [pool.submit(work) for _ in range(min(workers, len(jobs)))]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # includes KeyboardInterrupt: let the workers stop early
+                stop.set()
+                raise
+    finally:
+        # The caller's count again, in case a worker's setting reached a process-wide pool.
+        torch.set_num_threads(total_threads)
+
+
+def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
+    if isinstance(texts, str):
+        raise TypeError("expected a sequence of texts, not one string")
+    return [prefix + t for t in texts] if prefix else texts
+
+
+def _load_model(auto_model: Any, model_dir: Path) -> torch.nn.Module:
+    """AutoModel with SDPA attention where the architecture has it (the eager one is slower)."""
+    try:
+        return auto_model.from_pretrained(model_dir, attn_implementation="sdpa")
+    except (ValueError, ImportError) as e:
+        logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
+        return auto_model.from_pretrained(model_dir)
+
+
+def _max_positions(model_config: Any) -> int:
+    """Longest input the model's position embeddings allow (RoBERTa-style offsets removed)."""
+    positions = getattr(model_config, "max_position_embeddings", None) or 512
+    if getattr(model_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # positions start after the padding index
+    return int(positions)

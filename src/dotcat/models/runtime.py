@@ -1,0 +1,131 @@
+"""Where and how fast a model runs: device, autocast precision, CPU threads.
+
+bf16 autocast roughly doubles matmul throughput only on CPUs with native bf16 instructions
+(x86 AVX512_BF16 / AMX_BF16, ARMv8.6 BF16); elsewhere PyTorch emulates it, slower than fp32,
+so ``precision="auto"`` picks bf16 on CPU only when the flags are there. On CUDA ``auto`` picks
+bf16 where the GPU has it (Ampere and later), else fp16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import platform
+
+import torch
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS: dict[str, torch.dtype | None] = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+_X86_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+_interop_done = False
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> ``cuda`` when a GPU is visible, else ``cpu``; other names checked."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as e:
+        raise DotcatError(f"unknown device {device!r} (auto, cpu, cuda, cuda:N)") from e
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise DotcatError(f"device {device!r} requested but no CUDA GPU is available")
+    return resolved
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags from /proc/cpuinfo (empty where it does not exist)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_native_bf16() -> bool:
+    """True where the CPU computes bf16 natively, so bf16 autocast is a speed-up, not a cost."""
+    flags = cpu_flags()
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "bf16" in flags
+    if not flags & _X86_BF16_FLAGS:
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device``; None means plain fp32.
+
+    ``auto``: bf16 on CUDA GPUs that support it, else fp16; on CPU bf16 only with native
+    bf16 instructions (see :func:`cpu_has_native_bf16`), else fp32. ``fp32``, ``bf16``,
+    ``fp16`` force a choice (forced bf16 on a CPU without it works, emulated and slow).
+    """
+    if precision == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device.type == "cpu" and cpu_has_native_bf16():
+            return torch.bfloat16
+        return None
+    if precision not in PRECISIONS:
+        raise DotcatError(f"unknown precision {precision!r} (auto, {', '.join(PRECISIONS)})")
+    dtype = PRECISIONS[precision]
+    if dtype is torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+        logger.warning("bf16 forced on a CPU without native bf16: emulated, slower than fp32")
+    return dtype
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context for fp32."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def configure_threads(num_threads: int | None = None) -> int:
+    """Give PyTorch's intra-op pool every available core (or ``num_threads``).
+
+    ``OMP_NUM_THREADS`` set by the user wins when ``num_threads`` is None. Inter-op threads
+    are set once per process, and only before any parallel work (PyTorch refuses later).
+
+    Returns:
+        the intra-op thread count now in effect.
+    """
+    global _interop_done
+    if num_threads is None:
+        if os.environ.get("OMP_NUM_THREADS"):
+            return torch.get_num_threads()
+        num_threads = available_cpus()
+    if num_threads < 1:
+        raise DotcatError(f"num_threads must be >= 1, got {num_threads}")
+    if torch.get_num_threads() != num_threads:
+        torch.set_num_threads(num_threads)
+        logger.debug("torch intra-op threads: %d", num_threads)
+    if not _interop_done:
+        _interop_done = True
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(num_threads)
+    return torch.get_num_threads()

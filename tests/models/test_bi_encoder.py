@@ -1,0 +1,356 @@
+"""BiEncoder on a tiny random BERT: config defaults, overrides, encoding invariants."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dotcat.errors import DotcatError
+from dotcat.models import BiEncoder, EncoderConfig, bi_encoder, runtime
+from dotcat.models.pooling import mean_pooling
+
+TEXTS = [
+    "Cats are small domesticated carnivorous mammals.",
+    "Dogs were domesticated from wolves long ago, probably more than fifteen thousand years.",
+    "ATP",
+    "Plants turn light into chemical energy in their chloroplasts through photosynthesis, "
+    "a process that also releases oxygen into the atmosphere of the whole planet.",
+    "",
+    "Insulin regulates blood glucose.",
+    "Vaccines train the immune system against viruses and bacteria.",
+]
+
+
+def _load(model_dir: Path, **overrides) -> BiEncoder:
+    return BiEncoder.load(EncoderConfig(model=str(model_dir), device="cpu", **overrides))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_bert_dir) -> BiEncoder:
+    return _load(tiny_bert_dir)
+
+
+def _st_layout(src: Path, dst: Path, pooling: dict, normalize: bool = True, **extra) -> Path:
+    """A sentence-transformers layout (old-style files) around the tiny BERT's weights."""
+    shutil.copytree(src, dst)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    if normalize:
+        modules.append(
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
+    modules += extra.pop("more_modules", [])
+    (dst / "modules.json").write_text(json.dumps(modules))
+    (dst / "1_Pooling").mkdir()
+    (dst / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, **pooling})
+    )
+    (dst / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": extra.pop("max_seq_length", 128), "do_lower_case": False})
+    )
+    if extra:
+        (dst / "config_sentence_transformers.json").write_text(json.dumps(extra))
+    return dst
+
+
+MEAN_OLD = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}
+
+
+def _reference(encoder: BiEncoder, text: str) -> np.ndarray:
+    """One text alone, no padding at all, straight through the transformers model."""
+    ids = encoder.tokenizer(
+        [text], truncation=True, max_length=encoder.max_length, return_tensors="pt"
+    )
+    with torch.inference_mode():
+        hidden = encoder.model(**ids).last_hidden_state
+    v = hidden[:, 0] if encoder.pooling == "cls" else mean_pooling(hidden, ids["attention_mask"])
+    if encoder.similarity == "cos":
+        v = torch.nn.functional.normalize(v, dim=-1)
+    return v[0].numpy()
+
+
+# -- defaults and overrides ---------------------------------------------------------------
+
+
+def test_plain_hf_directory_defaults_to_cls_dot_512(tiny, tiny_bert_dir):
+    assert (tiny.pooling, tiny.similarity, tiny.max_length, tiny.dim) == ("cls", "dot", 512, 32)
+    assert tiny.device == torch.device("cpu")
+    assert tiny.path == tiny_bert_dir.resolve()
+    assert (tiny.query_prefix, tiny.document_prefix) == ("", "")
+
+
+def test_sentence_transformers_files_give_the_defaults(tiny_bert_dir, tmp_path):
+    st_dir = _st_layout(tiny_bert_dir, tmp_path / "st", MEAN_OLD, max_seq_length=64)
+    enc = _load(st_dir)
+    assert (enc.pooling, enc.similarity, enc.max_length) == ("mean", "cos", 64)
+
+
+def test_new_style_pooling_config_and_similarity_fn_name(tiny_bert_dir, tmp_path):
+    st_dir = _st_layout(
+        tiny_bert_dir,
+        tmp_path / "st",
+        {"embedding_dimension": 32, "pooling_mode": "cls", "include_prompt": True},
+        normalize=False,
+        similarity_fn_name="dot",
+    )
+    enc = _load(st_dir)
+    assert (enc.pooling, enc.similarity) == ("cls", "dot")
+
+
+def test_explicit_config_overrides_the_model_files(tiny_bert_dir, tmp_path):
+    st_dir = _st_layout(tiny_bert_dir, tmp_path / "st", MEAN_OLD)
+    enc = _load(st_dir, pooling="cls", similarity="dot", max_length=16)
+    assert (enc.pooling, enc.similarity, enc.max_length) == ("cls", "dot", 16)
+
+
+def test_prompts_become_prefixes_and_config_overrides_them(tiny_bert_dir, tmp_path):
+    st_dir = _st_layout(
+        tiny_bert_dir,
+        tmp_path / "st",
+        MEAN_OLD,
+        prompts={"query": "query: ", "passage": "passage: "},
+    )
+    enc = _load(st_dir)
+    assert (enc.query_prefix, enc.document_prefix) == ("query: ", "passage: ")
+    np.testing.assert_allclose(
+        enc.encode_queries(["a b"]), enc.encode(["query: a b"]), rtol=0, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        enc.encode_documents(["a b"]), enc.encode(["passage: a b"]), rtol=0, atol=1e-6
+    )
+    assert enc.manifest_entry()["query_prefix"] == "query: "
+    assert _load(st_dir, query_prefix="").query_prefix == ""
+
+
+def test_unsupported_pooling_is_refused_unless_overridden(tiny_bert_dir, tmp_path):
+    st_dir = _st_layout(tiny_bert_dir, tmp_path / "st", {"pooling_mode_max_tokens": True})
+    with pytest.raises(DotcatError, match="pooling .*max_tokens.* not supported"):
+        _load(st_dir)
+    assert _load(st_dir, pooling="mean").pooling == "mean"
+
+
+def test_unsupported_module_is_refused(tiny_bert_dir, tmp_path):
+    dense = {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}
+    st_dir = _st_layout(tiny_bert_dir, tmp_path / "st", MEAN_OLD, more_modules=[dense])
+    with pytest.raises(DotcatError, match="Dense.* not supported"):
+        _load(st_dir)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"max_length": 513}, "max_length 513 is outside"),
+        ({"pooling": "max"}, "unknown pooling 'max'"),
+        ({"similarity": "l2"}, "unknown similarity 'l2'"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"precision": "int4"}, "unknown precision 'int4'"),
+    ],
+)
+def test_bad_settings_are_clear_errors(tiny_bert_dir, overrides, message):
+    with pytest.raises(DotcatError, match=message):
+        _load(tiny_bert_dir, **overrides)
+
+
+def test_cuda_without_gpu_is_a_clear_error(tiny_bert_dir):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert runtime.resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(DotcatError, match="no CUDA GPU"):
+        BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cuda"))
+
+
+def test_manifest_entry(tiny):
+    entry = tiny.manifest_entry()
+    assert entry == {
+        "name": tiny.name,
+        "path": str(tiny.path),
+        "fingerprint": tiny.fingerprint,
+        "pooling": "cls",
+        "similarity": "dot",
+        "normalize": False,
+        "max_length": 512,
+        "dim": 32,
+        "query_prefix": "",
+        "document_prefix": "",
+    }
+    assert len(entry["fingerprint"]) == 64
+    json.dumps(entry)  # goes into manifest.json as is
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def test_encode_shape_dtype_and_unbatched_reference(tiny):
+    out = tiny.encode(TEXTS, batch_size=3)
+    assert out.shape == (len(TEXTS), 32) and out.dtype == np.float32
+    ref = np.stack([_reference(tiny, t) for t in TEXTS])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5)
+    assert not np.allclose(np.linalg.norm(out, axis=1), 1.0)  # dot: not normalised
+
+
+def test_cos_vectors_are_unit_length_and_match_mean_reference(tiny_bert_dir):
+    enc = _load(tiny_bert_dir, pooling="mean", similarity="cos")
+    out = enc.encode(TEXTS, batch_size=2)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=0, atol=1e-6)
+    ref = np.stack([_reference(enc, t) for t in TEXTS])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5)
+
+
+def test_shuffled_input_gives_the_same_rows(tiny):
+    order = list(range(len(TEXTS)))
+    random.Random(3).shuffle(order)
+    out = tiny.encode(TEXTS)
+    shuffled = tiny.encode([TEXTS[i] for i in order])
+    np.testing.assert_allclose(shuffled, out[order], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "max_batch_tokens"), [(1, None), (2, None), (64, 0), (64, 24)]
+)
+def test_batching_does_not_change_vectors(tiny, tiny_bert_dir, batch_size, max_batch_tokens):
+    enc = _load(tiny_bert_dir, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    np.testing.assert_allclose(
+        enc.encode(TEXTS), tiny.encode(TEXTS, batch_size=32), rtol=0, atol=2e-5
+    )
+
+
+def test_batches_respect_size_and_token_budget(tiny_bert_dir):
+    enc = _load(tiny_bert_dir, max_batch_tokens=100)
+    lengths = np.array([60, 50, 30, 30, 30, 30, 10, 10, 5])
+    batches = [(s.start, s.stop) for s in enc._batches(lengths, batch_size=3)]
+    assert batches == [(0, 1), (1, 3), (3, 6), (6, 9)]
+    assert all(lengths[a] * (b - a) <= 100 for a, b in batches)
+    assert enc.max_batch_tokens == 100
+    assert _load(tiny_bert_dir).max_batch_tokens == bi_encoder.CPU_MAX_BATCH_TOKENS
+    assert _load(tiny_bert_dir, fast=False).max_batch_tokens == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_cpu_workers_give_the_same_vectors(tiny, tiny_bert_dir, workers):
+    threads = torch.get_num_threads()
+    enc = _load(tiny_bert_dir, cpu_workers=workers, batch_size=2)
+    np.testing.assert_allclose(enc.encode(TEXTS * 3), tiny.encode(TEXTS * 3), rtol=0, atol=2e-5)
+    assert torch.get_num_threads() == threads  # restored after the workers
+
+
+def test_a_worker_error_reaches_the_caller(tiny_bert_dir, monkeypatch):
+    enc = _load(tiny_bert_dir, cpu_workers=2, batch_size=1)
+    calls = []
+
+    def failing(input_ids, mask):
+        calls.append(1)
+        raise RuntimeError("boom in a worker")
+
+    monkeypatch.setattr(enc, "_embed", failing)
+    with pytest.raises(RuntimeError, match="boom in a worker"):
+        enc.encode(TEXTS)
+    assert len(calls) < len(TEXTS)  # the other worker stopped early
+
+
+def test_default_workers_one_per_thread_and_one_when_plain(tiny, tiny_bert_dir):
+    assert tiny._workers() == min(torch.get_num_threads(), bi_encoder.MAX_AUTO_WORKERS)
+    assert _load(tiny_bert_dir, fast=False)._workers() == 1
+
+
+def test_fast_and_plain_paths_agree(tiny, tiny_bert_dir):
+    plain = _load(tiny_bert_dir, fast=False)
+    assert plain.autocast_dtype is None
+    np.testing.assert_allclose(plain.encode(TEXTS), tiny.encode(TEXTS), rtol=0, atol=2e-5)
+
+
+def test_truncation_to_max_length(tiny_bert_dir):
+    enc = _load(tiny_bert_dir, max_length=8)
+    long = "word " * 200
+    np.testing.assert_allclose(
+        enc.encode([long]), enc.encode([long + " tail that is cut off"]), rtol=0, atol=1e-6
+    )
+
+
+def test_encode_into_a_memmap_and_empty_input(tiny, tmp_path):
+    out = np.lib.format.open_memmap(
+        tmp_path / "v.npy", mode="w+", dtype=np.float32, shape=(len(TEXTS), 32)
+    )
+    assert tiny.encode(TEXTS, out=out) is out
+    out.flush()
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), tiny.encode(TEXTS), rtol=0, atol=2e-5)
+    assert tiny.encode([]).shape == (0, 32)
+    with pytest.raises(ValueError, match="out must be float32"):
+        tiny.encode(TEXTS, out=np.empty((2, 32), np.float32))
+    with pytest.raises(TypeError, match="not one string"):
+        tiny.encode("one string")
+
+
+def test_window_boundaries_keep_rows_in_place(tiny, monkeypatch):
+    expected = tiny.encode(TEXTS)
+    monkeypatch.setattr(bi_encoder, "WINDOW", 3)
+    np.testing.assert_allclose(tiny.encode(TEXTS), expected, rtol=0, atol=2e-5)
+
+
+def test_show_progress_runs(tiny):
+    assert tiny.encode(TEXTS[:2], show_progress=True).shape == (2, 32)
+
+
+# -- precision and threads ------------------------------------------------------------------
+
+
+def test_forced_bf16_autocast_agrees_with_fp32(tiny_bert_dir):
+    fp32 = _load(tiny_bert_dir, pooling="mean", similarity="cos", precision="fp32")
+    bf16 = _load(tiny_bert_dir, pooling="mean", similarity="cos", precision="bf16")
+    assert bf16.autocast_dtype is torch.bfloat16 and fp32.autocast_dtype is None
+    a, b = fp32.encode(TEXTS), bf16.encode(TEXTS)
+    assert b.dtype == np.float32
+    assert (a * b).sum(axis=1).mean() >= 0.99
+    assert not np.array_equal(a, b)  # bf16 really ran
+
+
+def test_auto_precision_uses_bf16_only_with_native_support(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "x86_64")
+    assert not runtime.cpu_has_native_bf16()
+    assert runtime.resolve_precision("auto", cpu) is None
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    assert runtime.resolve_precision("auto", cpu) is torch.bfloat16
+    assert runtime.resolve_precision("fp32", cpu) is None
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"asimd", "bf16"}))
+    assert runtime.cpu_has_native_bf16()
+
+
+def test_this_machine_without_native_bf16_stays_fp32(tiny):
+    if runtime.cpu_has_native_bf16():
+        pytest.skip("this CPU has native bf16")
+    assert tiny.autocast_dtype is None
+
+
+def test_threads_use_every_available_core(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        assert runtime.configure_threads() == runtime.available_cpus()
+        assert runtime.configure_threads(1) == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert runtime.configure_threads() == 1  # the user's setting is left alone
+        with pytest.raises(DotcatError, match="num_threads must be >= 1"):
+            runtime.configure_threads(0)
+    finally:
+        torch.set_num_threads(before)
