@@ -115,6 +115,22 @@ def test_new_style_pooling_config_and_similarity_fn_name(tiny_bert_dir, tmp_path
     assert (enc.pooling, enc.similarity) == ("cls", "dot")
 
 
+def test_directory_saved_by_sentence_transformers_gives_its_vectors(tiny_bert_dir, tmp_path):
+    """The current sentence-transformers layout (new module names, length in the tokenizer)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(tiny_bert_dir), max_seq_length=48)
+    peer = SentenceTransformer(
+        modules=[transformer, Pooling(32, pooling_mode="mean"), Normalize()], device="cpu"
+    )
+    peer.save(str(tmp_path / "st6"))
+    enc = _load(tmp_path / "st6")
+    assert (enc.pooling, enc.similarity, enc.max_length) == ("mean", "cos", 48)
+    theirs = peer.encode(TEXTS + ["word " * 100], batch_size=4, convert_to_numpy=True)
+    np.testing.assert_allclose(enc.encode(TEXTS + ["word " * 100]), theirs, rtol=0, atol=2e-5)
+
+
 def test_explicit_config_overrides_the_model_files(tiny_bert_dir, tmp_path):
     st_dir = _st_layout(tiny_bert_dir, tmp_path / "st", MEAN_OLD)
     enc = _load(st_dir, pooling="cls", similarity="dot", max_length=16)

@@ -11,10 +11,11 @@ fp32). What makes it fast here, each measured in ``eval/results/encode_throughpu
   then each vector is written back to its text's row;
 * on CPU a batch also holds at most ``max_batch_tokens`` padded tokens (2048 by default): a
   batch's activations then stay in cache (the FFN's ``tokens x 1536`` floats), which gave
-  1.2x over 32 x 256-token batches on a 2-core Zen 3;
+  1.25x over 32 x 256-token batches on a quiet 2-core Zen 3;
 * data-parallel CPU workers: one thread per core, each encoding its own batch with one
-  intra-op thread, instead of every op split over all cores (no barrier inside each op;
-  about 1.3x, and robust when other processes share the cores);
+  intra-op thread, instead of every op split over all cores. Quiet, this keeps the 1.25x;
+  when other processes share the cores it avoids each op's barrier waiting for a descheduled
+  thread (1.3-1.5x over sentence-transformers there, where small batches alone lost 0.7x);
 * ``torch.inference_mode``, SDPA attention (the eager one was 1.3-1.6x slower);
 * bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`.
 
