@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +41,7 @@ from dotcat.data._io import (
     require_file,
     split_tsv,
 )
-from dotcat.errors import DataFormatError
+from dotcat.errors import DataFormatError, DotcatError
 
 if TYPE_CHECKING:
     import datasets
@@ -93,6 +93,24 @@ class CorpusStats:
     documents: int = 0
     title_only: int = 0
     skipped_empty: int = 0
+
+
+def document_fields(doc: object, n: int) -> tuple[str, str, str]:
+    """``(id, title, text)`` of a document given as a mapping (``id``/``_id``) or an object.
+
+    Args:
+        doc: a dict-like record or an object with ``id``, ``title``, ``text`` attributes.
+        n: its 0-based position, named in the error when it has no id.
+    """
+    if isinstance(doc, Mapping):
+        doc_id = doc.get("id", doc.get("_id"))
+        title, text = doc.get("title"), doc.get("text")
+    else:
+        doc_id = getattr(doc, "id", None)
+        title, text = getattr(doc, "title", None), getattr(doc, "text", None)
+    if doc_id is None:
+        raise DotcatError(f"corpus document #{n + 1} has no id")
+    return str(doc_id), title or "", text or ""
 
 
 def find_corpus_file(path: str | Path) -> Path:

@@ -7,7 +7,7 @@ document with one primary-key lookup and nothing else must be held in memory.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,28 +63,25 @@ class DocStore:
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
 
-    def get(self, positions: Sequence[int]) -> dict[int, StoredDocument]:
-        """Documents at the given FAISS positions (missing ones are absent from the dict)."""
-        out: dict[int, StoredDocument] = {}
+    def _select(self, columns: str, positions: Sequence[int]) -> Iterator[tuple]:
+        """Rows ``SELECT columns`` at the given positions, in chunks of host parameters."""
         wanted = sorted({int(p) for p in positions if p >= 0})
         for start in range(0, len(wanted), _LOOKUP_CHUNK):
             chunk = wanted[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            query = f"SELECT pos, id, title, text FROM docs WHERE pos IN ({marks})"
-            for pos, doc_id, title, text in self._conn.execute(query, chunk):
-                out[pos] = StoredDocument(pos, doc_id, title, text)
-        return out
+            yield from self._conn.execute(
+                f"SELECT {columns} FROM docs WHERE pos IN ({marks})", chunk
+            )
+
+    def get(self, positions: Sequence[int]) -> dict[int, StoredDocument]:
+        """Documents at the given FAISS positions (missing ones are absent from the dict)."""
+        return {
+            row[0]: StoredDocument(*row) for row in self._select("pos, id, title, text", positions)
+        }
 
     def ids(self, positions: Sequence[int]) -> dict[int, str]:
         """Document ids at the given FAISS positions."""
-        out: dict[int, str] = {}
-        wanted = sorted({int(p) for p in positions if p >= 0})
-        for start in range(0, len(wanted), _LOOKUP_CHUNK):
-            chunk = wanted[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            query = f"SELECT pos, id FROM docs WHERE pos IN ({marks})"
-            out.update(self._conn.execute(query, chunk))
-        return out
+        return dict(self._select("pos, id", positions))
 
     def close(self) -> None:
         self._conn.close()

@@ -38,6 +38,7 @@ import numpy as np
 import Stemmer
 from tqdm.auto import tqdm
 
+from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError
 
 logger = logging.getLogger(__name__)
@@ -317,16 +318,9 @@ def _iter_fields(corpus: Iterable[Any], doc_ids: list[str]) -> Iterator[tuple[st
                 yield title or "", text or ""
         return
     for n, doc in enumerate(corpus):
-        if isinstance(doc, Mapping):
-            doc_id = doc.get("id", doc.get("_id"))
-            title, text = doc.get("title"), doc.get("text")
-        else:
-            doc_id = getattr(doc, "id", None)
-            title, text = getattr(doc, "title", None), getattr(doc, "text", None)
-        if doc_id is None:
-            raise DotcatError(f"corpus document #{n + 1} has no id")
-        doc_ids.append(str(doc_id))
-        yield title or "", text or ""
+        doc_id, title, text = document_fields(doc, n)
+        doc_ids.append(doc_id)
+        yield title, text
 
 
 def _length(corpus: Any) -> int | None:

@@ -36,6 +36,7 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
+from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.search.bm25 import BM25Config, BM25Index
 
@@ -167,17 +168,10 @@ def iter_document_chunks(
     titles: list[str] = []
     texts: list[str] = []
     for n, doc in enumerate(corpus):
-        if isinstance(doc, Mapping):
-            doc_id = doc.get("id", doc.get("_id"))
-            title, text = doc.get("title"), doc.get("text")
-        else:
-            doc_id = getattr(doc, "id", None)
-            title, text = getattr(doc, "title", None), getattr(doc, "text", None)
-        if doc_id is None:
-            raise DotcatError(f"corpus document #{n + 1} has no id")
-        ids.append(str(doc_id))
-        titles.append(title or "")
-        texts.append(text or "")
+        doc_id, title, text = document_fields(doc, n)
+        ids.append(doc_id)
+        titles.append(title)
+        texts.append(text)
         if len(ids) == chunk_size:
             yield ids, titles, texts
             ids, titles, texts = [], [], []
