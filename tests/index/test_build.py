@@ -140,3 +140,16 @@ def test_bad_faiss_spec(tiny_beir_dir, tiny_encoder, tmp_path):
     config = IndexConfig(faiss_spec="IVFbanana", device="cpu")
     with pytest.raises(DotcatError, match="invalid FAISS spec 'IVFbanana'"):
         build_index(tiny_beir_dir, tmp_path / "idx", tiny_encoder, config, show_progress=False)
+
+
+def test_prefixes_are_recorded_and_restored_at_search(tiny_beir_dir, tiny_bert_dir, tmp_path):
+    from dotcat.search.retriever import DenseRetriever
+
+    config = EncoderConfig(
+        model=str(tiny_bert_dir), query_prefix="query: ", document_prefix="passage: "
+    )
+    manifest = build_index(tiny_beir_dir, tmp_path / "idx", config, show_progress=False)
+    assert manifest.encoder["query_prefix"] == "query: "
+    retriever = DenseRetriever(tmp_path / "idx", device="cpu")
+    assert retriever.encoder.manifest_entry()["query_prefix"] == "query: "
+    assert retriever.encoder.manifest_entry()["document_prefix"] == "passage: "

@@ -22,7 +22,16 @@ DOCSTORE_NAME = "docstore.sqlite"
 
 # Encoder fields that change the vectors: any difference makes query and document vectors
 # incomparable, so searching with a different value is refused.
-ENCODER_KEYS = ("fingerprint", "pooling", "similarity", "normalize", "max_length", "dim")
+ENCODER_KEYS = (
+    "fingerprint",
+    "pooling",
+    "similarity",
+    "normalize",
+    "max_length",
+    "dim",
+    "query_prefix",
+    "document_prefix",
+)
 
 
 @dataclass

@@ -53,6 +53,9 @@ def encoder_config_from_manifest(
         pooling=encoder_entry["pooling"],
         similarity=encoder_entry["similarity"],
         max_length=encoder_entry["max_length"],
+        # Prefixes change the vectors too (e.g. E5's "query: "); older manifests lack them.
+        query_prefix=encoder_entry.get("query_prefix"),
+        document_prefix=encoder_entry.get("document_prefix"),
         device=device,
     )
 
