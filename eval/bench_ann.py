@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import faiss
 import numpy as np
 
 from dotcat.index import faiss_index
+from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
 
 
 def synthetic_vectors(path: Path, n: int, means: np.ndarray, seed: int) -> np.ndarray:
@@ -118,11 +118,7 @@ def main() -> None:
             del index
 
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as f:
-        model = next(
-            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
-        )
+    model = cpu_model()
     lines = [
         f"# FAISS at 1M scale: {args.n:,} x {args.dim} synthetic vectors",
         "",

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")
 RESULTS = ROOT / "eval" / "results" / "encode_throughput.md"
@@ -64,17 +66,6 @@ def read_texts(corpus: Path, n: int) -> list[str]:
             title, text = doc.get("title") or "", doc.get("text") or ""
             texts.append(f"{title} {text}".strip())
     return texts
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> str:

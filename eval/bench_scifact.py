@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
 
 
 def run_cli(*args: str) -> tuple[str, float]:
@@ -33,14 +34,6 @@ def run_cli(*args: str) -> tuple[str, float]:
     if done.returncode != 0:
         sys.exit(f"dotcat {' '.join(args)} failed:\n{done.stderr}")
     return done.stdout, seconds
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def query_latency(

@@ -32,26 +32,16 @@ import argparse
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+
 MEASURES = ("nDCG@10", "RR@10", "R@100")
 SYSTEMS = ("bm25", "zero-shot", "contrastive", "triplet")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def subset_qrels(data: Path, split: str, max_queries: int, out: Path) -> Path:
