@@ -79,6 +79,15 @@ def evaluate_dense(model: str, data: Path, index_dir: Path, queries, qrels, k: i
     return evaluate(run, qrels, measures=MEASURES), index_seconds
 
 
+def search_existing(model: str, index_dir: Path, queries, qrels, k: int = 100):
+    """Search an index built earlier; refused unless it was built with ``model``."""
+    from dotcat.evaluation import evaluate
+    from dotcat.search.retriever import DenseRetriever
+
+    retriever = DenseRetriever(index_dir, model=model, device="cpu")
+    return evaluate(retriever.batch_search(queries, k=k), qrels, measures=MEASURES)
+
+
 def train(system: str, args: argparse.Namespace, qrels_file: Path | None) -> Path:
     from dotcat.training import DotTrainConfig, train_bi_encoder
 
@@ -184,6 +193,13 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="continue interrupted trainings")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/train_dot"))
     parser.add_argument("--index-dir", type=Path, default=Path("indexes"))
+    parser.add_argument(
+        "--zero-shot-index",
+        type=Path,
+        default=None,
+        help="an existing index of the base model (e.g. from `make scifact`) to search instead "
+        "of building one; its manifest is checked against --base",
+    )
     parser.add_argument("--output", type=Path, default=Path("eval/results/train_dot.md"))
     parser.add_argument("--plot", type=Path, default=Path("eval/results/train_dot.png"))
     args = parser.parse_args()
@@ -216,8 +232,14 @@ def main() -> None:
             print(f"bm25: {report.aggregate} ({time.perf_counter() - start:.1f} s)", flush=True)
             continue
         if system == "zero-shot":
-            index = args.index_dir / "scifact-dot-zero-shot"
-            report, seconds = evaluate_dense(args.base, args.data, index, test_queries, test_qrels)
+            if args.zero_shot_index:
+                report = search_existing(args.base, args.zero_shot_index, test_queries, test_qrels)
+                seconds = 0.0
+            else:
+                index = args.index_dir / "scifact-dot-zero-shot"
+                report, seconds = evaluate_dense(
+                    args.base, args.data, index, test_queries, test_qrels
+                )
             rows.append((f"BERT_DOT zero-shot ({args.base})", report.aggregate, "no training"))
             print(f"zero-shot: {report.aggregate} (index {seconds:.0f} s)", flush=True)
             continue

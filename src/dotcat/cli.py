@@ -133,6 +133,13 @@ def _print_hits(hits, as_json: bool) -> None:
         typer.echo(f"{'':>4}  {'':>8}  {'':<{id_width}}  {snippet}")
 
 
+_INTERPOLATE_HELP = (
+    "Mix first-stage and cross-encoder scores (min-max normalised): a weight in [0, 1] for "
+    "the cross-encoder, or 'auto' for the one `train cat` chose on dev. Default: the plain "
+    "cross-encoder score."
+)
+
+
 @app.command()
 def search(
     index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
@@ -155,8 +162,16 @@ def search(
     nprobe: Annotated[int | None, typer.Option(help="IVF lists to visit.")] = None,
     ef_search: Annotated[int | None, typer.Option(help="HNSW efSearch.")] = None,
     tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat",
+    rerank: Annotated[
+        str | None, typer.Option(help="Re-rank with this BERT_CAT cross-encoder.")
+    ] = None,
+    depth: Annotated[int, typer.Option(help="With --rerank: how many results to re-rank.")] = 100,
+    interpolate: Annotated[str | None, typer.Option(help=_INTERPOLATE_HELP)] = None,
 ) -> None:
-    """Search an index: one query (a table or --json), or a queries file into a TREC run."""
+    """Search an index: one query (a table or --json), or a queries file into a TREC run.
+
+    With --rerank MODEL the top --depth results are re-ordered by the cross-encoder.
+    """
     from dotcat.search.retriever import DenseRetriever
 
     if (query is None) == (queries is None):
@@ -166,18 +181,80 @@ def search(
     retriever = DenseRetriever(
         index_dir, model=model, device=device, search_params=_parse_search_params(nprobe, ef_search)
     )
+    cross_encoder = _load_reranker(rerank, device) if rerank else None
+    alpha = _alpha(interpolate, cross_encoder) if cross_encoder else 1.0
+    first_k = max(k, depth) if cross_encoder else k
     if query is not None:
-        _print_hits(retriever.search(query, k=k), as_json)
+        hits = retriever.search(query, k=first_k)
+        if cross_encoder is not None:
+            hits = _rerank_hits(hits, query, cross_encoder, depth, alpha)[:k]
+        _print_hits(hits, as_json)
         return
 
     from dotcat.data import load_queries, write_run
 
     topics = load_queries(queries, split=split if Path(queries).is_dir() else None)
     start = time.perf_counter()
-    run = retriever.batch_search(topics, k=k)
+    run = retriever.batch_search(topics, k=first_k)
+    if cross_encoder is not None:
+        from dotcat.search.reranker import rerank as rerank_run
+
+        needed = {doc for docs in run.values() for doc, _ in docs[:depth]}
+        texts = retriever.document_texts(needed)
+        run = rerank_run(run, topics, texts, cross_encoder, depth, alpha, show_progress=True)
+        run = {q: docs[:k] for q, docs in run.items()}
     seconds = time.perf_counter() - start
     write_run(run, output, tag=tag)
-    typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s; wrote {output}")
+    what = f", re-ranked top {depth} with {rerank}" if cross_encoder else ""
+    typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s{what}; wrote {output}")
+
+
+def _load_reranker(model: str, device: str):
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+    cross_encoder = CrossEncoder.load(CrossEncoderConfig(model=model, device=device))
+    cross_encoder.require_trained()
+    return cross_encoder
+
+
+def _alpha(interpolate: str | None, cross_encoder) -> float:
+    """The interpolation weight: None -> 1 (plain), 'auto' -> the model's dev choice, a float."""
+    if interpolate is None:
+        return 1.0
+    if interpolate == "auto":
+        record = cross_encoder.path / "dotcat_cross_encoder.json"
+        try:
+            return float(json.loads(record.read_text())["interpolation_alpha"])
+        except (OSError, ValueError, KeyError) as e:
+            raise DotcatError(
+                f"--interpolate auto: {record} records no dev-chosen weight ({e}); "
+                "give a number in [0, 1]"
+            ) from None
+    try:
+        alpha = float(interpolate)
+    except ValueError:
+        raise DotcatError(f"--interpolate: {interpolate!r} is not 'auto' or a number") from None
+    if not 0.0 <= alpha <= 1.0:
+        raise DotcatError(f"--interpolate: {alpha} is outside [0, 1]")
+    return alpha
+
+
+def _rerank_hits(hits, query: str, cross_encoder, depth: int, alpha: float):
+    """One query's hits, the top ``depth`` re-ordered by the cross-encoder (ranks renumbered)."""
+    from dataclasses import replace
+
+    from dotcat.index import document_text
+    from dotcat.search.reranker import rerank as rerank_run
+
+    by_id = {h.doc_id: h for h in hits}
+    texts = {h.doc_id: document_text(h.title, h.text) for h in hits[:depth]}
+    run = rerank_run(
+        {"q": [(h.doc_id, h.score) for h in hits]}, {"q": query}, texts, cross_encoder, depth, alpha
+    )
+    return [
+        replace(by_id[doc], rank=rank, score=score)
+        for rank, (doc, score) in enumerate(run["q"], start=1)
+    ]
 
 
 @app.command()
@@ -262,7 +339,7 @@ def eval_(
             typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")
 
 
-train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT (and BERT_CAT).")
+train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT or BERT_CAT.")
 app.add_typer(train_app, name="train")
 
 
@@ -340,4 +417,125 @@ def train_dot(
     path = train_bi_encoder(config)
     typer.echo(
         f"trained model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
+    )
+
+
+@app.command("rerank")
+def rerank_cmd(
+    run: Annotated[Path, typer.Argument(help="TREC run to re-rank (a first stage's).")],
+    data: Annotated[Path, typer.Argument(help="BEIR dir or corpus file: the document texts.")],
+    model: Annotated[str, typer.Argument(help="BERT_CAT: dotcat or sentence-transformers.")],
+    output: Annotated[Path, typer.Option(help="TREC run file to write.")],
+    depth: Annotated[int, typer.Option(help="How many results per query to re-rank.")] = 100,
+    queries: Annotated[
+        Path | None, typer.Option(help="Queries file (default: DATA's queries.jsonl).")
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="With a BEIR dir: only the run queries judged in this split.")
+    ] = "test",
+    interpolate: Annotated[str | None, typer.Option(help=_INTERPOLATE_HELP)] = None,
+    batch_size: Annotated[int, typer.Option(help="Most pairs per forward pass.")] = 32,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat-rerank",
+) -> None:
+    """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
+    from dotcat.data import load_corpus, load_queries, read_run, write_run
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+    from dotcat.search.reranker import corpus_texts, ranked
+    from dotcat.search.reranker import rerank as rerank_run
+
+    first = ranked(read_run(run))
+    source = queries if queries is not None else data
+    topics = load_queries(source, split=split if Path(source).is_dir() else None)
+    if Path(source).is_dir():  # the split's judged queries only, as `search --queries` runs
+        first = {q: docs for q, docs in first.items() if q in topics}
+        if not first:
+            raise DotcatError(f"{run}: no query of split {split!r} of {source}")
+    cross_encoder = CrossEncoder.load(
+        CrossEncoderConfig(model=model, device=device, batch_size=batch_size)
+    )
+    cross_encoder.require_trained()
+    alpha = _alpha(interpolate, cross_encoder)
+    needed = {doc for docs in first.values() for doc, _ in docs[:depth]}
+    texts = corpus_texts(load_corpus(data), needed)
+    start = time.perf_counter()
+    out = rerank_run(first, topics, texts, cross_encoder, depth, alpha, show_progress=True)
+    seconds = time.perf_counter() - start
+    write_run(out, output, tag=tag)
+    pairs = sum(min(depth, len(d)) for d in first.values())
+    typer.echo(
+        f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
+        f"({pairs / max(seconds, 1e-9):.1f} pairs/s); wrote {output}"
+    )
+
+
+@train_app.command("cat")
+def train_cat(
+    data: Annotated[Path, typer.Argument(help="BEIR dir (or corpus file with --queries/--qrels).")],
+    out_dir: Annotated[Path, typer.Argument(help="Where the trained cross-encoder goes.")],
+    split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
+    queries: Annotated[Path | None, typer.Option(help="Queries file (with a corpus file).")] = None,
+    qrels: Annotated[Path | None, typer.Option(help="Qrels file (with a corpus file).")] = None,
+    base: Annotated[
+        str, typer.Option(help="BERT checkpoint or cross-encoder to start from.")
+    ] = "default",
+    loss: Annotated[str, typer.Option(help="lce (listwise softmax) or bce (pointwise).")] = "lce",
+    first_stage: Annotated[
+        list[str] | None,
+        typer.Option(help="Negatives from: bm25, an index dir, or a TREC run; repeat to mix."),
+    ] = None,
+    depth: Annotated[int, typer.Option(help="Negatives from each first stage's top DEPTH.")] = 100,
+    n_negatives: Annotated[int, typer.Option(help="Negatives per positive.")] = 7,
+    negatives_file: Annotated[Path | None, typer.Option(help="Reuse saved negatives.")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Queries (groups) per batch.")] = 8,
+    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
+    pairs_per_forward: Annotated[int, typer.Option(help="Pairs per forward chunk.")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 3e-5,
+    warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
+    max_length: Annotated[int | None, typer.Option(help="Max tokens per pair.")] = None,
+    dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
+    dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
+    bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue from the last checkpoint.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
+) -> None:
+    """Train a BERT_CAT cross-encoder (re-ranker) on relevance labels."""
+    from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
+
+    config = CatTrainConfig(
+        data=data,
+        out_dir=out_dir,
+        split=split,
+        queries=queries,
+        qrels=qrels,
+        base=base,
+        loss=loss,
+        first_stages=tuple(first_stage or ["bm25"]),
+        depth=depth,
+        n_negatives=n_negatives,
+        negatives_file=negatives_file,
+        epochs=epochs,
+        batch_size=batch_size,
+        grad_accum_steps=grad_accum,
+        pairs_per_forward=pairs_per_forward,
+        lr=lr,
+        warmup_ratio=warmup_ratio,
+        max_length=max_length,
+        dev_fraction=dev_fraction,
+        dev_depth=dev_depth,
+        seed=seed,
+        bf16=bf16,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        overwrite=overwrite,
+    )
+    path = train_cross_encoder(config)
+    typer.echo(
+        f"trained cross-encoder written to {path}; re-rank with: "
+        f"dotcat rerank RUN DATA {path} --output RUN2"
     )

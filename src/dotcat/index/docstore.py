@@ -79,6 +79,19 @@ class DocStore:
             row[0]: StoredDocument(*row) for row in self._select("pos, id, title, text", positions)
         }
 
+    def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """Documents with the given ids (the ``id`` column is UNIQUE, hence indexed)."""
+        wanted = sorted(set(doc_ids))
+        found: dict[str, StoredDocument] = {}
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT pos, id, title, text FROM docs WHERE id IN ({marks})", chunk
+            )
+            found.update((row[1], StoredDocument(*row)) for row in rows)
+        return found
+
     def ids(self, positions: Sequence[int]) -> dict[int, str]:
         """Document ids at the given FAISS positions."""
         return dict(self._select("pos, id", positions))

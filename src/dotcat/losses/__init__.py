@@ -4,6 +4,9 @@
   and a temperature, cosine or dot product (van den Oord et al. 2018; Karpukhin et al. 2020).
 - :func:`triplet_loss` / :class:`TripletLoss`: ``max(gamma - cos(q, d+) + cos(q, d-), 0)``
   (Schroff et al. 2015; the course notes).
+- :func:`bce_loss`: pointwise binary cross-entropy of BERT_CAT (monoBERT, the course notes).
+- :func:`lce_loss`: localized contrastive estimation, a softmax over a positive and its hard
+  negatives for BERT_CAT (Gao, Dai & Callan 2021).
 - :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
   memory (Gao et al. 2021).
 """
@@ -18,6 +21,8 @@ from dotcat.losses.contrastive import (
     false_negative_mask,
     similarity_matrix,
 )
+from dotcat.losses.listwise import lce_loss
+from dotcat.losses.pointwise import bce_loss, group_labels
 from dotcat.losses.triplet import DEFAULT_MARGIN, TripletLoss, triplet_loss
 
 __all__ = [
@@ -28,10 +33,13 @@ __all__ = [
     "GradCache",
     "RandContext",
     "TripletLoss",
+    "bce_loss",
     "contrastive_logits",
     "contrastive_loss",
     "false_negative_mask",
     "grad_cache_backward",
+    "group_labels",
+    "lce_loss",
     "similarity_matrix",
     "split_batch",
     "triplet_loss",

@@ -421,13 +421,13 @@ def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
     return [prefix + t for t in texts] if prefix else texts
 
 
-def _load_model(auto_model: Any, model_dir: Path) -> torch.nn.Module:
+def _load_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
     """AutoModel with SDPA attention where the architecture has it (the eager one is slower)."""
     try:
-        return auto_model.from_pretrained(model_dir, attn_implementation="sdpa")
+        return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
     except (ValueError, ImportError) as e:
         logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
-        return auto_model.from_pretrained(model_dir)
+        return auto_model.from_pretrained(model_dir, **kwargs)
 
 
 def _max_positions(model_config: Any) -> int:

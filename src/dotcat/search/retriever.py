@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dotcat.index import DenseIndex, check_encoder
+from dotcat.index import DenseIndex, check_encoder, document_text
 from dotcat.models import BiEncoder, EncoderConfig
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,11 @@ class DenseRetriever:
             for rank, (s, p) in enumerate(zip(scores[0], positions[0], strict=False), start=1)
             if p >= 0
         ]
+
+    def document_texts(self, doc_ids) -> dict[str, str]:
+        """id -> ``document_text(title, text)`` from the index's document store."""
+        docs = self.index.store.by_ids(list(doc_ids))
+        return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
 
     def batch_search(
         self,

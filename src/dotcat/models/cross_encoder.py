@@ -1,0 +1,426 @@
+"""BERT_CAT: the cross-encoder that reads a query and a document together (monoBERT).
+
+``p(relevant | q, d) = sigmoid(BERT([CLS] q [SEP] d [SEP])[CLS] . W_o)`` (Nogueira & Cho 2019,
+"Passage Re-ranking with BERT"); the logit ``BERT(...)[CLS] . W_o`` is the ranking score. As in
+monoBERT and ``transformers``' ``BertForSequenceClassification``, the [CLS] vector goes through
+BERT's pooler (dense + tanh) before the linear head ``W_o``; the model is a
+``AutoModelForSequenceClassification`` with one label, so a saved BERT_CAT is a plain Hugging
+Face directory that ``sentence_transformers.CrossEncoder`` loads and scores identically (its
+``predict`` applies the sigmoid; dotcat returns logits, the same ranking).
+
+Truncation cuts the document first, never the query first (:func:`pair_lengths`): a claim or
+question is short and every token of it matters, a long document's head usually carries it.
+
+Scoring is fast on CPU the way :mod:`.bi_encoder` is (numbers in
+``eval/results/rerank_throughput.md``): every distinct query and document is tokenized once
+(a re-ranked run repeats each query ``depth`` times), pairs are sorted by length and packed in
+token-budget batches, worker threads each run their own batch, ``torch.inference_mode``,
+bf16/fp16 autocast only where native.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dotcat.errors import DotcatError
+from dotcat.models.bi_encoder import _load_model, _max_positions, _run_jobs
+from dotcat.models.resolve import resolve_model, weights_fingerprint
+from dotcat.models.runtime import autocast, configure_threads, resolve_device, resolve_precision
+
+logger = logging.getLogger(__name__)
+
+#: Padded tokens per forward pass on CPU (the bi-encoder's measured sweet spot).
+CPU_MAX_BATCH_TOKENS = 2048
+#: Default max length of a (query, document) pair when the model does not record one.
+DEFAULT_MAX_LENGTH = 256
+#: Pairs tokenized, sorted and scored together; bounds the token lists held in memory.
+WINDOW = 16_384
+
+
+@dataclass
+class CrossEncoderConfig:
+    """How to build a :class:`CrossEncoder`.
+
+    Attributes:
+        model: a trained cross-encoder directory (dotcat's or sentence-transformers'), a hub
+            name, or, to start training, any BERT checkpoint (``default`` = all-MiniLM-L6-v2,
+            packaged); a checkpoint without a classification head gets a new one.
+        max_length: tokens per pair, special tokens included; None: what the model directory
+            records (its tokenizer's ``model_max_length``), else 256.
+        batch_size: most pairs per forward pass.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+        fast: token-budget batches, worker threads and autocast per ``precision``; False:
+            fixed-size batches, one at a time, fp32 (the reference path).
+        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
+        precision: ``auto`` (bf16 where native, fp16 on older GPUs, else fp32), ``fp32``,
+            ``bf16``, ``fp16``.
+        cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
+            intra-op thread.
+        num_threads: intra-op threads; None: every core this process may use.
+    """
+
+    model: str = "default"
+    max_length: int | None = None
+    batch_size: int = 32
+    device: str = "auto"
+    fast: bool = True
+    max_batch_tokens: int | None = None
+    precision: str = "auto"
+    cpu_workers: int | None = None
+    num_threads: int | None = None
+
+
+def pair_lengths(query_len: int, doc_len: int, budget: int) -> tuple[int, int]:
+    """Tokens kept of the query and of the document when a pair must fit ``budget`` tokens.
+
+    The document is cut first. The query is cut only when, whole, it would leave the document
+    less than half the budget; then the document keeps up to half and the query the rest.
+
+    >>> pair_lengths(10, 500, 253)
+    (10, 243)
+    >>> pair_lengths(400, 500, 253)
+    (127, 126)
+    """
+    if budget < 2:
+        raise ValueError(f"a pair needs at least 2 tokens of budget, got {budget}")
+    if query_len + doc_len <= budget:
+        return query_len, doc_len
+    doc_keep = max(budget - query_len, min(doc_len, budget // 2))
+    return budget - doc_keep, doc_keep
+
+
+class PairTemplate:
+    """Where a tokenizer puts its special tokens and segment ids around a (query, doc) pair.
+
+    Learnt once by encoding a probe pair, so BERT (``[CLS] q [SEP] d [SEP]``, segments 0/1)
+    and RoBERTa-style (``<s> q </s></s> d </s>``) tokenizers both work from token id lists.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        first = _single_token(tokenizer, "a")
+        second = _single_token(tokenizer, "b")
+        encoded = tokenizer("a", "b", add_special_tokens=True, return_token_type_ids=True)
+        ids = list(encoded["input_ids"])
+        types = list(encoded.get("token_type_ids") or [0] * len(ids))
+        try:
+            i = ids.index(first)
+            j = ids.index(second, i + 1)
+        except ValueError as e:
+            raise DotcatError(f"cannot find the pair layout of tokenizer {tokenizer!r}") from e
+        self.prefix, self.middle, self.suffix = ids[:i], ids[i + 1 : j], ids[j + 1 :]
+        self.prefix_types, self.middle_types = types[:i], types[i + 1 : j]
+        self.suffix_types = types[j + 1 :]
+        self.query_type, self.doc_type = types[i], types[j]
+        self.n_special = len(self.prefix) + len(self.middle) + len(self.suffix)
+
+    def build(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
+        """``(input_ids, token_type_ids)`` of one pair, special tokens included."""
+        ids = self.prefix + query + self.middle + doc + self.suffix
+        types = (
+            self.prefix_types
+            + [self.query_type] * len(query)
+            + self.middle_types
+            + [self.doc_type] * len(doc)
+            + self.suffix_types
+        )
+        return ids, types
+
+
+def _single_token(tokenizer: Any, text: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise DotcatError(f"tokenizer {tokenizer!r} splits the probe {text!r}; unsupported")
+    return int(ids[0])
+
+
+class CrossEncoder:
+    """A BERT_CAT re-ranker: ``AutoModelForSequenceClassification`` with one logit.
+
+    Build with :meth:`load`; score with :meth:`score` (logits, higher = more relevant).
+    ``model`` is a plain ``torch.nn.Module``: training calls it on :meth:`collate` output.
+    """
+
+    def __init__(
+        self,
+        config: CrossEncoderConfig,
+        path: Path,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        device: torch.device,
+        trained_head: bool,
+    ) -> None:
+        self.config = config
+        self.name = config.model
+        self.path = path
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.device = device
+        self.trained_head = trained_head
+        self.template = PairTemplate(tokenizer)
+        self.fingerprint = weights_fingerprint(path)
+        self.autocast_dtype = resolve_precision(config.precision if config.fast else "fp32", device)
+        tokens = config.max_batch_tokens
+        if tokens is None:
+            tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
+        self.max_batch_tokens = tokens if config.fast else 0
+        pad = tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else 0
+
+    @classmethod
+    def load(cls, config: CrossEncoderConfig | None = None, *, seed: int = 0) -> CrossEncoder:
+        """Resolve and load a cross-encoder (or a BERT checkpoint to start one from).
+
+        A checkpoint whose ``config.json`` has no single-label sequence-classification head
+        (e.g. all-MiniLM-L6-v2, a bi-encoder) gets a new linear head initialised with ``seed``
+        and ``trained_head`` is False: fine for training, refused by :meth:`require_trained`.
+
+        Raises:
+            DotcatError: unresolvable or unloadable model, a multi-label head, or a max_length
+                beyond the model's position embeddings.
+        """
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+        config = config or CrossEncoderConfig()
+        if config.batch_size < 1:
+            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
+        path = resolve_model(config.model)
+        device = resolve_device(config.device)
+        if device.type == "cpu":
+            configure_threads(config.num_threads)
+        try:
+            model_config = AutoConfig.from_pretrained(path)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+        architectures = getattr(model_config, "architectures", None) or []
+        trained_head = any(a.endswith("ForSequenceClassification") for a in architectures)
+        if trained_head and model_config.num_labels != 1:
+            raise DotcatError(
+                f"{path} is a classifier with {model_config.num_labels} labels; a re-ranker "
+                "needs one relevance logit"
+            )
+        torch.manual_seed(seed)  # the new head (and pooler, if absent) start the same each run
+        try:
+            model = _load_model(AutoModelForSequenceClassification, path, num_labels=1)
+        except (OSError, ValueError) as e:
+            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+        model.eval().requires_grad_(False).to(device)
+
+        positions = _max_positions(model.config)
+        max_length = config.max_length or _recorded_max_length(
+            path, tokenizer, positions, trained_head
+        )
+        if max_length < 8 or max_length > positions:
+            raise DotcatError(
+                f"max_length {max_length} is outside 8..{positions} (the model's positions)"
+            )
+        encoder = cls(
+            config,
+            path,
+            model,
+            tokenizer,
+            max_length=int(max_length),
+            device=device,
+            trained_head=trained_head,
+        )
+        logger.info(
+            "cross-encoder %s: max_length %d, %s, autocast %s%s",
+            config.model,
+            encoder.max_length,
+            device,
+            encoder.autocast_dtype or "off (fp32)",
+            "" if trained_head else ", new classification head (untrained)",
+        )
+        return encoder
+
+    def require_trained(self) -> None:
+        """Refuse to re-rank with a head nobody trained (random scores)."""
+        if not self.trained_head:
+            raise DotcatError(
+                f"{self.path} is not a cross-encoder (no sequence-classification head); train "
+                "one with `dotcat train cat` or pass a sentence-transformers CrossEncoder"
+            )
+
+    # -- tokenization -----------------------------------------------------------------------
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, no special tokens, not truncated (pairs are cut later)."""
+        # A generous per-text cap keeps pathological texts cheap; pairs never use more.
+        encoded = self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            truncation=True,
+            max_length=self.max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return encoded["input_ids"]
+
+    def build_pair(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
+        """One pair's ``(input_ids, token_type_ids)``, cut by :func:`pair_lengths`."""
+        lq, ld = pair_lengths(len(query), len(doc), self.max_length - self.template.n_special)
+        return self.template.build(query[:lq], doc[:ld])
+
+    def collate(self, pairs: Sequence[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+        """Right-padded ``input_ids``, ``token_type_ids``, ``attention_mask`` on the device."""
+        width = max(len(ids) for ids, _ in pairs)
+        input_ids = np.full((len(pairs), width), self._pad_id, dtype=np.int64)
+        types = np.zeros((len(pairs), width), dtype=np.int64)
+        mask = np.zeros((len(pairs), width), dtype=np.int64)
+        for row, (ids, tt) in enumerate(pairs):
+            input_ids[row, : len(ids)] = ids
+            types[row, : len(tt)] = tt
+            mask[row, : len(ids)] = 1
+        return {
+            "input_ids": torch.from_numpy(input_ids).to(self.device),
+            "token_type_ids": torch.from_numpy(types).to(self.device),
+            "attention_mask": torch.from_numpy(mask).to(self.device),
+        }
+
+    def features(self, queries: Sequence[str], documents: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Model inputs for ``(queries[i], documents[i])`` pairs (training uses this)."""
+        q_ids, d_ids = self._tokenize_unique(queries), self._tokenize_unique(documents)
+        return self.collate([self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)])
+
+    def logits(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[n]`` relevance logits, with autograd when the caller allows it."""
+        return self.model(**features).logits.squeeze(-1)
+
+    # -- scoring ----------------------------------------------------------------------------
+
+    def score(
+        self,
+        queries: Sequence[str],
+        documents: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+    ) -> np.ndarray:
+        """float32 logits of the pairs ``(queries[i], documents[i])``; higher = more relevant.
+
+        ``sigmoid(logit)`` is p(relevant). Pairs are cut by :func:`pair_lengths`, sorted by
+        length, batched (``batch_size`` pairs and, on CPU, ``max_batch_tokens`` padded tokens
+        at most) and scored under ``torch.inference_mode``; outputs are in input order.
+        """
+        if isinstance(queries, str) or isinstance(documents, str):
+            raise TypeError("score() takes sequences of queries and documents, not strings")
+        n = len(queries)
+        if len(documents) != n:
+            raise ValueError(f"{n} queries but {len(documents)} documents")
+        out = np.empty(n, dtype=np.float32)
+        batch_size = batch_size or self.config.batch_size
+        workers = self._workers()
+        lock = threading.Lock()
+        self.model.eval()
+        with tqdm(total=n, desc="re-ranking", unit="pair", disable=not show_progress) as bar:
+            for start in range(0, n, WINDOW):
+                stop = min(n, start + WINDOW)
+                q_ids = self._tokenize_unique(queries[start:stop])
+                d_ids = self._tokenize_unique(documents[start:stop])
+                pairs = [self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)]
+                lengths = np.fromiter((len(p[0]) for p in pairs), dtype=np.int64, count=len(pairs))
+                order = np.argsort(-lengths, kind="stable")
+                jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
+
+                def run(idx: np.ndarray, pairs: list = pairs, start: int = start) -> None:
+                    features = self.collate([pairs[i] for i in idx])
+                    with autocast(self.device, self.autocast_dtype):
+                        logits = self.logits(features)
+                    out[start + idx] = logits.float().cpu().numpy()
+                    with lock:
+                        bar.update(len(idx))
+
+                _run_jobs(jobs, run, workers)
+        return out
+
+    def score_query(self, query: str, documents: Sequence[str], **kwargs: Any) -> np.ndarray:
+        """Logits of one query against each document."""
+        return self.score([query] * len(documents), documents, **kwargs)
+
+    # -- saving -----------------------------------------------------------------------------
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Write a Hugging Face sequence-classification directory (safetensors + tokenizer).
+
+        The tokenizer records ``model_max_length = max_length``, which both dotcat and
+        ``sentence_transformers.CrossEncoder`` read back as the pair length.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, safe_serialization=True)
+        self.tokenizer.model_max_length = self.max_length
+        self.tokenizer.save_pretrained(out)
+        (out / "dotcat_cross_encoder.json").write_text(
+            json.dumps({"max_length": self.max_length, "base": self.name}, indent=2) + "\n"
+        )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What a run or a training record notes about this cross-encoder."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "max_length": self.max_length,
+        }
+
+    def __repr__(self) -> str:
+        return f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device})"
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _tokenize_unique(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`tokenize` each distinct text once (a run repeats its query per document)."""
+        texts = list(texts)
+        unique = list(dict.fromkeys(texts))
+        ids = dict(zip(unique, self.tokenize(unique), strict=True)) if unique else {}
+        return [ids[t] for t in texts]
+
+    def _batches(self, sorted_lengths: np.ndarray, batch_size: int):
+        start, n = 0, len(sorted_lengths)
+        while start < n:
+            size = batch_size
+            if self.max_batch_tokens > 0:
+                size = max(1, min(batch_size, self.max_batch_tokens // int(sorted_lengths[start])))
+            yield slice(start, min(n, start + size))
+            start += size
+
+    def _workers(self) -> int:
+        if self.device.type != "cpu" or not self.config.fast:
+            return 1
+        if self.config.cpu_workers is not None:
+            return max(1, self.config.cpu_workers)
+        return torch.get_num_threads()
+
+
+def _recorded_max_length(path: Path, tokenizer: Any, positions: int, trained_head: bool) -> int:
+    """The pair length a cross-encoder directory records; for a base checkpoint, the default.
+
+    dotcat records it in ``dotcat_cross_encoder.json``; sentence-transformers in the
+    tokenizer's ``model_max_length`` (which it also uses). A checkpoint made for retrieval
+    records its *passage* length there (all-MiniLM-L6-v2: 512), not a pair length, so a new
+    re-ranker starts from :data:`DEFAULT_MAX_LENGTH` unless told otherwise.
+    """
+    record = path / "dotcat_cross_encoder.json"
+    if record.is_file():
+        try:
+            return int(json.loads(record.read_text())["max_length"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise DotcatError(f"{record}: max_length: unreadable ({e})") from e
+    recorded = getattr(tokenizer, "model_max_length", None)
+    if trained_head and isinstance(recorded, int) and 8 <= recorded <= positions:
+        return recorded
+    return min(DEFAULT_MAX_LENGTH, positions)

@@ -1,0 +1,737 @@
+"""Train a BERT_CAT re-ranker on relevance labels: ``dotcat train cat DATA OUT_DIR``.
+
+:func:`train_cross_encoder` is the whole run, readable top to bottom:
+
+1. load the queries, qrels and corpus; carve a dev split out of the training queries
+   (:func:`dotcat.training.split_dev`, the same hash split as ``train dot``);
+2. run the first stage(s) the re-ranker will sit behind (BM25, a dotcat index of a trained
+   BERT_DOT, or a TREC run file) over the train and dev queries; a query's negative pool is
+   its top ``depth`` documents of every first stage, interleaved by rank, minus the documents
+   judged relevant; the pools are saved to ``OUT_DIR/negatives.jsonl.gz``;
+3. one example per (query, relevant document); every epoch it is paired with ``n_negatives``
+   documents drawn from its pool by a hash of (seed, epoch, query, document), so a resumed or
+   repeated run sees the same groups;
+4. train ``[CLS] q [SEP] d [SEP]`` -> logit with pointwise binary cross-entropy (monoBERT,
+   :func:`dotcat.losses.bce_loss`) or localized contrastive estimation (LCE, a softmax over
+   the positive and its negatives, :func:`dotcat.losses.lce_loss`); AdamW with linear warm-up
+   and decay, clipping, accumulation, bf16 autocast where native; each batch is forwarded a
+   few groups at a time (both losses are means over groups, so the gradient is the whole
+   batch's, in the memory of a chunk; on CPU small chunks are also faster);
+5. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
+   model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
+   dev score; finally choose the interpolation weight of first-stage and cross-encoder scores
+   on dev (recorded, used by ``dotcat rerank --interpolate auto``);
+6. record everything in ``OUT_DIR/dotcat_training.json``.
+
+Checkpoints every ``checkpoint_every`` steps (:mod:`dotcat.training.checkpoint`); ``resume``
+continues exactly (weights, optimizer, schedule, position in the epoch, RNG states).
+
+References:
+    - Nogueira & Cho (2019), "Passage Re-ranking with BERT", arXiv:1901.04085 (monoBERT).
+    - Gao, Dai & Callan (2021), "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
+      Pipeline", ECIR, arXiv:2101.08751 (LCE, negatives from the pipeline's own first stage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from dotcat import __version__
+from dotcat.errors import DotcatError
+from dotcat.losses import bce_loss, group_labels, lce_loss
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.resolve import weights_fingerprint
+from dotcat.training.checkpoint import (
+    CHECKPOINTS_DIR,
+    latest_checkpoint,
+    load_checkpoint,
+    python_numpy_rng_state,
+    save_checkpoint,
+    set_python_numpy_rng_state,
+    set_torch_rng_state,
+    torch_rng_state,
+)
+from dotcat.training.examples import _rng, load_training_data, split_dev
+from dotcat.training.mining import load_negatives, negatives_meta, save_negatives
+from dotcat.training.trainer import (
+    BF16_SETTINGS,
+    RECORD_FILE,
+    RECORD_FORMAT,
+    _param_groups,
+    _seed_everything,
+    _write_json,
+    data_fingerprint,
+    resolve_bf16,
+)
+
+logger = logging.getLogger(__name__)
+
+Qrels = Mapping[str, Mapping[str, int]]
+Run = dict[str, list[tuple[str, float]]]
+NEGATIVES_FILE = "negatives.jsonl.gz"
+DEV_MEASURE = "nDCG@10"
+CAT_LOSSES = ("bce", "lce")
+#: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
+ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))
+_RESUME_FREE = {"resume", "overwrite", "stop_after_steps", "checkpoint_every", "show_progress"}
+
+
+@dataclass
+class CatTrainConfig:
+    """Everything that defines a BERT_CAT training run (recorded in the run's outputs).
+
+    Data: ``data``, ``out_dir``, ``split``, ``queries``, ``qrels``, ``dev_fraction`` as for
+    :class:`dotcat.training.DotTrainConfig`.
+
+    First stage and negatives:
+        first_stages: where negatives come from, each ``"bm25"``, a dotcat index directory
+            (searched with its own encoder: a trained BERT_DOT) or a TREC run file covering
+            the training queries. Use the first stage the re-ranker will sit behind.
+        depth: a query's pool is the top ``depth`` of every first stage, minus judged-relevant.
+        n_negatives: negatives per positive (the LCE group is ``1 + n_negatives``).
+        negatives_file: load these pools instead of running the first stages.
+        dev_depth: dev queries are re-ranked at this depth (the first of ``first_stages``).
+
+    Model: ``base`` (a BERT checkpoint or a cross-encoder to continue), ``max_length``
+    (tokens per pair; None: the base's record, else 256).
+
+    Optimisation:
+        loss: ``"lce"`` (softmax over a positive and its negatives) or ``"bce"`` (pointwise).
+        epochs, batch_size (groups per optimizer step per accumulation step),
+        grad_accum_steps, pairs_per_forward (pairs per forward/backward chunk; 0: the batch),
+        lr, warmup_ratio, weight_decay, max_grad_norm, seed, bf16, device.
+
+    Checkpoints: checkpoint_every, keep_checkpoints, resume, overwrite, stop_after_steps,
+    show_progress, as for ``DotTrainConfig``.
+    """
+
+    data: str | Path
+    out_dir: str | Path
+    split: str = "train"
+    queries: str | Path | None = None
+    qrels: str | Path | None = None
+    base: str = "default"
+    first_stages: tuple[str, ...] = ("bm25",)
+    depth: int = 100
+    n_negatives: int = 7
+    negatives_file: str | Path | None = None
+    loss: str = "lce"
+    epochs: int = 1
+    batch_size: int = 8
+    grad_accum_steps: int = 1
+    pairs_per_forward: int = 16
+    lr: float = 3e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    max_length: int | None = None
+    dev_fraction: float = 0.1
+    dev_depth: int = 20
+    seed: int = 42
+    bf16: str = "auto"
+    device: str = "auto"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = False
+    overwrite: bool = False
+    stop_after_steps: int | None = None
+    show_progress: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`DotcatError` for a value that cannot work."""
+        checks = [
+            (self.loss in CAT_LOSSES, f"loss must be one of {CAT_LOSSES}, got {self.loss!r}"),
+            (str(self.bf16) in BF16_SETTINGS, f"bf16 must be one of {BF16_SETTINGS}"),
+            (bool(self.first_stages) or self.negatives_file is not None, "no first stage"),
+            (self.depth >= 1 and self.dev_depth >= 1, "depths must be >= 1"),
+            (self.n_negatives >= 1, f"n_negatives must be >= 1, got {self.n_negatives}"),
+            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
+            (self.batch_size >= 1 and self.grad_accum_steps >= 1, "batch sizes must be >= 1"),
+            (self.pairs_per_forward >= 0, "pairs_per_forward must be >= 0"),
+            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
+            (self.weight_decay >= 0 and self.max_grad_norm >= 0, "negative decay or clip"),
+            (0 <= self.dev_fraction < 1, "dev_fraction must be in [0, 1)"),
+            (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
+            (self.stop_after_steps is None or self.stop_after_steps >= 1, "stop_after_steps < 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DotcatError(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (paths as strings, first stages as a list)."""
+        out = dataclasses.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, Path):
+                out[key] = str(value)
+        out["first_stages"] = [str(s) for s in self.first_stages]
+        return out
+
+
+# -- first stages and negatives -------------------------------------------------------------
+
+
+def first_stage_run(source: str, data: Any, queries: Mapping[str, str], k: int) -> Run:
+    """The top ``k`` of one first stage for ``queries``: ``bm25``, an index dir or a run file."""
+    from dotcat.data import read_run
+    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.reranker import ranked
+
+    if source == "bm25":
+        return bm25_search(data.corpus, dict(queries), k=k)
+    path = Path(source)
+    if (path / "manifest.json").is_file():
+        from dotcat.search.retriever import DenseRetriever
+
+        return DenseRetriever(path).batch_search(dict(queries), k=k)
+    if path.is_file():
+        run = ranked(read_run(path))
+        missing = [q for q in queries if q not in run]
+        if missing:
+            logger.warning("%s: no results for %d of %d queries", path, len(missing), len(queries))
+        return {q: run.get(q, [])[:k] for q in queries}
+    raise DotcatError(f"first stage {source!r}: not 'bm25', an index directory or a run file")
+
+
+def negative_pools(runs: Sequence[Run], qrels: Qrels, depth: int) -> dict[str, list[str]]:
+    """qid -> the top ``depth`` of every run interleaved by rank, deduplicated, minus relevant.
+
+    >>> runs = [{"q": [("a", 3), ("b", 2)]}, {"q": [("c", 9), ("a", 1)]}]
+    >>> negative_pools(runs, {"q": {"b": 1}}, 2)
+    {'q': ['a', 'c']}
+    """
+    pools: dict[str, list[str]] = {}
+    for qid in {q for run in runs for q in run}:
+        judged = qrels.get(qid, {})
+        lists = [[d for d, _ in run.get(qid, [])[:depth]] for run in runs]
+        seen: dict[str, None] = {}
+        for rank in range(max((len(x) for x in lists), default=0)):
+            for docs in lists:
+                if rank < len(docs) and judged.get(docs[rank], 0) <= 0:
+                    seen.setdefault(docs[rank], None)
+        pools[qid] = list(seen)
+    return dict(sorted(pools.items()))
+
+
+def sample_negatives(pool: Sequence[str], n: int, *key: object) -> list[str]:
+    """``n`` documents of ``pool`` drawn by a hash of ``key`` (with repeats if it is short)."""
+    rng = _rng(*key)
+    if len(pool) >= n:
+        return rng.sample(list(pool), n)
+    return [rng.choice(list(pool)) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class CatExample:
+    """A judged (query, relevant document) pair; negatives are drawn per epoch."""
+
+    qid: str
+    query: str
+    positive_id: str
+
+
+def build_cat_examples(
+    queries: Mapping[str, str], qrels: Qrels, pools: Mapping[str, Sequence[str]]
+) -> list[CatExample]:
+    """One example per (query, relevant document) whose query has a non-empty pool."""
+    examples, no_pool = [], 0
+    for qid, text in queries.items():
+        if not pools.get(qid):
+            no_pool += 1
+            continue
+        for doc, grade in sorted(qrels.get(qid, {}).items()):
+            if grade > 0:
+                examples.append(CatExample(qid, text, doc))
+    if no_pool:
+        logger.warning("%d training queries have no first-stage negative; skipped", no_pool)
+    return examples
+
+
+# -- one batch ------------------------------------------------------------------------------
+
+
+def backward_groups(
+    cross_encoder: CrossEncoder,
+    groups: Sequence[tuple[str, list[str]]],
+    loss: str,
+    *,
+    pairs_per_forward: int = 0,
+    scale: float = 1.0,
+    bf16: bool = False,
+) -> float:
+    """Forward and backward a batch of groups ``(query, [positive, negative, ...])``.
+
+    The loss (:func:`~dotcat.losses.lce_loss` over each group, or :func:`~dotcat.losses.bce_loss`
+    over every pair with the positive labelled 1) is a mean over groups of equal size, so it is
+    computed ``pairs_per_forward // group size`` groups at a time, each chunk's loss weighted
+    by its share of the batch: the same gradient as one pass, in a chunk's memory. Gradients
+    accumulate in ``.grad``; returns the batch loss times ``scale``.
+    """
+    size = len(groups[0][1])
+    if any(len(docs) != size for _, docs in groups):
+        raise ValueError("all groups of a batch must have the same size")
+    per_chunk = max(1, pairs_per_forward // size) if pairs_per_forward else len(groups)
+    device = cross_encoder.device
+    total = 0.0
+    for start in range(0, len(groups), per_chunk):
+        chunk = groups[start : start + per_chunk]
+        queries = [q for q, docs in chunk for _ in docs]
+        documents = [d for _, docs in chunk for d in docs]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = cross_encoder.logits(cross_encoder.features(queries, documents))
+        logits = logits.float().view(len(chunk), size)
+        if loss == "lce":
+            value = lce_loss(logits)
+        else:
+            value = bce_loss(logits, group_labels(len(chunk), size, logits.device))
+        weighted = value * (len(chunk) / len(groups)) * scale
+        weighted.backward()
+        total += float(weighted.detach())
+    return total
+
+
+# -- dev evaluation -------------------------------------------------------------------------
+
+
+def dev_candidates(
+    cross_encoder: CrossEncoder,
+    first: Run,
+    queries: Mapping[str, str],
+    doc_texts: Mapping[str, str],
+    depth: int,
+) -> dict[str, Any]:
+    """The dev queries' first-stage lists with the current model's logits for the top ``depth``."""
+    from dotcat.search.reranker import score_candidates
+
+    with torch.inference_mode():
+        return score_candidates(first, queries, doc_texts, cross_encoder, depth)
+
+
+def dev_score(candidates: Mapping[str, Any], qrels: Qrels, alpha: float = 1.0) -> float:
+    """Dev nDCG@10 of the re-ranked lists (``alpha``: see :func:`dotcat.search.reranker.fuse`)."""
+    from dotcat.evaluation import evaluate
+    from dotcat.search.reranker import fuse
+
+    run = fuse(candidates, alpha)
+    report = evaluate(run, {q: dict(qrels[q]) for q in candidates}, measures=[DEV_MEASURE])
+    return report.aggregate[DEV_MEASURE]
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def train_cross_encoder(config: CatTrainConfig) -> Path:
+    """Train a BERT_CAT re-ranker; returns the output directory (the best model).
+
+    Raises:
+        DotcatError: bad settings or data, an output directory holding another run (without
+            ``resume`` or ``overwrite``), a checkpoint that does not fit.
+    """
+    config.validate()
+    out_dir = Path(config.out_dir)
+    if config.resume and _finished(out_dir, config):
+        logger.info("%s: this training run has already finished; nothing to resume", out_dir)
+        return out_dir
+    return _train(config, out_dir)
+
+
+def _finished(out_dir: Path, config: CatTrainConfig) -> bool:
+    try:
+        record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return record.get("status") == "finished" and record.get("kind") == "cat"
+
+
+def _prepare_out_dir(out_dir: Path, config: CatTrainConfig) -> None:
+    """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting."""
+    if not out_dir.exists():
+        out_dir.mkdir(parents=True)
+        return
+    if not out_dir.is_dir():
+        raise DotcatError(f"{out_dir}: exists and is not a directory")
+    earlier = (out_dir / RECORD_FILE).exists() or (out_dir / CHECKPOINTS_DIR).exists()
+    if not earlier or config.resume:
+        return
+    if not config.overwrite:
+        raise DotcatError(
+            f"{out_dir}: holds an earlier training run; resume it (--resume) or overwrite it "
+            "(--overwrite)"
+        )
+    logger.warning("overwriting the training run in %s", out_dir)
+    shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
+    (out_dir / NEGATIVES_FILE).unlink(missing_ok=True)
+    (out_dir / RECORD_FILE).unlink(missing_ok=True)
+
+
+def _pools(
+    config: CatTrainConfig, out_dir: Path, data: Any, queries: Mapping[str, str]
+) -> tuple[dict[str, list[str]], dict[str, Any], Run | None]:
+    """Negative pools (saved, or read back on resume) and the first stage's run for dev."""
+    path = out_dir / NEGATIVES_FILE
+    runs: list[Run] = []
+    if not (config.resume and path.is_file()) and config.negatives_file is None:
+        for source in config.first_stages:
+            logger.info("first stage %s: top %d of %d queries", source, config.depth, len(queries))
+            runs.append(first_stage_run(source, data, queries, config.depth))
+        pools = negative_pools(runs, data.qrels, config.depth)
+        meta = negatives_meta(
+            "first-stage",
+            (0, config.depth),
+            len(data.corpus),
+            first_stages=[str(s) for s in config.first_stages],
+            n_queries=len(pools),
+        )
+        save_negatives(path, pools, meta)
+    elif config.negatives_file is not None and not path.is_file():
+        pools, meta = load_negatives(config.negatives_file)
+        save_negatives(path, pools, {**meta, "loaded_from": str(config.negatives_file)})
+    pools, meta = load_negatives(path)
+    return pools, {k: v for k, v in meta.items() if k != "format"}, runs[0] if runs else None
+
+
+def _train(config: CatTrainConfig, out_dir: Path) -> Path:
+    started = time.perf_counter()
+    _prepare_out_dir(out_dir, config)
+    _seed_everything(config.seed, 0)
+    show = config.show_progress
+
+    data = load_training_data(config.data, config.split, config.queries, config.qrels)
+    train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, config.seed)
+    train_queries = {q: data.queries[q] for q in train_qids}
+    dev_queries = {q: data.queries[q] for q in dev_qids}
+
+    cross_encoder = CrossEncoder.load(
+        CrossEncoderConfig(model=config.base, max_length=config.max_length, device=config.device),
+        seed=config.seed,
+    )
+    model = cross_encoder.model
+    model.requires_grad_(True)
+    bf16 = resolve_bf16(config.bf16, cross_encoder.device)
+
+    mining_started = time.perf_counter()
+    pools, pools_meta, first_run = _pools(config, out_dir, data, data.queries)
+    if dev_queries and first_run is None:  # resumed or loaded pools: the dev first stage again
+        first_run = first_stage_run(config.first_stages[0], data, dev_queries, config.dev_depth)
+    mining_seconds = time.perf_counter() - mining_started
+    examples = build_cat_examples(train_queries, data.qrels, pools)
+    if not examples:
+        raise DotcatError("no training examples (no judged query with first-stage negatives)")
+    dev_first = {q: first_run.get(q, []) for q in dev_queries} if first_run else {}
+
+    from dotcat.search.reranker import corpus_texts
+
+    needed = {e.positive_id for e in examples} | {
+        d for q in train_queries for d in pools.get(q, [])
+    }
+    needed |= {d for docs in dev_first.values() for d, _ in docs[: config.dev_depth]}
+    doc_texts = corpus_texts(data.corpus, needed)
+
+    batch, accum = config.batch_size, config.grad_accum_steps
+    batches_per_epoch = math.ceil(len(examples) / batch)
+    steps_per_epoch = math.ceil(batches_per_epoch / accum)
+    total_steps = steps_per_epoch * config.epochs
+    optimizer = torch.optim.AdamW(
+        _param_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-8
+    )
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps
+    )
+
+    step, epoch, batches_done = 0, 0, 0
+    history: list[dict[str, Any]] = []
+    loss_curve: list[list[float]] = []
+    best: dict[str, Any] = {"epoch": None, "score": None}
+    partial = {"loss_sum": 0.0, "steps": 0, "examples": 0, "seconds": 0.0}
+    totals = {"examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
+    interpolation: dict[str, Any] = {}
+    resumed_from = None
+    checkpoint = latest_checkpoint(out_dir) if config.resume else None
+    if config.resume and checkpoint is None:
+        logger.warning("%s: no checkpoint to resume from; starting from scratch", out_dir)
+    if checkpoint is not None:
+        state, torch_rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
+        _check_resumed_config(state["config"], config)
+        step, epoch, batches_done = state["step"], state["epoch"], state["batches_done"]
+        history, loss_curve, best = state["history"], state["loss_curve"], state["best"]
+        partial, totals = state["partial"], state["totals"]
+        mining_seconds = state.get("mining_seconds", mining_seconds)
+        set_python_numpy_rng_state(state["rng"])
+        set_torch_rng_state(torch_rngs[0])
+        resumed_from = str(checkpoint)
+
+    data_info = data_fingerprint(config)
+    base_fingerprint = cross_encoder.fingerprint
+
+    def record(status: str) -> dict[str, Any]:
+        train_seconds = totals["train_seconds"] + partial["seconds"]
+        seen = totals["examples"] + partial["examples"]
+        return {
+            "format": RECORD_FORMAT,
+            "format_version": 1,
+            "kind": "cat",
+            "status": status,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "dotcat_version": __version__,
+            "torch_version": torch.__version__,
+            "data": {
+                "path": str(Path(config.data).resolve()),
+                "split": config.split,
+                **data_info,
+                "corpus_documents": len(data.corpus),
+            },
+            "split": {
+                "dev_fraction": config.dev_fraction,
+                "seed": config.seed,
+                "train_queries": len(train_queries),
+                "dev_queries": len(dev_queries),
+                "train_examples": len(examples),
+            },
+            "negatives": pools_meta,
+            "base_model": {
+                "name": config.base,
+                "path": str(cross_encoder.path),
+                "fingerprint": base_fingerprint,
+            },
+            "model": {
+                "max_length": cross_encoder.max_length,
+                "fingerprint": weights_fingerprint(out_dir)
+                if (out_dir / "model.safetensors").exists()
+                else None,
+            },
+            "loss": {"name": config.loss, "group_size": 1 + config.n_negatives},
+            "hyperparameters": config.to_dict(),
+            "device": str(cross_encoder.device),
+            "bf16": bf16,
+            "total_steps": total_steps,
+            "steps": step,
+            "epochs": history,
+            "best_epoch": best["epoch"],
+            f"best_dev_{DEV_MEASURE}": best["score"],
+            "interpolation": interpolation,
+            "loss_curve": loss_curve,
+            "examples_seen": seen,
+            "timings": {
+                "mining_seconds": round(mining_seconds, 3),
+                "train_seconds": round(train_seconds, 3),
+                "eval_seconds": round(totals["eval_seconds"], 3),
+                "total_seconds": round(time.perf_counter() - started, 3),
+            },
+            "examples_per_second": round(seen / train_seconds, 3) if train_seconds else None,
+            "pairs_per_second": round(seen * (1 + config.n_negatives) / train_seconds, 3)
+            if train_seconds
+            else None,
+            "resumed_from": resumed_from,
+        }
+
+    best_candidates: dict[str, Any] = {}
+
+    def evaluate_epoch() -> tuple[float | None, float]:
+        if not dev_first:
+            return None, 0.0
+        t0 = time.perf_counter()
+        candidates = dev_candidates(
+            cross_encoder, dev_first, dev_queries, doc_texts, config.dev_depth
+        )
+        model.train()
+        score = dev_score(candidates, data.qrels)
+        if best["score"] is None or score > best["score"]:
+            best_candidates.clear()
+            best_candidates.update(candidates)
+        return score, time.perf_counter() - t0
+
+    def keep_if_best(ep: int, score: float | None) -> None:
+        if score is None or best["score"] is None or score > best["score"]:
+            best.update(epoch=ep, score=score)
+            cross_encoder.trained_head = True
+            cross_encoder.save(out_dir)
+
+    if checkpoint is None:
+        first_score = None
+        if dev_first:
+            first_score = dev_score(
+                {q: _first_only(docs) for q, docs in dev_first.items()}, data.qrels
+            )
+            logger.info("epoch 0 (first stage alone): dev %s %.4f", DEV_MEASURE, first_score)
+        history.append({"epoch": 0, "train_loss": None, f"dev_{DEV_MEASURE}": first_score})
+
+    def save_state() -> None:
+        save_checkpoint(
+            out_dir,
+            step,
+            model,
+            optimizer,
+            scheduler,
+            {
+                "epoch": epoch,
+                "batches_done": batches_done,
+                "rng": python_numpy_rng_state(),
+                "history": history,
+                "loss_curve": loss_curve,
+                "best": best,
+                "partial": partial,
+                "totals": totals,
+                "mining_seconds": mining_seconds,
+                "config": config.to_dict(),
+            },
+            [torch_rng_state()],
+            keep=config.keep_checkpoints,
+        )
+        _write_json(out_dir / RECORD_FILE, record("running"))
+
+    model.train()
+    bar = tqdm(total=total_steps, initial=step, desc="training", unit="step", disable=not show)
+    stopped = False
+    while epoch < config.epochs and not stopped:
+        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
+        batches = [order[i : i + batch] for i in range(0, len(order), batch)]
+        while batches_done < len(batches):
+            t0 = time.perf_counter()
+            group_batches = batches[batches_done : batches_done + accum]
+            step_loss = 0.0
+            for indices in group_batches:
+                groups = []
+                for i in indices:
+                    e = examples[i]
+                    negs = sample_negatives(
+                        pools[e.qid], config.n_negatives, config.seed, epoch, e.qid, e.positive_id
+                    )
+                    groups.append(
+                        (e.query, [doc_texts[e.positive_id]] + [doc_texts[d] for d in negs])
+                    )
+                step_loss += backward_groups(
+                    cross_encoder,
+                    groups,
+                    config.loss,
+                    pairs_per_forward=config.pairs_per_forward,
+                    scale=1.0 / len(group_batches),
+                    bf16=bf16,
+                )
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            batches_done += len(group_batches)
+            partial["loss_sum"] += step_loss
+            partial["steps"] += 1
+            partial["examples"] += sum(len(b) for b in group_batches)
+            partial["seconds"] += time.perf_counter() - t0
+            loss_curve.append([step, round(step_loss, 6)])
+            bar.update(1)
+            bar.set_postfix(
+                epoch=epoch + 1,
+                loss=f"{step_loss:.4f}",
+                ex_s=f"{partial['examples'] / max(partial['seconds'], 1e-9):.2f}",
+            )
+            at_stop = config.stop_after_steps is not None and step >= config.stop_after_steps
+            if at_stop or (config.checkpoint_every and step % config.checkpoint_every == 0):
+                save_state()
+            if at_stop:
+                stopped = True
+                break
+        if stopped:
+            break
+        train_loss = partial["loss_sum"] / max(partial["steps"], 1)
+        score, seconds = evaluate_epoch()
+        totals["eval_seconds"] += seconds
+        totals["examples"] += partial["examples"]
+        totals["train_seconds"] += partial["seconds"]
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "train_loss": train_loss,
+                f"dev_{DEV_MEASURE}": score,
+                "steps": partial["steps"],
+                "train_seconds": partial["seconds"],
+                "examples_per_second": partial["examples"] / max(partial["seconds"], 1e-9),
+                "eval_seconds": seconds,
+            }
+        )
+        logger.info(
+            "epoch %d: train loss %.4f, dev %s %s",
+            epoch + 1,
+            train_loss,
+            DEV_MEASURE,
+            "n/a" if score is None else f"{score:.4f}",
+        )
+        keep_if_best(epoch + 1, score)
+        epoch += 1
+        batches_done = 0
+        partial = {"loss_sum": 0.0, "steps": 0, "examples": 0, "seconds": 0.0}
+        _write_json(out_dir / RECORD_FILE, record("running"))
+    bar.close()
+
+    if not stopped and best_candidates:
+        scores = {alpha: dev_score(best_candidates, data.qrels, alpha) for alpha in ALPHAS}
+        alpha = max(scores, key=lambda a: (scores[a], a))  # ties: more cross-encoder
+        interpolation.update(
+            alpha=alpha, dev_scores={str(a): round(s, 6) for a, s in scores.items()}
+        )
+        _record_alpha(out_dir, alpha, scores)
+    status = "stopped" if stopped else "finished"
+    _write_json(out_dir / RECORD_FILE, record(status))
+    if not stopped:
+        logger.info(
+            "training finished: best epoch %s (dev %s %s), model in %s",
+            best["epoch"],
+            DEV_MEASURE,
+            best["score"],
+            out_dir,
+        )
+    return out_dir
+
+
+def _first_only(docs: Sequence[tuple[str, float]]) -> Any:
+    """Candidates with no re-ranked head: the first stage's own ranking."""
+    from dotcat.search.reranker import Candidates
+
+    return Candidates(
+        docs=[d for d, _ in docs],
+        first=np.asarray([s for _, s in docs], dtype=np.float64),
+        cat=np.empty(0),
+    )
+
+
+def _record_alpha(out_dir: Path, alpha: float, scores: Mapping[float, float]) -> None:
+    """Add the dev-chosen interpolation weight to the model's ``dotcat_cross_encoder.json``."""
+    path = out_dir / "dotcat_cross_encoder.json"
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    record["interpolation_alpha"] = alpha
+    record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in scores.items()}
+    _write_json(path, record)
+    logger.info(
+        "interpolation on dev: alpha %.1f (nDCG@10 %.4f; plain cross-encoder %.4f)",
+        alpha,
+        scores[alpha],
+        scores[1.0],
+    )
+
+
+def _check_resumed_config(recorded: Mapping[str, Any], config: CatTrainConfig) -> None:
+    now = config.to_dict()
+    changed = sorted(
+        k for k in now if k not in _RESUME_FREE and k in recorded and recorded[k] != now[k]
+    )
+    if changed:
+        logger.warning(
+            "resuming with settings that differ from the checkpoint's: %s",
+            ", ".join(f"{k} {recorded[k]!r} -> {now[k]!r}" for k in changed),
+        )

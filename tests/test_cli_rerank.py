@@ -1,0 +1,147 @@
+"""The two-stage CLI on a tiny model and corpus: train cat, rerank, search --rerank."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.data import read_run
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_bert_dir):
+    """A tiny BEIR dir, its dense index, a BM25 run and a cross-encoder trained by the CLI."""
+    from tests.training.test_trainer import make_training_beir
+
+    root = tmp_path_factory.mktemp("cli_rerank")
+    data = make_training_beir(root / "beir")  # 16 judged queries in qrels/train.tsv
+    model = root / "cat"
+    result = invoke(
+        "-q", "train", "cat", data, model, "--base", tiny_bert_dir, "--first-stage", "bm25",
+        "--depth", "5", "--n-negatives", "2", "--epochs", "2", "--batch-size", "4",
+        "--max-length", "32", "--dev-fraction", "0.25", "--dev-depth", "4",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "trained cross-encoder written to" in result.output
+    index = root / "idx"
+    result = invoke(
+        "-q", "index", data, index, "--model", tiny_bert_dir, "--pooling", "mean",
+        "--similarity", "cos",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    bm25 = root / "bm25.trec"
+    assert (
+        invoke(
+            "-q", "bm25", data, "--queries", data, "--split", "train", "--output", bm25, "-k", "6"
+        ).exit_code
+        == 0
+    )
+    return {"data": data, "model": model, "index": index, "bm25": bm25, "root": root}
+
+
+def _cat(model) -> CrossEncoder:
+    return CrossEncoder.load(CrossEncoderConfig(model=str(model), device="cpu"))
+
+
+def test_train_cat_writes_a_cross_encoder_with_its_record(workspace):
+    record = json.loads((workspace["model"] / "dotcat_training.json").read_text())
+    assert record["kind"] == "cat" and record["status"] == "finished"
+    assert record["hyperparameters"]["first_stages"] == ["bm25"]
+    assert _cat(workspace["model"]).trained_head
+
+
+def test_rerank_run_reorders_the_head_by_cross_encoder_scores(workspace):
+    out = workspace["root"] / "reranked.trec"
+    result = invoke(
+        "-q", "rerank", workspace["bm25"], workspace["data"], workspace["model"],
+        "--output", out, "--depth", "3", "--split", "train",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "re-ranked 16 queries (48 pairs)" in result.output
+    first, second = read_run(workspace["bm25"]), read_run(out)
+    assert set(second) == set(first)
+    from dotcat.data import load_corpus, load_queries
+    from dotcat.search.reranker import corpus_texts
+
+    queries = load_queries(workspace["data"])
+    texts = corpus_texts(load_corpus(workspace["data"]), {d for r in first.values() for d in r})
+    cat = _cat(workspace["model"])
+    for qid, docs in first.items():
+        head = [d for d, _ in sorted(docs.items(), key=lambda x: (-x[1], x[0]))][:3]
+        want = cat.score([queries[qid]] * 3, [texts[d] for d in head])
+        got = sorted(second[qid].items(), key=lambda x: -x[1])
+        assert [d for d, _ in got[:3]] == [head[i] for i in np.argsort(-want, kind="stable")]
+        np.testing.assert_allclose(sorted(want, reverse=True), [s for _, s in got[:3]], atol=1e-5)
+        assert {d for d, _ in got[3:]} == set(docs) - set(head)  # the tail stays below
+    result = invoke("eval", out, workspace["data"], "--split", "train")
+    assert result.exit_code == 0 and "nDCG@10" in result.output
+
+
+def test_rerank_interpolate_auto_and_bad_values(workspace):
+    out = workspace["root"] / "mixed.trec"
+    args = ["rerank", workspace["bm25"], workspace["data"], workspace["model"], "--output", out]
+    args += ["--split", "train"]
+    assert invoke("-q", *args, "--interpolate", "auto").exit_code == 0
+    assert invoke("-q", *args, "--interpolate", "0.5").exit_code == 0
+    result = runner.invoke(app, [str(a) for a in args] + ["--interpolate", "2"])
+    assert result.exit_code == 2 and "outside [0, 1]" in result.output
+
+
+def test_rerank_refuses_a_model_without_a_trained_head(workspace, tiny_bert_dir):
+    args = ["rerank", workspace["bm25"], workspace["data"], tiny_bert_dir, "--output", "x.trec"]
+    args += ["--split", "train"]
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2 and "not a cross-encoder" in result.output
+
+
+def test_rerank_accepts_a_sentence_transformers_cross_encoder(workspace, tiny_bert_dir):
+    from sentence_transformers import CrossEncoder as STCrossEncoder
+
+    st_dir = workspace["root"] / "st_ce"
+    STCrossEncoder(str(tiny_bert_dir), num_labels=1, max_length=48).save(str(st_dir))
+    out = workspace["root"] / "st.trec"
+    result = invoke(
+        "-q", "rerank", workspace["bm25"], workspace["data"], st_dir, "--output", out,
+        "--depth", "2", "--split", "train",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert len(read_run(out)) == 16
+
+
+def test_search_with_rerank_one_query_and_batch(workspace):
+    result = invoke(
+        "-q", "search", workspace["index"], "insulin glucose",
+        "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)
+    assert [h["rank"] for h in hits] == [1, 2, 3]
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    cat = _cat(workspace["model"])
+    top = cat.score_query(
+        "insulin glucose",
+        [f"{h['title']} {h['text']}" for h in hits],
+    )
+    np.testing.assert_allclose(top, scores, atol=1e-5)
+
+    out = workspace["root"] / "search_rerank.trec"
+    result = invoke(
+        "-q", "search", workspace["index"], "--queries", workspace["data"], "--output", out,
+        "--split", "train", "--rerank", workspace["model"], "--depth", "4", "-k", "5",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "re-ranked top 4" in result.output
+    run = read_run(out)
+    assert len(run) == 16 and all(len(docs) == 5 for docs in run.values())

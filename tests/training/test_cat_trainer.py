@@ -1,0 +1,202 @@
+"""dotcat.training.cat_trainer: pools, sampling, chunked == whole gradients, a run, resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dotcat.data import write_run
+from dotcat.errors import DotcatError
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.training.cat_trainer import (
+    CatTrainConfig,
+    backward_groups,
+    build_cat_examples,
+    first_stage_run,
+    negative_pools,
+    sample_negatives,
+    train_cross_encoder,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from threads; one keeps the tests quick on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    from tests.training.test_trainer import make_training_beir
+
+    return make_training_beir(tmp_path_factory.mktemp("cat_toy") / "beir")
+
+
+@pytest.fixture(scope="module")
+def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cat_nodrop") / "model"
+    shutil.copytree(tiny_bert_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def _config(data: Path, out: Path, base: Path, **overrides) -> CatTrainConfig:
+    settings = dict(
+        data=data,
+        out_dir=out,
+        base=str(base),
+        first_stages=("bm25",),
+        depth=10,
+        n_negatives=3,
+        epochs=2,
+        batch_size=4,
+        pairs_per_forward=8,
+        lr=1e-3,
+        max_length=48,
+        dev_fraction=0.25,
+        dev_depth=5,
+        seed=3,
+        bf16="off",
+        device="cpu",
+        show_progress=False,
+    )
+    settings.update(overrides)
+    return CatTrainConfig(**settings)
+
+
+def _record(out: Path) -> dict:
+    return json.loads((out / "dotcat_training.json").read_text())
+
+
+def test_negative_pools_interleave_dedupe_and_drop_relevant():
+    bm25 = {"q1": [("a", 9.0), ("b", 8.0), ("c", 7.0)], "q2": [("x", 1.0)]}
+    dense = {"q1": [("c", 0.9), ("d", 0.8), ("a", 0.7)]}
+    pools = negative_pools([bm25, dense], {"q1": {"b": 1, "d": 0}}, depth=2)
+    # rank 1 of each run, then rank 2 of each; b is relevant, d judged non-relevant stays
+    assert pools == {"q1": ["a", "c", "d"], "q2": ["x"]}
+
+
+def test_sample_negatives_is_deterministic_and_repeats_a_short_pool():
+    pool = [f"d{i}" for i in range(20)]
+    a = sample_negatives(pool, 5, 42, 0, "q1", "p")
+    assert a == sample_negatives(pool, 5, 42, 0, "q1", "p")
+    assert len(set(a)) == 5 and set(a) <= set(pool)
+    assert a != sample_negatives(pool, 5, 42, 1, "q1", "p")  # another epoch, other draws
+    short = sample_negatives(["x", "y"], 4, 1, 0, "q", "p")
+    assert len(short) == 4 and set(short) <= {"x", "y"}
+
+
+def test_examples_one_per_relevant_document_and_skip_queries_without_pool():
+    examples = build_cat_examples(
+        {"q1": "one", "q2": "two"}, {"q1": {"a": 1, "b": 2, "c": 0}, "q2": {"z": 1}}, {"q1": ["n"]}
+    )
+    assert [(e.qid, e.positive_id) for e in examples] == [("q1", "a"), ("q1", "b")]
+
+
+@pytest.mark.parametrize("loss", ["lce", "bce"])
+def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_no_dropout), device="cpu"), seed=1)
+    ce.model.requires_grad_(True).train()
+    groups = [
+        (f"query {i} about cells", [f"doc {i} {'word ' * (i + j)}" for j in range(4)])
+        for i in range(6)
+    ]
+
+    def grads(pairs_per_forward: int) -> tuple[float, dict[str, torch.Tensor]]:
+        ce.model.zero_grad(set_to_none=True)
+        value = backward_groups(ce, groups, loss, pairs_per_forward=pairs_per_forward)
+        return value, {n: p.grad.clone() for n, p in ce.model.named_parameters()}
+
+    whole, g_whole = grads(0)
+    chunked, g_chunked = grads(8)  # two groups of four pairs per forward
+    assert chunked == pytest.approx(whole, rel=1e-5)
+    for name, g in g_whole.items():
+        torch.testing.assert_close(g_chunked[name], g, atol=1e-6, rtol=1e-4)
+    with pytest.raises(ValueError, match="same size"):
+        backward_groups(ce, [("q", ["a", "b"]), ("q", ["a"])], loss)
+
+
+def test_first_stage_from_a_run_file_and_refusal_of_unknown_sources(toy_data, tmp_path):
+    from dotcat.training.examples import load_training_data
+
+    data = load_training_data(toy_data)
+    path = tmp_path / "first.trec"
+    write_run({"q0": [("d3", 2.0), ("d1", 1.0)]}, path)
+    run = first_stage_run(str(path), data, {"q0": "x", "q1": "y"}, k=1)
+    assert run == {"q0": [("d3", 2.0)], "q1": []}
+    bm25 = first_stage_run("bm25", data, {"q0": data.queries["q0"]}, k=3)
+    assert len(bm25["q0"]) == 3 and bm25["q0"][0][0] == "d0"
+    with pytest.raises(DotcatError, match="not 'bm25'"):
+        first_stage_run(str(tmp_path / "nothing"), data, {"q0": "x"}, k=1)
+
+
+def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_bert_dir, tmp_path):
+    from sentence_transformers import CrossEncoder as STCrossEncoder
+
+    out = train_cross_encoder(_config(toy_data, tmp_path / "cat", tiny_bert_dir, loss="lce"))
+    record = _record(out)
+    assert record["kind"] == "cat" and record["status"] == "finished"
+    assert record["loss"] == {"name": "lce", "group_size": 4}
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
+    assert record["epochs"][0]["dev_nDCG@10"] is not None  # the first stage alone
+    assert record["best_epoch"] in (1, 2) and record["best_dev_nDCG@10"] is not None
+    losses = [e["train_loss"] for e in record["epochs"][1:]]
+    assert losses[-1] < losses[0]
+    assert 0.0 <= record["interpolation"]["alpha"] <= 1.0
+    assert len(record["interpolation"]["dev_scores"]) == 11
+    assert record["negatives"]["method"] == "first-stage"
+    assert record["timings"]["train_seconds"] > 0 and record["pairs_per_second"] > 0
+
+    saved = json.loads((out / "dotcat_cross_encoder.json").read_text())
+    assert (
+        saved["max_length"] == 48
+        and saved["interpolation_alpha"] == record["interpolation"]["alpha"]
+    )
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu"))
+    assert ce.trained_head and ce.max_length == 48
+    pairs = [("insulin glucose", "glucose insulin study"), ("insulin glucose", "bone calcium")]
+    ours = ce.score([q for q, _ in pairs], [d for _, d in pairs])
+    theirs = STCrossEncoder(str(out), device="cpu").predict(
+        pairs, activation_fn=torch.nn.Identity(), show_progress_bar=False
+    )
+    torch.testing.assert_close(torch.tensor(theirs), torch.tensor(ours), atol=1e-5, rtol=1e-5)
+
+    with pytest.raises(DotcatError, match="earlier training run"):
+        train_cross_encoder(_config(toy_data, out, tiny_bert_dir))
+
+
+def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
+    common = dict(epochs=2, loss="bce", dev_fraction=0.0)
+    straight = train_cross_encoder(
+        _config(toy_data, tmp_path / "straight", tiny_bert_dir, **common)
+    )
+    total = _record(straight)["steps"]
+    assert total >= 4
+    split = tmp_path / "split"
+    stop = total // 2 + 1  # inside the second epoch
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    assert _record(split)["status"] == "stopped"
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    resumed = _record(split)
+    assert resumed["status"] == "finished" and resumed["steps"] == total
+    assert resumed["resumed_from"].endswith(f"step-{stop:08d}")
+    assert resumed["loss_curve"] == _record(straight)["loss_curve"]
+    a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0)
+
+
+def test_bad_settings_are_refused(toy_data, tiny_bert_dir, tmp_path):
+    for bad in (dict(loss="hinge"), dict(n_negatives=0), dict(depth=0), dict(first_stages=())):
+        with pytest.raises(DotcatError):
+            train_cross_encoder(_config(toy_data, tmp_path / "bad", tiny_bert_dir, **bad))
