@@ -492,8 +492,14 @@ def train_cat(
     grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
     pairs_per_forward: Annotated[int, typer.Option(help="Pairs per forward chunk.")] = 16,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 3e-5,
+    head_lr_scale: Annotated[
+        float, typer.Option(help="The new head's learning rate is lr times this.")
+    ] = 20.0,
     warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
     max_length: Annotated[int | None, typer.Option(help="Max tokens per pair.")] = None,
+    attention_dropout: Annotated[
+        float, typer.Option(help="Attention-probability dropout in training (-1: model's).")
+    ] = 0.0,
     dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
     dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
@@ -523,8 +529,10 @@ def train_cat(
         grad_accum_steps=grad_accum,
         pairs_per_forward=pairs_per_forward,
         lr=lr,
+        head_lr_scale=head_lr_scale,
         warmup_ratio=warmup_ratio,
         max_length=max_length,
+        attention_dropout=None if attention_dropout < 0 else attention_dropout,
         dev_fraction=dev_fraction,
         dev_depth=dev_depth,
         seed=seed,

@@ -328,6 +328,14 @@ def test_fast_score_equals_reference_and_keeps_input_order(cat_dir, tokenizer):
     perm = np.random.default_rng(0).permutation(len(MIXED_PAIRS))
     shuffled = fast.score([queries[i] for i in perm], [docs[i] for i in perm])
     np.testing.assert_allclose(shuffled, got[perm], rtol=0, atol=1e-5)
+    # beyond SMALL_CALL pairs: token-budget batches instead of one even split per worker
+    from dotcat.models.cross_encoder import SMALL_CALL
+
+    many_q, many_d = _split(MIXED_PAIRS * (SMALL_CALL // len(MIXED_PAIRS) + 1))
+    assert len(many_q) > SMALL_CALL
+    np.testing.assert_allclose(
+        fast.score(many_q, many_d), ref.score(many_q, many_d), rtol=0, atol=1e-5
+    )
 
 
 def test_score_with_two_workers_equals_one(cat_dir):

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -126,6 +127,51 @@ def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
         backward_groups(ce, [("q", ["a", "b"]), ("q", ["a"])], loss)
 
 
+def test_attention_dropout_is_set_on_attention_modules_only(tiny_bert_dir):
+    from dotcat.training.cat_trainer import set_attention_dropout
+
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
+    assert set_attention_dropout(ce.model, 0.0) == 2  # two layers
+    drops = {n: m.p for n, m in ce.model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert all(p == 0.0 for n, p in drops.items() if n.endswith("attention.self.dropout"))
+    assert any(p > 0 for n, p in drops.items() if not n.endswith("attention.self.dropout"))
+
+
+def test_the_loop_learns_a_batch(tiny_no_dropout):
+    """A few AdamW steps on one batch of groups drive the LCE loss well below log(4)."""
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_no_dropout), device="cpu"), seed=0)
+    ce.model.requires_grad_(True).train()
+    optimizer = torch.optim.AdamW(ce.model.parameters(), lr=5e-3)
+    groups = [
+        ("insulin glucose", ["insulin glucose study", "bone calcium", "lung oxygen", "gene risk"]),
+        ("bone calcium", ["calcium bone levels", "insulin glucose", "heart artery", "skin"]),
+    ]
+    losses = []
+    for _ in range(15):
+        optimizer.zero_grad()
+        losses.append(backward_groups(ce, groups, "lce", pairs_per_forward=4))
+        optimizer.step()
+    assert losses[0] == pytest.approx(np.log(4), abs=0.05)
+    assert min(losses[-5:]) < losses[0] - 0.3
+
+
+def test_the_new_head_gets_a_larger_learning_rate(tiny_bert_dir, tmp_path):
+    from dotcat.training.cat_trainer import _cat_param_groups
+
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
+    ce.model.requires_grad_(True)
+    config = CatTrainConfig(data=tmp_path, out_dir=tmp_path, lr=1e-4, head_lr_scale=10)
+    groups = _cat_param_groups(ce.model, config)
+    head = [g for g in groups if "lr" in g]
+    assert len(head) == 1 and head[0]["lr"] == pytest.approx(1e-3)
+    named = dict(ce.model.named_parameters())
+    assert {id(p) for p in head[0]["params"]} == {
+        id(named["classifier.weight"]),
+        id(named["classifier.bias"]),
+    }
+    assert sum(len(g["params"]) for g in groups) == len(named)  # every parameter, once
+
+
 def test_first_stage_from_a_run_file_and_refusal_of_unknown_sources(toy_data, tmp_path):
     from dotcat.training.examples import load_training_data
 
@@ -150,8 +196,13 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
     assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
     assert record["epochs"][0]["dev_nDCG@10"] is not None  # the first stage alone
     assert record["best_epoch"] in (1, 2) and record["best_dev_nDCG@10"] is not None
-    losses = [e["train_loss"] for e in record["epochs"][1:]]
-    assert losses[-1] < losses[0]
+    assert all(np.isfinite(loss) for _, loss in record["loss_curve"])
+    trained = load_file(out / "model.safetensors")
+    base = load_file(next(Path(tiny_bert_dir).glob("*.safetensors")))
+    moved = [n for n in trained if n.endswith("attention.self.query.weight")]
+    assert moved and any(
+        not torch.equal(trained[n], base[n.removeprefix("bert.")]) for n in moved
+    )  # the encoder itself was trained, not only the new head
     assert 0.0 <= record["interpolation"]["alpha"] <= 1.0
     assert len(record["interpolation"]["dev_scores"]) == 11
     assert record["negatives"]["method"] == "first-stage"

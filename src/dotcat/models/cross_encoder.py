@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 CPU_MAX_BATCH_TOKENS = 2048
 #: Default max length of a (query, document) pair when the model does not record one.
 DEFAULT_MAX_LENGTH = 256
+#: Calls with at most this many pairs are split evenly over the workers (one query's re-ranking).
+SMALL_CALL = 64
 #: Pairs tokenized, sorted and scored together; bounds the token lists held in memory.
 WINDOW = 16_384
 
@@ -333,7 +335,12 @@ class CrossEncoder:
                 pairs = [self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)]
                 lengths = np.fromiter((len(p[0]) for p in pairs), dtype=np.int64, count=len(pairs))
                 order = np.argsort(-lengths, kind="stable")
-                jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
+                if len(pairs) <= SMALL_CALL:
+                    # One query at a small depth: one equal batch per worker (latency), not
+                    # token-budget batches that leave a worker waiting for the remainder.
+                    jobs = [rows for rows in np.array_split(order, workers) if len(rows)]
+                else:
+                    jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
 
                 def run(idx: np.ndarray, pairs: list = pairs, start: int = start) -> None:
                     features = self.collate([pairs[i] for i in idx])
