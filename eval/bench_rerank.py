@@ -47,10 +47,15 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def score_union(ce, runs: dict[str, dict], queries: dict, texts: dict, depth: int) -> dict:
-    """(qid, doc) -> logit for every document in the top ``depth`` of any run."""
+def score_union(ce, runs: dict[str, dict], queries: dict, texts: dict, depths: dict) -> dict:
+    """(qid, doc) -> logit for every document in the top ``depths[name]`` of each run."""
     keys = sorted(
-        {(q, d) for run in runs.values() for q, docs in run.items() for d, _ in docs[:depth]}
+        {
+            (q, d)
+            for name, run in runs.items()
+            for q, docs in run.items()
+            for d, _ in docs[: depths[name]]
+        }
     )
     logits = ce.score(
         [queries[q] for q, _ in keys], [texts[d] for _, d in keys], show_progress=True
@@ -77,13 +82,19 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
     parser.add_argument("--cat-model", type=Path, default=Path("runs/cat/lce"))
     parser.add_argument("--dense-index", type=Path, default=Path("indexes/scifact-dot-contrastive"))
-    parser.add_argument("--depths", default="20,50,100")
+    parser.add_argument("--depths", default="20,50,100", help="for the dense first stage")
+    parser.add_argument("--bm25-depths", default=None, help="for BM25 (default: --depths)")
     parser.add_argument("--latency-queries", type=int, default=20)
+    parser.add_argument("--latency-depths", default="20")
     parser.add_argument("--max-queries", type=int, default=None, help="smoke tests only")
     parser.add_argument("--output", type=Path, default=ROOT / "eval" / "results" / "rerank.md")
     args = parser.parse_args()
-    depths = sorted(int(d) for d in args.depths.split(","))
-    deepest = depths[-1]
+    depths = {
+        "BERT_DOT (trained)": sorted(int(d) for d in args.depths.split(",")),
+        "BM25": sorted(int(d) for d in (args.bm25_depths or args.depths).split(",")),
+    }
+    deepest = {name: max(ds) for name, ds in depths.items()}
+    latency_depths = sorted(int(d) for d in args.latency_depths.split(","))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from dotcat.data import load_corpus, load_qrels, load_queries
@@ -108,7 +119,8 @@ def main() -> None:
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(args.cat_model), device="cpu"))
     ce.require_trained()
     texts = corpus_texts(
-        corpus, {d for run in runs.values() for docs in run.values() for d, _ in docs[:deepest]}
+        corpus,
+        {d for n, run in runs.items() for docs in run.values() for d, _ in docs[: deepest[n]]},
     )
     start = time.perf_counter()
     cache = score_union(ce, runs, queries, texts, deepest)
@@ -120,22 +132,23 @@ def main() -> None:
     rows = []
     for name, run in runs.items():
         rows.append((name, "-", evaluate(run, qrels, measures=MEASURES).aggregate))
-        for depth in depths:
+        for depth in depths[name]:
             report = evaluate(reranked(run, cache, depth), qrels, measures=MEASURES)
             rows.append((f"{name} -> BERT_CAT", str(depth), report.aggregate))
             print(rows[-1], flush=True)
     if alpha is not None and alpha != 1.0:
         name = "BERT_DOT (trained)"
-        report = evaluate(reranked(runs[name], cache, deepest, alpha), qrels, measures=MEASURES)
-        rows.append((f"{name} -> BERT_CAT, interpolated (alpha {alpha} from dev)", str(deepest),
-                     report.aggregate))  # fmt: skip
+        for depth in depths[name]:
+            report = evaluate(reranked(runs[name], cache, depth, alpha), qrels, measures=MEASURES)
+            rows.append((f"{name} -> BERT_CAT, interpolated (alpha {alpha} from dev)", str(depth),
+                         report.aggregate))  # fmt: skip
 
     # Latency, one query at a time.
     sample = list(queries)[: args.latency_queries]
-    cat_ms: dict[int, list[float]] = {d: [] for d in depths}
+    cat_ms: dict[int, list[float]] = {d: [] for d in latency_depths}
     for qid in sample:
         docs = runs["BERT_DOT (trained)"][qid]
-        for depth in depths:
+        for depth in latency_depths:
             head = [texts[d] for d, _ in docs[:depth]]
             t0 = time.perf_counter()
             ce.score_query(queries[qid], head)
@@ -158,7 +171,8 @@ def main() -> None:
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_model()}, "
         f"{os.cpu_count()} cores, torch {torch.__version__}, no GPU.",
         f"Test split: {len(queries)} queries, measures by ir-measures. First stages: BM25 "
-        f"(bm25s, k1=0.9, b=0.4) and `{args.dense_index}` (exact search), top 100 each.",
+        f"(bm25s, k1=0.9, b=0.4) and `{args.dense_index}` (exact search), top 100 each; "
+        "re-ranked at the depths in the table (scores of a pair are shared between depths).",
         f"Cross-encoder: `{args.cat_model}` (max length {ce.max_length}), trained by "
         f"`dotcat train cat`: loss {hp['loss']}, {hp['n_negatives']} negatives per positive "
         f"from {hp['first_stages']} top {hp['depth']}, {hp['epochs']} epoch(s), batch "
@@ -185,7 +199,7 @@ def main() -> None:
         "| what | p50 ms | p95 ms |",
         "| --- | ---: | ---: |",
     ]
-    for depth in depths:
+    for depth in latency_depths:
         lines.append(
             f"| BERT_CAT scoring, depth {depth} | {statistics.median(cat_ms[depth]):.0f} | "
             f"{percentile(cat_ms[depth], 95):.0f} |"
