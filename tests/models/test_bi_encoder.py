@@ -370,3 +370,17 @@ def test_threads_use_every_available_core(monkeypatch):
             runtime.configure_threads(0)
     finally:
         torch.set_num_threads(before)
+
+
+def test_model_loading_hides_transformers_bars_and_restores_them(tiny_bert_dir, capsys):
+    """transformers 5 draws a "Loading weights" bar per load; dotcat's loads draw none."""
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    with runtime.quiet_transformers():
+        assert not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled()
+    capsys.readouterr()
+    BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir)))
+    assert "Loading weights" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()

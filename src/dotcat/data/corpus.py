@@ -385,7 +385,7 @@ def load_corpus(
     fingerprint = f"dotcat-corpus-{path_key}-{version_key}"
     result = stats if stats is not None else CorpusStats()
 
-    from filelock import FileLock  # a dependency of datasets and huggingface_hub
+    from filelock import FileLock
 
     (root / ".locks").mkdir(parents=True, exist_ok=True)
     # One builder per entry: several processes (say torchrun ranks) may load the same corpus.

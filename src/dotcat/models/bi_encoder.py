@@ -44,6 +44,7 @@ from dotcat.models.resolve import resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
     configure_threads,
+    quiet_transformers,
     resolve_device,
     resolve_precision,
 )
@@ -423,11 +424,12 @@ def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
 
 def _load_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
     """AutoModel with SDPA attention where the architecture has it (the eager one is slower)."""
-    try:
-        return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
-    except (ValueError, ImportError) as e:
-        logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
-        return auto_model.from_pretrained(model_dir, **kwargs)
+    with quiet_transformers():
+        try:
+            return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
+        except (ValueError, ImportError) as e:
+            logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
+            return auto_model.from_pretrained(model_dir, **kwargs)
 
 
 def _max_positions(model_config: Any) -> int:

@@ -35,7 +35,13 @@ from tqdm.auto import tqdm
 from dotcat.errors import DotcatError
 from dotcat.models.bi_encoder import _load_model, _max_positions, _run_jobs
 from dotcat.models.resolve import resolve_model, weights_fingerprint
-from dotcat.models.runtime import autocast, configure_threads, resolve_device, resolve_precision
+from dotcat.models.runtime import (
+    autocast,
+    configure_threads,
+    quiet_transformers,
+    resolve_device,
+    resolve_precision,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +373,8 @@ class CrossEncoder:
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out, safe_serialization=True)
+        with quiet_transformers():
+            self.model.save_pretrained(out, safe_serialization=True)
         self.tokenizer.model_max_length = self.max_length
         self.tokenizer.save_pretrained(out)
         (out / "dotcat_cross_encoder.json").write_text(

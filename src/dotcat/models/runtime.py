@@ -97,6 +97,26 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Hide transformers' per-call "Loading weights"/"Writing model shards" bars.
+
+    Our models load from local directories in well under a second, so those bars are noise on
+    the terminal of every ``dotcat`` command; dotcat's own bars cover the long work. The
+    previous setting is restored afterwards (a user's own transformers use is left alone).
+    """
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    if enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
 def available_cpus() -> int:
     """CPUs this process may run on (its affinity mask where the OS has one)."""
     try:

@@ -34,6 +34,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
+from dotcat.models.runtime import quiet_transformers
 from dotcat.models.st_config import read_st_settings
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,8 @@ class TrainableBiEncoder(nn.Module):
             raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
-            model = AutoModel.from_pretrained(st.transformer_dir, **_float32_kwargs())
+            with quiet_transformers():
+                model = AutoModel.from_pretrained(st.transformer_dir, **_float32_kwargs())
         except (OSError, ValueError) as e:
             raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
         positions = _max_positions(model.config)
@@ -351,7 +353,8 @@ class TrainableBiEncoder(nn.Module):
         return out_dir
 
     def _write(self, directory: Path) -> None:
-        self.model.save_pretrained(directory)
+        with quiet_transformers():
+            self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         cos = self.similarity == "cos"
         modules = [
