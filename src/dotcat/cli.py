@@ -487,11 +487,11 @@ def train_cat(
     depth: Annotated[int, typer.Option(help="Negatives from each first stage's top DEPTH.")] = 100,
     n_negatives: Annotated[int, typer.Option(help="Negatives per positive.")] = 7,
     negatives_file: Annotated[Path | None, typer.Option(help="Reuse saved negatives.")] = None,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 1,
-    batch_size: Annotated[int, typer.Option(help="Queries (groups) per batch.")] = 8,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 2,
+    batch_size: Annotated[int, typer.Option(help="Queries (groups) per batch.")] = 4,
     grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
     pairs_per_forward: Annotated[int, typer.Option(help="Pairs per forward chunk.")] = 16,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 3e-5,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
     head_lr_scale: Annotated[
         float, typer.Option(help="The new head's learning rate is lr times this.")
     ] = 20.0,
