@@ -47,9 +47,9 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def score_union(ce, runs: dict[str, dict], queries: dict, texts: dict, depths: dict) -> dict:
-    """(qid, doc) -> logit for every document in the top ``depths[name]`` of each run."""
-    keys = sorted(
+def union_pairs(runs: dict[str, dict], depths: dict[str, int]) -> list[tuple[str, str]]:
+    """Every (qid, doc) in the top ``depths[name]`` of each run, once, sorted."""
+    return sorted(
         {
             (q, d)
             for name, run in runs.items()
@@ -57,10 +57,14 @@ def score_union(ce, runs: dict[str, dict], queries: dict, texts: dict, depths: d
             for d, _ in docs[: depths[name]]
         }
     )
+
+
+def score_pairs(ce, pairs: list[tuple[str, str]], queries: dict, texts: dict) -> dict:
+    """(qid, doc) -> logit, all pairs in one scoring call (sorted by length inside)."""
     logits = ce.score(
-        [queries[q] for q, _ in keys], [texts[d] for _, d in keys], show_progress=True
+        [queries[q] for q, _ in pairs], [texts[d] for _, d in pairs], show_progress=True
     )
-    return dict(zip(keys, logits.tolist(), strict=True))
+    return dict(zip(pairs, logits.tolist(), strict=True))
 
 
 def reranked(run: dict, cache: dict, depth: int, alpha: float = 1.0) -> dict:
@@ -93,7 +97,6 @@ def main() -> None:
         "BERT_DOT (trained)": sorted(int(d) for d in args.depths.split(",")),
         "BM25": sorted(int(d) for d in (args.bm25_depths or args.depths).split(",")),
     }
-    deepest = {name: max(ds) for name, ds in depths.items()}
     latency_depths = sorted(int(d) for d in args.latency_depths.split(","))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -118,12 +121,10 @@ def main() -> None:
     }
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(args.cat_model), device="cpu"))
     ce.require_trained()
-    texts = corpus_texts(
-        corpus,
-        {d for n, run in runs.items() for docs in run.values() for d, _ in docs[: deepest[n]]},
-    )
+    pairs = union_pairs(runs, {name: max(ds) for name, ds in depths.items()})
+    texts = corpus_texts(corpus, {d for _, d in pairs})
     start = time.perf_counter()
-    cache = score_union(ce, runs, queries, texts, deepest)
+    cache = score_pairs(ce, pairs, queries, texts)
     batch_seconds = time.perf_counter() - start
     print(f"scored {len(cache)} pairs in {batch_seconds:.0f} s", flush=True)
 
