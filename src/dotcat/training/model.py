@@ -34,6 +34,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
+from dotcat.models.bi_encoder import _load_model, _max_positions
 from dotcat.models.runtime import quiet_transformers
 from dotcat.models.st_config import read_st_settings
 
@@ -69,14 +70,6 @@ def _float32_kwargs() -> dict[str, Any]:
     # in the checkpoint's dtype by default and names the argument `dtype`.)
     major = int(transformers.__version__.split(".", 1)[0])
     return {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
-
-
-def _max_positions(model_config: Any) -> int:
-    """Longest input the position embeddings allow (RoBERTa-style padding offset removed)."""
-    positions = int(getattr(model_config, "max_position_embeddings", None) or DEFAULT_MAX_LENGTH)
-    if getattr(model_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2
-    return positions
 
 
 class TrainableBiEncoder(nn.Module):
@@ -159,8 +152,7 @@ class TrainableBiEncoder(nn.Module):
             raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
-            with quiet_transformers():
-                model = AutoModel.from_pretrained(st.transformer_dir, **_float32_kwargs())
+            model = _load_model(AutoModel, st.transformer_dir, **_float32_kwargs())
         except (OSError, ValueError) as e:
             raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
         positions = _max_positions(model.config)
