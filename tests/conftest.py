@@ -21,19 +21,24 @@ def default_model_dir() -> Path:
     return _packaged_model_dir()
 
 
-@pytest.fixture(scope="session")
-def tiny_bert_dir(tmp_path_factory) -> Path:
-    """A 2-layer, hidden-32 random BERT saved with the real uncased WordPiece tokenizer.
+def save_tiny_bert(out: Path, head: str = "model", **config) -> Path:
+    """Save a 2-layer, hidden-32 random BERT with the real uncased WordPiece tokenizer.
 
-    Plain Hugging Face layout (no sentence-transformers files), so pooling and similarity
-    fall back to dotcat's defaults unless a test says otherwise.
+    Args:
+        head: ``model`` (a plain ``BertModel``) or ``cat`` (``BertForSequenceClassification``
+            with one label: a cross-encoder).
+        config: ``BertConfig`` overrides (e.g. ``initializer_range``).
     """
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForSequenceClassification,
+        BertModel,
+    )
 
-    out = tmp_path_factory.mktemp("tiny_bert")
     tokenizer = AutoTokenizer.from_pretrained(_packaged_model_dir())
-    config = BertConfig(
+    settings = dict(
         vocab_size=tokenizer.vocab_size,
         hidden_size=32,
         num_hidden_layers=2,
@@ -41,10 +46,33 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
         intermediate_size=64,
         max_position_embeddings=512,
     )
+    model_class = {"model": BertModel, "cat": BertForSequenceClassification}[head]
+    if head == "cat":
+        settings["num_labels"] = 1
     torch.manual_seed(0)
-    BertModel(config).eval().save_pretrained(out)
+    model_class(BertConfig(**{**settings, **config})).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 random BERT saved with the real uncased WordPiece tokenizer.
+
+    Plain Hugging Face layout (no sentence-transformers files), so pooling and similarity
+    fall back to dotcat's defaults unless a test says otherwise.
+    """
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cat_dir(tmp_path_factory) -> Path:
+    """A tiny cross-encoder whose scores spread over about a logit, as a trained one's do.
+
+    With BERT's usual init (std 0.02) a random head scores every pair within 2e-4 of the
+    others, and no ranking is there to agree on; std 0.2 gives a real ranking.
+    """
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_cat"), "cat", initializer_range=0.2)
 
 
 TINY_DOCS = [

@@ -51,7 +51,7 @@ def workspace(tmp_path_factory, tiny_bert_dir):
 
 
 def _cat(model) -> CrossEncoder:
-    return CrossEncoder.load(CrossEncoderConfig(model=str(model), device="cpu"))
+    return CrossEncoder.load(CrossEncoderConfig(model=str(model), device="cpu", precision="fp32"))
 
 
 def test_train_cat_writes_a_cross_encoder_with_its_record(workspace):
@@ -65,7 +65,7 @@ def test_rerank_run_reorders_the_head_by_cross_encoder_scores(workspace):
     out = workspace["root"] / "reranked.trec"
     result = invoke(
         "-q", "rerank", workspace["bm25"], workspace["data"], workspace["model"],
-        "--output", out, "--depth", "3", "--split", "train",
+        "--output", out, "--depth", "3", "--split", "train", "--precision", "fp32",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "re-ranked 16 queries (48 pairs)" in result.output
@@ -122,7 +122,7 @@ def test_rerank_accepts_a_sentence_transformers_cross_encoder(workspace, tiny_be
 def test_search_with_rerank_one_query_and_batch(workspace):
     result = invoke(
         "-q", "search", workspace["index"], "insulin glucose",
-        "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json",
+        "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json", "--precision", "fp32",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,15 +23,32 @@ from typer.core import TyperGroup
 from dotcat.errors import DotcatError
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``kill``, a scheduler), raised like Ctrl-C so cleanup runs."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated
+
+
 class _Group(TyperGroup):
-    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2."""
+    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2.
+
+    Ctrl-C and SIGTERM stop the work the same orderly way (a build's folder removed, its
+    lock released): "dotcat: interrupted", exit status 130 (Ctrl-C) or 143 (SIGTERM).
+    """
 
     def invoke(self, ctx: click.Context):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return super().invoke(ctx)
         except DotcatError as e:
             click.echo(f"dotcat: error: {e}", err=True)
             ctx.exit(2)
+        except _Terminated:
+            click.echo("dotcat: interrupted (SIGTERM)", err=True)
+            ctx.exit(143)
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
@@ -45,20 +64,107 @@ app = typer.Typer(
 logger = logging.getLogger("dotcat")
 
 
+class _StderrHandler(logging.Handler):
+    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never take the command down
+            self.handleError(record)
+
+
+def _configure_logging(verbose: bool) -> None:
+    """One stderr handler on the root logger, at WARNING (INFO with -v).
+
+    The level is set on the handler too: a library that forces its own logger to DEBUG
+    still cannot print below the level the user asked for.
+    """
+    level = logging.INFO if verbose else logging.WARNING
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    handler.setLevel(level)
+    root.setLevel(level)
+
+
 @app.callback()
 def _setup(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if quiet:
-        import os
+    from dotcat.progress import set_quiet
 
-        os.environ["TQDM_DISABLE"] = "1"
+    _configure_logging(verbose)
+    set_quiet(quiet)
+
+
+_PRECISION_HELP = (
+    "auto (bf16 where the CPU has native bf16 or on a GPU, else fp32), fp32 or bf16; "
+    "DOTCAT_NATIVE_BF16=on|off overrides the detection."
+)
+_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+# Every command checks its arguments, paths and outputs with light modules (no torch, no
+# FAISS) before importing the stages that do the work: a typo is reported in milliseconds,
+# not after 10-25 s of imports or hours of encoding.
+
+
+def _at_least(option: str, value: float | None, minimum: float = 1) -> None:
+    if value is not None and value < minimum:
+        raise DotcatError(f"{option} must be >= {minimum}, got {value}")
+
+
+def _one_of(option: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise DotcatError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _query_text(query: str) -> str:
+    if not query.strip():
+        raise DotcatError("the query is empty; give some words to search for")
+    return query
+
+
+def _check_model(model: str) -> None:
+    """Resolve a model argument and check it is a model directory (no torch imported)."""
+    from dotcat.models.resolve import read_model_config, resolve_model
+    from dotcat.models.st_config import read_st_settings
+
+    path = resolve_model(model)
+    read_model_config(path, read_st_settings(path).transformer_dir)
+
+
+def _check_index(index_dir: Path):
+    """The manifest of an index directory (restored first if a killed build left it aside)."""
+    from dotcat.index.layout import recover_for_reading
+    from dotcat.index.manifest import Manifest
+
+    recover_for_reading(index_dir)
+    return Manifest.read(index_dir)
+
+
+def _check_training_args(data: Path, out_dir: Path, base: str, **counts: int) -> None:
+    """What a training run needs, checked before torch is imported: data, output, model."""
+    from dotcat.data import find_corpus_file
+    from dotcat.files import check_can_create_in
+
+    for name, value in counts.items():
+        _at_least("--" + name.replace("_", "-"), value)
+    find_corpus_file(data)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DotcatError(f"{out_dir}: exists and is not a directory")
+    check_can_create_in(out_dir)
+    _check_model(base)
+
+
+def _load_topics(queries: Path, split: str) -> dict[str, str]:
+    from dotcat.data import load_queries
+
+    return load_queries(queries, split=split if Path(queries).is_dir() else None)
 
 
 def _parse_search_params(nprobe: int | None, ef_search: int | None) -> dict[str, float]:
@@ -91,8 +197,16 @@ def index(
     ] = "Flat",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
     keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory."""
+    from dotcat.index.preflight import check_build
+
+    _at_least("--batch-size", batch_size)
+    _at_least("--max-length", max_length, 2)
+    _one_of("--precision", precision, _PRECISIONS)
+    check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model)
+
     from dotcat.index import IndexConfig, build_index
     from dotcat.models import EncoderConfig
 
@@ -103,6 +217,7 @@ def index(
         max_length=max_length,
         batch_size=batch_size,
         device=device,
+        precision=precision,
     )
     config = IndexConfig(faiss_spec=faiss, device=device, keep_vectors=keep_vectors)
     start = time.perf_counter()
@@ -167,22 +282,43 @@ def search(
     ] = None,
     depth: Annotated[int, typer.Option(help="With --rerank: how many results to re-rank.")] = 100,
     interpolate: Annotated[str | None, typer.Option(help=_INTERPOLATE_HELP)] = None,
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
 ) -> None:
     """Search an index: one query (a table or --json), or a queries file into a TREC run.
 
     With --rerank MODEL the top --depth results are re-ordered by the cross-encoder.
     """
-    from dotcat.search.retriever import DenseRetriever
-
     if (query is None) == (queries is None):
         raise DotcatError("give either a QUERY or --queries (with --output)")
     if queries is not None and output is None:
         raise DotcatError("--queries needs --output RUN (the TREC run file to write)")
+    if query is not None:
+        query = _query_text(query)
+    for option, value in (("-k", k), ("--depth", depth), ("--nprobe", nprobe)):
+        _at_least(option, value)
+    _at_least("--ef-search", ef_search)
+    _one_of("--precision", precision, _PRECISIONS)
+    if output is not None:
+        from dotcat.data import check_output_file
+
+        check_output_file(output)
+    _check_index(index_dir)
+    topics = _load_topics(queries, split) if queries is not None else None
+    alpha = 1.0
+    if rerank:
+        _check_model(rerank)
+        alpha = _parse_interpolate(interpolate, rerank)
+
+    from dotcat.search.retriever import DenseRetriever
+
     retriever = DenseRetriever(
-        index_dir, model=model, device=device, search_params=_parse_search_params(nprobe, ef_search)
+        index_dir,
+        model=model,
+        device=device,
+        search_params=_parse_search_params(nprobe, ef_search),
+        precision=precision,
     )
-    cross_encoder = _load_reranker(rerank, device) if rerank else None
-    alpha = _alpha(interpolate, cross_encoder) if cross_encoder else 1.0
+    cross_encoder = _load_reranker(rerank, device, precision) if rerank else None
     first_k = max(k, depth) if cross_encoder else k
     if query is not None:
         hits = retriever.search(query, k=first_k)
@@ -191,9 +327,8 @@ def search(
         _print_hits(hits, as_json)
         return
 
-    from dotcat.data import load_queries, write_run
+    from dotcat.data import write_run
 
-    topics = load_queries(queries, split=split if Path(queries).is_dir() else None)
     start = time.perf_counter()
     run = retriever.batch_search(topics, k=first_k)
     if cross_encoder is not None:
@@ -209,23 +344,29 @@ def search(
     typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s{what}; wrote {output}")
 
 
-def _load_reranker(model: str, device: str):
+def _load_reranker(model: str, device: str, precision: str = "auto"):
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
-    cross_encoder = CrossEncoder.load(CrossEncoderConfig(model=model, device=device))
+    config = CrossEncoderConfig(model=model, device=device, precision=precision)
+    cross_encoder = CrossEncoder.load(config)
     cross_encoder.require_trained()
     return cross_encoder
 
 
-def _alpha(interpolate: str | None, cross_encoder) -> float:
-    """The interpolation weight: None -> 1 (plain), 'auto' -> the model's dev choice, a float."""
+def _parse_interpolate(interpolate: str | None, model: str) -> float:
+    """The interpolation weight: None -> 1 (plain), 'auto' -> the model's dev choice, a float.
+
+    Read from the model directory's ``dotcat_cross_encoder.json`` (no model loaded).
+    """
     if interpolate is None:
         return 1.0
     if interpolate == "auto":
-        record = cross_encoder.path / "dotcat_cross_encoder.json"
+        from dotcat.models.resolve import resolve_model
+
+        record = resolve_model(model) / "dotcat_cross_encoder.json"
         try:
             return float(json.loads(record.read_text())["interpolation_alpha"])
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:
             raise DotcatError(
                 f"--interpolate auto: {record} records no dev-chosen weight ({e}); "
                 "give a number in [0, 1]"
@@ -271,10 +412,20 @@ def bm25(
     tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "bm25",
 ) -> None:
     """BM25 (bm25s, Snowball stemming, English stop words) into a TREC run."""
-    from dotcat.data import load_corpus, load_queries, write_run
+    from dotcat.data import check_output_file, find_corpus_file
+
+    _at_least("-k", k)
+    _at_least("--k1", k1, 0)
+    _at_least("--b", b, 0)
+    if b > 1:
+        raise DotcatError(f"--b must be <= 1, got {b}")
+    find_corpus_file(corpus)
+    check_output_file(output)
+    topics = _load_topics(queries, split)
+
+    from dotcat.data import load_corpus, write_run
     from dotcat.search.bm25 import BM25Config, bm25_search
 
-    topics = load_queries(queries, split=split if Path(queries).is_dir() else None)
     start = time.perf_counter()
     run = bm25_search(load_corpus(corpus), topics, k=k, config=BM25Config(k1=k1, b=b))
     seconds = time.perf_counter() - start
@@ -380,6 +531,11 @@ def train_dot(
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
 ) -> None:
     """Train a BERT_DOT bi-encoder on relevance labels (works under torchrun for DDP)."""
+    _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
+    _at_least("--n-negatives", n_negatives, 0)
+    _at_least("--max-length", max_length, 2)
+    _at_least("--query-max-length", query_max_length, 2)
+
     from dotcat.training import DotTrainConfig, train_bi_encoder
 
     config = DotTrainConfig(
@@ -437,25 +593,35 @@ def rerank_cmd(
     batch_size: Annotated[int, typer.Option(help="Most pairs per forward pass.")] = 32,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat-rerank",
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
 ) -> None:
     """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
-    from dotcat.data import load_corpus, load_queries, read_run, write_run
-    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-    from dotcat.search.reranker import corpus_texts, ranked
-    from dotcat.search.reranker import rerank as rerank_run
+    from dotcat.data import check_output_file, find_corpus_file, ranked, read_run
 
+    _at_least("--depth", depth)
+    _at_least("--batch-size", batch_size)
+    _one_of("--precision", precision, _PRECISIONS)
+    find_corpus_file(data)
+    check_output_file(output)
     first = ranked(read_run(run))
     source = queries if queries is not None else data
-    topics = load_queries(source, split=split if Path(source).is_dir() else None)
+    topics = _load_topics(source, split)
     if Path(source).is_dir():  # the split's judged queries only, as `search --queries` runs
         first = {q: docs for q, docs in first.items() if q in topics}
         if not first:
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
+    _check_model(model)
+    alpha = _parse_interpolate(interpolate, model)
+
+    from dotcat.data import load_corpus, write_run
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+    from dotcat.search.reranker import corpus_texts
+    from dotcat.search.reranker import rerank as rerank_run
+
     cross_encoder = CrossEncoder.load(
-        CrossEncoderConfig(model=model, device=device, batch_size=batch_size)
+        CrossEncoderConfig(model=model, device=device, batch_size=batch_size, precision=precision)
     )
     cross_encoder.require_trained()
-    alpha = _alpha(interpolate, cross_encoder)
     needed = {doc for docs in first.values() for doc, _ in docs[:depth]}
     texts = corpus_texts(load_corpus(data), needed)
     start = time.perf_counter()
@@ -510,6 +676,11 @@ def train_cat(
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
 ) -> None:
     """Train a BERT_CAT cross-encoder (re-ranker) on relevance labels."""
+    _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
+    _at_least("--n-negatives", n_negatives)
+    _at_least("--depth", depth)
+    _at_least("--max-length", max_length, 8)
+
     from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
 
     config = CatTrainConfig(

@@ -31,8 +31,9 @@ def test_build_writes_complete_index(tiny_docs, tiny_beir_dir, tiny_encoder, tmp
     assert on_disk["encoder"]["pooling"] == "mean" and on_disk["encoder"]["similarity"] == "cos"
     assert on_disk["encoder"]["dim"] == 32
     assert len(on_disk["corpus"]["sha256"]) == 64
-    # no temporary directory left beside the index
-    assert [p.name for p in out.parent.iterdir() if p.name != "tiny_beir"] == ["idx"]
+    # no build folder left beside the index; only the (empty) lock file of its path stays
+    beside = sorted(p.name for p in out.parent.iterdir() if p.name != "tiny_beir")
+    assert beside == [".idx.lock", "idx"] and (out.parent / ".idx.lock").stat().st_size == 0
 
 
 def test_every_document_finds_itself_first(tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path):
@@ -64,7 +65,8 @@ def test_failed_build_leaves_nothing_and_keeps_old_index(
     with pytest.raises(KeyboardInterrupt):
         build_index(tiny_beir_dir, tmp_path / "fresh", tiny_encoder, show_progress=False)
     assert (out / "manifest.json").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "tiny_beir") == ["idx"]
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "tiny_beir")
+    assert folders == ["idx"]  # no build folder left behind
     assert len(DenseIndex(out, device="cpu")) == len(tiny_docs)
 
 
@@ -131,7 +133,7 @@ def test_factory_specs_build_and_search(tiny_docs, tiny_beir_dir, tiny_encoder, 
 
 def test_too_few_vectors_for_ivf_is_a_clear_error(tiny_beir_dir, tiny_encoder, tmp_path):
     config = IndexConfig(faiss_spec="IVF4096,Flat", device="cpu")
-    with pytest.raises(DotcatError, match="needs at least 4096 vectors"):
+    with pytest.raises(DotcatError, match="IVF4096 .*needs at least 4096 training vectors, the"):
         build_index(tiny_beir_dir, tmp_path / "idx", tiny_encoder, config, show_progress=False)
     assert not (tmp_path / "idx").exists()
 

@@ -55,15 +55,14 @@ def test_training_sample_is_capped_and_seeded(monkeypatch):
     monkeypatch.setattr(faiss_index, "MAX_TRAIN_VECTORS", 300)
     seen = []
 
-    class Recorder:
-        is_trained = False
-
-        def train(self, sample):
-            seen.append(sample.copy())
+    def recorder():
+        index = faiss_index.create_index("IVF4,Flat", 4)
+        index.train = lambda sample: seen.append(sample.copy())
+        return index
 
     x = _unit_vectors(1000, 4)
-    faiss_index.train_index(Recorder(), x, "IVF4,Flat", seed=3)
-    faiss_index.train_index(Recorder(), x, "IVF4,Flat", seed=3)
+    faiss_index.train_index(recorder(), x, "IVF4,Flat", seed=3)
+    faiss_index.train_index(recorder(), x, "IVF4,Flat", seed=3)
     assert seen[0].shape == (300, 4)
     np.testing.assert_array_equal(seen[0], seen[1])
 
@@ -93,3 +92,46 @@ def test_gpu_flat_matches_cpu_flat():
     np.testing.assert_allclose(cpu_scores, gpu_scores, rtol=1e-4)
     back = faiss_index.to_cpu(gpu)
     assert back.ntotal == 2000 and "Gpu" not in type(back).__name__
+
+
+# (spec, vectors it needs, train FAISS at the limit too). FAISS spends ~6 s training any
+# 8-bit PQ whatever the point count, so one 8-bit PQ spec is trained, the others only read.
+NEEDS = [
+    ("Flat", 0, False),
+    ("HNSW32", 0, False),
+    ("IVF16,Flat", 16, True),
+    ("IVF16,SQ8", 16, True),
+    ("PQ8", 256, True),
+    ("PQ8x4", 16, True),
+    ("IVF16,PQ8", 256, False),
+    ("IVF64,PQ8x4fs", 64, True),
+    ("HNSW32,PQ8", 256, False),
+    ("OPQ8,IVF16,PQ8", 256, False),
+    ("PCA16,IVF8,Flat", 16, True),
+    ("RQ2x6", 64, True),
+]
+
+
+@pytest.mark.parametrize(("spec", "needed", "train"), NEEDS)
+def test_training_needs_agree_with_faiss_itself(spec, needed, train):
+    """Our reading of a spec's needs, checked by training FAISS at the limit and below it."""
+    index = faiss_index.create_index(spec, 32)
+    needs = faiss_index.training_needs(index)
+    assert max((n.vectors for n in needs), default=0) == needed
+    if needed == 0:
+        return
+    with pytest.raises(DotcatError, match=f"needs at least {needed} training vectors"):
+        faiss_index.check_trainable(index, spec, needed - 1)
+    if not train:
+        return
+    faiss_index.create_index(spec, 32).train(_unit_vectors(needed, 32))  # enough
+    with pytest.raises(RuntimeError):
+        faiss_index.create_index(spec, 32).train(_unit_vectors(needed - 1, 32))
+
+
+def test_faiss_errors_lose_their_cpp_location():
+    with pytest.raises(DotcatError) as info:
+        faiss_index.create_index("PQ7", 32)
+    message = str(info.value)
+    assert message.startswith("invalid FAISS spec 'PQ7' for dimension 32: The dimension")
+    assert ".cpp" not in message and "Error in" not in message

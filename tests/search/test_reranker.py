@@ -23,7 +23,7 @@ def trained_tiny(tiny_bert_dir, tmp_path_factory):
     """The tiny BERT with a (random) head, saved: a cross-encoder dotcat accepts."""
     out = tmp_path_factory.mktemp("tiny_ce")
     CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu")).save(out)
-    return CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu"))
+    return CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu", precision="fp32"))
 
 
 def test_ranked_sorts_maps_and_lists_with_id_ties():

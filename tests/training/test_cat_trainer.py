@@ -213,7 +213,7 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
         saved["max_length"] == 48
         and saved["interpolation_alpha"] == record["interpolation"]["alpha"]
     )
-    ce = CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu"))
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu", precision="fp32"))
     assert ce.trained_head and ce.max_length == 48
     pairs = [("insulin glucose", "glucose insulin study"), ("insulin glucose", "bone calcium")]
     ours = ce.score([q for q, _ in pairs], [d for _, d in pairs])
@@ -251,3 +251,22 @@ def test_bad_settings_are_refused(toy_data, tiny_bert_dir, tmp_path):
     for bad in (dict(loss="hinge"), dict(n_negatives=0), dict(depth=0), dict(first_stages=())):
         with pytest.raises(DotcatError):
             train_cross_encoder(_config(toy_data, tmp_path / "bad", tiny_bert_dir, **bad))
+
+
+def test_bf16_off_scores_the_dev_split_in_fp32_too(toy_data, tiny_bert_dir, tmp_path, monkeypatch):
+    """--bf16 off means fp32 for the whole run, its dev re-ranking included, even where the
+    CPU has native bf16 (forced here, so the test means the same on every machine)."""
+    from dotcat.models import runtime
+
+    monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "on")
+    seen: list[torch.dtype | None] = []
+    original = CrossEncoder.score
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.autocast_dtype)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CrossEncoder, "score", spy)
+    train_cross_encoder(_config(toy_data, tmp_path / "out", tiny_bert_dir, epochs=1, bf16="off"))
+    assert seen and all(dtype is None for dtype in seen)
+    assert _record(tmp_path / "out")["bf16"] is False

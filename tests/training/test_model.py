@@ -66,7 +66,9 @@ def test_saved_model_encodes_like_dotcat_bi_encoder(tiny_bert_dir, tmp_path, poo
         tiny_bert_dir, pooling=pooling, similarity=similarity, max_length=48
     )
     out = model.save(tmp_path / "model")
-    encoder = models.BiEncoder.load(models.EncoderConfig(model=str(out), device="cpu"))
+    encoder = models.BiEncoder.load(
+        models.EncoderConfig(model=str(out), device="cpu", precision="fp32")
+    )
     assert (encoder.pooling, encoder.similarity, encoder.max_length) == (pooling, similarity, 48)
     np.testing.assert_allclose(encoder.encode_documents(TEXTS), model.encode(TEXTS), atol=1e-5)
 
@@ -89,7 +91,9 @@ def test_prompts_and_lowercasing_survive_a_save(tiny_bert_dir, tmp_path):
     assert again.query_texts(["a"]) == ["query: a"] and again.document_texts(["b"]) == [
         "passage: b"
     ]
-    encoder = models.BiEncoder.load(models.EncoderConfig(model=str(out), device="cpu"))
+    encoder = models.BiEncoder.load(
+        models.EncoderConfig(model=str(out), device="cpu", precision="fp32")
+    )
     np.testing.assert_allclose(
         encoder.encode_queries(TEXTS), model.encode(model.query_texts(TEXTS)), atol=1e-5
     )

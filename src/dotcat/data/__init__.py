@@ -22,12 +22,13 @@ from dotcat.data.corpus import (
 )
 from dotcat.data.qrels import available_splits, find_qrels_file, load_qrels
 from dotcat.data.queries import find_queries_file, load_queries
-from dotcat.data.runs import read_run, write_run
+from dotcat.data.runs import check_output_file, ranked, read_run, write_run
 
 __all__ = [
     "CorpusStats",
     "Document",
     "available_splits",
+    "check_output_file",
     "default_cache_dir",
     "document_fields",
     "find_corpus_file",
@@ -37,6 +38,7 @@ __all__ = [
     "load_corpus",
     "load_qrels",
     "load_queries",
+    "ranked",
     "read_run",
     "write_run",
 ]

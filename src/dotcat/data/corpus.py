@@ -42,6 +42,7 @@ from dotcat.data._io import (
     split_tsv,
 )
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.progress import progress_bar
 
 if TYPE_CHECKING:
     import datasets
@@ -53,6 +54,7 @@ CORPUS_FILE_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
 CACHE_FORMAT_VERSION = 1
 
+_summarised: set[Path] = set()  # cache entries whose counts this process has logged
 _DUPLICATES_NAMED = 5  # how many duplicate ids an error message lists
 _EMPTY_LOGGED = 5  # how many skipped/title-only documents are logged one by one
 _TSV_ID_HEADERS = {"id", "_id", "docid", "doc_id", "doc-id", "pid", "corpus-id"}
@@ -327,15 +329,23 @@ def _features() -> datasets.Features:
 
 
 def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Dataset:
+    """``Dataset.from_generator`` without datasets' own "Generating train split" bar (dotcat
+    shows its own, which ``-q`` silences); datasets' setting is restored afterwards."""
     import datasets
 
-    return datasets.Dataset.from_generator(
-        generator,
-        features=_features(),
-        cache_dir=str(entry / "arrow"),
-        fingerprint=fingerprint,
-        keep_in_memory=False,
-    )
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        return datasets.Dataset.from_generator(
+            generator,
+            features=_features(),
+            cache_dir=str(entry / "arrow"),
+            fingerprint=fingerprint,
+            keep_in_memory=False,
+        )
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
 
 
 def _write_json_atomically(path: Path, value: dict) -> None:
@@ -394,13 +404,15 @@ def load_corpus(
         if cached is not None:
             dataset, recorded = cached
             logger.info("corpus %s loaded from cache %s", file, entry)
-            _log_summary(recorded)
+            if entry not in _summarised:  # once per process (a command may load it twice)
+                _log_summary(recorded)
         else:
             dataset, recorded = _build(file, st, entry, fingerprint)
             for stale in root.glob(f"{slug}-{path_key}-*"):
                 if stale != entry:
                     logger.info("removing stale corpus cache %s", stale)
                     shutil.rmtree(stale, ignore_errors=True)
+    _summarised.add(entry)
     for name, value in dataclasses.asdict(recorded).items():
         setattr(result, name, value)
     return dataset
@@ -428,8 +440,10 @@ def _build(
     build_stats = CorpusStats()
 
     def generate() -> Iterator[dict[str, str]]:
-        for doc in iter_corpus(file, stats=build_stats):
-            yield {"id": doc.id, "title": doc.title, "text": doc.text}
+        with progress_bar(desc=f"reading {file.name}", unit="doc") as bar:
+            for doc in iter_corpus(file, stats=build_stats):
+                yield {"id": doc.id, "title": doc.title, "text": doc.text}
+                bar.update()
         if build_stats.documents == 0:
             raise DataFormatError(
                 file,

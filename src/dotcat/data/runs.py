@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
-from dotcat.errors import DataFormatError
+from dotcat.errors import DataFormatError, DotcatError
+from dotcat.files import check_can_create_in
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,17 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     return run
 
 
+def ranked(
+    run: Mapping[str, Mapping[str, float] | Sequence[tuple[str, float]]],
+) -> dict[str, list[tuple[str, float]]]:
+    """A run as ranked lists, best first (ties: document id), from lists or id->score maps."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for qid, docs in run.items():
+        pairs = list(docs.items()) if isinstance(docs, Mapping) else list(docs)
+        out[qid] = sorted(((str(d), float(s)) for d, s in pairs), key=lambda x: (-x[1], x[0]))
+    return out
+
+
 def _check_token(value: str, what: str) -> str:
     if not isinstance(value, str) or not value or _WHITESPACE.search(value):
         raise ValueError(f"{what} {value!r} must be a non-empty string without whitespace")
@@ -115,6 +127,22 @@ def _write(stream: BinaryIO, run: Mapping[str, Sequence[tuple[str, float]]], tag
             buffer.clear()
     stream.write("".join(buffer).encode("utf-8"))
     return count
+
+
+def check_output_file(path: str | Path) -> Path:
+    """Check, before any work, that a run (or any output file) can be written at ``path``.
+
+    Raises:
+        DotcatError: ``path`` is a directory, lies under a file, its folder is not writable
+            (checked by creating a probe file there), or it exists read-only.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DotcatError(f"{path}: is a directory; give the path of a file to write")
+    check_can_create_in(path)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DotcatError(f"{path}: exists and is not writable")
+    return path
 
 
 def write_run(

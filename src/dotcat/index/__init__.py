@@ -1,17 +1,31 @@
-"""Index directories: FAISS index + SQLite doc store + manifest."""
+"""Index directories: FAISS index + SQLite doc store + manifest.
 
-from dotcat.index.build import IndexConfig, build_index, document_text
-from dotcat.index.dense_index import DenseIndex
-from dotcat.index.docstore import DocStore, StoredDocument
-from dotcat.index.manifest import Manifest, check_encoder
+Names are imported on first use (PEP 562): ``dotcat.index.layout`` and
+``dotcat.index.manifest`` stay importable without FAISS and torch, so the command line can
+check its arguments before paying for those imports.
+"""
 
-__all__ = [
-    "DenseIndex",
-    "DocStore",
-    "IndexConfig",
-    "Manifest",
-    "StoredDocument",
-    "build_index",
-    "check_encoder",
-    "document_text",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "IndexConfig": "dotcat.index.build",
+    "build_index": "dotcat.index.build",
+    "document_text": "dotcat.index.build",
+    "DenseIndex": "dotcat.index.dense_index",
+    "DocStore": "dotcat.index.docstore",
+    "StoredDocument": "dotcat.index.docstore",
+    "Manifest": "dotcat.index.manifest",
+    "check_encoder": "dotcat.index.manifest",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dotcat.index' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -2,8 +2,14 @@
 
 The corpus is read as a memory-mapped Arrow dataset and encoded in chunks, longest documents
 first, into a memory-mapped ``.npy`` file, so neither the texts nor the vectors of a corpus
-larger than RAM are held in memory. The index is written into a temporary sibling directory
-and renamed into place at the end: an interrupted build leaves no half index that loads.
+larger than RAM are held in memory. The index is written into a build folder beside its
+target and swapped into place at the end (:mod:`dotcat.index.layout`): an interrupted build
+never leaves a half index, never loses the old one, and its leftovers are cleaned up (and
+said so) by the next build of the same path.
+
+Everything that can be checked cheaply is checked before the model is loaded
+(:mod:`dotcat.index.preflight`): the target path, the corpus, the FAISS spec against the
+model's dimension and the corpus size.
 """
 
 from __future__ import annotations
@@ -11,24 +17,21 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import os
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
 import numpy as np
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from dotcat import __version__
 from dotcat.data import find_corpus_file, load_corpus
-from dotcat.errors import DotcatError
-from dotcat.index import faiss_index
+from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.docstore import DocStore
-from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME, Manifest
+from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -74,42 +77,10 @@ def file_fingerprint(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _prepare_target(index_dir: Path, overwrite: bool) -> None:
-    """Refuse to clobber anything but an existing dotcat index, and that only if asked."""
-    if not index_dir.exists():
-        return
-    if not index_dir.is_dir():
-        raise DotcatError(f"{index_dir}: exists and is not a directory")
-    if not any(index_dir.iterdir()):
-        return
-    if not (index_dir / MANIFEST_NAME).is_file():
-        raise DotcatError(
-            f"{index_dir}: exists, is not empty and is not a dotcat index; refusing to touch it"
-        )
-    if not overwrite:
-        raise DotcatError(f"{index_dir}: an index exists there; pass --overwrite to replace it")
-
-
-def _swap_into_place(tmp: Path, index_dir: Path) -> None:
-    """Rename the finished build into place; an old index is kept until the new one is in."""
-    old = None
-    if index_dir.exists():
-        old = index_dir.with_name(f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    dir_fd = os.open(index_dir.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _fill_docstore(dataset, store: DocStore, show_progress: bool) -> None:
     pos = 0
-    with tqdm(
-        total=len(dataset), desc="storing documents", unit="doc", disable=not show_progress
+    with progress_bar(
+        total=len(dataset), desc="storing documents", unit="doc", enabled=show_progress
     ) as bar:
         for batch in dataset.iter(batch_size=10_000):
             positions = range(pos, pos + len(batch["id"]))
@@ -126,20 +97,20 @@ def _encode_corpus(
     """Encode every document into ``out`` (row = position), longest documents first.
 
     Sorting by length across the whole corpus (not only inside a batch) keeps padding to a
-    minimum; character length is a cheap, good proxy for token count.
+    minimum; character length is a cheap, good proxy for token count. One bar over the
+    corpus advances with every batch, so its docs/s is live from the first minute.
     """
     table = dataset.data
     lengths = pc.add(pc.utf8_length(table.column("title")), pc.utf8_length(table.column("text")))
     order = np.argsort(-lengths.to_numpy(zero_copy_only=False), kind="stable")
-    with tqdm(
-        total=len(order), desc="encoding documents", unit="doc", disable=not show_progress
+    with progress_bar(
+        total=len(order), desc="encoding documents", unit="doc", enabled=show_progress
     ) as bar:
         for start in range(0, len(order), chunk_size):
             idx = np.sort(order[start : start + chunk_size])
             rows = dataset[idx.tolist()]
             texts = [document_text(t, x) for t, x in zip(rows["title"], rows["text"], strict=False)]
-            out[idx] = encoder.encode_documents(texts)
-            bar.update(len(idx))
+            out[idx] = encoder.encode_documents(texts, progress=bar)
 
 
 def build_index(
@@ -164,67 +135,95 @@ def build_index(
     """
     config = config or IndexConfig()
     index_dir = Path(index_dir)
-    _prepare_target(index_dir, overwrite)
+    encoder = encoder or EncoderConfig(device=config.device)
     faiss_device = faiss_index.resolve_faiss_device(config.device)
-    if not isinstance(encoder, BiEncoder):
-        encoder = BiEncoder.load(encoder or EncoderConfig(device=config.device))
+    loaded = isinstance(encoder, BiEncoder)
+    preflight.check_build(
+        corpus,
+        index_dir,
+        config.faiss_spec,
+        overwrite=overwrite,
+        model=None if loaded else encoder.model,
+        dim=encoder.dim if loaded else None,
+    )
     corpus_file = find_corpus_file(corpus)
-    dataset = load_corpus(corpus)
-    n = len(dataset)
-    if n == 0:
-        raise DotcatError(f"{corpus_file}: the corpus has no documents to index")
 
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = index_dir.with_name(f".{index_dir.name}.building-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
-        try:
-            _fill_docstore(dataset, store, show_progress)
-        finally:
-            store.close()
-
-        vectors_path = tmp / "vectors.npy"
-        vectors = np.lib.format.open_memmap(
-            vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim)
-        )
-        _encode_corpus(dataset, encoder, vectors, config.chunk_size, show_progress)
-        vectors.flush()
-
-        index = faiss_index.create_index(config.faiss_spec, encoder.dim)
-        if faiss_device == "cuda":
-            index = faiss_index.to_gpu(index)
-        faiss_index.train_index(index, vectors, config.faiss_spec, seed=config.seed)
-        faiss_index.add_vectors(index, vectors, show_progress)
-        index = faiss_index.to_cpu(index)
-        search_params = faiss_index.applicable_search_params(index, config.search_params)
-        faiss.write_index(index, str(tmp / INDEX_NAME))
-        del vectors
-        if not config.keep_vectors:
-            vectors_path.unlink()
-
-        manifest = Manifest(
-            encoder=encoder.manifest_entry(),
-            faiss={
-                "spec": config.faiss_spec,
-                "metric": "inner_product",
-                "ntotal": int(index.ntotal),
-                "search_params": search_params,
-                "built_on": faiss_device,
-            },
-            documents={"count": n},
-            corpus={
-                "path": str(Path(corpus).resolve()),
-                "file": str(corpus_file.resolve()),
-                "sha256": file_fingerprint(corpus_file),
-            },
-            dotcat_version=__version__,
-            created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        )
-        manifest.write(tmp)
-        _swap_into_place(tmp, index_dir)
-    except BaseException:
+    with layout.index_lock(index_dir):
+        layout.recover(index_dir)  # a killed build's leftovers: restored or removed, logged
+        layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
+        dataset = load_corpus(corpus)
+        n = len(dataset)
+        if not loaded:
+            encoder = BiEncoder.load(encoder)
+        tmp = layout.build_path(index_dir)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp.mkdir(parents=True)
+        try:
+            manifest = _build(
+                dataset, corpus, corpus_file, encoder, config, faiss_device, tmp, show_progress
+            )
+            layout.swap_into_place(tmp, index_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     logger.info("indexed %d documents into %s (%s)", n, index_dir, config.faiss_spec)
+    return manifest
+
+
+def _build(
+    dataset,
+    corpus: str | Path,
+    corpus_file: Path,
+    encoder: BiEncoder,
+    config: IndexConfig,
+    faiss_device: str,
+    tmp: Path,
+    show_progress: bool,
+) -> Manifest:
+    """Write a complete index into ``tmp``; the manifest last (it marks completion)."""
+    n = len(dataset)
+    store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
+    try:
+        _fill_docstore(dataset, store, show_progress)
+    finally:
+        store.close()
+
+    vectors_path = tmp / "vectors.npy"
+    vectors = np.lib.format.open_memmap(
+        vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim)
+    )
+    _encode_corpus(dataset, encoder, vectors, config.chunk_size, show_progress)
+    vectors.flush()
+
+    index = faiss_index.create_index(config.faiss_spec, encoder.dim)
+    if faiss_device == "cuda":
+        index = faiss_index.to_gpu(index)
+    faiss_index.train_index(index, vectors, config.faiss_spec, seed=config.seed)
+    faiss_index.add_vectors(index, vectors, show_progress)
+    index = faiss_index.to_cpu(index)
+    search_params = faiss_index.applicable_search_params(index, config.search_params)
+    faiss.write_index(index, str(tmp / INDEX_NAME))
+    del vectors
+    if not config.keep_vectors:
+        vectors_path.unlink()
+
+    manifest = Manifest(
+        encoder=encoder.manifest_entry(),
+        faiss={
+            "spec": config.faiss_spec,
+            "metric": "inner_product",
+            "ntotal": int(index.ntotal),
+            "search_params": search_params,
+            "built_on": faiss_device,
+        },
+        documents={"count": n},
+        corpus={
+            "path": str(Path(corpus).resolve()),
+            "file": str(corpus_file.resolve()),
+            "sha256": file_fingerprint(corpus_file),
+        },
+        dotcat_version=__version__,
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    manifest.write(tmp)
     return manifest

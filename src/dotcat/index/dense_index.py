@@ -9,7 +9,7 @@ import faiss
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.index import faiss_index
+from dotcat.index import faiss_index, layout
 from dotcat.index.docstore import DocStore, StoredDocument
 from dotcat.index.manifest import Manifest
 
@@ -32,6 +32,7 @@ class DenseIndex:
         search_params: dict[str, float] | None = None,
     ) -> None:
         self.dir = Path(index_dir)
+        layout.recover_for_reading(self.dir)  # a build killed while swapping left it aside
         self.manifest = Manifest.read(self.dir)
         self.device = faiss_index.resolve_faiss_device(device)
         index_path = self.dir / self.manifest.files["index"]
@@ -52,6 +53,7 @@ class DenseIndex:
         self.search_params = params
         self.index = index
         self.store = DocStore(self.dir / self.manifest.files["docstore"])
+        self.store.check(expected)
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
@@ -67,7 +69,18 @@ class DenseIndex:
         return faiss_index.search(self.index, queries, k)
 
     def documents(self, positions) -> dict[int, StoredDocument]:
-        return self.store.get(positions)
+        """The stored documents at FAISS positions (-1, FAISS's padding, is skipped)."""
+        return self._complete(self.store.get(positions), positions)
 
     def doc_ids(self, positions) -> dict[int, str]:
-        return self.store.ids(positions)
+        """Document ids at FAISS positions (-1, FAISS's padding, is skipped)."""
+        return self._complete(self.store.ids(positions), positions)
+
+    def _complete(self, found: dict, positions) -> dict:
+        missing = sorted({int(p) for p in positions if p >= 0} - set(found))
+        if missing:
+            raise DotcatError(
+                f"{self.store.path}: no document at FAISS positions {missing[:5]}; the doc "
+                "store and the FAISS index disagree, rebuild the index"
+            )
+        return found

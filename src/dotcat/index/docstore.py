@@ -2,6 +2,11 @@
 
 Position is the row's FAISS id (0-based, insertion order), so a FAISS hit maps to its
 document with one primary-key lookup and nothing else must be held in memory.
+
+Opened for search it is read-only, through a SQLite URI whose path is percent-encoded (a
+``#``, ``?`` or ``%`` in a folder name would otherwise end the path early), and checked
+against the manifest (schema, row count, positions 0..n-1) before the first query: a
+damaged store is one clear error at load, never a traceback or a missing result later.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from dotcat.errors import DotcatError
 
@@ -21,6 +27,7 @@ CREATE TABLE IF NOT EXISTS docs (
     text  TEXT NOT NULL
 )
 """
+_COLUMNS = ["pos", "id", "title", "text"]
 _LOOKUP_CHUNK = 900  # stays under SQLite's default limit of host parameters per statement
 
 
@@ -40,7 +47,9 @@ class DocStore:
     def __init__(self, path: Path, readonly: bool = True) -> None:
         self.path = Path(path)
         if readonly:
-            uri = f"file:{self.path}?mode=ro"
+            if not self.path.is_file():
+                raise DotcatError(f"{self.path}: doc store missing; rebuild the index")
+            uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
             self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         else:
             self._conn = sqlite3.connect(self.path, check_same_thread=False)
@@ -60,8 +69,39 @@ class DocStore:
     def commit(self) -> None:
         self._conn.commit()
 
+    def check(self, expected: int) -> None:
+        """Check the schema and that positions ``0..expected-1`` are all there, once each.
+
+        Raises:
+            DotcatError: not SQLite, corrupt or truncated, another schema, or rows missing
+                or extra against the manifest's document count.
+        """
+        columns = [row[1] for row in self._execute("PRAGMA table_info(docs)")]
+        if columns != _COLUMNS:
+            found = ", ".join(columns) if columns else "no docs table"
+            raise DotcatError(
+                f"{self.path}: not a dotcat doc store (expected table docs with columns "
+                f"{', '.join(_COLUMNS)}; found {found}); rebuild the index"
+            )
+        # pos is the INTEGER PRIMARY KEY (unique): n rows spanning 0..n-1 are exactly 0..n-1.
+        count, low, high = self._execute("SELECT COUNT(*), MIN(pos), MAX(pos) FROM docs")[0]
+        if count != expected or (count and (low, high) != (0, expected - 1)):
+            raise DotcatError(
+                f"{self.path}: the doc store holds {count} documents (positions {low}..{high}), "
+                f"the manifest says {expected}; rebuild the index"
+            )
+
     def __len__(self) -> int:
-        return self._conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
+        return self._execute("SELECT COUNT(*) FROM docs")[0][0]
+
+    def _execute(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        """Run a query; a damaged database file becomes one clear error."""
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise DotcatError(
+                f"{self.path}: the doc store is unreadable ({e}); rebuild the index"
+            ) from None
 
     def _select(self, columns: str, positions: Sequence[int]) -> Iterator[tuple]:
         """Rows ``SELECT columns`` at the given positions, in chunks of host parameters."""
@@ -69,9 +109,7 @@ class DocStore:
         for start in range(0, len(wanted), _LOOKUP_CHUNK):
             chunk = wanted[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            yield from self._conn.execute(
-                f"SELECT {columns} FROM docs WHERE pos IN ({marks})", chunk
-            )
+            yield from self._execute(f"SELECT {columns} FROM docs WHERE pos IN ({marks})", chunk)
 
     def get(self, positions: Sequence[int]) -> dict[int, StoredDocument]:
         """Documents at the given FAISS positions (missing ones are absent from the dict)."""
@@ -86,7 +124,7 @@ class DocStore:
         for start in range(0, len(wanted), _LOOKUP_CHUNK):
             chunk = wanted[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            rows = self._conn.execute(
+            rows = self._execute(
                 f"SELECT pos, id, title, text FROM docs WHERE id IN ({marks})", chunk
             )
             found.update((row[1], StoredDocument(*row)) for row in rows)

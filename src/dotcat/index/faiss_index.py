@@ -12,12 +12,13 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
-from tqdm.auto import tqdm
 
 from dotcat.errors import DotcatError
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +53,103 @@ def create_index(spec: str, dim: int) -> faiss.Index:
     try:
         return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
-        first = str(e).strip().splitlines()[-1] if str(e).strip() else str(e)
-        raise DotcatError(f"invalid FAISS spec {spec!r} for dimension {dim}: {first}") from None
+        raise DotcatError(
+            f"invalid FAISS spec {spec!r} for dimension {dim}: {_faiss_reason(e)}"
+        ) from None
 
 
-def _required_training_points(spec: str) -> int:
-    """Points k-means needs: one per IVF centroid, 256 per PQ/SQ codebook, at the least."""
-    match = re.search(r"IVF(\d+)", spec)
-    needed = int(match.group(1)) if match else 0
-    if re.search(r"PQ\d+", spec):
-        needed = max(needed, 256)
-    return needed
+def _faiss_reason(error: BaseException) -> str:
+    """FAISS's C++ error without its source location: "Error in f() at x.cpp:64: Error: ..."."""
+    text = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    text = re.sub(r"^Error in .*? at \S+:\d+: ", "", text)
+    return re.sub(r"^Error: '.*?' failed: ", "", text)
+
+
+@dataclass(frozen=True)
+class TrainingNeed:
+    """One part of an index that trains on vectors, and the fewest vectors it can train on."""
+
+    part: str
+    vectors: int
+    hint: str = "a smaller setting"  # what would train on fewer vectors
+
+
+def training_needs(index: faiss.Index) -> list[TrainingNeed]:
+    """What an untrained index must learn, read from the index FAISS built (not the string).
+
+    IVF learns one centroid per list; a product quantizer 2^nbits centroids per sub-vector
+    (PQ8: 256; ``x4``/fast-scan: 16); a residual quantizer 2^nbits per stage; OPQ's rotation
+    trains a 256-centroid PQ; PCA to ``d_out`` dimensions needs ``d_out`` vectors.
+    """
+    base = faiss.downcast_index(index)
+    needs: list[TrainingNeed] = []
+    if isinstance(base, faiss.IndexPreTransform):
+        for i in range(base.chain.size()):
+            transform = faiss.downcast_VectorTransform(base.chain.at(i))
+            if isinstance(transform, faiss.OPQMatrix):
+                needs.append(TrainingNeed(f"OPQ{transform.M}'s rotation (a 256-centroid PQ)", 256))
+            elif isinstance(transform, faiss.PCAMatrix):
+                needs.append(
+                    TrainingNeed(
+                        f"PCA to {transform.d_out} dimensions", transform.d_out, "fewer dimensions"
+                    )
+                )
+        return needs + training_needs(base.index)
+    ivf = faiss.try_extract_index_ivf(base)
+    if ivf is not None:
+        needs.append(TrainingNeed(f"IVF{ivf.nlist} (one centroid per list)", int(ivf.nlist), "IVF"))
+    pq = getattr(base, "pq", None)
+    if isinstance(pq, faiss.ProductQuantizer):
+        needs.append(
+            TrainingNeed(
+                f"PQ{pq.M}x{pq.nbits} (2^{pq.nbits} = {pq.ksub} centroids per sub-vector)",
+                int(pq.ksub),
+                f"PQ{pq.M}x4 (16 centroids per sub-vector)" if pq.nbits > 4 else "fewer bits",
+            )
+        )
+    rq = getattr(base, "rq", None)
+    if rq is not None and hasattr(rq, "nbits"):
+        bits = max(rq.nbits.at(i) for i in range(rq.nbits.size()))
+        needs.append(TrainingNeed(f"a residual quantizer (2^{bits} centroids per stage)", 2**bits))
+    storage = getattr(base, "storage", None)
+    if storage is not None:
+        needs += training_needs(storage)
+    return needs
+
+
+def check_trainable(index: faiss.Index, spec: str, n: int) -> None:
+    """Refuse, before any encoding, a spec that ``n`` vectors cannot train; warn if thin.
+
+    Raises:
+        DotcatError: naming the part of the spec that needs more vectors than the corpus has
+            (IVF's list count, or PQ's 2^nbits centroids), with a spec that would fit.
+    """
+    for need in training_needs(index):
+        if n < need.vectors:
+            raise DotcatError(
+                f"FAISS spec {spec!r}: {need.part} needs at least {need.vectors} training "
+                f"vectors, the corpus has {n}; use {_smaller(need, n)}, or Flat"
+            )
+        if need.part.startswith("IVF") and n < 39 * need.vectors:
+            logger.warning(
+                "FAISS spec %r: %d vectors for %d lists is thin (FAISS asks for 39 per list); "
+                "recall may suffer, IVF%d would suit this corpus",
+                spec,
+                n,
+                need.vectors,
+                _suggested_lists(n),
+            )
+
+
+def _suggested_lists(n: int) -> int:
+    return max(1, int(4 * np.sqrt(n)))
+
+
+def _smaller(need: TrainingNeed, n: int) -> str:
+    """A setting that ``n`` vectors can train, for the error message."""
+    if need.hint == "IVF":
+        return f"IVF{_suggested_lists(n)} (about 4*sqrt(n) lists)"
+    return need.hint
 
 
 def to_gpu(index: faiss.Index) -> faiss.Index:
@@ -89,15 +176,10 @@ def train_index(index: faiss.Index, vectors: np.ndarray, spec: str, seed: int = 
     if index.is_trained:
         return
     n = vectors.shape[0]
-    needed = _required_training_points(spec)
-    if n < needed:
-        raise DotcatError(
-            f"FAISS spec {spec!r} needs at least {needed} vectors to train, "
-            f"the corpus has {n}; use a smaller list count (about 4*sqrt(n) = "
-            f"IVF{max(1, int(4 * np.sqrt(n)))}) or Flat"
-        )
+    check_trainable(index, spec, n)
     rng = np.random.default_rng(seed)
-    take = min(n, MAX_TRAIN_VECTORS)
+    needed = max((need.vectors for need in training_needs(index)), default=0)
+    take = min(n, max(MAX_TRAIN_VECTORS, needed))
     sample = np.sort(rng.choice(n, size=take, replace=False)) if take < n else np.arange(n)
     logger.info("training FAISS %s on %d vectors", spec, take)
     index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
@@ -106,7 +188,7 @@ def train_index(index: faiss.Index, vectors: np.ndarray, spec: str, seed: int = 
 def add_vectors(index: faiss.Index, vectors: np.ndarray, show_progress: bool = True) -> None:
     """Add vectors in chunks (a memory-mapped array is read a chunk at a time)."""
     n = vectors.shape[0]
-    with tqdm(total=n, desc="adding to FAISS", unit="vec", disable=not show_progress) as bar:
+    with progress_bar(total=n, desc="adding to FAISS", unit="vec", enabled=show_progress) as bar:
         for start in range(0, n, ADD_CHUNK):
             chunk = np.ascontiguousarray(vectors[start : start + ADD_CHUNK], dtype=np.float32)
             index.add(chunk)

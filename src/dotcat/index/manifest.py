@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
+from dotcat.index.layout import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME
 
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-INDEX_NAME = "index.faiss"
-DOCSTORE_NAME = "docstore.sqlite"
+__all__ = ["DOCSTORE_NAME", "INDEX_NAME", "MANIFEST_NAME", "Manifest", "check_encoder"]
 
 # Encoder fields that change the vectors: any difference makes query and document vectors
 # incomparable, so searching with a different value is refused.

@@ -27,7 +27,9 @@ off: mean cosine 0.92-0.996 < 0.999), fused oneDNN linear+GELU (no gain).
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -36,19 +38,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from dotcat.errors import DotcatError
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
-from dotcat.models.resolve import resolve_model, weights_fingerprint
+from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
     configure_threads,
+    precision_name,
     quiet_transformers,
     resolve_device,
     resolve_precision,
 )
 from dotcat.models.st_config import read_st_settings
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,12 @@ CPU_MAX_BATCH_TOKENS = 2048
 MAX_AUTO_WORKERS = 8
 #: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
 WINDOW = 16_384
+#: A call with at most this many tokens (one query, a few short ones) runs on one intra-op
+#: thread: splitting so little work over cores gains ~nothing on a quiet CPU, and when another
+#: process holds a core each op's OpenMP barrier waits for a descheduled thread (one SciFact
+#: query: 18 ms on one thread, ~1.2 s on two with the other core busy; measured in
+#: eval/results/query_latency.md).
+SMALL_CALL_TOKENS = 1024
 
 
 @dataclass
@@ -150,6 +159,8 @@ class BiEncoder:
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
         self.max_batch_tokens = tokens if fast else 0
+        #: intra-op threads for small calls (None: 1, see SMALL_CALL_TOKENS); benchmarks set it.
+        self.single_query_threads: int | None = None
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else 0
 
@@ -169,8 +180,10 @@ class BiEncoder:
         from transformers import AutoModel, AutoTokenizer
 
         config = config or EncoderConfig()
+        check_max_length(config.max_length, minimum=2)
         path = resolve_model(config.model)
         st = read_st_settings(path)
+        read_model_config(path, st.transformer_dir)
 
         pooling = config.pooling or st.pooling
         if pooling is None:
@@ -190,9 +203,9 @@ class BiEncoder:
             configure_threads(config.num_threads)
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
-            model = _load_model(AutoModel, st.transformer_dir)
         except (OSError, ValueError) as e:
-            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+            raise DotcatError(f"{path}: cannot load its tokenizer ({_first_line(e)})") from None
+        model = _load_model(AutoModel, st.transformer_dir)
         model.eval().requires_grad_(False).to(device)
 
         positions = _max_positions(model.config)
@@ -242,6 +255,7 @@ class BiEncoder:
         show_progress: bool = False,
         *,
         out: np.ndarray | None = None,
+        progress: Any = None,
     ) -> np.ndarray:
         """Encode texts as they are (no prefix) into a float32 ``(len(texts), dim)`` array.
 
@@ -256,6 +270,8 @@ class BiEncoder:
             show_progress: a tqdm bar over texts.
             out: write into this ``(len(texts), dim)`` float32 array (e.g. an ``np.memmap``)
                 instead of a new one.
+            progress: a caller's bar (see :func:`dotcat.progress.progress_bar`) to advance
+                by each batch's texts, e.g. one bar over a whole corpus encoded in chunks.
         """
         if isinstance(texts, str):
             raise TypeError("encode() takes a sequence of texts, not one string")
@@ -267,7 +283,11 @@ class BiEncoder:
         batch_size = batch_size or self.config.batch_size
         workers = self._workers()
         bar_lock = threading.Lock()
-        with tqdm(total=n, desc="encoding", unit="text", disable=not show_progress) as bar:
+        own = progress_bar(
+            total=n, desc="encoding", unit="text", enabled=show_progress and progress is None
+        )
+        bar = progress if progress is not None else own
+        with own:
             for start in range(0, n, WINDOW):
                 window = list(texts[start : start + WINDOW])
                 ids = self._tokenize(window)
@@ -281,7 +301,10 @@ class BiEncoder:
                     with bar_lock:
                         bar.update(len(idx))
 
-                _run_jobs(jobs, run, workers)
+                if self._is_small(int(lengths.sum())):
+                    _run_jobs(jobs, run, 1, threads=self.single_query_threads or 1)
+                else:
+                    _run_jobs(jobs, run, workers)
         return out
 
     def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
@@ -305,6 +328,9 @@ class BiEncoder:
             "dim": self.dim,
             "query_prefix": self.query_prefix,
             "document_prefix": self.document_prefix,
+            # Informative: bf16 and fp32 vectors agree to cosine >= 0.999, so an index built
+            # at one precision is searched at another (figures differ in the 3rd decimal).
+            "precision": precision_name(self.autocast_dtype),
         }
 
     def __repr__(self) -> str:
@@ -361,6 +387,10 @@ class BiEncoder:
             vectors = l2_normalize(vectors)
         return vectors.cpu().numpy()
 
+    def _is_small(self, tokens: int) -> bool:
+        """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""
+        return self.device.type == "cpu" and self.config.fast and tokens <= SMALL_CALL_TOKENS
+
     def _workers(self) -> int:
         """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
         if self.device.type != "cpu" or not self.config.fast:
@@ -370,17 +400,25 @@ class BiEncoder:
         return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
 
 
-def _run_jobs(jobs: list[np.ndarray], run: Any, workers: int) -> None:
+def _run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None = None) -> None:
     """``run(job)`` for every job: inline, or pulled from a shared queue by ``workers`` threads.
 
     Each worker thread gives itself ``threads // workers`` intra-op threads (PyTorch's thread
     count is per thread under OpenMP) and enters ``inference_mode`` (also per thread). The
-    first error stops the other workers and is raised here.
+    first error stops the other workers and is raised here. Inline, ``threads`` (if given)
+    is the intra-op thread count for these jobs, the caller's restored afterwards.
     """
     if workers <= 1 or len(jobs) <= 1:
-        with torch.inference_mode():
-            for job in jobs:
-                run(job)
+        before = torch.get_num_threads()
+        if threads is not None and threads != before:
+            torch.set_num_threads(threads)
+        try:
+            with torch.inference_mode():
+                for job in jobs:
+                    run(job)
+        finally:
+            if threads is not None and threads != before:
+                torch.set_num_threads(before)
         return
     total_threads = torch.get_num_threads()
     per_worker = max(1, total_threads // workers)
@@ -423,13 +461,43 @@ def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
 
 
 def _load_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
-    """AutoModel with SDPA attention where the architecture has it (the eager one is slower)."""
-    with quiet_transformers():
-        try:
-            return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError) as e:
-            logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
-            return auto_model.from_pretrained(model_dir, **kwargs)
+    """AutoModel with SDPA attention where the architecture has it (the eager one is slower).
+
+    Raises:
+        DotcatError: one line naming the directory: unloadable weights, or a PyTorch pickle
+            holding more than tensors (refused by torch's ``weights_only`` loader: loading it
+            could run arbitrary code).
+    """
+    try:
+        with quiet_transformers(), warnings.catch_warnings():
+            # torch warns about the pickle protocol of old .bin files before refusing them.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            try:
+                return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
+            except (ValueError, ImportError) as e:
+                logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
+                return auto_model.from_pretrained(model_dir, **kwargs)
+    except pickle.UnpicklingError:
+        raise DotcatError(
+            f"{model_dir}: refused pytorch_model.bin: it holds Python objects, not only tensors, "
+            "and loading it could run arbitrary code; use a copy with model.safetensors"
+        ) from None
+    except (OSError, ValueError, RuntimeError) as e:
+        raise DotcatError(
+            f"{model_dir}: cannot load the model weights ({_first_line(e)})"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    """The first non-empty line of an error's text (transformers' errors run to paragraphs)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def check_max_length(max_length: int | None, minimum: int) -> None:
+    """Refuse a max length below ``minimum`` (0 is an error, not "the model's default")."""
+    if max_length is not None and max_length < minimum:
+        raise DotcatError(f"max_length must be >= {minimum} tokens, got {max_length}")
 
 
 def _max_positions(model_config: Any) -> int:

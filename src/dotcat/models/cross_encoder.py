@@ -30,11 +30,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from dotcat.errors import DotcatError
-from dotcat.models.bi_encoder import _load_model, _max_positions, _run_jobs
-from dotcat.models.resolve import resolve_model, weights_fingerprint
+from dotcat.models.bi_encoder import (
+    _first_line,
+    _load_model,
+    _max_positions,
+    _run_jobs,
+    check_max_length,
+)
+from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
     configure_threads,
@@ -42,6 +47,7 @@ from dotcat.models.runtime import (
     resolve_device,
     resolve_precision,
 )
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +210,9 @@ class CrossEncoder:
         config = config or CrossEncoderConfig()
         if config.batch_size < 1:
             raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
+        check_max_length(config.max_length, minimum=8)
         path = resolve_model(config.model)
+        read_model_config(path)
         device = resolve_device(config.device)
         if device.type == "cpu":
             configure_threads(config.num_threads)
@@ -212,7 +220,9 @@ class CrossEncoder:
             model_config = AutoConfig.from_pretrained(path)
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:
-            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+            raise DotcatError(
+                f"{path}: cannot load its config or tokenizer ({_first_line(e)})"
+            ) from None
         architectures = getattr(model_config, "architectures", None) or []
         trained_head = any(a.endswith("ForSequenceClassification") for a in architectures)
         if trained_head and model_config.num_labels != 1:
@@ -221,10 +231,7 @@ class CrossEncoder:
                 "needs one relevance logit"
             )
         torch.manual_seed(seed)  # the new head (and pooler, if absent) start the same each run
-        try:
-            model = _load_model(AutoModelForSequenceClassification, path, num_labels=1)
-        except (OSError, ValueError) as e:
-            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+        model = _load_model(AutoModelForSequenceClassification, path, num_labels=1)
         model.eval().requires_grad_(False).to(device)
 
         positions = _max_positions(model.config)
@@ -333,7 +340,7 @@ class CrossEncoder:
         workers = self._workers()
         lock = threading.Lock()
         self.model.eval()
-        with tqdm(total=n, desc="re-ranking", unit="pair", disable=not show_progress) as bar:
+        with progress_bar(total=n, desc="re-ranking", unit="pair", enabled=show_progress) as bar:
             for start in range(0, n, WINDOW):
                 stop = min(n, start + WINDOW)
                 q_ids = self._tokenize_unique(queries[start:stop])

@@ -165,6 +165,65 @@ def _weight_files(model_dir: Path) -> list[Path]:
     return sorted(model_dir.glob("*.safetensors"))
 
 
+#: Files of which a model directory needs at least one to have a tokenizer.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+)
+
+
+def read_model_config(model_dir: Path, transformer_dir: Path | None = None) -> dict:
+    """Check that a directory holds a transformers model, and return its ``config.json``.
+
+    Args:
+        model_dir: the model directory (named in errors).
+        transformer_dir: where its transformer lives (a sentence-transformers module
+            folder); default ``model_dir``.
+
+    Raises:
+        DotcatError: one line naming the directory and what is missing or unreadable: the
+            config, the weights, or the tokenizer files.
+    """
+    where = transformer_dir or model_dir
+    config_path = where / "config.json"
+    if not config_path.is_file():
+        raise DotcatError(
+            f"{model_dir}: not a model directory (no {config_path.relative_to(model_dir)}; a "
+            "Hugging Face or sentence-transformers model holds config.json, weights and "
+            "tokenizer files)"
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DotcatError(f"{config_path}: unreadable model config ({e})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise DotcatError(f"{config_path}: not a transformers model config (no model_type)")
+    if not _weight_files(where):
+        raise DotcatError(
+            f"{model_dir}: no model weights in {where} (expected model.safetensors or "
+            "pytorch_model.bin)"
+        )
+    if not any((where / name).is_file() for name in TOKENIZER_FILES):
+        raise DotcatError(
+            f"{model_dir}: no tokenizer files in {where} (expected one of "
+            f"{', '.join(TOKENIZER_FILES)})"
+        )
+    return config
+
+
+def model_dim(config: dict) -> int | None:
+    """The hidden size a model's config records (its BERT_DOT vector dimension), if any."""
+    for key in ("hidden_size", "d_model", "dim"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def weights_fingerprint(model_dir: str | os.PathLike) -> str:
     """sha256 of a model's weights, as a hex string.
 

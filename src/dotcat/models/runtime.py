@@ -4,6 +4,11 @@ bf16 autocast roughly doubles matmul throughput only on CPUs with native bf16 in
 (x86 AVX512_BF16 / AMX_BF16, ARMv8.6 BF16); elsewhere PyTorch emulates it, slower than fp32,
 so ``precision="auto"`` picks bf16 on CPU only when the flags are there. On CUDA ``auto`` picks
 bf16 where the GPU has it (Ampere and later), else fp16.
+
+The detection can be overridden with the environment variable ``DOTCAT_NATIVE_BF16``: ``on``
+makes ``auto`` choose bf16 (emulated, slow, but the numbers a bf16 CPU gives), ``off`` makes
+it choose fp32 (what an AVX2-only CPU gives). CI runs the tests under both, so neither kind of
+CPU can hide a failure of the other.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ PRECISIONS: dict[str, torch.dtype | None] = {
     "fp16": torch.float16,
 }
 _X86_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+#: Environment variable that overrides the native-bf16 detection (``auto``, ``on``, ``off``).
+NATIVE_BF16_ENV = "DOTCAT_NATIVE_BF16"
+_ENV_SWITCH = {"": None, "auto": None, "1": True, "on": True, "0": False, "off": False}
 _interop_done = False
 
 
@@ -56,8 +64,33 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def native_bf16_override() -> bool | None:
+    """``DOTCAT_NATIVE_BF16`` read as True (``on``/``1``), False (``off``/``0``) or None (unset,
+    ``auto``: detect).
+
+    Raises:
+        DotcatError: any other value.
+    """
+    raw = os.environ.get(NATIVE_BF16_ENV, "").strip().lower()
+    if raw not in _ENV_SWITCH:
+        raise DotcatError(
+            f"{NATIVE_BF16_ENV}={os.environ[NATIVE_BF16_ENV]!r}: expected auto, on or off"
+        )
+    return _ENV_SWITCH[raw]
+
+
 def cpu_has_native_bf16() -> bool:
-    """True where the CPU computes bf16 natively, so bf16 autocast is a speed-up, not a cost."""
+    """True where the CPU computes bf16 natively, so bf16 autocast is a speed-up, not a cost.
+
+    ``DOTCAT_NATIVE_BF16=on|off`` overrides the detection (see the module docstring).
+    """
+    forced = native_bf16_override()
+    if forced is not None:
+        return forced
+    return _detect_native_bf16()
+
+
+def _detect_native_bf16() -> bool:
     flags = cpu_flags()
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "bf16" in flags
@@ -85,9 +118,19 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     if precision not in PRECISIONS:
         raise DotcatError(f"unknown precision {precision!r} (auto, {', '.join(PRECISIONS)})")
     dtype = PRECISIONS[precision]
-    if dtype is torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
-        logger.warning("bf16 forced on a CPU without native bf16: emulated, slower than fp32")
+    if dtype is torch.bfloat16 and device.type == "cpu" and not _detect_native_bf16():
+        _warn_once("bf16 on a CPU without native bf16: emulated, slower than fp32")
     return dtype
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    logger.warning(message)
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    """``fp32``, ``bf16`` or ``fp16``: the name an index manifest or a record stores."""
+    return next(name for name, value in PRECISIONS.items() if value is dtype)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):

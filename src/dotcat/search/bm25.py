@@ -36,12 +36,15 @@ from typing import Any
 import bm25s
 import numpy as np
 import Stemmer
-from tqdm.auto import tqdm
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG when imported, so its debug lines ("Building index from
+# IDs") reach the terminal whatever the application asked for; let it inherit the app's level.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 Run = dict[str, list[tuple[str, float]]]
 
@@ -151,7 +154,7 @@ class BM25Index:
                 attributes (``dotcat.data.Document``) or mappings with ``id`` (or ``_id``),
                 ``title`` and ``text``. A missing title or text counts as empty.
             config: analysis and scoring settings.
-            show_progress: tqdm bars for tokenization and indexing.
+            show_progress: a progress bar over the documents tokenized.
 
         Raises:
             DotcatError: empty corpus, a document without id, or a repeated id.
@@ -166,7 +169,7 @@ class BM25Index:
         texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
         stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
         total = _length(corpus)
-        for ids in tqdm(stream, total=total, desc="BM25 tokenize", disable=not show_progress):
+        for ids in progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress):
             token_ids.append(array("i", ids))
         if not doc_ids:
             raise DotcatError("the corpus has no documents: nothing to index")
@@ -176,7 +179,7 @@ class BM25Index:
         retriever.index(
             (token_ids, tokenizer.get_vocab_dict()),
             create_empty_token=True,
-            show_progress=show_progress,
+            show_progress=False,  # its bars ignore -q; tokenizing (above) is the long part
         )
         n_tokens = sum(len(t) for t in token_ids)
         del token_ids
@@ -199,8 +202,8 @@ class BM25Index:
             raise DotcatError(f"k must be >= 1, got {k}")
         run: Run = {}
         empty = 0
-        for qid, text in tqdm(
-            queries.items(), total=len(queries), desc="BM25 search", disable=not show_progress
+        for qid, text in progress_bar(
+            queries.items(), total=len(queries), desc="BM25 search", enabled=show_progress
         ):
             run[str(qid)] = hits = self.search_one(text, k)
             empty += not hits

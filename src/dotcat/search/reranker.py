@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
 from dotcat.models.cross_encoder import CrossEncoder
@@ -46,15 +47,6 @@ class Candidates:
     docs: list[str]
     first: np.ndarray
     cat: np.ndarray
-
-
-def ranked(run: AnyRun) -> RankedRun:
-    """A run as ranked lists, best first (ties: document id), from lists or id->score maps."""
-    out: RankedRun = {}
-    for qid, docs in run.items():
-        pairs = list(docs.items()) if isinstance(docs, Mapping) else list(docs)
-        out[qid] = sorted(((str(d), float(s)) for d, s in pairs), key=lambda x: (-x[1], x[0]))
-    return out
 
 
 def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from dotcat.index import DenseIndex, check_encoder, document_text
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ class Hit:
 
 
 def encoder_config_from_manifest(
-    encoder_entry: Mapping, model: str | None = None, device: str = "auto"
+    encoder_entry: Mapping, model: str | None = None, device: str = "auto", precision: str = "auto"
 ) -> EncoderConfig:
     """The encoder config that reproduces the index's vectors.
 
@@ -57,6 +56,7 @@ def encoder_config_from_manifest(
         query_prefix=encoder_entry.get("query_prefix"),
         document_prefix=encoder_entry.get("document_prefix"),
         device=device,
+        precision=precision,
     )
 
 
@@ -68,6 +68,8 @@ class DenseRetriever:
         model: load the query encoder from here instead of the manifest's record.
         device: ``auto``, ``cpu`` or ``cuda`` (for both the encoder and FAISS).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``) overriding the manifest.
+        precision: the query encoder's ``auto``, ``fp32`` or ``bf16`` (see
+            :class:`dotcat.models.EncoderConfig`).
     """
 
     def __init__(
@@ -76,10 +78,11 @@ class DenseRetriever:
         model: str | None = None,
         device: str = "auto",
         search_params: dict[str, float] | None = None,
+        precision: str = "auto",
     ) -> None:
         self.index = DenseIndex(index_dir, device=device, search_params=search_params)
         entry = self.index.manifest.encoder
-        self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device))
+        self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
@@ -108,8 +111,8 @@ class DenseRetriever:
         """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
         qids = list(queries)
         run: Run = {}
-        with tqdm(
-            total=len(qids), desc="searching", unit="query", disable=not show_progress
+        with progress_bar(
+            total=len(qids), desc="searching", unit="query", enabled=show_progress
         ) as bar:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]

@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
@@ -56,6 +55,7 @@ from dotcat.errors import DotcatError
 from dotcat.losses import bce_loss, group_labels, lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
+from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
     CHECKPOINTS_DIR,
     latest_checkpoint,
@@ -457,6 +457,8 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
     if config.attention_dropout is not None:
         set_attention_dropout(model, config.attention_dropout)
     bf16 = resolve_bf16(config.bf16, cross_encoder.device)
+    # The run's precision governs its dev scoring too: --bf16 off means fp32 throughout.
+    cross_encoder.autocast_dtype = torch.bfloat16 if bf16 else None
 
     mining_started = time.perf_counter()
     pools, pools_meta, first_run = _pools(config, out_dir, data, data.queries)
@@ -629,7 +631,7 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
         _write_json(out_dir / RECORD_FILE, record("running"))
 
     model.train()
-    bar = tqdm(total=total_steps, initial=step, desc="training", unit="step", disable=not show)
+    bar = progress_bar(total=total_steps, initial=step, desc="training", unit="step", enabled=show)
     stopped = False
     while epoch < config.epochs and not stopped:
         order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))

@@ -34,10 +34,10 @@ from typing import IO, Any
 
 import faiss
 import numpy as np
-from tqdm.auto import tqdm
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.progress import progress_bar
 from dotcat.search.bm25 import BM25Config, BM25Index
 
 logger = logging.getLogger(__name__)
@@ -243,8 +243,8 @@ def mine_dense_negatives(
     heap = faiss.ResultHeap(len(qids), end, keep_max=True)
     doc_ids: list[str] = []
     total = len(corpus) if hasattr(corpus, "__len__") else None
-    with tqdm(
-        total=total, desc="dense mining", unit="doc", disable=not show_progress or not qids
+    with progress_bar(
+        total=total, desc="dense mining", unit="doc", enabled=show_progress and bool(qids)
     ) as bar:
         for ids, titles, texts in iter_document_chunks(corpus, chunk_size):
             if not qids:

@@ -34,7 +34,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
-from dotcat.models.bi_encoder import _load_model, _max_positions
+from dotcat.models.bi_encoder import _first_line, _load_model, _max_positions, check_max_length
+from dotcat.models.resolve import read_model_config
 from dotcat.models.runtime import quiet_transformers
 from dotcat.models.st_config import read_st_settings
 
@@ -146,15 +147,17 @@ class TrainableBiEncoder(nn.Module):
             DotcatError: a model or pooling dotcat cannot reproduce, or a ``max_length``
                 beyond the model's position embeddings.
         """
+        check_max_length(max_length, minimum=2)
         path = resolve_model(str(name_or_path))
         st = read_st_settings(path)
+        read_model_config(path, st.transformer_dir)
         if pooling is None and st.pooling is None and st.pooling_error:
             raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
-            model = _load_model(AutoModel, st.transformer_dir, **_float32_kwargs())
         except (OSError, ValueError) as e:
-            raise DotcatError(f"cannot load a transformers model from {path}: {e}") from e
+            raise DotcatError(f"{path}: cannot load its tokenizer ({_first_line(e)})") from None
+        model = _load_model(AutoModel, st.transformer_dir, **_float32_kwargs())
         positions = _max_positions(model.config)
         max_length = max_length or st.max_length or min(DEFAULT_MAX_LENGTH, positions)
         if not 2 <= max_length <= positions:

@@ -66,7 +66,6 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
@@ -74,6 +73,7 @@ from dotcat.errors import DotcatError
 from dotcat.losses import split_batch
 from dotcat.losses.cached import grad_cache_backward
 from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
     CHECKPOINTS_DIR,
     latest_checkpoint,
@@ -554,7 +554,7 @@ def evaluate_dev(
     )
     heap = faiss.ResultHeap(len(qids), k, keep_max=True)
     doc_ids: list[str] = []
-    with tqdm(total=len(corpus), desc="dev eval", unit="doc", disable=not show_progress) as bar:
+    with progress_bar(total=len(corpus), desc="dev eval", unit="doc", enabled=show_progress) as bar:
         for ids, titles, texts in iter_document_chunks(corpus, chunk_size):
             docs = [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
             vectors = model.encode(model.document_texts(docs), bf16=bf16)
@@ -1027,7 +1027,7 @@ def _train(config: DotTrainConfig, ctx: DistributedContext) -> Path:
         ctx.barrier()
 
     model.train()
-    bar = tqdm(total=total_steps, initial=step, desc="training", unit="step", disable=not show)
+    bar = progress_bar(total=total_steps, initial=step, desc="training", unit="step", enabled=show)
     stopped = False
     while epoch < config.epochs and not stopped:
         if epoch > 0 and batches_done == 0 and config.remine_each_epoch:

@@ -1,0 +1,248 @@
+"""Where an index directory lives on disk, and how a new one replaces it without a gap.
+
+An index ``INDEX`` is only ever written beside itself and moved into place whole:
+
+* ``.INDEX.lock`` (a sibling file): whoever builds, updates or repairs ``INDEX`` holds an
+  exclusive lock on it (``filelock``: ``flock`` on POSIX, released by the kernel when the
+  process dies, kill -9 included). A second builder of the same path is refused at once.
+* ``.INDEX.building``: the build folder. ``manifest.json`` is the last file written into it,
+  so a build folder with a manifest is a complete index.
+* The swap: where Linux offers ``renameat2(RENAME_EXCHANGE)`` the new and the old directory
+  trade places in one atomic step, so ``INDEX`` always holds a complete index. Elsewhere it
+  takes two renames (old away to ``.INDEX.old-*``, new in), and a kill between them leaves no
+  index at the path, only the two complete folders beside it.
+* Recovery: the next build (and the next open, when ``INDEX`` is missing) takes the lock and
+  restores what a killed process left: with no index at the path, the newest complete build,
+  else the old index, is renamed back into place; leftovers beside a complete index are
+  stale (no live process holds the lock) and are removed, each one logged.
+
+Nothing here imports FAISS or torch: the CLI checks paths before paying for those imports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dotcat.errors import DotcatError
+from dotcat.files import check_can_create_in
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+INDEX_NAME = "index.faiss"
+DOCSTORE_NAME = "docstore.sqlite"
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def lock_path(index_dir: Path) -> Path:
+    return index_dir.with_name(f".{index_dir.name}.lock")
+
+
+def build_path(index_dir: Path) -> Path:
+    return index_dir.with_name(f".{index_dir.name}.building")
+
+
+def _old_path(index_dir: Path) -> Path:
+    return index_dir.with_name(f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}")
+
+
+def leftovers(index_dir: Path) -> list[Path]:
+    """Build and old-index folders beside ``index_dir`` (``.building-*`` from dotcat 0.1 too)."""
+    parent, name = index_dir.parent, index_dir.name
+    if not parent.is_dir():
+        return []
+    found = [
+        *parent.glob(f".{_glob_escape(name)}.building*"),
+        *parent.glob(f".{_glob_escape(name)}.old-*"),
+    ]
+    return sorted(p for p in found if p.is_dir())
+
+
+def _glob_escape(name: str) -> str:
+    """``name`` with glob metacharacters bracketed, so ``a[1]`` matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def check_target(index_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber anything but an existing dotcat index, and that only if asked.
+
+    Raises:
+        DotcatError: ``index_dir`` is a file, lies under a file, is a directory that is not a
+            dotcat index (never touched), or is an index and ``overwrite`` is False.
+    """
+    check_can_create_in(index_dir)  # the build folder and the lock go beside it
+    if not index_dir.exists():
+        return
+    if not index_dir.is_dir():
+        raise DotcatError(f"{index_dir}: exists and is not a directory")
+    if not any(index_dir.iterdir()):
+        return
+    if not (index_dir / MANIFEST_NAME).is_file():
+        raise DotcatError(
+            f"{index_dir}: exists, is not empty and is not a dotcat index; refusing to touch it"
+        )
+    if not overwrite:
+        raise DotcatError(f"{index_dir}: an index exists there; pass --overwrite to replace it")
+
+
+def is_complete(directory: Path) -> bool:
+    """A directory holding a whole index: the manifest (written last) and its two files."""
+    return all((directory / name).is_file() for name in (MANIFEST_NAME, INDEX_NAME, DOCSTORE_NAME))
+
+
+@contextmanager
+def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
+    """Hold the exclusive lock of ``index_dir`` (see the module docstring).
+
+    Args:
+        wait: seconds to wait for another holder; 0 refuses at once.
+
+    Raises:
+        DotcatError: another process holds it (a build, an update or a repair of this index).
+    """
+    from filelock import FileLock, Timeout
+
+    path = lock_path(index_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=wait)
+    except Timeout:
+        raise DotcatError(
+            f"{index_dir}: another dotcat process is building or updating this index "
+            f"(it holds {path}); wait for it to finish"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def recover(index_dir: Path) -> list[str]:
+    """Restore or clean up after a killed build; call with the lock held.
+
+    Returns:
+        One line per action taken, for the caller to show (they are logged too).
+    """
+    actions: list[str] = []
+    found = leftovers(index_dir)
+    if not found:
+        return actions
+    if not is_complete(index_dir) and not _has_other_content(index_dir):
+        # Newest complete build first (it finished: only the swap was cut short), else the
+        # old index that it was replacing.
+        builds = [p for p in found if ".building" in p.name and is_complete(p)]
+        olds = [p for p in found if ".old-" in p.name and is_complete(p)]
+        newest_first = sorted(builds, key=_mtime, reverse=True) + sorted(olds, key=_mtime)
+        if newest_first:
+            chosen = newest_first[0]
+            if index_dir.exists():
+                index_dir.rmdir()  # empty (checked above)
+            os.replace(chosen, index_dir)
+            _fsync_dir(index_dir.parent)
+            found.remove(chosen)
+            actions.append(f"restored {index_dir} from {chosen.name} (a build was interrupted)")
+    for path in found:
+        # No live process holds the lock: whatever is here was left by a killed build.
+        shutil.rmtree(path, ignore_errors=True)
+        actions.append(f"removed {path.name} (left by a killed build)")
+    for line in actions:
+        logger.warning("%s", line)
+    return actions
+
+
+def recover_for_reading(index_dir: Path) -> None:
+    """Before opening ``index_dir``: if it is missing but a killed swap left a complete index
+    beside it, restore it (waiting a few seconds for a live builder to finish its swap)."""
+    if is_complete(index_dir) or not leftovers(index_dir):
+        return
+    try:
+        with index_lock(index_dir, wait=10.0):
+            recover(index_dir)
+    except OSError as e:
+        names = ", ".join(p.name for p in leftovers(index_dir))
+        raise DotcatError(
+            f"{index_dir}: missing, and restoring it from {names} failed ({e}); "
+            "move the complete one into place by hand or rebuild"
+        ) from None
+
+
+def swap_into_place(new: Path, index_dir: Path) -> None:
+    """Move the finished build ``new`` to ``index_dir``, replacing any index there.
+
+    Atomic where ``renameat2(RENAME_EXCHANGE)`` works (Linux 3.15+ on ext4, xfs, btrfs,
+    tmpfs...): the old index is in ``new``'s place afterwards and is removed. Elsewhere two
+    renames, with :func:`recover` covering a kill between them.
+    """
+    if not index_dir.exists():
+        os.replace(new, index_dir)
+    elif _exchange(new, index_dir):
+        _fsync_dir(index_dir.parent)
+        shutil.rmtree(new, ignore_errors=True)  # now the old index
+    else:
+        old = _old_path(index_dir)
+        os.replace(index_dir, old)
+        os.replace(new, index_dir)
+        _fsync_dir(index_dir.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(index_dir.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with ``renameat2(RENAME_EXCHANGE)``; False where unsupported."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False  # kernel or filesystem without it: the two-rename path
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _has_other_content(index_dir: Path) -> bool:
+    return index_dir.is_dir() and any(index_dir.iterdir())
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return (path / MANIFEST_NAME).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot sync)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,177 @@
+"""Errors before work: every bad argument is one line, exit status 2, before torch is imported.
+
+The refused commands run in one child process (a fresh interpreter, so "torch was never
+imported" can be checked after each of them) through typer's test runner.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dotcat.data import write_run
+from dotcat.index import build_index
+from dotcat.models import EncoderConfig
+
+_RUNNER = textwrap.dedent(
+    """
+    import json, sys
+    from typer.testing import CliRunner
+    from dotcat.cli import app
+
+    results = []
+    for args in json.loads(sys.argv[1]):
+        result = CliRunner().invoke(app, args)
+        results.append({
+            "args": args,
+            "code": result.exit_code,
+            "output": result.output,
+            "exception": repr(result.exception) if result.exception else None,
+            "torch": "torch" in sys.modules,
+        })
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("cli_errors")
+    corpus = root / "corpus.jsonl.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        for i in range(40):
+            f.write(json.dumps({"_id": f"d{i}", "title": f"title {i}", "text": f"text {i}"}) + "\n")
+    queries = root / "queries.tsv"
+    queries.write_text("q1\tsome words\nq2\tmore words\n")
+    index = root / "index"
+    config = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_index(corpus, index, config, show_progress=False)
+    run = root / "first.trec"
+    write_run({"q1": [("d1", 2.0), ("d2", 1.0)]}, run)
+    not_a_model = root / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "README.md").write_text("not a model")
+    a_file = root / "a_file"
+    a_file.write_text("x")
+    a_dir = root / "a_dir"
+    a_dir.mkdir()
+    return {
+        "root": root,
+        "corpus": corpus,
+        "queries": queries,
+        "index": index,
+        "run": run,
+        "model": tiny_bert_dir,
+        "not_a_model": not_a_model,
+        "a_file": a_file,
+        "a_dir": a_dir,
+    }
+
+
+def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
+    c, q, i, m = ws["corpus"], ws["queries"], ws["index"], ws["model"]
+    out = ws["root"] / "new_index"
+    under_file = ws["a_file"] / "run.trec"
+    return [
+        (["index", ws["root"] / "missing.jsonl", out], "missing.jsonl"),
+        (["index", c, i, "--model", m], "an index exists there; pass --overwrite"),
+        (["index", c, out, "--model", m, "--faiss", "bogus"], "invalid FAISS spec 'bogus'"),
+        (["index", c, out, "--model", m, "--faiss", "PQ7"], "multiple of the number of subq"),
+        (
+            ["index", c, out, "--model", m, "--faiss", "PQ8"],
+            "PQ8x8 (2^8 = 256 centroids per sub-vector) needs at least 256 training vectors, "
+            "the corpus has 40",
+        ),
+        (
+            ["index", c, out, "--model", m, "--faiss", "IVF64,Flat"],
+            "IVF64 (one centroid per list) needs at least 64 training vectors",
+        ),
+        (["index", c, out, "--model", m, "--max-length", "0"], "--max-length must be >= 2, got 0"),
+        (["index", c, out, "--model", ws["not_a_model"]], "not a model directory (no config.json"),
+        (["index", c, ws["a_file"] / "sub" / "idx", "--model", m], "is a file, not a directory"),
+        (["search", i, "   "], "the query is empty"),
+        (["search", i, ""], "the query is empty"),
+        (["search", i, "words", "-k", "0"], "-k must be >= 1, got 0"),
+        (["search", i, "words", "-k", "-1"], "-k must be >= 1, got -1"),
+        (["search", i, "words", "--depth", "0", "--rerank", m], "--depth must be >= 1, got 0"),
+        (["search", i, "words", "--precision", "int4"], "--precision must be one of"),
+        (["search", ws["root"] / "nope", "words"], "no such index directory"),
+        (["search", i, "--queries", q, "--output", ws["a_dir"]], "is a directory"),
+        (["search", i, "--queries", q, "--output", under_file], "is a file, not a directory"),
+        (["search", i, "words", "--rerank", ws["not_a_model"]], "not a model directory"),
+        (["bm25", c, "--queries", q, "--output", ws["a_dir"]], "is a directory"),
+        (["bm25", c, "--queries", q, "--output", under_file], "is a file, not a directory"),
+        (["bm25", c, "--queries", q, "--output", ws["root"] / "b.trec", "-k", "0"], "-k must be"),
+        (["rerank", ws["run"], c, m, "--output", ws["a_dir"]], "is a directory"),
+        (["rerank", ws["run"], c, ws["not_a_model"], "--output", ws["root"] / "r"], "not a model"),
+        (["rerank", ws["run"], c, m, "--output", ws["root"] / "r", "--depth", "0"], "--depth"),
+        (["train", "dot", ws["root"] / "no-data", ws["root"] / "m"], "no-data"),
+        (["train", "cat", ws["root"] / "no-data", ws["root"] / "m"], "no-data"),
+        (["train", "dot", c, ws["a_file"], "--base", m], "exists and is not a directory"),
+        (["train", "cat", c, ws["root"] / "m", "--base", ws["not_a_model"]], "not a model"),
+        (["train", "dot", c, ws["root"] / "m", "--base", m, "--epochs", "0"], "--epochs must"),
+    ]
+
+
+def test_bad_arguments_fail_fast_in_one_line_without_importing_torch(ws):
+    cases = _cases(ws)
+    args = [[str(a) for a in argv] for argv, _ in cases]
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    for (_, expected), result in zip(cases, results, strict=True):
+        errors = [line for line in result["output"].splitlines() if line.startswith("dotcat:")]
+        assert result["code"] == 2, result
+        assert len(errors) == 1 and expected in errors[0], result
+        assert "Traceback" not in result["output"], result
+        assert not result["torch"], f"torch imported before refusing {result['args']}"
+
+
+def test_an_unwritable_folder_is_refused_before_searching(ws, tmp_path):
+    """Root writes anywhere, except where the immutable flag says no."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr")
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem has no immutable flag")
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _RUNNER,
+                json.dumps(
+                    [
+                        [
+                            "search",
+                            str(ws["index"]),
+                            "--queries",
+                            str(ws["queries"]),
+                            "--output",
+                            str(locked / "run.trec"),
+                        ]
+                    ]
+                ),
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    (result,) = json.loads(done.stdout)
+    assert result["code"] == 2 and "cannot write in" in result["output"], result
+    assert not result["torch"]

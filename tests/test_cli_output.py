@@ -1,0 +1,110 @@
+"""Output a person can read: bars that advance, -q that silences, no library noise, no repeats.
+
+The commands run as child processes with stderr going to a pipe, as in a log file or CI.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.progress import progress_bar
+
+_DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
+
+
+def _dotcat(*args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, **(env_extra or {})}
+    env.pop("DOTCAT_QUIET", None)
+    return subprocess.run(
+        [sys.executable, "-c", _DOTCAT, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def _bar_lines(stderr: str) -> list[str]:
+    """Every rendered state of every bar ('\\r' and '\\n' both end one)."""
+    return [line.strip() for line in re.split(r"[\r\n]", stderr) if "%|" in line or "/s]" in line]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("out") / "corpus.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i in range(300):
+            f.write(json.dumps({"_id": f"d{i}", "title": f"t{i}", "text": "words " * (i % 40)}))
+            f.write("\n")
+    return path
+
+
+def test_index_output_has_our_bars_once_and_no_library_noise(corpus, tiny_bert_dir, tmp_path):
+    done = _dotcat("index", corpus, tmp_path / "idx", "--model", tiny_bert_dir)
+    assert done.returncode == 0, done.stderr
+    assert "Generating train split" not in done.stderr  # HF datasets' own bar
+    bars = _bar_lines(done.stderr)
+    finished = [line for line in bars if "100%" in line]
+    for what in ("storing documents", "encoding documents", "adding to FAISS"):
+        assert sum(line.startswith(what) for line in finished) == 1, (what, bars)
+    assert "indexed 300 documents" in done.stdout
+
+
+def test_quiet_silences_every_bar(corpus, tiny_bert_dir, tmp_path):
+    done = _dotcat("-q", "index", corpus, tmp_path / "idx", "--model", tiny_bert_dir)
+    assert done.returncode == 0, done.stderr
+    assert _bar_lines(done.stderr) == []
+    # What remains is the corpus's one warning (8 title-only documents), said once.
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "8 document(s) have no text" in lines[0], lines
+
+
+def test_bm25_prints_no_debug_lines_and_no_foreign_bars(corpus, tmp_path):
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\twords\n")
+    done = _dotcat("bm25", corpus, "--queries", queries, "--output", tmp_path / "r.trec")
+    assert done.returncode == 0, done.stderr
+    assert "DEBUG" not in done.stderr and "BM25S" not in done.stderr
+    quiet = _dotcat("-q", "bm25", corpus, "--queries", queries, "--output", tmp_path / "r.trec")
+    assert quiet.returncode == 0 and _bar_lines(quiet.stderr) == []
+    assert len(quiet.stderr.strip().splitlines()) == 1  # the title-only warning, once
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.updates: list[int] = []
+
+    def update(self, n: int = 1) -> None:
+        self.updates.append(n)
+
+
+def test_encoding_advances_a_callers_bar_batch_by_batch(tiny_bert_dir):
+    encoder = BiEncoder.load(
+        EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32", batch_size=4)
+    )
+    texts = [f"text number {i} " * (i % 7 + 1) for i in range(30)]
+    bar = _Recorder()
+    vectors = encoder.encode(texts, progress=bar)
+    assert len(bar.updates) >= 30 // 4 and sum(bar.updates) == 30  # per batch, not per call
+    np.testing.assert_allclose(vectors, encoder.encode(texts), rtol=0, atol=1e-6)
+
+
+def test_a_log_file_gets_each_state_once(tmp_path):
+    """tqdm re-prints the final state when a bar closes; in a file that is a duplicate."""
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f, progress_bar(total=3, desc="work", unit="x", file=f) as bar:
+        for _ in range(3):
+            bar.update()
+    lines = _bar_lines(log.read_text())
+    assert sum("3/3" in line for line in lines) == 1, lines
