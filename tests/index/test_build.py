@@ -155,3 +155,16 @@ def test_prefixes_are_recorded_and_restored_at_search(tiny_beir_dir, tiny_bert_d
     retriever = DenseRetriever(tmp_path / "idx", device="cpu")
     assert retriever.encoder.manifest_entry()["query_prefix"] == "query: "
     assert retriever.encoder.manifest_entry()["document_prefix"] == "passage: "
+
+
+def test_thin_ivf_lists_warn_once_in_our_words(tiny_encoder, tmp_path, caplog, capfd):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"_id": f"d{i}", "text": f"text {i}"}) + "\n" for i in range(200))
+    )
+    config = IndexConfig(faiss_spec="IVF8,Flat", device="cpu")  # 200 < 39 * 8
+    with caplog.at_level("WARNING", logger="dotcat.index.faiss_index"):
+        build_index(corpus, tmp_path / "idx", tiny_encoder, config, show_progress=False)
+    warnings = [r.getMessage() for r in caplog.records if "is thin" in r.getMessage()]
+    assert len(warnings) == 1 and "IVF5 would suit this corpus" in warnings[0]  # 200 // 39
+    assert "WARNING clustering" not in capfd.readouterr().err  # FAISS's own C++ line

@@ -8,6 +8,7 @@ see https://github.com/facebookresearch/faiss/wiki/The-index-factory.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterator
@@ -130,19 +131,31 @@ def check_trainable(index: faiss.Index, spec: str, n: int) -> None:
                 f"FAISS spec {spec!r}: {need.part} needs at least {need.vectors} training "
                 f"vectors, the corpus has {n}; use {_smaller(need, n)}, or Flat"
             )
-        if need.part.startswith("IVF") and n < 39 * need.vectors:
-            logger.warning(
-                "FAISS spec %r: %d vectors for %d lists is thin (FAISS asks for 39 per list); "
-                "recall may suffer, IVF%d would suit this corpus",
-                spec,
-                n,
-                need.vectors,
-                _suggested_lists(n),
-            )
+        if need.hint == "IVF" and n < MIN_POINTS_PER_LIST * need.vectors:
+            _warn_thin_lists(spec, n, need.vectors)
+
+
+#: Training points per IVF list below which FAISS's k-means warns (``min_points_per_centroid``).
+MIN_POINTS_PER_LIST = 39
+
+
+@functools.cache
+def _warn_thin_lists(spec: str, n: int, lists: int) -> None:
+    """Once per process and spec: a build checks its spec before and after encoding."""
+    logger.warning(
+        "FAISS spec %r: %d vectors for %d lists is thin (FAISS asks for %d per list); recall "
+        "may suffer, IVF%d would suit this corpus",
+        spec,
+        n,
+        lists,
+        MIN_POINTS_PER_LIST,
+        _suggested_lists(n),
+    )
 
 
 def _suggested_lists(n: int) -> int:
-    return max(1, int(4 * np.sqrt(n)))
+    """The usual 4*sqrt(n) lists, but never fewer than 39 training points per list."""
+    return max(1, min(int(4 * np.sqrt(n)), n // MIN_POINTS_PER_LIST))
 
 
 def _smaller(need: TrainingNeed, n: int) -> str:
@@ -182,6 +195,10 @@ def train_index(index: faiss.Index, vectors: np.ndarray, spec: str, seed: int = 
     take = min(n, max(MAX_TRAIN_VECTORS, needed))
     sample = np.sort(rng.choice(n, size=take, replace=False)) if take < n else np.arange(n)
     logger.info("training FAISS %s on %d vectors", spec, take)
+    ivf = faiss.try_extract_index_ivf(faiss.downcast_index(index))
+    if ivf is not None and hasattr(ivf, "cp"):
+        # dotcat has already warned about thin lists in words; FAISS's C++ would say it again.
+        ivf.cp.min_points_per_centroid = 1
     index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
 
 
