@@ -133,10 +133,12 @@ def test_bad_corpus_line_is_one_clear_error(tiny_bert_dir, tmp_path):
 
 
 def test_search_argument_errors(tiny_index):
-    result = runner.invoke(app, ["search", str(tiny_index)])
-    assert result.exit_code == 2 and "either a QUERY or --queries" in result.output
     result = runner.invoke(app, ["search", str(tiny_index), "--queries", "x.jsonl"])
     assert result.exit_code == 2 and "--output" in result.output
+    result = runner.invoke(app, ["search", str(tiny_index), "q", "--queries", "x", "--output", "r"])
+    assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(app, ["search"])
+    assert result.exit_code == 2 and "give an INDEX" in result.output
 
 
 def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_dir, tmp_path):

@@ -66,6 +66,7 @@ def test_rerank_run_reorders_the_head_by_cross_encoder_scores(workspace):
     result = invoke(
         "-q", "rerank", workspace["bm25"], workspace["data"], workspace["model"],
         "--output", out, "--depth", "3", "--split", "train", "--precision", "fp32",
+        "--interpolate", "1",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "re-ranked 16 queries (48 pairs)" in result.output
@@ -98,6 +99,19 @@ def test_rerank_interpolate_auto_and_bad_values(workspace):
     assert result.exit_code == 2 and "outside [0, 1]" in result.output
 
 
+def test_rerank_follows_the_dev_chosen_weight_by_default(workspace):
+    """No --interpolate: the weight `train cat` recorded, exactly as if it were given."""
+    recorded = json.loads((workspace["model"] / "dotcat_cross_encoder.json").read_text())
+    alpha = recorded["interpolation_alpha"]
+    args = ["-q", "rerank", workspace["bm25"], workspace["data"], workspace["model"]]
+    args += ["--split", "train", "--precision", "fp32"]
+    default, given = workspace["root"] / "default.trec", workspace["root"] / "given.trec"
+    result = invoke(*args, "--output", default)
+    assert result.exit_code == 0 and f"interpolation {alpha:g} dev-chosen" in result.output
+    assert invoke(*args, "--output", given, "--interpolate", str(alpha)).exit_code == 0
+    assert read_run(default) == read_run(given)
+
+
 def test_rerank_refuses_a_model_without_a_trained_head(workspace, tiny_bert_dir):
     args = ["rerank", workspace["bm25"], workspace["data"], tiny_bert_dir, "--output", "x.trec"]
     args += ["--split", "train"]
@@ -116,6 +130,7 @@ def test_rerank_accepts_a_sentence_transformers_cross_encoder(workspace, tiny_be
         "--depth", "2", "--split", "train",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert "interpolation 1 plain" in result.output  # no dotcat record: the plain logit
     assert len(read_run(out)) == 16
 
 
@@ -123,6 +138,7 @@ def test_search_with_rerank_one_query_and_batch(workspace):
     result = invoke(
         "-q", "search", workspace["index"], "insulin glucose",
         "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json", "--precision", "fp32",
+        "--interpolate", "1", "--first-stage", "dense",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)

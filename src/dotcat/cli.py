@@ -195,11 +195,18 @@ def index(
     faiss: Annotated[
         str, typer.Option("--faiss", help="FAISS factory string, e.g. Flat, HNSW32, IVF4096,Flat.")
     ] = "Flat",
+    bm25: Annotated[
+        bool,
+        typer.Option(
+            help="Also build a BM25 index inside (for BM25 and hybrid search); with a BEIR dir "
+            "that has dev or train qrels, the hybrid fusion is chosen on its dev queries."
+        ),
+    ] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
     keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
 ) -> None:
-    """Encode a corpus with BERT_DOT and build a FAISS index directory."""
+    """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it)."""
     from dotcat.index.preflight import check_build
 
     _at_least("--batch-size", batch_size)
@@ -219,7 +226,7 @@ def index(
         device=device,
         precision=precision,
     )
-    config = IndexConfig(faiss_spec=faiss, device=device, keep_vectors=keep_vectors)
+    config = IndexConfig(faiss_spec=faiss, device=device, keep_vectors=keep_vectors, bm25=bm25)
     start = time.perf_counter()
     manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite)
     seconds = time.perf_counter() - start
@@ -228,8 +235,22 @@ def index(
         f"indexed {n} documents into {index_dir} in {seconds:.1f} s ({n / seconds:.1f} docs/s); "
         f"encoder {manifest.encoder['name']} ({manifest.encoder['pooling']}, "
         f"{manifest.encoder['similarity']}, max {manifest.encoder['max_length']} tokens), "
-        f"FAISS {manifest.faiss['spec']}"
+        f"FAISS {manifest.faiss['spec']}{', BM25' if bm25 else ''}"
     )
+    if bm25:
+        from dotcat.search.pipeline import tune_fusion
+
+        fusion = tune_fusion(index_dir, corpus, device=device, precision=precision)
+        if fusion is None:
+            typer.echo("hybrid fusion: RRF (k=60) (no dev queries in the data to choose on)")
+        else:
+            scores = fusion.dev["scores"]
+            best = scores["rrf"] if fusion.method == "rrf" else scores[f"linear {fusion.weight:g}"]
+            typer.echo(
+                f"hybrid fusion chosen on dev ({fusion.dev['source']}, {fusion.dev['queries']} "
+                f"queries): {fusion.describe()}, nDCG@10 {best:.4f} (RRF {scores['rrf']:.4f}, "
+                f"dense {scores['linear 1']:.4f}, BM25 {scores['linear 0']:.4f})"
+            )
 
 
 def _print_hits(hits, as_json: bool) -> None:
@@ -249,16 +270,22 @@ def _print_hits(hits, as_json: bool) -> None:
 
 
 _INTERPOLATE_HELP = (
-    "Mix first-stage and cross-encoder scores (min-max normalised): a weight in [0, 1] for "
-    "the cross-encoder, or 'auto' for the one `train cat` chose on dev. Default: the plain "
-    "cross-encoder score."
+    "Mix first-stage and cross-encoder scores (min-max normalised): 'auto' (default) uses the "
+    "weight `train cat` chose on dev, or the plain cross-encoder score where none is "
+    "recorded; a number in [0, 1] is the cross-encoder's weight (1: the plain logit)."
 )
+_FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 
 
 @app.command()
 def search(
-    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
-    query: Annotated[str | None, typer.Argument(help="Query text (or use --queries).")] = None,
+    index_dir: Annotated[
+        str | None, typer.Argument(help="An index directory from `dotcat index`.")
+    ] = None,
+    query: Annotated[
+        str | None,
+        typer.Argument(help="Query text; none: read queries line by line (or use --queries)."),
+    ] = None,
     k: Annotated[int, typer.Option("-k", help="How many results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
     queries: Annotated[
@@ -269,6 +296,19 @@ def search(
     ] = "test",
     output: Annotated[
         Path | None, typer.Option(help="TREC run file to write (batch search).")
+    ] = None,
+    first_stage: Annotated[
+        str,
+        typer.Option(
+            help="auto (hybrid where the index has BM25, else dense), dense, bm25, hybrid."
+        ),
+    ] = "auto",
+    fusion: Annotated[
+        str,
+        typer.Option(help="Hybrid fusion: auto (the index's dev choice, else rrf), rrf, linear."),
+    ] = "auto",
+    fusion_weight: Annotated[
+        float | None, typer.Option(help="Linear fusion's dense weight in [0, 1].")
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="Query encoder, if not the one recorded.")
@@ -281,15 +321,24 @@ def search(
         str | None, typer.Option(help="Re-rank with this BERT_CAT cross-encoder.")
     ] = None,
     depth: Annotated[int, typer.Option(help="With --rerank: how many results to re-rank.")] = 100,
-    interpolate: Annotated[str | None, typer.Option(help=_INTERPOLATE_HELP)] = None,
+    interpolate: Annotated[str, typer.Option(help=_INTERPOLATE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    server: Annotated[
+        str | None, typer.Option(help="Ask a running `dotcat serve` at this URL instead.")
+    ] = None,
 ) -> None:
-    """Search an index: one query (a table or --json), or a queries file into a TREC run.
+    """Search an index: one query (a table or --json), a queries file into a TREC run, or
+    queries read line by line (models loaded once).
 
     With --rerank MODEL the top --depth results are re-ordered by the cross-encoder.
     """
-    if (query is None) == (queries is None):
-        raise DotcatError("give either a QUERY or --queries (with --output)")
+    if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
+        _search_remote(server, index_dir, query, k, as_json, first_stage, rerank, depth)
+        return
+    if index_dir is None:
+        raise DotcatError("give an INDEX directory (or --server URL)")
+    if query is not None and queries is not None:
+        raise DotcatError("give either a QUERY or --queries, not both")
     if queries is not None and output is None:
         raise DotcatError("--queries needs --output RUN (the TREC run file to write)")
     if query is not None:
@@ -298,104 +347,178 @@ def search(
         _at_least(option, value)
     _at_least("--ef-search", ef_search)
     _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--first-stage", first_stage, _FIRST_STAGES)
     if output is not None:
         from dotcat.data import check_output_file
 
         check_output_file(output)
-    _check_index(index_dir)
+    _check_index(Path(index_dir))
     topics = _load_topics(queries, split) if queries is not None else None
-    alpha = 1.0
     if rerank:
         _check_model(rerank)
-        alpha = _parse_interpolate(interpolate, rerank)
 
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
-    retriever = DenseRetriever(
+    pipeline = SearchPipeline(
         index_dir,
-        model=model,
+        PipelineConfig(
+            first_stage=first_stage,
+            fusion=fusion,
+            fusion_weight=fusion_weight,
+            rerank=rerank,
+            depth=depth,
+            interpolate=interpolate,
+            model=model,
+            device=device,
+            precision=precision,
+            search_params=_parse_search_params(nprobe, ef_search),
+        ),
+    )
+    if query is not None:
+        _print_hits(pipeline.search(query, k), as_json)
+    elif topics is not None:
+        from dotcat.data import write_run
+
+        start = time.perf_counter()
+        run = pipeline.run(topics, k, show_progress=True)
+        seconds = time.perf_counter() - start
+        write_run(run, output, tag=tag)
+        what = f"{pipeline.first_stage} first stage"
+        if pipeline.reranker is not None:
+            r = pipeline.reranker
+            what += f", re-ranked top {r.depth} with {rerank} (interpolation {r.alpha:g})"
+        typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s ({what}); wrote {output}")
+    else:
+        _search_lines(lambda text: pipeline.search(text, k), as_json)
+
+
+def _search_lines(search_one, as_json: bool) -> None:
+    """Queries from stdin, one per line, answered as they come (a prompt on a terminal).
+
+    Blank lines are skipped; a bad query prints its error and the loop goes on. With --json,
+    one JSON object per line (``{"query": ..., "hits": [...]}``), for programs.
+    """
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            typer.echo("query> ", nl=False, err=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            hits = search_one(text)
+        except DotcatError as e:
+            typer.echo(f"dotcat: error: {e}", err=True)
+            continue
+        if as_json:
+            record = {"query": text, "hits": [h.__dict__ for h in hits]}
+            typer.echo(json.dumps(record, ensure_ascii=False))
+        else:
+            _print_hits(hits, False)
+            typer.echo("")
+        sys.stdout.flush()
+
+
+def _search_remote(url, first, second, k, as_json, first_stage, rerank, depth) -> None:
+    """``dotcat search --server URL [QUERY]``: the same output, answered by a running server."""
+    from dotcat.serve.client import ServerClient
+
+    positional = [x for x in (first, second) if x is not None]
+    if len(positional) > 1:
+        raise DotcatError("with --server, give only the QUERY (the server has its index)")
+    _at_least("-k", k)
+    _at_least("--depth", depth)
+    _one_of("--first-stage", first_stage, _FIRST_STAGES)
+    client = ServerClient(url)
+    options = {"first_stage": None if first_stage == "auto" else first_stage}
+    options.update(rerank=bool(rerank) if rerank else None, depth=depth if rerank else None)
+
+    def ask(text: str):
+        return client.search(_query_text(text), k=k, **options)
+
+    if positional:
+        _print_hits(ask(positional[0]), as_json)
+    else:
+        _search_lines(ask, as_json)
+
+
+@app.command()
+def serve(
+    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
+    rerank: Annotated[
+        str | None, typer.Option(help="Re-rank with this BERT_CAT cross-encoder.")
+    ] = None,
+    depth: Annotated[int, typer.Option(help="With --rerank: how many results to re-rank.")] = 20,
+    interpolate: Annotated[str, typer.Option(help=_INTERPOLATE_HELP)] = "auto",
+    first_stage: Annotated[
+        str,
+        typer.Option(help="auto (hybrid if the index has BM25, else dense), dense, bm25, hybrid."),
+    ] = "auto",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; beyond loopback an API key is required.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="DOTCAT_API_KEY", help="Clients must send it (X-API-Key header)."),
+    ] = None,
+    max_batch: Annotated[int, typer.Option(help="Most queries per model call.")] = 64,
+    batch_window_ms: Annotated[
+        float, typer.Option(help="Wait this long for more requests after a batch's first.")
+    ] = 0.0,
+    queue_size: Annotated[
+        int, typer.Option(help="Most requests waiting; beyond, 503 with Retry-After.")
+    ] = 64,
+    timeout: Annotated[float, typer.Option(help="Seconds one request may take (504).")] = 30.0,
+    access_log: Annotated[bool, typer.Option(help="One JSON line per request on stderr.")] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+) -> None:
+    """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
+    _at_least("--depth", depth)
+    _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--first-stage", first_stage, _FIRST_STAGES)
+    _check_index(index_dir)
+    if rerank:
+        _check_model(rerank)
+    from dotcat.search.pipeline import PipelineConfig, parse_interpolate
+    from dotcat.serve.app import ServeConfig
+    from dotcat.serve.server import serve as run_server
+
+    parse_interpolate(interpolate)
+    config = ServeConfig(
+        host=host,
+        port=port,
+        api_key=api_key,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        queue_size=queue_size,
+        timeout_s=timeout,
+    )
+    config.check()
+    pipeline_config = PipelineConfig(
+        first_stage=first_stage,
+        rerank=rerank,
+        depth=depth,
+        interpolate=interpolate,
         device=device,
-        search_params=_parse_search_params(nprobe, ef_search),
         precision=precision,
     )
-    cross_encoder = _load_reranker(rerank, device, precision) if rerank else None
-    first_k = max(k, depth) if cross_encoder else k
-    if query is not None:
-        hits = retriever.search(query, k=first_k)
-        if cross_encoder is not None:
-            hits = _rerank_hits(hits, query, cross_encoder, depth, alpha)[:k]
-        _print_hits(hits, as_json)
-        return
 
-    from dotcat.data import write_run
+    def ready(url: str, pipeline) -> None:
+        stages = pipeline.first_stage
+        if pipeline.reranker is not None:
+            r = pipeline.reranker
+            stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
+        typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
 
-    start = time.perf_counter()
-    run = retriever.batch_search(topics, k=first_k)
-    if cross_encoder is not None:
-        from dotcat.search.reranker import rerank as rerank_run
-
-        needed = {doc for docs in run.values() for doc, _ in docs[:depth]}
-        texts = retriever.document_texts(needed)
-        run = rerank_run(run, topics, texts, cross_encoder, depth, alpha, show_progress=True)
-        run = {q: docs[:k] for q, docs in run.items()}
-    seconds = time.perf_counter() - start
-    write_run(run, output, tag=tag)
-    what = f", re-ranked top {depth} with {rerank}" if cross_encoder else ""
-    typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s{what}; wrote {output}")
-
-
-def _load_reranker(model: str, device: str, precision: str = "auto"):
-    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-
-    config = CrossEncoderConfig(model=model, device=device, precision=precision)
-    cross_encoder = CrossEncoder.load(config)
-    cross_encoder.require_trained()
-    return cross_encoder
-
-
-def _parse_interpolate(interpolate: str | None, model: str) -> float:
-    """The interpolation weight: None -> 1 (plain), 'auto' -> the model's dev choice, a float.
-
-    Read from the model directory's ``dotcat_cross_encoder.json`` (no model loaded).
-    """
-    if interpolate is None:
-        return 1.0
-    if interpolate == "auto":
-        from dotcat.models.resolve import resolve_model
-
-        record = resolve_model(model) / "dotcat_cross_encoder.json"
-        try:
-            return float(json.loads(record.read_text())["interpolation_alpha"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DotcatError(
-                f"--interpolate auto: {record} records no dev-chosen weight ({e}); "
-                "give a number in [0, 1]"
-            ) from None
     try:
-        alpha = float(interpolate)
-    except ValueError:
-        raise DotcatError(f"--interpolate: {interpolate!r} is not 'auto' or a number") from None
-    if not 0.0 <= alpha <= 1.0:
-        raise DotcatError(f"--interpolate: {alpha} is outside [0, 1]")
-    return alpha
-
-
-def _rerank_hits(hits, query: str, cross_encoder, depth: int, alpha: float):
-    """One query's hits, the top ``depth`` re-ordered by the cross-encoder (ranks renumbered)."""
-    from dataclasses import replace
-
-    from dotcat.index import document_text
-    from dotcat.search.reranker import rerank as rerank_run
-
-    by_id = {h.doc_id: h for h in hits}
-    texts = {h.doc_id: document_text(h.title, h.text) for h in hits[:depth]}
-    run = rerank_run(
-        {"q": [(h.doc_id, h.score) for h in hits]}, {"q": query}, texts, cross_encoder, depth, alpha
-    )
-    return [
-        replace(by_id[doc], rank=rank, score=score)
-        for rank, (doc, score) in enumerate(run["q"], start=1)
-    ]
+        run_server(index_dir, pipeline_config, config, access_log=access_log, on_ready=ready)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: uvicorn has shut down gracefully
+        typer.echo("dotcat: server stopped", err=True)
 
 
 @app.command()
@@ -589,7 +712,7 @@ def rerank_cmd(
     split: Annotated[
         str, typer.Option(help="With a BEIR dir: only the run queries judged in this split.")
     ] = "test",
-    interpolate: Annotated[str | None, typer.Option(help=_INTERPOLATE_HELP)] = None,
+    interpolate: Annotated[str, typer.Option(help=_INTERPOLATE_HELP)] = "auto",
     batch_size: Annotated[int, typer.Option(help="Most pairs per forward pass.")] = 32,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat-rerank",
@@ -611,27 +734,28 @@ def rerank_cmd(
         if not first:
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
     _check_model(model)
-    alpha = _parse_interpolate(interpolate, model)
+    from dotcat.search.pipeline import parse_interpolate
+
+    parse_interpolate(interpolate)
 
     from dotcat.data import load_corpus, write_run
-    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+    from dotcat.search.pipeline import Reranker
     from dotcat.search.reranker import corpus_texts
-    from dotcat.search.reranker import rerank as rerank_run
 
-    cross_encoder = CrossEncoder.load(
-        CrossEncoderConfig(model=model, device=device, batch_size=batch_size, precision=precision)
+    reranker = Reranker.load(
+        model, depth, interpolate, device=device, precision=precision, batch_size=batch_size
     )
-    cross_encoder.require_trained()
     needed = {doc for docs in first.values() for doc, _ in docs[:depth]}
     texts = corpus_texts(load_corpus(data), needed)
     start = time.perf_counter()
-    out = rerank_run(first, topics, texts, cross_encoder, depth, alpha, show_progress=True)
+    out = reranker.rerank(first, topics, texts, show_progress=True)
     seconds = time.perf_counter() - start
     write_run(out, output, tag=tag)
     pairs = sum(min(depth, len(d)) for d in first.values())
     typer.echo(
         f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
-        f"({pairs / max(seconds, 1e-9):.1f} pairs/s); wrote {output}"
+        f"({pairs / max(seconds, 1e-9):.1f} pairs/s, interpolation {reranker.alpha:g} "
+        f"{reranker.alpha_source}); wrote {output}"
     )
 
 

@@ -270,3 +270,28 @@ def test_bf16_off_scores_the_dev_split_in_fp32_too(toy_data, tiny_bert_dir, tmp_
     train_cross_encoder(_config(toy_data, tmp_path / "out", tiny_bert_dir, epochs=1, bf16="off"))
     assert seen and all(dtype is None for dtype in seen)
     assert _record(tmp_path / "out")["bf16"] is False
+
+
+def test_resume_keeps_the_dev_chosen_interpolation_weight(toy_data, tiny_bert_dir, tmp_path):
+    """The weight is chosen at the end on the best epoch's dev candidates; a run resumed after
+    that epoch must choose it from the same candidates (they live in the checkpoint)."""
+    common = dict(epochs=2, loss="bce", dev_fraction=0.25)
+    straight = train_cross_encoder(
+        _config(toy_data, tmp_path / "straight", tiny_bert_dir, **common)
+    )
+    total = _record(straight)["steps"]
+    split = tmp_path / "split"
+    stop = total // 2 + 1  # inside the second epoch, after the first one's dev evaluation
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    from dotcat.training.checkpoint import latest_checkpoint
+
+    state = json.loads((latest_checkpoint(split) / "state.json").read_text())
+    assert state["best"]["epoch"] == 1  # epoch 1 was evaluated before the stop...
+    kept = state["best_candidates"]  # ...and its dev candidates travel with the checkpoint
+    assert len(kept) == _record(split)["split"]["dev_queries"]
+    assert all(len(c["cat"]) == min(5, len(c["docs"])) for c in kept.values())
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    want, got = _record(straight)["interpolation"], _record(split)["interpolation"]
+    assert want and got == want
+    saved = json.loads((split / "dotcat_cross_encoder.json").read_text())
+    assert saved["interpolation_alpha"] == want["alpha"]

@@ -1,4 +1,4 @@
-"""dotcat.training.examples: dev split, training examples from qrels, loading training data."""
+"""dotcat.training.examples: training examples from qrels, loading training data."""
 
 from __future__ import annotations
 
@@ -13,53 +13,7 @@ from dotcat.training.examples import (
     TrainingExample,
     build_examples,
     load_training_data,
-    split_dev,
 )
-
-# ---------------------------------------------------------------------------- split_dev
-
-
-def test_split_dev_is_deterministic_and_depends_on_seed():
-    ids = [f"q{i}" for i in range(200)]
-    assert split_dev(ids, 0.2, seed=0) == split_dev(list(ids), 0.2, seed=0)
-    assert split_dev(ids, 0.2, seed=0)[1] != split_dev(ids, 0.2, seed=1)[1]
-
-
-def test_split_dev_is_stable_when_queries_are_added():
-    old = [f"q{i}" for i in range(1000)]
-    new = [f"n{i}" for i in range(500)]
-    train, dev = split_dev(old, 0.1, seed=3)
-    train2, dev2 = split_dev(new[:250] + old + new[250:], 0.1, seed=3)
-    assert set(dev) == set(dev2) & set(old)
-    assert set(train) == set(train2) & set(old)
-
-
-def test_split_dev_fraction_roughly_respected_and_partition():
-    ids = [str(i) for i in range(1000)]
-    train, dev = split_dev(ids, 0.1)
-    assert 60 <= len(dev) <= 140  # binomial(1000, 0.1): sd 9.5
-    assert sorted(train + dev, key=int) == ids
-    assert not set(train) & set(dev)
-    # order of the input is kept in both parts
-    assert train == sorted(train, key=int) and dev == sorted(dev, key=int)
-    _, dev30 = split_dev(ids, 0.3)
-    assert 240 <= len(dev30) <= 360 and set(dev) <= set(dev30)  # thresholds nest
-
-
-def test_split_dev_small_sets_never_leave_a_side_empty():
-    assert split_dev(["a", "b"], 0.001) in ((["a"], ["b"]), (["b"], ["a"]))
-    train, dev = split_dev(["a", "b", "c"], 0.999)
-    assert len(train) == 1 and len(dev) == 2
-    assert split_dev(["a", "b", "c"], 0.0) == (["a", "b", "c"], [])
-    assert split_dev(["a"], 0.5) in ((["a"], []), ([], ["a"]))
-    assert split_dev([], 0.5) == ([], [])
-
-
-@pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5])
-def test_split_dev_rejects_bad_fraction(fraction):
-    with pytest.raises(DotcatError, match="dev fraction"):
-        split_dev(["a", "b"], fraction)
-
 
 # ---------------------------------------------------------------------------- build_examples
 

@@ -35,6 +35,8 @@ from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
+BM25_DIR = "bm25"
+
 
 @dataclass
 class IndexConfig:
@@ -48,6 +50,8 @@ class IndexConfig:
         keep_vectors: keep ``vectors.npy`` in the index directory (to re-index with another
             FAISS spec without encoding again).
         seed: seed of the training sample.
+        bm25: also build a BM25 index (bm25s, memory-mapped at search time) into the index
+            directory, so BM25 and hybrid search run from it without the corpus.
     """
 
     faiss_spec: str = "Flat"
@@ -58,6 +62,7 @@ class IndexConfig:
     chunk_size: int = 8192
     keep_vectors: bool = False
     seed: int = 0
+    bm25: bool = False
 
 
 def document_text(title: str, text: str) -> str:
@@ -187,6 +192,7 @@ def _build(
         _fill_docstore(dataset, store, show_progress)
     finally:
         store.close()
+    bm25 = _build_bm25(dataset, tmp / BM25_DIR, show_progress) if config.bm25 else None
 
     vectors_path = tmp / "vectors.npy"
     vectors = np.lib.format.open_memmap(
@@ -224,6 +230,16 @@ def _build(
         },
         dotcat_version=__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        bm25=bm25,
     )
     manifest.write(tmp)
     return manifest
+
+
+def _build_bm25(dataset, out: Path, show_progress: bool) -> dict:
+    """The BM25 side index, documents in doc-store order; its manifest entry."""
+    from dotcat.search.bm25 import BM25Config, BM25Index
+
+    config = BM25Config()
+    BM25Index.build(dataset, config=config, show_progress=show_progress).save(out)
+    return {"dir": out.name, "config": config.to_dict(), "documents": len(dataset)}

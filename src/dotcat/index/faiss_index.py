@@ -253,7 +253,9 @@ def _omp_threads(n: int) -> Iterator[None]:
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product: ``(scores, positions)``, each ``(n_queries, k)``; -1 pads."""
-    k = max(1, min(int(k), index.ntotal))
+    if k < 1:
+        raise DotcatError(f"k must be >= 1, got {k}")
+    k = min(int(k), index.ntotal)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK:
         with _omp_threads(1):

@@ -47,6 +47,10 @@ class Manifest:
     files: dict[str, str] = field(
         default_factory=lambda: {"index": INDEX_NAME, "docstore": DOCSTORE_NAME}
     )
+    #: The BM25 side index (``dir``, ``config``, ``documents``), when built with ``--bm25``.
+    bm25: dict[str, Any] | None = None
+    #: The hybrid fusion chosen on dev (:class:`dotcat.search.fusion.Fusion`), if any.
+    fusion: dict[str, Any] | None = None
 
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""
@@ -89,6 +93,8 @@ class Manifest:
             name = manifest.files.get(key, "")
             if not (directory / name).is_file():
                 raise DotcatError(f"{directory}: manifest names {key} file {name!r}, missing")
+        if manifest.bm25 and not (directory / manifest.bm25.get("dir", "")).is_dir():
+            raise DotcatError(f"{directory}: manifest names a BM25 index, its folder is missing")
         return manifest
 
 

@@ -47,6 +47,7 @@ from dotcat.models.runtime import (
     resolve_device,
     resolve_precision,
 )
+from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -261,6 +262,12 @@ class CrossEncoder:
         )
         return encoder
 
+    @property
+    def interpolation_alpha(self) -> float | None:
+        """The weight of the cross-encoder in ``alpha * cat + (1 - alpha) * first`` that
+        ``dotcat train cat`` chose on dev and recorded (None: none recorded)."""
+        return recorded_interpolation(read_cat_record(self.path), self.path)
+
     def require_trained(self) -> None:
         """Refuse to re-rank with a head nobody trained (random scores)."""
         if not self.trained_head:
@@ -384,7 +391,7 @@ class CrossEncoder:
             self.model.save_pretrained(out, safe_serialization=True)
         self.tokenizer.model_max_length = self.max_length
         self.tokenizer.save_pretrained(out)
-        (out / "dotcat_cross_encoder.json").write_text(
+        (out / CAT_RECORD).write_text(
             json.dumps({"max_length": self.max_length, "base": self.name}, indent=2) + "\n"
         )
         return out
@@ -435,12 +442,12 @@ def _recorded_max_length(path: Path, tokenizer: Any, positions: int, trained_hea
     records its *passage* length there (all-MiniLM-L6-v2: 512), not a pair length, so a new
     re-ranker starts from :data:`DEFAULT_MAX_LENGTH` unless told otherwise.
     """
-    record = path / "dotcat_cross_encoder.json"
-    if record.is_file():
+    record = read_cat_record(path)
+    if record:
         try:
-            return int(json.loads(record.read_text())["max_length"])
+            return int(record["max_length"])
         except (ValueError, KeyError, TypeError) as e:
-            raise DotcatError(f"{record}: max_length: unreadable ({e})") from e
+            raise DotcatError(f"{path / CAT_RECORD}: max_length: unreadable ({e})") from e
     recorded = getattr(tokenizer, "model_max_length", None)
     if trained_head and isinstance(recorded, int) and 8 <= recorded <= positions:
         return recorded

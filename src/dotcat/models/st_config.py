@@ -147,3 +147,38 @@ def _pooling_mode(path: Path) -> tuple[str | None, str | None]:
     if config.get("include_prompt") is False:
         return None, f"{path}: include_prompt=false (prompt left out of pooling) is not supported"
     return _POOLING_MODES[modes[0]], None
+
+
+#: dotcat's record in a cross-encoder directory: pair length, base, dev-chosen interpolation.
+CAT_RECORD = "dotcat_cross_encoder.json"
+
+
+def read_cat_record(model_dir: Path) -> dict[str, Any]:
+    """``dotcat_cross_encoder.json`` of a cross-encoder directory ({} where there is none).
+
+    Raises:
+        DotcatError: the file exists but is not a JSON object.
+    """
+    path = Path(model_dir) / CAT_RECORD
+    record = _read_json(path)
+    if record is None:
+        return {}
+    if not isinstance(record, dict):
+        raise DotcatError(f"{path}: expected a JSON object")
+    return record
+
+
+def recorded_interpolation(record: dict[str, Any], path: Path) -> float | None:
+    """The dev-chosen interpolation weight a cross-encoder record holds, if any."""
+    value = record.get("interpolation_alpha")
+    if value is None:
+        return None
+    try:
+        alpha = float(value)
+    except (TypeError, ValueError):
+        raise DotcatError(
+            f"{path / CAT_RECORD}: interpolation_alpha {value!r} is not a number"
+        ) from None
+    if not 0.0 <= alpha <= 1.0:
+        raise DotcatError(f"{path / CAT_RECORD}: interpolation_alpha {alpha} is outside [0, 1]")
+    return alpha

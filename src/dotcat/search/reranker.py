@@ -48,6 +48,18 @@ class Candidates:
     first: np.ndarray
     cat: np.ndarray
 
+    def to_json(self) -> dict[str, list]:
+        """JSON-ready lists (a training checkpoint keeps the best epoch's candidates)."""
+        return {"docs": list(self.docs), "first": self.first.tolist(), "cat": self.cat.tolist()}
+
+    @classmethod
+    def from_json(cls, value: dict[str, list]) -> Candidates:
+        return cls(
+            docs=list(value["docs"]),
+            first=np.asarray(value["first"], dtype=np.float64),
+            cat=np.asarray(value["cat"], dtype=np.float32),
+        )
+
 
 def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
     """id -> ``document_text(title, text)`` of the documents in ``ids``, in one corpus pass.

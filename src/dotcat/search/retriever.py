@@ -9,27 +9,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.search.hits import Hit
+
+__all__ = ["DenseRetriever", "Hit", "encoder_config_from_manifest"]
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
 Run = dict[str, list[tuple[str, float]]]
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One ranked result."""
-
-    rank: int
-    doc_id: str
-    score: float
-    title: str
-    text: str
 
 
 def encoder_config_from_manifest(
@@ -70,6 +62,7 @@ class DenseRetriever:
         search_params: FAISS search parameters (``nprobe``, ``efSearch``) overriding the manifest.
         precision: the query encoder's ``auto``, ``fp32`` or ``bf16`` (see
             :class:`dotcat.models.EncoderConfig`).
+        index: the index directory already open (a :class:`DenseIndex` of ``index_dir``).
     """
 
     def __init__(
@@ -79,14 +72,19 @@ class DenseRetriever:
         device: str = "auto",
         search_params: dict[str, float] | None = None,
         precision: str = "auto",
+        index: DenseIndex | None = None,
     ) -> None:
-        self.index = DenseIndex(index_dir, device=device, search_params=search_params)
+        self.index = index or DenseIndex(index_dir, device=device, search_params=search_params)
         entry = self.index.manifest.encoder
         self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """The top-k documents for one query, with titles and texts."""
+        if k < 1:
+            raise DotcatError(f"k must be >= 1, got {k}")
+        if not query.strip():
+            raise DotcatError("the query is empty; give some words to search for")
         vector = self.encoder.encode_queries([query])
         scores, positions = self.index.search(vector, k)
         docs = self.index.documents(positions[0])
@@ -109,6 +107,8 @@ class DenseRetriever:
         show_progress: bool = True,
     ) -> Run:
         """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
+        if k < 1:
+            raise DotcatError(f"k must be >= 1, got {k}")
         qids = list(queries)
         run: Run = {}
         with progress_bar(

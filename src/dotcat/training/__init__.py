@@ -8,6 +8,7 @@
   negatives, resumable) and :func:`false_negative_mask` for the contrastive loss.
 """
 
+from dotcat.data.splits import split_dev
 from dotcat.training.examples import (
     ExampleStats,
     TrainingData,
@@ -15,7 +16,6 @@ from dotcat.training.examples import (
     build_examples,
     load_training_data,
     relevant_docs,
-    split_dev,
 )
 from dotcat.training.mining import (
     DEFAULT_WINDOW,

@@ -51,11 +51,13 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
+from dotcat.data.splits import split_dev
 from dotcat.errors import DotcatError
 from dotcat.losses import bce_loss, group_labels, lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
 from dotcat.progress import progress_bar
+from dotcat.search.reranker import Candidates
 from dotcat.training.checkpoint import (
     CHECKPOINTS_DIR,
     latest_checkpoint,
@@ -66,7 +68,7 @@ from dotcat.training.checkpoint import (
     set_torch_rng_state,
     torch_rng_state,
 )
-from dotcat.training.examples import _rng, load_training_data, split_dev
+from dotcat.training.examples import _rng, load_training_data
 from dotcat.training.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.trainer import (
     BF16_SETTINGS,
@@ -575,7 +577,13 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
             "resumed_from": resumed_from,
         }
 
+    # The best epoch's dev candidates: the interpolation weight is chosen on them at the end,
+    # so a checkpoint keeps them (a resumed run would otherwise record no weight).
     best_candidates: dict[str, Any] = {}
+    if checkpoint is not None:
+        best_candidates.update(
+            (q, Candidates.from_json(c)) for q, c in state.get("best_candidates", {}).items()
+        )
 
     def evaluate_epoch() -> tuple[float | None, float]:
         if not dev_first:
@@ -624,6 +632,7 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
                 "totals": totals,
                 "mining_seconds": mining_seconds,
                 "config": config.to_dict(),
+                "best_candidates": {q: c.to_json() for q, c in best_candidates.items()},
             },
             [torch_rng_state()],
             keep=config.keep_checkpoints,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -34,60 +34,9 @@ Qrels = Mapping[str, Mapping[str, int]]
 _EXAMPLES = 5
 
 
-def _unit_hash(*parts: object) -> float:
-    """A number in [0, 1) from the sha256 of the parts (NUL-separated): stable across runs."""
-    key = "\x00".join(str(p) for p in parts).encode("utf-8")
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2.0**64
-
-
 def _rng(*parts: object) -> random.Random:
     key = "\x00".join(str(p) for p in parts).encode("utf-8")
     return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
-
-
-def split_dev(
-    qids: Iterable[str], dev_fraction: float = 0.1, seed: int = 0
-) -> tuple[list[str], list[str]]:
-    """Split query ids into ``(train_qids, dev_qids)`` deterministically.
-
-    A query goes to dev when ``h(seed, qid) < dev_fraction``, with ``h`` the first 64 bits of
-    ``sha256(f"{seed}\\0{qid}")`` as a number in [0, 1). The assignment of a query depends on its
-    id and the seed only, so it is the same on every run and machine, and adding queries later
-    never moves an existing query from train to dev or back. The dev share is ``dev_fraction``
-    in expectation.
-
-    Small sets: with ``dev_fraction > 0`` and at least two queries, dev is never empty (the
-    query with the smallest hash is taken) and train is never empty (the one with the largest
-    hash is kept); only in these corner cases does an assignment depend on the other ids.
-
-    Args:
-        qids: query ids (order is kept in both outputs; repeated ids are kept once).
-        dev_fraction: share of queries for dev, in [0, 1); 0 gives an empty dev split.
-        seed: changes the split.
-
-    Raises:
-        DotcatError: ``dev_fraction`` outside [0, 1).
-    """
-    if not 0.0 <= dev_fraction < 1.0:
-        raise DotcatError(f"dev fraction must be in [0, 1), got {dev_fraction}")
-    ids = list(dict.fromkeys(str(q) for q in qids))
-    hashes = {qid: _unit_hash(seed, qid) for qid in ids}
-    dev = {qid for qid in ids if hashes[qid] < dev_fraction}
-    if dev_fraction > 0 and len(ids) >= 2:
-        if not dev:
-            dev = {min(ids, key=hashes.__getitem__)}
-        if len(dev) == len(ids):
-            dev.discard(max(ids, key=hashes.__getitem__))
-    train = [qid for qid in ids if qid not in dev]
-    dev_ids = [qid for qid in ids if qid in dev]
-    logger.info(
-        "dev split: %d train and %d dev queries (fraction %.3g, seed %d)",
-        len(train),
-        len(dev_ids),
-        dev_fraction,
-        seed,
-    )
-    return train, dev_ids
 
 
 @dataclass(frozen=True)

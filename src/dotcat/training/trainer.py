@@ -69,6 +69,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
+from dotcat.data.splits import split_dev
 from dotcat.errors import DotcatError
 from dotcat.losses import split_batch
 from dotcat.losses.cached import grad_cache_backward
@@ -96,7 +97,6 @@ from dotcat.training.examples import (
     TrainingExample,
     build_examples,
     load_training_data,
-    split_dev,
 )
 from dotcat.training.mining import (
     check_window,

@@ -1,0 +1,161 @@
+"""Hybrid retrieval: one ranking from a dense and a BM25 ranking of the same query.
+
+Two fusions, both over each first stage's top ``depth``:
+
+- Reciprocal rank fusion (Cormack, Clarke & Büttcher, "Reciprocal Rank Fusion outperforms
+  Condorcet and individual Rank Learning Methods", SIGIR 2009)::
+
+      s(d) = sum over rankings r of 1 / (k + rank_r(d)),   k = 60
+
+  It needs no scores and no tuning, so it is the default where nothing was chosen on dev.
+- Normalised linear fusion (the hybrid of e.g. Pyserini's ``HybridSearcher`` and Ma et al.
+  2021)::
+
+      s(d) = w * norm(s_dense(d)) + (1 - w) * norm(s_bm25(d))
+
+  with ``norm`` the min-max normalisation over the query's list; a document missing from one
+  list scores 0 on that side.
+
+Where the data has dev queries, :func:`choose_fusion` picks the fusion (RRF, or linear with a
+weight in 0, 0.1, ..., 1) with the best dev nDCG@10, and the index manifest records it, as
+``dotcat train cat`` records the re-ranker's interpolation weight.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+Ranking = Sequence[tuple[str, float]]
+Run = dict[str, list[tuple[str, float]]]
+
+FUSIONS = ("rrf", "linear")
+RRF_K = 60
+#: Linear weights tried on dev (the dense side's share).
+WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+DEV_MEASURE = "nDCG@10"
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How to fuse a dense and a BM25 ranking.
+
+    Attributes:
+        method: ``rrf`` or ``linear``.
+        weight: linear: the dense side's weight in [0, 1] (1 - weight goes to BM25).
+        k: RRF's constant.
+        dev: what the choice was made on (``source``, per-candidate dev scores); empty when
+            it is a default.
+    """
+
+    method: str = "rrf"
+    weight: float = 0.5
+    k: int = RRF_K
+    dev: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.method not in FUSIONS:
+            raise DotcatError(f"unknown fusion {self.method!r} ({', '.join(FUSIONS)})")
+        if not 0.0 <= self.weight <= 1.0:
+            raise DotcatError(f"fusion weight must be in [0, 1], got {self.weight}")
+        if self.k < 1:
+            raise DotcatError(f"RRF k must be >= 1, got {self.k}")
+
+    def fuse(self, dense: Ranking, bm25: Ranking) -> list[tuple[str, float]]:
+        """One query's fused ranking, best first (ties: document id)."""
+        if self.method == "rrf":
+            return reciprocal_rank_fusion([dense, bm25], self.k)
+        return linear_fusion(dense, bm25, self.weight)
+
+    def fuse_runs(self, dense: Mapping[str, Ranking], bm25: Mapping[str, Ranking]) -> Run:
+        """:meth:`fuse` for every query of either run."""
+        return {q: self.fuse(dense.get(q, ()), bm25.get(q, ())) for q in {**dense, **bm25}}
+
+    def describe(self) -> str:
+        if self.method == "rrf":
+            return f"RRF (k={self.k})"
+        return f"linear (dense weight {self.weight:g})"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping) -> Fusion:
+        return cls(**{k: v for k, v in value.items() if k in ("method", "weight", "k", "dev")})
+
+
+def _ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Ranking], k: int = RRF_K) -> list[tuple[str, float]]:
+    """RRF: ``sum_r 1 / (k + rank_r(d))`` with ranks from 1 (Cormack et al. 2009)."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, (doc, _) in enumerate(ranking, start=1):
+            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
+    return _ranked(scores)
+
+
+def _minmax(ranking: Ranking) -> dict[str, float]:
+    """Scores scaled to [0, 1] over the list (all equal -> all 0)."""
+    if not ranking:
+        return {}
+    values = [s for _, s in ranking]
+    low, high = min(values), max(values)
+    span = high - low
+    return {d: (s - low) / span if span > 0 else 0.0 for d, s in ranking}
+
+
+def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[str, float]]:
+    """``w * norm(dense) + (1 - w) * norm(bm25)``, a missing side counting 0."""
+    a, b = _minmax(dense), _minmax(bm25)
+    return _ranked({d: weight * a.get(d, 0.0) + (1 - weight) * b.get(d, 0.0) for d in {**a, **b}})
+
+
+def choose_fusion(
+    dense: Mapping[str, Ranking],
+    bm25: Mapping[str, Ranking],
+    qrels: Mapping[str, Mapping[str, int]],
+    source: str,
+) -> Fusion:
+    """The fusion with the best dev nDCG@10: RRF or linear with a weight in :data:`WEIGHTS`.
+
+    Ties go to RRF (no tuned parameter to carry to other data), then to the weight nearest
+    0.5. The dev scores of every candidate are kept in the returned ``Fusion.dev``.
+    """
+    from dotcat.evaluation import evaluate
+
+    def score(fusion: Fusion) -> float:
+        report = evaluate(fusion.fuse_runs(dense, bm25), qrels, measures=[DEV_MEASURE])
+        return float(report.aggregate[DEV_MEASURE])
+
+    candidates = {"rrf": Fusion("rrf")}
+    candidates.update({f"linear {w:g}": Fusion("linear", weight=w) for w in WEIGHTS})
+    scores = {name: score(f) for name, f in candidates.items()}
+    order = sorted(
+        candidates,
+        key=lambda n: (-round(scores[n], 6), n != "rrf", abs(candidates[n].weight - 0.5)),
+    )
+    best = candidates[order[0]]
+    dev = {
+        "source": source,
+        "queries": len(qrels),
+        "measure": DEV_MEASURE,
+        "scores": {n: round(s, 6) for n, s in scores.items()},
+    }
+    logger.info(
+        "fusion on dev (%s, %d queries): %s, %s %.4f (RRF %.4f)",
+        source,
+        len(qrels),
+        best.describe(),
+        DEV_MEASURE,
+        scores[order[0]],
+        scores["rrf"],
+    )
+    return Fusion(best.method, best.weight, best.k, dev)

@@ -1,0 +1,418 @@
+"""The query pipeline: a first stage (dense, BM25 or hybrid), then optional BERT_CAT re-ranking.
+
+One object answers queries for every caller: ``dotcat search`` (one query, a queries file, or
+line by line), ``dotcat serve`` (HTTP) and Python programs; ``dotcat rerank`` uses its second
+half (:class:`Reranker`) on a TREC run. Models and indexes load once, in the constructor;
+calls are safe from several threads (they take turns: on a CPU the model work of one call
+already uses every core, and the server batches concurrent requests into one call).
+
+First stages, over one index directory (:func:`dotcat.index.build_index`):
+
+- ``dense``: the query encoded by the index's own BERT_DOT, FAISS top-k.
+- ``bm25``: the BM25 index built inside the index directory (``dotcat index --bm25``).
+- ``hybrid``: both, fused (:mod:`dotcat.search.fusion`): the fusion the index recorded on a
+  dev split, else reciprocal rank fusion.
+- ``auto`` (default): hybrid where the index has BM25, else dense. Fusing is the safer default:
+  on collections unlike the encoder's training data BM25 often beats a dense model.
+
+Re-ranking (:mod:`dotcat.search.reranker`): the top ``depth`` of the first stage re-ordered by
+the cross-encoder, with ``alpha * norm(cat) + (1 - alpha) * norm(first)`` where ``alpha`` is
+the weight ``dotcat train cat`` chose on dev (``interpolate="auto"``, the default; 1.0, the
+plain logit, where none is recorded).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+from dotcat.index import DenseIndex, document_text
+from dotcat.search.fusion import Fusion
+from dotcat.search.hits import Hit
+from dotcat.search.retriever import DenseRetriever
+
+logger = logging.getLogger(__name__)
+
+Run = dict[str, list[tuple[str, float]]]
+FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
+#: Candidates each first stage contributes before a hybrid fusion (at least k).
+FUSION_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What a :class:`SearchPipeline` does; every field has a default that follows the index.
+
+    Attributes:
+        first_stage: ``auto``, ``dense``, ``bm25`` or ``hybrid`` (see the module docstring).
+        fusion: ``auto`` (the index's dev-chosen fusion, else RRF), ``rrf`` or ``linear``.
+        fusion_weight: linear fusion's dense weight (None: the recorded one, else 0.5).
+        fusion_depth: candidates per first stage before fusing.
+        rerank: a BERT_CAT cross-encoder (directory or hub name) to re-rank with; None: no.
+        depth: how many first-stage results are re-ranked.
+        interpolate: ``auto`` (the weight recorded by ``train cat``, else 1), or a number in
+            [0, 1] (1: the plain cross-encoder logit).
+        model: the query encoder, when not the one the index records (checked against it).
+        device, precision: where and at what precision the models run.
+        search_params: FAISS search parameters (``nprobe``, ``efSearch``).
+        batch_size: most cross-encoder pairs per forward pass.
+    """
+
+    first_stage: str = "auto"
+    fusion: str = "auto"
+    fusion_weight: float | None = None
+    fusion_depth: int = FUSION_DEPTH
+    rerank: str | None = None
+    depth: int = 100
+    interpolate: str | float = "auto"
+    model: str | None = None
+    device: str = "auto"
+    precision: str = "auto"
+    search_params: Mapping[str, float] | None = None
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.first_stage not in FIRST_STAGES:
+            raise DotcatError(
+                f"unknown first stage {self.first_stage!r} ({', '.join(FIRST_STAGES)})"
+            )
+        if self.fusion not in ("auto", "rrf", "linear"):
+            raise DotcatError(f"unknown fusion {self.fusion!r} (auto, rrf, linear)")
+        for name in ("depth", "fusion_depth", "batch_size"):
+            if getattr(self, name) < 1:
+                raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
+        parse_interpolate(self.interpolate)
+
+
+def parse_interpolate(value: str | float | None) -> float | None:
+    """``auto``/None -> None (follow the model's record); else a weight in [0, 1]."""
+    if value is None or value == "auto":
+        return None
+    try:
+        alpha = float(value)
+    except (TypeError, ValueError):
+        raise DotcatError(f"interpolate: {value!r} is not 'auto' or a number") from None
+    if not 0.0 <= alpha <= 1.0:
+        raise DotcatError(f"interpolate: {alpha} is outside [0, 1]")
+    return alpha
+
+
+class Reranker:
+    """The second stage: a BERT_CAT cross-encoder, its depth and its interpolation weight.
+
+    Args:
+        cross_encoder: a loaded :class:`dotcat.models.cross_encoder.CrossEncoder` with a
+            trained head.
+        depth: how many results per query it re-ranks.
+        interpolate: see :class:`PipelineConfig`.
+    """
+
+    def __init__(self, cross_encoder: Any, depth: int = 100, interpolate: str | float = "auto"):
+        cross_encoder.require_trained()
+        self.cross_encoder = cross_encoder
+        self.depth = depth
+        explicit = parse_interpolate(interpolate)
+        recorded = cross_encoder.interpolation_alpha
+        self.alpha = (
+            explicit if explicit is not None else (recorded if recorded is not None else 1.0)
+        )
+        self.alpha_source = (
+            "given" if explicit is not None else "dev-chosen" if recorded is not None else "plain"
+        )
+
+    @classmethod
+    def load(
+        cls,
+        model: str,
+        depth: int = 100,
+        interpolate: str | float = "auto",
+        *,
+        device: str = "auto",
+        precision: str = "auto",
+        batch_size: int = 32,
+    ) -> Reranker:
+        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+        config = CrossEncoderConfig(
+            model=model, device=device, precision=precision, batch_size=batch_size
+        )
+        return cls(CrossEncoder.load(config), depth, interpolate)
+
+    def rerank(
+        self,
+        run: Mapping[str, Sequence[tuple[str, float]]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+        depth: int | None = None,
+        show_progress: bool = False,
+    ) -> Run:
+        """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below."""
+        from dotcat.search.reranker import rerank
+
+        return rerank(
+            run,
+            queries,
+            texts,
+            self.cross_encoder,
+            depth or self.depth,
+            self.alpha,
+            show_progress=show_progress,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.cross_encoder.describe(),
+            "depth": self.depth,
+            "interpolation": self.alpha,
+            "interpolation_source": self.alpha_source,
+        }
+
+
+class SearchPipeline:
+    """Queries in, ranked :class:`Hit` lists out, over one index directory.
+
+    Args:
+        index_dir: a directory written by ``dotcat index`` (with ``--bm25`` for BM25/hybrid).
+        config: a :class:`PipelineConfig` (defaults follow the index and the models).
+
+    Raises:
+        DotcatError: a first stage the index cannot serve (BM25 without a BM25 index), or
+            any problem loading the index or the models.
+    """
+
+    def __init__(self, index_dir: str | Path, config: PipelineConfig | None = None) -> None:
+        self.config = config = config or PipelineConfig()
+        self.index_dir = Path(index_dir)
+        self._lock = threading.RLock()
+        self.index = DenseIndex(
+            self.index_dir, device=config.device, search_params=dict(config.search_params or {})
+        )
+        self.manifest = self.index.manifest
+        self.bm25 = self._load_bm25()
+        self.first_stage = self._resolve_first_stage(config.first_stage)
+        self.fusion = self._resolve_fusion()
+        self._dense: DenseRetriever | None = None
+        if self.first_stage in ("dense", "hybrid"):
+            self._dense_retriever()  # load now: the first query should not pay for it
+        self.reranker = (
+            Reranker.load(
+                config.rerank,
+                config.depth,
+                config.interpolate,
+                device=config.device,
+                precision=config.precision,
+                batch_size=config.batch_size,
+            )
+            if config.rerank
+            else None
+        )
+        logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _load_bm25(self):
+        entry = self.manifest.bm25
+        if not entry:
+            return None
+        from dotcat.search.bm25 import BM25Index
+
+        bm25 = BM25Index.load(self.index_dir / entry["dir"], mmap=True)
+        if len(bm25) != len(self.index):
+            raise DotcatError(
+                f"{self.index_dir}: BM25 index holds {len(bm25)} documents, the dense index "
+                f"{len(self.index)}; rebuild the index"
+            )
+        return bm25
+
+    def _resolve_first_stage(self, stage: str) -> str:
+        if stage == "auto":
+            return "hybrid" if self.bm25 is not None else "dense"
+        if stage in ("bm25", "hybrid") and self.bm25 is None:
+            raise DotcatError(
+                f"{self.index_dir}: first stage {stage!r} needs a BM25 index; rebuild it "
+                "with `dotcat index ... --bm25`"
+            )
+        return stage
+
+    def _resolve_fusion(self) -> Fusion:
+        recorded = Fusion.from_json(self.manifest.fusion) if self.manifest.fusion else None
+        method = self.config.fusion
+        if method == "auto":
+            return recorded or Fusion("rrf")
+        weight = self.config.fusion_weight
+        if weight is None:
+            weight = recorded.weight if recorded and recorded.method == method else 0.5
+        return Fusion(method, weight)
+
+    def _dense_retriever(self) -> DenseRetriever:
+        with self._lock:
+            if self._dense is None:
+                self._dense = DenseRetriever(
+                    self.index_dir,
+                    model=self.config.model,
+                    device=self.config.device,
+                    precision=self.config.precision,
+                    index=self.index,
+                )
+            return self._dense
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+    ) -> list[Hit]:
+        """The top ``k`` documents for one query (see :meth:`run` for the options)."""
+        return self.search_many([query], k, first_stage=first_stage, rerank=rerank, depth=depth)[0]
+
+    def search_many(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+    ) -> list[list[Hit]]:
+        """:meth:`search` for several queries in one pass: one encoder call, one FAISS
+        search, one cross-encoder call (the batching that makes the server scale)."""
+        for query in queries:
+            if not isinstance(query, str) or not query.strip():
+                raise DotcatError("a query is empty; give some words to search for")
+        keyed = {str(i): q for i, q in enumerate(queries)}
+        run = self.run(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+        needed = {doc for docs in run.values() for doc, _ in docs}
+        stored = self.index.store.by_ids(sorted(needed))
+        return [
+            [
+                Hit(rank, doc, score, stored[doc].title, stored[doc].text)
+                for rank, (doc, score) in enumerate(run[key], start=1)
+            ]
+            for key in keyed
+        ]
+
+    def run(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+        show_progress: bool = False,
+    ) -> Run:
+        """Ranked ``(doc_id, score)`` lists for ``{query_id: text}``: a TREC run's content.
+
+        Args:
+            k: results per query.
+            first_stage: this call's first stage (default: the pipeline's).
+            rerank: re-rank (default: whenever the pipeline has a cross-encoder).
+            depth: this call's re-ranking depth (default: the pipeline's).
+
+        Raises:
+            DotcatError: ``k`` or ``depth`` < 1, re-ranking asked without a cross-encoder, or
+                a first stage the index cannot serve.
+        """
+        if k < 1:
+            raise DotcatError(f"k must be >= 1, got {k}")
+        stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
+        use_reranker = self.reranker is not None if rerank is None else rerank
+        if use_reranker and self.reranker is None:
+            raise DotcatError("re-ranking was asked for, but this pipeline has no cross-encoder")
+        depth = depth if depth is not None else (self.reranker.depth if self.reranker else 0)
+        if use_reranker and depth < 1:
+            raise DotcatError(f"depth must be >= 1, got {depth}")
+        wanted = max(k, depth) if use_reranker else k
+        with self._lock:
+            first = self._first_stage(stage, queries, wanted, show_progress)
+            if use_reranker:
+                heads = {doc for docs in first.values() for doc, _ in docs[:depth]}
+                texts = self.document_texts(heads)
+                first = self.reranker.rerank(first, queries, texts, depth, show_progress)
+        return {q: docs[:k] for q, docs in first.items()}
+
+    def _first_stage(
+        self, stage: str, queries: Mapping[str, str], k: int, show_progress: bool
+    ) -> Run:
+        if stage == "dense":
+            return self._dense_retriever().batch_search(queries, k, show_progress=show_progress)
+        if stage == "bm25":
+            return self.bm25.search(queries, k, show_progress=show_progress)
+        n = max(k, self.config.fusion_depth)
+        dense = self._dense_retriever().batch_search(queries, n, show_progress=show_progress)
+        sparse = self.bm25.search(queries, n, show_progress=False)
+        return {q: docs[:k] for q, docs in self.fusion.fuse_runs(dense, sparse).items()}
+
+    # -- documents and description -----------------------------------------------------------
+
+    def document_texts(self, doc_ids) -> dict[str, str]:
+        """id -> ``title + " " + text`` (what the models read) from the index's doc store."""
+        docs = self.index.store.by_ids(list(doc_ids))
+        return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+    def document(self, doc_id: str):
+        """The stored document with this id, or None."""
+        return self.index.store.by_ids([doc_id]).get(doc_id)
+
+    def describe(self) -> dict[str, Any]:
+        """What this pipeline does, for logs, ``/info`` and run records."""
+        return {
+            "index": str(self.index_dir),
+            "documents": len(self.index),
+            "first_stage": self.first_stage,
+            "stages_available": ["dense"] + (["bm25", "hybrid"] if self.bm25 is not None else []),
+            "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
+            "encoder": self.manifest.encoder,
+            "reranker": self.reranker.describe() if self.reranker else None,
+        }
+
+
+def tune_fusion(
+    index_dir: str | Path,
+    data: str | Path,
+    *,
+    device: str = "auto",
+    precision: str = "auto",
+) -> Fusion | None:
+    """Choose an index's hybrid fusion on the data's dev queries, and record it in the index.
+
+    The dev queries are the data's ``dev`` split, else the share of ``train`` that ``dotcat
+    train`` holds out (:func:`dotcat.data.splits.find_dev_split`); the test split is never
+    used. Both first stages fetch :data:`FUSION_DEPTH` candidates per dev query and
+    :func:`dotcat.search.fusion.choose_fusion` picks RRF or a linear weight by nDCG@10.
+
+    Returns:
+        The recorded fusion, or None when the data has no dev queries (RRF stays the
+        default) or the index has no BM25 side.
+    """
+    from dotcat.data.splits import find_dev_split
+    from dotcat.index import layout
+    from dotcat.index.manifest import Manifest
+    from dotcat.search.fusion import choose_fusion
+
+    dev = find_dev_split(data)
+    if dev is None:
+        return None
+    config = PipelineConfig(first_stage="dense", device=device, precision=precision)
+    pipeline = SearchPipeline(index_dir, config)
+    if pipeline.bm25 is None:
+        return None
+    dense = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="dense")
+    sparse = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="bm25")
+    fusion = choose_fusion(dense, sparse, dev.qrels, dev.source)
+    index_dir = Path(index_dir)
+    with layout.index_lock(index_dir, wait=30.0):
+        manifest = Manifest.read(index_dir)
+        manifest.fusion = fusion.to_json()
+        manifest.write(index_dir)  # atomic (temp file, fsync, rename)
+    return fusion

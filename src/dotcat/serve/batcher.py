@@ -1,0 +1,164 @@
+"""Micro-batching: concurrent requests share one encoder call, one FAISS search, one re-ranking.
+
+Requests go into a bounded queue. One loop takes whatever is waiting (up to ``max_batch``
+queries, optionally waiting ``window`` seconds for more after the first), groups it by the
+options that change the work (first stage, re-ranking, depth, k), and runs each group as one
+:meth:`dotcat.search.pipeline.SearchPipeline.search_many` call in a worker thread. While that
+call runs, new requests queue up and form the next batch: with one client a request is
+answered at once, with many the batches grow and throughput grows with them (the model's
+cost per query falls with batch size, and only one call at a time uses the cores).
+
+A full queue refuses at once (:class:`QueueFull`, the server's 503 with ``Retry-After``);
+a request whose caller gave up (time limit) is dropped before its batch runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The request queue is at its bound: the client should retry later."""
+
+
+@dataclass
+class Job:
+    """One request: its queries, how many results, the options that change the work."""
+
+    queries: list[str]
+    k: int
+    first_stage: str | None = None
+    rerank: bool | None = None
+    depth: int | None = None
+    future: asyncio.Future = field(default=None, repr=False)  # type: ignore[assignment]
+    enqueued: float = field(default_factory=time.perf_counter)
+    batch_queries: int = 0  # queries in the model call that served it (for the access log)
+
+    @property
+    def key(self) -> tuple:
+        # k too: a hybrid first stage fetches max(k, fusion depth) candidates per side, so a
+        # deeper request could reorder a shallower one's top; one call per k keeps every
+        # answer identical to the same query asked alone.
+        return (self.first_stage, self.rerank, self.depth, self.k)
+
+
+class MicroBatcher:
+    """Runs :class:`Job` s through a pipeline in batches (see the module docstring).
+
+    Args:
+        pipeline: a :class:`dotcat.search.pipeline.SearchPipeline`.
+        max_batch: most queries per model call.
+        queue_size: most requests waiting; one more raises :class:`QueueFull`.
+        window: seconds to wait for more requests after the first of a batch (0: take what is
+            waiting and go: no added latency for a lone client).
+    """
+
+    def __init__(
+        self, pipeline: Any, max_batch: int = 64, queue_size: int = 64, window: float = 0.0
+    ) -> None:
+        self.pipeline = pipeline
+        self.max_batch = max_batch
+        self.window = window
+        self._queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=queue_size)
+        # One worker: the model work of a batch already uses every core.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dotcat-batch")
+        self._task: asyncio.Task | None = None
+        self.batches = 0
+        self.queries = 0
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="dotcat-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, job: Job) -> asyncio.Future:
+        """Queue a job; its future resolves to one list of hits per query.
+
+        Raises:
+            QueueFull: the queue is at its bound.
+        """
+        job.future = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise QueueFull from None
+        return job.future
+
+    async def _loop(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            groups: dict[tuple, list[Job]] = defaultdict(list)
+            for job in batch:
+                groups[job.key].append(job)
+            for jobs in groups.values():
+                await self._run_group(jobs)
+
+    async def _next_batch(self) -> list[Job]:
+        """The waiting jobs (at least one), up to ``max_batch`` queries; cancelled ones dropped."""
+        batch = [await self._queue.get()]
+        size = len(batch[0].queries)
+        deadline = time.perf_counter() + self.window
+        while size < self.max_batch:
+            try:
+                job = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), remaining)
+                except TimeoutError:
+                    break
+            batch.append(job)
+            size += len(job.queries)
+        return [job for job in batch if not job.future.done()]
+
+    async def _run_group(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        first = jobs[0]
+        texts = [q for job in jobs for q in job.queries]
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(
+                self._executor,
+                lambda: self.pipeline.search_many(
+                    texts,
+                    first.k,
+                    first_stage=first.first_stage,
+                    rerank=first.rerank,
+                    depth=first.depth,
+                ),
+            )
+        except Exception as e:  # noqa: BLE001 - every waiting request gets the error
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(e)
+            return
+        self.batches += 1
+        self.queries += len(texts)
+        start = 0
+        for job in jobs:
+            hits = results[start : start + len(job.queries)]
+            start += len(job.queries)
+            job.batch_queries = len(texts)
+            if not job.future.done():
+                job.future.set_result(hits)

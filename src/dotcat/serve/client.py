@@ -1,0 +1,82 @@
+"""A client for ``dotcat serve``: what ``dotcat search --server URL`` uses.
+
+Standard library only (``urllib``), so asking a running server costs no torch import: the
+answer comes in milliseconds, as from the web page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from dotcat.errors import DotcatError
+from dotcat.search.hits import Hit
+
+API_KEY_ENV = "DOTCAT_API_KEY"
+
+
+class ServerClient:
+    """Search a running ``dotcat serve``.
+
+    Args:
+        url: the server's base URL, e.g. ``http://127.0.0.1:8080``.
+        api_key: sent as ``X-API-Key`` (default: ``$DOTCAT_API_KEY``, if set).
+        timeout: seconds to wait for an answer.
+    """
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise DotcatError(f"--server {url!r}: expected a URL like http://127.0.0.1:8080")
+        self.url = url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        self.timeout = timeout
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+    ) -> list[Hit]:
+        """The server's hits for one query (``GET /search``)."""
+        params: dict[str, Any] = {"q": query, "k": k}
+        if first_stage:
+            params["first_stage"] = first_stage
+        if rerank is not None:
+            params["rerank"] = "true" if rerank else "false"
+        if depth is not None:
+            params["depth"] = depth
+        answer = self._get("/search?" + urllib.parse.urlencode(params))
+        return [Hit(**hit) for hit in answer["hits"]]
+
+    def info(self) -> dict[str, Any]:
+        return self._get("/info")
+
+    def _get(self, path: str) -> dict[str, Any]:
+        request = urllib.request.Request(self.url + path, headers={"Accept": "application/json"})
+        if self.api_key:
+            request.add_header("X-API-Key", self.api_key)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            raise DotcatError(f"{self.url}: {e.code} {_server_message(e)}") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise DotcatError(f"{self.url}: cannot reach the server ({reason})") from None
+
+
+def _server_message(error: urllib.error.HTTPError) -> str:
+    """The ``error`` text of a dotcat error body, else the HTTP reason."""
+    try:
+        body = json.loads(error.read().decode("utf-8"))
+        return str(body.get("error") or body.get("detail") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)

@@ -1,0 +1,167 @@
+"""dotcat.search.pipeline: each first stage against its reference, re-ranking, concurrency,
+the dev-chosen fusion recorded and followed, bad settings."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dotcat.data import load_corpus
+from dotcat.errors import DotcatError
+from dotcat.index import IndexConfig, build_index
+from dotcat.index.manifest import Manifest
+from dotcat.models import EncoderConfig
+from dotcat.search.bm25 import bm25_search
+from dotcat.search.fusion import Fusion
+from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline, tune_fusion
+from dotcat.search.retriever import DenseRetriever
+
+QUERIES = {
+    "q1": "which animals were domesticated from wolves",
+    "q2": "how do cells make ATP",
+    "q3": "hormone controlling blood sugar",
+}
+
+
+def _encoder(model) -> EncoderConfig:
+    return EncoderConfig(model=str(model), device="cpu", precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A BEIR dir whose train qrels give dev queries (as the training dev split carves them)."""
+    from tests.training.test_trainer import make_training_beir
+
+    return make_training_beir(tmp_path_factory.mktemp("pipeline") / "beir")
+
+
+@pytest.fixture(scope="module")
+def index(data, tiny_bert_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pipeline_index") / "index"
+    build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=True), show_progress=False)
+    return out
+
+
+def _pipeline(index, **settings) -> SearchPipeline:
+    return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32", **settings))
+
+
+def test_dense_first_stage_is_the_dense_retriever(index):
+    run = _pipeline(index, first_stage="dense").run(QUERIES, 5)
+    reference = DenseRetriever(index, device="cpu", precision="fp32").batch_search(QUERIES, 5)
+    assert run == reference
+
+
+def test_bm25_first_stage_is_bm25_over_the_corpus(index, data):
+    run = _pipeline(index, first_stage="bm25").run(QUERIES, 5)
+    assert run == bm25_search(load_corpus(data), QUERIES, k=5, show_progress=False)
+
+
+def test_hybrid_is_the_recorded_fusion_of_both(index):
+    hybrid = _pipeline(index)
+    assert hybrid.first_stage == "hybrid"  # auto: the index has BM25
+    dense = _pipeline(index, first_stage="dense").run(QUERIES, 100)
+    bm25 = _pipeline(index, first_stage="bm25").run(QUERIES, 100)
+    fused = hybrid.fusion.fuse_runs(dense, bm25)
+    assert hybrid.run(QUERIES, 5) == {q: docs[:5] for q, docs in fused.items()}
+    rrf = _pipeline(index, fusion="rrf").run(QUERIES, 5)
+    assert rrf == {q: docs[:5] for q, docs in Fusion("rrf").fuse_runs(dense, bm25).items()}
+
+
+def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert_dir, tmp_path):
+    out = tmp_path / "dense_only"
+    build_index(data, out, _encoder(tiny_bert_dir), show_progress=False)
+    assert _pipeline(out).first_stage == "dense"
+    with pytest.raises(DotcatError, match="needs a BM25 index"):
+        _pipeline(out, first_stage="hybrid")
+
+
+def test_search_returns_hits_with_texts(index):
+    pipeline = _pipeline(index, first_stage="dense")
+    hits = pipeline.search(QUERIES["q2"], 3)
+    assert [h.rank for h in hits] == [1, 2, 3]
+    assert [(h.doc_id, h.score) for h in hits] == pipeline.run({"x": QUERIES["q2"]}, 3)["x"]
+    for hit in hits:
+        stored = pipeline.document(hit.doc_id)
+        assert (hit.title, hit.text) == (stored.title, stored.text)
+    many = pipeline.search_many(list(QUERIES.values()), 3)
+    assert [[h.doc_id for h in hits] for hits in many] == [
+        [d for d, _ in docs] for docs in pipeline.run(QUERIES, 3).values()
+    ]
+
+
+def test_reranking_through_the_pipeline(index, tiny_cat_dir):
+    pipeline = _pipeline(index, rerank=str(tiny_cat_dir), depth=4)
+    assert pipeline.reranker.alpha == 1.0 and pipeline.reranker.alpha_source == "plain"
+    first = pipeline.run(QUERIES, 10, rerank=False)
+    texts = pipeline.document_texts({d for docs in first.values() for d, _ in docs[:4]})
+    expected = pipeline.reranker.rerank(first, QUERIES, texts, 4)
+    assert pipeline.run(QUERIES, 10) == {q: docs[:10] for q, docs in expected.items()}
+    assert pipeline.run(QUERIES, 10, depth=2) != pipeline.run(QUERIES, 10)  # depth per call
+    with pytest.raises(DotcatError, match="no cross-encoder"):
+        _pipeline(index).run(QUERIES, 5, rerank=True)
+
+
+def test_the_recorded_interpolation_weight_is_the_default(tiny_cat_dir, tmp_path):
+    import shutil
+
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+    model = tmp_path / "cat"
+    shutil.copytree(tiny_cat_dir, model)
+    (model / "dotcat_cross_encoder.json").write_text(
+        json.dumps({"max_length": 64, "interpolation_alpha": 0.3})
+    )
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(model), device="cpu"))
+    assert ce.interpolation_alpha == 0.3
+    assert Reranker(ce).alpha == 0.3 and Reranker(ce).alpha_source == "dev-chosen"
+    assert Reranker(ce, interpolate=1).alpha == 1.0  # the plain logit, one flag away
+    assert Reranker(ce, interpolate="0.6").alpha_source == "given"
+
+
+def test_concurrent_callers_get_what_a_lone_caller_gets(index):
+    pipeline = _pipeline(index)
+    texts = list(QUERIES.values()) * 8
+    alone = [[h.doc_id for h in pipeline.search(t, 4)] for t in texts]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda t: [h.doc_id for h in pipeline.search(t, 4)], texts))
+    assert together == alone
+
+
+def test_tune_fusion_records_the_dev_choice_and_the_pipeline_follows_it(index, data):
+    fusion = tune_fusion(index, data, device="cpu", precision="fp32")
+    assert fusion is not None and fusion.dev["source"] == "10% of qrels/train.tsv (seed 42)"
+    recorded = Manifest.read(index).fusion
+    assert Fusion.from_json(recorded) == fusion and recorded["dev"]["scores"]
+    assert _pipeline(index).fusion == fusion
+
+
+def test_no_dev_queries_no_recorded_fusion(index, tmp_path):
+    corpus_only = tmp_path / "c.jsonl"
+    corpus_only.write_text('{"_id": "a", "text": "x"}\n')
+    assert tune_fusion(index, corpus_only, device="cpu") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"first_stage": "sparse"}, "unknown first stage"),
+        ({"fusion": "max"}, "unknown fusion"),
+        ({"depth": 0}, "depth must be >= 1"),
+        ({"interpolate": "2"}, "outside"),
+        ({"interpolate": "most"}, "not 'auto' or a number"),
+    ],
+)
+def test_bad_settings(settings, message):
+    with pytest.raises(DotcatError, match=message):
+        PipelineConfig(**settings)
+
+
+def test_bad_calls(index):
+    pipeline = _pipeline(index)
+    with pytest.raises(DotcatError, match="k must be >= 1"):
+        pipeline.run(QUERIES, 0)
+    with pytest.raises(DotcatError, match="empty"):
+        pipeline.search("   ", 3)

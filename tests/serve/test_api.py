@@ -1,0 +1,302 @@
+"""dotcat serve's HTTP API, against a real server on 127.0.0.1: answers, limits, errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+import httpx
+import pytest
+from tests.serve.conftest import live_server
+
+from dotcat.errors import DotcatError
+from dotcat.serve.app import ServeConfig, is_loopback
+
+QUERIES = ["which animals were domesticated from wolves", "how do cells make ATP", "insulin"]
+
+
+def _hits(answer: dict) -> list[tuple[str, float]]:
+    return [(h["doc_id"], h["score"]) for h in answer["hits"]]
+
+
+def _expected(pipeline, query: str, k: int, **options) -> list[tuple[str, float]]:
+    return [(h.doc_id, h.score) for h in pipeline.search(query, k, **options)]
+
+
+# -- answers --------------------------------------------------------------------------------
+
+
+def test_get_search_answers_as_the_pipeline_does(server, pipeline):
+    for query in QUERIES:
+        answer = httpx.get(f"{server}/search", params={"q": query, "k": 4}).json()
+        assert answer["query"] == query and answer["k"] == 4
+        assert answer["first_stage"] == "hybrid" and answer["reranked"] is False
+        assert _hits(answer) == _expected(pipeline, query, 4)
+        assert [h["rank"] for h in answer["hits"]] == [1, 2, 3, 4]
+        assert answer["took_ms"] > 0
+    dense = httpx.get(f"{server}/search", params={"q": "insulin", "first_stage": "dense"}).json()
+    assert dense["first_stage"] == "dense"
+    assert _hits(dense) == _expected(pipeline, "insulin", 10, first_stage="dense")
+
+
+def test_post_one_query_or_many(server, pipeline):
+    one = httpx.post(f"{server}/search", json={"query": QUERIES[0], "k": 3}).json()
+    assert _hits(one) == _expected(pipeline, QUERIES[0], 3)
+    many = httpx.post(
+        f"{server}/search", json={"queries": QUERIES, "k": 2, "first_stage": "bm25"}
+    ).json()
+    assert [r["query"] for r in many["results"]] == QUERIES
+    for query, result in zip(QUERIES, many["results"], strict=True):
+        assert _hits(result) == _expected(pipeline, query, 2, first_stage="bm25")
+
+
+def test_documents_health_and_info(server, pipeline):
+    doc = httpx.get(f"{server}/documents/d4").json()
+    assert doc == {"doc_id": "d4", "title": "Mitochondria", "text": pipeline.document("d4").text}
+    missing = httpx.get(f"{server}/documents/nope")
+    assert missing.status_code == 404 and missing.json() == {"error": "no document with id 'nope'"}
+    assert httpx.get(f"{server}/healthz").json() == {"status": "ok"}
+    info = httpx.get(f"{server}/info").json()
+    assert info["pipeline"]["documents"] == 6 and info["pipeline"]["first_stage"] == "hybrid"
+    assert info["manifest"]["documents"]["count"] == 6 and info["manifest"]["bm25"]
+    assert info["limits"]["max_k"] == ServeConfig().max_k and "api_key" not in info["limits"]
+    page = httpx.get(f"{server}/")
+    assert page.status_code == 200 and "<title>dotcat search</title>" in page.text
+    assert httpx.get(f"{server}/static/app.js").status_code == 200
+
+
+def test_reranking_is_on_by_default_and_per_request(reranking_pipeline):
+    with live_server(reranking_pipeline) as url:
+        on = httpx.get(f"{url}/search", params={"q": "insulin glucose", "k": 3}).json()
+        assert on["reranked"] is True
+        assert _hits(on) == _expected(reranking_pipeline, "insulin glucose", 3)
+        off = httpx.get(f"{url}/search", params={"q": "insulin glucose", "rerank": "false"})
+        assert off.json()["reranked"] is False
+        expected = _expected(reranking_pipeline, "insulin glucose", 10, rerank=False)
+        assert _hits(off.json()) == expected
+        deep = httpx.get(f"{url}/search", params={"q": "insulin glucose", "depth": 6}).json()
+        assert _hits(deep) == _expected(reranking_pipeline, "insulin glucose", 10, depth=6)
+
+
+# -- bad requests: 4xx with a message, never a 500 ------------------------------------------
+
+
+BAD_GETS = [
+    ({"q": ""}, "q: String should have at least 1 character"),
+    ({"q": "   "}, "q: String should match pattern"),
+    ({"q": "x" * 2001}, "q: String should have at most 2000 characters"),
+    ({"q": "insulin", "k": "0"}, "k: Input should be greater than or equal to 1"),
+    ({"q": "insulin", "k": "1001"}, "k: Input should be less than or equal to 1000"),
+    ({"q": "insulin", "k": "ten"}, "k: Input should be a valid integer"),
+    ({"q": "insulin", "kk": "3"}, "unknown query parameter(s): ['kk']"),
+    ({"q": "insulin", "first_stage": "magic"}, "first_stage: Input should be"),
+    ({"q": "insulin", "rerank": "true"}, "this server has no re-ranker"),
+    ({}, "q: Field required"),
+]
+
+
+@pytest.mark.parametrize(("params", "message"), BAD_GETS)
+def test_bad_get_is_422_with_a_message(server, params, message):
+    response = httpx.get(f"{server}/search", params=params)
+    assert response.status_code == 422 and message in response.json()["error"], response.text
+
+
+BAD_POSTS = [
+    ({"query": "x", "bogus": 1}, "bogus: Extra inputs are not permitted"),
+    ({}, "Field required"),
+    ({"query": "x", "queries": ["y"]}, "Extra inputs are not permitted"),
+    ({"queries": []}, "queries: List should have at least 1 item"),
+    ({"queries": ["ok", "  "]}, "String should match pattern"),
+    ({"queries": ["q"] * 65}, "List should have at most 64 items"),
+    ({"query": "x", "k": True}, "k: Value error, Input should be a valid integer"),
+    ({"query": "x", "k": "5"}, "k: Value error, Input should be a valid integer"),
+    ({"query": "x", "depth": 0}, "depth: Input should be greater than or equal to 1"),
+    ({"query": "x", "rerank": "yes"}, "rerank: Input should be a valid boolean"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD_POSTS)
+def test_bad_post_is_422_with_a_message(server, body, message):
+    response = httpx.post(f"{server}/search", json=body)
+    assert response.status_code == 422 and message in response.json()["error"], response.text
+
+
+def test_bodies_that_are_not_json_or_too_big(server):
+    response = httpx.post(
+        f"{server}/search", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422 and response.json()["error"] == "the body is not valid JSON"
+    big = json.dumps({"query": "word " * 20_000}).encode()  # 100 kB > the 64 kiB cap
+    response = httpx.post(
+        f"{server}/search", content=big, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413 and "body over 65536 bytes" in response.json()["error"]
+
+    def chunks():  # no Content-Length: the cap holds on the bytes that arrive
+        for _ in range(20):
+            yield b" " * 8192
+
+    streamed = httpx.post(
+        f"{server}/search", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert streamed.status_code == 413
+
+
+def test_405_lists_every_method_of_the_path(server):
+    response = httpx.request("DELETE", f"{server}/search")
+    assert response.status_code == 405 and response.headers["allow"] == "GET, POST"
+
+
+# -- access control ------------------------------------------------------------------------
+
+
+def test_an_api_key_is_required_and_checked(pipeline):
+    with live_server(pipeline, api_key="s3cret-key") as url:
+        assert httpx.get(f"{url}/search", params={"q": "insulin"}).status_code == 401
+        wrong = httpx.get(f"{url}/search", params={"q": "insulin"}, headers={"x-api-key": "nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"] == "missing or wrong API key"
+        assert wrong.headers["www-authenticate"] == "Bearer"
+        right = {"x-api-key": "s3cret-key"}
+        assert httpx.get(f"{url}/search", params={"q": "insulin"}, headers=right).status_code == 200
+        bearer = {"authorization": "Bearer s3cret-key"}
+        assert httpx.get(f"{url}/info", headers=bearer).status_code == 200
+        assert httpx.post(f"{url}/search", json={"query": "x"}).status_code == 401
+        assert httpx.get(f"{url}/documents/d1").status_code == 401
+        assert httpx.get(f"{url}/healthz").status_code == 200  # liveness stays open
+        assert httpx.get(f"{url}/").status_code == 200  # the page asks for the key itself
+
+
+def test_beyond_loopback_only_with_a_key():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+    with pytest.raises(DotcatError, match="needs an API key"):
+        ServeConfig(host="0.0.0.0").check()
+    ServeConfig(host="0.0.0.0", api_key="k").check()
+
+
+# -- load: batching, a bounded queue, a time limit ------------------------------------------
+
+
+class _Slow:
+    """The pipeline, each model call taking ``delay`` seconds longer (counted)."""
+
+    def __init__(self, inner, delay: float) -> None:
+        self.inner, self.delay, self.calls = inner, delay, 0
+        self.lock = threading.Lock()
+
+    def search_many(self, *args, **kwargs):
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.delay)
+        return self.inner.search_many(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _get_all(url: str, queries: list[str], workers: int) -> list[httpx.Response]:
+    with ThreadPoolExecutor(workers) as pool:
+        return list(
+            pool.map(lambda q: httpx.get(f"{url}/search", params={"q": q}, timeout=30), queries)
+        )
+
+
+def test_concurrent_requests_share_model_calls(pipeline):
+    slow = _Slow(pipeline, 0.3)
+    queries = [f"{QUERIES[i % 3]} {i}" for i in range(12)]
+    with live_server(slow) as url:
+        responses = _get_all(url, queries, 12)
+    assert all(r.status_code == 200 for r in responses)
+    for query, response in zip(queries, responses, strict=True):
+        assert response.json()["query"] == query
+        assert _hits(response.json()) == _expected(pipeline, query, 10)
+    assert slow.calls < len(queries)  # batched: fewer model calls than requests
+
+
+def test_a_full_queue_answers_503_at_once_and_everyone_gets_a_response(pipeline):
+    slow = _Slow(pipeline, 1.0)
+    with live_server(slow, queue_size=2, max_batch=1) as url:
+        started = time.perf_counter()
+
+        def timed(q):
+            t0 = time.perf_counter()
+            r = httpx.get(f"{url}/search", params={"q": q}, timeout=60)
+            return r, time.perf_counter() - t0
+
+        with ThreadPoolExecutor(10) as pool:
+            results = list(pool.map(timed, [f"insulin {i}" for i in range(10)]))
+    statuses = [r.status_code for r, _ in results]
+    assert set(statuses) <= {200, 503} and statuses.count(200) >= 1 and 503 in statuses
+    for response, seconds in results:
+        if response.status_code == 503:
+            assert response.headers["retry-after"] == "1" and seconds < 0.5
+            assert "queue full" in response.json()["error"]
+    assert time.perf_counter() - started < 30
+
+
+def test_over_the_time_limit_is_504(pipeline):
+    with live_server(_Slow(pipeline, 1.5), timeout_s=0.3) as url:
+        response = httpx.get(f"{url}/search", params={"q": "insulin"}, timeout=30)
+    assert response.status_code == 504 and "time limit" in response.json()["error"]
+
+
+def test_one_access_log_line_per_request(server, caplog):
+    with caplog.at_level(logging.INFO, logger="dotcat.serve.access"):
+        httpx.get(f"{server}/search", params={"q": "insulin", "k": 3})
+        httpx.get(f"{server}/search", params={"q": ""})
+    records = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("access")]
+    ok, bad = records[-2:]
+    assert ok["status"] == 200 and ok["k"] == 3 and ok["first_stage"] == "hybrid"
+    assert ok["batch"] >= 1 and ok["ms"] > 0 and ok["path"] == "/search"
+    assert bad["status"] == 422 and bad["client"] == "127.0.0.1"
+
+
+# -- the OpenAPI spec against the server ----------------------------------------------------
+
+
+@pytest.mark.parametrize("with_reranker", [False, True])
+def test_schemathesis_finds_no_server_error_nor_schema_mismatch(
+    pipeline, reranking_pipeline, with_reranker, tmp_path
+):
+    st = shutil.which("st", path=str(sys.prefix) + "/bin") or shutil.which("st")
+    if st is None:
+        pytest.skip("schemathesis is not installed")
+    chosen = reranking_pipeline if with_reranker else pipeline
+    with live_server(chosen) as url:
+        done = subprocess.run(
+            [
+                st,
+                "run",
+                f"{url}/openapi.json",
+                "--max-examples",
+                "60",
+                "--seed",
+                "7",
+                "--generation-database",
+                "none",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "No issues found" in done.stdout
+
+
+def test_info_carries_the_serve_limits(pipeline):
+    with live_server(pipeline, max_k=50) as url:
+        info = httpx.get(f"{url}/info").json()
+        assert info["limits"] == {
+            k: v
+            for k, v in asdict(ServeConfig(max_k=50)).items()
+            if k not in ("api_key", "host", "port")
+        }
+        assert httpx.get(f"{url}/search", params={"q": "x", "k": 51}).status_code == 422

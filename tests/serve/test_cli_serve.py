@@ -1,0 +1,149 @@
+"""The shell side: `dotcat serve` as a process, `dotcat search --server`, queries line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from tests.serve.conftest import free_port
+
+_DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
+
+
+def _dotcat(*args, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOTCAT_QUIET": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", _DOTCAT, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def served(hybrid_index):
+    """`dotcat serve` started as a user would, stopped with SIGTERM."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _DOTCAT,
+            "serve",
+            str(hybrid_index),
+            "--port",
+            str(port),
+            "--precision",
+            "fp32",
+            "--device",
+            "cpu",
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"dotcat serve did not start: {process.stderr.read()}")
+        time.sleep(0.2)
+    yield url, process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def test_search_through_the_server_prints_what_the_index_gives(served, pipeline):
+    url, _ = served
+    remote = _dotcat("search", "--server", url, "how do cells make ATP", "-k", "3", "--json")
+    assert remote.returncode == 0, remote.stderr
+    hits = json.loads(remote.stdout)
+    expected = pipeline.search("how do cells make ATP", 3)
+    assert [(h["doc_id"], h["score"]) for h in hits] == [(h.doc_id, h.score) for h in expected]
+
+
+def test_queries_line_by_line_from_stdin_locally_and_remotely(served, hybrid_index, pipeline):
+    url, _ = served
+    lines = "insulin\n\nhow do cells make ATP\n"
+    for args in (
+        ["search", hybrid_index, "--json", "-k", "2", "--precision", "fp32", "--device", "cpu"],
+        ["search", "--server", url, "--json", "-k", "2"],
+    ):
+        done = _dotcat(*args, input=lines)
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [r["query"] for r in records] == ["insulin", "how do cells make ATP"]
+        for record in records:
+            expected = pipeline.search(record["query"], 2)
+            assert [h["doc_id"] for h in record["hits"]] == [h.doc_id for h in expected]
+
+
+def test_a_server_error_is_one_line(served):
+    url, _ = served
+    done = _dotcat("search", "--server", url, "insulin", "-k", "0")
+    assert done.returncode == 2 and done.stderr.strip() == "dotcat: error: -k must be >= 1, got 0"
+    done = _dotcat("search", "--server", url, "insulin", "--first-stage", "dense", "-k", "2000")
+    assert done.returncode == 2 and "k: Input should be less than or equal to 1000" in done.stderr
+    down = _dotcat("search", "--server", f"http://127.0.0.1:{free_port()}", "insulin")
+    assert down.returncode == 2 and "cannot reach the server" in down.stderr
+
+
+def test_serve_logs_each_request_and_stops_cleanly(hybrid_index):
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _DOTCAT,
+            "serve",
+            str(hybrid_index),
+            "--port",
+            str(port),
+            "--precision",
+            "fp32",
+            "--device",
+            "cpu",
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert httpx.get(f"{url}/search", params={"q": "insulin", "k": 2}).status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert f"serving {hybrid_index} on {url}" in stderr
+    assert stderr.rstrip().endswith("dotcat: server stopped")
+    records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    searches = [r for r in records if r["path"] == "/search"]
+    assert searches and searches[-1]["status"] == 200 and searches[-1]["k"] == 2
+
+
+def test_serving_beyond_loopback_without_a_key_is_refused_at_once(hybrid_index):
+    started = time.perf_counter()
+    done = _dotcat("serve", hybrid_index, "--host", "0.0.0.0", "--port", str(free_port()))
+    assert done.returncode == 2 and "needs an API key" in done.stderr
+    assert time.perf_counter() - started < 20
