@@ -252,13 +252,8 @@ def test_batching_does_not_change_vectors(tiny, tiny_bert_dir, batch_size, max_b
     )
 
 
-def test_batches_respect_size_and_token_budget(tiny_bert_dir):
-    enc = _load(tiny_bert_dir, max_batch_tokens=100)
-    lengths = np.array([60, 50, 30, 30, 30, 30, 10, 10, 5])
-    batches = [(s.start, s.stop) for s in enc._batches(lengths, batch_size=3)]
-    assert batches == [(0, 1), (1, 3), (3, 6), (6, 9)]
-    assert all(lengths[a] * (b - a) <= 100 for a, b in batches)
-    assert enc.max_batch_tokens == 100
+def test_token_budget_defaults(tiny_bert_dir):
+    assert _load(tiny_bert_dir, max_batch_tokens=100).max_batch_tokens == 100
     assert _load(tiny_bert_dir).max_batch_tokens == bi_encoder.CPU_MAX_BATCH_TOKENS
     assert _load(tiny_bert_dir, fast=False).max_batch_tokens == 0
 
@@ -376,8 +371,9 @@ def test_model_loading_hides_transformers_bars_and_restores_them(tiny_bert_dir, 
     assert hf_logging.is_progress_bar_enabled()
 
 
-def test_one_query_runs_on_one_thread_and_restores_the_count(tiny_bert_dir, monkeypatch):
-    """A small call must not split over cores: under load that waits on a busy core."""
+def test_one_query_takes_the_free_cores_and_restores_the_count(tiny_bert_dir, monkeypatch):
+    """A small call must not split over a busy core (under load that waits in every op's
+    barrier), and should use the idle ones."""
     enc = _load(tiny_bert_dir)
     seen: list[int] = []
     embed = enc._embed
@@ -387,13 +383,37 @@ def test_one_query_runs_on_one_thread_and_restores_the_count(tiny_bert_dir, monk
         return embed(input_ids, mask)
 
     monkeypatch.setattr(enc, "_embed", spy)
+    monkeypatch.setattr(runtime, "available_cpus", lambda: 2)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
+        monkeypatch.setattr(runtime, "busy_cpus", lambda: 1)  # another process on a core
         enc.encode_queries(["how do cells make ATP"])
         assert seen == [1] and torch.get_num_threads() == 2
+        monkeypatch.setattr(runtime, "busy_cpus", lambda: 0)  # an idle machine
+        enc.encode_queries(["how do cells make ATP"])
+        assert seen == [1, 2]
         seen.clear()
-        enc.encode(["word " * 300] * 8)  # ~2,400 tokens: the data-parallel path
+        enc.encode(["word " * 300] * 8)  # ~2,400 tokens: data-parallel workers
         assert seen and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_busy_cpus_counts_other_processes_only():
+    """Our own threads never count as busy; a spinning process does."""
+    import subprocess
+    import sys
+    import time
+
+    if runtime.busy_cpus() is None:
+        pytest.skip("no /proc/loadavg here")
+    quiet = min(runtime.busy_cpus() for _ in range(20))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        loaded = max(runtime.busy_cpus() for _ in range(20))
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert loaded >= quiet + 1

@@ -30,7 +30,9 @@ def live_server(pipeline, **settings):
     config = ServeConfig(host="127.0.0.1", port=free_port(), **settings)
     app = create_app(pipeline, config)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=config.port, log_level="warning")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=config.port, log_level="warning", access_log=False
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -251,7 +251,9 @@ def test_one_access_log_line_per_request(server, caplog):
     with caplog.at_level(logging.INFO, logger="dotcat.serve.access"):
         httpx.get(f"{server}/search", params={"q": "insulin", "k": 3})
         httpx.get(f"{server}/search", params={"q": ""})
-    records = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("access")]
+    records = [
+        json.loads(r.getMessage()) for r in caplog.records if r.name == "dotcat.serve.access"
+    ]
     ok, bad = records[-2:]
     assert ok["status"] == 200 and ok["k"] == 3 and ok["first_stage"] == "hybrid"
     assert ok["batch"] >= 1 and ok["ms"] > 0 and ok["path"] == "/search"

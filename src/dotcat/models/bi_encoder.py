@@ -30,7 +30,7 @@ import logging
 import pickle
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,11 +40,13 @@ import numpy as np
 import torch
 
 from dotcat.errors import DotcatError
+from dotcat.models.batching import batch_slices, padded_widths
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
     configure_threads,
+    free_threads,
     precision_name,
     quiet_transformers,
     resolve_device,
@@ -63,12 +65,16 @@ CPU_MAX_BATCH_TOKENS = 2048
 MAX_AUTO_WORKERS = 8
 #: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
 WINDOW = 16_384
-#: A call with at most this many tokens (one query, a few short ones) runs on one intra-op
-#: thread: splitting so little work over cores gains ~nothing on a quiet CPU, and when another
-#: process holds a core each op's OpenMP barrier waits for a descheduled thread (one SciFact
-#: query: 18 ms on one thread, ~1.2 s on two with the other core busy; measured in
-#: eval/results/query_latency.md).
+#: A one-batch call with at most this many tokens (one query, a few short ones) runs on the
+#: cores that are free right now (:func:`.runtime.free_threads`): when another process holds a
+#: core, each op's OpenMP barrier would wait for a descheduled thread (one SciFact query: ~20
+#: ms on one thread, 126-1,180 ms p95 on two with the other core busy; measured in
+#: eval/results/query_latency.md), while on an idle machine both cores shorten it. Calls of
+#: several batches run data-parallel (a worker thread per core, one intra-op thread each).
 SMALL_CALL_TOKENS = 1024
+#: Queries are padded to a multiple of this many tokens and batched by width, so a query's
+#: vector does not depend on the queries it is batched with (see :mod:`.batching`).
+QUERY_PAD_MULTIPLE = 8
 
 
 @dataclass
@@ -159,7 +165,8 @@ class BiEncoder:
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
         self.max_batch_tokens = tokens if fast else 0
-        #: intra-op threads for small calls (None: 1, see SMALL_CALL_TOKENS); benchmarks set it.
+        #: intra-op threads of small calls (None: the free cores, see SMALL_CALL_TOKENS); the
+        #: latency benchmark sets it to compare fixed settings.
         self.single_query_threads: int | None = None
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else 0
@@ -256,6 +263,7 @@ class BiEncoder:
         *,
         out: np.ndarray | None = None,
         progress: Any = None,
+        pad_multiple: int = 1,
     ) -> np.ndarray:
         """Encode texts as they are (no prefix) into a float32 ``(len(texts), dim)`` array.
 
@@ -272,6 +280,9 @@ class BiEncoder:
                 instead of a new one.
             progress: a caller's bar (see :func:`dotcat.progress.progress_bar`) to advance
                 by each batch's texts, e.g. one bar over a whole corpus encoded in chunks.
+            pad_multiple: pad each text to a multiple of this many tokens and batch texts of
+                one width only, so each vector is the same whatever the batch (1: pad to the
+                batch's longest, the cheapest; see :mod:`dotcat.models.batching`).
         """
         if isinstance(texts, str):
             raise TypeError("encode() takes a sequence of texts, not one string")
@@ -292,23 +303,37 @@ class BiEncoder:
                 window = list(texts[start : start + WINDOW])
                 ids = self._tokenize(window)
                 lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-                order = np.argsort(-lengths, kind="stable")
-                jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
+                widths = padded_widths(lengths, pad_multiple, self.max_length)
+                order = np.argsort(-widths, kind="stable")
+                jobs = [
+                    order[rows]
+                    for rows in batch_slices(
+                        widths[order], batch_size, self.max_batch_tokens, pad_multiple > 1
+                    )
+                ]
 
-                def run(idx: np.ndarray, ids: list[list[int]] = ids, start: int = start) -> None:
-                    input_ids, mask = self._collate([ids[i] for i in idx])
+                def run(
+                    idx: np.ndarray,
+                    ids: list[list[int]] = ids,
+                    start: int = start,
+                    widths: np.ndarray = widths,
+                ) -> None:
+                    input_ids, mask = self._collate([ids[i] for i in idx], int(widths[idx].max()))
                     out[start + idx] = self._embed(input_ids, mask)
                     with bar_lock:
                         bar.update(len(idx))
 
-                if self._is_small(int(lengths.sum())):
-                    _run_jobs(jobs, run, 1, threads=self.single_query_threads or 1)
+                if len(jobs) == 1 and self._is_small(int(widths.sum())):
+                    threads = self.single_query_threads or free_threads(torch.get_num_threads())
+                    _run_jobs(jobs, run, 1, threads=threads)
                 else:
                     _run_jobs(jobs, run, workers)
         return out
 
     def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
-        """Encode queries: :meth:`encode` on ``query_prefix + text``."""
+        """Encode queries: :meth:`encode` on ``query_prefix + text``, padded to multiples of
+        :data:`QUERY_PAD_MULTIPLE` (a query's vector never depends on its batch)."""
+        kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
 
     def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
@@ -355,19 +380,8 @@ class BiEncoder:
         )
         return encoded["input_ids"]
 
-    def _batches(self, sorted_lengths: np.ndarray, batch_size: int) -> Iterator[slice]:
-        """Slices of the longest-first order: <= batch_size texts, <= max_batch_tokens padded."""
-        start, n = 0, len(sorted_lengths)
-        while start < n:
-            size = batch_size
-            if self.max_batch_tokens > 0:
-                size = max(1, min(batch_size, self.max_batch_tokens // int(sorted_lengths[start])))
-            yield slice(start, min(n, start + size))
-            start += size
-
-    def _collate(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-pad to the longest sequence: (input_ids, attention_mask)."""
-        width = max(len(s) for s in seqs)
+    def _collate(self, seqs: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-pad to ``width`` tokens: (input_ids, attention_mask)."""
         input_ids = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(seqs), width), dtype=np.int64)
         for row, seq in enumerate(seqs):

@@ -32,7 +32,9 @@ import numpy as np
 import torch
 
 from dotcat.errors import DotcatError
+from dotcat.models.batching import batch_slices, padded_widths
 from dotcat.models.bi_encoder import (
+    MAX_AUTO_WORKERS,
     _first_line,
     _load_model,
     _max_positions,
@@ -60,6 +62,9 @@ DEFAULT_MAX_LENGTH = 256
 SMALL_CALL = 64
 #: Pairs tokenized, sorted and scored together; bounds the token lists held in memory.
 WINDOW = 16_384
+#: Pairs are padded to a multiple of this many tokens and batched by width, so a pair's logit
+#: does not depend on the pairs it is batched with (see :mod:`.batching`).
+PAIR_PAD_MULTIPLE = 32
 
 
 @dataclass
@@ -296,9 +301,12 @@ class CrossEncoder:
         lq, ld = pair_lengths(len(query), len(doc), self.max_length - self.template.n_special)
         return self.template.build(query[:lq], doc[:ld])
 
-    def collate(self, pairs: Sequence[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-        """Right-padded ``input_ids``, ``token_type_ids``, ``attention_mask`` on the device."""
-        width = max(len(ids) for ids, _ in pairs)
+    def collate(
+        self, pairs: Sequence[tuple[list[int], list[int]]], width: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Right-padded ``input_ids``, ``token_type_ids``, ``attention_mask`` on the device
+        (to ``width`` tokens; default: the longest pair)."""
+        width = width or max(len(ids) for ids, _ in pairs)
         input_ids = np.full((len(pairs), width), self._pad_id, dtype=np.int64)
         types = np.zeros((len(pairs), width), dtype=np.int64)
         mask = np.zeros((len(pairs), width), dtype=np.int64)
@@ -354,16 +362,25 @@ class CrossEncoder:
                 d_ids = self._tokenize_unique(documents[start:stop])
                 pairs = [self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)]
                 lengths = np.fromiter((len(p[0]) for p in pairs), dtype=np.int64, count=len(pairs))
-                order = np.argsort(-lengths, kind="stable")
+                widths = padded_widths(lengths, PAIR_PAD_MULTIPLE, self.max_length)
+                order = np.argsort(-widths, kind="stable")
+                jobs = [
+                    order[rows]
+                    for rows in batch_slices(
+                        widths[order], batch_size, self.max_batch_tokens, fixed_width=True
+                    )
+                ]
                 if len(pairs) <= SMALL_CALL:
-                    # One query at a small depth: one equal batch per worker (latency), not
-                    # token-budget batches that leave a worker waiting for the remainder.
-                    jobs = [rows for rows in np.array_split(order, workers) if len(rows)]
-                else:
-                    jobs = [order[rows] for rows in self._batches(lengths[order], batch_size)]
+                    # One query at a small depth: every worker gets a share of each width
+                    # (latency), not whole batches that leave a worker waiting for the rest.
+                    jobs = [
+                        part for job in jobs for part in np.array_split(job, workers) if len(part)
+                    ]
 
-                def run(idx: np.ndarray, pairs: list = pairs, start: int = start) -> None:
-                    features = self.collate([pairs[i] for i in idx])
+                def run(
+                    idx: np.ndarray, pairs: list = pairs, start: int = start, widths=widths
+                ) -> None:
+                    features = self.collate([pairs[i] for i in idx], int(widths[idx].max()))
                     with autocast(self.device, self.autocast_dtype):
                         logits = self.logits(features)
                     out[start + idx] = logits.float().cpu().numpy()
@@ -417,21 +434,12 @@ class CrossEncoder:
         ids = dict(zip(unique, self.tokenize(unique), strict=True)) if unique else {}
         return [ids[t] for t in texts]
 
-    def _batches(self, sorted_lengths: np.ndarray, batch_size: int):
-        start, n = 0, len(sorted_lengths)
-        while start < n:
-            size = batch_size
-            if self.max_batch_tokens > 0:
-                size = max(1, min(batch_size, self.max_batch_tokens // int(sorted_lengths[start])))
-            yield slice(start, min(n, start + size))
-            start += size
-
     def _workers(self) -> int:
         if self.device.type != "cpu" or not self.config.fast:
             return 1
         if self.config.cpu_workers is not None:
             return max(1, self.config.cpu_workers)
-        return torch.get_num_threads()
+        return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
 
 
 def _recorded_max_length(path: Path, tokenizer: Any, positions: int, trained_head: bool) -> int:

@@ -168,6 +168,38 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cpus() -> int | None:
+    """Threads of *other* processes runnable right now (None where the OS does not say).
+
+    The fourth field of Linux's ``/proc/loadavg`` is the instantaneous count of runnable
+    threads system-wide (unlike the load averages it does not lag); this process's own
+    runnable threads (the caller, and OpenMP workers still spin-waiting after the last
+    parallel region) are taken off, read from ``/proc/self/task/*/stat``.
+    """
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        own = 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat", encoding="ascii") as f:
+                    own += f.read().rpartition(")")[2].split()[0] == "R"
+            except OSError:
+                continue  # the thread ended meanwhile
+    except (OSError, IndexError, ValueError):
+        return None
+    return max(0, running - max(own, 1))
+
+
+def free_threads(limit: int) -> int:
+    """Intra-op threads a small call can use without waiting on a busy core: the cores no
+    other task wants right now, at most ``limit``, at least 1 (1 where unknown)."""
+    busy = busy_cpus()
+    if busy is None:
+        return 1
+    return max(1, min(limit, available_cpus() - busy))
+
+
 def configure_threads(num_threads: int | None = None) -> int:
     """Give PyTorch's intra-op pool every available core (or ``num_threads``).
 

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import (
     AfterValidator,
@@ -333,7 +333,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
         start = time.perf_counter()
         job = Job([q], k, first_stage, rerank, depth)
         (hits,) = await answer(request, job)
-        return to_out(q, job, hits, (time.perf_counter() - start) * 1000)
+        return _answer(to_out(q, job, hits, (time.perf_counter() - start) * 1000))
 
     @app.post(
         "/search",
@@ -354,8 +354,8 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
         took = (time.perf_counter() - start) * 1000
         results = [to_out(t, job, h, took) for t, h in zip(texts, hits, strict=True)]
         if one:
-            return results[0]
-        return MultiSearchOut(results=results, took_ms=round(took, 3))
+            return _answer(results[0])
+        return _answer(MultiSearchOut(results=results, took_ms=round(took, 3)))
 
     @app.get(
         "/documents/{doc_id:path}",
@@ -396,6 +396,12 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
         return FileResponse(str(static / "index.html"), media_type="text/html")
 
     return app
+
+
+def _answer(answer: BaseModel) -> Response:
+    """The answer serialised once, by pydantic: returned as a Response, FastAPI does not
+    validate it against the response model a second time (it was built from that model)."""
+    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 def _add_error_handlers(app: FastAPI) -> None:
