@@ -138,13 +138,21 @@ def _check_model(model: str) -> None:
     read_model_config(path, read_st_settings(path).transformer_dir)
 
 
-def _check_index(index_dir: Path):
-    """The manifest of an index directory (restored first if a killed build left it aside)."""
+def _check_index(index_dir: Path) -> None:
+    """An index directory (restored first if a killed build left it aside), or a folder of
+    shard indexes."""
     from dotcat.index.layout import recover_for_reading
-    from dotcat.index.manifest import Manifest
+    from dotcat.index.manifest import MANIFEST_NAME, Manifest
 
     recover_for_reading(index_dir)
-    return Manifest.read(index_dir)
+    index_dir = Path(index_dir)
+    if index_dir.is_dir() and not (index_dir / MANIFEST_NAME).exists():
+        shards = [p for p in sorted(index_dir.iterdir()) if (p / MANIFEST_NAME).is_file()]
+        for shard in shards:
+            Manifest.read(shard)
+        if shards:
+            return
+    Manifest.read(index_dir)
 
 
 def _check_training_args(data: Path, out_dir: Path, base: str, **counts: int) -> None:
@@ -205,14 +213,30 @@ def index(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
     keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    shard: Annotated[
+        str | None,
+        typer.Option(help="I/N: index only the I-th (0-based) of N equal parts of the corpus."),
+    ] = None,
+    chunk_size: Annotated[
+        int, typer.Option(help="Documents per chunk: the unit saved to disk and resumed.")
+    ] = 8192,
+    fresh: Annotated[
+        bool, typer.Option(help="Start over instead of resuming an interrupted build.")
+    ] = False,
 ) -> None:
-    """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it)."""
+    """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
+
+    An interrupted build (Ctrl-C, kill -9, power loss) resumes after its last finished chunk
+    when the same command runs again.
+    """
     from dotcat.index.preflight import check_build
 
     _at_least("--batch-size", batch_size)
     _at_least("--max-length", max_length, 2)
+    _at_least("--chunk-size", chunk_size)
     _one_of("--precision", precision, _PRECISIONS)
-    check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model)
+    shard_spec = _parse_shard(shard) if shard else None
+    check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec)
 
     from dotcat.index import IndexConfig, build_index
     from dotcat.models import EncoderConfig
@@ -226,9 +250,16 @@ def index(
         device=device,
         precision=precision,
     )
-    config = IndexConfig(faiss_spec=faiss, device=device, keep_vectors=keep_vectors, bm25=bm25)
+    config = IndexConfig(
+        faiss_spec=faiss,
+        device=device,
+        keep_vectors=keep_vectors,
+        bm25=bm25,
+        shard=shard_spec,
+        chunk_size=chunk_size,
+    )
     start = time.perf_counter()
-    manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite)
+    manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh)
     seconds = time.perf_counter() - start
     n = manifest.documents["count"]
     typer.echo(
@@ -237,7 +268,7 @@ def index(
         f"{manifest.encoder['similarity']}, max {manifest.encoder['max_length']} tokens), "
         f"FAISS {manifest.faiss['spec']}{', BM25' if bm25 else ''}"
     )
-    if bm25:
+    if bm25 and shard_spec is None:
         from dotcat.search.pipeline import tune_fusion
 
         fusion = tune_fusion(index_dir, corpus, device=device, precision=precision)
@@ -251,6 +282,16 @@ def index(
                 f"queries): {fusion.describe()}, nDCG@10 {best:.4f} (RRF {scores['rrf']:.4f}, "
                 f"dense {scores['linear 1']:.4f}, BM25 {scores['linear 0']:.4f})"
             )
+
+
+def _parse_shard(value: str) -> tuple[int, int]:
+    try:
+        i, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise DotcatError(f"--shard {value!r}: expected I/N, e.g. 0/4") from None
+    if n < 1 or not 0 <= i < n:
+        raise DotcatError(f"--shard {value}: expected I/N with 0 <= I < N")
+    return i, n
 
 
 def _print_hits(hits, as_json: bool) -> None:
@@ -443,6 +484,108 @@ def _search_remote(url, first, second, k, as_json, first_stage, rerank, depth) -
         _print_hits(ask(positional[0]), as_json)
     else:
         _search_lines(ask, as_json)
+
+
+@app.command()
+def merge(
+    paths: Annotated[
+        list[Path], typer.Argument(help="SHARD [SHARD ...] OUT: shard indexes, then the new index.")
+    ],
+    faiss: Annotated[
+        str | None,
+        typer.Option("--faiss", help="FAISS spec of the merged index (default: the shards')."),
+    ] = None,
+    on_disk: Annotated[
+        str,
+        typer.Option(help="IVF lists on disk: auto (when over half the free memory), yes, no."),
+    ] = "auto",
+    bm25: Annotated[
+        bool | None,
+        typer.Option(help="Build BM25 over the merged corpus (default: as the shards)."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
+) -> None:
+    """Merge shard indexes (`dotcat index --shard I/N`) into one index directory."""
+    if len(paths) < 2:
+        raise DotcatError("usage: dotcat merge SHARD [SHARD ...] OUT")
+    *shards, out = paths
+    _one_of("--on-disk", on_disk, ("auto", "yes", "no"))
+    for shard in shards:
+        _check_index(shard)
+    from dotcat.index.layout import check_target
+
+    check_target(out, overwrite)
+    from dotcat.index.shards import merge_indexes
+
+    start = time.perf_counter()
+    manifest = merge_indexes(shards, out, faiss, on_disk=on_disk, bm25=bm25, overwrite=overwrite)
+    typer.echo(
+        f"merged {len(shards)} shards ({manifest.documents['count']} documents) into {out} in "
+        f"{time.perf_counter() - start:.1f} s; FAISS {manifest.faiss['spec']}"
+        + (" with on-disk lists" if manifest.faiss.get("on_disk") else "")
+    )
+
+
+@app.command()
+def add(
+    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
+    corpus: Annotated[Path, typer.Argument(help="The new documents: BEIR dir, JSONL or TSV.")],
+    upsert: Annotated[
+        bool, typer.Option(help="Replace documents whose id the index holds already.")
+    ] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+) -> None:
+    """Add documents to an index (encoded with its own encoder); atomic."""
+    from dotcat.data import find_corpus_file
+
+    _one_of("--precision", precision, _PRECISIONS)
+    _check_single_index(index_dir)
+    find_corpus_file(corpus)
+    from dotcat.index.updates import add_documents
+
+    start = time.perf_counter()
+    result = add_documents(index_dir, corpus, upsert=upsert, device=device, precision=precision)
+    typer.echo(
+        f"added {result.added} and replaced {result.replaced} documents in {index_dir} in "
+        f"{time.perf_counter() - start:.1f} s; it holds {result.documents} documents"
+    )
+
+
+@app.command()
+def delete(
+    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
+    doc_ids: Annotated[list[str] | None, typer.Argument(help="Document ids to delete.")] = None,
+    ids: Annotated[
+        Path | None, typer.Option(help="A file of document ids to delete, one per line.")
+    ] = None,
+    missing_ok: Annotated[
+        bool, typer.Option(help="Delete the ids the index has; skip the others.")
+    ] = False,
+) -> None:
+    """Delete documents from an index (FAISS and doc store; BM25 follows); atomic."""
+    _check_single_index(index_dir)
+    wanted = list(doc_ids or [])
+    if ids is not None:
+        try:
+            wanted += [line.strip() for line in ids.read_text(encoding="utf-8").splitlines()]
+        except OSError as e:
+            raise DotcatError(f"{ids}: cannot read ({e.strerror})") from None
+    wanted = [i for i in wanted if i]
+    if not wanted:
+        raise DotcatError("give document ids to delete (as arguments or --ids FILE)")
+    from dotcat.index.updates import delete_documents
+
+    result = delete_documents(index_dir, wanted, missing_ok=missing_ok)
+    typer.echo(f"deleted {result.deleted} documents from {index_dir}; it holds {result.documents}")
+
+
+def _check_single_index(index_dir: Path) -> None:
+    from dotcat.index.layout import recover_for_reading
+    from dotcat.index.manifest import Manifest
+
+    recover_for_reading(index_dir)
+    Manifest.read(index_dir)  # one index (a folder of shards is updated shard by shard)
 
 
 @app.command()

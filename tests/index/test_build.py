@@ -49,25 +49,44 @@ def test_every_document_finds_itself_first(tiny_docs, tiny_beir_dir, tiny_encode
     assert stored.title == tiny_docs[2]["title"] and stored.text == tiny_docs[2]["text"]
 
 
-def test_failed_build_leaves_nothing_and_keeps_old_index(
+def test_an_interrupted_build_keeps_the_old_index_and_resumes_without_encoding_again(
     tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path, monkeypatch
 ):
     out = tmp_path / "idx"
     build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
     before = (out / "manifest.json").read_bytes()
+    straight = faiss_index_vectors(out)
+
+    real_add = faiss_index.add_vectors
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt  # the user presses Ctrl-C half way
+        raise KeyboardInterrupt  # the user presses Ctrl-C after the encoding
 
     monkeypatch.setattr(faiss_index, "add_vectors", crash)
     with pytest.raises(KeyboardInterrupt):
         build_index(tiny_beir_dir, out, tiny_encoder, overwrite=True, show_progress=False)
-    with pytest.raises(KeyboardInterrupt):
-        build_index(tiny_beir_dir, tmp_path / "fresh", tiny_encoder, show_progress=False)
-    assert (out / "manifest.json").read_bytes() == before
-    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "tiny_beir")
-    assert folders == ["idx"]  # no build folder left behind
+    assert (out / "manifest.json").read_bytes() == before  # the old index is untouched
     assert len(DenseIndex(out, device="cpu")) == len(tiny_docs)
+    assert (tmp_path / ".idx.building" / "chunks.jsonl").is_file()  # kept for the resume
+
+    monkeypatch.setattr(faiss_index, "add_vectors", real_add)
+    calls = []
+    encode = tiny_encoder.encode_documents
+    monkeypatch.setattr(
+        tiny_encoder, "encode_documents", lambda *a, **k: calls.append(1) or encode(*a, **k)
+    )
+    build_index(tiny_beir_dir, out, tiny_encoder, overwrite=True, show_progress=False)
+    assert calls == []  # every chunk was on disk already
+    np.testing.assert_array_equal(faiss_index_vectors(out), straight)
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "tiny_beir")
+    assert folders == ["idx"]
+
+
+def faiss_index_vectors(index_dir) -> np.ndarray:
+    import faiss
+
+    index = faiss.read_index(str(index_dir / "index.faiss"))
+    return index.reconstruct_n(0, index.ntotal)
 
 
 def test_refuses_to_clobber(tiny_beir_dir, tiny_encoder, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -18,7 +19,7 @@ def test_flat_is_exact_inner_product():
     x = _unit_vectors(500, 16)
     q = _unit_vectors(5, 16, seed=1)
     index = faiss_index.create_index("Flat", 16)
-    faiss_index.add_vectors(index, x, show_progress=False)
+    faiss_index.add_vectors(index, [x], len(x), show_progress=False)
     scores, positions = faiss_index.search(index, q, k=5)
     expected = np.argsort(-(q @ x.T), axis=1)[:, :5]
     np.testing.assert_array_equal(positions, expected)
@@ -27,7 +28,9 @@ def test_flat_is_exact_inner_product():
 
 def test_k_larger_than_index_is_capped():
     index = faiss_index.create_index("Flat", 8)
-    faiss_index.add_vectors(index, _unit_vectors(3, 8), show_progress=False)
+    faiss_index.add_vectors(
+        index, [_unit_vectors(3, 8)], len(_unit_vectors(3, 8)), show_progress=False
+    )
     scores, positions = faiss_index.search(index, _unit_vectors(1, 8), k=100)
     assert positions.shape == (1, 3) and (positions >= 0).all()
 
@@ -35,8 +38,8 @@ def test_k_larger_than_index_is_capped():
 def test_ivf_recall_with_default_nprobe():
     x = _unit_vectors(4000, 16)
     index = faiss_index.create_index("IVF16,Flat", 16)
-    faiss_index.train_index(index, x, "IVF16,Flat")
-    faiss_index.add_vectors(index, x, show_progress=False)
+    faiss_index.train_index(index, x, "IVF16,Flat")  # the whole array as the sample
+    faiss_index.add_vectors(index, [x], len(x), show_progress=False)
     params = faiss_index.applicable_search_params(index, faiss_index.DEFAULT_SEARCH_PARAMS)
     assert params == {"nprobe": 16}  # capped at nlist; efSearch dropped (not HNSW)
     faiss_index.set_search_params(index, params)
@@ -51,20 +54,17 @@ def test_hnsw_params():
     }
 
 
-def test_training_sample_is_capped_and_seeded(monkeypatch):
-    monkeypatch.setattr(faiss_index, "MAX_TRAIN_VECTORS", 300)
-    seen = []
-
-    def recorder():
-        index = faiss_index.create_index("IVF4,Flat", 4)
-        index.train = lambda sample: seen.append(sample.copy())
-        return index
-
-    x = _unit_vectors(1000, 4)
-    faiss_index.train_index(recorder(), x, "IVF4,Flat", seed=3)
-    faiss_index.train_index(recorder(), x, "IVF4,Flat", seed=3)
-    assert seen[0].shape == (300, 4)
-    np.testing.assert_array_equal(seen[0], seen[1])
+def test_training_sample_is_seeded_and_does_not_grow_with_the_corpus(monkeypatch):
+    index = faiss_index.create_index("IVF4,Flat", 4)
+    small = faiss_index.training_rows(index, 10_000, seed=3)
+    assert np.array_equal(small, np.arange(10_000))  # a small corpus trains on all of it
+    a = faiss_index.training_rows(index, 5_000_000, seed=3)
+    assert np.array_equal(a, faiss_index.training_rows(index, 5_000_000, seed=3))
+    assert not np.array_equal(a, faiss_index.training_rows(index, 5_000_000, seed=4))
+    assert len(a) == faiss_index.MIN_TRAIN_VECTORS and np.all(np.diff(a) > 0)  # 4 lists
+    many = faiss_index.create_index("IVF8192,Flat", 4)
+    assert len(faiss_index.training_rows(many, 5_000_000)) == faiss_index.MAX_TRAIN_VECTORS
+    assert len(faiss_index.training_rows(faiss_index.create_index("Flat", 4), 100)) == 0
 
 
 def test_device_resolution_on_this_machine():
@@ -83,9 +83,9 @@ def test_gpu_flat_matches_cpu_flat():
     x = _unit_vectors(2000, 32)
     q = _unit_vectors(20, 32, seed=5)
     cpu = faiss_index.create_index("Flat", 32)
-    faiss_index.add_vectors(cpu, x, show_progress=False)
+    faiss_index.add_vectors(cpu, [x], len(x), show_progress=False)
     gpu = faiss_index.to_gpu(faiss_index.create_index("Flat", 32))
-    faiss_index.add_vectors(gpu, x, show_progress=False)
+    faiss_index.add_vectors(gpu, [x], len(x), show_progress=False)
     cpu_scores, cpu_pos = faiss_index.search(cpu, q, 10)
     gpu_scores, gpu_pos = faiss_index.search(gpu, q, 10)
     np.testing.assert_array_equal(cpu_pos, gpu_pos)
@@ -135,3 +135,25 @@ def test_faiss_errors_lose_their_cpp_location():
     message = str(info.value)
     assert message.startswith("invalid FAISS spec 'PQ7' for dimension 32: The dimension")
     assert ".cpp" not in message and "Error in" not in message
+
+
+def test_a_sharded_faiss_index_searches_like_one_index():
+    """What several GPUs get (an IndexShards, here of CPU sub-indexes): the same answers
+    through dotcat's search, ties and padding included."""
+    x = _unit_vectors(500, 16, seed=5)
+    x[10] = x[400]  # an exact tie across the two halves
+    whole = faiss_index.create_index("Flat", 16)
+    whole.add(x)
+    shards = faiss.IndexShards(16, True, True)  # threaded, successive ids
+    halves = [faiss_index.create_index("Flat", 16) for _ in range(2)]
+    halves[0].add(x[:250])
+    halves[1].add(x[250:])
+    for half in halves:
+        shards.add_shard(half)
+    queries = np.concatenate([x[[10, 7, 333]], _unit_vectors(4, 16, seed=9)])
+    for k in (1, 10, 600):
+        a_scores, a_pos = faiss_index.search(whole, queries, k)
+        b_scores, b_pos = faiss_index.search(shards, queries, k)
+        np.testing.assert_array_equal(a_pos, b_pos)
+        np.testing.assert_allclose(a_scores, b_scores, rtol=0, atol=1e-6)
+    assert faiss_index.search(whole, queries[:1], 2)[1][0].tolist() == [10, 400]  # ties: position

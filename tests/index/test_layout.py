@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError
@@ -126,16 +127,29 @@ def test_kill_after_the_atomic_exchange_keeps_the_new_index(
     assert _folders_beside(index) == ["idx"] and len(DenseIndex(index, device="cpu")) == 6
 
 
-def test_a_killed_build_leaks_nothing_past_the_next_run(
+def test_a_killed_build_is_resumed_by_the_same_command_and_leaves_nothing(
     tiny_bert_dir, encoder, corpora, tmp_path, caplog
 ):
     index = _six_then_killed_eight(tiny_bert_dir, encoder, corpora, tmp_path, "encoding")
     assert ".idx.building" in _folders_beside(index)  # the vectors of a killed build
     assert len(DenseIndex(index, device="cpu")) == 6  # the old index is untouched
-    with caplog.at_level(logging.WARNING, logger="dotcat.index.layout"):
+    with caplog.at_level(logging.WARNING):
         build_index(corpora[1], index, encoder, overwrite=True, show_progress=False)
-    assert "removed .idx.building (left by a killed build)" in caplog.text
+    assert "resuming the interrupted build" in caplog.text
     assert _folders_beside(index) == ["idx"] and len(DenseIndex(index, device="cpu")) == 8
+
+
+def test_a_killed_build_with_other_settings_is_refused_unless_fresh(
+    tiny_bert_dir, encoder, corpora, tmp_path, caplog
+):
+    index = _six_then_killed_eight(tiny_bert_dir, encoder, corpora, tmp_path, "encoding")
+    with pytest.raises(DotcatError, match="other settings .*corpus.documents: 8 -> 6"):
+        build_index(corpora[0], index, encoder, overwrite=True, show_progress=False)
+    assert ".idx.building" in _folders_beside(index)  # refused: nothing thrown away
+    with caplog.at_level(logging.WARNING):
+        build_index(corpora[0], index, encoder, overwrite=True, show_progress=False, fresh=True)
+    assert "discarding the interrupted build" in caplog.text
+    assert _folders_beside(index) == ["idx"] and len(DenseIndex(index, device="cpu")) == 6
 
 
 def test_old_style_random_build_folders_are_removed_too(encoder, corpora, tmp_path, caplog):
@@ -217,8 +231,9 @@ def test_missing_rows_at_search_time_are_an_error_not_a_key_error(built, monkeyp
         index.documents([0, 1])
 
 
-def test_sigterm_stops_a_build_in_order(tiny_bert_dir, corpora, tmp_path):
-    """``timeout`` sends SIGTERM: the build folder goes, the lock is released, exit 143."""
+def test_sigterm_stops_a_build_in_order_and_keeps_it_resumable(tiny_bert_dir, corpora, tmp_path):
+    """``timeout`` sends SIGTERM: the encoded chunks stay for a resume, the lock is released,
+    exit 143."""
     script = textwrap.dedent(
         """
         import os, signal, sys, time
@@ -251,6 +266,72 @@ def test_sigterm_stops_a_build_in_order(tiny_bert_dir, corpora, tmp_path):
     )
     assert done.returncode == 143, done.stderr
     assert "dotcat: interrupted (SIGTERM)" in done.stderr and "Traceback" not in done.stderr
-    assert _folders_beside(index) == [] and not index.exists()
+    assert "run the same command again to resume" in done.stderr
+    assert _folders_beside(index) == [".idx.building"] and not index.exists()  # resumable
     with layout.index_lock(index):  # released: taken at once
         pass
+
+
+_KILL_AFTER_CHUNKS = textwrap.dedent(
+    """
+    import os, signal, sys
+    from dotcat.index import IndexConfig, build_index
+    from dotcat.index.chunks import ChunkStore
+    from dotcat.models import EncoderConfig
+
+    model, corpus, index, after = sys.argv[1:]
+    real_write, written = ChunkStore.write, []
+
+    def write(self, chunk, vectors):
+        real_write(self, chunk, vectors)
+        written.append(chunk)
+        if len(written) == int(after):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    ChunkStore.write = write
+    config = EncoderConfig(model=model, device="cpu", precision="fp32")
+    build_index(corpus, index, config, IndexConfig(chunk_size=50), show_progress=False)
+    """
+)
+
+
+def test_kill_9_half_way_then_the_same_command_finishes_like_an_uninterrupted_build(
+    tiny_bert_dir, encoder, tmp_path, monkeypatch
+):
+    from dotcat.index import IndexConfig
+
+    corpus = _corpus(tmp_path / "c.jsonl.gz", 300)  # 6 chunks of 50
+    whole = tmp_path / "whole"
+    build_index(corpus, whole, encoder, IndexConfig(chunk_size=50), show_progress=False)
+    index = tmp_path / "idx"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _KILL_AFTER_CHUNKS,
+            str(tiny_bert_dir),
+            str(corpus),
+            str(index),
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -9, done.stderr
+    encoded = []
+    real = encoder.encode_documents
+    monkeypatch.setattr(
+        encoder,
+        "encode_documents",
+        lambda texts, **k: encoded.append(len(texts)) or real(texts, **k),
+    )
+    build_index(corpus, index, encoder, IndexConfig(chunk_size=50), show_progress=False)
+    assert encoded == [50, 50, 50]  # the three chunks not on disk; none encoded twice
+    import faiss
+
+    a = faiss.read_index(str(whole / "index.faiss"))
+    b = faiss.read_index(str(index / "index.faiss"))
+    np.testing.assert_array_equal(a.reconstruct_n(0, a.ntotal), b.reconstruct_n(0, b.ntotal))
+    ids = lambda d: DenseIndex(d, device="cpu").doc_ids(range(300))  # noqa: E731
+    assert ids(whole) == ids(index)

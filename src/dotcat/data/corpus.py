@@ -481,3 +481,49 @@ def _cached_only() -> Iterator[dict[str, str]]:
     """Placeholder generator for a cache hit: datasets must not call it."""
     raise _CacheMiss("the cached Arrow file is missing")
     yield {}  # pragma: no cover - makes this a generator
+
+
+def iter_row_batches(
+    dataset: datasets.Dataset, start: int = 0, stop: int | None = None, batch_size: int = 1000
+) -> Iterator[tuple[int, dict[str, list[str]]]]:
+    """Rows ``[start, stop)`` of a corpus from :func:`load_corpus`, read sequentially without
+    memory-mapping: ``(position of the first row, {"id": [...], "title": [...], "text": [...]})``.
+
+    ``Dataset[...]`` reads through a memory map, and every page touched stays counted in the
+    process's resident memory until the kernel needs it back: indexing a corpus of millions
+    that way grows RSS with the corpus. Streaming the Arrow file with plain reads keeps
+    memory at a batch, whatever the corpus size.
+    """
+    import pyarrow as pa
+
+    stop = len(dataset) if stop is None else min(stop, len(dataset))
+    if dataset._indices is not None:  # a selection or shuffle: rows are not in file order
+        for begin in range(start, stop, batch_size):
+            rows = dataset[begin : min(stop, begin + batch_size)]
+            yield begin, {k: rows[k] for k in ("id", "title", "text")}
+        return
+    position = 0
+    pending: list = []
+    pending_start = start
+    for cache in dataset.cache_files:
+        with pa.OSFile(cache["filename"]) as source:
+            for batch in pa.ipc.open_stream(source):
+                first, position = position, position + batch.num_rows
+                if position <= start:
+                    continue
+                if first >= stop:
+                    break
+                pending.append(
+                    batch.slice(max(0, start - first), min(stop, position) - max(first, start))
+                )
+                if sum(b.num_rows for b in pending) >= batch_size:
+                    table = pa.Table.from_batches(pending)
+                    yield (
+                        pending_start,
+                        {k: table.column(k).to_pylist() for k in ("id", "title", "text")},
+                    )
+                    pending_start += table.num_rows
+                    pending = []
+    if pending:
+        table = pa.Table.from_batches(pending)
+        yield pending_start, {k: table.column(k).to_pylist() for k in ("id", "title", "text")}

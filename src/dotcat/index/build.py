@@ -1,15 +1,18 @@
 """Build an index directory: corpus -> BERT_DOT vectors -> FAISS + doc store + manifest.
 
-The corpus is read as a memory-mapped Arrow dataset and encoded in chunks, longest documents
-first, into a memory-mapped ``.npy`` file, so neither the texts nor the vectors of a corpus
-larger than RAM are held in memory. The index is written into a build folder beside its
-target and swapped into place at the end (:mod:`dotcat.index.layout`): an interrupted build
-never leaves a half index, never loses the old one, and its leftovers are cleaned up (and
-said so) by the next build of the same path.
+The corpus is read as an Arrow dataset and streamed (never memory-mapped, see
+:func:`dotcat.data.corpus.iter_row_batches`) in chunks of ``chunk_size`` documents; the
+encoder sorts each chunk by length, so padding stays small. Each chunk's vectors are written
+to disk and logged with a checksum (:mod:`dotcat.index.chunks`), so a build killed in hour six
+resumes after its last finished chunk when the same command runs again: the plan (corpus,
+encoder and settings) must match, or the resume is refused with what differs; ``fresh``
+starts over. Memory stays flat with the corpus size: a chunk of texts, a training sample,
+the FAISS index itself.
 
-Everything that can be checked cheaply is checked before the model is loaded
-(:mod:`dotcat.index.preflight`): the target path, the corpus, the FAISS spec against the
-model's dimension and the corpus size.
+The index is written into a build folder beside its target and swapped into place at the
+end (:mod:`dotcat.index.layout`): an interrupted build never leaves a half index and never
+loses the old one. Everything that can be checked cheaply is checked before the model loads
+(:mod:`dotcat.index.preflight`).
 """
 
 from __future__ import annotations
@@ -17,17 +20,22 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
-import pyarrow.compute as pc
 
 from dotcat import __version__
 from dotcat.data import find_corpus_file, load_corpus
+from dotcat.data.corpus import iter_row_batches
+from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout, preflight
+from dotcat.index.chunks import ChunkStore, plan_differences, read_plan, write_plan
 from dotcat.index.docstore import DocStore
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.models import BiEncoder, EncoderConfig
@@ -52,6 +60,11 @@ class IndexConfig:
         seed: seed of the training sample.
         bm25: also build a BM25 index (bm25s, memory-mapped at search time) into the index
             directory, so BM25 and hybrid search run from it without the corpus.
+        shard: ``(i, n)``: index only shard ``i`` of ``n`` (0-based), the ``i``-th of ``n``
+            contiguous, equal position ranges of the corpus (see :mod:`dotcat.index.shards`).
+        ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
+            one on this machine, else a Ray address (``"auto"``, ``"ray://host:10001"``).
+        ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
     """
 
     faiss_spec: str = "Flat"
@@ -63,6 +76,9 @@ class IndexConfig:
     keep_vectors: bool = False
     seed: int = 0
     bm25: bool = False
+    shard: tuple[int, int] | None = None
+    ray: str | None = None
+    ray_workers: int | None = None
 
 
 def document_text(title: str, text: str) -> str:
@@ -82,40 +98,14 @@ def file_fingerprint(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fill_docstore(dataset, store: DocStore, show_progress: bool) -> None:
-    pos = 0
-    with progress_bar(
-        total=len(dataset), desc="storing documents", unit="doc", enabled=show_progress
-    ) as bar:
-        for batch in dataset.iter(batch_size=10_000):
-            positions = range(pos, pos + len(batch["id"]))
-            rows = list(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
-            store.add(rows)
-            pos += len(rows)
-            bar.update(len(rows))
-    store.commit()
-
-
-def _encode_corpus(
-    dataset, encoder: BiEncoder, out: np.ndarray, chunk_size: int, show_progress: bool
-) -> None:
-    """Encode every document into ``out`` (row = position), longest documents first.
-
-    Sorting by length across the whole corpus (not only inside a batch) keeps padding to a
-    minimum; character length is a cheap, good proxy for token count. One bar over the
-    corpus advances with every batch, so its docs/s is live from the first minute.
-    """
-    table = dataset.data
-    lengths = pc.add(pc.utf8_length(table.column("title")), pc.utf8_length(table.column("text")))
-    order = np.argsort(-lengths.to_numpy(zero_copy_only=False), kind="stable")
-    with progress_bar(
-        total=len(order), desc="encoding documents", unit="doc", enabled=show_progress
-    ) as bar:
-        for start in range(0, len(order), chunk_size):
-            idx = np.sort(order[start : start + chunk_size])
-            rows = dataset[idx.tolist()]
-            texts = [document_text(t, x) for t, x in zip(rows["title"], rows["text"], strict=False)]
-            out[idx] = encoder.encode_documents(texts, progress=bar)
+def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of shard ``i`` of ``n`` over ``n_docs`` documents."""
+    if shard is None:
+        return 0, n
+    i, count = shard
+    if count < 1 or not 0 <= i < count:
+        raise DotcatError(f"--shard {i}/{count}: expected I/N with 0 <= I < N")
+    return i * n // count, (i + 1) * n // count
 
 
 def build_index(
@@ -125,58 +115,126 @@ def build_index(
     config: IndexConfig | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
+    fresh: bool = False,
 ) -> Manifest:
-    """Index a corpus with a BERT_DOT encoder into ``index_dir``.
+    """Index a corpus (or one shard of it) with a BERT_DOT encoder into ``index_dir``.
 
     Args:
         corpus: a BEIR directory, or a JSONL/TSV corpus file (optionally gzipped).
-        index_dir: where the index goes; created atomically.
+        index_dir: where the index goes; swapped into place when complete.
         encoder: a loaded :class:`BiEncoder` or the config to load one (default model).
-        config: the FAISS side (:class:`IndexConfig`).
+        config: the FAISS side and the build settings (:class:`IndexConfig`).
         overwrite: replace an existing dotcat index at ``index_dir``.
+        fresh: discard an interrupted build of ``index_dir`` instead of resuming it.
 
     Returns:
         The manifest written into the index.
+
+    Raises:
+        DotcatError: a bad target, corpus, model or spec (before any encoding), or an
+            interrupted build of the same path with another plan (unless ``fresh``).
     """
     config = config or IndexConfig()
     index_dir = Path(index_dir)
     encoder = encoder or EncoderConfig(device=config.device)
     faiss_device = faiss_index.resolve_faiss_device(config.device)
     loaded = isinstance(encoder, BiEncoder)
-    preflight.check_build(
+    n_all = preflight.check_build(
         corpus,
         index_dir,
         config.faiss_spec,
         overwrite=overwrite,
         model=None if loaded else encoder.model,
         dim=encoder.dim if loaded else None,
+        shard=config.shard,
     )
     corpus_file = find_corpus_file(corpus)
 
     with layout.index_lock(index_dir):
-        layout.recover(index_dir)  # a killed build's leftovers: restored or removed, logged
+        layout.recover(index_dir)  # a killed swap's leftovers: restored or removed, logged
         layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
         dataset = load_corpus(corpus)
-        n = len(dataset)
+        start, stop = shard_range(n_all, config.shard)
         if not loaded:
             encoder = BiEncoder.load(encoder)
-        tmp = layout.build_path(index_dir)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        plan = _plan(corpus_file, n_all, encoder, config)
+        tmp = _build_folder(index_dir, plan, fresh)
         try:
             manifest = _build(
-                dataset, corpus, corpus_file, encoder, config, faiss_device, tmp, show_progress
-            )
-            layout.swap_into_place(tmp, index_dir)
+                dataset, (start, stop), corpus, corpus_file, encoder, config, faiss_device,
+                tmp, show_progress,
+            )  # fmt: skip
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _report_kept(tmp, stop - start, config.chunk_size, encoder.dim)
             raise
-    logger.info("indexed %d documents into %s (%s)", n, index_dir, config.faiss_spec)
+        layout.swap_into_place(tmp, index_dir)
+    logger.info("indexed %d documents into %s (%s)", stop - start, index_dir, config.faiss_spec)
     return manifest
+
+
+def _plan(corpus_file: Path, n_all: int, encoder: BiEncoder, config: IndexConfig) -> dict:
+    """What must match for an interrupted build to be resumed."""
+    st = corpus_file.stat()
+    return {
+        "corpus": {
+            "file": str(corpus_file.resolve()),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "documents": n_all,
+        },
+        "encoder": {k: v for k, v in encoder.manifest_entry().items() if k not in ("name", "path")},
+        "faiss_spec": config.faiss_spec,
+        "chunk_size": config.chunk_size,
+        "shard": list(config.shard) if config.shard else None,
+        "bm25": config.bm25,
+        "seed": config.seed,
+    }
+
+
+def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
+    """The build folder: an interrupted build's, resumed, or a new one."""
+    tmp = layout.build_path(index_dir)
+    recorded = read_plan(tmp) if tmp.exists() else None
+    if recorded is not None and not fresh:
+        differences = plan_differences(recorded, plan)
+        if differences:
+            raise DotcatError(
+                f"{index_dir}: an interrupted build of this path (in {tmp.name}) was made with "
+                f"other settings ({'; '.join(differences)}); run it again with those settings "
+                "to resume it, or pass --fresh to start over"
+            )
+        logger.warning("resuming the interrupted build in %s", tmp)
+        return tmp
+    if tmp.exists():
+        what = "discarding the interrupted build" if recorded else "removing the unusable build"
+        logger.warning("%s in %s", what, tmp)
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write_plan(tmp, plan)
+    return tmp
+
+
+def _report_kept(tmp: Path, n: int, chunk_size: int, dim: int) -> None:
+    """After a failure or an interruption: what is kept, and how to resume."""
+    if not tmp.exists():
+        return
+    try:
+        done = ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
+    except (OSError, DotcatError):
+        done = set()
+    encoded = min(n, len(done) * chunk_size)
+    logger.warning(
+        "build stopped; %d of %d documents encoded are kept in %s: run the same command again "
+        "to resume, or pass --fresh to start over",
+        encoded,
+        n,
+        tmp,
+    )
 
 
 def _build(
     dataset,
+    rows: tuple[int, int],
     corpus: str | Path,
     corpus_file: Path,
     encoder: BiEncoder,
@@ -185,41 +243,41 @@ def _build(
     tmp: Path,
     show_progress: bool,
 ) -> Manifest:
-    """Write a complete index into ``tmp``; the manifest last (it marks completion)."""
-    n = len(dataset)
-    store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
-    try:
-        _fill_docstore(dataset, store, show_progress)
-    finally:
-        store.close()
-    bm25 = _build_bm25(dataset, tmp / BM25_DIR, show_progress) if config.bm25 else None
+    """Complete (or continue) the build in ``tmp``; each part is written last-step-atomic,
+    so a part that exists is whole; the manifest comes last (it marks completion)."""
+    start, stop = rows
+    n = stop - start
+    if not (tmp / DOCSTORE_NAME).is_file():
+        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress)
+    store = ChunkStore(tmp, n, encoder.dim, config.chunk_size)
+    if config.ray is not None:
+        from dotcat.index.distributed import encode_chunks_on_ray
 
-    vectors_path = tmp / "vectors.npy"
-    vectors = np.lib.format.open_memmap(
-        vectors_path, mode="w+", dtype=np.float32, shape=(n, encoder.dim)
-    )
-    _encode_corpus(dataset, encoder, vectors, config.chunk_size, show_progress)
-    vectors.flush()
-
-    index = faiss_index.create_index(config.faiss_spec, encoder.dim)
-    if faiss_device == "cuda":
-        index = faiss_index.to_gpu(index)
-    faiss_index.train_index(index, vectors, config.faiss_spec, seed=config.seed)
-    faiss_index.add_vectors(index, vectors, show_progress)
-    index = faiss_index.to_cpu(index)
-    search_params = faiss_index.applicable_search_params(index, config.search_params)
-    faiss.write_index(index, str(tmp / INDEX_NAME))
-    del vectors
-    if not config.keep_vectors:
-        vectors_path.unlink()
-
+        encode_chunks_on_ray(
+            corpus, rows, encoder.config, store, config.ray, config.ray_workers, show_progress
+        )
+    else:
+        _encode_chunks(dataset, rows, encoder, store, show_progress)
+    if not (tmp / INDEX_NAME).is_file():
+        _write_faiss(store, config, faiss_device, tmp / INDEX_NAME, show_progress)
+    index = faiss.read_index(str(tmp / INDEX_NAME))
+    bm25 = None
+    if config.bm25:
+        if not (tmp / BM25_DIR).is_dir():
+            _build_bm25(dataset, rows, tmp / BM25_DIR, show_progress)
+        bm25 = _bm25_entry(tmp / BM25_DIR, n)
+    keep = config.keep_vectors or config.shard is not None  # a shard's vectors feed a merge
+    for name in (
+        ("chunks.jsonl", "build.json") if keep else ("chunks.jsonl", "build.json", "vectors.npy")
+    ):
+        (tmp / name).unlink(missing_ok=True)
     manifest = Manifest(
         encoder=encoder.manifest_entry(),
         faiss={
             "spec": config.faiss_spec,
             "metric": "inner_product",
             "ntotal": int(index.ntotal),
-            "search_params": search_params,
+            "search_params": faiss_index.applicable_search_params(index, config.search_params),
             "built_on": faiss_device,
         },
         documents={"count": n},
@@ -227,19 +285,116 @@ def _build(
             "path": str(Path(corpus).resolve()),
             "file": str(corpus_file.resolve()),
             "sha256": file_fingerprint(corpus_file),
+            "documents": len(dataset),
         },
         dotcat_version=__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         bm25=bm25,
+        shard=_shard_entry(config.shard, rows) if config.shard else None,
     )
     manifest.write(tmp)
     return manifest
 
 
-def _build_bm25(dataset, out: Path, show_progress: bool) -> dict:
-    """The BM25 side index, documents in doc-store order; its manifest entry."""
+def _shard_entry(shard: tuple[int, int], rows: tuple[int, int]) -> dict[str, int]:
+    return {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
+
+
+def _write_docstore(dataset, rows: tuple[int, int], path: Path, show_progress: bool) -> None:
+    """Positions ``0..n-1`` of the index = corpus rows ``[start, stop)``; written whole, then
+    renamed (so a doc store that exists in a build folder is complete)."""
+    start, stop = rows
+    tmp = path.with_suffix(".sqlite.tmp")
+    tmp.unlink(missing_ok=True)
+    store = DocStore(tmp, readonly=False)
+    try:
+        with progress_bar(
+            total=stop - start, desc="storing documents", unit="doc", enabled=show_progress
+        ) as bar:
+            for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
+                positions = range(first - start, first - start + len(batch["id"]))
+                store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
+                bar.update(len(batch["id"]))
+        store.commit()
+    finally:
+        store.close()
+    os.replace(tmp, path)
+
+
+def _chunk_texts(
+    dataset, rows: tuple[int, int], chunk_size: int
+) -> Iterator[tuple[int, list[str]]]:
+    """``(chunk number, its texts)`` over rows ``[start, stop)``, read in one sequential pass."""
+    start, stop = rows
+    chunk, texts = 0, []
+    for _, batch in iter_row_batches(dataset, start, stop, batch_size=chunk_size):
+        for title, text in zip(batch["title"], batch["text"], strict=True):
+            texts.append(document_text(title, text))
+            if len(texts) == chunk_size:
+                yield chunk, texts
+                chunk, texts = chunk + 1, []
+    if texts:
+        yield chunk, texts
+
+
+def _encode_chunks(
+    dataset, rows: tuple[int, int], encoder: BiEncoder, store: ChunkStore, show_progress: bool
+) -> None:
+    """Encode the chunks not yet on disk; one bar over the whole range, advanced per batch."""
+    done = store.finished(verify=True)
+    if done:
+        logger.warning("%d of %d chunks already encoded and verified", len(done), store.n_chunks)
+    initial = sum(min(store.n, (c + 1) * store.chunk_size) - c * store.chunk_size for c in done)
+    with progress_bar(
+        total=store.n, initial=initial, desc="encoding documents", unit="doc", enabled=show_progress
+    ) as bar:
+        for chunk, texts in _chunk_texts(dataset, rows, store.chunk_size):
+            if chunk not in done:
+                store.write(chunk, encoder.encode_documents(texts, progress=bar))
+
+
+def _write_faiss(
+    store: ChunkStore, config: IndexConfig, faiss_device: str, path: Path, show_progress: bool
+) -> None:
+    """Train on a seeded sample (one pass to gather it), add every vector (a second pass)."""
+    index = faiss_index.create_index(config.faiss_spec, store.dim)
+    if faiss_device == "cuda":
+        index = faiss_index.to_gpu(index)
+    wanted = faiss_index.training_rows(index, store.n, seed=config.seed)
+    if len(wanted):
+        faiss_index.train_index(index, _gather(store, wanted), config.faiss_spec)
+    faiss_index.add_vectors(index, store.iter_rows(), store.n, show_progress)
+    tmp = path.with_suffix(".faiss.tmp")
+    faiss.write_index(faiss_index.to_cpu(index), str(tmp))
+    os.replace(tmp, path)
+
+
+def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:
+    """The rows at sorted ``positions``, read block by block."""
+    out = np.empty((len(positions), store.dim), dtype=np.float32)
+    filled, block = 0, 65_536
+    for begin in range(0, store.n, block):
+        end = min(store.n, begin + block)
+        lo, hi = np.searchsorted(positions, [begin, end])
+        if hi > lo:
+            out[filled : filled + hi - lo] = store.read(begin, end)[positions[lo:hi] - begin]
+            filled += hi - lo
+    return out
+
+
+def _build_bm25(dataset, rows: tuple[int, int], out: Path, show_progress: bool) -> None:
+    """The BM25 side index over the same documents, in doc-store order."""
     from dotcat.search.bm25 import BM25Config, BM25Index
 
-    config = BM25Config()
-    BM25Index.build(dataset, config=config, show_progress=show_progress).save(out)
-    return {"dir": out.name, "config": config.to_dict(), "documents": len(dataset)}
+    def documents() -> Iterator[dict[str, str]]:
+        for _, batch in iter_row_batches(dataset, *rows, batch_size=10_000):
+            for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
+                yield {"id": doc_id, "title": title, "text": text}
+
+    BM25Index.build(documents(), config=BM25Config(), show_progress=show_progress).save(out)
+
+
+def _bm25_entry(out: Path, n: int) -> dict[str, Any]:
+    from dotcat.search.bm25 import BM25Config
+
+    return {"dir": out.name, "config": BM25Config().to_dict(), "documents": n}

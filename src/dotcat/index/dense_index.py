@@ -37,7 +37,8 @@ class DenseIndex:
         self.device = faiss_index.resolve_faiss_device(device)
         index_path = self.dir / self.manifest.files["index"]
         try:
-            index = faiss.read_index(str(index_path))
+            # On-disk inverted lists (a merged index) are found beside the index file.
+            index = faiss.read_index(str(index_path), faiss.IO_FLAG_ONDISK_SAME_DIR)
         except RuntimeError as e:
             raise DotcatError(f"{index_path}: cannot read FAISS index ({e})") from None
         expected = self.manifest.documents["count"]
@@ -53,7 +54,7 @@ class DenseIndex:
         self.search_params = params
         self.index = index
         self.store = DocStore(self.dir / self.manifest.files["docstore"])
-        self.store.check(expected)
+        self.store.check(expected, self.manifest.documents.get("next_pos"))
 
     def __len__(self) -> int:
         return int(self.index.ntotal)

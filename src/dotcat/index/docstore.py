@@ -69,13 +69,25 @@ class DocStore:
     def commit(self) -> None:
         self._conn.commit()
 
-    def check(self, expected: int) -> None:
-        """Check the schema and that positions ``0..expected-1`` are all there, once each.
+    def delete(self, positions: Sequence[int]) -> None:
+        """Remove the rows at these positions."""
+        for start in range(0, len(positions), _LOOKUP_CHUNK):
+            chunk = [int(p) for p in positions[start : start + _LOOKUP_CHUNK]]
+            marks = ",".join("?" * len(chunk))
+            self._conn.execute(f"DELETE FROM docs WHERE pos IN ({marks})", chunk)
+
+    def check(self, expected: int, span: int | None = None) -> None:
+        """Check the schema, the row count, and that positions lie in ``0..span-1``.
+
+        ``span`` is the next unused position (the count, unless updates deleted some: then
+        positions have gaps); without gaps, count and span equal and positions are exactly
+        ``0..expected-1``.
 
         Raises:
             DotcatError: not SQLite, corrupt or truncated, another schema, or rows missing
                 or extra against the manifest's document count.
         """
+        span = expected if span is None else span
         columns = [row[1] for row in self._execute("PRAGMA table_info(docs)")]
         if columns != _COLUMNS:
             found = ", ".join(columns) if columns else "no docs table"
@@ -85,11 +97,24 @@ class DocStore:
             )
         # pos is the INTEGER PRIMARY KEY (unique): n rows spanning 0..n-1 are exactly 0..n-1.
         count, low, high = self._execute("SELECT COUNT(*), MIN(pos), MAX(pos) FROM docs")[0]
-        if count != expected or (count and (low, high) != (0, expected - 1)):
+        if count != expected or (count and (low < 0 or high >= span)):
             raise DotcatError(
                 f"{self.path}: the doc store holds {count} documents (positions {low}..{high}), "
                 f"the manifest says {expected}; rebuild the index"
             )
+
+    def iter_rows(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
+        """Every ``(pos, id, title, text)`` row in position order, ``batch`` rows at a time."""
+        last = -1
+        while True:
+            rows = self._execute(
+                "SELECT pos, id, title, text FROM docs WHERE pos > ? ORDER BY pos LIMIT ?",
+                (last, batch),
+            )
+            if not rows:
+                return
+            yield rows
+            last = rows[-1][0]
 
     def __len__(self) -> int:
         return self._execute("SELECT COUNT(*) FROM docs")[0][0]

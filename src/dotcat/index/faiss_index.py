@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 # faiss's default nprobe=1 loses much recall; these are moderate, widely used settings.
 DEFAULT_SEARCH_PARAMS = {"nprobe": 32, "efSearch": 128}
 MAX_TRAIN_VECTORS = 262_144  # k-means quality saturates long before this (256 per centroid x 1k)
+MIN_TRAIN_VECTORS = 65_536
+TRAIN_PER_CENTROID = 64
 ADD_CHUNK = 65_536
 
 
@@ -165,13 +167,26 @@ def _smaller(need: TrainingNeed, n: int) -> str:
     return need.hint
 
 
+@functools.cache
+def _gpu_resources():
+    """One set of GPU resources per process, alive as long as the process (FAISS needs them
+    alive as long as any GPU index made with them)."""
+    return faiss.StandardGpuResources()
+
+
 def to_gpu(index: faiss.Index) -> faiss.Index:
-    """Copy an index to GPU 0 when that index type has a GPU implementation (else keep it)."""
+    """Copy an index to the GPUs when that index type has a GPU implementation (else keep it).
+
+    One GPU: a copy on GPU 0. Several: the vectors split over all of them (FAISS's
+    ``index_cpu_to_all_gpus`` with ``shard=True``: an ``IndexShards`` that searches every GPU
+    and merges the top-k), so an index larger than one GPU's memory still fits.
+    """
     try:
-        res = faiss.StandardGpuResources()
-        gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
-        gpu_index.dotcat_gpu_resources = res  # keep the resources alive with the index
-        return gpu_index
+        if faiss.get_num_gpus() > 1:
+            options = faiss.GpuMultipleClonerOptions()
+            options.shard = True
+            return faiss.index_cpu_to_all_gpus(index, co=options)
+        return faiss.index_cpu_to_gpu(_gpu_resources(), 0, index)
     except (RuntimeError, AttributeError) as e:  # e.g. HNSW has no GPU version
         logger.warning("FAISS index %s stays on CPU: %s", type(index).__name__, e)
         return index
@@ -184,37 +199,60 @@ def to_cpu(index: faiss.Index) -> faiss.Index:
     return index
 
 
-def train_index(index: faiss.Index, vectors: np.ndarray, spec: str, seed: int = 0) -> None:
-    """Train an index that needs it (IVF, PQ) on a seeded random sample of ``vectors``."""
+def training_rows(index: faiss.Index, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted positions of a seeded sample of ``n`` vectors to train ``index`` on (empty when
+    it needs no training).
+
+    The sample has 64 vectors per centroid of the largest quantizer (at least 65,536, at most
+    262,144): k-means quality saturates well before that, and a sample whose size does not
+    grow with the corpus keeps a build's memory flat from 100k to millions of documents.
+    """
+    if index.is_trained:
+        return np.empty(0, dtype=np.int64)
+    needed = max((need.vectors for need in training_needs(index)), default=0)
+    take = min(n, max(MIN_TRAIN_VECTORS, min(MAX_TRAIN_VECTORS, TRAIN_PER_CENTROID * needed)))
+    if take >= n:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n, size=take, replace=False))
+
+
+def train_index(index: faiss.Index, sample: np.ndarray, spec: str) -> None:
+    """Train an index that needs it (IVF, PQ) on the given sample of vectors."""
     if index.is_trained:
         return
-    n = vectors.shape[0]
-    check_trainable(index, spec, n)
-    rng = np.random.default_rng(seed)
-    needed = max((need.vectors for need in training_needs(index)), default=0)
-    take = min(n, max(MAX_TRAIN_VECTORS, needed))
-    sample = np.sort(rng.choice(n, size=take, replace=False)) if take < n else np.arange(n)
-    logger.info("training FAISS %s on %d vectors", spec, take)
+    logger.info("training FAISS %s on %d vectors", spec, len(sample))
     ivf = faiss.try_extract_index_ivf(faiss.downcast_index(index))
     if ivf is not None and hasattr(ivf, "cp"):
         # dotcat has already warned about thin lists in words; FAISS's C++ would say it again.
         ivf.cp.min_points_per_centroid = 1
-    index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
 
 
-def add_vectors(index: faiss.Index, vectors: np.ndarray, show_progress: bool = True) -> None:
-    """Add vectors in chunks (a memory-mapped array is read a chunk at a time)."""
-    n = vectors.shape[0]
-    with progress_bar(total=n, desc="adding to FAISS", unit="vec", enabled=show_progress) as bar:
-        for start in range(0, n, ADD_CHUNK):
-            chunk = np.ascontiguousarray(vectors[start : start + ADD_CHUNK], dtype=np.float32)
-            index.add(chunk)
-            bar.update(len(chunk))
+def add_vectors(
+    index: faiss.Index, blocks: Iterable[np.ndarray], total: int, show_progress: bool = True
+) -> None:
+    """Add vectors block by block (the caller reads them from disk a block at a time)."""
+    with progress_bar(
+        total=total, desc="adding to FAISS", unit="vec", enabled=show_progress
+    ) as bar:
+        for block in blocks:
+            for start in range(0, len(block), ADD_CHUNK):
+                chunk = np.ascontiguousarray(block[start : start + ADD_CHUNK], dtype=np.float32)
+                index.add(chunk)
+                bar.update(len(chunk))
+
+
+def in_blocks(vectors: np.ndarray, block: int = ADD_CHUNK) -> Iterator[np.ndarray]:
+    """An in-memory (or memory-mapped) array as blocks, for :func:`add_vectors`."""
+    for start in range(0, len(vectors), block):
+        yield vectors[start : start + block]
 
 
 def applicable_search_params(index: faiss.Index, params: dict[str, float]) -> dict[str, float]:
     """Keep the parameters this index understands (nprobe for IVF, efSearch for HNSW)."""
     base = faiss.downcast_index(index)
+    if isinstance(base, faiss.IndexIDMap):  # an updated index: the parameters are inside
+        base = faiss.downcast_index(base.index)
     kept: dict[str, float] = {}
     ivf = faiss.try_extract_index_ivf(base) if hasattr(faiss, "try_extract_index_ivf") else None
     if "nprobe" in params and ivf is not None:
@@ -239,6 +277,8 @@ def set_search_params(index: faiss.Index, params: dict[str, float]) -> None:
 # threads spin and starve torch's: one query's encoding went from 19 ms to 500 ms on a 2-core
 # machine. Small searches gain nothing from threads anyway.
 SINGLE_THREAD_WORK = 50_000_000
+#: Extra results fetched past k so that ties at the cut are settled by position.
+TIE_MARGIN = 8
 
 
 @contextmanager
@@ -252,12 +292,29 @@ def _omp_threads(n: int) -> Iterator[None]:
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k by inner product: ``(scores, positions)``, each ``(n_queries, k)``; -1 pads."""
+    """Top-k by inner product: ``(scores, positions)``, each ``(n_queries, k)``; -1 pads.
+
+    Equal scores are ordered by position (FAISS leaves their order to its heap), so the same
+    query gives the same list from one index and from its shards searched unmerged.
+    """
     if k < 1:
         raise DotcatError(f"k must be >= 1, got {k}")
     k = min(int(k), index.ntotal)
+    # A few more than k, so that a tie at the cut is settled by position too, not by which
+    # of the tied vectors FAISS's heap happened to keep.
+    fetch = min(k + TIE_MARGIN, index.ntotal)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK:
         with _omp_threads(1):
-            return index.search(queries, k)
-    return index.search(queries, k)
+            scores, positions = index.search(queries, fetch)
+    else:
+        scores, positions = index.search(queries, fetch)
+    scores, positions = order_ties(scores, positions)
+    return scores[:, :k], positions[:, :k]
+
+
+def order_ties(scores: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row sorted by score, best first, then position; FAISS's -1 padding last."""
+    keys = np.where(positions >= 0, -scores.astype(np.float64), np.inf)
+    order = np.lexsort((np.where(positions >= 0, positions, np.iinfo(np.int64).max), keys), axis=1)
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(positions, order, axis=1)

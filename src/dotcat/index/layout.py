@@ -95,6 +95,11 @@ def check_target(index_dir: Path, overwrite: bool) -> None:
         raise DotcatError(f"{index_dir}: an index exists there; pass --overwrite to replace it")
 
 
+def is_resumable(directory: Path) -> bool:
+    """An interrupted build that recorded its plan (and did not finish)."""
+    return (directory / "build.json").is_file() and not is_complete(directory)
+
+
 def is_complete(directory: Path) -> bool:
     """A directory holding a whole index: the manifest (written last) and its two files."""
     return all((directory / name).is_file() for name in (MANIFEST_NAME, INDEX_NAME, DOCSTORE_NAME))
@@ -153,6 +158,8 @@ def recover(index_dir: Path) -> list[str]:
             found.remove(chosen)
             actions.append(f"restored {index_dir} from {chosen.name} (a build was interrupted)")
     for path in found:
+        if path == build_path(index_dir) and is_resumable(path):
+            continue  # an interrupted build: the next build resumes it (dotcat.index.build)
         # No live process holds the lock: whatever is here was left by a killed build.
         shutil.rmtree(path, ignore_errors=True)
         actions.append(f"removed {path.name} (left by a killed build)")

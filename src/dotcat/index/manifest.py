@@ -51,6 +51,11 @@ class Manifest:
     bm25: dict[str, Any] | None = None
     #: The hybrid fusion chosen on dev (:class:`dotcat.search.fusion.Fusion`), if any.
     fusion: dict[str, Any] | None = None
+    #: For a shard (``dotcat index --shard I/N``): ``index``, ``of``, and the corpus positions
+    #: ``start``..``stop`` it holds.
+    shard: dict[str, int] | None = None
+    #: Live updates (``dotcat add`` / ``dotcat delete``), oldest first.
+    updates: list[dict[str, Any]] | None = None
 
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""

@@ -32,6 +32,7 @@ def check_build(
     overwrite: bool = False,
     model: str | None = None,
     dim: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> int:
     """Check a build request before any model is loaded; return the corpus's document count.
 
@@ -42,6 +43,7 @@ def check_build(
         overwrite: whether an existing index may be replaced.
         model: the encoder's model argument (its dimension is read from its config), or
         dim: the dimension itself, when the encoder is already loaded.
+        shard: ``(i, n)``: the build indexes shard ``i`` of ``n`` (its size is what trains).
 
     Raises:
         DotcatError: any problem with the target, the corpus, the model directory or the spec.
@@ -54,6 +56,15 @@ def check_build(
     n = len(load_corpus(corpus))
     if n == 0:
         raise DotcatError(f"{corpus_file}: the corpus has no documents to index")
+    if shard is not None:
+        i, count = shard
+        if count < 1 or not 0 <= i < count:
+            raise DotcatError(f"--shard {i}/{count}: expected I/N with 0 <= I < N")
+        size = (i + 1) * n // count - i * n // count
+        if size == 0:
+            raise DotcatError(f"--shard {i}/{count}: {n} documents leave this shard empty")
+    else:
+        size = n
     if empty is not None:
-        faiss_index.check_trainable(empty, faiss_spec, n)
+        faiss_index.check_trainable(empty, faiss_spec, size)
     return n

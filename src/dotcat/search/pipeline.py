@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.index import DenseIndex, document_text
+from dotcat.index import document_text
+from dotcat.index.shards import open_index
 from dotcat.search.fusion import Fusion
 from dotcat.search.hits import Hit
 from dotcat.search.retriever import DenseRetriever
@@ -189,7 +190,8 @@ class SearchPipeline:
         self.config = config = config or PipelineConfig()
         self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
-        self.index = DenseIndex(
+        # An index directory, or a folder of shard indexes searched unmerged (dense only).
+        self.index = open_index(
             self.index_dir, device=config.device, search_params=dict(config.search_params or {})
         )
         self.manifest = self.index.manifest

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
+from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.hits import Hit
 
@@ -72,9 +73,9 @@ class DenseRetriever:
         device: str = "auto",
         search_params: dict[str, float] | None = None,
         precision: str = "auto",
-        index: DenseIndex | None = None,
+        index: DenseIndex | ShardSet | None = None,
     ) -> None:
-        self.index = index or DenseIndex(index_dir, device=device, search_params=search_params)
+        self.index = index or open_index(index_dir, device=device, search_params=search_params)
         entry = self.index.manifest.encoder
         self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)

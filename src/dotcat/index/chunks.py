@@ -1,0 +1,197 @@
+"""A build's vectors, written chunk by chunk and logged, so an interrupted build resumes.
+
+A build folder holds:
+
+* ``build.json``: the plan (corpus fingerprint, encoder fingerprint and settings, FAISS spec,
+  chunk size, shard); a re-run resumes only under the same plan, and names what differs;
+* ``vectors.npy``: float32 rows in position order, written with ``pwrite`` (no memory map, so
+  the process's resident memory does not grow with the corpus);
+* ``chunks.jsonl``: one line per finished chunk, ``{"chunk", "start", "stop", "sha256"}``,
+  appended only after the chunk's rows are on disk (``fdatasync``), then synced itself.
+
+A kill at any moment loses at most the chunk being encoded: on resume every logged chunk is
+read back and its checksum compared, and a chunk that fails (a torn write after power loss)
+is encoded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+PLAN_FILE = "build.json"
+VECTORS_FILE = "vectors.npy"
+LOG_FILE = "chunks.jsonl"
+FORMAT = "dotcat-build"
+FORMAT_VERSION = 1
+
+
+def read_plan(folder: Path) -> dict[str, Any] | None:
+    """The plan recorded in a build folder (None: none, or unreadable)."""
+    try:
+        record = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("format") != FORMAT or record.get("format_version") != FORMAT_VERSION:
+        return None
+    return record.get("plan")
+
+
+def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
+    path = folder / PLAN_FILE
+    tmp = path.with_suffix(".tmp")
+    record = {"format": FORMAT, "format_version": FORMAT_VERSION, "plan": plan}
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def plan_differences(recorded: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """``"key: recorded -> wanted"`` for every setting that differs (nested keys dotted)."""
+    out: list[str] = []
+    for key in sorted(set(recorded) | set(wanted)):
+        a, b = recorded.get(key), wanted.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += [f"{key}.{d}" for d in plan_differences(a, b)]
+        elif a != b:
+            out.append(f"{key}: {_short(a)} -> {_short(b)}")
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class ChunkStore:
+    """The vectors file and chunk log of one build folder (see the module docstring).
+
+    Args:
+        folder: the build folder.
+        n: rows (documents) in all.
+        dim: vector dimension.
+        chunk_size: rows per chunk; chunk ``c`` holds rows ``[c * chunk_size, ...)``.
+    """
+
+    def __init__(self, folder: Path, n: int, dim: int, chunk_size: int) -> None:
+        self.folder = Path(folder)
+        self.n, self.dim, self.chunk_size = n, dim, chunk_size
+        self.path = self.folder / VECTORS_FILE
+        self.log_path = self.folder / LOG_FILE
+        self.row_bytes = dim * 4
+        if not self.path.exists():
+            self._create()
+        self.offset = _data_offset(self.path, n, dim)
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n // self.chunk_size)
+
+    def chunk_range(self, chunk: int) -> tuple[int, int]:
+        start = chunk * self.chunk_size
+        return start, min(self.n, start + self.chunk_size)
+
+    def _create(self) -> None:
+        """An .npy header and a sparse file of the full size (nothing written, nothing mapped)."""
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            header = {"descr": "<f4", "fortran_order": False, "shape": (self.n, self.dim)}
+            np.lib.format.write_array_header_1_0(f, header)
+            f.truncate(f.tell() + self.n * self.row_bytes)
+        os.replace(tmp, self.path)
+        self.log_path.unlink(missing_ok=True)
+
+    def write(self, chunk: int, vectors: np.ndarray) -> None:
+        """Write a finished chunk's rows durably, then log it."""
+        start, stop = self.chunk_range(chunk)
+        data = np.ascontiguousarray(vectors, dtype="<f4")
+        if data.shape != (stop - start, self.dim):
+            raise ValueError(
+                f"chunk {chunk}: expected {(stop - start, self.dim)}, got {data.shape}"
+            )
+        raw = data.tobytes()
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, raw, self.offset + start * self.row_bytes)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        line = {"chunk": chunk, "start": start, "stop": stop, "sha256": _sha(raw)}
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as a float32 array (a plain read, no memory map)."""
+        with open(self.path, "rb") as f:
+            raw = os.pread(
+                f.fileno(), (stop - start) * self.row_bytes, self.offset + start * self.row_bytes
+            )
+        if len(raw) != (stop - start) * self.row_bytes:
+            raise DotcatError(f"{self.path}: truncated (rows {start}..{stop})")
+        return np.frombuffer(raw, dtype="<f4").reshape(stop - start, self.dim)
+
+    def iter_rows(self, block: int = 65_536) -> Iterator[np.ndarray]:
+        """Every row, in order, ``block`` rows at a time."""
+        for start in range(0, self.n, block):
+            yield self.read(start, min(self.n, start + block))
+
+    def finished(self, verify: bool = True) -> set[int]:
+        """Chunks logged as written (and, with ``verify``, whose rows still match the log)."""
+        logged: dict[int, dict] = {}
+        try:
+            lines = self.log_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return set()
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash: its chunk is simply encoded again
+            if (entry.get("start"), entry.get("stop")) == self.chunk_range(entry.get("chunk", -1)):
+                logged[entry["chunk"]] = entry
+        if not verify:
+            return set(logged)
+        good = set()
+        for chunk, entry in logged.items():
+            raw = self.read(entry["start"], entry["stop"]).tobytes()
+            if _sha(raw) == entry["sha256"]:
+                good.add(chunk)
+            else:
+                logger.warning(
+                    "chunk %d of %s failed its checksum; encoding it again", chunk, self.path
+                )
+        return good
+
+
+def _data_offset(path: Path, n: int, dim: int) -> int:
+    """Where the rows of an .npy file start, after checking its shape and type."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read_header(f)
+        if shape != (n, dim) or fortran or dtype != np.dtype("<f4"):
+            raise DotcatError(f"{path}: holds {dtype} {shape}, expected float32 {(n, dim)}")
+        return f.tell()
+
+
+def _sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,455 @@
+"""Shards: a corpus indexed in parts, searched unmerged or merged into one index.
+
+``dotcat index CORPUS OUT --shard I/N`` indexes the ``I``-th of ``N`` contiguous, equal
+position ranges of the corpus (on as many machines as there are shards); each shard is a
+complete index that also keeps its vectors. Then either:
+
+* :class:`ShardSet`: a folder of shards searched as one index, unmerged: a query is encoded
+  once, each shard's FAISS returns its top-k, and the lists are merged by score. Positions are
+  the corpus's (shard offset + local position), so the results are the merged index's.
+* :func:`merge_indexes`: one index from the shards (``dotcat merge SHARD... OUT``): a Flat
+  index by concatenation; IVF/PQ by training the quantizers once on a sample drawn across all
+  shards, then adding every shard's vectors, with FAISS's on-disk merge of inverted lists
+  (``faiss.contrib.ondisk``) when they would not fit in memory. One doc store, one manifest.
+
+Shards made with different encoders or settings, or holding the same document id, are
+refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from dotcat import __version__
+from dotcat.errors import DotcatError
+from dotcat.index import faiss_index, layout
+from dotcat.index.dense_index import DenseIndex
+from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.manifest import (
+    DOCSTORE_NAME,
+    ENCODER_KEYS,
+    INDEX_NAME,
+    MANIFEST_NAME,
+    Manifest,
+)
+
+logger = logging.getLogger(__name__)
+
+IVFDATA_NAME = "index.ivfdata"
+#: On-disk inverted lists when the lists would take more than this share of available memory.
+ON_DISK_SHARE = 0.5
+
+
+def shard_dirs(folder: Path) -> list[Path]:
+    """The index directories inside ``folder`` (not ``folder`` itself), in shard order."""
+    found = [p for p in sorted(Path(folder).iterdir()) if (p / MANIFEST_NAME).is_file()]
+    return _in_order([(p, Manifest.read(p)) for p in found])
+
+
+def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
+    """Shards by their shard number (plain indexes: as given, after the shards)."""
+    numbered = [(m.shard["index"], p) for p, m in shards if m.shard]
+    if len({i for i, _ in numbered}) != len(numbered):
+        raise DotcatError(
+            "two shards have the same shard number: "
+            + ", ".join(str(p) for _, p in sorted(numbered, key=lambda x: x[0]))
+        )
+    plain = [p for p, m in shards if not m.shard]
+    return [p for _, p in sorted(numbered, key=lambda x: x[0])] + plain
+
+
+def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
+    """Refuse shards whose vectors cannot be compared or combined.
+
+    Raises:
+        DotcatError: another encoder or encoder setting (naming both shards and the
+            differences), another precision, or shards of different corpora / shard counts.
+    """
+    first_dir, first = manifests[0]
+    for path, manifest in manifests[1:]:
+        diffs = [
+            f"{key}: {first.encoder.get(key)!r} vs {manifest.encoder.get(key)!r}"
+            for key in (*ENCODER_KEYS, "precision")
+            if first.encoder.get(key) != manifest.encoder.get(key)
+        ]
+        if diffs:
+            raise DotcatError(
+                f"{path} was built with another encoder or settings than {first_dir} "
+                f"({'; '.join(diffs)}); its vectors cannot be combined"
+            )
+        if first.shard and manifest.shard and first.shard["of"] != manifest.shard["of"]:
+            raise DotcatError(
+                f"{path} is shard {manifest.shard['index']}/{manifest.shard['of']}, {first_dir} "
+                f"is {first.shard['index']}/{first.shard['of']}: not one split of a corpus"
+            )
+        if (
+            first.shard
+            and manifest.shard
+            and first.corpus.get("sha256") != manifest.corpus.get("sha256")
+        ):
+            raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
+
+
+class ShardSet:
+    """A folder of shard indexes, searched as one (see the module docstring).
+
+    Offers what :class:`DenseIndex` offers to a retriever: ``manifest`` (the shards' encoder,
+    the total count), ``search``, ``documents``, ``doc_ids``, ``store.by_ids``.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        device: str = "auto",
+        search_params: dict[str, float] | None = None,
+    ) -> None:
+        self.dir = Path(folder)
+        paths = shard_dirs(self.dir)
+        if not paths:
+            raise DotcatError(f"{self.dir}: no index and no shard indexes inside")
+        self.shards = [DenseIndex(p, device=device, search_params=search_params) for p in paths]
+        check_compatible([(s.dir, s.manifest) for s in self.shards])
+        # A shard's positions run to its next unused one (updates may leave gaps).
+        spans = [int(s.manifest.documents.get("next_pos", len(s))) for s in self.shards]
+        self.offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+        self.count = sum(len(s) for s in self.shards)
+        first = self.shards[0].manifest
+        self.manifest = Manifest(
+            encoder=first.encoder,
+            faiss={**first.faiss, "shards": len(self.shards)},
+            documents={"count": self.count, "next_pos": int(self.offsets[-1])},
+            corpus=first.corpus,
+            dotcat_version=first.dotcat_version,
+        )
+        self.search_params = self.shards[0].search_params
+        self.store = _ShardStores(self)
+        logger.info("%d shards, %d documents, searched unmerged", len(self.shards), len(self))
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def dim(self) -> int:
+        return self.shards[0].dim
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over all shards: each shard's top-k, merged by score (ties: position)."""
+        if k < 1:
+            raise DotcatError(f"k must be >= 1, got {k}")
+        parts = [shard.search(queries, k) for shard in self.shards]
+        scores = np.concatenate([s for s, _ in parts], axis=1)
+        positions = np.concatenate(
+            [
+                np.where(p >= 0, p + off, -1)
+                for (_, p), off in zip(parts, self.offsets, strict=False)
+            ],
+            axis=1,
+        )
+        scores, positions = faiss_index.order_ties(scores, positions)
+        k = min(k, scores.shape[1])
+        return scores[:, :k], positions[:, :k]
+
+    def _split(self, positions) -> Iterator[tuple[DenseIndex, int, list[int]]]:
+        wanted = sorted({int(p) for p in np.ravel(positions) if p >= 0})
+        for i, shard in enumerate(self.shards):
+            lo, hi = self.offsets[i], self.offsets[i + 1]
+            local = [p - int(lo) for p in wanted if lo <= p < hi]
+            if local:
+                yield shard, int(lo), local
+
+    def documents(self, positions) -> dict[int, StoredDocument]:
+        out = {}
+        for shard, offset, local in self._split(positions):
+            for pos, doc in shard.documents(local).items():
+                out[pos + offset] = StoredDocument(pos + offset, doc.id, doc.title, doc.text)
+        return out
+
+    def doc_ids(self, positions) -> dict[int, str]:
+        out = {}
+        for shard, offset, local in self._split(positions):
+            out.update((pos + offset, doc_id) for pos, doc_id in shard.doc_ids(local).items())
+        return out
+
+
+class _ShardStores:
+    """The shards' doc stores behind one ``by_ids`` / ``get`` / ``ids``."""
+
+    def __init__(self, shards: ShardSet) -> None:
+        self.shards = shards
+        self.path = shards.dir
+
+    def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+        found: dict[str, StoredDocument] = {}
+        for shard, offset in zip(self.shards.shards, self.shards.offsets, strict=False):
+            for doc_id, doc in shard.store.by_ids(doc_ids).items():
+                found[doc_id] = StoredDocument(doc.pos + int(offset), doc.id, doc.title, doc.text)
+        return found
+
+    def get(self, positions) -> dict[int, StoredDocument]:
+        return self.shards.documents(positions)
+
+    def ids(self, positions) -> dict[int, str]:
+        return self.shards.doc_ids(positions)
+
+
+def open_index(
+    path: str | Path, device: str = "auto", search_params: dict[str, float] | None = None
+) -> DenseIndex | ShardSet:
+    """An index directory, or a folder of shard indexes (searched unmerged)."""
+    path = Path(path)
+    layout.recover_for_reading(path)
+    if path.is_dir() and not (path / MANIFEST_NAME).exists() and shard_dirs(path):
+        return ShardSet(path, device=device, search_params=search_params)
+    return DenseIndex(path, device=device, search_params=search_params)
+
+
+# -- merging ------------------------------------------------------------------------------
+
+
+def merge_indexes(
+    shards: Sequence[str | Path],
+    out: str | Path,
+    faiss_spec: str | None = None,
+    *,
+    on_disk: str = "auto",
+    bm25: bool | None = None,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> Manifest:
+    """One index from shard indexes (see the module docstring).
+
+    Args:
+        shards: shard index directories (any order: shard numbers order them).
+        out: the merged index directory.
+        faiss_spec: the merged index's FAISS spec (default: the shards' own).
+        on_disk: ``auto`` (on-disk inverted lists when IVF lists would take more than half
+            the available memory), ``yes`` or ``no``.
+        bm25: build a BM25 side index (default: when the shards have one).
+
+    Raises:
+        DotcatError: incompatible shards, the same id in two shards, a shard without its
+            vectors, or a spec the merged corpus cannot train.
+    """
+    out = Path(out)
+    manifests = [(Path(p), Manifest.read(Path(p))) for p in shards]
+    if not manifests:
+        raise DotcatError("merge: no shards given")
+    check_compatible(manifests)
+    paths = _in_order(manifests)
+    manifests = [next(m for p, m in manifests if p == path) for path in paths]
+    spec = faiss_spec or manifests[0].faiss["spec"]
+    dim = int(manifests[0].encoder["dim"])
+    counts = [int(m.documents["count"]) for m in manifests]
+    n = sum(counts)
+    empty = faiss_index.create_index(spec, dim)
+    faiss_index.check_trainable(empty, spec, n)
+    if on_disk not in ("auto", "yes", "no"):
+        raise DotcatError(f"--on-disk {on_disk!r}: expected auto, yes or no")
+    vectors = [_vectors_of(p, m, dim) for p, m in zip(paths, manifests, strict=True)]
+    layout.check_target(out, overwrite)
+
+    with layout.index_lock(out):
+        layout.recover(out)
+        layout.check_target(out, overwrite)
+        tmp = layout.build_path(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
+            stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
+            with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
+            bm25_entry = _bm25_from_docstore(tmp, n, show_progress) if with_bm25 else None
+            index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
+            first = manifests[0]
+            manifest = Manifest(
+                encoder=first.encoder,
+                faiss={
+                    "spec": spec,
+                    "metric": "inner_product",
+                    "ntotal": int(index.ntotal),
+                    "search_params": faiss_index.applicable_search_params(
+                        index, dict(faiss_index.DEFAULT_SEARCH_PARAMS)
+                    ),
+                    "built_on": "cpu",
+                    "on_disk": stored_on_disk,
+                },
+                documents={
+                    "count": n,
+                    "merged_from": [
+                        {"dir": str(p.resolve()), "documents": c, "shard": m.shard}
+                        for p, c, m in zip(paths, counts, manifests, strict=True)
+                    ],
+                },
+                corpus=first.corpus if all(m.shard for m in manifests) else {"merged": True},
+                dotcat_version=__version__,
+                created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                files={
+                    "index": INDEX_NAME,
+                    "docstore": DOCSTORE_NAME,
+                    **({"ivfdata": IVFDATA_NAME} if stored_on_disk else {}),
+                },
+                bm25=bm25_entry,
+            )
+            manifest.write(tmp)
+            layout.swap_into_place(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    logger.info("merged %d shards (%d documents) into %s (%s)", len(paths), n, out, spec)
+    return manifest
+
+
+def _vectors_of(path: Path, manifest: Manifest, dim: int):
+    """A shard's vectors as a read-only array on disk (its vectors.npy, memory-mapped)."""
+    npy = path / "vectors.npy"
+    if npy.is_file():
+        vectors = np.load(npy, mmap_mode="r")
+        if vectors.shape != (manifest.documents["count"], dim):
+            raise DotcatError(f"{npy}: shape {vectors.shape} does not match the manifest")
+        return vectors
+    index = faiss.read_index(str(path / manifest.files["index"]))
+    if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
+        raise DotcatError(
+            f"{path}: no vectors.npy, and its {manifest.faiss['spec']} index cannot give its "
+            "vectors back exactly; build shards with `dotcat index --shard I/N` (they keep it)"
+        )
+    return index.reconstruct_n(0, index.ntotal)
+
+
+def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -> None:
+    """Every shard's rows, positions shifted by the documents before; a repeated id refused."""
+    store = DocStore(target, readonly=False)
+    offset = 0
+    try:
+        for path in paths:
+            source = DocStore(path / DOCSTORE_NAME)
+            count = len(source)
+            try:
+                for rows in source.iter_rows():
+                    try:
+                        store.add((pos + offset, i, title, text) for pos, i, title, text in rows)
+                    except DotcatError:
+                        found = store.by_ids([r[1] for r in rows])  # this shard's rows too
+                        shared = sorted(i for i, doc in found.items() if doc.pos < offset)[:3]
+                        raise DotcatError(
+                            f"{path}: holds document ids that an earlier shard holds too (e.g. "
+                            f"{', '.join(map(repr, shared))}); shards must not overlap"
+                        ) from None
+            finally:
+                source.close()
+            offset += count
+        store.commit()
+    finally:
+        store.close()
+
+
+def _blocks(vectors: Sequence, block: int = 65_536) -> Iterator[np.ndarray]:
+    for array in vectors:
+        for start in range(0, len(array), block):
+            yield np.ascontiguousarray(array[start : start + block], dtype=np.float32)
+
+
+def _sample(vectors: Sequence, positions: np.ndarray) -> np.ndarray:
+    """Rows at global ``positions`` (sorted) across the shards' arrays."""
+    out, starts = [], np.cumsum([0] + [len(v) for v in vectors])
+    for array, lo, hi in zip(vectors, starts[:-1], starts[1:], strict=True):
+        mine = positions[(positions >= lo) & (positions < hi)] - lo
+        if len(mine):
+            out.append(np.asarray(array[mine], dtype=np.float32))
+    return np.concatenate(out) if out else np.empty((0, vectors[0].shape[1]), np.float32)
+
+
+def _merge_faiss(
+    index: faiss.Index,
+    spec: str,
+    vectors: Sequence,
+    n: int,
+    tmp: Path,
+    on_disk: str,
+    show_progress: bool,
+) -> bool:
+    """Train once on a sample across shards, add every shard; returns whether on disk."""
+    wanted = faiss_index.training_rows(index, n)
+    if len(wanted):
+        faiss_index.train_index(index, _sample(vectors, wanted), spec)
+    ivf = faiss.try_extract_index_ivf(faiss.downcast_index(index))
+    if ivf is not None and _wants_on_disk(ivf, n, on_disk):
+        _merge_on_disk(index, vectors, tmp, show_progress)
+        return True
+    faiss_index.add_vectors(index, _blocks(vectors), n, show_progress)
+    faiss.write_index(index, str(tmp / INDEX_NAME))
+    return False
+
+
+def _wants_on_disk(ivf: Any, n: int, on_disk: str) -> bool:
+    if on_disk != "auto":
+        return on_disk == "yes"
+    lists_bytes = n * (ivf.code_size + 8)  # codes and int64 ids
+    available = _available_memory()
+    return available is not None and lists_bytes > ON_DISK_SHARE * available
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progress: bool) -> None:
+    """Each shard's lists written on their own (only one shard in memory at a time), then
+    merged into one ``index.ivfdata`` by FAISS (``faiss.contrib.ondisk.merge_ondisk``)."""
+    from faiss.contrib.ondisk import merge_ondisk
+
+    parts = Path(tempfile.mkdtemp(prefix=".lists-", dir=tmp))
+    try:
+        names, offset = [], 0
+        for i, array in enumerate(vectors):
+            part = faiss.clone_index(index)
+            for block in _blocks([array]):
+                ids = np.arange(offset, offset + len(block), dtype=np.int64)
+                part.add_with_ids(block, ids)
+                offset += len(block)
+            names.append(str(parts / f"shard-{i}.index"))
+            faiss.write_index(part, names[-1])
+            del part
+        merged = faiss.clone_index(index)
+        merge_ondisk(merged, names, str(tmp / IVFDATA_NAME))
+        faiss.write_index(merged, str(tmp / INDEX_NAME))
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+def _bm25_from_docstore(tmp: Path, n: int, show_progress: bool) -> dict[str, Any]:
+    """BM25 over the merged documents (BM25's statistics are global: never merged)."""
+    from dotcat.index.build import BM25_DIR
+    from dotcat.search.bm25 import BM25Config, BM25Index
+
+    store = DocStore(tmp / DOCSTORE_NAME)
+
+    def documents() -> Iterator[dict[str, str]]:
+        for rows in store.iter_rows():
+            for _, doc_id, title, text in rows:
+                yield {"id": doc_id, "title": title, "text": text}
+
+    try:
+        config = BM25Config()
+        BM25Index.build(documents(), config=config, show_progress=show_progress).save(
+            tmp / BM25_DIR
+        )
+    finally:
+        store.close()
+    return {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}

@@ -1,0 +1,184 @@
+"""Live updates: add and delete documents; atomic; a deleted document never comes back."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.errors import DotcatError
+from dotcat.index import DenseIndex, IndexConfig, build_index
+from dotcat.index.manifest import Manifest
+from dotcat.index.updates import add_documents, delete_documents
+from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+
+def _corpus(path: Path, ids: range, prefix: str = "d", tag: str = "") -> Path:
+    rng = np.random.default_rng(ids.start)
+    vocabulary = [
+        "cells",
+        "energy",
+        "insulin",
+        "glucose",
+        "wolves",
+        "dogs",
+        "vaccines",
+        "immune",
+        "light",
+    ]
+    vocabulary += [f"w{i}" for i in range(300)]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i in ids:
+            text = " ".join(rng.choice(vocabulary, size=5 + i % 17)) + tag
+            f.write(json.dumps({"_id": f"{prefix}{i}", "title": f"t{i}", "text": text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bert_dir) -> BiEncoder:
+    return BiEncoder.load(
+        EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32", pooling="mean")
+    )
+
+
+def _build(tmp_path, encoder, spec="Flat", bm25=False) -> Path:
+    index = tmp_path / f"idx-{spec.replace(',', '_')}"
+    corpus = _corpus(tmp_path / "base.jsonl.gz", range(0, 120))
+    build_index(
+        corpus, index, encoder, IndexConfig(faiss_spec=spec, bm25=bm25), show_progress=False
+    )
+    return index
+
+
+def _all_hits(index: Path, query_vectors: np.ndarray, k: int = 500) -> set[str]:
+    dense = DenseIndex(index, device="cpu", search_params={"nprobe": 64, "efSearch": 512})
+    _, positions = dense.search(query_vectors, k)
+    ids = dense.doc_ids(positions.ravel())
+    return {ids[p] for p in positions.ravel() if p >= 0}
+
+
+def _update(index, *args, **kwargs):
+    kwargs.setdefault("device", "cpu")
+    kwargs.setdefault("precision", "fp32")
+    kwargs.setdefault("show_progress", False)
+    return add_documents(index, *args, **kwargs)
+
+
+@pytest.mark.parametrize("spec", ["Flat", "IVF4,Flat", "HNSW16", "IVF4,PQ4x4"])
+def test_add_then_delete_for_every_kind_of_index(encoder, tmp_path, spec):
+    index = _build(tmp_path, encoder, spec)
+    new = _corpus(tmp_path / "new.jsonl.gz", range(120, 150))
+    result = _update(index, new)
+    assert (result.added, result.replaced, result.documents) == (30, 0, 150)
+    manifest = Manifest.read(index)
+    assert manifest.documents == {"count": 150, "next_pos": 150}
+    assert manifest.updates[-1]["op"] == "add" and manifest.updates[-1]["added"] == 30
+    probe = encoder.encode_documents([f"t{i} x" for i in range(0, 150, 7)])
+    assert {"d121", "d140"} <= _all_hits(index, probe)
+
+    gone = ["d3", "d121", "d77"]
+    assert delete_documents(index, gone).deleted == 3
+    hits = _all_hits(index, probe)
+    assert not set(gone) & hits  # never comes back
+    if not spec.startswith("HNSW"):  # exact search (every IVF list probed) reaches the rest
+        assert len(hits) == 147
+    dense = DenseIndex(index, device="cpu")
+    assert len(dense) == 147 and dense.store.by_ids(gone) == {}
+    again = _corpus(tmp_path / "more.jsonl.gz", range(150, 155))
+    _update(index, again)
+    assert Manifest.read(index).documents == {"count": 152, "next_pos": 155}  # no reuse
+
+
+def test_an_existing_id_is_refused_or_replaced_with_upsert(encoder, tmp_path):
+    index = _build(tmp_path, encoder)
+    changed = _corpus(tmp_path / "changed.jsonl.gz", range(10, 12), tag=" glucose glucose")
+    with pytest.raises(DotcatError, match=r"2 document\(s\) are in .* already .*'d10'"):
+        _update(index, changed)
+    result = _update(index, changed, upsert=True)
+    assert (result.added, result.replaced, result.documents) == (0, 2, 120)
+    stored = DenseIndex(index, device="cpu").store.by_ids(["d10", "d11"])
+    assert all(doc.text.endswith("glucose glucose") for doc in stored.values())
+    assert {doc.pos for doc in stored.values()} == {120, 121}  # new positions, old ones gone
+
+
+def test_unknown_ids_are_refused_unless_missing_ok(encoder, tmp_path):
+    index = _build(tmp_path, encoder)
+    with pytest.raises(DotcatError, match="no document with id 'nope'"):
+        delete_documents(index, ["d1", "nope"])
+    assert len(DenseIndex(index, device="cpu")) == 120  # nothing deleted
+    assert delete_documents(index, ["d1", "nope"], missing_ok=True).deleted == 1
+
+
+def test_bm25_follows_the_updates(encoder, tmp_path):
+    index = _build(tmp_path, encoder, bm25=True)
+    rare = tmp_path / "rare.jsonl.gz"
+    with gzip.open(rare, "wt") as f:
+        f.write(json.dumps({"_id": "r1", "title": "zyzzyva", "text": "a rare beetle"}) + "\n")
+    _update(index, rare)
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    assert pipeline.run({"q": "zyzzyva beetle"}, 3, first_stage="bm25")["q"][0][0] == "r1"
+    delete_documents(index, ["r1"])
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    for stage in ("bm25", "hybrid", "dense"):
+        assert "r1" not in {
+            d for d, _ in pipeline.run({"q": "zyzzyva beetle"}, 200, first_stage=stage)["q"]
+        }
+
+
+_KILLED_ADD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from dotcat.index import updates
+    from dotcat.models import BiEncoder
+
+    index, corpus = sys.argv[1:]
+    real = BiEncoder.encode_documents
+
+    def encode_then_die(self, texts, **kwargs):
+        real(self, texts, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    BiEncoder.encode_documents = encode_then_die
+    updates.add_documents(index, corpus, device="cpu", precision="fp32", show_progress=False)
+    """
+)
+
+
+def test_a_kill_during_add_leaves_the_old_index_whole(encoder, tmp_path):
+    index = _build(tmp_path, encoder)
+    before = (index / "manifest.json").read_bytes()
+    new = _corpus(tmp_path / "new.jsonl.gz", range(120, 130))
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_ADD, str(index), str(new)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -9, done.stderr
+    assert (index / "manifest.json").read_bytes() == before
+    assert len(DenseIndex(index, device="cpu")) == 120  # searchable, unchanged
+    assert _update(index, new).added == 10  # and the next update cleans up and works
+    assert len(DenseIndex(index, device="cpu")) == 130
+
+
+def test_add_and_delete_from_the_command_line(encoder, tmp_path, tiny_bert_dir):
+    index = _build(tmp_path, encoder)
+    new = _corpus(tmp_path / "new.jsonl.gz", range(120, 125))
+    runner = CliRunner()
+    result = runner.invoke(app, ["add", str(index), str(new), "--precision", "fp32"])
+    assert result.exit_code == 0 and "added 5 and replaced 0" in result.output, result.output
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("d120\nd121\n\n")
+    result = runner.invoke(app, ["delete", str(index), "d0", "--ids", str(ids_file)])
+    assert result.exit_code == 0 and "deleted 3 documents" in result.output, result.output
+    result = runner.invoke(app, ["delete", str(index), "nope"])
+    assert result.exit_code == 2 and "no document with id 'nope'" in result.output
