@@ -223,6 +223,19 @@ def index(
     fresh: Annotated[
         bool, typer.Option(help="Start over instead of resuming an interrupted build.")
     ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Encode on Ray: 'local' (this machine), 'auto', host:port or "
+            "ray://host:10001 (pip install 'dotcat[ray]').",
+        ),
+    ] = None,
+    ray_workers: Annotated[
+        int | None,
+        typer.Option(help="Encoder actors on Ray (default: one per GPU, else one per CPU)."),
+    ] = None,
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
 
@@ -234,6 +247,7 @@ def index(
     _at_least("--batch-size", batch_size)
     _at_least("--max-length", max_length, 2)
     _at_least("--chunk-size", chunk_size)
+    _at_least("--ray-workers", ray_workers)
     _one_of("--precision", precision, _PRECISIONS)
     shard_spec = _parse_shard(shard) if shard else None
     check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec)
@@ -257,6 +271,8 @@ def index(
         bm25=bm25,
         shard=shard_spec,
         chunk_size=chunk_size,
+        ray=ray,
+        ray_workers=ray_workers,
     )
     start = time.perf_counter()
     manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh)

@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,14 +155,17 @@ def build_index(
         layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
         dataset = load_corpus(corpus)
         start, stop = shard_range(n_all, config.shard)
+        requested = encoder.config if loaded else encoder  # what Ray's actors load
         if not loaded:
-            encoder = BiEncoder.load(encoder)
+            # With Ray the actors encode; the driver's copy only gives the dimension and the
+            # manifest entry, so it stays off the GPUs the actors use.
+            encoder = BiEncoder.load(replace(encoder, device="cpu") if config.ray else encoder)
         plan = _plan(corpus_file, n_all, encoder, config)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
             manifest = _build(
                 dataset, (start, stop), corpus, corpus_file, encoder, config, faiss_device,
-                tmp, show_progress,
+                tmp, show_progress, requested,
             )  # fmt: skip
         except BaseException:
             _report_kept(tmp, stop - start, config.chunk_size, encoder.dim)
@@ -242,6 +245,7 @@ def _build(
     faiss_device: str,
     tmp: Path,
     show_progress: bool,
+    requested: EncoderConfig,
 ) -> Manifest:
     """Complete (or continue) the build in ``tmp``; each part is written last-step-atomic,
     so a part that exists is whole; the manifest comes last (it marks completion)."""
@@ -254,7 +258,7 @@ def _build(
         from dotcat.index.distributed import encode_chunks_on_ray
 
         encode_chunks_on_ray(
-            corpus, rows, encoder.config, store, config.ray, config.ray_workers, show_progress
+            corpus, rows, requested, store, config.ray, config.ray_workers, show_progress
         )
     else:
         _encode_chunks(dataset, rows, encoder, store, show_progress)
