@@ -31,6 +31,7 @@ def workspace(tmp_path_factory, tiny_bert_dir):
         "-q", "train", "cat", data, model, "--base", tiny_bert_dir, "--first-stage", "bm25",
         "--depth", "5", "--n-negatives", "2", "--epochs", "2", "--batch-size", "4",
         "--max-length", "32", "--dev-fraction", "0.25", "--dev-depth", "4",
+        "--teacher-weight", "0.3", "--teacher-temperature", "0.2",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "trained cross-encoder written to" in result.output
@@ -58,6 +59,8 @@ def test_train_cat_writes_a_cross_encoder_with_its_record(workspace):
     record = json.loads((workspace["model"] / "dotcat_training.json").read_text())
     assert record["kind"] == "cat" and record["status"] == "finished"
     assert record["hyperparameters"]["first_stages"] == ["bm25"]
+    assert record["hyperparameters"]["teacher_weight"] == 0.3
+    assert record["hyperparameters"]["teacher_temperature"] == 0.2
     assert _cat(workspace["model"]).trained_head
 
 

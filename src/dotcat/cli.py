@@ -949,6 +949,13 @@ def train_cat(
     attention_dropout: Annotated[
         float, typer.Option(help="Attention-probability dropout in training (-1: model's).")
     ] = 0.0,
+    teacher_weight: Annotated[
+        float,
+        typer.Option(help="Weight of the first stages' fused scores in the LCE target (0: off)."),
+    ] = 0.0,
+    teacher_temperature: Annotated[
+        float, typer.Option(help="Softmax temperature of the teacher's scores.")
+    ] = 0.1,
     dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
     dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
@@ -987,6 +994,8 @@ def train_cat(
         warmup_ratio=warmup_ratio,
         max_length=max_length,
         attention_dropout=None if attention_dropout < 0 else attention_dropout,
+        teacher_weight=teacher_weight,
+        teacher_temperature=teacher_temperature,
         dev_fraction=dev_fraction,
         dev_depth=dev_depth,
         seed=seed,

@@ -167,3 +167,28 @@ def test_lce_equals_sentence_transformers_multiple_negatives_ranking(tiny_bert_d
     loss.backward()
     peer_loss.backward()
     assert torch.allclose(ours.grad, theirs.grad, atol=ATOL, rtol=0)
+
+
+# -- soft_lce_loss ---------------------------------------------------------------------------
+
+
+def test_soft_lce_is_lce_without_teacher_and_hand_computed_with_one():
+    from dotcat.losses import soft_lce_loss
+
+    logits = _random((3, 4), seed=5).detach()
+    teacher = _random((3, 4), seed=6).detach()
+    assert soft_lce_loss(logits, teacher, 0.0, 0.1).item() == pytest.approx(
+        lce_loss(logits).item(), abs=1e-6
+    )
+    w, tau = 0.4, 0.5
+    target = w * torch.softmax(teacher / tau, dim=1)
+    target[:, 0] += 1 - w
+    expected = -(target * torch.log_softmax(logits, dim=1)).sum(1).mean()
+    assert soft_lce_loss(logits, teacher, w, tau).item() == pytest.approx(expected.item(), abs=1e-6)
+    # the whole teacher (w = 1) is minimised by the student that copies its distribution
+    copy = soft_lce_loss(teacher / tau, teacher, 1.0, tau)
+    assert copy.item() < soft_lce_loss(logits, teacher, 1.0, tau).item()
+    with pytest.raises(ValueError, match="do not match"):
+        soft_lce_loss(logits, teacher[:, :3], w, tau)
+    with pytest.raises(ValueError, match="weight"):
+        soft_lce_loss(logits, teacher, 1.5, tau)

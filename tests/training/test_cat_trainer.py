@@ -19,8 +19,10 @@ from dotcat.training.cat_trainer import (
     backward_groups,
     build_cat_examples,
     first_stage_run,
+    group_teacher,
     negative_pools,
     sample_negatives,
+    teacher_scores,
     train_cross_encoder,
 )
 
@@ -104,7 +106,7 @@ def test_examples_one_per_relevant_document_and_skip_queries_without_pool():
     assert [(e.qid, e.positive_id) for e in examples] == [("q1", "a"), ("q1", "b")]
 
 
-@pytest.mark.parametrize("loss", ["lce", "bce"])
+@pytest.mark.parametrize("loss", ["lce", "bce", "lce+teacher"])
 def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_no_dropout), device="cpu"), seed=1)
     ce.model.requires_grad_(True).train()
@@ -113,9 +115,13 @@ def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
         for i in range(6)
     ]
 
+    teacher = dict(teacher=[[1.0, 0.5 * i, 0.2, 0.0] for i in range(6)], teacher_weight=0.5)
+    extra = teacher if loss == "lce+teacher" else {}
+    loss = loss.removesuffix("+teacher")
+
     def grads(pairs_per_forward: int) -> tuple[float, dict[str, torch.Tensor]]:
         ce.model.zero_grad(set_to_none=True)
-        value = backward_groups(ce, groups, loss, pairs_per_forward=pairs_per_forward)
+        value = backward_groups(ce, groups, loss, pairs_per_forward=pairs_per_forward, **extra)
         return value, {n: p.grad.clone() for n, p in ce.model.named_parameters()}
 
     whole, g_whole = grads(0)
@@ -125,6 +131,34 @@ def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
         torch.testing.assert_close(g_chunked[name], g, atol=1e-6, rtol=1e-4)
     with pytest.raises(ValueError, match="same size"):
         backward_groups(ce, [("q", ["a", "b"]), ("q", ["a"])], loss)
+
+
+def test_teacher_scores_fuse_normalised_runs_and_the_positive_is_raised_to_the_best():
+    bm25 = {"q": [("a", 10.0), ("b", 6.0), ("c", 2.0)]}
+    dense = {"q": [("c", 0.9), ("a", 0.5), ("d", 0.1)]}
+    fused = teacher_scores([bm25, dense], depth=3)["q"]
+    # min-max per run, mean over runs; a document one run does not list counts 0 there
+    assert fused == pytest.approx({"a": (1.0 + 0.5) / 2, "b": 0.5 / 2, "c": 1.0 / 2, "d": 0.0})
+    assert teacher_scores([bm25], depth=1)["q"] == {"a": 0.0}  # one score: no spread
+    assert group_teacher(fused, "d", ["b", "a"]) == [0.75, 0.25, 0.75]
+    assert group_teacher(fused, "a", ["b", "x"]) == [0.75, 0.25, 0.0]
+
+
+def test_a_teacher_run_trains_records_and_resumes(toy_data, tiny_bert_dir, tmp_path):
+    common = dict(epochs=1, teacher_weight=0.5, teacher_temperature=0.2, dev_fraction=0.0)
+    out = train_cross_encoder(_config(toy_data, tmp_path / "t", tiny_bert_dir, **common))
+    record = _record(out)
+    assert record["hyperparameters"]["teacher_weight"] == 0.5 and record["status"] == "finished"
+    plain = _record(train_cross_encoder(_config(toy_data, tmp_path / "p", tiny_bert_dir,
+                                                epochs=1, dev_fraction=0.0)))  # fmt: skip
+    assert record["loss_curve"] != plain["loss_curve"]  # the target changed the loss
+    assert (out / "teacher.json.gz").is_file()
+    split = tmp_path / "split"
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=1, **common))
+    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    assert _record(split)["loss_curve"] == record["loss_curve"]
+    with pytest.raises(DotcatError, match="needs the lce loss"):
+        train_cross_encoder(_config(toy_data, tmp_path / "b", tiny_bert_dir, loss="bce", **common))
 
 
 def test_attention_dropout_is_set_on_attention_modules_only(tiny_bert_dir):

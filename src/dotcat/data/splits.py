@@ -26,7 +26,7 @@ DEV_FRACTION = 0.1
 DEV_SEED = 42
 
 
-def _unit_hash(*parts: object) -> float:
+def unit_hash(*parts: object) -> float:
     """A number in [0, 1) from the sha256 of the parts (NUL-separated): stable across runs."""
     key = "\x00".join(str(p) for p in parts).encode("utf-8")
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2.0**64
@@ -58,7 +58,7 @@ def split_dev(
     if not 0.0 <= dev_fraction < 1.0:
         raise DotcatError(f"dev fraction must be in [0, 1), got {dev_fraction}")
     ids = list(dict.fromkeys(str(q) for q in qids))
-    hashes = {qid: _unit_hash(seed, qid) for qid in ids}
+    hashes = {qid: unit_hash(seed, qid) for qid in ids}
     dev = {qid for qid in ids if hashes[qid] < dev_fraction}
     if dev_fraction > 0 and len(ids) >= 2:
         if not dev:

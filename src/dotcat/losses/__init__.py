@@ -6,7 +6,8 @@
   (Schroff et al. 2015; the course notes).
 - :func:`bce_loss`: pointwise binary cross-entropy of BERT_CAT (monoBERT, the course notes).
 - :func:`lce_loss`: localized contrastive estimation, a softmax over a positive and its hard
-  negatives for BERT_CAT (Gao, Dai & Callan 2021).
+  negatives for BERT_CAT (Gao, Dai & Callan 2021); :func:`soft_lce_loss` with a teacher's
+  distribution mixed into its target.
 - :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
   memory (Gao et al. 2021).
 """
@@ -21,7 +22,7 @@ from dotcat.losses.contrastive import (
     false_negative_mask,
     similarity_matrix,
 )
-from dotcat.losses.listwise import lce_loss
+from dotcat.losses.listwise import lce_loss, soft_lce_loss
 from dotcat.losses.pointwise import bce_loss, group_labels
 from dotcat.losses.triplet import DEFAULT_MARGIN, TripletLoss, triplet_loss
 
@@ -41,6 +42,7 @@ __all__ = [
     "group_labels",
     "lce_loss",
     "similarity_matrix",
+    "soft_lce_loss",
     "split_batch",
     "triplet_loss",
 ]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import gzip
 import json
 import logging
 import math
@@ -53,7 +54,7 @@ from transformers import get_linear_schedule_with_warmup
 from dotcat import __version__
 from dotcat.data.splits import split_dev
 from dotcat.errors import DotcatError
-from dotcat.losses import bce_loss, group_labels, lce_loss
+from dotcat.losses import bce_loss, group_labels, lce_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
 from dotcat.progress import progress_bar
@@ -86,6 +87,7 @@ logger = logging.getLogger(__name__)
 Qrels = Mapping[str, Mapping[str, int]]
 Run = dict[str, list[tuple[str, float]]]
 NEGATIVES_FILE = "negatives.jsonl.gz"
+TEACHER_FILE = "teacher.json.gz"
 DEV_MEASURE = "nDCG@10"
 CAT_LOSSES = ("bce", "lce")
 #: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
@@ -127,6 +129,11 @@ class CatTrainConfig:
             the loss stays at chance (seen on SciFact: LCE still at log(8) after 30 steps);
             the usual remedy is a larger rate for the head.
 
+    Teacher: with ``teacher_weight`` w > 0 the LCE target mixes the label with the first
+    stages' own view of the group (:func:`teacher_scores`, softmax at
+    ``teacher_temperature``; :func:`dotcat.losses.soft_lce_loss`): the cross-encoder also
+    learns from the ensemble of first stages it sits behind.
+
     Checkpoints: checkpoint_every, keep_checkpoints, resume, overwrite, stop_after_steps,
     show_progress, as for ``DotTrainConfig``.
     """
@@ -155,6 +162,8 @@ class CatTrainConfig:
     max_grad_norm: float = 1.0
     max_length: int | None = None
     attention_dropout: float | None = 0.0
+    teacher_weight: float = 0.0
+    teacher_temperature: float = 0.1
     dev_fraction: float = 0.1
     dev_depth: int = 20
     seed: int = 42
@@ -186,6 +195,12 @@ class CatTrainConfig:
             (
                 self.attention_dropout is None or 0 <= self.attention_dropout < 1,
                 "attention_dropout must be in [0, 1)",
+            ),
+            (0 <= self.teacher_weight <= 1, "teacher_weight must be in [0, 1]"),
+            (self.teacher_temperature > 0, "teacher_temperature must be > 0"),
+            (
+                self.teacher_weight == 0 or self.loss == "lce",
+                "a teacher (teacher_weight > 0) needs the lce loss",
             ),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
             (self.stop_after_steps is None or self.stop_after_steps >= 1, "stop_after_steps < 1"),
@@ -249,6 +264,35 @@ def negative_pools(runs: Sequence[Run], qrels: Qrels, depth: int) -> dict[str, l
     return dict(sorted(pools.items()))
 
 
+def teacher_scores(runs: Sequence[Run], depth: int) -> dict[str, dict[str, float]]:
+    """qid -> doc -> the first stages' fused score: the mean of each run's min-max-normalised
+    score over its top ``depth`` (0 where a run does not list the document).
+
+    >>> teacher_scores([{"q": [("a", 3.0), ("b", 1.0)]}, {"q": [("b", 5.0), ("c", 1.0)]}], 2)
+    {'q': {'a': 0.5, 'b': 0.5, 'c': 0.0}}
+    """
+    from dotcat.search.reranker import minmax
+
+    out: dict[str, dict[str, float]] = {}
+    for run in runs:
+        for qid, docs in run.items():
+            head = docs[:depth]
+            norm = minmax(np.asarray([s for _, s in head], dtype=np.float64))
+            scores = out.setdefault(qid, {})
+            for (doc, _), value in zip(head, norm, strict=True):
+                scores[doc] = scores.get(doc, 0.0) + float(value) / len(runs)
+    return {q: dict(sorted(d.items())) for q, d in sorted(out.items())}
+
+
+def group_teacher(
+    scores: Mapping[str, float], positive: str, negatives: Sequence[str]
+) -> list[float]:
+    """The teacher's scores of a group, the positive raised to the best of the group: the
+    first stages may miss or under-rate a judged document, and the label is the truth."""
+    negs = [scores.get(d, 0.0) for d in negatives]
+    return [max([scores.get(positive, 0.0), *negs])] + negs
+
+
 def sample_negatives(pool: Sequence[str], n: int, *key: object) -> list[str]:
     """``n`` documents of ``pool`` drawn by a hash of ``key`` (with repeats if it is short)."""
     rng = _rng(*key)
@@ -307,6 +351,9 @@ def backward_groups(
     pairs_per_forward: int = 0,
     scale: float = 1.0,
     bf16: bool = False,
+    teacher: Sequence[Sequence[float]] | None = None,
+    teacher_weight: float = 0.0,
+    teacher_temperature: float = 0.1,
 ) -> float:
     """Forward and backward a batch of groups ``(query, [positive, negative, ...])``.
 
@@ -314,7 +361,9 @@ def backward_groups(
     over every pair with the positive labelled 1) is a mean over groups of equal size, so it is
     computed ``pairs_per_forward // group size`` groups at a time, each chunk's loss weighted
     by its share of the batch: the same gradient as one pass, in a chunk's memory. Gradients
-    accumulate in ``.grad``; returns the batch loss times ``scale``.
+    accumulate in ``.grad``; returns the batch loss times ``scale``. With ``teacher`` (one
+    list of scores per group) and ``teacher_weight`` > 0, LCE becomes
+    :func:`~dotcat.losses.soft_lce_loss`.
     """
     size = len(groups[0][1])
     if any(len(docs) != size for _, docs in groups):
@@ -329,7 +378,10 @@ def backward_groups(
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = cross_encoder.logits(cross_encoder.features(queries, documents))
         logits = logits.float().view(len(chunk), size)
-        if loss == "lce":
+        if loss == "lce" and teacher is not None and teacher_weight > 0:
+            targets = torch.tensor(teacher[start : start + per_chunk], device=logits.device)
+            value = soft_lce_loss(logits, targets, teacher_weight, teacher_temperature)
+        elif loss == "lce":
             value = lce_loss(logits)
         else:
             value = bce_loss(logits, group_labels(len(chunk), size, logits.device))
@@ -410,19 +462,24 @@ def _prepare_out_dir(out_dir: Path, config: CatTrainConfig) -> None:
     logger.warning("overwriting the training run in %s", out_dir)
     shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
     (out_dir / NEGATIVES_FILE).unlink(missing_ok=True)
+    (out_dir / TEACHER_FILE).unlink(missing_ok=True)
     (out_dir / RECORD_FILE).unlink(missing_ok=True)
 
 
 def _pools(
     config: CatTrainConfig, out_dir: Path, data: Any, queries: Mapping[str, str]
-) -> tuple[dict[str, list[str]], dict[str, Any], Run | None]:
-    """Negative pools (saved, or read back on resume) and the first stage's run for dev."""
-    path = out_dir / NEGATIVES_FILE
+) -> tuple[dict[str, list[str]], dict[str, Any], Run | None, dict[str, dict[str, float]]]:
+    """Negative pools (saved, or read back on resume), the first stage's run for dev, and the
+    first stages' teacher scores when ``teacher_weight`` > 0 (saved likewise)."""
+    path, teacher_path = out_dir / NEGATIVES_FILE, out_dir / TEACHER_FILE
+    want_teacher = config.teacher_weight > 0
+    fresh = not (config.resume and path.is_file()) and config.negatives_file is None
     runs: list[Run] = []
-    if not (config.resume and path.is_file()) and config.negatives_file is None:
+    if fresh or (want_teacher and not teacher_path.is_file()):
         for source in config.first_stages:
             logger.info("first stage %s: top %d of %d queries", source, config.depth, len(queries))
             runs.append(first_stage_run(source, data, queries, config.depth))
+    if fresh:
         pools = negative_pools(runs, data.qrels, config.depth)
         meta = negatives_meta(
             "first-stage",
@@ -436,7 +493,25 @@ def _pools(
         pools, meta = load_negatives(config.negatives_file)
         save_negatives(path, pools, {**meta, "loaded_from": str(config.negatives_file)})
     pools, meta = load_negatives(path)
-    return pools, {k: v for k, v in meta.items() if k != "format"}, runs[0] if runs else None
+    teacher: dict[str, dict[str, float]] = {}
+    if want_teacher:
+        if runs:
+            _write_json_gz(teacher_path, teacher_scores(runs, config.depth))
+        teacher = _read_json_gz(teacher_path)
+    meta = {k: v for k, v in meta.items() if k != "format"}
+    return pools, meta, runs[0] if runs else None, teacher
+
+
+def _write_json_gz(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        json.dump(value, f)
+    tmp.replace(path)
+
+
+def _read_json_gz(path: Path) -> Any:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _train(config: CatTrainConfig, out_dir: Path) -> Path:
@@ -463,7 +538,7 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
     cross_encoder.autocast_dtype = torch.bfloat16 if bf16 else None
 
     mining_started = time.perf_counter()
-    pools, pools_meta, first_run = _pools(config, out_dir, data, data.queries)
+    pools, pools_meta, first_run, teacher = _pools(config, out_dir, data, data.queries)
     if dev_queries and first_run is None:  # resumed or loaded pools: the dev first stage again
         first_run = first_stage_run(config.first_stages[0], data, dev_queries, config.dev_depth)
     mining_seconds = time.perf_counter() - mining_started
@@ -650,7 +725,7 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
             group_batches = batches[batches_done : batches_done + accum]
             step_loss = 0.0
             for indices in group_batches:
-                groups = []
+                groups, group_scores = [], []
                 for i in indices:
                     e = examples[i]
                     negs = sample_negatives(
@@ -659,6 +734,10 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
                     groups.append(
                         (e.query, [doc_texts[e.positive_id]] + [doc_texts[d] for d in negs])
                     )
+                    if teacher:
+                        group_scores.append(
+                            group_teacher(teacher.get(e.qid, {}), e.positive_id, negs)
+                        )
                 step_loss += backward_groups(
                     cross_encoder,
                     groups,
@@ -666,6 +745,9 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
                     pairs_per_forward=config.pairs_per_forward,
                     scale=1.0 / len(group_batches),
                     bf16=bf16,
+                    teacher=group_scores or None,
+                    teacher_weight=config.teacher_weight,
+                    teacher_temperature=config.teacher_temperature,
                 )
             if config.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
