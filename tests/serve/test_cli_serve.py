@@ -28,9 +28,8 @@ def _dotcat(*args, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def served(hybrid_index):
-    """`dotcat serve` started as a user would, stopped with SIGTERM."""
+def _start_serve(hybrid_index) -> tuple[subprocess.Popen, str]:
+    """`dotcat serve` started as a user would, once its /healthz answers."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -55,12 +54,18 @@ def served(hybrid_index):
     while True:
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
+                return process, url
         except httpx.HTTPError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"dotcat serve did not start: {process.stderr.read()}")
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(hybrid_index):
+    """`dotcat serve` started as a user would, stopped with SIGTERM."""
+    process, url = _start_serve(hybrid_index)
     yield url, process
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -103,33 +108,8 @@ def test_a_server_error_is_one_line(served):
 
 
 def test_serve_logs_each_request_and_stops_cleanly(hybrid_index):
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _DOTCAT,
-            "serve",
-            str(hybrid_index),
-            "--port",
-            str(port),
-            "--precision",
-            "fp32",
-            "--device",
-            "cpu",
-        ],  # fmt: skip
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    process, url = _start_serve(hybrid_index)
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
         assert httpx.get(f"{url}/search", params={"q": "insulin", "k": 2}).status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)
