@@ -35,7 +35,7 @@ import torch
 from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")
+DEFAULT_CORPUS = ROOT / "data" / "scifact" / "corpus.jsonl.gz"  # the bundled copy
 RESULTS = ROOT / "eval" / "results" / "encode_throughput.md"
 BEGIN, END = "<!-- bench_encode:begin -->", "<!-- bench_encode:end -->"
 
@@ -50,6 +50,18 @@ VARIANTS: dict[str, dict] = {
     "dotcat-notokencap": {"max_batch_tokens": 0},
     "dotcat-bf16": {"precision": "bf16"},
 }
+
+
+def _relative(path: str) -> str:
+    """A path as a reader can use it: under the repository relative, in site-packages from
+    the package's directory (results files carry no machine's absolute paths)."""
+    p = Path(path)
+    if p.is_relative_to(ROOT):
+        p = p.relative_to(ROOT)
+    parts = p.parts
+    if "site-packages" in parts:
+        return "/".join(("site-packages", *parts[parts.index("site-packages") + 1 :]))
+    return str(p)
 
 
 def read_texts(corpus: Path, n: int) -> list[str]:
@@ -115,8 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     from dotcat.models import BiEncoder, EncoderConfig
 
     corpus = args.corpus
-    if not corpus.exists():
-        corpus = ROOT / "data" / "scifact" / "corpus.jsonl.gz"
     texts = read_texts(corpus, args.n_docs)
     n = len(texts)
     print(f"{n} documents from {corpus}", flush=True)
@@ -203,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             BEGIN,
             f"Latest run ({when}): `{command.strip()}`",
             "",
-            f"Machine: {machine()}. Model: `{args.model}` ({path}); {n} SciFact documents, "
+            f"Machine: {machine()}. Model: `{args.model}` ({_relative(path)}); {n} SciFact "
+            "documents, "
             f"max length {args.max_length}, batch size {args.batch_size}, {args.rounds} rounds "
             f"interleaved in chunks of {chunk} documents; load average before/after "
             f"{load_before:.2f}/{os.getloadavg()[0]:.2f} (other jobs share the cores)"

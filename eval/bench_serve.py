@@ -3,19 +3,21 @@
     python eval/bench_serve.py [--index indexes/scifact-minilm] [--rerank runs/cat] [--seconds 20]
 
 Starts ``dotcat serve`` on 127.0.0.1 as a user would, then replays SciFact test queries
-(``GET /search``, k=10) from 1, 4, 16 and 64 concurrent clients (threads with keep-alive
-connections, in this process), each level for a fixed time; records throughput, p50/p95/p99
-latency, errors, 503s and the server's peak RSS; each level quiet and with one competing
-CPU-bound process. With ``--rerank``: the same with BERT_CAT re-ranking at depth 20 (1, 4, 16
-clients). Also: 64 clients against a small queue (the excess must get 503 at once), the
-server's SciFact test run against ``dotcat search --queries`` (must be identical), the
-baseline of one ``dotcat search`` process per query (same queries, same run), the line-by-line
-mode's second answer, and screenshots of the page. Writes ``eval/results/serve.md``.
+(``GET /search``, k=10) from 1, 4, 16 and 64 concurrent clients (keep-alive connections
+from one asyncio client in this process), each level for a fixed time, for each first stage
+(dense, then hybrid); records throughput, p50/p95/p99 latency, errors, 503s and the server's
+peak RSS; each level quiet and with one competing CPU-bound process. With ``--rerank``: the
+first stage with BERT_CAT re-ranking at depth 20 (1, 4, 16 clients). Also: 64 clients
+against a small queue (the excess must get 503 at once), the server's SciFact test run
+against ``dotcat search --queries`` (must be identical), the baseline of one ``dotcat
+search`` process per query (same queries, same run), the line-by-line mode's second answer,
+and screenshots of the page. Writes ``eval/results/serve.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -24,9 +26,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
@@ -90,64 +93,152 @@ class Competitor:
             self.process.wait()
 
 
-def load(url: str, queries: list[str], clients: int, seconds: float, params: dict) -> dict:
-    """``clients`` threads asking queries in turn for ``seconds``; latencies and statuses."""
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    rejected: list[float] = []
-    lock = threading.Lock()
-    counter = iter(range(10**9))
-    stop_at = time.perf_counter() + seconds
+async def _client(
+    host: str, port: int, requests: list[bytes], first: int, stop_at: float, record
+) -> None:
+    """One keep-alive connection asking ``requests`` in turn until ``stop_at``.
 
-    def client() -> None:
-        with httpx.Client(timeout=120) as http:
-            while time.perf_counter() < stop_at:
-                with lock:
-                    query = queries[next(counter) % len(queries)]
-                start = time.perf_counter()
-                try:
-                    status = http.get(f"{url}/search", params={"q": query, **params}).status_code
-                except httpx.HTTPError:
-                    status = -1
-                elapsed = (time.perf_counter() - start) * 1000
-                with lock:
-                    statuses[status] = statuses.get(status, 0) + 1
-                    (latencies if status == 200 else rejected).append(elapsed)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - began
-    ok = sorted(latencies)
-    pct = lambda q: ok[min(len(ok) - 1, int(q * len(ok)))] if ok else float("nan")  # noqa: E731
-    return {
-        "clients": clients,
-        "requests": sum(statuses.values()),
-        "ok": statuses.get(200, 0),
-        "throughput": statuses.get(200, 0) / wall,
-        "p50": pct(0.50),
-        "p95": pct(0.95),
-        "p99": pct(0.99),
-        "503": statuses.get(503, 0),
-        "errors": sum(n for s, n in statuses.items() if s not in (200, 503)),
-        "p99_503": sorted(rejected)[int(0.99 * (len(rejected) - 1))] if rejected else None,
-    }
+    A minimal HTTP/1.1 client (status line, headers, a Content-Length body): a Python client
+    library costs about a millisecond of CPU per request, which on 2 cores shared with the
+    server would be measured as the server's slowness.
+    """
+    reader = writer = None
+    i = first
+    while time.perf_counter() < stop_at:
+        request = requests[i % len(requests)]
+        i += 1
+        start = time.perf_counter()
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request)
+            status, close = await asyncio.wait_for(_read_response(reader), 120)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
+            status, close = -1, True
+        record(status, (time.perf_counter() - start) * 1000)
+        if close and writer is not None:
+            writer.close()
+            reader = writer = None
+    if writer is not None:
+        writer.close()
 
 
-def server_run(url: str, topics: dict[str, str], k: int) -> dict[str, list[tuple[str, float]]]:
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """(status, whether the server closes the connection); the body is read and dropped."""
+    status = int((await reader.readline()).split()[1])
+    length, close = 0, False
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"connection":
+            close = value.strip().lower() == b"close"
+    await reader.readexactly(length)
+    return status, close
+
+
+@dataclass
+class Tally:
+    """What one level's clients saw, summed over its rounds."""
+
+    clients: int
+    wall: float = 0.0
+    statuses: dict[int, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)  # of 200 answers, ms
+    rejected: list[float] = field(default_factory=list)  # of 503 answers, ms
+
+    def record(self, status: int, ms: float) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if status in (200, 503):
+            (self.latencies if status == 200 else self.rejected).append(ms)
+
+    def summary(self) -> dict:
+        ok = sorted(self.latencies)
+        pct = lambda q: ok[min(len(ok) - 1, int(q * len(ok)))] if ok else float("nan")  # noqa: E731
+        rejected = sorted(self.rejected)
+        return {
+            "clients": self.clients,
+            "requests": sum(self.statuses.values()),
+            "ok": self.statuses.get(200, 0),
+            "throughput": self.statuses.get(200, 0) / self.wall,
+            "p50": pct(0.50),
+            "p95": pct(0.95),
+            "p99": pct(0.99),
+            "503": self.statuses.get(503, 0),
+            "errors": sum(n for s, n in self.statuses.items() if s not in (200, 503)),
+            "p99_503": rejected[int(0.99 * (len(rejected) - 1))] if rejected else None,
+        }
+
+
+def load(url: str, queries: list[str], tally: Tally, seconds: float, params: dict) -> None:
+    """``tally.clients`` concurrent connections asking queries in turn for ``seconds``."""
+    host, port = url.removeprefix("http://").split(":")
+    head = f"HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+    requests = [f"GET /search?{urlencode({'q': q, **params})} {head}".encode() for q in queries]
+
+    async def crowd() -> float:
+        stop_at = time.perf_counter() + seconds
+        began = time.perf_counter()
+        # Clients start at different queries (7 apart), as different users would.
+        clients = (
+            _client(host, int(port), requests, 7 * c, stop_at, tally.record)
+            for c in range(tally.clients)
+        )
+        await asyncio.gather(*clients)
+        return time.perf_counter() - began
+
+    tally.wall += asyncio.run(crowd())
+
+
+def levels_in_rounds(
+    url: str, queries: list[str], levels: list[int], seconds: float, rounds: int, params: dict
+) -> list[dict]:
+    """Every level for ``seconds`` in all, run as ``rounds`` interleaved slices (1, 4, 16, 64,
+    1, 4, ...), so a drift of the machine's speed (other tenants, clocks) during the block
+    weighs on every level alike and the ratios between levels stay fair."""
+    tallies = [Tally(clients) for clients in levels]
+    for _ in range(rounds):
+        for tally in tallies:
+            load(url, queries, tally, seconds / rounds, params)
+    return [t.summary() for t in tallies]
+
+
+def server_run(
+    url: str, topics: dict[str, str], k: int, stage: str
+) -> dict[str, list[tuple[str, float]]]:
     """The server's answers to every query (``POST /search``, 64 at a time)."""
     run, qids = {}, list(topics)
     with httpx.Client(timeout=300) as http:
         for start in range(0, len(qids), 64):
             chunk = qids[start : start + 64]
-            body = {"queries": [topics[q] for q in chunk], "k": k}
+            body = {"queries": [topics[q] for q in chunk], "k": k, "first_stage": stage}
             answer = http.post(f"{url}/search", json=body).json()
             for qid, result in zip(chunk, answer["results"], strict=True):
                 run[qid] = [(h["doc_id"], h["score"]) for h in result["hits"]]
     return run
+
+
+def identity_note(url: str, index: Path, data: Path, topics: dict[str, str], stage: str) -> str:
+    """Whether the server's test run equals ``dotcat search --queries``'s (same settings)."""
+    from dotcat.data import read_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cli_run = Path(tmp) / "cli.trec"
+        command = [DOTCAT, "-q", "search", str(index), "--queries", str(data), "--split", "test"]
+        command += ["--output", str(cli_run), "-k", "100", "--first-stage", stage]
+        subprocess.run(command, check=True, capture_output=True)
+        expected = read_run(cli_run)
+    served = server_run(url, topics, 100, stage)
+    same = all(
+        dict(served[q]) == expected.get(q, {}) and len(served[q]) == len(expected.get(q, {}))
+        for q in topics
+    )
+    return (
+        f"- The server's SciFact test run ({len(topics)} queries, k=100, first stage {stage}, "
+        f"`POST /search`) against `dotcat search --queries` with the same index and settings: "
+        f"{'identical (every document id and score)' if same else 'DIFFERENT'}."
+    )
 
 
 def cold_start_baseline(index: Path, queries: list[str], extra: list[str]) -> list[float]:
@@ -204,6 +295,17 @@ def screenshots(url: str, out_dir: Path) -> list[Path]:
     return saved
 
 
+def scaling_note(rows: list[str], stage: str) -> str:
+    """Answers/s at each level over one client's, quiet (the acceptance: 16 clients >= 3x)."""
+    rate = {}
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == stage and cells[1] == "quiet":
+            rate[int(cells[2])] = float(cells[4])
+    ratios = ", ".join(f"{c} clients {rate[c] / rate[1]:.2f}x" for c in sorted(rate) if c > 1)
+    return f"- Throughput against one client ({stage}, quiet): {ratios}."
+
+
 def row(mode: str, loaded: bool, r: dict, rss: float) -> str:
     return (
         f"| {mode} | {'loaded' if loaded else 'quiet'} | {r['clients']} | {r['requests']} | "
@@ -220,72 +322,52 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved slices per level")
+    parser.add_argument("--first-stages", default="dense,hybrid", help="the first is re-ranked")
     parser.add_argument("--baseline-queries", type=int, default=10)
     parser.add_argument("--output", type=Path, default=Path("eval/results/serve.md"))
     args = parser.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from dotcat.data import load_queries, read_run
+    from dotcat.data import load_queries
 
     topics = load_queries(args.data, split="test")
     queries = list(topics.values())
     levels = [int(c) for c in args.clients.split(",")]
+    stages = args.first_stages.split(",")
     rows, notes = [], []
     print(f"machine: {describe()}", flush=True)
 
-    # 1. dense first stage (the index's default: hybrid when it has BM25), all levels.
+    # 1. each first stage (dense: the acceptance's "warm dense query"; hybrid: the index's
+    # default when it has BM25), every level, quiet and loaded.
     server = Server(args.index)
     try:
-        # The server's test run against the CLI's, same settings.
-        with tempfile.TemporaryDirectory() as tmp:
-            cli_run = Path(tmp) / "cli.trec"
-            subprocess.run(
-                [
-                    DOTCAT,
-                    "-q",
-                    "search",
-                    str(args.index),
-                    "--queries",
-                    str(args.data),
-                    "--split",
-                    "test",
-                    "--output",
-                    str(cli_run),
-                    "-k",
-                    "100",
-                ],  # fmt: skip
-                check=True,
-                capture_output=True,
-            )
-            expected = read_run(cli_run)
-        served = server_run(server.url, topics, 100)
-        same = all(
-            dict(served[q]) == expected.get(q, {}) and len(served[q]) == len(expected.get(q, {}))
-            for q in topics
-        )
-        notes.append(
-            f"- The server's SciFact test run (300 queries, k=100, `POST /search`) against "
-            f"`dotcat search --queries` with the same index and settings: "
-            f"{'identical (every document id and score)' if same else 'DIFFERENT'}."
-        )
-        print(notes[-1], flush=True)
-        stage = httpx.get(f"{server.url}/info").json()["pipeline"]["first_stage"]
-        for loaded in (False, True):
-            with Competitor(loaded):
-                for clients in levels:
-                    result = load(server.url, queries, clients, args.seconds, {"k": 10})
+        for stage in stages:
+            notes.append(identity_note(server.url, args.index, args.data, topics, stage))
+            print(notes[-1], flush=True)
+        for stage in stages:
+            for loaded in (False, True):
+                with Competitor(loaded):
+                    params = {"k": 10, "first_stage": stage}
+                    results = levels_in_rounds(
+                        server.url, queries, levels, args.seconds, args.rounds, params
+                    )
+                for result in results:
                     rows.append(row(stage, loaded, result, server.peak_rss_mib()))
                     print(rows[-1], flush=True)
         shots = screenshots(server.url, args.output.parent)
         notes.append(f"- Page screenshots: {', '.join(f'`{p.name}`' for p in shots)}.")
     finally:
         server.stop()
+    stage = stages[0]
 
     # 2. 64 clients against a queue of 16: the excess gets 503 at once, memory stays bounded.
     server = Server(args.index, "--queue-size", "16", "--max-batch", "16")
     try:
         before = server.peak_rss_mib()
-        full = load(server.url, queries, 64, args.seconds, {"k": 10})
+        (full,) = levels_in_rounds(
+            server.url, queries, [64], args.seconds, 1, {"k": 10, "first_stage": stage}
+        )
         after = server.peak_rss_mib()
         rows.append(row(f"{stage}, queue 16", False, full, after))
         print(rows[-1], flush=True)
@@ -307,22 +389,26 @@ def main() -> None:
         try:
             for loaded in (False, True):
                 with Competitor(loaded):
-                    for clients in [c for c in levels if c <= 16]:
-                        result = load(server.url, queries, clients, args.seconds, {"k": 10})
-                        mode = f"{stage} + BERT_CAT@{args.depth}"
-                        rows.append(row(mode, loaded, result, server.peak_rss_mib()))
-                        print(rows[-1], flush=True)
+                    few = [c for c in levels if c <= 16]
+                    params = {"k": 10, "first_stage": stage}
+                    results = levels_in_rounds(server.url, queries, few, args.seconds, 1, params)
+                for result in results:
+                    mode = f"{stage} + BERT_CAT@{args.depth}"
+                    rows.append(row(mode, loaded, result, server.peak_rss_mib()))
+                    print(rows[-1], flush=True)
         finally:
             server.stop()
 
     # 4. the pre-server baseline and the line-by-line mode.
     sample = queries[: args.baseline_queries]
-    cold = cold_start_baseline(args.index, sample, ["-k", "10"])
-    one_client = next(r for r in rows if "| quiet | 1 |" in r)
+    cold = cold_start_baseline(args.index, sample, ["-k", "10", "--first-stage", stages[0]])
+    one_client = next(r for r in rows if r.startswith(f"| {stages[0]} | quiet | 1 |"))
     p50_served = float(one_client.split("|")[6])
+    for stage in stages:
+        notes.append(scaling_note(rows, stage))
     notes.append(
-        f"- Baseline, one `dotcat search INDEX QUERY` process per query ({len(sample)} "
-        f"queries, same index and default settings, quiet): p50 {statistics.median(cold):.2f} s, "
+        f"- Baseline, one `dotcat search INDEX QUERY --first-stage {stages[0]}` process per "
+        f"query ({len(sample)} queries, same index, quiet): p50 {statistics.median(cold):.2f} s, "
         f"max {max(cold):.2f} s; the server answers one client at p50 {p50_served:.1f} ms: "
         f"{statistics.median(cold) * 1000 / p50_served:.0f}x faster."
     )
@@ -331,7 +417,7 @@ def main() -> None:
         f"- Line-by-line mode (`dotcat search INDEX` reading stdin, models loaded once): the "
         f"second query answered in {second:.1f} ms."
     )
-    for note in notes[-2:]:
+    for note in notes[-2 - len(stages) :]:
         print(note, flush=True)
 
     lines = [
@@ -339,12 +425,16 @@ def main() -> None:
         "",
         f"Command: `python eval/bench_serve.py --index {args.index}"
         + (f" --rerank {args.rerank}" if args.rerank else "")
-        + f" --seconds {args.seconds:g}`",
-        f"Machine: {describe()}; `precision auto`; the load generator (Python threads with "
-        "keep-alive connections) runs on the same 2 cores as the server.",
+        + f" --seconds {args.seconds:g} --rounds {args.rounds} --first-stages {args.first_stages}`",
+        f"Machine: {describe()}; `precision auto`; server defaults (`--batch-window-ms 5`, "
+        "`--max-batch 64`, `--queue-size 64`); the load generator (one asyncio process, one "
+        "keep-alive HTTP/1.1 connection per client) runs on the same cores as the server.",
         "",
-        f"`GET /search?q=...&k=10` with SciFact test queries in turn; each level runs "
-        f"{args.seconds:g} s. *Loaded*: one other process spins on a core the whole level. "
+        f"`GET /search?q=...&k=10&first_stage=...` with SciFact test queries in turn (the "
+        "answers carry each hit's title and text); each level runs "
+        f"{args.seconds:g} s in all, as {args.rounds} slices interleaved with the other levels "
+        "(1, 4, 16, 64, 1, 4, ...: a drift of the machine's speed weighs on every level alike; "
+        "re-ranking: one slice). *Loaded*: one other process spins on a core the whole block. "
         "Latencies are of 200 answers, client side; RSS is the server's peak so far (VmHWM).",
         "",
         "| first stage | CPU | clients | requests | answers/s | p50 ms | p95 ms | p99 ms | "

@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import platform
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
+from dotcat.models.runtime import cpu_model  # noqa: F401 - re-exported for the scripts
 
 #: The flags that change dotcat's speed or numbers (native bf16, int8 dot products, wide SIMD).
 RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")

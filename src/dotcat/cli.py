@@ -626,8 +626,9 @@ def serve(
     ] = None,
     max_batch: Annotated[int, typer.Option(help="Most queries per model call.")] = 64,
     batch_window_ms: Annotated[
-        float, typer.Option(help="Wait this long for more requests after a batch's first.")
-    ] = 0.0,
+        float,
+        typer.Option(help="Most ms a batch waits for the crowd the last one saw (0: never)."),
+    ] = 5.0,
     queue_size: Annotated[
         int, typer.Option(help="Most requests waiting; beyond, 503 with Retry-After.")
     ] = 64,
@@ -727,11 +728,31 @@ def eval_(
     ] = None,
     per_query: Annotated[bool, typer.Option(help="Also print one row per query.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare every run with this one (one of the RUNs, by path or file name): "
+            "difference, paired p-value (Holm-corrected), wins/ties/losses per measure."
+        ),
+    ] = None,
+    test: Annotated[
+        str, typer.Option(help="With --baseline: paired test, t or randomisation.")
+    ] = "t",
+    permutations: Annotated[
+        int, typer.Option(help="Randomisation test: random permutations drawn.")
+    ] = 10_000,
+    seed: Annotated[int, typer.Option(help="Randomisation test: random seed.")] = 0,
+    alpha: Annotated[
+        float, typer.Option(help="With --baseline: significance level (after correction).")
+    ] = 0.05,
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
     Queries with judgements but no results count as 0; qrels naming unknown queries or
-    documents (checked when QRELS is a BEIR directory) are counted and reported.
+    documents (checked when QRELS is a BEIR directory) are counted and reported. With
+    --baseline, each measure gets the difference to the baseline, a paired t-test (or
+    randomisation test) p-value with Holm-Bonferroni correction across the runs, and the
+    queries won/tied/lost; a dagger marks significant differences.
     """
     from dotcat.data import load_corpus, load_qrels, load_queries, read_run
     from dotcat.evaluation import (
@@ -745,6 +766,8 @@ def eval_(
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
     *runs, qrels = paths
+    test = _check_comparison(test, permutations, alpha)
+    baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
     judgements = load_qrels(qrels, split=split)
     known_queries = known_docs = None
     if Path(qrels).is_dir():  # a BEIR dir: check qrels ids against its queries and corpus
@@ -761,15 +784,115 @@ def eval_(
         )
         for run in runs
     }
-    if as_json:
+    if baseline_name is not None:
+        _print_comparison(reports, baseline_name, test, alpha, permutations, seed, as_json)
+    elif as_json:
         typer.echo(json.dumps({name: to_json(r) for name, r in reports.items()}, indent=2))
+    else:
+        typer.echo(format_table(reports, show_queries=True))
+    if as_json:
         return
-    typer.echo(format_table(reports, show_queries=True))
     for name, report in reports.items():
         for note in report.notes():
             typer.echo(f"note ({name}): {note}")
         if per_query:
             typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")
+
+
+def _check_comparison(test: str, permutations: int, alpha: float) -> str:
+    """The options of ``eval --baseline``, checked; returns the test's canonical name."""
+    from dotcat.evaluation.significance import normalise_test
+
+    _at_least("--permutations", permutations)
+    if not 0.0 < alpha < 1.0:
+        raise DotcatError(f"--alpha must be in (0, 1), got {alpha}")
+    return normalise_test(test)
+
+
+def _baseline_name(baseline: str, runs: list[Path]) -> str:
+    """The report name (file name) of the run ``--baseline`` names, by path or file name."""
+    for run in runs:
+        if baseline == run.name or Path(baseline) == run:
+            return run.name
+    for run in runs:
+        if Path(baseline).resolve() == run.resolve():
+            return run.name
+    names = ", ".join(run.name for run in runs)
+    raise DotcatError(f"--baseline {baseline!r} is not one of the runs ({names})")
+
+
+def _print_comparison(reports, baseline, test, alpha, permutations, seed, as_json) -> None:
+    """``dotcat eval --baseline``: the marked table and its note, or JSON with comparisons."""
+    from dotcat.evaluation import (
+        compare_to_baseline,
+        comparison_note,
+        comparison_to_json,
+        format_comparison_table,
+        to_json,
+    )
+
+    comparisons = compare_to_baseline(
+        reports, baseline, test=test, alpha=alpha, permutations=permutations, seed=seed
+    )
+    if as_json:
+        out = {}
+        for name, report in reports.items():
+            vs = comparisons.get(name)
+            out[name] = to_json(report) | {
+                "vs_baseline": None
+                if vs is None
+                else comparison_to_json(vs, baseline, test, alpha, permutations, seed)
+            }
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(format_comparison_table(reports, comparisons, baseline))
+    typer.echo("\n" + comparison_note(baseline, len(reports), test, alpha, permutations))
+
+
+@app.command()
+def experiment(
+    config: Annotated[Path, typer.Argument(help="The experiment file (TOML).")],
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder (default: the file's `output`).")
+    ] = None,
+) -> None:
+    """Run a benchmark from a TOML file: systems (BM25, dense, hybrid, + BERT_CAT) on a
+    dataset, evaluated against a baseline with significance tests; writes runs, results.json,
+    report.md and plots.
+
+    Indexes and runs are cached by fingerprint: a second run with nothing changed only
+    evaluates again; a changed setting recomputes what depends on it.
+    """
+    from dotcat.experiment import check_paths, load_config
+
+    settings = load_config(config)
+    if output is not None:
+        settings = settings.model_copy(update={"output": str(output)})
+    check_paths(settings, str(config))
+    from dotcat.files import check_can_create_in
+
+    check_can_create_in(Path(settings.output) / "report.md")
+
+    from dotcat.experiment.report import comparison_table
+    from dotcat.experiment.runner import run_experiment
+
+    def done(outcome) -> None:
+        stages = ", ".join(
+            f"{s.kind.replace('_', ' ')} {'reused' if s.reused else f'{s.seconds:.1f} s'}"
+            for s in outcome.stages
+        )
+        typer.echo(f"{outcome.name}: {stages}", err=True)
+
+    text = config.read_text(encoding="utf-8")
+    result = run_experiment(settings, text, str(config), on_system=done)
+    typer.echo(comparison_table(result))
+    computed = result.computed
+    total = sum(len(o.stages) for o in result.outcomes)
+    typer.echo(
+        f"\n{len(result.outcomes)} systems, {total - len(computed)} of {total} stages reused, "
+        f"{len(computed)} computed, in {result.seconds:.1f} s; report in "
+        f"{result.output / 'report.md'}"
+    )
 
 
 train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT or BERT_CAT.")
@@ -799,7 +922,10 @@ def train_dot(
     cache_chunk: Annotated[int | None, typer.Option(help="GradCache chunk size (0: off).")] = None,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
     warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
-    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."),
+    ] = None,
     margin: Annotated[float, typer.Option(help="Triplet margin gamma.")] = 0.1,
     max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
     query_max_length: Annotated[int, typer.Option(help="Max query tokens.")] = 64,
@@ -1009,4 +1135,66 @@ def train_cat(
     typer.echo(
         f"trained cross-encoder written to {path}; re-rank with: "
         f"dotcat rerank RUN DATA {path} --output RUN2"
+    )
+
+
+@app.command()
+def adapt(
+    corpus: Annotated[Path, typer.Argument(help="Your corpus: BEIR dir, JSONL or TSV.")],
+    out_dir: Annotated[Path, typer.Argument(help="Where the adapted BERT_DOT goes.")],
+    model: Annotated[str, typer.Option(help="BERT_DOT to adapt: dir, hub name, 'default'.")] = (
+        "default"
+    ),
+    budget_minutes: Annotated[
+        float, typer.Option(help="Wall-clock budget; sets how many pseudo-queries are used.")
+    ] = 45.0,
+    max_queries: Annotated[int | None, typer.Option(help="At most this many.")] = None,
+    prefer: Annotated[
+        str, typer.Option(help="Pseudo-queries from titles first (title) or sentences first.")
+    ] = "title",
+    dense_negatives: Annotated[
+        bool, typer.Option(help="Also mine negatives with the model (when the budget allows).")
+    ] = True,
+    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
+    cache_chunk: Annotated[int, typer.Option(help="GradCache chunk size (0: off).")] = 16,
+    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
+    bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
+) -> None:
+    """Adapt a BERT_DOT to a corpus without labels: pseudo-queries from its titles and
+    sentences, BM25 and dense negatives, contrastive training within a time budget."""
+    _check_training_args(corpus, out_dir, model, batch_size=batch_size)
+    _at_least("--max-length", max_length, 2)
+    if budget_minutes <= 0:
+        raise DotcatError(f"--budget-minutes must be > 0, got {budget_minutes}")
+
+    from dotcat.training.adapt import AdaptConfig
+    from dotcat.training.adapt import adapt as run_adapt
+
+    path = run_adapt(
+        AdaptConfig(
+            corpus=corpus,
+            out_dir=out_dir,
+            model=model,
+            budget_minutes=budget_minutes,
+            max_queries=max_queries,
+            prefer=prefer,
+            dense_negatives=dense_negatives,
+            batch_size=batch_size,
+            lr=lr,
+            cache_chunk=cache_chunk or None,
+            max_length=max_length,
+            seed=seed,
+            bf16=bf16,
+            device=device,
+            resume=resume,
+            overwrite=overwrite,
+        )
+    )
+    typer.echo(
+        f"adapted model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
     )

@@ -1,4 +1,4 @@
-"""Small file-system checks shared by every command that writes: one home for each.
+"""Small file-system helpers shared by every command that writes: one home for each.
 
 Light on purpose (standard library only): the command line runs them before importing
 torch or FAISS, so a bad output path is reported in milliseconds, not after the work.
@@ -6,10 +6,16 @@ torch or FAISS, so a bad output path is reported in milliseconds, not after the 
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from dotcat.errors import DotcatError
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def nearest_existing(path: Path) -> Path:
@@ -38,3 +44,23 @@ def check_can_create_in(path: Path) -> None:
             pass
     except OSError as e:
         raise DotcatError(f"{path}: cannot write in {ancestor} ({e.strerror})") from None
+
+
+def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> None:
+    """Write ``value`` as JSON (UTF-8) atomically: a temporary file beside ``path``, flushed
+    to disk, renamed over it. A crash leaves the old file or the new one, never half of one.
+    Parent directories are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=indent, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -111,7 +111,10 @@ def test_default_cache_dir_follows_env(monkeypatch, tmp_path, write):
     load_corpus(write("c.tsv", "a\tx\n"))
     assert any((tmp_path / "dc" / "datasets").iterdir())
     monkeypatch.delenv("DOTCAT_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert default_cache_dir() == Path.home() / ".cache" / "dotcat" / "datasets"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "dotcat" / "datasets"
 
 
 def test_damaged_entry_is_rebuilt(write, tmp_path, reads, caplog):

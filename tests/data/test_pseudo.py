@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dotcat.data import load_corpus, load_qrels, load_queries
 from dotcat.data.corpus import Document
 from dotcat.data.pseudo import cut_sentence, pseudo_queries, split_sentences, write_pseudo_dataset
@@ -33,6 +35,12 @@ def test_cut_sentence_removes_the_query_from_its_document_and_is_deterministic()
     picks = {cut_sentence(doc, seed)[0] for seed in range(20)}
     assert len(picks) > 1  # the seed changes the draw
     assert cut_sentence(Document("d2", "", "One short sentence only here."), 0) is None
+    # A sentence the text holds twice would stay in its positive: never cut.
+    twice = "Cells make ATP in their mitochondria every day. "
+    doc = Document("d3", "", twice + BODY + " " + twice)
+    for seed in range(20):
+        query, rest = cut_sentence(doc, seed)
+        assert query != twice.strip() and query not in rest
 
 
 def test_titles_first_then_sentences_duplicates_dropped_and_titles_removed():
@@ -52,6 +60,22 @@ def test_titles_first_then_sentences_duplicates_dropped_and_titles_removed():
     assert [d.id for d in pq.documents] == ["a", "b", "c", "d", "e"]
     assert all(d.title == "" for d in pq.documents)
     assert by_doc["b"] not in pq.documents[1].text  # the cut sentence left its document
+
+
+def test_sentences_first_when_preferred_titles_where_the_text_is_too_short():
+    long_title = "Exercise lowers fasting glucose"
+    docs = [
+        Document("a", long_title, BODY),  # a sentence, although the title is usable
+        Document("b", long_title + " in adults", "Too short to cut a sentence from it."),
+        Document("c", "", "Too short."),
+    ]
+    pq = pseudo_queries(docs, prefer="sentence")
+    by_doc = {doc: text for _, text, doc in pq.queries}
+    assert by_doc["a"] in split_sentences(BODY) and by_doc["a"] not in pq.documents[0].text
+    assert "b" not in by_doc  # its text is too short for a title query too (a bare positive)
+    assert (pq.from_titles, pq.from_sentences, pq.too_short) == (0, 1, 2)
+    with pytest.raises(ValueError, match="prefer"):
+        pseudo_queries(docs, prefer="words")
 
 
 def test_max_queries_draws_a_nested_subset():

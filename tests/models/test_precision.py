@@ -105,3 +105,40 @@ def test_bf16_scores_rank_like_fp32(tiny_cat_dir):
     assert not np.array_equal(a, b)
     assert spearmanr(a, b).statistic >= 0.99
     assert list(np.argsort(-a)[:3]) == list(np.argsort(-b)[:3])
+
+
+def test_linear_weights_stored_in_bf16_give_exactly_what_autocast_gave(tiny_bert_dir):
+    # Autocast casts fp32 linear weights to bf16 on every call; stored in bf16 once, the
+    # outputs must be bit-identical (same rounding), and other layers stay fp32.
+    from transformers import AutoModel
+
+    from dotcat.models.runtime import store_linear_weights
+
+    model = AutoModel.from_pretrained(tiny_bert_dir).eval()
+    ids = torch.tensor([[101, 7592, 2088, 1996, 4937, 102], [101, 2129, 2079, 4442, 102, 0]])
+    mask = (ids != 0).long()
+
+    def forward():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+
+    before = forward()
+    assert store_linear_weights(model, None) == 0  # fp32: nothing to do
+    changed = store_linear_weights(model, torch.bfloat16)
+    assert changed > 0 and store_linear_weights(model, torch.bfloat16) == 0  # once
+    assert torch.equal(forward(), before)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.weight.dtype == torch.bfloat16 for m in linears)
+    assert model.embeddings.LayerNorm.weight.dtype == torch.float32
+
+
+def test_a_bf16_encoder_stores_its_linear_weights_in_bf16_and_encodes_the_same(tiny_bert_dir):
+    texts = ["insulin and glucose", "a neuron fires", "x"]
+    encoder = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="bf16"))
+    dense = next(m for m in encoder.model.modules() if isinstance(m, torch.nn.Linear))
+    assert dense.weight.dtype == torch.bfloat16
+    fp32 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="fp32"))
+    assert next(fp32.model.parameters()).dtype == torch.float32
+    # Same vectors as autocast over fp32 weights (the fp32 encoder's model run in bf16).
+    fp32.autocast_dtype = torch.bfloat16
+    np.testing.assert_array_equal(encoder.encode(texts), fp32.encode(texts))

@@ -25,7 +25,7 @@ OFFICIAL_SHA = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     """Each test gets an empty on-disk sha cache (and an empty in-process memo)."""
-    monkeypatch.setenv("DOTCAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(resolve, "_memo", {})
 
 

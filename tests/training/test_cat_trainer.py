@@ -27,15 +27,6 @@ from dotcat.training.cat_trainer import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads; one keeps the tests quick on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> Path:
     from tests.training.test_trainer import make_training_beir

@@ -14,17 +14,6 @@ from dotcat.errors import DotcatError
 from dotcat.models.st_config import read_st_settings
 from dotcat.training.model import TrainableBiEncoder
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP workers that wait
-    for a descheduled sibling make every op slow (seen: 40x); one thread keeps tests quick."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 TEXTS = [
     "Cats are small domesticated carnivorous mammals.",
     "how do cells make ATP",
@@ -97,6 +86,31 @@ def test_prompts_and_lowercasing_survive_a_save(tiny_bert_dir, tmp_path):
     np.testing.assert_allclose(
         encoder.encode_queries(TEXTS), model.encode(model.query_texts(TEXTS)), atol=1e-5
     )
+
+
+def test_a_model_that_lowercases_is_saved_saying_so(tiny_bert_dir, tmp_path):
+    # A cased tokenizer (so lower-casing changes the tokens) under a model whose
+    # sentence-transformers config lower-cases: training encodes lower-cased text, and so
+    # must dotcat and SentenceTransformer when they load the saved model, cased input included.
+    from transformers import AutoTokenizer
+
+    models = pytest.importorskip("dotcat.models")
+    model = TrainableBiEncoder.from_pretrained(tiny_bert_dir, pooling="mean", similarity="cos")
+    model.tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir, do_lower_case=False)
+    cased = ["Cats ATP Insulin", "DNA Repair In Mammals"]
+    as_is = model.encode(cased)
+    model.lowercase = True
+    trained = model.encode(cased)
+    assert not np.allclose(as_is, trained, atol=1e-4)  # the test can tell the difference
+    out = model.save(tmp_path / "model")
+    assert json.loads((out / "sentence_bert_config.json").read_text())["do_lower_case"] is True
+    assert TrainableBiEncoder.from_pretrained(out).lowercase is True
+    encoder = models.BiEncoder.load(
+        models.EncoderConfig(model=str(out), device="cpu", precision="fp32")
+    )
+    np.testing.assert_allclose(encoder.encode(cased), trained, atol=1e-5)
+    st = pytest.importorskip("sentence_transformers").SentenceTransformer(str(out), device="cpu")
+    np.testing.assert_allclose(st.encode(cased), trained, atol=1e-5)
 
 
 def test_a_pooling_dotcat_cannot_reproduce_is_refused(tiny_bert_dir, tmp_path):

@@ -27,17 +27,6 @@ from dotcat.training.trainer import (
     train_bi_encoder,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP workers that wait
-    for a descheduled sibling make every op slow (seen: 40x); one thread keeps tests quick."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 TOPICS = [
     ("insulin", "glucose"),
     ("neuron", "synapse"),
@@ -421,3 +410,36 @@ def test_dev_subset_keeps_judged_documents_and_samples_the_rest():
     assert {"d3", "d97", "d50"} <= set(ids) and len(ids) == 13
     assert dev_subset(corpus, qrels, max_docs=10, seed=1)["id"] == ids
     assert dev_subset(corpus, qrels, max_docs=100, seed=1) is corpus
+
+
+def test_the_default_temperature_follows_the_similarity():
+    assert LossConfig.for_model("contrastive", "cos", None, 0.1).temperature == 0.05
+    assert LossConfig.for_model("contrastive", "dot", None, 0.1).temperature == 1.0
+    assert LossConfig.for_model("contrastive", "dot", 0.2, 0.1).temperature == 0.2  # given
+
+
+def test_the_triplet_loss_is_on_cosines_for_a_dot_product_model(tiny_no_dropout):
+    # A dot-product model's embeddings are not unit vectors; the notes' triplet loss compares
+    # cosines, so its value is the one computed on the normalised embeddings.
+    from dotcat.losses.triplet import triplet_loss
+
+    model = TrainableBiEncoder.from_pretrained(tiny_no_dropout, pooling="cls", similarity="dot")
+    model.freeze_unused_parameters()
+    batch, docs, _ = _example_batch()
+    value = backward_batch(
+        lambda t, n: model(model.tokenize(t, n)),
+        batch,
+        docs,
+        LossConfig.for_model("triplet", "dot", None, 0.5),
+        query_max_length=16,
+        max_length=32,
+    )
+    with torch.no_grad():
+        q = model(model.tokenize([e.query for e in batch], 16))
+        p = model(model.tokenize([docs[e.positive_id] for e in batch], 32))
+        n = model(model.tokenize([docs[d] for e in batch for d in e.negative_ids], 32))
+    n = n.reshape(len(batch), 2, -1)
+    assert q.norm(dim=-1).sub(1).abs().max() > 0.1  # really not unit vectors
+    on_cos = triplet_loss(q, p, n, margin=0.5, similarity="cos").item()
+    on_dot = triplet_loss(q, p, n, margin=0.5, similarity="dot").item()
+    assert value == pytest.approx(on_cos, abs=1e-5) and on_cos != pytest.approx(on_dot)

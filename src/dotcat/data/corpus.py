@@ -294,11 +294,11 @@ def _log_summary(stats: CorpusStats, first_skipped: int | None = None) -> None:
 
 
 def default_cache_dir() -> Path:
-    """Where :func:`load_corpus` keeps Arrow copies: ``$DOTCAT_CACHE/datasets``, by default
-    ``~/.cache/dotcat/datasets``."""
-    root = os.environ.get("DOTCAT_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "dotcat"
-    return base / "datasets"
+    """Where :func:`load_corpus` keeps Arrow copies: ``datasets/`` under dotcat's cache
+    (``$DOTCAT_CACHE``, :func:`dotcat.cache.cache_root`)."""
+    from dotcat.cache import cache_root
+
+    return cache_root() / "datasets"
 
 
 def _digest(value: object) -> str:

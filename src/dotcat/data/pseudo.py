@@ -91,10 +91,12 @@ def cut_sentence(doc: Document, seed: int) -> tuple[str, str] | None:
     the seed, so the same corpus and seed give the same queries on every machine.
     """
     sentences = split_sentences(doc.text)
+    counts = Counter(_normalise(s) for s in sentences)
     usable = [
         i
         for i, s in enumerate(sentences)
         if MIN_SENTENCE_WORDS <= len(s.split()) <= MAX_SENTENCE_WORDS
+        and counts[_normalise(s)] == 1  # a repeated sentence would stay in its positive
     ]
     if len(sentences) < 2 or not usable:
         return None
@@ -105,25 +107,38 @@ def cut_sentence(doc: Document, seed: int) -> tuple[str, str] | None:
     return sentences[pick], rest
 
 
+#: Which signal a document's pseudo-query comes from first: its title, or a cut sentence.
+PREFER = ("title", "sentence")
+
+
 def pseudo_queries(
-    documents: Iterable[Document], max_queries: int | None = None, seed: int = 0
+    documents: Iterable[Document],
+    max_queries: int | None = None,
+    seed: int = 0,
+    prefer: str = "title",
 ) -> PseudoQueries:
-    """A pseudo-query for each document that has one (title first, else a cut sentence).
+    """A pseudo-query for each document that has one: its title or a cut sentence.
 
     Args:
         documents: the corpus, e.g. :func:`dotcat.data.corpus.iter_corpus`.
         max_queries: keep at most this many queries, drawn by a hash of the document id and
             the seed (so a larger cap keeps every query a smaller one kept); None keeps all.
         seed: changes the cut sentences and the drawn queries.
+        prefer: ``title`` (the title where it is usable, else a cut sentence) or ``sentence``
+            (a cut sentence where the text has one, else the title).
     """
+    if prefer not in PREFER:
+        raise ValueError(f"prefer must be one of {PREFER}, got {prefer!r}")
     out = PseudoQueries()
     candidates: list[tuple[str, str, str]] = []
     for doc in documents:
         text, query = doc.text, None
-        if len(doc.title.split()) >= MIN_TITLE_WORDS and len(doc.text.split()) >= MIN_REST_WORDS:
+        titled = len(doc.title.split()) >= MIN_TITLE_WORDS
+        cut = cut_sentence(doc, seed) if prefer == "sentence" or not titled else None
+        if titled and cut is None and len(doc.text.split()) >= MIN_REST_WORDS:
             query = doc.title
             out.from_titles += 1
-        elif (cut := cut_sentence(doc, seed)) is not None:
+        elif cut is not None:
             query, text = cut
             out.from_sentences += 1
         else:

@@ -2,6 +2,8 @@
 
 >>> report = evaluate(run, qrels)                      # nDCG@10, RR@10, R@100, AP@100
 >>> print(format_table({"BM25": report}))
+>>> comparisons = compare_to_baseline({"BM25": report, "dense": other}, "BM25")
+>>> print(format_comparison_table({"BM25": report, "dense": other}, comparisons, "BM25"))
 """
 
 from dotcat.evaluation.metrics import (
@@ -11,18 +13,43 @@ from dotcat.evaluation.metrics import (
     parse_measures,
     qid_sort_key,
 )
-from dotcat.evaluation.report import format_per_query, format_table, to_json
-from dotcat.evaluation.significance import TTestResult, paired_ttest
+from dotcat.evaluation.report import (
+    comparison_note,
+    comparison_to_json,
+    format_comparison_table,
+    format_per_query,
+    format_table,
+    to_json,
+)
+from dotcat.evaluation.significance import (
+    Comparison,
+    PairedTestResult,
+    TTestResult,
+    compare_to_baseline,
+    holm_bonferroni,
+    paired_randomisation_test,
+    paired_ttest,
+    wins_ties_losses,
+)
 
 __all__ = [
     "DEFAULT_MEASURES",
+    "Comparison",
     "EvalReport",
+    "PairedTestResult",
     "TTestResult",
+    "compare_to_baseline",
+    "comparison_note",
+    "comparison_to_json",
     "evaluate",
+    "format_comparison_table",
     "format_per_query",
     "format_table",
+    "holm_bonferroni",
+    "paired_randomisation_test",
     "paired_ttest",
     "parse_measures",
     "qid_sort_key",
     "to_json",
+    "wins_ties_losses",
 ]

@@ -276,6 +276,20 @@ def evaluate(
     )
 
 
+def recall_curve(run: RunLike, qrels: QrelsLike, depths: Iterable[int]) -> dict[int, float]:
+    """Mean recall at each depth, ``depth -> R@depth`` over the judged queries.
+
+    ir-measures' ``R@k`` (trec_eval's ``recall_k``: relevant documents in the top k over all
+    relevant documents, relevance > 0), computed by :func:`evaluate`, so judged queries
+    without results count as 0 here as in every other figure.
+    """
+    depths = sorted({int(d) for d in depths})
+    if not depths or depths[0] < 1:
+        raise DotcatError("recall depths must be >= 1")
+    report = evaluate(run, qrels, [f"R@{d}" for d in depths])
+    return dict(zip(depths, report.aggregate.values(), strict=True))
+
+
 def _normalise_qrels(qrels: QrelsLike) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for qid, rels in qrels.items():

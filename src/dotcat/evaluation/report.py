@@ -7,6 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dotcat.evaluation.metrics import EvalReport, qid_sort_key
+from dotcat.evaluation.significance import Comparison
+
+#: The mark of a value significantly different from the baseline's (after correction).
+SIGNIFICANT_MARK = "†"  # dagger
+_TEST_NAMES = {"t": "paired t-test", "randomisation": "paired randomisation test"}
 
 
 def format_table(
@@ -38,7 +43,7 @@ def format_table(
         if show_queries:
             row.append(str(report.n_queries))
         rows.append(row)
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def format_per_query(
@@ -55,7 +60,87 @@ def format_per_query(
         label = _escape(qid) + (" *" if qid in missing else "")
         rows.append([label, *(_fmt(report.per_query[qid].get(m), digits) for m in columns)])
     rows.append(["all", *(_fmt(report.aggregate.get(m), digits) for m in columns)])
-    return _markdown(["query", *columns], rows)
+    return markdown_table(["query", *columns], rows)
+
+
+def format_comparison_table(
+    reports: Mapping[str, EvalReport],
+    comparisons: Mapping[str, Mapping[str, Comparison]],
+    baseline: str,
+    measures: Sequence[str] | None = None,
+    digits: int = 4,
+    show_queries: bool = True,
+) -> str:
+    """A Markdown table of systems against a baseline (:func:`compare_to_baseline`'s output).
+
+    Per measure four columns: the value (marked with :data:`SIGNIFICANT_MARK` where the
+    corrected p-value is below alpha), ``Δ`` (the difference to the baseline), ``p`` (the
+    Holm-corrected p-value) and ``W/T/L`` (queries won, tied, lost against the baseline).
+    The baseline's row shows its values only; :func:`comparison_note` explains the marks.
+    """
+    columns = list(measures) if measures is not None else reports[baseline].measures
+    header = ["system"]
+    for measure in columns:
+        header += [measure, "Δ", "p", "W/T/L"]
+    header += ["queries"] if show_queries else []
+    rows = []
+    for system, report in reports.items():
+        label = _escape(system) + (" (baseline)" if system == baseline else "")
+        row = [label]
+        for measure in columns:
+            value = _fmt(report.aggregate.get(measure), digits)
+            c = comparisons.get(system, {}).get(measure)
+            if c is None:
+                row += [value, "", "", ""]
+                continue
+            mark = SIGNIFICANT_MARK if c.significant else ""
+            row += [
+                value + mark,
+                f"{c.diff:+.{digits}f}",
+                _fmt_p(c.pvalue_holm),
+                f"{c.wins}/{c.ties}/{c.losses}",
+            ]
+        if show_queries:
+            row.append(str(report.n_queries))
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def comparison_note(
+    baseline: str, n_systems: int, test: str, alpha: float, permutations: int | None = None
+) -> str:
+    """The lines under a :func:`format_comparison_table` saying what its marks mean."""
+    name = _TEST_NAMES.get(test, test)
+    if test == "randomisation" and permutations:
+        name += f" ({permutations} permutations)"
+    others = max(n_systems - 1, 0)
+    return (
+        f"{SIGNIFICANT_MARK} significantly different from the baseline {baseline} "
+        f"(p < {alpha:g} after Holm-Bonferroni correction over the {others} system"
+        f"{'' if others == 1 else 's'} compared with it, per measure). "
+        f"Δ: difference to the baseline; p: two-sided {name} p-value, Holm-corrected; "
+        "W/T/L: queries where the system scores higher / the same / lower than the baseline."
+    )
+
+
+def comparison_to_json(
+    comparisons: Mapping[str, Comparison],
+    baseline: str,
+    test: str,
+    alpha: float,
+    permutations: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """A JSON-ready dict of one system's comparisons (measure -> :class:`Comparison`)."""
+    return {
+        "baseline": baseline,
+        "test": test,
+        "correction": "holm-bonferroni",
+        "alpha": alpha,
+        "permutations": permutations if test == "randomisation" else None,
+        "seed": seed if test == "randomisation" else None,
+        "measures": {m: c.to_json() for m, c in comparisons.items()},
+    }
 
 
 def to_json(report: EvalReport) -> dict[str, Any]:
@@ -89,6 +174,10 @@ def _fmt(value: float | None, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def _fmt_p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _json_float(value: float) -> float | None:
     return None if math.isnan(value) else value
 
@@ -97,18 +186,19 @@ def _escape(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """A Markdown table, padded: the first ``left`` columns (names, descriptions)
+    left-aligned, the others (figures) right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    # The first column (names) is left-aligned, figures right-aligned.
     rule = [
-        "-" * widths[0],
-        *(("-" * max(w - 1, 3)) + ":" for w in widths[1:]),
+        *("-" * max(w, 3) for w in widths[:left]),
+        *(("-" * max(w - 1, 3)) + ":" for w in widths[left:]),
     ]
     widths = [max(w, len(r)) for w, r in zip(widths, rule, strict=True)]
 
     def line(cells: list[str]) -> str:
-        padded = [cells[0].ljust(widths[0])]
-        padded += [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        padded = [c.ljust(w) for c, w in zip(cells[:left], widths[:left], strict=True)]
+        padded += [c.rjust(w) for c, w in zip(cells[left:], widths[left:], strict=True)]
         return "| " + " | ".join(padded) + " |"
 
     return "\n".join([line(header), line(rule), *(line(r) for r in rows)])

@@ -51,6 +51,7 @@ from dotcat.models.runtime import (
     quiet_transformers,
     resolve_device,
     resolve_precision,
+    store_linear_weights,
 )
 from dotcat.models.st_config import read_st_settings
 from dotcat.progress import progress_bar
@@ -163,6 +164,8 @@ class BiEncoder:
         self.lowercase = lowercase
         fast = config.fast
         self.autocast_dtype = resolve_precision(config.precision if fast else "fp32", device)
+        # Inference only, always under this autocast: its linear weights cast once, not per call.
+        store_linear_weights(model, self.autocast_dtype)
         tokens = config.max_batch_tokens
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0

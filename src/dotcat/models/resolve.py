@@ -7,8 +7,8 @@ its ``model.safetensors`` against the official file's sha256. Any other hub name
 ``huggingface_hub.snapshot_download`` (which honours ``HF_HUB_OFFLINE`` and the local cache).
 
 Hashing a 90 MB weights file costs a fraction of a second per load; verified digests are
-cached by (real path, size, mtime), in memory and in ``$DOTCAT_CACHE_DIR`` (default
-``$XDG_CACHE_HOME/dotcat`` or ``~/.cache/dotcat``), so only a changed file is hashed again.
+cached by (real path, size, mtime), in memory and in dotcat's cache (``$DOTCAT_CACHE``,
+:func:`dotcat.cache.cache_root`), so only a changed file is hashed again.
 """
 
 from __future__ import annotations
@@ -275,10 +275,9 @@ def _hash_file(path: Path) -> str:
 
 
 def _cache_dir() -> Path:
-    if os.environ.get("DOTCAT_CACHE_DIR"):
-        return Path(os.environ["DOTCAT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dotcat"
+    from dotcat.cache import cache_root
+
+    return cache_root()
 
 
 def _read_disk_cache() -> dict[str, str]:

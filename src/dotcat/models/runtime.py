@@ -128,6 +128,35 @@ def _warn_once(message: str) -> None:
     logger.warning(message)
 
 
+def store_linear_weights(model: torch.nn.Module, dtype: torch.dtype | None) -> int:
+    """Store the weights and biases of ``model``'s linear layers in ``dtype``, once.
+
+    Under bf16 autocast a linear layer casts its fp32 weight and bias to bf16 on every call:
+    the cast cache lives inside one autocast region, and an encoder call is one region. For
+    a small model answering one short query those casts are a large share of the work (22M
+    MiniLM weights re-cast per query: ~11.9 -> ~9-10.6 ms per query when stored in bf16, Zen
+    4). Stored in bf16 they give exactly what autocast gave (the same fp32 -> bf16 rounding,
+    done once; autocast leaves bf16 tensors as they are), and take half the memory. Other
+    layers (embeddings, LayerNorm) stay in fp32, as autocast runs them.
+
+    Only for models that always run under autocast with ``dtype`` and are never trained
+    (the inference encoders); nothing is done for ``None`` (fp32) or a non-bf16 dtype.
+
+    Returns:
+        how many linear layers were changed.
+    """
+    if dtype != torch.bfloat16:
+        return 0
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.dtype != dtype:
+            module.weight.data = module.weight.data.to(dtype)
+            if module.bias is not None:
+                module.bias.data = module.bias.data.to(dtype)
+            changed += 1
+    return changed
+
+
 def precision_name(dtype: torch.dtype | None) -> str:
     """``fp32``, ``bf16`` or ``fp16``: the name an index manifest or a record stores."""
     return next(name for name, value in PRECISIONS.items() if value is dtype)
@@ -158,6 +187,18 @@ def quiet_transformers():
     finally:
         if enabled:
             hf_logging.enable_progress_bar()
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def available_cpus() -> int:

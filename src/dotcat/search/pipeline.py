@@ -138,11 +138,15 @@ class Reranker:
         batch_size: int = 32,
     ) -> Reranker:
         from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+        from dotcat.models.runtime import store_linear_weights
 
         config = CrossEncoderConfig(
             model=model, device=device, precision=precision, batch_size=batch_size
         )
-        return cls(CrossEncoder.load(config), depth, interpolate)
+        cross_encoder = CrossEncoder.load(config)
+        # Loaded here for inference only: its linear weights cast once, not on every call.
+        store_linear_weights(cross_encoder.model, cross_encoder.autocast_dtype)
+        return cls(cross_encoder, depth, interpolate)
 
     def rerank(
         self,
@@ -262,6 +266,17 @@ class SearchPipeline:
                     index=self.index,
                 )
             return self._dense
+
+    def one_thread_small_calls(self) -> None:
+        """Encode single queries (and other small calls) on one intra-op thread.
+
+        For a server: its event loop, and on a shared machine its clients, need a core the
+        moment an answer is ready, and OpenMP workers spin-waiting after a two-thread call
+        take it (``eval/results/serve.md``: one client's p50 17.6 ms with two threads on a
+        quiet CPU, 14.9 ms with one thread while another process held a core).
+        """
+        if self.first_stage in ("dense", "hybrid") or self._dense is not None:
+            self._dense_retriever().encoder.single_query_threads = 1
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -69,7 +69,8 @@ class ServeConfig:
         host, port: where to listen; a non-loopback host needs ``api_key``.
         api_key: required from clients when set (``X-API-Key`` or ``Authorization: Bearer``).
         max_batch: most queries per model call.
-        batch_window_ms: after a batch's first request, wait this long for more (0: none).
+        batch_window_ms: after a batch's first request, wait at most this long for the rest of
+            the crowd the last batch saw (:mod:`dotcat.serve.batcher`; 0: never wait).
         queue_size: most requests waiting for the model; beyond, 503 at once.
         timeout_s: time limit of one request (504 past it).
         max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
@@ -80,7 +81,7 @@ class ServeConfig:
     port: int = 8080
     api_key: str | None = None
     max_batch: int = 64
-    batch_window_ms: float = 0.0
+    batch_window_ms: float = 5.0
     queue_size: int = 64
     timeout_s: float = 30.0
     max_k: int = 1000
@@ -102,6 +103,8 @@ class ServeConfig:
                 raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
             raise DotcatError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if not 0 <= self.batch_window_ms <= 1000:
+            raise DotcatError(f"batch window must be in [0, 1000] ms, got {self.batch_window_ms}")
 
 
 def is_loopback(host: str) -> bool:

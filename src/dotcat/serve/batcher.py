@@ -1,12 +1,21 @@
 """Micro-batching: concurrent requests share one encoder call, one FAISS search, one re-ranking.
 
 Requests go into a bounded queue. One loop takes whatever is waiting (up to ``max_batch``
-queries, optionally waiting ``window`` seconds for more after the first), groups it by the
-options that change the work (first stage, re-ranking, depth, k), and runs each group as one
-:meth:`dotcat.search.pipeline.SearchPipeline.search_many` call in a worker thread. While that
-call runs, new requests queue up and form the next batch: with one client a request is
-answered at once, with many the batches grow and throughput grows with them (the model's
-cost per query falls with batch size, and only one call at a time uses the cores).
+queries), groups it by the options that change the work (first stage, re-ranking, depth, k),
+and runs each group as one :meth:`dotcat.search.pipeline.SearchPipeline.search_many` call in a
+worker thread. While that call runs, new requests queue up and form the next batch: with one
+client a request is answered at once, with many the batches grow and throughput grows with
+them (the model's cost per query falls with batch size, and only one call at a time uses the
+cores).
+
+Taking only what is waiting splits a steady crowd in two: while a batch of half the clients
+runs, the other half queues up and becomes the next batch, whose clients come back while the
+first half's batch runs, and so on; every call serves half the crowd at the price of nearly the
+whole. So when a batch is done the loop counts the crowd, the requests it just answered
+(their clients are likely to ask again) plus those that queued up meanwhile, and while fewer
+are waiting it gives the missing ones up to ``window`` seconds to arrive. A lone client is
+never kept waiting (its crowd is itself); a crowd that thins out costs one window at most,
+after which the count drops.
 
 A full queue refuses at once (:class:`QueueFull`, the server's 503 with ``Retry-After``);
 a request whose caller gave up (time limit) is dropped before its batch runs.
@@ -58,12 +67,12 @@ class MicroBatcher:
         pipeline: a :class:`dotcat.search.pipeline.SearchPipeline`.
         max_batch: most queries per model call.
         queue_size: most requests waiting; one more raises :class:`QueueFull`.
-        window: seconds to wait for more requests after the first of a batch (0: take what is
-            waiting and go: no added latency for a lone client).
+        window: the longest wait, after a batch's first request, for as many requests as the
+            last batch served (see the module docstring; 0: take what is waiting and go).
     """
 
     def __init__(
-        self, pipeline: Any, max_batch: int = 64, queue_size: int = 64, window: float = 0.0
+        self, pipeline: Any, max_batch: int = 64, queue_size: int = 64, window: float = 0.005
     ) -> None:
         self.pipeline = pipeline
         self.max_batch = max_batch
@@ -74,6 +83,7 @@ class MicroBatcher:
         self._task: asyncio.Task | None = None
         self.batches = 0
         self.queries = 0
+        self._expected = 1  # the crowd counted after the last batch: how many to wait for
 
     @property
     def waiting(self) -> int:
@@ -110,9 +120,14 @@ class MicroBatcher:
                 groups[job.key].append(job)
             for jobs in groups.values():
                 await self._run_group(jobs)
+            # The crowd: the clients just answered (they are likely to ask again) and those
+            # who queued up meanwhile.
+            self._expected = max(1, len(batch) + self._queue.qsize())
 
     async def _next_batch(self) -> list[Job]:
-        """The waiting jobs (at least one), up to ``max_batch`` queries; cancelled ones dropped."""
+        """The waiting jobs (at least one), up to ``max_batch`` queries, and while fewer than
+        the crowd counted after the last batch have come, those arriving within ``window``;
+        cancelled ones dropped."""
         batch = [await self._queue.get()]
         size = len(batch[0].queries)
         deadline = time.perf_counter() + self.window
@@ -121,7 +136,7 @@ class MicroBatcher:
                 job = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 remaining = deadline - time.perf_counter()
-                if remaining <= 0:
+                if remaining <= 0 or len(batch) >= self._expected:
                     break
                 try:
                     job = await asyncio.wait_for(self._queue.get(), remaining)

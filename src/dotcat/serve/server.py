@@ -58,6 +58,7 @@ def serve(
     config.check()
     check_port(config.host, config.port)
     pipeline = SearchPipeline(index_dir, pipeline_config)
+    pipeline.one_thread_small_calls()
     app = create_app(pipeline, config)
     if access_log:
         enable_access_log()

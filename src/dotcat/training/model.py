@@ -389,7 +389,8 @@ class TrainableBiEncoder(nn.Module):
             "1_Pooling/config.json": pooling,
             "sentence_bert_config.json": {
                 "max_seq_length": self.max_length,
-                "do_lower_case": False,
+                # What training did to its inputs, so every loader lower-cases as it did.
+                "do_lower_case": self.lowercase,
             },
             "config_sentence_transformers.json": {
                 "__version__": versions,

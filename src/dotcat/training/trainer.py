@@ -183,7 +183,11 @@ class DotTrainConfig:
         warmup_ratio: share of the steps over which the learning rate rises linearly from 0;
             then it decays linearly to 0 at the last step.
         max_grad_norm: clip the gradients' global L2 norm (0: no clipping).
-        temperature, margin: of the contrastive and triplet losses.
+        temperature: of the contrastive loss; None: :data:`DEFAULT_TEMPERATURES` for the
+            model's similarity (0.05 for cosines in [-1, 1]; 1 for inner products, whose
+            unnormalised scores divided by 0.05 would saturate the softmax).
+        margin: of the triplet loss, in cosine units (the loss is on cosines, as in the
+            notes, whatever similarity the index searches with).
         seed: data order, dev split, negative sampling and dropout.
         bf16: ``"auto"`` (bf16 autocast where the hardware supports it natively: CUDA GPUs with
             bf16, CPUs with AVX512-BF16 or AMX), ``"on"`` (always; emulated and slow on other
@@ -222,7 +226,7 @@ class DotTrainConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    temperature: float = 0.05
+    temperature: float | None = None
     margin: float = 0.1
     max_length: int = 256
     query_max_length: int = 64
@@ -261,7 +265,10 @@ class DotTrainConfig:
         need(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
         need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
         need(self.weight_decay >= 0 and self.max_grad_norm >= 0, "negative decay or clip norm")
-        need(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        need(
+            self.temperature is None or self.temperature > 0,
+            f"temperature must be > 0, got {self.temperature}",
+        )
         need(self.margin > 0, f"margin must be > 0, got {self.margin}")
         need(self.max_length >= 2 and self.query_max_length >= 2, "max lengths must be >= 2")
         need(self.dev_max_docs >= 1, "dev_max_docs must be >= 1")
@@ -319,14 +326,31 @@ def resolve_bf16(setting: str, device: torch.device) -> bool:
 # -- one batch ----------------------------------------------------------------------------
 
 
+#: The contrastive temperature per similarity when none is given: 0.05 for cosines (DPR-style
+#: training of normalised embeddings, e.g. SimCSE, E5), 1 for inner products (DPR trains its
+#: dot-product bi-encoder with no temperature at all).
+DEFAULT_TEMPERATURES = {"cos": 0.05, "dot": 1.0}
+
+
 @dataclass(frozen=True)
 class LossConfig:
-    """The loss of a run: ``contrastive`` (``temperature``) or ``triplet`` (``margin``)."""
+    """The loss of a run: ``contrastive`` (``temperature``, on the model's similarity) or
+    ``triplet`` (``margin``, always on cosines: the notes define it so, and a margin in
+    unbounded inner-product units would mean nothing)."""
 
     name: str = "contrastive"
     similarity: str = "cos"
     temperature: float = 0.05
     margin: float = 0.1
+
+    @classmethod
+    def for_model(
+        cls, name: str, similarity: str, temperature: float | None, margin: float
+    ) -> LossConfig:
+        """The loss for a model of this similarity; ``temperature`` None: the default for it."""
+        if temperature is None:
+            temperature = DEFAULT_TEMPERATURES[similarity]
+        return cls(name, similarity, temperature, margin)
 
 
 def backward_batch(
@@ -410,7 +434,7 @@ def backward_batch(
                 sizes,
                 ctx.rank,
                 margin=loss.margin,
-                similarity=loss.similarity,
+                similarity="cos",  # the notes' triplet loss, whatever the index searches by
             )
         return value * scale
 
@@ -802,7 +826,7 @@ def _train(config: DotTrainConfig, ctx: DistributedContext) -> Path:
     model.to(ctx.device)
     model.freeze_unused_parameters()
     bf16 = resolve_bf16(config.bf16, ctx.device)
-    loss = LossConfig(config.loss, model.similarity, config.temperature, config.margin)
+    loss = LossConfig.for_model(config.loss, model.similarity, config.temperature, config.margin)
 
     # Hard negatives and examples.
     mining_started = time.perf_counter()

@@ -1,0 +1,355 @@
+"""The experiment file of ``dotcat experiment``: a TOML schema, validated field by field.
+
+Every problem is one line naming the file and the field, e.g.
+``experiment.toml: systems[2].depth: must be an integer >= 1, got 0`` or
+``experiment.toml: systems[0]: unknown field 'modle' (did you mean 'model'?)``. The schema is
+a set of pydantic models in strict mode (TOML has real types: ``depth = "10"`` is an error,
+not a 10) that forbid unknown fields; :func:`check_paths` then checks the files the
+experiment names (dataset, models, indexes) before anything heavy is imported.
+
+Relative paths are taken from the current directory, as on the command line.
+
+An example (``eval/experiments/scifact.toml`` has a complete one)::
+
+    output = "runs/experiments/scifact"
+    baseline = "BM25"
+    measures = ["nDCG@10", "R@100"]
+
+    [dataset]
+    path = "data/scifact"
+    split = "test"
+
+    [[systems]]
+    name = "BM25"
+    first_stage = "bm25"
+
+    [[systems]]
+    name = "hybrid + BERT_CAT"
+    first_stage = "hybrid"
+    index = "indexes/scifact-dot"
+    rerank = "runs/cat"
+    depth = 100
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from dotcat.errors import DotcatError
+from dotcat.evaluation.metrics import DEFAULT_MEASURES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+FIRST_STAGES = ("bm25", "dense", "hybrid")
+# Settings of the index a `model` builds.
+_ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
+
+
+def _field_error(field: str, message: str) -> PydanticCustomError:
+    """A cross-field error reported as ``<system>.<field>: <message>``."""
+    return PydanticCustomError("dotcat_field", message, {"field": field})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DatasetConfig(_Strict):
+    """The topics and judgements every system is run on and evaluated with."""
+
+    path: str = Field(
+        description="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)"
+    )
+    split: str = Field("test", min_length=1, description="the name of a qrels split")
+
+
+class SystemConfig(_Strict):
+    """One system: a first stage (BM25, dense or hybrid), optionally re-ranked by BERT_CAT."""
+
+    name: str = Field(min_length=1, description="a non-empty name")
+    first_stage: Literal["bm25", "dense", "hybrid"] = Field(
+        description="one of 'bm25', 'dense', 'hybrid'"
+    )
+    model: str | None = Field(
+        None, description="a BERT_DOT model (directory or hub name) to build an index with"
+    )
+    index: str | None = Field(None, description="an index directory written by `dotcat index`")
+    pooling: Literal["cls", "mean"] | None = Field(None, description="'cls' or 'mean'")
+    similarity: Literal["dot", "cos"] | None = Field(None, description="'dot' or 'cos'")
+    max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
+    faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
+    fusion: Literal["auto", "rrf", "linear"] = Field(
+        "auto", description="one of 'auto', 'rrf', 'linear'"
+    )
+    fusion_weight: float | None = Field(None, ge=0, le=1, description="a number in [0, 1]")
+    k1: float = Field(0.9, ge=0, description="a number >= 0")
+    b: float = Field(0.4, ge=0, le=1, description="a number in [0, 1]")
+    rerank: str | None = Field(None, description="a BERT_CAT cross-encoder (directory)")
+    depth: int = Field(100, ge=1, description="an integer >= 1")
+    interpolate: Literal["auto"] | float = Field("auto", description="'auto' or a number in [0, 1]")
+    batch_size: int = Field(32, ge=1, description="an integer >= 1")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SystemConfig:
+        """Settings that only apply to some systems are refused elsewhere, not ignored."""
+        given = self.model_fields_set
+        if self.first_stage in ("dense", "hybrid") and (self.model is None) == (self.index is None):
+            raise _field_error(
+                "model", f"first_stage '{self.first_stage}' needs either `model` or `index`"
+            )
+        if self.first_stage == "bm25" and self.model is not None:
+            raise _field_error("model", "first_stage 'bm25' takes no `model` (BM25 is lexical)")
+        for name in sorted(given & set(_ENCODER_FIELDS)):
+            if self.model is None:
+                raise _field_error(name, "applies only when `model` builds an index")
+        for name in sorted(given & {"k1", "b"}):
+            if self.first_stage != "bm25" or self.index is not None:
+                raise _field_error(
+                    name, "applies only to first_stage 'bm25' over the dataset (no `index`)"
+                )
+        for name in sorted(given & {"fusion", "fusion_weight"}):
+            if self.first_stage != "hybrid":
+                raise _field_error(name, "applies only to first_stage 'hybrid'")
+        for name in sorted(given & {"depth", "interpolate", "batch_size"}):
+            if self.rerank is None:
+                raise _field_error(name, "applies only with `rerank`")
+        if isinstance(self.interpolate, float) and not 0 <= self.interpolate <= 1:
+            raise _field_error(
+                "interpolate", f"must be 'auto' or a number in [0, 1], got {self.interpolate}"
+            )
+        return self
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment: a dataset, systems, measures, a baseline, where the report goes."""
+
+    name: str | None = Field(None, description="a title for the report")
+    output: str = Field(min_length=1, description="the report folder")
+    cache: str | None = Field(
+        None, description="a folder for built indexes and runs (default: <output>/cache)"
+    )
+    baseline: str = Field(min_length=1, description="the name of one of the systems")
+    measures: list[str] = Field(
+        list(DEFAULT_MEASURES), min_length=1, description="a list of ir-measures names"
+    )
+    k: int = Field(100, ge=1, description="an integer >= 1 (results per query)")
+    test: Literal["t", "randomisation"] = Field("t", description="'t' or 'randomisation'")
+    permutations: int = Field(10_000, ge=1, description="an integer >= 1")
+    seed: int = Field(0, description="an integer")
+    alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="one of 'auto', 'fp32', 'bf16', 'fp16'"
+    )
+    device: str = Field("auto", min_length=1, description="'auto', 'cpu' or 'cuda'")
+    dataset: DatasetConfig = Field(description="a [dataset] table with `path` and `split`")
+    systems: list[SystemConfig] = Field(min_length=1, description="one or more [[systems]] tables")
+
+    @model_validator(mode="after")
+    def _names(self) -> ExperimentConfig:
+        names = [s.name for s in self.systems]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise _field_error(f"systems[{i}].name", f"{name!r} is used by another system")
+        if self.baseline not in names:
+            raise _field_error(
+                "baseline",
+                f"{self.baseline!r} is not a system name" + _did_you_mean(self.baseline, names),
+            )
+        from dotcat.evaluation.metrics import parse_measures
+
+        for i, measure in enumerate(self.measures):
+            try:
+                parse_measures(measure)
+            except DotcatError as e:
+                raise _field_error(f"measures[{i}]", str(e)) from None
+        return self
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment file.
+
+    Raises:
+        DotcatError: an unreadable file, invalid TOML, or a field that breaks the schema:
+            one line per problem, ``<file>: <field>: <problem>``.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DotcatError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DotcatError(f"{path}: cannot read ({e})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise DotcatError(f"{path}: invalid TOML: {e}") from None
+    return parse_config(data, str(path))
+
+
+def parse_config(data: dict[str, Any], source: str = "experiment") -> ExperimentConfig:
+    """Validate an already parsed experiment (a dict as TOML gives it); see :func:`load_config`."""
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as e:
+        lines = _error_lines(e)
+        raise DotcatError("\n".join(f"{source}: {line}" for line in lines)) from None
+
+
+def _error_lines(error: ValidationError) -> list[str]:
+    """One line per field in error (a union's alternatives collapse into one)."""
+    seen: dict[str, str] = {}
+    for item in error.errors():
+        fields = _field_path(item["loc"])
+        where = _format_loc(fields)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            name = str(fields[-1])
+            parent = _format_loc(fields[:-1]) or "top level"
+            known = list(_model_at(fields[:-1]).model_fields)
+            message = f"{parent}: unknown field {name!r}{_did_you_mean(name, known)}"
+            seen.setdefault(f"{where}:extra", message)
+            continue
+        if kind == "dotcat_field":
+            field = item["ctx"]["field"]
+            where = f"{where}.{field}" if where else field
+            seen.setdefault(where, f"{where}: {item['msg']}")
+            continue
+        description = _description(fields)
+        if kind == "missing":
+            message = f"missing; expected {description}" if description else "missing"
+        else:
+            expected = f"must be {description}" if description else item["msg"]
+            message = f"{expected}, got {item['input']!r}"
+        seen.setdefault(where, f"{where or 'top level'}: {message}")
+    return list(seen.values())
+
+
+def _field_path(loc: tuple) -> list[str | int]:
+    """The loc as field names and list indexes, without a union's member tags."""
+    out: list[str | int] = []
+    model: type[BaseModel] | None = ExperimentConfig
+    for part in loc:
+        if isinstance(part, int):
+            out.append(part)
+        elif model is not None and part in model.model_fields:
+            out.append(part)
+            model = _nested_model(model.model_fields[part].annotation)
+        else:  # an unknown field's name (kept), or a union member's tag (dropped)
+            if model is not None:
+                out.append(part)
+            break
+    return out
+
+
+def _model_at(fields: list[str | int]) -> type[BaseModel]:
+    model: type[BaseModel] = ExperimentConfig
+    for part in fields:
+        if isinstance(part, str):
+            model = _nested_model(model.model_fields[part].annotation) or model
+    return model
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _description(fields: list[str | int]) -> str | None:
+    names = [p for p in fields if isinstance(p, str)]
+    model: type[BaseModel] | None = ExperimentConfig
+    info = None
+    for name in names:
+        if model is None or name not in model.model_fields:
+            return None
+        info = model.model_fields[name]
+        model = _nested_model(info.annotation)
+    return info.description if info is not None else None
+
+
+def _format_loc(fields: list[str | int]) -> str:
+    text = ""
+    for part in fields:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# -- the files an experiment names -----------------------------------------------------------
+
+
+def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
+    """Check the dataset, models and indexes the experiment names, without loading them.
+
+    Raises:
+        DotcatError: ``<file>: <field>: <problem>`` for the first one that is missing or
+            unusable (a dataset without the split, a directory that is not a model, an index
+            without the BM25 side a first stage needs).
+    """
+    from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
+
+    def fail(where: str, error: Exception) -> None:
+        raise DotcatError(f"{source}: {where}: {error}") from None
+
+    data = Path(config.dataset.path)
+    if not data.is_dir():
+        fail("dataset.path", DotcatError(f"{data}: no such directory"))
+    for where, check in (
+        ("dataset.path", lambda: find_corpus_file(data)),
+        ("dataset.path", lambda: find_queries_file(data)),
+        ("dataset.split", lambda: find_qrels_file(data, config.dataset.split)),
+    ):
+        try:
+            check()
+        except DotcatError as e:
+            fail(where, e)
+    for i, system in enumerate(config.systems):
+        for field in ("model", "rerank"):
+            value = getattr(system, field)
+            if value is not None:
+                try:
+                    _check_model(value)
+                except DotcatError as e:
+                    fail(f"systems[{i}].{field}", e)
+        if system.index is not None:
+            try:
+                _check_index(Path(system.index), system.first_stage)
+            except DotcatError as e:
+                fail(f"systems[{i}].index", e)
+
+
+def _check_model(model: str) -> None:
+    from dotcat.models.resolve import read_model_config, resolve_model
+    from dotcat.models.st_config import read_st_settings
+
+    path = resolve_model(model)
+    read_model_config(path, read_st_settings(path).transformer_dir)
+
+
+def _check_index(index_dir: Path, first_stage: str) -> None:
+    from dotcat.index.manifest import Manifest
+
+    manifest = Manifest.read(index_dir)
+    if first_stage in ("bm25", "hybrid") and not manifest.bm25:
+        raise DotcatError(
+            f"{index_dir} has no BM25 index, which first_stage '{first_stage}' needs "
+            "(build it with `dotcat index ... --bm25`)"
+        )

@@ -1,0 +1,220 @@
+"""The report folder of an experiment: ``results.json``, ``report.md`` and the plots.
+
+``results.json`` holds everything a program needs (per system: aggregate and per-query
+values, the comparison with the baseline, the stages with their fingerprints, timings and
+whether they were reused; the recall curves; the configuration; the machine).
+``report.md`` is the same for a person: the table with significance marks, the plots, the
+systems with their timings, the configuration file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotcat import __version__
+from dotcat.evaluation import comparison_note, comparison_to_json, format_comparison_table
+from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
+from dotcat.evaluation.report import markdown_table, to_json
+from dotcat.files import write_json
+
+if TYPE_CHECKING:
+    from dotcat.experiment.runner import ExperimentResult, SystemOutcome
+
+RESULTS_NAME = "results.json"
+REPORT_NAME = "report.md"
+RECALL_PLOT = "recall.png"
+
+
+def plot_measure(result: ExperimentResult) -> str:
+    """The measure of the per-query plot: nDCG@10 when evaluated, else the first measure."""
+    measures = next(iter(result.reports.values())).measures
+    return "nDCG@10" if "nDCG@10" in measures else measures[0]
+
+
+def comparison_table(result: ExperimentResult) -> str:
+    """The Markdown table against the baseline and the note under it."""
+    config = result.config
+    table = format_comparison_table(result.reports, result.comparisons, config.baseline)
+    note = comparison_note(
+        config.baseline, len(result.reports), config.test, config.alpha, config.permutations
+    )
+    return f"{table}\n\n{note}"
+
+
+def write_report(
+    result: ExperimentResult,
+    source_text: str | None,
+    source_name: str | None,
+    started: float,
+) -> None:
+    """Write the plots, ``results.json`` and ``report.md`` into ``result.output``."""
+    from dotcat.experiment.runner import slug
+
+    out = result.output
+    measure = plot_measure(result)
+    per_query = per_query_difference_plot(
+        result.reports, result.config.baseline, measure, out / f"per_query_{slug(measure)}.png"
+    )
+    recall = recall_plot(result.recall, out / RECALL_PLOT)
+    result.files |= {per_query.name: per_query, recall.name: recall}
+    seconds = time.perf_counter() - started
+    write_json(out / RESULTS_NAME, results_json(result, source_name, seconds))
+    result.files[RESULTS_NAME] = out / RESULTS_NAME
+    text = report_markdown(result, source_text, source_name, seconds, [per_query, recall])
+    (out / REPORT_NAME).write_text(text, encoding="utf-8")
+    result.files[REPORT_NAME] = out / REPORT_NAME
+
+
+def results_json(result: ExperimentResult, source_name: str | None, seconds: float) -> dict:
+    """The machine-readable record of an experiment (see the module docstring)."""
+    config = result.config
+    systems = {}
+    runs = result.run_files
+    for outcome in result.outcomes:
+        report = result.reports[outcome.name]
+        vs = result.comparisons.get(outcome.name)
+        systems[outcome.name] = {
+            "run": f"runs/{runs[outcome.name].name}",
+            "settings": outcome.config.model_dump(exclude_defaults=True),
+            "stages": [stage.to_json() for stage in outcome.stages],
+            "reused": outcome.reused,
+            "seconds_this_run": round(outcome.seconds, 3),
+            **to_json(report),
+            "notes": report.notes(),
+            "vs_baseline": None
+            if vs is None
+            else comparison_to_json(
+                vs, config.baseline, config.test, config.alpha, config.permutations, config.seed
+            ),
+        }
+    return {
+        "format": "dotcat-experiment",
+        "format_version": 1,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "config_file": source_name,
+        "config": config.model_dump(),
+        "dotcat_version": __version__,
+        "torch_version": _torch_version(),
+        "machine": result.environment.machine,
+        "device": result.environment.device,
+        "precision": result.environment.precision,
+        "dataset": {
+            "path": str(result.dataset.path),
+            "split": result.dataset.split,
+            "queries": len(result.dataset.queries),
+            "fingerprint": result.dataset.fingerprint,
+        },
+        "baseline": config.baseline,
+        "systems": systems,
+        "recall_curve": {
+            name: {"depths": list(curve), "recall": list(curve.values())}
+            for name, curve in result.recall.items()
+        },
+        "computed": [f"{s.kind} {Path(s.path).name}" for s in result.computed],
+        "seconds": round(seconds, 3),
+    }
+
+
+def _torch_version() -> str | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", None)
+
+
+def report_markdown(
+    result: ExperimentResult,
+    source_text: str | None,
+    source_name: str | None,
+    seconds: float,
+    plots: list[Path],
+) -> str:
+    """``report.md``: header, table, plots, systems and timings, configuration."""
+    config, env, data = result.config, result.environment, result.dataset
+    machine = env.machine
+    title = config.name or (Path(source_name).stem if source_name else "experiment")
+    lines = [
+        f"# Experiment: {title}",
+        "",
+        f"Command: `dotcat experiment {source_name or 'CONFIG'}`",
+        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
+        f"{machine['cores']} cores; models at {env.precision} on {env.device} "
+        f"(precision {config.precision}); dotcat {__version__}, torch {_torch_version()}.",
+        f"Dataset: `{data.path}`, split `{data.split}`: {len(data.queries)} queries; "
+        f"top {config.k} per query; measures by ir-measures.",
+        "",
+        "## Results",
+        "",
+        comparison_table(result),
+        "",
+    ]
+    notes = [f"- {n}: {note}" for n, report in result.reports.items() for note in report.notes()]
+    lines += [*notes, ""] if notes else []
+    lines += ["## Plots", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots]
+    lines += ["", "## Systems and timings", "", _timings_table(result), ""]
+    reused = sum(1 for o in result.outcomes for s in o.stages if s.reused)
+    total = sum(len(o.stages) for o in result.outcomes)
+    lines += [
+        "Stage times are those of computing the stage, when it was computed; *reused* marks "
+        f"stages this run found in the cache (`{_cache_dir(result)}`), by fingerprint. "
+        f"This run: {total - reused} of {total} stages computed, {seconds:.1f} s in all.",
+        "",
+    ]
+    if source_text is not None:
+        lines += ["## Configuration", "", "```toml", source_text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _cache_dir(result: ExperimentResult) -> str:
+    config = result.config
+    return config.cache if config.cache is not None else str(result.output / "cache")
+
+
+def _timings_table(result: ExperimentResult) -> str:
+    header = ["system", "what", "index", "first stage", "re-ranking", "this run"]
+    rows = []
+    for outcome in result.outcomes:
+        stages = {s.kind: s for s in outcome.stages}
+        index = "existing" if outcome.config.index else _stage_time(stages.get("index"))
+        rows.append(
+            [
+                outcome.name,
+                describe_system(outcome),
+                index,
+                _stage_time(stages.get("first_stage")),
+                _stage_time(stages.get("rerank")),
+                f"{outcome.seconds:.1f} s",
+            ]
+        )
+    return markdown_table(header, rows, left=2)
+
+
+def _stage_time(stage: Any) -> str:
+    if stage is None:
+        return "-"
+    return f"{stage.seconds:.1f} s" + (" (reused)" if stage.reused else "")
+
+
+def describe_system(outcome: SystemOutcome) -> str:
+    """One line: the first stage, where it comes from, and the re-ranking."""
+    s = outcome.config
+    if s.first_stage == "bm25" and s.index is None:
+        text = f"BM25 over the corpus (k1 {s.k1:g}, b {s.b:g})"
+    else:
+        source = f"index `{s.index}`" if s.index else f"model `{s.model}` (index built)"
+        text = f"{s.first_stage} over {source}"
+        if s.first_stage == "hybrid" and s.fusion != "auto":
+            weight = f" {s.fusion_weight:g}" if s.fusion_weight is not None else ""
+            text += f", fusion {s.fusion}{weight}"
+    rerank = next((st for st in outcome.stages if st.kind == "rerank"), None)
+    if rerank is not None:
+        alpha = rerank.details.get("interpolation")
+        source = rerank.details.get("interpolation_source", "")
+        mix = f", interpolation {alpha:g} ({source})" if alpha is not None else ""
+        text += f" -> BERT_CAT `{s.rerank}` top {s.depth}{mix}"
+    return text

@@ -1,0 +1,537 @@
+"""Run an experiment: build what is missing, run every system, evaluate, write the report.
+
+Each system is up to three cached stages (:mod:`dotcat.experiment.cache`), computed by the
+code the commands use:
+
+1. an index, when the system names a ``model``: :func:`dotcat.index.build_index` with BM25
+   inside, then :func:`dotcat.search.pipeline.tune_fusion`, as ``dotcat index`` does;
+2. a first-stage run: :func:`dotcat.search.bm25.bm25_search` over the dataset's corpus (as
+   ``dotcat bm25``), or :meth:`dotcat.search.pipeline.SearchPipeline.run` over the index (as
+   ``dotcat search --queries``);
+3. with ``rerank``, the first stage's top ``depth`` re-ranked by
+   :class:`dotcat.search.pipeline.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
+   the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``).
+
+Stages that only differ in a later setting share the earlier ones (a hybrid system and the
+same hybrid re-ranked share the first stage). Models load only for what must be computed,
+so an experiment whose artifacts are all cached runs no model at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotcat.data import load_corpus, load_qrels, load_queries, read_run, write_run
+from dotcat.errors import DotcatError
+from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate
+from dotcat.evaluation.significance import Comparison
+from dotcat.experiment.cache import (
+    Cache,
+    StageRecord,
+    digest,
+    file_digest,
+    index_fingerprint,
+    model_fingerprint,
+)
+from dotcat.experiment.config import ExperimentConfig, SystemConfig
+
+logger = logging.getLogger(__name__)
+
+#: CPU flags recorded with the results: they decide precision and speed.
+RELEVANT_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+@dataclass
+class Environment:
+    """Where the models run: the resolved device and precision, and the machine."""
+
+    device: str
+    precision: str
+    machine: dict[str, Any]
+
+
+@dataclass
+class Dataset:
+    """The experiment's topics, judgements and file fingerprints; the corpus on demand."""
+
+    path: Path
+    split: str
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    fingerprint: dict[str, str]
+    _corpus: Any = None
+
+    def corpus(self):
+        """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
+        if self._corpus is None:
+            self._corpus = load_corpus(self.path)
+        return self._corpus
+
+
+@dataclass
+class SystemOutcome:
+    """One system's stages, its final run (in the cache) and this invocation's time on it."""
+
+    name: str
+    config: SystemConfig
+    stages: list[StageRecord]
+    run_file: Path
+    seconds: float
+
+    @property
+    def reused(self) -> bool:
+        return all(stage.reused for stage in self.stages)
+
+
+@dataclass
+class ExperimentResult:
+    """What :func:`run_experiment` produced; the report folder holds the same in files."""
+
+    config: ExperimentConfig
+    environment: Environment
+    dataset: Dataset
+    outcomes: list[SystemOutcome]
+    reports: dict[str, EvalReport]
+    comparisons: dict[str, dict[str, Comparison]]
+    recall: dict[str, dict[int, float]]
+    run_files: dict[str, Path]
+    output: Path
+    seconds: float
+    evaluation_seconds: float
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def computed(self) -> list[StageRecord]:
+        """The stages this invocation computed (the others came from the cache)."""
+        return [s for o in self.outcomes for s in o.stages if not s.reused]
+
+
+def resolve_environment(config: ExperimentConfig) -> Environment:
+    """The device and precision ``auto`` resolve to here, and the CPU that decides them."""
+    from dotcat.models.runtime import (
+        cpu_flags,
+        cpu_model,
+        precision_name,
+        resolve_device,
+        resolve_precision,
+    )
+
+    device = resolve_device(config.device)
+    precision = precision_name(resolve_precision(config.precision, device))
+    flags = cpu_flags()
+    machine = {
+        "cpu": cpu_model(),
+        "cpu_flags": [f for f in RELEVANT_CPU_FLAGS if f in flags],
+        "cores": _cores(),
+        "python": platform.python_version(),
+    }
+    return Environment(device=device.type, precision=precision, machine=machine)
+
+
+def _cores() -> int:
+    from dotcat.models.runtime import available_cpus
+
+    return available_cpus()
+
+
+def load_dataset(config: ExperimentConfig) -> Dataset:
+    """The split's judged queries and qrels, and the fingerprints of the files behind them."""
+    from dotcat.data import available_splits, find_corpus_file, find_qrels_file, find_queries_file
+
+    path, split = Path(config.dataset.path), config.dataset.split
+    fingerprint = {
+        "corpus": file_digest(find_corpus_file(path)),
+        "queries": file_digest(find_queries_file(path)),
+        "qrels": file_digest(find_qrels_file(path, split)),
+    }
+    # The dev queries `dotcat index` chooses the hybrid fusion on (never the test split).
+    for other in ("dev", "train"):
+        if other in available_splits(path):
+            fingerprint[f"qrels_{other}"] = file_digest(find_qrels_file(path, other))
+    return Dataset(
+        path, split, load_queries(path, split=split), load_qrels(path, split), fingerprint
+    )
+
+
+class _Runner:
+    """Makes (or finds) each system's stages; holds the models loaded along the way."""
+
+    def __init__(self, config: ExperimentConfig, env: Environment, data: Dataset, cache: Cache):
+        self.config, self.env, self.data, self.cache = config, env, data, cache
+        self._pipelines: dict[tuple, Any] = {}
+        self._rerankers: dict[tuple, Any] = {}
+
+    def run_system(self, system: SystemConfig) -> SystemOutcome:
+        start = time.perf_counter()
+        stages: list[StageRecord] = []
+        index_dir = index_fp = None
+        if system.model is not None:
+            index_dir, index_fp, record = self._built_index(system)
+            stages.append(record)
+        elif system.index is not None:
+            index_dir, index_fp = Path(system.index), self._existing_index(system)
+        k = self.config.k
+        # Re-ranking reads the first stage's top max(k, depth), as the search pipeline does.
+        depth = max(k, system.depth) if system.rerank else k
+        first = self._first_stage(system, index_dir, index_fp, depth)
+        stages.append(first)
+        if system.rerank is not None:
+            stages.append(self._rerank(system, first, index_dir))
+        seconds = time.perf_counter() - start
+        return SystemOutcome(system.name, system, stages, Path(stages[-1].path), seconds)
+
+    # -- indexes -------------------------------------------------------------------------------
+
+    def _existing_index(self, system: SystemConfig) -> str:
+        from dotcat.index.manifest import Manifest
+
+        index_dir = Path(system.index)
+        corpus = (Manifest.read(index_dir).corpus or {}).get("sha256")
+        if corpus and corpus != self.data.fingerprint["corpus"]:
+            logger.warning(
+                "%s: the index was built from another corpus than %s's (sha256 %s...); its "
+                "results are evaluated against this dataset's qrels all the same",
+                index_dir,
+                self.data.path,
+                corpus[:12],
+            )
+        return index_fingerprint(index_dir)
+
+    def _built_index(self, system: SystemConfig) -> tuple[Path, str, StageRecord]:
+        description = {
+            "kind": "index",
+            "corpus": self.data.fingerprint["corpus"],
+            "dev_qrels": {k: v for k, v in self.data.fingerprint.items() if k.startswith("qrels_")},
+            "model": model_fingerprint(system.model),
+            "pooling": system.pooling,
+            "similarity": system.similarity,
+            "max_length": system.max_length,
+            "faiss": system.faiss,
+            "bm25": True,
+            "precision": self.env.precision,
+            "device": self.env.device,
+        }
+        fingerprint = digest(description)
+        path = self.cache.index_path(fingerprint)
+        found = self.cache.lookup("index", path)
+        if found is not None:
+            return path, fingerprint, found
+        logger.info("%s: building an index with %s into %s", system.name, system.model, path)
+        start = time.perf_counter()
+        manifest = self._build(system, path)
+        fusion = self._tune_fusion(path)
+        details = {
+            "model": system.model,
+            "documents": manifest.documents["count"],
+            "fusion": fusion.describe() if fusion is not None else "RRF (k=60), no dev queries",
+        }
+        record = self.cache.commit("index", path, time.perf_counter() - start, description, details)
+        return path, fingerprint, record
+
+    def _build(self, system: SystemConfig, path: Path):
+        from dotcat.index import IndexConfig, build_index
+        from dotcat.index.manifest import Manifest
+        from dotcat.models import EncoderConfig
+
+        if (path / "manifest.json").is_file():  # built, but its fusion was not chosen yet
+            return Manifest.read(path)
+        encoder = EncoderConfig(
+            model=system.model,
+            pooling=system.pooling,
+            similarity=system.similarity,
+            max_length=system.max_length,
+            device=self.config.device,
+            precision=self.config.precision,
+        )
+        config = IndexConfig(faiss_spec=system.faiss, device=self.config.device, bm25=True)
+        return build_index(self.data.path, path, encoder, config, overwrite=True)
+
+    def _tune_fusion(self, path: Path):
+        from dotcat.search.pipeline import tune_fusion
+
+        return tune_fusion(
+            path, self.data.path, device=self.config.device, precision=self.config.precision
+        )
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def _first_stage(
+        self, system: SystemConfig, index_dir: Path | None, index_fp: str | None, k: int
+    ) -> StageRecord:
+        description: dict[str, Any] = {
+            "kind": "first_stage",
+            "first_stage": system.first_stage,
+            "k": k,
+            "split": self.data.split,
+            "queries": self.data.fingerprint["queries"],
+            "qrels": self.data.fingerprint["qrels"],
+        }
+        if index_dir is None:
+            description |= {
+                "corpus": self.data.fingerprint["corpus"],
+                "k1": system.k1,
+                "b": system.b,
+            }
+        else:
+            description["index"] = index_fp
+            if system.first_stage == "hybrid":
+                description |= {"fusion": system.fusion, "fusion_weight": system.fusion_weight}
+            if system.first_stage != "bm25":
+                description |= {"precision": self.env.precision, "device": self.env.device}
+        path = self.cache.run_path(digest(description))
+        found = self.cache.lookup("first_stage", path)
+        if found is not None:
+            return found
+        logger.info(
+            "%s: %s first stage, top %d of %d queries",
+            system.name,
+            system.first_stage,
+            k,
+            len(self.data.queries),
+        )
+        start = time.perf_counter()
+        if index_dir is None:
+            run = self._bm25(system, k)
+        else:
+            pipeline = self._pipeline(index_dir, system)
+            queries = self.data.queries
+            run = pipeline.run(queries, k, first_stage=system.first_stage, show_progress=True)
+        write_run(run, path, tag=f"dotcat-{system.first_stage}")
+        details = {"queries": len(run), "results": sum(len(d) for d in run.values())}
+        return self.cache.commit(
+            "first_stage", path, time.perf_counter() - start, description, details
+        )
+
+    def _bm25(self, system: SystemConfig, k: int):
+        from dotcat.search.bm25 import BM25Config, bm25_search
+
+        config = BM25Config(k1=system.k1, b=system.b)
+        return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config)
+
+    def _pipeline(self, index_dir: Path, system: SystemConfig):
+        from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+        key = (str(index_dir), system.fusion, system.fusion_weight)
+        if key not in self._pipelines:
+            config = PipelineConfig(
+                first_stage=system.first_stage,
+                fusion=system.fusion,
+                fusion_weight=system.fusion_weight,
+                device=self.config.device,
+                precision=self.config.precision,
+            )
+            self._pipelines[key] = SearchPipeline(index_dir, config)
+        return self._pipelines[key]
+
+    def _rerank(
+        self, system: SystemConfig, first: StageRecord, index_dir: Path | None
+    ) -> StageRecord:
+        description = {
+            "kind": "rerank",
+            "first_stage": first.fingerprint,
+            "model": model_fingerprint(system.rerank),
+            "depth": system.depth,
+            "interpolate": system.interpolate,
+            "k": self.config.k,
+            "queries": self.data.fingerprint["queries"],
+            "precision": self.env.precision,
+            "device": self.env.device,
+        }
+        path = self.cache.run_path(digest(description))
+        found = self.cache.lookup("rerank", path)
+        if found is not None:
+            return found
+        logger.info("%s: re-ranking the top %d with %s", system.name, system.depth, system.rerank)
+        start = time.perf_counter()
+        # The file keeps the first stage's order (ties included), as the pipeline hands it on.
+        first_run = {q: list(docs.items()) for q, docs in read_run(first.path).items()}
+        heads = {doc for docs in first_run.values() for doc, _ in docs[: system.depth]}
+        texts = _index_texts(index_dir, heads) if index_dir else self._corpus_texts(heads)
+        reranker = self._reranker(system)
+        out = reranker.rerank(first_run, self.data.queries, texts, system.depth, True)
+        run = {q: docs[: self.config.k] for q, docs in out.items()}
+        write_run(run, path, tag="dotcat-rerank")
+        seconds = time.perf_counter() - start
+        pairs = sum(min(system.depth, len(d)) for d in first_run.values())
+        details = {
+            "pairs": pairs,
+            "pairs_per_second": round(pairs / max(seconds, 1e-9), 2),
+            "interpolation": reranker.alpha,
+            "interpolation_source": reranker.alpha_source,
+        }
+        return self.cache.commit("rerank", path, seconds, description, details)
+
+    def _corpus_texts(self, ids: set[str]) -> dict[str, str]:
+        from dotcat.search.reranker import corpus_texts
+
+        return corpus_texts(self.data.corpus(), ids)
+
+    def _reranker(self, system: SystemConfig):
+        from dotcat.search.pipeline import Reranker
+
+        key = (system.rerank, system.interpolate, system.batch_size)
+        if key not in self._rerankers:
+            self._rerankers[key] = Reranker.load(
+                system.rerank,
+                system.depth,
+                system.interpolate,
+                device=self.config.device,
+                precision=self.config.precision,
+                batch_size=system.batch_size,
+            )
+        return self._rerankers[key]
+
+
+def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
+    """id -> the text the models read, from an index's doc store (as the pipeline reads it)."""
+    from dotcat.index import DocStore, document_text
+    from dotcat.index.manifest import Manifest
+
+    manifest = Manifest.read(index_dir)
+    store = DocStore(index_dir / manifest.files["docstore"])
+    try:
+        docs = store.by_ids(sorted(ids))
+    finally:
+        store.close()
+    return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    source_text: str | None = None,
+    source_name: str | None = None,
+    on_system: Callable[[SystemOutcome], None] | None = None,
+) -> ExperimentResult:
+    """Build what is missing, run every system, evaluate, and write the report folder.
+
+    Args:
+        config: a validated experiment (:func:`dotcat.experiment.load_config`).
+        source_text, source_name: the experiment file's text and path, quoted in the report.
+        on_system: called with each system's outcome as soon as its run is ready.
+
+    Returns:
+        An :class:`ExperimentResult`; its ``files`` name what was written in
+        ``config.output``: ``runs/<system>.trec``, ``results.json``, ``report.md`` and plots.
+
+    Raises:
+        DotcatError: any problem with the data, the models or the indexes.
+    """
+    from dotcat.experiment.report import write_report
+
+    start = time.perf_counter()
+    output = Path(config.output)
+    cache = Cache(config.cache if config.cache is not None else output / "cache")
+    env = resolve_environment(config)
+    data = load_dataset(config)
+    logger.info(
+        "experiment: %d systems, %d queries of %s (%s), precision %s on %s",
+        len(config.systems),
+        len(data.queries),
+        data.path,
+        data.split,
+        env.precision,
+        env.device,
+    )
+    runner = _Runner(config, env, data, cache)
+    outcomes = []
+    for system in config.systems:
+        outcomes.append(runner.run_system(system))
+        if on_system is not None:
+            on_system(outcomes[-1])
+    runner = None  # let the models go before evaluating
+
+    evaluation_start = time.perf_counter()
+    run_files = _copy_runs(outcomes, output / "runs")
+    runs = {name: read_run(path) for name, path in run_files.items()}
+    reports = _evaluate(config, data, runs)
+    comparisons = compare_to_baseline(
+        reports,
+        config.baseline,
+        test=config.test,
+        alpha=config.alpha,
+        permutations=config.permutations,
+        seed=config.seed,
+    )
+    recall = {name: _recall_curve(run, data.qrels, config.k) for name, run in runs.items()}
+    result = ExperimentResult(
+        config=config,
+        environment=env,
+        dataset=data,
+        outcomes=outcomes,
+        reports=reports,
+        comparisons=comparisons,
+        recall=recall,
+        run_files=run_files,
+        output=output,
+        seconds=0.0,
+        evaluation_seconds=0.0,
+        files={f"runs/{p.name}": p for p in run_files.values()},
+    )
+    write_report(result, source_text, source_name, started=start)
+    result.evaluation_seconds = time.perf_counter() - evaluation_start
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _evaluate(
+    config: ExperimentConfig, data: Dataset, runs: Mapping[str, Mapping]
+) -> dict[str, EvalReport]:
+    """Every run against the split's qrels, as ``dotcat eval RUN... DATASET`` evaluates."""
+    known_queries = set(load_queries(data.path))
+    known_docs = set(data.corpus()["id"])
+    return {
+        name: evaluate(run, data.qrels, config.measures, known_queries, known_docs)
+        for name, run in runs.items()
+    }
+
+
+def recall_depths(k: int) -> list[int]:
+    """Depths of the recall curve: every depth to 100, then about 100 more, log-spaced, to k."""
+    import numpy as np
+
+    depths = set(range(1, min(k, 100) + 1))
+    if k > 100:
+        depths |= {int(round(d)) for d in np.geomspace(100, k, num=100)}
+    return sorted(depths)
+
+
+def _recall_curve(run: Mapping, qrels: Mapping, k: int) -> dict[int, float]:
+    from dotcat.evaluation.metrics import recall_curve
+
+    return recall_curve(run, qrels, recall_depths(k))
+
+
+def slug(name: str) -> str:
+    """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return text or "system"
+
+
+def _copy_runs(outcomes: list[SystemOutcome], folder: Path) -> dict[str, Path]:
+    """Each system's final run copied into the report folder as ``<slug>.trec``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    used: set[str] = set()
+    for i, outcome in enumerate(outcomes):
+        name = slug(outcome.name)
+        if name in used:
+            name = f"{name}-{i}"
+        used.add(name)
+        target = folder / f"{name}.trec"
+        shutil.copyfile(outcome.run_file, target)
+        out[outcome.name] = target
+    if not out:
+        raise DotcatError("the experiment has no systems")
+    current = {p.name for p in out.values()}
+    for stale in folder.glob("*.trec"):  # runs of systems an earlier version of the file had
+        if stale.name not in current:
+            stale.unlink()
+    return out

@@ -1,0 +1,403 @@
+"""``dotcat adapt``: a BERT_DOT adapted to a corpus without relevance labels.
+
+GPL (Wang et al., NAACL 2022, "GPL: Generative Pseudo Labeling for Unsupervised Domain
+Adaptation of Dense Retrieval") adapts a dense retriever to an unlabeled corpus with generated
+queries, mined negatives and a cross-encoder's labels. No query generator can be downloaded
+here, but a corpus carries its own weak queries: titles and sentences cut out of the text
+(:mod:`dotcat.data.pseudo`: title -> body, Chang et al. ICLR 2020; the inverse cloze task,
+Lee et al. ACL 2019). Each is paired with its source document, and ``dotcat train dot``'s loop
+trains on them contrastively (InfoNCE over in-batch and mined hard negatives).
+
+The steps, each recorded in ``OUT/dotcat_adapt.json`` with its time, each resumable:
+
+1. **pseudo-queries** from the whole corpus (de-duplicated; documents too short counted);
+2. **calibration**: a few training batches and a document-encoding batch timed on this machine;
+3. **plan**: how many pseudo-queries the time budget allows (``budget - elapsed - mining``
+   at the measured examples/s), drawn deterministically; dense mining is skipped, and said so,
+   when encoding the corpus would take more than a third of the budget;
+4. **negatives**: BM25 and the base model's own top ranks (window 10-100, as ``train dot``
+   mines them), the two lists interleaved so a sampled negative comes from either;
+5. **training**: one epoch of ``train dot`` on the planned queries, checkpointed, written to
+   ``OUT`` as a sentence-transformers model that ``dotcat index --model OUT`` takes.
+
+The pseudo corpus drops titles (:mod:`dotcat.data.pseudo`), so the model never learns that an
+untitled document is the answer; the adapted model indexes the real corpus, titles included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+ADAPT_DIR = "adapt"  # OUT/adapt: the pseudo dataset, the plan, the negatives
+RECORD = "dotcat_adapt.json"
+#: Dense mining encodes the whole corpus; beyond this share of the budget, BM25 alone.
+MAX_DENSE_MINING_SHARE = 1 / 3
+#: Training planned for this share of the time left (model loading, saving, slack).
+TRAIN_SHARE = 0.85
+#: Fewer pseudo-queries than this is not worth a training run.
+MIN_QUERIES = 64
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """What ``dotcat adapt`` does; see the module docstring.
+
+    Attributes:
+        corpus: the user's corpus (BEIR dir, JSONL or TSV).
+        out_dir: where the adapted model goes.
+        model: the BERT_DOT to adapt (its pooling and similarity are kept).
+        budget_minutes: wall-clock budget for the whole run, calibration and mining included.
+        max_queries: a cap on the pseudo-queries (None: what the budget allows).
+        prefer: a document's pseudo-query from its ``title`` where usable (else a cut
+            sentence), or from a cut ``sentence`` where there is one (else the title).
+        dense_negatives: also mine negatives with the base model (when the budget allows).
+        batch_size, lr, cache_chunk, max_length, query_max_length, temperature: of the
+            training (``train dot``'s defaults).
+        seed: pseudo-query sampling, negatives, data order.
+        bf16, device: as for ``train dot``.
+        resume: continue an interrupted run in ``out_dir``; overwrite: replace a finished one.
+    """
+
+    corpus: Path
+    out_dir: Path
+    model: str = "default"
+    budget_minutes: float = 45.0
+    max_queries: int | None = None
+    prefer: str = "title"
+    dense_negatives: bool = True
+    batch_size: int = 32
+    lr: float = 1e-4
+    cache_chunk: int | None = 16
+    max_length: int = 256
+    query_max_length: int = 64
+    temperature: float | None = None
+    seed: int = 42
+    bf16: str = "auto"
+    device: str = "auto"
+    resume: bool = False
+    overwrite: bool = False
+    show_progress: bool = True
+
+    def validate(self) -> None:
+        if self.budget_minutes <= 0:
+            raise DotcatError(f"budget must be > 0 minutes, got {self.budget_minutes}")
+        if self.max_queries is not None and self.max_queries < MIN_QUERIES:
+            raise DotcatError(f"max queries must be >= {MIN_QUERIES}, got {self.max_queries}")
+        if self.prefer not in ("title", "sentence"):
+            raise DotcatError(f"prefer must be title or sentence, got {self.prefer!r}")
+        if self.batch_size < 2:
+            raise DotcatError(
+                f"batch size must be >= 2 (in-batch negatives), got {self.batch_size}"
+            )
+
+
+def adapt(config: AdaptConfig) -> Path:
+    """Adapt ``config.model`` to ``config.corpus``; returns the output directory.
+
+    Raises:
+        DotcatError: bad settings, a corpus too small to adapt to, or an output directory
+            holding another run (without ``resume`` or ``overwrite``).
+    """
+    config.validate()
+    out = Path(config.out_dir)
+    work = _prepare(out, config)
+    run = _Record(out / RECORD, config)
+    pseudo = run.step("pseudo_queries", _pseudo_step, config, work)
+    rates = run.step("calibration", _calibrate, config, work)
+    plan = run.step("plan", _plan, config, pseudo, rates, run.elapsed())
+    run.step("negatives", _negatives_step, config, work, plan)
+    run.step("training", _train_step, config, work, plan)
+    run.finish()
+    logger.info("adapted model written to %s (%.1f min)", out, run.elapsed() / 60)
+    return out
+
+
+class _Record:
+    """``OUT/dotcat_adapt.json``: each step's result and seconds, written after each step, so
+    a resumed run skips what is done and the time budget counts the earlier run's time."""
+
+    def __init__(self, path: Path, config: AdaptConfig) -> None:
+        self.path = path
+        self.data = _read_json(path) or {"steps": {}}
+        self.data["settings"] = _settings(config)
+        self.before = float(self.data.get("elapsed_seconds", 0.0))
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds spent by this run and the runs it resumes."""
+        return self.before + time.perf_counter() - self.started
+
+    def step(self, name: str, fn, *args):
+        done = self.data["steps"].get(name)
+        if done is not None and "result" in done:
+            logger.info("adapt: %s was done by an earlier run", name)
+            return done["result"]
+        started = time.perf_counter()
+        result = fn(*args)
+        self.data["steps"][name] = {
+            "seconds": round(time.perf_counter() - started, 3),
+            "result": result,
+        }
+        self._write()
+        return result
+
+    def finish(self) -> None:
+        self.data["status"] = "finished"
+        self._write()
+
+    def _write(self) -> None:
+        self.data["elapsed_seconds"] = round(self.elapsed(), 3)
+        _write_json(self.path, self.data)
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+
+def _pseudo_step(config: AdaptConfig, work: Path) -> dict[str, Any]:
+    """Every pseudo-query of the corpus, written as a BEIR dir (``work/all``) atomically."""
+    from dotcat.data.corpus import iter_corpus
+    from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
+
+    data = pseudo_queries(iter_corpus(config.corpus), seed=config.seed, prefer=config.prefer)
+    if len(data.queries) < MIN_QUERIES:
+        raise DotcatError(
+            f"{config.corpus}: only {len(data.queries)} pseudo-queries could be made "
+            f"({data.summary()}); adapting needs at least {MIN_QUERIES} (titles of 3+ words or "
+            "texts of several sentences)"
+        )
+    _atomic_dir(work / "all", lambda tmp: write_pseudo_dataset(data, tmp))
+    return data.summary()
+
+
+def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
+    """Examples/s of a training step and documents/s of encoding, measured here."""
+    from dotcat.training.calibrate import measure_rates
+
+    return measure_rates(
+        work / "all",
+        config.model,
+        batch_size=min(config.batch_size, 16),
+        chunk_size=config.cache_chunk,
+        max_length=config.max_length,
+        query_max_length=config.query_max_length,
+        bf16=config.bf16,
+        device=config.device,
+    )
+
+
+def _plan(
+    config: AdaptConfig, pseudo: dict[str, Any], rates: dict[str, float], spent: float
+) -> dict[str, Any]:
+    """How many pseudo-queries the budget allows, and whether to mine dense negatives."""
+    budget = config.budget_minutes * 60
+    encode_corpus = pseudo["documents"] / rates["documents_per_second"]
+    dense = config.dense_negatives and encode_corpus <= MAX_DENSE_MINING_SHARE * budget
+    left = budget - spent - (encode_corpus if dense else 0.0)
+    affordable = int(TRAIN_SHARE * max(left, 0.0) * rates["examples_per_second"])
+    n = min(pseudo["queries"], affordable)
+    if config.max_queries is not None:
+        n = min(n, config.max_queries)
+    if n < MIN_QUERIES:
+        raise DotcatError(
+            f"a budget of {config.budget_minutes:g} min leaves time for {n} pseudo-queries on "
+            f"this machine ({rates['examples_per_second']:.2f} examples/s); give more minutes"
+        )
+    plan = {
+        "queries": n,
+        "of": pseudo["queries"],
+        "dense_negatives": dense,
+        "estimated_mining_seconds": round(encode_corpus if dense else 0.0, 1),
+        "estimated_training_seconds": round(n / rates["examples_per_second"], 1),
+    }
+    if config.dense_negatives and not dense:
+        plan["why_no_dense"] = (
+            f"encoding the corpus (~{encode_corpus / 60:.1f} min) would take more than "
+            f"{MAX_DENSE_MINING_SHARE:.0%} of the budget"
+        )
+    logger.info("adapt plan: %s", plan)
+    return plan
+
+
+def _negatives_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """The planned queries' BM25 (and dense) negatives, interleaved, saved for training."""
+    from dotcat.data import load_corpus, load_qrels, load_queries
+    from dotcat.training import mine_bm25_negatives, save_negatives
+
+    _write_subset(work, plan["queries"], config.seed)
+    data = work / "train"
+    corpus, queries = load_corpus(data), load_queries(data)
+    qrels = load_qrels(data, split="train")
+    show = config.show_progress
+    bm25 = mine_bm25_negatives(corpus, queries, qrels, show_progress=show)
+    lists = [bm25]
+    if plan["dense_negatives"]:
+        lists.append(_dense_negatives(config, corpus, queries, qrels))
+    negatives = interleave(lists)
+    meta = {
+        "method": "bm25+dense" if len(lists) == 2 else "bm25",
+        "window": [10, 100],
+        "n_queries": len(negatives),
+        "n_negatives": sum(len(v) for v in negatives.values()),
+    }
+    save_negatives(work / "negatives.jsonl.gz", negatives, meta)
+    return meta
+
+
+def _dense_negatives(config: AdaptConfig, corpus, queries, qrels) -> dict[str, list[str]]:
+    from dotcat.models import BiEncoder, EncoderConfig
+    from dotcat.training import mine_dense_negatives
+
+    encoder = BiEncoder.load(
+        EncoderConfig(model=config.model, device=config.device, max_length=config.max_length)
+    )
+    return mine_dense_negatives(encoder, corpus, queries, qrels, show_progress=config.show_progress)
+
+
+def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """One epoch of ``train dot`` on the planned pseudo-queries, into ``config.out_dir``."""
+    from dotcat.training import DotTrainConfig, train_bi_encoder
+
+    train = DotTrainConfig(
+        data=work / "train",
+        out_dir=config.out_dir,
+        base=config.model,
+        negatives_file=work / "negatives.jsonl.gz",
+        epochs=1,
+        batch_size=config.batch_size,
+        cache_chunk_size=config.cache_chunk or None,
+        lr=config.lr,
+        temperature=config.temperature,
+        max_length=config.max_length,
+        query_max_length=config.query_max_length,
+        dev_fraction=0.0,  # no labels: nothing to select on
+        seed=config.seed,
+        bf16=config.bf16,
+        device=config.device,
+        checkpoint_every=max(1, plan["queries"] // config.batch_size // 10),
+        resume=(Path(config.out_dir) / "checkpoints").exists(),
+        show_progress=config.show_progress,
+    )
+    train_bi_encoder(train)
+    record = _read_json(Path(config.out_dir) / "dotcat_training.json") or {}
+    return {
+        "examples_per_second": record.get("examples_per_second"),
+        "steps": record.get("steps"),
+        "timings": record.get("timings"),
+    }
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def interleave(lists: list[dict[str, list[str]]]) -> dict[str, list[str]]:
+    """Per query, the lists merged rank by rank (a1, b1, a2, b2, ...), duplicates dropped."""
+    out: dict[str, list[str]] = {}
+    for qid in lists[0]:
+        merged: list[str] = []
+        seen: set[str] = set()
+        columns = [lst.get(qid, []) for lst in lists]
+        for rank in range(max(len(c) for c in columns)):
+            for column in columns:
+                if rank < len(column) and column[rank] not in seen:
+                    seen.add(column[rank])
+                    merged.append(column[rank])
+        out[qid] = merged
+    return out
+
+
+def _write_subset(work: Path, n: int, seed: int) -> None:
+    """``work/train``: the full pseudo corpus and ``n`` of the pseudo-queries (drawn by hash,
+    so a larger ``n`` keeps every query a smaller one kept)."""
+    from dotcat.data.splits import unit_hash
+
+    source = work / "all"
+    rows = [json.loads(line) for line in (source / "queries.jsonl").open(encoding="utf-8")]
+    rows.sort(key=lambda q: unit_hash(seed, "draw", q["_id"]))
+    keep = {q["_id"] for q in rows[:n]}
+
+    texts = {q["_id"]: q["text"] for q in rows}
+
+    def write(tmp: Path) -> None:
+        (tmp / "qrels").mkdir(parents=True)
+        shutil.copyfile(source / "corpus.jsonl", tmp / "corpus.jsonl")
+        with open(tmp / "queries.jsonl", "w", encoding="utf-8") as f:
+            for q in sorted(keep):
+                f.write(json.dumps({"_id": q, "text": texts[q]}, ensure_ascii=False) + "\n")
+        lines = (source / "qrels" / "train.tsv").read_text(encoding="utf-8").splitlines()
+        kept = [lines[0], *(line for line in lines[1:] if line.split("\t")[0] in keep)]
+        (tmp / "qrels" / "train.tsv").write_text("\n".join(kept) + "\n", encoding="utf-8")
+
+    _atomic_dir(work / "train", write)
+
+
+def _prepare(out: Path, config: AdaptConfig) -> Path:
+    """The output directory and its work folder; refuses to mix with an earlier run."""
+    record = out / RECORD
+    if out.exists() and not out.is_dir():
+        raise DotcatError(f"{out}: exists and is not a directory")
+    earlier = record.exists() or (out / "dotcat_training.json").exists()
+    if earlier and not config.resume:
+        if not config.overwrite:
+            raise DotcatError(
+                f"{out}: holds an earlier adaptation; resume it (--resume) or overwrite it "
+                "(--overwrite)"
+            )
+        shutil.rmtree(out)
+    if config.resume and record.exists():
+        recorded = (_read_json(record) or {}).get("settings", {})
+        if recorded and recorded != _settings(config):
+            raise DotcatError(
+                f"{out}: the earlier run used other settings ({_diff(recorded, _settings(config))})"
+                "; resume with the same ones or --overwrite"
+            )
+    work = out / ADAPT_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def _settings(config: AdaptConfig) -> dict[str, Any]:
+    """What makes a run this run (progress display and resume/overwrite do not)."""
+    out = dataclasses.asdict(config)
+    for key in ("resume", "overwrite", "show_progress", "out_dir"):
+        out.pop(key)
+    out["corpus"] = str(Path(config.corpus).resolve())
+    return out
+
+
+def _diff(a: dict, b: dict) -> str:
+    return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(b) if a.get(k) != b[k])
+
+
+def _atomic_dir(target: Path, fill) -> None:
+    """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data)."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    fill(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,132 @@
+"""How fast this machine trains and encodes: the rates a time budget is planned with.
+
+A training step here is what ``dotcat train dot`` does per batch (:func:`backward_batch`: the
+queries, their positives and one hard negative each, forward and backward, GradCache when a
+chunk is set), plus the AdamW update. The first, smaller batch warms the kernels up and is not
+timed. Documents/s is the model encoding the sampled examples' documents, the work of dense
+mining.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: Timed training batches (after one untimed warm-up batch).
+TIMED_BATCHES = 2
+#: Documents encoded to time encoding.
+ENCODE_SAMPLE = 64
+
+
+def measure_rates(
+    data_dir: Path,
+    model: str,
+    *,
+    batch_size: int = 16,
+    chunk_size: int | None = 16,
+    max_length: int = 256,
+    query_max_length: int = 64,
+    bf16: str = "auto",
+    device: str = "auto",
+) -> dict[str, float]:
+    """``examples_per_second`` of training and ``documents_per_second`` of encoding.
+
+    Args:
+        data_dir: a BEIR dir with a ``train`` split (the pseudo dataset).
+        model: the BERT_DOT to train (directory or hub name).
+    """
+    from dotcat.models import resolve_model
+    from dotcat.models.runtime import resolve_device
+    from dotcat.training.model import TrainableBiEncoder
+    from dotcat.training.trainer import LossConfig, _param_groups, resolve_bf16
+
+    examples, docs = _sample_examples(data_dir, 1 + TIMED_BATCHES * batch_size)
+    target = resolve_device(device)
+    encoder = TrainableBiEncoder.from_pretrained(resolve_model(model), max_length=max_length)
+    encoder.to(target)
+    encoder.freeze_unused_parameters()
+    encoder.train()
+    use_bf16 = resolve_bf16(bf16, target)
+    loss = LossConfig.for_model("contrastive", encoder.similarity, None, 0.1)
+    optimizer = torch.optim.AdamW(_param_groups(encoder, 0.01), lr=1e-12)  # timing only
+
+    def step(batch) -> None:
+        _backward(encoder, batch, docs, loss, chunk_size, query_max_length, use_bf16)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step(examples[:2])  # warm-up, untimed
+    started = time.perf_counter()
+    for i in range(TIMED_BATCHES):
+        step(examples[1 + i * batch_size : 1 + (i + 1) * batch_size])
+    examples_per_second = TIMED_BATCHES * batch_size / (time.perf_counter() - started)
+
+    sample = list(docs.values())[:ENCODE_SAMPLE]
+    started = time.perf_counter()
+    encoder.encode(encoder.document_texts(sample), bf16=use_bf16)
+    documents_per_second = len(sample) / (time.perf_counter() - started)
+    rates = {
+        "examples_per_second": round(examples_per_second, 3),
+        "documents_per_second": round(documents_per_second, 3),
+        "batch_size": batch_size,
+        "bf16": use_bf16,
+    }
+    logger.info("calibration: %s", rates)
+    return rates
+
+
+def _backward(encoder, batch, docs, loss, chunk_size, query_max_length, bf16) -> None:
+    from dotcat.training.trainer import backward_batch
+
+    backward_batch(
+        lambda texts, n: encoder(encoder.tokenize(texts, n)),
+        batch,
+        docs,
+        loss,
+        query_max_length=query_max_length,
+        max_length=encoder.max_length,
+        chunk_size=chunk_size,
+        bf16=bf16,
+        device_type=encoder.device.type,
+    )
+
+
+def _sample_examples(data_dir: Path, n: int):
+    """``n`` training examples of ``data_dir`` (each with the next one's positive as its hard
+    negative) and the texts of their documents."""
+    from dotcat.index import document_text
+    from dotcat.training import TrainingExample
+
+    data_dir = Path(data_dir)
+    queries = {}
+    with open(data_dir / "queries.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            queries[row["_id"]] = row["text"]
+            if len(queries) >= n:
+                break
+    pairs = []
+    with open(data_dir / "qrels" / "train.tsv", encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            qid, doc_id, _ = line.rstrip("\n").split("\t")
+            if qid in queries:
+                pairs.append((qid, doc_id))
+    wanted = {doc for _, doc in pairs}
+    docs = {}
+    with open(data_dir / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["_id"] in wanted:
+                docs[row["_id"]] = document_text(row.get("title", ""), row["text"])
+    examples = [
+        TrainingExample(qid, queries[qid], doc, (pairs[(i + 1) % len(pairs)][1],))
+        for i, (qid, doc) in enumerate(pairs)
+    ]
+    return examples, docs

@@ -1,0 +1,146 @@
+"""`dotcat experiment` end to end on a tiny corpus and tiny random models: it builds, writes
+the report folder, reuses everything on a second run and recomputes only what changed."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.data import load_qrels, read_run
+from dotcat.evaluation import evaluate
+from dotcat.evaluation.plots import DPI, PANEL_INCHES, WIDTH_INCHES
+
+runner = CliRunner()
+
+
+def _experiment(
+    data: Path, bert: Path, cat: Path, out: Path, k1: float = 0.9, depth: int = 3
+) -> str:
+    return textwrap.dedent(
+        f"""\
+        name = "tiny"
+        output = "{out}"
+        baseline = "BM25"
+        k = 5
+        precision = "fp32"
+        device = "cpu"
+
+        [dataset]
+        path = "{data}"
+
+        [[systems]]
+        name = "BM25"
+        first_stage = "bm25"
+        k1 = {k1}
+
+        [[systems]]
+        name = "dense"
+        first_stage = "dense"
+        model = "{bert}"
+        pooling = "mean"
+
+        [[systems]]
+        name = "hybrid"
+        first_stage = "hybrid"
+        model = "{bert}"
+        pooling = "mean"
+
+        [[systems]]
+        name = "hybrid + cat"
+        first_stage = "hybrid"
+        model = "{bert}"
+        pooling = "mean"
+        rerank = "{cat}"
+        depth = {depth}
+        """
+    )
+
+
+@pytest.fixture()
+def setup(tmp_path, tiny_beir_dir, tiny_bert_dir, tiny_cat_dir):
+    out = tmp_path / "report"
+    config = tmp_path / "experiment.toml"
+
+    def run(**changes) -> dict:
+        config.write_text(_experiment(tiny_beir_dir, tiny_bert_dir, tiny_cat_dir, out, **changes))
+        result = runner.invoke(app, ["-q", "experiment", str(config)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads((out / "results.json").read_text())
+
+    return {"run": run, "out": out, "data": tiny_beir_dir}
+
+
+def _stages(results: dict) -> dict[str, list[tuple[str, bool]]]:
+    return {
+        name: [(s["kind"], s["reused"]) for s in system["stages"]]
+        for name, system in results["systems"].items()
+    }
+
+
+def test_an_experiment_builds_reports_and_reuses(setup):
+    first = setup["run"]()
+    out = setup["out"]
+    assert _stages(first) == {
+        "BM25": [("first_stage", False)],
+        "dense": [("index", False), ("first_stage", False)],
+        # The second system to need the index finds it; the re-ranked hybrid shares the
+        # hybrid's first stage (k = 5 >= depth 3).
+        "hybrid": [("index", True), ("first_stage", False)],
+        "hybrid + cat": [("index", True), ("first_stage", True), ("rerank", False)],
+    }
+    assert len(first["computed"]) == 5
+    for name in ("BM25.trec", "dense.trec", "hybrid.trec", "hybrid-cat.trec"):
+        assert (out / "runs" / name).is_file()
+    # The figures are those of the runs in the folder, evaluated as `dotcat eval` does.
+    qrels = load_qrels(setup["data"], "test")
+    for system in first["systems"].values():
+        report = evaluate(read_run(out / system["run"]), qrels)
+        assert system["aggregate"] == pytest.approx(report.aggregate)
+    vs = first["systems"]["dense"]["vs_baseline"]
+    assert vs["baseline"] == "BM25" and set(vs["measures"]) == set(first["config"]["measures"])
+    assert first["systems"]["BM25"]["vs_baseline"] is None
+    assert first["machine"]["cpu_flags"] is not None and first["precision"] == "fp32"
+    assert first["systems"]["hybrid + cat"]["stages"][2]["details"]["pairs"] == 9
+
+    report = (out / "report.md").read_text()
+    assert "| BM25 (baseline) |" in report and "Holm-Bonferroni" in report
+    assert "![recall](recall.png)" in report and "```toml" in report
+    assert "hybrid + cat | hybrid over model" in report
+
+    second = setup["run"]()
+    assert second["computed"] == []
+    assert all(reused for stages in _stages(second).values() for _, reused in stages)
+    assert second["systems"]["dense"]["aggregate"] == first["systems"]["dense"]["aggregate"]
+
+
+def test_the_plots_are_pngs_of_the_expected_size(setup):
+    setup["run"]()
+    out = setup["out"]
+    with Image.open(out / "per_query_nDCG-10.png") as image:
+        assert image.format == "PNG"
+        assert image.size == (round(WIDTH_INCHES * DPI), round((0.8 + 3 * PANEL_INCHES) * DPI))
+    with Image.open(out / "recall.png") as image:
+        assert image.size == (round(WIDTH_INCHES * DPI), round(5.5 * DPI))
+        pixels = image.convert("L").getextrema()
+        assert pixels[0] < 100 < pixels[1]  # something is drawn on the white background
+
+
+def test_a_changed_setting_recomputes_only_what_depends_on_it(setup):
+    setup["run"]()
+    changed = setup["run"](k1=1.2)
+    assert changed["computed"] == [
+        f"first_stage {Path(changed['systems']['BM25']['stages'][0]['path']).name}"
+    ]
+    deeper = setup["run"](k1=1.2, depth=4)
+    assert _stages(deeper)["hybrid + cat"] == [
+        ("index", True),
+        ("first_stage", True),
+        ("rerank", False),
+    ]
+    assert len(deeper["computed"]) == 1

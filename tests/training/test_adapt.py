@@ -1,0 +1,211 @@
+"""dotcat adapt: pseudo-queries -> calibration -> plan -> negatives -> training, on a tiny BERT."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dotcat.errors import DotcatError
+from dotcat.training.adapt import RECORD, AdaptConfig, _plan, adapt, interleave
+
+TOPICS = [
+    "insulin", "neuron", "glacier", "volcano", "enzyme", "protein", "comet", "orbit", "cell",
+    "virus", "bacteria", "ocean", "forest", "desert", "river", "magnet", "photon", "quartz",
+]  # fmt: skip
+WORDS = ["study", "shows", "effect", "of", "on", "the", "in", "a", "with", "model", "rate"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """90 documents: 70 with titles, 14 untitled with several sentences, 6 too short."""
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("adapt") / "corpus.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(90):
+            a, b = TOPICS[i % len(TOPICS)], TOPICS[(i * 7 + 3) % len(TOPICS)]
+            body = " ".join(rng.choice(WORDS + [a, b]) for _ in range(30))
+            if i < 70:
+                doc = {"_id": f"d{i}", "title": f"{a} and {b} number {i}", "text": body + "."}
+            elif i < 84:
+                sentences = [
+                    f"The {a} {w} was measured again in trial {i} of {b}."
+                    for w in ("level", "rate", "effect")
+                ]
+                doc = {"_id": f"d{i}", "title": "", "text": " ".join([*sentences, body + "."])}
+            else:
+                doc = {"_id": f"d{i}", "title": "", "text": f"{a} {b}"}
+            f.write(json.dumps(doc) + "\n")
+    return path
+
+
+def _config(corpus: Path, out: Path, model: Path, **overrides) -> AdaptConfig:
+    settings = dict(
+        corpus=corpus,
+        out_dir=out,
+        model=str(model),
+        budget_minutes=30,
+        batch_size=8,
+        cache_chunk=None,
+        max_length=48,
+        query_max_length=16,
+        lr=1e-3,
+        bf16="off",
+        device="cpu",
+        show_progress=False,
+    )
+    return AdaptConfig(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def adapted(corpus, tiny_bert_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("adapted") / "model"
+    return adapt(_config(corpus, out, tiny_bert_dir))
+
+
+def test_the_output_is_a_bert_dot_that_loads_everywhere(adapted, tiny_bert_dir):
+    from sentence_transformers import SentenceTransformer
+
+    from dotcat.models import BiEncoder, EncoderConfig
+    from dotcat.training import TrainableBiEncoder
+
+    texts = ["insulin and neuron", "a glacier on a volcano"]
+    dotcat = BiEncoder.load(EncoderConfig(model=str(adapted), device="cpu", precision="fp32"))
+    st = SentenceTransformer(str(adapted), device="cpu")
+    np.testing.assert_allclose(st.encode(texts), dotcat.encode(texts), atol=1e-5)
+    base = TrainableBiEncoder.from_pretrained(tiny_bert_dir).encode(texts)
+    assert not np.allclose(base, dotcat.encode(texts), atol=1e-4)  # it did train
+
+
+def test_the_record_says_what_was_made_and_how_long_each_step_took(adapted):
+    record = json.loads((adapted / RECORD).read_text())
+    assert record["status"] == "finished" and record["elapsed_seconds"] > 0
+    steps = record["steps"]
+    assert list(steps) == ["pseudo_queries", "calibration", "plan", "negatives", "training"]
+    assert all(step["seconds"] >= 0 for step in steps.values())
+    pseudo = steps["pseudo_queries"]["result"]
+    assert (pseudo["from_titles"], pseudo["from_sentences"], pseudo["too_short"]) == (70, 14, 6)
+    assert pseudo["queries"] == 84 and pseudo["documents"] == 90
+    plan = steps["plan"]["result"]
+    assert plan["queries"] == 84 and plan["dense_negatives"] is True  # the budget allows all
+    assert steps["negatives"]["result"]["method"] == "bm25+dense"
+    assert steps["calibration"]["result"]["examples_per_second"] > 0
+
+
+def test_every_pseudo_query_points_at_its_own_document(adapted, corpus):
+    from dotcat.training import load_negatives
+
+    source = {d["_id"]: d for d in map(json.loads, corpus.read_text().splitlines())}
+    data = adapted / "adapt" / "train"
+    queries = {q["_id"]: q["text"] for q in _jsonl(data / "queries.jsonl")}
+    pseudo_docs = {d["_id"]: d for d in _jsonl(data / "corpus.jsonl")}
+    lines = (data / "qrels" / "train.tsv").read_text().splitlines()[1:]
+    pairs = [tuple(line.split("\t")[:2]) for line in lines]
+    assert len(pairs) == len(queries) == 84
+    for qid, doc_id in pairs:
+        assert qid == f"pq-{doc_id}"
+        text, original = queries[qid], source[doc_id]
+        if original["title"]:
+            assert text == original["title"]
+        else:  # a sentence cut out of its own document, and gone from it
+            assert text in original["text"] and text not in pseudo_docs[doc_id]["text"]
+        assert pseudo_docs[doc_id]["title"] == ""
+    negatives, _ = load_negatives(adapted / "adapt" / "negatives.jsonl.gz")
+    for qid, doc_id in pairs:
+        assert doc_id not in negatives[qid]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_interleave_alternates_sources_and_drops_repeats():
+    bm25 = {"q": ["a", "b", "c"], "r": []}
+    dense = {"q": ["b", "x"], "r": ["y"]}
+    assert interleave([bm25, dense]) == {"q": ["a", "b", "x", "c"], "r": ["y"]}
+
+
+def test_the_plan_follows_the_budget_and_skips_dense_mining_it_cannot_afford(tmp_path):
+    pseudo = {"queries": 5000, "documents": 20000}
+    rates = {"examples_per_second": 2.0, "documents_per_second": 30.0}
+    config = AdaptConfig(corpus=tmp_path, out_dir=tmp_path / "o", budget_minutes=45)
+    plan = _plan(config, pseudo, rates, spent=60.0)
+    # encoding 20000 docs takes 667 s < 900 s (a third of 45 min): dense mining stays
+    assert plan["dense_negatives"] is True
+    assert plan["queries"] == int(0.85 * (2700 - 60 - 20000 / 30) * 2.0)
+    slow = _plan(config, pseudo, {**rates, "documents_per_second": 10.0}, spent=60.0)
+    assert slow["dense_negatives"] is False and "budget" in slow["why_no_dense"]
+    assert slow["queries"] == min(5000, int(0.85 * 2640 * 2.0))
+    with pytest.raises(DotcatError, match="more minutes"):
+        _plan(AdaptConfig(corpus=tmp_path, out_dir=tmp_path, budget_minutes=1), pseudo, rates, 55)
+
+
+def test_a_crash_resumes_without_redoing_finished_steps(corpus, tiny_bert_dir, tmp_path):
+    import dotcat.training.adapt as module
+
+    out = tmp_path / "model"
+    config = _config(corpus, out, tiny_bert_dir, max_queries=64)
+    real = module._train_step
+    module._train_step = _crash
+    try:
+        with pytest.raises(RuntimeError, match="killed"):
+            adapt(config)
+    finally:
+        module._train_step = real
+    first = json.loads((out / RECORD).read_text())
+    assert set(first["steps"]) == {"pseudo_queries", "calibration", "plan", "negatives"}
+    with pytest.raises(DotcatError, match="resume"):
+        adapt(config)  # neither resume nor overwrite
+    with pytest.raises(DotcatError, match="other settings"):
+        adapt(_config(corpus, out, tiny_bert_dir, max_queries=70, resume=True))
+    adapt(_config(corpus, out, tiny_bert_dir, max_queries=64, resume=True))
+    second = json.loads((out / RECORD).read_text())
+    assert second["status"] == "finished"
+    for step in ("pseudo_queries", "calibration", "plan", "negatives"):
+        assert second["steps"][step] == first["steps"][step]  # not done again
+    assert second["steps"]["plan"]["result"]["queries"] == 64
+    assert (out / "model.safetensors").exists()
+
+
+def _crash(*args):
+    raise RuntimeError("killed")
+
+
+def test_sentences_can_be_preferred_to_titles(tmp_path):
+    from dotcat.training.adapt import _pseudo_step
+
+    body = "The {t} level rose in trial {i}. Its rate fell after week {i} of {t} use. "
+    body += "Both were measured again in a second trial of {t} number {i}. "
+    body += "No other change was seen in the {i} volunteers who took {t} for the whole year."
+    path = tmp_path / "c.jsonl"
+    rows = [
+        {"_id": f"d{i}", "title": f"{t} and its trial {i}", "text": body.format(t=t, i=i)}
+        for i, t in enumerate(TOPICS * 4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = AdaptConfig(corpus=path, out_dir=tmp_path / "o", prefer="sentence")
+    summary = _pseudo_step(config, tmp_path)
+    assert summary["from_sentences"] == len(rows) and summary["from_titles"] == 0
+    titles = _pseudo_step(AdaptConfig(corpus=path, out_dir=tmp_path / "o"), tmp_path)
+    assert titles["from_titles"] == len(rows)
+    with pytest.raises(DotcatError, match="prefer"):
+        AdaptConfig(corpus=path, out_dir=tmp_path, prefer="words").validate()
+
+
+def test_a_corpus_without_usable_pseudo_queries_is_refused(tiny_bert_dir, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"_id": "a", "title": "", "text": "too short"}) + "\n")
+    with pytest.raises(DotcatError, match="pseudo-queries"):
+        adapt(_config(path, tmp_path / "o", tiny_bert_dir))
+
+
+def test_cli_adapt_refuses_a_missing_corpus(tmp_path):
+    from typer.testing import CliRunner
+
+    from dotcat.cli import app
+
+    result = CliRunner().invoke(app, ["adapt", str(tmp_path / "nope.jsonl"), str(tmp_path / "o")])
+    assert result.exit_code == 2 and "nope.jsonl" in result.output
