@@ -165,3 +165,14 @@ def test_bad_calls(index):
         pipeline.run(QUERIES, 0)
     with pytest.raises(DotcatError, match="empty"):
         pipeline.search("   ", 3)
+
+
+def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
+    pipeline = _pipeline(index, first_stage="bm25")  # no dense retriever loaded yet
+    pipeline.one_thread_small_calls()
+    pipeline.search("insulin", 3, first_stage="dense")
+    assert pipeline._dense.encoder.single_query_threads == 1
+    loaded = _pipeline(index, first_stage="dense")
+    assert loaded._dense.encoder.single_query_threads is None  # free cores decide
+    loaded.one_thread_small_calls()
+    assert loaded._dense.encoder.single_query_threads == 1

@@ -203,6 +203,7 @@ class SearchPipeline:
         self.first_stage = self._resolve_first_stage(config.first_stage)
         self.fusion = self._resolve_fusion()
         self._dense: DenseRetriever | None = None
+        self._small_call_threads: int | None = None  # see one_thread_small_calls
         if self.first_stage in ("dense", "hybrid"):
             self._dense_retriever()  # load now: the first query should not pay for it
         self.reranker = (
@@ -265,6 +266,7 @@ class SearchPipeline:
                     precision=self.config.precision,
                     index=self.index,
                 )
+                self._dense.encoder.single_query_threads = self._small_call_threads
             return self._dense
 
     def one_thread_small_calls(self) -> None:
@@ -275,8 +277,9 @@ class SearchPipeline:
         take it (``eval/results/serve.md``: one client's p50 17.6 ms with two threads on a
         quiet CPU, 14.9 ms with one thread while another process held a core).
         """
-        if self.first_stage in ("dense", "hybrid") or self._dense is not None:
-            self._dense_retriever().encoder.single_query_threads = 1
+        self._small_call_threads = 1
+        if self._dense is not None:
+            self._dense.encoder.single_query_threads = 1
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
+from dotcat.files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class _Record:
 
     def _write(self) -> None:
         self.data["elapsed_seconds"] = round(self.elapsed(), 3)
-        _write_json(self.path, self.data)
+        write_json(self.path, self.data)
 
 
 # -- the steps ------------------------------------------------------------------------------
@@ -395,9 +396,3 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
