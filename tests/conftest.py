@@ -120,3 +120,13 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
     """Keep dotcat's dataset cache out of the user's home, and the hub offline."""
     monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path_factory.getbasetemp() / "dotcat-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _not_quiet_after():
+    """The CLI's ``-q`` sets a process-wide switch (and ``DOTCAT_QUIET``): no test leaves it on
+    for the next one (a progress-bar test after a ``-q`` invocation would see no bar)."""
+    yield
+    from dotcat.progress import set_quiet
+
+    set_quiet(False)

@@ -38,7 +38,7 @@ def workspace(tmp_path_factory, tiny_bert_dir):
     index = root / "idx"
     result = invoke(
         "-q", "index", data, index, "--model", tiny_bert_dir, "--pooling", "mean",
-        "--similarity", "cos",
+        "--similarity", "cos", "--precision", "fp32",  # searched at fp32 below
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     bm25 = root / "bm25.trec"

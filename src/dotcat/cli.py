@@ -103,10 +103,11 @@ def _setup(
 
 
 _PRECISION_HELP = (
-    "auto (bf16 where the CPU has native bf16 or on a GPU, else fp32), fp32 or bf16; "
-    "DOTCAT_NATIVE_BF16=on|off overrides the detection."
+    "auto (bf16 where the CPU has native bf16 or on a GPU, else fp32), fp32, bf16, or int8 "
+    "(ONNX Runtime on CPU, exported on first use); DOTCAT_NATIVE_BF16=on|off overrides the "
+    "detection."
 )
-_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 # Every command checks its arguments, paths and outputs with light modules (no torch, no
 # FAISS) before importing the stages that do the work: a typo is reported in milliseconds,
@@ -714,6 +715,33 @@ def bm25(
     seconds = time.perf_counter() - start
     write_run(run, output, tag=tag)
     typer.echo(f"BM25: searched {len(topics)} queries in {seconds:.1f} s; wrote {output}")
+
+
+@app.command()
+def export(
+    model: Annotated[str, typer.Argument(help="Model directory (BERT_DOT or BERT_CAT).")],
+    precision: Annotated[str, typer.Option(help="int8 (per-channel weights) or fp32.")] = "int8",
+    keep_fp32: Annotated[
+        str, typer.Option(help="Linear layers left in fp32 under int8: none or ffn_output.")
+    ] = "none",
+    variant: Annotated[
+        str | None,
+        typer.Option(help="int8 kernels: avx512_vnni or avx2 (7-bit weights); default: this CPU."),
+    ] = None,
+) -> None:
+    """Export a model to ONNX beside its weights (onnx/, where sentence-transformers looks)."""
+    _one_of("--precision", precision, ("int8", "fp32"))
+    _one_of("--keep-fp32", keep_fp32, ("none", "ffn_output"))
+    if variant is not None:
+        _one_of("--variant", variant, ("avx512_vnni", "avx2"))
+    _check_model(model)
+
+    from dotcat.models.onnx_backend import export_model
+
+    start = time.perf_counter()
+    kind, path = export_model(model, precision, keep_fp32=keep_fp32, variant=variant)
+    seconds = time.perf_counter() - start
+    typer.echo(f"exported {kind} {model} at {precision} in {seconds:.1f} s: {path}")
 
 
 @app.command("eval")

@@ -60,14 +60,24 @@ def test_a_bad_env_value_is_a_clear_error(monkeypatch):
         runtime.cpu_has_native_bf16()
 
 
-def test_auto_encoder_follows_the_switch_and_records_it(tiny_bert_dir, monkeypatch):
-    for value, dtype, name in (("on", torch.bfloat16, "bf16"), ("off", None, "fp32")):
+def test_auto_follows_the_switch_and_records_it(tiny_bert_dir, tiny_cat_dir, monkeypatch):
+    # on: a Zen 4-class CPU (native bf16, VNNI): encoders at int8 (INT8_BY_DEFAULT), the rest
+    # under bf16 autocast; off: an AVX2-only CPU, fp32 everywhere.
+    for value, encoder_name, dtype in (("on", "int8", torch.bfloat16), ("off", "fp32", None)):
         monkeypatch.setenv(runtime.NATIVE_BF16_ENV, value)
         enc = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu"))
-        assert enc.autocast_dtype is dtype
-        assert enc.manifest_entry()["precision"] == name
+        assert enc.precision == encoder_name == enc.manifest_entry()["precision"]
+        assert (enc.onnx is not None) is (encoder_name == "int8")
+        # A new head is for training: never int8, whatever the table says.
         ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
-        assert ce.autocast_dtype is dtype
+        assert ce.autocast_dtype is dtype and ce.onnx is None
+        trained = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_cat_dir), device="cpu"))
+        expected = (
+            "int8"
+            if value == "on" and "cross-encoder" in runtime.INT8_BY_DEFAULT
+            else ("bf16" if value == "on" else "fp32")
+        )
+        assert trained.precision == expected
 
 
 # -- bf16 against fp32 ----------------------------------------------------------------------

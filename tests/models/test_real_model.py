@@ -29,7 +29,8 @@ def _scifact_texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def default_encoder() -> BiEncoder:
-    return BiEncoder.load(EncoderConfig(model="default", device="cpu"))
+    # fp32 pinned: the reference the other paths are compared with (auto may be int8 or bf16).
+    return BiEncoder.load(EncoderConfig(model="default", device="cpu", precision="fp32"))
 
 
 @pytest.mark.slow
@@ -66,3 +67,24 @@ def test_bf16_autocast_agrees_with_fp32_on_the_real_model(default_encoder):
     bf16 = BiEncoder.load(EncoderConfig(model="default", device="cpu", precision="bf16"))
     cos = (bf16.encode(texts) * default_encoder.encode(texts)).sum(axis=1)
     assert cos.mean() >= 0.999
+
+
+@pytest.mark.slow
+def test_int8_on_the_real_model_ranks_like_fp32(default_encoder):
+    """The int8 path that CPUs with VNNI take by default (ONNX Runtime; AVX2 kernels elsewhere).
+
+    Tolerances from eval/results/precision.md (600 SciFact documents: mean cosine 0.995, min
+    0.992 with VNNI; 0.994 / 0.987 for the 7-bit AVX2 export), with margin.
+    """
+    from scipy.stats import spearmanr
+
+    texts = _scifact_texts(18)
+    int8 = BiEncoder.load(EncoderConfig(model="default", device="cpu", precision="int8"))
+    a, b = default_encoder.encode_documents(texts), int8.encode_documents(texts)
+    cos = (a * b).sum(axis=1)
+    assert cos.mean() >= 0.99 and cos.min() >= 0.98
+    queries = ["0-dimensional biomaterials show inductive properties.", "ALDH1 expression"]
+    for qa, qb in zip(
+        default_encoder.encode_queries(queries), int8.encode_queries(queries), strict=True
+    ):
+        assert spearmanr(a @ qa, b @ qb).statistic >= 0.95

@@ -147,8 +147,8 @@ class ExperimentConfig(_Strict):
     permutations: int = Field(10_000, ge=1, description="an integer >= 1")
     seed: int = Field(0, description="an integer")
     alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="one of 'auto', 'fp32', 'bf16', 'fp16'"
+    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
+        "auto", description="one of 'auto', 'fp32', 'bf16', 'fp16', 'int8'"
     )
     device: str = Field("auto", min_length=1, description="'auto', 'cpu' or 'cuda'")
     dataset: DatasetConfig = Field(description="a [dataset] table with `path` and `split`")

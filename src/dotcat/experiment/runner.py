@@ -116,16 +116,10 @@ class ExperimentResult:
 
 def resolve_environment(config: ExperimentConfig) -> Environment:
     """The device and precision ``auto`` resolve to here, and the CPU that decides them."""
-    from dotcat.models.runtime import (
-        cpu_flags,
-        cpu_model,
-        precision_name,
-        resolve_device,
-        resolve_precision,
-    )
+    from dotcat.models.runtime import cpu_flags, cpu_model, describe_precision, resolve_device
 
     device = resolve_device(config.device)
-    precision = precision_name(resolve_precision(config.precision, device))
+    precision = describe_precision(config.precision, device)
     flags = cpu_flags()
     machine = {
         "cpu": cpu_model(),

@@ -122,3 +122,26 @@ def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: 
             f"{encoder_entry.get('name')!r} (weights {str(encoder_entry.get('fingerprint'))[:12]})"
             f"; differences: {'; '.join(diffs)}"
         )
+    # Manifests from before int8 record no precision: their vectors are fp32 or bf16.
+    built, given = recorded.get("precision") or "fp32", encoder_entry.get("precision")
+    if given and not precisions_compatible(built, given):
+        raise DotcatError(
+            f"{index_dir}: the index's vectors were encoded at {built}; the {given} encoder "
+            f"gives vectors that do not rank alike (eval/results/precision.md); use "
+            f"--precision {built}, or build the index at {given}"
+        )
+
+
+#: Pairs of precisions whose vectors may meet in one index (documents at one, queries or
+#: added documents at the other), each measured in eval/results/precision.md: nDCG@10 and
+#: R@100 retention >= 99.5% of fp32's on SciFact dev and test. fp32 and bf16 vectors agree to
+#: cosine >= 0.9999; int8 meets only int8.
+COMPATIBLE_PRECISIONS = frozenset(
+    {frozenset({"fp32", "bf16"}), frozenset({"fp32", "fp16"}), frozenset({"bf16", "fp16"})}
+)
+
+
+def precisions_compatible(built: str, given: str) -> bool:
+    """Whether vectors at precision ``given`` may be searched against (or added to) an index
+    built at ``built`` (see :data:`COMPATIBLE_PRECISIONS`)."""
+    return built == given or frozenset({built, given}) in COMPATIBLE_PRECISIONS

@@ -44,9 +44,11 @@ from dotcat.models.batching import batch_slices, padded_widths
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
+    auto_precision,
     autocast,
     configure_threads,
     free_threads,
+    is_int8,
     precision_name,
     quiet_transformers,
     resolve_device,
@@ -163,9 +165,17 @@ class BiEncoder:
         self.document_prefix = document_prefix
         self.lowercase = lowercase
         fast = config.fast
-        self.autocast_dtype = resolve_precision(config.precision if fast else "fp32", device)
+        precision = config.precision
+        if precision == "auto":
+            precision = auto_precision("encoder", device)
+        self.int8 = fast and is_int8(precision, device)
+        self.autocast_dtype = resolve_precision(
+            precision if fast and not self.int8 else "fp32", device
+        )
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
+        #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
+        self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
@@ -246,15 +256,21 @@ class BiEncoder:
             document_prefix=document_prefix,
             lowercase=st.lowercase,
         )
+        if encoder.int8:
+            from dotcat.models.onnx_backend import OnnxRunner, find_or_export
+
+            encoder.onnx = OnnxRunner(
+                find_or_export(st.transformer_dir, "encoder", "int8", encoder.fingerprint)
+            )
         logger.info(
-            "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, autocast %s",
+            "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, %s",
             config.model,
             pooling,
             similarity,
             encoder.max_length,
             encoder.dim,
             device,
-            encoder.autocast_dtype or "off (fp32)",
+            encoder.precision,
         )
         return encoder
 
@@ -360,8 +376,13 @@ class BiEncoder:
             "document_prefix": self.document_prefix,
             # Informative: bf16 and fp32 vectors agree to cosine >= 0.999, so an index built
             # at one precision is searched at another (figures differ in the 3rd decimal).
-            "precision": precision_name(self.autocast_dtype),
+            "precision": self.precision,
         }
+
+    @property
+    def precision(self) -> str:
+        """``int8`` (ONNX Runtime), else the autocast precision: ``fp32``, ``bf16``, ``fp16``."""
+        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
 
     def __repr__(self) -> str:
         settings = {k: v for k, v in asdict(self.config).items() if k != "model"}
@@ -407,10 +428,16 @@ class BiEncoder:
         )
 
     def _embed(self, input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-        with autocast(self.device, self.autocast_dtype):
-            output = self.model(input_ids=input_ids, attention_mask=mask)
-        hidden = output[0].float()
-        vectors = pool(self.pooling, hidden, mask)
+        if self.onnx is not None:
+            rows = []
+            for feeds in self.onnx.one_by_one({"input_ids": input_ids, "attention_mask": mask}):
+                hidden = torch.from_numpy(self.onnx(feeds))
+                rows.append(pool(self.pooling, hidden, torch.from_numpy(feeds["attention_mask"])))
+            vectors = torch.cat(rows)
+        else:
+            with autocast(self.device, self.autocast_dtype):
+                output = self.model(input_ids=input_ids, attention_mask=mask)
+            vectors = pool(self.pooling, output[0].float(), mask)
         if self.similarity == "cos":
             vectors = l2_normalize(vectors)
         return vectors.cpu().numpy()

@@ -43,8 +43,11 @@ from dotcat.models.bi_encoder import (
 )
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
+    auto_precision,
     autocast,
     configure_threads,
+    is_int8,
+    precision_name,
     quiet_transformers,
     resolve_device,
     resolve_precision,
@@ -191,7 +194,15 @@ class CrossEncoder:
         self.trained_head = trained_head
         self.template = PairTemplate(tokenizer)
         self.fingerprint = weights_fingerprint(path)
-        self.autocast_dtype = resolve_precision(config.precision if config.fast else "fp32", device)
+        precision = config.precision
+        if precision == "auto" and trained_head:  # a new head is for training: autocast rules
+            precision = auto_precision("cross-encoder", device)
+        self.int8 = config.fast and is_int8(precision, device)
+        self.autocast_dtype = resolve_precision(
+            precision if config.fast and not self.int8 else "fp32", device
+        )
+        #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
+        self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
@@ -257,15 +268,28 @@ class CrossEncoder:
             device=device,
             trained_head=trained_head,
         )
+        if encoder.int8:
+            from dotcat.models.onnx_backend import OnnxRunner, find_or_export
+
+            # The export is of the saved weights: a new, untrained head would not be in it.
+            encoder.require_trained()
+            encoder.onnx = OnnxRunner(
+                find_or_export(path, "cross-encoder", "int8", encoder.fingerprint)
+            )
         logger.info(
-            "cross-encoder %s: max_length %d, %s, autocast %s%s",
+            "cross-encoder %s: max_length %d, %s, %s%s",
             config.model,
             encoder.max_length,
             device,
-            encoder.autocast_dtype or "off (fp32)",
+            encoder.precision,
             "" if trained_head else ", new classification head (untrained)",
         )
         return encoder
+
+    @property
+    def precision(self) -> str:
+        """``int8`` (ONNX Runtime), else the autocast precision: ``fp32``, ``bf16``, ``fp16``."""
+        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
 
     @property
     def interpolation_alpha(self) -> float | None:
@@ -381,9 +405,7 @@ class CrossEncoder:
                     idx: np.ndarray, pairs: list = pairs, start: int = start, widths=widths
                 ) -> None:
                     features = self.collate([pairs[i] for i in idx], int(widths[idx].max()))
-                    with autocast(self.device, self.autocast_dtype):
-                        logits = self.logits(features)
-                    out[start + idx] = logits.float().cpu().numpy()
+                    out[start + idx] = self._logits_numpy(features)
                     with lock:
                         bar.update(len(idx))
 
@@ -426,6 +448,15 @@ class CrossEncoder:
         return f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device})"
 
     # -- internals --------------------------------------------------------------------------
+
+    def _logits_numpy(self, features: dict[str, torch.Tensor]) -> np.ndarray:
+        """float32 logits of one inference batch, by ONNX Runtime (int8) or PyTorch."""
+        if self.onnx is not None:
+            logits = [self.onnx(feeds) for feeds in self.onnx.one_by_one(features)]
+            return np.concatenate(logits).reshape(-1).astype(np.float32, copy=False)
+        with autocast(self.device, self.autocast_dtype):
+            logits = self.logits(features)
+        return logits.float().cpu().numpy()
 
     def _tokenize_unique(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`tokenize` each distinct text once (a run repeats its query per document)."""

@@ -102,6 +102,69 @@ def _detect_native_bf16() -> bool:
         return False
 
 
+#: Precisions run by ONNX Runtime instead of PyTorch autocast (CPU only).
+ONNX_PRECISIONS = ("int8",)
+#: Every precision a command accepts.
+ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
+
+
+#: Model kinds whose int8 path keeps >= 99.5% of fp32's nDCG@10 and R@100 on SciFact dev and
+#: test with VNNI kernels (eval/results/precision.md): ``auto`` runs them at int8 on CPUs with
+#: VNNI. The 7-bit weights of the AVX2 export fall below that bar, so AVX2-only CPUs keep fp32.
+INT8_BY_DEFAULT = frozenset({"encoder"})
+_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+
+
+def cpu_has_vnni() -> bool:
+    """Whether int8 dot products are native here (AVX512-VNNI or AVX-VNNI). ``DOTCAT_NATIVE_BF16
+    =off`` (behave as an AVX2-only CPU) says no, ``=on`` (behave as a Zen 4-class CPU) yes."""
+    override = native_bf16_override()
+    if override is not None:
+        return override
+    return bool(cpu_flags() & _VNNI_FLAGS)
+
+
+def auto_precision(kind: str, device: torch.device) -> str:
+    """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``):
+    int8 on a CPU with VNNI for the kinds in :data:`INT8_BY_DEFAULT`; otherwise the autocast
+    rule of :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
+    if device.type != "cpu":
+        return "auto"
+    int8 = kind in INT8_BY_DEFAULT and cpu_has_vnni()
+    choice = "int8" if int8 else precision_name(resolve_precision("auto", device))
+    _log_once(f"precision auto for the {kind} on this CPU: {choice}")
+    return choice
+
+
+def describe_precision(precision: str, device: torch.device) -> str:
+    """What ``precision`` runs at here, for records: e.g. ``int8`` or, for ``auto`` on CPU,
+    ``encoder int8, cross-encoder bf16``."""
+    if precision != "auto":
+        return precision
+    if device.type != "cpu":
+        return precision_name(resolve_precision("auto", device))
+    kinds = ("encoder", "cross-encoder")
+    return ", ".join(f"{kind} {auto_precision(kind, device)}" for kind in kinds)
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+    logger.info(message)
+
+
+def is_int8(precision: str, device: torch.device) -> bool:
+    """Whether ``precision`` asks for the int8 path (:mod:`dotcat.models.onnx_backend`).
+
+    Raises:
+        DotcatError: int8 on a GPU (the int8 kernels are ONNX Runtime's CPU ones).
+    """
+    if precision not in ONNX_PRECISIONS:
+        return False
+    if device.type != "cpu":
+        raise DotcatError(f"precision {precision} runs on CPU only (device is {device})")
+    return True
+
+
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device``; None means plain fp32.
 
@@ -116,7 +179,7 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
             return torch.bfloat16
         return None
     if precision not in PRECISIONS:
-        raise DotcatError(f"unknown precision {precision!r} (auto, {', '.join(PRECISIONS)})")
+        raise DotcatError(f"unknown precision {precision!r} ({', '.join(ALL_PRECISIONS)})")
     dtype = PRECISIONS[precision]
     if dtype is torch.bfloat16 and device.type == "cpu" and not _detect_native_bf16():
         _warn_once("bf16 on a CPU without native bf16: emulated, slower than fp32")

@@ -28,7 +28,8 @@ Run = dict[str, list[tuple[str, float]]]
 def encoder_config_from_manifest(
     encoder_entry: Mapping, model: str | None = None, device: str = "auto", precision: str = "auto"
 ) -> EncoderConfig:
-    """The encoder config that reproduces the index's vectors.
+    """The encoder config that reproduces the index's vectors (``auto`` precision: one that
+    meets the index's, see :func:`_follow_index`).
 
     ``model`` overrides where the weights come from (e.g. a copy of the model elsewhere); the
     weights fingerprint is checked afterwards either way.
@@ -49,8 +50,23 @@ def encoder_config_from_manifest(
         query_prefix=encoder_entry.get("query_prefix"),
         document_prefix=encoder_entry.get("document_prefix"),
         device=device,
-        precision=precision,
+        precision=_follow_index(precision, encoder_entry.get("precision"), device),
     )
+
+
+def _follow_index(requested: str, built: str | None, device: str) -> str:
+    """``auto`` follows the index: int8 queries (and added documents) for int8 documents (on
+    CPU), else the autocast rule (bf16 where native, else fp32: either meets fp32/bf16
+    documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
+    before int8 record no precision: their vectors are fp32 or bf16."""
+    if requested != "auto":
+        return requested
+    from dotcat.models.runtime import precision_name, resolve_device, resolve_precision
+
+    resolved = resolve_device(device)
+    if built == "int8":
+        return "int8" if resolved.type == "cpu" else requested
+    return precision_name(resolve_precision("auto", resolved))
 
 
 class DenseRetriever:
@@ -61,8 +77,8 @@ class DenseRetriever:
         model: load the query encoder from here instead of the manifest's record.
         device: ``auto``, ``cpu`` or ``cuda`` (for both the encoder and FAISS).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``) overriding the manifest.
-        precision: the query encoder's ``auto``, ``fp32`` or ``bf16`` (see
-            :class:`dotcat.models.EncoderConfig`).
+        precision: the query encoder's ``auto``, ``fp32``, ``bf16`` or ``int8`` (see
+            :class:`dotcat.models.EncoderConfig`); ``auto`` follows an int8 index.
         index: the index directory already open (a :class:`DenseIndex` of ``index_dir``).
     """
 

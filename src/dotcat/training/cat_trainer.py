@@ -526,7 +526,10 @@ def _train(config: CatTrainConfig, out_dir: Path) -> Path:
     dev_queries = {q: data.queries[q] for q in dev_qids}
 
     cross_encoder = CrossEncoder.load(
-        CrossEncoderConfig(model=config.base, max_length=config.max_length, device=config.device),
+        # PyTorch weights, trained in place (never an export); autocast is set just below.
+        CrossEncoderConfig(
+            model=config.base, max_length=config.max_length, device=config.device, precision="fp32"
+        ),
         seed=config.seed,
     )
     model = cross_encoder.model

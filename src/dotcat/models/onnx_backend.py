@@ -1,0 +1,380 @@
+"""The int8 path: a model exported to ONNX, its linear layers quantised, run by ONNX Runtime.
+
+Why int8 and why ONNX Runtime (measured, ``eval/results/precision.md``): on a CPU without
+native bf16 (AVX2-only) fp32 matmuls already run near peak, so lower precision is the only way
+to go faster; PyTorch's own dynamic int8 (``torch.ao.quantization.quantize_dynamic``) gave
+1.37x and a re-ranker Spearman of 0.89 with fp32 (``rerank_int8_agreement.md``), while ONNX
+Runtime's int8 kernels (VNNI on AVX-512, u8s8 on AVX2) are faster and per-channel weight
+scales keep the vectors close (cosine ~0.995 with fp32 on SciFact documents).
+
+Recipe (Bondarenko et al., EMNLP 2021, "Understanding and Overcoming the Challenges of
+Efficient Transformer Quantization"): the weights of every linear layer are quantised per
+output channel to int8 once, at export; activations are quantised per call from their own
+range (dynamic: no calibration set to choose, nothing fitted to one corpus). The FFN output
+projections can be kept in fp32 (``keep_fp32="ffn_output"``), where the paper finds the
+outliers of the residual stream. On CPUs without VNNI the weights use 7 bits
+(``reduce_range``): AVX2's u8 x s8 multiply-add (``vpmaddubsw``) saturates int16 sums of two
+8-bit products.
+
+Files are laid out as sentence-transformers (``backend="onnx"``) and Optimum look for them,
+inside the directory that holds the transformer's weights::
+
+    onnx/model.onnx                       fp32 export (inputs input_ids, attention_mask,
+                                          token_type_ids; output last_hidden_state or logits)
+    onnx/model_qint8_avx512_vnni.onnx     int8, for CPUs with VNNI
+    onnx/model_qint8_avx2.onnx            int8, 7-bit weights, for AVX2 without VNNI
+    onnx/dotcat_export.json               per file: the weights' fingerprint, the recipe
+
+An export is never silently stale: each file records the sha256 of the weights it came from,
+and a file whose record does not match is exported again. Where the model's directory cannot
+be written (a packaged model), exports go to ``$DOTCAT_CACHE/onnx/<fingerprint>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dotcat.cache import cache_root
+from dotcat.errors import DotcatError
+from dotcat.files import write_json
+
+logger = logging.getLogger(__name__)
+
+ONNX_DIR = "onnx"
+EXPORT_RECORD = "dotcat_export.json"
+OPSET = 17
+#: What each kind of model outputs (Optimum's names: ``ORTModelForFeatureExtraction`` reads
+#: ``last_hidden_state``, ``ORTModelForSequenceClassification`` reads ``logits``).
+OUTPUTS = {"encoder": "last_hidden_state", "cross-encoder": "logits"}
+#: Linear layers that ``keep_fp32`` can leave unquantised (regexes on ONNX node names).
+KEEP_FP32 = {
+    "none": (),
+    # BERT's FFN output projection (``layer.N.output.dense``), not the attention's.
+    "ffn_output": (r"layer\.\d+/output/dense/",),
+}
+#: The recipe the int8 path uses (chosen in eval/results/precision.md).
+DEFAULT_KEEP_FP32 = "none"
+
+
+def int8_variant(flags: frozenset[str] | None = None) -> str:
+    """``avx512_vnni`` where the CPU has VNNI (AVX-512 or AVX-VNNI), else ``avx2``."""
+    if flags is None:
+        from dotcat.models.runtime import cpu_flags
+
+        flags = cpu_flags()
+    return "avx512_vnni" if flags & {"avx512_vnni", "avx_vnni"} else "avx2"
+
+
+def export_name(precision: str, variant: str | None = None) -> str:
+    """The file name sentence-transformers uses for an export at this precision."""
+    if precision == "fp32":
+        return "model.onnx"
+    if precision == "int8":
+        return f"model_qint8_{variant or int8_variant()}.onnx"
+    raise DotcatError(f"no ONNX export at precision {precision!r} (fp32 or int8)")
+
+
+def find_or_export(
+    weights_dir: Path,
+    kind: str,
+    precision: str,
+    fingerprint: str,
+    *,
+    keep_fp32: str = DEFAULT_KEEP_FP32,
+    variant: str | None = None,
+) -> Path:
+    """The current ONNX export of the model in ``weights_dir``; made first if missing or stale
+    (its recorded fingerprint or recipe differs from ``fingerprint``/``keep_fp32``).
+
+    Looks beside the weights (where ``dotcat export`` writes), then in the cache, where an
+    export made on first use goes: a model directory is not written to behind the user's
+    back (it may be a packaged model, or shared).
+    """
+    variant = variant or int8_variant()
+    name = export_name(precision, variant)
+    recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
+    homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
+    for home in homes:
+        if _recorded(home, name) == recipe and (home / name).is_file():
+            return home / name
+    stale = [str(h / name) for h in homes if (h / name).is_file()]
+    if stale:
+        logger.warning(
+            "ONNX export %s is stale (other weights or recipe): exporting again", stale[0]
+        )
+    return export(
+        weights_dir, kind, precision, homes[1], fingerprint, keep_fp32=keep_fp32, variant=variant
+    )
+
+
+def export_model(
+    model: str,
+    precision: str = "int8",
+    *,
+    keep_fp32: str = DEFAULT_KEEP_FP32,
+    variant: str | None = None,
+) -> tuple[str, Path]:
+    """``dotcat export``: export a local model beside its weights; returns (kind, file).
+
+    The kind follows the model: a single-logit ``*ForSequenceClassification`` is a
+    cross-encoder (sentence-transformers' ``CrossEncoder``), anything else an encoder whose
+    transformer directory receives ``onnx/`` (where ``SentenceTransformer`` looks).
+    """
+    from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
+    from dotcat.models.st_config import read_st_settings
+
+    path = resolve_model(model)
+    transformer_dir = read_st_settings(path).transformer_dir
+    config = read_model_config(path, transformer_dir)
+    architectures = config.get("architectures") or []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        kind, weights_dir = "cross-encoder", path
+        if len(config.get("id2label") or {"0": "LABEL_0"}) != 1:
+            raise DotcatError(f"{path} is a classifier with several labels, not a re-ranker")
+    else:
+        kind, weights_dir = "encoder", transformer_dir
+    fingerprint = weights_fingerprint(path)
+    home = weights_dir / ONNX_DIR
+    if not os.access(weights_dir, os.W_OK):
+        raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
+    return kind, export(
+        weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
+    )
+
+
+def cache_home(fingerprint: str) -> Path:
+    """Where exports made on first use are cached: ``$DOTCAT_CACHE/onnx/<fingerprint>``."""
+    return cache_root() / ONNX_DIR / fingerprint[:32]
+
+
+def export(
+    weights_dir: Path,
+    kind: str,
+    precision: str,
+    home: Path,
+    fingerprint: str,
+    *,
+    keep_fp32: str = DEFAULT_KEEP_FP32,
+    variant: str | None = None,
+) -> Path:
+    """Export the model in ``weights_dir`` to ``home/<export_name>`` and record it.
+
+    fp32: ``torch.onnx.export`` of the Hugging Face model, batch and sequence dynamic. int8:
+    the fp32 export (made first if needed), quantised by ONNX Runtime's ``quantize_dynamic``
+    (per-channel int8 weights, dynamic activations, the ``keep_fp32`` layers left in fp32).
+    Files are written under temporary names and renamed, so a crash leaves no half file.
+    """
+    if kind not in OUTPUTS:
+        raise DotcatError(f"unknown model kind {kind!r} (encoder or cross-encoder)")
+    if keep_fp32 not in KEEP_FP32:
+        raise DotcatError(f"unknown keep_fp32 {keep_fp32!r} ({', '.join(KEEP_FP32)})")
+    variant = variant or int8_variant()
+    home.mkdir(parents=True, exist_ok=True)
+    name = export_name(precision, variant)
+    fp32 = home / export_name("fp32")
+    fp32_recipe = _recipe(kind, "fp32", variant, keep_fp32, fingerprint)
+    if not (fp32.is_file() and _recorded(home, fp32.name) == fp32_recipe):
+        logger.info("exporting %s to ONNX: %s", weights_dir, fp32)
+        with _atomic(fp32) as tmp:
+            _export_fp32(weights_dir, kind, tmp)
+        _record(home, fp32.name, fp32_recipe)
+    if precision == "fp32":
+        return fp32
+    target = home / name
+    logger.info("quantising %s to int8 (%s, fp32 kept: %s): %s", fp32, variant, keep_fp32, target)
+    with _atomic(target) as tmp:
+        _quantize(fp32, tmp, reduce_range=variant != "avx512_vnni", keep_fp32=keep_fp32)
+    _record(home, name, _recipe(kind, precision, variant, keep_fp32, fingerprint))
+    return target
+
+
+class OnnxRunner:
+    """One ONNX Runtime session on CPU, called like a model: feeds -> first output.
+
+    One intra-op thread per session: dotcat's encoders already run batches in parallel worker
+    threads (data parallel; ``InferenceSession.run`` releases the GIL and may be called from
+    several threads at once), and one query is too small to split. Spinning is off, so a
+    finished call leaves the core to the server's event loop.
+    """
+
+    def __init__(self, path: Path) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise DotcatError(f"{path}: ONNX Runtime cannot load it ({e})") from None
+        self.path = path
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    @staticmethod
+    def one_by_one(batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+        """A right-padded batch (tensors or arrays with an ``attention_mask``) as one feed
+        per row, cut to the row's own length.
+
+        Dynamic int8 quantises each activation tensor with the range of the whole tensor, so
+        in a batch a text's output would depend on its neighbours and on padding. One text per
+        call makes every vector and logit a function of its text alone (a query's vector is
+        the same in a batch or alone, an index built in any order the same); measured, it is
+        also faster than padded batches (no work on padding).
+        """
+        arrays = {k: np.asarray(v) for k, v in batch.items()}
+        lengths = arrays["attention_mask"].sum(axis=1)
+        return [
+            {k: v[row : row + 1, : int(n)] for k, v in arrays.items()}
+            for row, n in enumerate(lengths)
+        ]
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Run on int64 ``feeds`` (extra keys ignored; a missing ``token_type_ids`` is zeros)."""
+        inputs = {}
+        for name in self.input_names:
+            value = feeds.get(name)
+            if value is None and name == "token_type_ids":
+                value = np.zeros_like(feeds["input_ids"])
+            inputs[name] = np.ascontiguousarray(value, dtype=np.int64)
+        return self.session.run(None, inputs)[0]
+
+
+# -- internals ------------------------------------------------------------------------------
+
+
+def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint: str) -> dict:
+    recipe = {"kind": kind, "precision": precision, "weights_sha256": fingerprint, "opset": OPSET}
+    if precision == "int8":
+        recipe |= {"variant": variant, "keep_fp32": keep_fp32, "per_channel": True}
+    return recipe
+
+
+def _recorded(home: Path, name: str) -> dict | None:
+    import json
+
+    try:
+        return json.loads((home / EXPORT_RECORD).read_text()).get(name)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _record(home: Path, name: str, recipe: dict) -> None:
+    import json
+
+    try:
+        records = json.loads((home / EXPORT_RECORD).read_text())
+        if not isinstance(records, dict):
+            records = {}
+    except (OSError, ValueError):
+        records = {}
+    records[name] = recipe
+    write_json(home / EXPORT_RECORD, records)
+
+
+@contextlib.contextmanager
+def _atomic(path: Path):
+    """A temporary path beside ``path``, renamed onto it if the block succeeds."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not for models
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+    from dotcat.models.runtime import quiet_transformers
+
+    auto = AutoModel if kind == "encoder" else AutoModelForSequenceClassification
+    with quiet_transformers():
+        # The eager attention exports to plain MatMul/Softmax nodes every runtime has.
+        model = auto.from_pretrained(weights_dir, attn_implementation="eager").eval()
+        tokenizer = AutoTokenizer.from_pretrained(weights_dir)
+    names = [
+        n
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+        if n in tokenizer.model_input_names
+    ]
+    sample = tokenizer(["a query", "a longer document text"], padding=True, return_tensors="pt")
+    output = OUTPUTS[kind]
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            result = self.model(**dict(zip(names, inputs, strict=True)))
+            return result.logits if kind == "cross-encoder" else result[0]
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes[output] = {0: "batch"} if kind == "cross-encoder" else {0: "batch", 1: "sequence"}
+    with torch.no_grad(), _quiet_export():
+        torch.onnx.export(
+            Wrapped(),
+            tuple(sample[n] for n in names),
+            str(out),
+            input_names=names,
+            output_names=[output],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,  # the TorchScript exporter: dynamic axes without onnxscript
+        )
+
+
+def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> None:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    patterns = [re.compile(p) for p in KEEP_FP32[keep_fp32]]
+    graph = onnx.load(str(src), load_external_data=False).graph
+    excluded = [
+        node.name
+        for node in graph.node
+        if node.op_type in ("MatMul", "Gemm") and any(p.search(node.name) for p in patterns)
+    ]
+    with _quiet_export():
+        quantize_dynamic(
+            str(src),
+            str(out),
+            per_channel=True,
+            reduce_range=reduce_range,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+        )
+
+
+@contextlib.contextmanager
+def _quiet_export():
+    """The exporter's and quantiser's warnings (tracer, pre-processing advice) are noise here."""
+    import warnings
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # onnxruntime.quantization logs its advice on the root logger
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)

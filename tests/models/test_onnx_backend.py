@@ -1,0 +1,222 @@
+"""The int8 path: ONNX export, quantisation, ONNX Runtime inference, caching, staleness.
+
+Tolerances: the fp32 export must reproduce PyTorch (max |difference| of hidden states
+<= 1e-4); int8 is judged as a user judges it, by rank agreement with fp32 (Spearman of
+similarities / logits >= 0.95 on a tiny random model, whose weights have no trained structure
+to protect; the real models' figures are in eval/results/precision.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.errors import DotcatError
+from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.models import onnx_backend as ob
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.resolve import weights_fingerprint
+from dotcat.models.runtime import is_int8
+
+QUERIES = ["which animals were domesticated from wolves", "how do cells make ATP", "insulin"]
+DOCS = [
+    "Cats are small domesticated carnivorous mammals.",
+    "Dogs were domesticated from wolves long ago, probably more than fifteen thousand years.",
+    "ATP",
+    "Plants turn light into chemical energy in their chloroplasts through photosynthesis.",
+    "Insulin regulates blood glucose.",
+    "Mitochondria produce ATP for the cell.",
+    "Vaccines train the immune system against viruses and bacteria.",
+    "bone calcium density",
+]
+
+
+@pytest.fixture()
+def bert_copy(tiny_bert_dir, tmp_path):
+    """A writable copy of the tiny BERT (exports beside the weights write into it)."""
+    import shutil
+
+    return shutil.copytree(tiny_bert_dir, tmp_path / "bert")
+
+
+def test_the_fp32_export_reproduces_pytorch(bert_copy, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    fingerprint = weights_fingerprint(bert_copy)
+    path = ob.export(bert_copy, "encoder", "fp32", tmp_path / "out", fingerprint)
+    assert path.name == "model.onnx"
+    runner = ob.OnnxRunner(path)
+    assert runner.input_names == ["input_ids", "attention_mask", "token_type_ids"]
+    assert [o.name for o in runner.session.get_outputs()] == ["last_hidden_state"]
+    tokens = AutoTokenizer.from_pretrained(bert_copy)(DOCS, padding=True, return_tensors="np")
+    hidden = runner(dict(tokens))
+    model = AutoModel.from_pretrained(bert_copy).eval()
+    with torch.inference_mode():
+        expected = model(**{k: torch.from_numpy(v) for k, v in tokens.items()})[0].numpy()
+    assert hidden.shape == expected.shape  # batch and sequence are dynamic
+    assert np.abs(hidden - expected).max() <= 1e-4
+
+
+def _similarities(encoder: BiEncoder) -> np.ndarray:
+    return encoder.encode_queries(QUERIES) @ encoder.encode_documents(DOCS).T
+
+
+def test_int8_encoder_ranks_like_fp32(tiny_bert_dir):
+    fp32 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="fp32"))
+    int8 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="int8"))
+    assert int8.precision == "int8" and int8.manifest_entry()["precision"] == "int8"
+    assert fp32.precision == "fp32" and fp32.onnx is None  # fp32 stays PyTorch, as before
+    a, b = _similarities(fp32), _similarities(int8)
+    assert not np.array_equal(a, b)  # int8 really ran
+    assert b.dtype == np.float32
+    for row_a, row_b in zip(a, b, strict=True):
+        assert spearmanr(row_a, row_b).statistic >= 0.95
+    # One query's vector does not depend on its batch, on the int8 path too.
+    alone = int8.encode_queries(QUERIES[:1])
+    np.testing.assert_allclose(alone[0], int8.encode_queries(QUERIES)[0], atol=1e-6)
+
+
+def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
+    def scores(precision: str) -> np.ndarray:
+        config = CrossEncoderConfig(model=str(tiny_cat_dir), precision=precision)
+        return CrossEncoder.load(config).score_query("insulin glucose in blood", DOCS)
+
+    a, b = scores("fp32"), scores("int8")
+    assert np.ptp(a) > 0.1 and not np.array_equal(a, b)
+    assert spearmanr(a, b).statistic >= 0.95
+    assert np.argmax(a) == np.argmax(b)
+
+
+def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
+    BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    home = ob.cache_home(weights_fingerprint(bert_copy))
+    name = ob.export_name("int8")
+    assert (home / name).is_file() and (home / "model.onnx").is_file()
+    assert not (bert_copy / "onnx").exists()  # the user's model directory is not written
+    record = json.loads((home / ob.EXPORT_RECORD).read_text())[name]
+    assert record["weights_sha256"] == weights_fingerprint(bert_copy)
+    assert record["precision"] == "int8" and record["per_channel"] is True
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(ob, "export", no_export)
+    encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    assert encoder.onnx.path == home / name
+
+
+def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
+    result = CliRunner().invoke(app, ["export", str(bert_copy), "--precision", "int8"])
+    assert result.exit_code == 0, result.output
+    name = ob.export_name("int8")
+    assert (bert_copy / "onnx" / name).is_file()
+    assert f"exported encoder {bert_copy} at int8" in result.output
+    monkeypatch.setattr(ob, "export", lambda *a, **k: pytest.fail("exported again"))
+    encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    assert encoder.onnx.path == bert_copy / "onnx" / name
+
+
+def test_a_stale_export_is_never_used(bert_copy, caplog):
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(bert_copy)]).exit_code == 0
+    name = ob.export_name("int8")
+    # New weights under the same directory: the recorded fingerprint no longer matches.
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(bert_copy)
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.weight.mul_(1.5)
+    model.save_pretrained(bert_copy)
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.onnx_backend"):
+        encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    assert "stale" in caplog.text
+    fingerprint = weights_fingerprint(bert_copy)
+    assert encoder.onnx.path == ob.cache_home(fingerprint) / name
+    record = json.loads((encoder.onnx.path.parent / ob.EXPORT_RECORD).read_text())[name]
+    assert record["weights_sha256"] == fingerprint
+    # And the new export computes with the new weights.
+    fp32 = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="fp32"))
+    for row_a, row_b in zip(_similarities(fp32), _similarities(encoder), strict=True):
+        assert spearmanr(row_a, row_b).statistic >= 0.95
+
+
+def test_another_recipe_is_another_export(bert_copy, tmp_path):
+    fingerprint = weights_fingerprint(bert_copy)
+    home = tmp_path / "exports"
+    plain = ob.export(bert_copy, "encoder", "int8", home, fingerprint)
+    plain_bytes = plain.read_bytes()
+    kept = ob.export(bert_copy, "encoder", "int8", home, fingerprint, keep_fp32="ffn_output")
+    assert kept == plain and kept.read_bytes() != plain_bytes
+    record = json.loads((home / ob.EXPORT_RECORD).read_text())[plain.name]
+    assert record["keep_fp32"] == "ffn_output"
+    import onnx
+
+    nodes = {n.name: n.op_type for n in onnx.load(str(kept)).graph.node}
+    ffn_out = [n for n in nodes if "/output/dense/MatMul" in n and "attention" not in n]
+    assert ffn_out and all(nodes[n] == "MatMul" for n in ffn_out)  # left in fp32
+    assert any(op in ("MatMulInteger", "DynamicQuantizeLinear") for op in nodes.values())
+
+
+def test_the_avx2_variant_uses_7_bit_weights(bert_copy, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    fingerprint = weights_fingerprint(bert_copy)
+    path = ob.export(bert_copy, "encoder", "int8", tmp_path, fingerprint, variant="avx2")
+    assert path.name == "model_qint8_avx2.onnx"
+    weights = [
+        numpy_helper.to_array(t)
+        for t in onnx.load(str(path)).graph.initializer
+        if t.data_type == onnx.TensorProto.INT8 and t.dims and len(t.dims) == 2
+    ]
+    assert weights and max(int(np.abs(w).max()) for w in weights) <= 64  # reduce_range
+
+
+def test_a_failed_export_leaves_no_file(bert_copy, tmp_path, monkeypatch):
+    def broken(weights_dir, kind, out):
+        out.write_bytes(b"half a model")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ob, "_export_fp32", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ob.export(bert_copy, "encoder", "int8", tmp_path / "out", "f" * 64)
+    assert sorted(os.listdir(tmp_path / "out")) == []
+
+
+def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path):
+    import shutil
+
+    cat = shutil.copytree(tiny_cat_dir, tmp_path / "cat")
+    result = CliRunner().invoke(app, ["export", str(cat), "--precision", "fp32"])
+    assert result.exit_code == 0 and "exported cross-encoder" in result.output
+    runner = ob.OnnxRunner(cat / "onnx" / "model.onnx")
+    assert [o.name for o in runner.session.get_outputs()] == ["logits"]
+    # A re-ranker needs a trained head; int8 runs on CPU only.
+    with pytest.raises(DotcatError, match="not a cross-encoder"):
+        CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), precision="int8"))
+    with pytest.raises(DotcatError, match="runs on CPU only"):
+        is_int8("int8", torch.device("cuda"))
+    bad = CliRunner().invoke(app, ["export", str(cat), "--precision", "int4"])
+    assert bad.exit_code != 0 and "--precision must be one of int8, fp32" in bad.output
+
+
+def test_sentence_transformers_loads_the_exports(bert_copy, tiny_cat_dir, tmp_path):
+    # sentence-transformers' ONNX backend needs Optimum (optimum-onnx pins transformers < 4.58,
+    # so it cannot be installed beside transformers 5): checked where it is installed.
+    pytest.importorskip("optimum.onnxruntime")
+    from sentence_transformers import SentenceTransformer
+
+    assert CliRunner().invoke(app, ["export", str(bert_copy), "--precision", "fp32"]).exit_code == 0
+    # A plain Hugging Face directory: sentence-transformers mean-pools, unnormalised.
+    config = EncoderConfig(model=str(bert_copy), precision="fp32", pooling="mean", similarity="dot")
+    ours = BiEncoder.load(config).encode_documents(DOCS)
+    st = SentenceTransformer(str(bert_copy), backend="onnx", device="cpu")
+    np.testing.assert_allclose(st.encode(DOCS), ours, atol=1e-4)
