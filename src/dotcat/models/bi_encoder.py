@@ -374,8 +374,8 @@ class BiEncoder:
             "dim": self.dim,
             "query_prefix": self.query_prefix,
             "document_prefix": self.document_prefix,
-            # Informative: bf16 and fp32 vectors agree to cosine >= 0.999, so an index built
-            # at one precision is searched at another (figures differ in the 3rd decimal).
+            # bf16 and fp32 vectors agree to cosine >= 0.999: an index built at one is searched
+            # at the other; int8 vectors meet only int8 ones (index.manifest.check_encoder).
             "precision": self.precision,
         }
 
