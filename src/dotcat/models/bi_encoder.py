@@ -44,15 +44,13 @@ from dotcat.models.batching import batch_slices, padded_widths
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
-    auto_precision,
     autocast,
+    choose_precision,
     configure_threads,
     free_threads,
-    is_int8,
     precision_name,
     quiet_transformers,
     resolve_device,
-    resolve_precision,
     store_linear_weights,
 )
 from dotcat.models.st_config import read_st_settings
@@ -165,13 +163,7 @@ class BiEncoder:
         self.document_prefix = document_prefix
         self.lowercase = lowercase
         fast = config.fast
-        precision = config.precision
-        if precision == "auto":
-            precision = auto_precision("encoder", device)
-        self.int8 = fast and is_int8(precision, device)
-        self.autocast_dtype = resolve_precision(
-            precision if fast and not self.int8 else "fp32", device
-        )
+        self.int8, self.autocast_dtype = choose_precision(config.precision, "encoder", device, fast)
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
         #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
@@ -257,11 +249,9 @@ class BiEncoder:
             lowercase=st.lowercase,
         )
         if encoder.int8:
-            from dotcat.models.onnx_backend import OnnxRunner, find_or_export
+            from dotcat.models.onnx_backend import int8_runner
 
-            encoder.onnx = OnnxRunner(
-                find_or_export(st.transformer_dir, "encoder", "int8", encoder.fingerprint)
-            )
+            encoder.onnx = int8_runner(st.transformer_dir, "encoder", encoder.fingerprint)
         logger.info(
             "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, %s",
             config.model,

@@ -43,14 +43,12 @@ from dotcat.models.bi_encoder import (
 )
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
-    auto_precision,
     autocast,
+    choose_precision,
     configure_threads,
-    is_int8,
     precision_name,
     quiet_transformers,
     resolve_device,
-    resolve_precision,
 )
 from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
 from dotcat.progress import progress_bar
@@ -194,12 +192,9 @@ class CrossEncoder:
         self.trained_head = trained_head
         self.template = PairTemplate(tokenizer)
         self.fingerprint = weights_fingerprint(path)
-        precision = config.precision
-        if precision == "auto" and trained_head:  # a new head is for training: autocast rules
-            precision = auto_precision("cross-encoder", device)
-        self.int8 = config.fast and is_int8(precision, device)
-        self.autocast_dtype = resolve_precision(
-            precision if config.fast and not self.int8 else "fp32", device
+        # A new head is for training: ``auto`` keeps to the autocast rule for it.
+        self.int8, self.autocast_dtype = choose_precision(
+            config.precision, "cross-encoder", device, config.fast, auto_int8=trained_head
         )
         #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
         self.onnx: Any = None
@@ -269,13 +264,11 @@ class CrossEncoder:
             trained_head=trained_head,
         )
         if encoder.int8:
-            from dotcat.models.onnx_backend import OnnxRunner, find_or_export
+            from dotcat.models.onnx_backend import int8_runner
 
             # The export is of the saved weights: a new, untrained head would not be in it.
             encoder.require_trained()
-            encoder.onnx = OnnxRunner(
-                find_or_export(path, "cross-encoder", "int8", encoder.fingerprint)
-            )
+            encoder.onnx = int8_runner(path, "cross-encoder", encoder.fingerprint)
         logger.info(
             "cross-encoder %s: max_length %d, %s, %s%s",
             config.model,

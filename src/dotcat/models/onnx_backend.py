@@ -26,13 +26,15 @@ inside the directory that holds the transformer's weights::
     onnx/dotcat_export.json               per file: the weights' fingerprint, the recipe
 
 An export is never silently stale: each file records the sha256 of the weights it came from,
-and a file whose record does not match is exported again. Where the model's directory cannot
-be written (a packaged model), exports go to ``$DOTCAT_CACHE/onnx/<fingerprint>/``.
+and a file whose record does not match is exported again. ``dotcat export`` writes beside the
+weights; an export made on first use goes to ``$DOTCAT_CACHE/onnx/<fingerprint>/`` (a model's
+own directory, perhaps a packaged or shared one, is not written behind the user's back).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -197,6 +199,11 @@ def export(
     return target
 
 
+def int8_runner(weights_dir: Path, kind: str, fingerprint: str) -> OnnxRunner:
+    """The int8 :class:`OnnxRunner` of a model (its export made first if missing or stale)."""
+    return OnnxRunner(find_or_export(weights_dir, kind, "int8", fingerprint))
+
+
 class OnnxRunner:
     """One ONNX Runtime session on CPU, called like a model: feeds -> first output.
 
@@ -261,26 +268,21 @@ def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint
     return recipe
 
 
-def _recorded(home: Path, name: str) -> dict | None:
-    import json
-
+def _records(home: Path) -> dict:
+    """``onnx/dotcat_export.json``: file name -> recipe (empty when missing or unreadable)."""
     try:
-        return json.loads((home / EXPORT_RECORD).read_text()).get(name)
-    except (OSError, ValueError, AttributeError):
-        return None
+        records = json.loads((home / EXPORT_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def _recorded(home: Path, name: str) -> dict | None:
+    return _records(home).get(name)
 
 
 def _record(home: Path, name: str, recipe: dict) -> None:
-    import json
-
-    try:
-        records = json.loads((home / EXPORT_RECORD).read_text())
-        if not isinstance(records, dict):
-            records = {}
-    except (OSError, ValueError):
-        records = {}
-    records[name] = recipe
-    write_json(home / EXPORT_RECORD, records)
+    write_json(home / EXPORT_RECORD, _records(home) | {name: recipe})
 
 
 @contextlib.contextmanager

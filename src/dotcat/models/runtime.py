@@ -136,6 +136,20 @@ def auto_precision(kind: str, device: torch.device) -> str:
     return choice
 
 
+def choose_precision(
+    precision: str, kind: str, device: torch.device, fast: bool = True, auto_int8: bool = True
+) -> tuple[bool, torch.dtype | None]:
+    """``(int8, autocast dtype)`` for a model of ``kind`` asked to run at ``precision``.
+
+    ``auto`` goes through :func:`auto_precision` (``auto_int8=False`` keeps it to the autocast
+    rule, e.g. for a cross-encoder head still to be trained); ``fast=False`` is plain fp32.
+    """
+    if precision == "auto" and auto_int8:
+        precision = auto_precision(kind, device)
+    int8 = fast and is_int8(precision, device)
+    return int8, resolve_precision(precision if fast and not int8 else "fp32", device)
+
+
 def describe_precision(precision: str, device: torch.device) -> str:
     """What ``precision`` runs at here, for records: e.g. ``int8`` or, for ``auto`` on CPU,
     ``encoder int8, cross-encoder bf16``."""
