@@ -18,7 +18,12 @@ precision (its recorded interpolation weight); retention = figure / fp32's figur
 Paths: ``fp32`` and ``bf16`` (PyTorch autocast; bf16 is emulated and slow on CPUs without
 native bf16), ``int8`` (ONNX Runtime, per-channel int8 weights, this CPU's kernels),
 ``int8-ffn`` (the FFN output projections kept in fp32), ``int8-avx2`` (the 7-bit weights of
-the AVX2 export, measured here for its quality; its speed is this CPU's).
+the AVX2 export, measured here for its quality; its speed is this CPU's), ``int8-ov`` (the
+encoder as ``int8``; the re-ranker on OpenVINO: int8 weights, activations quantised per token
+group of ``GROUP_SIZE`` features, bf16 elsewhere where native; needs ``pip install
+'dotcat[openvino]'``), ``int8-ov64`` and ``int8-ov384`` (groups of 64 and 384 features, the
+candidates ``GROUP_SIZE`` was chosen from on dev). The ``int8`` path's re-ranker is ONNX
+Runtime's.
 
 Document vectors are cached under ``--work`` (delete it to start over).
 """
@@ -37,7 +42,9 @@ import numpy as np
 
 from machine import describe
 
-ALL_PATHS = ("fp32", "bf16", "int8", "int8-ffn", "int8-avx2")
+ALL_PATHS = ("fp32", "bf16", "int8", "int8-ffn", "int8-avx2", "int8-ov", "int8-ov64", "int8-ov384")
+#: Paths whose encoder is another path's (their dense rows would repeat that path's).
+SAME_ENCODER = {p: "int8" for p in ALL_PATHS if p.startswith("int8-ov")}
 MEASURES = ("nDCG@10", "R@100")
 
 
@@ -107,6 +114,7 @@ def load_encoder(model: str, path: str, work: Path):
     """A BiEncoder on one precision path (int8 variants from their own export folder)."""
     from dotcat.models.bi_encoder import BiEncoder, EncoderConfig
 
+    path = SAME_ENCODER.get(path, path)
     precision = "int8" if path.startswith("int8") else path
     encoder = BiEncoder.load(EncoderConfig(model=model, precision=precision))
     if path in ("int8-ffn", "int8-avx2"):
@@ -118,7 +126,13 @@ def load_cat(model: Path, path: str, work: Path):
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
     precision = "int8" if path.startswith("int8") else path
-    cat = CrossEncoder.load(CrossEncoderConfig(model=str(model), precision=precision))
+    backend = "openvino" if path.startswith("int8-ov") else "onnxruntime"
+    config = CrossEncoderConfig(model=str(model), precision=precision, backend=backend)
+    cat = CrossEncoder.load(config)
+    if path in ("int8-ov64", "int8-ov384"):  # the activation group sizes GROUP_SIZE was chosen from
+        from dotcat.models.openvino_backend import OpenVinoRunner
+
+        cat.onnx = OpenVinoRunner(cat.onnx.path, cat._workers(), group_size=int(path[7:]))
     if path in ("int8-ffn", "int8-avx2"):
         cat.onnx = _variant_runner(cat.path, "cross-encoder", cat.fingerprint, path, work)
     return cat
@@ -242,6 +256,8 @@ def measure_quality(args, data: Data, paths: list[str]) -> dict:
     matrices: dict = {}
     for label, model in (("zero-shot", "default"), ("trained", str(args.trained))):
         for p in paths:
+            if SAME_ENCODER.get(p) in paths:
+                continue
             encoder = load_encoder(model, p, args.work)
             matrices[label, p] = _doc_matrix(encoder, data, args.work / f"{label}-{p}.npy")
             for split, (queries, qrels) in data.splits.items():
@@ -262,6 +278,10 @@ def measure_quality(args, data: Data, paths: list[str]) -> dict:
                 figures[label, f"{index_path}+q-int8", split] = _figures(
                     evaluate(run, qrels, list(MEASURES))
                 )
+    for p in paths:  # a path with another's encoder re-ranks that path's first stage
+        if SAME_ENCODER.get(p) in paths:
+            for split in data.splits:
+                figures["runs", p, split] = figures["runs", SAME_ENCODER[p], split]
     text = dict(zip(data.doc_ids, data.texts, strict=True))
     for p in paths:
         cat = load_cat(args.cat, p, args.work)

@@ -7,7 +7,8 @@
 # `torch` requirement would otherwise pull a multi-GB CUDA build. pip finds the CPU wheel in
 # its find-links/index settings (set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index on a
 # machine that has none locally). With an NVIDIA GPU, the regular (CUDA) torch and faiss-gpu
-# are installed instead. An existing torch is always kept: dotcat only needs torch>=2.4.
+# are installed instead. An existing torch is always kept: dotcat only needs torch>=2.4. On CPU
+# machines the `openvino` extra is installed too (the cross-encoder's int8 path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-${DOTCAT_VENV:-.venv}}"
@@ -42,6 +43,7 @@ if [ "$has_gpu" = 1 ]; then
   pip uninstall --quiet -y faiss-cpu
   pip install --quiet --force-reinstall --no-deps "faiss-gpu-cu12>=1.8"
 else
-  pip install --quiet -e ".[dev]"
+  # OpenVINO runs the cross-encoder's int8 path on CPUs (not used with a GPU).
+  pip install --quiet -e ".[dev,openvino]"
 fi
 python -c "import torch, faiss, dotcat; print('bootstrap: dotcat', dotcat.__version__, '| torch', torch.__version__, '| faiss', faiss.__version__, '| cuda', torch.cuda.is_available())"

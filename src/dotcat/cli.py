@@ -728,9 +728,17 @@ def export(
         str | None,
         typer.Option(help="int8 kernels: avx512_vnni or avx2 (7-bit weights); default: this CPU."),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="int8 runtime: auto (a cross-encoder: openvino where installed; an encoder: "
+            "onnxruntime), onnxruntime or openvino."
+        ),
+    ] = "auto",
 ) -> None:
-    """Export a model to ONNX beside its weights (onnx/, where sentence-transformers looks)."""
+    """Export a model beside its weights where sentence-transformers looks (onnx/, openvino/)."""
     _one_of("--precision", precision, ("int8", "fp32"))
+    _one_of("--backend", backend, ("auto", "onnxruntime", "openvino"))
     _one_of("--keep-fp32", keep_fp32, ("none", "ffn_output"))
     if variant is not None:
         _one_of("--variant", variant, ("avx512_vnni", "avx2"))
@@ -739,7 +747,9 @@ def export(
     from dotcat.models.onnx_backend import export_model
 
     start = time.perf_counter()
-    kind, path = export_model(model, precision, keep_fp32=keep_fp32, variant=variant)
+    kind, path = export_model(
+        model, precision, keep_fp32=keep_fp32, variant=variant, backend=backend
+    )
     seconds = time.perf_counter() - start
     typer.echo(f"exported {kind} {model} at {precision} in {seconds:.1f} s: {path}")
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import spearmanr
+from tests.models.ranking_texts import DOCS
 from typer.testing import CliRunner
 
 from dotcat.cli import app
@@ -27,16 +28,6 @@ from dotcat.models.resolve import weights_fingerprint
 from dotcat.models.runtime import is_int8
 
 QUERIES = ["which animals were domesticated from wolves", "how do cells make ATP", "insulin"]
-DOCS = [
-    "Cats are small domesticated carnivorous mammals.",
-    "Dogs were domesticated from wolves long ago, probably more than fifteen thousand years.",
-    "ATP",
-    "Plants turn light into chemical energy in their chloroplasts through photosynthesis.",
-    "Insulin regulates blood glucose.",
-    "Mitochondria produce ATP for the cell.",
-    "Vaccines train the immune system against viruses and bacteria.",
-    "bone calcium density",
-]
 
 
 @pytest.fixture()

@@ -48,7 +48,7 @@ def test_native_bf16_env_overrides_the_detection(monkeypatch, value, native):
 
 def test_unset_or_auto_env_means_detection(monkeypatch):
     monkeypatch.delenv(runtime.NATIVE_BF16_ENV, raising=False)
-    detected = runtime._detect_native_bf16()
+    detected = runtime.detect_native_bf16()
     assert runtime.cpu_has_native_bf16() is detected
     monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "auto")
     assert runtime.cpu_has_native_bf16() is detected
@@ -61,8 +61,8 @@ def test_a_bad_env_value_is_a_clear_error(monkeypatch):
 
 
 def test_auto_follows_the_switch_and_records_it(tiny_bert_dir, tiny_cat_dir, monkeypatch):
-    # on: a Zen 4-class CPU (native bf16, VNNI): encoders at int8 (INT8_BY_DEFAULT), the rest
-    # under bf16 autocast; off: an AVX2-only CPU, fp32 everywhere.
+    # on: a Zen 4-class CPU (native bf16, VNNI): int8 where INT8_BY_DEFAULT's runtime is
+    # installed, the rest under bf16 autocast; off: an AVX2-only CPU, fp32 everywhere.
     for value, encoder_name, dtype in (("on", "int8", torch.bfloat16), ("off", "fp32", None)):
         monkeypatch.setenv(runtime.NATIVE_BF16_ENV, value)
         enc = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu"))
@@ -72,11 +72,8 @@ def test_auto_follows_the_switch_and_records_it(tiny_bert_dir, tiny_cat_dir, mon
         ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
         assert ce.autocast_dtype is dtype and ce.onnx is None
         trained = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_cat_dir), device="cpu"))
-        expected = (
-            "int8"
-            if value == "on" and "cross-encoder" in runtime.INT8_BY_DEFAULT
-            else ("bf16" if value == "on" else "fp32")
-        )
+        int8 = runtime.backend_installed(runtime.INT8_BY_DEFAULT["cross-encoder"])
+        expected = ("int8" if int8 else "bf16") if value == "on" else "fp32"
         assert trained.precision == expected
 
 

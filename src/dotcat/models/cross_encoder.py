@@ -46,6 +46,7 @@ from dotcat.models.runtime import (
     autocast,
     choose_precision,
     configure_threads,
+    int8_backend,
     precision_name,
     quiet_transformers,
     resolve_device,
@@ -83,8 +84,10 @@ class CrossEncoderConfig:
         fast: token-budget batches, worker threads and autocast per ``precision``; False:
             fixed-size batches, one at a time, fp32 (the reference path).
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
-        precision: ``auto`` (bf16 where native, fp16 on older GPUs, else fp32), ``fp32``,
-            ``bf16``, ``fp16``.
+        precision: ``auto`` (int8 on CPUs with VNNI where OpenVINO is installed, else bf16
+            where native, fp16 on older GPUs, else fp32), ``fp32``, ``bf16``, ``fp16``, ``int8``.
+        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
+            ``openvino``, ``onnxruntime``; other precisions run in PyTorch.
         cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
             intra-op thread.
         num_threads: intra-op threads; None: every core this process may use.
@@ -97,6 +100,7 @@ class CrossEncoderConfig:
     fast: bool = True
     max_batch_tokens: int | None = None
     precision: str = "auto"
+    backend: str = "auto"
     cpu_workers: int | None = None
     num_threads: int | None = None
 
@@ -196,7 +200,7 @@ class CrossEncoder:
         self.int8, self.autocast_dtype = choose_precision(
             config.precision, "cross-encoder", device, config.fast, auto_int8=trained_head
         )
-        #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
+        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` at int8.
         self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
@@ -264,25 +268,32 @@ class CrossEncoder:
             trained_head=trained_head,
         )
         if encoder.int8:
-            from dotcat.models.onnx_backend import int8_runner
-
             # The export is of the saved weights: a new, untrained head would not be in it.
             encoder.require_trained()
-            encoder.onnx = int8_runner(path, "cross-encoder", encoder.fingerprint)
+            encoder.onnx = encoder._int8_runner()
         logger.info(
-            "cross-encoder %s: max_length %d, %s, %s%s",
+            "cross-encoder %s: max_length %d, %s, %s (%s)%s",
             config.model,
             encoder.max_length,
             device,
             encoder.precision,
+            encoder.backend,
             "" if trained_head else ", new classification head (untrained)",
         )
         return encoder
 
     @property
     def precision(self) -> str:
-        """``int8`` (ONNX Runtime), else the autocast precision: ``fp32``, ``bf16``, ``fp16``."""
+        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
+        ``fp16``."""
         return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
+
+    @property
+    def backend(self) -> str:
+        """What runs the model: ``openvino`` or ``onnxruntime`` (int8), else ``torch``."""
+        if self.onnx is None:
+            return "torch"
+        return "openvino" if self.onnx.batched else "onnxruntime"
 
     @property
     def interpolation_alpha(self) -> float | None:
@@ -435,6 +446,8 @@ class CrossEncoder:
             "path": str(self.path),
             "fingerprint": self.fingerprint,
             "max_length": self.max_length,
+            "precision": self.precision,
+            "backend": self.backend,
         }
 
     def __repr__(self) -> str:
@@ -445,11 +458,23 @@ class CrossEncoder:
     def _logits_numpy(self, features: dict[str, torch.Tensor]) -> np.ndarray:
         """float32 logits of one inference batch, by ONNX Runtime (int8) or PyTorch."""
         if self.onnx is not None:
-            logits = [self.onnx(feeds) for feeds in self.onnx.one_by_one(features)]
+            logits = [self.onnx(feeds) for feeds in self.onnx.calls(features)]
             return np.concatenate(logits).reshape(-1).astype(np.float32, copy=False)
         with autocast(self.device, self.autocast_dtype):
             logits = self.logits(features)
         return logits.float().cpu().numpy()
+
+    def _int8_runner(self) -> Any:
+        """The int8 runner of the saved weights, on the runtime ``config.backend`` resolves to."""
+        if int8_backend("cross-encoder", self.config.backend) == "openvino":
+            from dotcat.models import openvino_backend
+
+            return openvino_backend.int8_runner(
+                self.path, "cross-encoder", self.fingerprint, self._workers()
+            )
+        from dotcat.models.onnx_backend import int8_runner
+
+        return int8_runner(self.path, "cross-encoder", self.fingerprint)
 
     def _tokenize_unique(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`tokenize` each distinct text once (a run repeats its query per document)."""

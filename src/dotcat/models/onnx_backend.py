@@ -106,7 +106,7 @@ def find_or_export(
     recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
     for home in homes:
-        if _recorded(home, name) == recipe and (home / name).is_file():
+        if recorded(home, name) == recipe and (home / name).is_file():
             return home / name
     stale = [str(h / name) for h in homes if (h / name).is_file()]
     if stale:
@@ -124,14 +124,18 @@ def export_model(
     *,
     keep_fp32: str = DEFAULT_KEEP_FP32,
     variant: str | None = None,
+    backend: str = "auto",
 ) -> tuple[str, Path]:
     """``dotcat export``: export a local model beside its weights; returns (kind, file).
 
     The kind follows the model: a single-logit ``*ForSequenceClassification`` is a
     cross-encoder (sentence-transformers' ``CrossEncoder``), anything else an encoder whose
-    transformer directory receives ``onnx/`` (where ``SentenceTransformer`` looks).
+    transformer directory receives ``onnx/`` (where ``SentenceTransformer`` looks). int8 is
+    exported for the runtime ``backend`` resolves to for that kind
+    (:func:`dotcat.models.runtime.int8_backend`): OpenVINO's goes to ``openvino/``.
     """
     from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
+    from dotcat.models.runtime import int8_backend
     from dotcat.models.st_config import read_st_settings
 
     path = resolve_model(model)
@@ -148,6 +152,10 @@ def export_model(
     home = weights_dir / ONNX_DIR
     if not os.access(weights_dir, os.W_OK):
         raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
+    if precision == "int8" and int8_backend(kind, backend) == "openvino":
+        from dotcat.models import openvino_backend as ov
+
+        return kind, ov.export(weights_dir, kind, weights_dir / ov.OPENVINO_DIR, fingerprint)
     return kind, export(
         weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
     )
@@ -184,18 +192,18 @@ def export(
     name = export_name(precision, variant)
     fp32 = home / export_name("fp32")
     fp32_recipe = _recipe(kind, "fp32", variant, keep_fp32, fingerprint)
-    if not (fp32.is_file() and _recorded(home, fp32.name) == fp32_recipe):
+    if not (fp32.is_file() and recorded(home, fp32.name) == fp32_recipe):
         logger.info("exporting %s to ONNX: %s", weights_dir, fp32)
         with _atomic(fp32) as tmp:
             _export_fp32(weights_dir, kind, tmp)
-        _record(home, fp32.name, fp32_recipe)
+        record(home, fp32.name, fp32_recipe)
     if precision == "fp32":
         return fp32
     target = home / name
     logger.info("quantising %s to int8 (%s, fp32 kept: %s): %s", fp32, variant, keep_fp32, target)
     with _atomic(target) as tmp:
         _quantize(fp32, tmp, reduce_range=variant != "avx512_vnni", keep_fp32=keep_fp32)
-    _record(home, name, _recipe(kind, precision, variant, keep_fp32, fingerprint))
+    record(home, name, _recipe(kind, precision, variant, keep_fp32, fingerprint))
     return target
 
 
@@ -229,6 +237,13 @@ class OnnxRunner:
         self.path = path
         self.input_names = [i.name for i in self.session.get_inputs()]
 
+    #: A padded batch is run one text per call (see :meth:`one_by_one`).
+    batched = False
+
+    def calls(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+        """The feeds to run for a right-padded batch: one per text (:meth:`one_by_one`)."""
+        return self.one_by_one(batch)
+
     @staticmethod
     def one_by_one(batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
         """A right-padded batch (tensors or arrays with an ``attention_mask``) as one feed
@@ -248,14 +263,20 @@ class OnnxRunner:
         ]
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Run on int64 ``feeds`` (extra keys ignored; a missing ``token_type_ids`` is zeros)."""
-        inputs = {}
-        for name in self.input_names:
-            value = feeds.get(name)
-            if value is None and name == "token_type_ids":
-                value = np.zeros_like(feeds["input_ids"])
-            inputs[name] = np.ascontiguousarray(value, dtype=np.int64)
-        return self.session.run(None, inputs)[0]
+        """Run on ``feeds`` (see :func:`model_inputs`)."""
+        return self.session.run(None, model_inputs(self.input_names, feeds))[0]
+
+
+def model_inputs(names: list[str], feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The int64 arrays an exported model takes, by input name: extra keys in ``feeds`` are
+    ignored, a missing ``token_type_ids`` is zeros (tokenizers without segments)."""
+    inputs = {}
+    for name in names:
+        value = feeds.get(name)
+        if value is None and name == "token_type_ids":
+            value = np.zeros_like(feeds["input_ids"])
+        inputs[name] = np.ascontiguousarray(value, dtype=np.int64)
+    return inputs
 
 
 # -- internals ------------------------------------------------------------------------------
@@ -277,11 +298,11 @@ def _records(home: Path) -> dict:
     return records if isinstance(records, dict) else {}
 
 
-def _recorded(home: Path, name: str) -> dict | None:
+def recorded(home: Path, name: str) -> dict | None:
     return _records(home).get(name)
 
 
-def _record(home: Path, name: str, recipe: dict) -> None:
+def record(home: Path, name: str, recipe: dict) -> None:
     write_json(home / EXPORT_RECORD, _records(home) | {name: recipe})
 
 
@@ -331,7 +352,7 @@ def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes[output] = {0: "batch"} if kind == "cross-encoder" else {0: "batch", 1: "sequence"}
-    with torch.no_grad(), _quiet_export():
+    with torch.no_grad(), quiet_export():
         torch.onnx.export(
             Wrapped(),
             tuple(sample[n] for n in names),
@@ -355,7 +376,7 @@ def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> No
         for node in graph.node
         if node.op_type in ("MatMul", "Gemm") and any(p.search(node.name) for p in patterns)
     ]
-    with _quiet_export():
+    with quiet_export():
         quantize_dynamic(
             str(src),
             str(out),
@@ -367,7 +388,7 @@ def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> No
 
 
 @contextlib.contextmanager
-def _quiet_export():
+def quiet_export():
     """The exporter's and quantiser's warnings (tracer, pre-processing advice) are noise here."""
     import warnings
 

@@ -87,10 +87,11 @@ def cpu_has_native_bf16() -> bool:
     forced = native_bf16_override()
     if forced is not None:
         return forced
-    return _detect_native_bf16()
+    return detect_native_bf16()
 
 
-def _detect_native_bf16() -> bool:
+def detect_native_bf16() -> bool:
+    """Whether this CPU's hardware computes bf16 natively (``DOTCAT_NATIVE_BF16`` ignored)."""
     flags = cpu_flags()
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "bf16" in flags
@@ -108,10 +109,14 @@ ONNX_PRECISIONS = ("int8",)
 ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
 
 
-#: Model kinds whose int8 path keeps >= 99.5% of fp32's nDCG@10 and R@100 on SciFact dev and
-#: test with VNNI kernels (eval/results/precision.md): ``auto`` runs them at int8 on CPUs with
-#: VNNI. The 7-bit weights of the AVX2 export fall below that bar, so AVX2-only CPUs keep fp32.
-INT8_BY_DEFAULT = frozenset({"encoder"})
+#: Per model kind, the int8 runtime that keeps >= 99.5% of fp32's nDCG@10 and R@100 on SciFact
+#: dev and test with VNNI kernels (eval/results/precision.md): ``auto`` runs the kind at int8 on
+#: CPUs with VNNI where that runtime is installed. The encoder: ONNX Runtime (per-tensor dynamic
+#: activations; its 7-bit AVX2 variant falls below the bar, so AVX2-only CPUs keep fp32). The
+#: cross-encoder: OpenVINO (per-token activation groups; ONNX Runtime's int8 lost 0.7-0.9%).
+INT8_BY_DEFAULT = {"encoder": "onnxruntime", "cross-encoder": "openvino"}
+#: The runtimes of the int8 path, and which model kinds each runs.
+INT8_BACKENDS = {"onnxruntime": ("encoder", "cross-encoder"), "openvino": ("cross-encoder",)}
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
@@ -126,14 +131,42 @@ def cpu_has_vnni() -> bool:
 
 def auto_precision(kind: str, device: torch.device) -> str:
     """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``):
-    int8 on a CPU with VNNI for the kinds in :data:`INT8_BY_DEFAULT`; otherwise the autocast
-    rule of :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
+    int8 on a CPU with VNNI where the kind's runtime in :data:`INT8_BY_DEFAULT` is installed;
+    otherwise the autocast rule of :func:`resolve_precision` (bf16 where native, else fp32; on
+    GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
-    int8 = kind in INT8_BY_DEFAULT and cpu_has_vnni()
+    int8 = kind in INT8_BY_DEFAULT and cpu_has_vnni() and backend_installed(INT8_BY_DEFAULT[kind])
     choice = "int8" if int8 else precision_name(resolve_precision("auto", device))
     _log_once(f"precision auto for the {kind} on this CPU: {choice}")
     return choice
+
+
+def backend_installed(backend: str) -> bool:
+    """Whether an int8 runtime's packages are installed (OpenVINO is an optional extra)."""
+    if backend == "openvino":
+        from dotcat.models import openvino_backend
+
+        return openvino_backend.available()
+    return True  # onnxruntime is a dependency
+
+
+def int8_backend(kind: str, backend: str = "auto") -> str:
+    """The runtime that runs a model ``kind`` at int8: ``auto`` is the kind's entry in
+    :data:`INT8_BY_DEFAULT` where installed, else ONNX Runtime.
+
+    Raises:
+        DotcatError: an unknown runtime, or one that does not run this kind.
+    """
+    if backend == "auto":
+        preferred = INT8_BY_DEFAULT.get(kind, "onnxruntime")
+        return preferred if backend_installed(preferred) else "onnxruntime"
+    if backend not in INT8_BACKENDS:
+        raise DotcatError(f"unknown int8 backend {backend!r} (auto, {', '.join(INT8_BACKENDS)})")
+    if kind not in INT8_BACKENDS[backend]:
+        runs = " and ".join(INT8_BACKENDS[backend])
+        raise DotcatError(f"the {backend} int8 path runs the {runs} only, not the {kind}")
+    return backend
 
 
 def choose_precision(
@@ -195,7 +228,7 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     if precision not in PRECISIONS:
         raise DotcatError(f"unknown precision {precision!r} ({', '.join(ALL_PRECISIONS)})")
     dtype = PRECISIONS[precision]
-    if dtype is torch.bfloat16 and device.type == "cpu" and not _detect_native_bf16():
+    if dtype is torch.bfloat16 and device.type == "cpu" and not detect_native_bf16():
         _warn_once("bf16 on a CPU without native bf16: emulated, slower than fp32")
     return dtype
 

@@ -1,0 +1,208 @@
+"""The cross-encoder's int8 path: OpenVINO, int8 weights, int8 activations per token group.
+
+Why (measured, ``eval/results/precision.md``): ONNX Runtime's dynamic int8 takes one range
+per activation tensor, and a re-ranker run that way kept 99.1-99.4% of fp32's nDCG@10 after
+re-ranking, below the 99.5% bar. OpenVINO's CPU plugin quantises the activations of an int8-
+weight linear layer *per group of* :data:`GROUP_SIZE` *input features of each token*, on the
+fly (``DYNAMIC_QUANTIZATION_GROUP_SIZE``): the range follows each token's own values, so an
+outlier feature (the FFN-output outliers of Bondarenko et al., EMNLP 2021) spoils one group of
+one token, not the whole batch; and a pair's logit does not depend on its neighbours in a
+batch. The int8 dot products use VNNI; everything else (attention, softmax, LayerNorm) runs in
+bf16 where the CPU has it natively, fp32 elsewhere.
+
+Weights are int8 symmetric per output channel (``nncf.compress_weights``, no calibration data:
+nothing fitted to one corpus). The classifier and pooler stay in full precision: they are tiny,
+and with the one-output classifier compressed OpenVINO 2026.4 returned wrong logits (measured:
+Spearman -0.999 with fp32 on SciFact pairs).
+
+Files, beside the ONNX exports and where sentence-transformers' OpenVINO backend looks
+(``openvino/``; its ``file_name`` argument picks the file)::
+
+    openvino/openvino_model_qint8_weights.xml (+ .bin)   int8 weights, made from onnx/model.onnx
+    openvino/dotcat_export.json                          the weights' fingerprint, the recipe
+
+As with :mod:`dotcat.models.onnx_backend`, an export is never silently stale, ``dotcat export``
+writes beside the weights and a first use exports into ``$DOTCAT_CACHE/openvino/<fingerprint>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import queue
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from dotcat.cache import cache_root
+from dotcat.errors import DotcatError
+from dotcat.models import onnx_backend
+
+logger = logging.getLogger(__name__)
+
+OPENVINO_DIR = "openvino"
+INT8_NAME = "openvino_model_qint8_weights.xml"
+#: Input features per dynamically quantised activation group (a divisor of MiniLM's 384 and
+#: 1536). Smaller groups are closer to fp32 and slower; chosen on SciFact dev as the fastest
+#: of 64, 128, 384 that keeps >= 99.5% of fp32's re-ranked nDCG@10 (eval/results/precision.md).
+GROUP_SIZE = 128
+#: Linear layers left uncompressed (regexes on OpenVINO node names; see the module docstring).
+UNCOMPRESSED = (r".*classifier.*", r".*pooler.*")
+
+
+def available() -> bool:
+    """Whether OpenVINO and NNCF (its weight compression) are installed."""
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
+
+
+def cache_home(fingerprint: str) -> Path:
+    """Where exports made on first use are cached: ``$DOTCAT_CACHE/openvino/<fingerprint>``."""
+    return cache_root() / OPENVINO_DIR / fingerprint[:32]
+
+
+def find_or_export(weights_dir: Path, kind: str, fingerprint: str) -> Path:
+    """The current int8 OpenVINO export of the model in ``weights_dir``, made first if missing
+    or stale (looked for beside the weights, then in the cache; made in the cache)."""
+    recipe = _recipe(kind, fingerprint)
+    homes = [weights_dir / OPENVINO_DIR, cache_home(fingerprint)]
+    for home in homes:
+        if onnx_backend.recorded(home, INT8_NAME) == recipe and _complete(home / INT8_NAME):
+            return home / INT8_NAME
+    stale = [str(h / INT8_NAME) for h in homes if (h / INT8_NAME).is_file()]
+    if stale:
+        logger.warning("OpenVINO export %s is stale (other weights or recipe): exporting", stale[0])
+    return export(weights_dir, kind, homes[1], fingerprint)
+
+
+def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
+    """Compress the fp32 ONNX export of ``weights_dir`` (the one ONNX Runtime uses, made first
+    if needed) to int8 weights, saved as ``home/`` :data:`INT8_NAME`.
+
+    The .bin and .xml are written in a temporary directory and renamed into place, the
+    record last: a crash leaves either the old export or one whose record does not match.
+    """
+    _require()
+    import nncf
+    import openvino as ov
+
+    fp32 = onnx_backend.find_or_export(weights_dir, kind, "fp32", fingerprint)
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / INT8_NAME
+    logger.info("compressing %s to int8 weights for OpenVINO: %s", fp32, target)
+    with onnx_backend.quiet_export(), _quiet_nncf():
+        model = ov.Core().read_model(fp32)
+        compressed = nncf.compress_weights(
+            model,
+            mode=nncf.CompressWeightsMode.INT8_SYM,
+            ignored_scope=nncf.IgnoredScope(patterns=list(UNCOMPRESSED), validate=False),
+        )
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=home) as tmp:
+        ov.save_model(compressed, Path(tmp) / INT8_NAME, compress_to_fp16=False)
+        os.replace(Path(tmp) / target.with_suffix(".bin").name, target.with_suffix(".bin"))
+        os.replace(Path(tmp) / INT8_NAME, target)
+    onnx_backend.record(home, INT8_NAME, _recipe(kind, fingerprint))
+    return target
+
+
+def int8_runner(weights_dir: Path, kind: str, fingerprint: str, workers: int) -> OpenVinoRunner:
+    """The :class:`OpenVinoRunner` of a model's int8 export (made first if missing or stale)."""
+    return OpenVinoRunner(find_or_export(weights_dir, kind, fingerprint), workers)
+
+
+class OpenVinoRunner:
+    """One compiled OpenVINO model on CPU, called like a model: feeds -> first output.
+
+    ``workers`` streams of one thread each: dotcat's encoders run batches in that many worker
+    threads. A call borrows an idle infer request from a pool (a request is not thread-safe,
+    the compiled model is; worker threads are new on every ``score``, requests are kept).
+    Pinning is off: the cores are shared with tokenisation and, when serving, the event loop.
+    """
+
+    #: A padded batch is one call: the per-token activation groups make a pair's logit
+    #: independent of its neighbours (tested), unlike ONNX Runtime's per-tensor ranges.
+    batched = True
+
+    def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
+        import openvino as ov
+
+        from dotcat.models.runtime import detect_native_bf16
+
+        workers = max(1, int(workers))
+        config = {
+            # The hardware decides, not DOTCAT_NATIVE_BF16: OpenVINO has no bf16 emulation.
+            "INFERENCE_PRECISION_HINT": "bf16" if detect_native_bf16() else "f32",
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(group_size),
+            "NUM_STREAMS": str(workers),
+            "INFERENCE_NUM_THREADS": str(workers),
+            "ENABLE_CPU_PINNING": "NO",
+        }
+        try:
+            self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+        except RuntimeError as e:
+            raise DotcatError(f"{path}: OpenVINO cannot load it ({_first_line(e)})") from None
+        self.path = path
+        self.input_names = [port.get_any_name() for port in self.compiled.inputs]
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+
+    def calls(self, batch: Mapping[str, object]) -> list[dict[str, np.ndarray]]:
+        """The feeds to run for a right-padded batch: the whole batch, in one call."""
+        return [{k: np.asarray(v) for k, v in batch.items()}]
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Run on ``feeds`` (see :func:`dotcat.models.onnx_backend.model_inputs`)."""
+        inputs = onnx_backend.model_inputs(self.input_names, feeds)
+        try:
+            request = self._idle.get_nowait()
+        except queue.Empty:
+            request = self.compiled.create_infer_request()
+        try:
+            result = request.infer(inputs)
+            return np.array(result[self.compiled.outputs[0]], dtype=np.float32)
+        finally:
+            self._idle.put(request)
+
+
+def _recipe(kind: str, fingerprint: str) -> dict:
+    return {
+        "kind": kind,
+        "precision": "int8",
+        "backend": "openvino",
+        "weights": "int8 symmetric per output channel (nncf.compress_weights INT8_SYM)",
+        "uncompressed": list(UNCOMPRESSED),
+        "weights_sha256": fingerprint,
+        "opset": onnx_backend.OPSET,
+    }
+
+
+@contextlib.contextmanager
+def _quiet_nncf():
+    """NNCF prints a table of bit widths through its own logger; one log line says enough."""
+    nncf_logger = logging.getLogger("nncf")
+    level = nncf_logger.level
+    nncf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        nncf_logger.setLevel(level)
+
+
+def _complete(xml: Path) -> bool:
+    return xml.is_file() and xml.with_suffix(".bin").is_file()
+
+
+def _require() -> None:
+    if not available():
+        raise DotcatError(
+            "the OpenVINO int8 path needs the packages openvino and nncf "
+            "(pip install 'dotcat[openvino]')"
+        )
+
+
+def _first_line(error: Exception) -> str:
+    with contextlib.suppress(IndexError):
+        return str(error).strip().splitlines()[0]
+    return type(error).__name__

@@ -1,0 +1,143 @@
+"""The cross-encoder's OpenVINO int8 path: export, caching, staleness, scores, the choice of
+runtime.
+
+Tolerances: int8 is judged by rank agreement with fp32 (Spearman >= 0.95 on a tiny random
+model, as for the ONNX Runtime path; the real re-ranker's figures are in
+eval/results/precision.md). A pair's logit alone and in a batch agree within 1e-5: the
+activation groups are per token, so neighbours cannot change a pair's ranges.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from tests.models.ranking_texts import DOCS
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.errors import DotcatError
+from dotcat.models import onnx_backend, runtime
+from dotcat.models import openvino_backend as ovb
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.resolve import weights_fingerprint
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+QUERY = "insulin glucose in blood"
+
+
+@pytest.fixture()
+def cat_copy(tiny_cat_dir, tmp_path):
+    """A writable copy of the tiny cross-encoder (explicit exports write into it)."""
+    return shutil.copytree(tiny_cat_dir, tmp_path / "cat")
+
+
+def _load(model, precision="int8", backend="openvino") -> CrossEncoder:
+    config = CrossEncoderConfig(model=str(model), precision=precision, backend=backend)
+    return CrossEncoder.load(config)
+
+
+def test_openvino_int8_ranks_like_fp32(tiny_cat_dir):
+    fp32 = _load(tiny_cat_dir, "fp32")
+    int8 = _load(tiny_cat_dir)
+    assert (fp32.backend, int8.backend, int8.precision) == ("torch", "openvino", "int8")
+    a, b = fp32.score_query(QUERY, DOCS), int8.score_query(QUERY, DOCS)
+    assert b.dtype == np.float32 and np.ptp(a) > 0.1
+    assert not np.array_equal(a, b)  # OpenVINO really ran
+    assert spearmanr(a, b).statistic >= 0.95
+    assert np.argmax(a) == np.argmax(b)
+
+
+def test_a_pairs_logit_does_not_depend_on_its_batch(tiny_cat_dir):
+    int8 = _load(tiny_cat_dir)
+    together = int8.score_query(QUERY, DOCS)
+    alone = np.array([int8.score_query(QUERY, [d])[0] for d in DOCS])
+    reversed_ = int8.score_query(QUERY, DOCS[::-1])[::-1]
+    np.testing.assert_allclose(alone, together, atol=1e-5)
+    np.testing.assert_allclose(reversed_, together, atol=1e-5)
+
+
+def test_first_use_exports_into_the_cache_once(cat_copy, monkeypatch):
+    int8 = _load(cat_copy)
+    home = ovb.cache_home(weights_fingerprint(cat_copy))
+    assert int8.onnx.path == home / ovb.INT8_NAME
+    assert (home / ovb.INT8_NAME).with_suffix(".bin").is_file()
+    assert not (cat_copy / "openvino").exists()  # the user's model directory is not written
+    record = json.loads((home / onnx_backend.EXPORT_RECORD).read_text())[ovb.INT8_NAME]
+    assert record["weights_sha256"] == weights_fingerprint(cat_copy)
+    assert record["backend"] == "openvino" and record["precision"] == "int8"
+    assert not [p for p in os.listdir(home) if p.startswith(".")]  # no temporary left
+
+    monkeypatch.setattr(ovb, "export", lambda *a, **k: pytest.fail("exported again"))
+    assert _load(cat_copy).onnx.path == home / ovb.INT8_NAME
+
+
+def test_dotcat_export_writes_beside_the_weights(cat_copy, monkeypatch):
+    result = CliRunner().invoke(app, ["export", str(cat_copy), "--backend", "openvino"])
+    assert result.exit_code == 0, result.output
+    target = cat_copy / "openvino" / ovb.INT8_NAME
+    assert f"exported cross-encoder {cat_copy} at int8" in result.output
+    assert str(target) in result.output
+    assert target.with_suffix(".bin").is_file()
+    monkeypatch.setattr(ovb, "export", lambda *a, **k: pytest.fail("exported again"))
+    assert _load(cat_copy).onnx.path == target
+
+
+def test_a_stale_export_is_never_used(cat_copy, caplog):
+    result = CliRunner().invoke(app, ["export", str(cat_copy), "--backend", "openvino"])
+    assert result.exit_code == 0
+    home = cat_copy / "openvino"
+    records = json.loads((home / onnx_backend.EXPORT_RECORD).read_text())
+    records[ovb.INT8_NAME]["weights_sha256"] = "0" * 64  # as if the weights changed since
+    (home / onnx_backend.EXPORT_RECORD).write_text(json.dumps(records))
+    shutil.rmtree(ovb.cache_home(weights_fingerprint(cat_copy)), ignore_errors=True)
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.openvino_backend"):
+        int8 = _load(cat_copy)
+    assert "is stale" in caplog.text
+    assert int8.onnx.path == ovb.cache_home(weights_fingerprint(cat_copy)) / ovb.INT8_NAME
+
+
+def test_a_failed_export_keeps_the_old_one(cat_copy, monkeypatch):
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(cat_copy), "--backend", "openvino"]).exit_code == 0
+    home = cat_copy / "openvino"
+    before = {p: (home / p).read_bytes() for p in os.listdir(home)}
+
+    import openvino
+
+    def broken(model, path, **kwargs):
+        path.write_text("half a model")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(openvino, "save_model", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ovb.export(cat_copy, "cross-encoder", home, weights_fingerprint(cat_copy))
+    assert {p: (home / p).read_bytes() for p in os.listdir(home)} == before
+
+
+def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
+    # auto: OpenVINO for the cross-encoder where installed, ONNX Runtime for the encoder.
+    assert runtime.int8_backend("cross-encoder") == "openvino"
+    assert runtime.int8_backend("encoder") == "onnxruntime"
+    assert _load(tiny_cat_dir, backend="onnxruntime").backend == "onnxruntime"
+    with pytest.raises(DotcatError, match="runs the cross-encoder only, not the encoder"):
+        runtime.int8_backend("encoder", "openvino")
+    with pytest.raises(DotcatError, match="unknown int8 backend 'tensorrt'"):
+        _load(tiny_cat_dir, backend="tensorrt")
+    bad = CliRunner().invoke(app, ["export", str(tiny_bert_dir), "--backend", "openvino"])
+    assert bad.exit_code != 0 and "runs the cross-encoder only" in bad.output
+
+    # On a VNNI CPU auto re-ranks at int8 on OpenVINO; without OpenVINO installed, at bf16.
+    monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "on")
+    assert _load(tiny_cat_dir, precision="auto", backend="auto").backend == "openvino"
+    monkeypatch.setattr(ovb, "available", lambda: False)
+    assert runtime.int8_backend("cross-encoder") == "onnxruntime"
+    fallback = _load(tiny_cat_dir, precision="auto", backend="auto")
+    assert (fallback.precision, fallback.backend) == ("bf16", "torch")
