@@ -92,6 +92,35 @@ def test_rerank_run_reorders_the_head_by_cross_encoder_scores(workspace):
     assert result.exit_code == 0 and "nDCG@10" in result.output
 
 
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_rerank_backend_picks_the_int8_runtime(workspace, backend):
+    pytest.importorskip(backend)
+    out = workspace["root"] / f"int8-{backend}.trec"
+    result = invoke(
+        "-q", "rerank", workspace["bm25"], workspace["data"], workspace["model"],
+        "--output", out, "--depth", "3", "--split", "train", "--precision", "int8",
+        "--rerank-backend", backend, "--interpolate", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    from dotcat.data import load_corpus, load_queries
+    from dotcat.search.reranker import corpus_texts
+
+    config = CrossEncoderConfig(model=str(workspace["model"]), precision="int8", backend=backend)
+    cat = CrossEncoder.load(config)
+    assert cat.backend == backend
+    first, second = read_run(workspace["bm25"]), read_run(out)
+    queries = load_queries(workspace["data"])
+    texts = corpus_texts(load_corpus(workspace["data"]), {d for r in first.values() for d in r})
+    for qid, docs in first.items():
+        head = [d for d, _ in sorted(docs.items(), key=lambda x: (-x[1], x[0]))][:3]
+        want = cat.score([queries[qid]] * 3, [texts[d] for d in head])
+        np.testing.assert_allclose([second[qid][d] for d in head], want, atol=1e-5)
+    bad = runner.invoke(app, ["rerank", str(workspace["bm25"]), str(workspace["data"]),
+                              str(workspace["model"]), "--output", "x.trec",
+                              "--rerank-backend", "tensorrt"])  # fmt: skip
+    assert bad.exit_code == 2 and "--rerank-backend must be one of" in bad.output
+
+
 def test_rerank_interpolate_auto_and_bad_values(workspace):
     out = workspace["root"] / "mixed.trec"
     args = ["rerank", workspace["bm25"], workspace["data"], workspace["model"], "--output", out]

@@ -103,11 +103,15 @@ def _setup(
 
 
 _PRECISION_HELP = (
-    "auto (bf16 where the CPU has native bf16 or on a GPU, else fp32), fp32, bf16, or int8 "
-    "(ONNX Runtime on CPU, exported on first use); DOTCAT_NATIVE_BF16=on|off overrides the "
-    "detection."
+    "auto (int8 on CPUs with VNNI, else bf16 where the CPU has native bf16 or on a GPU, else "
+    "fp32), fp32, bf16, or int8 (CPU only, exported on first use); DOTCAT_NATIVE_BF16=on|off "
+    "overrides the detection."
 )
 _PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+_RERANK_BACKEND_HELP = (
+    "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
+)
+_RERANK_BACKENDS = ("auto", "openvino", "onnxruntime")
 
 # Every command checks its arguments, paths and outputs with light modules (no torch, no
 # FAISS) before importing the stages that do the work: a typo is reported in milliseconds,
@@ -381,6 +385,7 @@ def search(
     depth: Annotated[int, typer.Option(help="With --rerank: how many results to re-rank.")] = 100,
     interpolate: Annotated[str, typer.Option(help=_INTERPOLATE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    rerank_backend: Annotated[str, typer.Option(help=_RERANK_BACKEND_HELP)] = "auto",
     server: Annotated[
         str | None, typer.Option(help="Ask a running `dotcat serve` at this URL instead.")
     ] = None,
@@ -405,6 +410,7 @@ def search(
         _at_least(option, value)
     _at_least("--ef-search", ef_search)
     _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
     _one_of("--first-stage", first_stage, _FIRST_STAGES)
     if output is not None:
         from dotcat.data import check_output_file
@@ -429,6 +435,7 @@ def search(
             model=model,
             device=device,
             precision=precision,
+            rerank_backend=rerank_backend,
             search_params=_parse_search_params(nprobe, ef_search),
         ),
     )
@@ -637,10 +644,12 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="One JSON line per request on stderr.")] = True,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    rerank_backend: Annotated[str, typer.Option(help=_RERANK_BACKEND_HELP)] = "auto",
 ) -> None:
     """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
     _at_least("--depth", depth)
     _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
     _one_of("--first-stage", first_stage, _FIRST_STAGES)
     _check_index(index_dir)
     if rerank:
@@ -667,6 +676,7 @@ def serve(
         interpolate=interpolate,
         device=device,
         precision=precision,
+        rerank_backend=rerank_backend,
     )
 
     def ready(url: str, pipeline) -> None:
@@ -1040,6 +1050,7 @@ def rerank_cmd(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     tag: Annotated[str, typer.Option(help="Run tag (TREC column 6).")] = "dotcat-rerank",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    rerank_backend: Annotated[str, typer.Option(help=_RERANK_BACKEND_HELP)] = "auto",
 ) -> None:
     """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
     from dotcat.data import check_output_file, find_corpus_file, ranked, read_run
@@ -1047,6 +1058,7 @@ def rerank_cmd(
     _at_least("--depth", depth)
     _at_least("--batch-size", batch_size)
     _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
     find_corpus_file(data)
     check_output_file(output)
     first = ranked(read_run(run))
@@ -1066,7 +1078,13 @@ def rerank_cmd(
     from dotcat.search.reranker import corpus_texts
 
     reranker = Reranker.load(
-        model, depth, interpolate, device=device, precision=precision, batch_size=batch_size
+        model,
+        depth,
+        interpolate,
+        device=device,
+        precision=precision,
+        backend=rerank_backend,
+        batch_size=batch_size,
     )
     needed = {doc for docs in first.values() for doc, _ in docs[:depth]}
     texts = corpus_texts(load_corpus(data), needed)

@@ -141,3 +141,13 @@ def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
     assert runtime.int8_backend("cross-encoder") == "onnxruntime"
     fallback = _load(tiny_cat_dir, precision="auto", backend="auto")
     assert (fallback.precision, fallback.backend) == ("bf16", "torch")
+
+
+def test_without_native_bf16_openvino_runs_in_f32(tiny_cat_dir, monkeypatch):
+    # What an AVX2-only CPU gets: no bf16 hint (OpenVINO has no bf16 emulation), same ranking.
+    monkeypatch.setattr(runtime, "detect_native_bf16", lambda: False)
+    int8 = _load(tiny_cat_dir)
+    assert int8.onnx.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
+    a = _load(tiny_cat_dir, "fp32").score_query(QUERY, DOCS)
+    b = int8.score_query(QUERY, DOCS)
+    assert spearmanr(a, b).statistic >= 0.95 and np.argmax(a) == np.argmax(b)

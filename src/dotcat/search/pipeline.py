@@ -60,6 +60,8 @@ class PipelineConfig:
             [0, 1] (1: the plain cross-encoder logit).
         model: the query encoder, when not the one the index records (checked against it).
         device, precision: where and at what precision the models run.
+        rerank_backend: the re-ranker's int8 runtime (``auto``: OpenVINO where installed,
+            ``openvino``, ``onnxruntime``; see :class:`CrossEncoderConfig`).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``).
         batch_size: most cross-encoder pairs per forward pass.
     """
@@ -74,6 +76,7 @@ class PipelineConfig:
     model: str | None = None
     device: str = "auto"
     precision: str = "auto"
+    rerank_backend: str = "auto"
     search_params: Mapping[str, float] | None = None
     batch_size: int = 32
 
@@ -135,13 +138,14 @@ class Reranker:
         *,
         device: str = "auto",
         precision: str = "auto",
+        backend: str = "auto",
         batch_size: int = 32,
     ) -> Reranker:
         from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
         from dotcat.models.runtime import store_linear_weights
 
         config = CrossEncoderConfig(
-            model=model, device=device, precision=precision, batch_size=batch_size
+            model=model, device=device, precision=precision, backend=backend, batch_size=batch_size
         )
         cross_encoder = CrossEncoder.load(config)
         # Loaded here for inference only: its linear weights cast once, not on every call.
@@ -213,6 +217,7 @@ class SearchPipeline:
                 config.interpolate,
                 device=config.device,
                 precision=config.precision,
+                backend=config.rerank_backend,
                 batch_size=config.batch_size,
             )
             if config.rerank
