@@ -132,7 +132,7 @@ def load_cat(model: Path, path: str, work: Path):
     if path in ("int8-ov64", "int8-ov384"):  # the activation group sizes GROUP_SIZE was chosen from
         from dotcat.models.openvino_backend import OpenVinoRunner
 
-        cat.onnx = OpenVinoRunner(cat.onnx.path, cat._workers(), group_size=int(path[7:]))
+        cat.onnx = OpenVinoRunner(cat.onnx.path, cat.onnx.workers, group_size=int(path[7:]))
     if path in ("int8-ffn", "int8-avx2"):
         cat.onnx = _variant_runner(cat.path, "cross-encoder", cat.fingerprint, path, work)
     return cat

@@ -291,9 +291,7 @@ class CrossEncoder:
     @property
     def backend(self) -> str:
         """What runs the model: ``openvino`` or ``onnxruntime`` (int8), else ``torch``."""
-        if self.onnx is None:
-            return "torch"
-        return "openvino" if self.onnx.batched else "onnxruntime"
+        return "torch" if self.onnx is None else self.onnx.backend
 
     @property
     def interpolation_alpha(self) -> float | None:

@@ -105,17 +105,27 @@ def find_or_export(
     name = export_name(precision, variant)
     recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
-    for home in homes:
-        if recorded(home, name) == recipe and (home / name).is_file():
-            return home / name
-    stale = [str(h / name) for h in homes if (h / name).is_file()]
-    if stale:
-        logger.warning(
-            "ONNX export %s is stale (other weights or recipe): exporting again", stale[0]
-        )
+    found = current_export(homes, name, recipe)
+    if found is not None:
+        return found
     return export(
         weights_dir, kind, precision, homes[1], fingerprint, keep_fp32=keep_fp32, variant=variant
     )
+
+
+def current_export(homes: list[Path], name: str, recipe: dict, *companions: str) -> Path | None:
+    """``home/name`` in the first of ``homes`` whose record for ``name`` is ``recipe`` and that
+    holds the file (and its ``companions``, suffixes such as ``.bin``); None if none does,
+    with a warning when a file is there under another recipe (stale: other weights)."""
+    for home in homes:
+        path = home / name
+        files = [path, *(path.with_suffix(suffix) for suffix in companions)]
+        if recorded(home, name) == recipe and all(f.is_file() for f in files):
+            return path
+    stale = [str(h / name) for h in homes if (h / name).is_file()]
+    if stale:
+        logger.warning("export %s is stale (other weights or recipe): exporting again", stale[0])
+    return None
 
 
 def export_model(
@@ -161,9 +171,10 @@ def export_model(
     )
 
 
-def cache_home(fingerprint: str) -> Path:
-    """Where exports made on first use are cached: ``$DOTCAT_CACHE/onnx/<fingerprint>``."""
-    return cache_root() / ONNX_DIR / fingerprint[:32]
+def cache_home(fingerprint: str, directory: str = ONNX_DIR) -> Path:
+    """Where exports made on first use are cached: ``$DOTCAT_CACHE/<directory>/<fingerprint>``
+    (``onnx/``; OpenVINO's in ``openvino/``)."""
+    return cache_root() / directory / fingerprint[:32]
 
 
 def export(
@@ -237,8 +248,8 @@ class OnnxRunner:
         self.path = path
         self.input_names = [i.name for i in self.session.get_inputs()]
 
-    #: A padded batch is run one text per call (see :meth:`one_by_one`).
-    batched = False
+    #: The runtime's name (``CrossEncoder.backend``).
+    backend = "onnxruntime"
 
     def calls(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
         """The feeds to run for a right-padded batch: one per text (:meth:`one_by_one`)."""

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dotcat.cache import cache_root
 from dotcat.errors import DotcatError
 from dotcat.models import onnx_backend
 
@@ -61,21 +60,15 @@ def available() -> bool:
 
 def cache_home(fingerprint: str) -> Path:
     """Where exports made on first use are cached: ``$DOTCAT_CACHE/openvino/<fingerprint>``."""
-    return cache_root() / OPENVINO_DIR / fingerprint[:32]
+    return onnx_backend.cache_home(fingerprint, OPENVINO_DIR)
 
 
 def find_or_export(weights_dir: Path, kind: str, fingerprint: str) -> Path:
     """The current int8 OpenVINO export of the model in ``weights_dir``, made first if missing
     or stale (looked for beside the weights, then in the cache; made in the cache)."""
-    recipe = _recipe(kind, fingerprint)
     homes = [weights_dir / OPENVINO_DIR, cache_home(fingerprint)]
-    for home in homes:
-        if onnx_backend.recorded(home, INT8_NAME) == recipe and _complete(home / INT8_NAME):
-            return home / INT8_NAME
-    stale = [str(h / INT8_NAME) for h in homes if (h / INT8_NAME).is_file()]
-    if stale:
-        logger.warning("OpenVINO export %s is stale (other weights or recipe): exporting", stale[0])
-    return export(weights_dir, kind, homes[1], fingerprint)
+    found = onnx_backend.current_export(homes, INT8_NAME, _recipe(kind, fingerprint), ".bin")
+    return found if found is not None else export(weights_dir, kind, homes[1], fingerprint)
 
 
 def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
@@ -122,13 +115,13 @@ class OpenVinoRunner:
     Pinning is off: the cores are shared with tokenisation and, when serving, the event loop.
     """
 
-    #: A padded batch is one call: the per-token activation groups make a pair's logit
-    #: independent of its neighbours (tested), unlike ONNX Runtime's per-tensor ranges.
-    batched = True
+    #: The runtime's name (``CrossEncoder.backend``).
+    backend = "openvino"
 
     def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
         import openvino as ov
 
+        from dotcat.models.bi_encoder import _first_line as first_line
         from dotcat.models.runtime import detect_native_bf16
 
         workers = max(1, int(workers))
@@ -143,13 +136,17 @@ class OpenVinoRunner:
         try:
             self.compiled = ov.Core().compile_model(str(path), "CPU", config)
         except RuntimeError as e:
-            raise DotcatError(f"{path}: OpenVINO cannot load it ({_first_line(e)})") from None
+            raise DotcatError(f"{path}: OpenVINO cannot load it ({first_line(e)})") from None
         self.path = path
+        self.workers = workers
         self.input_names = [port.get_any_name() for port in self.compiled.inputs]
+        self._output = self.compiled.outputs[0]
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
 
     def calls(self, batch: Mapping[str, object]) -> list[dict[str, np.ndarray]]:
-        """The feeds to run for a right-padded batch: the whole batch, in one call."""
+        """The feeds to run for a right-padded batch: the whole batch, in one call (the
+        per-token activation groups make a pair's logit independent of its neighbours, tested;
+        ONNX Runtime's per-tensor ranges do not)."""
         return [{k: np.asarray(v) for k, v in batch.items()}]
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -161,7 +158,7 @@ class OpenVinoRunner:
             request = self.compiled.create_infer_request()
         try:
             result = request.infer(inputs)
-            return np.array(result[self.compiled.outputs[0]], dtype=np.float32)
+            return np.array(result[self._output], dtype=np.float32)
         finally:
             self._idle.put(request)
 
@@ -190,19 +187,9 @@ def _quiet_nncf():
         nncf_logger.setLevel(level)
 
 
-def _complete(xml: Path) -> bool:
-    return xml.is_file() and xml.with_suffix(".bin").is_file()
-
-
 def _require() -> None:
     if not available():
         raise DotcatError(
             "the OpenVINO int8 path needs the packages openvino and nncf "
             "(pip install 'dotcat[openvino]')"
         )
-
-
-def _first_line(error: Exception) -> str:
-    with contextlib.suppress(IndexError):
-        return str(error).strip().splitlines()[0]
-    return type(error).__name__
