@@ -12,8 +12,8 @@ bf16 where the CPU has it natively, fp32 elsewhere.
 
 Weights are int8 symmetric per output channel (``nncf.compress_weights``, no calibration data:
 nothing fitted to one corpus). The classifier and pooler stay in full precision: they are tiny,
-and with the one-output classifier compressed OpenVINO 2026.4 returned wrong logits (measured:
-Spearman -0.999 with fp32 on SciFact pairs).
+and with the one-output classifier compressed OpenVINO 2026.4 returned logits unrelated to
+fp32's (seen in a check by hand, not a recorded benchmark).
 
 Files, beside the ONNX exports and where sentence-transformers' OpenVINO backend looks
 (``openvino/``; its ``file_name`` argument picks the file)::
