@@ -6,6 +6,7 @@ Every command parses its arguments, calls one importable function, and prints. A
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -947,44 +948,70 @@ train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT o
 app.add_typer(train_app, name="train")
 
 
+# Options every trainer shares: one declaration for `train dot`, `train distill`, `train cat`.
+_TrainData = Annotated[
+    Path, typer.Argument(help="BEIR dir (or corpus file with --queries/--qrels).")
+]
+_Split = Annotated[str, typer.Option(help="Qrels split to train on.")]
+_QueriesFile = Annotated[Path | None, typer.Option(help="Queries file (with a corpus file).")]
+_QrelsFile = Annotated[Path | None, typer.Option(help="Qrels file (with a corpus file).")]
+_NegativesFile = Annotated[Path | None, typer.Option(help="Reuse saved negatives.")]
+_Epochs = Annotated[int, typer.Option(help="Training epochs.")]
+_GradAccum = Annotated[int, typer.Option(help="Gradient accumulation steps.")]
+_Lr = Annotated[float, typer.Option(help="Peak learning rate (AdamW).")]
+_Warmup = Annotated[float, typer.Option(help="Share of steps warming up.")]
+_DevFraction = Annotated[float, typer.Option(help="Share of train queries held out.")]
+_Seed = Annotated[int, typer.Option(help="Random seed.")]
+_Bf16 = Annotated[str, typer.Option(help="auto, on or off.")]
+_CheckpointEvery = Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")]
+_Resume = Annotated[bool, typer.Option(help="Continue from the last checkpoint.")]
+_Overwrite = Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")]
+_WindowStart = Annotated[int, typer.Option(help="Mine negatives from this rank...")]
+_WindowEnd = Annotated[int, typer.Option(help="...up to (excluding) this rank.")]
+_Remine = Annotated[bool, typer.Option(help="Re-mine dense negatives each epoch.")]
+_CacheChunk = Annotated[int | None, typer.Option(help="GradCache chunk size (0: off).")]
+_QueryMaxLength = Annotated[int, typer.Option(help="Max query tokens.")]
+_Temperature = Annotated[
+    float | None,
+    typer.Option(help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."),
+]
+
+
 @train_app.command("dot")
 def train_dot(
-    data: Annotated[Path, typer.Argument(help="BEIR dir (or corpus file with --queries/--qrels).")],
+    data: _TrainData,
     out_dir: Annotated[Path, typer.Argument(help="Where the trained model directory goes.")],
-    split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
-    queries: Annotated[Path | None, typer.Option(help="Queries file (with a corpus file).")] = None,
-    qrels: Annotated[Path | None, typer.Option(help="Qrels file (with a corpus file).")] = None,
+    split: _Split = "train",
+    queries: _QueriesFile = None,
+    qrels: _QrelsFile = None,
     base: Annotated[
         str, typer.Option(help="Base model: local dir, hub name, 'default'.")
     ] = "default",
     loss: Annotated[str, typer.Option(help="contrastive (InfoNCE) or triplet.")] = "contrastive",
     negatives: Annotated[str, typer.Option(help="Hard negatives: bm25, dense or none.")] = "bm25",
-    negatives_file: Annotated[Path | None, typer.Option(help="Reuse saved negatives.")] = None,
+    negatives_file: _NegativesFile = None,
     n_negatives: Annotated[int, typer.Option(help="Hard negatives per query.")] = 1,
-    window_start: Annotated[int, typer.Option(help="Mine negatives from this rank...")] = 10,
-    window_end: Annotated[int, typer.Option(help="...up to (excluding) this rank.")] = 100,
-    remine: Annotated[bool, typer.Option(help="Re-mine dense negatives each epoch.")] = False,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 2,
+    window_start: _WindowStart = 10,
+    window_end: _WindowEnd = 100,
+    remine: _Remine = False,
+    epochs: _Epochs = 2,
     batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
-    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
-    cache_chunk: Annotated[int | None, typer.Option(help="GradCache chunk size (0: off).")] = None,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
-    warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
-    temperature: Annotated[
-        float | None,
-        typer.Option(help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."),
-    ] = None,
+    grad_accum: _GradAccum = 1,
+    cache_chunk: _CacheChunk = None,
+    lr: _Lr = 1e-4,
+    warmup_ratio: _Warmup = 0.1,
+    temperature: _Temperature = None,
     margin: Annotated[float, typer.Option(help="Triplet margin gamma.")] = 0.1,
     max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
-    query_max_length: Annotated[int, typer.Option(help="Max query tokens.")] = 64,
-    dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
+    query_max_length: _QueryMaxLength = 64,
+    dev_fraction: _DevFraction = 0.1,
     dev_max_docs: Annotated[int, typer.Option(help="Corpus sample for dev evaluation.")] = 50_000,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
-    bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
+    seed: _Seed = 42,
+    bf16: _Bf16 = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")] = 0,
-    resume: Annotated[bool, typer.Option(help="Continue from the last checkpoint.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
+    checkpoint_every: _CheckpointEvery = 0,
+    resume: _Resume = False,
+    overwrite: _Overwrite = False,
 ) -> None:
     """Train a BERT_DOT bi-encoder on relevance labels (works under torchrun for DDP)."""
     _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
@@ -994,42 +1021,105 @@ def train_dot(
 
     from dotcat.training import DotTrainConfig, train_bi_encoder
 
-    config = DotTrainConfig(
-        data=data,
-        out_dir=out_dir,
-        split=split,
-        queries=queries,
-        qrels=qrels,
-        base=base,
-        loss=loss,
-        negatives=negatives,
-        negatives_file=negatives_file,
-        n_negatives=n_negatives,
-        window=(window_start, window_end),
-        remine_each_epoch=remine,
-        epochs=epochs,
-        batch_size=batch_size,
-        grad_accum_steps=grad_accum,
-        cache_chunk_size=cache_chunk or None,
-        lr=lr,
-        warmup_ratio=warmup_ratio,
-        temperature=temperature,
-        margin=margin,
-        max_length=max_length,
-        query_max_length=query_max_length,
-        dev_fraction=dev_fraction,
-        dev_max_docs=dev_max_docs,
-        seed=seed,
-        bf16=bf16,
-        device=device,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        overwrite=overwrite,
-    )
+    config = _dot_config(DotTrainConfig, locals())
     path = train_bi_encoder(config)
     typer.echo(
         f"trained model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
     )
+
+
+@train_app.command("distill")
+def train_distill(
+    data: _TrainData,
+    out_dir: Annotated[Path, typer.Argument(help="Where the distilled BERT_DOT goes.")],
+    teacher: Annotated[str, typer.Option(help="The BERT_CAT teacher (a train cat output).")],
+    base: Annotated[
+        str, typer.Option("--student", help="BERT_DOT to start from: dir, hub name, 'default'.")
+    ] = "default",
+    split: _Split = "train",
+    queries: _QueriesFile = None,
+    qrels: _QrelsFile = None,
+    distill_loss: Annotated[
+        str, typer.Option("--loss", help="margin-mse (Hofstätter et al.) or kl.")
+    ] = "margin-mse",
+    contrastive_weight: Annotated[
+        float, typer.Option(help="Weight of in-batch InfoNCE on the labels (0: none).")
+    ] = 0.0,
+    kl_temperature: Annotated[float, typer.Option(help="Temperature of the kl loss.")] = 1.0,
+    teacher_alpha: Annotated[
+        str, typer.Option(help="Cross-encoder share of the teacher score; auto: its dev weight.")
+    ] = "auto",
+    teacher_dense: Annotated[
+        str | None, typer.Option(help="BERT_DOT mixed into the teacher (default: the student).")
+    ] = None,
+    teacher_precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    negatives: Annotated[str, typer.Option(help="Hard negatives: bm25 or dense.")] = "bm25",
+    negatives_file: _NegativesFile = None,
+    n_negatives: Annotated[int, typer.Option(help="Hard negatives (margins) per query.")] = 4,
+    window_start: _WindowStart = 10,
+    window_end: _WindowEnd = 100,
+    remine: _Remine = False,
+    epochs: _Epochs = 2,
+    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    grad_accum: _GradAccum = 1,
+    cache_chunk: _CacheChunk = None,
+    lr: _Lr = 1e-4,
+    warmup_ratio: _Warmup = 0.1,
+    temperature: _Temperature = None,
+    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    query_max_length: _QueryMaxLength = 64,
+    dev_fraction: _DevFraction = 0.1,
+    seed: _Seed = 42,
+    bf16: _Bf16 = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    checkpoint_every: _CheckpointEvery = 0,
+    resume: _Resume = False,
+    overwrite: _Overwrite = False,
+) -> None:
+    """Distil a BERT_CAT into a BERT_DOT with Margin-MSE (Hofstätter et al. 2020)."""
+    _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
+    _check_model(teacher)
+    _at_least("--n-negatives", n_negatives, 1)
+    _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
+    alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
+
+    from dotcat.training.recipes.distill import DistillConfig, train_distilled
+
+    config = _dot_config(DistillConfig, locals(), teacher_alpha=alpha)
+    path = train_distilled(config)
+    typer.echo(
+        f"distilled model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
+    )
+
+
+#: Flags shorter than the config field they set.
+_CONFIG_FIELDS = {
+    "grad_accum": "grad_accum_steps",
+    "cache_chunk": "cache_chunk_size",
+    "remine": "remine_each_epoch",
+}
+
+
+def _dot_config(cls: type, options: dict, **fields: object) -> object:
+    """A ``train dot``-style config from a command's options (its ``locals()``): flags renamed
+    to their fields, the rank window joined, ``fields`` overriding; other names ignored."""
+    values = {_CONFIG_FIELDS.get(k, k): v for k, v in options.items()}
+    values["window"] = (values.pop("window_start"), values.pop("window_end"))
+    values["cache_chunk_size"] = values.get("cache_chunk_size") or None
+    values.update(fields)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _unit_float(name: str, value: str) -> float:
+    """``value`` as a float in [0, 1], or a one-line error naming the option."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise DotcatError(f"{name}: expected 'auto' or a number in [0, 1], got {value!r}")
+    return number
 
 
 @app.command("rerank")
@@ -1102,11 +1192,11 @@ def rerank_cmd(
 
 @train_app.command("cat")
 def train_cat(
-    data: Annotated[Path, typer.Argument(help="BEIR dir (or corpus file with --queries/--qrels).")],
+    data: _TrainData,
     out_dir: Annotated[Path, typer.Argument(help="Where the trained cross-encoder goes.")],
-    split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
-    queries: Annotated[Path | None, typer.Option(help="Queries file (with a corpus file).")] = None,
-    qrels: Annotated[Path | None, typer.Option(help="Qrels file (with a corpus file).")] = None,
+    split: _Split = "train",
+    queries: _QueriesFile = None,
+    qrels: _QrelsFile = None,
     base: Annotated[
         str, typer.Option(help="BERT checkpoint or cross-encoder to start from.")
     ] = "default",
@@ -1117,16 +1207,16 @@ def train_cat(
     ] = None,
     depth: Annotated[int, typer.Option(help="Negatives from each first stage's top DEPTH.")] = 100,
     n_negatives: Annotated[int, typer.Option(help="Negatives per positive.")] = 7,
-    negatives_file: Annotated[Path | None, typer.Option(help="Reuse saved negatives.")] = None,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 2,
+    negatives_file: _NegativesFile = None,
+    epochs: _Epochs = 2,
     batch_size: Annotated[int, typer.Option(help="Queries (groups) per batch.")] = 4,
-    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps.")] = 1,
+    grad_accum: _GradAccum = 1,
     pairs_per_forward: Annotated[int, typer.Option(help="Pairs per forward chunk.")] = 16,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
+    lr: _Lr = 1e-4,
     head_lr_scale: Annotated[
         float, typer.Option(help="The new head's learning rate is lr times this.")
     ] = 20.0,
-    warmup_ratio: Annotated[float, typer.Option(help="Share of steps warming up.")] = 0.1,
+    warmup_ratio: _Warmup = 0.1,
     max_length: Annotated[int | None, typer.Option(help="Max tokens per pair.")] = None,
     attention_dropout: Annotated[
         float, typer.Option(help="Attention-probability dropout in training (-1: model's).")
@@ -1138,14 +1228,14 @@ def train_cat(
     teacher_temperature: Annotated[
         float, typer.Option(help="Softmax temperature of the teacher's scores.")
     ] = 0.1,
-    dev_fraction: Annotated[float, typer.Option(help="Share of train queries held out.")] = 0.1,
+    dev_fraction: _DevFraction = 0.1,
     dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
-    bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
+    seed: _Seed = 42,
+    bf16: _Bf16 = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")] = 0,
-    resume: Annotated[bool, typer.Option(help="Continue from the last checkpoint.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
+    checkpoint_every: _CheckpointEvery = 0,
+    resume: _Resume = False,
+    overwrite: _Overwrite = False,
 ) -> None:
     """Train a BERT_CAT cross-encoder (re-ranker) on relevance labels."""
     _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dotcat.errors import DotcatError
-from dotcat.models import BiEncoder, EncoderConfig, bi_encoder, runtime
+from dotcat.models import BiEncoder, EncoderConfig, batching, bi_encoder, runtime
 from dotcat.models.pooling import mean_pooling
 
 TEXTS = [
@@ -254,7 +254,7 @@ def test_batching_does_not_change_vectors(tiny, tiny_bert_dir, batch_size, max_b
 
 def test_token_budget_defaults(tiny_bert_dir):
     assert _load(tiny_bert_dir, max_batch_tokens=100).max_batch_tokens == 100
-    assert _load(tiny_bert_dir).max_batch_tokens == bi_encoder.CPU_MAX_BATCH_TOKENS
+    assert _load(tiny_bert_dir).max_batch_tokens == batching.CPU_MAX_BATCH_TOKENS
     assert _load(tiny_bert_dir, fast=False).max_batch_tokens == 0
 
 
@@ -281,7 +281,7 @@ def test_a_worker_error_reaches_the_caller(tiny_bert_dir, monkeypatch):
 
 
 def test_default_workers_one_per_thread_and_one_when_plain(tiny, tiny_bert_dir):
-    assert tiny._workers() == min(torch.get_num_threads(), bi_encoder.MAX_AUTO_WORKERS)
+    assert tiny._workers() == min(torch.get_num_threads(), batching.MAX_AUTO_WORKERS)
     assert _load(tiny_bert_dir, fast=False)._workers() == 1
 
 

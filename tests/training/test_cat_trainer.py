@@ -181,12 +181,12 @@ def test_the_loop_learns_a_batch(tiny_no_dropout):
 
 
 def test_the_new_head_gets_a_larger_learning_rate(tiny_bert_dir, tmp_path):
-    from dotcat.training.cat_trainer import _cat_param_groups
+    from dotcat.training.cat_trainer import cat_param_groups
 
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
     ce.model.requires_grad_(True)
     config = CatTrainConfig(data=tmp_path, out_dir=tmp_path, lr=1e-4, head_lr_scale=10)
-    groups = _cat_param_groups(ce.model, config)
+    groups = cat_param_groups(ce.model, config)
     head = [g for g in groups if "lr" in g]
     assert len(head) == 1 and head[0]["lr"] == pytest.approx(1e-3)
     named = dict(ce.model.named_parameters())

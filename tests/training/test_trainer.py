@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from dotcat.errors import DotcatError
+from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.training.examples import TrainingExample
 from dotcat.training.mining import load_negatives
 from dotcat.training.model import TrainableBiEncoder
@@ -21,7 +22,6 @@ from dotcat.training.trainer import (
     DotTrainConfig,
     LossConfig,
     backward_batch,
-    cpu_has_native_bf16,
     dev_subset,
     resolve_bf16,
     train_bi_encoder,
@@ -92,7 +92,7 @@ def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
     return out
 
 
-def _config(data: Path, out: Path, base: Path, **overrides) -> DotTrainConfig:
+def _config(data: Path, out: Path, base: Path, cls=DotTrainConfig, **overrides) -> DotTrainConfig:
     settings = dict(
         data=data,
         out_dir=out,
@@ -114,7 +114,7 @@ def _config(data: Path, out: Path, base: Path, **overrides) -> DotTrainConfig:
         show_progress=False,
     )
     settings.update(overrides)
-    return DotTrainConfig(**settings)
+    return cls(**settings)
 
 
 def _record(out: Path) -> dict:

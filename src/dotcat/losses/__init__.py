@@ -8,6 +8,8 @@
 - :func:`lce_loss`: localized contrastive estimation, a softmax over a positive and its hard
   negatives for BERT_CAT (Gao, Dai & Callan 2021); :func:`soft_lce_loss` with a teacher's
   distribution mixed into its target.
+- :func:`margin_mse_loss` (Hofstätter et al. 2020) and :func:`listwise_kl_loss`: a BERT_CAT
+  teacher's scores distilled into BERT_DOT.
 - :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
   memory (Gao et al. 2021).
 """
@@ -22,6 +24,7 @@ from dotcat.losses.contrastive import (
     false_negative_mask,
     similarity_matrix,
 )
+from dotcat.losses.distill import listwise_kl_loss, margin_mse_loss
 from dotcat.losses.listwise import lce_loss, soft_lce_loss
 from dotcat.losses.pointwise import bce_loss, group_labels
 from dotcat.losses.triplet import DEFAULT_MARGIN, TripletLoss, triplet_loss
@@ -41,6 +44,8 @@ __all__ = [
     "grad_cache_backward",
     "group_labels",
     "lce_loss",
+    "listwise_kl_loss",
+    "margin_mse_loss",
     "similarity_matrix",
     "soft_lce_loss",
     "split_batch",

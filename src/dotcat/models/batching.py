@@ -14,9 +14,17 @@ same alone, in a queries file, or micro-batched by the server with strangers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+import torch
+
+#: Padded tokens per forward pass on CPU (see :mod:`dotcat.models.bi_encoder` and the
+#: benchmark): a batch's activations then stay in cache.
+CPU_MAX_BATCH_TOKENS = 2048
+#: Most automatic CPU workers; beyond, each worker gets several intra-op threads (measured on
+#: 2 cores only; many Python threads would contend for the GIL between ops).
+MAX_AUTO_WORKERS = 8
 
 
 def padded_widths(lengths: np.ndarray, multiple: int, cap: int) -> np.ndarray:
@@ -46,3 +54,36 @@ def batch_slices(
                 stop = start + int(same[0])
         yield slice(start, stop)
         start = stop
+
+
+def length_sorted_batches(
+    lengths: np.ndarray, batch_size: int, max_tokens: int = 0, pad_multiple: int = 1, cap: int = 0
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each text's padded width and the batches (index arrays, longest first) to encode it in:
+    :func:`padded_widths` then :func:`batch_slices` over the length-sorted order (one width
+    per batch when ``pad_multiple > 1``)."""
+    widths = padded_widths(lengths, pad_multiple, cap or int(np.max(lengths, initial=1)))
+    order = np.argsort(-widths, kind="stable")
+    slices = batch_slices(widths[order], batch_size, max_tokens, fixed_width=pad_multiple > 1)
+    return widths, [order[rows] for rows in slices]
+
+
+def pad_ids(seqs: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, ...]:
+    """The collator of token-id sequences: right-padded ``(input_ids, attention_mask)`` int64
+    arrays of ``width`` columns."""
+    input_ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), width), dtype=np.int64)
+    for row, seq in enumerate(seqs):
+        input_ids[row, : len(seq)] = seq
+        mask[row, : len(seq)] = 1
+    return input_ids, mask
+
+
+def cpu_workers(device: torch.device, fast: bool, configured: int | None) -> int:
+    """How many batches to encode at once: 1 on a GPU or off the fast path; else the
+    configured count, or one per PyTorch thread up to :data:`MAX_AUTO_WORKERS`."""
+    if device.type != "cpu" or not fast:
+        return 1  # a GPU runs one batch at a time
+    if configured is not None:
+        return max(1, configured)
+    return min(torch.get_num_threads(), MAX_AUTO_WORKERS)

@@ -40,7 +40,12 @@ import numpy as np
 import torch
 
 from dotcat.errors import DotcatError
-from dotcat.models.batching import batch_slices, padded_widths
+from dotcat.models.batching import (
+    CPU_MAX_BATCH_TOKENS,
+    cpu_workers,
+    length_sorted_batches,
+    pad_ids,
+)
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
@@ -59,11 +64,6 @@ from dotcat.progress import progress_bar
 logger = logging.getLogger(__name__)
 
 SIMILARITIES = ("dot", "cos")
-#: Padded tokens per forward pass on CPU (see the module docstring and the benchmark).
-CPU_MAX_BATCH_TOKENS = 2048
-#: Most automatic CPU workers; beyond, each worker gets several intra-op threads (measured on
-#: 2 cores only; many Python threads would contend for the GIL between ops).
-MAX_AUTO_WORKERS = 8
 #: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
 WINDOW = 16_384
 #: Texts per tokenizer call (its results are large Python objects; see ``_tokenize``).
@@ -314,14 +314,9 @@ class BiEncoder:
                 window = list(texts[start : start + WINDOW])
                 ids = self._tokenize(window)
                 lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-                widths = padded_widths(lengths, pad_multiple, self.max_length)
-                order = np.argsort(-widths, kind="stable")
-                jobs = [
-                    order[rows]
-                    for rows in batch_slices(
-                        widths[order], batch_size, self.max_batch_tokens, pad_multiple > 1
-                    )
-                ]
+                widths, jobs = length_sorted_batches(
+                    lengths, batch_size, self.max_batch_tokens, pad_multiple, self.max_length
+                )
 
                 def run(
                     idx: np.ndarray,
@@ -407,11 +402,7 @@ class BiEncoder:
 
     def _collate(self, seqs: list[np.ndarray], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-pad to ``width`` tokens: (input_ids, attention_mask)."""
-        input_ids = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
-        mask = np.zeros((len(seqs), width), dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            input_ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1
+        input_ids, mask = pad_ids(seqs, width, self._pad_id)
         return (
             torch.from_numpy(input_ids).to(self.device, non_blocking=True),
             torch.from_numpy(mask).to(self.device, non_blocking=True),
@@ -438,11 +429,7 @@ class BiEncoder:
 
     def _workers(self) -> int:
         """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
-        if self.device.type != "cpu" or not self.config.fast:
-            return 1  # a GPU runs one batch at a time
-        if self.config.cpu_workers is not None:
-            return max(1, self.config.cpu_workers)
-        return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
+        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
 def _run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None = None) -> None:

@@ -32,9 +32,13 @@ import numpy as np
 import torch
 
 from dotcat.errors import DotcatError
-from dotcat.models.batching import batch_slices, padded_widths
+from dotcat.models.batching import (
+    CPU_MAX_BATCH_TOKENS,
+    cpu_workers,
+    length_sorted_batches,
+    pad_ids,
+)
 from dotcat.models.bi_encoder import (
-    MAX_AUTO_WORKERS,
     _first_line,
     _load_model,
     _max_positions,
@@ -57,7 +61,6 @@ from dotcat.progress import progress_bar
 logger = logging.getLogger(__name__)
 
 #: Padded tokens per forward pass on CPU (the bi-encoder's measured sweet spot).
-CPU_MAX_BATCH_TOKENS = 2048
 #: Default max length of a (query, document) pair when the model does not record one.
 DEFAULT_MAX_LENGTH = 256
 #: Calls with at most this many pairs are split evenly over the workers (one query's re-ranking).
@@ -333,13 +336,8 @@ class CrossEncoder:
         """Right-padded ``input_ids``, ``token_type_ids``, ``attention_mask`` on the device
         (to ``width`` tokens; default: the longest pair)."""
         width = width or max(len(ids) for ids, _ in pairs)
-        input_ids = np.full((len(pairs), width), self._pad_id, dtype=np.int64)
-        types = np.zeros((len(pairs), width), dtype=np.int64)
-        mask = np.zeros((len(pairs), width), dtype=np.int64)
-        for row, (ids, tt) in enumerate(pairs):
-            input_ids[row, : len(ids)] = ids
-            types[row, : len(tt)] = tt
-            mask[row, : len(ids)] = 1
+        input_ids, mask = pad_ids([ids for ids, _ in pairs], width, self._pad_id)
+        types, _ = pad_ids([tt for _, tt in pairs], width, 0)
         return {
             "input_ids": torch.from_numpy(input_ids).to(self.device),
             "token_type_ids": torch.from_numpy(types).to(self.device),
@@ -388,14 +386,9 @@ class CrossEncoder:
                 d_ids = self._tokenize_unique(documents[start:stop])
                 pairs = [self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)]
                 lengths = np.fromiter((len(p[0]) for p in pairs), dtype=np.int64, count=len(pairs))
-                widths = padded_widths(lengths, PAIR_PAD_MULTIPLE, self.max_length)
-                order = np.argsort(-widths, kind="stable")
-                jobs = [
-                    order[rows]
-                    for rows in batch_slices(
-                        widths[order], batch_size, self.max_batch_tokens, fixed_width=True
-                    )
-                ]
+                widths, jobs = length_sorted_batches(
+                    lengths, batch_size, self.max_batch_tokens, PAIR_PAD_MULTIPLE, self.max_length
+                )
                 if len(pairs) <= SMALL_CALL:
                     # One query at a small depth: every worker gets a share of each width
                     # (latency), not whole batches that leave a worker waiting for the rest.
@@ -482,11 +475,7 @@ class CrossEncoder:
         return [ids[t] for t in texts]
 
     def _workers(self) -> int:
-        if self.device.type != "cpu" or not self.config.fast:
-            return 1
-        if self.config.cpu_workers is not None:
-            return max(1, self.config.cpu_workers)
-        return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
+        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
 def _recorded_max_length(path: Path, tokenizer: Any, positions: int, trained_head: bool) -> int:

@@ -43,8 +43,9 @@ def measure_rates(
     """
     from dotcat.models import resolve_model
     from dotcat.models.runtime import resolve_device
+    from dotcat.training.loop import param_groups, resolve_bf16
     from dotcat.training.model import TrainableBiEncoder
-    from dotcat.training.trainer import LossConfig, _param_groups, resolve_bf16
+    from dotcat.training.trainer import LossConfig
 
     examples, docs = _sample_examples(data_dir, 1 + TIMED_BATCHES * batch_size)
     target = resolve_device(device)
@@ -54,7 +55,7 @@ def measure_rates(
     encoder.train()
     use_bf16 = resolve_bf16(bf16, target)
     loss = LossConfig.for_model("contrastive", encoder.similarity, None, 0.1)
-    optimizer = torch.optim.AdamW(_param_groups(encoder, 0.01), lr=1e-12)  # timing only
+    optimizer = torch.optim.AdamW(param_groups(encoder, 0.01), lr=1e-12)  # timing only
 
     def step(batch) -> None:
         _backward(encoder, batch, docs, loss, chunk_size, query_max_length, use_bf16)

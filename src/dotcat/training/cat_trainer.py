@@ -1,6 +1,8 @@
 """Train a BERT_CAT re-ranker on relevance labels: ``dotcat train cat DATA OUT_DIR``.
 
-:func:`train_cross_encoder` is the whole run, readable top to bottom:
+:func:`train_cross_encoder` runs the ``cat`` recipe (:mod:`dotcat.training.recipes.cat`) in
+the one training loop (:func:`dotcat.training.loop.train`); this module holds its settings,
+first stages, negative pools, batch (:func:`backward_groups`) and dev scoring. The run:
 
 1. load the queries, qrels and corpus; carve a dev split out of the training queries
    (:func:`dotcat.training.split_dev`, the same hash split as ``train dot``);
@@ -34,14 +36,8 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import gzip
 import json
 import logging
-import math
-import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,38 +45,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import get_linear_schedule_with_warmup
 
-from dotcat import __version__
-from dotcat.data.splits import split_dev
 from dotcat.errors import DotcatError
-from dotcat.losses import bce_loss, group_labels, lce_loss, soft_lce_loss
-from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from dotcat.models.resolve import weights_fingerprint
-from dotcat.progress import progress_bar
-from dotcat.search.reranker import Candidates
-from dotcat.training.checkpoint import (
-    CHECKPOINTS_DIR,
-    latest_checkpoint,
-    load_checkpoint,
-    python_numpy_rng_state,
-    save_checkpoint,
-    set_python_numpy_rng_state,
-    set_torch_rng_state,
-    torch_rng_state,
-)
-from dotcat.training.examples import _rng, load_training_data
-from dotcat.training.mining import load_negatives, negatives_meta, save_negatives
-from dotcat.training.trainer import (
-    BF16_SETTINGS,
-    RECORD_FILE,
-    RECORD_FORMAT,
-    _param_groups,
-    _seed_everything,
-    _write_json,
-    data_fingerprint,
-    resolve_bf16,
-)
+from dotcat.files import write_json
+from dotcat.losses import soft_lce_loss
+from dotcat.models.cross_encoder import CrossEncoder
+from dotcat.training.distributed import DistributedContext
+from dotcat.training.examples import seeded_rng
+from dotcat.training.loop import BF16_SETTINGS, config_dict, param_groups
+from dotcat.training.losses import LOSSES, pick_loss
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +62,9 @@ Run = dict[str, list[tuple[str, float]]]
 NEGATIVES_FILE = "negatives.jsonl.gz"
 TEACHER_FILE = "teacher.json.gz"
 DEV_MEASURE = "nDCG@10"
-CAT_LOSSES = ("bce", "lce")
+CAT_LOSSES = tuple(LOSSES["cat"])
 #: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
 ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))
-_RESUME_FREE = {"resume", "overwrite", "stop_after_steps", "checkpoint_every", "show_progress"}
 
 
 @dataclass
@@ -211,12 +183,7 @@ class CatTrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (paths as strings, first stages as a list)."""
-        out = dataclasses.asdict(self)
-        for key, value in out.items():
-            if isinstance(value, Path):
-                out[key] = str(value)
-        out["first_stages"] = [str(s) for s in self.first_stages]
-        return out
+        return config_dict(self)
 
 
 # -- first stages and negatives -------------------------------------------------------------
@@ -295,7 +262,7 @@ def group_teacher(
 
 def sample_negatives(pool: Sequence[str], n: int, *key: object) -> list[str]:
     """``n`` documents of ``pool`` drawn by a hash of ``key`` (with repeats if it is short)."""
-    rng = _rng(*key)
+    rng = seeded_rng(*key)
     if len(pool) >= n:
         return rng.sample(list(pool), n)
     return [rng.choice(list(pool)) for _ in range(n)]
@@ -381,10 +348,8 @@ def backward_groups(
         if loss == "lce" and teacher is not None and teacher_weight > 0:
             targets = torch.tensor(teacher[start : start + per_chunk], device=logits.device)
             value = soft_lce_loss(logits, targets, teacher_weight, teacher_temperature)
-        elif loss == "lce":
-            value = lce_loss(logits)
         else:
-            value = bce_loss(logits, group_labels(len(chunk), size, logits.device))
+            value = pick_loss("cat", loss)(logits)
         weighted = value * (len(chunk) / len(groups)) * scale
         weighted.backward()
         total += float(weighted.detach())
@@ -428,419 +393,31 @@ def train_cross_encoder(config: CatTrainConfig) -> Path:
         DotcatError: bad settings or data, an output directory holding another run (without
             ``resume`` or ``overwrite``), a checkpoint that does not fit.
     """
+    from dotcat.training.loop import finished, train
+    from dotcat.training.recipes.cat import CatRecipe
+
     config.validate()
     out_dir = Path(config.out_dir)
-    if config.resume and _finished(out_dir, config):
+    if config.resume and finished(out_dir, "cat", config.epochs):
         logger.info("%s: this training run has already finished; nothing to resume", out_dir)
         return out_dir
-    return _train(config, out_dir)
+    recipe = CatRecipe(config)
+    return train(recipe, config, DistributedContext(device=recipe.device))
 
 
-def _finished(out_dir: Path, config: CatTrainConfig) -> bool:
-    try:
-        record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return record.get("status") == "finished" and record.get("kind") == "cat"
-
-
-def _prepare_out_dir(out_dir: Path, config: CatTrainConfig) -> None:
-    """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting."""
-    if not out_dir.exists():
-        out_dir.mkdir(parents=True)
-        return
-    if not out_dir.is_dir():
-        raise DotcatError(f"{out_dir}: exists and is not a directory")
-    earlier = (out_dir / RECORD_FILE).exists() or (out_dir / CHECKPOINTS_DIR).exists()
-    if not earlier or config.resume:
-        return
-    if not config.overwrite:
-        raise DotcatError(
-            f"{out_dir}: holds an earlier training run; resume it (--resume) or overwrite it "
-            "(--overwrite)"
-        )
-    logger.warning("overwriting the training run in %s", out_dir)
-    shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
-    (out_dir / NEGATIVES_FILE).unlink(missing_ok=True)
-    (out_dir / TEACHER_FILE).unlink(missing_ok=True)
-    (out_dir / RECORD_FILE).unlink(missing_ok=True)
-
-
-def _pools(
-    config: CatTrainConfig, out_dir: Path, data: Any, queries: Mapping[str, str]
-) -> tuple[dict[str, list[str]], dict[str, Any], Run | None, dict[str, dict[str, float]]]:
-    """Negative pools (saved, or read back on resume), the first stage's run for dev, and the
-    first stages' teacher scores when ``teacher_weight`` > 0 (saved likewise)."""
-    path, teacher_path = out_dir / NEGATIVES_FILE, out_dir / TEACHER_FILE
-    want_teacher = config.teacher_weight > 0
-    fresh = not (config.resume and path.is_file()) and config.negatives_file is None
-    runs: list[Run] = []
-    if fresh or (want_teacher and not teacher_path.is_file()):
-        for source in config.first_stages:
-            logger.info("first stage %s: top %d of %d queries", source, config.depth, len(queries))
-            runs.append(first_stage_run(source, data, queries, config.depth))
-    if fresh:
-        pools = negative_pools(runs, data.qrels, config.depth)
-        meta = negatives_meta(
-            "first-stage",
-            (0, config.depth),
-            len(data.corpus),
-            first_stages=[str(s) for s in config.first_stages],
-            n_queries=len(pools),
-        )
-        save_negatives(path, pools, meta)
-    elif config.negatives_file is not None and not path.is_file():
-        pools, meta = load_negatives(config.negatives_file)
-        save_negatives(path, pools, {**meta, "loaded_from": str(config.negatives_file)})
-    pools, meta = load_negatives(path)
-    teacher: dict[str, dict[str, float]] = {}
-    if want_teacher:
-        if runs:
-            _write_json_gz(teacher_path, teacher_scores(runs, config.depth))
-        teacher = _read_json_gz(teacher_path)
-    meta = {k: v for k, v in meta.items() if k != "format"}
-    return pools, meta, runs[0] if runs else None, teacher
-
-
-def _write_json_gz(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(value, f)
-    tmp.replace(path)
-
-
-def _read_json_gz(path: Path) -> Any:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _train(config: CatTrainConfig, out_dir: Path) -> Path:
-    started = time.perf_counter()
-    _prepare_out_dir(out_dir, config)
-    _seed_everything(config.seed, 0)
-    show = config.show_progress
-
-    data = load_training_data(config.data, config.split, config.queries, config.qrels)
-    train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, config.seed)
-    train_queries = {q: data.queries[q] for q in train_qids}
-    dev_queries = {q: data.queries[q] for q in dev_qids}
-
-    cross_encoder = CrossEncoder.load(
-        # PyTorch weights, trained in place (never an export); autocast is set just below.
-        CrossEncoderConfig(
-            model=config.base, max_length=config.max_length, device=config.device, precision="fp32"
-        ),
-        seed=config.seed,
-    )
-    model = cross_encoder.model
-    model.requires_grad_(True)
-    if config.attention_dropout is not None:
-        set_attention_dropout(model, config.attention_dropout)
-    bf16 = resolve_bf16(config.bf16, cross_encoder.device)
-    # The run's precision governs its dev scoring too: --bf16 off means fp32 throughout.
-    cross_encoder.autocast_dtype = torch.bfloat16 if bf16 else None
-
-    mining_started = time.perf_counter()
-    pools, pools_meta, first_run, teacher = _pools(config, out_dir, data, data.queries)
-    if dev_queries and first_run is None:  # resumed or loaded pools: the dev first stage again
-        first_run = first_stage_run(config.first_stages[0], data, dev_queries, config.dev_depth)
-    mining_seconds = time.perf_counter() - mining_started
-    examples = build_cat_examples(train_queries, data.qrels, pools)
-    if not examples:
-        raise DotcatError("no training examples (no judged query with first-stage negatives)")
-    dev_first = {q: first_run.get(q, []) for q in dev_queries} if first_run else {}
-
-    from dotcat.search.reranker import corpus_texts
-
-    needed = {e.positive_id for e in examples} | {
-        d for q in train_queries for d in pools.get(q, [])
-    }
-    needed |= {d for docs in dev_first.values() for d, _ in docs[: config.dev_depth]}
-    doc_texts = corpus_texts(data.corpus, needed)
-
-    batch, accum = config.batch_size, config.grad_accum_steps
-    batches_per_epoch = math.ceil(len(examples) / batch)
-    steps_per_epoch = math.ceil(batches_per_epoch / accum)
-    total_steps = steps_per_epoch * config.epochs
-    optimizer = torch.optim.AdamW(
-        _cat_param_groups(model, config), lr=config.lr, betas=(0.9, 0.999), eps=1e-8
-    )
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps
-    )
-
-    step, epoch, batches_done = 0, 0, 0
-    history: list[dict[str, Any]] = []
-    loss_curve: list[list[float]] = []
-    best: dict[str, Any] = {"epoch": None, "score": None}
-    partial = {"loss_sum": 0.0, "steps": 0, "examples": 0, "seconds": 0.0}
-    totals = {"examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
-    interpolation: dict[str, Any] = {}
-    resumed_from = None
-    checkpoint = latest_checkpoint(out_dir) if config.resume else None
-    if config.resume and checkpoint is None:
-        logger.warning("%s: no checkpoint to resume from; starting from scratch", out_dir)
-    if checkpoint is not None:
-        state, torch_rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
-        _check_resumed_config(state["config"], config)
-        step, epoch, batches_done = state["step"], state["epoch"], state["batches_done"]
-        history, loss_curve, best = state["history"], state["loss_curve"], state["best"]
-        partial, totals = state["partial"], state["totals"]
-        mining_seconds = state.get("mining_seconds", mining_seconds)
-        set_python_numpy_rng_state(state["rng"])
-        set_torch_rng_state(torch_rngs[0])
-        resumed_from = str(checkpoint)
-
-    data_info = data_fingerprint(config)
-    base_fingerprint = cross_encoder.fingerprint
-
-    def record(status: str) -> dict[str, Any]:
-        train_seconds = totals["train_seconds"] + partial["seconds"]
-        seen = totals["examples"] + partial["examples"]
-        return {
-            "format": RECORD_FORMAT,
-            "format_version": 1,
-            "kind": "cat",
-            "status": status,
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "dotcat_version": __version__,
-            "torch_version": torch.__version__,
-            "data": {
-                "path": str(Path(config.data).resolve()),
-                "split": config.split,
-                **data_info,
-                "corpus_documents": len(data.corpus),
-            },
-            "split": {
-                "dev_fraction": config.dev_fraction,
-                "seed": config.seed,
-                "train_queries": len(train_queries),
-                "dev_queries": len(dev_queries),
-                "train_examples": len(examples),
-            },
-            "negatives": pools_meta,
-            "base_model": {
-                "name": config.base,
-                "path": str(cross_encoder.path),
-                "fingerprint": base_fingerprint,
-            },
-            "model": {
-                "max_length": cross_encoder.max_length,
-                "fingerprint": weights_fingerprint(out_dir)
-                if (out_dir / "model.safetensors").exists()
-                else None,
-            },
-            "loss": {"name": config.loss, "group_size": 1 + config.n_negatives},
-            "hyperparameters": config.to_dict(),
-            "device": str(cross_encoder.device),
-            "bf16": bf16,
-            "total_steps": total_steps,
-            "steps": step,
-            "epochs": history,
-            "best_epoch": best["epoch"],
-            f"best_dev_{DEV_MEASURE}": best["score"],
-            "interpolation": interpolation,
-            "loss_curve": loss_curve,
-            "examples_seen": seen,
-            "timings": {
-                "mining_seconds": round(mining_seconds, 3),
-                "train_seconds": round(train_seconds, 3),
-                "eval_seconds": round(totals["eval_seconds"], 3),
-                "total_seconds": round(time.perf_counter() - started, 3),
-            },
-            "examples_per_second": round(seen / train_seconds, 3) if train_seconds else None,
-            "pairs_per_second": round(seen * (1 + config.n_negatives) / train_seconds, 3)
-            if train_seconds
-            else None,
-            "resumed_from": resumed_from,
-        }
-
-    # The best epoch's dev candidates: the interpolation weight is chosen on them at the end,
-    # so a checkpoint keeps them (a resumed run would otherwise record no weight).
-    best_candidates: dict[str, Any] = {}
-    if checkpoint is not None:
-        best_candidates.update(
-            (q, Candidates.from_json(c)) for q, c in state.get("best_candidates", {}).items()
-        )
-
-    def evaluate_epoch() -> tuple[float | None, float]:
-        if not dev_first:
-            return None, 0.0
-        t0 = time.perf_counter()
-        candidates = dev_candidates(
-            cross_encoder, dev_first, dev_queries, doc_texts, config.dev_depth
-        )
-        model.train()
-        score = dev_score(candidates, data.qrels)
-        if best["score"] is None or score > best["score"]:
-            best_candidates.clear()
-            best_candidates.update(candidates)
-        return score, time.perf_counter() - t0
-
-    def keep_if_best(ep: int, score: float | None) -> None:
-        if score is None or best["score"] is None or score > best["score"]:
-            best.update(epoch=ep, score=score)
-            cross_encoder.trained_head = True
-            cross_encoder.save(out_dir)
-
-    if checkpoint is None:
-        first_score = None
-        if dev_first:
-            first_score = dev_score(
-                {q: _first_only(docs) for q, docs in dev_first.items()}, data.qrels
-            )
-            logger.info("epoch 0 (first stage alone): dev %s %.4f", DEV_MEASURE, first_score)
-        history.append({"epoch": 0, "train_loss": None, f"dev_{DEV_MEASURE}": first_score})
-
-    def save_state() -> None:
-        save_checkpoint(
-            out_dir,
-            step,
-            model,
-            optimizer,
-            scheduler,
-            {
-                "epoch": epoch,
-                "batches_done": batches_done,
-                "rng": python_numpy_rng_state(),
-                "history": history,
-                "loss_curve": loss_curve,
-                "best": best,
-                "partial": partial,
-                "totals": totals,
-                "mining_seconds": mining_seconds,
-                "config": config.to_dict(),
-                "best_candidates": {q: c.to_json() for q, c in best_candidates.items()},
-            },
-            [torch_rng_state()],
-            keep=config.keep_checkpoints,
-        )
-        _write_json(out_dir / RECORD_FILE, record("running"))
-
-    model.train()
-    bar = progress_bar(total=total_steps, initial=step, desc="training", unit="step", enabled=show)
-    stopped = False
-    while epoch < config.epochs and not stopped:
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
-        batches = [order[i : i + batch] for i in range(0, len(order), batch)]
-        while batches_done < len(batches):
-            t0 = time.perf_counter()
-            group_batches = batches[batches_done : batches_done + accum]
-            step_loss = 0.0
-            for indices in group_batches:
-                groups, group_scores = [], []
-                for i in indices:
-                    e = examples[i]
-                    negs = sample_negatives(
-                        pools[e.qid], config.n_negatives, config.seed, epoch, e.qid, e.positive_id
-                    )
-                    groups.append(
-                        (e.query, [doc_texts[e.positive_id]] + [doc_texts[d] for d in negs])
-                    )
-                    if teacher:
-                        group_scores.append(
-                            group_teacher(teacher.get(e.qid, {}), e.positive_id, negs)
-                        )
-                step_loss += backward_groups(
-                    cross_encoder,
-                    groups,
-                    config.loss,
-                    pairs_per_forward=config.pairs_per_forward,
-                    scale=1.0 / len(group_batches),
-                    bf16=bf16,
-                    teacher=group_scores or None,
-                    teacher_weight=config.teacher_weight,
-                    teacher_temperature=config.teacher_temperature,
-                )
-            if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            batches_done += len(group_batches)
-            partial["loss_sum"] += step_loss
-            partial["steps"] += 1
-            partial["examples"] += sum(len(b) for b in group_batches)
-            partial["seconds"] += time.perf_counter() - t0
-            loss_curve.append([step, round(step_loss, 6)])
-            bar.update(1)
-            bar.set_postfix(
-                epoch=epoch + 1,
-                loss=f"{step_loss:.4f}",
-                ex_s=f"{partial['examples'] / max(partial['seconds'], 1e-9):.2f}",
-            )
-            at_stop = config.stop_after_steps is not None and step >= config.stop_after_steps
-            if at_stop or (config.checkpoint_every and step % config.checkpoint_every == 0):
-                save_state()
-            if at_stop:
-                stopped = True
-                break
-        if stopped:
-            break
-        train_loss = partial["loss_sum"] / max(partial["steps"], 1)
-        score, seconds = evaluate_epoch()
-        totals["eval_seconds"] += seconds
-        totals["examples"] += partial["examples"]
-        totals["train_seconds"] += partial["seconds"]
-        history.append(
-            {
-                "epoch": epoch + 1,
-                "train_loss": train_loss,
-                f"dev_{DEV_MEASURE}": score,
-                "steps": partial["steps"],
-                "train_seconds": partial["seconds"],
-                "examples_per_second": partial["examples"] / max(partial["seconds"], 1e-9),
-                "eval_seconds": seconds,
-            }
-        )
-        logger.info(
-            "epoch %d: train loss %.4f, dev %s %s",
-            epoch + 1,
-            train_loss,
-            DEV_MEASURE,
-            "n/a" if score is None else f"{score:.4f}",
-        )
-        keep_if_best(epoch + 1, score)
-        epoch += 1
-        batches_done = 0
-        partial = {"loss_sum": 0.0, "steps": 0, "examples": 0, "seconds": 0.0}
-        _write_json(out_dir / RECORD_FILE, record("running"))
-    bar.close()
-
-    if not stopped and best_candidates:
-        scores = {alpha: dev_score(best_candidates, data.qrels, alpha) for alpha in ALPHAS}
-        alpha = max(scores, key=lambda a: (scores[a], a))  # ties: more cross-encoder
-        interpolation.update(
-            alpha=alpha, dev_scores={str(a): round(s, 6) for a, s in scores.items()}
-        )
-        _record_alpha(out_dir, alpha, scores)
-    status = "stopped" if stopped else "finished"
-    _write_json(out_dir / RECORD_FILE, record(status))
-    if not stopped:
-        logger.info(
-            "training finished: best epoch %s (dev %s %s), model in %s",
-            best["epoch"],
-            DEV_MEASURE,
-            best["score"],
-            out_dir,
-        )
-    return out_dir
-
-
-def _cat_param_groups(model: torch.nn.Module, config: CatTrainConfig) -> list[dict[str, Any]]:
+def cat_param_groups(model: torch.nn.Module, config: CatTrainConfig) -> list[dict[str, Any]]:
     """AdamW groups: the encoder as in ``train dot``; the head at ``lr * head_lr_scale``."""
     head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
     ids = {id(p) for p in head}
     groups = [
         {**g, "params": [p for p in g["params"] if id(p) not in ids]}
-        for g in _param_groups(model, config.weight_decay)
+        for g in param_groups(model, config.weight_decay)
     ]
     groups.append({"params": head, "weight_decay": 0.0, "lr": config.lr * config.head_lr_scale})
     return [g for g in groups if g["params"]]
 
 
-def _first_only(docs: Sequence[tuple[str, float]]) -> Any:
+def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
     """Candidates with no re-ranked head: the first stage's own ranking."""
     from dotcat.search.reranker import Candidates
 
@@ -851,28 +428,16 @@ def _first_only(docs: Sequence[tuple[str, float]]) -> Any:
     )
 
 
-def _record_alpha(out_dir: Path, alpha: float, scores: Mapping[float, float]) -> None:
+def record_alpha(out_dir: Path, alpha: float, scores: Mapping[float, float]) -> None:
     """Add the dev-chosen interpolation weight to the model's ``dotcat_cross_encoder.json``."""
     path = out_dir / "dotcat_cross_encoder.json"
     record = json.loads(path.read_text()) if path.is_file() else {}
     record["interpolation_alpha"] = alpha
     record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in scores.items()}
-    _write_json(path, record)
+    write_json(path, record)
     logger.info(
         "interpolation on dev: alpha %.1f (nDCG@10 %.4f; plain cross-encoder %.4f)",
         alpha,
         scores[alpha],
         scores[1.0],
     )
-
-
-def _check_resumed_config(recorded: Mapping[str, Any], config: CatTrainConfig) -> None:
-    now = config.to_dict()
-    changed = sorted(
-        k for k in now if k not in _RESUME_FREE and k in recorded and recorded[k] != now[k]
-    )
-    if changed:
-        logger.warning(
-            "resuming with settings that differ from the checkpoint's: %s",
-            ", ".join(f"{k} {recorded[k]!r} -> {now[k]!r}" for k in changed),
-        )

@@ -34,7 +34,7 @@ Qrels = Mapping[str, Mapping[str, int]]
 _EXAMPLES = 5
 
 
-def _rng(*parts: object) -> random.Random:
+def seeded_rng(*parts: object) -> random.Random:
     key = "\x00".join(str(p) for p in parts).encode("utf-8")
     return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
 
@@ -158,7 +158,7 @@ def build_examples(
         for positive in positives:
             chosen: list[str] = []
             if n_negatives > 0 and negatives is not None:
-                rng = _rng(seed, qid, positive)
+                rng = seeded_rng(seed, qid, positive)
                 if len(pool) >= n_negatives:
                     chosen = rng.sample(pool, n_negatives)
                 else:

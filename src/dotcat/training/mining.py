@@ -250,20 +250,8 @@ def mine_dense_negatives(
             if not qids:
                 doc_ids += ids
                 continue
-            vectors = _as_matrix(
-                encoder.encode_documents(
-                    [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
-                ),
-                len(ids),
-                "document vectors",
-            )
-            if vectors.shape[1] != query_vectors.shape[1]:
-                raise DotcatError(
-                    f"encoder returned document vectors of dim {vectors.shape[1]} and query "
-                    f"vectors of dim {query_vectors.shape[1]}"
-                )
-            if cos:
-                faiss.normalize_L2(vectors)
+            docs = [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
+            vectors = _document_vectors(encoder, docs, query_vectors.shape[1], cos)
             k = min(end, len(ids))
             scores, positions = faiss.knn(
                 query_vectors, vectors, k, metric=faiss.METRIC_INNER_PRODUCT
@@ -274,14 +262,10 @@ def mine_dense_negatives(
     if not doc_ids:
         raise DotcatError("the corpus has no documents: nothing to mine")
     heap.finalize()
-    negatives: Negatives = {}
-    for row, qid in enumerate(qids):
-        positions, scores = heap.I[row], heap.D[row]
-        found = positions >= 0
-        positions, scores = positions[found], scores[found]
-        order = np.lexsort((positions, -scores))  # score descending, then corpus position
-        ranked = [doc_ids[p] for p in positions[order]]
-        negatives[qid] = window_negatives(ranked, window, qrels.get(qid))
+    negatives: Negatives = {
+        qid: window_negatives(_ranked(heap, row, doc_ids), window, qrels.get(qid))
+        for row, qid in enumerate(qids)
+    }
     if meta is not None:
         meta.update(
             negatives_meta(
@@ -295,6 +279,28 @@ def mine_dense_negatives(
             )
         )
     return _finish(negatives, window, "dense")
+
+
+def _document_vectors(encoder: Any, docs: list[str], dim: int, cos: bool) -> np.ndarray:
+    """One chunk's document vectors, checked against the queries' dimension."""
+    vectors = _as_matrix(encoder.encode_documents(docs), len(docs), "document vectors")
+    if vectors.shape[1] != dim:
+        raise DotcatError(
+            f"encoder returned document vectors of dim {vectors.shape[1]} and query "
+            f"vectors of dim {dim}"
+        )
+    if cos:
+        faiss.normalize_L2(vectors)
+    return vectors
+
+
+def _ranked(heap: Any, row: int, doc_ids: Sequence[str]) -> list[str]:
+    """A finalised heap row's document ids, score descending, then corpus position."""
+    positions, scores = heap.I[row], heap.D[row]
+    found = positions >= 0
+    positions, scores = positions[found], scores[found]
+    order = np.lexsort((positions, -scores))
+    return [doc_ids[p] for p in positions[order]]
 
 
 def negatives_meta(

@@ -34,6 +34,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
+from dotcat.models.batching import CPU_MAX_BATCH_TOKENS, length_sorted_batches, pad_ids
 from dotcat.models.bi_encoder import _first_line, _load_model, _max_positions, check_max_length
 from dotcat.models.resolve import read_model_config
 from dotcat.models.runtime import quiet_transformers
@@ -46,7 +47,6 @@ SIMILARITIES = ("cos", "dot")
 DEFAULT_POOLING = "cls"
 DEFAULT_SIMILARITY = "dot"
 DEFAULT_MAX_LENGTH = 512
-CPU_MAX_BATCH_TOKENS = 2048  # padded tokens per inference batch on CPU (see encode)
 
 # The sentence-transformers files written by :meth:`TrainableBiEncoder.save` (besides the
 # Hugging Face model and tokenizer files). The module types are the long-standing
@@ -258,24 +258,16 @@ class TrainableBiEncoder(nn.Module):
                 return_token_type_ids=False,
             )["input_ids"]
             lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-            order = np.argsort(-lengths, kind="stable")
+            _, batches = length_sorted_batches(lengths, batch_size, max_batch_tokens)
             pad = self.tokenizer.pad_token_id or 0
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
-                start = 0
-                while start < len(order):
-                    size = batch_size
-                    if max_batch_tokens > 0:
-                        size = max(1, min(size, max_batch_tokens // int(lengths[order[start]])))
-                    idx = order[start : start + size]
-                    width = int(lengths[idx[0]])
-                    input_ids = torch.full((len(idx), width), pad, dtype=torch.long)
-                    mask = torch.zeros((len(idx), width), dtype=torch.long)
-                    for row, i in enumerate(idx):
-                        input_ids[row, : lengths[i]] = torch.tensor(ids[i])
-                        mask[row, : lengths[i]] = 1
-                    features = {"input_ids": input_ids, "attention_mask": mask}
+                for idx in batches:
+                    input_ids, mask = pad_ids([ids[i] for i in idx], int(lengths[idx[0]]), pad)
+                    features = {
+                        "input_ids": torch.from_numpy(input_ids),
+                        "attention_mask": torch.from_numpy(mask),
+                    }
                     out[idx] = self(features).float().cpu().numpy()
-                    start += size
             return out
         finally:
             self.train(was_training)

@@ -1,0 +1,231 @@
+"""Contrastive vs distilled BERT_DOT: SciFact test, alone and re-ranked by the same BERT_CAT.
+
+    python eval/bench_distill.py --model contrastive=runs/dot --model distilled=runs/distill \\
+        --cat runs/cat-teacher [--data data/scifact] [--work runs/bench-distill] \\
+        [--collection pydoc=runs/collections/pydoc --collection debian=runs/collections/debian] \\
+        [--output eval/results/distill.md] [--plot eval/results/distill.png]
+
+Every number goes through the command line a user runs. For each model ``NAME=DIR`` (a
+BERT_DOT directory; ``default`` for zero-shot all-MiniLM-L6-v2): ``dotcat index DATA --model
+DIR --bm25`` (the hybrid fusion weight chosen on the data's dev split as usual), then
+``dotcat search --queries DATA --split test -k 100`` four ways: the dense first stage, the
+hybrid one, the dense top 100 re-ranked by ``--rerank CAT``, and ``--rerank CAT`` with no
+other flag (the default pipeline: hybrid, depth 100, the re-ranker's dev-chosen
+interpolation). nDCG@10, RR@10 and R@100 by ir-measures; ``p``: a paired t-test over queries
+of nDCG@10 against the first model's same system.
+
+Out of domain (``--collection NAME=BEIR_DIR``, collections no model trained on, built by
+``eval/ood_collections.py``): each model's dense first stage, zero-shot, on the test split.
+
+Training costs and curves come from each model's ``dotcat_training.json`` (teacher scoring,
+mining, training, dev evaluation); the plot shows loss and dev nDCG@10 per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench_train_dot import plot
+from machine import describe
+
+ROOT = Path(__file__).resolve().parent.parent
+DOTCAT = str(Path(sys.executable).with_name("dotcat"))
+MEASURES = ("nDCG@10", "RR@10", "R@100")
+
+
+def systems(cat: Path) -> dict[str, list[str]]:
+    """The ``dotcat search`` flags of each system compared."""
+    return {
+        "dense": ["--first-stage", "dense"],
+        "hybrid": ["--first-stage", "hybrid"],
+        "dense + BERT_CAT": ["--first-stage", "dense", "--rerank", str(cat)],
+        "default pipeline (hybrid + BERT_CAT, no flags)": ["--rerank", str(cat)],
+    }
+
+
+def dotcat(*args: str) -> float:
+    """Run the dotcat command line; its wall time in seconds."""
+    started = time.perf_counter()
+    subprocess.run([DOTCAT, "-q", *args], check=True)
+    return time.perf_counter() - started
+
+
+def build_index(model: str, data: Path, index: Path, bm25: bool) -> float | None:
+    """``dotcat index`` (seconds), or None when the index exists already."""
+    if (index / "manifest.json").is_file():
+        return None
+    return dotcat("index", str(data), str(index), "--model", model, *(["--bm25"] if bm25 else []))
+
+
+def search(index: Path, data: Path, flags: list[str], out: Path) -> float | None:
+    """``dotcat search`` over the test queries into a TREC run (seconds; None: reused)."""
+    if out.is_file():
+        return None
+    command = ["search", str(index), "--queries", str(data), "--split", "test", "-k", "100"]
+    return dotcat(*command, *flags, "--output", str(out))
+
+
+def scores(run_file: Path, qrels: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """Aggregate measures and per-query nDCG@10 of a run file."""
+    from dotcat.data import read_run
+    from dotcat.evaluation import evaluate
+
+    report = evaluate(read_run(run_file), qrels, measures=list(MEASURES))
+    return report.aggregate, {q: v["nDCG@10"] for q, v in report.per_query.items()}
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.split("(")[0].strip()).strip("-")
+
+
+def in_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
+    """The SciFact test table: every model x system, p against the first model."""
+    from scipy.stats import ttest_rel
+
+    from dotcat.data import load_qrels
+
+    qrels = load_qrels(args.data, "test")
+    rows, baseline = [], {}
+    for name, model in models.items():
+        index = args.work / f"index-{name}"
+        seconds = build_index(model, args.data, index, bm25=True)
+        if seconds is not None:
+            logging.info("%s: indexed in %.0f s", name, seconds)
+        for system, flags in systems(args.cat).items():
+            out = args.work / f"{name}-{slug(system)}.trec"
+            took = search(index, args.data, flags, out)
+            agg, per_query = scores(out, qrels)
+            first = baseline.setdefault(system, (name, per_query))
+            p = ""
+            if first[0] != name:
+                keys = sorted(first[1])
+                test = ttest_rel([per_query[q] for q in keys], [first[1][q] for q in keys])
+                p = f"{test.pvalue:.3f}"
+            cells = " | ".join(f"{agg[m]:.4f}" for m in MEASURES)
+            timing = f"{took:.0f} s" if took is not None else "reused"
+            rows.append(f"| {name} | {system} | {cells} | {p} | {timing} |")
+            print(rows[-1], flush=True)
+    return rows
+
+
+def out_of_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
+    """Each model's dense first stage on collections it never trained on."""
+    from dotcat.data import load_qrels
+
+    rows = []
+    for spec in args.collection:
+        cname, data = spec.split("=", 1)
+        qrels = load_qrels(Path(data), "test")
+        for name, model in models.items():
+            index = args.work / f"ood-{cname}-{name}"
+            build_index(model, Path(data), index, bm25=False)
+            out = args.work / f"ood-{cname}-{name}-dense.trec"
+            search(index, Path(data), ["--first-stage", "dense"], out)
+            agg, _ = scores(out, qrels)
+            cells = " | ".join(f"{agg[m]:.4f}" for m in MEASURES)
+            rows.append(f"| {cname} | {name} | {cells} |")
+            print(rows[-1], flush=True)
+    return rows
+
+
+def training_rows(models: dict[str, str]) -> tuple[list[str], dict[str, dict]]:
+    """One line per trained model: what it cost and what dev chose."""
+    rows, records = [], {}
+    for name, model in models.items():
+        path = Path(model) / "dotcat_training.json"
+        if not path.is_file():
+            continue
+        record = records[name] = json.loads(path.read_text())
+        t = record["timings"]
+        hp = record["hyperparameters"]
+        teacher = record.get("teacher", {})
+        what = (
+            f"distilled from {teacher.get('model')} (alpha {teacher.get('alpha')}, "
+            f"{record['loss'].get('distill')}, InfoNCE weight "
+            f"{record['loss'].get('contrastive_weight')}), student {hp['base']}"
+            if record.get("kind") == "distill"
+            else f"{record['loss']['name']} from {hp['base']}"
+        )
+        minutes = {k: v / 60 for k, v in t.items()}
+        rows.append(
+            f"| {name} | {what}; {hp['epochs']} epochs, batch {hp['batch_size']}, "
+            f"{hp['n_negatives']} negatives, lr {hp['lr']} | "
+            f"{minutes.get('teacher_seconds', 0):.1f} | {minutes['mining_seconds']:.1f} | "
+            f"{minutes['train_seconds']:.1f} | {minutes['eval_seconds']:.1f} | "
+            f"{minutes['total_seconds']:.1f} | {record['best_epoch']} | "
+            f"{record['best_dev_nDCG@10']:.4f} |"
+        )
+    return rows, records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, help="NAME=DIR (or default)")
+    parser.add_argument("--cat", type=Path, required=True)
+    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
+    parser.add_argument("--collection", action="append", default=[], help="NAME=BEIR_DIR")
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-distill"))
+    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/distill.md")
+    parser.add_argument("--plot", type=Path, default=ROOT / "eval/results/distill.png")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args.work.mkdir(parents=True, exist_ok=True)
+    models = dict(spec.split("=", 1) for spec in args.model)
+
+    started = time.perf_counter()
+    table = in_domain(args, models)
+    ood = out_of_domain(args, models) if args.collection else []
+    train_table, records = training_rows(models)
+    if records:
+        plot(records, args.plot)
+    lines = [
+        "# Contrastive vs distilled BERT_DOT",
+        "",
+        f"Command: `python eval/bench_distill.py {' '.join(sys.argv[1:])}`",
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
+        f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min.",
+        "",
+        f"## SciFact test ({args.data}), re-ranker `{args.cat}`",
+        "",
+        "Every row is a `dotcat search` run over the test queries (k = 100); p: paired t-test "
+        "of nDCG@10 against the first model's same system; time: the search command's wall "
+        "time (model loads included).",
+        "",
+        "| model | system | " + " | ".join(MEASURES) + " | p | time |",
+        "| --- | --- | " + " | ".join("---:" for _ in MEASURES) + " | ---: | ---: |",
+        *table,
+    ]
+    if train_table:
+        lines += [
+            "",
+            "## Training (minutes, from each run's `dotcat_training.json`)",
+            "",
+            "| model | recipe | teacher scoring | mining | training | dev eval | total | "
+            "best epoch | best dev nDCG@10 |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *train_table,
+            "",
+            f"![training loss and dev nDCG@10 per epoch]({args.plot.name})",
+        ]
+    if ood:
+        lines += [
+            "",
+            "## Out of domain, dense first stage (no model trained on these collections)",
+            "",
+            "| collection | model | " + " | ".join(MEASURES) + " |",
+            "| --- | --- | " + " | ".join("---:" for _ in MEASURES) + " |",
+            *ood,
+        ]
+    args.output.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""The ``distill`` recipe: a BERT_CAT teaches a BERT_DOT (``dotcat train distill``).
+
+Hofstätter et al. (2020), "Improving Efficient Neural Ranking Models with Cross-Architecture
+Knowledge Distillation" (arXiv:2010.02666): the student is trained on the teacher's score
+*margins*, ``MSE((s(q,d+) - s(q,d-)), (t(q,d+) - t(q,d-)))`` (Margin-MSE), so it needs no
+calibration between the two models, only a common scale; or (option) on the teacher's
+distribution over the positive and the negatives, ``KL(softmax(t/T) || softmax(s/T))``.
+Either can be added to in-batch InfoNCE with a weight (``contrastive_weight``).
+
+Everything else is the ``dot`` recipe (:class:`~dotcat.training.recipes.dot.DotRecipe`):
+negatives mined as ``train dot`` mines them, the same examples, batches, dev evaluation,
+checkpoints and output. Before training, the teacher scores every (query, document) pair the
+examples hold once, into ``OUT_DIR/teacher_scores.jsonl`` (resumable, a progress bar;
+:mod:`dotcat.training.teacher`).
+
+The teacher. A re-ranker trained on little data can be weaker alone than the first stage it
+re-ranks, and its dev-chosen interpolation with that first stage stronger than either
+(``interpolation_alpha`` in the cross-encoder's record). The teacher is then that
+interpolation: ``t = alpha * logit + (1 - alpha) * c * dense``, ``dense`` the score of a
+BERT_DOT (``teacher_dense``; default the student's own starting model), ``c`` the ratio of the
+two scores' within-query standard deviations (the dense score brought to the logit's scale; a
+per-query shift does not matter, margins cancel it). ``alpha`` 1 is the plain cross-encoder.
+
+The student's score is its similarity divided by the contrastive temperature (cosines in
+[-1, 1] / 0.05; inner products / 1), the scale its own InfoNCE trains it on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dotcat.errors import DotcatError
+from dotcat.training.distributed import DistributedContext, scale_to_global
+from dotcat.training.losses import LOSSES, pick_loss
+from dotcat.training.recipes.dot import DotRecipe
+from dotcat.training.teacher import TeacherScores, score_pairs, teacher_header
+from dotcat.training.trainer import DotTrainConfig, document_texts
+
+logger = logging.getLogger(__name__)
+
+TEACHER_FILE = "teacher_scores.jsonl"
+DENSE_TEACHER_FILE = "teacher_dense_scores.jsonl"
+DISTILL_LOSSES = tuple(LOSSES["distill"])
+
+
+@dataclass
+class DistillConfig(DotTrainConfig):
+    """A distillation run: :class:`~dotcat.training.DotTrainConfig` (``base`` is the student)
+    plus the teacher.
+
+    Attributes:
+        teacher: the BERT_CAT (a ``train cat`` output or any cross-encoder directory).
+        distill_loss: ``"margin-mse"`` (default, Hofstätter et al. 2020) or ``"kl"``.
+        contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none).
+        kl_temperature: ``T`` of the KL loss.
+        teacher_alpha: the cross-encoder's share of the teacher's score; None: the weight its
+            own record chose on dev (1 when it records none).
+        teacher_dense: the BERT_DOT mixed in where ``alpha`` < 1; None: the student's base.
+        teacher_precision: the cross-encoder's precision while scoring (``auto``: as
+            ``dotcat rerank`` runs it).
+        n_negatives: negatives per example (a margin per negative).
+    """
+
+    teacher: str | Path = ""
+    distill_loss: str = "margin-mse"
+    contrastive_weight: float = 0.0
+    kl_temperature: float = 1.0
+    teacher_alpha: float | None = None
+    teacher_dense: str | None = None
+    teacher_precision: str = "auto"
+    n_negatives: int = 4
+
+    def validate(self) -> None:
+        super().validate()
+        if not str(self.teacher):
+            raise DotcatError("distillation needs a teacher cross-encoder (--teacher)")
+        pick_loss("distill", self.distill_loss)
+        checks = [
+            (self.n_negatives >= 1, "distillation needs n_negatives >= 1 (a margin each)"),
+            (self.negatives != "none" or self.negatives_file is not None, "no hard negatives"),
+            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
+            (self.kl_temperature > 0, "kl_temperature must be > 0"),
+            (
+                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
+                "teacher_alpha must be in [0, 1]",
+            ),
+            (self.loss == "contrastive", "the loss added to distillation is contrastive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DotcatError(message)
+
+
+def pooled_within_query_std(scores: Mapping[tuple[str, str], float]) -> float:
+    """sqrt of the mean within-query variance of ``(qid, doc) -> score``.
+
+    >>> round(pooled_within_query_std({("a", "x"): 0.0, ("a", "y"): 2.0, ("b", "x"): 5.0}), 3)
+    1.0
+    """
+    groups: dict[str, list[float]] = defaultdict(list)
+    for (qid, _), value in scores.items():
+        groups[qid].append(value)
+    variances = [np.var(v) for v in groups.values() if len(v) > 1]
+    return float(np.sqrt(np.mean(variances))) if variances else 0.0
+
+
+class DistillRecipe(DotRecipe):
+    """The ``dot`` recipe with a teacher's scores in the loss (see the module docstring)."""
+
+    kind = "distill"
+    stale_files = (*DotRecipe.stale_files, TEACHER_FILE, DENSE_TEACHER_FILE)
+
+    def __init__(self, config: DistillConfig, ctx: DistributedContext) -> None:
+        super().__init__(config, ctx)
+        self.teacher_info: dict[str, Any] = {}
+        self.teacher_seconds = 0.0
+        self.teacher: dict[tuple[str, str], float] = {}
+
+    def build_examples(self, negatives: Mapping[str, Sequence[str]] | None) -> None:
+        """The ``dot`` examples, then the teacher's score of every pair they hold."""
+        super().build_examples(negatives)
+        t0 = time.perf_counter()
+        pairs = sorted(
+            {(e.qid, d) for e in self.examples for d in (e.positive_id, *e.negative_ids)}
+        )
+        if self.ctx.is_main:
+            self._score_teacher(pairs)
+        self.ctx.barrier()
+        if not self.ctx.is_main:
+            self._score_teacher(pairs)  # every pair is cached by now: a read
+        self.teacher_seconds += time.perf_counter() - t0
+
+    def _score_teacher(self, pairs: Sequence[tuple[str, str]]) -> None:
+        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+        config = self.config
+        queries = {q: self.data.queries[q] for q, _ in pairs}
+        texts = document_texts(self.data.corpus, {d for _, d in pairs})
+        ce = CrossEncoder.load(
+            CrossEncoderConfig(
+                model=str(config.teacher), device=config.device, precision=config.teacher_precision
+            )
+        )
+        header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
+        logit = score_pairs(
+            self.out_dir / TEACHER_FILE,
+            header,
+            pairs,
+            queries,
+            texts,
+            ce.score,
+            show_progress=config.show_progress,
+        )
+        alpha = config.teacher_alpha
+        if alpha is None:
+            alpha = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
+        self.teacher_info = {
+            "model": str(config.teacher),
+            "fingerprint": ce.fingerprint,
+            "backend": ce.backend,
+            "alpha": alpha,
+            "pairs": len(pairs),
+        }
+        ce_scores = {p: _score(logit, p) for p in pairs}
+        if alpha >= 1:
+            self.teacher = ce_scores
+            return
+        dense = self._dense_scores(pairs, queries, texts)
+        c = pooled_within_query_std(ce_scores) / max(pooled_within_query_std(dense), 1e-12)
+        self.teacher = {p: alpha * ce_scores[p] + (1 - alpha) * c * dense[p] for p in pairs}
+        self.teacher_info.update(dense_model=self._dense_name(), dense_scale=round(c, 6))
+
+    def _dense_name(self) -> str:
+        return str(self.config.teacher_dense or self.config.base)
+
+    def _dense_scores(
+        self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str], texts: Mapping[str, str]
+    ) -> dict[tuple[str, str], float]:
+        """The teacher's BERT_DOT score of every pair (cached like the cross-encoder's)."""
+        from dotcat.models import BiEncoder, EncoderConfig
+
+        encoder = BiEncoder.load(EncoderConfig(model=self._dense_name(), device=self.config.device))
+
+        def score(qs: list[str], ds: list[str]) -> np.ndarray:
+            q = encoder.encode_queries(qs)
+            d = encoder.encode_documents(ds)
+            return np.einsum("ij,ij->i", q, d)
+
+        header = teacher_header(encoder.name, encoder.fingerprint, "bi-encoder", encoder.max_length)
+        cached = score_pairs(
+            self.out_dir / DENSE_TEACHER_FILE,
+            header,
+            pairs,
+            queries,
+            texts,
+            score,
+            show_progress=self.config.show_progress,
+        )
+        return {p: _score(cached, p) for p in pairs}
+
+    def backward(self, batch: Sequence[int], epoch: int, scale: float, last: bool) -> float:
+        """The ``dot`` batch with the teacher's loss added (``contrastive_weight`` x InfoNCE)."""
+        examples = [self.examples[i] for i in batch]
+        teacher = torch.tensor(
+            [
+                [self.teacher[(e.qid, d)] for d in (e.positive_id, *e.negative_ids)]
+                for e in examples
+            ],
+            dtype=torch.float32,
+            device=self.ctx.device,
+        )
+        sizes = self.ctx.sizes(len(examples))
+        distill = pick_loss("distill", self.config.distill_loss)
+        inverse_t = 1.0 / self.loss.temperature
+        similarity = self.model.similarity
+
+        def extra(q: Tensor, pos: Tensor, negs: Tensor | None, rows: slice) -> Tensor:
+            student = student_scores(q, pos, negs, similarity) * inverse_t
+            local = distill(student, teacher[rows], self.config.kl_temperature)
+            return scale_to_global(local, sizes, self.ctx.rank)
+
+        return self.backward_examples(
+            examples, scale, last, weight=self.config.contrastive_weight, extra=extra
+        )
+
+    def teacher_row(self, example: Any) -> list[float]:
+        """The teacher's scores of an example's positive, then its negatives."""
+        return [
+            self.teacher[(example.qid, d)] for d in (example.positive_id, *example.negative_ids)
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "teacher_seconds": self.teacher_seconds}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.teacher_seconds = state.get("teacher_seconds", self.teacher_seconds)
+
+    def record(self) -> dict[str, Any]:
+        out = super().record()
+        config = self.config
+        out["teacher"] = self.teacher_info
+        out["loss"] = {
+            **out["loss"],
+            "distill": config.distill_loss,
+            "contrastive_weight": config.contrastive_weight,
+            "student_scale": 1.0 / self.loss.temperature,
+        }
+        out["timings"]["teacher_seconds"] = round(self.teacher_seconds, 3)
+        return out
+
+
+def _score(scores: TeacherScores, pair: tuple[str, str]) -> float:
+    value = scores.get(*pair)
+    if value is None:
+        raise DotcatError(f"the teacher scores lack the pair {pair}")
+    return value
+
+
+def student_scores(q: Tensor, pos: Tensor, negs: Tensor | None, similarity: str) -> Tensor:
+    """``[b, 1 + n]`` similarities of each query to its positive, then its negatives."""
+    if negs is None:
+        raise DotcatError("distillation needs hard negatives")
+    if similarity == "cos":
+        q, pos, negs = F.normalize(q, dim=-1), F.normalize(pos, dim=-1), F.normalize(negs, dim=-1)
+    q, pos, negs = q.float(), pos.float(), negs.float()
+    positive = (q * pos).sum(-1, keepdim=True)
+    negative = torch.einsum("bd,bnd->bn", q, negs)
+    return torch.cat([positive, negative], dim=1)
+
+
+def train_distilled(config: DistillConfig) -> Path:
+    """Distil ``config.teacher`` into a BERT_DOT; returns the output directory (best model)."""
+    from dotcat.training.distributed import init_distributed
+    from dotcat.training.loop import finished, train
+
+    config.validate()
+    out_dir = Path(config.out_dir)
+    if config.resume and finished(out_dir, "distill", config.epochs):
+        logger.info("%s: this training run has already finished; nothing to resume", out_dir)
+        return out_dir
+    ctx = init_distributed(config.device)
+    try:
+        return train(DistillRecipe(config, ctx), config, ctx)
+    finally:
+        ctx.close()

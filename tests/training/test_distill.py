@@ -1,0 +1,253 @@
+"""dotcat.training.recipes.distill: teacher scores, the interpolated teacher, a run, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from dotcat.errors import DotcatError
+from dotcat.training.distributed import DistributedContext
+from dotcat.training.recipes.distill import (
+    DistillConfig,
+    DistillRecipe,
+    pooled_within_query_std,
+    student_scores,
+    train_distilled,
+)
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    from tests.training.test_trainer import make_training_beir
+
+    return make_training_beir(tmp_path_factory.mktemp("distill_toy") / "beir")
+
+
+@pytest.fixture(scope="module")
+def teacher_with_alpha(tiny_cat_dir, tmp_path_factory) -> Path:
+    """The tiny cross-encoder with a recorded dev interpolation weight, as train cat writes."""
+    out = tmp_path_factory.mktemp("cat_alpha") / "model"
+    shutil.copytree(tiny_cat_dir, out)
+    record = {"max_length": 64, "interpolation_alpha": 0.25}
+    (out / "dotcat_cross_encoder.json").write_text(json.dumps(record))
+    return out
+
+
+def _config(data: Path, out: Path, student: Path, teacher: Path, **overrides) -> DistillConfig:
+    """``train dot``'s test settings (tests/training/test_trainer.py) with a teacher."""
+    from tests.training.test_trainer import _config as dot_config
+
+    settings = dict(teacher=str(teacher), teacher_precision="fp32", n_negatives=2)
+    return dot_config(data, out, student, cls=DistillConfig, **{**settings, **overrides})
+
+
+def _record(out: Path) -> dict:
+    return json.loads((out / "dotcat_training.json").read_text())
+
+
+def _cached(path: Path) -> dict[tuple[str, str], float]:
+    lines = path.read_text().splitlines()[1:]
+    return {(q, d): s for q, d, s in map(json.loads, lines)}
+
+
+def test_student_scores_and_pooled_std():
+    q = torch.tensor([[3.0, 4.0]])
+    pos = torch.tensor([[3.0, 4.0]])
+    negs = torch.tensor([[[4.0, -3.0], [-3.0, -4.0]]])
+    cos = student_scores(q, pos, negs, "cos")
+    torch.testing.assert_close(cos, torch.tensor([[1.0, 0.0, -1.0]]))
+    dot = student_scores(q, pos, negs, "dot")
+    torch.testing.assert_close(dot, torch.tensor([[25.0, 0.0, -25.0]]))
+    # Within-query spread only: query b's single score and any per-query shift do not count.
+    scores = {("a", "x"): 10.0, ("a", "y"): 14.0, ("b", "x"): -50.0}
+    assert pooled_within_query_std(scores) == pytest.approx(2.0)
+
+
+def test_a_run_distils_the_teacher_and_writes_a_bi_encoder(
+    toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path
+):
+    from sentence_transformers import SentenceTransformer
+
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+    out = train_distilled(
+        _config(toy_data, tmp_path / "run", tiny_bert_dir, tiny_cat_dir, epochs=4)
+    )
+    record = _record(out)
+    assert record["kind"] == "distill" and record["status"] == "finished"
+    assert record["teacher"]["alpha"] == 1.0  # the tiny teacher records no dev weight
+    assert record["loss"]["distill"] == "margin-mse" and record["loss"]["student_scale"] == 20.0
+    assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2, 3, 4]
+    # The student learns the teacher's margins: the loss falls from the first epoch to the last.
+    losses = [e["train_loss"] for e in record["epochs"][1:]]
+    assert losses[-1] < losses[0]
+
+    # Every pair of every example was scored once by the teacher, as the teacher scores it.
+    cached = _cached(out / "teacher_scores.jsonl")
+    assert len(cached) == record["teacher"]["pairs"] > 0
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_cat_dir), precision="fp32"))
+    from dotcat.data import load_corpus
+    from dotcat.index import document_text
+
+    corpus = {r["id"]: document_text(r["title"], r["text"]) for r in load_corpus(toy_data)}
+    queries = {
+        json.loads(line)["_id"]: json.loads(line)["text"]
+        for line in (toy_data / "queries.jsonl").read_text().splitlines()
+    }
+    pairs = sorted(cached)[:5]
+    direct = ce.score([queries[q] for q, _ in pairs], [corpus[d] for _, d in pairs])
+    np.testing.assert_allclose([cached[p] for p in pairs], direct, atol=1e-5)
+
+    # The output is a BERT_DOT like any other: sentence-transformers loads it.
+    st = SentenceTransformer(str(out), device="cpu")
+    assert st.encode(["insulin glucose"]).shape[1] == record["model"]["dim"]
+
+
+def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
+    toy_data, tiny_bert_dir, teacher_with_alpha, tmp_path
+):
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, teacher_with_alpha)
+    config.validate()
+    config.out_dir.mkdir()
+    recipe = DistillRecipe(config, DistributedContext())
+    recipe.prepare()
+    assert recipe.teacher_info["alpha"] == 0.25  # the teacher's own dev-chosen weight
+    logit = _cached(config.out_dir / "teacher_scores.jsonl")
+    dense = _cached(config.out_dir / "teacher_dense_scores.jsonl")
+    assert logit.keys() == dense.keys() == recipe.teacher.keys()
+    c = pooled_within_query_std(logit) / pooled_within_query_std(dense)
+    assert recipe.teacher_info["dense_scale"] == pytest.approx(c, rel=1e-5)
+    for pair, value in recipe.teacher.items():
+        assert value == pytest.approx(0.25 * logit[pair] + 0.75 * c * dense[pair], abs=1e-9)
+
+    # The dense scores are the student's starting model's cosine of query and document.
+    from dotcat.models import BiEncoder, EncoderConfig
+
+    encoder = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu"))
+    (q, d), value = next(iter(dense.items()))
+    text = recipe.data.queries[q]
+    doc = next(r for r in recipe.data.corpus if r["id"] == d)
+    from dotcat.index import document_text
+
+    expected = float(
+        encoder.encode_queries([text])[0]
+        @ encoder.encode_documents([document_text(doc["title"], doc["text"])])[0]
+    )
+    assert value == pytest.approx(expected, abs=1e-5)
+
+
+def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
+    common = dict(epochs=2, batch_size=3, dev_eval="none", contrastive_weight=0.5)
+    straight = train_distilled(
+        _config(toy_data, tmp_path / "straight", tiny_bert_dir, tiny_cat_dir, **common)
+    )
+    total = _record(straight)["steps"]
+    split = tmp_path / "split"
+    stop = total // 2 + 1
+    train_distilled(
+        _config(toy_data, split, tiny_bert_dir, tiny_cat_dir, stop_after_steps=stop, **common)
+    )
+    assert _record(split)["status"] == "stopped"
+    # The teacher's scores are on disk: the resumed run reads them, it does not score again.
+    before = (split / "teacher_scores.jsonl").stat().st_mtime_ns
+    train_distilled(_config(toy_data, split, tiny_bert_dir, tiny_cat_dir, resume=True, **common))
+    assert (split / "teacher_scores.jsonl").stat().st_mtime_ns == before
+    resumed, straight_record = _record(split), _record(straight)
+    assert (
+        resumed["status"] == "finished" and resumed["loss_curve"] == straight_record["loss_curve"]
+    )
+    a, b = load_file(straight / "model.safetensors"), load_file(split / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0)
+
+
+def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
+    runs = {}
+    for name, overrides in {
+        "margin": {},
+        "kl": {"distill_loss": "kl"},
+        "plus-infonce": {"contrastive_weight": 1.0},
+    }.items():
+        out = train_distilled(
+            _config(
+                toy_data,
+                tmp_path / name,
+                tiny_bert_dir,
+                tiny_cat_dir,
+                epochs=1,
+                dev_eval="none",
+                **overrides,
+            )
+        )
+        runs[name] = _record(out)
+    assert runs["kl"]["loss"]["distill"] == "kl"
+    curves = {name: [v for _, v in r["loss_curve"]] for name, r in runs.items()}
+    assert curves["kl"] != curves["margin"]
+    # InfoNCE (>= 0) added with weight 1: every step's loss is larger than without it.
+    assert all(a > b for a, b in zip(curves["plus-infonce"][:1], curves["margin"][:1], strict=True))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"teacher": ""}, "needs a teacher"),
+        ({"n_negatives": 0}, "n_negatives"),
+        ({"distill_loss": "mse"}, "loss must be one of"),
+        ({"teacher_alpha": 1.5}, "teacher_alpha"),
+    ],
+)
+def test_bad_settings_are_refused(
+    toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path, overrides, message
+):
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, tiny_cat_dir)
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    with pytest.raises(DotcatError, match=message):
+        config.validate()
+
+
+def test_cli_train_distill(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
+    from dotcat.cli import app
+
+    runner = CliRunner()
+    args = [
+        "train",
+        "distill",
+        str(toy_data),
+        str(tmp_path / "out"),
+        "--teacher",
+        str(tiny_cat_dir),
+    ]
+    bad = runner.invoke(app, [*args, "--student", str(tiny_bert_dir), "--teacher-alpha", "2"])
+    assert bad.exit_code != 0 and "--teacher-alpha" in bad.output
+    assert "Traceback" not in bad.output
+    result = runner.invoke(
+        app,
+        [
+            *args,
+            "--student",
+            str(tiny_bert_dir),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--max-length",
+            "32",
+            "--n-negatives",
+            "2",
+            "--teacher-precision",
+            "fp32",
+            "--bf16",
+            "off",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "distilled model written to" in result.output
+    assert _record(tmp_path / "out")["kind"] == "distill"
