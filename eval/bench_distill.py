@@ -3,7 +3,8 @@
     python eval/bench_distill.py --model contrastive=runs/dot --model distilled=runs/distill \\
         --cat runs/cat-teacher [--data data/scifact] [--work runs/bench-distill] \\
         [--collection pydoc=runs/collections/pydoc --collection debian=runs/collections/debian] \\
-        [--output eval/results/distill.md] [--plot eval/results/distill.png]
+        [--systems dense,hybrid,dense-cat,pipeline] [--output eval/results/distill.md] \\
+        [--plot eval/results/distill.png]
 
 Every number goes through the command line a user runs. For each model ``NAME=DIR`` (a
 BERT_DOT directory; ``default`` for zero-shot all-MiniLM-L6-v2): ``dotcat index DATA --model
@@ -40,13 +41,13 @@ DOTCAT = str(Path(sys.executable).with_name("dotcat"))
 MEASURES = ("nDCG@10", "RR@10", "R@100")
 
 
-def systems(cat: Path) -> dict[str, list[str]]:
-    """The ``dotcat search`` flags of each system compared."""
+def systems(cat: Path) -> dict[str, tuple[str, list[str]]]:
+    """Each system compared: its key (``--systems``), label and ``dotcat search`` flags."""
     return {
-        "dense": ["--first-stage", "dense"],
-        "hybrid": ["--first-stage", "hybrid"],
-        "dense + BERT_CAT": ["--first-stage", "dense", "--rerank", str(cat)],
-        "default pipeline (hybrid + BERT_CAT, no flags)": ["--rerank", str(cat)],
+        "dense": ("dense", ["--first-stage", "dense"]),
+        "hybrid": ("hybrid", ["--first-stage", "hybrid"]),
+        "dense-cat": ("dense + BERT_CAT", ["--first-stage", "dense", "--rerank", str(cat)]),
+        "pipeline": ("default pipeline (hybrid + BERT_CAT, no flags)", ["--rerank", str(cat)]),
     }
 
 
@@ -98,7 +99,9 @@ def in_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
         seconds = build_index(model, args.data, index, bm25=True)
         if seconds is not None:
             logging.info("%s: indexed in %.0f s", name, seconds)
-        for system, flags in systems(args.cat).items():
+        for key, (system, flags) in systems(args.cat).items():
+            if key not in args.systems:
+                continue
             out = args.work / f"{name}-{slug(system)}.trec"
             took = search(index, args.data, flags, out)
             agg, per_query = scores(out, qrels)
@@ -171,6 +174,11 @@ def main() -> None:
     parser.add_argument("--cat", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--collection", action="append", default=[], help="NAME=BEIR_DIR")
+    parser.add_argument(
+        "--systems",
+        default=",".join(systems(Path("CAT"))),
+        help="comma-separated: dense, hybrid, dense-cat, pipeline (default: all four)",
+    )
     parser.add_argument("--work", type=Path, default=Path("runs/bench-distill"))
     parser.add_argument("--output", type=Path, default=ROOT / "eval/results/distill.md")
     parser.add_argument("--plot", type=Path, default=ROOT / "eval/results/distill.png")
@@ -178,6 +186,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     models = dict(spec.split("=", 1) for spec in args.model)
+    args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
 
     started = time.perf_counter()
     table = in_domain(args, models)
