@@ -966,6 +966,8 @@ _Bf16 = Annotated[str, typer.Option(help="auto, on or off.")]
 _CheckpointEvery = Annotated[int, typer.Option(help="Checkpoint every N steps (0: off).")]
 _Resume = Annotated[bool, typer.Option(help="Continue from the last checkpoint.")]
 _Overwrite = Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")]
+_DocumentTokens = Annotated[int, typer.Option(help="Max document tokens.")]
+_QueriesPerBatch = Annotated[int, typer.Option(help="Queries per batch.")]
 _WindowStart = Annotated[int, typer.Option(help="Mine negatives from this rank...")]
 _WindowEnd = Annotated[int, typer.Option(help="...up to (excluding) this rank.")]
 _Remine = Annotated[bool, typer.Option(help="Re-mine dense negatives each epoch.")]
@@ -995,14 +997,14 @@ def train_dot(
     window_end: _WindowEnd = 100,
     remine: _Remine = False,
     epochs: _Epochs = 2,
-    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    batch_size: _QueriesPerBatch = 32,
     grad_accum: _GradAccum = 1,
     cache_chunk: _CacheChunk = None,
     lr: _Lr = 1e-4,
     warmup_ratio: _Warmup = 0.1,
     temperature: _Temperature = None,
     margin: Annotated[float, typer.Option(help="Triplet margin gamma.")] = 0.1,
-    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    max_length: _DocumentTokens = 256,
     query_max_length: _QueryMaxLength = 64,
     dev_fraction: _DevFraction = 0.1,
     dev_max_docs: Annotated[int, typer.Option(help="Corpus sample for dev evaluation.")] = 50_000,
@@ -1060,13 +1062,13 @@ def train_distill(
     window_end: _WindowEnd = 100,
     remine: _Remine = False,
     epochs: _Epochs = 2,
-    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    batch_size: _QueriesPerBatch = 32,
     grad_accum: _GradAccum = 1,
     cache_chunk: _CacheChunk = None,
     lr: _Lr = 1e-4,
     warmup_ratio: _Warmup = 0.1,
     temperature: _Temperature = None,
-    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    max_length: _DocumentTokens = 256,
     query_max_length: _QueryMaxLength = 64,
     dev_fraction: _DevFraction = 0.1,
     seed: _Seed = 42,
@@ -1301,10 +1303,10 @@ def adapt(
     dense_negatives: Annotated[
         bool, typer.Option(help="Also mine negatives with the model (when the budget allows).")
     ] = True,
-    batch_size: Annotated[int, typer.Option(help="Queries per batch.")] = 32,
+    batch_size: _QueriesPerBatch = 32,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
     cache_chunk: Annotated[int, typer.Option(help="GradCache chunk size (0: off).")] = 16,
-    max_length: Annotated[int, typer.Option(help="Max document tokens.")] = 256,
+    max_length: _DocumentTokens = 256,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
     bf16: Annotated[str, typer.Option(help="auto, on or off.")] = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",

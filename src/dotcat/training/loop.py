@@ -169,17 +169,10 @@ def seed_everything(seed: int, rank: int = 0) -> None:
     torch.manual_seed(seed + rank)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def data_fingerprint(config: Any) -> dict[str, Any]:
     """The files a run reads and the sha256 of their bytes, plus one combined fingerprint."""
     from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
+    from dotcat.models.resolve import file_sha256
 
     data = Path(config.data)
     files = {

@@ -45,7 +45,7 @@ from dotcat.training.distributed import DistributedContext, scale_to_global
 from dotcat.training.losses import LOSSES, pick_loss
 from dotcat.training.recipes.dot import DotRecipe
 from dotcat.training.teacher import TeacherScores, score_pairs, teacher_header
-from dotcat.training.trainer import DotTrainConfig, document_texts
+from dotcat.training.trainer import DotTrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,9 @@ class DistillRecipe(DotRecipe):
 
         config = self.config
         queries = {q: self.data.queries[q] for q, _ in pairs}
-        texts = document_texts(self.data.corpus, {d for _, d in pairs})
+        # The examples' texts carry the student's document prompt; the teachers read the text.
+        prefix = len(self.model.document_prefix)
+        texts = {d: self.doc_texts[d][prefix:] for _, d in pairs}
         ce = CrossEncoder.load(
             CrossEncoderConfig(
                 model=str(config.teacher), device=config.device, precision=config.teacher_precision
