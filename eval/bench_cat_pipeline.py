@@ -121,9 +121,9 @@ def main() -> None:
         "",
         f"Command: `python eval/bench_cat_pipeline.py --cat-model {args.cat_model} "
         + " ".join(f"--collection {c}" for c in args.collection)
-        + f" --depth {args.depth}`",
+        + f" --depth {args.depth} --work {args.work} --output {_relative(args.output)}`",
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Scoring precision: {'bf16' if ce.autocast_dtype is not None else 'fp32'}.",
+        f"Scoring precision: {ce.precision} ({ce.backend}).",
         "",
         f"Model: trained by `dotcat train cat` (base {hyper['base']}, loss {hyper['loss']}, "
         f"{hyper['n_negatives']} negatives, {hyper['epochs']} epochs, teacher weight "
@@ -142,6 +142,14 @@ def main() -> None:
     ]
     args.output.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.output}")
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it (no machine's absolute path)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -26,3 +26,10 @@ class DataFormatError(DotcatError):
         where = self.path if line is None else f"{self.path}:{line}"
         what = problem if field is None else f"{field}: {problem}"
         super().__init__(f"{where}: {what}")
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an error's text (transformers' and Ray's errors run to
+    paragraphs), or its type's name."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

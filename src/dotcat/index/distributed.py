@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.index.chunks import ChunkStore
 from dotcat.models import EncoderConfig
 from dotcat.progress import progress_bar
@@ -104,7 +104,7 @@ def _connect(ray: Any, address: str) -> bool:
         # "local" always starts a Ray on this machine, even if RAY_ADDRESS is set
         ray.init(address=address, include_dashboard=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
-        raise DotcatError(f"cannot connect to Ray at {address!r}: {_first_line(exc)}") from exc
+        raise DotcatError(f"cannot connect to Ray at {address!r}: {first_line(exc)}") from exc
     logger.info("connected to Ray at %s: %s", address, ray.cluster_resources())
     return True
 
@@ -122,11 +122,6 @@ def _check_reachable(address: str) -> None:
             f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); "
             "is it running, and is the address host:port (or ray://host:port)?"
         ) from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _encode(
@@ -291,7 +286,7 @@ def _root_cause(exc: BaseException) -> str:
     """The error behind Ray's wrappers: the last ``module.Type: message`` line of the worker
     traceback that Ray puts into its exception's text and that is not Ray's own."""
     found = _ERROR_LINE.findall(_ANSI.sub("", str(exc)))
-    return found[-1].strip() if found else _first_line(exc)
+    return found[-1].strip() if found else first_line(exc)
 
 
 class _ChunkEncoder:

@@ -14,7 +14,10 @@ same alone, in a queries file, or micro-batched by the server with strangers.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,3 +90,57 @@ def cpu_workers(device: torch.device, fast: bool, configured: int | None) -> int
     if configured is not None:
         return max(1, configured)
     return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
+
+
+def run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None = None) -> None:
+    """``run(job)`` for every job: inline, or pulled from a shared queue by ``workers`` threads.
+
+    Each worker thread gives itself ``threads // workers`` intra-op threads (PyTorch's thread
+    count is per thread under OpenMP) and enters ``inference_mode`` (also per thread). The
+    first error stops the other workers and is raised here. Inline, ``threads`` (if given)
+    is the intra-op thread count for these jobs, the caller's restored afterwards.
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        before = torch.get_num_threads()
+        if threads is not None and threads != before:
+            torch.set_num_threads(threads)
+        try:
+            with torch.inference_mode():
+                for job in jobs:
+                    run(job)
+        finally:
+            if threads is not None and threads != before:
+                torch.set_num_threads(before)
+        return
+    total_threads = torch.get_num_threads()
+    per_worker = max(1, total_threads // workers)
+    pending = iter(jobs)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def work() -> None:
+        torch.set_num_threads(per_worker)
+        with torch.inference_mode():
+            while not stop.is_set():
+                with lock:
+                    job = next(pending, None)
+                if job is None:
+                    return
+                try:
+                    run(job)
+                except BaseException:
+                    stop.set()
+                    raise
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dotcat-encode") as pool:
+            futures = [pool.submit(work) for _ in range(min(workers, len(jobs)))]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # includes KeyboardInterrupt: let the workers stop early
+                stop.set()
+                raise
+    finally:
+        # The caller's count again, in case a worker's setting reached a process-wide pool.
+        torch.set_num_threads(total_threads)

@@ -27,11 +27,8 @@ off: mean cosine 0.92-0.996 < 0.999), fused oneDNN linear+GELU (no gain).
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
-import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,13 +36,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
     CPU_MAX_BATCH_TOKENS,
     cpu_workers,
     length_sorted_batches,
     pad_ids,
+    run_jobs,
 )
+from dotcat.models.loading import check_max_length, load_hf_model, max_positions
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
@@ -54,7 +53,6 @@ from dotcat.models.runtime import (
     configure_threads,
     free_threads,
     precision_name,
-    quiet_transformers,
     resolve_device,
     store_linear_weights,
 )
@@ -218,11 +216,11 @@ class BiEncoder:
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
         except (OSError, ValueError) as e:
-            raise DotcatError(f"{path}: cannot load its tokenizer ({_first_line(e)})") from None
-        model = _load_model(AutoModel, st.transformer_dir)
+            raise DotcatError(f"{path}: cannot load its tokenizer ({first_line(e)})") from None
+        model = load_hf_model(AutoModel, st.transformer_dir)
         model.eval().requires_grad_(False).to(device)
 
-        positions = _max_positions(model.config)
+        positions = max_positions(model.config)
         max_length = config.max_length or st.max_length or min(512, positions)
         if max_length < 2 or max_length > positions:
             raise DotcatError(
@@ -331,9 +329,9 @@ class BiEncoder:
 
                 if len(jobs) == 1 and self._is_small(int(widths.sum())):
                     threads = self.single_query_threads or free_threads(torch.get_num_threads())
-                    _run_jobs(jobs, run, 1, threads=threads)
+                    run_jobs(jobs, run, 1, threads=threads)
                 else:
-                    _run_jobs(jobs, run, workers)
+                    run_jobs(jobs, run, workers)
         return out
 
     def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
@@ -432,109 +430,7 @@ class BiEncoder:
         return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
-def _run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None = None) -> None:
-    """``run(job)`` for every job: inline, or pulled from a shared queue by ``workers`` threads.
-
-    Each worker thread gives itself ``threads // workers`` intra-op threads (PyTorch's thread
-    count is per thread under OpenMP) and enters ``inference_mode`` (also per thread). The
-    first error stops the other workers and is raised here. Inline, ``threads`` (if given)
-    is the intra-op thread count for these jobs, the caller's restored afterwards.
-    """
-    if workers <= 1 or len(jobs) <= 1:
-        before = torch.get_num_threads()
-        if threads is not None and threads != before:
-            torch.set_num_threads(threads)
-        try:
-            with torch.inference_mode():
-                for job in jobs:
-                    run(job)
-        finally:
-            if threads is not None and threads != before:
-                torch.set_num_threads(before)
-        return
-    total_threads = torch.get_num_threads()
-    per_worker = max(1, total_threads // workers)
-    pending = iter(jobs)
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def work() -> None:
-        torch.set_num_threads(per_worker)
-        with torch.inference_mode():
-            while not stop.is_set():
-                with lock:
-                    job = next(pending, None)
-                if job is None:
-                    return
-                try:
-                    run(job)
-                except BaseException:
-                    stop.set()
-                    raise
-
-    try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dotcat-encode") as pool:
-            futures = [pool.submit(work) for _ in range(min(workers, len(jobs)))]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:  # includes KeyboardInterrupt: let the workers stop early
-                stop.set()
-                raise
-    finally:
-        # The caller's count again, in case a worker's setting reached a process-wide pool.
-        torch.set_num_threads(total_threads)
-
-
 def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
     if isinstance(texts, str):
         raise TypeError("expected a sequence of texts, not one string")
     return [prefix + t for t in texts] if prefix else texts
-
-
-def _load_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
-    """AutoModel with SDPA attention where the architecture has it (the eager one is slower).
-
-    Raises:
-        DotcatError: one line naming the directory: unloadable weights, or a PyTorch pickle
-            holding more than tensors (refused by torch's ``weights_only`` loader: loading it
-            could run arbitrary code).
-    """
-    try:
-        with quiet_transformers(), warnings.catch_warnings():
-            # torch warns about the pickle protocol of old .bin files before refusing them.
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            try:
-                return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
-            except (ValueError, ImportError) as e:
-                logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
-                return auto_model.from_pretrained(model_dir, **kwargs)
-    except pickle.UnpicklingError:
-        raise DotcatError(
-            f"{model_dir}: refused pytorch_model.bin: it holds Python objects, not only tensors, "
-            "and loading it could run arbitrary code; use a copy with model.safetensors"
-        ) from None
-    except (OSError, ValueError, RuntimeError) as e:
-        raise DotcatError(
-            f"{model_dir}: cannot load the model weights ({_first_line(e)})"
-        ) from None
-
-
-def _first_line(error: BaseException) -> str:
-    """The first non-empty line of an error's text (transformers' errors run to paragraphs)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
-def check_max_length(max_length: int | None, minimum: int) -> None:
-    """Refuse a max length below ``minimum`` (0 is an error, not "the model's default")."""
-    if max_length is not None and max_length < minimum:
-        raise DotcatError(f"max_length must be >= {minimum} tokens, got {max_length}")
-
-
-def _max_positions(model_config: Any) -> int:
-    """Longest input the model's position embeddings allow (RoBERTa-style offsets removed)."""
-    positions = getattr(model_config, "max_position_embeddings", None) or 512
-    if getattr(model_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2  # positions start after the padding index
-    return int(positions)

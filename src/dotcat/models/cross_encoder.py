@@ -31,20 +31,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
     CPU_MAX_BATCH_TOKENS,
     cpu_workers,
     length_sorted_batches,
     pad_ids,
+    run_jobs,
 )
-from dotcat.models.bi_encoder import (
-    _first_line,
-    _load_model,
-    _max_positions,
-    _run_jobs,
-    check_max_length,
-)
+from dotcat.models.loading import check_max_length, load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
@@ -240,7 +235,7 @@ class CrossEncoder:
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:
             raise DotcatError(
-                f"{path}: cannot load its config or tokenizer ({_first_line(e)})"
+                f"{path}: cannot load its config or tokenizer ({first_line(e)})"
             ) from None
         architectures = getattr(model_config, "architectures", None) or []
         trained_head = any(a.endswith("ForSequenceClassification") for a in architectures)
@@ -250,10 +245,10 @@ class CrossEncoder:
                 "needs one relevance logit"
             )
         torch.manual_seed(seed)  # the new head (and pooler, if absent) start the same each run
-        model = _load_model(AutoModelForSequenceClassification, path, num_labels=1)
+        model = load_hf_model(AutoModelForSequenceClassification, path, num_labels=1)
         model.eval().requires_grad_(False).to(device)
 
-        positions = _max_positions(model.config)
+        positions = max_positions(model.config)
         max_length = config.max_length or _recorded_max_length(
             path, tokenizer, positions, trained_head
         )
@@ -404,7 +399,7 @@ class CrossEncoder:
                     with lock:
                         bar.update(len(idx))
 
-                _run_jobs(jobs, run, workers)
+                run_jobs(jobs, run, workers)
         return out
 
     def score_query(self, query: str, documents: Sequence[str], **kwargs: Any) -> np.ndarray:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.models import onnx_backend
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,6 @@ class OpenVinoRunner:
     def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
         import openvino as ov
 
-        from dotcat.models.bi_encoder import _first_line as first_line
         from dotcat.models.runtime import detect_native_bf16
 
         workers = max(1, int(workers))

@@ -32,10 +32,10 @@ import transformers
 from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
 from dotcat.models.batching import CPU_MAX_BATCH_TOKENS, length_sorted_batches, pad_ids
-from dotcat.models.bi_encoder import _first_line, _load_model, _max_positions, check_max_length
+from dotcat.models.loading import check_max_length, load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config
 from dotcat.models.runtime import quiet_transformers
 from dotcat.models.st_config import read_st_settings
@@ -156,9 +156,9 @@ class TrainableBiEncoder(nn.Module):
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
         except (OSError, ValueError) as e:
-            raise DotcatError(f"{path}: cannot load its tokenizer ({_first_line(e)})") from None
-        model = _load_model(AutoModel, st.transformer_dir, **_float32_kwargs())
-        positions = _max_positions(model.config)
+            raise DotcatError(f"{path}: cannot load its tokenizer ({first_line(e)})") from None
+        model = load_hf_model(AutoModel, st.transformer_dir, **_float32_kwargs())
+        positions = max_positions(model.config)
         max_length = max_length or st.max_length or min(DEFAULT_MAX_LENGTH, positions)
         if not 2 <= max_length <= positions:
             raise DotcatError(

@@ -1,0 +1,57 @@
+"""Loading a Hugging Face model for dotcat's encoders and trainers: one place for the
+attention choice, the refusal of unsafe pickles, one-line errors and length limits."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dotcat.errors import DotcatError, first_line
+from dotcat.models.runtime import quiet_transformers
+
+logger = logging.getLogger(__name__)
+
+
+def load_hf_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
+    """AutoModel with SDPA attention where the architecture has it (the eager one is slower).
+
+    Raises:
+        DotcatError: one line naming the directory: unloadable weights, or a PyTorch pickle
+            holding more than tensors (refused by torch's ``weights_only`` loader: loading it
+            could run arbitrary code).
+    """
+    try:
+        with quiet_transformers(), warnings.catch_warnings():
+            # torch warns about the pickle protocol of old .bin files before refusing them.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            try:
+                return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
+            except (ValueError, ImportError) as e:
+                logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
+                return auto_model.from_pretrained(model_dir, **kwargs)
+    except pickle.UnpicklingError:
+        raise DotcatError(
+            f"{model_dir}: refused pytorch_model.bin: it holds Python objects, not only tensors, "
+            "and loading it could run arbitrary code; use a copy with model.safetensors"
+        ) from None
+    except (OSError, ValueError, RuntimeError) as e:
+        raise DotcatError(f"{model_dir}: cannot load the model weights ({first_line(e)})") from None
+
+
+def check_max_length(max_length: int | None, minimum: int) -> None:
+    """Refuse a max length below ``minimum`` (0 is an error, not "the model's default")."""
+    if max_length is not None and max_length < minimum:
+        raise DotcatError(f"max_length must be >= {minimum} tokens, got {max_length}")
+
+
+def max_positions(model_config: Any) -> int:
+    """Longest input the model's position embeddings allow (RoBERTa-style offsets removed)."""
+    positions = getattr(model_config, "max_position_embeddings", None) or 512
+    if getattr(model_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # positions start after the padding index
+    return int(positions)
