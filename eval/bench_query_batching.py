@@ -59,11 +59,12 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("eval/results/query_batching.md"))
     args = parser.parse_args()
 
-    tokenizer, home, fp32_path, int8_path = _model_files()
-    texts = _queries(args.data, tokenizer, args.width, args.queries)
-    feeds = _feeds(tokenizer, texts, args.width)
+    model = _model_files()
+    texts = _queries(args.data, model["tokenizer"], args.width, args.queries)
+    feeds = _feeds(model["tokenizer"], texts, args.width)
     with tempfile.TemporaryDirectory() as tmp:
-        runners = {name: _runner(name, fp32_path, int8_path, Path(tmp)) for name in _paths(args)}
+        model["tmp"] = Path(tmp)
+        runners = {name: _runner(name, model) for name in _paths(args)}
         vectors = {name: _vectors(run, feeds) for name, run in runners.items()}
         timings: dict[str, dict[int, list[float]]] = {n: {1: [], BATCH: []} for n in runners}
         for _ in range(args.rounds):
@@ -71,7 +72,7 @@ def main() -> None:
                 for size in (1, BATCH):
                     timings[name][size].append(_ms_per_query(run, feeds, size, args.seconds))
     rows = _rows(vectors, timings)
-    text = _report(args, rows, len(texts), home)
+    text = _report(args, rows, len(texts))
     args.output.write_text(text, encoding="utf-8")
     print(text)
 
@@ -86,7 +87,8 @@ def _paths(args: argparse.Namespace) -> list[str]:
     return names
 
 
-def _model_files():
+def _model_files() -> dict:
+    """all-MiniLM-L6-v2's tokenizer, weights directory, fingerprint and ONNX exports."""
     from transformers import AutoTokenizer
 
     from dotcat.models import onnx_backend
@@ -94,11 +96,15 @@ def _model_files():
     from dotcat.models.st_config import read_st_settings
 
     path = resolve_model("default")
-    st = read_st_settings(path)
+    weights = read_st_settings(path).transformer_dir
     fingerprint = weights_fingerprint(path)
-    fp32 = onnx_backend.find_or_export(st.transformer_dir, "encoder", "fp32", fingerprint)
-    int8 = onnx_backend.find_or_export(st.transformer_dir, "encoder", "int8", fingerprint)
-    return AutoTokenizer.from_pretrained(st.transformer_dir), st.transformer_dir, fp32, int8
+    return {
+        "tokenizer": AutoTokenizer.from_pretrained(weights),
+        "weights": weights,
+        "fingerprint": fingerprint,
+        "fp32": onnx_backend.find_or_export(weights, "encoder", "fp32", fingerprint),
+        "int8": onnx_backend.find_or_export(weights, "encoder", "int8", fingerprint),
+    }
 
 
 def _queries(data: Path, tokenizer, width: int, n: int) -> list[str]:
@@ -117,21 +123,17 @@ def _feeds(tokenizer, texts: list[str], width: int) -> dict[str, np.ndarray]:
     return {k: encoded[k].astype(np.int64) for k in names}
 
 
-def _runner(name: str, fp32: Path, int8: Path, tmp: Path):
+def _runner(name: str, model: dict):
     if name == "ov-int8":
         from dotcat.models import openvino_backend
-        from dotcat.models.resolve import resolve_model, weights_fingerprint
-        from dotcat.models.st_config import read_st_settings
 
-        path = resolve_model("default")
-        weights = read_st_settings(path).transformer_dir
-        return openvino_backend.int8_runner(weights, "encoder", weights_fingerprint(path), 1)
+        return openvino_backend.int8_runner(model["weights"], "encoder", model["fingerprint"], 1)
     if name.startswith("ort-int8-token"):
-        token = tmp / "model_qint8_per_token.onnx"
+        token = model["tmp"] / "model_qint8_per_token.onnx"
         if not token.exists():
-            per_token_quantiser(int8, token)
+            per_token_quantiser(model["int8"], token)
         return _ort(token, basic=name == "ort-int8-token")
-    return _ort(fp32 if name == "ort-fp32" else int8)
+    return _ort(model["fp32"] if name == "ort-fp32" else model["int8"])
 
 
 def _ort(path: Path, basic: bool = False):
@@ -253,7 +255,7 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def _report(args: argparse.Namespace, rows: list[dict], n: int, model: Path) -> str:
+def _report(args: argparse.Namespace, rows: list[dict], n: int) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Query encoding: one query per call against 16 per call",
@@ -263,7 +265,7 @@ def _report(args: argparse.Namespace, rows: list[dict], n: int, model: Path) -> 
         f"Date: {stamp}. Machine: {describe()}. One intra-op thread per session; {_versions()}.",
         "",
         f"{n} SciFact test queries of at most {args.width} tokens, padded to {args.width}; "
-        f"all-MiniLM-L6-v2 ({model.name}); ms per query, median of {args.rounds} rounds of "
+        f"all-MiniLM-L6-v2; ms per query, median of {args.rounds} rounds of "
         f"{args.seconds:g} s (paths interleaved). Baseline: `{BASELINE}` one query per call "
         "(dotcat's int8 query path today).",
         "",
