@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--budget-minutes", type=float, default=45.0)
     parser.add_argument("--prefer", default="title", help="pseudo-queries: title or sentence")
+    parser.add_argument("--teacher", default=None, help="a BERT_CAT labelling the pseudo pairs")
     parser.add_argument("--work", type=Path, default=Path("runs/adapt"))
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
@@ -94,6 +95,8 @@ def main() -> None:
 def _adapt(args, model: Path) -> list[str]:
     command = [DOTCAT, "adapt", str(args.data), str(model)]
     command += ["--budget-minutes", f"{args.budget_minutes:g}", "--prefer", args.prefer]
+    if args.teacher:
+        command += ["--teacher", args.teacher]
     if (model / "dotcat_adapt.json").exists() or (model / "adapt").exists():
         command.append("--resume")
     return command
@@ -136,7 +139,8 @@ def _write(output: Path, args, model: Path, table: str, seconds: dict, dev: str 
         f"# `dotcat adapt` on {args.name}: no labels, its corpus only",
         "",
         f"Command: `python eval/bench_adapt.py --data {args.data} --name {args.name} "
-        f"--budget-minutes {args.budget_minutes:g} --prefer {args.prefer}`",
+        f"--budget-minutes {args.budget_minutes:g} --prefer {args.prefer}"
+        + (f" --teacher {args.teacher}`" if args.teacher else "`"),
         f"Date: {when}. Machine: {describe()}.",
         "",
         "Test queries; the adaptation read only the corpus. Baseline of the paired tests: "

@@ -327,6 +327,8 @@ def main() -> None:
     parser.add_argument("--baseline-queries", type=int, default=10)
     parser.add_argument("--output", type=Path, default=Path("eval/results/serve.md"))
     args = parser.parse_args()
+    if args.baseline_queries < 1:
+        parser.error("--baseline-queries must be >= 1 (the baseline is part of the benchmark)")
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.data import load_queries

@@ -1303,6 +1303,14 @@ def adapt(
     dense_negatives: Annotated[
         bool, typer.Option(help="Also mine negatives with the model (when the budget allows).")
     ] = True,
+    teacher: Annotated[
+        str | None,
+        typer.Option(
+            help="A BERT_CAT whose scores label the pseudo pairs (Margin-MSE, GPL); "
+            "default: contrastive on the pseudo pairs."
+        ),
+    ] = None,
+    teacher_precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
     batch_size: _QueriesPerBatch = 32,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
     cache_chunk: Annotated[int, typer.Option(help="GradCache chunk size (0: off).")] = 16,
@@ -1314,11 +1322,15 @@ def adapt(
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier run in OUT_DIR.")] = False,
 ) -> None:
     """Adapt a BERT_DOT to a corpus without labels: pseudo-queries from its titles and
-    sentences, BM25 and dense negatives, contrastive training within a time budget."""
+    sentences, BM25 and dense negatives, contrastive training (or a teacher BERT_CAT's
+    margins) within a time budget."""
     _check_training_args(corpus, out_dir, model, batch_size=batch_size)
     _at_least("--max-length", max_length, 2)
     if budget_minutes <= 0:
         raise DotcatError(f"--budget-minutes must be > 0, got {budget_minutes}")
+    if teacher is not None:
+        _check_model(teacher)
+    _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
 
     from dotcat.training.adapt import AdaptConfig
     from dotcat.training.adapt import adapt as run_adapt
@@ -1332,6 +1344,8 @@ def adapt(
             max_queries=max_queries,
             prefer=prefer,
             dense_negatives=dense_negatives,
+            teacher=teacher,
+            teacher_precision=teacher_precision,
             batch_size=batch_size,
             lr=lr,
             cache_chunk=cache_chunk or None,

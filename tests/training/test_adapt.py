@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.training.adapt import RECORD, AdaptConfig, _plan, adapt, interleave
+from dotcat.training.adapt import (
+    DISTILL_NEGATIVES,
+    RECORD,
+    AdaptConfig,
+    _plan,
+    adapt,
+    interleave,
+)
 
 TOPICS = [
     "insulin", "neuron", "glacier", "volcano", "enzyme", "protein", "comet", "orbit", "cell",
@@ -141,6 +148,70 @@ def test_the_plan_follows_the_budget_and_skips_dense_mining_it_cannot_afford(tmp
     assert slow["queries"] == min(5000, int(0.85 * 2640 * 2.0))
     with pytest.raises(DotcatError, match="more minutes"):
         _plan(AdaptConfig(corpus=tmp_path, out_dir=tmp_path, budget_minutes=1), pseudo, rates, 55)
+
+
+def test_the_plan_pays_for_the_teacher_s_pairs(tmp_path):
+    pseudo = {"queries": 5000, "documents": 100}
+    rates = {"examples_per_second": 2.0, "documents_per_second": 1000.0}
+    config = AdaptConfig(corpus=tmp_path, out_dir=tmp_path / "o", budget_minutes=45)
+    alone = _plan(config, pseudo, rates, spent=0.0)
+    taught = AdaptConfig(corpus=tmp_path, out_dir=tmp_path / "o", budget_minutes=45, teacher="t")
+    plan = _plan(taught, pseudo, {**rates, "teacher_pairs_per_second": 10.0}, spent=0.0)
+    # each pseudo-query: 0.5 s of training, and its positive and negatives at 10 pairs/s
+    per_query = 0.5 + (1 + DISTILL_NEGATIVES) / 10.0
+    left = 2700 - 100 / 1000.0
+    assert alone["queries"] == int(0.85 * left / 0.5)
+    assert plan["queries"] == int(0.85 * left / per_query) < alone["queries"]
+    assert plan["estimated_training_seconds"] == round(plan["queries"] * per_query, 1)
+
+
+def test_calibration_examples_carry_the_negatives_training_will_have(adapted):
+    from dotcat.training.calibrate import _sample_examples
+
+    examples, docs = _sample_examples(adapted / "adapt" / "all", 10, negatives=3)
+    assert len(examples) == 10
+    for example in examples:
+        assert len(set(example.negative_ids)) == 3
+        assert example.positive_id not in example.negative_ids
+        assert all(doc in docs for doc in (example.positive_id, *example.negative_ids))
+
+
+def test_a_teacher_labels_the_pseudo_pairs(corpus, tiny_bert_dir, tiny_cat_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from dotcat.data import load_queries
+    from dotcat.models import BiEncoder, EncoderConfig
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+    from dotcat.training.teacher import load_teacher_scores, teacher_header
+
+    out = tmp_path / "model"
+    config = _config(
+        corpus, out, tiny_bert_dir, max_queries=64, teacher=str(tiny_cat_dir),
+        teacher_precision="fp32",
+    )  # fmt: skip
+    adapt(config)
+    steps = json.loads((out / RECORD).read_text())["steps"]
+    assert steps["calibration"]["result"]["teacher_pairs_per_second"] > 0
+    teacher = steps["training"]["result"]["teacher"]
+    assert teacher["model"] == str(tiny_cat_dir) and teacher["alpha"] == 1.0
+    # every pair of every pseudo-query was scored by the teacher: its positive and negatives
+    train = out / "adapt" / "train"
+    queries = load_queries(train)
+    lines = (train / "qrels" / "train.tsv").read_text().splitlines()[1:]
+    positives = dict(line.split("\t")[:2] for line in lines)
+    assert len(positives) == 64 and teacher["pairs"] >= 64 * 2
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_cat_dir), precision="fp32"))
+    header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
+    scores = load_teacher_scores(out, header)
+    pseudo = {d["_id"]: d["text"] for d in _jsonl(train / "corpus.jsonl")}  # what it read
+    some = sorted(positives)[:5]
+    expected = ce.score([queries[q] for q in some], [pseudo[positives[q]] for q in some])
+    got = [scores.get(q, positives[q]) for q in some]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    dotcat = BiEncoder.load(EncoderConfig(model=str(out), device="cpu", precision="fp32"))
+    texts = ["insulin and neuron", "a glacier on a volcano"]
+    st = SentenceTransformer(str(out), device="cpu")
+    np.testing.assert_allclose(st.encode(texts), dotcat.encode(texts), atol=1e-5)
 
 
 def test_a_crash_resumes_without_redoing_finished_steps(corpus, tiny_bert_dir, tmp_path):

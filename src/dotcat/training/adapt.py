@@ -18,7 +18,12 @@ The steps, each recorded in ``OUT/dotcat_adapt.json`` with its time, each resuma
 4. **negatives**: BM25 and the base model's own top ranks (window 10-100, as ``train dot``
    mines them), the two lists interleaved so a sampled negative comes from either;
 5. **training**: one epoch of ``train dot`` on the planned queries, checkpointed, written to
-   ``OUT`` as a sentence-transformers model that ``dotcat index --model OUT`` takes.
+   ``OUT`` as a sentence-transformers model that ``dotcat index --model OUT`` takes. With a
+   ``teacher`` cross-encoder it is GPL's recipe instead: ``train distill`` scores every
+   (pseudo-query, document) pair once with the teacher (cached, resumable) and trains on the
+   score margins (Margin-MSE, Hofstätter et al. 2020), so a pseudo-query whose mined
+   "negative" is in fact relevant teaches a small margin rather than a wrong label; the
+   teacher's time per pair is calibrated and planned for like the training's.
 
 The pseudo corpus drops titles (:mod:`dotcat.data.pseudo`), so the model never learns that an
 untitled document is the answer; the adapted model indexes the real corpus, titles included.
@@ -49,6 +54,10 @@ MAX_DENSE_MINING_SHARE = 1 / 3
 TRAIN_SHARE = 0.85
 #: Fewer pseudo-queries than this is not worth a training run.
 MIN_QUERIES = 64
+#: Negatives per pseudo-query with a teacher: GPL's (query, positive, negative) triples, one
+#: margin each (``train distill`` defaults to 4 on labelled data; here the budget buys more
+#: pseudo-queries instead, and the calibration times the training with this many).
+DISTILL_NEGATIVES = 1
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,12 @@ class AdaptConfig:
         prefer: a document's pseudo-query from its ``title`` where usable (else a cut
             sentence), or from a cut ``sentence`` where there is one (else the title).
         dense_negatives: also mine negatives with the base model (when the budget allows).
+        teacher: a cross-encoder (a ``train cat`` output or any BERT_CAT directory) whose
+            scores label the pseudo pairs (Margin-MSE, as ``train distill``); None:
+            contrastive training on the pseudo pairs. Its recorded interpolation weight mixes
+            in the base model's scores, as in ``train distill``.
+        teacher_precision: the teacher's precision while scoring (``auto``: as ``dotcat
+            rerank`` runs it).
         batch_size, lr, cache_chunk, max_length, query_max_length, temperature: of the
             training (``train dot``'s defaults).
         seed: pseudo-query sampling, negatives, data order.
@@ -78,6 +93,8 @@ class AdaptConfig:
     max_queries: int | None = None
     prefer: str = "title"
     dense_negatives: bool = True
+    teacher: str | None = None
+    teacher_precision: str = "auto"
     batch_size: int = 32
     lr: float = 1e-4
     cache_chunk: int | None = 16
@@ -183,10 +200,11 @@ def _pseudo_step(config: AdaptConfig, work: Path) -> dict[str, Any]:
 
 
 def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
-    """Examples/s of a training step and documents/s of encoding, measured here."""
-    from dotcat.training.calibrate import measure_rates
+    """Examples/s of a training step and documents/s of encoding, measured here (and the
+    teacher's pairs/s, when there is one)."""
+    from dotcat.training.calibrate import measure_rates, measure_teacher_rate
 
-    return measure_rates(
+    rates = measure_rates(
         work / "all",
         config.model,
         batch_size=min(config.batch_size, 16),
@@ -195,7 +213,23 @@ def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
         query_max_length=config.query_max_length,
         bf16=config.bf16,
         device=config.device,
+        negatives=DISTILL_NEGATIVES if config.teacher else 1,
     )
+    if config.teacher:
+        rate = measure_teacher_rate(
+            work / "all", config.teacher, precision=config.teacher_precision, device=config.device
+        )
+        rates["teacher_pairs_per_second"] = round(rate, 3)
+    return rates
+
+
+def _seconds_per_query(config: AdaptConfig, rates: dict[str, float]) -> float:
+    """Training one pseudo-query, and with a teacher scoring its pairs (the positive and
+    each negative the distillation samples)."""
+    seconds = 1 / rates["examples_per_second"]
+    if config.teacher:
+        seconds += (1 + DISTILL_NEGATIVES) / rates["teacher_pairs_per_second"]
+    return seconds
 
 
 def _plan(
@@ -206,21 +240,22 @@ def _plan(
     encode_corpus = pseudo["documents"] / rates["documents_per_second"]
     dense = config.dense_negatives and encode_corpus <= MAX_DENSE_MINING_SHARE * budget
     left = budget - spent - (encode_corpus if dense else 0.0)
-    affordable = int(TRAIN_SHARE * max(left, 0.0) * rates["examples_per_second"])
+    per_query = _seconds_per_query(config, rates)
+    affordable = int(TRAIN_SHARE * max(left, 0.0) / per_query)
     n = min(pseudo["queries"], affordable)
     if config.max_queries is not None:
         n = min(n, config.max_queries)
     if n < MIN_QUERIES:
         raise DotcatError(
             f"a budget of {config.budget_minutes:g} min leaves time for {n} pseudo-queries on "
-            f"this machine ({rates['examples_per_second']:.2f} examples/s); give more minutes"
+            f"this machine ({per_query:.2f} s per pseudo-query); give more minutes"
         )
     plan = {
         "queries": n,
         "of": pseudo["queries"],
         "dense_negatives": dense,
         "estimated_mining_seconds": round(encode_corpus if dense else 0.0, 1),
-        "estimated_training_seconds": round(n / rates["examples_per_second"], 1),
+        "estimated_training_seconds": round(n * per_query, 1),
     }
     if config.dense_negatives and not dense:
         plan["why_no_dense"] = (
@@ -267,10 +302,12 @@ def _dense_negatives(config: AdaptConfig, corpus, queries, qrels) -> dict[str, l
 
 
 def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    """One epoch of ``train dot`` on the planned pseudo-queries, into ``config.out_dir``."""
+    """One epoch of ``train dot`` (``train distill`` with a teacher) on the planned
+    pseudo-queries, into ``config.out_dir``."""
     from dotcat.training import DotTrainConfig, train_bi_encoder
+    from dotcat.training.recipes.distill import DistillConfig, train_distilled
 
-    train = DotTrainConfig(
+    settings = dict(
         data=work / "train",
         out_dir=config.out_dir,
         base=config.model,
@@ -290,13 +327,26 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         resume=(Path(config.out_dir) / "checkpoints").exists(),
         show_progress=config.show_progress,
     )
-    train_bi_encoder(train)
+    if config.teacher:
+        train_distilled(
+            DistillConfig(
+                **settings,
+                teacher=config.teacher,
+                teacher_precision=config.teacher_precision,
+                n_negatives=DISTILL_NEGATIVES,
+            )
+        )
+    else:
+        train_bi_encoder(DotTrainConfig(**settings))
     record = _read_json(Path(config.out_dir) / "dotcat_training.json") or {}
-    return {
+    result = {
         "examples_per_second": record.get("examples_per_second"),
         "steps": record.get("steps"),
         "timings": record.get("timings"),
     }
+    if config.teacher:
+        result["teacher"] = record.get("teacher")
+    return result
 
 
 # -- helpers --------------------------------------------------------------------------------

@@ -34,12 +34,15 @@ def measure_rates(
     query_max_length: int = 64,
     bf16: str = "auto",
     device: str = "auto",
+    negatives: int = 1,
 ) -> dict[str, float]:
     """``examples_per_second`` of training and ``documents_per_second`` of encoding.
 
     Args:
         data_dir: a BEIR dir with a ``train`` split (the pseudo dataset).
         model: the BERT_DOT to train (directory or hub name).
+        negatives: hard negatives per example, as the training will have them (each is one
+            more document forward and backward).
     """
     from dotcat.models import resolve_model
     from dotcat.models.runtime import resolve_device
@@ -47,7 +50,7 @@ def measure_rates(
     from dotcat.training.model import TrainableBiEncoder
     from dotcat.training.trainer import LossConfig
 
-    examples, docs = _sample_examples(data_dir, 1 + TIMED_BATCHES * batch_size)
+    examples, docs = _sample_examples(data_dir, 1 + TIMED_BATCHES * batch_size, negatives)
     target = resolve_device(device)
     encoder = TrainableBiEncoder.from_pretrained(resolve_model(model), max_length=max_length)
     encoder.to(target)
@@ -77,6 +80,7 @@ def measure_rates(
         "documents_per_second": round(documents_per_second, 3),
         "batch_size": batch_size,
         "bf16": use_bf16,
+        "negatives": negatives,
     }
     logger.info("calibration: %s", rates)
     return rates
@@ -98,9 +102,9 @@ def _backward(encoder, batch, docs, loss, chunk_size, query_max_length, bf16) ->
     )
 
 
-def _sample_examples(data_dir: Path, n: int):
-    """``n`` training examples of ``data_dir`` (each with the next one's positive as its hard
-    negative) and the texts of their documents."""
+def _sample_examples(data_dir: Path, n: int, negatives: int = 1):
+    """``n`` training examples of ``data_dir`` (each with the next ``negatives`` examples'
+    positives as its hard negatives) and the texts of their documents."""
     from dotcat.index import document_text
     from dotcat.training import TrainingExample
 
@@ -127,7 +131,36 @@ def _sample_examples(data_dir: Path, n: int):
             if row["_id"] in wanted:
                 docs[row["_id"]] = document_text(row.get("title", ""), row["text"])
     examples = [
-        TrainingExample(qid, queries[qid], doc, (pairs[(i + 1) % len(pairs)][1],))
+        TrainingExample(
+            qid,
+            queries[qid],
+            doc,
+            tuple(pairs[(i + j) % len(pairs)][1] for j in range(1, negatives + 1)),
+        )
         for i, (qid, doc) in enumerate(pairs)
     ]
     return examples, docs
+
+
+#: Pairs scored to time a teacher cross-encoder (after an untimed warm-up of a few).
+TEACHER_SAMPLE = 48
+
+
+def measure_teacher_rate(
+    data_dir: Path, teacher: str, *, precision: str = "auto", device: str = "auto"
+) -> float:
+    """Pairs/s of a teacher cross-encoder scoring (query, document) pairs of ``data_dir``, at
+    the precision distillation scores with (an int8 export, if it is made here, is untimed)."""
+    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+    examples, docs = _sample_examples(data_dir, TEACHER_SAMPLE + 4)
+    queries = [e.query for e in examples]
+    texts = [docs[e.negative_ids[0]] for e in examples]  # a mix of right and wrong pairs
+    ce = CrossEncoder.load(CrossEncoderConfig(model=teacher, device=device, precision=precision))
+    ce.score(queries[:4], texts[:4])  # warm-up, untimed
+    sample = slice(4, 4 + TEACHER_SAMPLE)
+    started = time.perf_counter()
+    ce.score(queries[sample], texts[sample])
+    rate = len(queries[sample]) / (time.perf_counter() - started)
+    logger.info("calibration: teacher %s scores %.1f pairs/s (%s)", teacher, rate, ce.precision)
+    return rate
