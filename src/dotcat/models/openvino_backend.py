@@ -109,10 +109,19 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str, workers: int) ->
 class OpenVinoRunner:
     """One compiled OpenVINO model on CPU, called like a model: feeds -> first output.
 
-    ``workers`` streams of one thread each: dotcat's encoders run batches in that many worker
-    threads. A call borrows an idle infer request from a pool (a request is not thread-safe,
-    the compiled model is; worker threads are new on every ``score``, requests are kept).
-    Pinning is off: the cores are shared with tokenisation and, when serving, the event loop.
+    One stream of ``workers`` threads, called from dotcat's ``workers`` batch threads. A call
+    borrows an idle infer request from a pool (a request is not thread-safe, the compiled model
+    is; worker threads are new on every ``score``, requests are kept). Pinning is off: the
+    cores are shared with tokenisation and, when serving, the event loop.
+
+    Why one stream and not one per worker: OpenVINO 2026.4's CPU plugin, with int8 weights, a
+    bf16 inference precision and two streams, returned logits unrelated to fp32's (off by more
+    than their whole spread, and not the same twice) for models whose hidden size is not a
+    multiple of 64 (32, 100, 312 -- TinyBERT's; 64, 128, 256, 384 were right), on an Intel Xeon
+    with AMX (flags avx512_bf16 amx_bf16 amx_int8), also with AMX masked off. One stream of two
+    threads was right for all of them, as fast (118-128 against 124 pairs/s, MiniLM-size
+    re-ranker, 256 tokens, that machine). ``tests/models/test_openvino_backend.py`` checks
+    hidden sizes of both kinds.
     """
 
     #: The runtime's name (``CrossEncoder.backend``).
@@ -128,7 +137,7 @@ class OpenVinoRunner:
             # The hardware decides, not DOTCAT_NATIVE_BF16: OpenVINO has no bf16 emulation.
             "INFERENCE_PRECISION_HINT": "bf16" if detect_native_bf16() else "f32",
             "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(group_size),
-            "NUM_STREAMS": str(workers),
+            "NUM_STREAMS": "1",  # see the class docstring: several streams can be wrong
             "INFERENCE_NUM_THREADS": str(workers),
             "ENABLE_CPU_PINNING": "NO",
         }
