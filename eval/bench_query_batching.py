@@ -22,7 +22,10 @@ Paths (all-MiniLM-L6-v2):
   per tensor, and the vectors come out wrong;
 * ``ov-int8``: OpenVINO, int8 weights, activations quantised per token group
   (:mod:`dotcat.models.openvino_backend`, the re-ranker's int8 path), needs the ``openvino``
-  extra.
+  extra;
+* ``torch-fp32``, ``torch-bf16``: PyTorch as dotcat's ``BiEncoder`` runs it at ``fp32`` and
+  ``bf16`` (autocast, linear weights stored in bf16); bf16 is emulated (slow) on CPUs without
+  native bf16, and runs on AMX tiles where the CPU has them.
 
 Also printed per path: the cosine of each query vector with ort-fp32's (mean, min), and the
 largest difference between a query's vector alone and in a batch of 16.
@@ -43,7 +46,15 @@ import numpy as np
 
 from machine import describe
 
-PATHS = ("ort-fp32", "ort-int8", "ort-int8-token", "ort-int8-token-ext", "ov-int8")
+PATHS = (
+    "ort-fp32",
+    "ort-int8",
+    "ort-int8-token",
+    "ort-int8-token-ext",
+    "ov-int8",
+    "torch-fp32",
+    "torch-bf16",
+)
 BASELINE = "ort-int8"
 BATCH = 16
 
@@ -124,6 +135,8 @@ def _feeds(tokenizer, texts: list[str], width: int) -> dict[str, np.ndarray]:
 
 
 def _runner(name: str, model: dict):
+    if name.startswith("torch-"):
+        return _torch(model["weights"], bf16=name == "torch-bf16")
     if name == "ov-int8":
         from dotcat.models import openvino_backend
 
@@ -147,6 +160,27 @@ def _ort(path: Path, basic: bool = False):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda feeds: session.run(None, feeds)[0]
+
+
+def _torch(weights: Path, bf16: bool):
+    """PyTorch on one thread, as ``BiEncoder`` runs the model at fp32 or bf16."""
+    import torch
+    from transformers import AutoModel
+
+    from dotcat.models.runtime import autocast, store_linear_weights
+
+    torch.set_num_threads(1)
+    net = AutoModel.from_pretrained(weights).eval()
+    dtype = torch.bfloat16 if bf16 else None
+    store_linear_weights(net, dtype)
+    cpu = torch.device("cpu")
+
+    def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.inference_mode(), autocast(cpu, dtype):
+            hidden = net(**{k: torch.from_numpy(v) for k, v in feeds.items()})[0]
+        return hidden.float().numpy()
+
+    return run
 
 
 def per_token_quantiser(src: Path, out: Path) -> None:

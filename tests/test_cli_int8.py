@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from dotcat.cli import app
+from dotcat.errors import DotcatError
+from dotcat.index.manifest import Manifest, check_encoder
 
 runner = CliRunner()
 
@@ -15,7 +18,7 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def _index(beir, model, out, precision):
+def _index(beir, model, out, precision, *extra):
     result = invoke(
         "-q",
         "index",
@@ -29,6 +32,7 @@ def _index(beir, model, out, precision):
         "cos",
         "--precision",
         precision,
+        *extra,
     )
     assert result.exit_code == 0, result.output
     return json.loads((out / "manifest.json").read_text())
@@ -50,6 +54,31 @@ def test_an_int8_index_records_int8_and_is_searched_at_int8(tiny_beir_dir, tiny_
     # does not depend on its batch), as closely as at fp32.
     assert abs(hits[0]["score"] - 1.0) < 1e-5
     assert _top(tmp_path / "int8", query, "--precision", "int8") == hits
+
+
+def test_queries_follow_the_int8_runtime_the_index_records(tiny_beir_dir, tiny_bert_dir, tmp_path):
+    pytest.importorskip("openvino")
+    query = "Dogs Dogs were domesticated from wolves long ago."  # d2's indexed text
+    for backend in ("openvino", "onnxruntime"):
+        out = tmp_path / backend
+        manifest = _index(tiny_beir_dir, tiny_bert_dir, out, "int8", "--int8-backend", backend)
+        assert manifest["encoder"]["backend"] == backend
+        hits = _top(out, query)  # auto: the index's runtime, so d2 meets its own vector
+        assert hits[0]["doc_id"] == "d2" and abs(hits[0]["score"] - 1.0) < 1e-5
+    # An index from before OpenVINO encoded documents records no runtime: ONNX Runtime's.
+    path = tmp_path / "onnxruntime" / "manifest.json"
+    old = json.loads(path.read_text())
+    del old["encoder"]["backend"]
+    path.write_text(json.dumps(old))
+    hits = _top(tmp_path / "onnxruntime", query)
+    assert hits[0]["doc_id"] == "d2" and abs(hits[0]["score"] - 1.0) < 1e-5
+    # Vectors of one int8 runtime are not searched with the other's.
+
+    manifest = Manifest.read(tmp_path / "openvino")
+    entry = {**manifest.encoder, "backend": "onnxruntime"}
+    with pytest.raises(DotcatError, match="made by openvino, the query encoder runs int8 on"):
+        check_encoder(manifest, entry, tmp_path / "openvino")
+    check_encoder(manifest, manifest.encoder, tmp_path / "openvino")  # the same runtime meets
 
 
 def test_int8_and_fp32_vectors_do_not_meet(tiny_beir_dir, tiny_bert_dir, tmp_path):

@@ -219,6 +219,13 @@ def index(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
     keep_vectors: Annotated[bool, typer.Option(help="Keep vectors.npy in the index.")] = False,
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    int8_backend: Annotated[
+        str,
+        typer.Option(
+            help="The encoder's int8 runtime: auto (onnxruntime), onnxruntime or openvino; "
+            "recorded in the manifest, queries follow it."
+        ),
+    ] = "auto",
     shard: Annotated[
         str | None,
         typer.Option(help="I/N: index only the I-th (0-based) of N equal parts of the corpus."),
@@ -255,6 +262,7 @@ def index(
     _at_least("--chunk-size", chunk_size)
     _at_least("--ray-workers", ray_workers)
     _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--int8-backend", int8_backend, _RERANK_BACKENDS)
     shard_spec = _parse_shard(shard) if shard else None
     check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec)
 
@@ -269,6 +277,7 @@ def index(
         batch_size=batch_size,
         device=device,
         precision=precision,
+        backend=int8_backend,
     )
     config = IndexConfig(
         faiss_spec=faiss,

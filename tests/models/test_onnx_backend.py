@@ -60,10 +60,15 @@ def _similarities(encoder: BiEncoder) -> np.ndarray:
     return encoder.encode_queries(QUERIES) @ encoder.encode_documents(DOCS).T
 
 
-def test_int8_encoder_ranks_like_fp32(tiny_bert_dir):
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_int8_encoder_ranks_like_fp32(tiny_bert_dir, backend):
+    if backend == "openvino":
+        pytest.importorskip("openvino")
     fp32 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="fp32"))
-    int8 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="int8"))
+    config = EncoderConfig(model=str(tiny_bert_dir), precision="int8", backend=backend)
+    int8 = BiEncoder.load(config)
     assert int8.precision == "int8" and int8.manifest_entry()["precision"] == "int8"
+    assert int8.backend == backend == int8.manifest_entry()["backend"]
     assert fp32.precision == "fp32" and fp32.onnx is None  # fp32 stays PyTorch, as before
     a, b = _similarities(fp32), _similarities(int8)
     assert not np.array_equal(a, b)  # int8 really ran
@@ -87,7 +92,7 @@ def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
 
 
 def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
-    BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime"))
     home = ob.cache_home(weights_fingerprint(bert_copy))
     name = ob.export_name("int8")
     assert (home / name).is_file() and (home / "model.onnx").is_file()
@@ -100,24 +105,30 @@ def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
         raise AssertionError("exported again")
 
     monkeypatch.setattr(ob, "export", no_export)
-    encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    encoder = BiEncoder.load(
+        EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+    )
     assert encoder.onnx.path == home / name
 
 
 def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
-    result = CliRunner().invoke(app, ["export", str(bert_copy), "--precision", "int8"])
+    result = CliRunner().invoke(
+        app, ["export", str(bert_copy), "--precision", "int8", "--backend", "onnxruntime"]
+    )
     assert result.exit_code == 0, result.output
     name = ob.export_name("int8")
     assert (bert_copy / "onnx" / name).is_file()
     assert f"exported encoder {bert_copy} at int8" in result.output
     monkeypatch.setattr(ob, "export", lambda *a, **k: pytest.fail("exported again"))
-    encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+    encoder = BiEncoder.load(
+        EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+    )
     assert encoder.onnx.path == bert_copy / "onnx" / name
 
 
 def test_a_stale_export_is_never_used(bert_copy, caplog):
     runner = CliRunner()
-    assert runner.invoke(app, ["export", str(bert_copy)]).exit_code == 0
+    assert runner.invoke(app, ["export", str(bert_copy), "--backend", "onnxruntime"]).exit_code == 0
     name = ob.export_name("int8")
     # New weights under the same directory: the recorded fingerprint no longer matches.
     from transformers import AutoModel
@@ -127,7 +138,9 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
         model.encoder.layer[0].output.dense.weight.mul_(1.5)
     model.save_pretrained(bert_copy)
     with caplog.at_level(logging.WARNING, logger="dotcat.models.onnx_backend"):
-        encoder = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8"))
+        encoder = BiEncoder.load(
+            EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+        )
     assert "stale" in caplog.text
     fingerprint = weights_fingerprint(bert_copy)
     assert encoder.onnx.path == ob.cache_home(fingerprint) / name

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from dotcat.cli import app
 from dotcat.errors import DotcatError
-from dotcat.models import onnx_backend, runtime
+from dotcat.models import BiEncoder, EncoderConfig, onnx_backend, runtime
 from dotcat.models import openvino_backend as ovb
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
@@ -145,16 +145,16 @@ def test_a_failed_export_keeps_the_old_one(cat_copy, monkeypatch):
 
 
 def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
-    # auto: OpenVINO for the cross-encoder where installed, ONNX Runtime for the encoder.
+    # auto: OpenVINO for the cross-encoder where installed, ONNX Runtime for the encoder;
+    # OpenVINO runs the encoder when asked.
     assert runtime.int8_backend("cross-encoder") == "openvino"
     assert runtime.int8_backend("encoder") == "onnxruntime"
+    assert runtime.int8_backend("encoder", "openvino") == "openvino"
     assert _load(tiny_cat_dir, backend="onnxruntime").backend == "onnxruntime"
-    with pytest.raises(DotcatError, match="runs the cross-encoder only, not the encoder"):
-        runtime.int8_backend("encoder", "openvino")
     with pytest.raises(DotcatError, match="unknown int8 backend 'tensorrt'"):
         _load(tiny_cat_dir, backend="tensorrt")
-    bad = CliRunner().invoke(app, ["export", str(tiny_bert_dir), "--backend", "openvino"])
-    assert bad.exit_code != 0 and "runs the cross-encoder only" in bad.output
+    bad = CliRunner().invoke(app, ["export", str(tiny_bert_dir), "--backend", "tensorrt"])
+    assert bad.exit_code != 0 and "tensorrt" in bad.output
 
     # On a VNNI CPU auto re-ranks at int8 on OpenVINO; without OpenVINO installed, at bf16.
     monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "on")
@@ -163,6 +163,9 @@ def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
     assert runtime.int8_backend("cross-encoder") == "onnxruntime"
     fallback = _load(tiny_cat_dir, precision="auto", backend="auto")
     assert (fallback.precision, fallback.backend) == ("bf16", "torch")
+    # The encoder's int8 does not need OpenVINO.
+    encoder = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu"))
+    assert (encoder.precision, encoder.backend) == ("int8", "onnxruntime")
 
 
 def test_without_native_bf16_openvino_runs_in_f32(tiny_cat_dir, monkeypatch):

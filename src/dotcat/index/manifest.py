@@ -130,6 +130,20 @@ def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: 
             f"gives vectors that do not rank alike (eval/results/precision.md); use "
             f"--precision {built}, or build the index at {given}"
         )
+    if built == given == "int8":
+        made, runs = int8_runtime(recorded), int8_runtime(encoder_entry)
+        if made != runs:
+            raise DotcatError(
+                f"{index_dir}: the index's int8 vectors were made by {made}, the query encoder "
+                f"runs int8 on {runs}: their vectors do not rank alike; search it with the "
+                f"{made} runtime (the default follows the index), or rebuild the index"
+            )
+
+
+def int8_runtime(encoder_entry: dict[str, Any]) -> str:
+    """The runtime that made an int8 encoder's vectors: its recorded ``backend``, ONNX Runtime
+    for manifests from before OpenVINO encoded documents (they record none)."""
+    return encoder_entry.get("backend") or "onnxruntime"
 
 
 def precisions_compatible(built: str, given: str) -> bool:

@@ -17,7 +17,10 @@ fp32). What makes it fast here, each measured in ``eval/results/encode_throughpu
   when other processes share the cores it avoids each op's barrier waiting for a descheduled
   thread (1.3-1.5x over sentence-transformers there, where small batches alone lost 0.7x);
 * ``torch.inference_mode``, SDPA attention (the eager one was 1.3-1.6x slower);
-* bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`.
+* bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`;
+* int8 on CPUs with VNNI (``precision="int8"``, ``auto`` there): OpenVINO (per-token
+  activation groups, a batch in one call) or ONNX Runtime (one text per call), see
+  :mod:`.openvino_backend` and :mod:`.onnx_backend`.
 
 Tried and left out (numbers in the benchmark notes): ``torch.compile`` (about 1.06x for 25-40 s
 of compilation, and no sharing across worker threads), int8 dynamic quantization (vectors
@@ -52,6 +55,7 @@ from dotcat.models.runtime import (
     choose_precision,
     configure_threads,
     free_threads,
+    int8_backend,
     precision_name,
     resolve_device,
     store_linear_weights,
@@ -98,8 +102,11 @@ class EncoderConfig:
             fixed-size batches, one at a time, fp32.
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU;
             0: no cap.
-        precision: ``auto`` (bf16 where native, fp16 on older GPUs, else fp32), ``fp32``,
-            ``bf16``, ``fp16``: the autocast dtype; pooling and outputs stay fp32.
+        precision: ``auto`` (int8 on CPUs with VNNI, else bf16 where native, fp16 on older
+            GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or
+            the int8 runtime; pooling and outputs stay fp32.
+        backend: the int8 runtime: ``auto`` (ONNX Runtime), ``onnxruntime``, ``openvino``;
+            an index records which one made its vectors.
         cpu_workers: batches encoded at once on CPU, each by its own thread with one
             intra-op thread (data parallel: no barrier between cores inside an op, robust when
             other processes share the cores); None: one per intra-op thread (at most 8, then
@@ -119,6 +126,7 @@ class EncoderConfig:
     fast: bool = True
     max_batch_tokens: int | None = None
     precision: str = "auto"
+    backend: str = "auto"
     cpu_workers: int | None = None
     num_threads: int | None = None
 
@@ -164,7 +172,7 @@ class BiEncoder:
         self.int8, self.autocast_dtype = choose_precision(config.precision, "encoder", device, fast)
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
-        #: the int8 path (ONNX Runtime), set by :meth:`load` when ``precision`` is int8.
+        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` for int8.
         self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
@@ -247,9 +255,7 @@ class BiEncoder:
             lowercase=st.lowercase,
         )
         if encoder.int8:
-            from dotcat.models.onnx_backend import int8_runner
-
-            encoder.onnx = int8_runner(st.transformer_dir, "encoder", encoder.fingerprint)
+            encoder.onnx = encoder._int8_runner(st.transformer_dir)
         logger.info(
             "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, %s",
             config.model,
@@ -360,12 +366,21 @@ class BiEncoder:
             # bf16 and fp32 vectors agree to cosine >= 0.999: an index built at one is searched
             # at the other; int8 vectors meet only int8 ones (index.manifest.check_encoder).
             "precision": self.precision,
+            # Two int8 runtimes give vectors that do not rank alike; older int8 indexes lack
+            # the key and are ONNX Runtime's (index.manifest.check_encoder).
+            "backend": self.backend,
         }
 
     @property
     def precision(self) -> str:
-        """``int8`` (ONNX Runtime), else the autocast precision: ``fp32``, ``bf16``, ``fp16``."""
+        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
+        ``fp16``."""
         return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
+
+    @property
+    def backend(self) -> str:
+        """What runs the model: ``torch``, or the int8 runtime (``openvino``, ``onnxruntime``)."""
+        return "torch" if self.onnx is None else self.onnx.backend
 
     def __repr__(self) -> str:
         settings = {k: v for k, v in asdict(self.config).items() if k != "model"}
@@ -408,8 +423,8 @@ class BiEncoder:
 
     def _embed(self, input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         if self.onnx is not None:
-            rows = []
-            for feeds in self.onnx.one_by_one({"input_ids": input_ids, "attention_mask": mask}):
+            rows = []  # ONNX Runtime: one text per call; OpenVINO: the batch in one call
+            for feeds in self.onnx.calls({"input_ids": input_ids, "attention_mask": mask}):
                 hidden = torch.from_numpy(self.onnx(feeds))
                 rows.append(pool(self.pooling, hidden, torch.from_numpy(feeds["attention_mask"])))
             vectors = torch.cat(rows)
@@ -420,6 +435,19 @@ class BiEncoder:
         if self.similarity == "cos":
             vectors = l2_normalize(vectors)
         return vectors.cpu().numpy()
+
+    def _int8_runner(self, weights_dir: Path) -> Any:
+        """The int8 runner of the transformer weights, on the runtime ``config.backend``
+        resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
+        if int8_backend("encoder", self.config.backend) == "openvino":
+            from dotcat.models import openvino_backend
+
+            return openvino_backend.int8_runner(
+                weights_dir, "encoder", self.fingerprint, self._workers()
+            )
+        from dotcat.models.onnx_backend import int8_runner
+
+        return int8_runner(weights_dir, "encoder", self.fingerprint)
 
     def _is_small(self, tokens: int) -> bool:
         """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""

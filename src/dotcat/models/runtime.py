@@ -109,14 +109,22 @@ ONNX_PRECISIONS = ("int8",)
 ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
 
 
-#: Per model kind, the int8 runtime that keeps >= 99.5% of fp32's nDCG@10 and R@100 on SciFact
-#: dev and test with VNNI kernels (eval/results/precision.md): ``auto`` runs the kind at int8 on
-#: CPUs with VNNI where that runtime is installed. The encoder: ONNX Runtime (per-tensor dynamic
-#: activations; its 7-bit AVX2 variant falls below the bar, so AVX2-only CPUs keep fp32). The
-#: cross-encoder: OpenVINO (per-token activation groups; ONNX Runtime's int8 lost 0.7-0.9%).
-INT8_BY_DEFAULT = {"encoder": "onnxruntime", "cross-encoder": "openvino"}
+#: Per model kind, the int8 runtimes that keep >= 99.5% of fp32's nDCG@10 and R@100 on SciFact
+#: (eval/results/precision.md, encoder_int8.md), in the order ``auto`` prefers them: on CPUs
+#: with VNNI ``auto`` runs the kind at int8 on the first one installed (AVX2-only CPUs keep
+#: fp32: ONNX Runtime's 7-bit AVX2 variant falls below the bar). The cross-encoder: OpenVINO
+#: (activations quantised per token group; ONNX Runtime's per-tensor int8 lost 0.7-0.9% of
+#: nDCG@10). The encoder: ONNX Runtime, one text per call. OpenVINO also runs the encoder
+#: (``backend="openvino"``, ``dotcat index --int8-backend openvino``): vectors closer to fp32's
+#: (cosine 0.9992 vs 0.9949) and batches in one call, but served queries cost more CPU than
+#: ONNX Runtime's (eval/results/serve_cpu_split_xeon.md), so it is not the default. Indexes
+#: record which int8 runtime made their vectors; queries follow it.
+INT8_BY_DEFAULT = {"encoder": ("onnxruntime",), "cross-encoder": ("openvino",)}
 #: The runtimes of the int8 path, and which model kinds each runs.
-INT8_BACKENDS = {"onnxruntime": ("encoder", "cross-encoder"), "openvino": ("cross-encoder",)}
+INT8_BACKENDS = {
+    "onnxruntime": ("encoder", "cross-encoder"),
+    "openvino": ("encoder", "cross-encoder"),
+}
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
@@ -131,12 +139,14 @@ def cpu_has_vnni() -> bool:
 
 def auto_precision(kind: str, device: torch.device) -> str:
     """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``):
-    int8 on a CPU with VNNI where the kind's runtime in :data:`INT8_BY_DEFAULT` is installed;
+    int8 on a CPU with VNNI where one of the kind's runtimes in :data:`INT8_BY_DEFAULT` is
+    installed;
     otherwise the autocast rule of :func:`resolve_precision` (bf16 where native, else fp32; on
     GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
-    int8 = kind in INT8_BY_DEFAULT and cpu_has_vnni() and backend_installed(INT8_BY_DEFAULT[kind])
+    runtimes = INT8_BY_DEFAULT.get(kind, ())
+    int8 = cpu_has_vnni() and any(backend_installed(r) for r in runtimes)
     choice = "int8" if int8 else precision_name(resolve_precision("auto", device))
     _log_once(f"precision auto for the {kind} on this CPU: {choice}")
     return choice
@@ -152,15 +162,15 @@ def backend_installed(backend: str) -> bool:
 
 
 def int8_backend(kind: str, backend: str = "auto") -> str:
-    """The runtime that runs a model ``kind`` at int8: ``auto`` is the kind's entry in
-    :data:`INT8_BY_DEFAULT` where installed, else ONNX Runtime.
+    """The runtime that runs a model ``kind`` at int8: ``auto`` is the first of the kind's
+    :data:`INT8_BY_DEFAULT` installed, else ONNX Runtime.
 
     Raises:
         DotcatError: an unknown runtime, or one that does not run this kind.
     """
     if backend == "auto":
-        preferred = INT8_BY_DEFAULT.get(kind, "onnxruntime")
-        return preferred if backend_installed(preferred) else "onnxruntime"
+        runtimes = INT8_BY_DEFAULT.get(kind, ())
+        return next((r for r in runtimes if backend_installed(r)), "onnxruntime")
     if backend not in INT8_BACKENDS:
         raise DotcatError(f"unknown int8 backend {backend!r} (auto, {', '.join(INT8_BACKENDS)})")
     if kind not in INT8_BACKENDS[backend]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
+from dotcat.index.manifest import int8_runtime
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.hits import Hit
@@ -51,6 +52,8 @@ def encoder_config_from_manifest(
         document_prefix=encoder_entry.get("document_prefix"),
         device=device,
         precision=_follow_index(precision, encoder_entry.get("precision"), device),
+        # int8 vectors are met by the runtime that made them (check_encoder refuses others).
+        backend=int8_runtime(encoder_entry) if encoder_entry.get("precision") == "int8" else "auto",
     )
 
 
