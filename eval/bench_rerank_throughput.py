@@ -2,22 +2,24 @@
 
     python eval/bench_rerank_throughput.py [--model runs/cat/lce] [--n-queries 10] [--depth 50]
                                            [--max-length 256] [--batch-size 32] [--rounds 3]
+                                           [--precisions auto,bf16]
 
 The pairs are what re-ranking scores: SciFact test queries with their BM25 top ``depth``
 documents (``title + " " + text``). Both sides load the same cross-encoder directory with the
 same max length; ``sentence_transformers.CrossEncoder.predict(pairs, batch_size)`` (identity
 activation: logits) and ``dotcat.models.cross_encoder.CrossEncoder.score`` are warmed up, then
 timed on the same pairs, one query's pairs at a time as re-ranking does, alternating which goes
-first each round (the machine may be shared). Reported: pairs/s of each, the ratio, and the
-Spearman correlation and max absolute difference of dotcat's scores against
-sentence-transformers' fp32 scores. Writes ``eval/results/rerank_throughput.md``.
+first each round (the machine may be shared). dotcat runs once per ``--precisions`` entry
+(``auto``: what this CPU gets by default; ``int8`` runs on the re-ranker's default int8
+runtime). Reported: pairs/s of each, the ratio, and the Spearman correlation and max absolute
+difference of dotcat's scores against sentence-transformers' fp32 scores. Writes
+``eval/results/rerank_throughput.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+from machine import describe  # eval/machine.py; scripts run as python eval/NAME.py
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "eval" / "results" / "rerank_throughput.md"
@@ -60,6 +62,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precisions", default="auto", help="dotcat precisions, comma-separated")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -71,9 +74,14 @@ def main() -> None:
     per_query = make_pairs(args.data, args.n_queries, args.depth)
     pairs = [p for chunk in per_query for p in chunk]
     n = len(pairs)
-    ours = CrossEncoder.load(
-        CrossEncoderConfig(model=args.model, max_length=args.max_length, device="cpu")
-    )
+    ours = {
+        p: CrossEncoder.load(
+            CrossEncoderConfig(
+                model=args.model, max_length=args.max_length, device="cpu", precision=p
+            )
+        )
+        for p in args.precisions.split(",")
+    }
     theirs = STCrossEncoder(args.model, device="cpu", max_length=args.max_length)
     identity = torch.nn.Identity()
 
@@ -90,21 +98,24 @@ def main() -> None:
             ]
         )
 
-    def run_dotcat() -> np.ndarray:
-        return np.concatenate(
-            [ours.score([q for q, _ in chunk], [d for _, d in chunk]) for chunk in per_query]
-        )
+    def dotcat_runner(model):
+        def run() -> np.ndarray:
+            return np.concatenate(
+                [model.score([q for q, _ in chunk], [d for _, d in chunk]) for chunk in per_query]
+            )
 
-    # Warm-up on one query's pairs each.
-    theirs.predict(per_query[0], batch_size=args.batch_size, show_progress_bar=False)
-    ours.score([q for q, _ in per_query[0]], [d for _, d in per_query[0]])
+        return run
 
-    times = {"sentence-transformers": 0.0, "dotcat": 0.0}
+    names = {p: f"dotcat {m.precision} ({m.backend})" for p, m in ours.items()}
+    runners = [("sentence-transformers", run_st)]
+    runners += [(names[p], dotcat_runner(m)) for p, m in ours.items()]
+    for _, fn in runners:  # warm-up on one query's pairs each
+        fn()
+
+    times = dict.fromkeys((name for name, _ in runners), 0.0)
     scores: dict[str, np.ndarray] = {}
     for r in range(args.rounds):
-        order = [("sentence-transformers", run_st), ("dotcat", run_dotcat)]
-        if r % 2:
-            order.reverse()
+        order = runners[r % len(runners) :] + runners[: r % len(runners)]
         for name, fn in order:
             start = time.perf_counter()
             scores[name] = fn()
@@ -112,29 +123,29 @@ def main() -> None:
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 
     st_rate = n * args.rounds / times["sentence-transformers"]
-    our_rate = n * args.rounds / times["dotcat"]
-    rho = spearman(scores["dotcat"], scores["sentence-transformers"])
-    max_diff = float(np.abs(scores["dotcat"] - scores["sentence-transformers"]).max())
     lines = [
         "# Re-ranking throughput: dotcat vs sentence-transformers CrossEncoder.predict",
         "",
         f"Command: `python {' '.join(sys.argv)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_model()}, "
-        f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} "
-        "threads), no GPU.",
-        f"Model: `{args.model}` (max length {args.max_length} tokens per pair, fp32 on both "
-        f"sides). Pairs: {args.n_queries} SciFact test queries x BM25 top {args.depth} = {n} "
-        f"pairs, scored one query at a time, {args.rounds} rounds alternating the order; "
-        f"sentence-transformers with `batch_size={args.batch_size}`.",
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}; "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), no GPU.",
+        f"Model: `{args.model}` (max length {args.max_length} tokens per pair; "
+        f"sentence-transformers fp32). Pairs: {args.n_queries} SciFact test queries x BM25 top "
+        f"{args.depth} = {n} pairs, scored one query at a time, {args.rounds} rounds rotating "
+        f"the order; sentence-transformers with `batch_size={args.batch_size}`.",
         "",
-        "| scorer | pairs/s | ratio |",
-        "| --- | ---: | ---: |",
-        f"| sentence-transformers `CrossEncoder.predict` | {st_rate:.1f} | 1.00 |",
-        f"| dotcat `CrossEncoder.score` | {our_rate:.1f} | {our_rate / st_rate:.2f} |",
-        "",
-        f"Agreement with sentence-transformers' fp32 logits: Spearman {rho:.6f}, "
-        f"max |difference| {max_diff:.2e}.",
+        "| scorer | pairs/s | ratio | Spearman vs ST fp32 | max abs diff |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| sentence-transformers `CrossEncoder.predict` | {st_rate:.1f} | 1.00 | 1 | 0 |",
     ]
+    for name in names.values():
+        rate = n * args.rounds / times[name]
+        rho = spearman(scores[name], scores["sentence-transformers"])
+        diff = float(np.abs(scores[name] - scores["sentence-transformers"]).max())
+        lines.append(
+            f"| {name} `CrossEncoder.score` | {rate:.1f} | {rate / st_rate:.2f} | {rho:.6f} "
+            f"| {diff:.2e} |"
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
