@@ -196,3 +196,23 @@ def test_index_shard_and_merge_from_the_command_line(built, tiny_bert_dir, tmp_p
     assert search.exit_code == 0, search.output
     bad = runner.invoke(app, ["index", str(built["corpus"]), str(tmp_path / "x"), "--shard", "2/2"])
     assert bad.exit_code == 2 and "0 <= I < N" in bad.output
+
+
+def test_shards_of_two_int8_runtimes_are_refused(built):
+    from dataclasses import replace
+
+    from dotcat.index.manifest import Manifest
+    from dotcat.index.shards import check_compatible
+
+    s0, s1 = built["parts"] / "s0", built["parts"] / "s1"
+    a, b = Manifest.read(s0), Manifest.read(s1)
+
+    def at(manifest, **entry):
+        recorded = {k: v for k, v in manifest.encoder.items() if k != "backend"}
+        return replace(manifest, encoder={**recorded, "precision": "int8", **entry})
+
+    check_compatible([(s0, at(a, backend="openvino")), (s1, at(b, backend="openvino"))])
+    # Manifests from before the key are ONNX Runtime's.
+    check_compatible([(s0, at(a)), (s1, at(b, backend="onnxruntime"))])
+    with pytest.raises(DotcatError, match="int8 runtime: 'onnxruntime' vs 'openvino'"):
+        check_compatible([(s0, at(a)), (s1, at(b, backend="openvino"))])

@@ -40,6 +40,7 @@ from dotcat.index.manifest import (
     INDEX_NAME,
     MANIFEST_NAME,
     Manifest,
+    int8_runtime,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             for key in (*ENCODER_KEYS, "precision")
             if first.encoder.get(key) != manifest.encoder.get(key)
         ]
+        runtimes = (int8_runtime(first.encoder), int8_runtime(manifest.encoder))
+        if not diffs and first.encoder.get("precision") == "int8" and len(set(runtimes)) > 1:
+            diffs.append(f"int8 runtime: {runtimes[0]!r} vs {runtimes[1]!r}")
         if diffs:
             raise DotcatError(
                 f"{path} was built with another encoder or settings than {first_dir} "
