@@ -140,9 +140,8 @@ def cpu_has_vnni() -> bool:
 def auto_precision(kind: str, device: torch.device) -> str:
     """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``):
     int8 on a CPU with VNNI where one of the kind's runtimes in :data:`INT8_BY_DEFAULT` is
-    installed;
-    otherwise the autocast rule of :func:`resolve_precision` (bf16 where native, else fp32; on
-    GPUs ``auto``)."""
+    installed; otherwise the autocast rule of :func:`resolve_precision` (bf16 where native,
+    else fp32; on GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
     runtimes = INT8_BY_DEFAULT.get(kind, ())
