@@ -31,8 +31,8 @@ import contextlib
 import importlib.util
 import logging
 import os
-import queue
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -109,10 +109,13 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str, workers: int) ->
 class OpenVinoRunner:
     """One compiled OpenVINO model on CPU, called like a model: feeds -> first output.
 
-    One stream of ``workers`` threads, called from dotcat's ``workers`` batch threads. A call
-    borrows an idle infer request from a pool (a request is not thread-safe, the compiled model
-    is; worker threads are new on every ``score``, requests are kept). Pinning is off: the
-    cores are shared with tokenisation and, when serving, the event loop.
+    One stream of ``workers`` threads, called from dotcat's ``workers`` batch threads: calls
+    take turns on one infer request (a request is not thread-safe; one stream runs one request
+    at a time anyway), while the callers tokenise and pool around them. Taking turns in Python,
+    not inside OpenVINO, also keeps two requests from ever waiting on each other there: a
+    process holding four compiled re-rankers hung once in ``infer`` with two requests in flight
+    (seen once in five runs by hand, not reproduced since). Pinning is off: the cores are shared
+    with tokenisation and, when serving, the event loop.
 
     Why one stream and not one per worker: OpenVINO 2026.4's CPU plugin, with int8 weights, a
     bf16 inference precision and two streams, returned logits unrelated to fp32's (off by more
@@ -149,7 +152,8 @@ class OpenVinoRunner:
         self.workers = workers
         self.input_names = [port.get_any_name() for port in self.compiled.inputs]
         self._output = self.compiled.outputs[0]
-        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self._request = self.compiled.create_infer_request()
+        self._lock = threading.Lock()
 
     def calls(self, batch: Mapping[str, object]) -> list[dict[str, np.ndarray]]:
         """The feeds to run for a right-padded batch: the whole batch, in one call (the
@@ -160,15 +164,9 @@ class OpenVinoRunner:
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
         """Run on ``feeds`` (see :func:`dotcat.models.onnx_backend.model_inputs`)."""
         inputs = onnx_backend.model_inputs(self.input_names, feeds)
-        try:
-            request = self._idle.get_nowait()
-        except queue.Empty:
-            request = self.compiled.create_infer_request()
-        try:
-            result = request.infer(inputs)
-            return np.array(result[self._output], dtype=np.float32)
-        finally:
-            self._idle.put(request)
+        with self._lock:  # one stream runs one request at a time anyway; see the class docstring
+            result = self._request.infer(inputs)
+            return np.array(result[self._output], dtype=np.float32)  # a copy: the request reuses it
 
 
 def _recipe(kind: str, fingerprint: str) -> dict:
