@@ -118,13 +118,12 @@ class OpenVinoRunner:
     with tokenisation and, when serving, the event loop.
 
     Why one stream and not one per worker: OpenVINO 2026.4's CPU plugin, with int8 weights, a
-    bf16 inference precision and two streams, returned logits unrelated to fp32's (off by more
-    than their whole spread, and not the same twice) for models whose hidden size is not a
-    multiple of 64 (32, 100, 312 -- TinyBERT's; 64, 128, 256, 384 were right), on an Intel Xeon
-    with AMX (flags avx512_bf16 amx_bf16 amx_int8), also with AMX masked off. One stream of two
-    threads was right for all of them, as fast (118-128 against 124 pairs/s, MiniLM-size
-    re-ranker, 256 tokens, that machine). ``tests/models/test_openvino_backend.py`` checks
-    hidden sizes of both kinds.
+    bf16 inference precision and two streams, returned logits unrelated to fp32's (off by 8-74
+    times their whole spread, and not the same twice) for models whose hidden size is not a
+    multiple of 64 (32, 100, 312 -- TinyBERT's; 384 was right), on an Intel Xeon with AMX
+    (flags avx512_bf16 amx_bf16 amx_int8). One stream of two threads was right for all of them,
+    at 0.88x the two streams' pairs/s (eval/results/openvino_streams.md).
+    ``tests/models/test_openvino_backend.py`` checks hidden sizes of both kinds.
     """
 
     #: The runtime's name (``CrossEncoder.backend``).
