@@ -112,7 +112,7 @@ _PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 _RERANK_BACKEND_HELP = (
     "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
 )
-_RERANK_BACKENDS = ("auto", "openvino", "onnxruntime")
+_INT8_BACKENDS = ("auto", "openvino", "onnxruntime")
 
 # Every command checks its arguments, paths and outputs with light modules (no torch, no
 # FAISS) before importing the stages that do the work: a typo is reported in milliseconds,
@@ -262,7 +262,7 @@ def index(
     _at_least("--chunk-size", chunk_size)
     _at_least("--ray-workers", ray_workers)
     _one_of("--precision", precision, _PRECISIONS)
-    _one_of("--int8-backend", int8_backend, _RERANK_BACKENDS)
+    _one_of("--int8-backend", int8_backend, _INT8_BACKENDS)
     shard_spec = _parse_shard(shard) if shard else None
     check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec)
 
@@ -420,7 +420,7 @@ def search(
         _at_least(option, value)
     _at_least("--ef-search", ef_search)
     _one_of("--precision", precision, _PRECISIONS)
-    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
+    _one_of("--rerank-backend", rerank_backend, _INT8_BACKENDS)
     _one_of("--first-stage", first_stage, _FIRST_STAGES)
     if output is not None:
         from dotcat.data import check_output_file
@@ -659,7 +659,7 @@ def serve(
     """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
     _at_least("--depth", depth)
     _one_of("--precision", precision, _PRECISIONS)
-    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
+    _one_of("--rerank-backend", rerank_backend, _INT8_BACKENDS)
     _one_of("--first-stage", first_stage, _FIRST_STAGES)
     _check_index(index_dir)
     if rerank:
@@ -758,7 +758,7 @@ def export(
 ) -> None:
     """Export a model beside its weights where sentence-transformers looks (onnx/, openvino/)."""
     _one_of("--precision", precision, ("int8", "fp32"))
-    _one_of("--backend", backend, ("auto", "onnxruntime", "openvino"))
+    _one_of("--backend", backend, _INT8_BACKENDS)
     _one_of("--keep-fp32", keep_fp32, ("none", "ffn_output"))
     if variant is not None:
         _one_of("--variant", variant, ("avx512_vnni", "avx2"))
@@ -1159,7 +1159,7 @@ def rerank_cmd(
     _at_least("--depth", depth)
     _at_least("--batch-size", batch_size)
     _one_of("--precision", precision, _PRECISIONS)
-    _one_of("--rerank-backend", rerank_backend, _RERANK_BACKENDS)
+    _one_of("--rerank-backend", rerank_backend, _INT8_BACKENDS)
     find_corpus_file(data)
     check_output_file(output)
     first = ranked(read_run(run))

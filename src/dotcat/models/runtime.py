@@ -120,11 +120,8 @@ ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
 #: ONNX Runtime's (eval/results/serve_cpu_split_xeon.md), so it is not the default. Indexes
 #: record which int8 runtime made their vectors; queries follow it.
 INT8_BY_DEFAULT = {"encoder": ("onnxruntime",), "cross-encoder": ("openvino",)}
-#: The runtimes of the int8 path, and which model kinds each runs.
-INT8_BACKENDS = {
-    "onnxruntime": ("encoder", "cross-encoder"),
-    "openvino": ("encoder", "cross-encoder"),
-}
+#: The runtimes of the int8 path (each runs both model kinds).
+INT8_BACKENDS = ("onnxruntime", "openvino")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
@@ -165,16 +162,13 @@ def int8_backend(kind: str, backend: str = "auto") -> str:
     :data:`INT8_BY_DEFAULT` installed, else ONNX Runtime.
 
     Raises:
-        DotcatError: an unknown runtime, or one that does not run this kind.
+        DotcatError: an unknown runtime.
     """
     if backend == "auto":
         runtimes = INT8_BY_DEFAULT.get(kind, ())
         return next((r for r in runtimes if backend_installed(r)), "onnxruntime")
     if backend not in INT8_BACKENDS:
         raise DotcatError(f"unknown int8 backend {backend!r} (auto, {', '.join(INT8_BACKENDS)})")
-    if kind not in INT8_BACKENDS[backend]:
-        runs = " and ".join(INT8_BACKENDS[backend])
-        raise DotcatError(f"the {backend} int8 path runs the {runs} only, not the {kind}")
     return backend
 
 
