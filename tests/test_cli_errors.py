@@ -116,6 +116,10 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", "cat", ws["root"] / "no-data", ws["root"] / "m"], "no-data"),
         (["train", "dot", c, ws["a_file"], "--base", m], "exists and is not a directory"),
         (["train", "cat", c, ws["root"] / "m", "--base", ws["not_a_model"]], "not a model"),
+        (
+            ["train", "cat", c, ws["root"] / "m", "--base", m, "--pretrain-queries", "-1"],
+            "--pretrain-queries must be >= 0, got -1",
+        ),
         (["train", "dot", c, ws["root"] / "m", "--base", m, "--epochs", "0"], "--epochs must"),
     ]
 

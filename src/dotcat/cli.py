@@ -1241,6 +1241,13 @@ def train_cat(
     ] = 0.1,
     dev_fraction: _DevFraction = 0.1,
     dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
+    pretrain_queries: Annotated[
+        int,
+        typer.Option(
+            help="First pre-train on this many label-free corpus pseudo-pairs (titles or "
+            "sentences as queries; 0: off)."
+        ),
+    ] = 0,
     seed: _Seed = 42,
     bf16: _Bf16 = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
@@ -1253,6 +1260,7 @@ def train_cat(
     _at_least("--n-negatives", n_negatives)
     _at_least("--depth", depth)
     _at_least("--max-length", max_length, 8)
+    _at_least("--pretrain-queries", pretrain_queries, 0)
 
     from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
 
@@ -1281,6 +1289,7 @@ def train_cat(
         teacher_temperature=teacher_temperature,
         dev_fraction=dev_fraction,
         dev_depth=dev_depth,
+        pretrain_queries=pretrain_queries,
         seed=seed,
         bf16=bf16,
         device=device,

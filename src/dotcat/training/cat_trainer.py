@@ -36,6 +36,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -106,6 +107,10 @@ class CatTrainConfig:
     ``teacher_temperature``; :func:`dotcat.losses.soft_lce_loss`): the cross-encoder also
     learns from the ensemble of first stages it sits behind.
 
+    Pre-training: with ``pretrain_queries`` N > 0, one epoch on N label-free pseudo-pairs of
+    the corpus (a title or a cut sentence as the query, its document as the positive) comes
+    first, and the qrels fine-tune the result (:mod:`dotcat.training.cat_pretrain`).
+
     Checkpoints: checkpoint_every, keep_checkpoints, resume, overwrite, stop_after_steps,
     show_progress, as for ``DotTrainConfig``.
     """
@@ -138,6 +143,7 @@ class CatTrainConfig:
     teacher_temperature: float = 0.1
     dev_fraction: float = 0.1
     dev_depth: int = 20
+    pretrain_queries: int = 0
     seed: int = 42
     bf16: str = "auto"
     device: str = "auto"
@@ -176,6 +182,7 @@ class CatTrainConfig:
             ),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
             (self.stop_after_steps is None or self.stop_after_steps >= 1, "stop_after_steps < 1"),
+            (self.pretrain_queries >= 0, "pretrain_queries must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -393,7 +400,8 @@ def train_cross_encoder(config: CatTrainConfig) -> Path:
         DotcatError: bad settings or data, an output directory holding another run (without
             ``resume`` or ``overwrite``), a checkpoint that does not fit.
     """
-    from dotcat.training.loop import finished, train
+    from dotcat.training.cat_pretrain import pretrain
+    from dotcat.training.loop import finished, prepare_out_dir, train
     from dotcat.training.recipes.cat import CatRecipe
 
     config.validate()
@@ -401,6 +409,14 @@ def train_cross_encoder(config: CatTrainConfig) -> Path:
     if config.resume and finished(out_dir, "cat", config.epochs):
         logger.info("%s: this training run has already finished; nothing to resume", out_dir)
         return out_dir
+    if config.pretrain_queries:
+        # Refuse a busy output directory before the pre-training, not after it.
+        prepare_out_dir(out_dir, config, CatRecipe.stale_files)
+        base = pretrain(config)
+        if not finished(base, "cat", 1):
+            logger.warning("%s: pre-training stopped; resume (--resume) to finish it", base)
+            return out_dir
+        config = dataclasses.replace(config, base=str(base))
     recipe = CatRecipe(config)
     return train(recipe, config, DistributedContext(device=recipe.device))
 

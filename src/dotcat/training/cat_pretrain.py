@@ -1,0 +1,92 @@
+"""Label-free pre-training of a BERT_CAT on its training corpus, before the qrels (issue 16).
+
+A cross-encoder that starts from a bi-encoder checkpoint (all-MiniLM-L6-v2) has a new head and
+has never read a query beside a document; a few hundred labelled queries are little to learn
+both from. The corpus itself provides pairs without labels (the title-body signal used to
+pre-train retrievers: Lee et al. 2019, ICT; Wang et al. 2022, GPL): each document's title (or a
+sentence cut from it, :mod:`dotcat.data.pseudo`) is a query whose positive is the document
+without it, and the first stages' other top documents are its negatives. ``train cat
+--pretrain-queries N`` trains one epoch on N such pairs, then fine-tunes on the qrels from
+there. Measured in ``eval/results/cat_pretrain.md`` and ``cat_folds.md``.
+
+Layout under the run's output directory::
+
+    OUT/pretrain/data/    the pseudo-pairs as a BEIR dir (train split)
+    OUT/pretrain/model/   the pre-trained cross-encoder (a finished ``train cat`` run)
+
+Both are kept, so a resumed run skips what is done; ``--overwrite`` redoes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+
+logger = logging.getLogger(__name__)
+
+PRETRAIN_DIR = "pretrain"
+#: Fewer pseudo-queries than this cannot teach anything (and leave no dev split).
+MIN_PSEUDO_QUERIES = 8
+#: Share of the pseudo-queries held out to check the pre-training (nothing is chosen on it).
+PRETRAIN_DEV_FRACTION = 0.05
+
+
+def pretrain(config: Any) -> Path:
+    """Pre-train ``config``'s base on pseudo-pairs of its corpus; returns the model directory.
+
+    ``config`` is a :class:`~dotcat.training.cat_trainer.CatTrainConfig` with
+    ``pretrain_queries`` > 0; the pre-training run is that config with the pseudo-pairs as its
+    data, one epoch, no qrels, and only the first stages that can rank new queries (``bm25``
+    and index directories; a TREC run covers the labelled queries only).
+    """
+    from dotcat.training.cat_trainer import train_cross_encoder
+
+    root = Path(config.out_dir) / PRETRAIN_DIR
+    if config.overwrite and root.exists():
+        shutil.rmtree(root)
+    data = pseudo_dataset(config, root / "data")
+    stages = tuple(s for s in config.first_stages if not Path(s).is_file()) or ("bm25",)
+    pre = dataclasses.replace(
+        config,
+        data=data,
+        out_dir=root / "model",
+        split="train",
+        queries=None,
+        qrels=None,
+        first_stages=stages,
+        negatives_file=None,
+        epochs=1,
+        dev_fraction=PRETRAIN_DEV_FRACTION,
+        pretrain_queries=0,
+    )
+    logger.info("pre-training on %s (%s), then fine-tuning on the qrels", data, ", ".join(stages))
+    return train_cross_encoder(pre)
+
+
+def pseudo_dataset(config: Any, target: Path) -> Path:
+    """``target``: ``config.pretrain_queries`` pseudo-queries of the corpus as a BEIR dir."""
+    from dotcat.data.corpus import iter_corpus
+    from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
+
+    if (target / "qrels" / "train.tsv").is_file():
+        return target  # written whole (renamed into place) by an earlier run
+    pseudo = pseudo_queries(
+        iter_corpus(config.data), max_queries=config.pretrain_queries, seed=config.seed
+    )
+    if len(pseudo.queries) < MIN_PSEUDO_QUERIES:
+        raise DotcatError(
+            f"{config.data}: only {len(pseudo.queries)} pseudo-queries for pre-training "
+            f"({pseudo.summary()}); it needs at least {MIN_PSEUDO_QUERIES} (titles of 3+ words "
+            "or texts of several sentences); train without --pretrain-queries"
+        )
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    write_pseudo_dataset(pseudo, partial)
+    partial.rename(target)
+    logger.info("pseudo-pairs for pre-training: %s", pseudo.summary())
+    return target
