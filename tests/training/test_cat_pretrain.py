@@ -94,6 +94,19 @@ def test_a_resumed_run_does_not_pretrain_again(titled_data, tiny_bert_dir, tmp_p
     assert pre_weights.stat().st_mtime_ns == stamp
 
 
+def test_resuming_with_other_pseudo_queries_is_refused(titled_data, tiny_bert_dir, tmp_path):
+    out = tmp_path / "cat"
+    train_cross_encoder(_pretrain_config(titled_data, out, tiny_bert_dir, stop_after_steps=1))
+    other = _pretrain_config(titled_data, out, tiny_bert_dir, resume=True)
+    other.pretrain_queries = 10
+    with pytest.raises(DotcatError, match="made with .*'pretrain_queries': 12.*--overwrite"):
+        train_cross_encoder(other)
+    other.overwrite, other.resume = True, False  # --overwrite: made again, 10 this time
+    train_cross_encoder(other)
+    queries = (out / PRETRAIN_DIR / "data" / "queries.jsonl").read_text().splitlines()
+    assert len(queries) == 10 and _record(out)["status"] == "finished"
+
+
 def test_a_busy_output_is_refused_before_pretraining(titled_data, tiny_bert_dir, tmp_path):
     out = tmp_path / "cat"
     train_cross_encoder(_config(titled_data, out, tiny_bert_dir, epochs=1, loss="bce"))

@@ -20,6 +20,7 @@ Both are kept, so a resumed run skips what is done; ``--overwrite`` redoes them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -30,6 +31,8 @@ from dotcat.errors import DotcatError
 logger = logging.getLogger(__name__)
 
 PRETRAIN_DIR = "pretrain"
+#: What the pseudo-pairs were made with (a resume must ask for the same).
+SETTINGS_FILE = "dotcat_pretrain.json"
 #: Fewer pseudo-queries than this cannot teach anything (and leave no dev split).
 MIN_PSEUDO_QUERIES = 8
 #: Share of the pseudo-queries held out to check the pre-training (nothing is chosen on it).
@@ -72,9 +75,17 @@ def pseudo_dataset(config: Any, target: Path) -> Path:
     """``target``: ``config.pretrain_queries`` pseudo-queries of the corpus as a BEIR dir."""
     from dotcat.data.corpus import iter_corpus
     from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
+    from dotcat.files import write_json
 
-    if (target / "qrels" / "train.tsv").is_file():
-        return target  # written whole (renamed into place) by an earlier run
+    settings = {"pretrain_queries": config.pretrain_queries, "seed": config.seed}
+    if (target / "qrels" / "train.tsv").is_file():  # written whole by an earlier run
+        made = _read_settings(target / SETTINGS_FILE)
+        if made != settings:
+            raise DotcatError(
+                f"{target}: made with {made}, this run asks for {settings}; resume with the "
+                "same --pretrain-queries and --seed, or --overwrite"
+            )
+        return target
     pseudo = pseudo_queries(
         iter_corpus(config.data), max_queries=config.pretrain_queries, seed=config.seed
     )
@@ -87,6 +98,14 @@ def pseudo_dataset(config: Any, target: Path) -> Path:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     write_pseudo_dataset(pseudo, partial)
+    write_json(partial / SETTINGS_FILE, settings)
     partial.rename(target)
     logger.info("pseudo-pairs for pre-training: %s", pseudo.summary())
     return target
+
+
+def _read_settings(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
