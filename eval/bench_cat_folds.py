@@ -145,20 +145,23 @@ def compare(args: argparse.Namespace) -> None:
         fused = {w: {} for w in WEIGHTS}
         own, dev_scores = {}, []
         for k, model in enumerate(paths):
-            logits = logits_of(model, run, queries, args.data, args.depth, args.work)
             other = folds[1 - k]  # model k trained on fold k: it re-ranks the other fold
+            needed = other | set(dev) | (folds[k] if args.own else set())
+            sub = {q: docs for q, docs in run.items() if q in needed}
+            logits = logits_of(model, sub, queries, args.data, args.depth, args.work)
             for w in WEIGHTS:
-                got = per_query(reranked(run, logits, args.depth, w), qrels)
+                got = per_query(reranked(sub, logits, args.depth, w), qrels)
                 fused[w].update({q: got[q] for q in other})
                 if w == 1.0:
-                    own.update({q: got[q] for q in folds[k]})
+                    own.update({q: got[q] for q in folds[k] if q in got})
                     dev_scores.append(mean_over(got, dev))
         plain = fused[1.0]
         cv_scores[name] = plain
         a = [plain[q] for q in held_out]
         rows.append(
             f"| {name} | {np.mean(a):.4f} | {np.mean(a) - np.mean(base):+.4f} | "
-            f"{ttest_rel(a, base).pvalue:.3f} | {mean_over(own, held_out):.4f} | "
+            f"{ttest_rel(a, base).pvalue:.3f} | "
+            f"{f'{mean_over(own, held_out):.4f}' if args.own else '-'} | "
             f"{np.mean(dev_scores):.4f} |"
         )
         means = {w: mean_over(fused[w], held_out) for w in WEIGHTS}
@@ -178,9 +181,13 @@ def compare(args: argparse.Namespace) -> None:
                 f"| {x} - {y} | {np.mean(a) - np.mean(b):+.4f} | {ttest_rel(a, b).pvalue:.3f} |"
             )
     command = (
-        f"python eval/bench_cat_folds.py compare --data {_shown(args.data)} --folds {args.folds} "
-        f"--index {args.index} " + " ".join(f"--recipe {r}" for r in args.recipe)
-    ) + f" --depth {args.depth}"
+        (
+            f"python eval/bench_cat_folds.py compare --data {_shown(args.data)} --folds {args.folds} "
+            f"--index {args.index} " + " ".join(f"--recipe {r}" for r in args.recipe)
+        )
+        + f" --depth {args.depth}"
+        + ("" if args.own else " --no-own")
+    )
     lines = [
         "# BERT_CAT recipes, two-fold cross-validation on SciFact train",
         "",
@@ -229,6 +236,12 @@ def main() -> None:
     comp.add_argument("--index", type=Path, required=True)
     comp.add_argument("--recipe", action="append", required=True, help="NAME=FOLD0,FOLD1")
     comp.add_argument("--depth", type=int, default=20)
+    comp.add_argument(
+        "--no-own",
+        dest="own",
+        action="store_false",
+        help="skip each model's own training fold (half the scoring; no memorisation column)",
+    )
     comp.add_argument("--work", type=Path, default=Path("runs/cat-folds"))
     comp.add_argument("--output", type=Path)
     args = parser.parse_args()
