@@ -180,12 +180,10 @@ def compare(args: argparse.Namespace) -> None:
             pair_rows.append(
                 f"| {x} - {y} | {np.mean(a) - np.mean(b):+.4f} | {ttest_rel(a, b).pvalue:.3f} |"
             )
+    recipes = " ".join(f"--recipe {r}" for r in args.recipe)
     command = (
-        (
-            f"python eval/bench_cat_folds.py compare --data {_shown(args.data)} --folds {args.folds} "
-            f"--index {args.index} " + " ".join(f"--recipe {r}" for r in args.recipe)
-        )
-        + f" --depth {args.depth}"
+        f"python eval/bench_cat_folds.py compare --data {_shown(args.data)} "
+        f"--folds {args.folds} --index {args.index} {recipes} --depth {args.depth}"
         + ("" if args.own else " --no-own")
     )
     lines = [
