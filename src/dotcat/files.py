@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,22 @@ def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_or_none(path: str | os.PathLike) -> Any:
+    """The JSON in ``path``, or None where it is missing or unreadable (a run not yet begun)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def atomic_dir(target: str | os.PathLike, fill: Callable[[Path], Any]) -> None:
+    """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data)."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    fill(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.files import write_json
+from dotcat.files import atomic_dir, read_json_or_none, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +147,7 @@ class _Record:
 
     def __init__(self, path: Path, config: AdaptConfig) -> None:
         self.path = path
-        self.data = _read_json(path) or {"steps": {}}
+        self.data = read_json_or_none(path) or {"steps": {}}
         self.data["settings"] = _settings(config)
         self.before = float(self.data.get("elapsed_seconds", 0.0))
         self.started = time.perf_counter()
@@ -195,7 +194,7 @@ def _pseudo_step(config: AdaptConfig, work: Path) -> dict[str, Any]:
             f"({data.summary()}); adapting needs at least {MIN_QUERIES} (titles of 3+ words or "
             "texts of several sentences)"
         )
-    _atomic_dir(work / "all", lambda tmp: write_pseudo_dataset(data, tmp))
+    atomic_dir(work / "all", lambda tmp: write_pseudo_dataset(data, tmp))
     return data.summary()
 
 
@@ -338,7 +337,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         )
     else:
         train_bi_encoder(DotTrainConfig(**settings))
-    record = _read_json(Path(config.out_dir) / "dotcat_training.json") or {}
+    record = read_json_or_none(Path(config.out_dir) / "dotcat_training.json") or {}
     result = {
         "examples_per_second": record.get("examples_per_second"),
         "steps": record.get("steps"),
@@ -390,7 +389,7 @@ def _write_subset(work: Path, n: int, seed: int) -> None:
         kept = [lines[0], *(line for line in lines[1:] if line.split("\t")[0] in keep)]
         (tmp / "qrels" / "train.tsv").write_text("\n".join(kept) + "\n", encoding="utf-8")
 
-    _atomic_dir(work / "train", write)
+    atomic_dir(work / "train", write)
 
 
 def _prepare(out: Path, config: AdaptConfig) -> Path:
@@ -407,7 +406,7 @@ def _prepare(out: Path, config: AdaptConfig) -> Path:
             )
         shutil.rmtree(out)
     if config.resume and record.exists():
-        recorded = (_read_json(record) or {}).get("settings", {})
+        recorded = (read_json_or_none(record) or {}).get("settings", {})
         if recorded and recorded != _settings(config):
             raise DotcatError(
                 f"{out}: the earlier run used other settings ({_diff(recorded, _settings(config))})"
@@ -429,20 +428,3 @@ def _settings(config: AdaptConfig) -> dict[str, Any]:
 
 def _diff(a: dict, b: dict) -> str:
     return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(b) if a.get(k) != b[k])
-
-
-def _atomic_dir(target: Path, fill) -> None:
-    """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data)."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    fill(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

@@ -20,7 +20,6 @@ Both are kept, so a resumed run skips what is done; ``--overwrite`` redoes them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -75,11 +74,11 @@ def pseudo_dataset(config: Any, target: Path) -> Path:
     """``target``: ``config.pretrain_queries`` pseudo-queries of the corpus as a BEIR dir."""
     from dotcat.data.corpus import iter_corpus
     from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
-    from dotcat.files import write_json
+    from dotcat.files import atomic_dir, read_json_or_none, write_json
 
     settings = {"pretrain_queries": config.pretrain_queries, "seed": config.seed}
     if (target / "qrels" / "train.tsv").is_file():  # written whole by an earlier run
-        made = _read_settings(target / SETTINGS_FILE)
+        made = read_json_or_none(target / SETTINGS_FILE)
         if made != settings:
             raise DotcatError(
                 f"{target}: made with {made}, this run asks for {settings}; resume with the "
@@ -95,17 +94,11 @@ def pseudo_dataset(config: Any, target: Path) -> Path:
             f"({pseudo.summary()}); it needs at least {MIN_PSEUDO_QUERIES} (titles of 3+ words "
             "or texts of several sentences); train without --pretrain-queries"
         )
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    write_pseudo_dataset(pseudo, partial)
-    write_json(partial / SETTINGS_FILE, settings)
-    partial.rename(target)
+
+    def fill(tmp: Path) -> None:
+        write_pseudo_dataset(pseudo, tmp)
+        write_json(tmp / SETTINGS_FILE, settings)
+
+    atomic_dir(target, fill)
     logger.info("pseudo-pairs for pre-training: %s", pseudo.summary())
     return target
-
-
-def _read_settings(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
