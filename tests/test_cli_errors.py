@@ -106,6 +106,9 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["search", i, "--queries", q, "--output", ws["a_dir"]], "is a directory"),
         (["search", i, "--queries", q, "--output", under_file], "is a file, not a directory"),
         (["search", i, "words", "--rerank", ws["not_a_model"]], "not a model directory"),
+        (["calibrate", i, "--rerank", m, "--queries", "0"], "--queries must be >= 1, got 0"),
+        (["calibrate", ws["root"] / "nope", "--rerank", m], "no such index directory"),
+        (["calibrate", i, "--rerank", ws["not_a_model"]], "not a model directory"),
         (["bm25", c, "--queries", q, "--output", ws["a_dir"]], "is a directory"),
         (["bm25", c, "--queries", q, "--output", under_file], "is a file, not a directory"),
         (["bm25", c, "--queries", q, "--output", ws["root"] / "b.trec", "-k", "0"], "-k must be"),
@@ -119,6 +122,10 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (
             ["train", "cat", c, ws["root"] / "m", "--base", m, "--pretrain-queries", "-1"],
             "--pretrain-queries must be >= 0, got -1",
+        ),
+        (
+            ["train", "cat", c, ws["root"] / "m", "--base", m, "--pretrain-queries", "many"],
+            "--pretrain-queries must be 'auto' or a number >= 0, got 'many'",
         ),
         (["train", "dot", c, ws["root"] / "m", "--base", m, "--epochs", "0"], "--epochs must"),
     ]

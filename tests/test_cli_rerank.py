@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -193,3 +194,31 @@ def test_search_with_rerank_one_query_and_batch(workspace):
     assert "re-ranked top 4" in result.output
     run = read_run(out)
     assert len(run) == 16 and all(len(docs) == 5 for docs in run.values())
+
+
+def test_a_dev_weight_over_another_corpus_advises_calibration(
+    workspace, tiny_bert_dir, tiny_beir_dir, tmp_path, caplog
+):
+    """The recorded dev weight is the training corpus's: over another corpus's index the
+    pipeline says so (and how to choose one there), over the training corpus it does not."""
+    import logging
+
+    from dotcat.index import build_index
+    from dotcat.models import EncoderConfig
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    other = tmp_path / "other"
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_index(tiny_beir_dir, other, encoder, show_progress=False)
+
+    def advice(index, **settings) -> list[str]:
+        caplog.clear()
+        config = PipelineConfig(rerank=str(workspace["model"]), device="cpu", precision="fp32")
+        with caplog.at_level(logging.WARNING, logger="dotcat.search.pipeline"):
+            SearchPipeline(index, dataclasses.replace(config, **settings))
+        return [r.getMessage() for r in caplog.records if "dotcat calibrate" in r.getMessage()]
+
+    assert advice(workspace["index"]) == []
+    (message,) = advice(other)
+    assert "trained on another corpus" in message and f"dotcat calibrate {other}" in message
+    assert advice(other, interpolate=0.5) == []  # a weight given: nothing to advise

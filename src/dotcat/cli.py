@@ -124,6 +124,18 @@ def _at_least(option: str, value: float | None, minimum: float = 1) -> None:
         raise DotcatError(f"{option} must be >= {minimum}, got {value}")
 
 
+def _auto_or_count(option: str, value: str) -> int | str:
+    """``auto``, or a whole number >= 0."""
+    if value == "auto":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        raise DotcatError(f"{option} must be 'auto' or a number >= 0, got {value!r}") from None
+    _at_least(option, count, 0)
+    return count
+
+
 def _one_of(option: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise DotcatError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
@@ -343,8 +355,9 @@ def _print_hits(hits, as_json: bool) -> None:
 
 _INTERPOLATE_HELP = (
     "Mix first-stage and cross-encoder scores (min-max normalised): 'auto' (default) uses the "
-    "weight `train cat` chose on dev, or the plain cross-encoder score where none is "
-    "recorded; a number in [0, 1] is the cross-encoder's weight (1: the plain logit)."
+    "weight `dotcat calibrate` chose for the model on this index's corpus, else the one "
+    "`train cat` chose on dev, else the plain cross-encoder score; a number in [0, 1] is the "
+    "cross-encoder's weight (1: the plain logit)."
 )
 _FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 
@@ -461,7 +474,10 @@ def search(
         what = f"{pipeline.first_stage} first stage"
         if pipeline.reranker is not None:
             r = pipeline.reranker
-            what += f", re-ranked top {r.depth} with {rerank} (interpolation {r.alpha:g})"
+            what += (
+                f", re-ranked top {r.depth} with {rerank} (interpolation {r.alpha:g}, "
+                f"{r.alpha_source})"
+            )
         typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s ({what}); wrote {output}")
     else:
         _search_lines(lambda text: pipeline.search(text, k), as_json)
@@ -1201,6 +1217,77 @@ def rerank_cmd(
     )
 
 
+@app.command()
+def calibrate(
+    index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
+    rerank: Annotated[str, typer.Option(help="The BERT_CAT cross-encoder to calibrate.")],
+    depth: Annotated[int, typer.Option(help="How many results to re-rank per query.")] = 100,
+    queries: Annotated[int, typer.Option(help="Pseudo-queries to ask.")] = 200,
+    documents: Annotated[
+        int, typer.Option(help="Most documents sampled from the index to ask them on.")
+    ] = 10_000,
+    seed: Annotated[int, typer.Option(help="Changes the sample and the pseudo-queries.")] = 0,
+    first_stage: Annotated[
+        str, typer.Option(help="The first stage to re-rank: auto, dense, bm25, hybrid.")
+    ] = "auto",
+    record: Annotated[
+        bool, typer.Option(help="Record the weight in the index (--no-record: only print it).")
+    ] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    rerank_backend: Annotated[str, typer.Option(help=_RERANK_BACKEND_HELP)] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Choose how much to trust a cross-encoder on this index's corpus, without labels.
+
+    Pseudo-queries (titles, or sentences cut out of documents) are asked of the index's first
+    stage; the cross-encoder re-ranks each top --depth; the interpolation weight (0 = first
+    stage, 1 = plain logit) with the best nDCG@10 against the known answers is recorded in
+    the index, and `dotcat search/serve --rerank MODEL` use it (--interpolate auto).
+    """
+    for option, value in (("--depth", depth), ("--queries", queries), ("--documents", documents)):
+        _at_least(option, value)
+    _one_of("--precision", precision, _PRECISIONS)
+    _one_of("--rerank-backend", rerank_backend, _INT8_BACKENDS)
+    _one_of("--first-stage", first_stage, _FIRST_STAGES)
+    _check_single_index(index_dir)
+    _check_model(rerank)
+
+    from dotcat.search.calibrate import calibrate_reranker, record_corpus_weight
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    pipeline = SearchPipeline(
+        index_dir,
+        PipelineConfig(
+            first_stage=first_stage,
+            rerank=rerank,
+            depth=depth,
+            device=device,
+            precision=precision,
+            rerank_backend=rerank_backend,
+        ),
+    )
+    weight = calibrate_reranker(pipeline, queries, documents, seed)
+    if record:
+        record_corpus_weight(index_dir, weight)
+    if as_json:
+        typer.echo(json.dumps(weight.to_json(), indent=2))
+        return
+    previous = pipeline.reranker.alpha, pipeline.reranker.alpha_source
+    typer.echo(
+        f"{weight.queries} pseudo-queries on {weight.documents} documents, "
+        f"{weight.first_stage} first stage, top {depth} re-ranked; {weight.measure}:"
+    )
+    for alpha, score in weight.scores.items():
+        mark = "  <- chosen" if float(alpha) == weight.alpha else ""
+        label = {"0.0": " (first stage)", "1.0": " (plain logit)"}.get(alpha, "")
+        typer.echo(f"  weight {alpha}{label}: {score:.4f}{mark}")
+    where = f"recorded in {index_dir}" if record else "not recorded (--no-record)"
+    typer.echo(
+        f"interpolation weight {weight.alpha:g} {where}; before: {previous[0]:g} ({previous[1]})"
+    )
+
+
 @train_app.command("cat")
 def train_cat(
     data: _TrainData,
@@ -1242,12 +1329,13 @@ def train_cat(
     dev_fraction: _DevFraction = 0.1,
     dev_depth: Annotated[int, typer.Option(help="Re-ranking depth of the dev check.")] = 20,
     pretrain_queries: Annotated[
-        int,
+        str,
         typer.Option(
             help="First pre-train on this many label-free corpus pseudo-pairs (titles or "
-            "sentences as queries; 0: off)."
+            "sentences as queries): auto (1600 where the corpus gives 200 or more, else "
+            "off), a number, or 0 (off)."
         ),
-    ] = 0,
+    ] = "auto",
     seed: _Seed = 42,
     bf16: _Bf16 = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
@@ -1260,7 +1348,7 @@ def train_cat(
     _at_least("--n-negatives", n_negatives)
     _at_least("--depth", depth)
     _at_least("--max-length", max_length, 8)
-    _at_least("--pretrain-queries", pretrain_queries, 0)
+    pretrain = _auto_or_count("--pretrain-queries", pretrain_queries)
 
     from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
 
@@ -1289,7 +1377,7 @@ def train_cat(
         teacher_temperature=teacher_temperature,
         dev_fraction=dev_fraction,
         dev_depth=dev_depth,
-        pretrain_queries=pretrain_queries,
+        pretrain_queries=pretrain,
         seed=seed,
         bf16=bf16,
         device=device,

@@ -144,3 +144,22 @@ def test_a_changed_setting_recomputes_only_what_depends_on_it(setup):
         ("rerank", False),
     ]
     assert len(deeper["computed"]) == 1
+
+
+def test_a_weight_calibrated_on_the_index_is_followed_and_recomputes(setup, tiny_cat_dir):
+    from dotcat.index.manifest import Manifest
+    from dotcat.models.resolve import weights_fingerprint
+    from dotcat.search.calibrate import CorpusWeight, record_corpus_weight
+
+    first = setup["run"]()
+    stages = first["systems"]["hybrid + cat"]["stages"]
+    assert stages[2]["details"]["interpolation_source"] == "plain"
+    index = Path(stages[0]["path"])
+    Manifest.read(index)  # the experiment's index directory
+    fingerprint = weights_fingerprint(tiny_cat_dir)
+    weight = CorpusWeight(0.3, str(tiny_cat_dir), fingerprint, 3, "hybrid", 20, 6, 0, {})
+    record_corpus_weight(index, weight)  # as `dotcat calibrate INDEX --rerank CAT` would
+    second = setup["run"]()
+    assert _stages(second)["hybrid + cat"][2] == ("rerank", False)  # not the cached run
+    details = second["systems"]["hybrid + cat"]["stages"][2]["details"]
+    assert (details["interpolation"], details["interpolation_source"]) == (0.3, "corpus-chosen")

@@ -119,3 +119,34 @@ def test_a_corpus_without_pseudo_queries_is_refused_by_name(toy_data, tiny_bert_
     """The plain toy corpus: two-word titles, one short sentence per text: nothing to pair."""
     with pytest.raises(DotcatError, match=r"only 0 pseudo-queries for pre-training"):
         train_cross_encoder(_pretrain_config(toy_data, tmp_path / "cat", tiny_bert_dir))
+
+
+def test_auto_pretrains_where_the_corpus_gives_enough_pseudo_queries(
+    titled_data, toy_data, tiny_bert_dir, tmp_path, monkeypatch
+):
+    """The default, scaled down: titled_data gives 16 pseudo-queries, toy_data none."""
+    from dotcat.training import cat_pretrain
+
+    monkeypatch.setattr(cat_pretrain, "AUTO_MIN_QUERIES", 10)
+    monkeypatch.setattr(cat_pretrain, "AUTO_QUERIES", 12)
+    out = train_cross_encoder(_config(titled_data, tmp_path / "a", tiny_bert_dir, epochs=1))
+    assert _record(out)["hyperparameters"]["pretrain_queries"] == 12
+    assert _record(out / PRETRAIN_DIR / "model")["status"] == "finished"
+    plain = train_cross_encoder(_config(toy_data, tmp_path / "b", tiny_bert_dir, epochs=1))
+    assert _record(plain)["hyperparameters"]["pretrain_queries"] == 0
+    assert not (plain / PRETRAIN_DIR).exists()
+
+
+def test_auto_on_resume_keeps_the_first_decision(titled_data, tiny_bert_dir, tmp_path, monkeypatch):
+    """A run begun without pre-training (e.g. under the old default) is resumed without it,
+    although `auto` would pre-train on this corpus now."""
+    from dotcat.training import cat_pretrain
+
+    monkeypatch.setattr(cat_pretrain, "AUTO_MIN_QUERIES", 10)
+    out = tmp_path / "cat"
+    settings = dict(epochs=1, stop_after_steps=1)
+    train_cross_encoder(_config(titled_data, out, tiny_bert_dir, pretrain_queries=0, **settings))
+    train_cross_encoder(_config(titled_data, out, tiny_bert_dir, resume=True, epochs=1))
+    record = _record(out)
+    assert record["status"] == "finished" and record["hyperparameters"]["pretrain_queries"] == 0
+    assert not (out / PRETRAIN_DIR).exists()

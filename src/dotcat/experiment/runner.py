@@ -328,12 +328,14 @@ class _Runner:
     def _rerank(
         self, system: SystemConfig, first: StageRecord, index_dir: Path | None
     ) -> StageRecord:
+        reranker = self._reranker(system, index_dir)
         description = {
             "kind": "rerank",
             "first_stage": first.fingerprint,
             "model": model_fingerprint(system.rerank),
             "depth": system.depth,
-            "interpolate": system.interpolate,
+            # The weight itself: `auto` follows records (the index's calibration) that change.
+            "interpolate": reranker.alpha,
             "k": self.config.k,
             "queries": self.data.fingerprint["queries"],
             "precision": self.env.precision,
@@ -349,7 +351,6 @@ class _Runner:
         first_run = {q: list(docs.items()) for q, docs in read_run(first.path).items()}
         heads = {doc for docs in first_run.values() for doc, _ in docs[: system.depth]}
         texts = _index_texts(index_dir, heads) if index_dir else self._corpus_texts(heads)
-        reranker = self._reranker(system)
         out = reranker.rerank(first_run, self.data.queries, texts, system.depth, True)
         run = {q: docs[: self.config.k] for q, docs in out.items()}
         write_run(run, path, tag="dotcat-rerank")
@@ -368,7 +369,10 @@ class _Runner:
 
         return corpus_texts(self.data.corpus(), ids)
 
-    def _reranker(self, system: SystemConfig):
+    def _reranker(self, system: SystemConfig, index_dir: Path | None):
+        """The system's re-ranker; over an index, with the weights calibrated on its corpus
+        (as ``dotcat search --rerank`` over that index)."""
+        from dotcat.index.manifest import Manifest
         from dotcat.search.pipeline import Reranker
 
         key = (system.rerank, system.interpolate, system.batch_size)
@@ -381,7 +385,10 @@ class _Runner:
                 precision=self.config.precision,
                 batch_size=system.batch_size,
             )
-        return self._rerankers[key]
+        loaded = self._rerankers[key]
+        weights = Manifest.read(index_dir).rerank if index_dir else None
+        # The loaded model is shared; the weight is per index (a cheap wrapper, no reload).
+        return Reranker(loaded.cross_encoder, system.depth, system.interpolate, weights)
 
 
 def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:

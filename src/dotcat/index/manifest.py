@@ -56,6 +56,9 @@ class Manifest:
     shard: dict[str, int] | None = None
     #: Live updates (``dotcat add`` / ``dotcat delete``), oldest first.
     updates: list[dict[str, Any]] | None = None
+    #: Interpolation weights chosen on this corpus for cross-encoders (``dotcat calibrate``,
+    #: :mod:`dotcat.search.calibrate`), keyed by the cross-encoder's weights fingerprint.
+    rerank: dict[str, dict[str, Any]] | None = None
 
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""

@@ -16,9 +16,10 @@ First stages, over one index directory (:func:`dotcat.index.build_index`):
   on collections unlike the encoder's training data BM25 often beats a dense model.
 
 Re-ranking (:mod:`dotcat.search.reranker`): the top ``depth`` of the first stage re-ordered by
-the cross-encoder, with ``alpha * norm(cat) + (1 - alpha) * norm(first)`` where ``alpha`` is
-the weight ``dotcat train cat`` chose on dev (``interpolate="auto"``, the default; 1.0, the
-plain logit, where none is recorded).
+the cross-encoder, with ``alpha * norm(cat) + (1 - alpha) * norm(first)`` where ``alpha``
+(``interpolate="auto"``, the default) is the weight ``dotcat calibrate`` chose for this model
+on the index's own corpus (:mod:`dotcat.search.calibrate`), else the one ``dotcat train cat``
+chose on its dev split, else 1.0 (the plain logit).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class PipelineConfig:
         fusion_depth: candidates per first stage before fusing.
         rerank: a BERT_CAT cross-encoder (directory or hub name) to re-rank with; None: no.
         depth: how many first-stage results are re-ranked.
-        interpolate: ``auto`` (the weight recorded by ``train cat``, else 1), or a number in
+        interpolate: ``auto`` (the weight recorded for this model in the index by ``dotcat
+            calibrate``, else the one recorded by ``train cat``, else 1), or a number in
             [0, 1] (1: the plain cross-encoder logit).
         model: the query encoder, when not the one the index records (checked against it).
         device, precision: where and at what precision the models run.
@@ -106,6 +108,20 @@ def parse_interpolate(value: str | float | None) -> float | None:
     return alpha
 
 
+def _corpus_alpha(weights: Mapping[str, Any] | None, fingerprint: str) -> float | None:
+    """The weight ``dotcat calibrate`` recorded in an index manifest for this model, if any."""
+    entry = (weights or {}).get(fingerprint)
+    if entry is None:
+        return None
+    try:
+        return parse_interpolate(entry["alpha"])
+    except (DotcatError, KeyError, TypeError):
+        raise DotcatError(
+            f"index manifest: the re-ranking weight recorded for model {fingerprint[:12]} is "
+            f"unreadable ({entry!r}); run `dotcat calibrate` again"
+        ) from None
+
+
 class Reranker:
     """The second stage: a BERT_CAT cross-encoder, its depth and its interpolation weight.
 
@@ -114,20 +130,32 @@ class Reranker:
             trained head.
         depth: how many results per query it re-ranks.
         interpolate: see :class:`PipelineConfig`.
+        corpus_weights: the index manifest's ``rerank`` entries (weights chosen on its corpus,
+            keyed by cross-encoder fingerprint).
     """
 
-    def __init__(self, cross_encoder: Any, depth: int = 100, interpolate: str | float = "auto"):
+    def __init__(
+        self,
+        cross_encoder: Any,
+        depth: int = 100,
+        interpolate: str | float = "auto",
+        corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
         cross_encoder.require_trained()
         self.cross_encoder = cross_encoder
         self.depth = depth
-        explicit = parse_interpolate(interpolate)
-        recorded = cross_encoder.interpolation_alpha
-        self.alpha = (
-            explicit if explicit is not None else (recorded if recorded is not None else 1.0)
-        )
-        self.alpha_source = (
-            "given" if explicit is not None else "dev-chosen" if recorded is not None else "plain"
-        )
+        # The weight: given > chosen on this corpus (dotcat calibrate) > chosen on the
+        # model's dev split > 1 (the plain logit).
+        corpus = _corpus_alpha(corpus_weights, cross_encoder.fingerprint)
+        for source, alpha in (
+            ("given", parse_interpolate(interpolate)),
+            ("corpus-chosen", corpus),
+            ("dev-chosen", cross_encoder.interpolation_alpha),
+            ("plain", 1.0),
+        ):
+            if alpha is not None:
+                self.alpha, self.alpha_source = float(alpha), source
+                break
 
     @classmethod
     def load(
@@ -140,6 +168,7 @@ class Reranker:
         precision: str = "auto",
         backend: str = "auto",
         batch_size: int = 32,
+        corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Reranker:
         from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
         from dotcat.models.runtime import store_linear_weights
@@ -150,7 +179,7 @@ class Reranker:
         cross_encoder = CrossEncoder.load(config)
         # Loaded here for inference only: its linear weights cast once, not on every call.
         store_linear_weights(cross_encoder.model, cross_encoder.autocast_dtype)
-        return cls(cross_encoder, depth, interpolate)
+        return cls(cross_encoder, depth, interpolate, corpus_weights)
 
     def rerank(
         self,
@@ -219,13 +248,38 @@ class SearchPipeline:
                 precision=config.precision,
                 backend=config.rerank_backend,
                 batch_size=config.batch_size,
+                corpus_weights=self.manifest.rerank,
             )
             if config.rerank
             else None
         )
+        if self.reranker is not None:
+            self._advise_calibration()
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
 
     # -- set-up ------------------------------------------------------------------------------
+
+    def _advise_calibration(self) -> None:
+        """Warn when a dev-chosen weight meets a corpus the cross-encoder was not trained on:
+        out of domain that weight made re-ranking worse than the first stage it re-ranks
+        (``eval/results/cat_corpus_weight.md``); ``dotcat calibrate`` chooses one for it."""
+        from dotcat.files import read_json_or_none
+
+        reranker = self.reranker
+        if reranker.alpha_source != "dev-chosen":
+            return
+        record = read_json_or_none(Path(reranker.cross_encoder.path) / "dotcat_training.json")
+        try:
+            trained_on = record["data"]["sha256"]["corpus"]
+        except (TypeError, KeyError):  # not trained by dotcat, or an older record
+            return
+        if trained_on and trained_on != self.manifest.corpus.get("sha256"):
+            logger.warning(
+                "%s was trained on another corpus: its dev-chosen interpolation weight %g may "
+                "not suit this one; `dotcat calibrate %s --rerank %s` chooses one on it",
+                reranker.cross_encoder.path, reranker.alpha, self.index_dir,
+                reranker.cross_encoder.path,
+            )  # fmt: skip
 
     def _load_bm25(self):
         entry = self.manifest.bm25
@@ -273,6 +327,11 @@ class SearchPipeline:
                 )
                 self._dense.encoder.single_query_threads = self._small_call_threads
             return self._dense
+
+    @property
+    def encoder(self):
+        """The index's BERT_DOT query encoder (a loaded :class:`dotcat.models.BiEncoder`)."""
+        return self._dense_retriever().encoder
 
     def one_thread_small_calls(self) -> None:
         """Encode single queries (and other small calls) on one intra-op thread.

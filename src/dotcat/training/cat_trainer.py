@@ -109,7 +109,8 @@ class CatTrainConfig:
 
     Pre-training: with ``pretrain_queries`` N > 0, one epoch on N label-free pseudo-pairs of
     the corpus (a title or a cut sentence as the query, its document as the positive) comes
-    first, and the qrels fine-tune the result (:mod:`dotcat.training.cat_pretrain`).
+    first, and the qrels fine-tune the result (:mod:`dotcat.training.cat_pretrain`); ``auto``
+    (the default) is 1,600 where the corpus gives at least 200 pseudo-queries, else 0.
 
     Checkpoints: checkpoint_every, keep_checkpoints, resume, overwrite, stop_after_steps,
     show_progress, as for ``DotTrainConfig``.
@@ -143,7 +144,7 @@ class CatTrainConfig:
     teacher_temperature: float = 0.1
     dev_fraction: float = 0.1
     dev_depth: int = 20
-    pretrain_queries: int = 0
+    pretrain_queries: int | str = "auto"
     seed: int = 42
     bf16: str = "auto"
     device: str = "auto"
@@ -182,7 +183,11 @@ class CatTrainConfig:
             ),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
             (self.stop_after_steps is None or self.stop_after_steps >= 1, "stop_after_steps < 1"),
-            (self.pretrain_queries >= 0, "pretrain_queries must be >= 0"),
+            (
+                self.pretrain_queries == "auto"
+                or (isinstance(self.pretrain_queries, int) and self.pretrain_queries >= 0),
+                "pretrain_queries must be 'auto' or >= 0",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -400,7 +405,7 @@ def train_cross_encoder(config: CatTrainConfig) -> Path:
         DotcatError: bad settings or data, an output directory holding another run (without
             ``resume`` or ``overwrite``), a checkpoint that does not fit.
     """
-    from dotcat.training.cat_pretrain import pretrain
+    from dotcat.training.cat_pretrain import pretrain, resolve_pretrain_queries
     from dotcat.training.loop import finished, prepare_out_dir, train
     from dotcat.training.recipes.cat import CatRecipe
 
@@ -409,6 +414,7 @@ def train_cross_encoder(config: CatTrainConfig) -> Path:
     if config.resume and finished(out_dir, "cat", config.epochs):
         logger.info("%s: this training run has already finished; nothing to resume", out_dir)
         return out_dir
+    config = dataclasses.replace(config, pretrain_queries=resolve_pretrain_queries(config))
     if config.pretrain_queries:
         # Refuse a busy output directory before the pre-training, not after it.
         prepare_out_dir(out_dir, config, CatRecipe.stale_files)

@@ -1,0 +1,219 @@
+"""A re-ranker's interpolation weight chosen for one corpus, from the corpus alone.
+
+``dotcat train cat`` records the weight ``alpha`` of ``alpha * norm(cat) + (1 - alpha) *
+norm(first)`` (:func:`dotcat.search.reranker.fuse`) that its dev split likes best, and every
+corpus then gets that weight. A cross-encoder trained on one collection can rank another one
+worse than the first stage it re-ranks; with the training data's weight the pipeline then loses
+to its own first stage (``eval/results/cat_fusion.md``: every fusion and depth chosen on SciFact
+dev lost on both collections the models never saw).
+
+:func:`calibrate_reranker` asks the corpus instead, without labels. It draws pseudo-queries
+from the index's documents (:mod:`dotcat.data.pseudo`: a title, or a sentence cut out of its
+document, the inverse cloze task of Lee et al., ACL 2019), each with one known answer: the
+document it came from, without that title or sentence. A small index of those documents is
+built with the index's own encoder, BM25 and fusion settings; the pipeline's first stage ranks
+it for each pseudo-query; the cross-encoder scores each top ``depth``; and ``alpha`` in 0, 0.1,
+..., 1 is judged by nDCG@10 against the known answers. The best weight is recorded in the index
+manifest under the cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
+before the model's dev weight (:class:`dotcat.search.pipeline.Reranker`). Ties go to the
+smaller weight: where the corpus cannot tell, trust the first stage.
+
+Measured (``eval/results/cat_corpus_weight*.md``): a SciFact-trained BERT_CAT whose SciFact dev
+weight made re-ranking lose out of domain gets weights chosen this way that keep it at or above
+the first stage there.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotcat.data.corpus import Document
+from dotcat.data.splits import unit_hash
+from dotcat.errors import DotcatError
+
+if TYPE_CHECKING:
+    from dotcat.data.pseudo import PseudoQueries
+    from dotcat.search.pipeline import SearchPipeline
+
+logger = logging.getLogger(__name__)
+
+#: The interpolation weights judged (0: the first stage alone, 1: the plain logit).
+WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+MEASURE = "nDCG@10"
+#: Fewer pseudo-queries than this cannot tell weights apart.
+MIN_QUERIES = 20
+
+
+@dataclass
+class CorpusWeight:
+    """The interpolation weight a corpus chose for one cross-encoder, and how.
+
+    Attributes:
+        alpha: the chosen weight of the cross-encoder.
+        model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256.
+        depth: documents re-ranked per pseudo-query.
+        first_stage: the first stage re-ranked (``dense``, ``bm25`` or ``hybrid``).
+        queries, documents: pseudo-queries asked, documents of the sample they were asked on.
+        scores: ``str(alpha) -> nDCG@10`` over the pseudo-queries.
+        pseudo: where the pseudo-queries came from (titles, cut sentences...).
+    """
+
+    alpha: float
+    model: str
+    fingerprint: str
+    depth: int
+    first_stage: str
+    queries: int
+    documents: int
+    seed: int
+    scores: dict[str, float]
+    pseudo: dict[str, int] = field(default_factory=dict)
+    measure: str = MEASURE
+    created: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sample_documents(pipeline: SearchPipeline, max_documents: int, seed: int) -> list[Document]:
+    """At most ``max_documents`` of the index's documents, drawn by a hash of their ids (the
+    same sample on every machine; a larger cap keeps every document a smaller one kept)."""
+    rows = (
+        Document(doc_id, title, text)
+        for batch in pipeline.index.store.iter_rows()
+        for _, doc_id, title, text in batch
+    )
+    # Streamed: only the sample is ever held in memory, whatever the corpus's size.
+    return heapq.nsmallest(max_documents, rows, key=lambda d: unit_hash(seed, "calibrate", d.id))
+
+
+def choose_alpha(scores: dict[float, float]) -> float:
+    """The best-scoring weight; ties go to the smaller one (more first stage)."""
+    return max(scores, key=lambda a: (round(scores[a], 6), -a))
+
+
+def pseudo_first_stage(
+    pipeline: SearchPipeline, pseudo: PseudoQueries, k: int, work: Path, show_progress: bool
+):
+    """The pipeline's first stage over an index of the pseudo corpus (built in ``work`` with
+    the pipeline's encoder, BM25 when the pipeline has it, and its fusion)."""
+    from dotcat.data.pseudo import write_pseudo_dataset
+    from dotcat.index import IndexConfig, build_index
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    data = write_pseudo_dataset(pseudo, work / "data")
+    index_dir = work / "index"
+    # The loaded query encoder encodes the documents too: same weights, precision, runtime.
+    build_index(
+        data / "corpus.jsonl",
+        index_dir,
+        pipeline.encoder,
+        IndexConfig(device=pipeline.config.device, bm25=pipeline.bm25 is not None),
+        show_progress=show_progress,
+    )
+    config = PipelineConfig(
+        first_stage=pipeline.first_stage,
+        fusion=pipeline.fusion.method,
+        fusion_weight=pipeline.fusion.weight,
+        fusion_depth=pipeline.config.fusion_depth,
+        model=pipeline.config.model,
+        device=pipeline.config.device,
+        precision=pipeline.config.precision,
+    )
+    queries = {qid: text for qid, text, _ in pseudo.queries}
+    return SearchPipeline(index_dir, config).run(queries, k, show_progress=show_progress)
+
+
+def calibrate_reranker(
+    pipeline: SearchPipeline,
+    queries: int = 200,
+    max_documents: int = 10_000,
+    seed: int = 0,
+    show_progress: bool = True,
+) -> CorpusWeight:
+    """Choose the re-ranker's interpolation weight on pseudo-queries of the index's corpus.
+
+    Args:
+        pipeline: a pipeline with a cross-encoder (``PipelineConfig.rerank``); its first stage
+            and depth are the ones judged.
+        queries: pseudo-queries to ask (fewer when the sample has fewer).
+        max_documents: the sample of documents the pseudo-queries search; a corpus this size
+            or smaller is used whole.
+        seed: changes the sample, the cut sentences and the drawn queries.
+
+    Raises:
+        DotcatError: no cross-encoder, or fewer than :data:`MIN_QUERIES` pseudo-queries.
+    """
+    from dotcat.data.pseudo import pseudo_queries
+    from dotcat.evaluation import evaluate
+    from dotcat.search.reranker import fuse, score_candidates
+
+    reranker = pipeline.reranker
+    if reranker is None:
+        raise DotcatError("calibration needs a cross-encoder to re-rank with (--rerank MODEL)")
+    docs = sample_documents(pipeline, max_documents, seed)
+    pseudo = pseudo_queries(docs, max_queries=queries, seed=seed)
+    if len(pseudo.queries) < MIN_QUERIES:
+        raise DotcatError(
+            f"{pipeline.index_dir}: only {len(pseudo.queries)} pseudo-queries from "
+            f"{len(docs)} documents (at least {MIN_QUERIES} needed): calibration asks a "
+            "document's title (3 words or more) or a sentence cut from its text (2 sentences "
+            f"or more, 20 words left); {pseudo.too_short} documents had neither"
+        )
+    depth = reranker.depth
+    with tempfile.TemporaryDirectory(prefix="dotcat-calibrate-") as work:
+        run = pseudo_first_stage(pipeline, pseudo, depth, Path(work), show_progress)
+    texts = {d.id: d.text for d in pseudo.documents}
+    texts_needed = {d for docs_ in run.values() for d, _ in docs_}
+    topics = {qid: text for qid, text, _ in pseudo.queries}
+    candidates = score_candidates(
+        run,
+        topics,
+        {d: texts[d] for d in texts_needed},
+        reranker.cross_encoder,
+        depth,
+        show_progress=show_progress,
+    )
+    qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
+    scores = {
+        a: float(evaluate(fuse(candidates, a), qrels, measures=[MEASURE]).aggregate[MEASURE])
+        for a in WEIGHTS
+    }
+    alpha = choose_alpha(scores)
+    ce = reranker.cross_encoder
+    logger.info(
+        "calibration on %d pseudo-queries: alpha %.1f (%s %.4f; first stage %.4f, plain %.4f)",
+        len(topics), alpha, MEASURE, scores[alpha], scores[0.0], scores[1.0],
+    )  # fmt: skip
+    return CorpusWeight(
+        alpha=alpha,
+        model=str(ce.path),
+        fingerprint=ce.fingerprint,
+        depth=depth,
+        first_stage=pipeline.first_stage,
+        queries=len(topics),
+        documents=len(docs),
+        seed=seed,
+        scores={str(a): round(s, 6) for a, s in scores.items()},
+        pseudo={k: v for k, v in pseudo.summary().items() if k != "queries"},
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def record_corpus_weight(index_dir: str | Path, weight: CorpusWeight) -> None:
+    """Add ``weight`` to the index manifest's ``rerank`` entries (keyed by the cross-encoder's
+    fingerprint; a new calibration of the same model replaces the old one), atomically."""
+    from dotcat.index import layout
+    from dotcat.index.manifest import Manifest
+
+    index_dir = Path(index_dir)
+    with layout.index_lock(index_dir, wait=30.0):
+        manifest = Manifest.read(index_dir)
+        manifest.rerank = {**(manifest.rerank or {}), weight.fingerprint: weight.to_json()}
+        manifest.write(index_dir)  # temp file, fsync, rename
