@@ -24,10 +24,11 @@ For each collection ``NAME=DATA:INDEX``:
    scored once by the cross-encoder (cached under ``--work``).
 3. For each depth, dotcat's interpolation (:func:`dotcat.search.reranker.fuse`, per-query
    min-max) is computed at weights 0, 0.1, ..., 1 on the pseudo-queries and on the test
-   queries; the weight that maximises the pseudo-queries' nDCG@10 (ties: the smaller) is
-   applied to the test queries, beside the model's recorded dev weight and the first stage
-   alone. nDCG@10 by ir-measures; ``p``: paired t-test over test queries against the first
-   stage.
+   queries; the weight that maximises the pseudo-queries' nDCG@10 (ties: the smaller), and
+   that weight guarded as ``dotcat calibrate`` records it (kept only if it beats the first stage
+   on the pseudo-queries, paired t-test p < 0.05, else 0), are applied to the test queries,
+   beside the model's recorded dev weight and the first stage alone. nDCG@10 by ir-measures;
+   ``p``: paired t-test over test queries against the first stage.
 
 The test queries choose nothing; their best weight is printed only to show what was possible.
 """
@@ -46,10 +47,10 @@ import numpy as np
 
 from bench_cat_pipeline import DOTCAT, first_stage, per_query
 from bench_rerank import reranked, score_pairs
+from dotcat.search.calibrate import WEIGHTS, guarded_alpha
 from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
-WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 
 
 def _mean(values: dict) -> float:
@@ -132,9 +133,10 @@ def collection_rows(spec: str, args, ce) -> tuple[list[str], list[str]]:
     curves, rows = [], [f"| {name} | first stage (hybrid) | | {np.mean(base):.4f} | | |"]
     recorded = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
     for depth in args.depths:
-        pcurve = {w: _mean(v) for w, v in curve(prun, plogits, pqrels, depth).items()}
+        praw = curve(prun, plogits, pqrels, depth)
+        pcurve = {w: _mean(v) for w, v in praw.items()}
         tcurve = curve(run, logits, qrels, depth)
-        chosen = max(WEIGHTS, key=lambda w: (round(pcurve[w], 6), -w))
+        guarded, chosen, p = guarded_alpha(praw)  # what `dotcat calibrate` records
         oracle = max(WEIGHTS, key=lambda w: (_mean(tcurve[w]), -w))
         curves.append(
             f"| {name} | {depth} | {len(pq)} pseudo | {pfirst:.3f} | "
@@ -148,7 +150,8 @@ def collection_rows(spec: str, args, ce) -> tuple[list[str], list[str]]:
         )
         for label, w in (
             ("dev weight (recorded)", recorded),
-            ("pseudo-chosen weight", chosen),
+            ("pseudo-chosen weight (best)", chosen),
+            (f"pseudo-chosen, guarded (p {'-' if p is None else f'{p:.3f}'})", guarded),
             ("plain logit", 1.0),
             ("best weight on test (not a choice)", oracle),
         ):

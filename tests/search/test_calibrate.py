@@ -20,6 +20,7 @@ from dotcat.search.calibrate import (
     WEIGHTS,
     calibrate_reranker,
     choose_alpha,
+    guarded_alpha,
     record_corpus_weight,
     sample_documents,
 )
@@ -75,6 +76,21 @@ def test_choose_alpha_takes_the_best_weight_and_ties_go_to_the_first_stage():
     assert choose_alpha({0.0: 0.2, 0.8: 0.9, 0.9: 0.9 + 1e-9, 1.0: 0.1}) == 0.8
 
 
+def test_the_guard_keeps_a_weight_only_where_it_beats_the_first_stage_significantly():
+    queries = [f"q{i}" for i in range(30)]
+    first = {q: 0.5 for q in queries}
+    # Better on every query by 0.2 (+- 0.05): kept.
+    better = {q: 0.7 + (0.05 if i % 2 else -0.05) for i, q in enumerate(queries)}
+    alpha, best, p = guarded_alpha({0.0: first, 0.3: better, 1.0: first})
+    assert (alpha, best) == (0.3, 0.3) and p < 1e-6
+    # Better on average by 0.01, but up and down by 0.3: noise, the first stage is kept.
+    noisy = {q: 0.5 + (0.31 if i % 2 else -0.29) for i, q in enumerate(queries)}
+    alpha, best, p = guarded_alpha({0.0: first, 0.3: noisy, 1.0: first})
+    assert (alpha, best) == (0.0, 0.3) and p > 0.5
+    # The first stage is best: nothing to test.
+    assert guarded_alpha({0.0: better, 0.5: first}) == (0.0, 0.0, None)
+
+
 def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     index, tiny_cat_dir, tmp_path
 ):
@@ -85,7 +101,9 @@ def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     assert weight.fingerprint == pipeline.reranker.cross_encoder.fingerprint
     scores = {float(a): s for a, s in weight.scores.items()}
     assert sorted(scores) == list(WEIGHTS)
-    assert weight.alpha == choose_alpha(scores)
+    assert weight.best == choose_alpha(scores) and weight.alpha in (0.0, weight.best)
+    significant = weight.p_value is not None and weight.p_value < 0.05
+    assert weight.alpha == (weight.best if significant else 0.0)
     # Weight 0 is the pipeline's own first stage over the pseudo corpus, judged against the
     # document each title came from; rebuilt here by hand.
     pseudo = pseudo_queries(

@@ -13,8 +13,10 @@ document, the inverse cloze task of Lee et al., ACL 2019), each with one known a
 document it came from, without that title or sentence. A small index of those documents is
 built with the index's own encoder, BM25 and fusion settings; the pipeline's first stage ranks
 it for each pseudo-query; the cross-encoder scores each top ``depth``; and ``alpha`` in 0, 0.1,
-..., 1 is judged by nDCG@10 against the known answers. The best weight is recorded in the index
-manifest under the cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
+..., 1 is judged by nDCG@10 against the known answers. The best weight is kept if a paired
+t-test says it beats the first stage alone on them (p < 0.05), else 0: a re-ranker the corpus
+cannot vouch for is not trusted. It is recorded in the index manifest under the
+cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
 before the model's dev weight (:class:`dotcat.search.pipeline.Reranker`). Ties go to the
 smaller weight: where the corpus cannot tell, trust the first stage.
 
@@ -48,6 +50,9 @@ WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 MEASURE = "nDCG@10"
 #: Fewer pseudo-queries than this cannot tell weights apart.
 MIN_QUERIES = 20
+#: The guard: a weight above 0 is kept only if it beats the first stage alone on the
+#: pseudo-queries with a paired t-test p-value below this; else the first stage is kept.
+SIGNIFICANCE = 0.05
 
 
 @dataclass
@@ -55,7 +60,10 @@ class CorpusWeight:
     """The interpolation weight a corpus chose for one cross-encoder, and how.
 
     Attributes:
-        alpha: the chosen weight of the cross-encoder.
+        alpha: the chosen weight of the cross-encoder: ``best``, or 0 where ``best`` did
+            not beat the first stage significantly (``p_value`` >= :data:`SIGNIFICANCE`).
+        best: the weight with the best nDCG@10 on the pseudo-queries.
+        p_value: paired t-test of ``best`` against the first stage alone (None: best is 0).
         model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256.
         depth: documents re-ranked per pseudo-query.
         first_stage: the first stage re-ranked (``dense``, ``bm25`` or ``hybrid``).
@@ -73,6 +81,8 @@ class CorpusWeight:
     documents: int
     seed: int
     scores: dict[str, float]
+    best: float | None = None
+    p_value: float | None = None
     pseudo: dict[str, int] = field(default_factory=dict)
     measure: str = MEASURE
     created: str = ""
@@ -96,6 +106,25 @@ def sample_documents(pipeline: SearchPipeline, max_documents: int, seed: int) ->
 def choose_alpha(scores: dict[float, float]) -> float:
     """The best-scoring weight; ties go to the smaller one (more first stage)."""
     return max(scores, key=lambda a: (round(scores[a], 6), -a))
+
+
+def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, float, float | None]:
+    """``(alpha, best, p)``: the best weight by mean nDCG@10 (:func:`choose_alpha`), kept only
+    where a paired t-test over the queries says it beats weight 0 (the first stage alone) at
+    p < :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted:
+    with flat curves the best weight is noise (``eval/results/cat_corpus_weight.md``)."""
+    from scipy.stats import ttest_rel
+
+    means = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
+    best = choose_alpha(means)
+    if best == 0.0:
+        return 0.0, best, None
+    queries = sorted(per_query[0.0])
+    chosen = [per_query[best][q] for q in queries]
+    first = [per_query[0.0][q] for q in queries]
+    # Identical per-query scores: no evidence either way (scipy's t-test would give NaN).
+    p = 1.0 if chosen == first else float(ttest_rel(chosen, first).pvalue)
+    return (best if p < SIGNIFICANCE else 0.0), best, p
 
 
 def pseudo_first_stage(
@@ -181,15 +210,20 @@ def calibrate_reranker(
         show_progress=show_progress,
     )
     qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
-    scores = {
-        a: float(evaluate(fuse(candidates, a), qrels, measures=[MEASURE]).aggregate[MEASURE])
+    per_query = {
+        a: {
+            q: v[MEASURE]
+            for q, v in evaluate(fuse(candidates, a), qrels, measures=[MEASURE]).per_query.items()
+        }
         for a in WEIGHTS
     }
-    alpha = choose_alpha(scores)
+    scores = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
+    alpha, best, p = guarded_alpha(per_query)
     ce = reranker.cross_encoder
     logger.info(
-        "calibration on %d pseudo-queries: alpha %.1f (%s %.4f; first stage %.4f, plain %.4f)",
-        len(topics), alpha, MEASURE, scores[alpha], scores[0.0], scores[1.0],
+        "calibration on %d pseudo-queries: alpha %.1f (best %.1f, p %s; %s %.4f, first stage "
+        "%.4f, plain %.4f)",
+        len(topics), alpha, best, p, MEASURE, scores[best], scores[0.0], scores[1.0],
     )  # fmt: skip
     return CorpusWeight(
         alpha=alpha,
@@ -201,6 +235,8 @@ def calibrate_reranker(
         documents=len(docs),
         seed=seed,
         scores={str(a): round(s, 6) for a, s in scores.items()},
+        best=best,
+        p_value=None if p is None else round(p, 6),
         pseudo={k: v for k, v in pseudo.summary().items() if k != "queries"},
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
