@@ -192,3 +192,18 @@ def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path)
     )  # fmt: skip
     assert search.exit_code == 0, search.output
     assert f"interpolation {weight['alpha']:g}, corpus-chosen" in search.output
+
+
+def test_at_weight_0_the_first_stage_answers_and_the_cross_encoder_is_not_run(
+    index, tiny_cat_dir, monkeypatch
+):
+    pipeline = _pipeline(index, tiny_cat_dir, depth=10, interpolate=0)
+    queries = {"a": "insulin glucose", "b": "virus antibody vaccine"}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the cross-encoder ran at weight 0")
+
+    monkeypatch.setattr(pipeline.reranker.cross_encoder, "score", refuse)
+    assert pipeline.run(queries, 5) == pipeline.run(queries, 5, rerank=False)
+    first = pipeline.run(queries, 10, rerank=False)
+    assert pipeline.reranker.rerank(first, queries, {}) == first

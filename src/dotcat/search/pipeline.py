@@ -189,8 +189,15 @@ class Reranker:
         depth: int | None = None,
         show_progress: bool = False,
     ) -> Run:
-        """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below."""
+        """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below.
+
+        At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
+        corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
+        """
         from dotcat.search.reranker import rerank
+
+        if self.alpha == 0.0:
+            return {q: list(docs) for q, docs in run.items()}
 
         return rerank(
             run,
@@ -419,7 +426,7 @@ class SearchPipeline:
         wanted = max(k, depth) if use_reranker else k
         with self._lock:
             first = self._first_stage(stage, queries, wanted, show_progress)
-            if use_reranker:
+            if use_reranker and self.reranker.alpha > 0:
                 heads = {doc for docs in first.values() for doc, _ in docs[:depth]}
                 texts = self.document_texts(heads)
                 first = self.reranker.rerank(first, queries, texts, depth, show_progress)
