@@ -477,6 +477,8 @@ def search(
             what += (
                 f", re-ranked top {r.depth} with {rerank} (interpolation {r.alpha:g}, "
                 f"{r.alpha_source})"
+                if r.alpha
+                else f", not re-ranked: {rerank} has weight 0 here ({r.alpha_source})"
             )
         typer.echo(f"searched {len(topics)} queries in {seconds:.1f} s ({what}); wrote {output}")
     else:
@@ -1256,17 +1258,22 @@ def calibrate(
     from dotcat.search.calibrate import calibrate_reranker, record_corpus_weight
     from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
-    pipeline = SearchPipeline(
-        index_dir,
-        PipelineConfig(
-            first_stage=first_stage,
-            rerank=rerank,
-            depth=depth,
-            device=device,
-            precision=precision,
-            rerank_backend=rerank_backend,
-        ),
+    config = PipelineConfig(
+        first_stage=first_stage,
+        rerank=rerank,
+        depth=depth,
+        device=device,
+        precision=precision,
+        rerank_backend=rerank_backend,
     )
+    # Not the hint to run `dotcat calibrate` that loading this pipeline may log: it is running.
+    pipeline_logger = logging.getLogger("dotcat.search.pipeline")
+    level = pipeline_logger.level
+    pipeline_logger.setLevel(logging.ERROR)
+    try:
+        pipeline = SearchPipeline(index_dir, config)
+    finally:
+        pipeline_logger.setLevel(level)
     weight = calibrate_reranker(pipeline, queries, documents, seed)
     if record:
         record_corpus_weight(index_dir, weight)
@@ -1282,6 +1289,12 @@ def calibrate(
         mark = "  <- chosen" if float(alpha) == weight.alpha else ""
         label = {"0.0": " (first stage)", "1.0": " (plain logit)"}.get(alpha, "")
         typer.echo(f"  weight {alpha}{label}: {score:.4f}{mark}")
+    if weight.best:
+        verdict = "kept" if weight.alpha else "not kept: the first stage stays"
+        typer.echo(
+            f"best weight {weight.best:g}: paired t-test against the first stage p "
+            f"{weight.p_value:.3f} ({verdict}; kept below 0.05)"
+        )
     where = f"recorded in {index_dir}" if record else "not recorded (--no-record)"
     typer.echo(
         f"interpolation weight {weight.alpha:g} {where}; before: {previous[0]:g} ({previous[1]})"

@@ -191,7 +191,10 @@ def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path)
         catch_exceptions=False,
     )  # fmt: skip
     assert search.exit_code == 0, search.output
-    assert f"interpolation {weight['alpha']:g}, corpus-chosen" in search.output
+    if weight["alpha"]:
+        assert f"interpolation {weight['alpha']:g}, corpus-chosen" in search.output
+    else:  # the corpus did not vouch for this re-ranker: the first stage's ranking
+        assert "has weight 0 here (corpus-chosen)" in search.output
 
 
 def test_at_weight_0_the_first_stage_answers_and_the_cross_encoder_is_not_run(
