@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.index.layout import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME
+from dotcat.index.layout import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME, index_lock
 
 FORMAT_VERSION = 1
 __all__ = ["DOCSTORE_NAME", "INDEX_NAME", "MANIFEST_NAME", "Manifest", "check_encoder"]
@@ -104,6 +105,17 @@ class Manifest:
         if manifest.bm25 and not (directory / manifest.bm25.get("dir", "")).is_dir():
             raise DotcatError(f"{directory}: manifest names a BM25 index, its folder is missing")
         return manifest
+
+
+def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -> Manifest:
+    """Apply ``change`` to an index's manifest and write it back, under the index's lock
+    (waiting up to 30 s for a build or update of the same index) and atomically."""
+    directory = Path(directory)
+    with index_lock(directory, wait=30.0):
+        manifest = Manifest.read(directory)
+        change(manifest)
+        manifest.write(directory)  # temp file, fsync, rename
+    return manifest
 
 
 def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: Path) -> None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from dotcat.data.corpus import Document
 from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
+from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 
 if TYPE_CHECKING:
     from dotcat.data.pseudo import PseudoQueries
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The interpolation weights judged (0: the first stage alone, 1: the plain logit).
-WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+#: The interpolation weights judged (0: the first stage alone, 1: the plain logit): the same
+#: grid as the hybrid fusion's.
+WEIGHTS = FUSION_WEIGHTS
 MEASURE = "nDCG@10"
 #: Fewer pseudo-queries than this cannot tell weights apart.
 MIN_QUERIES = 20
@@ -246,11 +248,9 @@ def calibrate_reranker(
 def record_corpus_weight(index_dir: str | Path, weight: CorpusWeight) -> None:
     """Add ``weight`` to the index manifest's ``rerank`` entries (keyed by the cross-encoder's
     fingerprint; a new calibration of the same model replaces the old one), atomically."""
-    from dotcat.index import layout
-    from dotcat.index.manifest import Manifest
+    from dotcat.index.manifest import update_manifest
 
-    index_dir = Path(index_dir)
-    with layout.index_lock(index_dir, wait=30.0):
-        manifest = Manifest.read(index_dir)
+    def add(manifest) -> None:
         manifest.rerank = {**(manifest.rerank or {}), weight.fingerprint: weight.to_json()}
-        manifest.write(index_dir)  # temp file, fsync, rename
+
+    update_manifest(index_dir, add)

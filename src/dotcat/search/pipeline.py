@@ -487,8 +487,7 @@ def tune_fusion(
         default) or the index has no BM25 side.
     """
     from dotcat.data.splits import find_dev_split
-    from dotcat.index import layout
-    from dotcat.index.manifest import Manifest
+    from dotcat.index.manifest import update_manifest
     from dotcat.search.fusion import choose_fusion
 
     dev = find_dev_split(data)
@@ -501,9 +500,5 @@ def tune_fusion(
     dense = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="dense")
     sparse = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="bm25")
     fusion = choose_fusion(dense, sparse, dev.qrels, dev.source)
-    index_dir = Path(index_dir)
-    with layout.index_lock(index_dir, wait=30.0):
-        manifest = Manifest.read(index_dir)
-        manifest.fusion = fusion.to_json()
-        manifest.write(index_dir)  # atomic (temp file, fsync, rename)
+    update_manifest(index_dir, lambda manifest: setattr(manifest, "fusion", fusion.to_json()))
     return fusion
