@@ -211,14 +211,15 @@ def test_a_dev_weight_over_another_corpus_advises_calibration(
     encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
     build_index(tiny_beir_dir, other, encoder, show_progress=False)
 
-    def advice(index, **settings) -> list[str]:
+    def advice(index, advise=True, **settings) -> list[str]:
         caplog.clear()
         config = PipelineConfig(rerank=str(workspace["model"]), device="cpu", precision="fp32")
         with caplog.at_level(logging.WARNING, logger="dotcat.search.pipeline"):
-            SearchPipeline(index, dataclasses.replace(config, **settings))
+            SearchPipeline(index, dataclasses.replace(config, **settings), advise=advise)
         return [r.getMessage() for r in caplog.records if "dotcat calibrate" in r.getMessage()]
 
     assert advice(workspace["index"]) == []
     (message,) = advice(other)
     assert "trained on another corpus" in message and f"dotcat calibrate {other}" in message
     assert advice(other, interpolate=0.5) == []  # a weight given: nothing to advise
+    assert advice(other, advise=False) == []  # `dotcat calibrate` itself: no hint

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import signal
 import sys
 import textwrap
@@ -1082,6 +1083,10 @@ def train_distill(
         str | None, typer.Option(help="BERT_DOT mixed into the teacher (default: the student).")
     ] = None,
     teacher_precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    teacher_scale: Annotated[
+        str,
+        typer.Option(help="Factor on the teacher's scores; auto: to the student's spread; 1: raw."),
+    ] = "auto",
     negatives: Annotated[str, typer.Option(help="Hard negatives: bm25 or dense.")] = "bm25",
     negatives_file: _NegativesFile = None,
     n_negatives: Annotated[int, typer.Option(help="Hard negatives (margins) per query.")] = 4,
@@ -1111,10 +1116,11 @@ def train_distill(
     _at_least("--n-negatives", n_negatives, 1)
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
     alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
+    scale = None if teacher_scale == "auto" else _positive_float("--teacher-scale", teacher_scale)
 
     from dotcat.training.recipes.distill import DistillConfig, train_distilled
 
-    config = _dot_config(DistillConfig, locals(), teacher_alpha=alpha)
+    config = _dot_config(DistillConfig, locals(), teacher_alpha=alpha, teacher_scale=scale)
     path = train_distilled(config)
     typer.echo(
         f"distilled model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
@@ -1148,6 +1154,17 @@ def _unit_float(name: str, value: str) -> float:
         number = -1.0
     if not 0.0 <= number <= 1.0:
         raise DotcatError(f"{name}: expected 'auto' or a number in [0, 1], got {value!r}")
+    return number
+
+
+def _positive_float(name: str, value: str) -> float:
+    """``value`` as a finite float > 0, or a one-line error naming the option."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not (math.isfinite(number) and number > 0):
+        raise DotcatError(f"{name}: expected 'auto' or a number > 0, got {value!r}")
     return number
 
 
@@ -1266,14 +1283,8 @@ def calibrate(
         precision=precision,
         rerank_backend=rerank_backend,
     )
-    # Not the hint to run `dotcat calibrate` that loading this pipeline may log: it is running.
-    pipeline_logger = logging.getLogger("dotcat.search.pipeline")
-    level = pipeline_logger.level
-    pipeline_logger.setLevel(logging.ERROR)
-    try:
-        pipeline = SearchPipeline(index_dir, config)
-    finally:
-        pipeline_logger.setLevel(level)
+    # advise=False: not the hint to run `dotcat calibrate`; it is running.
+    pipeline = SearchPipeline(index_dir, config, advise=False)
     weight = calibrate_reranker(pipeline, queries, documents, seed)
     if record:
         record_corpus_weight(index_dir, weight)

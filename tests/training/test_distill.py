@@ -124,8 +124,17 @@ def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
     assert logit.keys() == dense.keys() == recipe.teacher.keys()
     c = pooled_within_query_std(logit) / pooled_within_query_std(dense)
     assert recipe.teacher_info["dense_scale"] == pytest.approx(c, rel=1e-5)
+    mixed = {p: 0.25 * logit[p] + 0.75 * c * dense[p] for p in logit}
+    # Brought to the student's starting spread (its cosines / 0.05): one factor for all pairs.
+    s = pooled_within_query_std(dense) / 0.05 / pooled_within_query_std(mixed)
+    assert recipe.teacher_info["scale"] == pytest.approx(s, rel=1e-5)
     for pair, value in recipe.teacher.items():
-        assert value == pytest.approx(0.25 * logit[pair] + 0.75 * c * dense[pair], abs=1e-9)
+        assert value == pytest.approx(s * mixed[pair], rel=1e-5, abs=1e-9)
+    assert pooled_within_query_std(recipe.teacher) == pytest.approx(
+        recipe.teacher_info["student_spread"], rel=1e-5
+    )
+    # The student is the dense teacher here: its scores are not computed twice.
+    assert not (config.out_dir / "student_start_scores.jsonl").exists()
 
     # The dense scores are the student's starting model's cosine of query and document.
     from dotcat.models import BiEncoder, EncoderConfig
@@ -141,6 +150,37 @@ def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
         @ encoder.encode_documents([document_text(doc["title"], doc["text"])])[0]
     )
     assert value == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_teacher_scale_is_the_students_spread_or_given(
+    toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path
+):
+    def prepared(name: str, **overrides) -> DistillRecipe:
+        config = _config(toy_data, tmp_path / name, tiny_bert_dir, tiny_cat_dir, **overrides)
+        config.validate()
+        config.out_dir.mkdir()
+        recipe = DistillRecipe(config, DistributedContext())
+        recipe.prepare()
+        return recipe
+
+    auto = prepared("auto")  # the plain cross-encoder (alpha 1): the student scored apart
+    logit = _cached(auto.out_dir / "teacher_scores.jsonl")
+    start = _cached(auto.out_dir / "student_start_scores.jsonl")
+    assert start.keys() == logit.keys() == auto.teacher.keys()
+    spread = pooled_within_query_std(start) / 0.05
+    assert auto.teacher_info["student_spread"] == pytest.approx(spread, rel=1e-5)
+    assert pooled_within_query_std(auto.teacher) == pytest.approx(spread, rel=1e-5)
+    s = auto.teacher_info["scale"]
+    assert s == pytest.approx(spread / pooled_within_query_std(logit), rel=1e-5) and s != 1
+    # Margins keep their ratios: every pair is the raw logit times one factor.
+    for pair, value in auto.teacher.items():
+        assert value == pytest.approx(s * logit[pair], rel=1e-5, abs=1e-9)
+
+    raw = prepared("raw", teacher_scale=1.0)
+    assert raw.teacher == pytest.approx(logit) and raw.teacher_info["scale"] == 1.0
+    assert not (raw.out_dir / "student_start_scores.jsonl").exists()
+    given = prepared("given", teacher_scale=0.5)
+    assert given.teacher == pytest.approx({p: 0.5 * v for p, v in logit.items()})
 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
@@ -201,6 +241,7 @@ def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_c
         ({"n_negatives": 0}, "n_negatives"),
         ({"distill_loss": "mse"}, "loss must be one of"),
         ({"teacher_alpha": 1.5}, "teacher_alpha"),
+        ({"teacher_scale": 0.0}, "teacher_scale"),
     ],
 )
 def test_bad_settings_are_refused(
@@ -228,6 +269,10 @@ def test_cli_train_distill(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     bad = runner.invoke(app, [*args, "--student", str(tiny_bert_dir), "--teacher-alpha", "2"])
     assert bad.exit_code != 0 and "--teacher-alpha" in bad.output
     assert "Traceback" not in bad.output
+    for value in ("0", "-1", "x", "nan"):
+        bad = runner.invoke(app, [*args, "--student", str(tiny_bert_dir), "--teacher-scale", value])
+        assert bad.exit_code != 0 and "--teacher-scale" in bad.output, value
+        assert "Traceback" not in bad.output
     result = runner.invoke(
         app,
         [

@@ -224,13 +224,17 @@ class SearchPipeline:
     Args:
         index_dir: a directory written by ``dotcat index`` (with ``--bm25`` for BM25/hybrid).
         config: a :class:`PipelineConfig` (defaults follow the index and the models).
+        advise: log the hint to run ``dotcat calibrate`` where a dev-chosen weight meets
+            another corpus (False for ``dotcat calibrate`` itself).
 
     Raises:
         DotcatError: a first stage the index cannot serve (BM25 without a BM25 index), or
             any problem loading the index or the models.
     """
 
-    def __init__(self, index_dir: str | Path, config: PipelineConfig | None = None) -> None:
+    def __init__(
+        self, index_dir: str | Path, config: PipelineConfig | None = None, *, advise: bool = True
+    ) -> None:
         self.config = config = config or PipelineConfig()
         self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
@@ -260,7 +264,7 @@ class SearchPipeline:
             if config.rerank
             else None
         )
-        if self.reranker is not None:
+        if self.reranker is not None and advise:
             self._advise_calibration()
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
 
