@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=45.0)
     parser.add_argument("--prefer", default="title", help="pseudo-queries: title or sentence")
     parser.add_argument("--teacher", default=None, help="a BERT_CAT labelling the pseudo pairs")
+    parser.add_argument("--teacher-alpha", default=None, help="its share (default: its record)")
     parser.add_argument("--work", type=Path, default=Path("runs/adapt"))
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
@@ -97,6 +98,8 @@ def _adapt(args, model: Path) -> list[str]:
     command += ["--budget-minutes", f"{args.budget_minutes:g}", "--prefer", args.prefer]
     if args.teacher:
         command += ["--teacher", args.teacher]
+    if args.teacher_alpha is not None:
+        command += ["--teacher-alpha", args.teacher_alpha]
     if (model / "dotcat_adapt.json").exists() or (model / "adapt").exists():
         command.append("--resume")
     return command
@@ -140,7 +143,8 @@ def _write(output: Path, args, model: Path, table: str, seconds: dict, dev: str 
         "",
         f"Command: `python eval/bench_adapt.py --data {args.data} --name {args.name} "
         f"--budget-minutes {args.budget_minutes:g} --prefer {args.prefer}"
-        + (f" --teacher {args.teacher}`" if args.teacher else "`"),
+        + (f" --teacher {args.teacher}" if args.teacher else "")
+        + (f" --teacher-alpha {args.teacher_alpha}`" if args.teacher_alpha is not None else "`"),
         f"Date: {when}. Machine: {describe()}.",
         "",
         "Test queries; the adaptation read only the corpus. Baseline of the paired tests: "

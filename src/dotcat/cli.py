@@ -1440,6 +1440,9 @@ def adapt(
             "default: contrastive on the pseudo pairs."
         ),
     ] = None,
+    teacher_alpha: Annotated[
+        str, typer.Option(help="Cross-encoder share of the teacher score; auto: its record.")
+    ] = "auto",
     teacher_precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
     batch_size: _QueriesPerBatch = 32,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
@@ -1461,6 +1464,7 @@ def adapt(
     if teacher is not None:
         _check_model(teacher)
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
+    alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
 
     from dotcat.training.adapt import AdaptConfig
     from dotcat.training.adapt import adapt as run_adapt
@@ -1475,6 +1479,7 @@ def adapt(
             prefer=prefer,
             dense_negatives=dense_negatives,
             teacher=teacher,
+            teacher_alpha=alpha,
             teacher_precision=teacher_precision,
             batch_size=batch_size,
             lr=lr,

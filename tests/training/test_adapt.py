@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -184,23 +185,30 @@ def test_a_teacher_labels_the_pseudo_pairs(corpus, tiny_bert_dir, tiny_cat_dir, 
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
     from dotcat.training.teacher import load_teacher_scores, teacher_header
 
+    # A teacher whose record says weight 0 (the base model's score alone); --teacher-alpha 1
+    # asks for the plain cross-encoder, GPL's teacher, and the run follows it.
+    cat = tmp_path / "teacher"
+    shutil.copytree(tiny_cat_dir, cat)
+    (cat / "dotcat_cross_encoder.json").write_text(
+        json.dumps({"max_length": 64, "interpolation_alpha": 0.0})
+    )
     out = tmp_path / "model"
     config = _config(
-        corpus, out, tiny_bert_dir, max_queries=64, teacher=str(tiny_cat_dir),
+        corpus, out, tiny_bert_dir, max_queries=64, teacher=str(cat), teacher_alpha=1.0,
         teacher_precision="fp32",
     )  # fmt: skip
     adapt(config)
     steps = json.loads((out / RECORD).read_text())["steps"]
     assert steps["calibration"]["result"]["teacher_pairs_per_second"] > 0
     teacher = steps["training"]["result"]["teacher"]
-    assert teacher["model"] == str(tiny_cat_dir) and teacher["alpha"] == 1.0
+    assert teacher["model"] == str(cat) and teacher["alpha"] == 1.0
     # every pair of every pseudo-query was scored by the teacher: its positive and negatives
     train = out / "adapt" / "train"
     queries = load_queries(train)
     lines = (train / "qrels" / "train.tsv").read_text().splitlines()[1:]
     positives = dict(line.split("\t")[:2] for line in lines)
     assert len(positives) == 64 and teacher["pairs"] >= 64 * 2
-    ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_cat_dir), precision="fp32"))
+    ce = CrossEncoder.load(CrossEncoderConfig(model=str(cat), precision="fp32"))
     header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
     scores = load_teacher_scores(out, header)
     pseudo = {d["_id"]: d["text"] for d in _jsonl(train / "corpus.jsonl")}  # what it read
@@ -264,6 +272,8 @@ def test_sentences_can_be_preferred_to_titles(tmp_path):
     assert titles["from_titles"] == len(rows)
     with pytest.raises(DotcatError, match="prefer"):
         AdaptConfig(corpus=path, out_dir=tmp_path, prefer="words").validate()
+    with pytest.raises(DotcatError, match="teacher_alpha"):
+        AdaptConfig(corpus=path, out_dir=tmp_path, teacher_alpha=1.5).validate()
 
 
 def test_a_corpus_without_usable_pseudo_queries_is_refused(tiny_bert_dir, tmp_path):
@@ -280,3 +290,10 @@ def test_cli_adapt_refuses_a_missing_corpus(tmp_path):
 
     result = CliRunner().invoke(app, ["adapt", str(tmp_path / "nope.jsonl"), str(tmp_path / "o")])
     assert result.exit_code == 2 and "nope.jsonl" in result.output
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "title": "t", "text": "x"}) + "\n")
+    for value in ("2", "-0.1", "x"):
+        args = ["adapt", str(corpus), str(tmp_path / "o"), "--teacher-alpha", value]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code != 0 and "--teacher-alpha" in result.output, value
+        assert "Traceback" not in result.output

@@ -183,6 +183,29 @@ def test_the_teacher_scale_is_the_students_spread_or_given(
     assert given.teacher == pytest.approx({p: 0.5 * v for p, v in logit.items()})
 
 
+def test_a_teacher_at_weight_0_is_named_for_what_it_is(
+    toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path, caplog
+):
+    """A recorded weight 0 leaves only the student's own dense score as the teacher: the run
+    says so and how to distil the cross-encoder instead."""
+    import logging
+
+    cat = tmp_path / "teacher"
+    shutil.copytree(tiny_cat_dir, cat)
+    (cat / "dotcat_cross_encoder.json").write_text(
+        json.dumps({"max_length": 64, "interpolation_alpha": 0.0})
+    )
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, cat)
+    config.validate()
+    config.out_dir.mkdir()
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.recipes.distill"):
+        recipe = DistillRecipe(config, DistributedContext())
+        recipe.prepare()
+    assert recipe.teacher_info["alpha"] == 0.0
+    (message,) = [r.getMessage() for r in caplog.records if "weight is 0" in r.getMessage()]
+    assert "its record" in message and "--teacher-alpha 1" in message
+
+
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     common = dict(epochs=2, batch_size=3, dev_eval="none", contrastive_weight=0.5)
     straight = train_distilled(

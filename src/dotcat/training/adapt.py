@@ -76,6 +76,8 @@ class AdaptConfig:
             scores label the pseudo pairs (Margin-MSE, as ``train distill``); None:
             contrastive training on the pseudo pairs. Its recorded interpolation weight mixes
             in the base model's scores, as in ``train distill``.
+        teacher_alpha: the cross-encoder's share of the teacher's score (None: its recorded
+            weight, as ``train distill --teacher-alpha auto``; 1: GPL's plain cross-encoder).
         teacher_precision: the teacher's precision while scoring (``auto``: as ``dotcat
             rerank`` runs it).
         batch_size, lr, cache_chunk, max_length, query_max_length, temperature: of the
@@ -93,6 +95,7 @@ class AdaptConfig:
     prefer: str = "title"
     dense_negatives: bool = True
     teacher: str | None = None
+    teacher_alpha: float | None = None
     teacher_precision: str = "auto"
     batch_size: int = 32
     lr: float = 1e-4
@@ -112,6 +115,8 @@ class AdaptConfig:
             raise DotcatError(f"budget must be > 0 minutes, got {self.budget_minutes}")
         if self.max_queries is not None and self.max_queries < MIN_QUERIES:
             raise DotcatError(f"max queries must be >= {MIN_QUERIES}, got {self.max_queries}")
+        if self.teacher_alpha is not None and not 0 <= self.teacher_alpha <= 1:
+            raise DotcatError(f"teacher_alpha must be in [0, 1], got {self.teacher_alpha}")
         if self.prefer not in ("title", "sentence"):
             raise DotcatError(f"prefer must be title or sentence, got {self.prefer!r}")
         if self.batch_size < 2:
@@ -331,6 +336,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
             DistillConfig(
                 **settings,
                 teacher=config.teacher,
+                teacher_alpha=config.teacher_alpha,
                 teacher_precision=config.teacher_precision,
                 n_negatives=DISTILL_NEGATIVES,
             )

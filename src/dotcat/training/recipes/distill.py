@@ -184,6 +184,14 @@ class DistillRecipe(DotRecipe):
         alpha = config.teacher_alpha
         if alpha is None:
             alpha = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
+        if alpha == 0:
+            logger.warning(
+                "%s: the teacher's cross-encoder weight is 0 (%s), so the teacher is %s's dense "
+                "score alone and the cross-encoder teaches nothing; --teacher-alpha 1 distils "
+                "the plain cross-encoder",
+                config.teacher, "given" if config.teacher_alpha is not None else "its record",
+                self._dense_name(),
+            )  # fmt: skip
         self.teacher_info = {
             "model": str(config.teacher),
             "fingerprint": ce.fingerprint,
