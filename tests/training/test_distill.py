@@ -265,6 +265,8 @@ def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_c
         ({"distill_loss": "mse"}, "loss must be one of"),
         ({"teacher_alpha": 1.5}, "teacher_alpha"),
         ({"teacher_scale": 0.0}, "teacher_scale"),
+        ({"teacher_scale": float("inf")}, "teacher_scale"),
+        ({"teacher_scale": float("nan")}, "teacher_scale"),
     ],
 )
 def test_bad_settings_are_refused(

@@ -37,6 +37,7 @@ teaches larger margins than one it hesitates on.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -109,8 +110,8 @@ class DistillConfig(DotTrainConfig):
                 "teacher_alpha must be in [0, 1]",
             ),
             (
-                self.teacher_scale is None or self.teacher_scale > 0,
-                "teacher_scale must be > 0",
+                self.teacher_scale is None or 0 < self.teacher_scale < math.inf,
+                "teacher_scale must be a finite number > 0",
             ),
             (self.loss == "contrastive", "the loss added to distillation is contrastive"),
         ]
