@@ -1148,23 +1148,22 @@ def _dot_config(cls: type, options: dict, **fields: object) -> object:
 
 def _unit_float(name: str, value: str) -> float:
     """``value`` as a float in [0, 1], or a one-line error naming the option."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0.0 <= number <= 1.0:
-        raise DotcatError(f"{name}: expected 'auto' or a number in [0, 1], got {value!r}")
-    return number
+    return _float_option(name, value, "a number in [0, 1]", lambda x: 0.0 <= x <= 1.0)
 
 
 def _positive_float(name: str, value: str) -> float:
     """``value`` as a finite float > 0, or a one-line error naming the option."""
+    return _float_option(name, value, "a number > 0", lambda x: 0.0 < x < math.inf)
+
+
+def _float_option(name: str, value: str, expected: str, ok) -> float:
+    """``value`` as a float that passes ``ok`` (NaN never does), else a one-line error."""
     try:
         number = float(value)
     except ValueError:
-        number = float("nan")
-    if not (math.isfinite(number) and number > 0):
-        raise DotcatError(f"{name}: expected 'auto' or a number > 0, got {value!r}")
+        number = math.nan
+    if not ok(number):
+        raise DotcatError(f"{name}: expected 'auto' or {expected}, got {value!r}")
     return number
 
 
