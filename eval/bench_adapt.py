@@ -144,7 +144,10 @@ def _write(output: Path, args, model: Path, table: str, seconds: dict, dev: str 
         f"Command: `python eval/bench_adapt.py --data {args.data} --name {args.name} "
         f"--budget-minutes {args.budget_minutes:g} --prefer {args.prefer}"
         + (f" --teacher {args.teacher}" if args.teacher else "")
-        + (f" --teacher-alpha {args.teacher_alpha}`" if args.teacher_alpha is not None else "`"),
+        + (f" --teacher-alpha {args.teacher_alpha}" if args.teacher_alpha is not None else "")
+        + f" --work {args.work}"
+        + (f" --output {args.output}" if args.output is not None else "")
+        + "`",
         f"Date: {when}. Machine: {describe()}.",
         "",
         "Test queries; the adaptation read only the corpus. Baseline of the paired tests: "

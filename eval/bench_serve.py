@@ -64,15 +64,25 @@ class Server:
             time.sleep(0.2)
 
     def peak_rss_mib(self) -> float:
-        """VmHWM: the most resident memory the server has used so far."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        """VmHWM: the most resident memory the server has used so far (with ``--workers``,
+        summed over the supervisor and its worker processes)."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return sum(_peak_rss_kib(p) for p in [pid, *map(int, children)]) / 1024
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=60)
+
+
+def _peak_rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:  # ended meanwhile
+        pass
+    return 0
 
 
 class Competitor:
@@ -326,6 +336,7 @@ def main() -> None:
     parser.add_argument("--first-stages", default="dense,hybrid", help="the first is re-ranked")
     parser.add_argument("--baseline-queries", type=int, default=10)
     parser.add_argument("--output", type=Path, default=Path("eval/results/serve.md"))
+    parser.add_argument("--workers", type=int, default=1, help="dotcat serve --workers")
     args = parser.parse_args()
     if args.baseline_queries < 1:
         parser.error("--baseline-queries must be >= 1 (the baseline is part of the benchmark)")
@@ -342,7 +353,8 @@ def main() -> None:
 
     # 1. each first stage (dense: the acceptance's "warm dense query"; hybrid: the index's
     # default when it has BM25), every level, quiet and loaded.
-    server = Server(args.index)
+    workers = ["--workers", str(args.workers)]
+    server = Server(args.index, *workers)
     try:
         for stage in stages:
             notes.append(identity_note(server.url, args.index, args.data, topics, stage))
@@ -364,7 +376,7 @@ def main() -> None:
     stage = stages[0]
 
     # 2. 64 clients against a queue of 16: the excess gets 503 at once, memory stays bounded.
-    server = Server(args.index, "--queue-size", "16", "--max-batch", "16")
+    server = Server(args.index, "--queue-size", "16", "--max-batch", "16", *workers)
     try:
         before = server.peak_rss_mib()
         (full,) = levels_in_rounds(
@@ -387,7 +399,8 @@ def main() -> None:
 
     # 3. with BERT_CAT re-ranking at depth 20.
     if args.rerank is not None:
-        server = Server(args.index, "--rerank", str(args.rerank), "--depth", str(args.depth))
+        reranking = ["--rerank", str(args.rerank), "--depth", str(args.depth), *workers]
+        server = Server(args.index, *reranking)
         try:
             for loaded in (False, True):
                 with Competitor(loaded):
@@ -427,9 +440,14 @@ def main() -> None:
         "",
         f"Command: `python eval/bench_serve.py --index {args.index}"
         + (f" --rerank {args.rerank}" if args.rerank else "")
-        + f" --seconds {args.seconds:g} --rounds {args.rounds} --first-stages {args.first_stages}`",
+        + f" --seconds {args.seconds:g} --rounds {args.rounds} --first-stages {args.first_stages}"
+        + (f" --workers {args.workers}" if args.workers != 1 else "")
+        + (f" --output {args.output}" if args.output != Path("eval/results/serve.md") else "")
+        + "`",
         f"Machine: {describe()}; `precision auto`; server defaults (`--batch-window-ms 5`, "
-        "`--max-batch 64`, `--queue-size 64`); the load generator (one asyncio process, one "
+        "`--max-batch 64`, `--queue-size 64`"
+        + (f", per worker; `--workers {args.workers}`" if args.workers != 1 else "")
+        + "); the load generator (one asyncio process, one "
         "keep-alive HTTP/1.1 connection per client) runs on the same cores as the server.",
         "",
         f"`GET /search?q=...&k=10&first_stage=...` with SciFact test queries in turn (the "

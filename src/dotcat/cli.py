@@ -6,6 +6,7 @@ Every command parses its arguments, calls one importable function, and prints. A
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -670,6 +671,9 @@ def serve(
         int, typer.Option(help="Most requests waiting; beyond, 503 with Retry-After.")
     ] = 64,
     timeout: Annotated[float, typer.Option(help="Seconds one request may take (504).")] = 30.0,
+    workers: Annotated[
+        int, typer.Option(help="Server processes, each with its own models (memory x N).")
+    ] = 1,
     access_log: Annotated[bool, typer.Option(help="One JSON line per request on stderr.")] = True,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
@@ -696,6 +700,7 @@ def serve(
         batch_window_ms=batch_window_ms,
         queue_size=queue_size,
         timeout_s=timeout,
+        workers=workers,
     )
     config.check()
     pipeline_config = PipelineConfig(
@@ -709,16 +714,23 @@ def serve(
     )
 
     def ready(url: str, pipeline) -> None:
+        if pipeline is None:  # --workers: each process loaded its own
+            typer.echo(
+                f"dotcat: serving {index_dir} on {url} ({workers} workers); page at {url}/",
+                err=True,
+            )
+            return
         stages = pipeline.first_stage
         if pipeline.reranker is not None:
             r = pipeline.reranker
             stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
         typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
 
-    try:
+    # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one
+    # process) or returns (--workers: its supervisor stopped every worker).
+    with contextlib.suppress(KeyboardInterrupt):
         run_server(index_dir, pipeline_config, config, access_log=access_log, on_ready=ready)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: uvicorn has shut down gracefully
-        typer.echo("dotcat: server stopped", err=True)
+    typer.echo("dotcat: server stopped", err=True)
 
 
 @app.command()
@@ -1087,11 +1099,13 @@ def train_distill(
         str,
         typer.Option(help="Factor on the teacher's scores; auto: to the student's spread; 1: raw."),
     ] = "auto",
-    negatives: Annotated[str, typer.Option(help="Hard negatives: bm25 or dense.")] = "bm25",
+    negatives: Annotated[
+        str, typer.Option(help="Hard negatives: dense (the student's own) or bm25.")
+    ] = "dense",
     negatives_file: _NegativesFile = None,
     n_negatives: Annotated[int, typer.Option(help="Hard negatives (margins) per query.")] = 4,
-    window_start: _WindowStart = 10,
-    window_end: _WindowEnd = 100,
+    window_start: _WindowStart = 0,
+    window_end: _WindowEnd = 30,
     remine: _Remine = False,
     epochs: _Epochs = 2,
     batch_size: _QueriesPerBatch = 32,

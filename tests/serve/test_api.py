@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def test_documents_health_and_info(server, pipeline):
     assert info["pipeline"]["documents"] == 6 and info["pipeline"]["first_stage"] == "hybrid"
     assert info["manifest"]["documents"]["count"] == 6 and info["manifest"]["bm25"]
     assert info["limits"]["max_k"] == ServeConfig().max_k and "api_key" not in info["limits"]
+    assert info["pid"] == os.getpid() and info["limits"]["workers"] == 1  # served in this process
     page = httpx.get(f"{server}/")
     assert page.status_code == 200 and "<title>dotcat search</title>" in page.text
     assert httpx.get(f"{server}/static/app.js").status_code == 200

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,7 +31,7 @@ def _dotcat(*args, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-def _start_serve(hybrid_index) -> tuple[subprocess.Popen, str]:
+def _start_serve(hybrid_index, *options: str) -> tuple[subprocess.Popen, str]:
     """`dotcat serve` started as a user would, once its /healthz answers."""
     port = free_port()
     process = subprocess.Popen(
@@ -44,6 +47,7 @@ def _start_serve(hybrid_index) -> tuple[subprocess.Popen, str]:
             "fp32",
             "--device",
             "cpu",
+            *options,
         ],  # fmt: skip
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -127,3 +131,89 @@ def test_serving_beyond_loopback_without_a_key_is_refused_at_once(hybrid_index):
     done = _dotcat("serve", hybrid_index, "--host", "0.0.0.0", "--port", str(free_port()))
     assert done.returncode == 2 and "needs an API key" in done.stderr
     assert time.perf_counter() - started < 20
+
+
+def _workers(pid: int) -> set[int]:
+    """The live worker processes of the server ``pid``: its children started by
+    multiprocessing's spawn (not the resource tracker beside them)."""
+    found = set()
+    for task in Path("/proc").iterdir():
+        if task.name.isdigit():
+            try:
+                fields = (task / "stat").read_text().rpartition(")")[2].split()
+                spawned = b"spawn_main" in (task / "cmdline").read_bytes()
+            except OSError:
+                continue  # ended meanwhile
+            if int(fields[1]) == pid and fields[0] != "Z" and spawned:
+                found.add(int(task.name))
+    return found
+
+
+def _pids_answering(url: str, requests: int = 24) -> set[int]:
+    """Which processes answer ``/info``, asked over new connections from parallel threads."""
+
+    def pid(_) -> int:
+        answer = httpx.get(f"{url}/info", timeout=60)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["pid"]
+
+    with ThreadPoolExecutor(8) as pool:
+        return set(pool.map(pid, range(requests)))
+
+
+def test_workers_share_the_port_answer_alike_and_a_dead_one_is_replaced(hybrid_index, pipeline):
+    process, url = _start_serve(hybrid_index, "--workers", "2")
+    try:
+        workers = _workers(process.pid)
+        assert len(workers) == 2
+        answering = _pids_answering(url)
+        assert answering and answering <= workers
+        assert httpx.get(f"{url}/info").json()["limits"]["workers"] == 2
+        expected = pipeline.search("how do cells make ATP", 3)
+        for _ in range(6):  # whichever worker takes the connection answers the same
+            hits = httpx.get(f"{url}/search", params={"q": "how do cells make ATP", "k": 3}).json()
+            assert [(h["doc_id"], h["score"]) for h in hits["hits"]] == [
+                (h.doc_id, h.score) for h in expected
+            ]
+        killed = next(iter(answering))
+        os.kill(killed, signal.SIGKILL)
+        # the port stays served (by the other worker while the replacement loads)
+        assert killed not in _pids_answering(url)
+        deadline = time.monotonic() + 120
+        while len(_workers(process.pid) - {killed}) < 2:
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.2)
+        workers |= _workers(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert f"serving {hybrid_index} on {url} (2 workers)" in stderr, stderr
+    # (the SIGKILLed worker could not release its semaphores: the resource tracker says so)
+    assert "dotcat: server stopped" in stderr.splitlines(), stderr
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):  # none outlives the server
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_a_model_that_cannot_load_stops_the_server_with_one_line(
+    hybrid_index, tiny_cat_dir, tmp_path
+):
+    broken = tmp_path / "cat"
+    shutil.copytree(tiny_cat_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # passes the CLI's checks, fails to load
+    error = f"dotcat: error: {broken}: cannot load the model weights"
+    for workers in ("1", "2"):
+        done = _dotcat(
+            "serve", hybrid_index, "--port", free_port(), "--workers", workers, "--rerank", broken
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert lines[0].startswith(error)
+        if workers == "2":  # each worker says why; the supervisor stops instead of restarting
+            assert lines[-1] == (
+                "dotcat: error: a server worker failed to start (its error is logged above)"
+            )

@@ -83,6 +83,7 @@ def test_a_run_distils_the_teacher_and_writes_a_bi_encoder(
     record = _record(out)
     assert record["kind"] == "distill" and record["status"] == "finished"
     assert record["teacher"]["alpha"] == 1.0  # the tiny teacher records no dev weight
+    assert record["negatives"]["method"] == "dense"  # the student's own top ranks, by default
     assert record["loss"]["distill"] == "margin-mse" and record["loss"]["student_scale"] == 20.0
     assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2, 3, 4]
     # The student learns the teacher's margins: the loss falls from the first epoch to the last.
@@ -321,3 +322,15 @@ def test_cli_train_distill(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "distilled model written to" in result.output
     assert _record(tmp_path / "out")["kind"] == "distill"
+
+
+def test_the_cli_and_the_config_default_to_the_students_own_top_30():
+    import inspect
+
+    from dotcat.cli import train_distill
+
+    config = DistillConfig(data="d", out_dir="o", teacher="t")
+    options = inspect.signature(train_distill).parameters
+    cli = (options["negatives"].default, options["window_start"].default)
+    assert (config.negatives, config.window) == ("dense", (0, 30))
+    assert (*cli, options["window_end"].default) == ("dense", 0, 30)

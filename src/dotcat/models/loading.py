@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.runtime import quiet_transformers
@@ -39,7 +40,7 @@ def load_hf_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.M
             f"{model_dir}: refused pytorch_model.bin: it holds Python objects, not only tensors, "
             "and loading it could run arbitrary code; use a copy with model.safetensors"
         ) from None
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # e.g. truncated
         raise DotcatError(f"{model_dir}: cannot load the model weights ({first_line(e)})") from None
 
 

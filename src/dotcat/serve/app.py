@@ -26,6 +26,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -75,6 +76,8 @@ class ServeConfig:
         timeout_s: time limit of one request (504 past it).
         max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
         retry_after_s: the ``Retry-After`` of a 503.
+        workers: server processes sharing the port, each with its own models
+            (:mod:`dotcat.serve.server`).
     """
 
     host: str = "127.0.0.1"
@@ -90,6 +93,7 @@ class ServeConfig:
     max_queries: int = 64
     max_body_bytes: int = 64 * 1024
     retry_after_s: int = 1
+    workers: int = 1
 
     def check(self) -> None:
         """Refuse an open address without an API key, and nonsense limits."""
@@ -98,7 +102,8 @@ class ServeConfig:
                 f"--host {self.host}: serving beyond this machine needs an API key "
                 f"(--api-key or ${API_KEY_ENV})"
             )
-        for name in ("port", "max_batch", "queue_size", "max_k", "max_depth", "max_queries"):
+        names = ("port", "max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers")
+        for name in names:
             if getattr(self, name) < 1:
                 raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
@@ -253,6 +258,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.batcher = batcher
+    app.state.pipeline = pipeline
     app.state.retry_after = config.retry_after_s
     app.add_middleware(_AccessLog)
     app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
@@ -389,6 +395,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
             "limits": limits,
             "batches": {"served": batcher.batches, "queries": batcher.queries},
             "auth": bool(config.api_key),
+            "pid": os.getpid(),  # which worker answered (``--workers``)
         }
 
     static = resources.files("dotcat.serve") / "static"

@@ -1,12 +1,25 @@
-"""Run :func:`dotcat.serve.app.create_app` under uvicorn (what ``dotcat serve`` calls)."""
+"""Run :func:`dotcat.serve.app.create_app` under uvicorn (what ``dotcat serve`` calls).
+
+One process by default. With ``workers`` > 1 the port is bound once here and handed to that
+many worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each
+with its own pipeline, restarted if one dies; the kernel spreads connections over them). Each
+worker micro-batches its own requests; what the processes add is a second Python interpreter
+(HTTP parsing, JSON and the model calls' Python glue no longer share one GIL), at the price of
+one copy of the models and the index per worker.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, create_app
@@ -49,30 +62,103 @@ def serve(
 
     Args:
         on_ready: called with the URL and the pipeline once everything is loaded, just
-            before the port opens (the CLI prints its banner there).
+            before the port opens (the CLI prints its banner there); with ``config.workers``
+            > 1, once every worker answers, with None for the pipeline (each has its own).
     """
-    import uvicorn
-
-    from dotcat.search.pipeline import SearchPipeline
-
     config.check()
     check_port(config.host, config.port)
-    pipeline = SearchPipeline(index_dir, pipeline_config)
-    pipeline.one_thread_small_calls()
-    app = create_app(pipeline, config)
-    if access_log:
-        enable_access_log()
     host = f"[{config.host}]" if ":" in config.host else config.host
+    url = f"http://{host}:{config.port}"
+    factory = WorkerApp(str(index_dir), pipeline_config, config, access_log)
+    if config.workers > 1:
+        _serve_workers(factory, url, on_ready)
+        return
+    app = factory()
     if on_ready is not None:
-        on_ready(f"http://{host}:{config.port}", pipeline)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            log_level="warning",
-            access_log=False,  # ours is structured (dotcat.serve.access)
-            timeout_graceful_shutdown=5,
-        )
+        on_ready(url, app.state.pipeline)
+    _uvicorn_server(app, config).run()
+
+
+@dataclasses.dataclass
+class WorkerApp:
+    """What a server process needs to build its app: picklable, so that a spawned worker
+    loads its own pipeline (``uvicorn.Config(WorkerApp(...), factory=True)``)."""
+
+    index_dir: str
+    pipeline_config: object
+    config: ServeConfig
+    access_log: bool = True
+    worker: bool = False  # a spawned worker: a load error is one line and the exit status
+
+    def __call__(self):
+        from dotcat.search.pipeline import SearchPipeline
+
+        try:
+            pipeline = SearchPipeline(self.index_dir, self.pipeline_config)
+        except DotcatError as e:
+            if not self.worker:
+                raise
+            sys.stderr.write(f"dotcat: error: {e}\n")
+            sys.exit(STARTUP_FAILURE)  # the supervisor stops rather than restarting it
+        pipeline.one_thread_small_calls()
+        app = create_app(pipeline, self.config)
+        if self.access_log:
+            enable_access_log()
+        return app
+
+
+def _uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,  # ours is structured (dotcat.serve.access)
+        timeout_graceful_shutdown=5,
+        **options,
     )
-    server.run()
+
+
+def _uvicorn_server(app, config: ServeConfig) -> uvicorn.Server:
+    return uvicorn.Server(_uvicorn_config(app, config))
+
+
+def _serve_workers(
+    factory: WorkerApp, url: str, on_ready: Callable[[str, object], None] | None
+) -> None:
+    """Bind once, start ``config.workers`` processes on the socket, supervise them until
+    SIGINT/SIGTERM; ``on_ready`` (with no pipeline: each worker has its own) once all answer.
+
+    Raises:
+        DotcatError: a worker failed while loading (the reason is in its log above).
+    """
+    config = factory.config
+    factory = dataclasses.replace(factory, worker=True)
+    uv_config = _uvicorn_config(factory, config, factory=True, workers=config.workers)
+    sock = uv_config.bind_socket()
+
+    supervisor = _Workers(uv_config, [sock], lambda: on_ready and on_ready(url, None))
+    try:
+        supervisor.run()
+    finally:
+        sock.close()
+    if supervisor.failed:
+        raise DotcatError("a server worker failed to start (its error is logged above)")
+
+
+class _Workers(Multiprocess):
+    """uvicorn's supervisor, telling when every worker answers or one failed to load."""
+
+    def __init__(self, config: uvicorn.Config, sockets: list, on_ready: Callable[[], object]):
+        super().__init__(config, sockets)
+        self.on_ready = on_ready
+        self.failed = False
+
+    def init_processes(self) -> None:
+        super().init_processes()
+        # Loading takes seconds; ready means every worker answers, as one process does.
+        if all(p.wait_until_ready(600, self.should_exit) for p in self.processes):
+            self.on_ready()
+        elif not self.signal_queue:  # not Ctrl-C or SIGTERM meanwhile: a worker failed
+            self.failed = True
+            self.should_exit.set()
