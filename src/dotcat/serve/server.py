@@ -137,7 +137,11 @@ def _serve_workers(
     uv_config = _uvicorn_config(factory, config, factory=True, workers=config.workers)
     sock = uv_config.bind_socket()
 
-    supervisor = _Workers(uv_config, [sock], lambda: on_ready and on_ready(url, None))
+    def ready() -> None:
+        if on_ready is not None:
+            on_ready(url, None)
+
+    supervisor = _Workers(uv_config, [sock], ready)
     try:
         supervisor.run()
     finally:
