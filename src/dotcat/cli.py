@@ -715,15 +715,12 @@ def serve(
 
     def ready(url: str, pipeline) -> None:
         if pipeline is None:  # --workers: each process loaded its own
-            typer.echo(
-                f"dotcat: serving {index_dir} on {url} ({workers} workers); page at {url}/",
-                err=True,
-            )
-            return
-        stages = pipeline.first_stage
-        if pipeline.reranker is not None:
-            r = pipeline.reranker
-            stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
+            stages = f"{workers} workers"
+        else:
+            stages = pipeline.first_stage
+            if pipeline.reranker is not None:
+                r = pipeline.reranker
+                stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
         typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
 
     # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one

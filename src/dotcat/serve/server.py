@@ -2,7 +2,8 @@
 
 One process by default. With ``workers`` > 1 the port is bound once here and handed to that
 many worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each
-with its own pipeline, restarted if one dies; the kernel spreads connections over them). Each
+with its own pipeline, restarted if one dies, see the README for a caveat; the kernel spreads
+connections over them). Each
 worker micro-batches its own requests; what the processes add is a second Python interpreter
 (HTTP parsing, JSON and the model calls' Python glue no longer share one GIL), at the price of
 one copy of the models and the index per worker.
@@ -76,7 +77,7 @@ def serve(
     app = factory()
     if on_ready is not None:
         on_ready(url, app.state.pipeline)
-    _uvicorn_server(app, config).run()
+    uvicorn.Server(_uvicorn_config(app, config)).run()
 
 
 @dataclasses.dataclass
@@ -119,10 +120,6 @@ def _uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
     )
 
 
-def _uvicorn_server(app, config: ServeConfig) -> uvicorn.Server:
-    return uvicorn.Server(_uvicorn_config(app, config))
-
-
 def _serve_workers(
     factory: WorkerApp, url: str, on_ready: Callable[[str, object], None] | None
 ) -> None:
@@ -134,7 +131,12 @@ def _serve_workers(
     """
     config = factory.config
     factory = dataclasses.replace(factory, worker=True)
-    uv_config = _uvicorn_config(factory, config, factory=True, workers=config.workers)
+    # A worker answers the supervisor's health pings once its interpreter has started; on a
+    # busy small CPU that can take longer than uvicorn's 5 s, and a replacement killed as "hung"
+    # would be replaced again and again.
+    uv_config = _uvicorn_config(
+        factory, config, factory=True, workers=config.workers, timeout_worker_healthcheck=30
+    )
     sock = uv_config.bind_socket()
 
     def ready() -> None:
