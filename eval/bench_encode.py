@@ -49,6 +49,8 @@ VARIANTS: dict[str, dict] = {
     "dotcat-tokens4096": {"max_batch_tokens": 4096},
     "dotcat-notokencap": {"max_batch_tokens": 0},
     "dotcat-bf16": {"precision": "bf16"},
+    "dotcat-fp32": {"precision": "fp32"},
+    "dotcat-default-batch": {"batch_size": None},
 }
 
 
@@ -89,8 +91,9 @@ def machine() -> str:
     simd = [
         f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in cpu_flags()
     ]
+    gpu = f"GPU {torch.cuda.get_device_name(0)}, " if torch.cuda.is_available() else ""
     return (
-        f"{cpu_model()}, {available_cpus()} cores ({', '.join(simd) or 'no x86 SIMD flags'}; "
+        f"{gpu}{cpu_model()}, {available_cpus()} cores ({', '.join(simd) or 'no x86 SIMD flags'}; "
         f"native bf16: {'yes' if cpu_has_native_bf16() else 'no'}), torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
         f"sentence-transformers {sentence_transformers.__version__}, Python "
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda, for both sides")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     variants = args.variant or ["dotcat"]
@@ -133,16 +137,13 @@ def main(argv: list[str] | None = None) -> int:
 
     encoders = {}
     for name in variants:
+        settings = dict(max_length=args.max_length, batch_size=args.batch_size)
         config = EncoderConfig(
-            model=args.model,
-            max_length=args.max_length,
-            batch_size=args.batch_size,
-            device="cpu",
-            **VARIANTS[name],
+            model=args.model, device=args.device, **{**settings, **VARIANTS[name]}
         )
         encoders[name] = BiEncoder.load(config)
     path = str(next(iter(encoders.values())).path)
-    st = SentenceTransformer(path, device="cpu")
+    st = SentenceTransformer(path, device=args.device)
     st.max_seq_length = args.max_length
     print(machine(), flush=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,18 @@ def tiny_cat_dir(tmp_path_factory) -> Path:
     others, and no ranking is there to agree on; std 0.2 gives a real ranking.
     """
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_cat"), "cat", initializer_range=0.2)
+
+
+@pytest.fixture(scope="session")
+def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
+    """The tiny BERT without dropout: two passes that should agree see the same network
+    (plain and GradCache, one process and DDP, whole and chunked batches)."""
+    out = tmp_path_factory.mktemp("tiny_nodrop") / "model"
+    shutil.copytree(tiny_bert_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
 
 
 TINY_DOCS = [

@@ -218,7 +218,9 @@ def index(
         str | None, typer.Option(help="dot or cos (default: model's config).")
     ] = None,
     max_length: Annotated[int | None, typer.Option(help="Max tokens per document.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Encoding batch size (default: 32 on CPU, 256 on a GPU).")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     faiss: Annotated[
         str, typer.Option("--faiss", help="FAISS factory string, e.g. Flat, HNSW32, IVF4096,Flat.")
@@ -1107,7 +1109,7 @@ def train_distill(
     epochs: _Epochs = 2,
     batch_size: _QueriesPerBatch = 32,
     grad_accum: _GradAccum = 1,
-    cache_chunk: _CacheChunk = None,
+    cache_chunk: _CacheChunk = 16,
     lr: _Lr = 1e-4,
     warmup_ratio: _Warmup = 0.1,
     temperature: _Temperature = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import faiss
 import numpy as np
 import pytest
@@ -67,13 +69,18 @@ def test_training_sample_is_seeded_and_does_not_grow_with_the_corpus(monkeypatch
     assert len(faiss_index.training_rows(faiss_index.create_index("Flat", 4), 100)) == 0
 
 
-def test_device_resolution_on_this_machine():
+def test_device_resolution_on_this_machine(caplog):
+    assert faiss_index.resolve_faiss_device("cpu") == "cpu"
     if faiss_index.gpu_available():
         assert faiss_index.resolve_faiss_device("auto") == "cuda"
+        assert faiss_index.resolve_faiss_device("cuda") == "cuda"
     else:
         assert faiss_index.resolve_faiss_device("auto") == "cpu"
-        with pytest.raises(DotcatError, match="no GPU support"):
-            faiss_index.resolve_faiss_device("cuda")
+        # cuda asks for the models on the GPU: a CPU-only faiss searches on the CPU, and says so
+        faiss_index._warn_cpu_faiss.cache_clear()
+        with caplog.at_level(logging.WARNING, logger="dotcat.index.faiss_index"):
+            assert faiss_index.resolve_faiss_device("cuda") == "cpu"
+        assert "FAISS runs on the CPU" in caplog.text
     with pytest.raises(DotcatError, match="unknown device"):
         faiss_index.resolve_faiss_device("tpu")
 

@@ -243,6 +243,17 @@ def test_shuffled_input_gives_the_same_rows(tiny):
     np.testing.assert_allclose(shuffled, out[order], rtol=0, atol=2e-5)
 
 
+def test_batch_defaults_follow_the_device(tiny_bert_dir):
+    # 32 texts under 2048 tokens on CPU; 256 under 65,536 on a GPU (checked without one: the
+    # rule is a function of the device), and whatever the caller asks for wins.
+    assert batching.default_batch(torch.device("cpu")) == (32, 2048)
+    assert batching.default_batch(torch.device("cuda")) == (256, 65_536)
+    plain = _load(tiny_bert_dir)
+    assert (plain.batch_size, plain.max_batch_tokens) == (32, 2048)
+    asked = _load(tiny_bert_dir, batch_size=5, max_batch_tokens=0)
+    assert (asked.batch_size, asked.max_batch_tokens) == (5, 0)
+
+
 @pytest.mark.parametrize(
     ("batch_size", "max_batch_tokens"), [(1, None), (2, None), (64, 0), (64, 24)]
 )

@@ -64,8 +64,10 @@ def _similarities(encoder: BiEncoder) -> np.ndarray:
 def test_int8_encoder_ranks_like_fp32(tiny_bert_dir, backend):
     if backend == "openvino":
         pytest.importorskip("openvino")
-    fp32 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), precision="fp32"))
-    config = EncoderConfig(model=str(tiny_bert_dir), precision="int8", backend=backend)
+    fp32 = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32"))
+    config = EncoderConfig(
+        model=str(tiny_bert_dir), device="cpu", precision="int8", backend=backend
+    )
     int8 = BiEncoder.load(config)
     assert int8.precision == "int8" and int8.manifest_entry()["precision"] == "int8"
     assert int8.backend == backend == int8.manifest_entry()["backend"]
@@ -82,7 +84,7 @@ def test_int8_encoder_ranks_like_fp32(tiny_bert_dir, backend):
 
 def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
     def scores(precision: str) -> np.ndarray:
-        config = CrossEncoderConfig(model=str(tiny_cat_dir), precision=precision)
+        config = CrossEncoderConfig(model=str(tiny_cat_dir), device="cpu", precision=precision)
         return CrossEncoder.load(config).score_query("insulin glucose in blood", DOCS)
 
     a, b = scores("fp32"), scores("int8")
@@ -92,7 +94,9 @@ def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
 
 
 def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
-    BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime"))
+    BiEncoder.load(
+        EncoderConfig(model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime")
+    )
     home = ob.cache_home(weights_fingerprint(bert_copy))
     name = ob.export_name("int8")
     assert (home / name).is_file() and (home / "model.onnx").is_file()
@@ -106,7 +110,7 @@ def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
 
     monkeypatch.setattr(ob, "export", no_export)
     encoder = BiEncoder.load(
-        EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+        EncoderConfig(model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime")
     )
     assert encoder.onnx.path == home / name
 
@@ -121,7 +125,7 @@ def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
     assert f"exported encoder {bert_copy} at int8" in result.output
     monkeypatch.setattr(ob, "export", lambda *a, **k: pytest.fail("exported again"))
     encoder = BiEncoder.load(
-        EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+        EncoderConfig(model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime")
     )
     assert encoder.onnx.path == bert_copy / "onnx" / name
 
@@ -139,7 +143,9 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
     model.save_pretrained(bert_copy)
     with caplog.at_level(logging.WARNING, logger="dotcat.models.onnx_backend"):
         encoder = BiEncoder.load(
-            EncoderConfig(model=str(bert_copy), precision="int8", backend="onnxruntime")
+            EncoderConfig(
+                model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime"
+            )
         )
     assert "stale" in caplog.text
     fingerprint = weights_fingerprint(bert_copy)
@@ -147,7 +153,7 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
     record = json.loads((encoder.onnx.path.parent / ob.EXPORT_RECORD).read_text())[name]
     assert record["weights_sha256"] == fingerprint
     # And the new export computes with the new weights.
-    fp32 = BiEncoder.load(EncoderConfig(model=str(bert_copy), precision="fp32"))
+    fp32 = BiEncoder.load(EncoderConfig(model=str(bert_copy), device="cpu", precision="fp32"))
     for row_a, row_b in zip(_similarities(fp32), _similarities(encoder), strict=True):
         assert spearmanr(row_a, row_b).statistic >= 0.95
 
@@ -205,7 +211,9 @@ def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path
     assert [o.name for o in runner.session.get_outputs()] == ["logits"]
     # A re-ranker needs a trained head; int8 runs on CPU only.
     with pytest.raises(DotcatError, match="not a cross-encoder"):
-        CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), precision="int8"))
+        CrossEncoder.load(
+            CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="int8")
+        )
     with pytest.raises(DotcatError, match="runs on CPU only"):
         is_int8("int8", torch.device("cuda"))
     bad = CliRunner().invoke(app, ["export", str(cat), "--precision", "int4"])

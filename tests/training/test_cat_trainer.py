@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -32,16 +31,6 @@ def toy_data(tmp_path_factory) -> Path:
     from tests.training.test_trainer import make_training_beir
 
     return make_training_beir(tmp_path_factory.mktemp("cat_toy") / "beir")
-
-
-@pytest.fixture(scope="module")
-def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("cat_nodrop") / "model"
-    shutil.copytree(tiny_bert_dir, out)
-    config = json.loads((out / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    (out / "config.json").write_text(json.dumps(config))
-    return out
 
 
 def _config(data: Path, out: Path, base: Path, **overrides) -> CatTrainConfig:

@@ -232,6 +232,33 @@ def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_pat
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0)
 
 
+def test_grad_cache_trains_the_plain_runs_weights(
+    toy_data, tiny_no_dropout, tiny_cat_dir, tmp_path
+):
+    # Without dropout, GradCache's chunks give the whole batch's gradients: margins and InfoNCE
+    # pushed through the cached embeddings train the same student, step for step.
+    common = dict(epochs=1, batch_size=4, dev_eval="none", contrastive_weight=0.5)
+    runs = {}
+    for name, chunk in {"plain": None, "cached": 3}.items():
+        out = tmp_path / name
+        train_distilled(
+            _config(toy_data, out, tiny_no_dropout, tiny_cat_dir, cache_chunk_size=chunk, **common)
+        )
+        runs[name] = (_record(out), load_file(out / "model.safetensors"))
+    (plain, plain_weights), (cached, cached_weights) = runs["plain"], runs["cached"]
+    assert cached["hyperparameters"]["cache_chunk_size"] == 3
+    assert len(plain["loss_curve"]) >= 2
+    for (_, a), (_, b) in zip(plain["loss_curve"], cached["loss_curve"], strict=True):
+        assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+    assert any(
+        not torch.equal(plain_weights[n], w)
+        for n, w in load_file(tiny_no_dropout / "model.safetensors").items()
+        if n in plain_weights
+    )
+    for name, weight in plain_weights.items():
+        torch.testing.assert_close(cached_weights[name], weight, atol=2e-5, rtol=1e-4)
+
+
 def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     runs = {}
     for name, overrides in {
@@ -324,7 +351,7 @@ def test_cli_train_distill(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     assert _record(tmp_path / "out")["kind"] == "distill"
 
 
-def test_the_cli_and_the_config_default_to_the_students_own_top_30():
+def test_the_cli_and_the_config_default_to_the_students_own_top_30_and_grad_cache():
     import inspect
 
     from dotcat.cli import train_distill
@@ -334,3 +361,4 @@ def test_the_cli_and_the_config_default_to_the_students_own_top_30():
     cli = (options["negatives"].default, options["window_start"].default)
     assert (config.negatives, config.window) == ("dense", (0, 30))
     assert (*cli, options["window_end"].default) == ("dense", 0, 30)
+    assert config.cache_chunk_size == options["cache_chunk"].default == 16

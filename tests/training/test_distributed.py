@@ -213,18 +213,6 @@ def _tiny_setup(model_dir: str):
     return model, batch, docs, qrels
 
 
-@pytest.fixture(scope="module")
-def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
-    import shutil
-
-    out = tmp_path_factory.mktemp("tiny_nodrop_ddp") / "model"
-    shutil.copytree(tiny_bert_dir, out)
-    config = json.loads((out / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    (out / "config.json").write_text(json.dumps(config))
-    return out
-
-
 def test_trainer_step_under_ddp_equals_one_process(ddp_results, tiny_no_dropout):
     from dotcat.training.trainer import LossConfig, backward_batch
 

@@ -81,17 +81,6 @@ def toy_data(tmp_path_factory) -> Path:
     return make_training_beir(tmp_path_factory.mktemp("toy") / "beir")
 
 
-@pytest.fixture(scope="module")
-def tiny_no_dropout(tiny_bert_dir, tmp_path_factory) -> Path:
-    """The tiny BERT without dropout: plain and cached passes then see the same network."""
-    out = tmp_path_factory.mktemp("tiny_nodrop") / "model"
-    shutil.copytree(tiny_bert_dir, out)
-    config = json.loads((out / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    (out / "config.json").write_text(json.dumps(config))
-    return out
-
-
 def _config(data: Path, out: Path, base: Path, cls=DotTrainConfig, **overrides) -> DotTrainConfig:
     settings = dict(
         data=data,

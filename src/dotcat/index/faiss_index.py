@@ -38,17 +38,28 @@ def gpu_available() -> bool:
 
 
 def resolve_faiss_device(device: str) -> str:
-    """Map ``auto|cpu|cuda`` to where FAISS runs; ``cuda`` without faiss-gpu is an error."""
-    if device == "auto":
-        return "cuda" if gpu_available() else "cpu"
-    if device == "cuda" and not gpu_available():
-        raise DotcatError(
-            "--device cuda: this faiss build has no GPU support or sees no GPU "
-            "(install the `gpu` extra: pip install 'dotcat[gpu]')"
-        )
-    if device not in ("cpu", "cuda"):
+    """Map ``auto|cpu|cuda`` to where FAISS runs.
+
+    ``--device`` names where the models run; FAISS follows it to the GPU only where this faiss
+    build can. ``cuda`` with a CPU-only faiss (faiss-cpu beside a CUDA PyTorch: faiss-gpu
+    wheels exist for fewer CUDA versions than PyTorch's) encodes on the GPU and searches on
+    the CPU, with a warning, rather than refusing the GPU the encoder could use.
+    """
+    if device not in ("auto", "cpu", "cuda"):
         raise DotcatError(f"unknown device {device!r}; use auto, cpu or cuda")
-    return device
+    if device == "cpu" or gpu_available():
+        return "cpu" if device == "cpu" else "cuda"
+    if device == "cuda":
+        _warn_cpu_faiss()
+    return "cpu"
+
+
+@functools.cache
+def _warn_cpu_faiss() -> None:
+    logger.warning(
+        "device cuda: this faiss build has no GPU support or sees no GPU, so FAISS runs on "
+        "the CPU (the models still use the GPU); for GPU indexes: pip install 'dotcat[gpu]'"
+    )
 
 
 def create_index(spec: str, dim: int) -> faiss.Index:

@@ -25,9 +25,25 @@ import torch
 #: Padded tokens per forward pass on CPU (see :mod:`dotcat.models.bi_encoder` and the
 #: benchmark): a batch's activations then stay in cache.
 CPU_MAX_BATCH_TOKENS = 2048
+#: Texts per forward pass of a bi-encoder when none is asked for: on CPU the token budget
+#: above decides and 32 is a ceiling; a GPU left with 32 short texts per pass waits on kernel
+#: launches (and bf16 autocast's casts), so it gets 256, under a token budget that keeps a
+#: 512-token model's batch at 128 texts (eval/results/gpu.md: 3.0x the documents/s of 32 on
+#: an H100 with all-MiniLM-L6-v2 under bf16, in one run).
+CPU_BATCH_SIZE = 32
+GPU_BATCH_SIZE = 256
+GPU_MAX_BATCH_TOKENS = 65_536
 #: Most automatic CPU workers; beyond, each worker gets several intra-op threads (measured on
 #: 2 cores only; many Python threads would contend for the GIL between ops).
 MAX_AUTO_WORKERS = 8
+
+
+def default_batch(device: torch.device) -> tuple[int, int]:
+    """``(texts, padded tokens)`` per forward pass on ``device`` when the caller sets neither
+    (tokens 0: no cap)."""
+    if device.type == "cpu":
+        return CPU_BATCH_SIZE, CPU_MAX_BATCH_TOKENS
+    return GPU_BATCH_SIZE, GPU_MAX_BATCH_TOKENS
 
 
 def padded_widths(lengths: np.ndarray, multiple: int, cap: int) -> np.ndarray:

@@ -16,6 +16,9 @@ fp32). What makes it fast here, each measured in ``eval/results/encode_throughpu
   intra-op thread, instead of every op split over all cores. Quiet, this keeps the 1.25x;
   when other processes share the cores it avoids each op's barrier waiting for a descheduled
   thread (1.3-1.5x over sentence-transformers there, where small batches alone lost 0.7x);
+* on a GPU, 256 texts per pass (at most 65,536 padded tokens) instead of 32: small batches
+  leave it waiting on kernel launches and autocast's casts (an H100, all-MiniLM-L6-v2, bf16:
+  5,655 documents/s against 1,906 at 32 in one run; ``eval/results/gpu.md``);
 * ``torch.inference_mode``, SDPA attention (the eager one was 1.3-1.6x slower);
 * bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`;
 * int8 on CPUs with VNNI (``precision="int8"``, ``auto`` there): OpenVINO (per-token
@@ -41,8 +44,8 @@ import torch
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
-    CPU_MAX_BATCH_TOKENS,
     cpu_workers,
+    default_batch,
     length_sorted_batches,
     pad_ids,
     run_jobs,
@@ -93,14 +96,15 @@ class EncoderConfig:
             a Normalize module, else its ``similarity_fn_name``, else ``dot``.
         max_length: tokens per text, truncated beyond; None: the model's ``max_seq_length``,
             else min(512, its position embeddings).
-        batch_size: most texts per forward pass.
+        batch_size: most texts per forward pass; None: 32 on CPU, 256 on a GPU
+            (:func:`dotcat.models.batching.default_batch`).
         device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda``, ``cuda:N``.
         query_prefix, document_prefix: text put before each query / document (e.g. E5's
             ``"query: "``); None: the model's sentence-transformers prompts, else empty.
         fast: speed tricks that keep the vectors (token-budget batches and data-parallel
             workers on CPU, autocast per ``precision``); False gives the plain reference path:
             fixed-size batches, one at a time, fp32.
-        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU;
+        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, 65,536 on a GPU;
             0: no cap.
         precision: ``auto`` (int8 on CPUs with VNNI, else bf16 where native, fp16 on older
             GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or
@@ -119,7 +123,7 @@ class EncoderConfig:
     pooling: str | None = None
     similarity: str | None = None
     max_length: int | None = None
-    batch_size: int = 32
+    batch_size: int | None = None
     device: str = "auto"
     query_prefix: str | None = None
     document_prefix: str | None = None
@@ -174,9 +178,11 @@ class BiEncoder:
         store_linear_weights(model, self.autocast_dtype)
         #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` for int8.
         self.onnx: Any = None
-        tokens = config.max_batch_tokens
-        if tokens is None:
-            tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
+        texts, tokens = default_batch(device)
+        #: texts per forward pass (``config.batch_size`` or the device's default)
+        self.batch_size = config.batch_size or texts
+        if config.max_batch_tokens is not None:
+            tokens = config.max_batch_tokens
         self.max_batch_tokens = tokens if fast else 0
         #: intra-op threads of small calls (None: the free cores, see SMALL_CALL_TOKENS); the
         #: latency benchmark sets it to compare fixed settings.
@@ -215,7 +221,7 @@ class BiEncoder:
         similarity = config.similarity or st.similarity or "dot"
         if similarity not in SIMILARITIES:
             raise DotcatError(f"unknown similarity {similarity!r} (dot or cos)")
-        if config.batch_size < 1:
+        if config.batch_size is not None and config.batch_size < 1:
             raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
 
         device = resolve_device(config.device)
@@ -289,7 +295,7 @@ class BiEncoder:
 
         Args:
             texts: the texts (a list, or any sequence that slices, like a datasets column).
-            batch_size: overrides ``config.batch_size``.
+            batch_size: overrides the encoder's (``config.batch_size`` or the device's).
             show_progress: a tqdm bar over texts.
             out: write into this ``(len(texts), dim)`` float32 array (e.g. an ``np.memmap``)
                 instead of a new one.
@@ -306,7 +312,7 @@ class BiEncoder:
             out = np.empty((n, self.dim), dtype=np.float32)
         elif out.shape != (n, self.dim) or out.dtype != np.float32:
             raise ValueError(f"out must be float32 {(n, self.dim)}, got {out.dtype} {out.shape}")
-        batch_size = batch_size or self.config.batch_size
+        batch_size = batch_size or self.batch_size
         workers = self._workers()
         bar_lock = threading.Lock()
         own = progress_bar(

@@ -2,8 +2,7 @@
 
 One process by default. With ``workers`` > 1 the port is bound once here and handed to that
 many worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each
-with its own pipeline, restarted if one dies, see the README for a caveat; the kernel spreads
-connections over them). Each
+with its own pipeline, restarted if one dies; the kernel spreads connections over them). Each
 worker micro-batches its own requests; what the processes add is a second Python interpreter
 (HTTP parsing, JSON and the model calls' Python glue no longer share one GIL), at the price of
 one copy of the models and the index per worker.
@@ -15,6 +14,7 @@ import dataclasses
 import logging
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,11 +109,13 @@ class WorkerApp:
 
 
 def _uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
+    # uvicorn's own messages (startup, a worker that died and its replacement) with -v only.
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)
     return uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
-        log_level="warning",
+        log_level="info" if verbose else "warning",
         access_log=False,  # ours is structured (dotcat.serve.access)
         timeout_graceful_shutdown=5,
         **options,
@@ -153,18 +155,49 @@ def _serve_workers(
 
 
 class _Workers(Multiprocess):
-    """uvicorn's supervisor, telling when every worker answers or one failed to load."""
+    """uvicorn's supervisor, telling when every worker answers or one failed to load.
+
+    A worker that dies while the others still load (killed, out of memory) is replaced as it
+    would be later, by uvicorn's ``keep_subprocess_alive``; only a worker that exits with
+    ``STARTUP_FAILURE`` (its models or index cannot load: every replacement would fail alike)
+    stops the server, and then :attr:`failed` is true.
+    """
+
+    #: Seconds every worker gets to load before the server gives up.
+    startup_timeout = 600.0
 
     def __init__(self, config: uvicorn.Config, sockets: list, on_ready: Callable[[], object]):
         super().__init__(config, sockets)
         self.on_ready = on_ready
-        self.failed = False
+        self.interrupted = False  # Ctrl-C or SIGTERM, not a failure
+
+    @property
+    def failed(self) -> bool:
+        """The supervisor stopped on its own: a worker could not load, or never got ready."""
+        return self.should_exit.is_set() and not self.interrupted
 
     def init_processes(self) -> None:
         super().init_processes()
-        # Loading takes seconds; ready means every worker answers, as one process does.
-        if all(p.wait_until_ready(600, self.should_exit) for p in self.processes):
-            self.on_ready()
-        elif not self.signal_queue:  # not Ctrl-C or SIGTERM meanwhile: a worker failed
-            self.failed = True
-            self.should_exit.set()
+        # Ready means every worker answers, as one process does; until then the supervisor
+        # does what its main loop does (signals, dead workers), from this one thread, the
+        # only one that may use the workers' health-check pipes.
+        deadline = time.monotonic() + self.startup_timeout
+        while not self.should_exit.wait(0.1):
+            self.handle_signals()
+            self.keep_subprocess_alive()
+            if self.should_exit.is_set():
+                return
+            if all(p.is_ready(timeout=1) for p in self.processes):
+                self.on_ready()
+                return
+            if time.monotonic() > deadline:
+                logger.error("the workers were not ready after %.0f s", self.startup_timeout)
+                self.should_exit.set()
+
+    def handle_int(self) -> None:
+        self.interrupted = True
+        super().handle_int()
+
+    def handle_term(self) -> None:
+        self.interrupted = True
+        super().handle_term()
