@@ -64,6 +64,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--precisions", default="auto", help="dotcat precisions, comma-separated")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda, for both sides")
+    parser.add_argument(
+        "--dotcat-batch-size",
+        type=int,
+        default=32,
+        help="dotcat's pairs per pass (sentence-transformers gets --batch-size)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -77,12 +84,16 @@ def main() -> None:
     ours = {
         p: CrossEncoder.load(
             CrossEncoderConfig(
-                model=args.model, max_length=args.max_length, device="cpu", precision=p
+                model=args.model,
+                max_length=args.max_length,
+                device=args.device,
+                precision=p,
+                batch_size=args.dotcat_batch_size,
             )
         )
         for p in args.precisions.split(",")
     }
-    theirs = STCrossEncoder(args.model, device="cpu", max_length=args.max_length)
+    theirs = STCrossEncoder(args.model, device=args.device, max_length=args.max_length)
     identity = torch.nn.Identity()
 
     def run_st() -> np.ndarray:
@@ -128,11 +139,13 @@ def main() -> None:
         "",
         f"Command: `python {' '.join(sys.argv)}`",
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}; "
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads), no GPU.",
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        + (f"{torch.cuda.get_device_name(0)}." if args.device != "cpu" else "no GPU."),
         f"Model: `{args.model}` (max length {args.max_length} tokens per pair; "
         f"sentence-transformers fp32). Pairs: {args.n_queries} SciFact test queries x BM25 top "
         f"{args.depth} = {n} pairs, scored one query at a time, {args.rounds} rounds rotating "
-        f"the order; sentence-transformers with `batch_size={args.batch_size}`.",
+        f"the order; sentence-transformers with `batch_size={args.batch_size}`, dotcat with "
+        f"{args.dotcat_batch_size} pairs per pass; device {args.device}.",
         "",
         "| scorer | pairs/s | ratio | Spearman vs ST fp32 | max abs diff |",
         "| --- | ---: | ---: | ---: | ---: |",
