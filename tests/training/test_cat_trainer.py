@@ -61,6 +61,21 @@ def _record(out: Path) -> dict:
     return json.loads((out / "dotcat_training.json").read_text())
 
 
+def test_the_dev_split_does_not_follow_the_runs_seed(toy_data, tiny_bert_dir, tmp_path):
+    # The queries every other stage holds out (DEV_SEED), whatever the run's own seed.
+    from tests.training.test_trainer import TOPICS
+
+    from dotcat.data.splits import DEV_SEED, split_dev
+    from dotcat.training.recipes.cat import CatRecipe
+
+    qids = [f"q{i}" for i in range(len(TOPICS))]
+    expected = set(split_dev(qids, 0.25, DEV_SEED)[1])
+    assert expected and expected != set(split_dev(qids, 0.25, 3)[1])
+    recipe = CatRecipe(_config(toy_data, tmp_path / "run", tiny_bert_dir, seed=3))
+    recipe.prepare()
+    assert set(recipe.dev_queries) == expected
+
+
 def test_negative_pools_interleave_dedupe_and_drop_relevant():
     bm25 = {"q1": [("a", 9.0), ("b", 8.0), ("c", 7.0)], "q2": [("x", 1.0)]}
     dense = {"q1": [("c", 0.9), ("d", 0.8), ("a", 0.7)]}

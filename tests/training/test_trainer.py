@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.training.examples import TrainingExample
@@ -225,6 +226,17 @@ def test_triplet_accumulation_over_halves_equals_the_whole_batch(tiny_no_dropout
     assert halves == pytest.approx(whole, abs=1e-6)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5)
+
+
+def test_the_dev_split_does_not_follow_the_runs_seed(toy_data, tiny_bert_dir, tmp_path):
+    # Every stage holds out the same queries (DEV_SEED): a run with another seed must not train
+    # on the queries that calibrate, a hybrid index's fusion weight or a chained run choose on.
+    qids = [f"q{i}" for i in range(len(TOPICS))]
+    expected = set(split_dev(qids, 0.2, DEV_SEED)[1])
+    assert expected and expected != set(split_dev(qids, 0.2, 7)[1])
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, seed=7, epochs=1, dev_eval="none")
+    negatives, _ = load_negatives(train_bi_encoder(config) / "negatives.jsonl.gz")
+    assert set(qids) - set(negatives) == expected  # negatives are mined for train queries only
 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):

@@ -3,8 +3,8 @@
 A benchmark's test split is for reporting only. Settings (a training run's best epoch, a
 re-ranker's interpolation weight, a hybrid index's fusion weight) are chosen on a dev split:
 the data's own ``dev`` qrels when it has them, else a deterministic share of ``train`` carved
-by :func:`split_dev`, with the same defaults as ``dotcat train`` (10 %, seed 42), so every
-stage holds out the same queries.
+by :func:`split_dev`, with the same defaults as ``dotcat train`` (10 %, seed 42; a training
+run's ``--seed`` does not change its dev split), so every stage holds out the same queries.
 """
 
 from __future__ import annotations

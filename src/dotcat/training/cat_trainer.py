@@ -95,7 +95,8 @@ class CatTrainConfig:
         loss: ``"lce"`` (softmax over a positive and its negatives) or ``"bce"`` (pointwise).
         epochs, batch_size (groups per optimizer step per accumulation step),
         grad_accum_steps, pairs_per_forward (pairs per forward/backward chunk; 0: the batch),
-        lr, warmup_ratio, weight_decay, max_grad_norm, seed, bf16, device.
+        lr, warmup_ratio, weight_decay, max_grad_norm, seed (sampling and the new head; not the
+        dev split, carved with ``DEV_SEED`` like every stage's), bf16, device.
         head_lr_scale: the new classification head learns at ``lr * head_lr_scale``. Adam moves
             each weight by about the learning rate per step, so at a fine-tuning rate (3e-5) a
             freshly initialised head (weights ~0.02) barely moves in a few hundred steps and

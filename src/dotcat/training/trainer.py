@@ -138,7 +138,9 @@ class DotTrainConfig:
             unnormalised scores divided by 0.05 would saturate the softmax).
         margin: of the triplet loss, in cosine units (the loss is on cosines, as in the
             notes, whatever similarity the index searches with).
-        seed: data order, dev split, negative sampling and dropout.
+        seed: data order, negative sampling and dropout. The dev split does not follow it: it
+            is carved with :data:`dotcat.data.splits.DEV_SEED`, so a run with another seed
+            holds out the queries every other stage holds out.
         bf16: ``"auto"`` (bf16 autocast where the hardware supports it natively: CUDA GPUs with
             bf16, CPUs with AVX512-BF16 or AMX), ``"on"`` (always; emulated and slow on other
             CPUs), ``"off"``.

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dotcat.data.splits import split_dev
+from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
@@ -101,7 +101,8 @@ class CatRecipe:
             seed=config.seed,
         )
         self.model = self.cross_encoder.model
-        train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, config.seed)
+        # DEV_SEED, not the run's seed: the same held-out queries as every other stage.
+        train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, DEV_SEED)
         self.data = data
         self.data_info = data_record(config, len(data.corpus))
         self.train_queries = {q: data.queries[q] for q in train_qids}

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch.nn.parallel import DistributedDataParallel
 
-from dotcat.data.splits import split_dev
+from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.training.distributed import DistributedContext
 from dotcat.training.examples import TrainingExample, build_examples, load_training_data
@@ -75,7 +75,9 @@ class DotRecipe:
         """Data and dev split, the model (DDP-wrapped under torchrun), epoch 0's negatives."""
         config = self.config
         self.data = load_training_data(config.data, config.split, config.queries, config.qrels)
-        train_qids, dev_qids = split_dev(list(self.data.queries), config.dev_fraction, config.seed)
+        # DEV_SEED, not the run's seed: every stage (train dot/cat/distill, calibrate, the
+        # index's fusion weight) then holds out the same queries, whatever --seed a run takes.
+        train_qids, dev_qids = split_dev(list(self.data.queries), config.dev_fraction, DEV_SEED)
         self.train_queries = {q: self.data.queries[q] for q in train_qids}
         self.dev_queries = {q: self.data.queries[q] for q in dev_qids}
         self.evaluating = bool(self.dev_queries) and config.dev_eval != "none"
