@@ -47,8 +47,10 @@ def resolve_faiss_device(device: str) -> str:
     """
     if device not in ("auto", "cpu", "cuda"):
         raise DotcatError(f"unknown device {device!r}; use auto, cpu or cuda")
-    if device == "cpu" or gpu_available():
-        return "cpu" if device == "cpu" else "cuda"
+    if device == "cpu":
+        return "cpu"
+    if gpu_available():
+        return "cuda"
     if device == "cuda":
         _warn_cpu_faiss()
     return "cpu"
