@@ -7,7 +7,8 @@ generator: SciFact test queries, ``GET /search``, k=10, dense) and runs 1 and 16
 interleaved slices. For each level it prints answers/s (and the ratio to one client, the
 baseline, same run), the server's CPU milliseconds per answer (from ``/proc/PID/stat``), the
 load generator's, the machine's idle share (``/proc/stat``) and the mean micro-batch (queries
-per model call, from ``/info``). Read together they say whether many clients are bounded by
+per model call, from ``/info``; not with ``--workers``, where each worker counts its own).
+Read together they say whether many clients are bounded by
 the cores (idle near 0) or by the way the server uses them (idle left while answers wait).
 Nothing else should run on the machine meanwhile.
 """
@@ -15,6 +16,7 @@ Nothing else should run on the machine meanwhile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -43,6 +45,17 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """CPU of the server: its process and, with ``--workers``, its worker processes (children
+    of the supervisor; a worker that ended meanwhile is not counted)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0.0
+    for process in [pid, *map(int, children)]:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            total += process_cpu_seconds(process)
+    return total
+
+
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -57,7 +70,7 @@ def measure(server: Server, queries: list[str], clients: int, seconds: float) ->
     tally = Tally(clients)
     before = (
         machine_ticks(),
-        process_cpu_seconds(server.process.pid),
+        server_cpu_seconds(server.process.pid),
         own_cpu_seconds(),
         batches(server.url),
     )
@@ -68,7 +81,7 @@ def measure(server: Server, queries: list[str], clients: int, seconds: float) ->
     return {
         "answers": tally.summary()["ok"],
         "wall": tally.wall,
-        "server_ms": (process_cpu_seconds(server.process.pid) - before[1]) * 1000 / ok,
+        "server_ms": (server_cpu_seconds(server.process.pid) - before[1]) * 1000 / ok,
         "client_ms": (own_cpu_seconds() - before[2]) * 1000 / ok,
         "idle": ticks[3] / sum(ticks),
         "batch": batched / max(1, calls),
@@ -86,6 +99,8 @@ def main() -> None:
     parser.add_argument("--serve-options", default="", help='e.g. "--batch-window-ms 0"')
     args = parser.parse_args()
     options = shlex.split(args.serve_options)
+    # /info's batch counts are one worker's, whichever answers: no mean batch with workers
+    several = "--workers" in options and options[options.index("--workers") + 1] != "1"
     with gzip.open(args.data / "queries.jsonl.gz", "rt", encoding="utf-8") as f:
         queries = [json.loads(line)["text"] for line in f][:300]
     server = Server(args.index, *options)
@@ -115,8 +130,8 @@ def main() -> None:
         mean = _means(total["rows"])
         lines.append(
             f"| {clients} | {rate:.1f} | {rate / base:.2f}x | {mean('p50'):.1f} "
-            f"| {mean('server_ms'):.2f} | {mean('client_ms'):.2f} | {mean('idle'):.0%} "
-            f"| {mean('batch'):.1f} |"
+            f"| {mean('server_ms'):.2f} | {mean('client_ms'):.2f} | {mean('idle'):.0%} | "
+            + ("n/a |" if several else f"{mean('batch'):.1f} |")
         )
     text = "\n".join(lines)
     print(text, flush=True)

@@ -1469,14 +1469,15 @@ def adapt(
     """Adapt a BERT_DOT to a corpus without labels: pseudo-queries from its titles and
     sentences, BM25 and dense negatives, contrastive training (or a teacher BERT_CAT's
     margins) within a time budget."""
-    _check_training_args(corpus, out_dir, model, batch_size=batch_size)
+    # Plain option values first: a wrong one is reported before any model is looked up.
     _at_least("--max-length", max_length, 2)
     if budget_minutes <= 0:
         raise DotcatError(f"--budget-minutes must be > 0, got {budget_minutes}")
-    if teacher is not None:
-        _check_model(teacher)
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
     alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
+    _check_training_args(corpus, out_dir, model, batch_size=batch_size)
+    if teacher is not None:
+        _check_model(teacher)
 
     from dotcat.training.adapt import AdaptConfig
     from dotcat.training.adapt import adapt as run_adapt

@@ -17,6 +17,8 @@ import httpx
 import pytest
 from tests.serve.conftest import free_port
 
+from dotcat.models.runtime import available_cpus
+
 _DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
 
 
@@ -189,7 +191,10 @@ def test_workers_share_the_port_answer_alike_and_a_dead_one_is_replaced(hybrid_i
         assert len(workers) == 2
         answering = _pids_answering(url)
         assert answering and answering <= workers
-        assert httpx.get(f"{url}/info").json()["limits"]["workers"] == 2
+        info = httpx.get(f"{url}/info").json()
+        assert info["limits"]["workers"] == 2
+        # each worker takes half the cores, not all of them (2 x all = threads taking turns)
+        assert info["threads"] == max(1, available_cpus() // 2)
         expected = pipeline.search("how do cells make ATP", 3)
         for _ in range(6):  # whichever worker takes the connection answers the same
             hits = httpx.get(f"{url}/search", params={"q": "how do cells make ATP", "k": 3}).json()
@@ -258,3 +263,30 @@ def test_a_model_that_cannot_load_stops_the_server_with_one_line(
             assert lines[-1] == (
                 "dotcat: error: a server worker failed to start (its error is logged above)"
             )
+
+
+_SHARE = """
+import os, torch
+from dotcat.models.runtime import configure_threads
+from dotcat.serve.server import share_cores
+print(share_cores({workers}), configure_threads(), torch.get_num_threads())
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2, 64])
+def test_a_worker_keeps_its_share_of_the_cores_when_its_models_load(workers):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    code = _SHARE.format(workers=workers)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    share = max(1, available_cpus() // workers)
+    # share_cores, then what a model load does (configure_threads with no count), then torch
+    assert done.stdout.split() == [str(share)] * 3, done.stderr
+
+
+def test_a_users_thread_count_wins_over_the_workers_share():
+    # One worker's share would be every core; the user asked for one thread. (A count above
+    # the cores would not do: the OpenMP runtime caps it at what the process may use.)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    code = _SHARE.format(workers=1)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.split() == ["1", "1", "1"], done.stderr

@@ -297,3 +297,9 @@ def test_cli_adapt_refuses_a_missing_corpus(tmp_path):
         result = CliRunner().invoke(app, args)
         assert result.exit_code != 0 and "--teacher-alpha" in result.output, value
         assert "Traceback" not in result.output
+    # A wrong value is named before any model is looked up (a broken model install would
+    # otherwise hide it).
+    args = ["adapt", str(corpus), str(tmp_path / "o"), "--model", str(tmp_path / "no-model")]
+    result = CliRunner().invoke(app, [*args, "--teacher-alpha", "2"])
+    assert result.exit_code == 2 and "--teacher-alpha" in result.output
+    assert "no-model" not in result.output

@@ -111,6 +111,28 @@ def test_a_run_distils_the_teacher_and_writes_a_bi_encoder(
     assert st.encode(["insulin glucose"]).shape[1] == record["model"]["dim"]
 
 
+def test_a_teacher_weight_of_zero_does_not_run_the_cross_encoder(
+    toy_data, tiny_bert_dir, teacher_with_alpha, tmp_path
+):
+    config = _config(
+        toy_data, tmp_path / "run", tiny_bert_dir, teacher_with_alpha, teacher_alpha=0.0
+    )
+    config.validate()
+    config.out_dir.mkdir()
+    recipe = DistillRecipe(config, DistributedContext())
+    recipe.prepare()
+    assert recipe.teacher_info["alpha"] == 0.0
+    # Its scores would be multiplied by 0: none were computed.
+    assert not (config.out_dir / "teacher_scores.jsonl").exists()
+    dense = _cached(config.out_dir / "teacher_dense_scores.jsonl")
+    assert dense.keys() == recipe.teacher.keys() and len(dense) == recipe.teacher_info["pairs"]
+    # The dense score brought to the student's starting spread; the student is that model,
+    # so the factor is its temperature's: cosine / 0.05.
+    assert recipe.teacher_info["scale"] == pytest.approx(1 / 0.05, rel=1e-5)
+    for pair, value in recipe.teacher.items():
+        assert value == pytest.approx(dense[pair] / 0.05, rel=1e-5, abs=1e-9)
+
+
 def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
     toy_data, tiny_bert_dir, teacher_with_alpha, tmp_path
 ):

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Annotated, Any, Literal
 
+import torch
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -396,6 +397,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
             "batches": {"served": batcher.batches, "queries": batcher.queries},
             "auth": bool(config.api_key),
             "pid": os.getpid(),  # which worker answered (``--workers``)
+            "threads": torch.get_num_threads(),  # its share of the cores (``--workers``)
         }
 
     static = resources.files("dotcat.serve") / "static"

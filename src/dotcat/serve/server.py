@@ -3,15 +3,17 @@
 One process by default. With ``workers`` > 1 the port is bound once here and handed to that
 many worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each
 with its own pipeline, restarted if one dies; the kernel spreads connections over them). Each
-worker micro-batches its own requests; what the processes add is a second Python interpreter
-(HTTP parsing, JSON and the model calls' Python glue no longer share one GIL), at the price of
-one copy of the models and the index per worker.
+worker takes its share of the cores (:func:`share_cores`) and micro-batches its own requests;
+what the processes add is a second Python interpreter (HTTP parsing, JSON and the model
+calls' Python glue no longer share one GIL), at the price of one copy of the models and the
+index per worker.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import sys
 import time
@@ -94,6 +96,8 @@ class WorkerApp:
     def __call__(self):
         from dotcat.search.pipeline import SearchPipeline
 
+        if self.worker:
+            share_cores(self.config.workers)
         try:
             pipeline = SearchPipeline(self.index_dir, self.pipeline_config)
         except DotcatError as e:
@@ -106,6 +110,30 @@ class WorkerApp:
         if self.access_log:
             enable_access_log()
         return app
+
+
+def share_cores(workers: int) -> int:
+    """Give this server process its share of the cores: ``cores // workers`` threads (at
+    least 1) for PyTorch and every model runtime that follows its count.
+
+    Each model load gives itself every core the process may use unless ``OMP_NUM_THREADS``
+    says otherwise (:func:`dotcat.models.runtime.configure_threads`), so without this N
+    workers on N cores would each start N encoder threads: N x N threads taking turns on N
+    cores. A user's own ``OMP_NUM_THREADS`` wins.
+
+    Returns:
+        the thread count this process uses.
+    """
+    import torch
+
+    from dotcat.models.runtime import available_cpus
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()  # the user's count (PyTorch read it when it started)
+    threads = max(1, available_cpus() // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # what each model load then keeps
+    torch.set_num_threads(threads)
+    return threads
 
 
 def _uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:

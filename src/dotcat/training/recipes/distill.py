@@ -76,7 +76,8 @@ class DistillConfig(DotTrainConfig):
         contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none).
         kl_temperature: ``T`` of the KL loss.
         teacher_alpha: the cross-encoder's share of the teacher's score; None: the weight its
-            own record chose on dev (1 when it records none).
+            own record chose on dev (1 when it records none); 0: the dense model alone
+            teaches (its score as it is; the cross-encoder is not run).
         teacher_dense: the BERT_DOT mixed in where ``alpha`` < 1; None: the student's base.
         teacher_precision: the cross-encoder's precision while scoring (``auto``: as
             ``dotcat rerank`` runs it).
@@ -183,6 +184,44 @@ class DistillRecipe(DotRecipe):
                 model=str(config.teacher), device=config.device, precision=config.teacher_precision
             )
         )
+        alpha = config.teacher_alpha
+        if alpha is None:
+            alpha = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
+        self.teacher_info = {
+            "model": str(config.teacher),
+            "fingerprint": ce.fingerprint,
+            "backend": ce.backend,
+            "alpha": alpha,
+            "pairs": len(pairs),
+        }
+        if alpha == 0:
+            teacher = dense = self._dense_teacher_alone(pairs, queries, texts)
+        else:
+            ce_scores = self._cross_encoder_scores(ce, pairs, queries, texts)
+            teacher, dense = ce_scores, None
+            if alpha < 1:
+                dense = self._dense_scores(
+                    self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts
+                )
+                c = pooled_within_query_std(ce_scores) / max(pooled_within_query_std(dense), 1e-12)
+                teacher = {p: alpha * ce_scores[p] + (1 - alpha) * c * dense[p] for p in pairs}
+                self.teacher_info.update(dense_model=self._dense_name(), dense_scale=round(c, 6))
+        scale = config.teacher_scale
+        if scale is None:
+            scale = self._student_spread(pairs, queries, texts, dense) / max(
+                pooled_within_query_std(teacher), 1e-12
+            )
+        self.teacher = {p: scale * v for p, v in teacher.items()}
+        self.teacher_info["scale"] = float(f"{scale:.6g}")
+
+    def _cross_encoder_scores(
+        self,
+        ce: Any,
+        pairs: Sequence[tuple[str, str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+    ) -> dict[tuple[str, str], float]:
+        """The cross-encoder's logit of every pair (cached on disk, resumable)."""
         header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
         logit = score_pairs(
             self.out_dir / TEACHER_FILE,
@@ -191,42 +230,32 @@ class DistillRecipe(DotRecipe):
             queries,
             texts,
             ce.score,
-            show_progress=config.show_progress,
+            show_progress=self.config.show_progress,
         )
-        alpha = config.teacher_alpha
-        if alpha is None:
-            alpha = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
-        if alpha == 0:
-            logger.warning(
-                "%s: the teacher's cross-encoder weight is 0 (%s), so the teacher is %s's dense "
-                "score alone and the cross-encoder teaches nothing; --teacher-alpha 1 distils "
-                "the plain cross-encoder",
-                config.teacher, "given" if config.teacher_alpha is not None else "its record",
-                self._dense_name(),
-            )  # fmt: skip
-        self.teacher_info = {
-            "model": str(config.teacher),
-            "fingerprint": ce.fingerprint,
-            "backend": ce.backend,
-            "alpha": alpha,
-            "pairs": len(pairs),
-        }
-        ce_scores = {p: _score(logit, p) for p in pairs}
-        teacher, dense = ce_scores, None
-        if alpha < 1:
-            dense = self._dense_scores(
-                self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts
-            )
-            c = pooled_within_query_std(ce_scores) / max(pooled_within_query_std(dense), 1e-12)
-            teacher = {p: alpha * ce_scores[p] + (1 - alpha) * c * dense[p] for p in pairs}
-            self.teacher_info.update(dense_model=self._dense_name(), dense_scale=round(c, 6))
-        scale = config.teacher_scale
-        if scale is None:
-            scale = self._student_spread(pairs, queries, texts, dense) / max(
-                pooled_within_query_std(teacher), 1e-12
-            )
-        self.teacher = {p: scale * v for p, v in teacher.items()}
-        self.teacher_info["scale"] = float(f"{scale:.6g}")
+        return {p: _score(logit, p) for p in pairs}
+
+    def _dense_teacher_alone(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+    ) -> dict[tuple[str, str], float]:
+        """The teacher when the cross-encoder's weight is 0: the dense model's score itself.
+
+        The cross-encoder's scores would be multiplied by 0, so they are not computed (on
+        SciFact that saved about 2 minutes); the dense score is not brought to the logit's
+        spread either (the teacher scale, automatic by default, sets the spread).
+        """
+        config = self.config
+        logger.warning(
+            "%s: the teacher's cross-encoder weight is 0 (%s), so the teacher is %s's dense "
+            "score alone and the cross-encoder teaches nothing; --teacher-alpha 1 distils "
+            "the plain cross-encoder",
+            config.teacher, "given" if config.teacher_alpha is not None else "its record",
+            self._dense_name(),
+        )  # fmt: skip
+        self.teacher_info["dense_model"] = self._dense_name()
+        return self._dense_scores(self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts)
 
     def _dense_name(self) -> str:
         return str(self.config.teacher_dense or self.config.base)
