@@ -1085,7 +1085,7 @@ def train_distill(
     ] = "margin-mse",
     contrastive_weight: Annotated[
         float, typer.Option(help="Weight of in-batch InfoNCE on the labels (0: none).")
-    ] = 0.0,
+    ] = 1.0,
     kl_temperature: Annotated[float, typer.Option(help="Temperature of the kl loss.")] = 1.0,
     teacher_alpha: Annotated[
         str, typer.Option(help="Cross-encoder share of the teacher score; auto: its dev weight.")

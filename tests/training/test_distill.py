@@ -77,9 +77,10 @@ def test_a_run_distils_the_teacher_and_writes_a_bi_encoder(
 
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
-    out = train_distilled(
-        _config(toy_data, tmp_path / "run", tiny_bert_dir, tiny_cat_dir, epochs=4)
-    )
+    # The teacher's margins alone (no InfoNCE beside them), so their loss can be followed.
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, tiny_cat_dir, epochs=4)
+    config.contrastive_weight = 0.0
+    out = train_distilled(config)
     record = _record(out)
     assert record["kind"] == "distill" and record["status"] == "finished"
     assert record["teacher"]["alpha"] == 1.0  # the tiny teacher records no dev weight
@@ -284,9 +285,9 @@ def test_grad_cache_trains_the_plain_runs_weights(
 def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     runs = {}
     for name, overrides in {
-        "margin": {},
-        "kl": {"distill_loss": "kl"},
-        "plus-infonce": {"contrastive_weight": 1.0},
+        "margin": {"contrastive_weight": 0.0},
+        "kl": {"distill_loss": "kl", "contrastive_weight": 0.0},
+        "plus-infonce": {},  # the default: margin-mse + 1 x InfoNCE
     }.items():
         out = train_distilled(
             _config(
@@ -301,6 +302,7 @@ def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_c
         )
         runs[name] = _record(out)
     assert runs["kl"]["loss"]["distill"] == "kl"
+    assert runs["plus-infonce"]["loss"]["contrastive_weight"] == 1.0
     curves = {name: [v for _, v in r["loss_curve"]] for name, r in runs.items()}
     assert curves["kl"] != curves["margin"]
     # InfoNCE (>= 0) added with weight 1: every step's loss is larger than without it.

@@ -339,6 +339,9 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
                 teacher_alpha=config.teacher_alpha,
                 teacher_precision=config.teacher_precision,
                 n_negatives=DISTILL_NEGATIVES,
+                # GPL's loss, Margin-MSE alone, as measured (adapt_scifact_teacher*.md); the
+                # InfoNCE that `train distill` adds by default was chosen on labelled pairs
+                contrastive_weight=0.0,
             )
         )
     else:

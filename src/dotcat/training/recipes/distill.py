@@ -73,7 +73,8 @@ class DistillConfig(DotTrainConfig):
     Attributes:
         teacher: the BERT_CAT (a ``train cat`` output or any cross-encoder directory).
         distill_loss: ``"margin-mse"`` (default, Hofstätter et al. 2020) or ``"kl"``.
-        contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none).
+        contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none;
+            1, the default, was chosen on SciFact dev: 0.8032 against 0.7930 with 0, same seed).
         kl_temperature: ``T`` of the KL loss.
         teacher_alpha: the cross-encoder's share of the teacher's score; None: the weight its
             own record chose on dev (1 when it records none); 0: the dense model alone
@@ -96,7 +97,7 @@ class DistillConfig(DotTrainConfig):
 
     teacher: str | Path = ""
     distill_loss: str = "margin-mse"
-    contrastive_weight: float = 0.0
+    contrastive_weight: float = 1.0
     kl_temperature: float = 1.0
     teacher_alpha: float | None = None
     teacher_dense: str | None = None
