@@ -1073,7 +1073,9 @@ def train_dot(
 def train_distill(
     data: _TrainData,
     out_dir: Annotated[Path, typer.Argument(help="Where the distilled BERT_DOT goes.")],
-    teacher: Annotated[str, typer.Option(help="The BERT_CAT teacher (a train cat output).")],
+    teacher: Annotated[
+        str, typer.Option(help="The BERT_CAT teacher (a train cat output); bm25: BM25 + dense.")
+    ],
     base: Annotated[
         str, typer.Option("--student", help="BERT_DOT to start from: dir, hub name, 'default'.")
     ] = "default",
@@ -1125,7 +1127,8 @@ def train_distill(
 ) -> None:
     """Distil a BERT_CAT into a BERT_DOT with Margin-MSE (Hofstätter et al. 2020)."""
     _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
-    _check_model(teacher)
+    if teacher != "bm25":  # the lexical teacher (recipes.distill.LEXICAL_TEACHER)
+        _check_model(teacher)
     _at_least("--n-negatives", n_negatives, 1)
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
     alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
@@ -1448,16 +1451,22 @@ def adapt(
     teacher: Annotated[
         str | None,
         typer.Option(
-            help="A BERT_CAT whose scores label the pseudo pairs (Margin-MSE, GPL); "
-            "default: contrastive on the pseudo pairs."
+            help="A BERT_CAT whose scores label the pseudo pairs (Margin-MSE, GPL), or bm25 "
+            "(BM25 + the model's score); default: contrastive on the pseudo pairs."
         ),
     ] = None,
     teacher_alpha: Annotated[
         str, typer.Option(help="Cross-encoder share of the teacher score; auto: its record.")
     ] = "auto",
     teacher_precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    n_negatives: Annotated[
+        int, typer.Option(help="With a teacher: negatives per pseudo-query (a margin each).")
+    ] = 1,
+    contrastive_weight: Annotated[
+        float, typer.Option(help="With a teacher: weight of in-batch InfoNCE added to it.")
+    ] = 0.0,
     batch_size: _QueriesPerBatch = 32,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-4,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 2e-5,
     cache_chunk: Annotated[int, typer.Option(help="GradCache chunk size (0: off).")] = 16,
     max_length: _DocumentTokens = 256,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
@@ -1475,8 +1484,11 @@ def adapt(
         raise DotcatError(f"--budget-minutes must be > 0, got {budget_minutes}")
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
     alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
+    _at_least("--n-negatives", n_negatives, 1)
+    if contrastive_weight < 0:
+        raise DotcatError(f"--contrastive-weight must be >= 0, got {contrastive_weight}")
     _check_training_args(corpus, out_dir, model, batch_size=batch_size)
-    if teacher is not None:
+    if teacher not in (None, "bm25"):
         _check_model(teacher)
 
     from dotcat.training.adapt import AdaptConfig
@@ -1494,6 +1506,8 @@ def adapt(
             teacher=teacher,
             teacher_alpha=alpha,
             teacher_precision=teacher_precision,
+            n_negatives=n_negatives,
+            contrastive_weight=contrastive_weight,
             batch_size=batch_size,
             lr=lr,
             cache_chunk=cache_chunk or None,

@@ -113,6 +113,19 @@ def test_bad_corpora_and_configs():
         BM25Config(stopwords="xx")
 
 
+def test_pair_scores_are_the_search_scores_of_the_named_documents():
+    index = BM25Index.build(DOCS, show_progress=False)
+    query = "domesticated mammals"
+    ranked = dict(index.search_one(query, k=10))
+    ids = ["d6", "d3", "d1", "d2"]  # in no particular order, one that does not match
+    scores = index.pair_scores(query, ids)
+    assert scores == pytest.approx([ranked.get(d, 0.0) for d in ids])
+    assert scores[1] == 0.0 and min(scores[0], scores[2], scores[3]) > 0
+    assert index.pair_scores("the of and", ["d1"]) == [0.0]  # stop words only
+    with pytest.raises(KeyError):
+        index.pair_scores(query, ["nope"])
+
+
 def test_save_load_round_trip(tmp_path):
     queries = {"q1": "domesticated wolves", "q2": "running", "q3": "blood sugar insulin"}
     index = BM25Index.build(DOCS, show_progress=False)

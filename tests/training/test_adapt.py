@@ -166,6 +166,43 @@ def test_the_plan_pays_for_the_teacher_s_pairs(tmp_path):
     assert plan["estimated_training_seconds"] == round(plan["queries"] * per_query, 1)
 
 
+def test_the_plan_pays_for_the_lexical_teacher_s_dense_half(tmp_path):
+    pseudo = {"queries": 5000, "documents": 100}
+    rates = {"examples_per_second": 2.0, "documents_per_second": 20.0}
+    config = AdaptConfig(
+        corpus=tmp_path, out_dir=tmp_path / "o", budget_minutes=45, teacher="bm25", n_negatives=3
+    )
+    plan = _plan(config, pseudo, rates, spent=0.0)  # no cross-encoder rate is needed
+    # BM25 is free; the dense score encodes the positive's and each negative's document
+    per_query = 0.5 + (1 + 3) / 20.0
+    assert plan["queries"] == int(0.85 * (2700 - 100 / 20.0) / per_query)
+
+
+def test_a_lexical_teacher_labels_the_pseudo_pairs(corpus, tiny_bert_dir, tmp_path):
+    out = tmp_path / "model"
+    adapt(_config(corpus, out, tiny_bert_dir, max_queries=64, teacher="bm25"))
+    record = json.loads((out / RECORD).read_text())
+    assert "teacher_pairs_per_second" not in record["steps"]["calibration"]["result"]
+    teacher = record["steps"]["training"]["result"]["teacher"]
+    assert teacher["model"] == "bm25" and teacher["alpha"] == 0.5
+    assert teacher["pairs"] >= 64 * 2 and teacher["dense_model"] == str(tiny_bert_dir)
+    training = json.loads((out / "dotcat_training.json").read_text())
+    assert training["kind"] == "distill" and training["loss"]["contrastive_weight"] == 0.0
+    assert (out / "model.safetensors").exists()
+
+
+def test_adapt_defaults_to_gpl_s_learning_rate_in_the_config_and_the_cli():
+    import inspect
+
+    from dotcat.cli import adapt as adapt_command
+
+    options = inspect.signature(adapt_command).parameters
+    config = AdaptConfig(corpus=Path("c"), out_dir=Path("o"))
+    assert config.lr == options["lr"].default == 2e-5
+    assert config.n_negatives == options["n_negatives"].default == 1
+    assert config.contrastive_weight == options["contrastive_weight"].default == 0.0
+
+
 def test_calibration_examples_carry_the_negatives_training_will_have(adapted):
     from dotcat.training.calibrate import _sample_examples
 
@@ -303,3 +340,7 @@ def test_cli_adapt_refuses_a_missing_corpus(tmp_path):
     result = CliRunner().invoke(app, [*args, "--teacher-alpha", "2"])
     assert result.exit_code == 2 and "--teacher-alpha" in result.output
     assert "no-model" not in result.output
+    for option, value in (("--n-negatives", "0"), ("--contrastive-weight", "-1")):
+        result = CliRunner().invoke(app, [*args, option, value])
+        assert result.exit_code == 2 and option in result.output, option
+        assert "no-model" not in result.output and "Traceback" not in result.output

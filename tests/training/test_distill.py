@@ -176,6 +176,42 @@ def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
     assert value == pytest.approx(expected, abs=1e-5)
 
 
+def test_the_lexical_teacher_is_bm25_mixed_with_the_dense_score(toy_data, tiny_bert_dir, tmp_path):
+    from dotcat.search.bm25 import BM25Index
+    from dotcat.training.recipes.distill import LEXICAL_ALPHA
+
+    def prepared(out: Path, **overrides) -> DistillRecipe:
+        config = _config(toy_data, out, tiny_bert_dir, "bm25", **overrides)
+        config.validate()
+        config.out_dir.mkdir()
+        recipe = DistillRecipe(config, DistributedContext())
+        recipe.prepare()
+        return recipe
+
+    # BM25 alone, raw: the teacher's score of each pair is BM25's over the training corpus.
+    plain = prepared(tmp_path / "plain", teacher_alpha=1.0, teacher_scale=1.0)
+    assert plain.teacher_info["model"] == "bm25" and plain.teacher_info["alpha"] == 1.0
+    assert not (tmp_path / "plain" / "teacher_scores.jsonl").exists()  # no cross-encoder
+    index = BM25Index.build(plain.data.corpus, show_progress=False)
+    by_query: dict[str, list[str]] = {}
+    for q, d in plain.teacher:
+        by_query.setdefault(q, []).append(d)
+    for q, docs in by_query.items():
+        expected = index.pair_scores(plain.data.queries[q], docs)
+        assert [plain.teacher[(q, d)] for d in docs] == pytest.approx(expected, abs=1e-6)
+    # Each example's positive shares terms with its query: BM25 gives it more than 0.
+    assert all(plain.teacher[(e.qid, e.positive_id)] > 0 for e in plain.examples)
+
+    # The default weight: BM25 and the dense score at one spread, half each.
+    mixed = prepared(tmp_path / "mixed", teacher_scale=1.0)
+    assert mixed.teacher_info["alpha"] == LEXICAL_ALPHA == 0.5
+    dense = _cached(tmp_path / "mixed" / "teacher_dense_scores.jsonl")
+    c = pooled_within_query_std(plain.teacher) / pooled_within_query_std(dense)
+    assert mixed.teacher_info["dense_scale"] == pytest.approx(c, rel=1e-5)
+    for pair, value in mixed.teacher.items():
+        assert value == pytest.approx(0.5 * plain.teacher[pair] + 0.5 * c * dense[pair], rel=1e-5)
+
+
 def test_the_teacher_scale_is_the_students_spread_or_given(
     toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path
 ):

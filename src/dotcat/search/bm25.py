@@ -135,6 +135,7 @@ class BM25Index:
         order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__)
         self._id_rank = np.empty(len(doc_ids), dtype=np.int64)
         self._id_rank[order] = np.arange(len(doc_ids))
+        self._positions: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -219,6 +220,21 @@ class BM25Index:
         scores = self._retriever.get_scores_from_ids(ids)
         top = self._top_k(scores, k)
         return [(self.doc_ids[i], float(scores[i])) for i in top]
+
+    def pair_scores(self, query: str, doc_ids: Sequence[str]) -> list[float]:
+        """BM25 scores of ``query`` against each of ``doc_ids`` (0 where no term matches).
+
+        Raises:
+            KeyError: a document id is not in the index.
+        """
+        if self._positions is None:  # built on first use: serving never needs it
+            self._positions = {d: i for i, d in enumerate(self.doc_ids)}
+        rows = [self._positions[d] for d in doc_ids]
+        ids = self.query_token_ids(query)
+        if not ids:
+            return [0.0] * len(rows)
+        scores = self._retriever.get_scores_from_ids(ids)
+        return [float(scores[r]) for r in rows]
 
     def query_token_ids(self, query: str) -> list[int]:
         """The query's term ids in the index vocabulary (unknown terms and stop words dropped)."""

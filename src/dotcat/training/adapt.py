@@ -75,13 +75,16 @@ class AdaptConfig:
         teacher: a cross-encoder (a ``train cat`` output or any BERT_CAT directory) whose
             scores label the pseudo pairs (Margin-MSE, as ``train distill``); None:
             contrastive training on the pseudo pairs. Its recorded interpolation weight mixes
-            in the base model's scores, as in ``train distill``.
+            in the base model's scores, as in ``train distill``. ``"bm25"``: the lexical
+            teacher, BM25 mixed with the base model's score (``train distill --teacher bm25``).
         teacher_alpha: the cross-encoder's share of the teacher's score (None: its recorded
             weight, as ``train distill --teacher-alpha auto``; 1: GPL's plain cross-encoder).
         teacher_precision: the teacher's precision while scoring (``auto``: as ``dotcat
             rerank`` runs it).
+        n_negatives: with a teacher, negatives per pseudo-query (a margin each).
+        contrastive_weight: with a teacher, the weight of in-batch InfoNCE added to its loss.
         batch_size, lr, cache_chunk, max_length, query_max_length, temperature: of the
-            training (``train dot``'s defaults).
+            training (``train dot``'s defaults, but ``lr``: GPL's 2e-5, chosen on dev).
         seed: pseudo-query sampling, negatives, data order.
         bf16, device: as for ``train dot``.
         resume: continue an interrupted run in ``out_dir``; overwrite: replace a finished one.
@@ -97,8 +100,14 @@ class AdaptConfig:
     teacher: str | None = None
     teacher_alpha: float | None = None
     teacher_precision: str = "auto"
+    n_negatives: int = DISTILL_NEGATIVES
+    # GPL's loss, Margin-MSE alone, as measured (adapt_scifact_teacher*.md); the InfoNCE that
+    # `train distill` adds by default was chosen on labelled pairs
+    contrastive_weight: float = 0.0
     batch_size: int = 32
-    lr: float = 1e-4
+    # GPL's rate, not train dot's 1e-4: on SciFact dev, 3 seeds each, 0.6976 vs 0.6886 (each
+    # seed higher; zero-shot 0.6723), eval/results/adapt_sweep_gpu.md
+    lr: float = 2e-5
     cache_chunk: int | None = 16
     max_length: int = 256
     query_max_length: int = 64
@@ -217,9 +226,9 @@ def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
         query_max_length=config.query_max_length,
         bf16=config.bf16,
         device=config.device,
-        negatives=DISTILL_NEGATIVES if config.teacher else 1,
+        negatives=config.n_negatives if config.teacher else 1,
     )
-    if config.teacher:
+    if config.teacher and not _lexical(config):
         rate = measure_teacher_rate(
             work / "all", config.teacher, precision=config.teacher_precision, device=config.device
         )
@@ -231,9 +240,17 @@ def _seconds_per_query(config: AdaptConfig, rates: dict[str, float]) -> float:
     """Training one pseudo-query, and with a teacher scoring its pairs (the positive and
     each negative the distillation samples)."""
     seconds = 1 / rates["examples_per_second"]
-    if config.teacher:
-        seconds += (1 + DISTILL_NEGATIVES) / rates["teacher_pairs_per_second"]
+    if _lexical(config):  # BM25 is near free; the dense half encodes each pair's document
+        seconds += (1 + config.n_negatives) / rates["documents_per_second"]
+    elif config.teacher:
+        seconds += (1 + config.n_negatives) / rates["teacher_pairs_per_second"]
     return seconds
+
+
+def _lexical(config: AdaptConfig) -> bool:
+    from dotcat.training.recipes.distill import LEXICAL_TEACHER
+
+    return config.teacher == LEXICAL_TEACHER
 
 
 def _plan(
@@ -338,10 +355,8 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
                 teacher=config.teacher,
                 teacher_alpha=config.teacher_alpha,
                 teacher_precision=config.teacher_precision,
-                n_negatives=DISTILL_NEGATIVES,
-                # GPL's loss, Margin-MSE alone, as measured (adapt_scifact_teacher*.md); the
-                # InfoNCE that `train distill` adds by default was chosen on labelled pairs
-                contrastive_weight=0.0,
+                n_negatives=config.n_negatives,
+                contrastive_weight=config.contrastive_weight,
             )
         )
     else:

@@ -20,6 +20,9 @@ interpolation: ``t = alpha * logit + (1 - alpha) * c * dense``, ``dense`` the sc
 BERT_DOT (``teacher_dense``; default the student's own starting model), ``c`` the ratio of the
 two scores' within-query standard deviations (the dense score brought to the logit's scale; a
 per-query shift does not matter, margins cancel it). ``alpha`` 1 is the plain cross-encoder.
+With ``teacher="bm25"`` BM25's score takes the logit's place (the lexical teacher: a dense
+student taught BM25's ranking beside its own, as SPAR's Lambda learns BM25's; Chen et al.,
+ACL 2022, "Salient Phrase Aware Dense Retrieval"), at ``alpha`` 0.5 unless given.
 
 The student's score is its similarity divided by the contrastive temperature (cosines in
 [-1, 1] / 0.05; inner products / 1), the scale its own InfoNCE trains it on. A cosine student's
@@ -54,7 +57,7 @@ from dotcat.errors import DotcatError
 from dotcat.training.distributed import DistributedContext, scale_to_global
 from dotcat.training.losses import LOSSES, pick_loss
 from dotcat.training.recipes.dot import DotRecipe
-from dotcat.training.teacher import TeacherScores, score_pairs, teacher_header
+from dotcat.training.teacher import DECIMALS, TeacherScores, score_pairs, teacher_header
 from dotcat.training.trainer import DotTrainConfig
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,11 @@ TEACHER_FILE = "teacher_scores.jsonl"
 DENSE_TEACHER_FILE = "teacher_dense_scores.jsonl"
 STUDENT_START_FILE = "student_start_scores.jsonl"
 DISTILL_LOSSES = tuple(LOSSES["distill"])
+#: ``teacher`` naming the lexical teacher: BM25 in the cross-encoder's place.
+LEXICAL_TEACHER = "bm25"
+#: The lexical teacher's BM25 share when none is given: BM25 and the dense score at equal
+#: weight once brought to one spread (fixed, not tuned: no labels choose it in ``adapt``).
+LEXICAL_ALPHA = 0.5
 
 
 @dataclass
@@ -71,7 +79,9 @@ class DistillConfig(DotTrainConfig):
     plus the teacher.
 
     Attributes:
-        teacher: the BERT_CAT (a ``train cat`` output or any cross-encoder directory).
+        teacher: the BERT_CAT (a ``train cat`` output or any cross-encoder directory), or
+            ``"bm25"``: the lexical teacher, BM25's score of each pair over the training
+            corpus in the cross-encoder's place (``teacher_alpha`` default 0.5).
         distill_loss: ``"margin-mse"`` (default, Hofstätter et al. 2020) or ``"kl"``.
         contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none;
             1, the default, was chosen on SciFact dev: 0.8032 against 0.7930 with 0, same seed).
@@ -173,13 +183,46 @@ class DistillRecipe(DotRecipe):
         self.teacher_seconds += time.perf_counter() - t0
 
     def _score_teacher(self, pairs: Sequence[tuple[str, str]]) -> None:
-        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-
         config = self.config
         queries = {q: self.data.queries[q] for q, _ in pairs}
         # The examples' texts carry the student's document prompt; the teachers read the text.
         prefix = len(self.model.document_prefix)
         texts = {d: self.doc_texts[d][prefix:] for _, d in pairs}
+        alpha, first = self._first_component(pairs, queries, texts)
+        if alpha == 0:
+            teacher = dense = self._dense_teacher_alone(pairs, queries, texts)
+        else:
+            teacher, dense = first(), None
+            if alpha < 1:
+                dense = self._dense_scores(
+                    self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts
+                )
+                c = pooled_within_query_std(teacher) / max(pooled_within_query_std(dense), 1e-12)
+                teacher = {p: alpha * teacher[p] + (1 - alpha) * c * dense[p] for p in pairs}
+                self.teacher_info.update(dense_model=self._dense_name(), dense_scale=round(c, 6))
+        scale = config.teacher_scale
+        if scale is None:
+            scale = self._student_spread(pairs, queries, texts, dense) / max(
+                pooled_within_query_std(teacher), 1e-12
+            )
+        self.teacher = {p: scale * v for p, v in teacher.items()}
+        self.teacher_info["scale"] = float(f"{scale:.6g}")
+
+    def _first_component(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+    ) -> tuple[float, Any]:
+        """The teacher's weight ``alpha`` and a function giving its scores of ``pairs``: the
+        cross-encoder's logits, or BM25's for the lexical teacher (``teacher="bm25"``)."""
+        config = self.config
+        if str(config.teacher) == LEXICAL_TEACHER:
+            alpha = config.teacher_alpha if config.teacher_alpha is not None else LEXICAL_ALPHA
+            self.teacher_info = {"model": LEXICAL_TEACHER, "alpha": alpha, "pairs": len(pairs)}
+            return alpha, lambda: self._bm25_scores(pairs, queries)
+        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+
         ce = CrossEncoder.load(
             CrossEncoderConfig(
                 model=str(config.teacher), device=config.device, precision=config.teacher_precision
@@ -195,25 +238,24 @@ class DistillRecipe(DotRecipe):
             "alpha": alpha,
             "pairs": len(pairs),
         }
-        if alpha == 0:
-            teacher = dense = self._dense_teacher_alone(pairs, queries, texts)
-        else:
-            ce_scores = self._cross_encoder_scores(ce, pairs, queries, texts)
-            teacher, dense = ce_scores, None
-            if alpha < 1:
-                dense = self._dense_scores(
-                    self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts
-                )
-                c = pooled_within_query_std(ce_scores) / max(pooled_within_query_std(dense), 1e-12)
-                teacher = {p: alpha * ce_scores[p] + (1 - alpha) * c * dense[p] for p in pairs}
-                self.teacher_info.update(dense_model=self._dense_name(), dense_scale=round(c, 6))
-        scale = config.teacher_scale
-        if scale is None:
-            scale = self._student_spread(pairs, queries, texts, dense) / max(
-                pooled_within_query_std(teacher), 1e-12
-            )
-        self.teacher = {p: scale * v for p, v in teacher.items()}
-        self.teacher_info["scale"] = float(f"{scale:.6g}")
+        return alpha, lambda: self._cross_encoder_scores(ce, pairs, queries, texts)
+
+    def _bm25_scores(
+        self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str]
+    ) -> dict[tuple[str, str], float]:
+        """BM25's score of every pair, over the training corpus (its term statistics), with
+        ``dotcat bm25``'s settings. Seconds for SciFact's 5k documents: not cached."""
+        from dotcat.search.bm25 import BM25Index
+
+        index = BM25Index.build(self.data.corpus, show_progress=self.config.show_progress)
+        by_query: dict[str, list[str]] = defaultdict(list)
+        for qid, doc in pairs:
+            by_query[qid].append(doc)
+        out: dict[tuple[str, str], float] = {}
+        for qid, docs in by_query.items():
+            for doc, value in zip(docs, index.pair_scores(queries[qid], docs), strict=True):
+                out[(qid, doc)] = round(value, DECIMALS)
+        return out
 
     def _cross_encoder_scores(
         self,
