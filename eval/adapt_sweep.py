@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from dotcat.files import read_json_or_none
     from dotcat.training.adapt import AdaptConfig, adapt
 
     rows = [("base model (zero-shot)", {}, dev_figures(args.model, args.data, args.device), 0)]
@@ -85,10 +86,7 @@ def main() -> None:
         name, fields = parse_setting(text)
         out = args.work / name
         started = time.perf_counter()
-        if (
-            not (out / "dotcat_adapt.json").exists()
-            or "finished" not in (out / "dotcat_adapt.json").read_text()
-        ):
+        if (read_json_or_none(out / "dotcat_adapt.json") or {}).get("status") != "finished":
             adapt(
                 AdaptConfig(
                     corpus=args.data,

@@ -111,6 +111,8 @@ _PRECISION_HELP = (
     "overrides the detection."
 )
 _PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+#: `--teacher` naming the lexical teacher (dotcat.training.recipes.distill.LEXICAL_TEACHER).
+_LEXICAL_TEACHER = "bm25"
 _RERANK_BACKEND_HELP = (
     "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
 )
@@ -1127,7 +1129,7 @@ def train_distill(
 ) -> None:
     """Distil a BERT_CAT into a BERT_DOT with Margin-MSE (Hofstätter et al. 2020)."""
     _check_training_args(data, out_dir, base, epochs=epochs, batch_size=batch_size)
-    if teacher != "bm25":  # the lexical teacher (recipes.distill.LEXICAL_TEACHER)
+    if teacher != _LEXICAL_TEACHER:
         _check_model(teacher)
     _at_least("--n-negatives", n_negatives, 1)
     _one_of("--teacher-precision", teacher_precision, _PRECISIONS)
@@ -1488,7 +1490,7 @@ def adapt(
     if contrastive_weight < 0:
         raise DotcatError(f"--contrastive-weight must be >= 0, got {contrastive_weight}")
     _check_training_args(corpus, out_dir, model, batch_size=batch_size)
-    if teacher not in (None, "bm25"):
+    if teacher not in (None, _LEXICAL_TEACHER):
         _check_model(teacher)
 
     from dotcat.training.adapt import AdaptConfig
