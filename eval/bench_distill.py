@@ -4,7 +4,7 @@
         --cat runs/cat-teacher [--data data/scifact] [--work runs/bench-distill] \\
         [--collection pydoc=runs/collections/pydoc --collection debian=runs/collections/debian] \\
         [--systems dense,hybrid,dense-cat,pipeline] [--output eval/results/distill.md] \\
-        [--plot eval/results/distill.png]
+        [--plot eval/results/distill.png] [--split dev]
 
 Every number goes through the command line a user runs. For each model ``NAME=DIR`` (a
 BERT_DOT directory; ``default`` for zero-shot all-MiniLM-L6-v2): ``dotcat index DATA --model
@@ -14,6 +14,10 @@ hybrid one, the dense top 100 re-ranked by ``--rerank CAT``, and ``--rerank CAT`
 other flag (the default pipeline: hybrid, depth 100, the re-ranker's dev-chosen
 interpolation). nDCG@10, RR@10 and R@100 by ir-measures; ``p``: a paired t-test over queries
 of nDCG@10 against the first model's same system.
+
+``--split dev`` runs the same systems over the dev queries every training run held out (the
+data's ``dev`` split, else the 10 % of train ``dotcat train`` carves): how recipes are compared
+before any of them is run on test (no out-of-domain collections then).
 
 Out of domain (``--collection NAME=BEIR_DIR``, collections no model trained on, built by
 ``eval/ood_collections.py``): each model's dense first stage, zero-shot, on the test split.
@@ -65,12 +69,32 @@ def build_index(model: str, data: Path, index: Path, bm25: bool) -> float | None
     return dotcat("index", str(data), str(index), "--model", model, *(["--bm25"] if bm25 else []))
 
 
-def search(index: Path, data: Path, flags: list[str], out: Path) -> float | None:
-    """``dotcat search`` over the test queries into a TREC run (seconds; None: reused)."""
+def search(index: Path, topics: list[str], flags: list[str], out: Path) -> float | None:
+    """``dotcat search`` over the queries ``topics`` names into a TREC run (seconds; None:
+    reused)."""
     if out.is_file():
         return None
-    command = ["search", str(index), "--queries", str(data), "--split", "test", "-k", "100"]
-    return dotcat(*command, *flags, "--output", str(out))
+    return dotcat("search", str(index), *topics, "-k", "100", *flags, "--output", str(out))
+
+
+def topics_and_qrels(data: Path, split: str, work: Path) -> tuple[list[str], dict]:
+    """The ``dotcat search`` options naming the split's queries, and its judgements.
+
+    ``dev``: the held-out queries of every training run (:func:`find_dev_split`), written to a
+    queries file in ``work`` (SciFact has no dev qrels of its own).
+    """
+    from dotcat.data import load_qrels
+    from dotcat.data.splits import find_dev_split
+
+    if split == "test":
+        return ["--queries", str(data), "--split", "test"], load_qrels(data, "test")
+    dev = find_dev_split(data)
+    if dev is None:
+        raise SystemExit(f"{data}: no dev split (neither qrels/dev.tsv nor qrels/train.tsv)")
+    queries = work / "dev-queries.tsv"
+    queries.write_text("".join(f"{q}\t{text}\n" for q, text in dev.queries.items()))
+    logging.info("dev: %d queries, %s", len(dev.queries), dev.source)
+    return ["--queries", str(queries)], dev.qrels
 
 
 def scores(run_file: Path, qrels: dict) -> tuple[dict[str, float], dict[str, float]]:
@@ -87,12 +111,11 @@ def slug(text: str) -> str:
 
 
 def in_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
-    """The SciFact test table: every model x system, p against the first model."""
+    """The in-domain table: every model x system, p against the first model."""
     from scipy.stats import ttest_rel
 
-    from dotcat.data import load_qrels
-
-    qrels = load_qrels(args.data, "test")
+    topics, qrels = topics_and_qrels(args.data, args.split, args.work)
+    suffix = "" if args.split == "test" else f"-{args.split}"
     rows, baseline = [], {}
     for name, model in models.items():
         index = args.work / f"index-{name}"
@@ -102,8 +125,8 @@ def in_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
         for key, (system, flags) in systems(args.cat).items():
             if key not in args.systems:
                 continue
-            out = args.work / f"{name}-{slug(system)}.trec"
-            took = search(index, args.data, flags, out)
+            out = args.work / f"{name}-{slug(system)}{suffix}.trec"
+            took = search(index, topics, flags, out)
             agg, per_query = scores(out, qrels)
             first = baseline.setdefault(system, (name, per_query))
             p = ""
@@ -130,7 +153,8 @@ def out_of_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]
             index = args.work / f"ood-{cname}-{name}"
             build_index(model, Path(data), index, bm25=False)
             out = args.work / f"ood-{cname}-{name}-dense.trec"
-            search(index, Path(data), ["--first-stage", "dense"], out)
+            topics = ["--queries", data, "--split", "test"]
+            search(index, topics, ["--first-stage", "dense"], out)
             agg, _ = scores(out, qrels)
             cells = " | ".join(f"{agg[m]:.4f}" for m in MEASURES)
             rows.append(f"| {cname} | {name} | {cells} |")
@@ -159,13 +183,22 @@ def training_rows(models: dict[str, str]) -> tuple[list[str], dict[str, dict]]:
         minutes = {k: v / 60 for k, v in t.items()}
         rows.append(
             f"| {name} | {what}; {hp['epochs']} epochs, batch {hp['batch_size']}, "
-            f"{hp['n_negatives']} negatives, lr {hp['lr']} | "
+            f"{hp['n_negatives']} negatives{_negatives_from(record)}, lr {hp['lr']} | "
             f"{minutes.get('teacher_seconds', 0):.1f} | {minutes['mining_seconds']:.1f} | "
             f"{minutes['train_seconds']:.1f} | {minutes['eval_seconds']:.1f} | "
             f"{minutes['total_seconds']:.1f} | {record['best_epoch']} | "
             f"{record['best_dev_nDCG@10']:.4f} |"
         )
     return rows, records
+
+
+def _negatives_from(record: dict) -> str:
+    """`` (dense 0-30)``: where a run's hard negatives were mined, when it records it."""
+    mined = record.get("negatives") or {}
+    if not mined.get("method") or not mined.get("window"):
+        return ""
+    start, end = mined["window"]
+    return f" ({mined['method']} {start}-{end})"
 
 
 def main() -> None:
@@ -179,10 +212,15 @@ def main() -> None:
         default=",".join(systems(Path("CAT"))),
         help="comma-separated: dense, hybrid, dense-cat, pipeline (default: all four)",
     )
+    parser.add_argument(
+        "--split", choices=("test", "dev"), default="test", help="dev: compare recipes on dev"
+    )
     parser.add_argument("--work", type=Path, default=Path("runs/bench-distill"))
     parser.add_argument("--output", type=Path, default=ROOT / "eval/results/distill.md")
     parser.add_argument("--plot", type=Path, default=ROOT / "eval/results/distill.png")
     args = parser.parse_args()
+    if args.split == "dev" and args.collection:
+        parser.error("--collection reports test figures; leave it out with --split dev")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     models = dict(spec.split("=", 1) for spec in args.model)
@@ -201,9 +239,10 @@ def main() -> None:
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
         f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min.",
         "",
-        f"## SciFact test ({args.data}), re-ranker `{args.cat}`",
+        f"## {args.data.name} {args.split} ({args.data}), re-ranker `{args.cat}`",
         "",
-        "Every row is a `dotcat search` run over the test queries (k = 100); p: paired t-test "
+        f"Every row is a `dotcat search` run over the {args.split} queries (k = 100); p: paired "
+        "t-test "
         "of nDCG@10 against the first model's same system; time: the search command's wall "
         "time (model loads included).",
         "",

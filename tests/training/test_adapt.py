@@ -100,7 +100,37 @@ def test_the_record_says_what_was_made_and_how_long_each_step_took(adapted):
     plan = steps["plan"]["result"]
     assert plan["queries"] == 84 and plan["dense_negatives"] is True  # the budget allows all
     assert steps["negatives"]["result"]["method"] == "bm25+dense"
-    assert steps["calibration"]["result"]["examples_per_second"] > 0
+    calibration = steps["calibration"]["result"]
+    assert calibration["examples_per_second"] > 0
+    assert calibration["batch_size"] == 8  # timed at the batch size the run trains with
+
+
+def test_calibration_times_whole_batches_of_the_run_s_size_after_one_untimed(
+    adapted, tiny_bert_dir, monkeypatch
+):
+    from dotcat.training import calibrate
+
+    seen: list[int] = []
+    real = calibrate._backward
+    monkeypatch.setattr(
+        calibrate,
+        "_backward",
+        lambda encoder, batch, *rest: (seen.append(len(batch)), real(encoder, batch, *rest)),
+    )
+    rates = calibrate.measure_rates(
+        adapted / "adapt" / "all",
+        str(tiny_bert_dir),
+        batch_size=5,
+        chunk_size=None,
+        max_length=48,
+        query_max_length=16,
+        bf16="off",
+        device="cpu",
+        negatives=2,
+    )
+    assert seen == [5] * (1 + calibrate.TIMED_BATCHES)  # the warm-up is a whole batch too
+    assert rates["batch_size"] == 5 and rates["negatives"] == 2
+    assert rates["examples_per_second"] > 0 and rates["documents_per_second"] > 0
 
 
 def test_every_pseudo_query_points_at_its_own_document(adapted, corpus):

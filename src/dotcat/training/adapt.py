@@ -220,7 +220,7 @@ def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
     rates = measure_rates(
         work / "all",
         config.model,
-        batch_size=min(config.batch_size, 16),
+        batch_size=config.batch_size,
         chunk_size=config.cache_chunk,
         max_length=config.max_length,
         query_max_length=config.query_max_length,
