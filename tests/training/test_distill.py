@@ -264,6 +264,19 @@ def test_a_teacher_at_weight_0_is_named_for_what_it_is(
     assert recipe.teacher_info["alpha"] == 0.0
     (message,) = [r.getMessage() for r in caplog.records if "weight is 0" in r.getMessage()]
     assert "its record" in message and "--teacher-alpha 1" in message
+    assert "cross-encoder weight" in message and "BM25" not in message
+
+
+def test_the_lexical_teacher_at_weight_0_is_named_bm25(toy_data, tiny_bert_dir, tmp_path, caplog):
+    import logging
+
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, "bm25", teacher_alpha=0.0)
+    config.validate()
+    config.out_dir.mkdir()
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.recipes.distill"):
+        DistillRecipe(config, DistributedContext()).prepare()
+    (message,) = [r.getMessage() for r in caplog.records if "weight is 0" in r.getMessage()]
+    assert "BM25 weight is 0 (given)" in message and "cross-encoder" not in message
 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):

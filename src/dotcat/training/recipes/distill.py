@@ -290,12 +290,12 @@ class DistillRecipe(DotRecipe):
         spread either (the teacher scale, automatic by default, sets the spread).
         """
         config = self.config
+        kind = "BM25" if str(config.teacher) == LEXICAL_TEACHER else "cross-encoder"
         logger.warning(
-            "%s: the teacher's cross-encoder weight is 0 (%s), so the teacher is %s's dense "
-            "score alone and the cross-encoder teaches nothing; --teacher-alpha 1 distils "
-            "the plain cross-encoder",
-            config.teacher, "given" if config.teacher_alpha is not None else "its record",
-            self._dense_name(),
+            "%s: the teacher's %s weight is 0 (%s), so the teacher is %s's dense score alone "
+            "and %s teaches nothing; --teacher-alpha 1 distils %s alone",
+            config.teacher, kind, "given" if config.teacher_alpha is not None else "its record",
+            self._dense_name(), kind, kind,
         )  # fmt: skip
         self.teacher_info["dense_model"] = self._dense_name()
         return self._dense_scores(self._dense_name(), DENSE_TEACHER_FILE, pairs, queries, texts)
