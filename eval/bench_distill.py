@@ -241,10 +241,9 @@ def main() -> None:
         "",
         f"## {args.data.name} {args.split} ({args.data}), re-ranker `{args.cat}`",
         "",
-        f"Every row is a `dotcat search` run over the {args.split} queries (k = 100); p: paired "
-        "t-test "
-        "of nDCG@10 against the first model's same system; time: the search command's wall "
-        "time (model loads included).",
+        f"Every row is a `dotcat search` run over the {args.split} queries (k = 100); p: "
+        "paired t-test of nDCG@10 against the first model's same system; time: the search "
+        "command's wall time (model loads included).",
         "",
         "| model | system | " + " | ".join(MEASURES) + " | p | time |",
         "| --- | --- | " + " | ".join("---:" for _ in MEASURES) + " | ---: | ---: |",

@@ -6,8 +6,8 @@ chunk is set), plus the AdamW update, at the batch size the run will train with.
 batch, of that size too, is not timed: it creates the kernels and buffers of the run's shapes
 (SciFact's pseudo data, Zen 4, quiet: 2.30 and 2.33 examples/s in two rounds where the run
 trained at 2.27, against 2.08 and 2.36 timed at 16 after a warm-up of two examples;
-``eval/results/adapt_calibration.md``). Documents/s is
-the model encoding the sampled examples' documents, the work of dense mining.
+``eval/results/adapt_calibration.md``). Documents/s is the model encoding the sampled
+examples' documents, the work of dense mining.
 """
 
 from __future__ import annotations
