@@ -30,6 +30,7 @@ import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,6 @@ class BM25Index:
         order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__)
         self._id_rank = np.empty(len(doc_ids), dtype=np.int64)
         self._id_rank[order] = np.arange(len(doc_ids))
-        self._positions: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -227,14 +227,17 @@ class BM25Index:
         Raises:
             KeyError: a document id is not in the index.
         """
-        if self._positions is None:  # built on first use: serving never needs it
-            self._positions = {d: i for i, d in enumerate(self.doc_ids)}
         rows = [self._positions[d] for d in doc_ids]
         ids = self.query_token_ids(query)
         if not ids:
             return [0.0] * len(rows)
         scores = self._retriever.get_scores_from_ids(ids)
         return [float(scores[r]) for r in rows]
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each document id's row (built on first use: serving never needs it)."""
+        return {d: i for i, d in enumerate(self.doc_ids)}
 
     def query_token_ids(self, query: str) -> list[int]:
         """The query's term ids in the index vocabulary (unknown terms and stop words dropped)."""

@@ -248,9 +248,9 @@ def _seconds_per_query(config: AdaptConfig, rates: dict[str, float]) -> float:
 
 
 def _lexical(config: AdaptConfig) -> bool:
-    from dotcat.training.recipes.distill import LEXICAL_TEACHER
+    from dotcat.training.recipes.distill import is_lexical
 
-    return config.teacher == LEXICAL_TEACHER
+    return is_lexical(config.teacher)
 
 
 def _plan(

@@ -73,6 +73,11 @@ LEXICAL_TEACHER = "bm25"
 LEXICAL_ALPHA = 0.5
 
 
+def is_lexical(teacher: object) -> bool:
+    """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
+    return str(teacher) == LEXICAL_TEACHER
+
+
 @dataclass
 class DistillConfig(DotTrainConfig):
     """A distillation run: :class:`~dotcat.training.DotTrainConfig` (``base`` is the student)
@@ -217,7 +222,7 @@ class DistillRecipe(DotRecipe):
         """The teacher's weight ``alpha`` and a function giving its scores of ``pairs``: the
         cross-encoder's logits, or BM25's for the lexical teacher (``teacher="bm25"``)."""
         config = self.config
-        if str(config.teacher) == LEXICAL_TEACHER:
+        if is_lexical(config.teacher):
             alpha = config.teacher_alpha if config.teacher_alpha is not None else LEXICAL_ALPHA
             self.teacher_info = {"model": LEXICAL_TEACHER, "alpha": alpha, "pairs": len(pairs)}
             return alpha, lambda: self._bm25_scores(pairs, queries)
@@ -290,7 +295,7 @@ class DistillRecipe(DotRecipe):
         spread either (the teacher scale, automatic by default, sets the spread).
         """
         config = self.config
-        kind = "BM25" if str(config.teacher) == LEXICAL_TEACHER else "cross-encoder"
+        kind = "BM25" if is_lexical(config.teacher) else "cross-encoder"
         logger.warning(
             "%s: the teacher's %s weight is 0 (%s), so the teacher is %s's dense score alone "
             "and %s teaches nothing; --teacher-alpha 1 distils %s alone",
