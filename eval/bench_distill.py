@@ -91,8 +91,9 @@ def topics_and_qrels(data: Path, split: str, work: Path) -> tuple[list[str], dic
     dev = find_dev_split(data)
     if dev is None:
         raise SystemExit(f"{data}: no dev split (neither qrels/dev.tsv nor qrels/train.tsv)")
-    queries = work / "dev-queries.tsv"
-    queries.write_text("".join(f"{q}\t{text}\n" for q, text in dev.queries.items()))
+    queries = work / "dev-queries.jsonl"  # JSON: any text survives (a TSV breaks on a tab)
+    lines = (json.dumps({"_id": q, "text": text}) + "\n" for q, text in dev.queries.items())
+    queries.write_text("".join(lines), encoding="utf-8")
     logging.info("dev: %d queries, %s", len(dev.queries), dev.source)
     return ["--queries", str(queries)], dev.qrels
 

@@ -31,7 +31,9 @@ def average(start: Path, tuned: Path, out: Path, lam: float) -> None:
         k: ((1 - lam) * a[k].float() + lam * v.float()).to(v.dtype) if v.is_floating_point() else v
         for k, v in b.items()
     }
-    out.mkdir(parents=True, exist_ok=False)
+    if out.exists():
+        raise SystemExit(f"{out} exists: give a new directory (nothing is overwritten)")
+    out.mkdir(parents=True)
     for item in tuned.iterdir():
         if item.name in RUN_FILES or item.name.startswith("teacher"):
             continue

@@ -4,10 +4,10 @@ A training step here is what ``dotcat train dot`` does per batch (:func:`backwar
 queries, their positives and one hard negative each, forward and backward, GradCache when a
 chunk is set), plus the AdamW update, at the batch size the run will train with. The first
 batch, of that size too, is not timed: it creates the kernels and buffers of the run's shapes
-(SciFact's pseudo data, Zen 4, quiet: 2.30 and 2.33 examples/s in two rounds where the run
-trained at 2.27, against 2.08 and 2.36 timed at 16 after a warm-up of two examples;
-``eval/results/adapt_calibration.md``). Documents/s is the model encoding the sampled
-examples' documents, the work of dense mining.
+(SciFact's pseudo data, Zen 4, quiet: 2.258 and 2.304 examples/s in two rounds where the run
+trained at 2.265, against 2.128 and 2.228 timed at 16 after a warm-up of two examples;
+``eval/bench_calibration.py``, ``eval/results/adapt_calibration.md``). Documents/s is the
+model encoding the sampled examples' documents, the work of dense mining.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def measure_rates(
     bf16: str = "auto",
     device: str = "auto",
     negatives: int = 1,
+    warmup: int | None = None,
 ) -> dict[str, float]:
     """``examples_per_second`` of training and ``documents_per_second`` of encoding.
 
@@ -47,6 +48,8 @@ def measure_rates(
         model: the BERT_DOT to train (directory or hub name).
         negatives: hard negatives per example, as the training will have them (each is one
             more document forward and backward).
+        warmup: examples in the untimed first batch; None: a whole batch (``eval/
+            bench_calibration.py`` times the earlier two-example warm-up beside it).
     """
     from dotcat.models import resolve_model
     from dotcat.models.runtime import resolve_device
@@ -54,7 +57,8 @@ def measure_rates(
     from dotcat.training.model import TrainableBiEncoder
     from dotcat.training.trainer import LossConfig
 
-    examples, docs = _sample_examples(data_dir, (1 + TIMED_BATCHES) * batch_size, negatives)
+    first = batch_size if warmup is None else max(1, warmup)
+    examples, docs = _sample_examples(data_dir, first + TIMED_BATCHES * batch_size, negatives)
     target = resolve_device(device)
     encoder = TrainableBiEncoder.from_pretrained(resolve_model(model), max_length=max_length)
     encoder.to(target)
@@ -69,7 +73,10 @@ def measure_rates(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    batches = [examples[i : i + batch_size] for i in range(0, len(examples), batch_size)]
+    rest = examples[first:]
+    batches = [examples[:first]] + [
+        rest[i : i + batch_size] for i in range(0, len(rest), batch_size)
+    ]
     step(batches[0])  # warm-up, untimed
     timed = batches[1:] or batches  # a sample smaller than two batches: time the first again
     started = time.perf_counter()
