@@ -188,9 +188,15 @@ def training_rows(models: dict[str, str]) -> tuple[list[str], dict[str, dict]]:
             f"{minutes.get('teacher_seconds', 0):.1f} | {minutes['mining_seconds']:.1f} | "
             f"{minutes['train_seconds']:.1f} | {minutes['eval_seconds']:.1f} | "
             f"{minutes['total_seconds']:.1f} | {record['best_epoch']} | "
-            f"{record['best_dev_nDCG@10']:.4f} |"
+            f"{record['best_dev_nDCG@10']:.4f} | {_recall(record)} |"
         )
     return rows, records
+
+
+def _recall(record: dict) -> str:
+    """The kept epoch's dev R@100 (runs recorded before it was measured: n/a)."""
+    value = record.get("best_dev_R@100")
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _negatives_from(record: dict) -> str:
@@ -256,8 +262,8 @@ def main() -> None:
             "## Training (minutes, from each run's `dotcat_training.json`)",
             "",
             "| model | recipe | teacher scoring | mining | training | dev eval | total | "
-            "best epoch | best dev nDCG@10 |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "best epoch | best dev nDCG@10 | its dev R@100 |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
             *train_table,
             "",
             f"![training loss and dev nDCG@10 per epoch]({args.plot.name})",

@@ -24,6 +24,7 @@ from dotcat.training.trainer import (
     LossConfig,
     backward_batch,
     dev_subset,
+    evaluate_dev,
     resolve_bf16,
     train_bi_encoder,
 )
@@ -111,6 +112,60 @@ def _record(out: Path) -> dict:
     return json.loads((out / "dotcat_training.json").read_text())
 
 
+class _WordVectors:
+    """A stand-in bi-encoder for :func:`evaluate_dev`: a text's vector is the sum of fixed
+    random word vectors, so scores are far apart (a tiny random BERT ties at 1e-6)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        self.rng, self.dim, self.words = np.random.default_rng(0), dim, {}
+
+    def _word(self, word: str) -> np.ndarray:
+        if word not in self.words:
+            self.words[word] = self.rng.standard_normal(self.dim).astype(np.float32)
+        return self.words[word]
+
+    def encode(self, texts, max_length=None, bf16=False):
+        return np.stack([sum(self._word(w) for w in t.split()) for t in texts])
+
+    def query_texts(self, texts):
+        return list(texts)
+
+    def document_texts(self, texts):
+        return list(texts)
+
+
+def test_evaluate_dev_measures_ndcg_at_10_and_recall_at_100_of_exact_search():
+    import ir_measures
+    from ir_measures import R, nDCG
+
+    rng = random.Random(3)
+    words = [w for pair in TOPICS for w in pair]
+    corpus = [
+        {"id": f"d{i}", "title": "", "text": " ".join(rng.choices(words, k=8))} for i in range(260)
+    ]
+    queries = {f"q{j}": " ".join(rng.choices(words, k=3)) for j in range(12)}
+    # Several judged documents per query, anywhere in the ranking: some fall past rank 100.
+    qrels = {q: {f"d{i}": 1 for i in rng.sample(range(260), 6)} for q in queries}
+    model = _WordVectors()
+
+    # Chunks of 50: the top 100 is merged across chunks, as a flat index would rank it.
+    got = evaluate_dev(model, corpus, queries, qrels, query_max_length=16, chunk_size=50)
+
+    qids = list(queries)
+    scores = model.encode([queries[q] for q in qids]) @ model.encode([x["text"] for x in corpus]).T
+    run = [
+        ir_measures.ScoredDoc(qid, corpus[j]["id"], float(scores[row, j]))
+        for row, qid in enumerate(qids)
+        for j in np.argsort(-scores[row])[:100]
+    ]
+    judged = [ir_measures.Qrel(q_, d_, r) for q_, docs in qrels.items() for d_, r in docs.items()]
+    want = ir_measures.calc_aggregate([nDCG @ 10, R @ 10, R @ 100], judged, run)
+    assert set(got) == {"nDCG@10", "R@100"}
+    assert got["nDCG@10"] == pytest.approx(want[nDCG @ 10], abs=1e-6)
+    assert got["R@100"] == pytest.approx(want[R @ 100], abs=1e-6)
+    assert want[R @ 10] < want[R @ 100] < 1.0  # the depth is measured, not the top 10 alone
+
+
 def test_end_to_end_run_writes_model_negatives_and_record(toy_data, tiny_bert_dir, tmp_path):
     from sentence_transformers import SentenceTransformer
 
@@ -122,6 +177,9 @@ def test_end_to_end_run_writes_model_negatives_and_record(toy_data, tiny_bert_di
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert record["best_dev_nDCG@10"] == max(scores)
     assert scores[record["best_epoch"]] == max(scores)
+    recalls = [e["dev_R@100"] for e in record["epochs"]]
+    assert all(0.0 <= r <= 1.0 for r in recalls)
+    assert record["best_dev_R@100"] == recalls[record["best_epoch"]]
     losses = [e["train_loss"] for e in record["epochs"][1:]]
     assert losses[-1] < losses[0]  # a learnable toy task: the loss goes down
     assert record["split"]["train_queries"] + record["split"]["dev_queries"] == len(TOPICS)

@@ -107,8 +107,11 @@ class Recipe(Protocol):
     def backward(self, batch: Sequence[int], epoch: int, scale: float, last: bool) -> float:
         """Forward and backward one batch (loss times ``scale``); ``last``: of its step."""
 
-    def evaluate(self, epoch: int) -> float | None:
-        """Dev score of the current model (epoch 0: the starting point); None: no dev."""
+    def evaluate(self, epoch: int) -> dict[str, float] | None:
+        """Dev measures of the current model (epoch 0: the starting point); None: no dev.
+
+        ``DEV_MEASURE`` selects the kept model; any other measure is recorded beside it.
+        """
 
     def save(self, out_dir: Path) -> None:
         """Write the current model as the run's output (the best so far)."""
@@ -399,23 +402,41 @@ def _restore(run: _Run) -> dict[str, Any] | None:
 
 def _evaluate_start(run: _Run) -> None:
     """Epoch 0: the starting point's dev score (the base model, or the first stage alone)."""
-    score, seconds = _timed_evaluate(run, 0)
+    scores, seconds = _timed_evaluate(run, 0)
     run.state.totals["eval_seconds"] += seconds
     run.state.history.append(
-        {"epoch": 0, "train_loss": None, f"dev_{DEV_MEASURE}": score, "eval_seconds": seconds}
+        {"epoch": 0, "train_loss": None, **_dev_fields(scores), "eval_seconds": seconds}
     )
+    score = _selection_score(scores)
     if score is not None:
-        logger.info("epoch 0 (starting point): dev %s %.4f", DEV_MEASURE, score)
+        logger.info("epoch 0 (starting point): dev %s", _describe(scores))
         if run.recipe.base_is_candidate:
             _keep_if_best(run, 0, score)
 
 
-def _timed_evaluate(run: _Run, epoch: int) -> tuple[float | None, float]:
+def _timed_evaluate(run: _Run, epoch: int) -> tuple[dict[str, float] | None, float]:
     t0 = time.perf_counter()
-    score = run.recipe.evaluate(epoch) if run.ctx.is_main else None
+    scores = run.recipe.evaluate(epoch) if run.ctx.is_main else None
     run.ctx.barrier()
     run.recipe.model.train()
-    return score, time.perf_counter() - t0
+    return scores, time.perf_counter() - t0
+
+
+def _selection_score(scores: Mapping[str, float] | None) -> float | None:
+    """The measure that chooses the kept model (None: no dev evaluation)."""
+    return None if scores is None else scores[DEV_MEASURE]
+
+
+def _dev_fields(scores: Mapping[str, float] | None) -> dict[str, float | None]:
+    """An epoch's dev entries of the record: ``dev_nDCG@10`` always (None without dev), then
+    whatever else the recipe measured (e.g. ``dev_R@100``)."""
+    return {f"dev_{DEV_MEASURE}": None, **{f"dev_{m}": v for m, v in (scores or {}).items()}}
+
+
+def _describe(scores: Mapping[str, float] | None) -> str:
+    if scores is None:
+        return f"{DEV_MEASURE} n/a"
+    return ", ".join(f"{m} {v:.4f}" for m, v in scores.items())
 
 
 def _keep_if_best(run: _Run, epoch: int, score: float | None) -> None:
@@ -480,7 +501,8 @@ def _end_epoch(run: _Run) -> None:
     state = run.state
     partial = state.partial
     train_loss = partial["loss_sum"] / max(partial["steps"], 1)
-    score, seconds = _timed_evaluate(run, state.epoch + 1)
+    scores, seconds = _timed_evaluate(run, state.epoch + 1)
+    score = _selection_score(scores)
     state.totals["eval_seconds"] += seconds
     state.totals["examples"] += partial["examples"]
     state.totals["train_seconds"] += partial["seconds"]
@@ -489,7 +511,7 @@ def _end_epoch(run: _Run) -> None:
         {
             "epoch": state.epoch + 1,
             "train_loss": train_loss,
-            f"dev_{DEV_MEASURE}": score,
+            **_dev_fields(scores),
             "steps": partial["steps"],
             "train_seconds": partial["seconds"],
             "examples_per_second": rate,
@@ -497,11 +519,10 @@ def _end_epoch(run: _Run) -> None:
         }
     )
     logger.info(
-        "epoch %d: train loss %.4f, dev %s %s, %.1f examples/s",
+        "epoch %d: train loss %.4f, dev %s, %.1f examples/s",
         state.epoch + 1,
         train_loss,
-        DEV_MEASURE,
-        "n/a" if score is None else f"{score:.4f}",
+        _describe(scores),
         rate,
     )
     _keep_if_best(run, state.epoch + 1, score)
@@ -561,6 +582,12 @@ def _finish(run: _Run, stopped: bool) -> None:
     run.ctx.barrier()
 
 
+def _best_dev_fields(state: LoopState) -> dict[str, float | None]:
+    """The kept epoch's dev measures as ``best_dev_...`` (its R@100 beside its nDCG@10)."""
+    kept = [e for e in state.history if e["epoch"] == state.best["epoch"]]
+    return {f"best_{k}": v for k, v in (kept[-1] if kept else {}).items() if k.startswith("dev_")}
+
+
 def _record(run: _Run, status: str) -> dict[str, Any]:
     """The run record: the loop's common fields, then the recipe's."""
     state = run.state
@@ -589,6 +616,7 @@ def _record(run: _Run, status: str) -> dict[str, Any]:
         "steps": state.step,
         "epochs": state.history,
         "best_epoch": state.best["epoch"],
+        **_best_dev_fields(state),
         f"best_dev_{DEV_MEASURE}": state.best["score"],
         "loss_curve": state.loss_curve,
         "examples_seen": seen,

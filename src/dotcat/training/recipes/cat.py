@@ -49,7 +49,7 @@ from dotcat.training.cat_trainer import (
     teacher_scores,
 )
 from dotcat.training.examples import load_training_data
-from dotcat.training.loop import data_record, resolve_bf16, split_record
+from dotcat.training.loop import DEV_MEASURE, data_record, resolve_bf16, split_record
 from dotcat.training.mining import load_negatives, negatives_meta, save_negatives
 
 logger = logging.getLogger(__name__)
@@ -212,13 +212,15 @@ class CatRecipe:
             teacher_temperature=config.teacher_temperature,
         )
 
-    def evaluate(self, epoch: int) -> float | None:
-        """Epoch 0: the first stage alone; later: its top ``dev_depth`` re-ranked."""
+    def evaluate(self, epoch: int) -> dict[str, float] | None:
+        """Epoch 0: the first stage alone; later: its top ``dev_depth`` re-ranked (nDCG@10
+        only: re-ranking leaves the candidates' recall as the first stage made it)."""
         if not self.dev_first:
             return None
         qrels = self.data.qrels
         if epoch == 0:
-            return dev_score({q: first_stage_only(d) for q, d in self.dev_first.items()}, qrels)
+            first = {q: first_stage_only(d) for q, d in self.dev_first.items()}
+            return {DEV_MEASURE: dev_score(first, qrels)}
         depth = self.config.dev_depth
         candidates = dev_candidates(
             self.cross_encoder, self.dev_first, self.dev_queries, self.doc_texts, depth
@@ -228,7 +230,7 @@ class CatRecipe:
         if self.best_score is None or score > self.best_score:
             self.best_score = score
             self.best_candidates = dict(candidates)
-        return score
+        return {DEV_MEASURE: score}
 
     def save(self, out_dir: Path) -> None:
         self.cross_encoder.trained_head = True

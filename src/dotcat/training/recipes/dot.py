@@ -254,7 +254,7 @@ class DotRecipe:
 
     # -- dev, saving, state ---------------------------------------------------------------
 
-    def evaluate(self, epoch: int) -> float | None:
+    def evaluate(self, epoch: int) -> dict[str, float] | None:
         if not self.evaluating:
             return None
         return evaluate_dev(
