@@ -205,7 +205,8 @@ def _negatives_from(record: dict) -> str:
     if not mined.get("method") or not mined.get("window"):
         return ""
     start, end = mined["window"]
-    return f" ({mined['method']} {start}-{end})"
+    again = ", re-mined each epoch" if record["hyperparameters"].get("remine_each_epoch") else ""
+    return f" ({mined['method']} {start}-{end}{again})"
 
 
 def main() -> None:
