@@ -4,7 +4,7 @@
         --cat runs/cat-teacher [--data data/scifact] [--work runs/bench-distill] \\
         [--collection pydoc=runs/collections/pydoc --collection debian=runs/collections/debian] \\
         [--systems dense,hybrid,dense-cat,pipeline] [--output eval/results/distill.md] \\
-        [--plot eval/results/distill.png] [--split dev]
+        [--plot eval/results/distill.png] [--split dev] [--precision fp32]
 
 Every number goes through the command line a user runs. For each model ``NAME=DIR`` (a
 BERT_DOT directory; ``default`` for zero-shot all-MiniLM-L6-v2): ``dotcat index DATA --model
@@ -18,6 +18,11 @@ of nDCG@10 against the first model's same system.
 ``--split dev`` runs the same systems over the dev queries every training run held out (the
 data's ``dev`` split, else the 10 % of train ``dotcat train`` carves): how recipes are compared
 before any of them is run on test (no out-of-domain collections then).
+
+``--precision`` builds every index at that precision (``dotcat index --precision``; searches
+follow the index's): ``auto`` (the default, as a user gets it: int8 on CPUs with VNNI) or
+``fp32``, the models' own figures without quantisation. Indexes and runs other than ``auto``'s
+are kept apart in the work folder (``-fp32`` in their names).
 
 Out of domain (``--collection NAME=BEIR_DIR``, collections no model trained on, built by
 ``eval/ood_collections.py``): each model's dense first stage, zero-shot, on the test split.
@@ -62,11 +67,29 @@ def dotcat(*args: str) -> float:
     return time.perf_counter() - started
 
 
-def build_index(model: str, data: Path, index: Path, bm25: bool) -> float | None:
+def build_index(
+    model: str, data: Path, index: Path, bm25: bool, precision: str = "auto"
+) -> float | None:
     """``dotcat index`` (seconds), or None when the index exists already."""
     if (index / "manifest.json").is_file():
         return None
-    return dotcat("index", str(data), str(index), "--model", model, *(["--bm25"] if bm25 else []))
+    flags = ["--model", model, "--precision", precision, *(["--bm25"] if bm25 else [])]
+    return dotcat("index", str(data), str(index), *flags)
+
+
+def built_precision(args: argparse.Namespace, models: dict[str, str]) -> str:
+    """``--precision`` and what the indexes recorded (``auto`` resolves per CPU)."""
+    found = set()
+    for name in models:
+        manifest = args.work / f"index-{name}{tag(args)}" / "manifest.json"
+        if manifest.is_file():
+            found.add(json.loads(manifest.read_text())["encoder"]["precision"])
+    return f"{args.precision} ({', '.join(sorted(found))} in the manifests)"
+
+
+def tag(args: argparse.Namespace) -> str:
+    """What the work folder's indexes and runs add to their names: ``-fp32``; none for auto."""
+    return "" if args.precision == "auto" else f"-{args.precision}"
 
 
 def search(index: Path, topics: list[str], flags: list[str], out: Path) -> float | None:
@@ -116,11 +139,11 @@ def in_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]:
     from scipy.stats import ttest_rel
 
     topics, qrels = topics_and_qrels(args.data, args.split, args.work)
-    suffix = "" if args.split == "test" else f"-{args.split}"
+    suffix = ("" if args.split == "test" else f"-{args.split}") + tag(args)
     rows, baseline = [], {}
     for name, model in models.items():
-        index = args.work / f"index-{name}"
-        seconds = build_index(model, args.data, index, bm25=True)
+        index = args.work / f"index-{name}{tag(args)}"
+        seconds = build_index(model, args.data, index, bm25=True, precision=args.precision)
         if seconds is not None:
             logging.info("%s: indexed in %.0f s", name, seconds)
         for key, (system, flags) in systems(args.cat).items():
@@ -151,9 +174,9 @@ def out_of_domain(args: argparse.Namespace, models: dict[str, str]) -> list[str]
         cname, data = spec.split("=", 1)
         qrels = load_qrels(Path(data), "test")
         for name, model in models.items():
-            index = args.work / f"ood-{cname}-{name}"
-            build_index(model, Path(data), index, bm25=False)
-            out = args.work / f"ood-{cname}-{name}-dense.trec"
+            index = args.work / f"ood-{cname}-{name}{tag(args)}"
+            build_index(model, Path(data), index, bm25=False, precision=args.precision)
+            out = args.work / f"ood-{cname}-{name}-dense{tag(args)}.trec"
             topics = ["--queries", data, "--split", "test"]
             search(index, topics, ["--first-stage", "dense"], out)
             agg, _ = scores(out, qrels)
@@ -223,6 +246,9 @@ def main() -> None:
     parser.add_argument(
         "--split", choices=("test", "dev"), default="test", help="dev: compare recipes on dev"
     )
+    parser.add_argument(
+        "--precision", choices=("auto", "fp32"), default="auto", help="of every index built"
+    )
     parser.add_argument("--work", type=Path, default=Path("runs/bench-distill"))
     parser.add_argument("--output", type=Path, default=ROOT / "eval/results/distill.md")
     parser.add_argument("--plot", type=Path, default=ROOT / "eval/results/distill.png")
@@ -245,7 +271,8 @@ def main() -> None:
         "",
         f"Command: `python eval/bench_distill.py {' '.join(sys.argv[1:])}`",
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min.",
+        f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min. "
+        f"Index precision: {built_precision(args, models)}.",
         "",
         f"## {args.data.name} {args.split} ({args.data}), re-ranker `{args.cat}`",
         "",
