@@ -252,9 +252,13 @@ def test_a_model_that_cannot_load_stops_the_server_with_one_line(
     weights.write_bytes(weights.read_bytes()[:1000])  # passes the CLI's checks, fails to load
     error = f"dotcat: error: {broken}: cannot load the model weights"
     for workers in ("1", "2"):
+        started = time.monotonic()
         done = _dotcat(
             "serve", hybrid_index, "--port", free_port(), "--workers", workers, "--rerank", broken
         )
+        # Before, the supervisor learnt of the failure by pinging the dying worker and waiting
+        # out the whole 30 s health-check timeout for an answer that never came.
+        assert time.monotonic() - started < 30
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
         lines = done.stderr.strip().splitlines()

@@ -23,11 +23,13 @@ from pathlib import Path
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
+from uvicorn.supervisors.multiprocess import Process
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, create_app
 
 logger = logging.getLogger(__name__)
+_uvicorn_log = logging.getLogger("uvicorn.error")  # the supervisor's own messages, shown with -v
 
 
 def check_port(host: str, port: int) -> None:
@@ -185,8 +187,8 @@ def _serve_workers(
 class _Workers(Multiprocess):
     """uvicorn's supervisor, telling when every worker answers or one failed to load.
 
-    A worker that dies while the others still load (killed, out of memory) is replaced as it
-    would be later, by uvicorn's ``keep_subprocess_alive``; only a worker that exits with
+    A worker that dies while the others still load (killed, out of memory) is replaced, as
+    uvicorn's ``keep_subprocess_alive`` replaces one later; only a worker that exits with
     ``STARTUP_FAILURE`` (its models or index cannot load: every replacement would fail alike)
     stops the server, and then :attr:`failed` is true.
     """
@@ -212,7 +214,7 @@ class _Workers(Multiprocess):
         deadline = time.monotonic() + self.startup_timeout
         while not self.should_exit.wait(0.1):
             self.handle_signals()
-            self.keep_subprocess_alive()
+            self._replace_exited_workers()
             if self.should_exit.is_set():
                 return
             if all(p.is_ready(timeout=1) for p in self.processes):
@@ -221,6 +223,28 @@ class _Workers(Multiprocess):
             if time.monotonic() > deadline:
                 logger.error("the workers were not ready after %.0f s", self.startup_timeout)
                 self.should_exit.set()
+
+    def _replace_exited_workers(self) -> None:
+        """While the workers load: one that exited is replaced, as uvicorn's
+        ``keep_subprocess_alive`` would; one that exited with ``STARTUP_FAILURE`` stops the server.
+
+        Unlike uvicorn's check this one does not ping the workers: a worker importing its
+        libraries holds the GIL and cannot answer, and when it then fails to load and exits, the
+        ping waits out the whole health-check timeout (30 s; this process keeps the pipe's other
+        end open, so no end-of-file cuts it short). A hung worker is the startup timeout's
+        business here.
+        """
+        for idx, process in enumerate(self.processes):
+            if process.process.is_alive():
+                continue
+            process.join()
+            if process.exitcode == STARTUP_FAILURE:
+                _uvicorn_log.info("Child process [%s] failed to start, stopping", process.pid)
+                self.should_exit.set()
+                return
+            _uvicorn_log.info("Child process [%s] died", process.pid)
+            self.processes[idx] = replacement = Process(self.config, self.sockets)
+            replacement.start()
 
     def handle_int(self) -> None:
         self.interrupted = True
