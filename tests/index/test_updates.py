@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -66,6 +67,15 @@ def _all_hits(index: Path, query_vectors: np.ndarray, k: int = 500) -> set[str]:
     return {ids[p] for p in positions.ravel() if p >= 0}
 
 
+def _stored_positions(index: Path, ids: list[str]) -> int:
+    """How many of ``ids`` the doc store knows whose position the FAISS index holds a vector
+    for (an updated index maps positions through its ``IndexIDMap2``)."""
+    dense = DenseIndex(index, device="cpu")
+    held = set(faiss.vector_to_array(faiss.downcast_index(dense.index).id_map).tolist())
+    positions = [doc.pos for doc in dense.store.by_ids(ids).values()]
+    return sum(p in held and np.abs(dense.index.reconstruct(p)).sum() > 0 for p in positions)
+
+
 def _update(index, *args, **kwargs):
     kwargs.setdefault("device", "cpu")
     kwargs.setdefault("precision", "fp32")
@@ -83,7 +93,12 @@ def test_add_then_delete_for_every_kind_of_index(encoder, tmp_path, spec):
     assert manifest.documents == {"count": 150, "next_pos": 150}
     assert manifest.updates[-1]["op"] == "add" and manifest.updates[-1]["added"] == 30
     probe = encoder.encode_documents([f"t{i} x" for i in range(0, 150, 7)])
-    assert {"d121", "d140"} <= _all_hits(index, probe)
+    if spec.startswith("HNSW"):
+        # HNSW's graph over the tiny model's near-duplicate vectors need not reach every node
+        # (faiss 1.15.0 left 65 of these 150 out of any search): look where they are stored.
+        assert _stored_positions(index, ["d121", "d140"]) == 2
+    else:
+        assert {"d121", "d140"} <= _all_hits(index, probe)
 
     gone = ["d3", "d121", "d77"]
     assert delete_documents(index, gone).deleted == 3
