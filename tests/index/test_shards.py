@@ -10,6 +10,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from tests.rankings import assert_same_runs, assert_same_search
 from typer.testing import CliRunner
 
 from dotcat.cli import app
@@ -90,10 +91,7 @@ def test_flat_merge_is_the_one_process_index(built, encoder, tmp_path):
     a, b = DenseIndex(built["whole"], device="cpu"), DenseIndex(merged, device="cpu")
     assert a.doc_ids(range(301)) == b.doc_ids(range(301))
     queries = _queries(encoder)
-    sa, pa = a.search(queries, 10)
-    sb, pb = b.search(queries, 10)
-    np.testing.assert_array_equal(pa, pb)
-    np.testing.assert_allclose(sa, sb, rtol=0, atol=1e-5)
+    assert_same_search(a.search(queries, 10), b.search(queries, 10))
     assert b.manifest.documents["count"] == 301 and len(b.manifest.documents["merged_from"]) == 2
 
 
@@ -104,9 +102,8 @@ def test_unmerged_shards_answer_as_the_merged_index(built, encoder):
     queries = _queries(encoder)
     s1, p1 = whole.search(queries, 12)
     s2, p2 = shards.search(queries, 12)
-    np.testing.assert_array_equal(p1, p2)
-    np.testing.assert_allclose(s1, s2, rtol=0, atol=1e-5)
-    assert shards.doc_ids(p2[0]) == whole.doc_ids(p1[0])
+    assert_same_search((s1, p1), (s2, p2))
+    assert shards.doc_ids(p1[0]) == whole.doc_ids(p1[0])
     docs = shards.documents([0, 150, 300])
     assert [docs[p].id for p in (0, 150, 300)] == ["d0", "d150", "d300"]
     config = PipelineConfig(device="cpu", precision="fp32")
@@ -116,7 +113,7 @@ def test_unmerged_shards_answer_as_the_merged_index(built, encoder):
     b = SearchPipeline(built["parts"], config)
     assert b.first_stage == "dense"  # BM25 statistics are per shard: dense only, unmerged
     topics = {"q1": "insulin glucose", "q2": "vaccines immune"}
-    assert a.run(topics, 20) == b.run(topics, 20)
+    assert_same_runs(a.run(topics, 20), b.run(topics, 20))
 
 
 def test_ivf_merge_trains_once_and_adds_every_shard(built, encoder, tmp_path):
@@ -127,7 +124,7 @@ def test_ivf_merge_trains_once_and_adds_every_shard(built, encoder, tmp_path):
     index = DenseIndex(merged, device="cpu", search_params={"nprobe": 4})  # every list
     whole = DenseIndex(built["whole"], device="cpu")
     queries = _queries(encoder)
-    np.testing.assert_array_equal(index.search(queries, 10)[1], whole.search(queries, 10)[1])
+    assert_same_search(index.search(queries, 10), whole.search(queries, 10))
     assert index.manifest.faiss["spec"] == "IVF4,Flat" and not index.manifest.faiss["on_disk"]
 
 
@@ -143,8 +140,7 @@ def test_on_disk_lists_give_the_same_results_and_travel_with_the_index(built, en
     queries = _queries(encoder)
     a = DenseIndex(in_memory, device="cpu", search_params={"nprobe": 4}).search(queries, 10)
     b = DenseIndex(moved, device="cpu", search_params={"nprobe": 4}).search(queries, 10)
-    np.testing.assert_array_equal(a[1], b[1])
-    np.testing.assert_allclose(a[0], b[0], rtol=0, atol=1e-6)
+    assert_same_search(a, b)
 
 
 def test_overlapping_or_incompatible_shards_are_refused(built, encoder, tiny_bert_dir, tmp_path):

@@ -50,9 +50,33 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
+#: x86 flags checked against CPUID as PyTorch's cpuinfo reads it: the flag is dropped when the
+#: check says no. /proc/cpuinfo describes the host, CPUID what this process runs on, and the
+#: kernels of FAISS, oneDNN and ONNX Runtime follow CPUID; the two differ under an emulator
+#: (``make test-zen3`` runs the suite as an AVX2-only Zen 3 under ``qemu-x86_64 -cpu
+#: EPYC-Milan``) and under hypervisors that mask features.
+_CPUID_CHECKS = {
+    "avx512f": "_is_avx512_supported",
+    "avx512_vnni": "_is_vnni_supported",
+    "avx_vnni": "_is_vnni_supported",
+    "avx512_bf16": "_is_avx512_bf16_supported",
+    "amx_bf16": "_is_amx_tile_supported",
+}
+
+
 @functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags from /proc/cpuinfo (empty where it does not exist)."""
+    """The CPU feature flags from /proc/cpuinfo (empty where it does not exist), less the x86
+    flags that CPUID denies to this process (see :data:`_CPUID_CHECKS`); all AVX-512 flags go
+    when CPUID says there is no AVX-512."""
+    flags = _proc_cpuinfo_flags()
+    denied = {f for f, check in _CPUID_CHECKS.items() if f in flags and not _cpuid_says(check)}
+    if "avx512f" in denied:
+        denied |= {f for f in flags if f.startswith("avx512")}
+    return flags - denied
+
+
+def _proc_cpuinfo_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -62,6 +86,12 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def _cpuid_says(check: str) -> bool:
+    """PyTorch's CPUID check ``torch.cpu.<check>()``; True where this torch lacks it."""
+    probe = getattr(torch.cpu, check, None)
+    return True if probe is None else bool(probe())
 
 
 def native_bf16_override() -> bool | None:
