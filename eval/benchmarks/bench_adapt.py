@@ -1,7 +1,8 @@
 """``dotcat adapt`` on a corpus alone, judged on its test queries beside BM25 and zero-shot.
 
-    python eval/bench_adapt.py --data data/scifact --name scifact [--budget-minutes 45] \\
-        [--work runs/adapt] [--output eval/results/adapt_scifact.md]
+    python eval/benchmarks/bench_adapt.py --data data/scifact --name scifact \\
+        [--budget-minutes 45] [--work runs/adapt] \\
+        [--output eval/benchmarks/results/adapt_scifact.md]
 
 Everything goes through the CLI as a user would run it: ``dotcat adapt`` on the corpus only
 (its queries and qrels are never read); ``dotcat index`` of the corpus with the zero-shot and
@@ -13,49 +14,37 @@ the adapted model, each with BM25 fused by RRF (a dev-chosen fusion would read l
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from machine import describe
+import common
 
-DOTCAT = str(Path(sys.executable).with_name("dotcat"))
 LABELS = ("zero-shot", "adapted")
 
 
 def run(command: list[str], output: Path) -> float:
-    """Run a dotcat command unless ``output`` exists; its wall seconds (0 when skipped)."""
+    """``dotcat COMMAND`` unless ``output`` exists; its wall seconds (0 when skipped)."""
     if output.exists():
         print(f"skip (exists): {output}", flush=True)
         return 0.0
-    print("$ " + " ".join(command), flush=True)
-    started = time.perf_counter()
-    subprocess.run(command, check=True)
-    return time.perf_counter() - started
+    return common.dotcat(*command, quiet=False)[1]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="BEIR dir with a test split")
+    parser = common.parser(__doc__, data=common.REQUIRED, work="runs/adapt")
     parser.add_argument("--name", required=True)
     parser.add_argument("--budget-minutes", type=float, default=45.0)
     parser.add_argument("--prefer", default="title", help="pseudo-queries: title or sentence")
     parser.add_argument("--teacher", default=None, help="a BERT_CAT labelling the pseudo pairs")
     parser.add_argument("--teacher-alpha", default=None, help="its share (default: its record)")
-    parser.add_argument("--work", type=Path, default=Path("runs/adapt"))
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--output", type=Path, help="default: results/adapt_NAME.md")
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.data import find_corpus_file
 
     work = args.work / args.name
     work.mkdir(parents=True, exist_ok=True)
-    output = args.output or Path(f"eval/results/adapt_{args.name}.md")
-    print(f"machine: {describe()}", flush=True)
+    output = args.output or common.RESULTS / f"adapt_{args.name}.md"
+    print(f"machine: {common.describe()}", flush=True)
 
     model = work / "model"
     seconds = {"adapt": run(_adapt(args, model), model / "dotcat_adapt.json")}
@@ -64,12 +53,12 @@ def main() -> None:
         index = work / f"index-{label}"
         # The corpus file, not the BEIR dir: from a dir with train qrels `dotcat index` would
         # choose the hybrid fusion on their dev share (labels); without, hybrid is RRF.
-        command = [DOTCAT, "-q", "index", str(find_corpus_file(args.data)), str(index)]
+        command = ["-q", "index", str(find_corpus_file(args.data)), str(index)]
         command += ["--model", encoder]
         seconds[f"index {label}"] = run(command, index / "manifest.json")
         for stage in ("dense", "hybrid"):
             out = work / f"{label}-{stage}.trec"
-            command = [DOTCAT, "-q", "search", str(index), "--queries", str(args.data)]
+            command = ["-q", "search", str(index), "--queries", str(args.data)]
             command += [
                 "--split",
                 "test",
@@ -83,18 +72,17 @@ def main() -> None:
             run(command, out)
             runs[f"{label} {stage}"] = out
     bm25 = work / "bm25.trec"
-    command = [DOTCAT, "-q", "bm25", str(args.data), "--queries", str(args.data)]
+    command = ["-q", "bm25", str(args.data), "--queries", str(args.data)]
     run([*command, "--split", "test", "-k", "100", "--output", str(bm25)], bm25)
     runs = {"BM25": bm25, **runs}
     table = _evaluate(list(runs.values()), args.data, runs["zero-shot dense"])
     dev = _dev_figures(args.data, {label: work / f"index-{label}" for label in LABELS})
     _write(output, args, model, table, seconds, dev)
     print(table, flush=True)
-    print(f"wrote {output}", flush=True)
 
 
 def _adapt(args, model: Path) -> list[str]:
-    command = [DOTCAT, "adapt", str(args.data), str(model)]
+    command = ["adapt", str(args.data), str(model)]
     command += ["--budget-minutes", f"{args.budget_minutes:g}", "--prefer", args.prefer]
     if args.teacher:
         command += ["--teacher", args.teacher]
@@ -106,9 +94,9 @@ def _adapt(args, model: Path) -> list[str]:
 
 
 def _evaluate(runs: list[Path], data: Path, baseline: Path) -> str:
-    command = [DOTCAT, "eval", *map(str, runs), str(data), "--split", "test"]
+    command = ["eval", *map(str, runs), str(data), "--split", "test"]
     command += ["-m", "nDCG@10", "-m", "RR@10", "-m", "R@100", "--baseline", str(baseline)]
-    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return common.dotcat(*command, capture=True, quiet=False)[0]
 
 
 def _dev_figures(data: Path, indexes: dict[str, Path]) -> str | None:
@@ -137,19 +125,8 @@ def _write(output: Path, args, model: Path, table: str, seconds: dict, dev: str 
     steps = record["steps"]
     pseudo, plan = steps["pseudo_queries"]["result"], steps["plan"]["result"]
     rates = steps["calibration"]["result"]
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        f"# `dotcat adapt` on {args.name}: no labels, its corpus only",
-        "",
-        f"Command: `python eval/bench_adapt.py --data {args.data} --name {args.name} "
-        f"--budget-minutes {args.budget_minutes:g} --prefer {args.prefer}"
-        + (f" --teacher {args.teacher}" if args.teacher else "")
-        + (f" --teacher-alpha {args.teacher_alpha}" if args.teacher_alpha is not None else "")
-        + f" --work {args.work}"
-        + (f" --output {args.output}" if args.output is not None else "")
-        + "`",
-        f"Date: {when}. Machine: {describe()}.",
-        "",
+        *common.header(f"`dotcat adapt` on {args.name}: no labels, its corpus only"),
         "Test queries; the adaptation read only the corpus. Baseline of the paired tests: "
         "zero-shot all-MiniLM-L6-v2, dense.",
         "",
@@ -178,8 +155,7 @@ def _write(output: Path, args, model: Path, table: str, seconds: dict, dev: str 
         )
         + ".",
     ]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common.write(output, lines)
 
 
 if __name__ == "__main__":

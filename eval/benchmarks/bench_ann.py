@@ -6,17 +6,15 @@ index look bad), and the queries come from the same mixture. Every index is buil
 dotcat's own FAISS path (``dotcat.index.faiss_index``): create, train on a sample, add in
 chunks, apply search parameters. Exact Flat search is the baseline, measured in the same run.
 
-    python eval/bench_ann.py --n 1000000 --specs "IVF4096,Flat" "HNSW32" "IVF1024,PQ64"
+    python eval/benchmarks/bench_ann.py --n 1000000 --specs "IVF4096,Flat" "HNSW32" "IVF1024,PQ64"
 
-Prints, per spec: build seconds, search ms/query, recall@10 against Flat, and the speed-up.
+Prints, per spec: build seconds, search ms/query, recall@10 against Flat, and the speed-up;
+writes ``eval/benchmarks/results/ann_1m.md``.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +22,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+import common
 from dotcat.index import faiss_index
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
 
 
 def synthetic_vectors(path: Path, n: int, means: np.ndarray, seed: int) -> np.ndarray:
@@ -59,7 +57,7 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="ann_1m.md")
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=1000)
@@ -71,7 +69,6 @@ def main() -> None:
         "--ef-search", type=int, default=faiss_index.DEFAULT_SEARCH_PARAMS["efSearch"]
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=Path("eval/results/ann_1m.md"))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,7 +87,7 @@ def main() -> None:
         rows = []
         flat = faiss_index.create_index("Flat", args.dim)
         t0 = time.perf_counter()
-        faiss_index.add_vectors(flat, vectors, show_progress=False)
+        faiss_index.add_vectors(flat, [vectors], len(vectors), show_progress=False)
         flat_build = time.perf_counter() - t0
         truth, flat_ms = timed_search(flat, queries, args.k)
         rows.append(("Flat (exact, baseline)", flat_build, flat_ms, 1.0, 1.0))
@@ -101,8 +98,9 @@ def main() -> None:
         for spec in args.specs:
             t0 = time.perf_counter()
             index = faiss_index.create_index(spec, args.dim)
-            faiss_index.train_index(index, vectors, spec, seed=args.seed)
-            faiss_index.add_vectors(index, vectors, show_progress=False)
+            sample = faiss_index.training_rows(index, len(vectors), seed=args.seed)
+            faiss_index.train_index(index, vectors[sample], spec)
+            faiss_index.add_vectors(index, [vectors], len(vectors), show_progress=False)
             build = time.perf_counter() - t0
             applied = faiss_index.applicable_search_params(index, params)
             faiss_index.set_search_params(index, applied)
@@ -118,13 +116,12 @@ def main() -> None:
             del index
 
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    model = cpu_model()
     lines = [
-        f"# FAISS at 1M scale: {args.n:,} x {args.dim} synthetic vectors",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Machine: {model}, {os.cpu_count()} cores, faiss {faiss.__version__}, "
-        f"{faiss.omp_get_max_threads()} OpenMP threads; peak RSS {peak_gib:.1f} GiB.",
+        *common.header(
+            f"FAISS at 1M scale: {args.n:,} x {args.dim} synthetic vectors",
+            f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} OpenMP threads; "
+            f"peak RSS {peak_gib:.1f} GiB.",
+        ),
         f"Data: mixture of {args.centres} Gaussians on the unit sphere (seed {args.seed}); "
         f"{args.queries} queries from the same mixture; top-{args.k}; batch search.",
         "Baseline: exact `Flat` inner-product search in the same run.",
@@ -133,9 +130,8 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [f"| {r[0]} | {r[1]:.1f} | {r[2]:.3f} | {r[3]:.4f} | {r[4]:.1f}x |" for r in rows]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

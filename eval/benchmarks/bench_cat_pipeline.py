@@ -1,10 +1,11 @@
 """A trained BERT_CAT behind dotcat's first stages, in domain (SciFact test) and out of domain.
 
-    python eval/bench_cat_pipeline.py --cat-model runs/cat \\
+    python eval/benchmarks/bench_cat_pipeline.py --cat-model runs/cat \\
         --collection scifact=data/scifact:indexes/scifact-dot \\
         --collection debian=runs/collections/debian:runs/ood/debian \\
         --collection pydoc=runs/collections/pydoc:runs/ood/pydoc \\
-        [--depth 100] [--work runs/cat-pipeline] [--output eval/results/cat_pipeline.md]
+        [--depth 100] [--work runs/cat-pipeline] \\
+        [--output eval/benchmarks/results/cat_pipeline.md]
 
 For each collection ``NAME=DATA:INDEX`` (a BEIR directory with a ``test`` split and a dotcat
 index of it built with ``--bm25``), ``dotcat search`` writes the dense and the hybrid first
@@ -16,27 +17,21 @@ both with :func:`dotcat.search.reranker.fuse`. nDCG@10 by ir-measures; ``p`` is 
 t-test over queries of each re-ranked run against its own first stage.
 
 The models never saw the test queries of any collection; the OOD collections' documents and
-queries were never trained on (``eval/ood_collections.py`` builds them).
+queries were never trained on (``eval/benchmarks/ood_collections.py`` builds them).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import subprocess
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+import common
 from bench_rerank import reranked, score_pairs, union_pairs
-from machine import describe
 
-ROOT = Path(__file__).resolve().parent.parent
-DOTCAT = str(Path(sys.executable).with_name("dotcat"))
 STAGES = ("dense", "hybrid")
 
 
@@ -46,9 +41,8 @@ def first_stage(index: Path, data: Path, stage: str, depth: int, out: Path) -> d
     from dotcat.search.reranker import ranked
 
     if not out.exists():
-        command = [DOTCAT, "-q", "search", str(index), "--queries", str(data), "--split", "test"]
-        command += ["--first-stage", stage, "-k", str(depth), "--output", str(out)]
-        subprocess.run(command, check=True)
+        command = ["search", str(index), "--queries", str(data), "--split", "test"]
+        common.dotcat(*command, "--first-stage", stage, "-k", str(depth), "--output", str(out))
     return ranked(read_run(out))
 
 
@@ -94,14 +88,12 @@ def collection_rows(name: str, data: Path, index: Path, args, ce, alpha: float) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="cat_pipeline.md", work="runs/cat-pipeline")
     parser.add_argument("--cat-model", type=Path, required=True)
     parser.add_argument("--collection", action="append", required=True, help="NAME=DATA:INDEX")
     parser.add_argument("--depth", type=int, default=100)
-    parser.add_argument("--work", type=Path, default=Path("runs/cat-pipeline"))
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/cat_pipeline.md")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
     args.work.mkdir(parents=True, exist_ok=True)
 
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
@@ -117,14 +109,10 @@ def main() -> None:
         print("\n".join(rows), flush=True)
     hyper = record["hyperparameters"]
     lines = [
-        f"# BERT_CAT `{args.cat_model}` behind dotcat's first stages",
-        "",
-        f"Command: `python eval/bench_cat_pipeline.py --cat-model {args.cat_model} "
-        + " ".join(f"--collection {c}" for c in args.collection)
-        + f" --depth {args.depth} --work {args.work} --output {_relative(args.output)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Scoring precision: {ce.precision} ({ce.backend}).",
-        "",
+        *common.header(
+            f"BERT_CAT `{args.cat_model}` behind dotcat's first stages",
+            f"Scoring precision: {ce.precision} ({ce.backend}).",
+        ),
         f"Model: trained by `dotcat train cat` (base {hyper['base']}, loss {hyper['loss']}, "
         f"{hyper['n_negatives']} negatives, {hyper['epochs']} epochs, teacher weight "
         f"{hyper.get('teacher_weight', 0)}, first stages {hyper['first_stages']}); "
@@ -140,16 +128,7 @@ def main() -> None:
         "| --- | --- | --- | ---: | ---: | ---: |",
         *rows,
     ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
-
-
-def _relative(path: Path) -> str:
-    """``path`` relative to the repository where it lies inside it (no machine's absolute path)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Contrastive vs distilled BERT_DOT: SciFact test, alone and re-ranked by the same BERT_CAT.
 
-    python eval/bench_distill.py --model contrastive=runs/dot --model distilled=runs/distill \\
-        --cat runs/cat-teacher [--data data/scifact] [--work runs/bench-distill] \\
+    python eval/benchmarks/bench_distill.py --model contrastive=runs/dot \\
+        --model distilled=runs/distill --cat runs/cat-def [--data data/scifact] \\
+        [--work runs/bench-distill] \\
         [--collection pydoc=runs/collections/pydoc --collection debian=runs/collections/debian] \\
-        [--systems dense,hybrid,dense-cat,pipeline] [--output eval/results/distill.md] \\
-        [--plot eval/results/distill.png] [--split dev] [--precision fp32]
+        [--systems dense,hybrid,dense-cat,pipeline] [--output eval/benchmarks/results/distill.md] \\
+        [--plot eval/benchmarks/results/distill.png] [--split dev] [--precision fp32]
 
 Every number goes through the command line a user runs. For each model ``NAME=DIR`` (a
 BERT_DOT directory; ``default`` for zero-shot all-MiniLM-L6-v2): ``dotcat index DATA --model
@@ -25,7 +26,8 @@ follow the index's): ``auto`` (the default, as a user gets it: int8 on CPUs with
 are kept apart in the work folder (``-fp32`` in their names).
 
 Out of domain (``--collection NAME=BEIR_DIR``, collections no model trained on, built by
-``eval/ood_collections.py``): each model's dense first stage, zero-shot, on the test split.
+``eval/benchmarks/ood_collections.py``): each model's dense first stage, zero-shot, on the
+test split.
 
 Training costs and curves come from each model's ``dotcat_training.json`` (teacher scoring,
 mining, training, dev evaluation); the plot shows loss and dev nDCG@10 per epoch.
@@ -36,17 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
+import common
 from bench_train_dot import plot
-from machine import describe
 
-ROOT = Path(__file__).resolve().parent.parent
-DOTCAT = str(Path(sys.executable).with_name("dotcat"))
 MEASURES = ("nDCG@10", "RR@10", "R@100")
 
 
@@ -62,9 +59,7 @@ def systems(cat: Path) -> dict[str, tuple[str, list[str]]]:
 
 def dotcat(*args: str) -> float:
     """Run the dotcat command line; its wall time in seconds."""
-    started = time.perf_counter()
-    subprocess.run([DOTCAT, "-q", *args], check=True)
-    return time.perf_counter() - started
+    return common.dotcat(*args)[1]
 
 
 def build_index(
@@ -233,10 +228,11 @@ def _negatives_from(record: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(
+        __doc__, output="distill.md", data=common.SCIFACT, work="runs/bench-distill"
+    )
     parser.add_argument("--model", action="append", required=True, help="NAME=DIR (or default)")
     parser.add_argument("--cat", type=Path, required=True)
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--collection", action="append", default=[], help="NAME=BEIR_DIR")
     parser.add_argument(
         "--systems",
@@ -249,13 +245,11 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=("auto", "fp32"), default="auto", help="of every index built"
     )
-    parser.add_argument("--work", type=Path, default=Path("runs/bench-distill"))
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/distill.md")
-    parser.add_argument("--plot", type=Path, default=ROOT / "eval/results/distill.png")
+    parser.add_argument("--plot", type=Path, default=common.RESULTS / "distill.png")
     args = parser.parse_args()
     if args.split == "dev" and args.collection:
         parser.error("--collection reports test figures; leave it out with --split dev")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
     args.work.mkdir(parents=True, exist_ok=True)
     models = dict(spec.split("=", 1) for spec in args.model)
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -267,13 +261,11 @@ def main() -> None:
     if records:
         plot(records, args.plot)
     lines = [
-        "# Contrastive vs distilled BERT_DOT",
-        "",
-        f"Command: `python eval/bench_distill.py {' '.join(sys.argv[1:])}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min. "
-        f"Index precision: {built_precision(args, models)}.",
-        "",
+        *common.header(
+            "Contrastive vs distilled BERT_DOT",
+            f"Benchmark wall time {(time.perf_counter() - started) / 60:.0f} min.",
+            f"Index precision: {built_precision(args, models)}.",
+        ),
         f"## {args.data.name} {args.split} ({args.data}), re-ranker `{args.cat}`",
         "",
         f"Every row is a `dotcat search` run over the {args.split} queries (k = 100); p: "
@@ -305,8 +297,7 @@ def main() -> None:
             "| --- | --- | " + " | ".join("---:" for _ in MEASURES) + " |",
             *ood,
         ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Document-encoding throughput: dotcat's BiEncoder against sentence-transformers, same run.
 
-    python eval/bench_encode.py [--n-docs 2000] [--max-length 256] [--batch-size 32]
-                                [--rounds 3] [--chunk 200] [--variant dotcat ...]
+    python eval/benchmarks/bench_encode.py [--n-docs 2000] [--max-length 256] [--batch-size 32]
+                                           [--rounds 3] [--chunk 200] [--variant dotcat ...]
 
 Both load the same model directory (default: the packaged all-MiniLM-L6-v2), encode the same
 SciFact documents (``title + " " + text``) truncated to the same max length, and are warmed up
@@ -11,32 +11,26 @@ each dotcat variant back to back (in a rotating order), so a burst of load from 
 them alike. Reported: docs/s of each over all rounds, the ratio to sentence-transformers
 (total time, and the median of the per-chunk ratios), and the cosine between each variant's
 vectors and sentence-transformers' fp32 vectors. The figures go to
-``eval/results/encode_throughput.md`` between the ``bench_encode`` markers (the rest of that
-file, the notes on what was tried, is left as it is).
+``eval/benchmarks/results/encode_throughput.md`` between the ``bench_encode`` markers (the rest
+of that file, the notes on what was tried, is left as it is).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = ROOT / "data" / "scifact" / "corpus.jsonl.gz"  # the bundled copy
-RESULTS = ROOT / "eval" / "results" / "encode_throughput.md"
 BEGIN, END = "<!-- bench_encode:begin -->", "<!-- bench_encode:end -->"
 
 #: Named dotcat configurations (EncoderConfig overrides) a run can compare.
@@ -57,13 +51,11 @@ VARIANTS: dict[str, dict] = {
 def _relative(path: str) -> str:
     """A path as a reader can use it: under the repository relative, in site-packages from
     the package's directory (results files carry no machine's absolute paths)."""
-    p = Path(path)
-    if p.is_relative_to(ROOT):
-        p = p.relative_to(ROOT)
-    parts = p.parts
+    shown = common.shown(path)
+    parts = Path(shown).parts
     if "site-packages" in parts:
         return "/".join(("site-packages", *parts[parts.index("site-packages") + 1 :]))
-    return str(p)
+    return shown
 
 
 def read_texts(corpus: Path, n: int) -> list[str]:
@@ -86,7 +78,7 @@ def machine() -> str:
     import sentence_transformers
     import transformers
 
-    from dotcat.models.runtime import available_cpus, cpu_flags, cpu_has_native_bf16
+    from dotcat.models.runtime import available_cpus, cpu_flags, cpu_has_native_bf16, cpu_model
 
     simd = [
         f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in cpu_flags()
@@ -108,18 +100,17 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.parser(__doc__, output="encode_throughput.md")
     parser.add_argument("--n-docs", type=int, default=2000)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=200, help="docs per timed call; 0: all")
     parser.add_argument("--model", default="default")
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=common.SCIFACT / "corpus.jsonl.gz")
     parser.add_argument(
         "--variant", action="append", choices=sorted(VARIANTS), help="dotcat configs to time"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda, for both sides")
     args = parser.parse_args(argv)
@@ -207,12 +198,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.no_write:
         return 0
-    command = "python eval/bench_encode.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = "\n".join(
         [
             BEGIN,
-            f"Latest run ({when}): `{command.strip()}`",
+            f"Latest run ({common.now()}): `{common.command()}`",
             "",
             f"Machine: {machine()}. Model: `{args.model}` ({_relative(path)}); {n} SciFact "
             "documents, "
@@ -235,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         new = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) :]
     else:
         new = (old.rstrip() + "\n\n" if old else "# Encoding throughput\n\n") + section + "\n"
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(new, encoding="utf-8")
-    print(f"wrote {args.output}")
+    common.write(args.output, new.splitlines())
     return 0
 
 

@@ -1,7 +1,7 @@
 """SciFact end to end on a GPU machine: the CPU path against the CUDA path, same run.
 
-    python eval/bench_gpu.py [--model default] [--data data/scifact] [--work runs/gpu]
-                             [--output eval/results/gpu.md]
+    python eval/benchmarks/bench_gpu.py [--model default] [--data data/scifact] [--work runs/gpu]
+                                        [--output eval/benchmarks/results/gpu.md]
 
 Runs ``dotcat index`` then ``dotcat search --queries`` (test split, k = 100) three times, as a
 user would, on one machine: ``--device cpu --precision fp32`` (the baseline), ``--device cuda
@@ -14,17 +14,13 @@ Nothing here needs a GPU to be read; on a machine without one it stops with a cl
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from machine import describe  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
 SETTINGS = {
     "cpu fp32 (baseline)": ("cpu", "fp32"),
@@ -35,21 +31,8 @@ MEASURES = ["nDCG@10", "R@100"]
 
 
 def dotcat(*args: str) -> tuple[str, float]:
-    """``dotcat ARGS`` in a subprocess (the console script where installed, else the module's
-    app from this interpreter); returns stdout and wall seconds."""
-    script = Path(sys.executable).with_name("dotcat")
-    head = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "from dotcat.cli import app; app()"]
-    )
-    print("$ dotcat", " ".join(args), flush=True)
-    start = time.perf_counter()
-    done = subprocess.run([*head, "-q", *args], capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"dotcat {' '.join(args)} failed:\n{done.stderr}")
-    return done.stdout, seconds
+    """``dotcat ARGS`` in a new process: stdout and wall seconds."""
+    return common.dotcat(*args, capture=True)
 
 
 def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
@@ -73,11 +56,8 @@ def agreement(run: dict, baseline: dict) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
+    parser = common.parser(__doc__, output="gpu.md", data=common.SCIFACT, work="runs/gpu")
     parser.add_argument("--model", default="default")
-    parser.add_argument("--work", type=Path, default=Path("runs/gpu"))
-    parser.add_argument("--output", type=Path, default=Path("eval/results/gpu.md"))
     parser.add_argument("--note", default="", help="A line on where the model came from.")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -132,17 +112,12 @@ def main() -> None:
 
     baseline_name = next(iter(SETTINGS))
     base = rows[baseline_name]
-    lines = [
-        "# SciFact on a GPU machine: the CPU path against the CUDA path",
-        "",
-        f"Command: `python eval/bench_gpu.py --model {args.model}`",
-        f"Run: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {describe()}; "
-        f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}.",
-    ]
+    lines = common.header(
+        "SciFact on a GPU machine: the CPU path against the CUDA path", torch=True
+    )
     if args.note:
-        lines.append(f"Model: {args.note}")
+        lines += [f"Model: {args.note}", ""]
     lines += [
-        "",
         "Each row: `dotcat index` (the corpus, wall time with model load) and `dotcat search "
         "--queries` (300 test queries, k = 100, dense), then `dotcat eval`. Ratios are against "
         f"the {baseline_name} row, measured in the same run; agreement is with that row.",
@@ -159,11 +134,8 @@ def main() -> None:
             f"{row['search_s']:.1f} | {base['search_s'] / row['search_s']:.2f} | "
             f"{row['nDCG@10']:.4f} | {row['R@100']:.4f} | {same:.1%} | {diff:.2e} |"
         )
-    lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Precision paths (fp32, bf16, int8) judged by speed against sentence-transformers and by
 ranking quality against fp32, on one machine in one run.
 
-    python eval/bench_precision.py --data data/scifact --trained runs/dot --cat runs/cat-teacher
+    python eval/benchmarks/bench_precision.py --data data/scifact --trained runs/dot \\
+        --cat runs/cat-teacher
 
 Speed (same texts, max length 256, batch size 32, the paths interleaved over ``--rounds``):
 document encoding docs/s against ``SentenceTransformer.encode`` fp32; re-ranking pairs/s
@@ -30,17 +31,14 @@ Document vectors are cached under ``--work`` (delete it to start over).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from machine import describe
+import common
 
 ALL_PATHS = ("fp32", "bf16", "int8", "int8-ffn", "int8-avx2", "int8-ov", "int8-ov64", "int8-ov384")
 #: Paths whose encoder is another path's (their dense rows would repeat that path's).
@@ -49,8 +47,9 @@ MEASURES = ("nDCG@10", "R@100")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True)
+    parser = common.parser(
+        __doc__, output="precision.md", data=common.REQUIRED, work="runs/precision"
+    )
     parser.add_argument("--trained", type=Path, required=True, help="a trained BERT_DOT")
     parser.add_argument("--cat", type=Path, required=True, help="a trained BERT_CAT")
     parser.add_argument("--paths", default=",".join(ALL_PATHS))
@@ -65,10 +64,7 @@ def main() -> None:
         help="re-ranked rows with another CE path over a first stage, e.g. int8:int8-avx2",
     )
     parser.add_argument("--skip-speed", action="store_true", help="quality (and combos) only")
-    parser.add_argument("--work", type=Path, default=Path("runs/precision"))
-    parser.add_argument("--output", type=Path, default=Path("eval/results/precision.md"))
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     paths = [p for p in args.paths.split(",") if p]
     for path in paths:
         if path not in ALL_PATHS:
@@ -76,14 +72,13 @@ def main() -> None:
     if paths[0] != "fp32":
         parser.error("--paths must start with fp32 (the reference of retention)")
     args.work.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {describe()}", flush=True)
+    print(f"machine: {common.describe()}", flush=True)
     data = Data(args.data)
     speed = None if args.skip_speed else measure_speed(args, data, paths)
     quality = None if args.skip_quality else measure_quality(args, data, paths)
     if args.combos:
         quality = (quality or {}) | measure_combos(args, data, args.combos.split(","))
     write_report(args, paths, speed, quality)
-    print(f"wrote {args.output}", flush=True)
 
 
 # -- data and models --------------------------------------------------------------------------
@@ -354,29 +349,15 @@ def _figures(report) -> dict:
 
 
 def write_report(args, paths, speed: dict, quality: dict | None) -> None:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if speed is None:
-        lines = [
-            "# Precision paths: quality against fp32",
-            "",
-            f"Command: `python eval/bench_precision.py --data {args.data} --trained "
-            f"{args.trained} --cat {args.cat} --skip-speed"
-            + (" --skip-quality" if args.skip_quality else "")
-            + (f" --combos {args.combos}" if args.combos else "")
-            + f" --depth {args.depth}`",
-            f"Date: {when}. Machine: {describe()}.",
-        ]
+        lines = common.header("Precision paths: quality against fp32")
         _write(args.output, lines + _quality_lines(args, paths, quality or {}))
         return
     st = speed["st"]
     lines = [
-        "# Precision paths: speed against sentence-transformers, quality against fp32",
-        "",
-        f"Command: `python eval/bench_precision.py --data {args.data} --trained {args.trained} "
-        f"--cat {args.cat} --paths {','.join(paths)} --speed-docs {args.speed_docs} "
-        f"--rounds {args.rounds} --depth {args.depth}`",
-        f"Date: {when}. Machine: {describe()}.",
-        "",
+        *common.header(
+            "Precision paths: speed against sentence-transformers, quality against fp32"
+        ),
         f"## Speed ({speed['docs']} SciFact documents, {speed['pairs']} query-document pairs, "
         f"max length 256, batch size 32, {speed['rounds']} rounds interleaved)",
         "",
@@ -418,8 +399,7 @@ def _write(output: Path, lines: list[str]) -> None:
         text = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) :]
     else:
         text = section + "\n"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    common.write(output, text.splitlines())
 
 
 def _quality_lines(args, paths, quality: dict) -> list[str]:

@@ -1,18 +1,17 @@
 """One query's latency, quiet and with the CPU shared: the thread setting that holds up.
 
-    python eval/bench_query_latency.py [--index indexes/scifact-minilm] [--queries 100]
+    python eval/benchmarks/bench_query_latency.py [--index indexes/scifact-minilm] [--queries 100]
 
 Loads a dense index once, then times ``DenseRetriever.search`` on SciFact test queries one at
 a time (encoding + FAISS + doc store), for each intra-op thread setting: 1 thread, every core
 (PyTorch's default), and dotcat's own choice (``auto``). Each runs twice: on a quiet CPU and
 with one competing CPU-bound process (a busy loop, started and stopped by this script).
 Baseline: PyTorch's default (every core) on the quiet CPU, measured in the same run. Writes
-``eval/results/query_latency.md``.
+``eval/benchmarks/results/query_latency.md`` (a section per run when the file exists).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from machine import describe  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
 
 @contextmanager
@@ -69,12 +68,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="query_latency.md", data=common.SCIFACT)
     parser.add_argument("--index", type=Path, default=Path("indexes/scifact-minilm"))
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--queries", type=int, default=300, help="queries per setting")
     parser.add_argument("--precision", default="auto", help="query encoder: auto, fp32, bf16")
-    parser.add_argument("--output", type=Path, default=Path("eval/results/query_latency.md"))
     args = parser.parse_args()
 
     from dotcat.data import load_queries
@@ -97,13 +94,11 @@ def main() -> None:
 
     baseline = next(r for r in rows if r[0].endswith("(PyTorch default)") and not r[1])[2]
     lines = [
-        "# One query's latency, quiet and with a competing CPU-bound process",
-        "",
-        f"Command: `python eval/bench_query_latency.py --index {args.index} "
-        f"--queries {args.queries} --precision {args.precision}`",
-        f"Machine: {describe()}; torch {torch.__version__}; encoder precision "
-        f"{retriever.encoder.manifest_entry()['precision']}.",
-        "",
+        *common.header(
+            "One query's latency, quiet and with a competing CPU-bound process",
+            f"Encoder precision {retriever.encoder.manifest_entry()['precision']}.",
+            torch=True,
+        ),
         f"`DenseRetriever.search(query, k=10)` on {args.index} (SciFact, 5,183 documents, "
         f"Flat), {len(texts)} SciFact test queries one at a time after 5 warm-up calls, the "
         "thread settings taking turns query by query: query encoding, FAISS search and "
@@ -118,12 +113,10 @@ def main() -> None:
             f"| {label} | {'loaded' if loaded else 'quiet'} | {p50:.1f} | {p95:.1f} | "
             f"{p50 / baseline:.2f}x |"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     if args.output.exists():  # one file, a section per run (e.g. per precision)
         section = [f"## Run: --precision {args.precision}", *lines[1:]]
         lines = [args.output.read_text().rstrip(), "", *section]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

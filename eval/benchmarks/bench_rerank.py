@@ -1,11 +1,11 @@
 """SciFact test: BM25 and trained BERT_DOT first stages, each re-ranked by a trained BERT_CAT.
 
-    python eval/bench_rerank.py --cat-model runs/cat/lce \\
+    python eval/benchmarks/bench_rerank.py --cat-model runs/cat/lce \\
         --dense-index indexes/scifact-dot-contrastive [--depths 20,50,100] [--latency-queries 20]
 
 The cross-encoder is one trained by ``dotcat train cat`` (its ``dotcat_training.json`` gives the
 training time and settings reported here); the dense index is one of a trained BERT_DOT
-(``eval/bench_train_dot.py`` builds ``indexes/scifact-dot-contrastive``).
+(``eval/benchmarks/bench_train_dot.py`` builds ``indexes/scifact-dot-contrastive``).
 
 For every test query the script takes BM25's and the dense index's top ``max(depths)``, scores
 every distinct (query, document) pair of those heads once with
@@ -19,27 +19,20 @@ added for the dense first stage.
 Latency: for ``--latency-queries`` test queries, one query at a time as ``dotcat search``
 runs it, (a) the cross-encoder alone on the query's top ``depth`` at each depth and (b) the
 whole ``search --rerank --depth 20`` path in-process (query encoding, FAISS, document store,
-re-ranking). p50/p95 in milliseconds. Writes ``eval/results/rerank.md``.
+re-ranking). p50/p95 in milliseconds. Writes ``eval/benchmarks/results/rerank.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
-ROOT = Path(__file__).resolve().parent.parent
 MEASURES = ("nDCG@10", "RR@10", "R@100")
 
 
@@ -82,8 +75,7 @@ def reranked(run: dict, cache: dict, depth: int, alpha: float = 1.0) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
+    parser = common.parser(__doc__, output="rerank.md", data=common.SCIFACT)
     parser.add_argument("--cat-model", type=Path, default=Path("runs/cat/lce"))
     parser.add_argument("--dense-index", type=Path, default=Path("indexes/scifact-dot-contrastive"))
     parser.add_argument("--depths", default="20,50,100", help="for the dense first stage")
@@ -91,14 +83,13 @@ def main() -> None:
     parser.add_argument("--latency-queries", type=int, default=20)
     parser.add_argument("--latency-depths", default="20")
     parser.add_argument("--max-queries", type=int, default=None, help="smoke tests only")
-    parser.add_argument("--output", type=Path, default=ROOT / "eval" / "results" / "rerank.md")
     args = parser.parse_args()
     depths = {
         "BERT_DOT (trained)": sorted(int(d) for d in args.depths.split(",")),
         "BM25": sorted(int(d) for d in (args.bm25_depths or args.depths).split(",")),
     }
     latency_depths = sorted(int(d) for d in args.latency_depths.split(","))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
 
     from dotcat.data import load_corpus, load_qrels, load_queries
     from dotcat.evaluation import evaluate
@@ -166,11 +157,9 @@ def main() -> None:
     training = json.loads((args.cat_model / "dotcat_training.json").read_text())
     hp, timing = training["hyperparameters"], training["timings"]
     lines = [
-        "# SciFact test: first stages re-ranked by dotcat's trained BERT_CAT",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_model()}, "
-        f"{os.cpu_count()} cores, torch {torch.__version__}, no GPU.",
+        *common.header(
+            "SciFact test: first stages re-ranked by dotcat's trained BERT_CAT", torch=True
+        ),
         f"Test split: {len(queries)} queries, measures by ir-measures. First stages: BM25 "
         f"(bm25s, k1=0.9, b=0.4) and `{args.dense_index}` (exact search), top 100 each; "
         "re-ranked at the depths in the table (scores of a pair are shared between depths).",
@@ -222,9 +211,8 @@ def main() -> None:
             + ", ".join(f"{a}: {s:.4f}" for a, s in scores.items())
             + "."
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

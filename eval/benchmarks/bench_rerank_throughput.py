@@ -1,8 +1,7 @@
 """Re-ranking throughput: dotcat's CrossEncoder.score against sentence-transformers, same run.
 
-    python eval/bench_rerank_throughput.py [--model runs/cat/lce] [--n-queries 10] [--depth 50]
-                                           [--max-length 256] [--batch-size 32] [--rounds 3]
-                                           [--precisions auto,bf16]
+    python eval/benchmarks/bench_rerank_throughput.py [--model runs/cat/lce] [--n-queries 10]
+        [--depth 50] [--max-length 256] [--batch-size 32] [--rounds 3] [--precisions auto,bf16]
 
 The pairs are what re-ranking scores: SciFact test queries with their BM25 top ``depth``
 documents (``title + " " + text``). Both sides load the same cross-encoder directory with the
@@ -13,25 +12,19 @@ first each round (the machine may be shared). dotcat runs once per ``--precision
 (``auto``: what this CPU gets by default; ``int8`` runs on the re-ranker's default int8
 runtime). Reported: pairs/s of each, the ratio, and the Spearman correlation and max absolute
 difference of dotcat's scores against sentence-transformers' fp32 scores. Writes
-``eval/results/rerank_throughput.md``.
+``eval/benchmarks/results/rerank_throughput.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from machine import describe  # eval/machine.py; scripts run as python eval/NAME.py
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "eval" / "results" / "rerank_throughput.md"
+import common
 
 
 def make_pairs(data: Path, n_queries: int, depth: int) -> list[list[tuple[str, str]]]:
@@ -54,16 +47,14 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="rerank_throughput.md", data=common.SCIFACT)
     parser.add_argument("--model", default="runs/cat/lce", help="a cross-encoder directory")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
     parser.add_argument("--n-queries", type=int, default=10)
     parser.add_argument("--depth", type=int, default=50)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--precisions", default="auto", help="dotcat precisions, comma-separated")
-    parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda, for both sides")
     parser.add_argument(
         "--dotcat-batch-size",
@@ -135,12 +126,10 @@ def main() -> None:
 
     st_rate = n * args.rounds / times["sentence-transformers"]
     lines = [
-        "# Re-ranking throughput: dotcat vs sentence-transformers CrossEncoder.predict",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}; "
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-        + (f"{torch.cuda.get_device_name(0)}." if args.device != "cpu" else "no GPU."),
+        *common.header(
+            "Re-ranking throughput: dotcat vs sentence-transformers CrossEncoder.predict",
+            torch=True,
+        ),
         f"Model: `{args.model}` (max length {args.max_length} tokens per pair; "
         f"sentence-transformers fp32). Pairs: {args.n_queries} SciFact test queries x BM25 top "
         f"{args.depth} = {n} pairs, scored one query at a time, {args.rounds} rounds rotating "
@@ -159,9 +148,8 @@ def main() -> None:
             f"| {name} `CrossEncoder.score` | {rate:.1f} | {rate / st_rate:.2f} | {rho:.6f} "
             f"| {diff:.2e} |"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

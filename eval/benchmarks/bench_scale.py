@@ -1,10 +1,10 @@
 """Indexing at scale: memory and speed from 10k to 1M documents, resume, shards, Ray, updates.
 
-    python eval/bench_scale.py [--sizes 10000,100000,1000000] [--work /tmp/dotcat-scale]
+    python eval/benchmarks/bench_scale.py [--sizes 10000,100000,1000000] [--work /tmp/dotcat-scale]
 
 Everything goes through the ``dotcat`` command line, each run a fresh process timed with
 GNU time (wall seconds, peak RSS), on a synthetic SciFact-like corpus and a tiny random BERT
-(``eval/synthetic.py``: 2 layers, 128 units, the real tokenizer, 128 tokens):
+(``eval/benchmarks/synthetic.py``: 2 layers, 128 units, the real tokenizer, 128 tokens):
 
 1. ``dotcat index`` at each size with an IVF spec (``--faiss IVF1024,PQ16 --no-bm25``):
    docs/s, peak RSS, index and work-folder disk; the baseline for ratios is the 100k run.
@@ -17,35 +17,33 @@ GNU time (wall seconds, peak RSS), on a synthetic SciFact-like corpus and a tiny
    ``dotcat add``: test nDCG@10 against the one-shot index; ``dotcat delete`` of a test
    query's relevant documents; a kill -9 during ``dotcat add``.
 
-Writes ``eval/results/scale.md`` and ``eval/results/scale.png``.
+Writes ``eval/benchmarks/results/scale.md`` and ``scale.png`` beside it.
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from machine import describe  # eval/machine.py
+import common
+from common import DOTCAT
 from synthetic import write_corpus, write_tiny_model
 
-DOTCAT = str(Path(sys.executable).with_name("dotcat"))
 SPEC = "IVF1024,PQ16"
 
 
 def run(args: list[str], env: dict | None = None, check: bool = True) -> dict:
     """One ``dotcat`` process under GNU time: wall seconds, peak RSS (MiB), output."""
     stats = Path(os.environ.get("TMPDIR", "/tmp")) / f"dotcat-time-{os.getpid()}.txt"
-    command = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), DOTCAT, "-q", *map(str, args)]
+    command = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), *DOTCAT, "-q", *map(str, args)]
     print("$ dotcat", " ".join(map(str, args)), flush=True)
     done = subprocess.run(
         command, capture_output=True, text=True, env={**os.environ, **(env or {})}
@@ -68,7 +66,6 @@ def index_args(corpus: Path, out: Path, model: Path, *extra: str, spec: str = SP
 
 def vectors_and_ids(index: Path) -> tuple[np.ndarray, list[str]]:
     """The kept vectors and the doc store's ids, in position order."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.index.docstore import DocStore
 
     store = DocStore(index / "docstore.sqlite")
@@ -110,7 +107,7 @@ def kill_and_resume(args, model: Path, work: Path, n: int) -> list[str]:
     corpus = work / f"corpus-{n}.jsonl"
     whole, resumed = work / "whole-kept", work / "resumed"
     run(index_args(corpus, whole, model, "--keep-vectors"))
-    command = [DOTCAT, "-q", *map(str, index_args(corpus, resumed, model, "--keep-vectors"))]
+    command = [*DOTCAT, "-q", *map(str, index_args(corpus, resumed, model, "--keep-vectors"))]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     log = resumed.with_name(f".{resumed.name}.building") / "chunks.jsonl"
     chunks = -(-n // 8192)
@@ -250,7 +247,7 @@ def scifact_updates(work: Path) -> list[str]:
     )
     manifest = (grown / "manifest.json").read_bytes()
     process = subprocess.Popen(
-        [DOTCAT, "-q", "add", str(grown), str(again)], stderr=subprocess.DEVNULL
+        [*DOTCAT, "-q", "add", str(grown), str(again)], stderr=subprocess.DEVNULL
     )
     time.sleep(25)
     process.send_signal(signal.SIGKILL)
@@ -294,10 +291,8 @@ def plot(by_size: dict[int, dict], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="scale.md", work="/tmp/dotcat-scale")
     parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/dotcat-scale"))
-    parser.add_argument("--output", type=Path, default=Path("eval/results/scale.md"))
     parser.add_argument(
         "--conditions", default="nothing else running", help="what else ran (for the record)"
     )
@@ -347,14 +342,13 @@ def main() -> None:
         print(note, flush=True)
 
     lines = [
-        "# Indexing at scale",
-        "",
-        f"Command: `python eval/bench_scale.py --sizes {','.join(map(str, args.sizes))}`",
-        f"Machine: {describe()}. Every figure is one `dotcat` process under GNU time (wall "
-        f"seconds, peak RSS); {args.conditions}.",
-        "",
-        f"Synthetic SciFact-like corpus (`eval/synthetic.py`: SciFact's lengths and word "
-        f"frequencies, ~1.5 KB per document), tiny random BERT (2 layers, 128 units, real "
+        *common.header(
+            "Indexing at scale",
+            "Every figure is one `dotcat` process under GNU time (wall seconds, peak RSS); "
+            f"{args.conditions}.",
+        ),
+        "Synthetic SciFact-like corpus (`eval/benchmarks/synthetic.py`: SciFact's lengths and "
+        f"word frequencies, ~1.5 KB per document), tiny random BERT (2 layers, 128 units, real "
         f"tokenizer, 128 tokens), `dotcat index CORPUS OUT --faiss {SPEC} --no-bm25`: corpus "
         f"reading and conversion (a cold corpus cache per size: the last column), doc store, "
         f"encoding, FAISS training and adding, all included.",
@@ -375,8 +369,7 @@ def main() -> None:
         "",
         "![memory and throughput against corpus size](scale.png)",
     ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

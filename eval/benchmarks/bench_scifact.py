@@ -1,11 +1,12 @@
 """Reproduce the SciFact test table: BM25 and zero-shot BERT_DOT, through the dotcat CLI.
 
-    python eval/bench_scifact.py [--model default] [--index indexes/scifact-minilm]
+    python eval/benchmarks/bench_scifact.py [--model default] [--index indexes/scifact-minilm]
 
 Runs, as a user would: ``dotcat index`` (timed: encoding docs/s), ``dotcat search --queries``,
 ``dotcat bm25``, ``dotcat eval``; then loads the index once in this process and times single
 queries through :class:`dotcat.search.retriever.DenseRetriever` (p50/p95 latency, encoding
-included). Writes ``eval/results/scifact.md`` (command, machine, figures).
+included). Writes ``eval/benchmarks/results/scifact.md``. ``--latency-only`` times single
+queries again on the existing index (e.g. on a quieter machine) and appends the figures.
 """
 
 from __future__ import annotations
@@ -14,26 +15,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import torch
-
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
 
 def run_cli(*args: str) -> tuple[str, float]:
-    """Run ``dotcat ARGS`` (the installed console script), return stdout and seconds."""
-    command = [str(Path(sys.executable).with_name("dotcat")), "-q", *args]
-    print("$", " ".join(command[1:]).replace(str(Path.cwd()) + "/", ""), flush=True)
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"dotcat {' '.join(args)} failed:\n{done.stderr}")
-    return done.stdout, seconds
+    """``dotcat ARGS`` (a new process, as a user runs it): stdout and wall seconds."""
+    return common.dotcat(*args, capture=True)
 
 
 def query_latency(
@@ -63,9 +53,8 @@ def latency_only(args: argparse.Namespace) -> None:
     queries = load_queries(args.data, split="test")
     load = os.getloadavg()[0]
     p50, p95 = query_latency(args.index, queries, k=10, repeats=args.latency_repeats)
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     line = (
-        f"- Latency re-run {stamp} (`python {' '.join(sys.argv)}`, load average before: "
+        f"- Latency re-run {common.now()} (`{common.command()}`, load average before: "
         f"{load:.2f}): one query through `DenseRetriever.search`, {args.latency_repeats} x "
         f"{len(queries)} queries: p50 {p50:.1f} ms, p95 {p95:.1f} ms."
     )
@@ -75,13 +64,11 @@ def latency_only(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
+    parser = common.parser(__doc__, output="scifact.md", data=common.SCIFACT)
     parser.add_argument("--model", default="default")
     parser.add_argument("--index", type=Path, default=Path("indexes/scifact-minilm"))
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     parser.add_argument("--latency-repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=Path("eval/results/scifact.md"))
     parser.add_argument(
         "--latency-only",
         action="store_true",
@@ -137,11 +124,9 @@ def main() -> None:
     bm25, dense = scores[bm25_run.name], scores[dense_run.name]
     measures = ["nDCG@10", "RR@10", "R@100", "AP@100"]
     lines = [
-        "# SciFact test: BM25 and zero-shot BERT_DOT through the dotcat CLI",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), no GPU.",
+        *common.header(
+            "SciFact test: BM25 and zero-shot BERT_DOT through the dotcat CLI", torch=True
+        ),
         f"Encoder: {manifest['encoder']['name']} ({manifest['encoder']['pooling']} pooling, "
         f"{manifest['encoder']['similarity']}, max {manifest['encoder']['max_length']} tokens), "
         f"FAISS {manifest['faiss']['spec']}; {n_docs} documents, {len(queries)} test queries.",
@@ -167,9 +152,8 @@ def main() -> None:
         "",
         table.rstrip(),
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

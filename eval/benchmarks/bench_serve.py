@@ -1,6 +1,7 @@
 """dotcat serve under load: latency and throughput at 1-64 concurrent clients, quiet and loaded.
 
-    python eval/bench_serve.py [--index indexes/scifact-minilm] [--rerank runs/cat] [--seconds 20]
+    python eval/benchmarks/bench_serve.py [--index indexes/scifact-minilm] [--rerank runs/cat] \\
+        [--seconds 20]
 
 Starts ``dotcat serve`` on 127.0.0.1 as a user would, then replays SciFact test queries
 (``GET /search``, k=10) from 1, 4, 16 and 64 concurrent clients (keep-alive connections
@@ -11,12 +12,12 @@ first stage with BERT_CAT re-ranking at depth 20 (1, 4, 16 clients). Also: 64 cl
 against a small queue (the excess must get 503 at once), the server's SciFact test run
 against ``dotcat search --queries`` (must be identical), the baseline of one ``dotcat
 search`` process per query (same queries, same run), the line-by-line mode's second answer,
-and screenshots of the page. Writes ``eval/results/serve.md``.
+and screenshots of the page (beside ``--output``). Writes
+``eval/benchmarks/results/serve.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -33,9 +34,8 @@ from urllib.parse import urlencode
 
 import httpx
 
-from machine import describe  # eval/machine.py; scripts run as python eval/NAME.py
-
-DOTCAT = str(Path(sys.executable).with_name("dotcat"))
+import common
+from common import DOTCAT
 
 
 def free_port() -> int:
@@ -50,7 +50,7 @@ class Server:
     def __init__(self, index: Path, *options: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [DOTCAT, "-q", "serve", str(index), "--port", str(self.port), "--no-access-log"]
+        command = [*DOTCAT, "-q", "serve", str(index), "--port", str(self.port), "--no-access-log"]
         self.process = subprocess.Popen([*command, *options], stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while True:
@@ -235,7 +235,7 @@ def identity_note(url: str, index: Path, data: Path, topics: dict[str, str], sta
 
     with tempfile.TemporaryDirectory() as tmp:
         cli_run = Path(tmp) / "cli.trec"
-        command = [DOTCAT, "-q", "search", str(index), "--queries", str(data), "--split", "test"]
+        command = [*DOTCAT, "-q", "search", str(index), "--queries", str(data), "--split", "test"]
         command += ["--output", str(cli_run), "-k", "100", "--first-stage", stage]
         subprocess.run(command, check=True, capture_output=True)
         expected = read_run(cli_run)
@@ -257,7 +257,7 @@ def cold_start_baseline(index: Path, queries: list[str], extra: list[str]) -> li
     for query in queries:
         start = time.perf_counter()
         subprocess.run(
-            [DOTCAT, "-q", "search", str(index), query, *extra], capture_output=True, check=True
+            [*DOTCAT, "-q", "search", str(index), query, *extra], capture_output=True, check=True
         )
         times.append(time.perf_counter() - start)
     return times
@@ -266,7 +266,7 @@ def cold_start_baseline(index: Path, queries: list[str], extra: list[str]) -> li
 def line_mode_second_answer(index: Path, queries: list[str]) -> float:
     """Milliseconds from writing the second query to reading its answer (models loaded once)."""
     process = subprocess.Popen(
-        [DOTCAT, "-q", "search", str(index), "--json", "-k", "10"],
+        [*DOTCAT, "-q", "search", str(index), "--json", "-k", "10"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -325,9 +325,8 @@ def row(mode: str, loaded: bool, r: dict, rss: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="serve.md", data=common.SCIFACT)
     parser.add_argument("--index", type=Path, default=Path("indexes/scifact-minilm"))
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--rerank", type=Path, default=None, help="a trained BERT_CAT")
     parser.add_argument("--depth", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -335,13 +334,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved slices per level")
     parser.add_argument("--first-stages", default="dense,hybrid", help="the first is re-ranked")
     parser.add_argument("--baseline-queries", type=int, default=10)
-    parser.add_argument("--output", type=Path, default=Path("eval/results/serve.md"))
     parser.add_argument("--workers", type=int, default=1, help="dotcat serve --workers")
     args = parser.parse_args()
     if args.baseline_queries < 1:
         parser.error("--baseline-queries must be >= 1 (the baseline is part of the benchmark)")
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.data import load_queries
 
     topics = load_queries(args.data, split="test")
@@ -349,7 +346,7 @@ def main() -> None:
     levels = [int(c) for c in args.clients.split(",")]
     stages = args.first_stages.split(",")
     rows, notes = [], []
-    print(f"machine: {describe()}", flush=True)
+    print(f"machine: {common.describe()}", flush=True)
 
     # 1. each first stage (dense: the acceptance's "warm dense query"; hybrid: the index's
     # default when it has BM25), every level, quiet and loaded.
@@ -436,20 +433,14 @@ def main() -> None:
         print(note, flush=True)
 
     lines = [
-        "# dotcat serve under load",
-        "",
-        f"Command: `python eval/bench_serve.py --index {args.index}"
-        + (f" --rerank {args.rerank}" if args.rerank else "")
-        + f" --seconds {args.seconds:g} --rounds {args.rounds} --first-stages {args.first_stages}"
-        + (f" --workers {args.workers}" if args.workers != 1 else "")
-        + (f" --output {args.output}" if args.output != Path("eval/results/serve.md") else "")
-        + "`",
-        f"Machine: {describe()}; `precision auto`; server defaults (`--batch-window-ms 5`, "
-        "`--max-batch 64`, `--queue-size 64`"
-        + (f", per worker; `--workers {args.workers}`" if args.workers != 1 else "")
-        + "); the load generator (one asyncio process, one "
-        "keep-alive HTTP/1.1 connection per client) runs on the same cores as the server.",
-        "",
+        *common.header(
+            "dotcat serve under load",
+            "`precision auto`; server defaults (`--batch-window-ms 5`, `--max-batch 64`, "
+            "`--queue-size 64`"
+            + (f", per worker; `--workers {args.workers}`" if args.workers != 1 else "")
+            + "); the load generator (one asyncio process, one keep-alive HTTP/1.1 connection "
+            "per client) runs on the same cores as the server.",
+        ),
         f"`GET /search?q=...&k=10&first_stage=...` with SciFact test queries in turn (the "
         "answers carry each hit's title and text); each level runs "
         f"{args.seconds:g} s in all, as {args.rounds} slices interleaved with the other levels "
@@ -464,9 +455,7 @@ def main() -> None:
         "",
         *notes,
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

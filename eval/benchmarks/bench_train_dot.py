@@ -1,9 +1,9 @@
 """Train BERT_DOT on SciFact train, then compare BM25, zero-shot and trained models on test.
 
-    python eval/bench_train_dot.py                       # all four systems, default settings
-    python eval/bench_train_dot.py --systems contrastive --epochs 3 --batch-size 32
+    python eval/benchmarks/bench_train_dot.py             # all four systems, default settings
+    python eval/benchmarks/bench_train_dot.py --systems contrastive --epochs 3 --batch-size 32
     # smoke test (tiny settings, outputs under /tmp):
-    python eval/bench_train_dot.py --base /path/to/tiny-bert --max-train-queries 20 \\
+    python eval/benchmarks/bench_train_dot.py --base /path/to/tiny-bert --max-train-queries 20 \\
         --epochs 1 --output /tmp/train_dot.md --plot /tmp/train_dot.png \\
         --runs-dir /tmp/train_dot_runs --index-dir /tmp/train_dot_indexes
 
@@ -20,25 +20,22 @@ Every dense system is searched with :class:`dotcat.search.retriever.DenseRetriev
 :func:`dotcat.evaluation.evaluate` (ir-measures): nDCG@10, RR@10, R@100 on the test split.
 Model selection uses only the dev split carved out of train (``--dev-fraction``).
 
-Writes a Markdown table (``--output``, default ``eval/results/train_dot.md``) with training
-time and examples/s, and a plot of the training loss and dev nDCG@10 per epoch (``--plot``,
-default ``eval/results/train_dot.png``). Trained models go to ``--runs-dir`` (default
-``runs/train_dot/<system>``), indexes to ``--index-dir`` (default ``indexes/``).
+Writes a Markdown table (``--output``, default ``eval/benchmarks/results/train_dot.md``) with
+training time and examples/s, and a plot of the training loss and dev nDCG@10 per epoch
+(``--plot``, default ``eval/benchmarks/results/train_dot.png``). Trained models go to
+``--runs-dir`` (default ``runs/train_dot/<system>``), indexes to ``--index-dir`` (default
+``indexes/``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
+import common
 
 MEASURES = ("nDCG@10", "RR@10", "R@100")
 SYSTEMS = ("bm25", "zero-shot", "contrastive", "triplet")
@@ -166,9 +163,8 @@ def plot(records: dict[str, dict], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, output="train_dot.md", data=common.SCIFACT)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--base", default="default")
     parser.add_argument("--max-train-queries", type=int, default=None, help="smoke tests")
     parser.add_argument("--negatives", default="bm25", choices=("bm25", "dense", "none"))
@@ -200,14 +196,13 @@ def main() -> None:
         help="an existing index of the base model (e.g. from `make scifact`) to search instead "
         "of building one; its manifest is checked against --base",
     )
-    parser.add_argument("--output", type=Path, default=Path("eval/results/train_dot.md"))
-    parser.add_argument("--plot", type=Path, default=Path("eval/results/train_dot.png"))
+    parser.add_argument("--plot", type=Path, default=common.RESULTS / "train_dot.png")
     args = parser.parse_args()
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         sys.exit(f"unknown systems {unknown}; choose from {SYSTEMS}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
 
     from dotcat.data import load_corpus, load_qrels, load_queries
     from dotcat.evaluation import evaluate
@@ -268,11 +263,7 @@ def main() -> None:
         plot(records, args.plot)
 
     lines = [
-        "# SciFact: BERT_DOT trained by dotcat vs BM25 and zero-shot",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), no GPU.",
+        *common.header("SciFact: BERT_DOT trained by dotcat vs BM25 and zero-shot", torch=True),
         f"Test split: {len(test_queries)} queries; measures by ir-measures; dense systems "
         "searched exactly (FAISS Flat) over the whole corpus, k=100.",
     ]
@@ -308,9 +299,8 @@ def main() -> None:
             )
             lines.append(f"- {name}: {per_epoch}")
         lines += ["", f"![training loss and dev nDCG@10 per epoch]({args.plot.name})"]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Out-of-domain test collections built from text this machine already has, in BEIR layout.
 
-    python eval/ood_collections.py debian runs/collections/debian
-    python eval/ood_collections.py pydoc runs/collections/pydoc
+    python eval/benchmarks/ood_collections.py debian runs/collections/debian
+    python eval/benchmarks/ood_collections.py pydoc runs/collections/pydoc
 
 dotcat's models train on SciFact; these collections check that what is chosen there carries
-to text the models never saw (the re-ranker issue asks for two such collections). Both are
+to text the models never saw (the out-of-domain rows of the benchmarks). Both are
 known-item collections: a short summary written by a person is the query, and the longer text
 it summarises (with the summary removed) is the one relevant document.
 
@@ -23,7 +23,6 @@ The collections are for testing only: no split of them is ever used to train or 
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
@@ -34,6 +33,8 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+
+import common
 
 APT_LISTS = Path("/var/lib/apt/lists")
 MIN_QUERY_WORDS = 4
@@ -233,7 +234,7 @@ def write_collection(
     )
     (out / "SOURCE.md").write_text(
         f"# {name}: {len(corpus)} documents, {len(queries)} test queries (one relevant each)\n\n"
-        f"Built by `python eval/ood_collections.py {name} {out}` from:\n\n{source}\n\n"
+        f"Built by `{common.command()}` from:\n\n{source}\n\n"
         f"Files:\n\n{checksums}\n",
         encoding="utf-8",
     )
@@ -243,9 +244,7 @@ BUILDERS = {"debian": build_debian, "pydoc": build_pydoc}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.parser(__doc__)
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("out", type=Path)
     parser.add_argument("--documents", type=int, default=8000, help="corpus size (sampled)")

@@ -5,9 +5,10 @@ sentence-transformers loads ONNX files through Optimum, and optimum-onnx pins
 runs in two environments:
 
     # 1. dotcat's environment: export, and record dotcat's own outputs
-    python eval/st_onnx_compat.py reference --out runs/st-compat [--cat runs/cat-teacher]
+    python eval/benchmarks/st_onnx_compat.py reference --out runs/st-compat [--cat runs/cat-def]
     # 2. an environment with sentence-transformers + optimum-onnx + onnxruntime (no dotcat)
-    python eval/st_onnx_compat.py check runs/st-compat [--record eval/results/st_onnx_compat.md]
+    python eval/benchmarks/st_onnx_compat.py check runs/st-compat \\
+        [--record eval/benchmarks/results/st_onnx_compat.md]
 
 ``reference`` copies the packaged all-MiniLM-L6-v2 (and the given BERT_CAT, else a small
 random one) into ``--out``, runs ``dotcat export`` at fp32 and int8 on the copies, and saves
@@ -15,19 +16,20 @@ dotcat's vectors and logits at both precisions. ``check`` loads each export with
 ``SentenceTransformer(..., backend="onnx")`` / ``CrossEncoder(..., backend="onnx")`` and
 compares: fp32 within 1e-4; int8 exactly at batch size 1 (dotcat runs one text per call, see
 ``OnnxRunner.one_by_one``) and, for the record, the difference at batch size 32 (dynamic int8
-quantises a whole padded batch with one range). Exit status 1 on a mismatch.
+quantises a whole padded batch with one range). Exit status 1 on a mismatch. CI runs both
+steps (``.ci/run``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+import common
 
 TEXTS = [
     "0-dimensional biomaterials show inductive properties.",
@@ -43,7 +45,6 @@ FILES = {"fp32": "onnx/model.onnx", "int8": None}  # int8: the record names the 
 
 
 def reference(out: Path, cat: Path | None) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.models import BiEncoder, EncoderConfig
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
     from dotcat.models.onnx_backend import export_name
@@ -58,12 +59,11 @@ def reference(out: Path, cat: Path | None) -> None:
         shutil.copytree(cat, cat_dir)
     else:
         _small_cross_encoder(encoder_dir, cat_dir)
-    dotcat = str(Path(sys.executable).with_name("dotcat"))
     for model in (encoder_dir, cat_dir):
         for precision in ("fp32", "int8"):
             # ONNX Runtime's export (a cross-encoder's int8 defaults to OpenVINO's, not ONNX).
-            command = [dotcat, "-q", "export", str(model), "--precision", precision]
-            subprocess.run([*command, "--backend", "onnxruntime"], check=True)
+            command = ["export", str(model), "--precision", precision]
+            common.dotcat(*command, "--backend", "onnxruntime")
     outputs = {}
     for precision in ("fp32", "int8"):
         encoder = BiEncoder.load(EncoderConfig(model=str(encoder_dir), precision=precision))
@@ -131,19 +131,19 @@ def check(root: Path, record: Path | None) -> int:
                 f"| {bound} | {'ok' if ok else 'MISMATCH'} |"
             )
     import platform
-    from datetime import datetime, timezone
     from importlib.metadata import version
 
     import optimum.onnxruntime  # noqa: F401  (the versions below)
 
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# dotcat's ONNX exports in sentence-transformers",
         "",
-        f"Date: {when}; {platform.machine()}, Python {platform.python_version()}.",
+        f"Command: `{common.command()}` (exports and dotcat's outputs from `reference`, in "
+        "dotcat's environment).",
+        f"Date: {common.now()}. Machine: {platform.machine()}, Python "
+        f"{platform.python_version()} (an environment without dotcat).",
         "",
-        f"`python eval/st_onnx_compat.py check {root}` (exports and dotcat's outputs from "
-        f"`reference`, in dotcat's environment). sentence-transformers "
+        "sentence-transformers "
         f"{sentence_transformers.__version__}, optimum-onnx {version('optimum-onnx')}, "
         f"transformers {version('transformers')}, onnxruntime {version('onnxruntime')}.",
         "",
@@ -154,12 +154,12 @@ def check(root: Path, record: Path | None) -> int:
     ]
     print("\n".join(lines))
     if record is not None:
-        record.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        common.write(record, lines)
     return 1 if failed else 0
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
     ref = sub.add_parser("reference")
     ref.add_argument("--out", type=Path, required=True)

@@ -1,7 +1,7 @@
 """A synthetic SciFact-like corpus of any size, and a tiny BERT, for scale benchmarks.
 
-    python eval/synthetic.py corpus OUT.jsonl --documents 1000000
-    python eval/synthetic.py model OUT_DIR
+    python eval/benchmarks/synthetic.py corpus OUT.jsonl --documents 1000000
+    python eval/benchmarks/synthetic.py model OUT_DIR
 
 The corpus draws each document's length (words) from SciFact's own length distribution and its
 words from SciFact's word frequencies (so the tokenizer sees the same vocabulary and the
@@ -14,7 +14,6 @@ the same code paths as a real model.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import gzip
 import json
@@ -22,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-SCIFACT = Path(__file__).resolve().parents[1] / "data" / "scifact" / "corpus.jsonl.gz"
+import common
+
+SCIFACT = common.SCIFACT / "corpus.jsonl.gz"
 
 
 def scifact_statistics() -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
@@ -122,7 +123,7 @@ def write_tiny_model(out: Path, seed: int = 0) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
     corpus = sub.add_parser("corpus")
     corpus.add_argument("out", type=Path)

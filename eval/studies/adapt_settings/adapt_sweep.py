@@ -1,8 +1,8 @@
 """`dotcat adapt` settings compared on the dev queries: what the adaptation defaults are chosen on.
 
-    python eval/adapt_sweep.py --data data/scifact --work runs/adapt-sweep \\
-        --setting contrastive: --setting lexical:teacher=bm25 --setting slow:lr=2e-5 \\
-        [--model default] [--max-queries 4000] [--output eval/results/adapt_sweep.md]
+    python eval/studies/adapt_settings/adapt_sweep.py --data data/scifact \\
+        --work runs/adapt-sweep --setting contrastive: --setting lexical:teacher=bm25 \\
+        --setting slow:lr=2e-5 [--model default] [--max-queries 4000] [--output adapt_sweep.md]
 
 Each ``--setting NAME:KEY=VALUE,...`` is one ``dotcat adapt`` run (``AdaptConfig`` fields;
 the corpus alone is read, never its queries or qrels), then its dense nDCG@10 and R@100 on the
@@ -14,14 +14,13 @@ arithmetic, differ; each run's training time is recorded beside it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from machine import describe
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 
 MEASURES = ("nDCG@10", "R@100")
 
@@ -67,16 +66,14 @@ def dev_figures(model: str, data: Path, device: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True)
+    parser = common.parser(__doc__, data=common.REQUIRED)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--model", default="default")
     parser.add_argument("--setting", action="append", default=[], required=True)
     parser.add_argument("--max-queries", type=int, default=4000)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--output", type=Path, help="a results file (default: print only)")
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dotcat.files import read_json_or_none
     from dotcat.training.adapt import AdaptConfig, adapt
 
@@ -113,11 +110,7 @@ def main() -> None:
 
 def write(args, rows) -> None:
     lines = [
-        "# `dotcat adapt` settings on the dev queries",
-        "",
-        f"Command: `python eval/adapt_sweep.py {' '.join(sys.argv[1:])}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}.",
-        "",
+        *common.header("`dotcat adapt` settings on the dev queries"),
         "Dense retrieval, exact search over the whole corpus (title + text); "
         f"dev: {rows[0][2]['queries']} queries. Every setting trains on the same "
         f"{args.max_queries} pseudo-queries (titles first) of the corpus alone.",
@@ -131,8 +124,7 @@ def write(args, rows) -> None:
             f"| {name} | {shown} | {figures['nDCG@10']:.4f} | {figures['R@100']:.4f} | "
             f"{seconds:.0f} |"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,19 @@
-"""Can a corpus, without labels, tell how much to trust a re-ranker on it? (issue 16)
+"""Can a corpus, without labels, tell how much to trust a re-ranker on it?
 
-    python eval/bench_cat_corpus_weight.py --cat-model runs/cat-pt-fold0 \\
+    python eval/studies/cat_corpus_weight/bench_cat_corpus_weight.py \\
+        --cat-model runs/cat-pt-fold0 \\
         --collection scifact=data/scifact:indexes/scifact-minilm \\
         --collection pydoc=runs/collections/pydoc:runs/ood-zs/pydoc \\
         --collection debian=runs/collections/debian:runs/ood-zs/debian \\
         [--pseudo-queries 200] [--depths 20,100] [--work runs/cat-corpus-weight] \\
-        [--output eval/results/cat_corpus_weight.md]
+        [--output eval/studies/cat_corpus_weight/cat_corpus_weight.md]
 
 A SciFact-trained BERT_CAT records one interpolation weight, chosen on SciFact dev, and applies
 it everywhere; out of domain that weight makes the pipeline worse than its first stage
-(``cat_fusion.md``). Here the weight is chosen per collection instead, on pseudo-queries of
-that collection's own corpus (:func:`dotcat.data.pseudo.pseudo_queries`: a title, or a sentence
-cut out of its document; the document without it is the one relevant answer), so that a
-re-ranker that does not help on a corpus's own text is weighted down there.
+(``eval/studies/cat_fusion/``). Here the weight is chosen per collection instead, on
+pseudo-queries of that collection's own corpus (:func:`dotcat.data.pseudo.pseudo_queries`: a
+title, or a sentence cut out of its document; the document without it is the one relevant
+answer), so that a re-ranker that does not help on a corpus's own text is weighted down there.
 
 For each collection ``NAME=DATA:INDEX``:
 
@@ -35,22 +36,19 @@ The test queries choose nothing; their best weight is printed only to show what 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import subprocess
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from bench_cat_pipeline import DOTCAT, first_stage, per_query
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
+from bench_cat_pipeline import first_stage, per_query
 from bench_rerank import reranked, score_pairs
 from dotcat.search.calibrate import WEIGHTS, guarded_alpha
-from machine import describe
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _mean(values: dict) -> float:
@@ -72,11 +70,10 @@ def pseudo_collection(name: str, data: Path, index: Path, n: int, work: Path):
     pseudo_index = work / f"{name}-pseudo-index"
     if not (pseudo_index / "manifest.json").exists():
         encoder = manifest.encoder
-        command = [DOTCAT, "-q", "index", str(out / "corpus.jsonl"), str(pseudo_index)]
+        command = ["index", str(out / "corpus.jsonl"), str(pseudo_index)]
         if encoder.get("name") != "default":
             command += ["--model", str(encoder["path"])]
-        command += ["--precision", encoder["precision"], "--bm25"]
-        subprocess.run(command, check=True)
+        common.dotcat(*command, "--precision", encoder["precision"], "--bm25")
     fusion = manifest.fusion or {"method": "rrf"}
     config = PipelineConfig(
         first_stage="hybrid", fusion=fusion["method"], fusion_weight=fusion.get("weight")
@@ -169,16 +166,17 @@ def collection_rows(spec: str, args, ce) -> tuple[list[str], list[str]]:
 def main() -> None:
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = Path(__file__).resolve().parent
+    parser = common.parser(
+        __doc__, output=here / "cat_corpus_weight.md", work="runs/cat-corpus-weight"
+    )
     parser.add_argument("--cat-model", type=Path, required=True)
     parser.add_argument("--collection", action="append", required=True, help="NAME=DATA:INDEX")
     parser.add_argument("--pseudo-queries", type=int, default=200)
     parser.add_argument("--depths", default="20,100")
-    parser.add_argument("--work", type=Path, default=Path("runs/cat-corpus-weight"))
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/cat_corpus_weight.md")
     args = parser.parse_args()
     args.depths = [int(d) for d in args.depths.split(",")]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
     args.work.mkdir(parents=True, exist_ok=True)
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(args.cat_model)))
     rows, curves = [], []
@@ -187,20 +185,13 @@ def main() -> None:
         rows += got_rows
         curves += got_curves
         print("\n".join(got_rows), flush=True)
-    command = (
-        f"python eval/bench_cat_corpus_weight.py --cat-model {args.cat_model} "
-        + " ".join(f"--collection {c}" for c in args.collection)
-        + f" --pseudo-queries {args.pseudo_queries} --depths {','.join(map(str, args.depths))}"
-    )
     lines = [
-        f"# BERT_CAT `{args.cat_model}`: interpolation weight chosen per corpus on its "
-        "pseudo-queries",
-        "",
-        f"Command: `{command}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Cross-encoder at {ce.precision} ({ce.backend}); its recorded dev weight "
-        f"{ce.interpolation_alpha}.",
-        "",
+        *common.header(
+            f"BERT_CAT `{args.cat_model}`: interpolation weight chosen per corpus on its "
+            "pseudo-queries",
+            f"Cross-encoder at {ce.precision} ({ce.backend}); its recorded dev weight "
+            f"{ce.interpolation_alpha}.",
+        ),
         "## Test queries (diff and p against the hybrid first stage alone)",
         "",
         "| collection | re-ranking | weight | nDCG@10 | diff | p |",
@@ -213,8 +204,7 @@ def main() -> None:
         "| --- | ---: | --- | ---: | --- |",
         *curves,
     ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

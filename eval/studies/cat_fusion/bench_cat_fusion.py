@@ -1,14 +1,13 @@
 """How a BERT_CAT's scores should meet the first stage's: re-ranking depth and fusion, chosen on
-dev, judged in domain and out of domain (issue 16, "score calibration so that the weight chosen
-on dev transfers").
+dev, judged in domain and out of domain (does a weight chosen on dev transfer?).
 
-    python eval/bench_cat_fusion.py --cat-model runs/cat-teacher \\
+    python eval/studies/cat_fusion/bench_cat_fusion.py --cat-model runs/cat-teacher \\
         --dev scifact=data/scifact:indexes/scifact-dot \\
         --collection scifact=data/scifact:indexes/scifact-dot \\
         --collection pydoc=runs/collections/pydoc:runs/ood/pydoc \\
         --collection debian=runs/collections/debian:runs/ood/debian \\
         [--depths 20,50,100] [--work runs/cat-pipeline-teacher] \\
-        [--output eval/results/cat_fusion.md]
+        [--output eval/studies/cat_fusion/cat_fusion.md]
 
 The first stage is dotcat's default, hybrid (BM25 + dense, the index's recorded fusion), top
 100. Every (query, document) pair of it is scored once by the cross-encoder (cached under
@@ -28,20 +27,19 @@ queries against the first stage alone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 from bench_cat_pipeline import first_stage, per_query
 from bench_rerank import score_pairs, union_pairs
-from machine import describe
 
-ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 FUSIONS = ("minmax", "zscore", "rrf")
 RRF_K = 60
@@ -125,15 +123,14 @@ def main() -> None:
     from dotcat.data import load_qrels, load_queries
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "cat_fusion.md", work="runs/cat-pipeline-teacher")
     parser.add_argument("--cat-model", type=Path, required=True)
     parser.add_argument("--dev", required=True, help="NAME=DATA:INDEX with a dev split")
     parser.add_argument("--collection", action="append", required=True, help="NAME=DATA:INDEX")
     parser.add_argument("--depths", default="20,50,100")
-    parser.add_argument("--work", type=Path, default=Path("runs/cat-pipeline-teacher"))
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/cat_fusion.md")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
     args.work.mkdir(parents=True, exist_ok=True)
     depths = [int(d) for d in args.depths.split(",")]
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(args.cat_model)))
@@ -176,18 +173,11 @@ def main() -> None:
                     f"{np.mean(a) - np.mean(b):+.4f} | {ttest_rel(a, b).pvalue:.3f} |"
                 )
         print("\n".join(rows), flush=True)
-    command = (
-        f"python eval/bench_cat_fusion.py --cat-model {args.cat_model} --dev {args.dev} "
-        + " ".join(f"--collection {c}" for c in args.collection)
-        + f" --depths {args.depths}"
-    )
     lines = [
-        f"# BERT_CAT `{args.cat_model}`: re-ranking depth and score fusion, chosen on dev",
-        "",
-        f"Command: `{command}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}. "
-        f"Cross-encoder at {ce.precision} ({ce.backend}).",
-        "",
+        *common.header(
+            f"BERT_CAT `{args.cat_model}`: re-ranking depth and score fusion, chosen on dev",
+            f"Cross-encoder at {ce.precision} ({ce.backend}).",
+        ),
         f"## Dev ({args.dev.split('=')[0]}: {len(queries)} queries held out of train; hybrid "
         f"first stage alone {base:.4f} nDCG@10)",
         "",
@@ -201,8 +191,7 @@ def main() -> None:
         "| --- | --- | ---: | ---: | ---: | ---: |",
         *rows,
     ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,40 +1,33 @@
 """Which pair length re-ranks better on dev: a trained BERT_CAT scored at 256 and 512 tokens.
 
-    python eval/dev_cat_max_length.py [--cat-model runs/cat/lce] [--lengths 256,512]
+    python eval/studies/cat_max_length/dev_cat_max_length.py [--cat-model runs/cat/lce] \\
+        [--lengths 256,512]
 
 The dev split is the one ``dotcat train cat`` held out (same ``dev_fraction`` and seed, read
 from the model's ``dotcat_training.json``); its first stage is the first one the model was
 trained behind, top ``--depth``. For each length the same model re-ranks those lists; the
 script prints and writes dev nDCG@10 and the scoring time. Only dev queries are used: the
-test split stays for reporting. Writes ``eval/results/cat_max_length_dev.md``.
+test split stays for reporting. Writes ``cat_max_length_dev.md`` beside this script.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
-
-from machine import cpu_model  # eval/machine.py; scripts run as python eval/NAME.py
-
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "cat_max_length_dev.md")
     parser.add_argument("--cat-model", type=Path, default=Path("runs/cat/lce"))
     parser.add_argument("--lengths", default="256,512")
     parser.add_argument("--depth", type=int, default=20)
-    parser.add_argument(
-        "--output", type=Path, default=ROOT / "eval" / "results" / "cat_max_length_dev.md"
-    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -67,11 +60,7 @@ def main() -> None:
         print(f"max length {length}: dev nDCG@10 {rows[-1][1]:.4f} ({seconds:.0f} s)", flush=True)
 
     lines = [
-        "# BERT_CAT pair length on dev: 256 vs 512 tokens",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_model()}, "
-        f"{os.cpu_count()} cores, torch {torch.__version__}, no GPU.",
+        *common.header("BERT_CAT pair length on dev: 256 vs 512 tokens", torch=True),
         f"Model: `{args.cat_model}` (trained at max length {trained_length}); dev split: "
         f"{len(dev_queries)} train queries held out by `dotcat train cat` (fraction "
         f"{split['dev_fraction']}, seed {split['seed']}); first stage `{first_stage}`, "
@@ -85,8 +74,7 @@ def main() -> None:
         "trained at 512 would cost about twice the training time (attention and feed-forward over",
         "twice the tokens), beyond the 45-minute budget on this CPU.",
     ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Choose a BERT_CAT recipe by two-fold cross-validation on the training queries (issue 16).
+"""Choose a BERT_CAT recipe by two-fold cross-validation on the training queries.
 
 A dev split of SciFact holds ~85 queries: recipes that differ by 0.01-0.02 nDCG@10 cannot be
-told apart on it (issue 16's notes: dev and test disagreed on the pre-trained recipe). Here the
+told apart on it (dev and test disagreed on the pre-trained recipe, ``cat_pretrain.md``). Here the
 training queries outside dev are cut into two folds; each recipe is trained twice, once per
 fold (``train cat`` on a BEIR dir whose ``train`` qrels are dev + that fold, so ``train cat``
 holds out the same dev queries), and each model re-ranks the queries it did *not* train on.
@@ -9,16 +9,17 @@ Every training query is then scored by a model that never saw it: ~8x dev's quer
 comparison, still without touching test.
 
     # 1. the folds (BEIR dirs sharing SciFact's corpus and queries)
-    python eval/bench_cat_folds.py folds --data data/scifact --out runs/folds
+    python eval/studies/cat_pretrain/bench_cat_folds.py folds --data data/scifact --out runs/folds
     # 2. one training per recipe and fold, e.g. the README default
     dotcat train cat runs/folds/fold0 runs/cat-fold0 --first-stage indexes/scifact-minilm \\
         --first-stage bm25
     dotcat train cat runs/folds/fold1 runs/cat-fold1 ...
     # 3. the comparison
-    python eval/bench_cat_folds.py compare --data data/scifact --folds runs/folds \\
-        --index indexes/scifact-minilm --recipe default=runs/cat-fold0,runs/cat-fold1 \\
+    python eval/studies/cat_pretrain/bench_cat_folds.py compare --data data/scifact \\
+        --folds runs/folds --index indexes/scifact-minilm \\
+        --recipe default=runs/cat-fold0,runs/cat-fold1 \\
         --recipe pretrained=runs/cat-pt-fold0,runs/cat-pt-fold1 [--depth 20] \\
-        [--output eval/results/cat_folds.md]
+        [--output eval/studies/cat_pretrain/cat_folds.md]
 
 The first stage is the index's default (hybrid where it has BM25), top ``--depth``; the
 cross-encoders run as ``dotcat rerank`` runs them (``precision auto``). Reported per recipe:
@@ -35,17 +36,17 @@ import csv
 import json
 import logging
 import random
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 from bench_cat_pipeline import per_query
 from bench_rerank import reranked, score_pairs, union_pairs
-from machine import describe
 
-ROOT = Path(__file__).resolve().parent.parent
 FOLDS = 2
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 FOLD_FILE = "fold_queries.txt"
@@ -106,14 +107,6 @@ def logits_of(model: str, run: dict, queries: dict, data: Path, depth: int, work
         logging.info("%s: %d pairs in %.0f s", model, len(missing), time.perf_counter() - started)
         cache.write_text(json.dumps({"logits": {f"{q}\t{d}": v for (q, d), v in logits.items()}}))
     return logits
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository where it lies inside it (no machine's paths)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 def mean_over(scores: dict[str, float], qids) -> float:
@@ -180,18 +173,8 @@ def compare(args: argparse.Namespace) -> None:
             pair_rows.append(
                 f"| {x} - {y} | {np.mean(a) - np.mean(b):+.4f} | {ttest_rel(a, b).pvalue:.3f} |"
             )
-    recipes = " ".join(f"--recipe {r}" for r in args.recipe)
-    command = (
-        f"python eval/bench_cat_folds.py compare --data {_shown(args.data)} "
-        f"--folds {args.folds} --index {args.index} {recipes} --depth {args.depth}"
-        + ("" if args.own else " --no-own")
-    )
     lines = [
-        "# BERT_CAT recipes, two-fold cross-validation on SciFact train",
-        "",
-        f"Command: `{command}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {describe()}.",
-        "",
+        *common.header("BERT_CAT recipes, two-fold cross-validation on SciFact train"),
         f"First stage: `{args.index}`, its default ({pipeline.first_stage}), top "
         f"{args.depth}; {len(held_out)} held-out training queries (each re-ranked by the model "
         f"trained on the other fold), {len(dev)} dev queries (held out of both folds). First "
@@ -217,19 +200,18 @@ def compare(args: argparse.Namespace) -> None:
     ]
     print("\n".join(lines))
     if args.output:
-        args.output.write_text("\n".join(lines) + "\n")
-        print(f"wrote {args.output}")
+        common.write(args.output, lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     folds = sub.add_parser("folds", help="write the two fold datasets")
-    folds.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
+    folds.add_argument("--data", type=Path, default=common.SCIFACT)
     folds.add_argument("--out", type=Path, required=True)
     folds.add_argument("--seed", type=int, default=13)
     comp = sub.add_parser("compare", help="re-rank held-out folds with each recipe's models")
-    comp.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
+    comp.add_argument("--data", type=Path, default=common.SCIFACT)
     comp.add_argument("--folds", type=Path, required=True)
     comp.add_argument("--index", type=Path, required=True)
     comp.add_argument("--recipe", action="append", required=True, help="NAME=FOLD0,FOLD1")
@@ -241,9 +223,9 @@ def main() -> None:
         help="skip each model's own training fold (half the scoring; no memorisation column)",
     )
     comp.add_argument("--work", type=Path, default=Path("runs/cat-folds"))
-    comp.add_argument("--output", type=Path)
+    comp.add_argument("--output", type=Path, help="a results file (default: print only)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    common.setup_logging()
     if args.command == "folds":
         make_folds(args.data, args.out, args.seed)
     else:

@@ -1,20 +1,24 @@
 """Interpolate two BERT_DOTs' weights: ``(1 - lam) * start + lam * tuned`` (WiSE-FT).
 
-    python eval/weight_average.py runs/dot runs/distill runs/soup-0.5 --lam 0.5
+    python eval/studies/distill_recall/weight_average.py runs/dot runs/distill runs/soup-0.5 \\
+        --lam 0.5
 
 Wortsman et al., "Robust fine-tuning of zero-shot models" (CVPR 2022): averaging a fine-tuned
 model's weights with those it started from can keep the start's robustness with most of the
 tuning's gain. Here it tests whether a distilled student (``train distill``) averaged with its
 contrastive start keeps the start's recall; the output is a sentence-transformers directory
 (the tuned model's files with the mixed ``model.safetensors``) that ``dotcat index`` and
-``eval/bench_distill.py --split dev`` take like any other BERT_DOT.
+``eval/benchmarks/bench_distill.py --split dev`` take like any other BERT_DOT.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 
 #: Files of a training run that are not part of the model.
 RUN_FILES = ("checkpoints", "model.safetensors", "negatives.jsonl.gz")
@@ -42,7 +46,7 @@ def average(start: Path, tuned: Path, out: Path, lam: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("start", type=Path, help="the model training started from")
     parser.add_argument("tuned", type=Path, help="the trained model")
     parser.add_argument("out", type=Path)

@@ -1,15 +1,15 @@
 """The bi-encoder's int8 runtimes side by side: OpenVINO against ONNX Runtime, fp32 and bf16.
 
-    python eval/bench_encoder_int8.py --data data/scifact
+    python eval/studies/encoder_int8/bench_encoder_int8.py --data data/scifact
 
 For each path, all-MiniLM-L6-v2 (zero-shot) as dotcat's ``BiEncoder`` runs it, in one process:
 the whole corpus encoded as ``dotcat index`` encodes it (docs/s: indexing throughput), the dev
 queries (the 10% of train that ``dotcat train`` holds out) and the test queries encoded, exact
-inner-product search, nDCG@10 and R@100 with ir-measures, and their retention against fp32 (the
-99.5% bar of ``eval/results/precision.md``). Also: the mean and least cosine of each path's
-document vectors with fp32's, and whether a query's vector is the same alone and in a batch of
-16 (the server micro-batches queries). Baseline for speed: ``int8-ort``, the int8 runtime
-dotcat used before OpenVINO encoded documents.
+inner-product search, nDCG@10 and R@100 with ir-measures, and their retention against fp32
+(the 99.5% bar of ``eval/benchmarks/results/precision.md``). Also: the mean and least cosine
+of each path's document vectors with fp32's, and whether a query's vector is the same alone
+and in a batch of 16 (the server micro-batches queries). Baseline for speed: ``int8-ort``, ONNX
+Runtime's int8 (the encoder's ``auto`` int8 runtime).
 
 Paths: ``fp32``, ``bf16`` (PyTorch; bf16 emulated where the CPU has no native bf16),
 ``int8-ort`` (ONNX Runtime, one text per call), ``int8-ov`` (OpenVINO, per-token activation
@@ -19,14 +19,15 @@ groups, batches in one call).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 from bench_precision import MEASURES, Data, _figures, _search
-from machine import describe
 
 PATHS = {
     "fp32": {"precision": "fp32"},
@@ -38,10 +39,9 @@ BASELINE = "int8-ort"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True)
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "encoder_int8.md", data=common.REQUIRED)
     parser.add_argument("--paths", default=",".join(PATHS))
-    parser.add_argument("--output", type=Path, default=Path("eval/results/encoder_int8.md"))
     args = parser.parse_args()
     names = [p for p in args.paths.split(",") if p]
     if "fp32" not in names:
@@ -51,9 +51,9 @@ def main() -> None:
         raise SystemExit(f"unknown paths {sorted(unknown)} ({', '.join(PATHS)})")
     data = Data(args.data)
     rows = {name: measure(name, data) for name in names}
-    text = report(args, data, rows)
-    args.output.write_text(text, encoding="utf-8")
-    print(text)
+    lines = report(args, data, rows)
+    print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 def measure(name: str, data: Data) -> dict:
@@ -78,16 +78,11 @@ def measure(name: str, data: Data) -> dict:
     return row
 
 
-def report(args: argparse.Namespace, data: Data, rows: dict) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def report(args: argparse.Namespace, data: Data, rows: dict) -> list[str]:
     ref = rows["fp32"]
     base = rows.get(BASELINE, {}).get("docs_per_s")
     lines = [
-        "# The bi-encoder's int8 runtimes: OpenVINO against ONNX Runtime",
-        "",
-        f"Command: `python eval/bench_encoder_int8.py --data {args.data} --paths {','.join(rows)}`",
-        f"Date: {stamp}. Machine: {describe()}.",
-        "",
+        *common.header("The bi-encoder's int8 runtimes: OpenVINO against ONNX Runtime"),
         f"all-MiniLM-L6-v2 zero-shot; {len(data.texts)} documents (max length 256, dotcat's "
         f"batching), dev queries ({data.dev_source}) and test queries; exact search. Paths run one "
         f"after the other (not interleaved). Speed baseline: `{BASELINE}`.",
@@ -111,7 +106,7 @@ def report(args: argparse.Namespace, data: Data, rows: dict) -> str:
             f"{r['dev']['R@100']:.4f} | {r['test']['nDCG@10']:.4f} | {r['test']['R@100']:.4f} | "
             f"{keep['nDCG@10']} | {keep['R@100']} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """OpenVINO int8 re-ranker: one stream of two threads against two streams of one, per hidden size.
 
-    python eval/openvino_streams.py --data data/scifact
+    python eval/studies/openvino_streams/openvino_streams.py --data data/scifact
 
 Why ``OpenVinoRunner`` compiles one stream: on an Intel Xeon with AMX, two streams with int8
 weights and bf16 precision returned logits unrelated to fp32's for hidden sizes that are not
@@ -15,35 +15,32 @@ configuration, the configurations interleaved over ``--rounds``; baseline: two s
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from machine import describe
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"two streams of one thread": ("2", "2"), "one stream of two threads": ("1", "2")}
 BASELINE = "two streams of one thread"
 HIDDEN = (32, 100, 312, 384)  # 384: all-MiniLM-L6-v2's; 312: TinyBERT's
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "openvino_streams.md", data=common.SCIFACT)
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/openvino_streams.md")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(common.ROOT))  # tests.conftest: the tiny BERT builder
     pairs = _pairs(args.data, args.pairs)
     rows, speed = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,9 +57,9 @@ def main() -> None:
                 print(hidden, name, worst, flush=True)
             if hidden == 384:
                 speed = _speed(path, feeds, args.rounds)
-    text = _report(args, rows, speed, len(pairs))
-    args.output.write_text(text, encoding="utf-8")
-    print(text)
+    lines = _report(args, rows, speed, len(pairs))
+    print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 def _pairs(data: Path, n: int) -> list[tuple[str, str]]:
@@ -163,15 +160,9 @@ def _speed(path: Path, feeds: dict, rounds: int) -> dict[str, float]:
     return {name: rounds * len(feeds["input_ids"]) / s for name, s in seconds.items()}
 
 
-def _report(args, rows, speed: dict, n: int) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def _report(args, rows, speed: dict, n: int) -> list[str]:
     lines = [
-        "# OpenVINO int8 re-ranker: one stream against two, per hidden size",
-        "",
-        f"Command: `python eval/openvino_streams.py --data {args.data} --pairs {args.pairs} "
-        f"--repeats {args.repeats} --rounds {args.rounds}`",
-        f"Date: {stamp}. Machine: {describe()}.",
-        "",
+        *common.header("OpenVINO int8 re-ranker: one stream against two, per hidden size"),
         f"{n} SciFact pairs, random 4-layer BERT cross-encoders (seed 0), int8 weights as dotcat "
         "exports them, scored from two threads at once; |diff| is the largest difference from "
         f"PyTorch fp32 over the fp32 logits' spread, worst of {args.repeats} compilations.",
@@ -187,7 +178,7 @@ def _report(args, rows, speed: dict, n: int) -> str:
             f"| {name} | {rate:.1f} | {rate / speed[BASELINE]:.2f}x |"
             for name, rate in speed.items()
         ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """What micro-batching saves per query on this CPU, for each way dotcat can run the query encoder.
 
-    python eval/bench_query_batching.py --data data/scifact
+    python eval/studies/query_batching/bench_query_batching.py --data data/scifact
 
-Issue 10 asks the server for 16 clients' throughput >= 3x one client's. The server batches
-queries that arrive together, which only helps as far as a batch of 16 queries costs less than
-16 single ones. This measures exactly that, in one process, with the paths interleaved over
+The server batches queries that arrive together, which raises 16 clients' throughput above one
+client's only as far as a batch of 16 queries costs less than 16 single ones. This measures
+exactly that, in one process, with the paths interleaved over
 ``--rounds``: SciFact test queries that fit ``--width`` tokens, padded to that width (as the
 server pads them, so each query's vector is independent of its batch), encoded one per call and
 16 per call, one intra-op thread, ms per query; tokenisation and pooling excluded.
@@ -37,14 +37,15 @@ import argparse
 import contextlib
 import gzip
 import json
+import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from machine import describe
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
 
 PATHS = (
     "ort-fp32",
@@ -60,14 +61,13 @@ BATCH = 16
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True)
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "query_batching.md", data=common.REQUIRED)
     parser.add_argument("--width", type=int, default=32, help="padded tokens per query")
     parser.add_argument("--queries", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=2.0, help="per path, batch size, round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--paths", default=",".join(PATHS))
-    parser.add_argument("--output", type=Path, default=Path("eval/results/query_batching.md"))
     args = parser.parse_args()
 
     model = _model_files()
@@ -83,9 +83,9 @@ def main() -> None:
                 for size in (1, BATCH):
                     timings[name][size].append(_ms_per_query(run, feeds, size, args.seconds))
     rows = _rows(vectors, timings)
-    text = _report(args, rows, len(texts))
-    args.output.write_text(text, encoding="utf-8")
-    print(text)
+    lines = _report(args, rows, len(texts))
+    print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 def _paths(args: argparse.Namespace) -> list[str]:
@@ -289,19 +289,16 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def _report(args: argparse.Namespace, rows: list[dict], n: int) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def _report(args: argparse.Namespace, rows: list[dict], n: int) -> list[str]:
     lines = [
-        "# Query encoding: one query per call against 16 per call",
-        "",
-        f"Command: `python eval/bench_query_batching.py --data {args.data} --width {args.width} "
-        f"--queries {args.queries} --seconds {args.seconds:g} --rounds {args.rounds}`",
-        f"Date: {stamp}. Machine: {describe()}. One intra-op thread per session; {_versions()}.",
-        "",
+        *common.header(
+            "Query encoding: one query per call against 16 per call",
+            f"One intra-op thread per session; {_versions()}.",
+        ),
         f"{n} SciFact test queries of at most {args.width} tokens, padded to {args.width}; "
         f"all-MiniLM-L6-v2; ms per query, median of {args.rounds} rounds of "
         f"{args.seconds:g} s (paths interleaved). Baseline: `{BASELINE}` one query per call "
-        "(dotcat's int8 query path today).",
+        "(dotcat's int8 query path).",
         "",
         "| path | cos with fp32, mean | min | alone vs batched, max abs diff | ms/query, 1 per "
         "call | ms/query, 16 per call | 16 per call saves | 16 per call vs baseline |",
@@ -313,7 +310,7 @@ def _report(args: argparse.Namespace, rows: list[dict], n: int) -> str:
             f"| {r['path']} | {r['cos_mean']:.5f} | {r['cos_min']:.5f} | {r['batch_diff']:.1e} "
             f"| {r['single']:.2f} | {r['batched']:.2f} | {r['saving']:.2f}x | {vs} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,33 +1,30 @@
 """Would dynamic int8 re-ranking pass the agreement bar? dotcat fp32 vs int8, same pairs, same run.
 
-    python eval/rerank_int8_agreement.py [--model runs/cat/lce] [--n-queries 4] [--depth 20]
+    python eval/studies/rerank_int8_agreement/rerank_int8_agreement.py [--model runs/cat/lce] \\
+        [--n-queries 4] [--depth 20]
 
-The pairs are those of ``bench_rerank_throughput.py`` (SciFact test queries with their BM25
-top ``depth``), scored one query at a time by dotcat's ``CrossEncoder.score`` in fp32 (the
-baseline), then again after ``torch.ao.quantization.quantize_dynamic`` turned every
+The pairs are those of ``eval/benchmarks/bench_rerank_throughput.py`` (SciFact test queries
+with their BM25 top ``depth``), scored one query at a time by dotcat's ``CrossEncoder.score`` in
+fp32 (the baseline), then again after ``torch.ao.quantization.quantize_dynamic`` turned every
 ``nn.Linear`` into int8. Reported: pairs/s of each, the ratio, and the Spearman correlation and
 max absolute difference of the int8 logits against fp32 (the re-ranking bar is Spearman
->= 0.999). Writes ``eval/results/rerank_int8_agreement.md``.
+>= 0.999). Writes ``rerank_int8_agreement.md`` beside this script.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 import time
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_rerank_throughput import make_pairs, spearman  # eval/, run as python eval/NAME.py
-from machine import cpu_model
-
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
+from bench_rerank_throughput import make_pairs, spearman
 
 
 def timed_scores(ce, per_query: list[list[tuple[str, str]]]) -> tuple[np.ndarray, float]:
@@ -39,14 +36,11 @@ def timed_scores(ce, per_query: list[list[tuple[str, str]]]) -> tuple[np.ndarray
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = Path(__file__).resolve().parent
+    parser = common.parser(__doc__, output=here / "rerank_int8_agreement.md", data=common.SCIFACT)
     parser.add_argument("--model", default="runs/cat/lce", help="a cross-encoder directory")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "scifact")
     parser.add_argument("--n-queries", type=int, default=4)
     parser.add_argument("--depth", type=int, default=20)
-    parser.add_argument(
-        "--output", type=Path, default=ROOT / "eval" / "results" / "rerank_int8_agreement.md"
-    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -66,12 +60,7 @@ def main() -> None:
     max_diff = float(np.abs(fp32 - int8).max())
 
     lines = [
-        "# Re-ranking with dynamic int8: agreement with fp32 and speed",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {cpu_model()}, "
-        f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} "
-        "threads), no GPU.",
+        *common.header("Re-ranking with dynamic int8: agreement with fp32 and speed", torch=True),
         f"Model: `{args.model}` (max length {ce.max_length}). Pairs: {args.n_queries} SciFact "
         f"test queries x BM25 top {args.depth} = {n} pairs, one query per call. Baseline: "
         "dotcat fp32 on the same pairs in the same run.",
@@ -84,8 +73,8 @@ def main() -> None:
         f"int8 logits against fp32: Spearman {rho:.6f}, max |difference| {max_diff:.2f} "
         f"(fp32 logits range {fp32.min():.2f} to {fp32.max():.2f}).",
     ]
-    args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    common.write(args.output, lines)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Where a served query's CPU goes: one client against many, on this machine's cores.
 
-    python eval/serve_cpu_split.py --index indexes/scifact-minilm-int8 [--seconds 8] [--rounds 2]
+    python eval/studies/serve_scaling/serve_cpu_split.py --index indexes/scifact-minilm-int8 \\
+        [--seconds 8] [--rounds 2]
 
-Starts ``dotcat serve`` on 127.0.0.1 (as ``eval/bench_serve.py`` does, with its load
+Starts ``dotcat serve`` on 127.0.0.1 (as ``eval/benchmarks/bench_serve.py`` does, with its load
 generator: SciFact test queries, ``GET /search``, k=10, dense) and runs 1 and 16 clients in
 interleaved slices. For each level it prints answers/s (and the ratio to one client, the
 baseline, same run), the server's CPU milliseconds per answer (from ``/proc/PID/stat``), the
@@ -15,7 +16,6 @@ Nothing else should run on the machine meanwhile.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gzip
 import json
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_serve import Server, Tally, load  # noqa: E402
-from machine import describe  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+import common
+from bench_serve import Server, Tally, load
 
 
 def machine_ticks() -> list[int]:
@@ -90,12 +90,11 @@ def measure(server: Server, queries: list[str], clients: int, seconds: float) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, data=common.SCIFACT)
     parser.add_argument("--index", type=Path, default=Path("indexes/scifact-minilm-int8"))
-    parser.add_argument("--data", type=Path, default=Path("data/scifact"))
     parser.add_argument("--seconds", type=float, default=8.0, help="per slice")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--output", type=Path, help="a results file (default: print only)")
     parser.add_argument("--serve-options", default="", help='e.g. "--batch-window-ms 0"')
     args = parser.parse_args()
     options = shlex.split(args.serve_options)
@@ -117,10 +116,11 @@ def main() -> None:
         server.stop()
     base = sums[1]["answers"] / sums[1]["wall"]
     lines = [
-        f"Machine: {describe()}; index {args.index}; "
-        f"serve options {args.serve_options or 'defaults'}; "
-        f"{args.rounds} x {args.seconds:g} s per level",
-        "",
+        *common.header(
+            "`dotcat serve`: where a served query's CPU goes, 1 and 16 clients",
+            f"Index {args.index}; serve options {args.serve_options or 'defaults'}; "
+            f"{args.rounds} x {args.seconds:g} s per level.",
+        ),
         "| clients | answers/s | vs 1 client | p50 ms | server CPU ms/answer "
         "| load generator CPU ms/answer | machine idle | queries per model call |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -133,10 +133,9 @@ def main() -> None:
             f"| {mean('server_ms'):.2f} | {mean('client_ms'):.2f} | {mean('idle'):.0%} | "
             + ("n/a |" if several else f"{mean('batch'):.1f} |")
         )
-    text = "\n".join(lines)
-    print(text, flush=True)
+    print("\n".join(lines), flush=True)
     if args.output:
-        args.output.write_text(text + "\n", encoding="utf-8")
+        common.write(args.output, lines)
 
 
 def _means(rows: list[dict]):
