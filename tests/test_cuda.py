@@ -1,10 +1,10 @@
 """The CUDA paths against the CPU ones: encoders, index and search, the three training recipes.
 
-Skipped without a CUDA GPU (CI has none). On a GPU machine, ``pytest tests/test_cuda.py`` runs
-the same work on CPU and on the GPU at fp32 and compares the two, so a bug of the GPU path
-cannot hide behind a green CPU run (``eval/results/gpu.md`` records such a run). fp32 on CUDA
-is IEEE fp32 here (PyTorch leaves TF32 off for matmuls unless asked), so the tolerances are the
-ones of a different summation order, not of a lower precision.
+Skipped without a CUDA GPU (CI has none). On a GPU machine, ``pytest tests/test_cuda.py`` runs the
+same work on CPU and on the GPU at fp32 and compares the two, so a bug of the GPU path cannot hide
+behind a green CPU run (``eval/benchmarks/results/gpu.md`` records such a run). fp32 on CUDA is IEEE
+fp32 here (PyTorch leaves TF32 off for matmuls unless asked), so the tolerances are the ones of a
+different summation order, not of a lower precision.
 """
 
 from __future__ import annotations

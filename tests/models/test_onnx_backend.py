@@ -3,7 +3,7 @@
 Tolerances: the fp32 export must reproduce PyTorch (max |difference| of hidden states
 <= 1e-4); int8 is judged as a user judges it, by rank agreement with fp32 (Spearman of
 similarities / logits >= 0.95 on a tiny random model, whose weights have no trained structure
-to protect; the real models' figures are in eval/results/precision.md).
+to protect; the real models' figures are in eval/benchmarks/results/precision.md).
 """
 
 from __future__ import annotations

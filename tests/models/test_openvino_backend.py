@@ -3,7 +3,7 @@ runtime.
 
 Tolerances: int8 is judged by rank agreement with fp32 (Spearman >= 0.95 on a tiny random
 model, as for the ONNX Runtime path; the real re-ranker's figures are in
-eval/results/precision.md). A pair's logit alone and in a batch agree within 1e-5: the
+eval/benchmarks/results/precision.md). A pair's logit alone and in a batch agree within 1e-5: the
 activation groups are per token, so neighbours cannot change a pair's ranges.
 """
 

@@ -73,8 +73,8 @@ def test_bf16_autocast_agrees_with_fp32_on_the_real_model(default_encoder):
 def test_int8_on_the_real_model_ranks_like_fp32(default_encoder):
     """The int8 path that CPUs with VNNI take by default (ONNX Runtime; AVX2 kernels elsewhere).
 
-    Tolerances from eval/results/precision.md (600 SciFact documents: mean cosine 0.995, min
-    0.992 with VNNI; 0.994 / 0.987 for the 7-bit AVX2 export), with margin.
+    Tolerances from eval/benchmarks/results/precision.md (600 SciFact documents: mean cosine 0.995,
+    min 0.992 with VNNI; 0.994 / 0.987 for the 7-bit AVX2 export), with margin.
     """
     from scipy.stats import spearmanr
 

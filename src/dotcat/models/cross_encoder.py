@@ -12,10 +12,10 @@ Truncation cuts the document first, never the query first (:func:`pair_lengths`)
 question is short and every token of it matters, a long document's head usually carries it.
 
 Scoring is fast on CPU the way :mod:`.bi_encoder` is (numbers in
-``eval/results/rerank_throughput.md``): every distinct query and document is tokenized once
-(a re-ranked run repeats each query ``depth`` times), pairs are sorted by length and packed in
-token-budget batches, worker threads each run their own batch, ``torch.inference_mode``,
-bf16/fp16 autocast only where native.
+``eval/benchmarks/results/rerank_throughput.md``): every distinct query and document is tokenized
+once (a re-ranked run repeats each query ``depth`` times), pairs are sorted by length and packed in
+token-budget batches, worker threads each run their own batch, ``torch.inference_mode``, bf16/fp16
+autocast only where native.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A re-ranker's interpolation weight chosen for one corpus, from the corpus alone.
 
 ``dotcat train cat`` records the weight ``alpha`` of ``alpha * norm(cat) + (1 - alpha) *
-norm(first)`` (:func:`dotcat.search.reranker.fuse`) that its dev split likes best, and every
-corpus then gets that weight. A cross-encoder trained on one collection can rank another one
-worse than the first stage it re-ranks; with the training data's weight the pipeline then loses
-to its own first stage (``eval/results/cat_fusion.md``: every fusion and depth chosen on SciFact
-dev lost on both collections the models never saw).
+norm(first)`` (:func:`dotcat.search.reranker.fuse`) that its dev split likes best, and every corpus
+then gets that weight. A cross-encoder trained on one collection can rank another one worse than the
+first stage it re-ranks; with the training data's weight the pipeline then loses to its own first
+stage (``eval/studies/cat_fusion/cat_fusion.md``: every fusion and depth chosen on SciFact dev lost
+on both collections the models never saw).
 
 :func:`calibrate_reranker` asks the corpus instead, without labels. It draws pseudo-queries
 from the index's documents (:mod:`dotcat.data.pseudo`: a title, or a sentence cut out of its
@@ -20,7 +20,7 @@ cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
 before the model's dev weight (:class:`dotcat.search.pipeline.Reranker`). Ties go to the
 smaller weight: where the corpus cannot tell, trust the first stage.
 
-Measured (``eval/results/cat_corpus_weight*.md``): two SciFact-trained BERT_CATs whose SciFact
+Measured (``eval/studies/cat_corpus_weight/``): two SciFact-trained BERT_CATs whose SciFact
 dev weights made the pipeline lose up to 0.15 nDCG@10 to its first stage on two collections
 they never saw are calibrated there to no loss (the guard falls back to the first stage where
 the re-ranker cannot show a gain on the corpus's own pseudo-queries).
@@ -113,9 +113,9 @@ def choose_alpha(scores: dict[float, float]) -> float:
 
 def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, float, float | None]:
     """``(alpha, best, p)``: the best weight by mean nDCG@10 (:func:`choose_alpha`), kept only
-    where a paired t-test over the queries says it beats weight 0 (the first stage alone) at
-    p < :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted:
-    with flat curves the best weight is noise (``eval/results/cat_corpus_weight.md``)."""
+    where a paired t-test over the queries says it beats weight 0 (the first stage alone) at p <
+    :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted: with flat
+    curves the best weight is noise (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``)."""
     from scipy.stats import ttest_rel
 
     means = {a: sum(v.values()) / len(v) for a, v in per_query.items()}

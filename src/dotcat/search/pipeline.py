@@ -273,7 +273,8 @@ class SearchPipeline:
     def _advise_calibration(self) -> None:
         """Warn when a dev-chosen weight meets a corpus the cross-encoder was not trained on:
         out of domain that weight made re-ranking worse than the first stage it re-ranks
-        (``eval/results/cat_corpus_weight.md``); ``dotcat calibrate`` chooses one for it."""
+        (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``); ``dotcat calibrate`` chooses one
+        for it."""
         from dotcat.files import read_json_or_none
 
         reranker = self.reranker
@@ -347,9 +348,9 @@ class SearchPipeline:
     def one_thread_small_calls(self) -> None:
         """Encode single queries (and other small calls) on one intra-op thread.
 
-        For a server: its event loop, and on a shared machine its clients, need a core the
-        moment an answer is ready, and OpenMP workers spin-waiting after a two-thread call
-        take it (``eval/results/serve.md``: one client's p50 17.6 ms with two threads on a
+        For a server: its event loop, and on a shared machine its clients, need a core the moment an
+        answer is ready, and OpenMP workers spin-waiting after a two-thread call take it
+        (``eval/studies/serve_scaling/serve.md``: one client's p50 17.6 ms with two threads on a
         quiet CPU, 14.9 ms with one thread while another process held a core).
         """
         self._small_call_threads = 1
