@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    from dotcat.training.calibrate import measure_rates
+    from dotcat.training.rates import measure_rates
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="a dotcat adapt output dir")

@@ -37,8 +37,10 @@ import numpy as np
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.index import document_text
 from dotcat.progress import progress_bar
 from dotcat.search.bm25 import BM25Config, BM25Index
+from dotcat.training.config import DEFAULT_WINDOW, check_window
 
 logger = logging.getLogger(__name__)
 
@@ -47,21 +49,7 @@ Qrels = Mapping[str, Mapping[str, int]]
 
 NEGATIVES_FORMAT = "dotcat-negatives"
 NEGATIVES_FORMAT_VERSION = 1
-DEFAULT_WINDOW = (10, 100)
 DEFAULT_CHUNK_SIZE = 16_384
-
-
-def check_window(window: Sequence[int]) -> tuple[int, int]:
-    """Validate a rank window ``(start, end)``: integers with ``0 <= start < end``."""
-    try:
-        start, end = window
-    except (TypeError, ValueError):
-        raise DotcatError(f"rank window must be (start, end), got {window!r}") from None
-    if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in window):
-        raise DotcatError(f"rank window must be two integers, got {window!r}")
-    if not 0 <= start < end:
-        raise DotcatError(f"rank window must satisfy 0 <= start < end, got [{start}, {end})")
-    return int(start), int(end)
 
 
 def window_negatives(
@@ -225,8 +213,6 @@ def mine_dense_negatives(
     Returns:
         qid -> negative ids in rank order.
     """
-    from dotcat.index import document_text  # lazy: pulls in the model stack
-
     window = check_window(window)
     end = window[1]
     qids = list(queries)
