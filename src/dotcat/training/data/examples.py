@@ -159,23 +159,32 @@ def build_examples(
             pool = [doc for doc in mined if doc not in relevant]
             stats.removed_relevant += len(mined) - len(pool)
         for positive in positives:
-            chosen: list[str] = []
+            chosen: list[str] | None = []
             if n_negatives > 0 and negatives is not None:
                 rng = seeded_rng(seed, qid, positive)
-                if len(pool) >= n_negatives:
-                    chosen = rng.sample(pool, n_negatives)
-                else:
-                    stats.short_negatives += 1
-                    chosen = rng.sample(pool, len(pool))
-                    if on_short == "drop" or (on_short == "repeat" and not chosen):
-                        stats.dropped_short += 1
-                        continue
-                    if on_short == "repeat":
-                        chosen = [chosen[i % len(chosen)] for i in range(n_negatives)]
-            examples.append(TrainingExample(qid, text, positive, tuple(chosen)))
+                chosen = _draw(pool, n_negatives, rng, on_short, stats)
+            if chosen is not None:
+                examples.append(TrainingExample(qid, text, positive, tuple(chosen)))
     stats.examples = len(examples)
     _log_stats(stats, n_negatives, no_text)
     return examples
+
+
+def _draw(
+    pool: list[str], n: int, rng: random.Random, on_short: str, stats: ExampleStats
+) -> list[str] | None:
+    """``n`` negatives of ``pool`` drawn by ``rng`` (see :func:`build_examples`'s
+    ``on_short`` for a short pool); None: the example is dropped."""
+    if len(pool) >= n:
+        return rng.sample(pool, n)
+    stats.short_negatives += 1
+    chosen = rng.sample(pool, len(pool))
+    if on_short == "drop" or (on_short == "repeat" and not chosen):
+        stats.dropped_short += 1
+        return None
+    if on_short == "repeat":
+        chosen = [chosen[i % len(chosen)] for i in range(n)]
+    return chosen
 
 
 def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> None:

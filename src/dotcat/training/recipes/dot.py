@@ -51,7 +51,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import torch
 from torch import Tensor
@@ -60,10 +59,8 @@ from torch.nn.parallel import DistributedDataParallel
 from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
-from dotcat.index import document_text
 from dotcat.losses import LossConfig, grad_cache_backward, pick_loss, split_batch
 from dotcat.models import resolve_model, weights_fingerprint
-from dotcat.progress import progress_bar
 from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import (
     TrainingExample,
@@ -73,7 +70,7 @@ from dotcat.training.data.examples import (
     load_training_data,
 )
 from dotcat.training.data.mining import (
-    iter_document_chunks,
+    exact_search,
     load_negatives,
     mine_bm25_negatives,
     mine_dense_negatives,
@@ -543,30 +540,25 @@ def evaluate_dev(
     """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of exact inner-product
     retrieval over ``corpus`` with the current model.
 
-    The corpus (a ``datasets.Dataset``) is encoded in chunks; each chunk is searched with
-    ``faiss.knn`` and the per-chunk top 100 merged, as a flat index would. Scored with
-    :func:`dotcat.evaluation.evaluate` (ir-measures). Over a sampled dev corpus
+    The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
+    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
+    Scored with :func:`dotcat.evaluation.evaluate` (ir-measures). Over a sampled dev corpus
     (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
     corpus: fewer documents compete.
     """
     qids = list(queries)
-    k = DEV_DEPTH
     query_vectors = model.encode(
         model.query_texts([queries[q] for q in qids]), query_max_length, bf16=bf16
     )
-    heap = faiss.ResultHeap(len(qids), k, keep_max=True)
-    doc_ids: list[str] = []
-    with progress_bar(total=len(corpus), desc="dev eval", unit="doc", enabled=show_progress) as bar:
-        for ids, titles, texts in iter_document_chunks(corpus, chunk_size):
-            docs = [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
-            vectors = model.encode(model.document_texts(docs), bf16=bf16)
-            scores, positions = faiss.knn(
-                query_vectors, vectors, min(k, len(ids)), metric=faiss.METRIC_INNER_PRODUCT
-            )
-            heap.add_result(scores, positions + len(doc_ids))
-            doc_ids += ids
-            bar.update(len(ids))
-    heap.finalize()
+    heap, doc_ids = exact_search(
+        query_vectors,
+        corpus,
+        DEV_DEPTH,
+        lambda docs: model.encode(model.document_texts(docs), bf16=bf16),
+        chunk_size=chunk_size,
+        desc="dev eval",
+        show_progress=show_progress,
+    )
     run = {
         qid: [
             (doc_ids[p], float(s)) for s, p in zip(heap.D[row], heap.I[row], strict=True) if p >= 0
