@@ -9,12 +9,14 @@ the CPU with one thread:
 
 - ``dot``: ``train dot`` (InfoNCE, BM25 negatives);
 - ``cat``: ``train cat`` (LCE over BM25 pools, dev-chosen interpolation weight);
-- ``cat-pretrain``: ``train cat`` with its label-free pre-training step first (titled data);
+- ``cat-pretrain``: ``train cat`` with its label-free pre-training step first
+  (``make_titled_beir``);
 - ``distill``: ``train distill`` taught by the ``cat`` model just trained (its recorded
   interpolation weight, dense negatives of the student);
 - ``distill-bm25``: ``train distill --teacher bm25`` (the lexical teacher);
-- ``adapt``: ``dotcat adapt`` on a 90-document corpus (pseudo-queries, BM25 + dense negatives,
-  contrastive training), capped by ``max_queries`` so the time budget plays no part.
+- ``adapt``: ``dotcat adapt`` on the tests' 90-document corpus (``write_adapt_corpus``:
+  pseudo-queries, BM25 + dense negatives, contrastive training), capped by ``max_queries`` so
+  the time budget plays no part.
 
 The script compares a sha256 of the trained weights, the loss curves, the dev history and the
 chosen interpolation weight. Identical digests mean the refactor changed no arithmetic and no
@@ -39,13 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("dot", "cat", "cat-pretrain", "distill", "distill-bm25", "adapt")
 
 CHILD = r"""
-import gzip, hashlib, json, random, sys
+import hashlib, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])  # the tests package of this checkout (fixture helpers)
 import torch
 from safetensors.torch import load_file
 from tests.conftest import save_tiny_bert
-from tests.training.toy import make_training_beir
+from tests.training.toy import make_titled_beir, make_training_beir, write_adapt_corpus
 from dotcat.training.adapt import AdaptConfig, adapt
 
 try:  # one entry point, one config module
@@ -71,23 +73,7 @@ cat = dict(first_stages=("bm25",), depth=10, n_negatives=3, pairs_per_forward=8,
 out = {}
 out["dot"] = train_dot(DotConfig(out_dir=work / "dot", **dot, **common))
 out["cat"] = train_cat(CatConfig(out_dir=work / "cat", **cat, **common))
-
-
-def titled(root):
-    # Titles of 3+ words and texts of 20+ words: every topical document gives a pseudo-query.
-    corpus = root / "corpus.jsonl.gz"
-    with gzip.open(corpus, "rt", encoding="utf-8") as f:
-        docs = [json.loads(line) for line in f]
-    for doc in docs:
-        if doc["title"]:
-            doc["title"] += " study results"
-            doc["text"] = " ".join([doc["text"]] * 3)
-    with gzip.open(corpus, "wt", encoding="utf-8") as f:
-        f.writelines(json.dumps(d) + "\n" for d in docs)
-    return root
-
-
-pre = {**common, "data": titled(make_training_beir(work / "titled")), "epochs": 1}
+pre = {**common, "data": make_titled_beir(work / "titled"), "epochs": 1}
 out["cat-pretrain"] = train_cat(CatConfig(out_dir=work / "cat-pretrain", **cat, loss="bce",
                                           pretrain_queries=12, **pre))
 student = dict(dot, window=(0, 10), n_negatives=2, cache_chunk_size=3, teacher_precision="fp32")
@@ -95,32 +81,9 @@ out["distill"] = train_distill(DistillConfig(out_dir=work / "distill", teacher=s
                                              **student, **common))
 out["distill-bm25"] = train_distill(DistillConfig(out_dir=work / "distill-bm25", teacher="bm25",
                                                   **student, **common))
-
-
-def adapt_corpus(path):
-    # 90 documents: 70 titled, 14 untitled with several sentences, 6 too short.
-    rng = random.Random(0)
-    topics = ["insulin", "neuron", "glacier", "volcano", "enzyme", "protein", "comet", "orbit",
-              "cell", "virus", "bacteria", "ocean", "forest", "desert", "river", "magnet"]
-    words = ["study", "shows", "effect", "of", "on", "the", "in", "a", "with", "model", "rate"]
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(90):
-            a, b = topics[i % len(topics)], topics[(i * 7 + 3) % len(topics)]
-            body = " ".join(rng.choice(words + [a, b]) for _ in range(30))
-            if i < 70:
-                doc = {"_id": f"d{i}", "title": f"{a} and {b} number {i}", "text": body + "."}
-            elif i < 84:
-                cut = [f"The {a} {w} was measured again in trial {i} of {b}." for w in
-                       ("level", "rate", "effect")]
-                doc = {"_id": f"d{i}", "title": "", "text": " ".join([*cut, body + "."])}
-            else:
-                doc = {"_id": f"d{i}", "title": "", "text": f"{a} {b}"}
-            f.write(json.dumps(doc) + "\n")
-    return path
-
-
-out["adapt"] = adapt(AdaptConfig(corpus=adapt_corpus(work / "adapt.jsonl"), out_dir=work / "adapt",
-                                 model=str(bert), budget_minutes=30, max_queries=64, batch_size=8,
+corpus = write_adapt_corpus(work / "adapt.jsonl")
+out["adapt"] = adapt(AdaptConfig(corpus=corpus, out_dir=work / "adapt", model=str(bert),
+                                 budget_minutes=30, max_queries=64, batch_size=8,
                                  cache_chunk=None, max_length=48, query_max_length=16, lr=1e-3,
                                  bf16="off", device="cpu", show_progress=False))
 

@@ -3,45 +3,23 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.training.toy import ADAPT_TOPICS as TOPICS
+from tests.training.toy import write_adapt_corpus
 
 from dotcat.errors import DotcatError
 from dotcat.training.adapt import RECORD, _plan, adapt, interleave
 from dotcat.training.config import DISTILL_NEGATIVES, AdaptConfig
 
-TOPICS = [
-    "insulin", "neuron", "glacier", "volcano", "enzyme", "protein", "comet", "orbit", "cell",
-    "virus", "bacteria", "ocean", "forest", "desert", "river", "magnet", "photon", "quartz",
-]  # fmt: skip
-WORDS = ["study", "shows", "effect", "of", "on", "the", "in", "a", "with", "model", "rate"]
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """90 documents: 70 with titles, 14 untitled with several sentences, 6 too short."""
-    rng = random.Random(0)
-    path = tmp_path_factory.mktemp("adapt") / "corpus.jsonl"
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(90):
-            a, b = TOPICS[i % len(TOPICS)], TOPICS[(i * 7 + 3) % len(TOPICS)]
-            body = " ".join(rng.choice(WORDS + [a, b]) for _ in range(30))
-            if i < 70:
-                doc = {"_id": f"d{i}", "title": f"{a} and {b} number {i}", "text": body + "."}
-            elif i < 84:
-                sentences = [
-                    f"The {a} {w} was measured again in trial {i} of {b}."
-                    for w in ("level", "rate", "effect")
-                ]
-                doc = {"_id": f"d{i}", "title": "", "text": " ".join([*sentences, body + "."])}
-            else:
-                doc = {"_id": f"d{i}", "title": "", "text": f"{a} {b}"}
-            f.write(json.dumps(doc) + "\n")
-    return path
+    return write_adapt_corpus(tmp_path_factory.mktemp("adapt") / "corpus.jsonl")
 
 
 def _config(corpus: Path, out: Path, model: Path, **overrides) -> AdaptConfig:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 from tests.training.recipes.test_cat import _config, _record
-from tests.training.toy import make_training_beir
+from tests.training.toy import make_titled_beir, make_training_beir
 
 from dotcat.errors import DotcatError
 from dotcat.training.recipes import cat_pretrain
@@ -27,17 +27,7 @@ def titled_data(tmp_path_factory) -> Path:
     """The toy training set with titles of 3+ words and texts of 20+ words, so every topical
     document gives a pseudo-query; the 8 filler documents (no title, one short text) give
     none."""
-    root = make_training_beir(tmp_path_factory.mktemp("titled") / "beir")
-    corpus = root / "corpus.jsonl.gz"
-    with gzip.open(corpus, "rt", encoding="utf-8") as f:
-        docs = [json.loads(line) for line in f]
-    for doc in docs:
-        if doc["title"]:
-            doc["title"] += " study results"  # filler words: BM25 finds negatives
-            doc["text"] = " ".join([doc["text"]] * 3)
-    with gzip.open(corpus, "wt", encoding="utf-8") as f:
-        f.writelines(json.dumps(d) + "\n" for d in docs)
-    return root
+    return make_titled_beir(tmp_path_factory.mktemp("titled") / "beir")
 
 
 def _pretrain_config(data: Path, out: Path, base: Path, **overrides):
