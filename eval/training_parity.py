@@ -3,12 +3,26 @@
     python eval/training_parity.py --old OLD_TREE --new . [--output eval/results/training_parity.md]
 
 ``OLD_TREE`` is a checkout of the code before the change (e.g. ``git worktree add /tmp/old
-HEAD``). Each tree trains, in its own process (``PYTHONPATH=TREE/src``), ``train dot`` and
-``train cat`` on the tests' toy BEIR data (``tests.training.test_trainer.make_training_beir``)
-from the same tiny random BERT with the real tokenizer, in fp32 on the CPU; the script
-compares a sha256 of the trained weights, the loss curves, the dev history and the chosen
-interpolation weight. Identical digests mean the refactor changed no arithmetic and no order
-of random draws.
+HEAD``). Each tree trains, in its own process (``PYTHONPATH=TREE/src``), on the tests' toy BEIR
+data (``make_training_beir``) from the same tiny random BERT with the real tokenizer, in fp32 on
+the CPU with one thread:
+
+- ``dot``: ``train dot`` (InfoNCE, BM25 negatives);
+- ``cat``: ``train cat`` (LCE over BM25 pools, dev-chosen interpolation weight);
+- ``cat-pretrain``: ``train cat`` with its label-free pre-training step first
+  (``make_titled_beir``);
+- ``distill``: ``train distill`` taught by the ``cat`` model just trained (its recorded
+  interpolation weight, dense negatives of the student);
+- ``distill-bm25``: ``train distill --teacher bm25`` (the lexical teacher);
+- ``adapt``: ``dotcat adapt`` on the tests' 90-document corpus (``write_adapt_corpus``:
+  pseudo-queries, BM25 + dense negatives, contrastive training), capped by ``max_queries`` so
+  the time budget plays no part.
+
+The script compares a sha256 of the trained weights, the loss curves, the dev history and the
+chosen interpolation weight. Identical digests mean the refactor changed no arithmetic and no
+order of random draws. The child tries each tree's entry points by their current names first
+and falls back to the names before the recipes owned their parts (``train_bi_encoder``,
+``train_cross_encoder``, ``train_distilled``).
 """
 
 from __future__ import annotations
@@ -24,27 +38,55 @@ from pathlib import Path
 from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNS = ("dot", "cat", "cat-pretrain", "distill", "distill-bm25", "adapt")
 
 CHILD = r"""
 import hashlib, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])  # the tests package of this checkout (fixture helpers)
+import torch
 from safetensors.torch import load_file
 from tests.conftest import save_tiny_bert
-from tests.training.test_trainer import make_training_beir
-from dotcat.training import DotTrainConfig, train_bi_encoder
-from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
+from tests.training.toy import make_titled_beir, make_training_beir, write_adapt_corpus
+from dotcat.training.adapt import AdaptConfig, adapt
 
+try:  # one entry point, one config module
+    from dotcat.training.config import CatConfig, DistillConfig, DotConfig
+    from dotcat.training.run import train
+    train_dot = train_cat = train_distill = train
+except ImportError:  # the tree before: one entry point per recipe
+    from dotcat.training import DotTrainConfig as DotConfig, train_bi_encoder as train_dot
+    from dotcat.training.cat_trainer import CatTrainConfig as CatConfig
+    from dotcat.training.cat_trainer import train_cross_encoder as train_cat
+    from dotcat.training.recipes.distill import DistillConfig, train_distilled as train_distill
+
+torch.set_num_threads(1)
 work = Path(sys.argv[1])
 data = make_training_beir(work / "beir")
 bert = save_tiny_bert(work / "bert")
 common = dict(data=data, base=str(bert), epochs=2, batch_size=4, lr=1e-3, seed=7, bf16="off",
               device="cpu", show_progress=False)
-dot = train_bi_encoder(DotTrainConfig(out_dir=work / "dot", pooling="mean", similarity="cos",
-    window=(1, 10), n_negatives=1, max_length=32, query_max_length=16, dev_fraction=0.2,
-    **common))
-cat = train_cross_encoder(CatTrainConfig(out_dir=work / "cat", first_stages=("bm25",),
-    depth=10, n_negatives=3, pairs_per_forward=8, max_length=48, dev_fraction=0.25, **common))
+dot = dict(pooling="mean", similarity="cos", window=(1, 10), n_negatives=1, max_length=32,
+           query_max_length=16, dev_fraction=0.2)
+cat = dict(first_stages=("bm25",), depth=10, n_negatives=3, pairs_per_forward=8, max_length=48,
+           dev_fraction=0.25)
+out = {}
+out["dot"] = train_dot(DotConfig(out_dir=work / "dot", **dot, **common))
+out["cat"] = train_cat(CatConfig(out_dir=work / "cat", **cat, **common))
+pre = {**common, "data": make_titled_beir(work / "titled"), "epochs": 1}
+out["cat-pretrain"] = train_cat(CatConfig(out_dir=work / "cat-pretrain", **cat, loss="bce",
+                                          pretrain_queries=12, **pre))
+student = dict(dot, window=(0, 10), n_negatives=2, cache_chunk_size=3, teacher_precision="fp32")
+out["distill"] = train_distill(DistillConfig(out_dir=work / "distill", teacher=str(out["cat"]),
+                                             **student, **common))
+out["distill-bm25"] = train_distill(DistillConfig(out_dir=work / "distill-bm25", teacher="bm25",
+                                                  **student, **common))
+corpus = write_adapt_corpus(work / "adapt.jsonl")
+out["adapt"] = adapt(AdaptConfig(corpus=corpus, out_dir=work / "adapt", model=str(bert),
+                                 budget_minutes=30, max_queries=64, batch_size=8,
+                                 cache_chunk=None, max_length=48, query_max_length=16, lr=1e-3,
+                                 bf16="off", device="cpu", show_progress=False))
+
 
 def summary(out):
     weights = load_file(str(out / "model.safetensors"))
@@ -56,21 +98,27 @@ def summary(out):
             "dev": [e["dev_nDCG@10"] for e in record["epochs"]],
             "alpha": record.get("interpolation", {}).get("alpha")}
 
-print(json.dumps({"dot": summary(dot), "cat": summary(cat)}))
+print(json.dumps({name: summary(Path(path)) for name, path in out.items()}))
 """
 
 
 def train_with(tree: Path) -> dict:
     with tempfile.TemporaryDirectory() as work:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree / "src"),
+            "DOTCAT_CACHE": str(Path(work) / "cache"),
+            "HF_HUB_OFFLINE": "1",
+        }
         out = subprocess.run(
             [sys.executable, "-c", CHILD, work, str(ROOT)],
             env=env,
-            check=True,
             capture_output=True,
             text=True,
             cwd=work,
         )
+    if out.returncode:
+        raise SystemExit(f"{tree}: training failed\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -95,7 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     old, new = train_with(args.old.resolve()), train_with(args.new.resolve())
     rows = []
-    for kind in ("dot", "cat"):
+    for kind in RUNS:
         a, b = old[kind], new[kind]
         same = {key: a[key] == b[key] for key in a}
         rows.append(
@@ -107,10 +155,10 @@ def main() -> None:
         "# Training parity: the same models from two trees of the training code",
         "",
         f"Command: `python eval/training_parity.py {' '.join(sys.argv[1:])}`",
-        f"Machine: {describe()}; fp32 (bf16 off), CPU.",
+        f"Machine: {describe()}; fp32 (bf16 off), CPU, one thread.",
         f"Old tree: {commit(args.old)}; new tree: {commit(args.new)}.",
         "",
-        "| recipe | old weights sha256 | new weights sha256 | loss curve | dev nDCG@10 | alpha |",
+        "| run | old weights sha256 | new weights sha256 | loss curve | dev nDCG@10 | alpha |",
         "| --- | --- | --- | --- | --- | --- |",
         *rows,
     ]

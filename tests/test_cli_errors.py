@@ -79,6 +79,7 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
     c, q, i, m = ws["corpus"], ws["queries"], ws["index"], ws["model"]
     out = ws["root"] / "new_index"
     under_file = ws["a_file"] / "run.trec"
+    distill = ["train", "distill", c, ws["root"] / "m", "--student", m, "--teacher", "bm25"]
     return [
         (["index", ws["root"] / "missing.jsonl", out], "missing.jsonl"),
         (["index", c, i, "--model", m], "an index exists there; pass --overwrite"),
@@ -128,6 +129,17 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
             "--pretrain-queries must be 'auto' or a number >= 0, got 'many'",
         ),
         (["train", "dot", c, ws["root"] / "m", "--base", m, "--epochs", "0"], "--epochs must"),
+        # The configs' own checks, made before torch loads too.
+        (
+            ["train", "dot", c, ws["root"] / "m", "--base", m, "--loss", "hinge"],
+            "loss must be one of ('contrastive', 'triplet') for dot, got 'hinge'",
+        ),
+        (["train", "cat", c, ws["root"] / "m", "--base", m, "--bf16", "yes"], "bf16 must be"),
+        (
+            [*distill, "--loss", "mse"],
+            "loss must be one of ('margin-mse', 'kl') for distill, got 'mse'",
+        ),
+        (["adapt", c, ws["root"] / "m", "--model", m, "--prefer", "words"], "prefer must be"),
     ]
 
 

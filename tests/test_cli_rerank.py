@@ -23,7 +23,7 @@ def invoke(*args: str):
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, tiny_bert_dir):
     """A tiny BEIR dir, its dense index, a BM25 run and a cross-encoder trained by the CLI."""
-    from tests.training.test_trainer import make_training_beir
+    from tests.training.toy import make_training_beir
 
     root = tmp_path_factory.mktemp("cli_rerank")
     data = make_training_beir(root / "beir")  # 16 judged queries in qrels/train.tsv

@@ -24,10 +24,8 @@ from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.runtime import resolve_device
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
-from dotcat.training.cat_trainer import train_cross_encoder
 from dotcat.training.loop import resolve_bf16
-from dotcat.training.recipes.distill import train_distilled
-from dotcat.training.trainer import train_bi_encoder
+from dotcat.training.run import train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -44,7 +42,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> Path:
-    from tests.training.test_trainer import make_training_beir
+    from tests.training.toy import make_training_beir
 
     return make_training_beir(tmp_path_factory.mktemp("cuda_toy") / "beir")
 
@@ -141,28 +139,26 @@ def test_the_search_pipeline_on_the_gpu_answers_as_on_the_cpu(
 
 
 def test_train_dot_on_the_gpu_follows_the_cpu_run(toy_data, tiny_no_dropout, tmp_path):
-    from tests.training.test_trainer import _config
+    from tests.training.recipes.test_dot import _config
 
     common = dict(epochs=2, batch_size=4, dev_eval="none")
     for name, device in DEVICES.items():
-        train_bi_encoder(
-            _config(toy_data, tmp_path / name, tiny_no_dropout, device=device, **common)
-        )
+        train(_config(toy_data, tmp_path / name, tiny_no_dropout, device=device, **common))
     _assert_same_training(tmp_path / "cpu", tmp_path / "gpu")
 
 
 def test_train_dot_resumes_exactly_on_the_gpu(toy_data, tiny_bert_dir, tmp_path):
     # Dropout on: the checkpoint must carry the GPU's RNG state for the masks to repeat.
-    from tests.training.test_trainer import _config
+    from tests.training.recipes.test_dot import _config
 
     common = dict(epochs=2, batch_size=3, dev_eval="none", checkpoint_every=0, device="cuda")
-    straight = train_bi_encoder(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
+    straight = train(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
     total = _record(straight)["steps"]
     split = tmp_path / "split"
     stop = total // 2 + 1
-    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    train(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
     assert _record(split)["status"] == "stopped"
-    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     resumed = _record(split)
     assert resumed["status"] == "finished" and resumed["steps"] == total
     straight_curve = [loss for _, loss in _record(straight)["loss_curve"]]
@@ -174,11 +170,11 @@ def test_train_dot_resumes_exactly_on_the_gpu(toy_data, tiny_bert_dir, tmp_path)
 
 
 def test_train_cat_on_the_gpu_follows_the_cpu_run(toy_data, tiny_no_dropout, tmp_path):
-    from tests.training.test_cat_trainer import _config
+    from tests.training.recipes.test_cat import _config
 
     for name, device in DEVICES.items():
         config = _config(toy_data, tmp_path / name, tiny_no_dropout, device=device, epochs=1)
-        train_cross_encoder(config)
+        train(config)
     # The new classifier bias gets a near-zero BCE gradient, and Adam's update of a near-zero
     # gradient is about lr * sign(g): rounding flips the sign and the bias moves ~lr apart
     # (seen on an H100: 4e-3 after 12 steps at lr 1e-3). The loss curves still agree to 1e-3.
@@ -188,22 +184,22 @@ def test_train_cat_on_the_gpu_follows_the_cpu_run(toy_data, tiny_no_dropout, tmp
 def test_train_distill_with_grad_cache_on_the_gpu_follows_the_cpu_run(
     toy_data, tiny_no_dropout, tiny_cat_dir, tmp_path
 ):
-    from tests.training.test_distill import _config
+    from tests.training.recipes.test_distill import _config
 
     common = dict(epochs=1, batch_size=4, dev_eval="none", contrastive_weight=0.5)
     for (name, device), chunk in zip(DEVICES.items(), (None, 3), strict=True):
         settings = dict(device=device, cache_chunk_size=chunk, **common)
         out = tmp_path / name
-        train_distilled(_config(toy_data, out, tiny_no_dropout, tiny_cat_dir, **settings))
+        train(_config(toy_data, out, tiny_no_dropout, tiny_cat_dir, **settings))
     _assert_same_training(tmp_path / "cpu", tmp_path / "gpu")
 
 
 def test_bf16_autocast_trains_on_the_gpu(toy_data, tiny_bert_dir, tmp_path):
     if not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
-    from tests.training.test_trainer import _config
+    from tests.training.recipes.test_dot import _config
 
-    out = train_bi_encoder(
+    out = train(
         _config(toy_data, tmp_path / "bf16", tiny_bert_dir, device="cuda", bf16="auto", epochs=3)
     )
     record = _record(out)

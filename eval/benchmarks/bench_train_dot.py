@@ -11,7 +11,7 @@ Systems (``--systems``, comma-separated):
 
 - ``bm25``: :func:`dotcat.search.bm25.bm25_search` (bm25s, k1=0.9, b=0.4);
 - ``zero-shot``: the base model, indexed with :func:`dotcat.index.build_index`;
-- ``contrastive``: :func:`dotcat.training.train_bi_encoder` with InfoNCE (in-batch + BM25 hard
+- ``contrastive``: :func:`dotcat.training.run.train` with InfoNCE (in-batch + BM25 hard
   negatives, temperature), then indexed;
 - ``triplet``: the same with the triplet margin loss.
 
@@ -86,9 +86,10 @@ def search_existing(model: str, index_dir: Path, queries, qrels, k: int = 100):
 
 
 def train(system: str, args: argparse.Namespace, qrels_file: Path | None) -> Path:
-    from dotcat.training import DotTrainConfig, train_bi_encoder
+    from dotcat.training.config import DotConfig
+    from dotcat.training.run import train as train_dot
 
-    config = DotTrainConfig(
+    config = DotConfig(
         data=args.data,
         out_dir=args.runs_dir / system,
         qrels=qrels_file,
@@ -115,7 +116,7 @@ def train(system: str, args: argparse.Namespace, qrels_file: Path | None) -> Pat
         resume=args.resume,
         overwrite=not args.resume,
     )
-    return train_bi_encoder(config)
+    return train_dot(config)
 
 
 def plot(records: dict[str, dict], path: Path) -> None:

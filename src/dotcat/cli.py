@@ -111,7 +111,7 @@ _PRECISION_HELP = (
     "overrides the detection."
 )
 _PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
-#: `--teacher` naming the lexical teacher (dotcat.training.recipes.distill.LEXICAL_TEACHER).
+#: `--teacher` naming the lexical teacher (dotcat.training.config.LEXICAL_TEACHER).
 _LEXICAL_TEACHER = "bm25"
 _RERANK_BACKEND_HELP = (
     "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
@@ -1062,10 +1062,14 @@ def train_dot(
     _at_least("--max-length", max_length, 2)
     _at_least("--query-max-length", query_max_length, 2)
 
-    from dotcat.training import DotTrainConfig, train_bi_encoder
+    from dotcat.training.config import DotConfig
 
-    config = _dot_config(DotTrainConfig, locals())
-    path = train_bi_encoder(config)
+    config = _dot_config(DotConfig, locals())
+    config.validate()  # before torch is imported
+
+    from dotcat.training.run import train
+
+    path = train(config)
     typer.echo(
         f"trained model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
     )
@@ -1136,10 +1140,14 @@ def train_distill(
     alpha = None if teacher_alpha == "auto" else _unit_float("--teacher-alpha", teacher_alpha)
     scale = None if teacher_scale == "auto" else _positive_float("--teacher-scale", teacher_scale)
 
-    from dotcat.training.recipes.distill import DistillConfig, train_distilled
+    from dotcat.training.config import DistillConfig
 
     config = _dot_config(DistillConfig, locals(), teacher_alpha=alpha, teacher_scale=scale)
-    path = train_distilled(config)
+    config.validate()  # before torch is imported
+
+    from dotcat.training.run import train
+
+    path = train(config)
     typer.echo(
         f"distilled model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
     )
@@ -1391,9 +1399,9 @@ def train_cat(
     _at_least("--max-length", max_length, 8)
     pretrain = _auto_or_count("--pretrain-queries", pretrain_queries)
 
-    from dotcat.training.cat_trainer import CatTrainConfig, train_cross_encoder
+    from dotcat.training.config import CatConfig
 
-    config = CatTrainConfig(
+    config = CatConfig(
         data=data,
         out_dir=out_dir,
         split=split,
@@ -1426,7 +1434,11 @@ def train_cat(
         resume=resume,
         overwrite=overwrite,
     )
-    path = train_cross_encoder(config)
+    config.validate()  # before torch is imported
+
+    from dotcat.training.run import train
+
+    path = train(config)
     typer.echo(
         f"trained cross-encoder written to {path}; re-rank with: "
         f"dotcat rerank RUN DATA {path} --output RUN2"
@@ -1493,34 +1505,36 @@ def adapt(
     if teacher not in (None, _LEXICAL_TEACHER):
         _check_model(teacher)
 
-    from dotcat.training.adapt import AdaptConfig
+    from dotcat.training.config import AdaptConfig
+
+    config = AdaptConfig(
+        corpus=corpus,
+        out_dir=out_dir,
+        model=model,
+        budget_minutes=budget_minutes,
+        max_queries=max_queries,
+        prefer=prefer,
+        dense_negatives=dense_negatives,
+        teacher=teacher,
+        teacher_alpha=alpha,
+        teacher_precision=teacher_precision,
+        n_negatives=n_negatives,
+        contrastive_weight=contrastive_weight,
+        batch_size=batch_size,
+        lr=lr,
+        cache_chunk=cache_chunk or None,
+        max_length=max_length,
+        seed=seed,
+        bf16=bf16,
+        device=device,
+        resume=resume,
+        overwrite=overwrite,
+    )
+    config.validate()  # before torch is imported
+
     from dotcat.training.adapt import adapt as run_adapt
 
-    path = run_adapt(
-        AdaptConfig(
-            corpus=corpus,
-            out_dir=out_dir,
-            model=model,
-            budget_minutes=budget_minutes,
-            max_queries=max_queries,
-            prefer=prefer,
-            dense_negatives=dense_negatives,
-            teacher=teacher,
-            teacher_alpha=alpha,
-            teacher_precision=teacher_precision,
-            n_negatives=n_negatives,
-            contrastive_weight=contrastive_weight,
-            batch_size=batch_size,
-            lr=lr,
-            cache_chunk=cache_chunk or None,
-            max_length=max_length,
-            seed=seed,
-            bf16=bf16,
-            device=device,
-            resume=resume,
-            overwrite=overwrite,
-        )
-    )
+    path = run_adapt(config)
     typer.echo(
         f"adapted model written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
     )

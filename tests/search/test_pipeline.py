@@ -32,7 +32,7 @@ def _encoder(model) -> EncoderConfig:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A BEIR dir whose train qrels give dev queries (as the training dev split carves them)."""
-    from tests.training.test_trainer import make_training_beir
+    from tests.training.toy import make_training_beir
 
     return make_training_beir(tmp_path_factory.mktemp("pipeline") / "beir")
 

@@ -3,51 +3,23 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.training.toy import ADAPT_TOPICS as TOPICS
+from tests.training.toy import write_adapt_corpus
 
 from dotcat.errors import DotcatError
-from dotcat.training.adapt import (
-    DISTILL_NEGATIVES,
-    RECORD,
-    AdaptConfig,
-    _plan,
-    adapt,
-    interleave,
-)
-
-TOPICS = [
-    "insulin", "neuron", "glacier", "volcano", "enzyme", "protein", "comet", "orbit", "cell",
-    "virus", "bacteria", "ocean", "forest", "desert", "river", "magnet", "photon", "quartz",
-]  # fmt: skip
-WORDS = ["study", "shows", "effect", "of", "on", "the", "in", "a", "with", "model", "rate"]
+from dotcat.training.adapt import RECORD, _plan, adapt, interleave
+from dotcat.training.config import DISTILL_NEGATIVES, AdaptConfig
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """90 documents: 70 with titles, 14 untitled with several sentences, 6 too short."""
-    rng = random.Random(0)
-    path = tmp_path_factory.mktemp("adapt") / "corpus.jsonl"
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(90):
-            a, b = TOPICS[i % len(TOPICS)], TOPICS[(i * 7 + 3) % len(TOPICS)]
-            body = " ".join(rng.choice(WORDS + [a, b]) for _ in range(30))
-            if i < 70:
-                doc = {"_id": f"d{i}", "title": f"{a} and {b} number {i}", "text": body + "."}
-            elif i < 84:
-                sentences = [
-                    f"The {a} {w} was measured again in trial {i} of {b}."
-                    for w in ("level", "rate", "effect")
-                ]
-                doc = {"_id": f"d{i}", "title": "", "text": " ".join([*sentences, body + "."])}
-            else:
-                doc = {"_id": f"d{i}", "title": "", "text": f"{a} {b}"}
-            f.write(json.dumps(doc) + "\n")
-    return path
+    return write_adapt_corpus(tmp_path_factory.mktemp("adapt") / "corpus.jsonl")
 
 
 def _config(corpus: Path, out: Path, model: Path, **overrides) -> AdaptConfig:
@@ -78,7 +50,7 @@ def test_the_output_is_a_bert_dot_that_loads_everywhere(adapted, tiny_bert_dir):
     from sentence_transformers import SentenceTransformer
 
     from dotcat.models import BiEncoder, EncoderConfig
-    from dotcat.training import TrainableBiEncoder
+    from dotcat.training.model import TrainableBiEncoder
 
     texts = ["insulin and neuron", "a glacier on a volcano"]
     dotcat = BiEncoder.load(EncoderConfig(model=str(adapted), device="cpu", precision="fp32"))
@@ -108,7 +80,7 @@ def test_the_record_says_what_was_made_and_how_long_each_step_took(adapted):
 def test_calibration_times_whole_batches_of_the_run_s_size_after_one_untimed(
     adapted, tiny_bert_dir, monkeypatch
 ):
-    from dotcat.training import calibrate
+    from dotcat.training import rates as calibrate
 
     seen: list[int] = []
     real = calibrate._backward
@@ -140,7 +112,7 @@ def test_calibration_times_whole_batches_of_the_run_s_size_after_one_untimed(
 
 
 def test_every_pseudo_query_points_at_its_own_document(adapted, corpus):
-    from dotcat.training import load_negatives
+    from dotcat.training.data import load_negatives
 
     source = {d["_id"]: d for d in map(json.loads, corpus.read_text().splitlines())}
     data = adapted / "adapt" / "train"
@@ -240,7 +212,7 @@ def test_adapt_defaults_to_gpl_s_learning_rate_in_the_config_and_the_cli():
 
 
 def test_calibration_examples_carry_the_negatives_training_will_have(adapted):
-    from dotcat.training.calibrate import _sample_examples
+    from dotcat.training.rates import _sample_examples
 
     examples, docs = _sample_examples(adapted / "adapt" / "all", 10, negatives=3)
     assert len(examples) == 10
@@ -256,7 +228,7 @@ def test_a_teacher_labels_the_pseudo_pairs(corpus, tiny_bert_dir, tiny_cat_dir, 
     from dotcat.data import load_queries
     from dotcat.models import BiEncoder, EncoderConfig
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-    from dotcat.training.teacher import load_teacher_scores, teacher_header
+    from dotcat.training.data.teacher import load_teacher_scores, teacher_header
 
     # A teacher whose record says weight 0 (the base model's score alone); --teacher-alpha 1
     # asks for the plain cross-encoder, GPL's teacher, and the run follows it.

@@ -1,4 +1,5 @@
-"""dotcat.training.distributed: 2 gloo processes on CPU give the single-process loss and gradients.
+"""dotcat.training.distributed and dotcat.losses.distributed: 2 gloo processes on CPU give the
+single-process loss and gradients, for the losses, the dot recipe's step and a whole run.
 
 The processes are started with ``torch.multiprocessing.spawn`` on a free local port; each
 writes what it computed to a file, and the test compares that with one process computing the
@@ -19,16 +20,21 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dotcat.losses import contrastive_loss, triplet_loss
-from dotcat.training.distributed import (
-    DistributedContext,
+from dotcat.losses import (
+    LossConfig,
+    contrastive_loss,
     ddp_contrastive_loss,
     ddp_triplet_loss,
     gather_with_grad,
-    init_distributed,
     scale_to_global,
-    shard_sizes,
+    triplet_loss,
 )
+from dotcat.training.config import DotConfig
+from dotcat.training.data.examples import TrainingExample
+from dotcat.training.distributed import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.model import TrainableBiEncoder
+from dotcat.training.recipes.dot import backward_batch
+from dotcat.training.run import train
 
 WORLD = 2
 D_IN, D, N_NEG = 10, 6, 2
@@ -167,8 +173,6 @@ def test_single_process_is_a_no_op(monkeypatch):
 
 
 def _tiny_step_cases(rank: int, world: int, model_dir: str) -> dict:
-    from dotcat.training.trainer import LossConfig, backward_batch
-
     ctx = DistributedContext(rank=rank, world_size=world)
     results = {}
     for name, chunk in (("contrastive", None), ("contrastive", 2), ("triplet", 2)):
@@ -196,9 +200,6 @@ def _tiny_step_cases(rank: int, world: int, model_dir: str) -> dict:
 
 
 def _tiny_setup(model_dir: str):
-    from dotcat.training.examples import TrainingExample
-    from dotcat.training.model import TrainableBiEncoder
-
     model = TrainableBiEncoder.from_pretrained(model_dir, pooling="mean", similarity="cos")
     model.freeze_unused_parameters()
     model.train()
@@ -214,8 +215,6 @@ def _tiny_setup(model_dir: str):
 
 
 def test_trainer_step_under_ddp_equals_one_process(ddp_results, tiny_no_dropout):
-    from dotcat.training.trainer import LossConfig, backward_batch
-
     ranks = [torch.load(ddp_results / f"step-rank{r}.pt", weights_only=True) for r in range(WORLD)]
     for name, chunk in (("contrastive", None), ("contrastive", 2), ("triplet", 2)):
         model, batch, docs, qrels = _tiny_setup(str(tiny_no_dropout))
@@ -240,8 +239,6 @@ def test_trainer_step_under_ddp_equals_one_process(ddp_results, tiny_no_dropout)
 
 
 def _train_worker(rank: int, world: int, port: int, config_json: str) -> None:
-    from dotcat.training.trainer import DotTrainConfig, train_bi_encoder
-
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -250,14 +247,12 @@ def _train_worker(rank: int, world: int, port: int, config_json: str) -> None:
         WORLD_SIZE=str(world),
     )
     torch.set_num_threads(1)
-    train_bi_encoder(DotTrainConfig(**json.loads(config_json)))
+    train(DotConfig(**json.loads(config_json)))
 
 
 @pytest.mark.slow  # two processes that each load the data and the model: about 20 s
 def test_train_bi_encoder_under_two_processes_matches_one(tiny_no_dropout, tmp_path):
-    from tests.training.test_trainer import make_training_beir
-
-    from dotcat.training.trainer import DotTrainConfig, train_bi_encoder
+    from tests.training.toy import make_training_beir
 
     data = make_training_beir(tmp_path / "beir")
     settings = dict(
@@ -278,7 +273,7 @@ def test_train_bi_encoder_under_two_processes_matches_one(tiny_no_dropout, tmp_p
     )
     ddp_settings = {**settings, "out_dir": str(tmp_path / "ddp"), "checkpoint_every": 2}
     _spawn(_train_worker, json.dumps(ddp_settings))
-    single = train_bi_encoder(DotTrainConfig(**{**settings, "out_dir": tmp_path / "one"}))
+    single = train(DotConfig(**{**settings, "out_dir": tmp_path / "one"}))
     ddp_record = json.loads((tmp_path / "ddp" / "dotcat_training.json").read_text())
     one_record = json.loads((single / "dotcat_training.json").read_text())
     assert ddp_record["world_size"] == 2 and ddp_record["status"] == "finished"

@@ -26,7 +26,7 @@ import common
 
 
 def main() -> None:
-    from dotcat.training.calibrate import measure_rates
+    from dotcat.training.rates import measure_rates
 
     here = Path(__file__).resolve().parent
     parser = common.parser(__doc__, output=here / "adapt_calibration.md")

@@ -75,7 +75,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="a results file (default: print only)")
     args = parser.parse_args()
     from dotcat.files import read_json_or_none
-    from dotcat.training.adapt import AdaptConfig, adapt
+    from dotcat.training.adapt import adapt
+    from dotcat.training.config import AdaptConfig
 
     rows = [("base model (zero-shot)", {}, dev_figures(args.model, args.data, args.device), 0)]
     print(json.dumps({"setting": rows[0][0], **rows[0][2]}), flush=True)

@@ -31,10 +31,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
+    from dotcat.data.splits import split_dev
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
     from dotcat.search.reranker import corpus_texts
-    from dotcat.training.cat_trainer import dev_candidates, dev_score, first_stage_run
-    from dotcat.training.examples import load_training_data, split_dev
+    from dotcat.training.data.examples import load_training_data
+    from dotcat.training.data.pools import first_stage_run
+    from dotcat.training.recipes.cat import dev_candidates, dev_score
 
     record = json.loads((args.cat_model / "dotcat_training.json").read_text())
     hp, split = record["hyperparameters"], record["split"]

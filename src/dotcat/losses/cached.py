@@ -194,7 +194,20 @@ def grad_cache_backward(
             raise ValueError(f"loss_fn must return a scalar, got shape {tuple(loss.shape)}")
         loss.backward()
 
-    # Step 3: replay each chunk with grad and push its slice of dL/de through the encoder.
+    _replay(encoders, chunks, states, cached, reps, no_sync)
+    return loss.detach()
+
+
+def _replay(
+    encoders: Sequence[Encode],
+    chunks: Sequence[Sequence[Any]],
+    states: list[list[RandContext]],
+    cached: list[list[Tensor]],
+    reps: list[Tensor],
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None,
+) -> None:
+    """GradCache's step 3: embed each chunk again with grad, under the RNG state of its first
+    pass, and push its slice of ``dL/de`` (``reps[g].grad``) through the encoder."""
     jobs = [
         (g, c)
         for g, group in enumerate(cached)
@@ -220,7 +233,6 @@ def grad_cache_backward(
                         f"the first pass gave {tuple(cached[g][c].shape)}"
                     )
                 torch.autograd.backward(emb, grad.to(emb.dtype))
-    return loss.detach()
 
 
 class GradCache:

@@ -36,12 +36,30 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dotcat.data import load_corpus, load_qrels, load_queries
+from dotcat.data.corpus import iter_corpus
+from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
+from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
 from dotcat.files import atomic_dir, read_json_or_none, write_json
+from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.training.config import (
+    MIN_ADAPT_QUERIES,
+    AdaptConfig,
+    DistillConfig,
+    DotConfig,
+    is_lexical,
+)
+from dotcat.training.data.mining import (
+    mine_bm25_negatives,
+    mine_dense_negatives,
+    save_negatives,
+)
+from dotcat.training.rates import measure_rates, measure_teacher_rate
+from dotcat.training.run import train
 
 logger = logging.getLogger(__name__)
 
@@ -51,87 +69,6 @@ RECORD = "dotcat_adapt.json"
 MAX_DENSE_MINING_SHARE = 1 / 3
 #: Training planned for this share of the time left (model loading, saving, slack).
 TRAIN_SHARE = 0.85
-#: Fewer pseudo-queries than this is not worth a training run.
-MIN_QUERIES = 64
-#: Negatives per pseudo-query with a teacher: GPL's (query, positive, negative) triples, one
-#: margin each (``train distill`` defaults to 4 on labelled data; here the budget buys more
-#: pseudo-queries instead, and the calibration times the training with this many).
-DISTILL_NEGATIVES = 1
-
-
-@dataclass(frozen=True)
-class AdaptConfig:
-    """What ``dotcat adapt`` does; see the module docstring.
-
-    Attributes:
-        corpus: the user's corpus (BEIR dir, JSONL or TSV).
-        out_dir: where the adapted model goes.
-        model: the BERT_DOT to adapt (its pooling and similarity are kept).
-        budget_minutes: wall-clock budget for the whole run, calibration and mining included.
-        max_queries: a cap on the pseudo-queries (None: what the budget allows).
-        prefer: a document's pseudo-query from its ``title`` where usable (else a cut
-            sentence), or from a cut ``sentence`` where there is one (else the title).
-        dense_negatives: also mine negatives with the base model (when the budget allows).
-        teacher: a cross-encoder (a ``train cat`` output or any BERT_CAT directory) whose
-            scores label the pseudo pairs (Margin-MSE, as ``train distill``); None:
-            contrastive training on the pseudo pairs. Its recorded interpolation weight mixes
-            in the base model's scores, as in ``train distill``. ``"bm25"``: the lexical
-            teacher, BM25 mixed with the base model's score (``train distill --teacher bm25``).
-        teacher_alpha: the cross-encoder's share of the teacher's score (None: its recorded
-            weight, as ``train distill --teacher-alpha auto``; 1: GPL's plain cross-encoder).
-        teacher_precision: the teacher's precision while scoring (``auto``: as ``dotcat
-            rerank`` runs it).
-        n_negatives: with a teacher, negatives per pseudo-query (a margin each).
-        contrastive_weight: with a teacher, the weight of in-batch InfoNCE added to its loss.
-        batch_size, lr, cache_chunk, max_length, query_max_length, temperature: of the
-            training (``train dot``'s defaults, but ``lr``: GPL's 2e-5, chosen on dev).
-        seed: pseudo-query sampling, negatives, data order.
-        bf16, device: as for ``train dot``.
-        resume: continue an interrupted run in ``out_dir``; overwrite: replace a finished one.
-    """
-
-    corpus: Path
-    out_dir: Path
-    model: str = "default"
-    budget_minutes: float = 45.0
-    max_queries: int | None = None
-    prefer: str = "title"
-    dense_negatives: bool = True
-    teacher: str | None = None
-    teacher_alpha: float | None = None
-    teacher_precision: str = "auto"
-    n_negatives: int = DISTILL_NEGATIVES
-    # GPL's loss, Margin-MSE alone, as measured (adapt_scifact_teacher*.md); the InfoNCE that
-    # `train distill` adds by default was chosen on labelled pairs
-    contrastive_weight: float = 0.0
-    batch_size: int = 32
-    # GPL's rate, not train dot's 1e-4: on SciFact dev, 3 seeds each, 0.6976 vs 0.6886 (each
-    # seed higher; zero-shot 0.6723), eval/results/adapt_sweep_gpu.md
-    lr: float = 2e-5
-    cache_chunk: int | None = 16
-    max_length: int = 256
-    query_max_length: int = 64
-    temperature: float | None = None
-    seed: int = 42
-    bf16: str = "auto"
-    device: str = "auto"
-    resume: bool = False
-    overwrite: bool = False
-    show_progress: bool = True
-
-    def validate(self) -> None:
-        if self.budget_minutes <= 0:
-            raise DotcatError(f"budget must be > 0 minutes, got {self.budget_minutes}")
-        if self.max_queries is not None and self.max_queries < MIN_QUERIES:
-            raise DotcatError(f"max queries must be >= {MIN_QUERIES}, got {self.max_queries}")
-        if self.teacher_alpha is not None and not 0 <= self.teacher_alpha <= 1:
-            raise DotcatError(f"teacher_alpha must be in [0, 1], got {self.teacher_alpha}")
-        if self.prefer not in ("title", "sentence"):
-            raise DotcatError(f"prefer must be title or sentence, got {self.prefer!r}")
-        if self.batch_size < 2:
-            raise DotcatError(
-                f"batch size must be >= 2 (in-batch negatives), got {self.batch_size}"
-            )
 
 
 def adapt(config: AdaptConfig) -> Path:
@@ -198,15 +135,12 @@ class _Record:
 
 def _pseudo_step(config: AdaptConfig, work: Path) -> dict[str, Any]:
     """Every pseudo-query of the corpus, written as a BEIR dir (``work/all``) atomically."""
-    from dotcat.data.corpus import iter_corpus
-    from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
-
     data = pseudo_queries(iter_corpus(config.corpus), seed=config.seed, prefer=config.prefer)
-    if len(data.queries) < MIN_QUERIES:
+    if len(data.queries) < MIN_ADAPT_QUERIES:
         raise DotcatError(
             f"{config.corpus}: only {len(data.queries)} pseudo-queries could be made "
-            f"({data.summary()}); adapting needs at least {MIN_QUERIES} (titles of 3+ words or "
-            "texts of several sentences)"
+            f"({data.summary()}); adapting needs at least {MIN_ADAPT_QUERIES} (titles of 3+ "
+            "words or texts of several sentences)"
         )
     atomic_dir(work / "all", lambda tmp: write_pseudo_dataset(data, tmp))
     return data.summary()
@@ -215,8 +149,6 @@ def _pseudo_step(config: AdaptConfig, work: Path) -> dict[str, Any]:
 def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
     """Examples/s of a training step and documents/s of encoding, measured here (and the
     teacher's pairs/s, when there is one)."""
-    from dotcat.training.calibrate import measure_rates, measure_teacher_rate
-
     rates = measure_rates(
         work / "all",
         config.model,
@@ -228,7 +160,7 @@ def _calibrate(config: AdaptConfig, work: Path) -> dict[str, float]:
         device=config.device,
         negatives=config.n_negatives if config.teacher else 1,
     )
-    if config.teacher and not _lexical(config):
+    if config.teacher and not is_lexical(config.teacher):
         rate = measure_teacher_rate(
             work / "all", config.teacher, precision=config.teacher_precision, device=config.device
         )
@@ -240,17 +172,11 @@ def _seconds_per_query(config: AdaptConfig, rates: dict[str, float]) -> float:
     """Training one pseudo-query, and with a teacher scoring its pairs (the positive and
     each negative the distillation samples)."""
     seconds = 1 / rates["examples_per_second"]
-    if _lexical(config):  # BM25 is near free; the dense half encodes each pair's document
+    if is_lexical(config.teacher):  # BM25 is near free; the dense half encodes each document
         seconds += (1 + config.n_negatives) / rates["documents_per_second"]
     elif config.teacher:
         seconds += (1 + config.n_negatives) / rates["teacher_pairs_per_second"]
     return seconds
-
-
-def _lexical(config: AdaptConfig) -> bool:
-    from dotcat.training.recipes.distill import is_lexical
-
-    return is_lexical(config.teacher)
 
 
 def _plan(
@@ -266,7 +192,7 @@ def _plan(
     n = min(pseudo["queries"], affordable)
     if config.max_queries is not None:
         n = min(n, config.max_queries)
-    if n < MIN_QUERIES:
+    if n < MIN_ADAPT_QUERIES:
         raise DotcatError(
             f"a budget of {config.budget_minutes:g} min leaves time for {n} pseudo-queries on "
             f"this machine ({per_query:.2f} s per pseudo-query); give more minutes"
@@ -289,9 +215,6 @@ def _plan(
 
 def _negatives_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[str, Any]:
     """The planned queries' BM25 (and dense) negatives, interleaved, saved for training."""
-    from dotcat.data import load_corpus, load_qrels, load_queries
-    from dotcat.training import mine_bm25_negatives, save_negatives
-
     _write_subset(work, plan["queries"], config.seed)
     data = work / "train"
     corpus, queries = load_corpus(data), load_queries(data)
@@ -313,9 +236,6 @@ def _negatives_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> di
 
 
 def _dense_negatives(config: AdaptConfig, corpus, queries, qrels) -> dict[str, list[str]]:
-    from dotcat.models import BiEncoder, EncoderConfig
-    from dotcat.training import mine_dense_negatives
-
     encoder = BiEncoder.load(
         EncoderConfig(model=config.model, device=config.device, max_length=config.max_length)
     )
@@ -325,9 +245,6 @@ def _dense_negatives(config: AdaptConfig, corpus, queries, qrels) -> dict[str, l
 def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[str, Any]:
     """One epoch of ``train dot`` (``train distill`` with a teacher) on the planned
     pseudo-queries, into ``config.out_dir``."""
-    from dotcat.training import DotTrainConfig, train_bi_encoder
-    from dotcat.training.recipes.distill import DistillConfig, train_distilled
-
     settings = dict(
         data=work / "train",
         out_dir=config.out_dir,
@@ -349,7 +266,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         show_progress=config.show_progress,
     )
     if config.teacher:
-        train_distilled(
+        train(
             DistillConfig(
                 **settings,
                 teacher=config.teacher,
@@ -360,7 +277,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
             )
         )
     else:
-        train_bi_encoder(DotTrainConfig(**settings))
+        train(DotConfig(**settings))
     record = read_json_or_none(Path(config.out_dir) / "dotcat_training.json") or {}
     result = {
         "examples_per_second": record.get("examples_per_second"),
@@ -394,8 +311,6 @@ def interleave(lists: list[dict[str, list[str]]]) -> dict[str, list[str]]:
 def _write_subset(work: Path, n: int, seed: int) -> None:
     """``work/train``: the full pseudo corpus and ``n`` of the pseudo-queries (drawn by hash,
     so a larger ``n`` keeps every query a smaller one kept)."""
-    from dotcat.data.splits import unit_hash
-
     source = work / "all"
     rows = [json.loads(line) for line in (source / "queries.jsonl").open(encoding="utf-8")]
     rows.sort(key=lambda q: unit_hash(seed, "draw", q["_id"]))

@@ -11,7 +11,8 @@ A recipe (:class:`Recipe`) supplies only what differs between models: the model,
 of an epoch, the forward/backward of one batch with its loss, the dev evaluation, how the
 model is saved, and what the record and the checkpoint carry besides the loop's own state.
 Under ``torchrun`` (the ``dot`` recipes) the loop gathers every process's random state into
-the checkpoint and averages the step's loss; only rank 0 writes.
+the checkpoint and averages the step's loss; only rank 0 writes. :func:`dotcat.training.run.train`
+picks the recipe for a config and calls :func:`train`.
 
 References:
     - Loshchilov & Hutter (2019), "Decoupled Weight Decay Regularization", ICLR,
@@ -40,8 +41,10 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
+from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.errors import DotcatError
 from dotcat.files import write_json
+from dotcat.models.resolve import file_sha256
 from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
@@ -54,6 +57,7 @@ from dotcat.training.checkpoint import (
     set_torch_rng_state,
     torch_rng_state,
 )
+from dotcat.training.config import TrainConfig
 from dotcat.training.distributed import DistributedContext
 
 logger = logging.getLogger(__name__)
@@ -61,7 +65,6 @@ logger = logging.getLogger(__name__)
 RECORD_FILE = "dotcat_training.json"
 RECORD_FORMAT = "dotcat-training"
 DEV_MEASURE = "nDCG@10"
-BF16_SETTINGS = ("auto", "on", "off")
 #: Config fields that may differ on resume without changing what is trained.
 RESUME_FREE = frozenset(
     {
@@ -172,11 +175,8 @@ def seed_everything(seed: int, rank: int = 0) -> None:
     torch.manual_seed(seed + rank)
 
 
-def data_fingerprint(config: Any) -> dict[str, Any]:
+def data_fingerprint(config: TrainConfig) -> dict[str, Any]:
     """The files a run reads and the sha256 of their bytes, plus one combined fingerprint."""
-    from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
-    from dotcat.models.resolve import file_sha256
-
     data = Path(config.data)
     files = {
         "corpus": find_corpus_file(data),
@@ -194,7 +194,7 @@ def data_fingerprint(config: Any) -> dict[str, Any]:
     }
 
 
-def data_record(config: Any, corpus_documents: int) -> dict[str, Any]:
+def data_record(config: TrainConfig, corpus_documents: int) -> dict[str, Any]:
     """The run record's ``data`` entry: where the data is, its files' sha256, its size."""
     return {
         "path": str(Path(config.data).resolve()),
@@ -204,7 +204,7 @@ def data_record(config: Any, corpus_documents: int) -> dict[str, Any]:
     }
 
 
-def split_record(config: Any, recipe: Any, **extra: Any) -> dict[str, Any]:
+def split_record(config: TrainConfig, recipe: Any, **extra: Any) -> dict[str, Any]:
     """The run record's ``split`` entry: the dev split and how many examples trained."""
     return {
         "dev_fraction": config.dev_fraction,
@@ -229,7 +229,7 @@ def finished(out_dir: Path, kind: str, epochs: int) -> bool:
     )
 
 
-def prepare_out_dir(out_dir: Path, config: Any, stale_files: Sequence[str]) -> None:
+def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[str]) -> None:
     """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting."""
     if not out_dir.exists():
         out_dir.mkdir(parents=True)
@@ -251,7 +251,7 @@ def prepare_out_dir(out_dir: Path, config: Any, stale_files: Sequence[str]) -> N
             stale.unlink()
 
 
-def check_resumed_config(recorded: Mapping[str, Any], config: Any) -> None:
+def check_resumed_config(recorded: Mapping[str, Any], config: TrainConfig) -> None:
     """Warn about settings that differ from the checkpoint's (the run would not be the same)."""
     now = config.to_dict()
     changed = sorted(
@@ -262,17 +262,6 @@ def check_resumed_config(recorded: Mapping[str, Any], config: Any) -> None:
             "resuming with settings that differ from the checkpoint's: %s",
             ", ".join(f"{k} {recorded[k]!r} -> {now[k]!r}" for k in changed),
         )
-
-
-def config_dict(config: Any) -> dict[str, Any]:
-    """A config dataclass as JSON-ready values (paths as strings, tuples as lists)."""
-    out = dataclasses.asdict(config)
-    for key, value in out.items():
-        if isinstance(value, Path):
-            out[key] = str(value)
-        elif isinstance(value, tuple):
-            out[key] = [str(v) if isinstance(v, Path) else v for v in value]
-    return out
 
 
 # -- the loop's own state -----------------------------------------------------------------
@@ -310,7 +299,7 @@ class _Run:
     """Everything :func:`train`'s helpers share: one object instead of closures."""
 
     recipe: Recipe
-    config: Any
+    config: TrainConfig
     ctx: DistributedContext
     out_dir: Path
     optimizer: torch.optim.Optimizer
@@ -324,7 +313,7 @@ class _Run:
 # -- the loop -----------------------------------------------------------------------------
 
 
-def train(recipe: Recipe, config: Any, ctx: DistributedContext | None = None) -> Path:
+def train(recipe: Recipe, config: TrainConfig, ctx: DistributedContext | None = None) -> Path:
     """Run ``recipe`` under ``config`` (epochs, schedule, checkpoints); returns ``out_dir``.
 
     ``config`` is the recipe's dataclass; the loop reads ``out_dir``, ``epochs``, ``lr``,

@@ -1,17 +1,41 @@
 """The ``cat`` recipe: BERT_CAT on relevance labels, LCE or BCE over first-stage negatives.
 
-Batches: one example per judged (query, relevant document), each paired every epoch with
-``n_negatives`` documents drawn from its first-stage pool
-(:func:`~dotcat.training.cat_trainer.sample_negatives`). Loss: one from
-:data:`dotcat.training.losses.LOSSES` ``["cat"]`` over the groups' logits
-(:func:`~dotcat.training.cat_trainer.backward_groups`), optionally with the first stages as a
-teacher. Dev: the dev queries' first-stage top ``dev_depth`` re-ranked; at the end the
-interpolation weight is chosen on the best epoch's dev lists. The loop is
-:func:`dotcat.training.loop.train`.
+``dotcat train cat DATA OUT_DIR``, driven by the loop (:func:`dotcat.training.loop.train`):
+
+1. optionally, first, one epoch of label-free pre-training on pseudo-pairs of the corpus (a
+   title or a cut sentence as the query, its document as the positive), from which the
+   fine-tuning on the qrels starts (:meth:`CatRecipe.first_steps`,
+   :mod:`dotcat.training.recipes.cat_pretrain`);
+2. load the queries, qrels and corpus; carve a dev split out of the training queries
+   (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``);
+3. run the first stage(s) the re-ranker will sit behind (BM25, a dotcat index of a trained
+   BERT_DOT, or a TREC run file) over the train and dev queries; a query's negative pool is
+   its top ``depth`` of every first stage minus the documents judged relevant, saved to
+   ``OUT_DIR/negatives.jsonl.gz`` (:mod:`dotcat.training.data.pools`);
+4. one example per (query, relevant document); every epoch it is paired with ``n_negatives``
+   documents drawn from its pool by a hash of (seed, epoch, query, document), so a resumed or
+   repeated run sees the same groups;
+5. train ``[CLS] q [SEP] d [SEP]`` -> logit with pointwise binary cross-entropy (monoBERT,
+   :func:`dotcat.losses.bce_loss`) or localized contrastive estimation (LCE, a softmax over
+   the positive and its negatives, :func:`dotcat.losses.lce_loss`), optionally with the first
+   stages as a teacher (:func:`dotcat.losses.soft_lce_loss`); each batch is forwarded a few
+   groups at a time (:func:`backward_groups`: both losses are means over groups, so the
+   gradient is the whole batch's, in the memory of a chunk; on CPU small chunks are also
+   faster);
+6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
+   model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
+   dev score; finally choose the interpolation weight of first-stage and cross-encoder scores
+   on dev (recorded, used by ``dotcat rerank --interpolate auto``).
+
+References:
+    - Nogueira & Cho (2019), "Passage Re-ranking with BERT", arXiv:1901.04085 (monoBERT).
+    - Gao, Dai & Callan (2021), "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
+      Pipeline", ECIR, arXiv:2101.08751 (LCE, negatives from the pipeline's own first stage).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -25,36 +49,45 @@ import torch
 
 from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
+from dotcat.evaluation import evaluate
+from dotcat.files import write_json
+from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
 from dotcat.models.runtime import resolve_device
-from dotcat.search.reranker import Candidates
-from dotcat.training.cat_trainer import (
-    ALPHAS,
-    NEGATIVES_FILE,
-    TEACHER_FILE,
-    CatTrainConfig,
-    backward_groups,
+from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
+from dotcat.training.config import CatConfig
+from dotcat.training.data.examples import load_training_data
+from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
+from dotcat.training.data.pools import (
     build_cat_examples,
-    cat_param_groups,
-    dev_candidates,
-    dev_score,
-    first_stage_only,
     first_stage_run,
     group_teacher,
     negative_pools,
-    record_alpha,
     sample_negatives,
-    set_attention_dropout,
     teacher_scores,
 )
-from dotcat.training.examples import load_training_data
-from dotcat.training.loop import DEV_MEASURE, data_record, resolve_bf16, split_record
-from dotcat.training.mining import load_negatives, negatives_meta, save_negatives
+from dotcat.training.distributed import DistributedContext
+from dotcat.training.loop import (
+    DEV_MEASURE,
+    data_record,
+    finished,
+    param_groups,
+    prepare_out_dir,
+    resolve_bf16,
+    split_record,
+    train,
+)
+from dotcat.training.recipes.cat_pretrain import pretrain_config, resolve_pretrain_queries
 
 logger = logging.getLogger(__name__)
 
+Qrels = Mapping[str, Mapping[str, int]]
 Run = dict[str, list[tuple[str, float]]]
+NEGATIVES_FILE = "negatives.jsonl.gz"
+TEACHER_FILE = "teacher.json.gz"
+#: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
+ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))
 
 
 def write_json_gz(path: Path, value: Any) -> None:
@@ -77,11 +110,42 @@ class CatRecipe:
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
 
-    def __init__(self, config: CatTrainConfig) -> None:
+    @staticmethod
+    def context(device: str) -> DistributedContext:
+        """One process on ``device``: the cat recipe does not train under ``torchrun``."""
+        return DistributedContext(device=resolve_device(device))
+
+    @classmethod
+    def first_steps(cls, config: CatConfig) -> CatConfig | None:
+        """The label-free pre-training, when ``pretrain_queries`` asks for it: one epoch on
+        pseudo-pairs of the corpus, run by the loop into ``OUT_DIR/pretrain/model``
+        (:mod:`dotcat.training.recipes.cat_pretrain`).
+
+        Returns the config the fine-tuning trains (``base``: the pre-trained model;
+        ``pretrain_queries``: the number ``auto`` resolved to), or None when the pre-training
+        stopped before its end (resume finishes it). A finished pre-training is not run again.
+        """
+        config = dataclasses.replace(config, pretrain_queries=resolve_pretrain_queries(config))
+        if not config.pretrain_queries:
+            return config
+        # Refuse a busy output directory before the pre-training, not after it.
+        prepare_out_dir(Path(config.out_dir), config, cls.stale_files)
+        pre = pretrain_config(config)
+        pre_dir = Path(pre.out_dir)
+        if not (pre.resume and finished(pre_dir, cls.kind, pre.epochs)):
+            ctx = cls.context(pre.device)
+            train(cls(pre, ctx), pre, ctx)
+        if not finished(pre_dir, cls.kind, pre.epochs):
+            logger.warning("%s: pre-training stopped; resume (--resume) to finish it", pre_dir)
+            return None
+        return dataclasses.replace(config, base=str(pre_dir))
+
+    def __init__(self, config: CatConfig, ctx: DistributedContext) -> None:
         self.config = config
+        self.ctx = ctx
         self.out_dir = Path(config.out_dir)
         # The model is loaded in prepare(), after the loop seeded the random generators.
-        self.device = resolve_device(config.device)
+        self.device = ctx.device
         self.mining_seconds = 0.0
         self.best_score: float | None = None
         self.best_candidates: dict[str, Any] = {}
@@ -167,8 +231,6 @@ class CatRecipe:
 
     def _texts(self) -> dict[str, str]:
         """The texts of every document a training group or a dev list can hold."""
-        from dotcat.search.reranker import corpus_texts
-
         needed = {e.positive_id for e in self.examples}
         needed |= {d for q in self.train_queries for d in self.pools.get(q, [])}
         depth = self.config.dev_depth
@@ -289,3 +351,123 @@ class CatRecipe:
             "pairs_per_example": 1 + config.n_negatives,
             "timings": {"mining_seconds": round(self.mining_seconds, 3)},
         }
+
+
+# -- one batch ------------------------------------------------------------------------------
+
+
+def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
+    """Set the dropout on attention probabilities (``*.attention.self.dropout``); returns count.
+
+    Only the training-time modules change; the saved config keeps the model's own value.
+    """
+    changed = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and name.endswith("attention.self.dropout"):
+            module.p = p
+            changed += 1
+    return changed
+
+
+def backward_groups(
+    cross_encoder: CrossEncoder,
+    groups: Sequence[tuple[str, list[str]]],
+    loss: str,
+    *,
+    pairs_per_forward: int = 0,
+    scale: float = 1.0,
+    bf16: bool = False,
+    teacher: Sequence[Sequence[float]] | None = None,
+    teacher_weight: float = 0.0,
+    teacher_temperature: float = 0.1,
+) -> float:
+    """Forward and backward a batch of groups ``(query, [positive, negative, ...])``.
+
+    The loss (:func:`~dotcat.losses.lce_loss` over each group, or :func:`~dotcat.losses.bce_loss`
+    over every pair with the positive labelled 1) is a mean over groups of equal size, so it is
+    computed ``pairs_per_forward // group size`` groups at a time, each chunk's loss weighted
+    by its share of the batch: the same gradient as one pass, in a chunk's memory. Gradients
+    accumulate in ``.grad``; returns the batch loss times ``scale``. With ``teacher`` (one
+    list of scores per group) and ``teacher_weight`` > 0, LCE becomes
+    :func:`~dotcat.losses.soft_lce_loss`.
+    """
+    size = len(groups[0][1])
+    if any(len(docs) != size for _, docs in groups):
+        raise ValueError("all groups of a batch must have the same size")
+    per_chunk = max(1, pairs_per_forward // size) if pairs_per_forward else len(groups)
+    device = cross_encoder.device
+    total = 0.0
+    for start in range(0, len(groups), per_chunk):
+        chunk = groups[start : start + per_chunk]
+        queries = [q for q, docs in chunk for _ in docs]
+        documents = [d for _, docs in chunk for d in docs]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = cross_encoder.logits(cross_encoder.features(queries, documents))
+        logits = logits.float().view(len(chunk), size)
+        if loss == "lce" and teacher is not None and teacher_weight > 0:
+            targets = torch.tensor(teacher[start : start + per_chunk], device=logits.device)
+            value = soft_lce_loss(logits, targets, teacher_weight, teacher_temperature)
+        else:
+            value = pick_loss("cat", loss)(logits)
+        weighted = value * (len(chunk) / len(groups)) * scale
+        weighted.backward()
+        total += float(weighted.detach())
+    return total
+
+
+# -- dev evaluation -------------------------------------------------------------------------
+
+
+def dev_candidates(
+    cross_encoder: CrossEncoder,
+    first: Run,
+    queries: Mapping[str, str],
+    doc_texts: Mapping[str, str],
+    depth: int,
+) -> dict[str, Any]:
+    """The dev queries' first-stage lists with the current model's logits for the top ``depth``."""
+    with torch.inference_mode():
+        return score_candidates(first, queries, doc_texts, cross_encoder, depth)
+
+
+def dev_score(candidates: Mapping[str, Any], qrels: Qrels, alpha: float = 1.0) -> float:
+    """Dev nDCG@10 of the re-ranked lists (``alpha``: see :func:`dotcat.search.reranker.fuse`)."""
+    run = fuse(candidates, alpha)
+    report = evaluate(run, {q: dict(qrels[q]) for q in candidates}, measures=[DEV_MEASURE])
+    return report.aggregate[DEV_MEASURE]
+
+
+def cat_param_groups(model: torch.nn.Module, config: CatConfig) -> list[dict[str, Any]]:
+    """AdamW groups: the encoder as in ``train dot``; the head at ``lr * head_lr_scale``."""
+    head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
+    ids = {id(p) for p in head}
+    groups = [
+        {**g, "params": [p for p in g["params"] if id(p) not in ids]}
+        for g in param_groups(model, config.weight_decay)
+    ]
+    groups.append({"params": head, "weight_decay": 0.0, "lr": config.lr * config.head_lr_scale})
+    return [g for g in groups if g["params"]]
+
+
+def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
+    """Candidates with no re-ranked head: the first stage's own ranking."""
+    return Candidates(
+        docs=[d for d, _ in docs],
+        first=np.asarray([s for _, s in docs], dtype=np.float64),
+        cat=np.empty(0),
+    )
+
+
+def record_alpha(out_dir: Path, alpha: float, scores: Mapping[float, float]) -> None:
+    """Add the dev-chosen interpolation weight to the model's ``dotcat_cross_encoder.json``."""
+    path = out_dir / "dotcat_cross_encoder.json"
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    record["interpolation_alpha"] = alpha
+    record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in scores.items()}
+    write_json(path, record)
+    logger.info(
+        "interpolation on dev: alpha %.1f (nDCG@10 %.4f; plain cross-encoder %.4f)",
+        alpha,
+        scores[alpha],
+        scores[1.0],
+    )

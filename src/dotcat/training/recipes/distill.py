@@ -11,7 +11,7 @@ Everything else is the ``dot`` recipe (:class:`~dotcat.training.recipes.dot.DotR
 negatives mined as ``train dot`` mines them, the same examples, batches, dev evaluation,
 checkpoints and output. Before training, the teacher scores every (query, document) pair the
 examples hold once, into ``OUT_DIR/teacher_scores.jsonl`` (resumable, a progress bar;
-:mod:`dotcat.training.teacher`).
+:mod:`dotcat.training.data.teacher`).
 
 The teacher. A re-ranker trained on little data can be weaker alone than the first stage it
 re-ranks, and its dev-chosen interpolation with that first stage stronger than either
@@ -28,8 +28,8 @@ The student's score is its similarity divided by the contrastive temperature (co
 [-1, 1] / 0.05; inner products / 1), the scale its own InfoNCE trains it on. A cosine student's
 margins are bounded (at most 2 / 0.05), a confident teacher's are not: a cross-encoder
 pre-trained to a loss of 1e-4 spreads its logits over +-18, and Margin-MSE then asks the student
-for margins it can reach only by pulling its whole space apart (measured: dev nDCG@10 0.787 ->
-0.674 in one epoch, ``eval/results/distill_cat_def.md``). So by default (``teacher_scale``
+for margins it can reach only by pulling its whole space apart (on SciFact, dev nDCG@10 fell
+from 0.787 to 0.674 in one epoch). So by default (``teacher_scale``
 None) the teacher's scores are multiplied by one factor, ``s = sigma_student / sigma_teacher``,
 the ratio of the two pooled within-query standard deviations (the student's as it starts, in
 its score units): the teacher's *relative* margins, at the spread the student already has. One
@@ -40,12 +40,9 @@ teaches larger margins than one it hesitates on.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,98 +51,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dotcat.errors import DotcatError
-from dotcat.training.distributed import DistributedContext, scale_to_global
-from dotcat.training.losses import LOSSES, pick_loss
+from dotcat.losses import pick_loss, scale_to_global
+from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.search.bm25 import BM25Index
+from dotcat.training.config import LEXICAL_ALPHA, LEXICAL_TEACHER, DistillConfig, is_lexical
+from dotcat.training.data.teacher import DECIMALS, TeacherScores, score_pairs, teacher_header
+from dotcat.training.distributed import DistributedContext
 from dotcat.training.recipes.dot import DotRecipe
-from dotcat.training.teacher import DECIMALS, TeacherScores, score_pairs, teacher_header
-from dotcat.training.trainer import DotTrainConfig
 
 logger = logging.getLogger(__name__)
 
 TEACHER_FILE = "teacher_scores.jsonl"
 DENSE_TEACHER_FILE = "teacher_dense_scores.jsonl"
 STUDENT_START_FILE = "student_start_scores.jsonl"
-DISTILL_LOSSES = tuple(LOSSES["distill"])
-#: ``teacher`` naming the lexical teacher: BM25 in the cross-encoder's place.
-LEXICAL_TEACHER = "bm25"
-#: The lexical teacher's BM25 share when none is given: BM25 and the dense score at equal
-#: weight once brought to one spread (fixed, not tuned: no labels choose it in ``adapt``).
-LEXICAL_ALPHA = 0.5
-
-
-def is_lexical(teacher: object) -> bool:
-    """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
-    return str(teacher) == LEXICAL_TEACHER
-
-
-@dataclass
-class DistillConfig(DotTrainConfig):
-    """A distillation run: :class:`~dotcat.training.DotTrainConfig` (``base`` is the student)
-    plus the teacher.
-
-    Attributes:
-        teacher: the BERT_CAT (a ``train cat`` output or any cross-encoder directory), or
-            ``"bm25"``: the lexical teacher, BM25's score of each pair over the training
-            corpus in the cross-encoder's place (``teacher_alpha`` default 0.5).
-        distill_loss: ``"margin-mse"`` (default, Hofstätter et al. 2020) or ``"kl"``.
-        contrastive_weight: weight of the in-batch InfoNCE on the labels added to it (0: none;
-            1, the default, was chosen on SciFact dev: 0.8032 against 0.7930 with 0, same seed).
-        kl_temperature: ``T`` of the KL loss.
-        teacher_alpha: the cross-encoder's share of the teacher's score; None: the weight its
-            own record chose on dev (1 when it records none); 0: the dense model alone
-            teaches (its score as it is; the cross-encoder is not run).
-        teacher_dense: the BERT_DOT mixed in where ``alpha`` < 1; None: the student's base.
-        teacher_precision: the cross-encoder's precision while scoring (``auto``: as
-            ``dotcat rerank`` runs it).
-        teacher_scale: factor on the teacher's scores; None: the student's starting spread over
-            the teacher's (see the module docstring); 1: the raw scores.
-        n_negatives: negatives per example (a margin per negative).
-        negatives, window: where they come from; by default the student's own top 30
-            (``"dense"``, ranks 0-30, judged-relevant removed): the documents it confuses
-            most, which a teacher can grade without calling a false negative irrelevant
-            (dev nDCG@10 0.7992 against 0.7898 for BM25's ranks 10-100, test 0.7429 against
-            0.7270: ``eval/results/distill_dense.md``).
-        cache_chunk_size: GradCache by default (16 texts per forward): the same gradients as
-            the whole batch (tested), in 3.9 GiB of RAM instead of 17.5 at batch 32 with 4
-            negatives of 256 tokens, at the same step time (``eval/results/distill_gc.md``).
-    """
-
-    teacher: str | Path = ""
-    distill_loss: str = "margin-mse"
-    contrastive_weight: float = 1.0
-    kl_temperature: float = 1.0
-    teacher_alpha: float | None = None
-    teacher_dense: str | None = None
-    teacher_precision: str = "auto"
-    teacher_scale: float | None = None
-    n_negatives: int = 4
-    negatives: str = "dense"
-    window: tuple[int, int] = (0, 30)
-    cache_chunk_size: int | None = 16
-
-    def validate(self) -> None:
-        super().validate()
-        if not str(self.teacher):
-            raise DotcatError("distillation needs a teacher cross-encoder (--teacher)")
-        pick_loss("distill", self.distill_loss)
-        checks = [
-            (self.n_negatives >= 1, "distillation needs n_negatives >= 1 (a margin each)"),
-            (self.negatives != "none" or self.negatives_file is not None, "no hard negatives"),
-            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
-            (self.kl_temperature > 0, "kl_temperature must be > 0"),
-            (
-                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
-                "teacher_alpha must be in [0, 1]",
-            ),
-            (
-                self.teacher_scale is None or 0 < self.teacher_scale < math.inf,
-                "teacher_scale must be a finite number > 0",
-            ),
-            (self.loss == "contrastive", "the loss added to distillation is contrastive"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise DotcatError(message)
 
 
 def pooled_within_query_std(scores: Mapping[tuple[str, str], float]) -> float:
@@ -226,8 +145,6 @@ class DistillRecipe(DotRecipe):
             alpha = config.teacher_alpha if config.teacher_alpha is not None else LEXICAL_ALPHA
             self.teacher_info = {"model": LEXICAL_TEACHER, "alpha": alpha, "pairs": len(pairs)}
             return alpha, lambda: self._bm25_scores(pairs, queries)
-        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-
         ce = CrossEncoder.load(
             CrossEncoderConfig(
                 model=str(config.teacher), device=config.device, precision=config.teacher_precision
@@ -250,8 +167,6 @@ class DistillRecipe(DotRecipe):
     ) -> dict[tuple[str, str], float]:
         """BM25's score of every pair, over the training corpus (its term statistics), with
         ``dotcat bm25``'s settings. Seconds for SciFact's 5k documents: not cached."""
-        from dotcat.search.bm25 import BM25Index
-
         index = BM25Index.build(self.data.corpus, show_progress=self.config.show_progress)
         by_query: dict[str, list[str]] = defaultdict(list)
         for qid, doc in pairs:
@@ -334,8 +249,6 @@ class DistillRecipe(DotRecipe):
         texts: Mapping[str, str],
     ) -> dict[tuple[str, str], float]:
         """A BERT_DOT's score of every pair (cached like the cross-encoder's)."""
-        from dotcat.models import BiEncoder, EncoderConfig
-
         encoder = BiEncoder.load(EncoderConfig(model=model, device=self.config.device))
 
         def score(qs: list[str], ds: list[str]) -> np.ndarray:
@@ -380,12 +293,6 @@ class DistillRecipe(DotRecipe):
             examples, scale, last, weight=self.config.contrastive_weight, extra=extra
         )
 
-    def teacher_row(self, example: Any) -> list[float]:
-        """The teacher's scores of an example's positive, then its negatives."""
-        return [
-            self.teacher[(example.qid, d)] for d in (example.positive_id, *example.negative_ids)
-        ]
-
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "teacher_seconds": self.teacher_seconds}
 
@@ -424,20 +331,3 @@ def student_scores(q: Tensor, pos: Tensor, negs: Tensor | None, similarity: str)
     positive = (q * pos).sum(-1, keepdim=True)
     negative = torch.einsum("bd,bnd->bn", q, negs)
     return torch.cat([positive, negative], dim=1)
-
-
-def train_distilled(config: DistillConfig) -> Path:
-    """Distil ``config.teacher`` into a BERT_DOT; returns the output directory (best model)."""
-    from dotcat.training.distributed import init_distributed
-    from dotcat.training.loop import finished, train
-
-    config.validate()
-    out_dir = Path(config.out_dir)
-    if config.resume and finished(out_dir, "distill", config.epochs):
-        logger.info("%s: this training run has already finished; nothing to resume", out_dir)
-        return out_dir
-    ctx = init_distributed(config.device)
-    try:
-        return train(DistillRecipe(config, ctx), config, ctx)
-    finally:
-        ctx.close()

@@ -1,53 +1,101 @@
-"""The ``dot`` recipe: BERT_DOT on relevance labels, contrastive or triplet.
+"""The ``dot`` recipe: BERT_DOT on relevance labels, contrastive or triplet (``dotcat train dot``).
 
-Batches: (query, positive, hard negatives) examples from the qrels and mined negatives
-(:func:`obtain_negatives`), grouped so that no batch holds a false in-batch negative
-(:class:`~dotcat.training.NoDuplicatePositiveBatchSampler`). Loss: one from
-:data:`dotcat.training.distributed.DDP_LOSSES` over the batch's embeddings
-(:func:`dotcat.training.trainer.backward_batch`, GradCache optional). Dev: exact retrieval
-over the dev corpus (:func:`dotcat.training.trainer.evaluate_dev`). Output: a
-sentence-transformers directory. The loop itself is :func:`dotcat.training.loop.train`.
+The run, driven by the loop (:func:`dotcat.training.loop.train`):
+
+1. load the queries, qrels and corpus; carve a dev split out of the training queries by a hash
+   of their ids (:func:`dotcat.data.splits.split_dev`);
+2. mine hard negatives (BM25 by default, or the base model's own dense ranking, from a rank
+   window) or load them from a file, and save them to ``OUT_DIR/negatives.jsonl.gz`` so the
+   run can be repeated exactly;
+3. build (query, positive, negatives) examples and batches that never hold a false in-batch
+   negative (:class:`~dotcat.training.data.sampler.NoDuplicatePositiveBatchSampler`);
+4. forward and backward each batch (:func:`backward_batch`): a loss of
+   :data:`dotcat.losses.LOSSES` ``["dot"]`` over the batch's embeddings, bf16 autocast where
+   the hardware has it, and optionally GradCache (Gao et al. 2021) so that a batch of hundreds
+   of examples fits in the memory of a few;
+5. evaluate nDCG@10 (and R@100) on the dev split before training (epoch 0, the base model) and
+   after every epoch (:func:`evaluate_dev`), keeping the best model as ``OUT_DIR`` itself (a
+   sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`).
+
+The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et al.
+2020; :func:`dotcat.losses.contrastive_loss`) or the triplet margin loss of Sentence-BERT
+(Reimers & Gurevych 2019; :func:`dotcat.losses.triplet_loss`). Under ``torchrun`` every
+process trains its share of each batch with DDP, in-batch negatives gathered from every
+process (:mod:`dotcat.losses.distributed`).
+
+Output directory::
+
+    OUT_DIR/  model.safetensors config.json tokenizer* modules.json 1_Pooling/ [2_Normalize/]
+              sentence_bert_config.json config_sentence_transformers.json   <- the best model
+              dotcat_training.json    negatives.jsonl.gz [negatives-epoch-N.jsonl.gz]
+              checkpoints/step-XXXXXXXX/
+
+References:
+    - Karpukhin et al. (2020), "Dense Passage Retrieval for Open-Domain Question Answering",
+      EMNLP, arXiv:2004.04906.
+    - Gao, Zhang, Han, Callan (2021), "Scaling Deep Contrastive Learning Batch Size under
+      Memory Limited Setup", RepL4NLP, arXiv:2101.06983 (GradCache).
+    - Reimers & Gurevych (2019), "Sentence-BERT", EMNLP, arXiv:1908.10084.
+    - Xiong et al. (2021), "Approximate Nearest Neighbor Negative Contrastive Learning for
+      Dense Text Retrieval", ICLR (ANCE: negatives re-mined with the current model).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
-from dotcat.training.distributed import DistributedContext
-from dotcat.training.examples import TrainingExample, build_examples, load_training_data
-from dotcat.training.loop import data_record, param_groups, resolve_bf16, split_record
-from dotcat.training.mining import (
+from dotcat.evaluation import evaluate
+from dotcat.losses import LossConfig, grad_cache_backward, pick_loss, split_batch
+from dotcat.models import resolve_model, weights_fingerprint
+from dotcat.training.config import DotConfig
+from dotcat.training.data.examples import (
+    TrainingExample,
+    build_examples,
+    dev_subset,
+    document_texts,
+    load_training_data,
+)
+from dotcat.training.data.mining import (
+    exact_search,
     load_negatives,
     mine_bm25_negatives,
     mine_dense_negatives,
     save_negatives,
 )
-from dotcat.training.model import TrainableBiEncoder
-from dotcat.training.sampler import NoDuplicatePositiveBatchSampler
-from dotcat.training.trainer import (
-    DotTrainConfig,
-    EncoderView,
-    LossConfig,
-    backward_batch,
-    dev_subset,
-    document_texts,
-    evaluate_dev,
-    state_fingerprint,
+from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
+from dotcat.training.distributed import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.loop import (
+    DEV_MEASURE,
+    data_record,
+    param_groups,
+    resolve_bf16,
+    split_record,
 )
+from dotcat.training.model import TrainableBiEncoder
 
 logger = logging.getLogger(__name__)
 
+Qrels = Mapping[str, Mapping[str, int]]
+
 NEGATIVES_FILE = "negatives.jsonl.gz"
+#: Dev retrieval depth and what is measured there: nDCG@10 selects the kept model; R@100 is
+#: recorded beside it (what a re-ranker's top 100 can hold).
+DEV_DEPTH = 100
+DEV_MEASURES = (DEV_MEASURE, f"R@{DEV_DEPTH}")
 
 
 def negatives_path(out_dir: Path, epoch: int) -> Path:
@@ -61,7 +109,17 @@ class DotRecipe:
     stale_files = ("negatives*.jsonl.gz",)
     base_is_candidate = True
 
-    def __init__(self, config: DotTrainConfig, ctx: DistributedContext) -> None:
+    @staticmethod
+    def context(device: str) -> DistributedContext:
+        """This process's place in a ``torchrun`` job (a single process without one)."""
+        return init_distributed(device)
+
+    @classmethod
+    def first_steps(cls, config: DotConfig) -> DotConfig | None:
+        """Nothing to do before the loop: the config it trains."""
+        return config
+
+    def __init__(self, config: DotConfig, ctx: DistributedContext) -> None:
         self.config = config
         self.ctx = ctx
         self.out_dir = Path(config.out_dir)
@@ -93,8 +151,6 @@ class DotRecipe:
         self.begin_epoch(0)
 
     def _load_model(self) -> None:
-        from dotcat.models import resolve_model, weights_fingerprint
-
         config, ctx = self.config, self.ctx
         self.base_path = resolve_model(config.base)
         model = TrainableBiEncoder.from_pretrained(
@@ -229,8 +285,7 @@ class DotRecipe:
     def backward_examples(
         self, examples: list[TrainingExample], scale: float, last: bool, **kwargs: Any
     ) -> float:
-        """:func:`~dotcat.training.trainer.backward_batch` on ``examples`` (``kwargs``: its
-        ``weight`` and ``extra``)."""
+        """:func:`backward_batch` on ``examples`` (``kwargs``: its ``weight`` and ``extra``)."""
         ddp = self.ddp
         # Gradients are all-reduced once per optimizer step, on its last batch.
         sync = contextlib.nullcontext() if ddp is None or last else ddp.no_sync()
@@ -285,8 +340,6 @@ class DotRecipe:
         pass
 
     def record(self) -> dict[str, Any]:
-        from dotcat.models import weights_fingerprint
-
         config, model = self.config, self.model
         out = self.out_dir
         return {
@@ -317,3 +370,200 @@ class DotRecipe:
             "bf16": self.bf16,
             "timings": {"mining_seconds": round(self.mining_seconds, 3)},
         }
+
+
+# -- one batch ------------------------------------------------------------------------------
+
+
+def backward_batch(
+    encode: Callable[[list[str], int], Tensor],
+    batch: Sequence[TrainingExample],
+    doc_texts: Mapping[str, str],
+    loss: LossConfig,
+    *,
+    query_max_length: int,
+    max_length: int,
+    qrels: Qrels | None = None,
+    ctx: DistributedContext | None = None,
+    scale: float = 1.0,
+    chunk_size: int | None = None,
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+    bf16: bool = False,
+    device_type: str = "cpu",
+    weight: float = 1.0,
+    extra: Callable[[Tensor, Tensor, Tensor | None, slice], Tensor] | None = None,
+) -> float:
+    """Forward and backward one global batch; gradients accumulate in the parameters' ``.grad``.
+
+    This process embeds its slice of ``batch`` (all of it without DDP): the queries, then the
+    positives followed by the hard negatives (example-major) in one document pass; the loss is
+    :func:`_batch_loss`'s. With ``chunk_size``, GradCache (:func:`dotcat.losses.
+    grad_cache_backward`): the texts are embedded ``chunk_size`` at a time without a graph, the
+    loss is back-propagated to the embeddings, then each chunk is embedded again with its RNG
+    state replayed and its slice of the gradient pushed through the encoder. Same gradients as
+    the plain pass (with dropout: the same in distribution; tested equal without dropout) in
+    the memory of one chunk.
+
+    Args:
+        encode: ``encode(texts, max_length) -> [len(texts), dim]`` embeddings with autograd
+            (the model, or its DDP wrapper, on the tokenized texts).
+        batch: the global batch (every process passes the same one).
+        doc_texts: document id -> text to embed.
+        no_sync: DDP's ``no_sync``, for GradCache's intermediate chunks.
+        scale, weight, extra: see :func:`_batch_loss`.
+
+    Returns:
+        This process's loss value (scaled; averaged over processes it is the batch loss times
+        ``scale``).
+    """
+    ctx = ctx or DistributedContext()
+    rows = ctx.local_slice(len(batch))
+    local = list(batch[rows])
+    if not local:
+        raise DotcatError(f"global batch of {len(batch)} is smaller than {ctx.world_size} ranks")
+    queries = [e.query for e in local]
+    docs = [doc_texts[e.positive_id] for e in local]
+    docs += [doc_texts[d] for e in local for d in e.negative_ids]
+    loss_fn = _batch_loss(batch, rows, loss, qrels, ctx, scale, weight, extra)
+
+    def encode_queries(texts: list[str]) -> Tensor:
+        return encode(texts, query_max_length)
+
+    def encode_documents(texts: list[str]) -> Tensor:
+        return encode(texts, max_length)
+
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+        if chunk_size:
+            value = grad_cache_backward(
+                [encode_queries, encode_documents],
+                [split_batch(queries, chunk_size), split_batch(docs, chunk_size)],
+                loss_fn,
+                no_sync=no_sync,
+            )
+        else:
+            value = loss_fn(encode_queries(queries), encode_documents(docs))
+            value.backward()
+    return float(value.detach())
+
+
+def _batch_loss(
+    batch: Sequence[TrainingExample],
+    rows: slice,
+    loss: LossConfig,
+    qrels: Qrels | None,
+    ctx: DistributedContext,
+    scale: float,
+    weight: float,
+    extra: Callable[[Tensor, Tensor, Tensor | None, slice], Tensor] | None,
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """``loss_fn(query embeddings, document embeddings)`` of this process's rows of ``batch``.
+
+    ``weight`` times the ``dot`` loss ``loss.name`` (0: not computed), a multi-process form
+    that reduces to the plain loss in a single process (:mod:`dotcat.losses.distributed`); the
+    contrastive loss masks the batch's false negatives (:func:`~dotcat.training.data.sampler.
+    batch_false_negatives`). Plus ``extra(query, positive, negatives, rows)`` when given (the
+    ``distill`` recipe's teacher loss), all times ``scale`` (``1 / batches per optimizer
+    step``).
+    """
+    sizes = shard_sizes(len(batch), ctx.world_size)
+    b = rows.stop - rows.start
+    n_neg = len(batch[rows.start].negative_ids)
+    mask = None
+    if loss.name == "contrastive":
+        mask = batch_false_negatives(batch, qrels)[rows]
+        if not mask.any():
+            mask = None
+    fn = pick_loss("dot", loss.name)
+
+    def loss_fn(q: Tensor, d: Tensor) -> Tensor:
+        negatives = d[b:].reshape(b, n_neg, d.shape[-1]) if n_neg else None
+        value = q.new_zeros((), dtype=torch.float32)
+        if weight:
+            value = weight * fn(q, d[:b], negatives, sizes, ctx.rank, loss, mask)
+        if extra is not None:
+            value = value + extra(q, d[:b], negatives, rows)
+        return value * scale
+
+    return loss_fn
+
+
+# -- dense mining with the model being trained ------------------------------------------------
+
+
+def state_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 over the parameter names and float32 bytes of a model in memory."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class EncoderView:
+    """The duck-typed encoder :func:`~dotcat.training.data.mining.mine_dense_negatives`
+    expects, over the model being trained."""
+
+    def __init__(
+        self, model: TrainableBiEncoder, query_max_length: int, bf16: bool, fingerprint: str
+    ) -> None:
+        self.model = model
+        self.query_max_length = query_max_length
+        self.bf16 = bf16
+        self.similarity = model.similarity
+        self.dim = model.dim
+        self.name = model.name
+        self.fingerprint = fingerprint
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(
+            self.model.query_texts(texts), self.query_max_length, bf16=self.bf16
+        )
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(self.model.document_texts(texts), bf16=self.bf16)
+
+
+# -- dev evaluation ---------------------------------------------------------------------------
+
+
+def evaluate_dev(
+    model: TrainableBiEncoder,
+    corpus: Any,
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    *,
+    query_max_length: int,
+    bf16: bool = False,
+    chunk_size: int = 8192,
+    show_progress: bool = False,
+) -> dict[str, float]:
+    """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of exact inner-product
+    retrieval over ``corpus`` with the current model.
+
+    The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
+    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
+    Scored with :func:`dotcat.evaluation.evaluate` (ir-measures). Over a sampled dev corpus
+    (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
+    corpus: fewer documents compete.
+    """
+    qids = list(queries)
+    query_vectors = model.encode(
+        model.query_texts([queries[q] for q in qids]), query_max_length, bf16=bf16
+    )
+    heap, doc_ids = exact_search(
+        query_vectors,
+        corpus,
+        DEV_DEPTH,
+        lambda docs: model.encode(model.document_texts(docs), bf16=bf16),
+        chunk_size=chunk_size,
+        desc="dev eval",
+        show_progress=show_progress,
+    )
+    run = {
+        qid: [
+            (doc_ids[p], float(s)) for s, p in zip(heap.D[row], heap.I[row], strict=True) if p >= 0
+        ]
+        for row, qid in enumerate(qids)
+    }
+    report = evaluate(run, {q: dict(qrels[q]) for q in qids}, measures=list(DEV_MEASURES))
+    return {m: float(report.aggregate[m]) for m in DEV_MEASURES}

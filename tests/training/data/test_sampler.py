@@ -1,4 +1,4 @@
-"""dotcat.training.sampler: conflict-free batches, coverage, determinism, resume, the mask."""
+"""dotcat.training.data.sampler: conflict-free batches, coverage, determinism, resume, the mask."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from torch.utils.data import DataLoader
 
 from dotcat.errors import DotcatError
 from dotcat.losses.contrastive import contrastive_loss
-from dotcat.training.examples import TrainingExample
-from dotcat.training.sampler import NoDuplicatePositiveBatchSampler, false_negative_mask
+from dotcat.training.data.examples import TrainingExample
+from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
 
 
 def _random_examples(rng: random.Random, n_queries: int, n_docs: int, n_neg: int):
@@ -77,7 +77,7 @@ def test_batches_never_hold_false_negatives_over_random_configurations():
                         if check_negatives:
                             docs |= set(other.negative_ids)
                         assert not docs & _relevant(qrels, e.qid)
-                mask = false_negative_mask(batch, qrels)
+                mask = batch_false_negatives(batch, qrels)
                 if check_negatives:
                     assert not mask.any()
                 else:
@@ -171,11 +171,11 @@ def test_false_negative_mask_layout():
     expected[0, [2, 6]] = True  # q0's other positive d9, also as q1's negative
     expected[1, 4] = True  # b: q0's negative, relevant to q1
     expected[2, [0, 6]] = True  # q0 again: d0 and d9 (not its own target column 2)
-    mask = false_negative_mask(batch, qrels)
+    mask = batch_false_negatives(batch, qrels)
     assert mask.dtype == torch.bool and torch.equal(mask, expected)
     without_qrels = expected.clone()
     without_qrels[1, 4] = False  # only the examples' own positives are known
-    assert torch.equal(false_negative_mask(batch, None), without_qrels)
+    assert torch.equal(batch_false_negatives(batch, None), without_qrels)
 
     torch.manual_seed(0)
     q, p, n = torch.randn(3, 8), torch.randn(3, 8), torch.randn(3, 2, 8)
@@ -183,5 +183,5 @@ def test_false_negative_mask_layout():
     assert torch.isfinite(loss)
     assert loss < contrastive_loss(q, p, n)  # masked logits only ever remove denominator terms
     with pytest.raises(ValueError, match="equal numbers"):
-        false_negative_mask([batch[0], TrainingExample("q2", "c", "d2", ("x",))], qrels)
-    assert false_negative_mask([TrainingExample("q", "t", "d")], {}).shape == (1, 1)
+        batch_false_negatives([batch[0], TrainingExample("q2", "c", "d2", ("x",))], qrels)
+    assert batch_false_negatives([TrainingExample("q", "t", "d")], {}).shape == (1, 1)

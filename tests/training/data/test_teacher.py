@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.training.teacher import (
+from dotcat.training.data.teacher import (
     TEACHER_SCORES_FILE,
     TeacherMismatchError,
     load_teacher_scores,
@@ -104,7 +104,7 @@ def test_resumes_after_a_line_cut_by_a_crash(tmp_path, caplog):
     lost = tuple(json.loads(data.decode().splitlines()[-1])[:2])
     n_lines = len(data.decode().splitlines())
 
-    with caplog.at_level(logging.WARNING, logger="dotcat.training.teacher"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.data.teacher"):
         assert len(load_teacher_scores(tmp_path, HEADER)) == len(PAIRS) - 1
     assert f"{file}:{n_lines}" in caplog.text
 
@@ -113,7 +113,7 @@ def test_resumes_after_a_line_cut_by_a_crash(tmp_path, caplog):
     assert scorer.pairs == [(QUERIES[lost[0]], DOCS[lost[1]])]
     assert cache.get(*lost) == pytest.approx(_expected(*lost), abs=1e-6)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dotcat.training.teacher"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.data.teacher"):
         assert len(load_teacher_scores(tmp_path, HEADER)) == len(PAIRS)
     assert caplog.text == ""  # the cut line was replaced, not left in the middle
 

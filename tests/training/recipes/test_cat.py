@@ -1,4 +1,4 @@
-"""dotcat.training.cat_trainer: pools, sampling, chunked == whole gradients, a run, resume."""
+"""dotcat.training.recipes.cat: chunked == whole gradients, the head's rate, a run, resume."""
 
 from __future__ import annotations
 
@@ -9,31 +9,28 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.training.toy import TOPICS, make_training_beir
 
-from dotcat.data import write_run
+from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from dotcat.training.cat_trainer import (
-    CatTrainConfig,
+from dotcat.training.checkpoint import latest_checkpoint
+from dotcat.training.config import CatConfig
+from dotcat.training.recipes.cat import (
+    CatRecipe,
     backward_groups,
-    build_cat_examples,
-    first_stage_run,
-    group_teacher,
-    negative_pools,
-    sample_negatives,
-    teacher_scores,
-    train_cross_encoder,
+    cat_param_groups,
+    set_attention_dropout,
 )
+from dotcat.training.run import train
 
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> Path:
-    from tests.training.test_trainer import make_training_beir
-
     return make_training_beir(tmp_path_factory.mktemp("cat_toy") / "beir")
 
 
-def _config(data: Path, out: Path, base: Path, **overrides) -> CatTrainConfig:
+def _config(data: Path, out: Path, base: Path, **overrides) -> CatConfig:
     settings = dict(
         data=data,
         out_dir=out,
@@ -54,7 +51,7 @@ def _config(data: Path, out: Path, base: Path, **overrides) -> CatTrainConfig:
         show_progress=False,
     )
     settings.update(overrides)
-    return CatTrainConfig(**settings)
+    return CatConfig(**settings)
 
 
 def _record(out: Path) -> dict:
@@ -63,42 +60,13 @@ def _record(out: Path) -> dict:
 
 def test_the_dev_split_does_not_follow_the_runs_seed(toy_data, tiny_bert_dir, tmp_path):
     # The queries every other stage holds out (DEV_SEED), whatever the run's own seed.
-    from tests.training.test_trainer import TOPICS
-
-    from dotcat.data.splits import DEV_SEED, split_dev
-    from dotcat.training.recipes.cat import CatRecipe
-
     qids = [f"q{i}" for i in range(len(TOPICS))]
     expected = set(split_dev(qids, 0.25, DEV_SEED)[1])
     assert expected and expected != set(split_dev(qids, 0.25, 3)[1])
-    recipe = CatRecipe(_config(toy_data, tmp_path / "run", tiny_bert_dir, seed=3))
+    config = _config(toy_data, tmp_path / "run", tiny_bert_dir, seed=3)
+    recipe = CatRecipe(config, CatRecipe.context(config.device))
     recipe.prepare()
     assert set(recipe.dev_queries) == expected
-
-
-def test_negative_pools_interleave_dedupe_and_drop_relevant():
-    bm25 = {"q1": [("a", 9.0), ("b", 8.0), ("c", 7.0)], "q2": [("x", 1.0)]}
-    dense = {"q1": [("c", 0.9), ("d", 0.8), ("a", 0.7)]}
-    pools = negative_pools([bm25, dense], {"q1": {"b": 1, "d": 0}}, depth=2)
-    # rank 1 of each run, then rank 2 of each; b is relevant, d judged non-relevant stays
-    assert pools == {"q1": ["a", "c", "d"], "q2": ["x"]}
-
-
-def test_sample_negatives_is_deterministic_and_repeats_a_short_pool():
-    pool = [f"d{i}" for i in range(20)]
-    a = sample_negatives(pool, 5, 42, 0, "q1", "p")
-    assert a == sample_negatives(pool, 5, 42, 0, "q1", "p")
-    assert len(set(a)) == 5 and set(a) <= set(pool)
-    assert a != sample_negatives(pool, 5, 42, 1, "q1", "p")  # another epoch, other draws
-    short = sample_negatives(["x", "y"], 4, 1, 0, "q", "p")
-    assert len(short) == 4 and set(short) <= {"x", "y"}
-
-
-def test_examples_one_per_relevant_document_and_skip_queries_without_pool():
-    examples = build_cat_examples(
-        {"q1": "one", "q2": "two"}, {"q1": {"a": 1, "b": 2, "c": 0}, "q2": {"z": 1}}, {"q1": ["n"]}
-    )
-    assert [(e.qid, e.positive_id) for e in examples] == [("q1", "a"), ("q1", "b")]
 
 
 @pytest.mark.parametrize("loss", ["lce", "bce", "lce+teacher"])
@@ -128,37 +96,24 @@ def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
         backward_groups(ce, [("q", ["a", "b"]), ("q", ["a"])], loss)
 
 
-def test_teacher_scores_fuse_normalised_runs_and_the_positive_is_raised_to_the_best():
-    bm25 = {"q": [("a", 10.0), ("b", 6.0), ("c", 2.0)]}
-    dense = {"q": [("c", 0.9), ("a", 0.5), ("d", 0.1)]}
-    fused = teacher_scores([bm25, dense], depth=3)["q"]
-    # min-max per run, mean over runs; a document one run does not list counts 0 there
-    assert fused == pytest.approx({"a": (1.0 + 0.5) / 2, "b": 0.5 / 2, "c": 1.0 / 2, "d": 0.0})
-    assert teacher_scores([bm25], depth=1)["q"] == {"a": 0.0}  # one score: no spread
-    assert group_teacher(fused, "d", ["b", "a"]) == [0.75, 0.25, 0.75]
-    assert group_teacher(fused, "a", ["b", "x"]) == [0.75, 0.25, 0.0]
-
-
 def test_a_teacher_run_trains_records_and_resumes(toy_data, tiny_bert_dir, tmp_path):
     common = dict(epochs=1, teacher_weight=0.5, teacher_temperature=0.2, dev_fraction=0.0)
-    out = train_cross_encoder(_config(toy_data, tmp_path / "t", tiny_bert_dir, **common))
+    out = train(_config(toy_data, tmp_path / "t", tiny_bert_dir, **common))
     record = _record(out)
     assert record["hyperparameters"]["teacher_weight"] == 0.5 and record["status"] == "finished"
-    plain = _record(train_cross_encoder(_config(toy_data, tmp_path / "p", tiny_bert_dir,
+    plain = _record(train(_config(toy_data, tmp_path / "p", tiny_bert_dir,
                                                 epochs=1, dev_fraction=0.0)))  # fmt: skip
     assert record["loss_curve"] != plain["loss_curve"]  # the target changed the loss
     assert (out / "teacher.json.gz").is_file()
     split = tmp_path / "split"
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=1, **common))
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, stop_after_steps=1, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     assert _record(split)["loss_curve"] == record["loss_curve"]
     with pytest.raises(DotcatError, match="needs the lce loss"):
-        train_cross_encoder(_config(toy_data, tmp_path / "b", tiny_bert_dir, loss="bce", **common))
+        train(_config(toy_data, tmp_path / "b", tiny_bert_dir, loss="bce", **common))
 
 
 def test_attention_dropout_is_set_on_attention_modules_only(tiny_bert_dir):
-    from dotcat.training.cat_trainer import set_attention_dropout
-
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
     assert set_attention_dropout(ce.model, 0.0) == 2  # two layers
     drops = {n: m.p for n, m in ce.model.named_modules() if isinstance(m, torch.nn.Dropout)}
@@ -185,11 +140,9 @@ def test_the_loop_learns_a_batch(tiny_no_dropout):
 
 
 def test_the_new_head_gets_a_larger_learning_rate(tiny_bert_dir, tmp_path):
-    from dotcat.training.cat_trainer import cat_param_groups
-
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
     ce.model.requires_grad_(True)
-    config = CatTrainConfig(data=tmp_path, out_dir=tmp_path, lr=1e-4, head_lr_scale=10)
+    config = CatConfig(data=tmp_path, out_dir=tmp_path, lr=1e-4, head_lr_scale=10)
     groups = cat_param_groups(ce.model, config)
     head = [g for g in groups if "lr" in g]
     assert len(head) == 1 and head[0]["lr"] == pytest.approx(1e-3)
@@ -201,24 +154,10 @@ def test_the_new_head_gets_a_larger_learning_rate(tiny_bert_dir, tmp_path):
     assert sum(len(g["params"]) for g in groups) == len(named)  # every parameter, once
 
 
-def test_first_stage_from_a_run_file_and_refusal_of_unknown_sources(toy_data, tmp_path):
-    from dotcat.training.examples import load_training_data
-
-    data = load_training_data(toy_data)
-    path = tmp_path / "first.trec"
-    write_run({"q0": [("d3", 2.0), ("d1", 1.0)]}, path)
-    run = first_stage_run(str(path), data, {"q0": "x", "q1": "y"}, k=1)
-    assert run == {"q0": [("d3", 2.0)], "q1": []}
-    bm25 = first_stage_run("bm25", data, {"q0": data.queries["q0"]}, k=3)
-    assert len(bm25["q0"]) == 3 and bm25["q0"][0][0] == "d0"
-    with pytest.raises(DotcatError, match="not 'bm25'"):
-        first_stage_run(str(tmp_path / "nothing"), data, {"q0": "x"}, k=1)
-
-
 def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_bert_dir, tmp_path):
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
-    out = train_cross_encoder(_config(toy_data, tmp_path / "cat", tiny_bert_dir, loss="lce"))
+    out = train(_config(toy_data, tmp_path / "cat", tiny_bert_dir, loss="lce"))
     record = _record(out)
     assert record["kind"] == "cat" and record["status"] == "finished"
     assert record["loss"] == {"name": "lce", "group_size": 4}
@@ -252,21 +191,19 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
     torch.testing.assert_close(torch.tensor(theirs), torch.tensor(ours), atol=1e-5, rtol=1e-5)
 
     with pytest.raises(DotcatError, match="earlier training run"):
-        train_cross_encoder(_config(toy_data, out, tiny_bert_dir))
+        train(_config(toy_data, out, tiny_bert_dir))
 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
     common = dict(epochs=2, loss="bce", dev_fraction=0.0)
-    straight = train_cross_encoder(
-        _config(toy_data, tmp_path / "straight", tiny_bert_dir, **common)
-    )
+    straight = train(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
     total = _record(straight)["steps"]
     assert total >= 4
     split = tmp_path / "split"
     stop = total // 2 + 1  # inside the second epoch
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    train(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
     assert _record(split)["status"] == "stopped"
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     resumed = _record(split)
     assert resumed["status"] == "finished" and resumed["steps"] == total
     assert resumed["resumed_from"].endswith(f"step-{stop:08d}")
@@ -279,7 +216,7 @@ def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
 def test_bad_settings_are_refused(toy_data, tiny_bert_dir, tmp_path):
     for bad in (dict(loss="hinge"), dict(n_negatives=0), dict(depth=0), dict(first_stages=())):
         with pytest.raises(DotcatError):
-            train_cross_encoder(_config(toy_data, tmp_path / "bad", tiny_bert_dir, **bad))
+            train(_config(toy_data, tmp_path / "bad", tiny_bert_dir, **bad))
 
 
 def test_bf16_off_scores_the_dev_split_in_fp32_too(toy_data, tiny_bert_dir, tmp_path, monkeypatch):
@@ -296,7 +233,7 @@ def test_bf16_off_scores_the_dev_split_in_fp32_too(toy_data, tiny_bert_dir, tmp_
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(CrossEncoder, "score", spy)
-    train_cross_encoder(_config(toy_data, tmp_path / "out", tiny_bert_dir, epochs=1, bf16="off"))
+    train(_config(toy_data, tmp_path / "out", tiny_bert_dir, epochs=1, bf16="off"))
     assert seen and all(dtype is None for dtype in seen)
     assert _record(tmp_path / "out")["bf16"] is False
 
@@ -305,21 +242,17 @@ def test_resume_keeps_the_dev_chosen_interpolation_weight(toy_data, tiny_bert_di
     """The weight is chosen at the end on the best epoch's dev candidates; a run resumed after
     that epoch must choose it from the same candidates (they live in the checkpoint)."""
     common = dict(epochs=2, loss="bce", dev_fraction=0.25)
-    straight = train_cross_encoder(
-        _config(toy_data, tmp_path / "straight", tiny_bert_dir, **common)
-    )
+    straight = train(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
     total = _record(straight)["steps"]
     split = tmp_path / "split"
     stop = total // 2 + 1  # inside the second epoch, after the first one's dev evaluation
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
-    from dotcat.training.checkpoint import latest_checkpoint
-
+    train(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
     state = json.loads((latest_checkpoint(split) / "state.json").read_text())
     assert state["best"]["epoch"] == 1  # epoch 1 was evaluated before the stop...
     kept = state["best_candidates"]  # ...and its dev candidates travel with the checkpoint
     assert len(kept) == _record(split)["split"]["dev_queries"]
     assert all(len(c["cat"]) == min(5, len(c["docs"])) for c in kept.values())
-    train_cross_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     want, got = _record(straight)["interpolation"], _record(split)["interpolation"]
     assert want and got == want
     saved = json.loads((split / "dotcat_cross_encoder.json").read_text())

@@ -3,14 +3,15 @@
 Every judged-relevant (query, document) pair is one example, as in DPR (Karpukhin et al.,
 "Dense Passage Retrieval for Open-Domain Question Answering", EMNLP 2020): the query's positive
 is scored against the other examples' documents of the batch (in-batch negatives) and against
-its own hard negatives, mined from BM25 or from a dense index (:mod:`dotcat.training.mining`).
+its own hard negatives, mined from BM25 or from a dense index (:mod:`dotcat.training.data.mining`).
 
 A judged-relevant document is never used as a negative: such "false negatives" are the main
 noise of mined negatives (Qu et al., "RocketQA", NAACL 2021), so they are removed here again,
 whatever file the negatives came from.
 
 The dev split used for model selection is carved from the training queries by a hash of
-``(seed, qid)`` (:func:`split_dev`), so it is reproducible and stable when queries are added.
+``(seed, qid)`` (:func:`dotcat.data.splits.split_dev`), so it is reproducible and stable when
+queries are added; :func:`dev_subset` bounds the corpus it is evaluated on.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import datasets
+import numpy as np
 
 from dotcat.data import load_corpus, load_qrels, load_queries
 from dotcat.errors import DotcatError
+from dotcat.index import document_text
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ def build_examples(
         queries: qid -> text.
         qrels: qid -> docid -> grade.
         negatives: qid -> mined negative ids (best first), e.g. from
-            :func:`dotcat.training.mining.mine_bm25_negatives`; ``None`` for none.
+            :func:`dotcat.training.data.mining.mine_bm25_negatives`; ``None`` for none.
         n_negatives: negatives per example (0: in-batch negatives only).
         min_relevance: smallest grade that makes a document a positive (>= 1).
         seed: seed of the negative sampling.
@@ -156,23 +159,32 @@ def build_examples(
             pool = [doc for doc in mined if doc not in relevant]
             stats.removed_relevant += len(mined) - len(pool)
         for positive in positives:
-            chosen: list[str] = []
+            chosen: list[str] | None = []
             if n_negatives > 0 and negatives is not None:
                 rng = seeded_rng(seed, qid, positive)
-                if len(pool) >= n_negatives:
-                    chosen = rng.sample(pool, n_negatives)
-                else:
-                    stats.short_negatives += 1
-                    chosen = rng.sample(pool, len(pool))
-                    if on_short == "drop" or (on_short == "repeat" and not chosen):
-                        stats.dropped_short += 1
-                        continue
-                    if on_short == "repeat":
-                        chosen = [chosen[i % len(chosen)] for i in range(n_negatives)]
-            examples.append(TrainingExample(qid, text, positive, tuple(chosen)))
+                chosen = _draw(pool, n_negatives, rng, on_short, stats)
+            if chosen is not None:
+                examples.append(TrainingExample(qid, text, positive, tuple(chosen)))
     stats.examples = len(examples)
     _log_stats(stats, n_negatives, no_text)
     return examples
+
+
+def _draw(
+    pool: list[str], n: int, rng: random.Random, on_short: str, stats: ExampleStats
+) -> list[str] | None:
+    """``n`` negatives of ``pool`` drawn by ``rng`` (see :func:`build_examples`'s
+    ``on_short`` for a short pool); None: the example is dropped."""
+    if len(pool) >= n:
+        return rng.sample(pool, n)
+    stats.short_negatives += 1
+    chosen = rng.sample(pool, len(pool))
+    if on_short == "drop" or (on_short == "repeat" and not chosen):
+        stats.dropped_short += 1
+        return None
+    if on_short == "repeat":
+        chosen = [chosen[i % len(chosen)] for i in range(n)]
+    return chosen
 
 
 def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> None:
@@ -274,3 +286,29 @@ def load_training_data(
         len(corpus),
     )
     return TrainingData(kept_queries, kept_qrels, corpus)
+
+
+def document_texts(corpus: Any, ids: set[str]) -> dict[str, str]:
+    """id -> encoded text (:func:`dotcat.index.document_text`) of the documents in ``ids``."""
+    texts: dict[str, str] = {}
+    for batch in corpus.iter(batch_size=10_000):
+        for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
+            if doc_id in ids:
+                texts[doc_id] = document_text(title or "", text or "")
+    return texts
+
+
+def dev_subset(corpus: Any, dev_qrels: Qrels, max_docs: int, seed: int) -> Any:
+    """The corpus, or for more than ``max_docs`` documents the judged ones plus a seeded sample."""
+    if len(corpus) <= max_docs:
+        return corpus
+    judged = {doc for docs in dev_qrels.values() for doc in docs}
+    ids = corpus["id"]
+    keep = [i for i, doc in enumerate(ids) if doc in judged]
+    others = np.setdiff1d(np.arange(len(ids)), np.asarray(keep, dtype=np.int64))
+    sample = np.random.default_rng(seed).choice(
+        others, size=min(max_docs, len(others)), replace=False
+    )
+    rows = sorted(set(keep) | set(sample.tolist()))
+    logger.info("dev evaluation on %d of %d documents (judged + sample)", len(rows), len(ids))
+    return corpus.select(rows)

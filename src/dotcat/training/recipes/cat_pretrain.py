@@ -1,4 +1,4 @@
-"""Label-free pre-training of a BERT_CAT on its training corpus, before the qrels (issue 16).
+"""The ``cat`` recipe's first step: label-free pre-training on its corpus, before the qrels.
 
 A cross-encoder that starts from a bi-encoder checkpoint (all-MiniLM-L6-v2) has a new head and
 has never read a query beside a document; a few hundred labelled queries are little to learn
@@ -6,8 +6,9 @@ both from. The corpus itself provides pairs without labels (the title-body signa
 pre-train retrievers: Lee et al. 2019, ICT; Wang et al. 2022, GPL): each document's title (or a
 sentence cut from it, :mod:`dotcat.data.pseudo`) is a query whose positive is the document
 without it, and the first stages' other top documents are its negatives. ``train cat
---pretrain-queries N`` trains one epoch on N such pairs, then fine-tunes on the qrels from
-there. Measured in ``eval/results/cat_pretrain.md`` and ``cat_folds.md``.
+--pretrain-queries N`` trains one epoch on N such pairs (:func:`pretrain_config` is that run's
+config, :meth:`dotcat.training.recipes.cat.CatRecipe.first_steps` runs it), then fine-tunes on
+the qrels from there.
 
 Layout under the run's output directory::
 
@@ -23,9 +24,13 @@ import dataclasses
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
 
+from dotcat.data.corpus import iter_corpus
+from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
 from dotcat.errors import DotcatError
+from dotcat.files import atomic_dir, read_json_or_none, write_json
+from dotcat.training.config import AUTO, CatConfig
+from dotcat.training.loop import RECORD_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -37,25 +42,20 @@ MIN_PSEUDO_QUERIES = 8
 #: Share of the pseudo-queries held out to check the pre-training (nothing is chosen on it).
 PRETRAIN_DEV_FRACTION = 0.05
 #: ``pretrain_queries="auto"`` (the default): this many pseudo-queries where the corpus gives
-#: at least :data:`AUTO_MIN_QUERIES`, else no pre-training. Measured on SciFact
-#: (``eval/results/cat_folds.md``: the plain logit +0.015 / +0.020 nDCG@10 on 724 held-out
-#: training queries, p 0.035 / 0.011) and on two collections the models never saw
-#: (``cat_pipeline_pretrain.md`` against ``cat_pipeline_teacher.md``: the plain logit +0.08 on
-#: pydoc, +0.12 on debian; ``cat_corpus_weight*.md``).
+#: at least :data:`AUTO_MIN_QUERIES`, else no pre-training. It helped the plain logit on
+#: SciFact (+0.015 / +0.020 nDCG@10 on 724 held-out training queries, p 0.035 / 0.011) and on
+#: two collections the models never saw (+0.08 on pydoc, +0.12 on debian).
 AUTO_QUERIES = 1600
 AUTO_MIN_QUERIES = 200
 
 
-def pretrain(config: Any) -> Path:
-    """Pre-train ``config``'s base on pseudo-pairs of its corpus; returns the model directory.
+def pretrain_config(config: CatConfig) -> CatConfig:
+    """The pre-training run of ``config`` (``pretrain_queries`` > 0), its pseudo-pairs written.
 
-    ``config`` is a :class:`~dotcat.training.cat_trainer.CatTrainConfig` with
-    ``pretrain_queries`` > 0; the pre-training run is that config with the pseudo-pairs as its
-    data, one epoch, no qrels, and only the first stages that can rank new queries (``bm25``
-    and index directories; a TREC run covers the labelled queries only).
+    That config with the pseudo-pairs as its data (:func:`pseudo_dataset`), ``OUT/pretrain/model``
+    as its output, one epoch, no qrels, and only the first stages that can rank new queries
+    (``bm25`` and index directories; a TREC run covers the labelled queries only).
     """
-    from dotcat.training.cat_trainer import train_cross_encoder
-
     root = Path(config.out_dir) / PRETRAIN_DIR
     if config.overwrite and root.exists():
         shutil.rmtree(root)
@@ -75,10 +75,10 @@ def pretrain(config: Any) -> Path:
         pretrain_queries=0,
     )
     logger.info("pre-training on %s (%s), then fine-tuning on the qrels", data, ", ".join(stages))
-    return train_cross_encoder(pre)
+    return pre
 
 
-def resolve_pretrain_queries(config: Any) -> int:
+def resolve_pretrain_queries(config: CatConfig) -> int:
     """``config.pretrain_queries`` as a number; ``auto`` is decided once per output directory.
 
     A resumed run keeps its first decision: the pseudo-pairs it wrote record their count, and a
@@ -86,12 +86,7 @@ def resolve_pretrain_queries(config: Any) -> int:
     without. Otherwise ``auto`` is :data:`AUTO_QUERIES` (or all the corpus has, if fewer) where
     the corpus gives at least :data:`AUTO_MIN_QUERIES` pseudo-queries, else 0.
     """
-    from dotcat.data.corpus import iter_corpus
-    from dotcat.data.pseudo import pseudo_queries
-    from dotcat.files import read_json_or_none
-    from dotcat.training.loop import RECORD_FILE
-
-    if config.pretrain_queries != "auto":
+    if config.pretrain_queries != AUTO:
         return int(config.pretrain_queries)
     out = Path(config.out_dir)
     if config.resume:
@@ -109,12 +104,8 @@ def resolve_pretrain_queries(config: Any) -> int:
     return n
 
 
-def pseudo_dataset(config: Any, target: Path) -> Path:
+def pseudo_dataset(config: CatConfig, target: Path) -> Path:
     """``target``: ``config.pretrain_queries`` pseudo-queries of the corpus as a BEIR dir."""
-    from dotcat.data.corpus import iter_corpus
-    from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
-    from dotcat.files import atomic_dir, read_json_or_none, write_json
-
     settings = {"pretrain_queries": config.pretrain_queries, "seed": config.seed}
     if (target / "qrels" / "train.tsv").is_file():  # written whole by an earlier run
         made = read_json_or_none(target / SETTINGS_FILE)

@@ -5,7 +5,7 @@ document of a batch is a negative for every query but its own. If two examples o
 share a positive document, or one example's document is relevant to another example's query,
 the loss pushes a query away from a relevant document: a false negative (Qu et al.,
 "RocketQA", NAACL 2021). :class:`NoDuplicatePositiveBatchSampler` packs batches so that this
-does not happen; :func:`false_negative_mask` masks whatever remains (e.g. the last, small
+does not happen; :func:`batch_false_negatives` masks whatever remains (e.g. the last, small
 batches of an epoch, or relevance the sampler was not told about).
 """
 
@@ -21,8 +21,8 @@ import torch
 from torch.utils.data import Sampler
 
 from dotcat.errors import DotcatError
-from dotcat.losses.contrastive import false_negative_mask as _mask_from_ids
-from dotcat.training.examples import TrainingExample, relevant_docs
+from dotcat.losses import false_negative_mask
+from dotcat.training.data.examples import TrainingExample, relevant_docs
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
     contrastive loss, so one example's positive must not be another's hard negative). This is
     cheap (set look-ups) and rarely delays an example on a real corpus; on a tiny, densely
     judged one, ``check_negatives=False`` packs tighter and leaves those cases to the loss's
-    mask (:func:`false_negative_mask`). "Relevant to a query" means grade > 0 in ``qrels``
+    mask (:func:`batch_false_negatives`). "Relevant to a query" means grade > 0 in ``qrels``
     when given, and always includes the query's positives among the examples.
 
     Every example is in exactly one batch per epoch. All batches are full except possibly the
@@ -262,10 +262,11 @@ class _Batch:
         return True
 
 
-def false_negative_mask(
+def batch_false_negatives(
     batch_examples: Sequence[TrainingExample], qrels: Qrels | None = None
 ) -> torch.Tensor:
-    """``[B, B + B*n]`` bool mask of the false negatives of a batch, for the contrastive loss.
+    """``[B, B + B*n]`` bool mask of the false negatives of a batch, for the contrastive loss:
+    :func:`dotcat.losses.false_negative_mask` of the documents relevant to each example.
 
     Columns follow :func:`dotcat.losses.contrastive.contrastive_logits`: the ``B`` positives in
     batch order, then the ``n`` hard negatives of example 0, of example 1, ... Entry
@@ -288,7 +289,7 @@ def false_negative_mask(
         positives_of[e.qid] | relevant_docs(qrels.get(e.qid) if qrels else None)
         for e in batch_examples
     ]
-    return _mask_from_ids(
+    return false_negative_mask(
         relevant,
         [e.positive_id for e in batch_examples],
         [list(e.negative_ids) for e in batch_examples],

@@ -1,8 +1,8 @@
-"""dotcat.training.trainer: an end-to-end run, GradCache == plain, exact resume, triplet, bf16."""
+"""dotcat.training.recipes.dot: an end-to-end run, GradCache == plain, exact resume, triplet,
+bf16."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import shutil
@@ -12,70 +12,17 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.training.toy import TOPICS, make_training_beir
 
 from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
-from dotcat.models.runtime import cpu_has_native_bf16
-from dotcat.training.examples import TrainingExample
-from dotcat.training.mining import load_negatives
+from dotcat.losses import LossConfig
+from dotcat.training.config import DotConfig
+from dotcat.training.data.examples import TrainingExample
+from dotcat.training.data.mining import load_negatives
 from dotcat.training.model import TrainableBiEncoder
-from dotcat.training.trainer import (
-    DotTrainConfig,
-    LossConfig,
-    backward_batch,
-    dev_subset,
-    evaluate_dev,
-    resolve_bf16,
-    train_bi_encoder,
-)
-
-TOPICS = [
-    ("insulin", "glucose"),
-    ("neuron", "synapse"),
-    ("tumor", "chemotherapy"),
-    ("virus", "antibody"),
-    ("bone", "calcium"),
-    ("liver", "bile"),
-    ("lung", "oxygen"),
-    ("kidney", "urine"),
-    ("heart", "artery"),
-    ("skin", "melanin"),
-    ("muscle", "fiber"),
-    ("gene", "mutation"),
-    ("protein", "folding"),
-    ("sleep", "melatonin"),
-    ("vaccine", "immunity"),
-    ("diet", "obesity"),
-]
-FILLER = ["study", "patients", "effect", "cells", "trial", "risk", "mice", "levels", "results"]
-
-
-def make_training_beir(root: Path, seed: int = 0) -> Path:
-    """A learnable toy BEIR dir: each query names its document's two topic words.
-
-    Documents share filler words, so BM25 ranks other documents below the relevant one and
-    there are negatives to mine; two extra documents per topic-free filler make the corpus
-    bigger than a batch.
-    """
-    rng = random.Random(seed)
-    (root / "qrels").mkdir(parents=True)
-    docs, queries, qrels = [], [], []
-    for i, (a, b) in enumerate(TOPICS):
-        words = [a, b, a, *rng.sample(FILLER, 4)]
-        rng.shuffle(words)
-        docs.append({"_id": f"d{i}", "title": f"{a} {b}", "text": " ".join(words)})
-        queries.append({"_id": f"q{i}", "text": f"{rng.choice(FILLER)} {a} {b}"})
-        qrels.append((f"q{i}", f"d{i}"))
-    for j in range(8):
-        docs.append({"_id": f"x{j}", "title": "", "text": " ".join(rng.sample(FILLER, 5))})
-    with gzip.open(root / "corpus.jsonl.gz", "wt", encoding="utf-8") as f:
-        f.writelines(json.dumps(d) + "\n" for d in docs)
-    with open(root / "queries.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(q) + "\n" for q in queries)
-    with open(root / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        f.writelines(f"{q}\t{d}\t1\n" for q, d in qrels)
-    return root
+from dotcat.training.recipes.dot import backward_batch, evaluate_dev
+from dotcat.training.run import train
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +30,7 @@ def toy_data(tmp_path_factory) -> Path:
     return make_training_beir(tmp_path_factory.mktemp("toy") / "beir")
 
 
-def _config(data: Path, out: Path, base: Path, cls=DotTrainConfig, **overrides) -> DotTrainConfig:
+def _config(data: Path, out: Path, base: Path, cls=DotConfig, **overrides) -> DotConfig:
     settings = dict(
         data=data,
         out_dir=out,
@@ -169,7 +116,7 @@ def test_evaluate_dev_measures_ndcg_at_10_and_recall_at_100_of_exact_search():
 def test_end_to_end_run_writes_model_negatives_and_record(toy_data, tiny_bert_dir, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    out = train_bi_encoder(_config(toy_data, tmp_path / "run", tiny_bert_dir, epochs=3))
+    out = train(_config(toy_data, tmp_path / "run", tiny_bert_dir, epochs=3))
     record = _record(out)
     assert record["status"] == "finished"
     assert [e["epoch"] for e in record["epochs"]] == [0, 1, 2, 3]
@@ -203,7 +150,7 @@ def test_end_to_end_run_writes_model_negatives_and_record(toy_data, tiny_bert_di
 
     # A second run into the same directory must not silently mix with the first.
     with pytest.raises(DotcatError, match="resume"):
-        train_bi_encoder(_config(toy_data, out, tiny_bert_dir))
+        train(_config(toy_data, out, tiny_bert_dir))
 
 
 def _example_batch() -> tuple[list[TrainingExample], dict[str, str], dict]:
@@ -293,29 +240,29 @@ def test_the_dev_split_does_not_follow_the_runs_seed(toy_data, tiny_bert_dir, tm
     expected = set(split_dev(qids, 0.2, DEV_SEED)[1])
     assert expected and expected != set(split_dev(qids, 0.2, 7)[1])
     config = _config(toy_data, tmp_path / "run", tiny_bert_dir, seed=7, epochs=1, dev_eval="none")
-    negatives, _ = load_negatives(train_bi_encoder(config) / "negatives.jsonl.gz")
+    negatives, _ = load_negatives(train(config) / "negatives.jsonl.gz")
     assert set(qids) - set(negatives) == expected  # negatives are mined for train queries only
 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
     common = dict(epochs=2, batch_size=3, grad_accum_steps=1, dev_eval="none", checkpoint_every=0)
-    straight = train_bi_encoder(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
+    straight = train(_config(toy_data, tmp_path / "straight", tiny_bert_dir, **common))
     total = _record(straight)["steps"]
     assert total >= 6
 
     split = tmp_path / "split"
     stop = total // 2 + 1  # inside the second epoch
-    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
+    train(_config(toy_data, split, tiny_bert_dir, stop_after_steps=stop, **common))
     stopped = _record(split)
     assert stopped["status"] == "stopped" and stopped["steps"] == stop
     assert (split / "checkpoints" / f"step-{stop:08d}" / "optimizer.pt").is_file()
-    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     resumed = _record(split)
     assert resumed["status"] == "finished" and resumed["steps"] == total
     assert resumed["resumed_from"].endswith(f"step-{stop:08d}")
     # Resuming a finished run does nothing.
     before = (split / "model.safetensors").stat().st_mtime_ns
-    train_bi_encoder(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, resume=True, **common))
     assert (split / "model.safetensors").stat().st_mtime_ns == before
 
     a = load_file(straight / "model.safetensors")
@@ -336,7 +283,7 @@ def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
 def test_checkpoints_every_n_steps_and_resume_keeps_dev_history(toy_data, tiny_bert_dir, tmp_path):
     out = tmp_path / "run"
     config = _config(toy_data, out, tiny_bert_dir, epochs=2, checkpoint_every=2, keep_checkpoints=2)
-    train_bi_encoder(config)
+    train(config)
     record = _record(out)
     kept = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert len(kept) == 2 and kept[-1] == f"step-{record['steps'] // 2 * 2:08d}"
@@ -347,9 +294,7 @@ def test_checkpoints_every_n_steps_and_resume_keeps_dev_history(toy_data, tiny_b
 
     # Resume from a mid-run checkpoint: the dev history up to it is carried over.
     shutil.rmtree(out / "checkpoints" / kept[-1])
-    train_bi_encoder(
-        _config(toy_data, out, tiny_bert_dir, epochs=2, checkpoint_every=2, resume=True)
-    )
+    train(_config(toy_data, out, tiny_bert_dir, epochs=2, checkpoint_every=2, resume=True))
     again = _record(out)
     assert [e["epoch"] for e in again["epochs"]] == [0, 1, 2]
     for before, after in zip(record["epochs"], again["epochs"], strict=True):
@@ -359,7 +304,7 @@ def test_checkpoints_every_n_steps_and_resume_keeps_dev_history(toy_data, tiny_b
 
 
 def test_triplet_loss_and_gradcache_and_accumulation_run(toy_data, tiny_bert_dir, tmp_path):
-    out = train_bi_encoder(
+    out = train(
         _config(
             toy_data,
             tmp_path / "triplet",
@@ -379,7 +324,7 @@ def test_triplet_loss_and_gradcache_and_accumulation_run(toy_data, tiny_bert_dir
 
 
 def test_bf16_forced_on_cpu_runs(toy_data, tiny_bert_dir, tmp_path):
-    out = train_bi_encoder(
+    out = train(
         _config(toy_data, tmp_path / "bf16", tiny_bert_dir, bf16="on", epochs=1, dev_fraction=0)
     )
     record = _record(out)
@@ -390,15 +335,9 @@ def test_bf16_forced_on_cpu_runs(toy_data, tiny_bert_dir, tmp_path):
     assert all(t.dtype == torch.float32 for t in weights.values())
 
 
-def test_bf16_auto_follows_the_hardware():
-    assert resolve_bf16("auto", torch.device("cpu")) is cpu_has_native_bf16()
-    assert resolve_bf16("off", torch.device("cpu")) is False
-    assert resolve_bf16("on", torch.device("cpu")) is True
-
-
 def test_negatives_file_and_in_batch_only(toy_data, tiny_bert_dir, tmp_path):
-    first = train_bi_encoder(_config(toy_data, tmp_path / "a", tiny_bert_dir, epochs=1))
-    again = train_bi_encoder(
+    first = train(_config(toy_data, tmp_path / "a", tiny_bert_dir, epochs=1))
+    again = train(
         _config(
             toy_data,
             tmp_path / "b",
@@ -413,15 +352,13 @@ def test_negatives_file_and_in_batch_only(toy_data, tiny_bert_dir, tmp_path):
     # Same negatives, same seed: the same run.
     assert _record(again)["loss_curve"] == _record(first)["loss_curve"]
 
-    none = train_bi_encoder(
-        _config(toy_data, tmp_path / "c", tiny_bert_dir, epochs=1, negatives="none")
-    )
+    none = train(_config(toy_data, tmp_path / "c", tiny_bert_dir, epochs=1, negatives="none"))
     assert not (none / "negatives.jsonl.gz").exists()
     assert _record(none)["negatives"]["method"] == "none"
 
 
 def test_dense_remining_between_epochs(toy_data, tiny_bert_dir, tmp_path):
-    out = train_bi_encoder(
+    out = train(
         _config(
             toy_data,
             tmp_path / "remine",
@@ -437,44 +374,6 @@ def test_dense_remining_between_epochs(toy_data, tiny_bert_dir, tmp_path):
     assert meta0["method"] == meta1["method"] == "dense"
     assert meta0["model_fingerprint"] != meta1["model_fingerprint"]
     assert first.keys() == second.keys()
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"loss": "hinge"},
-        {"negatives": "colbert"},
-        {"loss": "triplet", "negatives": "none"},
-        {"epochs": 0},
-        {"window": (5, 5)},
-        {"bf16": "maybe"},
-        {"remine_each_epoch": True, "negatives": "none"},
-    ],
-)
-def test_bad_settings_are_refused(tmp_path, overrides):
-    config = DotTrainConfig(data=tmp_path, out_dir=tmp_path / "out", **overrides)
-    with pytest.raises(DotcatError):
-        config.validate()
-
-
-def test_dev_subset_keeps_judged_documents_and_samples_the_rest():
-    import datasets
-
-    corpus = datasets.Dataset.from_dict(
-        {"id": [f"d{i}" for i in range(100)], "title": [""] * 100, "text": ["t"] * 100}
-    )
-    qrels = {"q1": {"d3": 1, "d97": 0}, "q2": {"d50": 2}}
-    subset = dev_subset(corpus, qrels, max_docs=10, seed=1)
-    ids = subset["id"]
-    assert {"d3", "d97", "d50"} <= set(ids) and len(ids) == 13
-    assert dev_subset(corpus, qrels, max_docs=10, seed=1)["id"] == ids
-    assert dev_subset(corpus, qrels, max_docs=100, seed=1) is corpus
-
-
-def test_the_default_temperature_follows_the_similarity():
-    assert LossConfig.for_model("contrastive", "cos", None, 0.1).temperature == 0.05
-    assert LossConfig.for_model("contrastive", "dot", None, 0.1).temperature == 1.0
-    assert LossConfig.for_model("contrastive", "dot", 0.2, 0.1).temperature == 0.2  # given
 
 
 def test_the_triplet_loss_is_on_cosines_for_a_dot_product_model(tiny_no_dropout):

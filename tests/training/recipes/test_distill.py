@@ -10,23 +10,23 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.training.recipes.test_dot import _config as dot_config
+from tests.training.toy import make_training_beir
 from typer.testing import CliRunner
 
 from dotcat.errors import DotcatError
+from dotcat.training.config import LEXICAL_ALPHA, DistillConfig
 from dotcat.training.distributed import DistributedContext
 from dotcat.training.recipes.distill import (
-    DistillConfig,
     DistillRecipe,
     pooled_within_query_std,
     student_scores,
-    train_distilled,
 )
+from dotcat.training.run import train
 
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> Path:
-    from tests.training.test_trainer import make_training_beir
-
     return make_training_beir(tmp_path_factory.mktemp("distill_toy") / "beir")
 
 
@@ -41,9 +41,7 @@ def teacher_with_alpha(tiny_cat_dir, tmp_path_factory) -> Path:
 
 
 def _config(data: Path, out: Path, student: Path, teacher: Path, **overrides) -> DistillConfig:
-    """``train dot``'s test settings (tests/training/test_trainer.py) with a teacher."""
-    from tests.training.test_trainer import _config as dot_config
-
+    """``train dot``'s test settings (tests/training/recipes/test_dot.py) with a teacher."""
     settings = dict(teacher=str(teacher), teacher_precision="fp32", n_negatives=2)
     return dot_config(data, out, student, cls=DistillConfig, **{**settings, **overrides})
 
@@ -80,7 +78,7 @@ def test_a_run_distils_the_teacher_and_writes_a_bi_encoder(
     # The teacher's margins alone (no InfoNCE beside them), so their loss can be followed.
     config = _config(toy_data, tmp_path / "run", tiny_bert_dir, tiny_cat_dir, epochs=4)
     config.contrastive_weight = 0.0
-    out = train_distilled(config)
+    out = train(config)
     record = _record(out)
     assert record["kind"] == "distill" and record["status"] == "finished"
     assert record["teacher"]["alpha"] == 1.0  # the tiny teacher records no dev weight
@@ -178,7 +176,6 @@ def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
 
 def test_the_lexical_teacher_is_bm25_mixed_with_the_dense_score(toy_data, tiny_bert_dir, tmp_path):
     from dotcat.search.bm25 import BM25Index
-    from dotcat.training.recipes.distill import LEXICAL_ALPHA
 
     def prepared(out: Path, **overrides) -> DistillRecipe:
         config = _config(toy_data, out, tiny_bert_dir, "bm25", **overrides)
@@ -281,19 +278,17 @@ def test_the_lexical_teacher_at_weight_0_is_named_bm25(toy_data, tiny_bert_dir, 
 
 def test_resume_continues_exactly(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
     common = dict(epochs=2, batch_size=3, dev_eval="none", contrastive_weight=0.5)
-    straight = train_distilled(
+    straight = train(
         _config(toy_data, tmp_path / "straight", tiny_bert_dir, tiny_cat_dir, **common)
     )
     total = _record(straight)["steps"]
     split = tmp_path / "split"
     stop = total // 2 + 1
-    train_distilled(
-        _config(toy_data, split, tiny_bert_dir, tiny_cat_dir, stop_after_steps=stop, **common)
-    )
+    train(_config(toy_data, split, tiny_bert_dir, tiny_cat_dir, stop_after_steps=stop, **common))
     assert _record(split)["status"] == "stopped"
     # The teacher's scores are on disk: the resumed run reads them, it does not score again.
     before = (split / "teacher_scores.jsonl").stat().st_mtime_ns
-    train_distilled(_config(toy_data, split, tiny_bert_dir, tiny_cat_dir, resume=True, **common))
+    train(_config(toy_data, split, tiny_bert_dir, tiny_cat_dir, resume=True, **common))
     assert (split / "teacher_scores.jsonl").stat().st_mtime_ns == before
     resumed, straight_record = _record(split), _record(straight)
     assert (
@@ -313,7 +308,7 @@ def test_grad_cache_trains_the_plain_runs_weights(
     runs = {}
     for name, chunk in {"plain": None, "cached": 3}.items():
         out = tmp_path / name
-        train_distilled(
+        train(
             _config(toy_data, out, tiny_no_dropout, tiny_cat_dir, cache_chunk_size=chunk, **common)
         )
         runs[name] = (_record(out), load_file(out / "model.safetensors"))
@@ -338,7 +333,7 @@ def test_the_loss_options_change_what_is_trained(toy_data, tiny_bert_dir, tiny_c
         "kl": {"distill_loss": "kl", "contrastive_weight": 0.0},
         "plus-infonce": {},  # the default: margin-mse + 1 x InfoNCE
     }.items():
-        out = train_distilled(
+        out = train(
             _config(
                 toy_data,
                 tmp_path / name,

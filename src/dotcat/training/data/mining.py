@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,8 +37,10 @@ import numpy as np
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.index import document_text
 from dotcat.progress import progress_bar
 from dotcat.search.bm25 import BM25Config, BM25Index
+from dotcat.training.config import DEFAULT_WINDOW, check_window
 
 logger = logging.getLogger(__name__)
 
@@ -47,21 +49,7 @@ Qrels = Mapping[str, Mapping[str, int]]
 
 NEGATIVES_FORMAT = "dotcat-negatives"
 NEGATIVES_FORMAT_VERSION = 1
-DEFAULT_WINDOW = (10, 100)
 DEFAULT_CHUNK_SIZE = 16_384
-
-
-def check_window(window: Sequence[int]) -> tuple[int, int]:
-    """Validate a rank window ``(start, end)``: integers with ``0 <= start < end``."""
-    try:
-        start, end = window
-    except (TypeError, ValueError):
-        raise DotcatError(f"rank window must be (start, end), got {window!r}") from None
-    if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in window):
-        raise DotcatError(f"rank window must be two integers, got {window!r}")
-    if not 0 <= start < end:
-        raise DotcatError(f"rank window must satisfy 0 <= start < end, got [{start}, {end})")
-    return int(start), int(end)
 
 
 def window_negatives(
@@ -225,43 +213,16 @@ def mine_dense_negatives(
     Returns:
         qid -> negative ids in rank order.
     """
-    from dotcat.index import document_text  # lazy: pulls in the model stack
-
     window = check_window(window)
-    end = window[1]
     qids = list(queries)
-    cos = getattr(encoder, "similarity", "dot") == "cos"
     if not qids:
         logger.warning("no queries to mine negatives for")
-    query_vectors = (
-        _as_matrix(encoder.encode_queries([queries[q] for q in qids]), len(qids), "query vectors")
-        if qids
-        else np.zeros((0, 1), dtype=np.float32)
-    )
-    if cos:
-        faiss.normalize_L2(query_vectors)
-    heap = faiss.ResultHeap(len(qids), end, keep_max=True)
-    doc_ids: list[str] = []
-    total = len(corpus) if hasattr(corpus, "__len__") else None
-    with progress_bar(
-        total=total, desc="dense mining", unit="doc", enabled=show_progress and bool(qids)
-    ) as bar:
-        for ids, titles, texts in iter_document_chunks(corpus, chunk_size):
-            if not qids:
-                doc_ids += ids
-                continue
-            docs = [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
-            vectors = _document_vectors(encoder, docs, query_vectors.shape[1], cos)
-            k = min(end, len(ids))
-            scores, positions = faiss.knn(
-                query_vectors, vectors, k, metric=faiss.METRIC_INNER_PRODUCT
-            )
-            heap.add_result(scores, positions + len(doc_ids))
-            doc_ids += ids
-            bar.update(len(ids))
+        doc_ids = [i for ids, _, _ in iter_document_chunks(corpus, chunk_size) for i in ids]
+    else:
+        texts = [queries[q] for q in qids]
+        heap, doc_ids = _dense_search(encoder, corpus, texts, window[1], chunk_size, show_progress)
     if not doc_ids:
         raise DotcatError("the corpus has no documents: nothing to mine")
-    heap.finalize()
     negatives: Negatives = {
         qid: window_negatives(_ranked(heap, row, doc_ids), window, qrels.get(qid))
         for row, qid in enumerate(qids)
@@ -279,6 +240,68 @@ def mine_dense_negatives(
             )
         )
     return _finish(negatives, window, "dense")
+
+
+def _dense_search(
+    encoder: Any,
+    corpus: Iterable[Any],
+    texts: list[str],
+    k: int,
+    chunk_size: int,
+    show_progress: bool,
+) -> tuple[Any, list[str]]:
+    """The encoder's exact top ``k`` for the query ``texts`` (:func:`exact_search`), cosine
+    vectors L2-normalised."""
+    cos = getattr(encoder, "similarity", "dot") == "cos"
+    query_vectors = _as_matrix(encoder.encode_queries(texts), len(texts), "query vectors")
+    if cos:
+        faiss.normalize_L2(query_vectors)
+    dim = query_vectors.shape[1]
+    return exact_search(
+        query_vectors,
+        corpus,
+        k,
+        lambda docs: _document_vectors(encoder, docs, dim, cos),
+        chunk_size=chunk_size,
+        desc="dense mining",
+        show_progress=show_progress,
+    )
+
+
+def exact_search(
+    query_vectors: np.ndarray,
+    corpus: Iterable[Any],
+    k: int,
+    encode_documents: Callable[[list[str]], np.ndarray],
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    desc: str = "search",
+    show_progress: bool = False,
+) -> tuple[Any, list[str]]:
+    """Every query's exact inner-product top ``k`` over ``corpus``, in bounded memory.
+
+    The corpus is streamed in chunks of ``chunk_size`` documents
+    (:func:`iter_document_chunks`), each encoded by ``encode_documents`` on
+    :func:`dotcat.index.document_text` and searched with ``faiss.knn``; the per-chunk top
+    ``k`` lists are merged in a ``faiss.ResultHeap``, as a flat index over the whole corpus
+    would rank them. Returns the finalized heap (rows: queries; ``I``: positions in the
+    returned document ids) and the document ids in corpus order.
+    """
+    heap = faiss.ResultHeap(len(query_vectors), k, keep_max=True)
+    doc_ids: list[str] = []
+    total = len(corpus) if hasattr(corpus, "__len__") else None
+    with progress_bar(total=total, desc=desc, unit="doc", enabled=show_progress) as bar:
+        for ids, titles, texts in iter_document_chunks(corpus, chunk_size):
+            docs = [document_text(t, x) for t, x in zip(titles, texts, strict=True)]
+            vectors = encode_documents(docs)
+            scores, positions = faiss.knn(
+                query_vectors, vectors, min(k, len(ids)), metric=faiss.METRIC_INNER_PRODUCT
+            )
+            heap.add_result(scores, positions + len(doc_ids))
+            doc_ids += ids
+            bar.update(len(ids))
+    heap.finalize()
+    return heap, doc_ids
 
 
 def _document_vectors(encoder: Any, docs: list[str], dim: int, cos: bool) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""dotcat.training.examples: training examples from qrels, loading training data."""
+"""dotcat.training.data.examples: training examples from qrels, loading training data, the
+dev corpus sample."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import logging
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.training.examples import (
+from dotcat.training.data.examples import (
     ExampleStats,
     TrainingExample,
     build_examples,
+    dev_subset,
     load_training_data,
 )
 
@@ -39,7 +41,7 @@ MINED = {
 
 def test_build_examples_one_per_relevant_pair_and_counts(caplog):
     stats = ExampleStats()
-    with caplog.at_level(logging.WARNING, logger="dotcat.training.examples"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.data.examples"):
         examples = build_examples(QUERIES, QRELS, MINED, n_negatives=3, stats=stats)
     assert [(e.qid, e.query, e.positive_id) for e in examples] == [
         ("q1", "first query", "d1"),
@@ -135,7 +137,7 @@ def test_load_training_data_from_files(tiny_beir_dir, tmp_path, caplog):
         ),
         "utf-8",
     )
-    with caplog.at_level(logging.WARNING, logger="dotcat.training.examples"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.training.data.examples"):
         data = load_training_data(corpus_file, queries=queries_file, qrels=qrels_file)
     assert data.queries == {"a": "cats and dogs"}  # b: only a missing doc; c: unjudged
     assert data.qrels == {"a": {"d1": 1}, "z": {"d2": 1}}
@@ -150,3 +152,17 @@ def test_load_training_data_needs_queries_and_qrels_for_a_corpus_file(tmp_path):
     corpus_file.write_text('{"_id": "d1", "text": "x"}\n', "utf-8")
     with pytest.raises(DotcatError, match="queries and qrels"):
         load_training_data(corpus_file)
+
+
+def test_dev_subset_keeps_judged_documents_and_samples_the_rest():
+    import datasets
+
+    corpus = datasets.Dataset.from_dict(
+        {"id": [f"d{i}" for i in range(100)], "title": [""] * 100, "text": ["t"] * 100}
+    )
+    qrels = {"q1": {"d3": 1, "d97": 0}, "q2": {"d50": 2}}
+    subset = dev_subset(corpus, qrels, max_docs=10, seed=1)
+    ids = subset["id"]
+    assert {"d3", "d97", "d50"} <= set(ids) and len(ids) == 13
+    assert dev_subset(corpus, qrels, max_docs=10, seed=1)["id"] == ids
+    assert dev_subset(corpus, qrels, max_docs=100, seed=1) is corpus

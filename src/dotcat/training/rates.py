@@ -1,13 +1,13 @@
-"""How fast this machine trains and encodes: the rates a time budget is planned with.
+"""How fast this machine trains and encodes: the rates ``dotcat adapt`` plans its budget with.
 
-A training step here is what ``dotcat train dot`` does per batch (:func:`backward_batch`: the
-queries, their positives and one hard negative each, forward and backward, GradCache when a
-chunk is set), plus the AdamW update, at the batch size the run will train with. The first
-batch, of that size too, is not timed: it creates the kernels and buffers of the run's shapes
-(SciFact's pseudo data, Zen 4, quiet: 2.258 and 2.304 examples/s in two rounds where the run
-trained at 2.265, against 2.128 and 2.228 timed at 16 after a warm-up of two examples;
-``eval/bench_calibration.py``, ``eval/results/adapt_calibration.md``). Documents/s is the
-model encoding the sampled examples' documents, the work of dense mining.
+A training step here is what ``dotcat train dot`` does per batch
+(:func:`dotcat.training.recipes.dot.backward_batch`: the queries, their positives and hard
+negatives, forward and backward, GradCache when a chunk is set), plus the AdamW update, at the
+batch size the run will train with. The first batch, of that size too, is not timed: it
+creates the kernels and buffers of the run's shapes, and a smaller warm-up leaves that cost in
+the timed batches (the rate then under-estimates the run's). Documents/s is the model encoding
+the sampled examples' documents, the work of dense mining; pairs/s, a teacher cross-encoder
+scoring pairs, the work of distillation's teacher.
 """
 
 from __future__ import annotations
@@ -18,6 +18,16 @@ import time
 from pathlib import Path
 
 import torch
+
+from dotcat.index import document_text
+from dotcat.losses import LossConfig
+from dotcat.models import resolve_model
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.runtime import resolve_device
+from dotcat.training.data.examples import TrainingExample
+from dotcat.training.loop import param_groups, resolve_bf16
+from dotcat.training.model import TrainableBiEncoder
+from dotcat.training.recipes.dot import backward_batch
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +58,8 @@ def measure_rates(
         model: the BERT_DOT to train (directory or hub name).
         negatives: hard negatives per example, as the training will have them (each is one
             more document forward and backward).
-        warmup: examples in the untimed first batch; None: a whole batch (``eval/
-            bench_calibration.py`` times the earlier two-example warm-up beside it).
+        warmup: examples in the untimed first batch; None: a whole batch.
     """
-    from dotcat.models import resolve_model
-    from dotcat.models.runtime import resolve_device
-    from dotcat.training.loop import param_groups, resolve_bf16
-    from dotcat.training.model import TrainableBiEncoder
-    from dotcat.training.trainer import LossConfig
-
     first = batch_size if warmup is None else max(1, warmup)
     examples, docs = _sample_examples(data_dir, first + TIMED_BATCHES * batch_size, negatives)
     target = resolve_device(device)
@@ -100,8 +103,6 @@ def measure_rates(
 
 
 def _backward(encoder, batch, docs, loss, chunk_size, query_max_length, bf16) -> None:
-    from dotcat.training.trainer import backward_batch
-
     backward_batch(
         lambda texts, n: encoder(encoder.tokenize(texts, n)),
         batch,
@@ -118,9 +119,6 @@ def _backward(encoder, batch, docs, loss, chunk_size, query_max_length, bf16) ->
 def _sample_examples(data_dir: Path, n: int, negatives: int = 1):
     """``n`` training examples of ``data_dir`` (each with the next ``negatives`` examples'
     positives as its hard negatives) and the texts of their documents."""
-    from dotcat.index import document_text
-    from dotcat.training import TrainingExample
-
     data_dir = Path(data_dir)
     queries = {}
     with open(data_dir / "queries.jsonl", encoding="utf-8") as f:
@@ -164,8 +162,6 @@ def measure_teacher_rate(
 ) -> float:
     """Pairs/s of a teacher cross-encoder scoring (query, document) pairs of ``data_dir``, at
     the precision distillation scores with (an int8 export, if it is made here, is untimed)."""
-    from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-
     examples, docs = _sample_examples(data_dir, TEACHER_SAMPLE + 4)
     queries = [e.query for e in examples]
     texts = [docs[e.negative_ids[0]] for e in examples]  # a mix of right and wrong pairs

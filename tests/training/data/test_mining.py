@@ -1,4 +1,4 @@
-"""dotcat.training.mining: BM25 and dense negatives (window, exclusion, order), save/load."""
+"""dotcat.training.data.mining: BM25 and dense negatives (window, exclusion, order), save/load."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.search.bm25 import bm25_search
-from dotcat.training.mining import (
+from dotcat.training.data.mining import (
     check_window,
     load_negatives,
     mine_bm25_negatives,

@@ -1,0 +1,487 @@
+"""What a training run is: one settings dataclass per recipe, checked without torch.
+
+:class:`TrainConfig` holds what every recipe shares (data, output, optimiser, schedule,
+checkpoints) and its checks; :class:`DotConfig` (``train dot``), :class:`CatConfig`
+(``train cat``) and :class:`DistillConfig` (``train distill``, a :class:`DotConfig` with a
+teacher) add their own. :class:`AdaptConfig` (``dotcat adapt``) is the settings of a whole
+adaptation, whose training step builds a :class:`DotConfig` or :class:`DistillConfig`.
+
+This module imports nothing heavy, so a command line builds a config and calls
+:meth:`~TrainConfig.validate` before torch loads: a wrong value is refused in milliseconds.
+Every field carries its help text (``field.metadata["help"]``), and the choices a config
+checks are the tuples below, so a command line can be generated from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dotcat.errors import DotcatError
+
+#: ``bf16``: autocast where the hardware has native bf16 (``auto``), always, or never.
+BF16_SETTINGS = ("auto", "on", "off")
+#: The losses of each recipe (the names :data:`dotcat.losses.registry.LOSSES` holds).
+DOT_LOSSES = ("contrastive", "triplet")
+CAT_LOSSES = ("lce", "bce")
+DISTILL_LOSSES = ("margin-mse", "kl")
+#: Where ``train dot`` mines its hard negatives.
+NEGATIVE_SOURCES = ("bm25", "dense", "none")
+#: ``train dot``'s dev evaluation: exact retrieval over the dev corpus, or none.
+DEV_EVALS = ("full", "none")
+#: The default rank window ``[start, end)`` of mined negatives.
+DEFAULT_WINDOW = (10, 100)
+#: ``teacher`` naming the lexical teacher: BM25 in the cross-encoder's place.
+LEXICAL_TEACHER = "bm25"
+#: The lexical teacher's BM25 share when none is given: BM25 and the dense score at equal
+#: weight once brought to one spread (fixed, not tuned: no labels choose it in ``adapt``).
+LEXICAL_ALPHA = 0.5
+#: ``pretrain_queries``: decide from the corpus (see :mod:`dotcat.training.recipes.cat_pretrain`).
+AUTO = "auto"
+#: ``adapt``: where a document's pseudo-query comes from first.
+PSEUDO_QUERY_SOURCES = ("title", "sentence")
+#: ``adapt``: the fewest pseudo-queries worth a training run.
+MIN_ADAPT_QUERIES = 64
+#: ``adapt`` with a teacher: negatives per pseudo-query, GPL's (query, positive, negative)
+#: triples with one margin each; the budget buys more pseudo-queries instead of more negatives.
+DISTILL_NEGATIVES = 1
+
+PRECISION_HELP = (
+    "auto (int8 on CPUs with VNNI, else bf16 where the CPU has native bf16 or on a GPU, else "
+    "fp32), fp32, bf16, or int8 (CPU only, exported on first use); DOTCAT_NATIVE_BF16=on|off "
+    "overrides the detection."
+)
+
+
+def setting(default: Any = dataclasses.MISSING, *, help: str) -> Any:
+    """A config field with its help text (``metadata["help"]``)."""
+    return field(default=default, metadata={"help": help})
+
+
+def is_lexical(teacher: object) -> bool:
+    """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
+    return str(teacher) == LEXICAL_TEACHER
+
+
+def check(checks: Iterable[tuple[bool, str]]) -> None:
+    """Raise :class:`DotcatError` with the message of the first failed ``(ok, message)``."""
+    for ok, message in checks:
+        if not ok:
+            raise DotcatError(message)
+
+
+def check_window(window: Sequence[int]) -> tuple[int, int]:
+    """A rank window ``(start, end)``: two integers with ``0 <= start < end``."""
+    try:
+        start, end = window
+    except (TypeError, ValueError):
+        raise DotcatError(f"rank window must be (start, end), got {window!r}") from None
+    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window):
+        raise DotcatError(f"rank window must be two integers, got {window!r}")
+    if not 0 <= start < end:
+        raise DotcatError(f"rank window must satisfy 0 <= start < end, got [{start}, {end})")
+    return int(start), int(end)
+
+
+def one_of(name: str, value: object, choices: Sequence[object], recipe: str = "") -> tuple:
+    """The ``(ok, message)`` check that ``value`` is one of ``choices``."""
+    where = f" for {recipe}" if recipe else ""
+    return (value in choices, f"{name} must be one of {tuple(choices)}{where}, got {value!r}")
+
+
+@dataclass
+class TrainConfig:
+    """What every training run shares (recorded in the run's ``dotcat_training.json``).
+
+    The optimiser is AdamW (no weight decay on biases and LayerNorm weights) with a linear
+    warm-up over ``warmup_ratio`` of the steps, then a linear decay to 0 at the last step. The
+    dev split is carved from the training queries with :data:`dotcat.data.splits.DEV_SEED`, not
+    ``seed``: every stage (train dot/cat/distill, calibrate, an index's fusion weight) holds out
+    the same queries, whatever seed a run takes.
+    """
+
+    #: The recipe this config runs (``dot``, ``cat``, ``distill``) and the losses it offers.
+    recipe: ClassVar[str] = ""
+    losses: ClassVar[tuple[str, ...]] = ()
+
+    data: str | Path = setting(help="BEIR dir (or corpus file with --queries/--qrels).")
+    out_dir: str | Path = setting(help="Where the trained model directory goes.")
+    split: str = setting("train", help="Qrels split to train on.")
+    queries: str | Path | None = setting(None, help="Queries file (with a corpus file).")
+    qrels: str | Path | None = setting(None, help="Qrels file (with a corpus file).")
+    base: str = setting("default", help="Base model: local dir, hub name, 'default'.")
+    loss: str = setting("", help="The training loss.")
+    negatives_file: str | Path | None = setting(None, help="Reuse saved negatives.")
+    n_negatives: int = setting(1, help="Hard negatives per query.")
+    epochs: int = setting(2, help="Training epochs.")
+    batch_size: int = setting(32, help="Queries per batch.")
+    grad_accum_steps: int = setting(1, help="Gradient accumulation steps.")
+    # 1e-4, chosen on SciFact dev over 5e-5 (train dot); for train cat from a bi-encoder base,
+    # 3e-5 and 5e-5 left the loss at chance for the first hundred steps, 1e-4 learned.
+    lr: float = setting(1e-4, help="Peak learning rate (AdamW).")
+    warmup_ratio: float = setting(0.1, help="Share of steps warming up.")
+    weight_decay: float = setting(
+        0.01, help="AdamW weight decay (none on biases and LayerNorm weights)."
+    )
+    max_grad_norm: float = setting(1.0, help="Clip the gradients' global L2 norm (0: no clipping).")
+    max_length: int | None = setting(256, help="Max document tokens.")
+    dev_fraction: float = setting(
+        0.1, help="Share of train queries held out (0: no dev split, the last epoch is kept)."
+    )
+    seed: int = setting(42, help="Random seed.")
+    bf16: str = setting("auto", help="auto, on or off.")
+    device: str = setting("auto", help="auto, cpu or cuda.")
+    checkpoint_every: int = setting(0, help="Checkpoint every N steps (0: off).")
+    keep_checkpoints: int = setting(2, help="Newest checkpoints kept (0: all).")
+    resume: bool = setting(False, help="Continue from the last checkpoint.")
+    overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")
+    stop_after_steps: int | None = setting(
+        None,
+        help="Stop after this many optimizer steps with a checkpoint, as an interrupted run "
+        "would (the schedule still spans all epochs); resume later.",
+    )
+    show_progress: bool = setting(True, help="Progress bars (rank 0 only).")
+
+    def checks(self) -> list[tuple[bool, str]]:
+        """``(ok, message)`` for every shared setting; subclasses add theirs."""
+        return [
+            one_of("loss", self.loss, self.losses, self.recipe),
+            one_of("bf16", str(self.bf16), BF16_SETTINGS),
+            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
+            (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
+            (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),
+            (self.n_negatives >= 0, f"n_negatives must be >= 0, got {self.n_negatives}"),
+            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (self.max_grad_norm >= 0, "max_grad_norm must be >= 0"),
+            (0 <= self.dev_fraction < 1, "dev_fraction must be in [0, 1)"),
+            (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
+            (self.keep_checkpoints >= 0, "keep_checkpoints must be >= 0"),
+            (
+                self.stop_after_steps is None or self.stop_after_steps >= 1,
+                "stop_after_steps must be >= 1",
+            ),
+        ]
+
+    def validate(self) -> None:
+        """Raise :class:`DotcatError` for the first value that cannot work."""
+        check(self.checks())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (paths as strings, tuples as lists)."""
+        out = dataclasses.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, Path):
+                out[key] = str(value)
+            elif isinstance(value, tuple):
+                out[key] = [str(v) if isinstance(v, Path) else v for v in value]
+        return out
+
+
+@dataclass
+class DotConfig(TrainConfig):
+    """A BERT_DOT training run (``dotcat train dot``; :mod:`dotcat.training.recipes.dot`).
+
+    The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et
+    al. 2020) or the triplet margin loss of Sentence-BERT on cosines. ``batch_size`` counts
+    the examples of all processes (the global batch): the pool of in-batch negatives.
+    ``grad_accum_steps`` sums gradients over batches but the contrastive loss still sees one
+    batch at a time; to enlarge the in-batch pool in little memory, raise ``batch_size`` and
+    set ``cache_chunk_size`` (GradCache, Gao et al. 2021). The default temperature follows the
+    similarity: 0.05 for cosines in [-1, 1], 1 for inner products, whose unnormalised scores
+    divided by 0.05 would saturate the softmax.
+    """
+
+    recipe: ClassVar[str] = "dot"
+    losses: ClassVar[tuple[str, ...]] = DOT_LOSSES
+
+    loss: str = setting("contrastive", help="contrastive (InfoNCE) or triplet.")
+    pooling: str | None = setting(
+        None, help="cls or mean (default: the base model's own, which its weights are tuned for)."
+    )
+    similarity: str | None = setting(None, help="dot or cos (default: the base model's own).")
+    negatives: str = setting("bm25", help="Hard negatives: bm25, dense or none.")
+    window: tuple[int, int] = setting(
+        DEFAULT_WINDOW,
+        help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
+    )
+    remine_each_epoch: bool = setting(False, help="Re-mine dense negatives each epoch.")
+    cache_chunk_size: int | None = setting(None, help="GradCache chunk size (0: off).")
+    temperature: float | None = setting(
+        None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
+    )
+    margin: float = setting(0.1, help="Triplet margin gamma (in cosine units).")
+    query_max_length: int = setting(64, help="Max query tokens.")
+    dev_eval: str = setting(
+        "full",
+        help="full: dev nDCG@10 by exact retrieval over the corpus encoded with the current "
+        "model; none: no dev evaluation (the last epoch is kept).",
+    )
+    dev_max_docs: int = setting(
+        50_000,
+        help="Corpus sample for dev evaluation (the dev queries' judged documents plus a "
+        "seeded sample of others).",
+    )
+
+    def checks(self) -> list[tuple[bool, str]]:
+        triplet = self.loss == "triplet"
+        return [
+            *super().checks(),
+            one_of("negatives", self.negatives, NEGATIVE_SOURCES),
+            one_of("dev_eval", self.dev_eval, DEV_EVALS),
+            (not self.cache_chunk_size or self.cache_chunk_size >= 1, "cache chunk size < 1"),
+            (
+                self.temperature is None or self.temperature > 0,
+                f"temperature must be > 0, got {self.temperature}",
+            ),
+            (self.margin > 0, f"margin must be > 0, got {self.margin}"),
+            (
+                self.max_length is not None and self.max_length >= 2 and self.query_max_length >= 2,
+                "max lengths must be >= 2",
+            ),
+            (self.dev_max_docs >= 1, "dev_max_docs must be >= 1"),
+            (
+                not triplet or self.negatives != "none" or self.negatives_file is not None,
+                "the triplet loss needs hard negatives: use negatives bm25 or dense",
+            ),
+            (not triplet or self.n_negatives >= 1, "the triplet loss needs n_negatives >= 1"),
+            (
+                not (self.remine_each_epoch and self.negatives == "none"),
+                "remine_each_epoch needs hard negatives (n_negatives >= 1)",
+            ),
+        ]
+
+    def validate(self) -> None:
+        super().validate()
+        check_window(self.window)
+
+
+@dataclass
+class CatConfig(TrainConfig):
+    """A BERT_CAT training run (``dotcat train cat``; :mod:`dotcat.training.recipes.cat`).
+
+    A query's negative pool is the top ``depth`` of every first stage minus the documents
+    judged relevant; each positive is grouped with ``n_negatives`` of them per epoch. The new
+    classification head learns at ``lr * head_lr_scale``: Adam moves each weight by about the
+    learning rate per step, so at a fine-tuning rate a freshly initialised head (weights ~0.02)
+    barely moves in a few hundred steps and the loss stays at chance. ``attention_dropout`` is
+    0 by default: PyTorch's fused CPU attention has no dropout, so any makes every layer fall
+    back to the unfused attention (about 1.4x slower), while the hidden-state dropout, the main
+    regulariser, stays. With ``teacher_weight`` w > 0 the LCE target mixes the label with the
+    first stages' own view of the group (softmax at ``teacher_temperature``).
+    """
+
+    recipe: ClassVar[str] = "cat"
+    losses: ClassVar[tuple[str, ...]] = CAT_LOSSES
+
+    out_dir: str | Path = setting(help="Where the trained cross-encoder goes.")
+    base: str = setting("default", help="BERT checkpoint or cross-encoder to start from.")
+    loss: str = setting("lce", help="lce (listwise softmax) or bce (pointwise).")
+    n_negatives: int = setting(7, help="Negatives per positive.")
+    batch_size: int = setting(4, help="Queries (groups) per batch.")
+    max_length: int | None = setting(
+        None, help="Max tokens per pair (default: the base's record, else 256)."
+    )
+    first_stages: tuple[str, ...] = setting(
+        ("bm25",), help="Negatives from: bm25, an index dir, or a TREC run; repeat to mix."
+    )
+    depth: int = setting(100, help="Negatives from each first stage's top DEPTH.")
+    pairs_per_forward: int = setting(16, help="Pairs per forward chunk (0: the whole batch).")
+    head_lr_scale: float = setting(20.0, help="The new head's learning rate is lr times this.")
+    attention_dropout: float | None = setting(
+        0.0, help="Attention-probability dropout in training (None: the model's)."
+    )
+    teacher_weight: float = setting(
+        0.0, help="Weight of the first stages' fused scores in the LCE target (0: off)."
+    )
+    teacher_temperature: float = setting(0.1, help="Softmax temperature of the teacher's scores.")
+    dev_depth: int = setting(20, help="Re-ranking depth of the dev check.")
+    pretrain_queries: int | str = setting(
+        AUTO,
+        help="First pre-train on this many label-free corpus pseudo-pairs (titles or "
+        "sentences as queries): auto (1600 where the corpus gives 200 or more, else "
+        "off), a number, or 0 (off).",
+    )
+
+    def checks(self) -> list[tuple[bool, str]]:
+        pretrain = self.pretrain_queries
+        return [
+            *super().checks(),
+            (bool(self.first_stages) or self.negatives_file is not None, "no first stage"),
+            (self.depth >= 1 and self.dev_depth >= 1, "depths must be >= 1"),
+            (self.n_negatives >= 1, f"n_negatives must be >= 1, got {self.n_negatives}"),
+            (self.pairs_per_forward >= 0, "pairs_per_forward must be >= 0"),
+            (self.max_length is None or self.max_length >= 8, "max_length must be >= 8"),
+            (self.head_lr_scale > 0, "head_lr_scale must be > 0"),
+            (
+                self.attention_dropout is None or 0 <= self.attention_dropout < 1,
+                "attention_dropout must be in [0, 1)",
+            ),
+            (0 <= self.teacher_weight <= 1, "teacher_weight must be in [0, 1]"),
+            (self.teacher_temperature > 0, "teacher_temperature must be > 0"),
+            (
+                self.teacher_weight == 0 or self.loss == "lce",
+                "a teacher (teacher_weight > 0) needs the lce loss",
+            ),
+            (
+                pretrain == AUTO or (isinstance(pretrain, int) and pretrain >= 0),
+                "pretrain_queries must be 'auto' or >= 0",
+            ),
+        ]
+
+
+@dataclass
+class DistillConfig(DotConfig):
+    """A distillation run (``dotcat train distill``; :mod:`dotcat.training.recipes.distill`):
+    a :class:`DotConfig` (``base`` is the student) plus the teacher.
+
+    The defaults differ from ``train dot``'s where distillation measured better: negatives
+    from the student's own top 30, the documents it confuses most, which a teacher can grade
+    without calling a false negative irrelevant (SciFact dev nDCG@10 0.7992 against 0.7898
+    for BM25's ranks 10-100); GradCache by default (the same gradients in 3.9 GiB of RAM
+    instead of 17.5 at batch 32 with 4 negatives of 256 tokens, at the same step time); and
+    InfoNCE added at weight 1 (dev 0.8032 against 0.7930 without).
+    """
+
+    recipe: ClassVar[str] = "distill"
+
+    out_dir: str | Path = setting(help="Where the distilled BERT_DOT goes.")
+    base: str = setting("default", help="BERT_DOT to start from: dir, hub name, 'default'.")
+    n_negatives: int = setting(4, help="Hard negatives (margins) per query.")
+    negatives: str = setting("dense", help="Hard negatives: dense (the student's own) or bm25.")
+    window: tuple[int, int] = setting(
+        (0, 30),
+        help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
+    )
+    cache_chunk_size: int | None = setting(16, help="GradCache chunk size (0: off).")
+    teacher: str | Path = setting(
+        "", help="The BERT_CAT teacher (a train cat output); bm25: BM25 + dense."
+    )
+    distill_loss: str = setting("margin-mse", help="margin-mse (Hofstätter et al.) or kl.")
+    contrastive_weight: float = setting(
+        1.0, help="Weight of in-batch InfoNCE on the labels (0: none)."
+    )
+    kl_temperature: float = setting(1.0, help="Temperature of the kl loss.")
+    teacher_alpha: float | None = setting(
+        None,
+        help="Cross-encoder share of the teacher score; None: its dev weight (1 when it "
+        "records none); 0: the dense model alone teaches.",
+    )
+    teacher_dense: str | None = setting(
+        None, help="BERT_DOT mixed into the teacher (default: the student)."
+    )
+    teacher_precision: str = setting("auto", help=PRECISION_HELP)
+    teacher_scale: float | None = setting(
+        None, help="Factor on the teacher's scores; None: to the student's spread; 1: raw."
+    )
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [
+            *super().checks(),
+            (bool(str(self.teacher)), "distillation needs a teacher cross-encoder (--teacher)"),
+            one_of("loss", self.distill_loss, DISTILL_LOSSES, self.recipe),
+            (self.n_negatives >= 1, "distillation needs n_negatives >= 1 (a margin each)"),
+            (self.negatives != "none" or self.negatives_file is not None, "no hard negatives"),
+            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
+            (self.kl_temperature > 0, "kl_temperature must be > 0"),
+            (
+                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
+                "teacher_alpha must be in [0, 1]",
+            ),
+            (
+                self.teacher_scale is None or 0 < self.teacher_scale < math.inf,
+                "teacher_scale must be a finite number > 0",
+            ),
+            (self.loss == "contrastive", "the loss added to distillation is contrastive"),
+        ]
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """What ``dotcat adapt`` does (:mod:`dotcat.training.adapt`).
+
+    Not a :class:`TrainConfig`: it names the corpus and the model to adapt, and a time budget,
+    and its training step derives the :class:`DotConfig` (or, with a teacher,
+    :class:`DistillConfig`) of one epoch on the planned pseudo-queries. Its fields are recorded
+    in ``dotcat_adapt.json`` and must match on resume.
+    """
+
+    corpus: Path = setting(help="Your corpus: BEIR dir, JSONL or TSV.")
+    out_dir: Path = setting(help="Where the adapted BERT_DOT goes.")
+    model: str = setting("default", help="BERT_DOT to adapt: dir, hub name, 'default'.")
+    budget_minutes: float = setting(
+        45.0, help="Wall-clock budget; sets how many pseudo-queries are used."
+    )
+    max_queries: int | None = setting(None, help="At most this many.")
+    prefer: str = setting(
+        "title", help="Pseudo-queries from titles first (title) or sentences first."
+    )
+    dense_negatives: bool = setting(
+        True, help="Also mine negatives with the model (when the budget allows)."
+    )
+    teacher: str | None = setting(
+        None,
+        help="A BERT_CAT whose scores label the pseudo pairs (Margin-MSE, GPL), or bm25 "
+        "(BM25 + the model's score); default: contrastive on the pseudo pairs.",
+    )
+    teacher_alpha: float | None = setting(
+        None, help="Cross-encoder share of the teacher score; None: its record."
+    )
+    teacher_precision: str = setting("auto", help=PRECISION_HELP)
+    n_negatives: int = setting(
+        DISTILL_NEGATIVES, help="With a teacher: negatives per pseudo-query (a margin each)."
+    )
+    # GPL's loss, Margin-MSE alone; the InfoNCE train distill adds was chosen on labels.
+    contrastive_weight: float = setting(
+        0.0, help="With a teacher: weight of in-batch InfoNCE added to it."
+    )
+    batch_size: int = setting(32, help="Queries per batch.")
+    # GPL's rate, not train dot's 1e-4: on SciFact dev, 3 seeds each, 0.6976 against 0.6886.
+    lr: float = setting(2e-5, help="Peak learning rate (AdamW).")
+    cache_chunk: int | None = setting(16, help="GradCache chunk size (0: off).")
+    max_length: int = setting(256, help="Max document tokens.")
+    query_max_length: int = setting(64, help="Max query tokens.")
+    temperature: float | None = setting(
+        None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
+    )
+    seed: int = setting(42, help="Random seed.")
+    bf16: str = setting("auto", help="auto, on or off.")
+    device: str = setting("auto", help="auto, cpu or cuda.")
+    resume: bool = setting(False, help="Continue an interrupted run.")
+    overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")
+    show_progress: bool = setting(True, help="Progress bars.")
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [
+            (self.budget_minutes > 0, f"budget must be > 0 minutes, got {self.budget_minutes}"),
+            (
+                self.max_queries is None or self.max_queries >= MIN_ADAPT_QUERIES,
+                f"max queries must be >= {MIN_ADAPT_QUERIES}, got {self.max_queries}",
+            ),
+            (
+                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
+                f"teacher_alpha must be in [0, 1], got {self.teacher_alpha}",
+            ),
+            (
+                self.prefer in PSEUDO_QUERY_SOURCES,
+                f"prefer must be title or sentence, got {self.prefer!r}",
+            ),
+            (
+                self.batch_size >= 2,
+                f"batch size must be >= 2 (in-batch negatives), got {self.batch_size}",
+            ),
+            (self.n_negatives >= 1, f"n_negatives must be >= 1, got {self.n_negatives}"),
+            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
+            (self.max_length >= 2 and self.query_max_length >= 2, "max lengths must be >= 2"),
+            one_of("bf16", str(self.bf16), BF16_SETTINGS),
+        ]
+
+    def validate(self) -> None:
+        """Raise :class:`DotcatError` for the first value that cannot work."""
+        check(self.checks())
