@@ -1,6 +1,6 @@
 """Do two dotcat trees train the same models? A check for refactors of the training code.
 
-    python eval/training_parity.py --old OLD_TREE --new . [--output eval/results/training_parity.md]
+    python eval/studies/training_parity/training_parity.py --old OLD_TREE --new . [--output FILE]
 
 ``OLD_TREE`` is a checkout of the code before the change (e.g. ``git worktree add /tmp/old
 HEAD``). Each tree trains, in its own process (``PYTHONPATH=TREE/src``), on the tests' toy BEIR
@@ -35,9 +35,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from machine import describe
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
+from common import ROOT, describe  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = "eval/studies/training_parity/training_parity.py"
 RUNS = ("dot", "cat", "cat-pretrain", "distill", "distill-bm25", "adapt")
 
 CHILD = r"""
@@ -139,7 +140,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--new", type=Path, default=ROOT)
-    parser.add_argument("--output", type=Path, default=ROOT / "eval/results/training_parity.md")
+    here = Path(__file__).resolve().parent
+    parser.add_argument("--output", type=Path, default=here / "training_parity.md")
     args = parser.parse_args()
     old, new = train_with(args.old.resolve()), train_with(args.new.resolve())
     rows = []
@@ -154,7 +156,7 @@ def main() -> None:
     lines = [
         "# Training parity: the same models from two trees of the training code",
         "",
-        f"Command: `python eval/training_parity.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python {SCRIPT} {' '.join(sys.argv[1:])}`",
         f"Machine: {describe()}; fp32 (bf16 off), CPU, one thread.",
         f"Old tree: {commit(args.old)}; new tree: {commit(args.new)}.",
         "",
