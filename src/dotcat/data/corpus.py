@@ -109,9 +109,9 @@ class CorpusStats:
 
     def reset(self) -> None:
         """Back to zero, for a new pass."""
+        fresh = CorpusStats()
         for f in dataclasses.fields(self):
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            setattr(self, f.name, default)
+            setattr(self, f.name, getattr(fresh, f.name))
 
 
 def document_fields(doc: object, n: int) -> tuple[str, str, str]:
@@ -268,7 +268,7 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
         more = stats.unreadable - len(stats.unreadable_named)
         named = ", ".join(stats.unreadable_named) + (f" and {more} more" if more > 0 else "")
         logger.warning(
-            "%s: skipped %d of %d files that cannot be read: %s (--strict stops at the first)",
+            "%s: skipped %d of %d files that cannot be read: %s; --strict stops at the first",
             stats.path,
             stats.unreadable,
             stats.files,

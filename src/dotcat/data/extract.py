@@ -113,9 +113,9 @@ def rst_title(text: str) -> str:
     lines = text.split("\n")
     for i in range(len(lines) - 1):
         title, under = lines[i].strip(), lines[i + 1].rstrip()
-        if title and not _RST_ADORNMENT.match(lines[i]) and _RST_ADORNMENT.match(under):
-            if len(under) >= len(title):
-                return title
+        adorned = _RST_ADORNMENT.match(under) and not _RST_ADORNMENT.match(lines[i])
+        if title and adorned and len(under) >= len(title):
+            return title
     return ""
 
 
@@ -140,18 +140,18 @@ def _pdf(data: bytes) -> tuple[str, str]:
         try:
             reader = pypdf.PdfReader(io.BytesIO(data))
             if reader.is_encrypted and not reader.decrypt(""):
-                raise Unreadable("encrypted PDF (needs a password)")
+                raise Unreadable("encrypted PDF: needs a password")
             pages = [page.extract_text() or "" for page in reader.pages]
             title = _pdf_title(reader)
         except Unreadable:
             raise
         except pypdf.errors.DependencyError as e:
-            raise Unreadable(f"encrypted PDF ({e})") from None
+            raise Unreadable(f"encrypted PDF: {_first_line(e)}") from None
         except Exception as e:  # noqa: BLE001 - a damaged file can make a parser raise anything
-            raise Unreadable(f"corrupt PDF ({type(e).__name__}: {_first_line(e)})") from None
+            raise Unreadable(f"corrupt PDF: {_first_line(e)}") from None
     text = "\n\n".join(page.strip("\n") for page in pages)
     if not text.strip():
-        raise Unreadable("PDF without a text layer (scanned?)")
+        raise Unreadable("no text in the PDF: scanned pages?")
     return title, text
 
 
@@ -178,9 +178,10 @@ def _html(data: bytes) -> tuple[str, str]:
             title = (doc.title if doc is not None else None) or ""
             text = (doc.text if doc is not None else None) or trafilatura.html2txt(data) or ""
         except Exception as e:  # noqa: BLE001 - a damaged file can make a parser raise anything
-            raise Unreadable(f"unreadable HTML ({type(e).__name__}: {_first_line(e)})") from None
+            raise Unreadable(f"unreadable HTML: {_first_line(e)}") from None
     return title, text
 
 
 def _first_line(error: BaseException) -> str:
+    """The error's first line, or its type when it has no text; at most 120 characters."""
     return first_line(error)[:120]

@@ -209,7 +209,8 @@ def _json_array(path: Path, fields: FieldNames) -> Iterator[Record]:
     try:
         items = json.loads(_read_text(path))
     except json.JSONDecodeError as e:
-        raise DataFormatError(path, e.lineno, f"malformed JSON: {e.msg} (column {e.colno})") from None
+        problem = f"malformed JSON: {e.msg} (column {e.colno})"
+        raise DataFormatError(path, e.lineno, problem) from None
     if not isinstance(items, list):
         raise DataFormatError(path, None, f"expected a JSON array, found {json_type(items)}")
     for n, obj in enumerate(items, start=1):
@@ -245,28 +246,31 @@ def _csv(path: Path, fields: FieldNames) -> Iterator[Record]:
     csv.field_size_limit(2**31 - 1)  # documents are longer than csv's 128 KiB default
     try:
         with _open_text(path) as f:
-            reader = csv.reader(f)
             header: list[str] | None = None
-            start = 1
-            for row in reader:
-                if not any(cell.strip() for cell in row):
-                    start = reader.line_num + 1
-                    continue
+            for line, row in _csv_rows(csv.reader(f)):
                 if header is None:
-                    header = _header(path, reader.line_num, row)
-                elif len(row) != len(header):
-                    raise DataFormatError(
-                        path, start, f"{len(row)} columns, the header has {len(header)}"
-                    )
-                else:
-                    yield record_from_mapping(path, start, dict(zip(header, row)), fields)
-                start = reader.line_num + 1
+                    header = _header(path, line, row)
+                    continue
+                if len(row) != len(header):
+                    problem = f"{len(row)} columns, the header has {len(header)}"
+                    raise DataFormatError(path, line, problem)
+                yield record_from_mapping(path, line, dict(zip(header, row, strict=True)), fields)
     except UnicodeDecodeError as e:
         raise DataFormatError(path, None, f"invalid UTF-8: {e.reason}") from None
     except csv.Error as e:
         raise DataFormatError(path, None, f"malformed CSV: {e}") from None
     except (OSError, EOFError) as e:
         raise DataFormatError(path, None, f"cannot read: {e}") from None
+
+
+def _csv_rows(reader) -> Iterator[tuple[int, list[str]]]:
+    """``(line the row starts on, cells)`` for each non-blank row (a quoted cell may span
+    lines, so :attr:`csv.reader.line_num` after the previous row tells where one starts)."""
+    start = 1
+    for row in reader:
+        if any(cell.strip() for cell in row):
+            yield start, row
+        start = reader.line_num + 1
 
 
 def _header(path: Path, line: int, row: list[str]) -> list[str]:
@@ -307,7 +311,7 @@ def _tsv_named(path: Path, header: list[str], lines, fields: FieldNames) -> Iter
             raise DataFormatError(
                 path, lineno, f"{len(row)} tab-separated columns, the header has {len(header)}"
             )
-        yield record_from_mapping(path, lineno, dict(zip(header, row)), fields)
+        yield record_from_mapping(path, lineno, dict(zip(header, row, strict=True)), fields)
 
 
 def _tsv_positional(path: Path, columns: int, first_line: int, lines) -> Iterator[Record]:
@@ -419,7 +423,7 @@ def _dataset_records(where: str, dataset: Any, fields: FieldNames) -> Iterator[R
         names = list(batch)
         for values in zip(*(batch[name] for name in names), strict=True):
             row += 1
-            yield record_from_mapping(where, row, dict(zip(names, values)), fields)
+            yield record_from_mapping(where, row, dict(zip(names, values, strict=True)), fields)
 
 
 def _is_dataframe(source: object) -> bool:

@@ -131,8 +131,8 @@ class CorpusOptions:
 
     def folder_options(self) -> list[str]:
         """The options given that only apply to a folder of files."""
-        names = [("--include", self.include), ("--exclude", self.exclude), ("--hidden", self.hidden)]
-        return [name for name, value in names if value]
+        given = {"--include": self.include, "--exclude": self.exclude, "--hidden": self.hidden}
+        return [name for name, value in given.items() if value]
 
 
 def path_id(rel: str) -> str:
@@ -242,8 +242,13 @@ class FolderSource:
         rows = [(f.rel, f.size, f.mtime_ns) for f in listing.files]
         rows += [(rel, reason) for rel, _, reason in listing.problems]
         digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-        return {"folder": str(self.root.resolve()), "only": self.only is not None,
-                "files": len(rows), "listing": digest, "options": self.options.to_json()}  # fmt: skip
+        return {
+            "folder": str(self.root.resolve()),
+            "only": self.only is not None,
+            "files": len(rows),
+            "listing": digest,
+            "options": self.options.to_json(),
+        }
 
     def records(self, stats: CorpusStats) -> Iterator[Record]:
         """Every file's records in walk order; unreadable files counted (or fatal if strict).
@@ -468,7 +473,7 @@ def _gunzip(listed: ListedFile, data: bytes) -> bytes:
     try:
         return gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as e:
-        raise Unreadable(f"corrupt gzip ({e})") from None
+        raise Unreadable(f"corrupt gzip: {e}") from None
 
 
 def _probe_records(listed: ListedFile) -> str:
@@ -480,7 +485,8 @@ def _probe_records(listed: ListedFile) -> str:
         if listed.path.name.lower().endswith(".parquet"):
             _open_parquet(listed.path)
         else:
-            with gzip.open(listed.path) if is_gzipped(listed.path) else open(listed.path, "rb") as f:
+            opener = gzip.open if is_gzipped(listed.path) else open
+            with opener(listed.path, "rb") as f:
                 head = f.read(_BINARY_PROBE)
             if not head.strip():
                 raise Unreadable("empty")
@@ -488,7 +494,7 @@ def _probe_records(listed: ListedFile) -> str:
                 raise Unreadable("binary")
         return _sha256_file(listed.path)
     except (OSError, EOFError, zlib.error) as e:
-        raise Unreadable(f"cannot read ({e})") from None
+        raise Unreadable(f"cannot read: {e}") from None
 
 
 def _open_parquet(path: Path) -> None:
@@ -498,5 +504,4 @@ def _open_parquet(path: Path) -> None:
     try:
         pq.ParquetFile(path).close()
     except (OSError, pa.ArrowException) as e:
-        raise Unreadable(f"not a Parquet file ({e})") from None
-
+        raise Unreadable(f"not a Parquet file: {e}") from None
