@@ -20,10 +20,11 @@ Readers (:func:`iter_file_records` picks one by :func:`record_format`):
 - CSV (``.csv``): a header row naming the columns, RFC 4180 quoting (:mod:`csv`); rows are
   numbered by the physical line they start on.
 - TSV (``.tsv``, and ``.txt`` given as a corpus file): headerless ``id<TAB>text`` or
-  ``id<TAB>title<TAB>text`` (MS MARCO's ``collection.tsv``), or a header row: a 2- or
-  3-column one naming an id and a text column is skipped; any header is read as column names
-  when a field is named or when it holds the default id and text names. No quoting, as in
-  MS MARCO's files.
+  ``id<TAB>title<TAB>text`` (MS MARCO's ``collection.tsv``), or a header row: a header is
+  read as column names when a field is named or when it holds the default id and text names
+  (``_id<TAB>url<TAB>text``); else a 2- or 3-column one naming an id column first and a text
+  column last is skipped and the columns read by position. No quoting, as in MS MARCO's
+  files.
 - Parquet (``.parquet``): record batches through :mod:`pyarrow.parquet`; rows numbered from 1.
 - Python (:func:`iter_python_records`): a list of strings (ids ``"0"``, ``"1"``, ...), a list of
   dicts, a pandas DataFrame or a ``datasets.Dataset``; items numbered from 1.
@@ -296,7 +297,9 @@ def _tsv(path: Path, fields: FieldNames) -> Iterator[Record]:
     named_header = fields.named or (
         any(n in DEFAULT_ID_FIELDS for n in names) and any(n in DEFAULT_TEXT_FIELDS for n in names)
     )
-    if named_header and not (positional_header and not fields.named):
+    # "id<TAB>title<TAB>text" reads the same either way; "_id<TAB>url<TAB>text" must be named.
+    plain_layout = positional_header and (len(names) == 2 or lowered[1] == "title")
+    if named_header and not (plain_layout and not fields.named):
         yield from _tsv_named(path, _header(path, lineno, names), lines, fields)
     elif positional_header:
         yield from _tsv_positional(path, len(names), lineno, lines)
