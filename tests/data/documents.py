@@ -25,8 +25,9 @@ drizzle.</p>
 """
 
 
-def minimal_pdf(lines: list[str]) -> bytes:
-    """A one-page PDF showing ``lines`` in Helvetica, with a correct cross-reference table."""
+def minimal_pdf(lines: list[str], title: str | None = None) -> bytes:
+    """A one-page PDF showing ``lines`` in Helvetica, with a correct cross-reference table and,
+    if given, a title in its document information dictionary."""
     shown = "".join(f"({line}) Tj T* " for line in lines)
     stream = f"BT /F1 12 Tf 14 TL 72 720 Td {shown}ET".encode()
     objects = [
@@ -37,6 +38,8 @@ def minimal_pdf(lines: list[str]) -> bytes:
         b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
+    if title:
+        objects.append(f"<< /Title ({title}) >>".encode())
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -45,22 +48,21 @@ def minimal_pdf(lines: list[str]) -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+    info = b" /Info %d 0 R" % len(objects) if title else b""
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1,
+        info,
         xref,
     )
     return bytes(out)
 
 
-def titled_pdf(lines: list[str], title: str | None = None, password: str | None = None) -> bytes:
-    """:func:`minimal_pdf` with a metadata title and/or encrypted with a user password."""
+def encrypted_pdf(lines: list[str], password: str) -> bytes:
+    """:func:`minimal_pdf` encrypted by pypdf (RC4, which needs no crypto library)."""
     import pypdf
 
     writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(minimal_pdf(lines))))
-    if title:
-        writer.add_metadata({"/Title": title})
-    if password:
-        writer.encrypt(user_password=password, owner_password="owner", algorithm="RC4-128")
+    writer.encrypt(user_password=password, owner_password="owner", algorithm="RC4-128")
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
@@ -76,7 +78,7 @@ def write_every_kind(root: Path) -> dict[str, str]:
         "notes/plain.txt": b"Volcanoes erupt basalt.\n",
         "guide.rst": b"=====\nSauna\n=====\n\nFinnish saunas are hot.\n",
         "page.html": HTML_PAGE.encode(),
-        "paper.pdf": titled_pdf(["Tectonic plates drift", "a few centimetres a year"], "Plates"),
+        "paper.pdf": minimal_pdf(["Tectonic plates drift", "a few centimetres a year"], "Plates"),
         "records.jsonl": b'{"_id": "r1", "title": "Tides", "text": "The moon pulls tides."}\n',
         "array.json": json.dumps([{"id": "a1", "text": "Aurora borealis glows."}]).encode(),
         "table.csv": b'id,title,text\nc1,"Deserts, hot","Camels cross dunes."\n',

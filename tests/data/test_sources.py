@@ -10,7 +10,8 @@ import os
 import pytest
 from tests.data.documents import (
     HTML_PAGE,
-    titled_pdf,
+    encrypted_pdf,
+    minimal_pdf,
     write_bad_files,
     write_every_kind,
 )
@@ -99,7 +100,7 @@ def test_include_and_exclude_globs(tmp_path):
 def test_unreadable_files_are_skipped_and_named_in_one_warning(tmp_path, caplog):
     write_every_kind(tmp_path)
     bad = write_bad_files(tmp_path)
-    (tmp_path / "locked.pdf").write_bytes(titled_pdf(["secret words"], password="pw"))
+    (tmp_path / "locked.pdf").write_bytes(encrypted_pdf(["secret words"], password="pw"))
     (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     stats = CorpusStats()
     with caplog.at_level(logging.WARNING, logger="dotcat"):
@@ -136,7 +137,7 @@ def test_a_folder_with_nothing_to_read_says_what_it_holds(tmp_path):
 
 def test_a_single_document_file_is_a_one_document_corpus(tmp_path):
     path = tmp_path / "report.pdf"
-    path.write_bytes(titled_pdf(["Quarterly figures"], "Report"))
+    path.write_bytes(minimal_pdf(["Quarterly figures"], "Report"))
     assert list(iter_corpus(path)) == [Document("report.pdf", "Report", "Quarterly figures")]
 
 
@@ -341,3 +342,17 @@ def test_duplicate_ids_across_python_items(assert_error):
 def test_something_else_is_refused_in_one_line():
     with pytest.raises(DotcatError, match="cannot read documents from a int: expected a path"):
         list(iter_corpus(42))
+
+
+def test_a_pdf_encrypted_without_a_user_password_opens_as_in_a_viewer(tmp_path):
+    (tmp_path / "owner-only.pdf").write_bytes(encrypted_pdf(["Open to read"], password=""))
+    assert [d.text for d in iter_corpus(tmp_path)] == ["Open to read"]
+
+
+def test_headings_that_are_titles_and_lines_that_are_not():
+    from dotcat.data.extract import markdown_title, rst_title
+
+    assert markdown_title("```\n# a shell comment\n```\n\nSetext title\n===\n") == "Setext title"
+    assert markdown_title("no heading at all\n") == ""
+    assert rst_title("Title\n=====\n\nbody\n") == "Title"
+    assert rst_title("Too long a title\n===\n") == ""  # the underline must cover the title
