@@ -32,13 +32,11 @@ dropped, CRLF becomes LF); a NUL byte marks a binary file.
 
 from __future__ import annotations
 
-import contextlib
 import io
-import logging
 import re
-from collections.abc import Iterator
 
 from dotcat.errors import DotcatError, first_line
+from dotcat.progress import quiet_logger
 
 #: The extra that brings trafilatura, named in the error when it is missing.
 HTML_EXTRA = "pip install 'dotcat[html]'"
@@ -119,24 +117,11 @@ def rst_title(text: str) -> str:
     return ""
 
 
-@contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Hold a library's logger to errors: a damaged file makes pypdf and trafilatura log
-    warnings line by line, and the folder reader already reports the file in its summary."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _pdf(data: bytes) -> tuple[str, str]:
     """Text of every page (joined by a blank line) and the metadata title, with pypdf."""
     import pypdf
 
-    with _quiet("pypdf"):
+    with quiet_logger("pypdf"):  # a damaged file: warnings line by line; the summary names it
         try:
             reader = pypdf.PdfReader(io.BytesIO(data))
             if reader.is_encrypted and not reader.decrypt(""):
@@ -170,7 +155,7 @@ def _html(data: bytes) -> tuple[str, str]:
 
     if b"\0" in data[:_BINARY_PROBE]:
         raise Unreadable("binary")
-    with _quiet("trafilatura"), _quiet("htmldate"):
+    with quiet_logger("trafilatura"), quiet_logger("htmldate"):
         try:
             doc = trafilatura.bare_extraction(
                 data, with_metadata=True, favor_recall=True, include_comments=False

@@ -45,6 +45,7 @@ from dotcat.data._io import (
     get_json_text,
     is_gzipped,
     iter_lines,
+    json_id_value,
     json_type,
     parse_json_object,
     split_tsv,
@@ -156,19 +157,11 @@ def _record_id(
     present = [n for n in names if n in obj]
     if not present:
         raise _missing(where, line, obj, "id", names, "--id-field")
-    values = {obj[n] for n in present if isinstance(obj[n], (str, int))}
-    if len(present) > 1 and len(values) > 1:
-        shown = " and ".join(f"{n!r} {obj[n]!r}" for n in present)
-        raise DataFormatError(where, line, f"{shown} disagree", present[0])
     field = present[0]
-    value = obj[field]
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    elif not isinstance(value, str):
-        raise DataFormatError(
-            where, line, f"id must be a string or an integer, found {json_type(value)}", field
-        )
-    return check_id(Path(where), line, value, field), field
+    if any(obj[n] != obj[field] for n in present[1:]):
+        shown = " and ".join(f"{n!r} {obj[n]!r}" for n in present)
+        raise DataFormatError(where, line, f"{shown} disagree", field)
+    return json_id_value(Path(where), line, obj[field], field), field
 
 
 def _named_text(
