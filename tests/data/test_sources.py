@@ -144,9 +144,9 @@ def test_a_single_document_file_is_a_one_document_corpus(tmp_path):
 def test_folder_options_are_refused_for_a_corpus_file_or_python_documents(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"_id": "a", "text": "x"}\n')
-    with pytest.raises(DotcatError, match="--include select files in a folder; .* a corpus file"):
+    with pytest.raises(DotcatError, match="--include selects files in a folder; .* a corpus file"):
         open_source(path, CorpusOptions(include=("*.md",)))
-    with pytest.raises(DotcatError, match="--hidden select files .* documents given in Python"):
+    with pytest.raises(DotcatError, match="--hidden selects files .* documents given in Python"):
         open_source(["text"], CorpusOptions(hidden=True))
 
 

@@ -212,7 +212,8 @@ class Listing:
     files: list[ListedFile] = field(default_factory=list)
     problems: list[tuple[str, Path, str]] = field(default_factory=list)  # rel, path, reason
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
-    excluded: int = 0  # by --include/--exclude, or hidden
+    excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
+    hidden: int = 0  # hidden files and folders skipped
 
 
 class FolderSource:
@@ -365,7 +366,8 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
 def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> None:
     given = options.folder_options()
     if given:
-        raise DotcatError(f"{' and '.join(given)} select files in a folder; {where} is {what}")
+        verb = "select" if len(given) > 1 else "selects"
+        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}")
 
 
 # -- walking a folder ----------------------------------------------------------------------
@@ -385,8 +387,10 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
         kept = []
         for name in dirnames:
             rel = (base / name).as_posix()
-            if (name.startswith(".") and not options.hidden) or _excluded_dir(rel, name, options):
-                listing.excluded += 1
+            if name.startswith(".") and not options.hidden:
+                listing.hidden += 1
+            elif _excluded_dir(rel, name, options):
+                listing.excluded["(folder)"] += 1
             else:
                 kept.append(name)
         dirnames[:] = sorted(kept)
@@ -395,8 +399,11 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
             found.append((rel_path.parts, rel_path.as_posix(), Path(dirpath) / name))
     for _, rel, path in sorted(found):
         name = path.name
-        if (name.startswith(".") and not options.hidden) or not _selected(rel, name, options):
-            listing.excluded += 1
+        if name.startswith(".") and not options.hidden:
+            listing.hidden += 1
+            continue
+        if not _selected(rel, name, options):
+            listing.excluded[_suffix(name)] += 1
             continue
         _list_file(listing, rel, path, name)
     return listing
@@ -413,10 +420,18 @@ def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
         return
     kind = file_kind(name)
     if kind is None:
-        suffix = os.path.splitext(name)[1].lower() or "(no suffix)"
-        listing.other_kinds[suffix] += 1
+        listing.other_kinds[_suffix(name)] += 1
         return
     listing.files.append(ListedFile(rel, path, st.st_size, st.st_mtime_ns, kind))
+
+
+def _suffix(name: str) -> str:
+    return os.path.splitext(name)[1].lower() or "(no suffix)"
+
+
+def _counts(counter: Counter) -> str:
+    shown = ", ".join(f"{n} {suffix}" for suffix, n in counter.most_common(5))
+    return shown + (", ..." if len(counter) > 5 else "")
 
 
 def _matches(rel: str, name: str, pattern: str) -> bool:
@@ -441,12 +456,12 @@ def _excluded_dir(rel: str, name: str, options: CorpusOptions) -> bool:
 def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None:
     """Refuse a folder with nothing to read, saying what it holds; check HTML support."""
     if not listing.files and not listing.problems:
-        others = ", ".join(f"{n} {s}" for s, n in listing.other_kinds.most_common(5))
+        others = _counts(listing.other_kinds)
         held = f"it holds {others}" if others else "it holds no file"
-        if options.include or options.exclude:
+        if listing.excluded:
             raise DataFormatError(
                 root, None, f"no file to read matches --include {list(options.include)} "
-                f"--exclude {list(options.exclude)} ({listing.excluded} left out; {held})"
+                f"--exclude {list(options.exclude)}; they leave out {_counts(listing.excluded)}"
             )  # fmt: skip
         kinds = " ".join(sorted({*DOCUMENT_SUFFIXES, *RECORD_SUFFIXES}))
         raise DataFormatError(
