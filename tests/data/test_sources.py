@@ -356,3 +356,11 @@ def test_headings_that_are_titles_and_lines_that_are_not():
     assert markdown_title("no heading at all\n") == ""
     assert rst_title("Title\n=====\n\nbody\n") == "Title"
     assert rst_title("Too long a title\n===\n") == ""  # the underline must cover the title
+
+
+def test_a_json_file_that_holds_no_records_is_skipped_like_an_unreadable_one(tmp_path, caplog):
+    (tmp_path / "a.md").write_text("notes")
+    (tmp_path / "settings.json").write_text('{\n  "theme": "dark"\n}\n')
+    with caplog.at_level(logging.WARNING, logger="dotcat"):
+        assert [d.id for d in iter_corpus(tmp_path)] == ["a.md"]
+    assert "settings.json (not records: malformed JSON" in caplog.text

@@ -463,7 +463,7 @@ def _build(
     logger.info("reading corpus %s into %s", source.describe(), entry)
     try:
         dataset = _from_generator(lambda: _documents(source, build_stats), entry, fingerprint)
-        if source.identity() != identity:
+        if source.identity(again=True) != identity:
             # Not marked complete: the next load reads the source again.
             logger.warning(
                 "%s changed while it was being read; it will be read again", source.describe()

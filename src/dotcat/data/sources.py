@@ -24,8 +24,10 @@ A file of a folder that cannot be read (empty, binary, not UTF-8, an encrypted o
 a corrupt gzip or Parquet file) is skipped and counted in :class:`~dotcat.data.corpus.
 CorpusStats`; :func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
 With ``strict`` the first one stops the read with a :class:`~dotcat.errors.DataFormatError`
-naming it. A record file that opens but holds a bad record stops the read as a corpus file
-does (file, line, field): skipping part of a file would lose documents silently.
+naming it. A record file whose first record is not one (a pretty-printed settings ``.json``)
+is unreadable too; one that holds records without the wanted field, or a bad record further
+down, stops the read as a corpus file does (file, line, field): skipping a file of records, or
+part of one, would lose documents with only a warning.
 
 ``--include``/``--exclude`` patterns (:class:`CorpusOptions`) are shell patterns
 (:func:`fnmatch.fnmatchcase`): one without ``/`` matches a file's name (``*.md``), one with
@@ -77,8 +79,13 @@ DOCUMENT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown",
 #: Files of a folder read as records (see :mod:`dotcat.data.records`).
 RECORD_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
 #: Kinds that may be gzipped (``.md.gz``): the text ones. PDF and Parquet compress themselves.
-_GZIP_OK = (*(s for s, k in DOCUMENT_SUFFIXES.items() if k in TEXT_KINDS), *RECORD_SUFFIXES[:-1])
+_GZIP_OK = (
+    *(suffix for suffix, kind in DOCUMENT_SUFFIXES.items() if kind in TEXT_KINDS),
+    *(suffix for suffix in RECORD_SUFFIXES if suffix != ".parquet"),
+)
 _BINARY_PROBE = 8192
+#: How many unreadable files the summary line names.
+UNREADABLE_NAMED = 5
 _ID_ESCAPES = re.compile(r"[\s%#]")
 
 CorpusSource = Any  # a path (str or Path), or a list, DataFrame or datasets.Dataset
@@ -107,7 +114,8 @@ class CorpusOptions:
 
     def __post_init__(self) -> None:
         for name in ("include", "exclude"):  # lists from Python callers, tuples from the CLI
-            patterns = tuple(getattr(self, name))
+            value = getattr(self, name)
+            patterns = (value,) if isinstance(value, str) else tuple(value)
             object.__setattr__(self, name, patterns)
             for pattern in patterns:
                 if not pattern.strip():
@@ -177,14 +185,15 @@ class FileSource:
 
     kind = "file"
 
-    def __init__(self, file: Path, given: Path, options: CorpusOptions) -> None:
-        self.file, self.given, self.options = file, given, options
+    def __init__(self, file: Path, options: CorpusOptions) -> None:
+        self.file, self.options = file, options
 
     def describe(self) -> str:
         return str(self.file)
 
-    def identity(self) -> dict[str, Any]:
-        """What the cached copy depends on: the file's real path, size and mtime, the options."""
+    def identity(self, again: bool = False) -> dict[str, Any]:
+        """What the cached copy depends on: the file's real path, size and mtime, the options
+        (``again``: for the folder source's sake; a file is looked at every time)."""
         st = self.file.stat()
         return {"file": str(self.file.resolve()), "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns, "options": self.options.to_json()}  # fmt: skip
@@ -237,9 +246,10 @@ class FolderSource:
         _check_listing(self.root, listing, self.options)
         return listing
 
-    def identity(self) -> dict[str, Any]:
-        """Every file's relative path, size and mtime (walked again: an edit changes it)."""
-        listing = self._walk()
+    def identity(self, again: bool = False) -> dict[str, Any]:
+        """Every file's relative path, size and mtime as walked when opened, or walked
+        ``again`` (to see whether the folder changed while it was read), and the options."""
+        listing = self._walk() if again else self.listing
         rows = [(f.rel, f.size, f.mtime_ns) for f in listing.files]
         rows += [(rel, reason) for rel, _, reason in listing.problems]
         digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
@@ -278,11 +288,19 @@ class FolderSource:
         stats.sha256 = digest.hexdigest()
 
     def _file_records(self, listed: ListedFile) -> Iterator[Record]:
+        """A record file's records, ids prefixed with its path. A file whose first record is
+        not a record at all (a settings ``.json``, a CSV that is not) is unreadable; a record
+        without the wanted field, or a bad record further down, stops the read."""
         prefix = path_id(listed.rel)
         count = 0
-        for record in iter_file_records(listed.path, self.options.fields):
-            count += 1
-            yield record._replace(id=f"{prefix}#{record.id}")
+        try:
+            for record in iter_file_records(listed.path, self.options.fields):
+                count += 1
+                yield record._replace(id=f"{prefix}#{record.id}")
+        except DataFormatError as e:
+            if count or e.field is not None:
+                raise
+            raise Unreadable(f"not records: {e.problem}") from None
         if not count:
             raise Unreadable("no records")
 
@@ -293,10 +311,6 @@ class FolderSource:
         if len(stats.unreadable_named) < UNREADABLE_NAMED:
             stats.unreadable_named.append(f"{rel} ({reason})")
         logger.debug("%s: skipped: %s", path, reason)
-
-
-#: How many unreadable files the summary line names.
-UNREADABLE_NAMED = 5
 
 
 class PythonSource:
@@ -310,7 +324,7 @@ class PythonSource:
     def describe(self) -> str:
         return python_source_name(self.source)
 
-    def identity(self) -> None:
+    def identity(self, again: bool = False) -> None:
         """None: an object in memory is not cached on disk."""
         return None
 
@@ -350,7 +364,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
     if path.is_dir():
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
-            return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), path, options)
+            return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
         return FolderSource(path, options)
     require_file(path)
     kind = file_kind(path.name)
@@ -360,7 +374,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             check_html_support()
         return FolderSource(path.parent, options, only=path)
     _refuse_folder_options(options, path, "a corpus file")
-    return FileSource(path, path, options)
+    return FileSource(path, options)
 
 
 def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> None:
