@@ -676,7 +676,12 @@ def add(
 
     start = time.perf_counter()
     result = add_documents(
-        index_dir, corpus, upsert=upsert, device=device, precision=precision, options=options
+        index_dir,
+        corpus,
+        upsert=upsert,
+        device=device,
+        precision=precision,
+        corpus_options=options,
     )
     typer.echo(
         f"added {result.added} and replaced {result.replaced} documents in {index_dir} in "

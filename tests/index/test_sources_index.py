@@ -118,7 +118,7 @@ def test_add_documents_from_a_folder_and_from_python(encoder, tmp_path, tiny_ber
     (folder / "a.md").write_text(TEXTS[2])
     (folder / "skip.txt").write_text("not this one")
     result = add_documents(
-        out, folder, device="cpu", precision="fp32", options=CorpusOptions(include=("*.md",))
+        out, folder, device="cpu", precision="fp32", corpus_options=CorpusOptions(include=("*.md",))
     )
     assert (result.added, result.documents) == (1, 3)
     result = add_documents(out, [{"id": "x", "text": TEXTS[3]}], device="cpu", precision="fp32")

@@ -64,12 +64,12 @@ def add_documents(
     device: str = "auto",
     precision: str = "auto",
     show_progress: bool = True,
-    options: CorpusOptions | None = None,
+    corpus_options: CorpusOptions | None = None,
 ) -> UpdateResult:
     """Encode the documents of ``corpus`` with the index's own encoder and add them.
 
     ``corpus`` is any source :func:`dotcat.index.build_index` takes (a corpus file, a folder
-    of files, documents in Python...), read with ``options``.
+    of files, documents in Python...), read with ``corpus_options``.
 
     Raises:
         DotcatError: an id the index holds already (unless ``upsert``, which replaces it),
@@ -77,7 +77,7 @@ def add_documents(
     """
     index_dir = Path(index_dir)
     stats = CorpusStats()
-    dataset = load_corpus(corpus, stats=stats, options=options)
+    dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     with _updating(index_dir) as (tmp, manifest):
         store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
         try:
