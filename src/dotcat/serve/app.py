@@ -52,7 +52,7 @@ from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.serve.batcher import Job, MicroBatcher
 from dotcat.serve.errors import MAX_URL_BYTES, add_error_handlers
-from dotcat.serve.middleware import AccessLog, BodyLimit
+from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
 from dotcat.serve.protocol import (
     DEFAULT_K,
     NON_BLANK,
@@ -184,6 +184,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     app.state.retry_after = config.retry_after_s
     app.add_middleware(AccessLog)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(PagePolicy, paths=("/", "/docs", "/redoc"))
     add_error_handlers(app, body_fields=service.SearchBody.model_fields)
     _add_search_routes(app, service)
     _add_index_routes(app, service)
@@ -472,7 +473,7 @@ def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
     @app.get(
         "/healthz",
         tags=["server"],
-        summary="Liveness",
+        summary="Is the server up?",
         description="Answers once the models and the index are loaded (the server binds "
         "its port only then). Open without the API key.",
         operation_id="healthz",

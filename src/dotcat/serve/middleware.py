@@ -1,4 +1,4 @@
-"""ASGI middleware of ``dotcat serve``: the body-size cap and the access log."""
+"""ASGI middleware of ``dotcat serve``: the body-size cap, the access log, the pages' policy."""
 
 from __future__ import annotations
 
@@ -105,3 +105,35 @@ class AccessLog:
                 **(state.get("log") or {}),
             }
             access_log.info(json.dumps(record))
+
+
+#: The pages' Content-Security-Policy: everything from this server (Swagger UI's and ReDoc's
+#: inline start-up code and styles included), images also inline (``data:``), ReDoc's search
+#: worker from a ``blob:``. Nothing from elsewhere: the browser does not even ask (ReDoc's
+#: sidebar logo is on a CDN; blocked, it is left out), so the pages work with no network.
+PAGE_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; connect-src 'self'"
+)
+_POLICY = PAGE_POLICY.encode()
+
+
+class PagePolicy:
+    """Send :data:`PAGE_POLICY` with the HTML pages at ``paths``."""
+
+    def __init__(self, app: Any, paths: tuple[str, ...]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+
+        async def with_policy(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (b"content-security-policy", _POLICY)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_policy)

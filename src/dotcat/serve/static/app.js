@@ -155,7 +155,8 @@ async function search(query) {
     $("results").replaceChildren(...answer.hits.map((hit) => renderHit(hit, answer.terms)));
     const stages = answer.first_stage + (answer.reranked ? " + BERT_CAT" : "");
     status.textContent = answer.hits.length
-      ? `${answer.hits.length} results in ${answer.took_ms.toFixed(0)} ms on the server ` +
+      ? `${answer.hits.length} result${answer.hits.length === 1 ? "" : "s"} in ` +
+        `${answer.took_ms.toFixed(0)} ms on the server ` +
         `(${roundTrip.toFixed(0)} ms here) · ${stages}`
       : "No results.";
     if ($("api-key").value) sessionStorage.setItem("dotcat-api-key", $("api-key").value);
