@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import shutil
+import time
 from urllib.parse import urlparse
 
 import pytest
@@ -210,14 +211,19 @@ def test_a_hit_shows_a_snippet_and_its_whole_text_on_enter(browser, page_pipelin
         }
         hit.focus()
         page.keyboard.press("Enter")
-        page.wait_for_function(
-            "document.querySelector(\".hit[data-doc-id='long'] .snippet\").innerText.length > 5000"
-        )
-        assert hit.locator(".snippet").inner_text().strip() == whole.strip()
+        snippet = hit.locator(".snippet")
+        _wait_until(lambda: len(snippet.inner_text()) > 5000)
+        assert snippet.inner_text().strip() == whole.strip()
         page.keyboard.press("Enter")  # back to the snippet
-        page.wait_for_function(
-            "document.querySelector(\".hit[data-doc-id='long'] .snippet\").innerText.length < 400"
-        )
+        _wait_until(lambda: snippet.inner_text() == short)
+
+
+def _wait_until(condition, seconds: float = 10) -> None:
+    # (polled from here: a string predicate in the page is an eval, which its policy forbids)
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def _offline(page) -> list[str]:
