@@ -72,3 +72,9 @@ def test_shorten():
     assert shorten("Short title", 20) == "Short title"
     cut = shorten("A title that goes on and on " * 10, 50)
     assert len(cut) <= 50 and cut.endswith("…") and cut.startswith("A title that goes")
+
+
+def test_letters_whose_lower_case_is_longer_keep_the_window_in_place():
+    text = "İİİİ " * 50 + FILLER + PASSAGE + " " + FILLER  # "İ".lower() is two characters
+    found = snippet(text, ["mitochondria"])
+    assert PASSAGE in found

@@ -80,10 +80,7 @@ def _best_start(text: str, terms: list[str], width: int) -> int:
     for each match as the window's first term, the distinct terms that start before the
     window's end. Ties go to the earlier window.
     """
-    pattern = _term_pattern(terms)
-    if pattern is None:
-        return 0
-    matches = [(m.start(), (m.group(1) or m.group(2)).lower()) for m in pattern.finditer(text)]
+    matches = _matches(text, terms)
     if not matches:
         return 0
     lead = int(width * LEAD)
@@ -103,15 +100,26 @@ def _best_start(text: str, terms: list[str], width: int) -> int:
     return max(0, best_at - lead)
 
 
-def _term_pattern(terms: list[str]) -> re.Pattern[str] | None:
-    """Terms of :data:`PREFIX_CHARS` or more begin a word ("cell": "cells"); shorter ones
-    are whole words ("dna", not "dnase")."""
-    if not terms:
-        return None
-    by_length = sorted(terms, key=len, reverse=True)
-    longer = "|".join(re.escape(t) for t in by_length if len(t) >= PREFIX_CHARS) or "(?!)"
-    short = "|".join(re.escape(t) for t in by_length if len(t) < PREFIX_CHARS) or "(?!)"
-    return re.compile(rf"\b(?:({longer})|({short})\b)", re.IGNORECASE)
+def _matches(text: str, terms: list[str]) -> list[tuple[int, str]]:
+    """Where the terms begin words of ``text``, in order: ``(position, term)``. A term of
+    :data:`PREFIX_CHARS` or more characters matches the words it begins ("cell": "cells"), a
+    shorter one whole words ("dna", not "dnase"). (``str.find`` on the lower-cased text: a
+    regular expression ignoring case is several times slower.)"""
+    lower = text.lower()
+    if len(lower) != len(text):  # a letter whose lower case is longer ("İ"): keep positions
+        lower = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    found = []
+    for term in terms:
+        whole = len(term) < PREFIX_CHARS
+        at = lower.find(term)
+        while at >= 0:
+            end = at + len(term)
+            starts = at == 0 or not lower[at - 1].isalnum()
+            if starts and not (whole and end < len(lower) and lower[end].isalnum()):
+                found.append((at, term))
+            at = lower.find(term, end)
+    found.sort()
+    return found
 
 
 def _next_space(text: str, start: int, stop: int) -> int:
