@@ -319,14 +319,17 @@ def cap_per_group(
     return [item for item in items if id(item) in kept]
 
 
-def build_pylib(opts: Options) -> Collection:
-    library = PYTHON_DOCS / "library"
+def build_pylib(
+    opts: Options, library: Path = PYTHON_DOCS / "library", stdlib_root: Path = DEBIAN_STDLIB
+) -> Collection:
+    """The long-document collection from the reference's pages in ``library`` and the
+    standard library's sources under ``stdlib_root``."""
     paths = sorted(library.glob("*.html"))
     if not paths:
         raise SystemExit(f"no pages in {library}; run: apt-get install python3.11-doc")
     pages = {path.stem: src.sphinx_page(path) for path in paths}
     corpus = [{"_id": stem, "title": p.title, "text": p.text} for stem, p in pages.items()]
-    index = src.StdlibIndex.read(DEBIAN_STDLIB)
+    index = src.StdlibIndex.read(stdlib_root)
     candidates, dropped = reference_queries(pages, index, Tokens())
     capped = cap_per_group(candidates, lambda q: q["doc"], QUERIES_PER_PAGE, opts.seed)
     dropped[f"over {QUERIES_PER_PAGE} on a page"] = len(candidates) - len(capped)
@@ -338,14 +341,14 @@ def build_pylib(opts: Options) -> Collection:
     queries += [
         _query(f"dev{i}", q["text"], q["doc"], "dev", **_extra(q)) for i, q in enumerate(dev)
     ]
-    stdlib = src.stdlib_files(DEBIAN_STDLIB)
+    stdlib = src.stdlib_files(stdlib_root)
     source = [
         f"- Documents: `{library}/*.html`, {len(paths)} pages, Debian package python3.11-doc "
         f"{src.dpkg_version('python3.11-doc')}; sha256 of the files' sha256sum list "
         f"{src.tree_sha256(paths, library)}",
-        f"- Queries: `{DEBIAN_STDLIB}`, {len(stdlib)} `.py` files, Debian package "
+        f"- Queries: `{stdlib_root}`, {len(stdlib)} `.py` files, Debian package "
         f"libpython3.11-stdlib {src.dpkg_version('libpython3.11-stdlib')}; sha256 of the "
-        f"files' sha256sum list {src.tree_sha256(stdlib, DEBIAN_STDLIB)}",
+        f"files' sha256sum list {src.tree_sha256(stdlib, stdlib_root)}",
         f"- HTML read with lxml {_version('lxml')}; tokens counted with the default encoder's "
         f"tokenizer (transformers {_version('transformers')})",
     ]

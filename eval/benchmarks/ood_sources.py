@@ -340,9 +340,11 @@ def html_text(root, skip: Callable[[object], bool] = lambda el: False) -> tuple[
 
 
 def read_html(path: Path):
+    """A page's element tree; its bytes are UTF-8 (as both Python's and Debian's documentation
+    declare), whether or not the page says so."""
     import lxml.html
 
-    return lxml.html.fromstring(path.read_bytes())
+    return lxml.html.fromstring(path.read_bytes(), parser=lxml.html.HTMLParser(encoding="utf-8"))
 
 
 def has_class(el, name: str) -> bool:
