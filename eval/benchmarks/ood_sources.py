@@ -4,13 +4,12 @@ builds: Debian package descriptions, the Python standard library's docstrings (r
 of chosen elements (where a function's entry starts on its reference page, where a question's
 answer is). No collection logic here: what becomes a query or a document is decided there.
 
-HTML is read with lxml (the parser under trafilatura, the extractor dotcat's folder sources
-use). Main-text extractors such as trafilatura are built for web pages and drop parts of a
-reference page: on the Python 3.11 library pages it loses whole entries (``tarfile.TarInfo``,
-``tkinter.scrolledtext.ScrolledText``) and its output changes when unrelated markup changes,
-so where an entry lies in its text cannot be known. :func:`html_text` instead keeps every
-word of the page's main element, one line per block, and records the offset of each element
-that has an id, which is the structure the relevance judgements come from.
+HTML is read with lxml, not with the main-text extractor of dotcat's folder sources
+(``dotcat.data.extract``: trafilatura). That extractor is built for web pages: on reference
+pages it drops link lists and some whole entries (``tarfile.TarInfo``'s methods), and where an
+entry lies in its text cannot be known (``eval/studies/html_extraction/``). :func:`html_text`
+keeps every word of the page's main element, one line per block, and records the offset of
+each element that has an id: the structure the relevance judgements come from.
 """
 
 from __future__ import annotations
