@@ -184,7 +184,10 @@ def build_pydoc(opts: Options) -> Collection:
             docs[name] = {"_id": name, "title": "", "text": body, "query": summary}
     unique = [d for d in docs.values() if seen_summary[_norm(d["query"])] == 1]
     unique.sort(key=lambda d: d["_id"])
-    source = [f"Python {sys.version.split()[0]} standard library at `{root}`, {len(files)} files"]
+    source = [
+        f"Python {sys.version.split()[0]} standard library at `{root}`, {len(files)} files; "
+        f"sha256 of their sha256sum list {src.tree_sha256(files, root)}"
+    ]
     method = [
         "Query: a docstring's summary line; document: the rest of the docstring. Copies of a "
         "body and summaries shared by several docstrings dropped; documents and queries sampled."

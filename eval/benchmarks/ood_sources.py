@@ -30,10 +30,11 @@ def sha256(path: Path) -> str:
 
 
 def tree_sha256(paths: list[Path], root: Path) -> str:
-    """One digest for many files: the sha256 of ``sha256sum``'s output for them, sorted by
-    path (``cd ROOT && sha256sum FILES | sort -k2 | sha256sum`` gives the same)."""
-    lines = sorted(f"{sha256(p)}  {p.relative_to(root)}\n" for p in paths)
-    lines.sort(key=lambda line: line.split("  ", 1)[1])
+    """One digest for many files: the sha256 of ``sha256sum``'s lines for them in the order of
+    their paths relative to ``root`` (``cd ROOT && sha256sum FILES | LC_ALL=C sort -k2 |
+    sha256sum`` gives the same)."""
+    ordered = sorted(paths, key=lambda p: str(p.relative_to(root)).encode())
+    lines = [f"{sha256(p)}  {p.relative_to(root)}\n" for p in ordered]
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
