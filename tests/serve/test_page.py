@@ -255,7 +255,8 @@ def test_the_api_docs_render_with_no_network(browser, page_pipeline):
         page.wait_for_selector(".parameters-container .parameter__name")
         described = page.locator(".parameters-container").inner_text()
         assert "How many results, 1 to 1000" in described and "full_text" in described
-        shot = os.environ.get("DOTCAT_DOCS_SCREENSHOT")  # eval/benchmarks/results/serve_docs_offline.png
+        # eval/benchmarks/results/serve_docs_offline.png
+        shot = os.environ.get("DOTCAT_DOCS_SCREENSHOT")
         if shot:
             page.screenshot(path=shot, full_page=False)
 

@@ -79,7 +79,7 @@ def main() -> None:
         "",
         "| reader | words lacking | pages lacking > 5% of words | signatures found in order |",
         "| --- | --- | --- | --- |",
-        f"| `dotcat.data.extract` (trafilatura) | {lost} ({lost / words:.1%}) | {len(over)} | "
+        f"| `dotcat.data.extract` | {lost} ({lost / words:.1%}) | {len(over)} | "
         f"{sum(r['extract'] for r in rows)} of {entries} |",
         f"| `ood_sources.sphinx_page` (lxml) | 0 (by construction) | 0 | "
         f"{sum(r['lxml'] for r in rows)} of {entries} |",
