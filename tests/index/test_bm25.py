@@ -1,4 +1,4 @@
-"""dotcat.search.bm25 on tiny corpora: formula, analysis, k, ties, input forms, save/load."""
+"""dotcat.index.bm25 on tiny corpora: formula, analysis, k, ties, input forms, save/load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.search.bm25 import BM25Config, BM25Index, bm25_search
+from dotcat.index.bm25 import BM25Config, BM25Index
 
 DOCS = [
     {"id": "d1", "title": "Cats", "text": "Cats are small domesticated carnivorous mammals."},
@@ -28,8 +28,8 @@ class Doc:  # the shape of dotcat.data.Document
 
 
 def _search(queries, k=10, config=None, docs=DOCS):
-    config = config or BM25Config()
-    return bm25_search(docs, queries, k=k, config=config, show_progress=False)
+    index = BM25Index.build(docs, config=config or BM25Config(), show_progress=False)
+    return index.search(queries, k=k, show_progress=False)
 
 
 def test_obviously_relevant_document_ranks_first():

@@ -48,15 +48,11 @@ from typing import Any
 import ir_measures
 
 from dotcat.errors import DotcatError
+from dotcat.types import Qrels, RunLike
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEASURES = ("nDCG@10", "RR@10", "R@100", "AP@100")
-
-#: qid -> {docid: score} (as :func:`dotcat.data.read_run` returns) or qid -> [(docid, score)]
-RunLike = Mapping[str, Mapping[str, float] | Iterable[tuple[str, float]]]
-#: qid -> {docid: graded relevance}
-QrelsLike = Mapping[str, Mapping[str, int]]
 
 _SHOW = 5  # ids quoted in a log message before "..."
 
@@ -162,7 +158,7 @@ def _parse_one(item: Any) -> list[ir_measures.Measure]:
 
 def evaluate(
     run: RunLike,
-    qrels: QrelsLike,
+    qrels: Qrels,
     measures: str | Iterable[Any] = DEFAULT_MEASURES,
     known_queries: Iterable[Any] | None = None,
     known_docs: Iterable[Any] | None = None,
@@ -276,7 +272,7 @@ def evaluate(
     )
 
 
-def recall_curve(run: RunLike, qrels: QrelsLike, depths: Iterable[int]) -> dict[int, float]:
+def recall_curve(run: RunLike, qrels: Qrels, depths: Iterable[int]) -> dict[int, float]:
     """Mean recall at each depth, ``depth -> R@depth`` over the judged queries.
 
     ir-measures' ``R@k`` (trec_eval's ``recall_k``: relevant documents in the top k over all
@@ -290,7 +286,7 @@ def recall_curve(run: RunLike, qrels: QrelsLike, depths: Iterable[int]) -> dict[
     return dict(zip(depths, report.aggregate.values(), strict=True))
 
 
-def _normalise_qrels(qrels: QrelsLike) -> dict[str, dict[str, int]]:
+def _normalise_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for qid, rels in qrels.items():
         clean: dict[str, int] = {}

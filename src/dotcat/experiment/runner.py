@@ -305,7 +305,8 @@ class _Runner:
         )
 
     def _bm25(self, system: SystemConfig, k: int):
-        from dotcat.search.bm25 import BM25Config, bm25_search
+        from dotcat.index.bm25 import BM25Config
+        from dotcat.search.bm25 import bm25_search
 
         config = BM25Config(k1=system.k1, b=system.b)
         return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config)

@@ -1,4 +1,8 @@
-"""BM25 retrieval with bm25s and PyStemmer: the lexical baseline and first stage.
+"""The BM25 index, with bm25s and PyStemmer: the lexical baseline and first stage.
+
+An index directory holds one beside its FAISS index (``dotcat index --bm25``, in
+:data:`dotcat.index.layout.BM25_DIR`) for BM25 and hybrid search;
+:func:`dotcat.search.bm25.bm25_search` builds one in memory for a one-off search of a corpus.
 
 Scoring (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond",
 Foundations and Trends in IR 3(4), 2009), in the Lucene variant that bm25s calls ``"lucene"``
@@ -40,14 +44,14 @@ import Stemmer
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError
+from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
+from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
 # bm25s sets its own logger to DEBUG when imported, so its debug lines ("Building index from
 # IDs") reach the terminal whatever the application asked for; let it inherit the app's level.
 logging.getLogger("bm25s").setLevel(logging.NOTSET)
-
-Run = dict[str, list[tuple[str, float]]]
 
 FORMAT_VERSION = 1
 _MANIFEST = "dotcat_bm25.json"
@@ -307,20 +311,24 @@ class BM25Index:
         return cls(retriever, tokenizer, doc_ids, config)
 
 
-def bm25_search(
-    corpus: Iterable[Any],
-    queries: Mapping[str, str],
-    k: int = 100,
-    config: BM25Config = BM25Config(),
-    show_progress: bool = True,
-) -> Run:
-    """Index ``corpus`` with BM25 and return the top-k per query: qid -> [(docid, score)].
+def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
+    """A BM25 index over a doc store's documents, in position order.
 
-    See :meth:`BM25Index.build` for the accepted corpus forms and :meth:`BM25Index.search`
-    for the result order. Use :class:`BM25Index` directly to search several batches.
+    BM25's statistics (document frequencies, mean length) are global, so after an update or a
+    merge the side index of an index directory is built again from its doc store, never
+    patched or merged.
     """
-    index = BM25Index.build(corpus, config=config, show_progress=show_progress)
-    return index.search(queries, k=k, show_progress=show_progress)
+    store = DocStore(docstore)
+
+    def documents() -> Iterator[dict[str, str]]:
+        for rows in store.iter_rows():
+            for _, doc_id, title, text in rows:
+                yield {"id": doc_id, "title": title, "text": text}
+
+    try:
+        return BM25Index.build(documents(), config=config, show_progress=show_progress)
+    finally:
+        store.close()
 
 
 def _join(title: str, text: str) -> str:

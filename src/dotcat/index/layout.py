@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.faiss"
 DOCSTORE_NAME = "docstore.sqlite"
+#: The BM25 side index (:mod:`dotcat.index.bm25`), a directory, when the index has one.
+BM25_DIR = "bm25"
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 

@@ -32,8 +32,10 @@ import numpy as np
 from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
+from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
     DOCSTORE_NAME,
     ENCODER_KEYS,
@@ -439,21 +441,6 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
 
 def _bm25_from_docstore(tmp: Path, n: int, show_progress: bool) -> dict[str, Any]:
     """BM25 over the merged documents (BM25's statistics are global: never merged)."""
-    from dotcat.index.build import BM25_DIR
-    from dotcat.search.bm25 import BM25Config, BM25Index
-
-    store = DocStore(tmp / DOCSTORE_NAME)
-
-    def documents() -> Iterator[dict[str, str]]:
-        for rows in store.iter_rows():
-            for _, doc_id, title, text in rows:
-                yield {"id": doc_id, "title": title, "text": text}
-
-    try:
-        config = BM25Config()
-        BM25Index.build(documents(), config=config, show_progress=show_progress).save(
-            tmp / BM25_DIR
-        )
-    finally:
-        store.close()
+    config = BM25Config()
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress).save(tmp / BM25_DIR)
     return {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}

@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from dotcat.errors import DotcatError
+from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
 
 Ranking = Sequence[tuple[str, float]]
-Run = dict[str, list[tuple[str, float]]]
 
 FUSIONS = ("rrf", "linear")
 RRF_K = 60

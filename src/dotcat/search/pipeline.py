@@ -37,10 +37,10 @@ from dotcat.index.shards import open_index
 from dotcat.search.fusion import Fusion
 from dotcat.search.hits import Hit
 from dotcat.search.retriever import DenseRetriever
+from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
 
-Run = dict[str, list[tuple[str, float]]]
 FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 #: Candidates each first stage contributes before a hybrid fusion (at least k).
 FUSION_DEPTH = 100
@@ -297,7 +297,7 @@ class SearchPipeline:
         entry = self.manifest.bm25
         if not entry:
             return None
-        from dotcat.search.bm25 import BM25Index
+        from dotcat.index.bm25 import BM25Index
 
         bm25 = BM25Index.load(self.index_dir / entry["dir"], mmap=True)
         if len(bm25) != len(self.index):
