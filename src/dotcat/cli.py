@@ -797,7 +797,7 @@ def export(
         _one_of("--variant", variant, ("avx512_vnni", "avx2"))
     _check_model(model)
 
-    from dotcat.models.onnx_backend import export_model
+    from dotcat.models.int8 import export_model
 
     start = time.perf_counter()
     kind, path = export_model(

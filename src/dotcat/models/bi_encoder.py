@@ -50,6 +50,7 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
+from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import check_max_length, load_hf_model, max_positions
 from dotcat.models.pooling import POOLINGS, l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
@@ -58,7 +59,6 @@ from dotcat.models.runtime import (
     choose_precision,
     configure_threads,
     free_threads,
-    int8_backend,
     precision_name,
     resolve_device,
     store_linear_weights,
@@ -445,15 +445,9 @@ class BiEncoder:
     def _int8_runner(self, weights_dir: Path) -> Any:
         """The int8 runner of the transformer weights, on the runtime ``config.backend``
         resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
-        if int8_backend("encoder", self.config.backend) == "openvino":
-            from dotcat.models import openvino_backend
-
-            return openvino_backend.int8_runner(
-                weights_dir, "encoder", self.fingerprint, self._workers()
-            )
-        from dotcat.models.onnx_backend import int8_runner
-
-        return int8_runner(weights_dir, "encoder", self.fingerprint)
+        return int8_runner(
+            weights_dir, "encoder", self.fingerprint, self.config.backend, self._workers()
+        )
 
     def _is_small(self, tokens: int) -> bool:
         """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import platform
@@ -181,10 +182,13 @@ def auto_precision(kind: str, device: torch.device) -> str:
 def backend_installed(backend: str) -> bool:
     """Whether an int8 runtime's packages are installed (OpenVINO is an optional extra)."""
     if backend == "openvino":
-        from dotcat.models import openvino_backend
-
-        return openvino_backend.available()
+        return openvino_installed()
     return True  # onnxruntime is a dependency
+
+
+def openvino_installed() -> bool:
+    """Whether OpenVINO and NNCF (its weight compression) are installed: ``dotcat[openvino]``."""
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
 
 
 def int8_backend(kind: str, backend: str = "auto") -> str:
