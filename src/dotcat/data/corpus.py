@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from filelock import FileLock
+
+from dotcat.cache import cache_root
 from dotcat.data._io import (
     check_id,
     detect_format,
@@ -296,8 +299,6 @@ def _log_summary(stats: CorpusStats, first_skipped: int | None = None) -> None:
 def default_cache_dir() -> Path:
     """Where :func:`load_corpus` keeps Arrow copies: ``datasets/`` under dotcat's cache
     (``$DOTCAT_CACHE``, :func:`dotcat.cache.cache_root`)."""
-    from dotcat.cache import cache_root
-
     return cache_root() / "datasets"
 
 
@@ -323,7 +324,7 @@ class _CacheMiss(Exception):
 
 
 def _features() -> datasets.Features:
-    import datasets
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     return datasets.Features({name: datasets.Value("string") for name in ("id", "title", "text")})
 
@@ -331,7 +332,7 @@ def _features() -> datasets.Features:
 def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Dataset:
     """``Dataset.from_generator`` without datasets' own "Generating train split" bar (dotcat
     shows its own, which ``-q`` silences); datasets' setting is restored afterwards."""
-    import datasets
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
@@ -394,8 +395,6 @@ def load_corpus(
     entry = root / f"{slug}-{path_key}-{version_key}"
     fingerprint = f"dotcat-corpus-{path_key}-{version_key}"
     result = stats if stats is not None else CorpusStats()
-
-    from filelock import FileLock
 
     (root / ".locks").mkdir(parents=True, exist_ok=True)
     # One builder per entry: several processes (say torchrun ranks) may load the same corpus.
@@ -494,7 +493,7 @@ def iter_row_batches(
     that way grows RSS with the corpus. Streaming the Arrow file with plain reads keeps
     memory at a batch, whatever the corpus size.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
 
     stop = len(dataset) if stop is None else min(stop, len(dataset))
     if dataset._indices is not None:  # a selection or shuffle: rows are not in file order

@@ -88,7 +88,7 @@ def encode_chunks_on_ray(
 
 def _import_ray() -> Any:
     """The ``ray`` module with Ray Data, or a DotcatError saying how to install it."""
-    try:
+    try:  # an optional extra (dotcat[ray])
         import ray
         import ray.data  # noqa: F401
     except ImportError as exc:

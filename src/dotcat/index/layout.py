@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in
 
@@ -117,8 +119,6 @@ def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
     Raises:
         DotcatError: another process holds it (a build, an update or a repair of this index).
     """
-    from filelock import FileLock, Timeout
-
     path = lock_path(index_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path))

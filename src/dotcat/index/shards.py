@@ -28,6 +28,7 @@ from typing import Any
 
 import faiss
 import numpy as np
+from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
@@ -418,8 +419,6 @@ def _available_memory() -> int | None:
 def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progress: bool) -> None:
     """Each shard's lists written on their own (only one shard in memory at a time), then
     merged into one ``index.ivfdata`` by FAISS (``faiss.contrib.ondisk.merge_ondisk``)."""
-    from faiss.contrib.ondisk import merge_ondisk
-
     parts = Path(tempfile.mkdtemp(prefix=".lists-", dir=tmp))
     try:
         names, offset = [], 0

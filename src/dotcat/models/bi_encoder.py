@@ -203,6 +203,7 @@ class BiEncoder:
             DotcatError: unresolvable model, unsupported pooling/similarity/modules, or a
                 max_length beyond the model's position embeddings.
         """
+        # transformers takes ~1 s to import; BM25-only search and index checks load no model.
         from transformers import AutoModel, AutoTokenizer
 
         config = config or EncoderConfig()

@@ -219,6 +219,7 @@ class CrossEncoder:
             DotcatError: unresolvable or unloadable model, a multi-label head, or a max_length
                 beyond the model's position embeddings.
         """
+        # transformers takes ~1 s to import; a search without re-ranking loads no cross-encoder.
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         config = config or CrossEncoderConfig()

@@ -324,6 +324,7 @@ def quiet_transformers():
     the terminal of every ``dotcat`` command; dotcat's own bars cover the long work. The
     previous setting is restored afterwards (a user's own transformers use is left alone).
     """
+    # transformers takes ~1 s to import; this module is imported where no model loads.
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from dotcat.errors import DotcatError
+from dotcat.evaluation import evaluate
 from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,6 @@ def choose_fusion(
     Ties go to RRF (no tuned parameter to carry to other data), then to the weight nearest
     0.5. The dev scores of every candidate are kept in the returned ``Fusion.dev``.
     """
-    from dotcat.evaluation import evaluate
 
     def score(fusion: Fusion) -> float:
         report = evaluate(fusion.fuse_runs(dense, bm25), qrels, measures=[DEV_MEASURE])

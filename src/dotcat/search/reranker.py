@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dotcat.data.corpus import document_fields
 from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
@@ -72,8 +73,6 @@ def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
                 if doc_id in ids:
                     texts[doc_id] = document_text(title or "", text or "")
         return texts
-    from dotcat.data.corpus import document_fields
-
     for n, doc in enumerate(corpus, start=1):
         doc_id, title, text = document_fields(doc, n)
         if doc_id in ids:

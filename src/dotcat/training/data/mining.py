@@ -38,8 +38,8 @@ import numpy as np
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.index import document_text
-from dotcat.progress import progress_bar
 from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.progress import progress_bar
 from dotcat.training.config import DEFAULT_WINDOW, check_window
 from dotcat.types import Qrels
 
