@@ -47,6 +47,7 @@ from dotcat.index.manifest import update_manifest
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
+from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
 
@@ -205,13 +206,7 @@ def calibrate_reranker(
         show_progress=show_progress,
     )
     qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
-    per_query = {
-        a: {
-            q: v[MEASURE]
-            for q, v in evaluate(fuse(candidates, a), qrels, measures=[MEASURE]).per_query.items()
-        }
-        for a in WEIGHTS
-    }
+    per_query = {a: _per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
     scores = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
     alpha, best, p = guarded_alpha(per_query)
     ce = reranker.cross_encoder
@@ -235,6 +230,12 @@ def calibrate_reranker(
         pseudo={k: v for k, v in pseudo.summary().items() if k != "queries"},
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _per_query(run: Run, qrels: Qrels) -> dict[str, float]:
+    """qid -> :data:`MEASURE` of ``run``."""
+    report = evaluate(run, qrels, measures=[MEASURE])
+    return {q: values[MEASURE] for q, values in report.per_query.items()}
 
 
 def record_corpus_weight(index_dir: str | Path, weight: CorpusWeight) -> None:
