@@ -7,13 +7,13 @@ import them without loading anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 #: One query's results, best first: ``[(doc_id, score), ...]``.
-Ranking = list[tuple[str, float]]
+Ranking = Sequence[tuple[str, float]]
 
 #: A run: query id -> its ranking, best first (what every first stage and re-ranker returns).
-Run = dict[str, Ranking]
+Run = dict[str, list[tuple[str, float]]]
 
 #: A run in any form a reader accepts: per query a ranking or a ``doc_id -> score`` mapping
 #: (the order of a ranking does not matter where the scores decide it).

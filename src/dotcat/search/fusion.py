@@ -29,11 +29,10 @@ from dataclasses import asdict, dataclass, field
 
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
-from dotcat.types import Run
+from dotcat.types import Qrels, Ranking, Run
 
 logger = logging.getLogger(__name__)
 
-Ranking = Sequence[tuple[str, float]]
 
 FUSIONS = ("rrf", "linear")
 RRF_K = 60
@@ -122,7 +121,7 @@ def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[st
 def choose_fusion(
     dense: Mapping[str, Ranking],
     bm25: Mapping[str, Ranking],
-    qrels: Mapping[str, Mapping[str, int]],
+    qrels: Qrels,
     source: str,
 ) -> Fusion:
     """The fusion with the best dev nDCG@10: RRF or linear with a weight in :data:`WEIGHTS`.
