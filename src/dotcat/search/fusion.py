@@ -33,7 +33,6 @@ from dotcat.types import Qrels, Ranking, Run
 
 logger = logging.getLogger(__name__)
 
-
 FUSIONS = ("rrf", "linear")
 RRF_K = 60
 #: Linear weights tried on dev (the dense side's share).
