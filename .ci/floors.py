@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # the system Python CI starts from may be 3.10
     import tomli as tomllib
 
-EXTRAS = ("dev", "openvino")
+EXTRAS = ("dev", "openvino", "html")
 FLOOR = re.compile(r"^\s*([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*>=\s*([0-9][^,;\s]*)\s*(;.*)?$")
 
 

@@ -8,7 +8,8 @@
 # its find-links/index settings (set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index on a
 # machine that has none locally). With an NVIDIA GPU, the regular (CUDA) torch and faiss-gpu
 # are installed instead. An existing torch is always kept: dotcat only needs torch>=2.4. On CPU
-# machines the `openvino` extra is installed too (the cross-encoder's int8 path).
+# machines the `openvino` extra is installed too (the cross-encoder's int8 path); the `html`
+# extra (HTML files in a folder corpus) everywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-${DOTCAT_VENV:-.venv}}"
@@ -38,12 +39,12 @@ if ! python -c "import torch" >/dev/null 2>&1; then
 fi
 
 if [ "$has_gpu" = 1 ]; then
-  pip install --quiet -e ".[dev,gpu]"
+  pip install --quiet -e ".[dev,gpu,html]"
   # faiss-cpu and faiss-gpu-cu12 ship the same `faiss` module: keep only the GPU one.
   pip uninstall --quiet -y faiss-cpu
   pip install --quiet --force-reinstall --no-deps "faiss-gpu-cu12>=1.8"
 else
   # OpenVINO runs the cross-encoder's int8 path on CPUs (not used with a GPU).
-  pip install --quiet -e ".[dev,openvino]"
+  pip install --quiet -e ".[dev,openvino,html]"
 fi
 python -c "import torch, faiss, dotcat; print('bootstrap: dotcat', dotcat.__version__, '| torch', torch.__version__, '| faiss', faiss.__version__, '| cuda', torch.cuda.is_available())"

@@ -62,7 +62,11 @@ def ws(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
     a_file.write_text("x")
     a_dir = root / "a_dir"
     a_dir.mkdir()
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nsome words")
     return {
+        "docs": docs,
         "root": root,
         "corpus": corpus,
         "queries": queries,
@@ -97,6 +101,18 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["index", c, out, "--model", m, "--max-length", "0"], "--max-length must be >= 2, got 0"),
         (["index", c, out, "--model", ws["not_a_model"]], "not a model directory (no config.json"),
         (["index", c, ws["a_file"] / "sub" / "idx", "--model", m], "is a file, not a directory"),
+        (
+            ["index", c, out, "--model", m, "--text-field", "body"],
+            "missing field (expected 'body'); the record has fields _id, title, text",
+        ),
+        (["index", c, out, "--model", m, "--include", "*.md"], "--include selects files in a"),
+        (["index", ws["docs"], out, "--model", m, "--include", "*.pdf"], "no file to read matches"),
+        (["index", ws["a_dir"], out, "--model", m], "no file to index here"),
+        (
+            ["add", i, ws["docs"], "--exclude", "*.md"],
+            "no file to read matches --include [] --exclude ['*.md']; they leave out 1 .md",
+        ),
+        (["add", i, ws["root"] / "nope"], "no such file or directory"),
         (["search", i, "   "], "the query is empty"),
         (["search", i, ""], "the query is empty"),
         (["search", i, "words", "-k", "0"], "-k must be >= 1, got 0"),

@@ -206,9 +206,57 @@ def _parse_search_params(nprobe: int | None, ef_search: int | None) -> dict[str,
     return params
 
 
+_CORPUS_HELP = (
+    "A BEIR directory, a corpus file (JSONL, JSON, CSV, TSV, Parquet; .gz ok) or a folder of "
+    "files (.txt .md .rst .html .pdf, and record files), walked recursively."
+)
+_IdField = Annotated[
+    str | None,
+    typer.Option(help="The records' id field (JSONL, JSON, CSV, TSV, Parquet); default _id or id."),
+]
+_TitleField = Annotated[str | None, typer.Option(help="The records' title field; default title.")]
+_TextField = Annotated[
+    str | None, typer.Option(help="The records' text field; default text or contents.")
+]
+_Include = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Only a folder's files matching this glob (repeat): *.md matches names, "
+        "notes/*.md paths."
+    ),
+]
+_Exclude = Annotated[
+    list[str] | None,
+    typer.Option(help="Skip a folder's files and folders matching this glob (repeat)."),
+]
+_Strict = Annotated[
+    bool,
+    typer.Option(
+        help="Stop at a folder's first file that cannot be read (default: skip it, and name "
+        "the skipped ones in one warning)."
+    ),
+]
+_Hidden = Annotated[bool, typer.Option(help="Also read hidden files and folders (.name).")]
+
+
+def _corpus_options(id_field, title_field, text_field, include, exclude, strict, hidden):
+    """The :class:`dotcat.data.CorpusOptions` of ``index`` and ``add`` (checked here)."""
+    from dotcat.data import CorpusOptions
+
+    return CorpusOptions(
+        id_field=id_field,
+        title_field=title_field,
+        text_field=text_field,
+        include=tuple(include or ()),
+        exclude=tuple(exclude or ()),
+        strict=strict,
+        hidden=hidden,
+    )
+
+
 @app.command()
 def index(
-    corpus: Annotated[Path, typer.Argument(help="BEIR directory, or a JSONL/TSV corpus (.gz ok).")],
+    corpus: Annotated[Path, typer.Argument(help=_CORPUS_HELP)],
     index_dir: Annotated[Path, typer.Argument(help="Where to write the index directory.")],
     model: Annotated[
         str, typer.Option(help="Local model dir, hub name, or 'default'.")
@@ -267,11 +315,20 @@ def index(
         int | None,
         typer.Option(help="Encoder actors on Ray (default: one per GPU, else one per CPU)."),
     ] = None,
+    id_field: _IdField = None,
+    title_field: _TitleField = None,
+    text_field: _TextField = None,
+    include: _Include = None,
+    exclude: _Exclude = None,
+    strict: _Strict = False,
+    hidden: _Hidden = False,
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
 
-    An interrupted build (Ctrl-C, kill -9, power loss) resumes after its last finished chunk
-    when the same command runs again.
+    A folder's documents have their relative paths as ids (a record file's records
+    PATH#ID); files that cannot be read are skipped and named in one warning (--strict:
+    an error). An interrupted build (Ctrl-C, kill -9, power loss) resumes after its last
+    finished chunk when the same command runs again.
     """
     from dotcat.index.preflight import check_build
 
@@ -282,7 +339,11 @@ def index(
     _one_of("--precision", precision, _PRECISIONS)
     _one_of("--int8-backend", int8_backend, _INT8_BACKENDS)
     shard_spec = _parse_shard(shard) if shard else None
-    check_build(corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec)
+    options = _corpus_options(id_field, title_field, text_field, include, exclude, strict, hidden)
+    check_build(
+        corpus, index_dir, faiss, overwrite=overwrite, model=model, shard=shard_spec,
+        options=options,
+    )  # fmt: skip
 
     from dotcat.index import IndexConfig, build_index
     from dotcat.models import EncoderConfig
@@ -308,7 +369,10 @@ def index(
         ray_workers=ray_workers,
     )
     start = time.perf_counter()
-    manifest = build_index(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh)
+    manifest = build_index(
+        corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
+        corpus_options=options,
+    )  # fmt: skip
     seconds = time.perf_counter() - start
     n = manifest.documents["count"]
     typer.echo(
@@ -587,23 +651,38 @@ def merge(
 @app.command()
 def add(
     index_dir: Annotated[Path, typer.Argument(help="An index directory from `dotcat index`.")],
-    corpus: Annotated[Path, typer.Argument(help="The new documents: BEIR dir, JSONL or TSV.")],
+    corpus: Annotated[Path, typer.Argument(help="The new documents. " + _CORPUS_HELP)],
     upsert: Annotated[
         bool, typer.Option(help="Replace documents whose id the index holds already.")
     ] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "auto",
+    id_field: _IdField = None,
+    title_field: _TitleField = None,
+    text_field: _TextField = None,
+    include: _Include = None,
+    exclude: _Exclude = None,
+    strict: _Strict = False,
+    hidden: _Hidden = False,
 ) -> None:
     """Add documents to an index (encoded with its own encoder); atomic."""
-    from dotcat.data import find_corpus_file
+    from dotcat.data.sources import open_source
 
     _one_of("--precision", precision, _PRECISIONS)
     _check_single_index(index_dir)
-    find_corpus_file(corpus)
+    options = _corpus_options(id_field, title_field, text_field, include, exclude, strict, hidden)
+    open_source(corpus, options)  # a missing path, an empty folder, a misplaced option
     from dotcat.index.updates import add_documents
 
     start = time.perf_counter()
-    result = add_documents(index_dir, corpus, upsert=upsert, device=device, precision=precision)
+    result = add_documents(
+        index_dir,
+        corpus,
+        upsert=upsert,
+        device=device,
+        precision=precision,
+        corpus_options=options,
+    )
     typer.echo(
         f"added {result.added} and replaced {result.replaced} documents in {index_dir} in "
         f"{time.perf_counter() - start:.1f} s; it holds {result.documents} documents"

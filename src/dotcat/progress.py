@@ -6,13 +6,18 @@ child processes, e.g. torchrun workers). On a terminal a bar redraws in place te
 second; written to a file or a pipe it adds a line at most every ``LOG_INTERVAL`` seconds, and
 no state is printed twice (tqdm re-prints the last one when a bar closes, which in a log file
 is a duplicate line).
+
+:func:`quiet_logger` holds a chatty library's logger to errors for a while (pypdf on a damaged
+file, NNCF's tables): what it would say, dotcat says once in its own words.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -22,6 +27,18 @@ QUIET_ENV = "DOTCAT_QUIET"
 LOG_INTERVAL = 10.0
 
 _quiet = False
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str) -> Iterator[None]:
+    """Within the block, the logger ``name`` (and its children) logs errors only."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def set_quiet(quiet: bool = True) -> None:

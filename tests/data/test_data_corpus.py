@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 
@@ -100,8 +101,15 @@ def test_empty_documents_title_only_and_skipped(write, caplog, gz):
         docs = list(iter_corpus(path, stats=stats))
     assert [d.id for d in docs] == ["a", "b", "e"]
     assert docs[1] == Document("b", "Only a title", "")
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()  # the file's bytes, gzipped or not
     assert stats == CorpusStats(
-        path=str(path), records=5, documents=3, title_only=2, skipped_empty=2
+        path=str(path),
+        kind="file",
+        records=5,
+        documents=3,
+        title_only=2,
+        skipped_empty=2,
+        sha256=sha256,
     )
     text = caplog.text
     assert "2 document(s) have no text and are indexed on their title only" in text

@@ -16,6 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from dotcat.data import CorpusOptions  # noqa: E402
 from dotcat.errors import DotcatError  # noqa: E402
 from dotcat.index import DenseIndex, IndexConfig, build_index, distributed  # noqa: E402
 from dotcat.index.chunks import ChunkStore  # noqa: E402
@@ -176,6 +177,32 @@ def test_a_shard_encoded_on_ray_equals_the_same_shard_encoded_locally(
     ids, _ = contents(on_ray)
     assert ids[0] == "doc150" and ids[-1] == "doc299"
     assert_same_index(on_ray, local)
+
+
+@pytest.mark.parametrize("kind", ["folder", "python"])
+def test_ray_actors_read_a_folder_or_python_documents_as_the_driver_does(
+    kind, local_ray, encoder_config, tmp_path
+):
+    """The actors get the source and its options: the same rows, so the same index."""
+    words = VOCABULARY.split()
+    rows = [{"key": f"r{i}", "body": " ".join(words[i : i + 5])} for i in range(12)]
+    if kind == "folder":
+        corpus = tmp_path / "docs"
+        (corpus / "notes").mkdir(parents=True)
+        for i in range(5):
+            (corpus / "notes" / f"n{i}.md").write_text(f"# Note {i}\n\n{words[-i]} {words[i]}")
+        (corpus / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        corpus = rows
+    options = CorpusOptions(id_field="key", text_field="body")
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    build_index(corpus, local, encoder_config, IndexConfig(chunk_size=4), False,
+                corpus_options=options)  # fmt: skip
+    config = IndexConfig(chunk_size=4, ray="local", ray_workers=2)
+    build_index(corpus, on_ray, encoder_config, config, False, corpus_options=options)
+    assert_same_index(on_ray, local)
+    ids, _ = contents(on_ray)
+    assert len(ids) == (17 if kind == "folder" else 12)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])

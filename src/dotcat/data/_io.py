@@ -139,7 +139,7 @@ def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:
     return obj
 
 
-def check_id(path: Path, lineno: int, value: str, field: str) -> str:
+def check_id(path: Path, lineno: int | None, value: str, field: str) -> str:
     """Validate an id read as text: non-empty and free of whitespace.
 
     Whitespace is refused because TREC run and qrels files separate their columns with it, so
@@ -170,14 +170,19 @@ def get_json_id(path: Path, lineno: int, obj: Mapping[str, Any]) -> tuple[str, s
             path, lineno, f"'_id' {obj['_id']!r} and 'id' {obj['id']!r} disagree", "_id"
         )
     field = present[0]
-    value = obj[field]
+    return json_id_value(path, lineno, obj[field], field), field
+
+
+def json_id_value(path: Path, lineno: int | None, value: Any, field: str) -> str:
+    """An id read from a record's ``field``: a string, or an integer turned into one (as
+    BEIR's own loader does); other types are refused. Checked by :func:`check_id`."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     elif not isinstance(value, str):
         raise DataFormatError(
             path, lineno, f"id must be a string or an integer, found {json_type(value)}", field
         )
-    return check_id(path, lineno, value, field), field
+    return check_id(path, lineno, value, field)
 
 
 def get_json_text(

@@ -1,14 +1,12 @@
-"""Corpora: BEIR directories, JSON Lines and TSV files (optionally gzipped), streamed.
+"""Corpora: documents streamed from any source, and cached as memory-mapped Arrow.
 
-Formats (see :func:`iter_corpus`):
-
-- BEIR directory: ``corpus.jsonl`` or ``corpus.jsonl.gz`` with ``_id``, ``title``, ``text``
-  (Thakur et al., 2021, "BEIR: A Heterogeneous Benchmark for Zero-shot Evaluation of
-  Information Retrieval Models").
-- JSON Lines: one object per line with ``_id`` or ``id``, optional ``title``, and ``text`` or
-  ``contents`` (Pyserini's JsonCollection field name).
-- TSV: ``id<TAB>text`` or ``id<TAB>title<TAB>text`` (MS MARCO's ``collection.tsv`` is the
-  first), every line with the same number of columns, an optional header line.
+Sources (:mod:`dotcat.data.sources`): a BEIR directory (``corpus.jsonl[.gz]`` with ``_id``,
+``title``, ``text``; Thakur et al., 2021, "BEIR: A Heterogeneous Benchmark for Zero-shot
+Evaluation of Information Retrieval Models"), a corpus file (JSON Lines, JSON, CSV, TSV,
+Parquet; :mod:`dotcat.data.records`), a folder of files (text, Markdown, reStructuredText,
+HTML, PDF and record files; :mod:`dotcat.data.extract`), or documents in Python (a list of
+strings or dicts, a pandas DataFrame, a ``datasets.Dataset``). :class:`CorpusOptions` names
+the record fields and selects a folder's files.
 
 :func:`iter_corpus` streams :class:`Document` objects; :func:`load_corpus` streams them once
 into an Arrow file through :meth:`datasets.Dataset.from_generator` and returns the
@@ -26,23 +24,23 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
 from dotcat.cache import cache_root
-from dotcat.data._io import (
-    check_id,
-    detect_format,
-    find_one,
-    get_json_id,
-    get_json_text,
-    iter_lines,
-    parse_json_object,
-    require_file,
-    split_tsv,
+from dotcat.data._io import find_one, require_file
+from dotcat.data.records import Record
+from dotcat.data.sources import (
+    CORPUS_FILE_NAMES,
+    CorpusOptions,
+    CorpusSource,
+    FolderSource,
+    PythonSource,
+    Source,
+    open_source,
 )
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.progress import progress_bar
@@ -52,21 +50,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Names looked for in a BEIR directory, in this order.
-CORPUS_FILE_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
+__all__ = ["CORPUS_FILE_NAMES", "CorpusOptions", "CorpusStats", "Document", "iter_corpus",
+           "load_corpus"]  # fmt: skip
+
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
 
 _summarised: set[Path] = set()  # cache entries whose counts this process has logged
 _DUPLICATES_NAMED = 5  # how many duplicate ids an error message lists
 _EMPTY_LOGGED = 5  # how many skipped/title-only documents are logged one by one
-_TSV_ID_HEADERS = {"id", "_id", "docid", "doc_id", "doc-id", "pid", "corpus-id"}
-_TSV_TEXT_HEADERS = {"text", "contents", "passage", "body"}
 
 
 @dataclass(frozen=True)
 class Document:
-    """One corpus document. ``title`` may be empty; ``text`` is empty for a title-only one.
+    """One corpus document: its id, title (may be empty) and whole text (empty for a
+    title-only one). Nothing is cut here: long documents keep every word.
 
     Consumers index ``title + " " + text`` (as Pyserini's BEIR flat indexes and BEIR's own
     dense evaluation do), so a document without text is indexed on its title.
@@ -86,18 +84,37 @@ class CorpusStats:
     when it was built).
 
     Attributes:
-        path: the corpus file read.
-        records: non-blank lines holding a record (TSV header excluded).
+        path: the corpus read (a file, a folder, or ``<list>`` and the like).
+        kind: ``file``, ``folder`` or ``python`` (:mod:`dotcat.data.sources`).
+        records: records read (a folder's document files count one each).
         documents: documents produced, ``records - skipped_empty``.
         title_only: documents with an empty text, indexed on their title alone.
         skipped_empty: records with neither title nor text, skipped (with a warning).
+        files: a folder's files read (or tried).
+        unreadable: a folder's files skipped because they cannot be read.
+        unreadable_named: the first few of those, as ``relative/path (reason)``.
+        other_kinds: a folder's files of kinds not read, by suffix.
+        sha256: the content's fingerprint: a file's bytes; for a folder, its files' paths and
+            bytes; for Python objects, the documents.
     """
 
     path: str = ""
+    kind: str = ""
     records: int = 0
     documents: int = 0
     title_only: int = 0
     skipped_empty: int = 0
+    files: int = 0
+    unreadable: int = 0
+    unreadable_named: list[str] = field(default_factory=list)
+    other_kinds: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""
+
+    def reset(self) -> None:
+        """Back to zero, for a new pass."""
+        fresh = CorpusStats()
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
 
 def document_fields(doc: object, n: int) -> tuple[str, str, str]:
@@ -121,6 +138,9 @@ def document_fields(doc: object, n: int) -> tuple[str, str, str]:
 def find_corpus_file(path: str | Path) -> Path:
     """The corpus file of ``path``: a BEIR directory's ``corpus.jsonl[.gz]``, or a file itself.
 
+    For the commands that need a BEIR directory (training, experiments); indexing reads any
+    source (:func:`dotcat.data.sources.open_source`).
+
     Raises:
         DataFormatError: ``path`` does not exist, or a directory holds no corpus file (or both
             the plain and the gzipped one).
@@ -131,154 +151,107 @@ def find_corpus_file(path: str | Path) -> Path:
     return require_file(p)
 
 
-def _iter_jsonl_records(file: Path) -> Iterator[tuple[int, str, str, str, str]]:
-    """``(line, id, id_field, title, text)`` for each JSON Lines record, validated."""
-    for lineno, line in iter_lines(file):
-        obj = parse_json_object(file, lineno, line)
-        doc_id, id_field = get_json_id(file, lineno, obj)
-        text = get_json_text(file, lineno, obj, ("text", "contents"))
-        if text is None:
-            raise DataFormatError(
-                file, lineno, "missing field (expected 'text' or 'contents')", "text"
-            )
-        title = get_json_text(file, lineno, obj, ("title",)) or ""
-        yield lineno, doc_id, id_field, title, text
+def _location(record: Record, corpus: str) -> str:
+    """``line 3`` within the corpus file, else ``path:3`` (or the path of a document file)."""
+    if record.line is None:
+        return record.path
+    return f"line {record.line}" if record.path == corpus else f"{record.path}:{record.line}"
 
 
-def _iter_tsv_records(file: Path) -> Iterator[tuple[int, str, str, str, str]]:
-    """``(line, id, "id", title, text)`` for each TSV record, validated.
-
-    The first record fixes the column count (2: id, text; 3: id, title, text). A first line
-    whose first column is an id header (``id``, ``docid``, ...) and last a text header
-    (``text``, ``contents``, ...) is a header and skipped.
-    """
-    columns = 0
-    first_line = 0
-    for lineno, line in iter_lines(file):
-        fields = split_tsv(line)
-        if not columns:
-            lowered = [f.strip().lower() for f in fields]
-            if (
-                len(fields) in (2, 3)
-                and lowered[0] in _TSV_ID_HEADERS
-                and lowered[-1] in _TSV_TEXT_HEADERS
-            ):
-                logger.debug("%s:%d: skipping TSV header %r", file, lineno, line)
-                columns, first_line = len(fields), lineno
-                continue
-            if len(fields) not in (2, 3):
-                raise DataFormatError(
-                    file,
-                    lineno,
-                    f"expected 2 tab-separated columns (id, text) or 3 (id, title, text), "
-                    f"found {len(fields)}",
-                )
-            columns, first_line = len(fields), lineno
-        elif len(fields) != columns:
-            names = "id, text" if columns == 2 else "id, title, text"
-            raise DataFormatError(
-                file,
-                lineno,
-                f"expected {columns} tab-separated columns ({names}) as on line {first_line}, "
-                f"found {len(fields)}",
-            )
-        doc_id = check_id(file, lineno, fields[0], "id")
-        title, text = ("", fields[1]) if columns == 2 else (fields[1], fields[2])
-        yield lineno, doc_id, "id", title, text
-
-
-def _iter_records(file: Path) -> Iterator[tuple[int, str, str, str, str]]:
-    if detect_format(file) == "jsonl":
-        return _iter_jsonl_records(file)
-    return _iter_tsv_records(file)
+def _where(record: Record, other: Record | None) -> str:
+    """Where ``other`` is, said from ``record``'s file: ``line 3``, or ``b.jsonl:3``."""
+    if other is None:
+        return "not found again"
+    if other.path == record.path and other.line is not None:
+        return f"line {other.line}"
+    return other.path if other.line is None else f"{other.path}:{other.line}"
 
 
 def _duplicate_error(
-    file: Path,
-    lineno: int,
-    doc_id: str,
-    id_field: str,
-    seen: set[str],
-    rest: Iterator[tuple[int, str, str, str, str]],
+    source: Source, record: Record, seen: set[str], rest: Iterator[Record]
 ) -> DataFormatError:
-    """Build the duplicate-id error: scan the rest of the file to name the first few repeats.
+    """Build the duplicate-id error: scan the rest of the source to name the first few repeats.
 
-    Only ids are collected from the rest of the file; a later format error just ends the scan
-    (the duplicate is reported first). A second, partial pass finds where the first repeated
-    id first appeared, so that memory stays at one set of ids.
+    Only ids are collected from the rest; a later format error just ends the scan (the
+    duplicate is reported first). A second, partial pass finds where the first repeated id
+    first appeared, so that memory stays at one set of ids.
     """
-    repeated: dict[str, None] = {doc_id: None}
+    repeated: dict[str, None] = {record.id: None}
     try:
-        for _, other, *_ in rest:
-            if other in seen:
-                repeated[other] = None
+        for other in rest:
+            if other.id in seen:
+                repeated[other.id] = None
             else:
-                seen.add(other)
+                seen.add(other.id)
     except DataFormatError:
         pass
-    first_at = next((line for line, other, *_ in _iter_records(file) if other == doc_id), None)
-    problem = f"duplicate id {doc_id!r} (first at line {first_at})"
+    first = next((r for r in source.records(CorpusStats()) if r.id == record.id), None)
+    problem = f"duplicate id {record.id!r} (first at {_where(record, first)})"
     if len(repeated) > 1:
         named = ", ".join(repr(i) for i in list(repeated)[:_DUPLICATES_NAMED])
         more = len(repeated) - _DUPLICATES_NAMED
         problem += f"; {len(repeated)} ids occur more than once: {named}"
         if more > 0:
             problem += f" and {more} more"
-    return DataFormatError(file, lineno, problem, id_field)
+    return DataFormatError(record.path, record.line, problem, record.id_field)
 
 
-def iter_corpus(path: str | Path, stats: CorpusStats | None = None) -> Iterator[Document]:
-    """Stream the documents of a corpus (BEIR directory, JSON Lines or TSV, optionally .gz).
+def iter_corpus(
+    path: CorpusSource, stats: CorpusStats | None = None, options: CorpusOptions | None = None
+) -> Iterator[Document]:
+    """Stream the documents of a corpus source (see :mod:`dotcat.data.sources`).
 
-    Documents come in file order. A record with an empty (or blank) text but a title is kept
-    and indexed on its title; one with neither is skipped; both are counted in ``stats`` and
-    summarised in one warning at the end. Blank lines are ignored.
+    Documents come in source order (a folder's in sorted path order). A record with an empty
+    (or blank) text but a title is kept and indexed on its title; one with neither is
+    skipped; both are counted in ``stats`` and summarised in one warning at the end, as are a
+    folder's unreadable files. Blank lines are ignored.
 
     Args:
-        path: a BEIR directory or a corpus file (see :func:`find_corpus_file`).
+        path: a BEIR directory, a corpus file, a folder of files, Python documents, or a
+            source from :func:`dotcat.data.sources.open_source`.
         stats: if given, reset and filled in as the corpus is read.
+        options: record field names and a folder's file selection (:class:`CorpusOptions`).
 
     Raises:
         DataFormatError: on the first bad record (malformed JSON, not an object, missing or
             duplicate id, missing text field, wrong TSV column count, invalid UTF-8, corrupt
-            gzip), naming the file and line. Documents before it have already been yielded.
+            gzip), naming the file and line; with ``options.strict``, a folder's first file
+            that cannot be read. Documents before it have already been yielded.
 
     Memory: one set of the ids seen (needed to detect duplicates), nothing else.
     """
-    file = find_corpus_file(path)
+    source = open_source(path, options)
     if stats is None:
         stats = CorpusStats()
-    for field in dataclasses.fields(CorpusStats):
-        setattr(stats, field.name, field.default)
-    stats.path = str(file)
+    stats.reset()
+    stats.path, stats.kind = source.describe(), source.kind
+    if isinstance(source, FolderSource):
+        stats.other_kinds = dict(source.listing.other_kinds.most_common())
     seen: set[str] = set()
-    first_skipped: int | None = None
-    records = _iter_records(file)
-    for lineno, doc_id, id_field, title, text in records:
+    first_skipped: str | None = None
+    records = source.records(stats)
+    for record in records:
         stats.records += 1
-        if doc_id in seen:
-            raise _duplicate_error(file, lineno, doc_id, id_field, seen, records)
-        seen.add(doc_id)
-        if not text.strip():
-            if not title.strip():
+        if record.id in seen:
+            raise _duplicate_error(source, record, seen, records)
+        seen.add(record.id)
+        if not record.text.strip():
+            where = _location(record, stats.path)
+            if not record.title.strip():
                 stats.skipped_empty += 1
-                first_skipped = first_skipped or lineno
+                first_skipped = first_skipped or where
                 if stats.skipped_empty <= _EMPTY_LOGGED:
-                    logger.debug(
-                        "%s:%d: document %r has no title and no text", file, lineno, doc_id
-                    )
+                    logger.debug("%s: document %r has no title and no text", where, record.id)
                 continue
             stats.title_only += 1
             if stats.title_only <= _EMPTY_LOGGED:
-                logger.debug(
-                    "%s:%d: document %r has no text, indexed on title", file, lineno, doc_id
-                )
+                logger.debug("%s: document %r has no text, indexed on title", where, record.id)
         stats.documents += 1
-        yield Document(doc_id, title, text)
+        yield Document(record.id, record.title, record.text)
     _log_summary(stats, first_skipped)
 
 
-def _log_summary(stats: CorpusStats, first_skipped: int | None = None) -> None:
+def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
     logger.info("%s: %d documents", stats.path, stats.documents)
     if stats.title_only:
         logger.warning(
@@ -287,13 +260,26 @@ def _log_summary(stats: CorpusStats, first_skipped: int | None = None) -> None:
             stats.title_only,
         )
     if stats.skipped_empty:
-        first = f" (first at line {first_skipped})" if first_skipped else ""
+        first = f" (first at {first_skipped})" if first_skipped else ""
         logger.warning(
             "%s: skipped %d record(s) with neither title nor text%s",
             stats.path,
             stats.skipped_empty,
             first,
         )
+    if stats.unreadable:
+        more = stats.unreadable - len(stats.unreadable_named)
+        named = ", ".join(stats.unreadable_named) + (f" and {more} more" if more > 0 else "")
+        logger.warning(
+            "%s: skipped %d of %d files that cannot be read: %s; --strict stops at the first",
+            stats.path,
+            stats.unreadable,
+            stats.files,
+            named,
+        )
+    if stats.other_kinds:
+        kinds = ", ".join(f"{n} {suffix}" for suffix, n in stats.other_kinds.items())
+        logger.info("%s: not read, of kinds dotcat does not index: %s", stats.path, kinds)
 
 
 def default_cache_dir() -> Path:
@@ -361,40 +347,50 @@ def _write_json_atomically(path: Path, value: dict) -> None:
 
 
 def load_corpus(
-    path: str | Path,
+    path: CorpusSource,
     cache_dir: str | Path | None = None,
     stats: CorpusStats | None = None,
+    options: CorpusOptions | None = None,
 ) -> datasets.Dataset:
     """Load a corpus as a memory-mapped Arrow :class:`datasets.Dataset` (columns id, title, text).
 
     The first call streams :func:`iter_corpus` through :meth:`datasets.Dataset.from_generator`
     into an Arrow file under ``cache_dir`` (default :func:`default_cache_dir`); the dataset is
     memory-mapped from that file, so the corpus never has to fit in RAM. Later calls reuse the
-    file while the corpus file's resolved path, size and modification time (ns) are unchanged;
-    an edited file is read again, and the stale entry for the same path is removed.
+    file while the source is unchanged: a corpus file's resolved path, size and modification
+    time (ns); a folder's every file's relative path, size and modification time; and the
+    options. An edited source is read again, and the stale entry for the same path is removed.
+    Documents given in Python are converted in memory, not cached.
 
     A build writes ``stats.json`` into its cache entry last, as a completion marker: an entry
     without it (an interrupted or failed build) is deleted and rebuilt, never loaded.
 
     Args:
-        path: a BEIR directory or a corpus file.
+        path: a BEIR directory, a corpus file, a folder of files, or Python documents
+            (see :mod:`dotcat.data.sources`).
         cache_dir: the cache root; entries are ``<name>-<path hash>-<version hash>/``, with
             their lock files under ``.locks/``.
         stats: if given, filled in with the corpus counts (see :class:`CorpusStats`).
+        options: record field names and a folder's file selection (:class:`CorpusOptions`).
 
     Raises:
         DataFormatError: any problem :func:`iter_corpus` reports (unwrapped from datasets'
             own exception), or a corpus with no documents at all.
     """
-    file = find_corpus_file(path).resolve()
-    st = file.stat()
+    source = open_source(path, options)
+    result = stats if stats is not None else CorpusStats()
+    if isinstance(source, PythonSource):
+        dataset, recorded = _in_memory(source)
+        _copy_stats(recorded, result)
+        return dataset
+    identity = source.identity()
+    located = Path(identity.get("file") or identity["folder"])
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", file.name)[:60]
-    path_key = _digest(str(file))
-    version_key = _digest([CACHE_FORMAT_VERSION, st.st_size, st.st_mtime_ns])
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", located.name)[:60]
+    path_key = _digest([str(located), identity.get("only", False)])
+    version_key = _digest([CACHE_FORMAT_VERSION, identity])
     entry = root / f"{slug}-{path_key}-{version_key}"
     fingerprint = f"dotcat-corpus-{path_key}-{version_key}"
-    result = stats if stats is not None else CorpusStats()
 
     (root / ".locks").mkdir(parents=True, exist_ok=True)
     # One builder per entry: several processes (say torchrun ranks) may load the same corpus.
@@ -402,19 +398,23 @@ def load_corpus(
         cached = _load_cached(entry, fingerprint)
         if cached is not None:
             dataset, recorded = cached
-            logger.info("corpus %s loaded from cache %s", file, entry)
+            logger.info("corpus %s loaded from cache %s", source.describe(), entry)
             if entry not in _summarised:  # once per process (a command may load it twice)
                 _log_summary(recorded)
         else:
-            dataset, recorded = _build(file, st, entry, fingerprint)
+            dataset, recorded = _build(source, identity, entry, fingerprint)
             for stale in root.glob(f"{slug}-{path_key}-*"):
                 if stale != entry:
                     logger.info("removing stale corpus cache %s", stale)
                     shutil.rmtree(stale, ignore_errors=True)
     _summarised.add(entry)
-    for name, value in dataclasses.asdict(recorded).items():
-        setattr(result, name, value)
+    _copy_stats(recorded, result)
     return dataset
+
+
+def _copy_stats(source: CorpusStats, target: CorpusStats) -> None:
+    for name, value in dataclasses.asdict(source).items():
+        setattr(target, name, value)
 
 
 def _load_cached(entry: Path, fingerprint: str) -> tuple[datasets.Dataset, CorpusStats] | None:
@@ -430,39 +430,47 @@ def _load_cached(entry: Path, fingerprint: str) -> tuple[datasets.Dataset, Corpu
     return None
 
 
+def _documents(source: Source, stats: CorpusStats) -> Iterator[dict[str, str]]:
+    """The rows of the Arrow file, under a progress bar; refuses a source with no document."""
+    with progress_bar(desc=f"reading {Path(source.describe()).name}", unit="doc") as bar:
+        for doc in iter_corpus(source, stats=stats):
+            yield {"id": doc.id, "title": doc.title, "text": doc.text}
+            bar.update()
+    if stats.documents == 0:
+        raise DataFormatError(source.describe(), None, _no_documents(stats))
+
+
+def _no_documents(stats: CorpusStats) -> str:
+    if stats.kind != "folder":
+        return (
+            f"no documents ({stats.records} records, {stats.skipped_empty} without title or text)"
+        )
+    return (
+        f"no documents: {stats.files} files read, {stats.unreadable} unreadable"
+        + (f" ({', '.join(stats.unreadable_named)})" if stats.unreadable_named else "")
+        + f", {stats.skipped_empty} empty records"
+    )
+
+
 def _build(
-    file: Path, st: os.stat_result, entry: Path, fingerprint: str
+    source: Source, identity: dict, entry: Path, fingerprint: str
 ) -> tuple[datasets.Dataset, CorpusStats]:
-    """Stream ``file`` into a new cache entry; on any failure delete the entry and re-raise
+    """Stream ``source`` into a new cache entry; on any failure delete the entry and re-raise
     (a :class:`DataFormatError` unwrapped from datasets' ``DatasetGenerationError``)."""
     entry.mkdir(parents=True, exist_ok=True)
     build_stats = CorpusStats()
-
-    def generate() -> Iterator[dict[str, str]]:
-        with progress_bar(desc=f"reading {file.name}", unit="doc") as bar:
-            for doc in iter_corpus(file, stats=build_stats):
-                yield {"id": doc.id, "title": doc.title, "text": doc.text}
-                bar.update()
-        if build_stats.documents == 0:
-            raise DataFormatError(
-                file,
-                None,
-                f"no documents ({build_stats.records} records, "
-                f"{build_stats.skipped_empty} without title or text)",
-            )
-
-    logger.info("reading corpus %s into %s", file, entry)
+    logger.info("reading corpus %s into %s", source.describe(), entry)
     try:
-        dataset = _from_generator(generate, entry, fingerprint)
-        now = file.stat()
-        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
-            # Not marked complete: the next load reads the file again.
-            logger.warning("%s changed while it was being read; it will be read again", file)
+        dataset = _from_generator(lambda: _documents(source, build_stats), entry, fingerprint)
+        if source.identity(again=True) != identity:
+            # Not marked complete: the next load reads the source again.
+            logger.warning(
+                "%s changed while it was being read; it will be read again", source.describe()
+            )
             return dataset, build_stats
         record = {
-            "source": str(file),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
+            "source": source.describe(),
+            "identity": identity,
             "format_version": CACHE_FORMAT_VERSION,
             "stats": dataclasses.asdict(build_stats),
         }
@@ -474,6 +482,18 @@ def _build(
             raise cause from None
         raise
     return dataset, build_stats
+
+
+def _in_memory(source: PythonSource) -> tuple[datasets.Dataset, CorpusStats]:
+    """Documents given in Python, validated, as an in-memory Arrow dataset."""
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
+
+    stats = CorpusStats()
+    columns: dict[str, list[str]] = {"id": [], "title": [], "text": []}
+    for row in _documents(source, stats):
+        for name, value in row.items():
+            columns[name].append(value)
+    return datasets.Dataset.from_dict(columns, features=_features()), stats
 
 
 def _cached_only() -> Iterator[dict[str, str]]:
@@ -496,7 +516,9 @@ def iter_row_batches(
     import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
 
     stop = len(dataset) if stop is None else min(stop, len(dataset))
-    if dataset._indices is not None:  # a selection or shuffle: rows are not in file order
+    # A selection or shuffle (rows not in file order), or a dataset held in memory (documents
+    # given in Python): read by slices.
+    if dataset._indices is not None or not dataset.cache_files:
         for begin in range(start, stop, batch_size):
             rows = dataset[begin : min(stop, begin + batch_size)]
             yield begin, {k: rows[k] for k in ("id", "title", "text")}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dotcat.data.qrels import available_splits, load_qrels
 from dotcat.data.queries import load_queries
+from dotcat.data.sources import CORPUS_FILE_NAMES
 from dotcat.errors import DotcatError
 
 logger = logging.getLogger(__name__)
@@ -92,8 +93,8 @@ def find_dev_split(
     """The dev queries of a BEIR directory: its ``dev`` split, else the share of ``train``
     that ``dotcat train`` holds out (same fraction and seed); None without either."""
     data = Path(data)
-    if not data.is_dir():
-        return None
+    if not data.is_dir() or not any((data / name).is_file() for name in CORPUS_FILE_NAMES):
+        return None  # a corpus file, or a folder of files: no BEIR queries beside it
     splits = available_splits(data)
     if "dev" in splits:
         qrels = load_qrels(data, split="dev")

@@ -18,7 +18,6 @@ loses the old one. Everything that can be checked cheaply is checked before the 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import os
 import shutil
@@ -31,8 +30,9 @@ import faiss
 import numpy as np
 
 from dotcat import __version__
-from dotcat.data import find_corpus_file, load_corpus
+from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
+from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index
@@ -82,13 +82,20 @@ class IndexConfig:
     ray_workers: int | None = None
 
 
-def file_fingerprint(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def corpus_entry(corpus: object, stats: CorpusStats, options: CorpusOptions | None) -> dict:
+    """The manifest's record of a corpus: where it was, its kind, its content's sha256
+    (:attr:`CorpusStats.sha256`: a file's bytes, a folder's files), and how it was read."""
+    is_path = isinstance(corpus, (str, os.PathLike))
+    entry: dict[str, Any] = {
+        "path": str(Path(corpus).resolve()) if is_path else stats.path,
+        "kind": stats.kind,
+        "sha256": stats.sha256,
+    }
+    if stats.kind == "file":
+        entry["file"] = str(Path(stats.path).resolve())
+    if options is not None and options.to_json():
+        entry["options"] = options.to_json()
+    return entry
 
 
 def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
@@ -102,23 +109,29 @@ def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def build_index(
-    corpus: str | Path,
+    corpus: CorpusSource,
     index_dir: str | Path,
     encoder: BiEncoder | EncoderConfig | None = None,
     config: IndexConfig | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
     fresh: bool = False,
+    corpus_options: CorpusOptions | None = None,
 ) -> Manifest:
     """Index a corpus (or one shard of it) with a BERT_DOT encoder into ``index_dir``.
 
     Args:
-        corpus: a BEIR directory, or a JSONL/TSV corpus file (optionally gzipped).
+        corpus: a BEIR directory, a corpus file (JSON Lines, JSON, CSV, TSV, Parquet), a
+            folder of files (text, Markdown, HTML, PDF, record files), or documents in Python
+            (a list of strings or dicts, a pandas DataFrame, a ``datasets.Dataset``); see
+            :mod:`dotcat.data.sources`.
         index_dir: where the index goes; swapped into place when complete.
         encoder: a loaded :class:`BiEncoder` or the config to load one (default model).
         config: the FAISS side and the build settings (:class:`IndexConfig`).
         overwrite: replace an existing dotcat index at ``index_dir``.
         fresh: discard an interrupted build of ``index_dir`` instead of resuming it.
+        corpus_options: record field names and a folder's file selection
+            (:class:`dotcat.data.CorpusOptions`).
 
     Returns:
         The manifest written into the index.
@@ -140,25 +153,27 @@ def build_index(
         model=None if loaded else encoder.model,
         dim=encoder.dim if loaded else None,
         shard=config.shard,
+        options=corpus_options,
     )
-    corpus_file = find_corpus_file(corpus)
 
     with layout.index_lock(index_dir):
         layout.recover(index_dir)  # a killed swap's leftovers: restored or removed, logged
         layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
-        dataset = load_corpus(corpus)
+        stats = CorpusStats()
+        dataset = load_corpus(corpus, stats=stats, options=corpus_options)
+        source = _Corpus(corpus, corpus_options, corpus_entry(corpus, stats, corpus_options))
         start, stop = shard_range(n_all, config.shard)
         requested = encoder.config if loaded else encoder  # what Ray's actors load
         if not loaded:
             # With Ray the actors encode; the driver's copy only gives the dimension and the
             # manifest entry, so it stays off the GPUs the actors use.
             encoder = BiEncoder.load(replace(encoder, device="cpu") if config.ray else encoder)
-        plan = _plan(corpus_file, n_all, encoder, config)
+        plan = _plan(source, n_all, encoder, config)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
             manifest = _build(
-                dataset, (start, stop), corpus, corpus_file, encoder, config, faiss_device,
-                tmp, show_progress, requested,
+                dataset, (start, stop), source, encoder, config, faiss_device, tmp,
+                show_progress, requested,
             )  # fmt: skip
         except BaseException:
             _report_kept(tmp, stop - start, config.chunk_size, encoder.dim)
@@ -168,14 +183,23 @@ def build_index(
     return manifest
 
 
-def _plan(corpus_file: Path, n_all: int, encoder: BiEncoder, config: IndexConfig) -> dict:
-    """What must match for an interrupted build to be resumed."""
-    st = corpus_file.stat()
+@dataclass(frozen=True)
+class _Corpus:
+    """The corpus of a build: as given (Ray's actors read it again), how it is read, and its
+    manifest entry."""
+
+    given: CorpusSource
+    options: CorpusOptions | None
+    entry: dict[str, Any]
+
+
+def _plan(corpus: _Corpus, n_all: int, encoder: BiEncoder, config: IndexConfig) -> dict:
+    """What must match for an interrupted build to be resumed: the corpus's content (its
+    sha256) and how it is read, the encoder, the settings."""
     return {
         "corpus": {
-            "file": str(corpus_file.resolve()),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
+            "sha256": corpus.entry["sha256"],
+            "options": corpus.entry.get("options", {}),
             "documents": n_all,
         },
         "encoder": {k: v for k, v in encoder.manifest_entry().items() if k not in ("name", "path")},
@@ -231,8 +255,7 @@ def _report_kept(tmp: Path, n: int, chunk_size: int, dim: int) -> None:
 def _build(
     dataset,
     rows: tuple[int, int],
-    corpus: str | Path,
-    corpus_file: Path,
+    corpus: _Corpus,
     encoder: BiEncoder,
     config: IndexConfig,
     faiss_device: str,
@@ -249,8 +272,9 @@ def _build(
     store = ChunkStore(tmp, n, encoder.dim, config.chunk_size)
     if config.ray is not None:
         encode_chunks_on_ray(
-            corpus, rows, requested, store, config.ray, config.ray_workers, show_progress
-        )
+            corpus.given, rows, requested, store, config.ray, config.ray_workers, show_progress,
+            options=corpus.options,
+        )  # fmt: skip
     else:
         _encode_chunks(dataset, rows, encoder, store, show_progress)
     if not (tmp / INDEX_NAME).is_file():
@@ -276,12 +300,7 @@ def _build(
             "built_on": faiss_device,
         },
         documents={"count": n},
-        corpus={
-            "path": str(Path(corpus).resolve()),
-            "file": str(corpus_file.resolve()),
-            "sha256": file_fingerprint(corpus_file),
-            "documents": len(dataset),
-        },
+        corpus={**corpus.entry, "documents": len(dataset)},
         dotcat_version=__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         bm25=bm25,

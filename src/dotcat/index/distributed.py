@@ -51,18 +51,20 @@ _ERROR_LINE = re.compile(r"^(?!ray\.)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt
 
 
 def encode_chunks_on_ray(
-    corpus: str | Path,
+    corpus: Any,
     rows: tuple[int, int],
     encoder_config: EncoderConfig,
     store: ChunkStore,
     address: str,
     workers: int | None,
     show_progress: bool,
+    options: Any = None,
 ) -> None:
     """Encode the chunks of ``store`` not yet on disk on a Ray cluster, and write them.
 
     Args:
-        corpus: the corpus (BEIR directory or corpus file), as given to ``build_index``.
+        corpus: the corpus source as given to ``build_index`` (a path, made absolute for the
+            actors; documents given in Python travel to them pickled).
         rows: ``(start, stop)``: the corpus positions the build indexes; chunk ``c`` covers
             positions ``start + lo .. start + hi`` for ``(lo, hi) = store.chunk_range(c)``.
         encoder_config: the encoder each actor loads (the device is set per actor).
@@ -72,6 +74,8 @@ def encode_chunks_on_ray(
             already initialised in this process is used as it is, whatever the address.
         workers: encoder actors; None: one per GPU of the cluster, else one per CPU.
         show_progress: a bar over the documents.
+        options: how the corpus is read (:class:`dotcat.data.CorpusOptions`); the actors
+            read it the same way, so their rows are the driver's.
 
     Raises:
         DotcatError: Ray is not installed, the cluster cannot be reached or lacks what was
@@ -80,7 +84,8 @@ def encode_chunks_on_ray(
     ray = _import_ray()
     started = _connect(ray, address)
     try:
-        _encode(ray, corpus, rows, encoder_config, store, workers, show_progress)
+        source = _Source(_portable(corpus), options)
+        _encode(ray, source, rows, encoder_config, store, workers, show_progress)
     finally:
         if started:
             ray.shutdown()
@@ -127,9 +132,24 @@ def _check_reachable(address: str) -> None:
         ) from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """The corpus as each actor reads it: the source and its options."""
+
+    corpus: Any
+    options: Any
+
+
+def _portable(corpus: Any) -> Any:
+    """A path made absolute (actors run elsewhere); anything else as it is."""
+    if isinstance(corpus, (str, os.PathLike)):
+        return str(Path(corpus).resolve())
+    return corpus
+
+
 def _encode(
     ray: Any,
-    corpus: str | Path,
+    corpus: _Source,
     rows: tuple[int, int],
     encoder_config: EncoderConfig,
     store: ChunkStore,
@@ -163,7 +183,7 @@ def _rows_of(store: ChunkStore, chunk: int) -> int:
 
 def _run_pool(
     ray: Any,
-    corpus: str | Path,
+    corpus: _Source,
     rows: tuple[int, int],
     encoder_config: EncoderConfig,
     store: ChunkStore,
@@ -186,7 +206,7 @@ def _run_pool(
 
 def _pipeline(
     ray: Any,
-    corpus: str | Path,
+    corpus: _Source,
     rows: tuple[int, int],
     encoder_config: EncoderConfig,
     store: ChunkStore,
@@ -204,9 +224,10 @@ def _pipeline(
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=size),
         fn_constructor_kwargs={
-            "corpus": str(Path(corpus).resolve()),
+            "corpus": corpus.corpus,
             "encoder_config": _actor_config(encoder_config, use_gpu),
             "cache_dir": _cache_dir(),
+            "options": corpus.options,
         },
         **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}),
     )
@@ -294,13 +315,17 @@ class _ChunkEncoder:
     """A Ray Data actor: the corpus and an encoder, loaded once; one chunk per call.
 
     Args:
-        corpus: the corpus path (absolute), read with :func:`dotcat.data.load_corpus`.
+        corpus: the corpus source (a path made absolute), read with
+            :func:`dotcat.data.load_corpus`.
         encoder_config: the encoder to load (device and threads already set for this actor).
         cache_dir: the corpus cache root, or None for the default.
+        options: how to read the corpus (:class:`dotcat.data.CorpusOptions`), or None.
     """
 
-    def __init__(self, corpus: str, encoder_config: EncoderConfig, cache_dir: str | None) -> None:
-        self.dataset = load_corpus(corpus, cache_dir=cache_dir)
+    def __init__(
+        self, corpus: Any, encoder_config: EncoderConfig, cache_dir: str | None, options: Any = None
+    ) -> None:
+        self.dataset = load_corpus(corpus, cache_dir=cache_dir, options=options)
         self.encoder = BiEncoder.load(encoder_config)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

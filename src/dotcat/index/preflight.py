@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dotcat.data import find_corpus_file, load_corpus
+from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.models.resolve import model_dim, read_model_config, resolve_model
@@ -33,29 +33,32 @@ def check_build(
     model: str | None = None,
     dim: int | None = None,
     shard: tuple[int, int] | None = None,
+    options: CorpusOptions | None = None,
 ) -> int:
     """Check a build request before any model is loaded; return the corpus's document count.
 
     Args:
-        corpus: a BEIR directory or corpus file.
+        corpus: a corpus source (:mod:`dotcat.data.sources`): a BEIR directory, a corpus
+            file, a folder of files, or documents in Python.
         index_dir: where the index will go.
         faiss_spec: the FAISS factory string.
         overwrite: whether an existing index may be replaced.
         model: the encoder's model argument (its dimension is read from its config), or
         dim: the dimension itself, when the encoder is already loaded.
         shard: ``(i, n)``: the build indexes shard ``i`` of ``n`` (its size is what trains).
+        options: how to read the corpus (field names, a folder's file selection).
 
     Raises:
         DotcatError: any problem with the target, the corpus, the model directory or the spec.
     """
     layout.check_target(Path(index_dir), overwrite)
-    corpus_file = find_corpus_file(corpus)
     if dim is None and model is not None:
         dim = model_dimension(model)
     empty = faiss_index.create_index(faiss_spec, dim) if dim else None
-    n = len(load_corpus(corpus))
+    stats = CorpusStats()
+    n = len(load_corpus(corpus, stats=stats, options=options))
     if n == 0:
-        raise DotcatError(f"{corpus_file}: the corpus has no documents to index")
+        raise DotcatError(f"{stats.path}: the corpus has no documents to index")
     if shard is not None:
         i, count = shard
         if count < 1 or not 0 <= i < count:

@@ -30,12 +30,12 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from dotcat.data import find_corpus_file, load_corpus
+from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
+from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.index import layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
-from dotcat.index.build import file_fingerprint
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.layout import BM25_DIR
@@ -61,22 +61,26 @@ class UpdateResult:
 
 def add_documents(
     index_dir: str | Path,
-    corpus: str | Path,
+    corpus: CorpusSource,
     *,
     upsert: bool = False,
     device: str = "auto",
     precision: str = "auto",
     show_progress: bool = True,
+    corpus_options: CorpusOptions | None = None,
 ) -> UpdateResult:
     """Encode the documents of ``corpus`` with the index's own encoder and add them.
+
+    ``corpus`` is any source :func:`dotcat.index.build_index` takes (a corpus file, a folder
+    of files, documents in Python...), read with ``corpus_options``.
 
     Raises:
         DotcatError: an id the index holds already (unless ``upsert``, which replaces it),
             or any problem with the corpus or the index.
     """
     index_dir = Path(index_dir)
-    corpus_file = find_corpus_file(corpus)
-    dataset = load_corpus(corpus)
+    stats = CorpusStats()
+    dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     with _updating(index_dir) as (tmp, manifest):
         store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
         try:
@@ -84,7 +88,7 @@ def add_documents(
             if existing and not upsert:
                 sample = ", ".join(repr(i) for i in sorted(existing)[:5])
                 raise DotcatError(
-                    f"{corpus_file}: {len(existing)} document(s) are in {index_dir} already "
+                    f"{stats.path}: {len(existing)} document(s) are in {index_dir} already "
                     f"(e.g. {sample}); pass --upsert to replace them"
                 )
             index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
@@ -99,8 +103,7 @@ def add_documents(
         added = len(dataset)
         _finish(tmp, manifest, index, first + added)
         manifest.updates = _log(manifest, "add", added - len(existing), len(existing), 0,
-                                {"corpus": str(corpus_file.resolve()),
-                                 "sha256": file_fingerprint(corpus_file)})  # fmt: skip
+                                {"corpus": stats.path, "sha256": stats.sha256})  # fmt: skip
         manifest.write(tmp)
     result = UpdateResult(added - len(existing), len(existing), 0, manifest.documents["count"])
     logger.info("%s: %s", index_dir, result)

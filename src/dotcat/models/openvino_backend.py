@@ -27,7 +27,6 @@ writes beside the weights and a first use exports into ``$DOTCAT_CACHE/openvino/
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
@@ -39,6 +38,7 @@ import numpy as np
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.models import export_files, onnx_backend, runtime
+from dotcat.progress import quiet_logger
 
 logger = logging.getLogger(__name__)
 
@@ -173,16 +173,9 @@ def _recipe(kind: str, fingerprint: str) -> dict:
     }
 
 
-@contextlib.contextmanager
 def _quiet_nncf():
     """NNCF prints a table of bit widths through its own logger; one log line says enough."""
-    nncf_logger = logging.getLogger("nncf")
-    level = nncf_logger.level
-    nncf_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        nncf_logger.setLevel(level)
+    return quiet_logger("nncf")
 
 
 def _require() -> None:

@@ -1,0 +1,536 @@
+"""Corpus sources: what a corpus argument names, and the records it holds, in a fixed order.
+
+:func:`open_source` turns what a user passes into one of three sources, each yielding
+:class:`~dotcat.data.records.Record` objects:
+
+- :class:`FileSource`: a corpus file (JSON Lines, JSON, CSV, TSV, Parquet; .gz for the text
+  ones), or a BEIR directory, whose ``corpus.jsonl[.gz]`` is that file. Ids are the records'.
+- :class:`FolderSource`: any other directory, walked recursively in sorted order (path
+  components compared as strings, so ``--shard I/N`` splits the same list on every machine).
+  Each text (``.txt``), Markdown (``.md``), reStructuredText (``.rst``), HTML (``.html``,
+  ``.htm``) or PDF file is one document (:mod:`dotcat.data.extract`) whose id is its path
+  relative to the folder with ``/`` separators; each record file (``.jsonl``, ``.ndjson``,
+  ``.json``, ``.csv``, ``.tsv``, ``.parquet``) holds documents with ids
+  ``<relative path>#<record id>``. Text kinds may be gzipped (``notes.md.gz``). Whitespace,
+  ``%`` and ``#`` in a path are percent-encoded in its id (``my notes/a.md`` becomes
+  ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and ``#`` separates
+  a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
+  symbolic links to files are followed, to folders not (no cycles). A single document file
+  (``report.pdf``) is a folder of one file, its name the id.
+- :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
+  pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
+
+A file of a folder that cannot be read (empty, binary, not UTF-8, an encrypted or corrupt PDF,
+a corrupt gzip or Parquet file) is skipped and counted in :class:`~dotcat.data.corpus.
+CorpusStats`; :func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
+With ``strict`` the first one stops the read with a :class:`~dotcat.errors.DataFormatError`
+naming it. A record file whose first record is not one (a pretty-printed settings ``.json``)
+is unreadable too; one that holds records without the wanted field, or a bad record further
+down, stops the read as a corpus file does (file, line, field): skipping a file of records, or
+part of one, would lose documents with only a warning.
+
+``--include``/``--exclude`` patterns (:class:`CorpusOptions`) are shell patterns
+(:func:`fnmatch.fnmatchcase`): one without ``/`` matches a file's name (``*.md``), one with
+``/`` its relative path, where ``*`` crosses folders (``notes/*.md`` matches
+``notes/2024/a.md``; a leading ``**/`` matches at any depth, none included). A file is read
+when it matches an include (if any) and no exclude; a folder matching an exclude is not
+entered (``--exclude node_modules``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import re
+import stat
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dotcat.data._io import find_one, is_gzipped, require_file
+from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
+from dotcat.data.records import (
+    FieldNames,
+    Record,
+    is_python_source,
+    iter_file_records,
+    iter_python_records,
+    python_source_name,
+)
+from dotcat.errors import DataFormatError, DotcatError
+
+if TYPE_CHECKING:
+    from dotcat.data.corpus import CorpusStats
+
+logger = logging.getLogger(__name__)
+
+#: Names looked for in a BEIR directory, in this order.
+CORPUS_FILE_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
+#: Files of a folder read as one document each: suffix -> kind (see :mod:`dotcat.data.extract`).
+DOCUMENT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".rst": "rst",
+                     ".html": "html", ".htm": "html", ".pdf": "pdf"}  # fmt: skip
+#: Files of a folder read as records (see :mod:`dotcat.data.records`).
+RECORD_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
+#: Kinds that may be gzipped (``.md.gz``): the text ones. PDF and Parquet compress themselves.
+_GZIP_OK = (
+    *(suffix for suffix, kind in DOCUMENT_SUFFIXES.items() if kind in TEXT_KINDS),
+    *(suffix for suffix in RECORD_SUFFIXES if suffix != ".parquet"),
+)
+_BINARY_PROBE = 8192
+#: How many unreadable files the summary line names.
+UNREADABLE_NAMED = 5
+_ID_ESCAPES = re.compile(r"[\s%#]")
+
+CorpusSource = Any  # a path (str or Path), or a list, DataFrame or datasets.Dataset
+
+
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How to read a corpus source.
+
+    Attributes:
+        id_field, title_field, text_field: the record fields to read (JSON Lines, JSON, CSV,
+            TSV with a header, Parquet, dicts, data frames); None: the defaults (``_id``/``id``,
+            ``title``, ``text``/``contents``).
+        include, exclude: shell patterns selecting a folder's files (module docstring).
+        strict: stop at the first file of a folder that cannot be read (else skip it).
+        hidden: also read hidden files and folders (names starting with ``.``).
+    """
+
+    id_field: str | None = None
+    title_field: str | None = None
+    text_field: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    strict: bool = False
+    hidden: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("include", "exclude"):  # lists from Python callers, tuples from the CLI
+            value = getattr(self, name)
+            patterns = (value,) if isinstance(value, str) else tuple(value)
+            object.__setattr__(self, name, patterns)
+            for pattern in patterns:
+                if not pattern.strip():
+                    raise DotcatError(f"--{name} {pattern!r}: an empty pattern")
+        for name in ("id_field", "title_field", "text_field"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise DotcatError(f"--{name.replace('_', '-')} {value!r}: an empty field name")
+
+    @property
+    def fields(self) -> FieldNames:
+        return FieldNames(self.id_field, self.title_field, self.text_field)
+
+    def to_json(self) -> dict[str, Any]:
+        """The options that differ from the defaults (for manifests, plans and cache keys)."""
+        return {
+            f.name: list(v) if isinstance(v, tuple) else v
+            for f in fields(self)
+            if (v := getattr(self, f.name)) != f.default
+        }
+
+    def folder_options(self) -> list[str]:
+        """The options given that only apply to a folder of files."""
+        given = {"--include": self.include, "--exclude": self.exclude, "--hidden": self.hidden}
+        return [name for name, value in given.items() if value]
+
+
+def path_id(rel: str) -> str:
+    """A relative path as a document id: whitespace, ``%`` and ``#`` percent-encoded."""
+    return _ID_ESCAPES.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), rel)
+
+
+def file_kind(name: str) -> str | None:
+    """What a folder reads a file name as: a document kind, ``records``, or None (not read)."""
+    lowered = name.lower()
+    gz = lowered.endswith(".gz")
+    base = lowered.removesuffix(".gz")
+    suffix = os.path.splitext(base)[1]
+    if gz and suffix not in _GZIP_OK:
+        return None
+    if suffix in DOCUMENT_SUFFIXES:
+        return DOCUMENT_SUFFIXES[suffix]
+    return "records" if suffix in RECORD_SUFFIXES else None
+
+
+def _stem(rel: str) -> str:
+    """A file's name without its suffixes (``a/notes.md.gz`` -> ``notes``): the default title."""
+    name = rel.rsplit("/", 1)[-1]
+    if name.lower().endswith(".gz"):
+        name = name[:-3]
+    return os.path.splitext(name)[0]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- sources -----------------------------------------------------------------------------
+
+
+class FileSource:
+    """One corpus file (a BEIR directory's ``corpus.jsonl[.gz]`` or a file given itself)."""
+
+    kind = "file"
+
+    def __init__(self, file: Path, options: CorpusOptions) -> None:
+        self.file, self.options = file, options
+
+    def describe(self) -> str:
+        return str(self.file)
+
+    def identity(self, again: bool = False) -> dict[str, Any]:
+        """What the cached copy depends on: the file's real path, size and mtime, the options
+        (``again``: for the folder source's sake; a file is looked at every time)."""
+        st = self.file.stat()
+        return {"file": str(self.file.resolve()), "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "options": self.options.to_json()}  # fmt: skip
+
+    def records(self, stats: CorpusStats) -> Iterator[Record]:
+        yield from iter_file_records(self.file, self.options.fields)
+        stats.sha256 = _sha256_file(self.file)
+
+
+@dataclass
+class ListedFile:
+    """A file of a folder to read: relative path (POSIX), real path, size, mtime, kind."""
+
+    rel: str
+    path: Path
+    size: int
+    mtime_ns: int
+    kind: str
+
+
+@dataclass
+class Listing:
+    """A folder's walk: the files to read in order, and what was left out."""
+
+    files: list[ListedFile] = field(default_factory=list)
+    problems: list[tuple[str, Path, str]] = field(default_factory=list)  # rel, path, reason
+    other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
+    excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
+    hidden: int = 0  # hidden files and folders skipped
+
+
+class FolderSource:
+    """A folder of files, walked once when opened (see the module docstring)."""
+
+    kind = "folder"
+
+    def __init__(self, root: Path, options: CorpusOptions, only: Path | None = None) -> None:
+        self.root, self.options, self.only = root, options, only
+        self.listing = self._walk()
+
+    def describe(self) -> str:
+        return str(self.only if self.only is not None else self.root)
+
+    def _walk(self) -> Listing:
+        if self.only is not None:
+            listing = Listing()
+            _list_file(listing, self.only.name, self.only, self.only.name)
+            return listing
+        listing = walk(self.root, self.options)
+        _check_listing(self.root, listing, self.options)
+        return listing
+
+    def identity(self, again: bool = False) -> dict[str, Any]:
+        """Every file's relative path, size and mtime as walked when opened, or walked
+        ``again`` (to see whether the folder changed while it was read), and the options."""
+        listing = self._walk() if again else self.listing
+        rows = [(f.rel, f.size, f.mtime_ns) for f in listing.files]
+        rows += [(rel, reason) for rel, _, reason in listing.problems]
+        digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+        return {
+            "folder": str(self.root.resolve()),
+            "only": self.only is not None,
+            "files": len(rows),
+            "listing": digest,
+            "options": self.options.to_json(),
+        }
+
+    def records(self, stats: CorpusStats) -> Iterator[Record]:
+        """Every file's records in walk order; unreadable files counted (or fatal if strict).
+
+        ``stats.sha256`` becomes the sha256 of the list of ``relative path<TAB>sha256 of the
+        file's bytes`` lines: the folder's content, whatever the machine or the mtimes.
+        """
+        digest = hashlib.sha256()
+        for rel, path, reason in self.listing.problems:
+            self._unreadable(stats, rel, path, reason)
+        for listed in self.listing.files:
+            stats.files += 1
+            sha = "unreadable"
+            try:
+                if listed.kind == "records":
+                    sha = _probe_records(listed)
+                    yield from self._file_records(listed)
+                else:
+                    data = _read_bytes(listed)
+                    sha = hashlib.sha256(data).hexdigest()
+                    title, text = extract(_gunzip(listed, data), listed.kind, _stem(listed.rel))
+                    yield Record(str(listed.path), None, path_id(listed.rel), "path", title, text)
+            except Unreadable as e:
+                self._unreadable(stats, listed.rel, listed.path, str(e))
+            digest.update(f"{listed.rel}\t{sha}\n".encode())
+        stats.sha256 = digest.hexdigest()
+
+    def _file_records(self, listed: ListedFile) -> Iterator[Record]:
+        """A record file's records, ids prefixed with its path. A file whose first record is
+        not a record at all (a settings ``.json``, a CSV that is not) is unreadable; a record
+        without the wanted field, or a bad record further down, stops the read."""
+        prefix = path_id(listed.rel)
+        count = 0
+        try:
+            for record in iter_file_records(listed.path, self.options.fields):
+                count += 1
+                yield record._replace(id=f"{prefix}#{record.id}")
+        except DataFormatError as e:
+            if count or e.field is not None:
+                raise
+            raise Unreadable(f"not records: {e.problem}") from None
+        if not count:
+            raise Unreadable("no records")
+
+    def _unreadable(self, stats: CorpusStats, rel: str, path: Path, reason: str) -> None:
+        if self.options.strict:
+            raise DataFormatError(path, None, f"cannot read: {reason} (--strict)")
+        stats.unreadable += 1
+        if len(stats.unreadable_named) < UNREADABLE_NAMED:
+            stats.unreadable_named.append(f"{rel} ({reason})")
+        logger.debug("%s: skipped: %s", path, reason)
+
+
+class PythonSource:
+    """Documents given as a Python list, DataFrame or ``datasets.Dataset``."""
+
+    kind = "python"
+
+    def __init__(self, source: object, options: CorpusOptions) -> None:
+        self.source, self.options = source, options
+
+    def describe(self) -> str:
+        return python_source_name(self.source)
+
+    def identity(self, again: bool = False) -> None:
+        """None: an object in memory is not cached on disk."""
+        return None
+
+    def records(self, stats: CorpusStats) -> Iterator[Record]:
+        """The records; ``stats.sha256`` becomes the sha256 of their ids, titles and texts."""
+        digest = hashlib.sha256()
+        for record in iter_python_records(self.source, self.options.fields):
+            digest.update(json.dumps([record.id, record.title, record.text]).encode() + b"\n")
+            yield record
+        stats.sha256 = digest.hexdigest()
+
+
+Source = FileSource | FolderSource | PythonSource
+
+
+def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> Source:
+    """What ``source`` is (see the module docstring); a folder is walked now.
+
+    Raises:
+        DataFormatError: a path that does not exist, a BEIR directory with both corpus files,
+            a folder with no file to read or none matching ``--include``.
+        DotcatError: folder options (``--include``...) with a corpus file or Python objects,
+            or a folder with HTML files and no trafilatura.
+    """
+    options = options or CorpusOptions()
+    if isinstance(source, (FileSource, FolderSource, PythonSource)):
+        return source
+    if is_python_source(source):
+        _refuse_folder_options(options, python_source_name(source), "documents given in Python")
+        return PythonSource(source, options)
+    if not isinstance(source, (str, os.PathLike)):
+        raise DotcatError(
+            f"cannot read documents from a {type(source).__name__}: expected a path, a list of "
+            "strings or dicts, a pandas DataFrame or a datasets.Dataset"
+        )
+    path = Path(source)
+    if path.is_dir():
+        if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
+            _refuse_folder_options(options, path, "a BEIR directory")
+            return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
+        return FolderSource(path, options)
+    require_file(path)
+    kind = file_kind(path.name)
+    if kind is not None and kind != "records":
+        _refuse_folder_options(options, path, "one file")
+        if kind == "html":
+            check_html_support()
+        return FolderSource(path.parent, options, only=path)
+    _refuse_folder_options(options, path, "a corpus file")
+    return FileSource(path, options)
+
+
+def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> None:
+    given = options.folder_options()
+    if given:
+        verb = "select" if len(given) > 1 else "selects"
+        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}")
+
+
+# -- walking a folder ----------------------------------------------------------------------
+
+
+def walk(root: Path, options: CorpusOptions) -> Listing:
+    """The files of ``root`` to read, sorted by path components (see the module docstring)."""
+    listing = Listing()
+    found: list[tuple[tuple[str, ...], str, Path]] = []
+
+    def unlistable(error: OSError) -> None:
+        rel = Path(error.filename).relative_to(root).as_posix() if error.filename else "."
+        listing.problems.append((rel, Path(error.filename or root), error.strerror or str(error)))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
+        base = Path(dirpath).relative_to(root)
+        kept = []
+        for name in dirnames:
+            rel = (base / name).as_posix()
+            if name.startswith(".") and not options.hidden:
+                listing.hidden += 1
+            elif _excluded_dir(rel, name, options):
+                listing.excluded["(folder)"] += 1
+            else:
+                kept.append(name)
+        dirnames[:] = sorted(kept)
+        for name in filenames:
+            rel_path = base / name
+            found.append((rel_path.parts, rel_path.as_posix(), Path(dirpath) / name))
+    for _, rel, path in sorted(found):
+        name = path.name
+        if name.startswith(".") and not options.hidden:
+            listing.hidden += 1
+            continue
+        if not _selected(rel, name, options):
+            listing.excluded[_suffix(name)] += 1
+            continue
+        _list_file(listing, rel, path, name)
+    return listing
+
+
+def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
+    try:
+        st = path.stat()
+    except OSError as e:
+        listing.problems.append((rel, path, e.strerror or str(e)))
+        return
+    if not stat.S_ISREG(st.st_mode):
+        listing.other_kinds["(not a regular file)"] += 1
+        return
+    kind = file_kind(name)
+    if kind is None:
+        listing.other_kinds[_suffix(name)] += 1
+        return
+    listing.files.append(ListedFile(rel, path, st.st_size, st.st_mtime_ns, kind))
+
+
+def _suffix(name: str) -> str:
+    return os.path.splitext(name)[1].lower() or "(no suffix)"
+
+
+def _counts(counter: Counter) -> str:
+    shown = ", ".join(f"{n} {suffix}" for suffix, n in counter.most_common(5))
+    return shown + (", ..." if len(counter) > 5 else "")
+
+
+def _matches(rel: str, name: str, pattern: str) -> bool:
+    pattern = pattern.removeprefix("./")
+    if "/" not in pattern:
+        return fnmatchcase(name, pattern)
+    return fnmatchcase(rel, pattern) or (
+        pattern.startswith("**/") and fnmatchcase(rel, pattern[3:])
+    )
+
+
+def _selected(rel: str, name: str, options: CorpusOptions) -> bool:
+    if options.include and not any(_matches(rel, name, p) for p in options.include):
+        return False
+    return not any(_matches(rel, name, p) for p in options.exclude)
+
+
+def _excluded_dir(rel: str, name: str, options: CorpusOptions) -> bool:
+    return any(_matches(rel, name, p.rstrip("/")) for p in options.exclude)
+
+
+def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None:
+    """Refuse a folder with nothing to read, saying what it holds; check HTML support."""
+    if not listing.files and not listing.problems:
+        others = _counts(listing.other_kinds)
+        held = f"it holds {others}" if others else "it holds no file"
+        if listing.excluded:
+            raise DataFormatError(
+                root, None, f"no file to read matches --include {list(options.include)} "
+                f"--exclude {list(options.exclude)}; they leave out {_counts(listing.excluded)}"
+            )  # fmt: skip
+        kinds = " ".join(sorted({*DOCUMENT_SUFFIXES, *RECORD_SUFFIXES}))
+        raise DataFormatError(
+            root, None, f"no file to index here: a folder is read for its {kinds} files "
+            f"(gzipped text kinds too), a BEIR directory for its corpus.jsonl; {held}"
+        )  # fmt: skip
+    if any(f.kind == "html" for f in listing.files):
+        check_html_support()
+
+
+# -- reading one file of a folder ----------------------------------------------------------
+
+
+def _read_bytes(listed: ListedFile) -> bytes:
+    try:
+        return listed.path.read_bytes()
+    except OSError as e:
+        raise Unreadable(e.strerror or str(e)) from None
+
+
+def _gunzip(listed: ListedFile, data: bytes) -> bytes:
+    if not is_gzipped(listed.path):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise Unreadable(f"corrupt gzip: {e}") from None
+
+
+def _probe_records(listed: ListedFile) -> str:
+    """Check that a record file can be opened (not empty, not binary, a Parquet file that
+    pyarrow opens); return the sha256 of its bytes."""
+    if listed.size == 0:
+        raise Unreadable("empty")
+    try:
+        if listed.path.name.lower().endswith(".parquet"):
+            _open_parquet(listed.path)
+        else:
+            opener = gzip.open if is_gzipped(listed.path) else open
+            with opener(listed.path, "rb") as f:
+                head = f.read(_BINARY_PROBE)
+            if not head.strip():
+                raise Unreadable("empty")
+            if b"\0" in head:
+                raise Unreadable("binary")
+        return _sha256_file(listed.path)
+    except (OSError, EOFError, zlib.error) as e:
+        raise Unreadable(f"cannot read: {e}") from None
+
+
+def _open_parquet(path: Path) -> None:
+    import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
+    import pyarrow.parquet as pq
+
+    try:
+        pq.ParquetFile(path).close()
+    except (OSError, pa.ArrowException) as e:
+        raise Unreadable(f"not a Parquet file: {e}") from None
