@@ -839,7 +839,8 @@ def bm25(
     topics = _load_topics(queries, split)
 
     from dotcat.data import load_corpus, write_run
-    from dotcat.search.bm25 import BM25Config, bm25_search
+    from dotcat.index.bm25 import BM25Config
+    from dotcat.search.bm25 import bm25_search
 
     start = time.perf_counter()
     run = bm25_search(load_corpus(corpus), topics, k=k, config=BM25Config(k1=k1, b=b))
@@ -875,7 +876,7 @@ def export(
         _one_of("--variant", variant, ("avx512_vnni", "avx2"))
     _check_model(model)
 
-    from dotcat.models.onnx_backend import export_model
+    from dotcat.models.int8 import export_model
 
     start = time.perf_counter()
     kind, path = export_model(

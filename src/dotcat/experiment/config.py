@@ -42,8 +42,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.errors import DotcatError
-from dotcat.evaluation.metrics import DEFAULT_MEASURES
+from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
+from dotcat.index.manifest import Manifest
+from dotcat.models.resolve import read_model_config, resolve_model
+from dotcat.models.st_config import read_st_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -165,8 +169,6 @@ class ExperimentConfig(_Strict):
                 "baseline",
                 f"{self.baseline!r} is not a system name" + _did_you_mean(self.baseline, names),
             )
-        from dotcat.evaluation.metrics import parse_measures
-
         for i, measure in enumerate(self.measures):
             try:
                 parse_measures(measure)
@@ -304,7 +306,6 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
             unusable (a dataset without the split, a directory that is not a model, an index
             without the BM25 side a first stage needs).
     """
-    from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 
     def fail(where: str, error: Exception) -> None:
         raise DotcatError(f"{source}: {where}: {error}") from None
@@ -337,16 +338,11 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
 
 
 def _check_model(model: str) -> None:
-    from dotcat.models.resolve import read_model_config, resolve_model
-    from dotcat.models.st_config import read_st_settings
-
     path = resolve_model(model)
     read_model_config(path, read_st_settings(path).transformer_dir)
 
 
 def _check_index(index_dir: Path, first_stage: str) -> None:
-    from dotcat.index.manifest import Manifest
-
     manifest = Manifest.read(index_dir)
     if first_stage in ("bm25", "hybrid") and not manifest.bm25:
         raise DotcatError(

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in
 
@@ -40,6 +42,8 @@ logger = logging.getLogger(__name__)
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.faiss"
 DOCSTORE_NAME = "docstore.sqlite"
+#: The BM25 side index (:mod:`dotcat.index.bm25`), a directory, when the index has one.
+BM25_DIR = "bm25"
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
@@ -115,8 +119,6 @@ def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
     Raises:
         DotcatError: another process holds it (a build, an update or a repair of this index).
     """
-    from filelock import FileLock, Timeout
-
     path = lock_path(index_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path))

@@ -31,16 +31,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dotcat.data.splits import find_dev_split
 from dotcat.errors import DotcatError
+from dotcat.files import read_json_or_none
 from dotcat.index import document_text
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.manifest import update_manifest
 from dotcat.index.shards import open_index
-from dotcat.search.fusion import Fusion
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.runtime import store_linear_weights
+from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
+from dotcat.search.reranker import rerank
 from dotcat.search.retriever import DenseRetriever
+from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
 
-Run = dict[str, list[tuple[str, float]]]
 FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 #: Candidates each first stage contributes before a hybrid fusion (at least k).
 FUSION_DEPTH = 100
@@ -170,9 +177,6 @@ class Reranker:
         batch_size: int = 32,
         corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Reranker:
-        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-        from dotcat.models.runtime import store_linear_weights
-
         config = CrossEncoderConfig(
             model=model, device=device, precision=precision, backend=backend, batch_size=batch_size
         )
@@ -194,8 +198,6 @@ class Reranker:
         At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
         corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
         """
-        from dotcat.search.reranker import rerank
-
         if self.alpha == 0.0:
             return {q: list(docs) for q, docs in run.items()}
 
@@ -275,8 +277,6 @@ class SearchPipeline:
         out of domain that weight made re-ranking worse than the first stage it re-ranks
         (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``); ``dotcat calibrate`` chooses one
         for it."""
-        from dotcat.files import read_json_or_none
-
         reranker = self.reranker
         if reranker.alpha_source != "dev-chosen":
             return
@@ -297,8 +297,6 @@ class SearchPipeline:
         entry = self.manifest.bm25
         if not entry:
             return None
-        from dotcat.search.bm25 import BM25Index
-
         bm25 = BM25Index.load(self.index_dir / entry["dir"], mmap=True)
         if len(bm25) != len(self.index):
             raise DotcatError(
@@ -491,10 +489,6 @@ def tune_fusion(
         The recorded fusion, or None when the data has no dev queries (RRF stays the
         default) or the index has no BM25 side.
     """
-    from dotcat.data.splits import find_dev_split
-    from dotcat.index.manifest import update_manifest
-    from dotcat.search.fusion import choose_fusion
-
     dev = find_dev_split(data)
     if dev is None:
         return None
