@@ -23,6 +23,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from dotcat.cli_datasets import datasets_app
 from dotcat.errors import DotcatError
 
 
@@ -194,7 +195,7 @@ def _check_training_args(data: Path, out_dir: Path, base: str, **counts: int) ->
 def _load_topics(queries: Path, split: str) -> dict[str, str]:
     from dotcat.data import load_queries
 
-    return load_queries(queries, split=split if Path(queries).is_dir() else None)
+    return load_queries(queries, split=split)  # a queries file ignores the split
 
 
 def _parse_search_params(nprobe: int | None, ef_search: int | None) -> dict[str, float]:
@@ -925,6 +926,7 @@ def eval_(
     queries won/tied/lost; a dagger marks significant differences.
     """
     from dotcat.data import load_corpus, load_qrels, load_queries, read_run
+    from dotcat.data.catalog import resolve_data_path
     from dotcat.evaluation import (
         DEFAULT_MEASURES,
         evaluate,
@@ -940,7 +942,8 @@ def eval_(
     baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
     judgements = load_qrels(qrels, split=split)
     known_queries = known_docs = None
-    if Path(qrels).is_dir():  # a BEIR dir: check qrels ids against its queries and corpus
+    qrels = resolve_data_path(qrels)  # a dataset name (beir/NAME): its BEIR directory
+    if qrels.is_dir():  # a BEIR dir: check qrels ids against its queries and corpus
         known_queries = set(load_queries(qrels))
         known_docs = set(load_corpus(qrels)["id"])
     measures = tuple(measure) if measure else DEFAULT_MEASURES
@@ -1067,6 +1070,7 @@ def experiment(
 
 train_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Train BERT_DOT or BERT_CAT.")
 app.add_typer(train_app, name="train")
+app.add_typer(datasets_app, name="datasets")
 
 
 # Options every trainer shares: one declaration for `train dot`, `train distill`, `train cat`.

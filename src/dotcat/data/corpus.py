@@ -32,6 +32,7 @@ from filelock import FileLock
 
 from dotcat.cache import cache_root
 from dotcat.data._io import find_one, require_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.records import Record
 from dotcat.data.sources import (
     CORPUS_FILE_NAMES,
@@ -145,7 +146,7 @@ def find_corpus_file(path: str | Path) -> Path:
         DataFormatError: ``path`` does not exist, or a directory holds no corpus file (or both
             the plain and the gzipped one).
     """
-    p = Path(path)
+    p = resolve_data_path(path)
     if p.is_dir():
         return find_one(p, CORPUS_FILE_NAMES, "corpus")
     return require_file(p)

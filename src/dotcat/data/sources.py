@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dotcat.data._io import find_one, is_gzipped, require_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
 from dotcat.data.records import (
     FieldNames,
@@ -360,7 +361,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             f"cannot read documents from a {type(source).__name__}: expected a path, a list of "
             "strings or dicts, a pandas DataFrame or a datasets.Dataset"
         )
-    path = Path(source)
+    path = resolve_data_path(source)
     if path.is_dir():
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
