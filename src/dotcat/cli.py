@@ -1028,10 +1028,18 @@ def experiment(
     output: Annotated[
         Path | None, typer.Option(help="Report folder (default: the file's `output`).")
     ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATASET",
+            help="Run this dataset (its name in [[datasets]]) only; the others' cached runs "
+            "fill the rest of the table.",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark from a TOML file: systems (BM25, dense, hybrid, + BERT_CAT) on a
-    dataset, evaluated against a baseline with significance tests; writes runs, results.json,
-    report.md and plots.
+    dataset or several ([[datasets]]), evaluated against a baseline with significance tests;
+    writes runs, results.json, report.md and plots.
 
     Indexes and runs are cached by fingerprint: a second run with nothing changed only
     evaluates again; a changed setting recomputes what depends on it.
@@ -1041,28 +1049,30 @@ def experiment(
     settings = load_config(config)
     if output is not None:
         settings = settings.model_copy(update={"output": str(output)})
-    check_paths(settings, str(config))
+    check_paths(settings, str(config), only)
     from dotcat.files import check_can_create_in
 
     check_can_create_in(Path(settings.output) / "report.md")
 
     from dotcat.experiment.report import comparison_table
     from dotcat.experiment.runner import run_experiment
+    from dotcat.experiment.suite_report import suite_tables
 
     def done(outcome) -> None:
         stages = ", ".join(
             f"{s.kind.replace('_', ' ')} {'reused' if s.reused else f'{s.seconds:.1f} s'}"
             for s in outcome.stages
         )
-        typer.echo(f"{outcome.name}: {stages}", err=True)
+        where = f"{outcome.dataset}: " if settings.datasets else ""
+        typer.echo(f"{where}{outcome.name}: {stages}", err=True)
 
     text = config.read_text(encoding="utf-8")
-    result = run_experiment(settings, text, str(config), on_system=done)
-    typer.echo(comparison_table(result))
+    result = run_experiment(settings, text, str(config), on_system=done, only=only)
+    typer.echo(suite_tables(result) if settings.datasets else comparison_table(result))
     computed = result.computed
     total = sum(len(o.stages) for o in result.outcomes)
     typer.echo(
-        f"\n{len(result.outcomes)} systems, {total - len(computed)} of {total} stages reused, "
+        f"\n{len(result.outcomes)} system runs, {total - len(computed)} of {total} stages reused, "
         f"{len(computed)} computed, in {result.seconds:.1f} s; report in "
         f"{result.output / 'report.md'}"
     )

@@ -94,7 +94,7 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
         "config_file": source_name,
         "config": config.model_dump(),
         "dotcat_version": __version__,
-        "torch_version": _torch_version(),
+        "torch_version": torch_version(),
         "machine": result.environment.machine,
         "device": result.environment.device,
         "precision": result.environment.precision,
@@ -115,7 +115,7 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
     }
 
 
-def _torch_version() -> str | None:
+def torch_version() -> str | None:
     torch = sys.modules.get("torch")
     return getattr(torch, "__version__", None)
 
@@ -138,7 +138,7 @@ def report_markdown(
         f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
         f"{machine['cores']} cores; models at {env.precision} on {env.device} "
-        f"(precision {config.precision}); dotcat {__version__}, torch {_torch_version()}.",
+        f"(precision {config.precision}); dotcat {__version__}, torch {torch_version()}.",
         f"Dataset: `{data.path}`, split `{data.split}`: {len(data.queries)} queries; "
         f"top {config.k} per query; measures by ir-measures.",
         "",
@@ -175,21 +175,21 @@ def _timings_table(result: ExperimentResult) -> str:
     rows = []
     for outcome in result.outcomes:
         stages = {s.kind: s for s in outcome.stages}
-        index = "existing" if outcome.config.index else _stage_time(stages.get("index"))
+        index = "existing" if outcome.config.index else stage_time(stages.get("index"))
         rows.append(
             [
                 outcome.name,
                 describe_system(outcome),
                 index,
-                _stage_time(stages.get("first_stage")),
-                _stage_time(stages.get("rerank")),
+                stage_time(stages.get("first_stage")),
+                stage_time(stages.get("rerank")),
                 f"{outcome.seconds:.1f} s",
             ]
         )
     return markdown_table(header, rows, left=2)
 
 
-def _stage_time(stage: Any) -> str:
+def stage_time(stage: Any) -> str:
     if stage is None:
         return "-"
     return f"{stage.seconds:.1f} s" + (" (reused)" if stage.reused else "")
