@@ -11,20 +11,10 @@ import zipfile
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DOCS = [
-    {"_id": "d1", "title": "Cats", "text": "Cats are small domesticated carnivorous mammals."},
-    {"_id": "d2", "title": "Dogs", "text": "Dogs were domesticated from wolves long ago."},
-    {"_id": "d3", "title": "Photosynthesis", "text": "Plants turn light into chemical energy."},
-    {"_id": "d4", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell."},
-    {"_id": "d5", "title": "Vaccines", "text": "Vaccines train the immune system against viruses."},
-    {"_id": "d6", "title": "Insulin", "text": "Insulin regulates blood glucose in mammals."},
-]
-QUERIES = [
-    {"_id": "q1", "text": "which animals were domesticated from wolves"},
-    {"_id": "q2", "text": "how do cells make ATP"},
-    {"_id": "q3", "text": "hormone controlling blood sugar"},
-    {"_id": "q4", "text": "plants and light"},
-]
+from tests.conftest import TINY_DOCS, TINY_QUERIES
+
+DOCS = TINY_DOCS
+QUERIES = [*TINY_QUERIES, {"_id": "q4", "text": "plants and light"}]
 QRELS = {"test": [("q1", "d2", 1), ("q2", "d4", 1), ("q3", "d6", 1)], "dev": [("q4", "d3", 1)]}
 
 

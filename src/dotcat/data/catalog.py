@@ -178,7 +178,9 @@ def _lookup(name: str, entries: dict[str, Entry]) -> tuple[Entry, str | None] | 
 
 def looks_like_name(text: str) -> bool:
     """Whether ``text`` is written as a dataset name: ``irds:...`` or a catalogue prefix."""
-    return text.startswith(IRDS_PREFIX) or text.startswith("beir/") or text in catalog()
+    if text.startswith((IRDS_PREFIX, "beir/")):
+        return True
+    return any(text == name or text.startswith(f"{name}/") for name in catalog())
 
 
 def resolve_data_path(path: str | os.PathLike) -> Path:

@@ -7,7 +7,21 @@ a set of pydantic models in strict mode (TOML has real types: ``depth = "10"`` i
 not a 10) that forbid unknown fields; :func:`check_paths` then checks the files the
 experiment names (dataset, models, indexes) before anything heavy is imported.
 
-Relative paths are taken from the current directory, as on the command line.
+Relative paths are taken from the current directory, as on the command line. A dataset's
+``path`` may be a dataset name (``beir/nfcorpus``, ``irds:vaswani``:
+:mod:`dotcat.data.catalog`), fetched into dotcat's cache on first use.
+
+Several collections: ``[[datasets]]`` tables instead of ``[dataset]``, each with its ``path``,
+``split`` and a short ``name`` (default: the path's last part), and every system runs on
+every one of them (:func:`dotcat.experiment.runner.run_datasets`)::
+
+    [[datasets]]
+    name = "scifact"
+    path = "data/scifact"
+
+    [[datasets]]
+    name = "nfcorpus"
+    path = "beir/nfcorpus"
 
 An example (``eval/experiments/scifact.toml`` has a complete one)::
 

@@ -12,6 +12,9 @@ code the commands use:
    :class:`dotcat.search.pipeline.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
    the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``).
 
+With ``[[datasets]]`` the same runs for each dataset in turn (:func:`run_datasets`); the
+cache is shared, so datasets with the same corpus share an index.
+
 Stages that only differ in a later setting share the earlier ones (a hybrid system and the
 same hybrid re-ranked share the first stage). Models load only for what must be computed,
 so an experiment whose artifacts are all cached runs no model at all.

@@ -10,21 +10,21 @@ per-query value. Each dataset's runs are in ``runs/<dataset>/<system>.trec``.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from pathlib import Path
 from typing import Any
 
-from dotcat import __version__
 from dotcat.evaluation import comparison_to_json
 from dotcat.evaluation.plots import datasets_plot
 from dotcat.evaluation.report import SIGNIFICANT_MARK, TEST_NAMES, markdown_table, to_json
 from dotcat.experiment.report import (
     REPORT_NAME,
     RESULTS_NAME,
+    closing_lines,
     describe_system,
+    header_lines,
+    run_json,
     stage_time,
-    torch_version,
 )
 from dotcat.experiment.results import SuiteResult, slug
 from dotcat.files import write_json
@@ -140,18 +140,9 @@ def suite_markdown(
     plot: Path,
 ) -> str:
     """``report.md`` (module docstring)."""
-    config, env = result.config, result.environment
-    machine = env.machine
-    title = config.name or (Path(source_name).stem if source_name else "experiment")
-    command = f"dotcat experiment {source_name or 'CONFIG'}" + (f" --only {only}" if only else "")
+    config = result.config
     lines = [
-        f"# Experiment: {title}",
-        "",
-        f"Command: `{command}`",
-        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
-        f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
-        f"{machine['cores']} cores; models at {env.precision} on {env.device} "
-        f"(precision {config.precision}); dotcat {__version__}, torch {torch_version()}.",
+        *header_lines(result, source_name, f" --only {only}" if only else ""),
         f"Top {config.k} per query; measures by ir-measures.",
         "",
         "## Datasets",
@@ -163,22 +154,19 @@ def suite_markdown(
         lines += [f"## {measure}", "", measure_table(result, measure), ""]
         if i == 0:
             lines += [table_note(result), ""]
+            notes = [
+                f"- {d.name}, {system}: {note}"
+                for d in result.datasets
+                for system, report in d.reports.items()
+                for note in report.notes()
+            ]
+            lines += [*notes, ""] if notes else []
             if len(config.systems) > 1:
                 lines += [f"Against the baseline ({measure}): Δ (corrected p; queries won/tied/"
                           "lost):", "", differences_table(result, measure), ""]  # fmt: skip
     lines += ["## Plot", "", f"![{plot.stem}]({plot.name})", ""]
     lines += ["## Systems and timings", "", _timings_table(result), ""]
-    total = sum(len(o.stages) for o in result.outcomes)
-    reused = total - len(result.computed)
-    lines += [
-        "Stage times are those of computing the stage, when it was computed; *reused* marks "
-        f"stages this run found in the cache, by fingerprint. This run: {total - reused} of "
-        f"{total} stages computed, {seconds:.1f} s in all.",
-        "",
-    ]
-    if source_text is not None:
-        lines += ["## Configuration", "", "```toml", source_text.rstrip(), "```", ""]
-    return "\n".join(lines)
+    return "\n".join([*lines, *closing_lines(result, source_text, seconds)])
 
 
 def _datasets_table(result: SuiteResult) -> str:
@@ -231,15 +219,8 @@ def suite_json(
     return {
         "format": "dotcat-experiment-datasets",
         "format_version": 1,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_file": source_name,
+        **run_json(result, source_name),
         "only": only,
-        "config": config.model_dump(),
-        "dotcat_version": __version__,
-        "torch_version": torch_version(),
-        "machine": result.environment.machine,
-        "device": result.environment.device,
-        "precision": result.environment.precision,
         "baseline": config.baseline,
         "datasets": datasets,
         "table": {
