@@ -36,6 +36,7 @@ def served(tmp_path, monkeypatch):
     (tmp_path / "catalog.json").write_text(json.dumps(catalog))
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "catalog.json"))
     monkeypatch.setenv(URL_ENV, server.url)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")  # a proxy of the machine must not take it
     monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     yield server

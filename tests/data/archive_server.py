@@ -93,6 +93,12 @@ class ArchiveServer:
                 asked = self.headers.get("Range")
                 if asked and served.ranges:
                     start = int(asked.removeprefix("bytes=").split("-")[0])
+                    if start >= len(served.data):  # RFC 9110: 416 with the full length
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(served.data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                 body = served.data[start:]
                 self.send_response(206 if start else 200)
                 self.send_header("Content-Length", str(len(body)))

@@ -47,6 +47,7 @@ def entries(server, tmp_path, monkeypatch):
     known: dict = {}
     monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path / "env" / "cache"))  # this test's own
     monkeypatch.setenv(URL_ENV, server.url)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")  # a proxy of the machine must not take it
     monkeypatch.setenv(CATALOG_ENV, str(catalog_file))
 
     def add(**items) -> None:
@@ -240,3 +241,13 @@ def test_download_of_a_file_url_checks_its_md5(tmp_path):
     got = download(source.as_uri(), tmp_path / "a.part", md5=md5(GOOD))
     assert got.size == len(GOOD) and got.md5 == md5(GOOD)
     assert zipfile.ZipFile(got.path).testzip() is None
+
+
+def test_a_complete_part_file_is_not_downloaded_again(entries, server, tmp_path):
+    entries(beir__tiny=("tiny.zip", Served(GOOD), md5(GOOD)))
+    part = collections_root() / ".downloads" / "tiny.zip.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(GOOD)  # as a run stopped between the download and the unpacking leaves it
+    fetch("beir/tiny", tmp_path / "out")
+    assert server.requests == [("/tiny.zip", f"bytes={len(GOOD)}-")]  # answered 416, whole
+    assert load_qrels(tmp_path / "out", "test")

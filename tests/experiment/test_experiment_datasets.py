@@ -78,6 +78,7 @@ def setup(tmp_path, tiny_beir_dir, tiny_bert_dir, monkeypatch):
     )
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "catalog.json"))
     monkeypatch.setenv(URL_ENV, server.url)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")  # a proxy of the machine must not take it
     monkeypatch.setenv("DOTCAT_CACHE", str(tmp_path / "cache"))
     second = tmp_path / "other"  # the same documents, another query judged
     shutil.copytree(tiny_beir_dir, second)

@@ -131,7 +131,9 @@ def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
             urllib.request.Request(url, headers=headers), timeout=timeout
         )
     except urllib.error.HTTPError as e:
-        if e.code == 416 and have:  # the range starts past the end: the .part is stale
+        if e.code == 416 and have:  # the range starts at or past the end of the file
+            if e.headers.get("Content-Range", "") == f"bytes */{have}":
+                return  # the .part is the whole file already (an earlier run stopped after it)
             part.unlink()
             raise _Broken("the partial file did not match the server's; starting over") from None
         if e.code in _RETRY_STATUSES:
