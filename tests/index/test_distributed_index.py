@@ -115,7 +115,6 @@ def encoded(log) -> list[int]:
     return sorted(int(line) for line in log.read_text().split()) if log.exists() else []
 
 
-@pytest.mark.ray
 def test_ray_build_equals_the_one_process_build(
     local_ray, corpus, encoder_config, reference, tmp_path, monkeypatch
 ):
@@ -134,7 +133,6 @@ def test_ray_build_equals_the_one_process_build(
     np.testing.assert_allclose(scores, want_scores, atol=1e-5)
 
 
-@pytest.mark.ray
 def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
     local_ray, corpus, encoder_config, reference, tmp_path, monkeypatch
 ):
@@ -164,7 +162,6 @@ def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
     assert_same_index(out, reference)
 
 
-@pytest.mark.ray
 def test_a_shard_encoded_on_ray_equals_the_same_shard_encoded_locally(
     local_ray, corpus, encoder_config, tmp_path
 ):
