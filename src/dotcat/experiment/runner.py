@@ -29,9 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotcat.data import load_corpus, load_qrels, load_queries, read_run, write_run
+from dotcat.data import (
+    load_corpus,
+    load_judgements,
+    load_qrels,
+    load_queries,
+    read_run,
+    write_run,
+)
 from dotcat.errors import DotcatError
-from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate
+from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs
 from dotcat.evaluation.significance import Comparison
 from dotcat.experiment.cache import (
     Cache,
@@ -220,8 +227,7 @@ class _Runner:
             return path, fingerprint, found
         logger.info("%s: building an index with %s into %s", system.name, system.model, path)
         start = time.perf_counter()
-        manifest = self._build(system, path)
-        fusion = self._tune_fusion(path)
+        manifest, fusion = self._build(system, path)
         details = {
             "model": system.model,
             "documents": manifest.documents["count"],
@@ -231,29 +237,29 @@ class _Runner:
         return path, fingerprint, record
 
     def _build(self, system: SystemConfig, path: Path):
-        from dotcat.index import IndexConfig, build_index
+        """The index and its fusion, as ``dotcat index`` makes them (:func:`build_and_tune`);
+        an index built before an interruption only gets its fusion chosen."""
+        from dotcat.index.config import IndexConfig
         from dotcat.index.manifest import Manifest
-        from dotcat.models import EncoderConfig
+        from dotcat.models.config import EncoderConfig
+        from dotcat.search.pipeline import build_and_tune, tune_fusion
 
-        if (path / "manifest.json").is_file():  # built, but its fusion was not chosen yet
-            return Manifest.read(path)
+        device, precision = self.config.device, self.config.precision
+        if (path / "manifest.json").is_file():
+            return Manifest.read(path), tune_fusion(
+                path, self.data.path, device=device, precision=precision
+            )
         encoder = EncoderConfig(
             model=system.model,
             pooling=system.pooling,
             similarity=system.similarity,
             max_length=system.max_length,
-            device=self.config.device,
-            precision=self.config.precision,
+            device=device,
+            precision=precision,
         )
-        config = IndexConfig(faiss_spec=system.faiss, device=self.config.device, bm25=True)
-        return build_index(self.data.path, path, encoder, config, overwrite=True)
-
-    def _tune_fusion(self, path: Path):
-        from dotcat.search.pipeline import tune_fusion
-
-        return tune_fusion(
-            path, self.data.path, device=self.config.device, precision=self.config.precision
-        )
+        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True)
+        built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
+        return built.manifest, built.fusion
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -486,12 +492,10 @@ def _evaluate(
     config: ExperimentConfig, data: Dataset, runs: Mapping[str, Mapping]
 ) -> dict[str, EvalReport]:
     """Every run against the split's qrels, as ``dotcat eval RUN... DATASET`` evaluates."""
-    known_queries = set(load_queries(data.path))
-    known_docs = set(data.corpus()["id"])
-    return {
-        name: evaluate(run, data.qrels, config.measures, known_queries, known_docs)
-        for name, run in runs.items()
-    }
+    judged = load_judgements(data.path, data.split)
+    return evaluate_runs(
+        runs, judged.qrels, config.measures, judged.known_queries, judged.known_docs
+    )
 
 
 def recall_depths(k: int) -> list[int]:

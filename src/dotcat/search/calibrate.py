@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from dotcat.data.corpus import Document
 from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
+from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 
 if TYPE_CHECKING:
@@ -186,6 +187,7 @@ def calibrate_reranker(
     from dotcat.evaluation import evaluate
     from dotcat.search.reranker import fuse, score_candidates
 
+    CalibrationConfig(queries=queries, documents=max_documents, seed=seed).validate()
     reranker = pipeline.reranker
     if reranker is None:
         raise DotcatError("calibration needs a cross-encoder to re-rank with (--rerank MODEL)")

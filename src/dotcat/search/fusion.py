@@ -27,6 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from dotcat import options
 from dotcat.errors import DotcatError
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ logger = logging.getLogger(__name__)
 Ranking = Sequence[tuple[str, float]]
 Run = dict[str, list[tuple[str, float]]]
 
-FUSIONS = ("rrf", "linear")
+#: The fusion methods (:data:`dotcat.options.FUSIONS` less ``auto``: the index's choice).
+FUSIONS = tuple(method for method in options.FUSIONS if method != "auto")
 RRF_K = 60
 #: Linear weights tried on dev (the dense side's share).
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
