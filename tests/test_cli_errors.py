@@ -148,12 +148,12 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         # The configs' own checks, made before torch loads too.
         (
             ["train", "dot", c, ws["root"] / "m", "--base", m, "--loss", "hinge"],
-            "loss must be one of ('contrastive', 'triplet') for dot, got 'hinge'",
+            "--loss must be one of contrastive, triplet (for dot), got 'hinge'",
         ),
         (["train", "cat", c, ws["root"] / "m", "--base", m, "--bf16", "yes"], "bf16 must be"),
         (
             [*distill, "--loss", "mse"],
-            "loss must be one of ('margin-mse', 'kl') for distill, got 'mse'",
+            "--loss must be one of margin-mse, kl (for distill), got 'mse'",
         ),
         (["adapt", c, ws["root"] / "m", "--model", m, "--prefer", "words"], "prefer must be"),
     ]

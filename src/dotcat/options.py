@@ -143,7 +143,7 @@ class Settings:
 
 def help_of(cls: type, name: str) -> str:
     """The help text of a settings field."""
-    return _field(cls, name).metadata["help"]
+    return _field(cls, name).metadata.get("help", "")
 
 
 def choices_of(cls: type, name: str) -> tuple | None:

@@ -296,6 +296,12 @@ class BiEncoder:
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
 
+    def query_tokens(self, text: str) -> int:
+        """How many tokens the query ``text`` is, special tokens and prefix included, before
+        the cut at :attr:`max_length` that encoding makes."""
+        text = self.query_prefix + text
+        return len(self.tokenizer(text.lower() if self.lowercase else text)["input_ids"])
+
     def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
         return self.encode(_prefixed(self.document_prefix, texts), **kwargs)

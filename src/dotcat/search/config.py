@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dotcat.errors import DotcatError, SettingError
-from dotcat.index.layout import recover_for_reading
-from dotcat.index.manifest import MANIFEST_NAME, Manifest
+from dotcat.index.manifest import check_index
 from dotcat.models.resolve import check_model
 from dotcat.options import (
     DEPTH_HELP,
@@ -182,20 +181,6 @@ def check_query(text: str) -> str:
             "accepted (an encoder reads a few hundred words of it)"
         )
     return text
-
-
-def check_index(index_dir: str | Path) -> None:
-    """An index directory (restored first if a killed build left it aside), or a folder of
-    shard indexes; read, not loaded."""
-    index_dir = Path(index_dir)
-    recover_for_reading(index_dir)
-    if index_dir.is_dir() and not (index_dir / MANIFEST_NAME).exists():
-        shards = [p for p in sorted(index_dir.iterdir()) if (p / MANIFEST_NAME).is_file()]
-        for shard in shards:
-            Manifest.read(shard)
-        if shards:
-            return
-    Manifest.read(index_dir)
 
 
 def check_pipeline(index_dir: str | Path, config: PipelineConfig) -> None:

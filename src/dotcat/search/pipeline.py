@@ -354,6 +354,16 @@ class SearchPipeline:
             for key in keyed
         ]
 
+    def query_cut(self, query: str, first_stage: str | None = None) -> tuple[int, int] | None:
+        """``(tokens, kept)`` when the query encoder reads only the first ``kept`` of the
+        query's ``tokens`` (its window), else None (BM25 reads the whole query)."""
+        stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
+        if stage == "bm25":
+            return None
+        encoder = self.encoder
+        tokens = encoder.query_tokens(query)
+        return (tokens, encoder.max_length) if tokens > encoder.max_length else None
+
     def score_kind(self, *, first_stage: str | None = None, rerank: bool | None = None) -> str:
         """Which scale a call's scores are on (:data:`dotcat.search.hits.SCORE_KINDS`): the
         cross-encoder's when it re-ranks, else the first stage's."""

@@ -23,13 +23,12 @@ What keeps it up under load and bad input:
 # objects, and the POST body model is built per app (its caps come from the config).
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import os
 import time
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -53,74 +52,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.serve.batcher import Job, MicroBatcher, QueueFull
+from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
+from dotcat.serve.config import ServeConfig
+from dotcat.serve.config import is_loopback as is_loopback
 
 logger = logging.getLogger(__name__)
 access_log = logging.getLogger("dotcat.serve.access")
 
-API_KEY_ENV = "DOTCAT_API_KEY"
 # A query must hold a character Python does not strip: regex \S (Unicode White_Space, as the
 # schema's validators read it) leaves out \x1c-\x1f, which str.strip() removes.
 _NON_BLANK = r"[^\s\x1c-\x1f]"
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """How the server listens and what it accepts.
-
-    Attributes:
-        host, port: where to listen; a non-loopback host needs ``api_key``.
-        api_key: required from clients when set (``X-API-Key`` or ``Authorization: Bearer``).
-        max_batch: most queries per model call.
-        batch_window_ms: after a batch's first request, wait at most this long for the rest of
-            the crowd the last batch saw (:mod:`dotcat.serve.batcher`; 0: never wait).
-        queue_size: most requests waiting for the model; beyond, 503 at once.
-        timeout_s: time limit of one request (504 past it).
-        max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
-        retry_after_s: the ``Retry-After`` of a 503.
-        workers: server processes sharing the port, each with its own models
-            (:mod:`dotcat.serve.server`).
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    api_key: str | None = None
-    max_batch: int = 64
-    batch_window_ms: float = 5.0
-    queue_size: int = 64
-    timeout_s: float = 30.0
-    max_k: int = 1000
-    max_depth: int = 1000
-    max_query_chars: int = 2000
-    max_queries: int = 64
-    max_body_bytes: int = 64 * 1024
-    retry_after_s: int = 1
-    workers: int = 1
-
-    def check(self) -> None:
-        """Refuse an open address without an API key, and nonsense limits."""
-        if not is_loopback(self.host) and not self.api_key:
-            raise DotcatError(
-                f"--host {self.host}: serving beyond this machine needs an API key "
-                f"(--api-key or ${API_KEY_ENV})"
-            )
-        names = ("port", "max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers")
-        for name in names:
-            if getattr(self, name) < 1:
-                raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise DotcatError(f"timeout must be > 0 seconds, got {self.timeout_s}")
-        if not 0 <= self.batch_window_ms <= 1000:
-            raise DotcatError(f"batch window must be in [0, 1000] ms, got {self.batch_window_ms}")
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the protocol -------------------------------------------------------------------------

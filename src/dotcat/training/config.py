@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dotcat.errors import SettingError
+from dotcat.data import find_corpus_file
+from dotcat.errors import DotcatError, SettingError
+from dotcat.files import check_can_create_in
+from dotcat.models.resolve import check_model
 from dotcat.options import (
     DEVICE_HELP,
     POOLINGS,
@@ -70,6 +73,17 @@ DISTILL_NEGATIVES = 1
 def is_lexical(teacher: object) -> bool:
     """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
     return str(teacher) == LEXICAL_TEACHER
+
+
+def check_inputs(data: str | Path, out_dir: str | Path, model: str) -> None:
+    """A run's data (a BEIR dir or corpus file), its output folder (creatable, not a file)
+    and its starting model (a model directory), checked without loading any of them."""
+    find_corpus_file(data)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DotcatError(f"{out_dir}: exists and is not a directory")
+    check_can_create_in(out_dir)
+    check_model(model)
 
 
 def check_window(window: Sequence[int]) -> tuple[int, int]:
@@ -160,6 +174,11 @@ class TrainConfig(Settings):
             at_least("keep_checkpoints", self.keep_checkpoints, 0),
             at_least("stop_after_steps", self.stop_after_steps, 1),
         ]
+
+    def check_files(self) -> None:
+        """The data, the output folder and the models the run names, checked without
+        loading them (no torch): a missing file is refused before any work."""
+        check_inputs(self.data, self.out_dir, self.base)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings, tuples as lists)."""
@@ -391,6 +410,13 @@ class DistillConfig(DotConfig):
         None, help="Factor on the teacher's scores; None: to the student's spread; 1: raw."
     )
 
+    def check_files(self) -> None:
+        super().check_files()
+        if not is_lexical(self.teacher):
+            check_model(self.teacher, cross_encoder=True)
+        if self.teacher_dense is not None:
+            check_model(self.teacher_dense)
+
     def checks(self) -> list[Check]:
         return [
             *super().checks(),
@@ -485,6 +511,12 @@ class AdaptConfig(Settings):
     resume: bool = setting(False, help="Continue an interrupted run.")
     overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")
     show_progress: bool = setting(True, help="Progress bars.")
+
+    def check_files(self) -> None:
+        """The corpus, the output folder and the models, checked without loading them."""
+        check_inputs(self.corpus, self.out_dir, self.model)
+        if self.teacher is not None and not is_lexical(self.teacher):
+            check_model(self.teacher, cross_encoder=True)
 
     def checks(self) -> list[Check]:
         return [
