@@ -29,8 +29,17 @@ CLI_ONLY = {
     "add": {"upsert"},
     "delete": {"ids", "missing_ok"},
     "merge": {"overwrite"},
-    "search": {"k", "as_json", "queries", "split", "output", "nprobe", "ef_search", "tag",
-               "server"},  # fmt: skip
+    "search": {
+        "k",
+        "as_json",
+        "queries",
+        "split",
+        "output",
+        "nprobe",
+        "ef_search",
+        "tag",
+        "server",
+    },  # fmt: skip
     "rerank": {"output", "queries", "split", "tag"},
     # k1, b: BM25Config's (compared below; bm25s is not imported to start the command line).
     "bm25": {"queries", "output", "split", "k", "k1", "b", "tag"},
@@ -125,7 +134,7 @@ def test_cli_only_options_name_real_options():
 
 def test_k_and_depth_mean_one_thing_everywhere():
     ks, depths = {}, {}
-    for command, function in COMMANDS:
+    for command, _ in COMMANDS:
         params = {p.name: p for p in _click_command(command).params}
         if "k" in params:
             ks[command] = (params["k"].default, params["k"].help)
@@ -150,7 +159,7 @@ def test_the_library_acts_on_the_choices_the_options_module_lists():
     from dotcat.models.onnx_backend import KEEP_FP32
     from dotcat.search.fusion import FUSIONS
 
-    assert runtime.ALL_PRECISIONS == ("auto", *runtime.PRECISIONS, *runtime.ONNX_PRECISIONS)
+    assert ("auto", *runtime.PRECISIONS, *runtime.ONNX_PRECISIONS) == runtime.ALL_PRECISIONS
     assert set(runtime.ALL_PRECISIONS) == set(options.PRECISIONS)
     assert ("auto", *runtime.INT8_BACKENDS) == options.INT8_BACKENDS
     assert tuple(pooling.POOLINGS) == options.POOLINGS

@@ -147,11 +147,13 @@ def test_no_dev_queries_no_recorded_fusion(index, tmp_path):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"first_stage": "sparse"}, "unknown first stage"),
-        ({"fusion": "max"}, "unknown fusion"),
+        ({"first_stage": "sparse"}, "first_stage must be one of auto, dense, bm25, hybrid"),
+        ({"fusion": "max"}, "fusion must be one of auto, rrf, linear"),
         ({"depth": 0}, "depth must be >= 1"),
-        ({"interpolate": "2"}, "outside"),
-        ({"interpolate": "most"}, "not 'auto' or a number"),
+        ({"interpolate": "2"}, r"interpolate must be in \[0, 1\]"),
+        ({"interpolate": "most"}, "interpolate must be 'auto' or a number"),
+        ({"fusion_weight": 0.3}, "fusion_weight is the linear fusion's weight"),
+        ({"fusion": "linear", "fusion_weight": 1.5}, r"fusion_weight must be in \[0, 1\]"),
     ],
 )
 def test_bad_settings(settings, message):

@@ -4,7 +4,6 @@ and no torch to check a config (the command line's defaults: tests/test_cli_opti
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 import subprocess
 import sys

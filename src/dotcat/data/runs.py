@@ -14,8 +14,8 @@ import logging
 import math
 import os
 import re
-import tempfile
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO

@@ -153,7 +153,7 @@ def pseudo_first_stage(
     config = PipelineConfig(
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
-        fusion_weight=pipeline.fusion.weight,
+        fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
         fusion_depth=pipeline.config.fusion_depth,
         model=pipeline.config.model,
         device=pipeline.config.device,
