@@ -178,3 +178,19 @@ def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
     assert loaded._dense.encoder.single_query_threads is None  # free cores decide
     loaded.one_thread_small_calls()
     assert loaded._dense.encoder.single_query_threads == 1
+
+
+def test_build_and_tune_builds_then_records_the_dev_fusion(data, tiny_bert_dir, tmp_path):
+    """What `dotcat index` and `dotcat experiment` both do: the index, then its fusion chosen
+    on the data's dev queries and recorded (a shard, or no BM25, is not tuned)."""
+    from dotcat.search.pipeline import build_and_tune
+
+    out = tmp_path / "tuned"
+    built = build_and_tune(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=True),
+                           show_progress=False)  # fmt: skip
+    assert built.manifest.documents["count"] == Manifest.read(out).documents["count"]
+    assert built.fusion is not None and built.fusion.dev["source"]
+    assert Manifest.read(out).fusion == built.fusion.to_json() and built.seconds > 0
+    dense_only = build_and_tune(data, tmp_path / "dense", _encoder(tiny_bert_dir),
+                                IndexConfig(bm25=False), show_progress=False)  # fmt: skip
+    assert dense_only.fusion is None and Manifest.read(tmp_path / "dense").fusion is None

@@ -298,20 +298,24 @@ def evaluate_runs(
     known_docs = _id_set(known_docs) if known_docs is not None else None
     reports = {}
     for name, run in runs.items():
-        _warn_if_shallow(name, run, parsed)
+        _warn_if_shallow(name, run, parsed, len(known_docs) if known_docs else None)
         reports[name] = evaluate(run, qrels, parsed, known_queries, known_docs)
     return reports
 
 
-def _warn_if_shallow(name: str, run: RunLike, measures: list[ir_measures.Measure]) -> None:
-    """Warn when the run's deepest ranking is shorter than a measure's cutoff."""
+def _warn_if_shallow(
+    name: str, run: RunLike, measures: list[ir_measures.Measure], n_docs: int | None
+) -> None:
+    """Warn when the run's deepest ranking is shorter than a measure's cutoff (and than the
+    corpus, where known: a ranking of the whole corpus is as deep as it gets)."""
     depth = max((len(results) for results in run.values()), default=0)
     cutoffs = [m.params.get("cutoff") for m in measures]
     needed = max((c for c in cutoffs if isinstance(c, int)), default=0)
+    if n_docs is not None and depth >= n_docs:
+        return
     if 0 < depth < needed:
-        short = ", ".join(
-            str(m) for m, c in zip(measures, cutoffs, strict=True) if (c or 0) > depth
-        )
+        pairs = zip(measures, cutoffs, strict=True)
+        short = ", ".join(str(m) for m, cutoff in pairs if (cutoff or 0) > depth)
         logger.warning(
             "%s holds at most %d results per query, fewer than %s count: the missing ranks "
             "score as misses; write %d or more (e.g. search -k %d)",
