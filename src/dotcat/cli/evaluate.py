@@ -16,7 +16,9 @@ from dotcat.evaluation.significance import ComparisonConfig
 @app.command("eval")
 def eval_runs(
     paths: list[Path] = typer.Argument(
-        ..., help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir."
+        ...,
+        help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir.",
+        metavar="RUN... QRELS",
     ),
     split: str = typer.Option("test", help="With a BEIR dir: the qrels split."),
     measure: list[str] | None = typer.Option(
@@ -128,7 +130,7 @@ def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json:
 
 @app.command()
 def experiment(
-    config: Path = typer.Argument(..., help="The experiment file (TOML)."),
+    config: Path = typer.Argument(..., help="The experiment file (TOML).", metavar="CONFIG"),
     output: Path | None = typer.Option(None, help="Report folder (default: the file's `output`)."),
 ) -> None:
     """Run a benchmark from a TOML file: systems (BM25, dense, hybrid, + BERT_CAT) on a

@@ -34,8 +34,10 @@ def corpus_options(values: dict) -> CorpusOptions:
 
 @app.command()
 def index(
-    corpus: Path = typer.Argument(..., help=CORPUS_HELP),
-    index_dir: Path = typer.Argument(..., help="Where to write the index directory."),
+    corpus: Path = typer.Argument(..., help=CORPUS_HELP, metavar="CORPUS"),
+    index_dir: Path = typer.Argument(
+        ..., help="Where to write the index directory.", metavar="INDEX_DIR"
+    ),
     model: str = option(EncoderConfig, "model"),
     pooling: str | None = option(EncoderConfig, "pooling"),
     similarity: str | None = option(EncoderConfig, "similarity"),
@@ -109,8 +111,8 @@ def describe_fusion(fusion) -> str:
 
 @app.command()
 def add(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP),
-    corpus: Path = typer.Argument(..., help="The new documents. " + CORPUS_HELP),
+    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    corpus: Path = typer.Argument(..., help="The new documents. " + CORPUS_HELP, metavar="CORPUS"),
     upsert: bool = typer.Option(False, help="Replace documents whose id the index holds already."),
     device: str = option(EncoderConfig, "device"),
     precision: str = option(EncoderConfig, "precision"),
@@ -143,8 +145,10 @@ def add(
 
 @app.command()
 def delete(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP),
-    doc_ids: list[str] | None = typer.Argument(None, help="Document ids to delete."),
+    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    doc_ids: list[str] | None = typer.Argument(
+        None, help="Document ids to delete.", metavar="DOC_IDS"
+    ),
     ids: Path | None = typer.Option(None, help="A file of document ids to delete, one per line."),
     missing_ok: bool = typer.Option(False, help="Delete the ids the index has; skip the others."),
 ) -> None:
@@ -173,7 +177,9 @@ def read_ids(path: Path) -> list[str]:
 @app.command()
 def merge(
     paths: list[Path] = typer.Argument(
-        ..., help="SHARD [SHARD ...] OUT: shard indexes, then the new index."
+        ...,
+        help="SHARD [SHARD ...] OUT: shard indexes, then the new index.",
+        metavar="SHARD... OUT",
     ),
     faiss_spec: str | None = option(MergeConfig, "faiss_spec", "--faiss"),
     on_disk: str = option(MergeConfig, "on_disk"),
@@ -205,7 +211,9 @@ def merge(
 
 @app.command()
 def export(
-    model: str = typer.Argument(..., help="Model directory (BERT_DOT or BERT_CAT)."),
+    model: str = typer.Argument(
+        ..., help="Model directory (BERT_DOT or BERT_CAT).", metavar="MODEL"
+    ),
     precision: str = option(ExportConfig, "precision"),
     keep_fp32: str = option(ExportConfig, "keep_fp32"),
     variant: str | None = option(ExportConfig, "variant"),

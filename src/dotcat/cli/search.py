@@ -32,9 +32,11 @@ K_OPTION = typer.Option(None, "-k", help=K_HELP)
 
 @app.command()
 def search(
-    index_dir: str | None = typer.Argument(None, help=INDEX_HELP),
+    index_dir: str | None = typer.Argument(None, help=INDEX_HELP, metavar="INDEX_DIR"),
     query: str | None = typer.Argument(
-        None, help="Query text; none: read queries line by line (or use --queries)."
+        None,
+        help="Query text; none: read queries line by line (or use --queries).",
+        metavar="QUERY",
     ),
     k: int | None = K_OPTION,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
@@ -162,9 +164,13 @@ def _search_remote(url, positional, k, as_json, first_stage, rerank) -> None:
 
 @app.command("rerank")
 def rerank_run(
-    run: Path = typer.Argument(..., help="TREC run to re-rank (a first stage's)."),
-    data: Path = typer.Argument(..., help="BEIR dir or corpus file: the document texts."),
-    model: str = typer.Argument(..., help="BERT_CAT: dotcat or sentence-transformers."),
+    run: Path = typer.Argument(..., help="TREC run to re-rank (a first stage's).", metavar="RUN"),
+    data: Path = typer.Argument(
+        ..., help="BEIR dir or corpus file: the document texts.", metavar="DATA"
+    ),
+    model: str = typer.Argument(
+        ..., help="BERT_CAT: dotcat or sentence-transformers.", metavar="MODEL"
+    ),
     output: Path = typer.Option(..., help=OUTPUT_HELP),
     depth: int = option(PipelineConfig, "depth"),
     queries: Path | None = typer.Option(None, help="Queries file (default: DATA's queries.jsonl)."),
@@ -215,7 +221,9 @@ def rerank_run(
 
 @app.command()
 def bm25(
-    corpus: Path = typer.Argument(..., help="The documents: as `dotcat index` reads them."),
+    corpus: Path = typer.Argument(
+        ..., help="The documents: as `dotcat index` reads them.", metavar="CORPUS"
+    ),
     queries: Path = typer.Option(..., help="Queries file or BEIR dir."),
     output: Path = typer.Option(..., help=OUTPUT_HELP),
     split: str = typer.Option("test", help=SPLIT_HELP),

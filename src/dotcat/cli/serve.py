@@ -15,7 +15,9 @@ from dotcat.serve.config import API_KEY_ENV, ServeConfig
 
 @app.command()
 def serve(
-    index_dir: Path = typer.Argument(..., help="An index directory from `dotcat index`."),
+    index_dir: Path = typer.Argument(
+        ..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR"
+    ),
     rerank: str | None = option(PipelineConfig, "rerank"),
     depth: int = option(PipelineConfig, "depth"),
     interpolate: str = option(PipelineConfig, "interpolate"),

@@ -36,8 +36,10 @@ def _index_hint(what: str, path: Path) -> str:
 
 @train_app.command("dot")
 def train_dot(
-    data: Path = typer.Argument(..., help=_DATA_HELP),
-    out_dir: Path = typer.Argument(..., help="Where the trained model directory goes."),
+    data: Path = typer.Argument(..., help=_DATA_HELP, metavar="DATA"),
+    out_dir: Path = typer.Argument(
+        ..., help="Where the trained model directory goes.", metavar="OUT_DIR"
+    ),
     split: str = option(DotConfig, "split"),
     queries: Path | None = option(DotConfig, "queries"),
     qrels: Path | None = option(DotConfig, "qrels"),
@@ -76,8 +78,10 @@ def train_dot(
 
 @train_app.command("distill")
 def train_distill(
-    data: Path = typer.Argument(..., help=_DATA_HELP),
-    out_dir: Path = typer.Argument(..., help="Where the distilled BERT_DOT goes."),
+    data: Path = typer.Argument(..., help=_DATA_HELP, metavar="DATA"),
+    out_dir: Path = typer.Argument(
+        ..., help="Where the distilled BERT_DOT goes.", metavar="OUT_DIR"
+    ),
     teacher: str = option(DistillConfig, "teacher", default=...),
     base: str = option(DistillConfig, "base", "--student"),
     split: str = option(DistillConfig, "split"),
@@ -127,8 +131,10 @@ def train_distill(
 
 @train_app.command("cat")
 def train_cat(
-    data: Path = typer.Argument(..., help=_DATA_HELP),
-    out_dir: Path = typer.Argument(..., help="Where the trained cross-encoder goes."),
+    data: Path = typer.Argument(..., help=_DATA_HELP, metavar="DATA"),
+    out_dir: Path = typer.Argument(
+        ..., help="Where the trained cross-encoder goes.", metavar="OUT_DIR"
+    ),
     split: str = option(CatConfig, "split"),
     queries: Path | None = option(CatConfig, "queries"),
     qrels: Path | None = option(CatConfig, "qrels"),
@@ -181,8 +187,10 @@ def train_cat(
 
 @app.command()
 def adapt(
-    corpus: Path = typer.Argument(..., help="Your corpus: BEIR dir, JSONL or TSV."),
-    out_dir: Path = typer.Argument(..., help="Where the adapted BERT_DOT goes."),
+    corpus: Path = typer.Argument(
+        ..., help="Your corpus: BEIR dir, JSONL or TSV.", metavar="CORPUS"
+    ),
+    out_dir: Path = typer.Argument(..., help="Where the adapted BERT_DOT goes.", metavar="OUT_DIR"),
     model: str = option(AdaptConfig, "model"),
     budget_minutes: float = option(AdaptConfig, "budget_minutes"),
     max_queries: int | None = option(AdaptConfig, "max_queries"),
@@ -217,7 +225,9 @@ def adapt(
 
 @app.command()
 def calibrate(
-    index_dir: Path = typer.Argument(..., help="An index directory from `dotcat index`."),
+    index_dir: Path = typer.Argument(
+        ..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR"
+    ),
     rerank: str = option(PipelineConfig, "rerank", default=..., help="The BERT_CAT to calibrate."),
     depth: int = option(PipelineConfig, "depth"),
     queries: int = option(CalibrationConfig, "queries"),
