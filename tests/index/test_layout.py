@@ -351,9 +351,9 @@ def test_the_lock_file_goes_with_the_lock_and_a_waiter_takes_the_new_one(tmp_pat
         with layout.index_lock(index, wait=30.0):
             took.set()
             held_by_waiter.append(lock.exists())
-            with pytest.raises(DotcatError, match="another dotcat process"):
-                with layout.index_lock(index):  # a third taker is refused: it is held
-                    pass
+            refused = pytest.raises(DotcatError, match="another dotcat process")
+            with refused, layout.index_lock(index):  # a third taker is refused: it is held
+                pass
 
     with layout.index_lock(index):
         assert lock.exists()

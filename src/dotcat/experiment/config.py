@@ -43,8 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from dotcat import options
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES
+from dotcat.search.config import PipelineConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -125,6 +126,10 @@ class SystemConfig(_Strict):
         for name in sorted(given & {"fusion", "fusion_weight"}):
             if self.first_stage != "hybrid":
                 raise _field_error(name, "applies only to first_stage 'hybrid'")
+        try:  # the query pipeline's own checks of what it will be given
+            PipelineConfig(fusion=self.fusion, fusion_weight=self.fusion_weight)
+        except SettingError as e:
+            raise _field_error(e.setting, str(e)) from None
         for name in sorted(given & {"depth", "interpolate", "batch_size"}):
             if self.rerank is None:
                 raise _field_error(name, "applies only with `rerank`")

@@ -129,7 +129,7 @@ class PipelineConfig(Settings):
                 self.fusion_weight is None or linear,
                 "fusion_weight",
                 f"fusion_weight is the linear fusion's weight; with fusion {self.fusion!r} it "
-                "would be ignored (use --fusion linear)",
+                "would be ignored (set fusion to linear)",
             ),
             within("fusion_weight", self.fusion_weight, 0, 1),
             at_least("fusion_depth", self.fusion_depth, 1),
