@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
+from dotcat.progress import set_quiet
 
 #: The global flags, accepted before or after the command.
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
@@ -145,7 +146,5 @@ def _setup(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version."
     ),
 ) -> None:
-    from dotcat.progress import set_quiet
-
     configure_logging(verbose)
     set_quiet(quiet)

@@ -9,8 +9,21 @@ import typer
 
 from dotcat.cli.app import app
 from dotcat.cli.params import option, settings
+from dotcat.data import load_judgements, read_run
 from dotcat.errors import DotcatError
+from dotcat.evaluation import (
+    DEFAULT_MEASURES,
+    compare_to_baseline,
+    comparison_note,
+    comparison_to_json,
+    evaluate_runs,
+    format_comparison_table,
+    format_per_query,
+    format_table,
+    to_json,
+)
 from dotcat.evaluation.significance import ComparisonConfig
+from dotcat.files import check_can_create_in
 
 
 @app.command("eval")
@@ -55,9 +68,6 @@ def eval_runs(
     comparison.validate()
     baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
 
-    from dotcat.data import load_judgements, read_run
-    from dotcat.evaluation import DEFAULT_MEASURES, evaluate_runs, format_table, to_json
-
     judged = load_judgements(qrels, split=split)
     reports = evaluate_runs(
         {run.name: read_run(run) for run in runs},
@@ -78,7 +88,6 @@ def eval_runs(
 
 def _print_notes(reports: dict, per_query: bool) -> None:
     """What a reader of the figures should know about each run, and its rows per query."""
-    from dotcat.evaluation import format_per_query
 
     for name, report in reports.items():
         for note in report.notes():
@@ -101,14 +110,6 @@ def _baseline_name(baseline: str, runs: list[Path]) -> str:
 
 def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json: bool) -> None:
     """``dotcat eval --baseline``: the marked table and its note, or JSON with comparisons."""
-    from dotcat.evaluation import (
-        compare_to_baseline,
-        comparison_note,
-        comparison_to_json,
-        format_comparison_table,
-        to_json,
-    )
-
     test, alpha, permutations, seed = config.test, config.alpha, config.permutations, config.seed
     comparisons = compare_to_baseline(
         reports, baseline, test=test, alpha=alpha, permutations=permutations, seed=seed
@@ -141,7 +142,6 @@ def experiment(
     evaluates again; a changed setting recomputes what depends on it.
     """
     from dotcat.experiment import check_paths, load_config
-    from dotcat.files import check_can_create_in
 
     settings_ = load_config(config)
     if output is not None:

@@ -1,8 +1,8 @@
 """``dotcat index``, ``add``, ``delete``, ``merge``, ``export``: making and changing indexes.
 
 Each command checks its settings and paths with light modules (no torch, no model weights)
-before importing the stages that do the work: a typo is reported in milliseconds, not after
-10-25 s of imports or hours of encoding.
+before importing the stages that do the work (inside the command: torch, FAISS, the models),
+so a typo is reported in milliseconds, not after 10-25 s of imports or hours of encoding.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import typer
 
 from dotcat.cli.app import app
 from dotcat.cli.params import option, settings
-from dotcat.data.sources import CorpusOptions
+from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
 from dotcat.index.config import IndexConfig, MergeConfig, parse_shard
+from dotcat.index.layout import check_target
+from dotcat.index.manifest import check_index
 from dotcat.models.config import EncoderConfig, ExportConfig
+from dotcat.models.resolve import check_model
 
 CORPUS_HELP = (
     "A BEIR directory, a corpus file (JSONL, JSON, CSV, TSV, Parquet; .gz ok) or a folder of "
@@ -125,8 +128,6 @@ def add(
     hidden: bool = option(CorpusOptions, "hidden"),
 ) -> None:
     """Add documents to an index (encoded with its own encoder); atomic."""
-    from dotcat.data.sources import open_source
-    from dotcat.index.manifest import check_index
 
     EncoderConfig(device=device, precision=precision).validate()
     check_index(index_dir, shards=False)  # a folder of shards is updated shard by shard
@@ -153,7 +154,6 @@ def delete(
     missing_ok: bool = typer.Option(False, help="Delete the ids the index has; skip the others."),
 ) -> None:
     """Delete documents from an index (FAISS and doc store; BM25 follows); atomic."""
-    from dotcat.index.manifest import check_index
 
     check_index(index_dir, shards=False)
     wanted = [i for i in (*(doc_ids or []), *(read_ids(ids) if ids else [])) if i.strip()]
@@ -191,8 +191,6 @@ def merge(
         raise DotcatError("usage: dotcat merge SHARD [SHARD ...] OUT")
     *shards, out = paths
     settings(MergeConfig, locals()).validate()
-    from dotcat.index.layout import check_target
-    from dotcat.index.manifest import check_index
 
     for shard in shards:
         check_index(shard)
@@ -220,7 +218,6 @@ def export(
     backend: str = option(ExportConfig, "backend"),
 ) -> None:
     """Export a model beside its weights where sentence-transformers looks (onnx/, openvino/)."""
-    from dotcat.models.resolve import check_model
 
     settings(ExportConfig, locals()).validate()
     check_model(model)

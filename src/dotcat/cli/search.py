@@ -1,4 +1,7 @@
-"""``dotcat search``, ``rerank``, ``bm25``: queries in, rankings out (a table, JSON, a run)."""
+"""``dotcat search``, ``rerank``, ``bm25``: queries in, rankings out (a table, JSON, a run).
+
+The models, FAISS and bm25s are imported inside each command, after its checks.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,27 @@ from dotcat.cli.app import app
 from dotcat.cli.index import corpus_options
 from dotcat.cli.output import print_hits, search_lines
 from dotcat.cli.params import option, settings
-from dotcat.data.sources import CorpusOptions
+from dotcat.data import (
+    check_output_file,
+    find_corpus_file,
+    load_corpus,
+    load_queries,
+    ranked,
+    read_run,
+    write_run,
+)
+from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
 from dotcat.models.config import CrossEncoderConfig
+from dotcat.models.resolve import check_model
 from dotcat.options import K_HELP
-from dotcat.search.config import PipelineConfig, check_query, results_per_query
+from dotcat.search.config import (
+    PipelineConfig,
+    check_pipeline,
+    check_query,
+    results_per_query,
+)
+from dotcat.serve.client import ServerClient
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +99,6 @@ def search(
     config = settings(PipelineConfig, locals(), search_params=params)
     if query is not None:
         check_query(query)
-    from dotcat.data import check_output_file, load_queries
-    from dotcat.search.config import check_pipeline
 
     if output is not None:
         check_output_file(output)
@@ -115,7 +132,6 @@ def _warn_if_cut(pipeline, query: str) -> None:
 
 def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str) -> None:
     """``search --queries``: every query's top k into a TREC run."""
-    from dotcat.data import write_run
 
     start = time.perf_counter()
     run = pipeline.run(topics, k, show_progress=True)
@@ -139,8 +155,6 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
 
 def _search_remote(url, positional, k, as_json, first_stage, rerank) -> None:
     """``dotcat search --server URL [QUERY]``: the same output, answered by a running server."""
-    from dotcat.serve.client import ServerClient
-
     if len(positional) > 1:
         raise DotcatError("with --server, give only the QUERY (the server has its index)")
     if rerank is not None:
@@ -183,8 +197,6 @@ def rerank_run(
     rerank_backend: str = option(PipelineConfig, "rerank_backend"),
 ) -> None:
     """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
-    from dotcat.data import check_output_file, find_corpus_file, load_queries, ranked, read_run
-    from dotcat.models.resolve import check_model
 
     config = settings(PipelineConfig, locals(), rerank=model)
     find_corpus_file(data)
@@ -198,7 +210,6 @@ def rerank_run(
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
     check_model(model, cross_encoder=True)
 
-    from dotcat.data import load_corpus, write_run
     from dotcat.search.pipeline import Reranker
     from dotcat.search.reranker import corpus_texts
 
@@ -240,8 +251,6 @@ def bm25(
     hidden: bool = option(CorpusOptions, "hidden"),
 ) -> None:
     """BM25 (bm25s, Snowball stemming, English stop words) over a corpus into a TREC run."""
-    from dotcat.data import check_output_file, load_queries
-    from dotcat.data.sources import open_source
     from dotcat.search.bm25 import BM25Config
 
     k = results_per_query(k, run=True)
@@ -251,7 +260,6 @@ def bm25(
     check_output_file(output)
     topics = load_queries(queries, split=split)
 
-    from dotcat.data import load_corpus, write_run
     from dotcat.search.bm25 import bm25_search
 
     start = time.perf_counter()

@@ -9,7 +9,7 @@ import typer
 
 from dotcat.cli.app import app
 from dotcat.cli.params import option, settings
-from dotcat.search.config import PipelineConfig
+from dotcat.search.config import PipelineConfig, check_pipeline
 from dotcat.serve.config import API_KEY_ENV, ServeConfig
 
 
@@ -36,8 +36,6 @@ def serve(
     rerank_backend: str = option(PipelineConfig, "rerank_backend"),
 ) -> None:
     """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
-    from dotcat.search.config import check_pipeline
-
     config = settings(ServeConfig, locals())
     config.validate()
     pipeline_config = settings(PipelineConfig, locals())

@@ -14,7 +14,8 @@ import typer
 
 from dotcat.cli.app import app, train_app
 from dotcat.cli.params import AUTO, auto_number, option, settings
-from dotcat.search.config import CalibrationConfig, PipelineConfig
+from dotcat.index.manifest import check_index
+from dotcat.search.config import CalibrationConfig, PipelineConfig, check_pipeline
 from dotcat.training.config import AdaptConfig, CatConfig, DistillConfig, DotConfig
 
 # Arguments every trainer shares.
@@ -247,9 +248,6 @@ def calibrate(
     stage, 1 = plain logit) with the best nDCG@10 against the known answers is recorded in
     the index, and `dotcat search/serve --rerank MODEL` use it (--interpolate auto).
     """
-    from dotcat.index.manifest import check_index
-    from dotcat.search.config import check_pipeline
-
     calibration = settings(CalibrationConfig, locals())
     calibration.validate()
     config = settings(PipelineConfig, locals())
