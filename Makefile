@@ -42,9 +42,11 @@ test-zen3: $(STAMP)
 	bash scripts/zen3-python.sh $(VENV)
 	$(BIN)/python-zen3 -m pytest -q -m "not ray" $(PYTEST_ARGS)
 
+# ruff, then the import contracts of pyproject.toml (layers, no cycle, the CLI's fast path).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests eval
 	$(BIN)/ruff format --check src tests eval
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) $(RUNS) $(INDEX)

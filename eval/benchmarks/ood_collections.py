@@ -1,12 +1,13 @@
-"""Out-of-domain test collections built from text this machine already has, in BEIR layout.
+"""Test collections built from text this machine has or Debian packages provide, in BEIR layout.
 
     python eval/benchmarks/ood_collections.py debian runs/collections/debian
     python eval/benchmarks/ood_collections.py pydoc runs/collections/pydoc
+    python eval/benchmarks/ood_collections.py pylib runs/collections/pylib
+    python eval/benchmarks/ood_collections.py faq runs/collections/faq
 
 dotcat's models train on SciFact; these collections check that what is chosen there carries
-to text the models never saw (the out-of-domain rows of the benchmarks). Both are
-known-item collections: a short summary written by a person is the query, and the longer text
-it summarises (with the summary removed) is the one relevant document.
+to text the models never saw. In each, a query's one relevant document is known from the
+structure of the source, never from a ranking:
 
 - ``debian``: Debian package descriptions (``Translation-en`` of the configured apt
   sources; ``apt-get update -o Acquire::Languages=en`` fetches it). Query: the one-line
@@ -15,30 +16,51 @@ it summarises (with the summary removed) is the one relevant document.
   kept, so a query has exactly one right answer.
 - ``pydoc``: docstrings of the Python standard library, read with :mod:`ast` (nothing is
   imported). Query: the docstring's summary line; document: the rest of the docstring.
+- ``pylib``: long documents. Documents: the pages of the Python library reference
+  (``apt-get install python3.11-doc``: ``/usr/share/doc/python3.11/html/library/*.html``), one
+  per module, thousands of tokens each. Query: the first sentence of a function's, class's or
+  method's docstring in the standard library's *sources* (Debian's ``/usr/lib/python3.11``,
+  written apart from the reference's prose); relevant: the page that documents that object.
+  Kept only where the object's entry starts beyond what the default encoder reads of the page
+  (its first 256 tokens), the query is not in the page verbatim and does not name the object.
+  Dev and test queries come from different pages.
+- ``faq``: questions and answers. The Python FAQ (``python3.11-doc``) and the Debian FAQ
+  (``apt-get install debian-faq``): query: a question (a section heading ending in ``?``);
+  document: its answer (the section's text); every answer is a document.
 
-Each run writes ``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv`` and ``SOURCE.md``
-(what it was built from and checksums), deterministically for the same source text and seed.
-The collections are for testing only: no split of them is ever used to train or tune.
+Each run writes ``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``, ``qrels/dev.tsv`` and
+``SOURCE.md`` (what it was built from, versions and checksums, how queries were chosen, and
+the collection's statistics measured with the default encoder's tokenizer), deterministically
+for the same source text and seed. Test queries are for testing only: never train or tune on
+them; dev queries are for choices (fusion, feedback, passage settings).
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import bisect
 import json
 import random
 import re
-import subprocess
+import statistics
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import common
+import ood_sources as src
 
-APT_LISTS = Path("/var/lib/apt/lists")
 MIN_QUERY_WORDS = 4
 MIN_DOC_WORDS = 30
+PYTHON_DOCS = Path("/usr/share/doc/python3.11/html")
+DEBIAN_STDLIB = Path("/usr/lib/python3.11")
+DEBIAN_FAQ = Path("/usr/share/doc/debian/FAQ")
+#: pylib: at most this many queries from one page, so that a few big pages do not weigh most.
+QUERIES_PER_PAGE = 10
+#: faq: an answer this short ("See the next question.") cannot be found by its content.
+MIN_ANSWER_WORDS = 20
 
 
 def _words(text: str) -> int:
@@ -49,55 +71,70 @@ def _norm(text: str) -> str:
     return re.sub(r"\W+", " ", text.lower()).strip()
 
 
+@dataclass
+class Collection:
+    """What a builder makes: the corpus (``_id``, ``title``, ``text``), the queries (``_id``,
+    ``text``, ``doc``: the relevant document, ``split``: test or dev, and where known
+    ``answer_at``: the character offset of the answer in the document's encoded text), and
+    Markdown lines saying what it was built from and how the queries were chosen."""
+
+    corpus: list[dict]
+    queries: list[dict]
+    source: list[str]
+    method: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Options:
+    documents: int
+    queries: int
+    dev_queries: int
+    seed: int
+
+
+# --- the default encoder's view of a text ----------------------------------------------------
+
+
+class Tokens:
+    """The default encoder's WordPiece tokenizer (all-MiniLM-L6-v2, packaged) and its window:
+    how long a document is and how far into it an answer starts, as the encoder sees them."""
+
+    def __init__(self) -> None:
+        from transformers import AutoTokenizer
+
+        from dotcat.models.bi_encoder import read_st_settings
+        from dotcat.models.resolve import resolve_model
+
+        settings = read_st_settings(resolve_model("default"))
+        self.tokenizer = AutoTokenizer.from_pretrained(settings.transformer_dir)
+        self.tokenizer.model_max_length = 10**9  # only counting: no length warning
+        self.window = settings.max_length
+        #: Text tokens one window holds: the window less [CLS] and [SEP].
+        self.seen = self.window - 2
+
+    def starts(self, text: str) -> list[int]:
+        """The character offset where each token of ``text`` starts."""
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [start for start, _ in enc["offset_mapping"]]
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encoded_text(doc: dict) -> str:
+    """A document as dotcat encodes and BM25-indexes it (title, a space, text)."""
+    from dotcat.index.build import document_text
+
+    return document_text(doc["title"], doc["text"])
+
+
 # --- Debian ---------------------------------------------------------------------------------
 
 
-def translation_files() -> list[Path]:
-    """The English description files apt has fetched, main archive first."""
-    files = sorted(
-        APT_LISTS.glob("*_i18n_Translation-en*"), key=lambda p: ("security" in p.name, p.name)
-    )
-    if not files:
-        raise SystemExit(
-            f"no Translation-en file in {APT_LISTS}; run: apt-get update -o Acquire::Languages=en"
-        )
-    return files
-
-
-def _read_compressed(path: Path) -> str:
-    if path.suffix == ".lz4":
-        return subprocess.run(
-            ["lz4", "-dc", str(path)], check=True, capture_output=True
-        ).stdout.decode()
-    if path.suffix in (".gz", ".xz"):
-        opener = {"gz": "gzip", "xz": "lzma"}[path.suffix[1:]]
-        return __import__(opener).open(path, "rt", encoding="utf-8").read()
-    return path.read_text(encoding="utf-8")
-
-
-def debian_packages(files: list[Path]) -> Iterator[tuple[str, str, str]]:
-    """(package, synopsis, long description) for every stanza; later files do not override."""
-    seen: set[str] = set()
-    for path in files:
-        for stanza in _read_compressed(path).split("\n\n"):
-            name, synopsis, body = None, None, []
-            for line in stanza.splitlines():
-                if line.startswith("Package: "):
-                    name = line[len("Package: ") :].strip()
-                elif line.startswith("Description-en: "):
-                    synopsis = line[len("Description-en: ") :].strip()
-                elif line.startswith(" ") and synopsis is not None:
-                    # Debian's format: " ." is an empty line; leading space is syntax.
-                    body.append("" if line.strip() == "." else line.strip())
-            if name and synopsis and name not in seen:
-                seen.add(name)
-                yield name, synopsis, "\n".join(body).strip()
-
-
-def build_debian(size: int, n_queries: int, seed: int) -> tuple[list[dict], list[dict], str]:
-    files = translation_files()
+def build_debian(opts: Options) -> Collection:
+    files = src.translation_files()
     groups: dict[str, tuple[str, str, str]] = {}
-    for name, synopsis, body in debian_packages(files):
+    for name, synopsis, body in src.debian_packages(files):
         if _words(synopsis) < MIN_QUERY_WORDS or _words(body) < MIN_DOC_WORDS:
             continue
         key = _norm(body.split("\n\n")[0])
@@ -113,68 +150,27 @@ def build_debian(size: int, n_queries: int, seed: int) -> tuple[list[dict], list
         {"_id": name, "title": "", "text": body, "query": synopsis}
         for name, synopsis, body in items
     ]
-    source = "\n".join(f"- `{p.name}` sha256 {_sha256(p)}" for p in files)
-    return (*_sample(docs, size, n_queries, seed), source)
+    source = [f"- `{p.name}` sha256 {src.sha256(p)}" for p in files]
+    method = [
+        "Query: a package's synopsis; document: its long description. One package per shared "
+        f"first paragraph, synopses shared by kept packages dropped; >= {MIN_QUERY_WORDS} "
+        f"query words, >= {MIN_DOC_WORDS} document words; documents and queries sampled."
+    ]
+    return Collection(*_sample(docs, opts), source, method)
 
 
 # --- Python standard library docstrings ---------------------------------------------------
 
-_SKIP_DIRS = {
-    "test",
-    "tests",
-    "idlelib",
-    "lib2to3",
-    "site-packages",
-    "dist-packages",
-    "__pycache__",
-}
 
-
-def stdlib_files() -> list[Path]:
+def build_pydoc(opts: Options) -> Collection:
     root = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(
-        p for p in root.rglob("*.py") if not _SKIP_DIRS.intersection(p.relative_to(root).parts)
-    )
-
-
-def docstrings(path: Path, root: Path) -> Iterator[tuple[str, str]]:
-    """(qualified name, docstring) of the module, its classes and functions, methods included."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (SyntaxError, UnicodeDecodeError):
-        return
-    module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-    stack: list[tuple[ast.AST, str]] = [(tree, module)]
-    while stack:
-        node, name = stack.pop()
-        doc = ast.get_docstring(node, clean=True)
-        if doc:
-            yield name, doc
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                stack.append((child, f"{name}.{child.name}"))
-
-
-def split_docstring(doc: str) -> tuple[str, str] | None:
-    """The summary (first paragraph, one or two lines) and the rest, or None."""
-    paragraphs = doc.split("\n\n", 1)
-    if len(paragraphs) < 2:
-        return None
-    summary = " ".join(paragraphs[0].split())
-    rest = paragraphs[1].strip()
-    if paragraphs[0].count("\n") > 1 or summary.endswith(":") or ">>>" in summary:
-        return None
-    return summary, rest
-
-
-def build_pydoc(size: int, n_queries: int, seed: int) -> tuple[list[dict], list[dict], str]:
-    root = Path(sysconfig.get_paths()["stdlib"])
+    files = src.stdlib_files(root)
     docs: dict[str, dict] = {}
     seen_body: set[str] = set()
     seen_summary: dict[str, int] = {}
-    for path in stdlib_files():
-        for name, doc in docstrings(path, root):
-            parts = split_docstring(doc)
+    for path in files:
+        for name, doc in src.docstrings(path, root):
+            parts = src.split_docstring(doc)
             if parts is None:
                 continue
             summary, body = parts
@@ -188,71 +184,400 @@ def build_pydoc(size: int, n_queries: int, seed: int) -> tuple[list[dict], list[
             docs[name] = {"_id": name, "title": "", "text": body, "query": summary}
     unique = [d for d in docs.values() if seen_summary[_norm(d["query"])] == 1]
     unique.sort(key=lambda d: d["_id"])
-    source = (
-        f"Python {sys.version.split()[0]} standard library at `{root}`, {len(stdlib_files())} files"
-    )
-    return (*_sample(unique, size, n_queries, seed), source)
+    source = [
+        f"Python {sys.version.split()[0]} standard library at `{root}`, {len(files)} files; "
+        f"sha256 of their sha256sum list {src.tree_sha256(files, root)}"
+    ]
+    method = [
+        "Query: a docstring's summary line; document: the rest of the docstring. Copies of a "
+        "body and summaries shared by several docstrings dropped; documents and queries sampled."
+    ]
+    return Collection(*_sample(unique, opts), source, method)
 
 
-# --- common ---------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _sample(
-    docs: list[dict], size: int, n_queries: int, seed: int
-) -> tuple[list[dict], list[dict]]:
-    rng = random.Random(seed)
+def _sample(docs: list[dict], opts: Options) -> tuple[list[dict], list[dict]]:
+    """A corpus of ``opts.documents`` documents, ``opts.queries`` test queries drawn from it,
+    then ``opts.dev_queries`` dev queries from the documents left (the test draw comes first,
+    so adding dev queries left the test queries as they were)."""
+    rng = random.Random(opts.seed)
+    size = opts.documents
     corpus = rng.sample(docs, min(size, len(docs))) if len(docs) > size else list(docs)
     corpus.sort(key=lambda d: d["_id"])
-    queried = rng.sample(corpus, min(n_queries, len(corpus)))
+    queried = rng.sample(corpus, min(opts.queries, len(corpus)))
     queried.sort(key=lambda d: d["_id"])
-    queries = [{"_id": f"q{i}", "text": d["query"], "doc": d["_id"]} for i, d in enumerate(queried)]
+    taken = {d["_id"] for d in queried}
+    rest = [d for d in corpus if d["_id"] not in taken]
+    dev = sorted(rng.sample(rest, min(opts.dev_queries, len(rest))), key=lambda d: d["_id"])
+    queries = [_query(f"q{i}", d["query"], d["_id"], "test") for i, d in enumerate(queried)]
+    queries += [_query(f"dev{i}", d["query"], d["_id"], "dev") for i, d in enumerate(dev)]
     return corpus, queries
 
 
-def write_collection(
-    out: Path, corpus: list[dict], queries: list[dict], source: str, name: str
-) -> None:
+def _query(qid: str, text: str, doc: str, split: str, **extra) -> dict:
+    return {"_id": qid, "text": text, "doc": doc, "split": split, **extra}
+
+
+# --- pylib: the Python library reference, long pages ------------------------------------------
+
+_ROLE = re.compile(r":[\w:.-]+:`~?!?([^`]*)`")
+
+
+def plain(text: str) -> str:
+    """reStructuredText inline markup out of a docstring sentence: ``:func:`x``` and
+    ````x```` become ``x``."""
+    return _ROLE.sub(r"\1", text).replace("``", "").replace("`", "")
+
+
+def reference_queries(
+    pages: dict[str, src.Page], index: src.StdlibIndex, tokens: Tokens
+) -> tuple[list[dict], Counter]:
+    """One candidate query per documented object whose docstring the sources hold: the
+    docstring's first sentence, with the page that documents the object as its document.
+
+    Dropped, and counted under the reason: no docstring in Python source, fewer than
+    :data:`MIN_QUERY_WORDS` words, the object's own name in the query, the query in the
+    page verbatim (after lower-casing and dropping punctuation), and an entry that starts
+    within the encoder's window. The same query text on two pages is ambiguous: dropped too.
+    """
+    dropped: Counter = Counter()
+    found: dict[str, list[dict]] = {}
+    for stem, page in pages.items():
+        doc = {"title": page.title, "text": page.text}
+        text = encoded_text(doc)
+        starts, page_norm = tokens.starts(text), _norm(text)
+        shift = len(text) - len(page.text)  # the title and its space come first
+        for name, offset in page.entries.items():
+            docstring = index.docstring(name)
+            query = plain(src.first_sentence(docstring)) if docstring else ""
+            late = _token_index(starts, offset + shift) >= tokens.seen
+            reason = _pylib_drop(name, query, page_norm, late)
+            if reason:
+                dropped[reason] += 1
+                continue
+            item = {"text": query, "doc": stem, "object": name, "answer_at": offset + shift}
+            found.setdefault(_norm(query), []).append(item)
+    candidates = []
+    for items in found.values():
+        if len({item["doc"] for item in items}) > 1:
+            dropped["same text on several pages"] += len(items)
+        else:  # the same docstring on several objects of one page: one query
+            dropped["same text twice on a page"] += len(items) - 1
+            candidates.append(min(items, key=lambda item: item["object"]))
+    return sorted(candidates, key=lambda item: item["object"]), dropped
+
+
+def _pylib_drop(name: str, query: str, page_norm: str, late: bool) -> str | None:
+    """Why a candidate query is dropped, or None to keep it."""
+    if not query:
+        return "no docstring in Python source"
+    if _words(query) < MIN_QUERY_WORDS:
+        return f"fewer than {MIN_QUERY_WORDS} words"
+    if re.search(rf"\b{re.escape(name.rpartition('.')[2].lower())}\b", query.lower()):
+        return "names the object"
+    if _norm(query) in page_norm:
+        return "in the page verbatim"
+    return None if late else "entry within the first window"
+
+
+def _token_index(starts: list[int], offset: int) -> int:
+    """How many tokens start before character ``offset``."""
+    return bisect.bisect_left(starts, offset)
+
+
+def split_by_group(
+    items: list[dict], group: Callable[[dict], str], opts: Options
+) -> tuple[list[dict], list[dict]]:
+    """Dev and test items from disjoint groups (pages): groups in a seeded random order go to
+    dev until it holds ``opts.dev_queries`` items, the rest to test, of which at most
+    ``opts.queries`` are kept (a seeded sample)."""
+    rng = random.Random(opts.seed)
+    groups = sorted({group(item) for item in items})
+    rng.shuffle(groups)
+    dev_groups: set[str] = set()
+    count = Counter(group(item) for item in items)
+    for name in groups:
+        if sum(count[g] for g in dev_groups) >= opts.dev_queries:
+            break
+        dev_groups.add(name)
+    dev = [item for item in items if group(item) in dev_groups]
+    test = [item for item in items if group(item) not in dev_groups]
+    if len(test) > opts.queries:
+        drawn = {id(item) for item in rng.sample(test, opts.queries)}
+        test = [item for item in test if id(item) in drawn]
+    return dev, test
+
+
+def cap_per_group(
+    items: list[dict], group: Callable[[dict], str], cap: int, seed: int
+) -> list[dict]:
+    """At most ``cap`` items per group, a seeded sample of each, in the items' order."""
+    rng = random.Random(seed)
+    by_group: dict[str, list[dict]] = {}
+    for item in items:
+        by_group.setdefault(group(item), []).append(item)
+    kept: set[int] = set()
+    for name in sorted(by_group):
+        members = by_group[name]
+        kept.update(id(item) for item in rng.sample(members, min(cap, len(members))))
+    return [item for item in items if id(item) in kept]
+
+
+def build_pylib(
+    opts: Options, library: Path = PYTHON_DOCS / "library", stdlib_root: Path = DEBIAN_STDLIB
+) -> Collection:
+    """The long-document collection from the reference's pages in ``library`` and the
+    standard library's sources under ``stdlib_root``."""
+    paths = sorted(library.glob("*.html"))
+    if not paths:
+        raise SystemExit(f"no pages in {library}; run: apt-get install python3.11-doc")
+    pages = {path.stem: src.sphinx_page(path) for path in paths}
+    corpus = [{"_id": stem, "title": p.title, "text": p.text} for stem, p in pages.items()]
+    index = src.StdlibIndex.read(stdlib_root)
+    candidates, dropped = reference_queries(pages, index, Tokens())
+    capped = cap_per_group(candidates, lambda q: q["doc"], QUERIES_PER_PAGE, opts.seed)
+    dropped[f"over {QUERIES_PER_PAGE} on a page"] = len(candidates) - len(capped)
+    dev, test = split_by_group(capped, lambda q: q["doc"], opts)
+    dropped["not drawn for test"] = len(capped) - len(dev) - len(test)
+    queries = [
+        _query(f"q{i}", q["text"], q["doc"], "test", **_extra(q)) for i, q in enumerate(test)
+    ]
+    queries += [
+        _query(f"dev{i}", q["text"], q["doc"], "dev", **_extra(q)) for i, q in enumerate(dev)
+    ]
+    stdlib = src.stdlib_files(stdlib_root)
+    source = [
+        f"- Documents: `{library}/*.html`, {len(paths)} pages, Debian package python3.11-doc "
+        f"{src.dpkg_version('python3.11-doc')}; sha256 of the files' sha256sum list "
+        f"{src.tree_sha256(paths, library)}",
+        f"- Queries: `{stdlib_root}`, {len(stdlib)} `.py` files, Debian package "
+        f"libpython3.11-stdlib {src.dpkg_version('libpython3.11-stdlib')}; sha256 of the "
+        f"files' sha256sum list {src.tree_sha256(stdlib, stdlib_root)}",
+        f"- HTML read with lxml {_version('lxml')}; tokens counted with the default encoder's "
+        f"tokenizer (transformers {_version('transformers')})",
+    ]
+    entries = sum(len(p.entries) for p in pages.values())
+    method = [
+        "Document: a page's text (the `role=main` element, one line per block, permalink signs "
+        "dropped), its title the page's heading. Query: the first sentence of the docstring of "
+        "an object the page documents (a `dt` with class `sig-object`; found in the sources "
+        "through `from ... import` as `json.JSONDecoder` leads to `json/decoder.py`), reST "
+        "markup removed.",
+        "",
+        f"Of {entries} documented objects, dropped:",
+        "",
+        *[f"- {reason}: {n}" for reason, n in dropped.most_common()],
+    ]
+    return Collection(corpus, queries, source, method)
+
+
+def _extra(query: dict) -> dict:
+    return {"answer_at": query["answer_at"], "object": query["object"]}
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+# --- faq: questions and their answers ---------------------------------------------------------
+
+
+def faq_pages() -> list[tuple[str, Path]]:
+    """(prefix of document ids, page) for the Python FAQ and the Debian FAQ."""
+    python = sorted(p for p in (PYTHON_DOCS / "faq").glob("*.html") if p.stem != "index")
+    debian = sorted(DEBIAN_FAQ.glob("*.en.html"))
+    if not python:
+        raise SystemExit(f"no pages in {PYTHON_DOCS / 'faq'}; run: apt-get install python3.11-doc")
+    if not debian:
+        raise SystemExit(f"no pages in {DEBIAN_FAQ}; run: apt-get install debian-faq")
+    return [("python", p) for p in python] + [("debian", p) for p in debian]
+
+
+def build_faq(opts: Options) -> Collection:
+    corpus, items, dropped = [], [], Counter()
+    pages = faq_pages()
+    for prefix, path in pages:
+        for anchor, question, answer in src.faq_entries(path):
+            doc_id = f"{prefix}/{path.name.split('.')[0]}#{anchor}"
+            corpus.append({"_id": doc_id, "title": "", "text": answer})
+            reason = None
+            if _words(answer) < MIN_ANSWER_WORDS:
+                reason = f"answer under {MIN_ANSWER_WORDS} words"
+            elif _norm(question) in _norm(answer):
+                reason = "in the answer verbatim"
+            if reason:
+                dropped[reason] += 1
+            else:
+                items.append({"text": question, "doc": doc_id})
+    # Asked twice ("What is Python?"), a question has two right answers. Punctuation counts
+    # here: "in C?" and "in C++?" are two questions.
+    shared = Counter(" ".join(item["text"].lower().split()) for item in items)
+    dropped["same question twice"] = sum(n for n in shared.values() if n > 1)
+    items = [item for item in items if shared[" ".join(item["text"].lower().split())] == 1]
+    rng = random.Random(opts.seed)
+    order = rng.sample(items, len(items))
+    dev_ids = {id(item) for item in order[: opts.dev_queries]}
+    test_ids = {id(item) for item in order[opts.dev_queries :][: opts.queries]}
+    dev = [item for item in items if id(item) in dev_ids]
+    test = [item for item in items if id(item) in test_ids]
+    queries = [_query(f"q{i}", q["text"], q["doc"], "test") for i, q in enumerate(test)]
+    queries += [_query(f"dev{i}", q["text"], q["doc"], "dev") for i, q in enumerate(dev)]
+    paths = [path for _, path in pages]
+    source = [
+        f"- Python FAQ: `{PYTHON_DOCS / 'faq'}/*.html` (not index.html), Debian package "
+        f"python3.11-doc {src.dpkg_version('python3.11-doc')}",
+        f"- Debian FAQ: `{DEBIAN_FAQ}/*.en.html`, Debian package debian-faq "
+        f"{src.dpkg_version('debian-faq')}",
+        f"- {len(paths)} pages; sha256 of their sha256sum list (paths from `/`) "
+        f"{src.tree_sha256(paths, Path('/'))}; HTML read with lxml {_version('lxml')}",
+    ]
+    method = [
+        "Query: a section heading that ends with `?` (its numbering dropped); document: the "
+        "section's text without its heading and without the question sections nested in it. "
+        "Every answer is a document; dev and test queries a seeded random split.",
+        "",
+        f"Of {len(corpus)} questions, dropped:",
+        "",
+        *[f"- {reason}: {n}" for reason, n in dropped.most_common()],
+    ]
+    return Collection(corpus, queries, source, method)
+
+
+# --- writing and statistics -------------------------------------------------------------------
+
+
+def statistics_lines(collection: Collection, tokens: Tokens) -> list[str]:
+    """The collection's figures: documents and their length in the default encoder's tokens,
+    queries per split, the share whose text is in their document verbatim and, where the
+    answer's place is known, the share that starts beyond the encoder's window."""
+    docs = {d["_id"]: d for d in collection.corpus}
+    lengths = [tokens.count(encoded_text(d)) for d in collection.corpus]
+    over = sum(n > tokens.seen for n in lengths)
+    lines = [
+        "| | |",
+        "| --- | --- |",
+        f"| documents | {len(lengths)} |",
+        f"| document tokens: median / mean / max | {statistics.median(lengths):.0f} / "
+        f"{statistics.mean(lengths):.0f} / {max(lengths)} |",
+        f"| documents longer than the window ({tokens.window} tokens) | {over} "
+        f"({over / len(lengths):.1%}) |",
+    ]
+    for split in ("test", "dev"):
+        queries = [q for q in collection.queries if q["split"] == split]
+        if not queries:
+            continue
+        words = statistics.median(_words(q["text"]) for q in queries)
+        verbatim = sum(_norm(q["text"]) in _norm(encoded_text(docs[q["doc"]])) for q in queries)
+        lines += [
+            f"| {split} queries (median words) | {len(queries)} ({words:.0f}) |",
+            f"| {split}: query in its document verbatim | {_share(verbatim, len(queries))} |",
+        ]
+        placed = [q for q in queries if "answer_at" in q]
+        if placed:
+            late = sum(
+                _token_index(tokens.starts(encoded_text(docs[q["doc"]])), q["answer_at"])
+                >= tokens.seen
+                for q in placed
+            )
+            lines.append(
+                f"| {split}: answer starts beyond the first {tokens.window} tokens | "
+                f"{_share(late, len(placed))} |"
+            )
+    return lines
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n} of {total} ({n / total:.1%})"
+
+
+def write_collection(out: Path, collection: Collection, name: str) -> None:
+    """The BEIR files and ``SOURCE.md``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "qrels").mkdir(exist_ok=True)
-    with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for d in corpus:
-            f.write(json.dumps({"_id": d["_id"], "title": d["title"], "text": d["text"]}) + "\n")
-    with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
-        for q in queries:
-            f.write(json.dumps({"_id": q["_id"], "text": q["text"]}) + "\n")
-    with open(out / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        for q in queries:
-            f.write(f"{q['_id']}\t{q['doc']}\t1\n")
-    checksums = "\n".join(
-        f"- `{p.relative_to(out)}` sha256 {_sha256(p)}"
-        for p in (out / "corpus.jsonl", out / "queries.jsonl", out / "qrels" / "test.tsv")
+    _jsonl(
+        out / "corpus.jsonl",
+        ({k: d[k] for k in ("_id", "title", "text")} for d in collection.corpus),
     )
-    (out / "SOURCE.md").write_text(
-        f"# {name}: {len(corpus)} documents, {len(queries)} test queries (one relevant each)\n\n"
-        f"Built by `{common.command()}` from:\n\n{source}\n\n"
-        f"Files:\n\n{checksums}\n",
-        encoding="utf-8",
+    _jsonl(
+        out / "queries.jsonl", ({"_id": q["_id"], "text": q["text"]} for q in collection.queries)
     )
+    files = [out / "corpus.jsonl", out / "queries.jsonl"]
+    for split in ("test", "dev"):
+        path = out / "qrels" / f"{split}.tsv"
+        rows = [f"{q['_id']}\t{q['doc']}\t1\n" for q in collection.queries if q["split"] == split]
+        if rows:
+            path.write_text("query-id\tcorpus-id\tscore\n" + "".join(rows), encoding="utf-8")
+            files.append(path)
+        elif path.exists():
+            path.unlink()
+    counts = Counter(q["split"] for q in collection.queries)
+    checksums = [f"- `{p.relative_to(out)}` sha256 {src.sha256(p)}" for p in files]
+    lines = [
+        f"# {name}: {len(collection.corpus)} documents, {counts['test']} test and "
+        f"{counts['dev']} dev queries (one relevant document each)",
+        "",
+        f"Built by `{common.command()}` from:",
+        "",
+        *collection.source,
+        "",
+        *collection.method,
+        "",
+        "Statistics (tokens: the default encoder's tokenizer, on the title and text as dotcat "
+        "encodes them):",
+        "",
+        *statistics_lines(collection, Tokens()),
+        "",
+        "Files:",
+        "",
+        *checksums,
+    ]
+    (out / "SOURCE.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-BUILDERS = {"debian": build_debian, "pydoc": build_pydoc}
+def _jsonl(path: Path, records: Iterable[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+@dataclass(frozen=True)
+class Builder:
+    build: Callable[[Options], Collection]
+    documents: int | None  # None: the whole source is the corpus
+    queries: int
+    dev_queries: int
+
+
+BUILDERS = {
+    "debian": Builder(build_debian, 8000, 300, 100),
+    "pydoc": Builder(build_pydoc, 8000, 300, 100),
+    "pylib": Builder(build_pylib, None, 500, 150),
+    "faq": Builder(build_faq, None, 300, 80),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = common.parser(__doc__)
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("out", type=Path)
-    parser.add_argument("--documents", type=int, default=8000, help="corpus size (sampled)")
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument(
+        "--documents", type=int, help="corpus size, sampled (debian, pydoc; default 8000)"
+    )
+    parser.add_argument(
+        "--queries", type=int, help="test queries (at most, for pylib and faq); default: per name"
+    )
+    parser.add_argument("--dev-queries", type=int, help="dev queries; default: per name")
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
-    corpus, queries, source = BUILDERS[args.name](args.documents, args.queries, args.seed)
-    write_collection(args.out, corpus, queries, source, args.name)
+    builder = BUILDERS[args.name]
+    opts = Options(
+        documents=args.documents or builder.documents or 0,
+        queries=args.queries if args.queries is not None else builder.queries,
+        dev_queries=args.dev_queries if args.dev_queries is not None else builder.dev_queries,
+        seed=args.seed,
+    )
+    write_collection(args.out, builder.build(opts), args.name)
     print((args.out / "SOURCE.md").read_text(encoding="utf-8"))
 
 

@@ -51,6 +51,33 @@ def test_a_folder_of_every_kind_gives_one_document_per_file_and_record(tmp_path)
     )
 
 
+def test_a_page_that_marks_its_main_element_is_read_whole_from_it(tmp_path):
+    """Documentation pages (Sphinx, MkDocs...) mark ``role="main"``: every entry of it is kept,
+    also the link lists a main-text heuristic drops, and nothing outside it."""
+    items = "".join(
+        f'<li><a href="mod{i}.html"><code>mod{i}</code> \u2014 Tools for topic{i} handling</a>'
+        f'<a class="headerlink" href="#t{i}">\u00b6</a></li>'
+        for i in range(15)
+    )
+    page = (
+        "<html><head><title>Data Handling \u2014 Docs</title></head><body>"
+        '<div class="related"><a href="/">Index</a> | <a href="/m">Modules</a></div>'
+        '<div class="body" role="main"><section><h1>Data Handling</h1>'
+        f"<p>The modules of this chapter handle data.</p><ul>{items}</ul></section></div>"
+        '<div class="footer">Copyright 2024 the authors.</div></body></html>'
+    )
+    (tmp_path / "chapter.html").write_bytes(page.encode())  # no charset declared: UTF-8
+    doc = docs_of(tmp_path)["chapter.html"]
+    assert doc.title == "Data Handling \u2014 Docs"
+    for i in range(15):
+        assert f"mod{i} \u2014 Tools for topic{i} handling" in doc.text
+    assert "\u00b6" not in doc.text and "Copyright" not in doc.text and "Modules" not in doc.text
+    assert doc.text.splitlines()[:2] == [
+        "Data Handling",
+        "The modules of this chapter handle data.",
+    ]
+
+
 def test_html_main_text_leaves_the_boilerplate_out(tmp_path):
     (tmp_path / "page.html").write_text(HTML_PAGE)
     doc = docs_of(tmp_path)["page.html"]

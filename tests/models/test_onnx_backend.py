@@ -24,6 +24,7 @@ from dotcat.errors import DotcatError
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models import onnx_backend as ob
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.export_files import EXPORT_RECORD
 from dotcat.models.resolve import weights_fingerprint
 from dotcat.models.runtime import is_int8
 
@@ -101,7 +102,7 @@ def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
     name = ob.export_name("int8")
     assert (home / name).is_file() and (home / "model.onnx").is_file()
     assert not (bert_copy / "onnx").exists()  # the user's model directory is not written
-    record = json.loads((home / ob.EXPORT_RECORD).read_text())[name]
+    record = json.loads((home / EXPORT_RECORD).read_text())[name]
     assert record["weights_sha256"] == weights_fingerprint(bert_copy)
     assert record["precision"] == "int8" and record["per_channel"] is True
 
@@ -141,7 +142,7 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
     with torch.no_grad():
         model.encoder.layer[0].output.dense.weight.mul_(1.5)
     model.save_pretrained(bert_copy)
-    with caplog.at_level(logging.WARNING, logger="dotcat.models.onnx_backend"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.export_files"):
         encoder = BiEncoder.load(
             EncoderConfig(
                 model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime"
@@ -150,7 +151,7 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
     assert "stale" in caplog.text
     fingerprint = weights_fingerprint(bert_copy)
     assert encoder.onnx.path == ob.cache_home(fingerprint) / name
-    record = json.loads((encoder.onnx.path.parent / ob.EXPORT_RECORD).read_text())[name]
+    record = json.loads((encoder.onnx.path.parent / EXPORT_RECORD).read_text())[name]
     assert record["weights_sha256"] == fingerprint
     # And the new export computes with the new weights.
     fp32 = BiEncoder.load(EncoderConfig(model=str(bert_copy), device="cpu", precision="fp32"))
@@ -165,7 +166,7 @@ def test_another_recipe_is_another_export(bert_copy, tmp_path):
     plain_bytes = plain.read_bytes()
     kept = ob.export(bert_copy, "encoder", "int8", home, fingerprint, keep_fp32="ffn_output")
     assert kept == plain and kept.read_bytes() != plain_bytes
-    record = json.loads((home / ob.EXPORT_RECORD).read_text())[plain.name]
+    record = json.loads((home / EXPORT_RECORD).read_text())[plain.name]
     assert record["keep_fp32"] == "ffn_output"
     import onnx
 

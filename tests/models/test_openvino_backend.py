@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from dotcat.cli import app
 from dotcat.errors import DotcatError
-from dotcat.models import BiEncoder, EncoderConfig, onnx_backend, runtime
+from dotcat.models import BiEncoder, EncoderConfig, runtime
 from dotcat.models import openvino_backend as ovb
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.export_files import EXPORT_RECORD
 from dotcat.models.resolve import weights_fingerprint
 
 pytest.importorskip("openvino")
@@ -92,7 +93,7 @@ def test_first_use_exports_into_the_cache_once(cat_copy, monkeypatch):
     assert int8.onnx.path == home / ovb.INT8_NAME
     assert (home / ovb.INT8_NAME).with_suffix(".bin").is_file()
     assert not (cat_copy / "openvino").exists()  # the user's model directory is not written
-    record = json.loads((home / onnx_backend.EXPORT_RECORD).read_text())[ovb.INT8_NAME]
+    record = json.loads((home / EXPORT_RECORD).read_text())[ovb.INT8_NAME]
     assert record["weights_sha256"] == weights_fingerprint(cat_copy)
     assert record["backend"] == "openvino" and record["precision"] == "int8"
     assert not [p for p in os.listdir(home) if p.startswith(".")]  # no temporary left
@@ -116,11 +117,11 @@ def test_a_stale_export_is_never_used(cat_copy, caplog):
     result = CliRunner().invoke(app, ["export", str(cat_copy), "--backend", "openvino"])
     assert result.exit_code == 0
     home = cat_copy / "openvino"
-    records = json.loads((home / onnx_backend.EXPORT_RECORD).read_text())
+    records = json.loads((home / EXPORT_RECORD).read_text())
     records[ovb.INT8_NAME]["weights_sha256"] = "0" * 64  # as if the weights changed since
-    (home / onnx_backend.EXPORT_RECORD).write_text(json.dumps(records))
+    (home / EXPORT_RECORD).write_text(json.dumps(records))
     shutil.rmtree(ovb.cache_home(weights_fingerprint(cat_copy)), ignore_errors=True)
-    with caplog.at_level(logging.WARNING, logger="dotcat.models.openvino_backend"):
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.export_files"):
         int8 = _load(cat_copy)
     assert "is stale" in caplog.text
     assert int8.onnx.path == ovb.cache_home(weights_fingerprint(cat_copy)) / ovb.INT8_NAME
@@ -161,7 +162,7 @@ def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
     # On a VNNI CPU auto re-ranks at int8 on OpenVINO; without OpenVINO installed, at bf16.
     monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "on")
     assert _load(tiny_cat_dir, precision="auto", backend="auto").backend == "openvino"
-    monkeypatch.setattr(ovb, "available", lambda: False)
+    monkeypatch.setattr(runtime, "openvino_installed", lambda: False)
     assert runtime.int8_backend("cross-encoder") == "onnxruntime"
     fallback = _load(tiny_cat_dir, precision="auto", backend="auto")
     assert (fallback.precision, fallback.backend) == ("bf16", "torch")

@@ -87,6 +87,9 @@ def test_the_guard_keeps_a_weight_only_where_it_beats_the_first_stage_significan
     noisy = {q: 0.5 + (0.31 if i % 2 else -0.29) for i, q in enumerate(queries)}
     alpha, best, p = guarded_alpha({0.0: first, 0.3: noisy, 1.0: first})
     assert (alpha, best) == (0.0, 0.3) and p > 0.5
+    # Better by exactly 0.2 on every query: no spread at all, the strongest evidence (p = 0).
+    constant = {q: 0.7 for q in queries}
+    assert guarded_alpha({0.0: first, 0.3: constant, 1.0: first}) == (0.3, 0.3, 0.0)
     # The first stage is best: nothing to test.
     assert guarded_alpha({0.0: better, 0.5: first}) == (0.0, 0.0, None)
 

@@ -14,6 +14,7 @@ from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.serve.app import ServeConfig, create_app
+from dotcat.serve.server import uvicorn_config
 
 
 def free_port() -> int:
@@ -29,11 +30,7 @@ def live_server(pipeline, **settings):
 
     config = ServeConfig(host="127.0.0.1", port=free_port(), **settings)
     app = create_app(pipeline, config)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=config.port, log_level="warning", access_log=False
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(app, config))  # the settings `dotcat serve` uses
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -48,22 +45,45 @@ def live_server(pipeline, **settings):
         thread.join(timeout=30)
 
 
-@pytest.fixture(scope="session")
-def hybrid_index(tmp_path_factory, tiny_bert_dir) -> Path:
-    """The six-document tiny corpus, dense + BM25, fp32."""
+#: A document whose words of interest sit in the middle of ~20,000 characters, with a long title.
+LONG_DOC = {
+    "_id": "long",
+    "title": "Metabolism " + "of cells and organisms " * 12,
+    "text": "Filler words about nothing in particular. " * 240
+    + "Pyruvate dehydrogenase links glycolysis to the citric acid cycle. "
+    + "More filler text follows here. " * 240,
+}
+
+
+def _build(root: Path, docs: list[dict], model_dir: Path) -> Path:
+    """A dense + BM25 fp32 index of ``docs`` in ``root / "index"``."""
     import gzip
     import json
 
-    from tests.conftest import TINY_DOCS
-
-    root = tmp_path_factory.mktemp("serve_index")
     corpus = root / "corpus.jsonl.gz"
     with gzip.open(corpus, "wt", encoding="utf-8") as f:
-        for doc in TINY_DOCS:
+        for doc in docs:
             f.write(json.dumps(doc) + "\n")
-    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    encoder = EncoderConfig(model=str(model_dir), device="cpu", precision="fp32")
     build_index(corpus, root / "index", encoder, IndexConfig(bm25=True), show_progress=False)
     return root / "index"
+
+
+@pytest.fixture(scope="session")
+def hybrid_index(tmp_path_factory, tiny_bert_dir) -> Path:
+    """The six-document tiny corpus, dense + BM25, fp32."""
+    from tests.conftest import TINY_DOCS
+
+    return _build(tmp_path_factory.mktemp("serve_index"), TINY_DOCS, tiny_bert_dir)
+
+
+@pytest.fixture(scope="session")
+def long_pipeline(tmp_path_factory, tiny_bert_dir) -> SearchPipeline:
+    """The tiny corpus and :data:`LONG_DOC`."""
+    from tests.conftest import TINY_DOCS
+
+    index = _build(tmp_path_factory.mktemp("serve_long"), [*TINY_DOCS, LONG_DOC], tiny_bert_dir)
+    return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
 
 
 @pytest.fixture(scope="session")

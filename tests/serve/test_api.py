@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,8 @@ from tests.serve.conftest import live_server
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, is_loopback
+from dotcat.serve.errors import MAX_URL_BYTES
+from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS
 
 QUERIES = ["which animals were domesticated from wolves", "how do cells make ATP", "insulin"]
 
@@ -46,6 +49,9 @@ def test_get_search_answers_as_the_pipeline_does(server, pipeline):
     dense = httpx.get(f"{server}/search", params={"q": "insulin", "first_stage": "dense"}).json()
     assert dense["first_stage"] == "dense"
     assert _hits(dense) == _expected(pipeline, "insulin", 10, first_stage="dense")
+    # every score says its scale, as the pipeline's hits do
+    assert {h["score_kind"] for h in answer["hits"]} == {pipeline.score_kind()}
+    assert {h["score_kind"] for h in dense["hits"]} == {pipeline.score_kind(first_stage="dense")}
 
 
 def test_post_one_query_or_many(server, pipeline):
@@ -66,10 +72,11 @@ def test_documents_health_and_info(server, pipeline):
     assert missing.status_code == 404 and missing.json() == {"error": "no document with id 'nope'"}
     assert httpx.get(f"{server}/healthz").json() == {"status": "ok"}
     info = httpx.get(f"{server}/info").json()
-    assert info["pipeline"]["documents"] == 6 and info["pipeline"]["first_stage"] == "hybrid"
-    assert info["manifest"]["documents"]["count"] == 6 and info["manifest"]["bm25"]
+    assert info["index"]["documents"] == 6 and info["first_stage"] == "hybrid"
+    assert info["index"]["bm25"] and info["first_stages"] == ["dense", "bm25", "hybrid"]
     assert info["limits"]["max_k"] == ServeConfig().max_k and "api_key" not in info["limits"]
-    assert info["pid"] == os.getpid() and info["limits"]["workers"] == 1  # served in this process
+    assert info["server"]["pid"] == os.getpid()  # served in this process
+    assert info["limits"]["workers"] == 1
     page = httpx.get(f"{server}/")
     assert page.status_code == 200 and "<title>dotcat search</title>" in page.text
     assert httpx.get(f"{server}/static/app.js").status_code == 200
@@ -93,12 +100,13 @@ def test_reranking_is_on_by_default_and_per_request(reranking_pipeline):
 
 BAD_GETS = [
     ({"q": ""}, "q: String should have at least 1 character"),
-    ({"q": "   "}, "q: String should match pattern"),
+    ({"q": "   "}, "q: must hold a character other than white space"),
     ({"q": "x" * 2001}, "q: String should have at most 2000 characters"),
     ({"q": "insulin", "k": "0"}, "k: Input should be greater than or equal to 1"),
     ({"q": "insulin", "k": "1001"}, "k: Input should be less than or equal to 1000"),
-    ({"q": "insulin", "k": "ten"}, "k: Input should be a valid integer"),
-    ({"q": "insulin", "kk": "3"}, "unknown query parameter(s): ['kk']"),
+    ({"q": "insulin", "k": "ten"}, "k: expected an integer"),
+    ({"q": "insulin", "kk": "3"}, "unknown query parameter(s): kk (known: q, k, rerank,"),
+    ({"q": "insulin", "full_text": "maybe"}, "full_text: expected true or false"),
     ({"q": "insulin", "first_stage": "magic"}, "first_stage: Input should be"),
     ({"q": "insulin", "rerank": "true"}, "this server has no re-ranker"),
     ({}, "q: Field required"),
@@ -112,16 +120,20 @@ def test_bad_get_is_422_with_a_message(server, params, message):
 
 
 BAD_POSTS = [
-    ({"query": "x", "bogus": 1}, "bogus: Extra inputs are not permitted"),
-    ({}, "Field required"),
-    ({"query": "x", "queries": ["y"]}, "Extra inputs are not permitted"),
+    ({"queries": "statins"}, "queries: expected a list of strings"),
+    ({"query": ["statins"]}, "query: expected a string"),
+    ({"query": "x", "bogus": 1}, "bogus: unknown field (known: query, queries, k, first_stage,"),
+    ({}, "give `query` (one query) or `queries` (a list of queries)"),
+    ({"query": "x", "queries": ["y"]}, "give either `query` or `queries`, not both"),
+    (["statins"], 'the body must be a JSON object: {"query": "..."} or {"queries"'),
     ({"queries": []}, "queries: List should have at least 1 item"),
-    ({"queries": ["ok", "  "]}, "String should match pattern"),
-    ({"queries": ["q"] * 65}, "List should have at most 64 items"),
-    ({"query": "x", "k": True}, "k: Value error, Input should be a valid integer"),
-    ({"query": "x", "k": "5"}, "k: Value error, Input should be a valid integer"),
+    ({"queries": ["ok", "  "]}, "queries[1]: must hold a character other than white space"),
+    ({"queries": ["q"] * 65}, "queries: List should have at most 64 items"),
+    ({"query": "x", "k": True}, "k: expected an integer"),
+    ({"query": "x", "k": "5"}, "k: expected an integer"),
     ({"query": "x", "depth": 0}, "depth: Input should be greater than or equal to 1"),
-    ({"query": "x", "rerank": "yes"}, "rerank: Input should be a valid boolean"),
+    ({"query": "x", "rerank": "yes"}, "rerank: expected true or false"),
+    ({"query": "x", "full_text": 1}, "full_text: expected true or false"),
 ]
 
 
@@ -129,6 +141,8 @@ BAD_POSTS = [
 def test_bad_post_is_422_with_a_message(server, body, message):
     response = httpx.post(f"{server}/search", json=body)
     assert response.status_code == 422 and message in response.json()["error"], response.text
+    # in the request's terms: never the names of the server's own models
+    assert not re.search(r"Search(One|Many|Body)|Value error", response.text), response.text
 
 
 def test_bodies_that_are_not_json_or_too_big(server):
@@ -304,9 +318,121 @@ def test_schemathesis_finds_no_server_error_nor_schema_mismatch(
 def test_info_carries_the_serve_limits(pipeline):
     with live_server(pipeline, max_k=50) as url:
         info = httpx.get(f"{url}/info").json()
+        config = asdict(ServeConfig(max_k=50))
         assert info["limits"] == {
-            k: v
-            for k, v in asdict(ServeConfig(max_k=50)).items()
-            if k not in ("api_key", "host", "port")
+            **{k: v for k, v in config.items() if k in info["limits"]},
+            "max_url_bytes": MAX_URL_BYTES,
+            "snippet_chars": SNIPPET_CHARS,
         }
+        assert set(config) - set(info["limits"]) == {"host", "port", "api_key"}
         assert httpx.get(f"{url}/search", params={"q": "x", "k": 51}).status_code == 422
+
+
+# -- snippets, whole texts on request, the answer's size ------------------------------------
+
+
+def test_answers_carry_a_snippet_and_the_whole_text_on_request(long_pipeline):
+    query = "pyruvate dehydrogenase"
+    params = {"q": query, "k": 3, "first_stage": "bm25"}
+    whole = long_pipeline.document("long")
+    with live_server(long_pipeline) as url:
+        short = httpx.get(f"{url}/search", params=params)
+        full = httpx.get(f"{url}/search", params={**params, "full_text": "true"})
+        posted = httpx.post(f"{url}/search", json={"queries": [query], "full_text": True, "k": 3,
+                                                   "first_stage": "bm25"})  # fmt: skip
+    answer = short.json()
+    assert answer["terms"] == ["pyruvate", "dehydrogenase"]
+    hit = answer["hits"][0]
+    assert hit["doc_id"] == "long" and "text" not in hit
+    # a bounded excerpt around the query's words, cut between words, marked where cut
+    assert len(hit["snippet"]) <= SNIPPET_CHARS + 4
+    assert "Pyruvate dehydrogenase links glycolysis" in hit["snippet"]
+    assert hit["snippet"].startswith("… ") and hit["snippet"].endswith(" …")
+    assert hit["snippet"][2:-2] in " ".join(whole.text.split())
+    assert len(hit["title"]) <= TITLE_CHARS and hit["title"].endswith("…")
+    assert len(short.content) < 2_000 < len(whole.text)
+    # a short text is its own snippet
+    for other in answer["hits"][1:]:
+        assert other["snippet"] == long_pipeline.document(other["doc_id"]).text
+    # the whole text and title when asked, by GET or POST, with the same snippet
+    for result in (full.json(), posted.json()["results"][0]):
+        top = result["hits"][0]
+        assert top["text"] == whole.text and top["title"] == whole.title
+        assert top["snippet"] == hit["snippet"]
+        assert [h["doc_id"] for h in result["hits"]] == [h["doc_id"] for h in answer["hits"]]
+
+
+def test_an_answer_over_the_size_cap_is_refused(long_pipeline):
+    params = {"q": "pyruvate dehydrogenase", "k": 7, "first_stage": "bm25"}
+    with live_server(long_pipeline, max_answer_bytes=8000) as url:
+        snippets = httpx.get(f"{url}/search", params=params)
+        whole = httpx.get(f"{url}/search", params={**params, "full_text": "true"})
+        many = httpx.post(f"{url}/search", json={"queries": ["x y z"] * 20, "k": 7})
+        document = httpx.get(f"{url}/documents/long")
+    assert snippets.status_code == 200 and len(snippets.content) <= 8000
+    assert whole.status_code == 400, whole.text
+    error = whole.json()["error"]
+    assert "over this server's limit of 8000" in error and "full_text" in error
+    assert many.status_code == 400 and "fewer results (k)" in many.json()["error"]
+    # one document, asked by its id, comes whole
+    assert document.status_code == 200 and len(document.json()["text"]) > 8000
+
+
+def test_the_client_gets_whole_texts_or_snippets(long_pipeline):
+    from dotcat.serve.client import ServerClient
+
+    with live_server(long_pipeline) as url:
+        client = ServerClient(url)
+        whole = client.search("pyruvate dehydrogenase", 2, first_stage="bm25")
+        snippets = client.search("pyruvate dehydrogenase", 2, first_stage="bm25", full_text=False)
+    expected = long_pipeline.search("pyruvate dehydrogenase", 2, first_stage="bm25")
+    assert whole == expected  # the same Hits a local search gives
+    assert [h.doc_id for h in snippets] == [h.doc_id for h in expected]
+    assert len(snippets[0].text) <= SNIPPET_CHARS + 4 < len(expected[0].text)
+
+
+# -- the HTTP layer's own refusals: JSON too ------------------------------------------------
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as is (no client library refusing it first); status, headers, body."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
+def _raw_get(url: str, target: str) -> tuple[int, dict[str, str], bytes]:
+    return _raw(url, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+
+
+@pytest.mark.parametrize("query_bytes", [40_000, 100_000, 1_000_000])
+def test_a_url_too_long_is_a_json_414_naming_the_limit(server, query_bytes, caplog):
+    # Before: a plain-text 400 "Invalid HTTP request received." from uvicorn over 64 KiB.
+    with caplog.at_level(logging.INFO, logger="dotcat.serve.access"):
+        status, headers, body = _raw_get(server, "/search?q=" + "x" * query_bytes)
+    assert status == 414 and headers["content-type"] == "application/json", body[:200]
+    error = json.loads(body)["error"]
+    assert f"over {MAX_URL_BYTES} bytes" in error and "POST /search" in error
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("access")]
+    assert logged[-1]["status"] == 414 and logged[-1]["path"] == "/search"
+    assert httpx.get(f"{server}/healthz").status_code == 200  # and the server goes on
+
+
+def test_a_longest_query_fits_in_a_url(server):
+    # 2000 characters of 4 UTF-8 bytes, percent-encoded: 24,000 bytes, under the URL limit
+    query = "\U0001f600" * ServeConfig().max_query_chars
+    response = httpx.get(f"{server}/search", params={"q": query, "k": 1})
+    assert response.status_code == 200 and response.json()["query"] == query
+
+
+def test_a_malformed_request_is_a_json_400(server):
+    status, headers, body = _raw(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert json.loads(body) == {"error": "invalid HTTP request (malformed request line or headers)"}

@@ -104,6 +104,8 @@ def test_search_through_the_server_prints_what_the_index_gives(served, pipeline)
     hits = json.loads(remote.stdout)
     expected = pipeline.search("how do cells make ATP", 3)
     assert [(h["doc_id"], h["score"]) for h in hits] == [(h.doc_id, h.score) for h in expected]
+    # whole texts, as a local search prints them (the server answers snippets unless asked)
+    assert [(h["title"], h["text"]) for h in hits] == [(h.title, h.text) for h in expected]
 
 
 def test_queries_line_by_line_from_stdin_locally_and_remotely(served, hybrid_index, pipeline):
@@ -155,6 +157,14 @@ def test_serving_beyond_loopback_without_a_key_is_refused_at_once(hybrid_index):
     assert time.perf_counter() - started < 20
 
 
+def test_a_port_out_of_range_is_one_line_at_once(hybrid_index):
+    started = time.perf_counter()
+    done = _dotcat("serve", hybrid_index, "--port", "70000")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == "dotcat: error: port must be in 1..65535, got 70000"
+    assert time.perf_counter() - started < 20
+
+
 def _workers(pid: int) -> set[int]:
     """The live worker processes of the server ``pid``: its children started by
     multiprocessing's spawn (not the resource tracker beside them)."""
@@ -177,7 +187,7 @@ def _pids_answering(url: str, requests: int = 24) -> set[int]:
     def pid(_) -> int:
         answer = httpx.get(f"{url}/info", timeout=60)
         assert answer.status_code == 200, answer.text
-        return answer.json()["pid"]
+        return answer.json()["server"]["pid"]
 
     with ThreadPoolExecutor(8) as pool:
         return set(pool.map(pid, range(requests)))
@@ -194,7 +204,7 @@ def test_workers_share_the_port_answer_alike_and_a_dead_one_is_replaced(hybrid_i
         info = httpx.get(f"{url}/info").json()
         assert info["limits"]["workers"] == 2
         # each worker takes half the cores, not all of them (2 x all = threads taking turns)
-        assert info["threads"] == max(1, available_cpus() // 2)
+        assert info["server"]["threads"] == max(1, available_cpus() // 2)
         expected = pipeline.search("how do cells make ATP", 3)
         for _ in range(6):  # whichever worker takes the connection answers the same
             hits = httpx.get(f"{url}/search", params={"q": "how do cells make ATP", "k": 3}).json()

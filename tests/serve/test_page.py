@@ -10,9 +10,11 @@ import gzip
 import json
 import os
 import shutil
+import time
+from urllib.parse import urlparse
 
 import pytest
-from tests.serve.conftest import live_server
+from tests.serve.conftest import LONG_DOC, live_server
 
 from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
@@ -55,7 +57,8 @@ def page_pipeline(tmp_path_factory, tiny_bert_dir):
 
     root = tmp_path_factory.mktemp("page")
     corpus = root / "corpus.jsonl.gz"
-    docs = [*TINY_DOCS, {"_id": "x1", "title": "<script>alert(1)</script>", "text": HOSTILE}]
+    hostile = {"_id": "x1", "title": "<script>alert(1)</script>", "text": HOSTILE}
+    docs = [*TINY_DOCS, hostile, LONG_DOC]
     with gzip.open(corpus, "wt", encoding="utf-8") as f:
         for doc in docs:
             f.write(json.dumps(doc) + "\n")
@@ -133,8 +136,131 @@ def test_the_page_asks_for_an_api_key_when_the_server_wants_one(browser, page_pi
         page = browser.new_page()
         page.goto(url + "/")
         page.wait_for_selector("#key-row:not([hidden])")  # /info answered 401
+        assert page.locator("#api-key").is_visible()
+        assert "missing or wrong API key" in page.inner_text("#index-info")
         page.fill("#api-key", "k3y")
         page.fill("#q", "insulin")
         page.keyboard.press("Enter")
         page.wait_for_selector(".hit")
         assert page.locator(".hit").count() > 0
+        # the header follows the key that works: the index, not the refusal
+        page.wait_for_selector("#index-info:has-text('documents')")
+        assert "API key" not in page.inner_text("#index-info")
+        assert page.locator("#first-stage option[value='bm25']").count() == 1
+
+
+def test_no_key_field_where_no_key_is_needed(browser, page_pipeline):
+    with live_server(page_pipeline) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        page.wait_for_selector("#index-info:has-text('documents')")
+        page.click("#options summary")
+        assert page.locator("#k").is_visible()
+        assert not page.locator("#api-key").is_visible()  # hidden wins over .option-row's flex
+
+
+def test_the_address_keeps_every_option_and_brings_it_back(browser, page_pipeline, tiny_cat_dir):
+    config = PipelineConfig(device="cpu", precision="fp32", rerank=str(tiny_cat_dir), depth=4)
+    reranking = SearchPipeline(page_pipeline.index_dir, config)
+    with live_server(reranking) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        page.wait_for_selector("#index-info:has-text('re-ranking')")
+        page.click("#options summary")
+        assert page.input_value("#depth") == "4" and page.is_checked("#rerank")
+        page.fill("#k", "3")
+        page.select_option("#first-stage", "bm25")
+        page.fill("#depth", "5")
+        page.fill("#q", "insulin glucose")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#status:has-text('results in')")
+        for option in ("q=insulin+glucose", "k=3", "first_stage=bm25", "rerank=true", "depth=5"):
+            assert option in page.url
+        assert "bm25 + BERT_CAT" in page.inner_text("#status")
+        expected = reranking.search("insulin glucose", 3, first_stage="bm25", depth=5)
+        assert page.locator(".hit").evaluate_all("hs => hs.map(h => h.dataset.docId)") == [
+            h.doc_id for h in expected
+        ]
+
+        bookmark = page.url.replace("rerank=true", "rerank=false")
+        again = browser.new_page()
+        again.goto(bookmark)
+        again.wait_for_selector("#status:has-text('results in')")
+        assert again.input_value("#k") == "3" and again.input_value("#first-stage") == "bm25"
+        assert not again.is_checked("#rerank") and again.input_value("#depth") == "5"
+        plain = reranking.search("insulin glucose", 3, first_stage="bm25", rerank=False)
+        assert again.locator(".hit").evaluate_all("hs => hs.map(h => h.dataset.docId)") == [
+            h.doc_id for h in plain
+        ]
+        assert "BERT_CAT" not in again.inner_text("#status")
+        assert "rerank=false" in again.url and "depth" not in again.url
+
+
+def test_a_hit_shows_a_snippet_and_its_whole_text_on_enter(browser, page_pipeline):
+    whole = page_pipeline.document("long").text
+    with live_server(page_pipeline) as url:
+        page = browser.new_page()
+        page.goto(url + "/?q=pyruvate%20dehydrogenase&first_stage=bm25")
+        page.wait_for_selector(".hit[data-doc-id='long']")
+        hit = page.locator(".hit[data-doc-id='long']")
+        short = hit.locator(".snippet").inner_text()
+        assert "Pyruvate dehydrogenase" in short and len(short) < 400
+        assert {m.lower() for m in hit.locator("mark").all_inner_texts()} == {
+            "pyruvate",
+            "dehydrogenase",
+        }
+        hit.focus()
+        page.keyboard.press("Enter")
+        snippet = hit.locator(".snippet")
+        _wait_until(lambda: len(snippet.inner_text()) > 5000)
+        assert snippet.inner_text().strip() == whole.strip()
+        page.keyboard.press("Enter")  # back to the snippet
+        _wait_until(lambda: snippet.inner_text() == short)
+
+
+def _wait_until(condition, seconds: float = 10) -> None:
+    # (polled from here: a string predicate in the page is an eval, which its policy forbids)
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _offline(page) -> list[str]:
+    """Abort every request that leaves this machine; the list of those tried."""
+    tried: list[str] = []
+
+    def route(request_route):
+        host = urlparse(request_route.request.url).hostname
+        if host == "127.0.0.1":
+            request_route.continue_()
+        else:
+            tried.append(request_route.request.url)
+            request_route.abort()
+
+    page.route("**/*", route)
+    return tried
+
+
+def test_the_api_docs_render_with_no_network(browser, page_pipeline):
+    with live_server(page_pipeline) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 1400})
+        tried = _offline(page)
+        page.goto(url + "/docs")
+        page.wait_for_selector(".swagger-ui .opblock-summary", timeout=30_000)
+        summaries = page.locator(".opblock-summary-description").all_inner_texts()
+        assert "Search with one query in the URL" in summaries and len(summaries) == 5
+        assert "dotcat" in page.locator(".swagger-ui .info .title").inner_text()
+        page.locator(".opblock-summary").first.click()  # GET /search, opened
+        page.wait_for_selector(".parameters-container .parameter__name")
+        described = page.locator(".parameters-container").inner_text()
+        assert "How many results, 1 to 1000" in described and "full_text" in described
+        # eval/benchmarks/results/serve_docs_offline.png
+        shot = os.environ.get("DOTCAT_DOCS_SCREENSHOT")
+        if shot:
+            page.screenshot(path=shot, full_page=False)
+
+        page.goto(url + "/redoc")
+        page.wait_for_selector("h2:has-text('Search with one query in the URL')", timeout=30_000)
+        assert page.locator("h1:has-text('dotcat')").count() == 1
+        assert tried == []  # nothing from elsewhere was even asked for

@@ -46,7 +46,7 @@ def dev_figures(model: str, data: Path, device: str) -> dict[str, float]:
     from dotcat.data import load_corpus
     from dotcat.data.splits import find_dev_split
     from dotcat.evaluation import evaluate
-    from dotcat.index.build import document_text
+    from dotcat.index import document_text
     from dotcat.models import BiEncoder, EncoderConfig
 
     dev = find_dev_split(data)

@@ -62,8 +62,8 @@ def own_cpu_seconds() -> float:
 
 
 def batches(url: str) -> tuple[int, int]:
-    served = httpx.get(f"{url}/info", timeout=10).json()["batches"]
-    return served["served"], served["queries"]
+    server = httpx.get(f"{url}/info", timeout=10).json()["server"]
+    return server["batches"], server["queries"]
 
 
 def measure(server: Server, queries: list[str], clients: int, seconds: float) -> dict:

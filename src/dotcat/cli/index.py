@@ -221,7 +221,7 @@ def export(
 
     settings(ExportConfig, locals()).validate()
     check_model(model)
-    from dotcat.models.onnx_backend import export_model
+    from dotcat.models.int8 import export_model
 
     start = time.perf_counter()
     kind, path = export_model(

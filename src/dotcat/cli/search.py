@@ -251,7 +251,7 @@ def bm25(
     hidden: bool = option(CorpusOptions, "hidden"),
 ) -> None:
     """BM25 (bm25s, Snowball stemming, English stop words) over a corpus into a TREC run."""
-    from dotcat.search.bm25 import BM25Config
+    from dotcat.index.bm25 import BM25Config
 
     k = results_per_query(k, run=True)
     config = BM25Config(k1=k1, b=b)

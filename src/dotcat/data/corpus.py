@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from filelock import FileLock
+
+from dotcat.cache import cache_root
 from dotcat.data._io import find_one, require_file
 from dotcat.data.records import Record
 from dotcat.data.sources import (
@@ -282,8 +285,6 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
 def default_cache_dir() -> Path:
     """Where :func:`load_corpus` keeps Arrow copies: ``datasets/`` under dotcat's cache
     (``$DOTCAT_CACHE``, :func:`dotcat.cache.cache_root`)."""
-    from dotcat.cache import cache_root
-
     return cache_root() / "datasets"
 
 
@@ -309,7 +310,7 @@ class _CacheMiss(Exception):
 
 
 def _features() -> datasets.Features:
-    import datasets
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     return datasets.Features({name: datasets.Value("string") for name in ("id", "title", "text")})
 
@@ -317,7 +318,7 @@ def _features() -> datasets.Features:
 def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Dataset:
     """``Dataset.from_generator`` without datasets' own "Generating train split" bar (dotcat
     shows its own, which ``-q`` silences); datasets' setting is restored afterwards."""
-    import datasets
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
@@ -390,8 +391,6 @@ def load_corpus(
     version_key = _digest([CACHE_FORMAT_VERSION, identity])
     entry = root / f"{slug}-{path_key}-{version_key}"
     fingerprint = f"dotcat-corpus-{path_key}-{version_key}"
-
-    from filelock import FileLock
 
     (root / ".locks").mkdir(parents=True, exist_ok=True)
     # One builder per entry: several processes (say torchrun ranks) may load the same corpus.
@@ -487,7 +486,7 @@ def _build(
 
 def _in_memory(source: PythonSource) -> tuple[datasets.Dataset, CorpusStats]:
     """Documents given in Python, validated, as an in-memory Arrow dataset."""
-    import datasets
+    import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     stats = CorpusStats()
     columns: dict[str, list[str]] = {"id": [], "title": [], "text": []}
@@ -514,7 +513,7 @@ def iter_row_batches(
     that way grows RSS with the corpus. Streaming the Arrow file with plain reads keeps
     memory at a batch, whatever the corpus size.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
 
     stop = len(dataset) if stop is None else min(stop, len(dataset))
     # A selection or shuffle (rows not in file order), or a dataset held in memory (documents

@@ -33,8 +33,10 @@ Readers (:func:`iter_file_records` picks one by :func:`record_format`):
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import sys
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,9 +217,6 @@ def _json_array(path: Path, fields: FieldNames) -> Iterator[Record]:
 
 def _read_text(path: Path) -> str:
     """A whole file as strict UTF-8 text (a byte-order mark dropped), plain or gzipped."""
-    import gzip
-    import zlib
-
     try:
         with gzip.open(path, "rb") if is_gzipped(path) else open(path, "rb") as f:
             return f.read().decode("utf-8-sig")
@@ -229,8 +228,6 @@ def _read_text(path: Path) -> str:
 
 def _open_text(path: Path):
     """A text stream for :mod:`csv`: UTF-8 (a byte-order mark dropped), plain or gzipped."""
-    import gzip
-
     opener = gzip.open if is_gzipped(path) else open
     return opener(path, "rt", encoding="utf-8-sig", newline="")
 
@@ -344,7 +341,7 @@ def _tsv_positional(path: Path, columns: int, first_line: int, lines) -> Iterato
 
 
 def _parquet(path: Path, fields: FieldNames) -> Iterator[Record]:
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
     import pyarrow.parquet as pq
 
     try:
@@ -387,7 +384,7 @@ def iter_python_records(source: object, fields: FieldNames = FieldNames()) -> It
     """
     where = python_source_name(source)
     if _is_dataframe(source):
-        import pyarrow as pa
+        import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
 
         table = pa.Table.from_pandas(source, preserve_index=False)
         yield from _table_records(where, table.to_batches(max_chunksize=_BATCH), fields)

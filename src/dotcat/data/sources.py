@@ -542,7 +542,7 @@ def _probe_records(listed: ListedFile) -> str:
 
 
 def _open_parquet(path: Path) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
     import pyarrow.parquet as pq
 
     try:

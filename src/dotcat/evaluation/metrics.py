@@ -48,15 +48,11 @@ from typing import Any
 import ir_measures
 
 from dotcat.errors import DotcatError
+from dotcat.types import Qrels, RunLike
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEASURES = ("nDCG@10", "RR@10", "R@100", "AP@100")
-
-#: qid -> {docid: score} (as :func:`dotcat.data.read_run` returns) or qid -> [(docid, score)]
-RunLike = Mapping[str, Mapping[str, float] | Iterable[tuple[str, float]]]
-#: qid -> {docid: graded relevance}
-QrelsLike = Mapping[str, Mapping[str, int]]
 
 _SHOW = 5  # ids quoted in a log message before "..."
 
@@ -162,7 +158,7 @@ def _parse_one(item: Any) -> list[ir_measures.Measure]:
 
 def evaluate(
     run: RunLike,
-    qrels: QrelsLike,
+    qrels: Qrels,
     measures: str | Iterable[Any] = DEFAULT_MEASURES,
     known_queries: Iterable[Any] | None = None,
     known_docs: Iterable[Any] | None = None,
@@ -195,69 +191,17 @@ def evaluate(
     judged = _normalise_qrels(qrels)
     if not judged:
         raise DotcatError("the qrels are empty: there is nothing to evaluate")
-
-    unknown_docs = 0
-    if known_docs is not None:
-        docs = _id_set(known_docs)
-        unknown_docs = sum(1 for rels in judged.values() for d in rels if d not in docs)
-        if unknown_docs:
-            logger.warning("%d qrels entries name documents not in the corpus", unknown_docs)
-
-    unknown_queries: list[str] = []
-    if known_queries is not None:
-        queries = _id_set(known_queries)
-        unknown_queries = sorted((q for q in judged if q not in queries), key=qid_sort_key)
-        for qid in unknown_queries:
-            del judged[qid]
-        if unknown_queries:
-            logger.warning(
-                "%d qrels queries are not in the query set and are not evaluated: %s",
-                len(unknown_queries),
-                _preview(unknown_queries),
-            )
-        if not judged:
-            raise DotcatError(
-                "none of the qrels queries is in the query set: check the queries and the split"
-            )
+    unknown_docs = _count_unknown_docs(judged, known_docs)
+    unknown_queries = _drop_unknown_queries(judged, known_queries)
 
     ranked = _normalise_run(run)
     unjudged = sorted((q for q in ranked if q not in judged), key=qid_sort_key)
     to_score = {q: docs for q, docs in ranked.items() if q in judged and docs}
     evaluated = sorted(judged, key=qid_sort_key)
     missing = [q for q in evaluated if q not in to_score]
-    if unjudged:
-        logger.info("%d run queries have no qrels and are ignored", len(unjudged))
-    if not to_score:
-        logger.warning(
-            "none of the run's %d queries is judged: every one of the %d judged queries "
-            "scores 0 (wrong qrels file or split?)",
-            len(ranked),
-            len(evaluated),
-        )
-    elif missing:
-        logger.warning(
-            "%d of %d judged queries have no results and score 0: %s",
-            len(missing),
-            len(evaluated),
-            _preview(missing),
-        )
+    _log_coverage(len(ranked), evaluated, unjudged, missing, bool(to_score))
 
-    per_query: dict[str, dict[str, float]] = {q: {} for q in evaluated}
-    if to_score:
-        for metric in ir_measures.iter_calc(parsed, judged, to_score):
-            name = names.get(metric.measure, str(metric.measure))
-            if metric.query_id in per_query:
-                per_query[metric.query_id][name] = float(metric.value)
-    for qid, values in per_query.items():
-        for measure, name in names.items():
-            if name not in values:
-                # An unanswered query is worth the measure's default (0 for every rank-based
-                # measure), as ir-measures itself fills it for the queries it is given.
-                if qid not in missing:
-                    logger.debug("no %s value for query %s: scored as missing", name, qid)
-                values[name] = float(measure.DEFAULT)
-    per_query = {q: {n: per_query[q][n] for n in names.values()} for q in evaluated}
-
+    per_query = _per_query_values(names, judged, to_score, evaluated, missing)
     aggregate: dict[str, float] = {}
     for measure, name in names.items():
         agg = measure.aggregator()
@@ -278,7 +222,7 @@ def evaluate(
 
 def evaluate_runs(
     runs: Mapping[str, RunLike],
-    qrels: QrelsLike,
+    qrels: Qrels,
     measures: str | Iterable[Any] = DEFAULT_MEASURES,
     known_queries: Iterable[Any] | None = None,
     known_docs: Iterable[Any] | None = None,
@@ -323,7 +267,94 @@ def _warn_if_shallow(
         )  # fmt: skip
 
 
-def recall_curve(run: RunLike, qrels: QrelsLike, depths: Iterable[int]) -> dict[int, float]:
+def _count_unknown_docs(judged: dict[str, dict[str, int]], known_docs: Iterable[Any] | None) -> int:
+    """Qrels entries naming a document outside ``known_docs`` (kept: see the module docstring)."""
+    if known_docs is None:
+        return 0
+    docs = _id_set(known_docs)
+    unknown = sum(1 for rels in judged.values() for d in rels if d not in docs)
+    if unknown:
+        logger.warning("%d qrels entries name documents not in the corpus", unknown)
+    return unknown
+
+
+def _drop_unknown_queries(
+    judged: dict[str, dict[str, int]], known_queries: Iterable[Any] | None
+) -> list[str]:
+    """Remove from ``judged`` the queries outside ``known_queries`` (they cannot have been
+    searched) and return them, sorted.
+
+    Raises:
+        DotcatError: no judged query is left.
+    """
+    if known_queries is None:
+        return []
+    queries = _id_set(known_queries)
+    unknown = sorted((q for q in judged if q not in queries), key=qid_sort_key)
+    for qid in unknown:
+        del judged[qid]
+    if unknown:
+        logger.warning(
+            "%d qrels queries are not in the query set and are not evaluated: %s",
+            len(unknown),
+            _preview(unknown),
+        )
+    if not judged:
+        raise DotcatError(
+            "none of the qrels queries is in the query set: check the queries and the split"
+        )
+    return unknown
+
+
+def _log_coverage(
+    n_run: int, evaluated: list[str], unjudged: list[str], missing: list[str], any_scored: bool
+) -> None:
+    """Say which run queries are ignored (no qrels) and which judged ones score 0 (no results)."""
+    if unjudged:
+        logger.info("%d run queries have no qrels and are ignored", len(unjudged))
+    if not any_scored:
+        logger.warning(
+            "none of the run's %d queries is judged: every one of the %d judged queries "
+            "scores 0 (wrong qrels file or split?)",
+            n_run,
+            len(evaluated),
+        )
+    elif missing:
+        logger.warning(
+            "%d of %d judged queries have no results and score 0: %s",
+            len(missing),
+            len(evaluated),
+            _preview(missing),
+        )
+
+
+def _per_query_values(
+    names: Mapping[Any, str],
+    judged: dict[str, dict[str, int]],
+    to_score: dict[str, dict[str, float]],
+    evaluated: list[str],
+    missing: list[str],
+) -> dict[str, dict[str, float]]:
+    """qid -> measure name -> value for every evaluated query, in ``names``' order; a value
+    ir-measures leaves out is the measure's default (0 for every rank-based measure)."""
+    per_query: dict[str, dict[str, float]] = {q: {} for q in evaluated}
+    if to_score:
+        for metric in ir_measures.iter_calc(list(names), judged, to_score):
+            name = names.get(metric.measure, str(metric.measure))
+            if metric.query_id in per_query:
+                per_query[metric.query_id][name] = float(metric.value)
+    for qid, values in per_query.items():
+        for measure, name in names.items():
+            if name not in values:
+                # An unanswered query is worth the measure's default (0 for every rank-based
+                # measure), as ir-measures itself fills it for the queries it is given.
+                if qid not in missing:
+                    logger.debug("no %s value for query %s: scored as missing", name, qid)
+                values[name] = float(measure.DEFAULT)
+    return {q: {n: per_query[q][n] for n in names.values()} for q in evaluated}
+
+
+def recall_curve(run: RunLike, qrels: Qrels, depths: Iterable[int]) -> dict[int, float]:
     """Mean recall at each depth, ``depth -> R@depth`` over the judged queries.
 
     ir-measures' ``R@k`` (trec_eval's ``recall_k``: relevant documents in the top k over all
@@ -337,7 +368,7 @@ def recall_curve(run: RunLike, qrels: QrelsLike, depths: Iterable[int]) -> dict[
     return dict(zip(depths, report.aggregate.values(), strict=True))
 
 
-def _normalise_qrels(qrels: QrelsLike) -> dict[str, dict[str, int]]:
+def _normalise_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for qid, rels in qrels.items():
         clean: dict[str, int] = {}

@@ -11,6 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from dotcat.evaluation.metrics import EvalReport
 
@@ -23,9 +27,6 @@ _DEPTH_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     figure = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(figure)
     return figure
@@ -66,8 +67,6 @@ def per_query_difference_plot(
         ax.legend(handles=_legend_handles(), loc="upper right", fontsize=8)
     if not systems:
         axes[0, 0].text(0.5, 0.5, "no system besides the baseline", ha="center")
-    from matplotlib.ticker import MaxNLocator
-
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1, 0].set_xlim(0.5, len(base) + 0.5)
     axes[-1, 0].set_xlabel("queries, sorted by difference (largest gain first)")
@@ -77,8 +76,6 @@ def per_query_difference_plot(
 
 
 def _legend_handles():
-    from matplotlib.patches import Patch
-
     return [
         Patch(color=_BETTER, label="better than baseline"),
         Patch(color=_WORSE, label="worse than baseline"),
@@ -99,8 +96,6 @@ def recall_plot(curves: Mapping[str, Mapping[int, float]], path: str | Path) -> 
         ax.plot(depths, [curve[d] for d in depths], style, label=name, linewidth=1.6)
     depth = max((max(c) for c in curves.values() if c), default=1)
     ax.set_xscale("log")
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
     ax.set_xticks([t for t in _DEPTH_TICKS if t <= depth] + ([depth] if depth not in
                   _DEPTH_TICKS else []))  # fmt: skip
     ax.xaxis.set_major_formatter(ScalarFormatter())

@@ -154,6 +154,9 @@ def ttest_pvalue(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if np.array_equal(a, b):
         return 0.0, 1.0
+    differences = b - a
+    if np.all(differences == differences[0]):  # sd(d) = 0: scipy warns and returns NaN
+        return math.copysign(math.inf, float(differences[0])), 0.0
     result = stats.ttest_rel(b, a)
     statistic, pvalue = float(result.statistic), float(result.pvalue)
     if math.isnan(pvalue):  # constant non-zero difference: sd(d) = 0

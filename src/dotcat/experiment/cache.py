@@ -27,6 +27,7 @@ from typing import Any
 
 from dotcat import __version__
 from dotcat.files import write_json
+from dotcat.models.resolve import file_sha256, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,6 @@ def digest(description: Mapping[str, Any]) -> str:
 
 def file_digest(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes (cached by real path, size and mtime)."""
-    from dotcat.models.resolve import file_sha256
-
     return file_sha256(path)
 
 
@@ -53,8 +52,6 @@ def model_fingerprint(model: str) -> str:
     ``model`` is a directory or a name :func:`dotcat.models.resolve.resolve_model` resolves
     (``default`` is the packaged all-MiniLM-L6-v2).
     """
-    from dotcat.models.resolve import resolve_model
-
     root = resolve_model(model)
     lines = []
     for path in sorted(root.rglob("*")):

@@ -43,8 +43,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from dotcat import options
+from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.errors import DotcatError, SettingError
-from dotcat.evaluation.metrics import DEFAULT_MEASURES
+from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
+from dotcat.index.manifest import Manifest
+from dotcat.models.resolve import check_model
 from dotcat.search.config import PipelineConfig
 
 if sys.version_info >= (3, 11):
@@ -175,8 +178,6 @@ class ExperimentConfig(_Strict):
                 "baseline",
                 f"{self.baseline!r} is not a system name" + _did_you_mean(self.baseline, names),
             )
-        from dotcat.evaluation.metrics import parse_measures
-
         for i, measure in enumerate(self.measures):
             try:
                 parse_measures(measure)
@@ -314,8 +315,6 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
             unusable (a dataset without the split, a directory that is not a model, an index
             without the BM25 side a first stage needs).
     """
-    from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
-    from dotcat.models.resolve import check_model
 
     def fail(where: str, error: Exception) -> None:
         raise DotcatError(f"{source}: {where}: {error}") from None
@@ -348,8 +347,6 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
 
 
 def _check_index(index_dir: Path, first_stage: str) -> None:
-    from dotcat.index.manifest import Manifest
-
     manifest = Manifest.read(index_dir)
     if first_stage in ("bm25", "hybrid") and not manifest.bm25:
         raise DotcatError(

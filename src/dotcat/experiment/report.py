@@ -10,18 +10,17 @@ systems with their timings, the configuration file.
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dotcat import __version__
 from dotcat.evaluation import comparison_note, comparison_to_json, format_comparison_table
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.report import markdown_table, to_json
+from dotcat.experiment.results import ExperimentResult, SystemOutcome, slug
 from dotcat.files import write_json
-
-if TYPE_CHECKING:
-    from dotcat.experiment.runner import ExperimentResult, SystemOutcome
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.md"
@@ -51,8 +50,6 @@ def write_report(
     started: float,
 ) -> None:
     """Write the plots, ``results.json`` and ``report.md`` into ``result.output``."""
-    from dotcat.experiment.runner import slug
-
     out = result.output
     measure = plot_measure(result)
     per_query = per_query_difference_plot(
@@ -119,8 +116,6 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
 
 
 def _torch_version() -> str | None:
-    import sys
-
     torch = sys.modules.get("torch")
     return getattr(torch, "__version__", None)
 

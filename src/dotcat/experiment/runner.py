@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import logging
 import platform
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dotcat.data import (
-    load_corpus,
+    available_splits,
+    find_corpus_file,
+    find_qrels_file,
+    find_queries_file,
     load_judgements,
     load_qrels,
     load_queries,
@@ -39,7 +42,7 @@ from dotcat.data import (
 )
 from dotcat.errors import DotcatError
 from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs
-from dotcat.evaluation.significance import Comparison
+from dotcat.evaluation.metrics import recall_curve
 from dotcat.experiment.cache import (
     Cache,
     StageRecord,
@@ -49,6 +52,28 @@ from dotcat.experiment.cache import (
     model_fingerprint,
 )
 from dotcat.experiment.config import ExperimentConfig, SystemConfig
+from dotcat.experiment.report import write_report
+from dotcat.experiment.results import Dataset, Environment, ExperimentResult, SystemOutcome, slug
+from dotcat.index import DocStore, IndexConfig, document_text
+from dotcat.index.bm25 import BM25Config
+from dotcat.index.manifest import Manifest
+from dotcat.models import EncoderConfig
+from dotcat.models.runtime import (
+    available_cpus,
+    cpu_flags,
+    cpu_model,
+    describe_precision,
+    resolve_device,
+)
+from dotcat.search.bm25 import bm25_search
+from dotcat.search.pipeline import (
+    PipelineConfig,
+    Reranker,
+    SearchPipeline,
+    build_and_tune,
+    tune_fusion,
+)
+from dotcat.search.reranker import corpus_texts
 
 logger = logging.getLogger(__name__)
 
@@ -56,97 +81,22 @@ logger = logging.getLogger(__name__)
 RELEVANT_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 
-@dataclass
-class Environment:
-    """Where the models run: the resolved device and precision, and the machine."""
-
-    device: str
-    precision: str
-    machine: dict[str, Any]
-
-
-@dataclass
-class Dataset:
-    """The experiment's topics, judgements and file fingerprints; the corpus on demand."""
-
-    path: Path
-    split: str
-    queries: dict[str, str]
-    qrels: dict[str, dict[str, int]]
-    fingerprint: dict[str, str]
-    _corpus: Any = None
-
-    def corpus(self):
-        """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
-        if self._corpus is None:
-            self._corpus = load_corpus(self.path)
-        return self._corpus
-
-
-@dataclass
-class SystemOutcome:
-    """One system's stages, its final run (in the cache) and this invocation's time on it."""
-
-    name: str
-    config: SystemConfig
-    stages: list[StageRecord]
-    run_file: Path
-    seconds: float
-
-    @property
-    def reused(self) -> bool:
-        return all(stage.reused for stage in self.stages)
-
-
-@dataclass
-class ExperimentResult:
-    """What :func:`run_experiment` produced; the report folder holds the same in files."""
-
-    config: ExperimentConfig
-    environment: Environment
-    dataset: Dataset
-    outcomes: list[SystemOutcome]
-    reports: dict[str, EvalReport]
-    comparisons: dict[str, dict[str, Comparison]]
-    recall: dict[str, dict[int, float]]
-    run_files: dict[str, Path]
-    output: Path
-    seconds: float
-    evaluation_seconds: float
-    files: dict[str, Path] = field(default_factory=dict)
-
-    @property
-    def computed(self) -> list[StageRecord]:
-        """The stages this invocation computed (the others came from the cache)."""
-        return [s for o in self.outcomes for s in o.stages if not s.reused]
-
-
 def resolve_environment(config: ExperimentConfig) -> Environment:
     """The device and precision ``auto`` resolve to here, and the CPU that decides them."""
-    from dotcat.models.runtime import cpu_flags, cpu_model, describe_precision, resolve_device
-
     device = resolve_device(config.device)
     precision = describe_precision(config.precision, device)
     flags = cpu_flags()
     machine = {
         "cpu": cpu_model(),
         "cpu_flags": [f for f in RELEVANT_CPU_FLAGS if f in flags],
-        "cores": _cores(),
+        "cores": available_cpus(),
         "python": platform.python_version(),
     }
     return Environment(device=device.type, precision=precision, machine=machine)
 
 
-def _cores() -> int:
-    from dotcat.models.runtime import available_cpus
-
-    return available_cpus()
-
-
 def load_dataset(config: ExperimentConfig) -> Dataset:
     """The split's judged queries and qrels, and the fingerprints of the files behind them."""
-    from dotcat.data import available_splits, find_corpus_file, find_qrels_file, find_queries_file
-
     path, split = Path(config.dataset.path), config.dataset.split
     fingerprint = {
         "corpus": file_digest(find_corpus_file(path)),
@@ -192,8 +142,6 @@ class _Runner:
     # -- indexes -------------------------------------------------------------------------------
 
     def _existing_index(self, system: SystemConfig) -> str:
-        from dotcat.index.manifest import Manifest
-
         index_dir = Path(system.index)
         corpus = (Manifest.read(index_dir).corpus or {}).get("sha256")
         if corpus and corpus != self.data.fingerprint["corpus"]:
@@ -239,16 +187,10 @@ class _Runner:
     def _build(self, system: SystemConfig, path: Path):
         """The index and its fusion, as ``dotcat index`` makes them (:func:`build_and_tune`);
         an index built before an interruption only gets its fusion chosen."""
-        from dotcat.index.config import IndexConfig
-        from dotcat.index.manifest import Manifest
-        from dotcat.models.config import EncoderConfig
-        from dotcat.search.pipeline import build_and_tune, tune_fusion
-
         device, precision = self.config.device, self.config.precision
         if (path / "manifest.json").is_file():
-            return Manifest.read(path), tune_fusion(
-                path, self.data.path, device=device, precision=precision
-            )
+            fusion = tune_fusion(path, self.data.path, device=device, precision=precision)
+            return Manifest.read(path), fusion
         encoder = EncoderConfig(
             model=system.model,
             pooling=system.pooling,
@@ -311,14 +253,10 @@ class _Runner:
         )
 
     def _bm25(self, system: SystemConfig, k: int):
-        from dotcat.search.bm25 import BM25Config, bm25_search
-
         config = BM25Config(k1=system.k1, b=system.b)
         return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config)
 
     def _pipeline(self, index_dir: Path, system: SystemConfig):
-        from dotcat.search.pipeline import PipelineConfig, SearchPipeline
-
         key = (str(index_dir), system.fusion, system.fusion_weight)
         if key not in self._pipelines:
             config = PipelineConfig(
@@ -371,16 +309,11 @@ class _Runner:
         return self.cache.commit("rerank", path, seconds, description, details)
 
     def _corpus_texts(self, ids: set[str]) -> dict[str, str]:
-        from dotcat.search.reranker import corpus_texts
-
         return corpus_texts(self.data.corpus(), ids)
 
     def _reranker(self, system: SystemConfig, index_dir: Path | None):
         """The system's re-ranker; over an index, with the weights calibrated on its corpus
         (as ``dotcat search --rerank`` over that index)."""
-        from dotcat.index.manifest import Manifest
-        from dotcat.search.pipeline import Reranker
-
         key = (system.rerank, system.interpolate, system.batch_size)
         if key not in self._rerankers:
             self._rerankers[key] = Reranker.load(
@@ -399,9 +332,6 @@ class _Runner:
 
 def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     """id -> the text the models read, from an index's doc store (as the pipeline reads it)."""
-    from dotcat.index import DocStore, document_text
-    from dotcat.index.manifest import Manifest
-
     manifest = Manifest.read(index_dir)
     store = DocStore(index_dir / manifest.files["docstore"])
     try:
@@ -431,8 +361,6 @@ def run_experiment(
     Raises:
         DotcatError: any problem with the data, the models or the indexes.
     """
-    from dotcat.experiment.report import write_report
-
     start = time.perf_counter()
     output = Path(config.output)
     cache = Cache(config.cache if config.cache is not None else output / "cache")
@@ -500,8 +428,6 @@ def _evaluate(
 
 def recall_depths(k: int) -> list[int]:
     """Depths of the recall curve: every depth to 100, then about 100 more, log-spaced, to k."""
-    import numpy as np
-
     depths = set(range(1, min(k, 100) + 1))
     if k > 100:
         depths |= {int(round(d)) for d in np.geomspace(100, k, num=100)}
@@ -509,15 +435,7 @@ def recall_depths(k: int) -> list[int]:
 
 
 def _recall_curve(run: Mapping, qrels: Mapping, k: int) -> dict[int, float]:
-    from dotcat.evaluation.metrics import recall_curve
-
     return recall_curve(run, qrels, recall_depths(k))
-
-
-def slug(name: str) -> str:
-    """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
-    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
-    return text or "system"
 
 
 def _copy_runs(outcomes: list[SystemOutcome], folder: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ from typing import Any
 _EXPORTS = {
     "IndexConfig": "dotcat.index.config",
     "build_index": "dotcat.index.build",
-    "document_text": "dotcat.index.build",
+    "document_text": "dotcat.index.docstore",
     "DenseIndex": "dotcat.index.dense_index",
     "DocStore": "dotcat.index.docstore",
     "StoredDocument": "dotcat.index.docstore",

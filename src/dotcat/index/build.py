@@ -35,24 +35,17 @@ from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout, preflight
+from dotcat.index.bm25 import BM25Config, BM25Index
 from dotcat.index.chunks import ChunkStore, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
-from dotcat.index.docstore import DocStore
+from dotcat.index.distributed import encode_chunks_on_ray
+from dotcat.index.docstore import DocStore, document_text
+from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
-
-BM25_DIR = "bm25"
-
-
-def document_text(title: str, text: str) -> str:
-    """The text a document is encoded (and BM25-indexed) on: title, a space, body.
-
-    As BEIR and MTEB do for bi-encoders; an empty part is dropped.
-    """
-    return f"{title} {text}" if title and text else (title or text)
 
 
 def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
@@ -216,8 +209,6 @@ def _build(
         _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress)
     store = ChunkStore(tmp, n, encoder.dim, config.chunk_size)
     if config.ray is not None:
-        from dotcat.index.distributed import encode_chunks_on_ray
-
         encode_chunks_on_ray(
             corpus.given, rows, requested, store, config.ray, config.ray_workers, show_progress,
             options=corpus.options,
@@ -345,7 +336,6 @@ def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:
 
 def _build_bm25(dataset, rows: tuple[int, int], out: Path, show_progress: bool) -> None:
     """The BM25 side index over the same documents, in doc-store order."""
-    from dotcat.search.bm25 import BM25Config, BM25Index
 
     def documents() -> Iterator[dict[str, str]]:
         for _, batch in iter_row_batches(dataset, *rows, batch_size=10_000):
@@ -356,6 +346,4 @@ def _build_bm25(dataset, rows: tuple[int, int], out: Path, show_progress: bool) 
 
 
 def _bm25_entry(out: Path, n: int) -> dict[str, Any]:
-    from dotcat.search.bm25 import BM25Config
-
     return {"dir": out.name, "config": BM25Config().to_dict(), "documents": n}

@@ -33,9 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from dotcat.data import default_cache_dir, load_corpus
+from dotcat.data.corpus import iter_row_batches
 from dotcat.errors import DotcatError, first_line
 from dotcat.index.chunks import ChunkStore
-from dotcat.models import EncoderConfig
+from dotcat.index.docstore import document_text
+from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -90,7 +93,7 @@ def encode_chunks_on_ray(
 
 def _import_ray() -> Any:
     """The ``ray`` module with Ray Data, or a DotcatError saying how to install it."""
-    try:
+    try:  # an optional extra (dotcat[ray])
         import ray
         import ray.data  # noqa: F401
     except ImportError as exc:
@@ -286,8 +289,6 @@ def _cache_dir() -> str | None:
     actors on this machine reuse its Arrow copy), else each node's own default."""
     if not os.environ.get("DOTCAT_CACHE"):
         return None
-    from dotcat.data import default_cache_dir
-
     return str(default_cache_dir())
 
 
@@ -324,9 +325,6 @@ class _ChunkEncoder:
     def __init__(
         self, corpus: Any, encoder_config: EncoderConfig, cache_dir: str | None, options: Any = None
     ) -> None:
-        from dotcat.data import load_corpus
-        from dotcat.models import BiEncoder
-
         self.dataset = load_corpus(corpus, cache_dir=cache_dir, options=options)
         self.encoder = BiEncoder.load(encoder_config)
 
@@ -343,9 +341,6 @@ class _ChunkEncoder:
 
     def texts(self, start: int, stop: int) -> list[str]:
         """The texts of corpus rows ``[start, stop)``, streamed as the local build reads them."""
-        from dotcat.data.corpus import iter_row_batches
-        from dotcat.index.build import document_text
-
         texts: list[str] = []
         for _, batch in iter_row_batches(self.dataset, start, stop, batch_size=stop - start):
             texts += [

@@ -1,4 +1,5 @@
-"""The document store: SQLite table of (position, id, title, text).
+"""The document store: SQLite table of (position, id, title, text), and the text the models
+read of a document (:func:`document_text`).
 
 Position is the row's FAISS id (0-based, insertion order), so a FAISS hit maps to its
 document with one primary-key lookup and nothing else must be held in memory.
@@ -29,6 +30,14 @@ CREATE TABLE IF NOT EXISTS docs (
 """
 _COLUMNS = ["pos", "id", "title", "text"]
 _LOOKUP_CHUNK = 900  # stays under SQLite's default limit of host parameters per statement
+
+
+def document_text(title: str, text: str) -> str:
+    """The text a document is encoded (and BM25-indexed) on: title, a space, body.
+
+    As BEIR and MTEB do for bi-encoders; an empty part is dropped.
+    """
+    return f"{title} {text}" if title and text else (title or text)
 
 
 @dataclass(frozen=True)

@@ -265,12 +265,6 @@ def add_vectors(
                 bar.update(len(chunk))
 
 
-def in_blocks(vectors: np.ndarray, block: int = ADD_CHUNK) -> Iterator[np.ndarray]:
-    """An in-memory (or memory-mapped) array as blocks, for :func:`add_vectors`."""
-    for start in range(0, len(vectors), block):
-        yield vectors[start : start + block]
-
-
 def applicable_search_params(index: faiss.Index, params: dict[str, float]) -> dict[str, float]:
     """Keep the parameters this index understands (nprobe for IVF, efSearch for HNSW)."""
     base = faiss.downcast_index(index)

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in
 
@@ -47,6 +49,8 @@ logger = logging.getLogger(__name__)
 MANIFEST_NAME = "manifest.json"
 INDEX_NAME = "index.faiss"
 DOCSTORE_NAME = "docstore.sqlite"
+#: The BM25 side index (:mod:`dotcat.index.bm25`), a directory, when the index has one.
+BM25_DIR = "bm25"
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
@@ -177,8 +181,7 @@ def _still_at(fd: int, path: Path) -> bool:
 
 @contextmanager
 def _filelock(path: Path, wait: float) -> Iterator[bool]:
-    from filelock import FileLock, Timeout
-
+    """``filelock``'s lock where ``flock`` is missing; yields whether it was taken in time."""
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=wait)

@@ -28,13 +28,16 @@ from typing import Any
 
 import faiss
 import numpy as np
+from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
+from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.config import MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
     DOCSTORE_NAME,
     ENCODER_KEYS,
@@ -272,37 +275,8 @@ def merge_indexes(
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
             bm25_entry = _bm25_from_docstore(tmp, n, show_progress) if with_bm25 else None
-            index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
-            first = manifests[0]
-            manifest = Manifest(
-                encoder=first.encoder,
-                faiss={
-                    "spec": spec,
-                    "metric": "inner_product",
-                    "ntotal": int(index.ntotal),
-                    "search_params": faiss_index.applicable_search_params(
-                        index, dict(faiss_index.DEFAULT_SEARCH_PARAMS)
-                    ),
-                    "built_on": "cpu",
-                    "on_disk": stored_on_disk,
-                },
-                documents={
-                    "count": n,
-                    "merged_from": [
-                        {"dir": str(p.resolve()), "documents": c, "shard": m.shard}
-                        for p, c, m in zip(paths, counts, manifests, strict=True)
-                    ],
-                },
-                corpus=first.corpus if all(m.shard for m in manifests) else {"merged": True},
-                dotcat_version=__version__,
-                created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                files={
-                    "index": INDEX_NAME,
-                    "docstore": DOCSTORE_NAME,
-                    **({"ivfdata": IVFDATA_NAME} if stored_on_disk else {}),
-                },
-                bm25=bm25_entry,
-            )
+            merged = list(zip(paths, counts, manifests, strict=True))
+            manifest = _merged_manifest(tmp, spec, merged, stored_on_disk, bm25_entry)
             manifest.write(tmp)
             layout.swap_into_place(tmp, out)
         except BaseException:
@@ -310,6 +284,47 @@ def merge_indexes(
             raise
     logger.info("merged %d shards (%d documents) into %s (%s)", len(paths), n, out, spec)
     return manifest
+
+
+def _merged_manifest(
+    tmp: Path,
+    spec: str,
+    merged: list[tuple[Path, int, Manifest]],
+    on_disk: bool,
+    bm25: dict[str, Any] | None,
+) -> Manifest:
+    """The merged index's manifest: the shards' encoder, the FAISS index written in ``tmp``,
+    the shards it came from (``(dir, documents, manifest)`` in shard order)."""
+    index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    first = merged[0][2]
+    return Manifest(
+        encoder=first.encoder,
+        faiss={
+            "spec": spec,
+            "metric": "inner_product",
+            "ntotal": int(index.ntotal),
+            "search_params": faiss_index.applicable_search_params(
+                index, dict(faiss_index.DEFAULT_SEARCH_PARAMS)
+            ),
+            "built_on": "cpu",
+            "on_disk": on_disk,
+        },
+        documents={
+            "count": sum(c for _, c, _ in merged),
+            "merged_from": [
+                {"dir": str(p.resolve()), "documents": c, "shard": m.shard} for p, c, m in merged
+            ],
+        },
+        corpus=first.corpus if all(m.shard for _, _, m in merged) else {"merged": True},
+        dotcat_version=__version__,
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        files={
+            "index": INDEX_NAME,
+            "docstore": DOCSTORE_NAME,
+            **({"ivfdata": IVFDATA_NAME} if on_disk else {}),
+        },
+        bm25=bm25,
+    )
 
 
 def _vectors_of(path: Path, manifest: Manifest, dim: int):
@@ -416,8 +431,6 @@ def _available_memory() -> int | None:
 def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progress: bool) -> None:
     """Each shard's lists written on their own (only one shard in memory at a time), then
     merged into one ``index.ivfdata`` by FAISS (``faiss.contrib.ondisk.merge_ondisk``)."""
-    from faiss.contrib.ondisk import merge_ondisk
-
     parts = Path(tempfile.mkdtemp(prefix=".lists-", dir=tmp))
     try:
         names, offset = [], 0
@@ -439,21 +452,6 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
 
 def _bm25_from_docstore(tmp: Path, n: int, show_progress: bool) -> dict[str, Any]:
     """BM25 over the merged documents (BM25's statistics are global: never merged)."""
-    from dotcat.index.build import BM25_DIR
-    from dotcat.search.bm25 import BM25Config, BM25Index
-
-    store = DocStore(tmp / DOCSTORE_NAME)
-
-    def documents() -> Iterator[dict[str, str]]:
-        for rows in store.iter_rows():
-            for _, doc_id, title, text in rows:
-                yield {"id": doc_id, "title": title, "text": text}
-
-    try:
-        config = BM25Config()
-        BM25Index.build(documents(), config=config, show_progress=show_progress).save(
-            tmp / BM25_DIR
-        )
-    finally:
-        store.close()
+    config = BM25Config()
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress).save(tmp / BM25_DIR)
     return {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}

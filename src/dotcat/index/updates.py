@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +35,12 @@ from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.index import layout
-from dotcat.index.build import BM25_DIR, document_text
-from dotcat.index.docstore import DocStore
-from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
+from dotcat.index.bm25 import BM25Config, build_from_docstore
+from dotcat.index.docstore import DocStore, document_text
+from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.layout import BM25_DIR
+from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest, check_encoder
+from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -248,10 +251,6 @@ def _add(
     show_progress: bool,
 ) -> None:
     """Encode the dataset's documents with the index's encoder; positions from ``first``."""
-    from dotcat.index.manifest import check_encoder
-    from dotcat.models import BiEncoder
-    from dotcat.search.retriever import encoder_config_from_manifest
-
     if len(dataset) == 0:
         return
     config = encoder_config_from_manifest(manifest.encoder, None, device, precision)
@@ -286,21 +285,9 @@ def _finish(tmp: Path, manifest: Manifest, index: faiss.Index, next_pos: int) ->
 
 
 def _rebuild_bm25(tmp: Path, manifest: Manifest) -> None:
-    from dotcat.search.bm25 import BM25Config, BM25Index
-
-    store = DocStore(tmp / DOCSTORE_NAME)
-
-    def documents() -> Iterator[dict[str, str]]:
-        for rows in store.iter_rows():
-            for _, doc_id, title, text in rows:
-                yield {"id": doc_id, "title": title, "text": text}
-
-    try:
-        config = BM25Config(**manifest.bm25["config"])
-        shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
-        BM25Index.build(documents(), config=config, show_progress=False).save(tmp / BM25_DIR)
-    finally:
-        store.close()
+    config = BM25Config(**manifest.bm25["config"])
+    shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False).save(tmp / BM25_DIR)
     manifest.bm25["documents"] = manifest.documents["count"]
 
 

@@ -51,6 +51,7 @@ from dotcat.models.batching import (
     run_jobs,
 )
 from dotcat.models.config import EncoderConfig
+from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
@@ -59,12 +60,11 @@ from dotcat.models.runtime import (
     choose_precision,
     configure_threads,
     free_threads,
-    int8_backend,
     precision_name,
     resolve_device,
     store_linear_weights,
 )
-from dotcat.models.st_config import read_st_settings
+from dotcat.models.st_config import StSettings, read_st_settings
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -153,6 +153,7 @@ class BiEncoder:
             DotcatError: unresolvable model, unsupported pooling/similarity/modules, or a
                 max_length beyond the model's position embeddings.
         """
+        # transformers takes ~1 s to import; BM25-only search and index checks load no model.
         from transformers import AutoModel, AutoTokenizer
 
         config = config or EncoderConfig()
@@ -160,13 +161,7 @@ class BiEncoder:
         path = resolve_model(config.model)
         st = read_st_settings(path)
         read_model_config(path, st.transformer_dir)
-
-        pooling = config.pooling or st.pooling
-        if pooling is None:
-            if st.pooling_error:
-                raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
-            pooling = "cls"
-        similarity = config.similarity or st.similarity or "dot"
+        pooling, similarity = _pooling_and_similarity(config, st)
 
         device = resolve_device(config.device)
         if device.type == "cpu":
@@ -184,12 +179,6 @@ class BiEncoder:
             raise DotcatError(
                 f"max_length {max_length} is outside 2..{positions} (the model's positions)"
             )
-        query_prefix = config.query_prefix
-        if query_prefix is None:
-            query_prefix = st.query_prompt or ""
-        document_prefix = config.document_prefix
-        if document_prefix is None:
-            document_prefix = st.document_prompt or ""
         encoder = cls(
             config,
             path,
@@ -200,8 +189,8 @@ class BiEncoder:
             max_length=int(max_length),
             fingerprint=weights_fingerprint(path),
             device=device,
-            query_prefix=query_prefix,
-            document_prefix=document_prefix,
+            query_prefix=_or_default(config.query_prefix, st.query_prompt),
+            document_prefix=_or_default(config.document_prefix, st.document_prompt),
             lowercase=st.lowercase,
         )
         if encoder.int8:
@@ -395,15 +384,9 @@ class BiEncoder:
     def _int8_runner(self, weights_dir: Path) -> Any:
         """The int8 runner of the transformer weights, on the runtime ``config.backend``
         resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
-        if int8_backend("encoder", self.config.backend) == "openvino":
-            from dotcat.models import openvino_backend
-
-            return openvino_backend.int8_runner(
-                weights_dir, "encoder", self.fingerprint, self._workers()
-            )
-        from dotcat.models.onnx_backend import int8_runner
-
-        return int8_runner(weights_dir, "encoder", self.fingerprint)
+        return int8_runner(
+            weights_dir, "encoder", self.fingerprint, self.config.backend, self._workers()
+        )
 
     def _is_small(self, tokens: int) -> bool:
         """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""
@@ -412,6 +395,23 @@ class BiEncoder:
     def _workers(self) -> int:
         """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
         return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
+
+
+def _pooling_and_similarity(config: EncoderConfig, st: StSettings) -> tuple[str, str]:
+    """The config's pooling and similarity (checked by :meth:`EncoderConfig.validate`), else
+    the model's sentence-transformers files' (:mod:`.st_config` reads only those it supports),
+    else ``cls`` and ``dot`` (DPR's)."""
+    pooling = config.pooling or st.pooling
+    if pooling is None:
+        if st.pooling_error:
+            raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
+        pooling = "cls"
+    return pooling, config.similarity or st.similarity or "dot"
+
+
+def _or_default(prefix: str | None, prompt: str | None) -> str:
+    """A prefix given in the config (``""``: none), else the model's recorded prompt."""
+    return (prompt or "") if prefix is None else prefix
 
 
 def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:

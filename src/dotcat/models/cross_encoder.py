@@ -39,13 +39,13 @@ from dotcat.models.batching import (
     run_jobs,
 )
 from dotcat.models.config import CrossEncoderConfig
+from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
     choose_precision,
     configure_threads,
-    int8_backend,
     precision_name,
     quiet_transformers,
     resolve_device,
@@ -183,6 +183,7 @@ class CrossEncoder:
             DotcatError: unresolvable or unloadable model, a multi-label head, or a max_length
                 beyond the model's position embeddings.
         """
+        # transformers takes ~1 s to import; a search without re-ranking loads no cross-encoder.
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         config = config or CrossEncoderConfig()
@@ -414,15 +415,9 @@ class CrossEncoder:
 
     def _int8_runner(self) -> Any:
         """The int8 runner of the saved weights, on the runtime ``config.backend`` resolves to."""
-        if int8_backend("cross-encoder", self.config.backend) == "openvino":
-            from dotcat.models import openvino_backend
-
-            return openvino_backend.int8_runner(
-                self.path, "cross-encoder", self.fingerprint, self._workers()
-            )
-        from dotcat.models.onnx_backend import int8_runner
-
-        return int8_runner(self.path, "cross-encoder", self.fingerprint)
+        return int8_runner(
+            self.path, "cross-encoder", self.fingerprint, self.config.backend, self._workers()
+        )
 
     def _tokenize_unique(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`tokenize` each distinct text once (a run repeats its query per document)."""

@@ -28,32 +28,30 @@ inside the directory that holds the transformer's weights::
 
 An export is never silently stale: each file records the sha256 of the weights it came from,
 and a file whose record does not match is exported again. ``dotcat export`` writes beside the
-weights; an export made on first use goes to ``$DOTCAT_CACHE/onnx/<fingerprint>/`` (a model's
-own directory, perhaps a packaged or shared one, is not written behind the user's back).
+weights; an export made on first use goes to ``$DOTCAT_CACHE/onnx/<fingerprint>/``
+(:mod:`dotcat.models.export_files`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
+import torch
 
-from dotcat.cache import cache_root
 from dotcat.errors import DotcatError
-from dotcat.files import write_json
+from dotcat.models import export_files
+from dotcat.models.export_files import atomic_file, quiet_export, record, recorded
+from dotcat.models.runtime import cpu_flags, quiet_transformers
 
 logger = logging.getLogger(__name__)
 
 ONNX_DIR = "onnx"
-EXPORT_RECORD = "dotcat_export.json"
 OPSET = 17
 #: What each kind of model outputs (Optimum's names: ``ORTModelForFeatureExtraction`` reads
 #: ``last_hidden_state``, ``ORTModelForSequenceClassification`` reads ``logits``).
@@ -71,8 +69,6 @@ DEFAULT_KEEP_FP32 = "none"
 def int8_variant(flags: frozenset[str] | None = None) -> str:
     """``avx512_vnni`` where the CPU has VNNI (AVX-512 or AVX-VNNI), else ``avx2``."""
     if flags is None:
-        from dotcat.models.runtime import cpu_flags
-
         flags = cpu_flags()
     return "avx512_vnni" if flags & {"avx512_vnni", "avx_vnni"} else "avx2"
 
@@ -106,7 +102,7 @@ def find_or_export(
     name = export_name(precision, variant)
     recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
-    found = current_export(homes, name, recipe)
+    found = export_files.current_export(homes, name, recipe)
     if found is not None:
         return found
     return export(
@@ -114,68 +110,9 @@ def find_or_export(
     )
 
 
-def current_export(homes: list[Path], name: str, recipe: dict, *companions: str) -> Path | None:
-    """``home/name`` in the first of ``homes`` whose record for ``name`` is ``recipe`` and that
-    holds the file (and its ``companions``, suffixes such as ``.bin``); None if none does,
-    with a warning when a file is there under another recipe (stale: other weights)."""
-    for home in homes:
-        path = home / name
-        files = [path, *(path.with_suffix(suffix) for suffix in companions)]
-        if recorded(home, name) == recipe and all(f.is_file() for f in files):
-            return path
-    stale = [str(h / name) for h in homes if (h / name).is_file()]
-    if stale:
-        logger.warning("export %s is stale (other weights or recipe): exporting again", stale[0])
-    return None
-
-
-def export_model(
-    model: str,
-    precision: str = "int8",
-    *,
-    keep_fp32: str = DEFAULT_KEEP_FP32,
-    variant: str | None = None,
-    backend: str = "auto",
-) -> tuple[str, Path]:
-    """``dotcat export``: export a local model beside its weights; returns (kind, file).
-
-    The kind follows the model: a single-logit ``*ForSequenceClassification`` is a
-    cross-encoder (sentence-transformers' ``CrossEncoder``), anything else an encoder whose
-    transformer directory receives ``onnx/`` (where ``SentenceTransformer`` looks). int8 is
-    exported for the runtime ``backend`` resolves to for that kind
-    (:func:`dotcat.models.runtime.int8_backend`): OpenVINO's goes to ``openvino/``.
-    """
-    from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-    from dotcat.models.runtime import int8_backend
-    from dotcat.models.st_config import read_st_settings
-
-    path = resolve_model(model)
-    transformer_dir = read_st_settings(path).transformer_dir
-    config = read_model_config(path, transformer_dir)
-    architectures = config.get("architectures") or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        kind, weights_dir = "cross-encoder", path
-        if len(config.get("id2label") or {"0": "LABEL_0"}) != 1:
-            raise DotcatError(f"{path} is a classifier with several labels, not a re-ranker")
-    else:
-        kind, weights_dir = "encoder", transformer_dir
-    fingerprint = weights_fingerprint(path)
-    home = weights_dir / ONNX_DIR
-    if not os.access(weights_dir, os.W_OK):
-        raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
-    if precision == "int8" and int8_backend(kind, backend) == "openvino":
-        from dotcat.models import openvino_backend as ov
-
-        return kind, ov.export(weights_dir, kind, weights_dir / ov.OPENVINO_DIR, fingerprint)
-    return kind, export(
-        weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
-    )
-
-
-def cache_home(fingerprint: str, directory: str = ONNX_DIR) -> Path:
-    """Where exports made on first use are cached: ``$DOTCAT_CACHE/<directory>/<fingerprint>``
-    (``onnx/``; OpenVINO's in ``openvino/``)."""
-    return cache_root() / directory / fingerprint[:32]
+def cache_home(fingerprint: str) -> Path:
+    """Where ONNX exports made on first use are cached: ``$DOTCAT_CACHE/onnx/<fingerprint>``."""
+    return export_files.cache_home(ONNX_DIR, fingerprint)
 
 
 def export(
@@ -206,14 +143,14 @@ def export(
     fp32_recipe = _recipe(kind, "fp32", variant, keep_fp32, fingerprint)
     if not (fp32.is_file() and recorded(home, fp32.name) == fp32_recipe):
         logger.info("exporting %s to ONNX: %s", weights_dir, fp32)
-        with _atomic(fp32) as tmp:
+        with atomic_file(fp32) as tmp:
             _export_fp32(weights_dir, kind, tmp)
         record(home, fp32.name, fp32_recipe)
     if precision == "fp32":
         return fp32
     target = home / name
     logger.info("quantising %s to int8 (%s, fp32 kept: %s): %s", fp32, variant, keep_fp32, target)
-    with _atomic(target) as tmp:
+    with atomic_file(target) as tmp:
         _quantize(fp32, tmp, reduce_range=variant != "avx512_vnni", keep_fp32=keep_fp32)
     record(home, name, _recipe(kind, precision, variant, keep_fp32, fingerprint))
     return target
@@ -234,8 +171,6 @@ class OnnxRunner:
     """
 
     def __init__(self, path: Path) -> None:
-        import onnxruntime as ort
-
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -301,44 +236,9 @@ def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint
     return recipe
 
 
-def _records(home: Path) -> dict:
-    """``onnx/dotcat_export.json``: file name -> recipe (empty when missing or unreadable)."""
-    try:
-        records = json.loads((home / EXPORT_RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return records if isinstance(records, dict) else {}
-
-
-def recorded(home: Path, name: str) -> dict | None:
-    return _records(home).get(name)
-
-
-def record(home: Path, name: str, recipe: dict) -> None:
-    write_json(home / EXPORT_RECORD, _records(home) | {name: recipe})
-
-
-@contextlib.contextmanager
-def _atomic(path: Path):
-    """A temporary path beside ``path``, renamed onto it if the block succeeds."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not for models
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
 def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
-    import torch
+    # transformers takes ~1 s to import; only an export (not a runner) needs it.
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
-
-    from dotcat.models.runtime import quiet_transformers
 
     auto = AutoModel if kind == "encoder" else AutoModelForSequenceClassification
     with quiet_transformers():
@@ -378,6 +278,7 @@ def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
 
 
 def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> None:
+    # onnx and ONNX Runtime's quantiser take ~0.4 s to import; only an int8 export needs them.
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -397,19 +298,3 @@ def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> No
             weight_type=QuantType.QInt8,
             nodes_to_exclude=excluded,
         )
-
-
-@contextlib.contextmanager
-def quiet_export():
-    """The exporter's and quantiser's warnings (tracer, pre-processing advice) are noise here."""
-    import warnings
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # onnxruntime.quantization logs its advice on the root logger
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        root.setLevel(level)

@@ -27,7 +27,6 @@ writes beside the weights and a first use exports into ``$DOTCAT_CACHE/openvino/
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import tempfile
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from dotcat.errors import DotcatError, first_line
-from dotcat.models import onnx_backend
+from dotcat.models import export_files, onnx_backend, runtime
 from dotcat.progress import quiet_logger
 
 logger = logging.getLogger(__name__)
@@ -53,21 +52,16 @@ GROUP_SIZE = 128
 UNCOMPRESSED = (r".*classifier.*", r".*pooler.*")
 
 
-def available() -> bool:
-    """Whether OpenVINO and NNCF (its weight compression) are installed."""
-    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
-
-
 def cache_home(fingerprint: str) -> Path:
     """Where exports made on first use are cached: ``$DOTCAT_CACHE/openvino/<fingerprint>``."""
-    return onnx_backend.cache_home(fingerprint, OPENVINO_DIR)
+    return export_files.cache_home(OPENVINO_DIR, fingerprint)
 
 
 def find_or_export(weights_dir: Path, kind: str, fingerprint: str) -> Path:
     """The current int8 OpenVINO export of the model in ``weights_dir``, made first if missing
     or stale (looked for beside the weights, then in the cache; made in the cache)."""
     homes = [weights_dir / OPENVINO_DIR, cache_home(fingerprint)]
-    found = onnx_backend.current_export(homes, INT8_NAME, _recipe(kind, fingerprint), ".bin")
+    found = export_files.current_export(homes, INT8_NAME, _recipe(kind, fingerprint), ".bin")
     return found if found is not None else export(weights_dir, kind, homes[1], fingerprint)
 
 
@@ -79,6 +73,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
     record last: a crash leaves either the old export or one whose record does not match.
     """
     _require()
+    # OpenVINO and NNCF are an optional extra (dotcat[openvino]); NNCF takes ~4 s to import.
     import nncf
     import openvino as ov
 
@@ -86,7 +81,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     target = home / INT8_NAME
     logger.info("compressing %s to int8 weights for OpenVINO: %s", fp32, target)
-    with onnx_backend.quiet_export(), _quiet_nncf():
+    with export_files.quiet_export(), _quiet_nncf():
         model = ov.Core().read_model(fp32)
         compressed = nncf.compress_weights(
             model,
@@ -97,7 +92,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
         ov.save_model(compressed, Path(tmp) / INT8_NAME, compress_to_fp16=False)
         os.replace(Path(tmp) / target.with_suffix(".bin").name, target.with_suffix(".bin"))
         os.replace(Path(tmp) / INT8_NAME, target)
-    onnx_backend.record(home, INT8_NAME, _recipe(kind, fingerprint))
+    export_files.record(home, INT8_NAME, _recipe(kind, fingerprint))
     return target
 
 
@@ -130,14 +125,12 @@ class OpenVinoRunner:
     backend = "openvino"
 
     def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
-        import openvino as ov
-
-        from dotcat.models.runtime import detect_native_bf16
+        import openvino as ov  # an optional extra (dotcat[openvino])
 
         workers = max(1, int(workers))
         config = {
             # The hardware decides, not DOTCAT_NATIVE_BF16: OpenVINO has no bf16 emulation.
-            "INFERENCE_PRECISION_HINT": "bf16" if detect_native_bf16() else "f32",
+            "INFERENCE_PRECISION_HINT": "bf16" if runtime.detect_native_bf16() else "f32",
             "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(group_size),
             "NUM_STREAMS": "1",  # see the class docstring: several streams can be wrong
             "INFERENCE_NUM_THREADS": str(workers),
@@ -186,7 +179,7 @@ def _quiet_nncf():
 
 
 def _require() -> None:
-    if not available():
+    if not runtime.openvino_installed():
         raise DotcatError(
             "the OpenVINO int8 path needs the packages openvino and nncf "
             "(pip install 'dotcat[openvino]')"

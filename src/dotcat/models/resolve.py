@@ -24,6 +24,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
+
+from dotcat.cache import cache_root
 from dotcat.errors import DotcatError
 from dotcat.models.st_config import read_st_settings
 
@@ -131,16 +134,13 @@ def _packaged_dir(name: str, packaged: PackagedModel) -> Path | None:
 def _snapshot(name: str, raw: str) -> Path:
     """Download (or find in the local cache) a hub model with ``snapshot_download``."""
     try:
-        from huggingface_hub import snapshot_download
-
-        local = Path(snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
+        local = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
         if not _weight_files(local):
             # Older repositories hold only PyTorch pickles; fetch them for loading with torch.
-            local = Path(snapshot_download(repo_id=name, allow_patterns=[*_HUB_PATTERNS, "*.bin"]))
+            patterns = [*_HUB_PATTERNS, "*.bin"]
+            local = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=patterns))
     except Exception as e:  # any hub failure (network, offline, unknown, gated) -> one message
-        from huggingface_hub import constants
-
-        offline = bool(constants.HF_HUB_OFFLINE)
+        offline = bool(huggingface_hub.constants.HF_HUB_OFFLINE)
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else str(e)
         why = why.strip().splitlines()[0] if why.strip() else type(e).__name__
         raise DotcatError(
@@ -308,8 +308,6 @@ def _hash_file(path: Path) -> str:
 
 
 def _cache_dir() -> Path:
-    from dotcat.cache import cache_root
-
     return cache_root()
 
 

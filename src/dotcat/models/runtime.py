@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import platform
@@ -182,10 +183,13 @@ def auto_precision(kind: str, device: torch.device) -> str:
 def backend_installed(backend: str) -> bool:
     """Whether an int8 runtime's packages are installed (OpenVINO is an optional extra)."""
     if backend == "openvino":
-        from dotcat.models import openvino_backend
-
-        return openvino_backend.available()
+        return openvino_installed()
     return True  # onnxruntime is a dependency
+
+
+def openvino_installed() -> bool:
+    """Whether OpenVINO and NNCF (its weight compression) are installed: ``dotcat[openvino]``."""
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
 
 
 def int8_backend(kind: str, backend: str = "auto") -> str:
@@ -321,6 +325,7 @@ def quiet_transformers():
     the terminal of every ``dotcat`` command; dotcat's own bars cover the long work. The
     previous setting is restored afterwards (a user's own transformers use is left alone).
     """
+    # transformers takes ~1 s to import; this module is imported where no model loads.
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()

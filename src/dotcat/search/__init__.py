@@ -1,1 +1,2 @@
-"""Query-time search: BM25 (:mod:`dotcat.search.bm25`) and dense retrieval over an index."""
+"""Query-time search: first stages over an index (dense, BM25, hybrid), BERT_CAT re-ranking,
+the pipeline that chains them (:mod:`dotcat.search.pipeline`), and one-off BM25 over a corpus."""

@@ -34,17 +34,21 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dotcat.data.corpus import Document
+from dotcat.data.pseudo import PseudoQueries, pseudo_queries, write_pseudo_dataset
 from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
+from dotcat.evaluation import evaluate
+from dotcat.evaluation.significance import ttest_pvalue
+from dotcat.index import IndexConfig, build_index
+from dotcat.index.manifest import update_manifest
 from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
-
-if TYPE_CHECKING:
-    from dotcat.data.pseudo import PseudoQueries
-    from dotcat.search.pipeline import SearchPipeline
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.reranker import fuse, score_candidates
+from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +121,6 @@ def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, floa
     where a paired t-test over the queries says it beats weight 0 (the first stage alone) at p <
     :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted: with flat
     curves the best weight is noise (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``)."""
-    from scipy.stats import ttest_rel
-
     means = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
     best = choose_alpha(means)
     if best == 0.0:
@@ -126,8 +128,7 @@ def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, floa
     queries = sorted(per_query[0.0])
     chosen = [per_query[best][q] for q in queries]
     first = [per_query[0.0][q] for q in queries]
-    # Identical per-query scores: no evidence either way (scipy's t-test would give NaN).
-    p = 1.0 if chosen == first else float(ttest_rel(chosen, first).pvalue)
+    _, p = ttest_pvalue(first, chosen)  # identical scores: p = 1, no evidence either way
     return (best if p < SIGNIFICANCE else 0.0), best, p
 
 
@@ -136,10 +137,6 @@ def pseudo_first_stage(
 ):
     """The pipeline's first stage over an index of the pseudo corpus (built in ``work`` with
     the pipeline's encoder, BM25 when the pipeline has it, and its fusion)."""
-    from dotcat.data.pseudo import write_pseudo_dataset
-    from dotcat.index import IndexConfig, build_index
-    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
-
     data = write_pseudo_dataset(pseudo, work / "data")
     index_dir = work / "index"
     # The loaded query encoder encodes the documents too: same weights, precision, runtime.
@@ -183,10 +180,6 @@ def calibrate_reranker(
     Raises:
         DotcatError: no cross-encoder, or fewer than :data:`MIN_QUERIES` pseudo-queries.
     """
-    from dotcat.data.pseudo import pseudo_queries
-    from dotcat.evaluation import evaluate
-    from dotcat.search.reranker import fuse, score_candidates
-
     CalibrationConfig(queries=queries, documents=max_documents, seed=seed).validate()
     reranker = pipeline.reranker
     if reranker is None:
@@ -215,13 +208,7 @@ def calibrate_reranker(
         show_progress=show_progress,
     )
     qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
-    per_query = {
-        a: {
-            q: v[MEASURE]
-            for q, v in evaluate(fuse(candidates, a), qrels, measures=[MEASURE]).per_query.items()
-        }
-        for a in WEIGHTS
-    }
+    per_query = {a: _per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
     scores = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
     alpha, best, p = guarded_alpha(per_query)
     ce = reranker.cross_encoder
@@ -247,10 +234,15 @@ def calibrate_reranker(
     )
 
 
+def _per_query(run: Run, qrels: Qrels) -> dict[str, float]:
+    """qid -> :data:`MEASURE` of ``run``."""
+    report = evaluate(run, qrels, measures=[MEASURE])
+    return {q: values[MEASURE] for q, values in report.per_query.items()}
+
+
 def record_corpus_weight(index_dir: str | Path, weight: CorpusWeight) -> None:
     """Add ``weight`` to the index manifest's ``rerank`` entries (keyed by the cross-encoder's
     fingerprint; a new calibration of the same model replaces the old one), atomically."""
-    from dotcat.index.manifest import update_manifest
 
     def add(manifest) -> None:
         manifest.rerank = {**(manifest.rerank or {}), weight.fingerprint: weight.to_json()}

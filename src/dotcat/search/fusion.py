@@ -29,11 +29,10 @@ from dataclasses import asdict, dataclass, field
 
 from dotcat import options
 from dotcat.errors import DotcatError
+from dotcat.evaluation import evaluate
+from dotcat.types import Qrels, Ranking, Run
 
 logger = logging.getLogger(__name__)
-
-Ranking = Sequence[tuple[str, float]]
-Run = dict[str, list[tuple[str, float]]]
 
 #: The fusion methods (:data:`dotcat.options.FUSIONS` less ``auto``: the index's choice).
 FUSIONS = tuple(method for method in options.FUSIONS if method != "auto")
@@ -123,7 +122,7 @@ def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[st
 def choose_fusion(
     dense: Mapping[str, Ranking],
     bm25: Mapping[str, Ranking],
-    qrels: Mapping[str, Mapping[str, int]],
+    qrels: Qrels,
     source: str,
 ) -> Fusion:
     """The fusion with the best dev nDCG@10: RRF or linear with a weight in :data:`WEIGHTS`.
@@ -131,7 +130,6 @@ def choose_fusion(
     Ties go to RRF (no tuned parameter to carry to other data), then to the weight nearest
     0.5. The dev scores of every candidate are kept in the returned ``Fusion.dev``.
     """
-    from dotcat.evaluation import evaluate
 
     def score(fusion: Fusion) -> float:
         report = evaluate(fusion.fuse_runs(dense, bm25), qrels, measures=[DEV_MEASURE])

@@ -32,16 +32,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dotcat.data.splits import find_dev_split
 from dotcat.errors import DotcatError
+from dotcat.files import read_json_or_none
 from dotcat.index import build_index, document_text
+from dotcat.index.bm25 import BM25Index
 from dotcat.index.config import IndexConfig
+from dotcat.index.manifest import update_manifest
 from dotcat.index.shards import open_index
 from dotcat.models.config import EncoderConfig
+from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.resolve import check_model
+from dotcat.models.runtime import store_linear_weights
 from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
 from dotcat.search.config import PipelineConfig, check_pipeline, parse_interpolate
-from dotcat.search.fusion import Fusion
+from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
+from dotcat.search.reranker import rerank
 from dotcat.search.retriever import DenseRetriever
+from dotcat.types import Run
 
 __all__ = [
     "FIRST_STAGES",
@@ -55,8 +64,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-Run = dict[str, list[tuple[str, float]]]
 
 
 def _corpus_alpha(weights: Mapping[str, Any] | None, fingerprint: str) -> float | None:
@@ -121,10 +128,6 @@ class Reranker:
         batch_size: int = 32,
         corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Reranker:
-        from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-        from dotcat.models.resolve import check_model
-        from dotcat.models.runtime import store_linear_weights
-
         # Refused before loading: a bi-encoder would get an untrained head (and transformers
         # would print its load report first).
         check_model(model, cross_encoder=True)
@@ -149,8 +152,6 @@ class Reranker:
         At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
         corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
         """
-        from dotcat.search.reranker import rerank
-
         if self.alpha == 0.0:
             return {q: list(docs) for q, docs in run.items()}
 
@@ -231,8 +232,6 @@ class SearchPipeline:
         out of domain that weight made re-ranking worse than the first stage it re-ranks
         (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``); ``dotcat calibrate`` chooses one
         for it."""
-        from dotcat.files import read_json_or_none
-
         reranker = self.reranker
         if reranker.alpha_source != "dev-chosen":
             return
@@ -253,8 +252,6 @@ class SearchPipeline:
         entry = self.manifest.bm25
         if not entry:
             return None
-        from dotcat.search.bm25 import BM25Index
-
         bm25 = BM25Index.load(self.index_dir / entry["dir"], mmap=True)
         if len(bm25) != len(self.index):
             raise DotcatError(
@@ -471,10 +468,6 @@ def tune_fusion(
         The recorded fusion, or None when the data has no dev queries (RRF stays the
         default) or the index has no BM25 side.
     """
-    from dotcat.data.splits import find_dev_split
-    from dotcat.index.manifest import update_manifest
-    from dotcat.search.fusion import choose_fusion
-
     dev = find_dev_split(data)
     if dev is None:
         return None

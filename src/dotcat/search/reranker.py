@@ -18,20 +18,19 @@ the plain cross-encoder (dotcat's default), chosen on the dev split by ``dotcat 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from dotcat.data.corpus import document_fields
 from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
 from dotcat.models.cross_encoder import CrossEncoder
+from dotcat.types import Run, RunLike
 
 logger = logging.getLogger(__name__)
-
-RankedRun = dict[str, list[tuple[str, float]]]
-AnyRun = Mapping[str, Sequence[tuple[str, float]] | Mapping[str, float]]
 
 
 @dataclass
@@ -74,8 +73,6 @@ def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
                 if doc_id in ids:
                     texts[doc_id] = document_text(title or "", text or "")
         return texts
-    from dotcat.data.corpus import document_fields
-
     for n, doc in enumerate(corpus, start=1):
         doc_id, title, text = document_fields(doc, n)
         if doc_id in ids:
@@ -84,7 +81,7 @@ def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
 
 
 def score_candidates(
-    run: AnyRun,
+    run: RunLike,
     queries: Mapping[str, str],
     doc_texts: Mapping[str, str],
     cross_encoder: CrossEncoder,
@@ -145,7 +142,7 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     return (scores - low) / (high - low) if high > low else np.zeros_like(scores)
 
 
-def fuse(candidates: Mapping[str, Candidates], alpha: float = 1.0) -> RankedRun:
+def fuse(candidates: Mapping[str, Candidates], alpha: float = 1.0) -> Run:
     """The re-ranked run: the head by ``alpha * norm(cat) + (1 - alpha) * norm(first)``.
 
     alpha = 1 orders the head by the raw logits (their values are the run's scores). The tail
@@ -153,7 +150,7 @@ def fuse(candidates: Mapping[str, Candidates], alpha: float = 1.0) -> RankedRun:
     """
     if not 0.0 <= alpha <= 1.0:
         raise DotcatError(f"interpolation weight must be in [0, 1], got {alpha}")
-    out: RankedRun = {}
+    out: Run = {}
     for qid, c in candidates.items():
         head = len(c.cat)
         if alpha == 1.0:
@@ -170,7 +167,7 @@ def fuse(candidates: Mapping[str, Candidates], alpha: float = 1.0) -> RankedRun:
 
 
 def rerank(
-    run: AnyRun,
+    run: RunLike,
     queries: Mapping[str, str],
     doc_texts: Mapping[str, str],
     cross_encoder: CrossEncoder,
@@ -178,7 +175,7 @@ def rerank(
     alpha: float = 1.0,
     *,
     show_progress: bool = False,
-) -> RankedRun:
+) -> Run:
     """Re-rank each query's top-``depth`` (:func:`score_candidates` then :func:`fuse`)."""
     cross_encoder.require_trained()
     candidates = score_candidates(

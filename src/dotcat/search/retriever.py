@@ -1,6 +1,7 @@
 """Dense retrieval at query time: encode the query with the index's own encoder, FAISS top-k.
 
-The encoder is rebuilt from the index manifest (model, pooling, similarity, max length), so
+The encoder is rebuilt from the index manifest (model, pooling, similarity, max length:
+:func:`dotcat.index.encoder.encoder_config_from_manifest`), so
 an index is always searched as it was built; another model is refused unless its weights and
 settings are the ones recorded (:func:`dotcat.index.check_encoder`).
 """
@@ -13,63 +14,16 @@ from pathlib import Path
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
-from dotcat.index.manifest import int8_runtime
+from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.shards import ShardSet, open_index
-from dotcat.models import BiEncoder, EncoderConfig
-from dotcat.search.hits import Hit
-
-__all__ = ["DenseRetriever", "Hit", "encoder_config_from_manifest"]
+from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
+from dotcat.search.hits import Hit
+from dotcat.types import Run
+
+__all__ = ["DenseRetriever", "Hit"]
 
 logger = logging.getLogger(__name__)
-
-Run = dict[str, list[tuple[str, float]]]
-
-
-def encoder_config_from_manifest(
-    encoder_entry: Mapping, model: str | None = None, device: str = "auto", precision: str = "auto"
-) -> EncoderConfig:
-    """The encoder config that reproduces the index's vectors (``auto`` precision: one that
-    meets the index's, see :func:`_follow_index`).
-
-    ``model`` overrides where the weights come from (e.g. a copy of the model elsewhere); the
-    weights fingerprint is checked afterwards either way.
-    """
-    if model is None:
-        recorded_path = encoder_entry.get("path")
-        model = (
-            recorded_path
-            if recorded_path and Path(recorded_path).is_dir()
-            else encoder_entry["name"]
-        )
-    return EncoderConfig(
-        model=str(model),
-        pooling=encoder_entry["pooling"],
-        similarity=encoder_entry["similarity"],
-        max_length=encoder_entry["max_length"],
-        # Prefixes change the vectors too (e.g. E5's "query: "); older manifests lack them.
-        query_prefix=encoder_entry.get("query_prefix"),
-        document_prefix=encoder_entry.get("document_prefix"),
-        device=device,
-        precision=_follow_index(precision, encoder_entry.get("precision"), device),
-        # int8 vectors are met by the runtime that made them (check_encoder refuses others).
-        backend=int8_runtime(encoder_entry) if encoder_entry.get("precision") == "int8" else "auto",
-    )
-
-
-def _follow_index(requested: str, built: str | None, device: str) -> str:
-    """``auto`` follows the index: int8 queries (and added documents) for int8 documents (on
-    CPU), else the autocast rule (bf16 where native, else fp32: either meets fp32/bf16
-    documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
-    before int8 record no precision: their vectors are fp32 or bf16."""
-    if requested != "auto":
-        return requested
-    from dotcat.models.runtime import precision_name, resolve_device, resolve_precision
-
-    resolved = resolve_device(device)
-    if built == "int8":
-        return "int8" if resolved.type == "cpu" else requested
-    return precision_name(resolve_precision("auto", resolved))
 
 
 class DenseRetriever:

@@ -44,9 +44,18 @@ class ServerClient:
         first_stage: str | None = None,
         rerank: bool | None = None,
         depth: int | None = None,
+        full_text: bool = True,
     ) -> list[Hit]:
-        """The server's hits for one query (``GET /search``)."""
+        """The server's hits for one query (``GET /search``).
+
+        Args:
+            full_text: each hit's ``text`` is the document's whole text, as a local search
+                gives it; False: the server's snippet (a bounded excerpt around the query's
+                words), a smaller answer.
+        """
         params: dict[str, Any] = {"q": query, "k": k}
+        if full_text:
+            params["full_text"] = "true"
         if first_stage:
             params["first_stage"] = first_stage
         if rerank is not None:
@@ -54,7 +63,7 @@ class ServerClient:
         if depth is not None:
             params["depth"] = depth
         answer = self._get("/search?" + urllib.parse.urlencode(params))
-        return [Hit(**hit) for hit in answer["hits"]]
+        return [_hit(h, full_text) for h in answer["hits"]]
 
     def info(self) -> dict[str, Any]:
         return self._get("/info")
@@ -71,6 +80,11 @@ class ServerClient:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise DotcatError(f"{self.url}: cannot reach the server ({reason})") from None
+
+
+def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
+    text = hit["text"] if full_text else hit["snippet"]
+    return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], text, hit["score_kind"])
 
 
 def _server_message(error: urllib.error.HTTPError) -> str:

@@ -33,6 +33,8 @@ class ServeConfig(Settings):
         queue_size: most requests waiting for the model; beyond, 503 at once.
         timeout_s: time limit of one request (504 past it).
         max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
+        max_answer_bytes: the largest answer; a bigger one is refused with 400 (whole texts
+            of long documents: ask fewer, or snippets).
         retry_after_s: the ``Retry-After`` of a 503.
         workers: server processes sharing the port, each with its own models
             (:mod:`dotcat.serve.server`).
@@ -54,6 +56,7 @@ class ServeConfig(Settings):
     max_query_chars: int = setting(2000, help="Longest query text accepted.")
     max_queries: int = setting(64, help="Most queries in one POST.")
     max_body_bytes: int = setting(64 * 1024, help="Largest request body.")
+    max_answer_bytes: int = setting(8 * 1024 * 1024, help="Largest answer (400 beyond).")
     retry_after_s: int = setting(1, help="The Retry-After of a 503.")
     workers: int = setting(1, help="Server processes, each with its own models (memory x N).")
 

@@ -27,6 +27,7 @@ from uvicorn.supervisors.multiprocess import Process
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, create_app
+from dotcat.serve.errors import JSONHttpProtocol
 
 logger = logging.getLogger(__name__)
 _uvicorn_log = logging.getLogger("uvicorn.error")  # the supervisor's own messages, shown with -v
@@ -81,7 +82,7 @@ def serve(
     app = factory()
     if on_ready is not None:
         on_ready(url, app.state.pipeline)
-    uvicorn.Server(_uvicorn_config(app, config)).run()
+    uvicorn.Server(uvicorn_config(app, config)).run()
 
 
 @dataclasses.dataclass
@@ -138,13 +139,16 @@ def share_cores(workers: int) -> int:
     return threads
 
 
-def _uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
+def uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: ``config``'s address, the HTTP protocol whose own
+    refusals are JSON (:class:`dotcat.serve.errors.JSONHttpProtocol`), our access log only."""
     # uvicorn's own messages (startup, a worker that died and its replacement) with -v only.
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     return uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
+        http=JSONHttpProtocol,
         log_level="info" if verbose else "warning",
         access_log=False,  # ours is structured (dotcat.serve.access)
         timeout_graceful_shutdown=5,
@@ -166,7 +170,7 @@ def _serve_workers(
     # A worker answers the supervisor's health pings once its interpreter has started; on a
     # busy small CPU that can take longer than uvicorn's 5 s, and a replacement killed as "hung"
     # would be replaced again and again.
-    uv_config = _uvicorn_config(
+    uv_config = uvicorn_config(
         factory, config, factory=True, workers=config.workers, timeout_worker_healthcheck=30
     )
     sock = uv_config.bind_socket()

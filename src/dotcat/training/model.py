@@ -16,6 +16,8 @@ in ``sentence_transformers.SentenceTransformer`` and in :class:`dotcat.models.Bi
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -369,12 +371,10 @@ class TrainableBiEncoder(nn.Module):
         if self.document_prefix:
             prompts["document"] = self.document_prefix
         versions = {"transformers": transformers.__version__, "pytorch": torch.__version__}
-        try:
-            import sentence_transformers
-
-            versions["sentence_transformers"] = sentence_transformers.__version__
-        except ImportError:  # not needed to write the files
-            pass
+        # The installed version, read without importing the package (~7 s); not needed to write
+        # the files, so a missing one is left out.
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions["sentence_transformers"] = importlib.metadata.version("sentence-transformers")
         files = {
             "modules.json": modules,
             "1_Pooling/config.json": pooling,

@@ -175,7 +175,7 @@ def test_the_interpolated_teacher_mixes_the_dense_score_at_the_logit_scale(
 
 
 def test_the_lexical_teacher_is_bm25_mixed_with_the_dense_score(toy_data, tiny_bert_dir, tmp_path):
-    from dotcat.search.bm25 import BM25Index
+    from dotcat.index.bm25 import BM25Index
 
     def prepared(out: Path, **overrides) -> DistillRecipe:
         config = _config(toy_data, out, tiny_bert_dir, "bm25", **overrides)

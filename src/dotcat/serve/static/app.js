@@ -4,9 +4,11 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const SNIPPET_CHARS = 280;
-const STOP = new Set(["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in",
-  "is", "it", "of", "on", "or", "that", "the", "to", "was", "were", "with"]);
+// A term this long or longer also marks the words it begins ("cell": "cells"), as the
+// server's snippets do (dotcat.serve.snippet.PREFIX_CHARS).
+const PREFIX_CHARS = 4;
+// The search options kept in the page's address beside q.
+const OPTIONS = ["k", "first_stage", "rerank", "depth"];
 
 let info = null;
 
@@ -30,38 +32,22 @@ async function getJSON(url) {
   return body;
 }
 
-// Query terms for highlighting: lower-cased words of 2+ letters, stop words left out.
-function queryTerms(query) {
-  return [...new Set(query.toLowerCase().match(/[\p{L}\p{N}]{2,}/gu) || [])]
-    .filter((t) => !STOP.has(t));
-}
-
 function escapeRegExp(text) {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
-// The part of the text around the first query term, at most SNIPPET_CHARS long.
-function snippetOf(text, terms) {
-  if (text.length <= SNIPPET_CHARS) return text;
-  const lower = text.toLowerCase();
-  let first = -1;
-  for (const term of terms) {
-    const at = lower.indexOf(term);
-    if (at >= 0 && (first < 0 || at < first)) first = at;
-  }
-  let start = Math.max(0, first - 60);
-  if (start > 0) start = text.indexOf(" ", start) + 1 || start;
-  const end = Math.min(text.length, start + SNIPPET_CHARS);
-  return (start > 0 ? "… " : "") + text.slice(start, end) + (end < text.length ? " …" : "");
-}
-
-// Append `text` to `parent`, with the query terms (word prefixes: "cell" marks "cells") in <mark>.
+// Append `text` to `parent`, with the query's terms in <mark>.
 function appendHighlighted(parent, text, terms) {
   if (!terms.length) {
     parent.append(text);
     return;
   }
-  const pattern = new RegExp(`\\b(${terms.map(escapeRegExp).join("|")})[\\p{L}\\p{N}]*`, "giu");
+  const longer = terms.filter((t) => t.length >= PREFIX_CHARS).map(escapeRegExp);
+  const short = terms.filter((t) => t.length < PREFIX_CHARS).map(escapeRegExp);
+  const alternatives = [];
+  if (longer.length) alternatives.push(`(?:${longer.join("|")})[\\p{L}\\p{N}]*`);
+  if (short.length) alternatives.push(`(?:${short.join("|")})(?![\\p{L}\\p{N}])`);
+  const pattern = new RegExp(`(?<![\\p{L}\\p{N}])(?:${alternatives.join("|")})`, "giu");
   let last = 0;
   for (const match of text.matchAll(pattern)) {
     parent.append(text.slice(last, match.index));
@@ -94,18 +80,29 @@ function renderHit(hit, terms) {
 
   const snippet = document.createElement("p");
   snippet.className = "snippet";
-  appendHighlighted(snippet, snippetOf(hit.text, terms), terms);
+  appendHighlighted(snippet, hit.snippet, terms);
   const meta = document.createElement("div");
   meta.className = "meta muted";
   meta.textContent = `id ${hit.doc_id}`;
   item.append(head, snippet, meta);
 
-  // Enter (or a click) shows the whole text; again, the snippet.
+  // Enter (or a click) shows the whole text, asked of the server once; again, the snippet.
   let full = false;
-  const toggle = () => {
+  let text = null;
+  const toggle = async () => {
     full = !full;
+    if (full && text === null) {
+      try {
+        text = (await getJSON(`/documents/${encodeURIComponent(hit.doc_id)}`)).text;
+      } catch (error) {
+        full = false;
+        meta.textContent = `id ${hit.doc_id} · ${error.message}`;
+        return;
+      }
+    }
     snippet.replaceChildren();
-    appendHighlighted(snippet, full ? hit.text : snippetOf(hit.text, terms), terms);
+    appendHighlighted(snippet, full ? text : hit.snippet, terms);
+    item.classList.toggle("open", full);
   };
   item.addEventListener("click", toggle);
   item.addEventListener("keydown", (event) => {
@@ -114,15 +111,40 @@ function renderHit(hit, terms) {
   return item;
 }
 
-async function search(query) {
+// The search's parameters: the query and the options the form sets.
+function searchParams(query) {
   const params = new URLSearchParams({ q: query, k: $("k").value || "10" });
   const stage = $("first-stage").value;
   if (stage) params.set("first_stage", stage);
-  if (info && info.pipeline.reranker) {
+  if (info && info.reranker) {
     params.set("rerank", $("rerank").checked ? "true" : "false");
-    if ($("rerank").checked) params.set("depth", $("depth").value || "20");
+    if ($("rerank").checked) params.set("depth", $("depth").value || String(info.reranker.depth));
   }
-  history.replaceState(null, "", `/?${new URLSearchParams({ q: query })}`);
+  return params;
+}
+
+// The options of a page address (e.g. a bookmark) into the form. A field set here or by the
+// user keeps its value when /info answers (loadInfo sets the others to the server's defaults).
+function restoreOptions(params) {
+  if (params.has("k")) setField("k", params.get("k"));
+  if (params.has("first_stage")) setField("first-stage", params.get("first_stage"));
+  if (params.has("rerank")) {
+    $("rerank").checked = params.get("rerank") === "true";
+    $("rerank").dataset.set = "1";
+  }
+  if (params.has("depth")) setField("depth", params.get("depth"));
+}
+
+function setField(id, value) {
+  $(id).dataset.set = "1";
+  $(id).dataset.wanted = value; // a first stage may come before its <option> does
+  $(id).value = value;
+}
+
+async function search(query) {
+  if (!info) await loadInfo(); // a key given since: the header and the options follow it
+  const params = searchParams(query);
+  history.replaceState(null, "", `/?${params}`);
   const status = $("status");
   status.className = "";
   status.textContent = "Searching…";
@@ -130,22 +152,18 @@ async function search(query) {
   try {
     const answer = await getJSON(`/search?${params}`);
     const roundTrip = performance.now() - started;
-    const terms = queryTerms(query);
-    $("results").replaceChildren(...answer.hits.map((hit) => renderHit(hit, terms)));
+    $("results").replaceChildren(...answer.hits.map((hit) => renderHit(hit, answer.terms)));
     const stages = answer.first_stage + (answer.reranked ? " + BERT_CAT" : "");
     status.textContent = answer.hits.length
-      ? `${answer.hits.length} results in ${answer.took_ms.toFixed(0)} ms on the server ` +
+      ? `${answer.hits.length} result${answer.hits.length === 1 ? "" : "s"} in ` +
+        `${answer.took_ms.toFixed(0)} ms on the server ` +
         `(${roundTrip.toFixed(0)} ms here) · ${stages}`
       : "No results.";
-    if (key()) sessionStorage.setItem("dotcat-api-key", key());
+    if ($("api-key").value) sessionStorage.setItem("dotcat-api-key", $("api-key").value);
   } catch (error) {
     status.className = "error";
     status.textContent = `Error: ${error.message}`;
   }
-}
-
-function key() {
-  return $("api-key").value;
 }
 
 function moveSelection(step) {
@@ -159,22 +177,27 @@ function moveSelection(step) {
 async function loadInfo() {
   try {
     info = await getJSON("/info");
-    const p = info.pipeline;
-    $("index-info").textContent =
-      `${p.documents.toLocaleString()} documents · ${p.first_stage}` +
-      (p.reranker ? ` · BERT_CAT re-ranking available` : "");
-    for (const stage of p.stages_available) {
-      const option = document.createElement("option");
-      option.value = stage;
-      option.textContent = stage;
-      $("first-stage").append(option);
-    }
-    $("rerank").disabled = !p.reranker;
-    $("rerank").checked = Boolean(p.reranker);
-    if (p.reranker) $("depth").value = String(Math.min(p.reranker.depth, 100));
   } catch (error) {
     $("index-info").textContent = `(${error.message})`;
+    return;
   }
+  $("index-info").textContent =
+    `${info.index.documents.toLocaleString()} documents · ${info.first_stage}` +
+    (info.reranker ? " · BERT_CAT re-ranking available" : "");
+  const select = $("first-stage");
+  select.replaceChildren(select.options[0]);
+  for (const stage of info.first_stages) {
+    const option = document.createElement("option");
+    option.value = stage;
+    option.textContent = stage;
+    select.append(option);
+  }
+  if (info.first_stages.includes(select.dataset.wanted)) select.value = select.dataset.wanted;
+  $("k").max = String(info.limits.max_k);
+  $("depth").max = String(info.limits.max_depth);
+  $("rerank").disabled = $("depth").disabled = !info.reranker;
+  if (!info.reranker || !$("rerank").dataset.set) $("rerank").checked = Boolean(info.reranker);
+  if (info.reranker && !$("depth").dataset.set) $("depth").value = String(info.reranker.depth);
 }
 
 document.addEventListener("DOMContentLoaded", async () => {
@@ -199,10 +222,19 @@ document.addEventListener("DOMContentLoaded", async () => {
       $("q").focus();
     }
   });
+  for (const id of ["k", "first-stage", "depth"]) {
+    $(id).addEventListener("change", () => setField(id, $(id).value));
+  }
+  $("rerank").addEventListener("change", () => {
+    $("rerank").dataset.set = "1";
+  });
+  const initial = new URLSearchParams(location.search);
+  restoreOptions(initial);
   await loadInfo();
-  const initial = new URLSearchParams(location.search).get("q");
-  if (initial) {
-    $("q").value = initial;
-    search(initial);
+  if (OPTIONS.some((name) => initial.has(name))) $("options").open = true;
+  const query = initial.get("q");
+  if (query) {
+    $("q").value = query;
+    search(query);
   }
 });

@@ -30,10 +30,10 @@ import numpy as np
 from dotcat.data import load_corpus, load_qrels, load_queries
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
+from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
 
-Qrels = Mapping[str, Mapping[str, int]]
 _EXAMPLES = 5
 
 

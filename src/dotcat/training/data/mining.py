@@ -38,14 +38,14 @@ import numpy as np
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.index import document_text
+from dotcat.index.bm25 import BM25Config, BM25Index
 from dotcat.progress import progress_bar
-from dotcat.search.bm25 import BM25Config, BM25Index
 from dotcat.training.config import DEFAULT_WINDOW, check_window
+from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
 
 Negatives = dict[str, list[str]]
-Qrels = Mapping[str, Mapping[str, int]]
 
 NEGATIVES_FORMAT = "dotcat-negatives"
 NEGATIVES_FORMAT_VERSION = 1
@@ -94,7 +94,7 @@ def mine_bm25_negatives(
 
     Args:
         corpus: a ``datasets.Dataset`` (``id``, ``title``, ``text``) or an iterable of documents
-            (see :meth:`dotcat.search.bm25.BM25Index.build`).
+            (see :meth:`dotcat.index.bm25.BM25Index.build`).
         queries: qid -> text; every query gets an entry (possibly empty).
         qrels: qid -> docid -> grade; grade > 0 is excluded.
         window: ``(start, end)`` 0-based ranks, end exclusive (see the module docstring).

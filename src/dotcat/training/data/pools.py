@@ -27,11 +27,9 @@ from dotcat.search.bm25 import bm25_search
 from dotcat.search.reranker import minmax, ranked
 from dotcat.search.retriever import DenseRetriever
 from dotcat.training.data.examples import seeded_rng
+from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
-
-Qrels = Mapping[str, Mapping[str, int]]
-Run = dict[str, list[tuple[str, float]]]
 
 
 def first_stage_run(source: str, data: Any, queries: Mapping[str, str], k: int) -> Run:

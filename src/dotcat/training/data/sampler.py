@@ -23,10 +23,9 @@ from torch.utils.data import Sampler
 from dotcat.errors import DotcatError
 from dotcat.losses import false_negative_mask
 from dotcat.training.data.examples import TrainingExample, relevant_docs
+from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
-
-Qrels = Mapping[str, Mapping[str, int]]
 
 
 class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):

@@ -79,11 +79,10 @@ from dotcat.training.loop import (
     train,
 )
 from dotcat.training.recipes.cat_pretrain import pretrain_config, resolve_pretrain_queries
+from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
 
-Qrels = Mapping[str, Mapping[str, int]]
-Run = dict[str, list[tuple[str, float]]]
 NEGATIVES_FILE = "negatives.jsonl.gz"
 TEACHER_FILE = "teacher.json.gz"
 #: Interpolation weights tried on dev (1.0 = the plain cross-encoder).

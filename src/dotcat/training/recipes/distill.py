@@ -51,10 +51,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dotcat.errors import DotcatError
+from dotcat.index.bm25 import BM25Index
 from dotcat.losses import pick_loss, scale_to_global
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from dotcat.search.bm25 import BM25Index
 from dotcat.training.config import LEXICAL_ALPHA, LEXICAL_TEACHER, DistillConfig, is_lexical
 from dotcat.training.data.teacher import DECIMALS, TeacherScores, score_pairs, teacher_header
 from dotcat.training.distributed import DistributedContext

@@ -86,10 +86,10 @@ from dotcat.training.loop import (
     split_record,
 )
 from dotcat.training.model import TrainableBiEncoder
+from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
 
-Qrels = Mapping[str, Mapping[str, int]]
 
 NEGATIVES_FILE = "negatives.jsonl.gz"
 #: Dev retrieval depth and what is measured there: nDCG@10 selects the kept model; R@100 is

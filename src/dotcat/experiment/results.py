@@ -1,0 +1,86 @@
+"""What an experiment produced: the environment, the dataset, each system's outcome, and the
+whole result that the report (:mod:`dotcat.experiment.report`) is written from."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dotcat.data import load_corpus
+from dotcat.evaluation import EvalReport
+from dotcat.evaluation.significance import Comparison
+from dotcat.experiment.cache import StageRecord
+from dotcat.experiment.config import ExperimentConfig, SystemConfig
+
+
+@dataclass
+class Environment:
+    """Where the models run: the resolved device and precision, and the machine."""
+
+    device: str
+    precision: str
+    machine: dict[str, Any]
+
+
+@dataclass
+class Dataset:
+    """The experiment's topics, judgements and file fingerprints; the corpus on demand."""
+
+    path: Path
+    split: str
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    fingerprint: dict[str, str]
+    _corpus: Any = None
+
+    def corpus(self):
+        """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
+        if self._corpus is None:
+            self._corpus = load_corpus(self.path)
+        return self._corpus
+
+
+@dataclass
+class SystemOutcome:
+    """One system's stages, its final run (in the cache) and this invocation's time on it."""
+
+    name: str
+    config: SystemConfig
+    stages: list[StageRecord]
+    run_file: Path
+    seconds: float
+
+    @property
+    def reused(self) -> bool:
+        return all(stage.reused for stage in self.stages)
+
+
+@dataclass
+class ExperimentResult:
+    """What :func:`run_experiment` produced; the report folder holds the same in files."""
+
+    config: ExperimentConfig
+    environment: Environment
+    dataset: Dataset
+    outcomes: list[SystemOutcome]
+    reports: dict[str, EvalReport]
+    comparisons: dict[str, dict[str, Comparison]]
+    recall: dict[str, dict[int, float]]
+    run_files: dict[str, Path]
+    output: Path
+    seconds: float
+    evaluation_seconds: float
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def computed(self) -> list[StageRecord]:
+        """The stages this invocation computed (the others came from the cache)."""
+        return [s for o in self.outcomes for s in o.stages if not s.reused]
+
+
+def slug(name: str) -> str:
+    """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return text or "system"

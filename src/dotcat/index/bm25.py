@@ -1,0 +1,375 @@
+"""The BM25 index, with bm25s and PyStemmer: the lexical baseline and first stage.
+
+An index directory holds one beside its FAISS index (``dotcat index --bm25``, in
+:data:`dotcat.index.layout.BM25_DIR`) for BM25 and hybrid search;
+:func:`dotcat.search.bm25.bm25_search` builds one in memory for a one-off search of a corpus.
+
+Scoring (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond",
+Foundations and Trends in IR 3(4), 2009), in the Lucene variant that bm25s calls ``"lucene"``
+(Kamphuis et al., "Which BM25 do you mean?", ECIR 2020)::
+
+    score(q, d) = sum_{t in q} idf(t) * tf(t,d) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+with tf the term's count in d, |d| the document's length in (non-stop-word) tokens, avgdl the
+mean length, N the number of documents and df the number of documents containing t. A query
+term repeated in the query counts once per occurrence, as in Anserini's bag-of-words queries.
+
+Text analysis: lower-cased, split on ``\\b\\w\\w+\\b`` (words of two or more characters), stop
+words removed, then stemmed. A document is ``title + " " + text``, as in Pyserini's BEIR
+"flat" indexes.
+
+Results: only documents matching at least one query term are returned (as Lucene does), so a
+query may get fewer than k results; sorted by score (descending) then document id
+(ascending), so equal scores always come out in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import Stemmer
+
+from dotcat.data.corpus import document_fields
+from dotcat.errors import DotcatError
+from dotcat.index.docstore import DocStore
+from dotcat.progress import progress_bar
+from dotcat.types import Run
+
+logger = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG when imported, so its debug lines ("Building index from
+# IDs") reach the terminal whatever the application asked for; let it inherit the app's level.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
+
+FORMAT_VERSION = 1
+_MANIFEST = "dotcat_bm25.json"
+_DOC_IDS = "doc_ids.json"
+_TOKENIZER_VOCAB = "vocab.tokenizer.json"
+_METHODS = ("robertson", "lucene", "atire")
+
+
+@dataclass(frozen=True)
+class BM25Config:
+    """BM25 settings. The defaults are Pyserini's for BEIR (k1=0.9, b=0.4, Lucene BM25).
+
+    Attributes:
+        k1: term-frequency saturation (larger: repeated terms count more).
+        b: length normalisation, 0 (none) to 1 (full).
+        stemmer: a PyStemmer (Snowball) algorithm, e.g. ``"english"`` (Porter2) or ``"porter"``
+            (the Porter stemmer of Lucene's English analyzer, as Pyserini uses); ``None`` for
+            no stemming.
+        stopwords: a bm25s stop-word list name (``"en"``: NLTK's 179 English words; Lucene's
+            default list has 33), a sequence of words, or ``None`` for none.
+        method: bm25s' BM25 variant: ``"lucene"``, ``"robertson"`` or ``"atire"``.
+    """
+
+    k1: float = 0.9
+    b: float = 0.4
+    stemmer: str | None = "english"
+    stopwords: str | Sequence[str] | None = "en"
+    method: str = "lucene"
+
+    def __post_init__(self) -> None:
+        if self.k1 < 0:
+            raise DotcatError(f"BM25 k1 must be >= 0, got {self.k1}")
+        if not 0 <= self.b <= 1:
+            raise DotcatError(f"BM25 b must be in [0, 1], got {self.b}")
+        if self.method not in _METHODS:
+            raise DotcatError(f"unknown BM25 method {self.method!r}: use one of {_METHODS}")
+        if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
+            raise DotcatError(
+                f"unknown stemmer {self.stemmer!r}: use None or one of {Stemmer.algorithms()}"
+            )
+        if isinstance(self.stopwords, str):
+            try:
+                bm25s.tokenization._infer_stopwords(self.stopwords)
+            except ValueError:
+                raise DotcatError(
+                    f"unknown stop-word list {self.stopwords!r}: use a language code such as "
+                    "'en', a list of words, or None"
+                ) from None
+
+    def make_tokenizer(self) -> bm25s.tokenization.Tokenizer:
+        """A fresh bm25s tokenizer with this config's stemmer and stop words."""
+        stemmer = Stemmer.Stemmer(self.stemmer) if self.stemmer else None
+        stopwords = list(self.stopwords) if self.stopwords is not None else None
+        if isinstance(self.stopwords, str):
+            stopwords = self.stopwords
+        return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["stopwords"] is not None and not isinstance(d["stopwords"], str):
+            d["stopwords"] = list(d["stopwords"])
+        return d
+
+
+class BM25Index:
+    """An in-memory BM25 index over a corpus: build (or load) once, search many query batches.
+
+    >>> index = BM25Index.build(corpus)                 # Dataset or iterable of documents
+    >>> run = index.search({"q1": "what do cats eat"}, k=100)
+    >>> index.save("indexes/scifact-bm25"); BM25Index.load("indexes/scifact-bm25")
+    """
+
+    def __init__(
+        self,
+        retriever: bm25s.BM25,
+        tokenizer: bm25s.tokenization.Tokenizer,
+        doc_ids: list[str],
+        config: BM25Config,
+    ) -> None:
+        """Internal: use :meth:`build` or :meth:`load`."""
+        self._retriever = retriever
+        self._tokenizer = tokenizer
+        self.doc_ids = doc_ids
+        self.config = config
+        # Each document's position in sorted-id order, the tie-breaker of every ranking.
+        order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__)
+        self._id_rank = np.empty(len(doc_ids), dtype=np.int64)
+        self._id_rank[order] = np.arange(len(doc_ids))
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: Iterable[Any],
+        config: BM25Config = BM25Config(),
+        show_progress: bool = True,
+    ) -> BM25Index:
+        """Tokenize the corpus in one streaming pass and build the bm25s index.
+
+        Args:
+            corpus: a ``datasets.Dataset`` with columns ``id``, ``title``, ``text`` (read in
+                batches), or an iterable of documents: objects with ``id``/``title``/``text``
+                attributes (``dotcat.data.Document``) or mappings with ``id`` (or ``_id``),
+                ``title`` and ``text``. A missing title or text counts as empty.
+            config: analysis and scoring settings.
+            show_progress: a progress bar over the documents tokenized.
+
+        Raises:
+            DotcatError: empty corpus, a document without id, or a repeated id.
+
+        Raw texts are not kept: each document's token ids are stored as a compact int32
+        array (what bm25s needs to build its sparse score matrix), and its text dropped.
+        """
+        start = time.perf_counter()
+        tokenizer = config.make_tokenizer()
+        doc_ids: list[str] = []
+        token_ids: list[array] = []
+        texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
+        stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
+        total = _length(corpus)
+        for ids in progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress):
+            token_ids.append(array("i", ids))
+        if not doc_ids:
+            raise DotcatError("the corpus has no documents: nothing to index")
+        _check_unique(doc_ids)
+
+        retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+        retriever.index(
+            (token_ids, tokenizer.get_vocab_dict()),
+            create_empty_token=True,
+            show_progress=False,  # its bars ignore -q; tokenizing (above) is the long part
+        )
+        n_tokens = sum(len(t) for t in token_ids)
+        del token_ids
+        logger.info(
+            "BM25 index: %d documents, %d terms, %.1f tokens/document, built in %.1f s",
+            len(doc_ids),
+            len(tokenizer.get_vocab_dict()),
+            n_tokens / len(doc_ids),
+            time.perf_counter() - start,
+        )
+        return cls(retriever, tokenizer, doc_ids, config)
+
+    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool = True) -> Run:
+        """Top-k documents per query: qid -> [(docid, score), ...], best first.
+
+        Fewer than k results when fewer documents match; none for a query with no indexed
+        term (all stop words or unseen words). Ties: ascending document id.
+        """
+        if k < 1:
+            raise DotcatError(f"k must be >= 1, got {k}")
+        run: Run = {}
+        empty = 0
+        for qid, text in progress_bar(
+            queries.items(), total=len(queries), desc="BM25 search", enabled=show_progress
+        ):
+            run[str(qid)] = hits = self.search_one(text, k)
+            empty += not hits
+        if empty:
+            logger.warning("%d of %d queries matched no document", empty, len(queries))
+        return run
+
+    def search_one(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+        """Top-k (docid, score) for one query text; see :meth:`search`."""
+        ids = self.query_token_ids(query)
+        if not ids:
+            return []
+        scores = self._retriever.get_scores_from_ids(ids)
+        top = self._top_k(scores, k)
+        return [(self.doc_ids[i], float(scores[i])) for i in top]
+
+    def pair_scores(self, query: str, doc_ids: Sequence[str]) -> list[float]:
+        """BM25 scores of ``query`` against each of ``doc_ids`` (0 where no term matches).
+
+        Raises:
+            KeyError: a document id is not in the index.
+        """
+        rows = [self._positions[d] for d in doc_ids]
+        ids = self.query_token_ids(query)
+        if not ids:
+            return [0.0] * len(rows)
+        scores = self._retriever.get_scores_from_ids(ids)
+        return [float(scores[r]) for r in rows]
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each document id's row (built on first use: serving never needs it)."""
+        return {d: i for i, d in enumerate(self.doc_ids)}
+
+    def query_token_ids(self, query: str) -> list[int]:
+        """The query's term ids in the index vocabulary (unknown terms and stop words dropped)."""
+        # update_vocab=False keeps the vocabulary fixed but still maps an unseen word whose
+        # stem is indexed ("running" -> "run"); allow_empty=False: no placeholder token.
+        stream = self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
+        return next(stream)
+
+    def _top_k(self, scores: np.ndarray, k: int) -> np.ndarray:
+        candidates = np.flatnonzero(scores > 0)
+        if candidates.size > k:
+            # Keep every document scoring at least the k-th best score, so that ties at the
+            # cut are resolved by id below rather than by argpartition's arbitrary order.
+            kth = np.partition(scores[candidates], candidates.size - k)[candidates.size - k]
+            candidates = candidates[scores[candidates] >= kth]
+        order = np.lexsort((self._id_rank[candidates], -scores[candidates]))
+        return candidates[order[:k]]
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save to a new directory (bm25s' own files plus ids, vocabulary and config).
+
+        Written to a temporary sibling directory and renamed into place, so an interrupted
+        save leaves no half index. Refuses an existing non-empty directory.
+        """
+        path = Path(path)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise DotcatError(f"{path}: already exists; choose a new directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        self._retriever.save(tmp, show_progress=False)
+        self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
+        (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
+        manifest = {
+            "format": "dotcat-bm25",
+            "format_version": FORMAT_VERSION,
+            "bm25s_version": bm25s.__version__,
+            "n_docs": len(self.doc_ids),
+            "config": self.config.to_dict(),
+        }
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+        if path.exists():
+            path.rmdir()  # empty, checked above
+        os.replace(tmp, path)
+        logger.info("BM25 index saved to %s", path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool = False) -> BM25Index:
+        """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays."""
+        path = Path(path)
+        manifest_path = path / _MANIFEST
+        if not manifest_path.is_file():
+            raise DotcatError(f"{path}: not a dotcat BM25 index (no {_MANIFEST})")
+        manifest = json.loads(manifest_path.read_text("utf-8"))
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise DotcatError(
+                f"{path}: BM25 index format {manifest.get('format_version')}, "
+                f"this dotcat reads {FORMAT_VERSION}"
+            )
+        config = BM25Config(**manifest["config"])
+        retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
+        tokenizer = config.make_tokenizer()
+        tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
+        doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+        if len(doc_ids) != manifest["n_docs"]:
+            raise DotcatError(f"{path}: {len(doc_ids)} ids for {manifest['n_docs']} documents")
+        return cls(retriever, tokenizer, doc_ids, config)
+
+
+def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
+    """A BM25 index over a doc store's documents, in position order.
+
+    BM25's statistics (document frequencies, mean length) are global, so after an update or a
+    merge the side index of an index directory is built again from its doc store, never
+    patched or merged.
+    """
+    store = DocStore(docstore)
+
+    def documents() -> Iterator[dict[str, str]]:
+        for rows in store.iter_rows():
+            for _, doc_id, title, text in rows:
+                yield {"id": doc_id, "title": title, "text": text}
+
+    try:
+        return BM25Index.build(documents(), config=config, show_progress=show_progress)
+    finally:
+        store.close()
+
+
+def _join(title: str, text: str) -> str:
+    return f"{title} {text}" if title else text
+
+
+def _iter_fields(corpus: Iterable[Any], doc_ids: list[str]) -> Iterator[tuple[str, str]]:
+    """Yield (title, text) per document, appending its id to ``doc_ids`` as it goes."""
+    column_names = getattr(corpus, "column_names", None)
+    if column_names is not None and hasattr(corpus, "iter"):  # datasets.Dataset
+        if "id" not in column_names or "text" not in column_names:
+            raise DotcatError(f"corpus dataset needs columns id and text, has {column_names}")
+        for batch in corpus.iter(batch_size=1024):
+            titles = batch["title"] if "title" in batch else [""] * len(batch["id"])
+            for doc_id, title, text in zip(batch["id"], titles, batch["text"], strict=True):
+                doc_ids.append(str(doc_id))
+                yield title or "", text or ""
+        return
+    for n, doc in enumerate(corpus):
+        doc_id, title, text = document_fields(doc, n)
+        doc_ids.append(doc_id)
+        yield title, text
+
+
+def _length(corpus: Any) -> int | None:
+    try:
+        return len(corpus)
+    except TypeError:
+        return None
+
+
+def _check_unique(doc_ids: list[str]) -> None:
+    if len(set(doc_ids)) == len(doc_ids):
+        return
+    seen: set[str] = set()
+    repeated: list[str] = []
+    for doc_id in doc_ids:
+        if doc_id in seen and doc_id not in repeated:
+            repeated.append(doc_id)
+        seen.add(doc_id)
+    raise DotcatError(
+        f"corpus has {len(doc_ids) - len(seen)} repeated document ids, first: "
+        + ", ".join(repeated[:5])
+    )

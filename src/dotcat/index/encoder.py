@@ -1,0 +1,61 @@
+"""The encoder an index was built with, rebuilt from its manifest.
+
+Queries (:class:`dotcat.search.retriever.DenseRetriever`) and added documents
+(:func:`dotcat.index.updates.add_documents`) must be encoded as the index's documents were:
+same model, pooling, similarity, maximum length, prefixes and a precision that meets the
+index's. The manifest records all of them; :func:`dotcat.index.manifest.check_encoder` then
+refuses a loaded encoder whose weights or settings differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from dotcat.index.manifest import int8_runtime
+from dotcat.models import EncoderConfig
+from dotcat.models.runtime import precision_name, resolve_device, resolve_precision
+
+
+def encoder_config_from_manifest(
+    encoder_entry: Mapping, model: str | None = None, device: str = "auto", precision: str = "auto"
+) -> EncoderConfig:
+    """The encoder config that reproduces the index's vectors (``auto`` precision: one that
+    meets the index's, see :func:`_follow_index`).
+
+    ``model`` overrides where the weights come from (e.g. a copy of the model elsewhere); the
+    weights fingerprint is checked afterwards either way.
+    """
+    if model is None:
+        recorded_path = encoder_entry.get("path")
+        model = (
+            recorded_path
+            if recorded_path and Path(recorded_path).is_dir()
+            else encoder_entry["name"]
+        )
+    return EncoderConfig(
+        model=str(model),
+        pooling=encoder_entry["pooling"],
+        similarity=encoder_entry["similarity"],
+        max_length=encoder_entry["max_length"],
+        # Prefixes change the vectors too (e.g. E5's "query: "); older manifests lack them.
+        query_prefix=encoder_entry.get("query_prefix"),
+        document_prefix=encoder_entry.get("document_prefix"),
+        device=device,
+        precision=_follow_index(precision, encoder_entry.get("precision"), device),
+        # int8 vectors are met by the runtime that made them (check_encoder refuses others).
+        backend=int8_runtime(encoder_entry) if encoder_entry.get("precision") == "int8" else "auto",
+    )
+
+
+def _follow_index(requested: str, built: str | None, device: str) -> str:
+    """``auto`` follows the index: int8 queries (and added documents) for int8 documents (on
+    CPU), else the autocast rule (bf16 where native, else fp32: either meets fp32/bf16
+    documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
+    before int8 record no precision: their vectors are fp32 or bf16."""
+    if requested != "auto":
+        return requested
+    resolved = resolve_device(device)
+    if built == "int8":
+        return "int8" if resolved.type == "cpu" else requested
+    return precision_name(resolve_precision("auto", resolved))

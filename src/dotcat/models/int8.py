@@ -1,0 +1,68 @@
+"""The int8 path's two entry points: a model's int8 runner, and ``dotcat export``.
+
+Two runtimes run models at int8 on CPU, each from its own export of the weights: ONNX Runtime
+(:mod:`dotcat.models.onnx_backend`) and OpenVINO (:mod:`dotcat.models.openvino_backend`,
+an optional extra). Which one runs a model kind follows
+:func:`dotcat.models.runtime.int8_backend` (``auto``: the runtime measured best for the kind,
+when installed). This module picks the runtime; the backends make and run their files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+from dotcat.models import onnx_backend, openvino_backend
+from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
+from dotcat.models.runtime import int8_backend
+from dotcat.models.st_config import read_st_settings
+
+
+def int8_runner(weights_dir: Path, kind: str, fingerprint: str, backend: str, workers: int) -> Any:
+    """The int8 runner of the weights in ``weights_dir`` (a model ``kind``: ``encoder`` or
+    ``cross-encoder``) on the runtime ``backend`` resolves to; its export is made first if
+    missing or stale. ``workers``: the threads that call it (OpenVINO sizes its stream by them).
+    """
+    if int8_backend(kind, backend) == "openvino":
+        return openvino_backend.int8_runner(weights_dir, kind, fingerprint, workers)
+    return onnx_backend.int8_runner(weights_dir, kind, fingerprint)
+
+
+def export_model(
+    model: str,
+    precision: str = "int8",
+    *,
+    keep_fp32: str = onnx_backend.DEFAULT_KEEP_FP32,
+    variant: str | None = None,
+    backend: str = "auto",
+) -> tuple[str, Path]:
+    """``dotcat export``: export a local model beside its weights; returns (kind, file).
+
+    The kind follows the model: a single-logit ``*ForSequenceClassification`` is a
+    cross-encoder (sentence-transformers' ``CrossEncoder``), anything else an encoder whose
+    transformer directory receives ``onnx/`` (where ``SentenceTransformer`` looks). int8 is
+    exported for the runtime ``backend`` resolves to for that kind
+    (:func:`dotcat.models.runtime.int8_backend`): OpenVINO's goes to ``openvino/``.
+    """
+    path = resolve_model(model)
+    transformer_dir = read_st_settings(path).transformer_dir
+    config = read_model_config(path, transformer_dir)
+    architectures = config.get("architectures") or []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        kind, weights_dir = "cross-encoder", path
+        if len(config.get("id2label") or {"0": "LABEL_0"}) != 1:
+            raise DotcatError(f"{path} is a classifier with several labels, not a re-ranker")
+    else:
+        kind, weights_dir = "encoder", transformer_dir
+    fingerprint = weights_fingerprint(path)
+    if not os.access(weights_dir, os.W_OK):
+        raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
+    if precision == "int8" and int8_backend(kind, backend) == "openvino":
+        home = weights_dir / openvino_backend.OPENVINO_DIR
+        return kind, openvino_backend.export(weights_dir, kind, home, fingerprint)
+    home = weights_dir / onnx_backend.ONNX_DIR
+    return kind, onnx_backend.export(
+        weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
+    )

@@ -1,0 +1,139 @@
+"""ASGI middleware of ``dotcat serve``: the body-size cap, the access log, the pages' policy."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+access_log = logging.getLogger("dotcat.serve.access")
+
+
+class BodyLimit:
+    """Refuse POST bodies over ``max_bytes`` with 413, whether declared or streamed.
+
+    A declared ``Content-Length`` over the cap is refused before reading; otherwise the body
+    is read here (it is small: the cap) and handed on whole, so a chunked upload that grows
+    past the cap is refused too, with the same 413 rather than a parse error. Only POST
+    routes read a body; the body of any other request is never read, so it is not checked.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                await send_json(send, 400, {"error": "bad Content-Length"})
+                return
+            if too_big:
+                await send_json(send, 413, {"error": f"body over {self.max_bytes} bytes"})
+                return
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # a disconnect: let the app see it
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await send_json(send, 413, {"error": f"body over {self.max_bytes} bytes"})
+                return
+            if not message.get("more_body", False):
+                break
+        replay = iter(messages)
+
+        async def buffered() -> dict:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, buffered, send)
+
+
+async def send_json(send: Any, status: int, body: dict) -> None:
+    """A whole JSON response, sent from ASGI middleware."""
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class AccessLog:
+    """One JSON line per request: method, path, status, latency, and the search's details."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def capture(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            state = scope.get("state") or {}
+            record = {
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status,
+                "ms": round((time.perf_counter() - start) * 1000, 2),
+                "client": (scope.get("client") or ("", 0))[0],
+                **(state.get("log") or {}),
+            }
+            access_log.info(json.dumps(record))
+
+
+#: The pages' Content-Security-Policy: everything from this server (Swagger UI's and ReDoc's
+#: inline start-up code and styles included), images also inline (``data:``), ReDoc's search
+#: worker from a ``blob:``. Nothing from elsewhere: the browser does not even ask (ReDoc's
+#: sidebar logo is on a CDN; blocked, it is left out), so the pages work with no network.
+PAGE_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; connect-src 'self'"
+)
+_POLICY = PAGE_POLICY.encode()
+
+
+class PagePolicy:
+    """Send :data:`PAGE_POLICY` with the HTML pages at ``paths``."""
+
+    def __init__(self, app: Any, paths: tuple[str, ...]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+
+        async def with_policy(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (b"content-security-policy", _POLICY)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_policy)

@@ -1,0 +1,142 @@
+"""Snippets: a short, bounded excerpt of a document for a search answer, around the query's words.
+
+A server answer carries a snippet per hit rather than the whole document: an answer's size then
+depends on ``k``, not on how long the documents are (one 10 MB document would otherwise make
+every answer that returns it 10 MB). The whole text is there on request (``full_text``).
+
+The excerpt is the window of at most :data:`SNIPPET_CHARS` characters that holds the most
+distinct query terms, opening a little before the first of them (the way web search engines
+show a result, e.g. Lucene's highlighter): the query's words of two or more letters or digits,
+lower-cased, without NLTK's English stop words (bm25s' ``STOPWORDS_EN_PLUS``); a term of four
+or more characters matches the words it begins ("cell": "cells"), a shorter one whole words
+only ("dna", not "dnase"). With no term in the text, the text's start. Cuts fall between words
+and are marked with "…"; runs of white space become one space. Only the first
+:data:`SCAN_CHARS` characters are searched for terms, so a huge document costs no more than a
+long one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from bm25s.stopwords import STOPWORDS_EN_PLUS
+
+#: The most characters of document text in a snippet (a cut adds "… " or " …").
+SNIPPET_CHARS = 300
+#: The most characters of a title in an answer without ``full_text``.
+TITLE_CHARS = 200
+#: How far into a document the query's terms are looked for.
+SCAN_CHARS = 100_000
+#: Terms this long or longer also match the words they begin.
+PREFIX_CHARS = 4
+#: How much of the window comes before the first term found (context to read it in).
+LEAD = 0.2
+
+_TERM = re.compile(r"[^\W_]{2,}")
+_SPACE = re.compile(r"\s")
+_STOP = frozenset(STOPWORDS_EN_PLUS)
+ELLIPSIS = "…"
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's words that a snippet looks for: lower-cased, two or more letters or
+    digits, no stop words, each once, in query order."""
+    terms = (t.lower() for t in _TERM.findall(query))
+    return list(dict.fromkeys(t for t in terms if t not in _STOP))
+
+
+def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
+    """At most ``width`` characters of ``text`` around the most ``terms`` (see the module
+    docstring), "…" where it is cut."""
+    if len(text) <= width:
+        return _squeeze(text)
+    start = _best_start(text[:SCAN_CHARS], terms, width)
+    if start > 0:  # begin on a word: skip the rest of a cut one
+        space = _next_space(text, start, start + width // 4)
+        start = space + 1 if space >= 0 else start
+    end = min(len(text), start + width)
+    if end < len(text) and not text[end].isspace():  # end on a word: leave out a cut one
+        end = _last_space(text, start + width // 2, end)
+    body = _squeeze(text[start:end])
+    head = f"{ELLIPSIS} " if start > 0 else ""
+    tail = f" {ELLIPSIS}" if end < len(text) else ""
+    return head + body + tail
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with "…" at the end (on a word where one ends
+    near the cut)."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", width // 2, width)
+    return text[: cut if cut > 0 else width - 1].rstrip() + ELLIPSIS
+
+
+def _best_start(text: str, terms: list[str], width: int) -> int:
+    """Where the window with the most distinct terms begins (0 when no term occurs).
+
+    A sliding window over the matches (two pointers, each match counted in and out once):
+    for each match as the window's first term, the distinct terms that start before the
+    window's end. Ties go to the earlier window.
+    """
+    matches = _matches(text, terms)
+    if not matches:
+        return 0
+    lead = int(width * LEAD)
+    reach = width - lead  # from the first term to the window's end
+    best, best_at = 0, matches[0][0]
+    seen: Counter[str] = Counter()
+    right = 0
+    for at, term in matches:
+        while right < len(matches) and matches[right][0] < at + reach:
+            seen[matches[right][1]] += 1
+            right += 1
+        if len(seen) > best:
+            best, best_at = len(seen), at
+        seen[term] -= 1
+        if not seen[term]:
+            del seen[term]
+    return max(0, best_at - lead)
+
+
+def _matches(text: str, terms: list[str]) -> list[tuple[int, str]]:
+    """Where the terms begin words of ``text``, in order: ``(position, term)``. A term of
+    :data:`PREFIX_CHARS` or more characters matches the words it begins ("cell": "cells"), a
+    shorter one whole words ("dna", not "dnase"). (``str.find`` on the lower-cased text: a
+    regular expression ignoring case is several times slower.)"""
+    lower = text.lower()
+    if len(lower) != len(text):  # a letter whose lower case is longer ("İ"): keep positions
+        lower = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    found = []
+    for term in terms:
+        whole = len(term) < PREFIX_CHARS
+        at = lower.find(term)
+        while at >= 0:
+            end = at + len(term)
+            starts = at == 0 or not lower[at - 1].isalnum()
+            if starts and not (whole and end < len(lower) and lower[end].isalnum()):
+                found.append((at, term))
+            at = lower.find(term, end)
+    found.sort()
+    return found
+
+
+def _next_space(text: str, start: int, stop: int) -> int:
+    """The first white space in ``text[start:stop]``, or -1 (a cut inside a word)."""
+    if text[start - 1].isspace():
+        return start - 1  # the cut is already between words
+    match = _SPACE.search(text, start, stop)
+    return match.start() if match else -1
+
+
+def _last_space(text: str, start: int, end: int) -> int:
+    """The last white space in ``text[start:end]``, else ``end`` (one long word: cut it)."""
+    for at in range(end - 1, start - 1, -1):
+        if text[at].isspace():
+            return at
+    return end
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())

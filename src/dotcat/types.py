@@ -1,0 +1,23 @@
+"""Type aliases shared by dotcat's stages: rankings, runs and relevance judgements.
+
+The shapes follow the TREC files they are read from and written to (:mod:`dotcat.data.runs`,
+:mod:`dotcat.data.qrels`) and what ir-measures takes. Plain ``typing`` only, so any module can
+import them without loading anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+#: One query's results, best first: ``[(doc_id, score), ...]``.
+Ranking = Sequence[tuple[str, float]]
+
+#: A run: query id -> its ranking, best first (what every first stage and re-ranker returns).
+Run = dict[str, list[tuple[str, float]]]
+
+#: A run in any form a reader accepts: per query a ranking or a ``doc_id -> score`` mapping
+#: (the order of a ranking does not matter where the scores decide it).
+RunLike = Mapping[str, Mapping[str, float] | Iterable[tuple[str, float]]]
+
+#: Relevance judgements: query id -> document id -> grade (0: judged not relevant).
+Qrels = Mapping[str, Mapping[str, int]]

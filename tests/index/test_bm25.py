@@ -1,0 +1,140 @@
+"""dotcat.index.bm25 on tiny corpora: formula, analysis, k, ties, input forms, save/load."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from dotcat.errors import DotcatError
+from dotcat.index.bm25 import BM25Config, BM25Index
+
+DOCS = [
+    {"id": "d1", "title": "Cats", "text": "Cats are small domesticated carnivorous mammals."},
+    {"id": "d2", "title": "Dogs", "text": "Dogs were domesticated from wolves long ago."},
+    {"id": "d3", "title": "Photosynthesis", "text": "Plants turn light into chemical energy."},
+    {"id": "d4", "title": "Mitochondria", "text": "Mitochondria produce ATP for the cell."},
+    {"id": "d5", "title": "Exercise", "text": "She runs every morning before work."},
+    {"id": "d6", "title": "Insulin", "text": "Insulin regulates blood glucose in mammals."},
+]
+
+
+@dataclass(frozen=True)
+class Doc:  # the shape of dotcat.data.Document
+    id: str
+    title: str
+    text: str
+
+
+def _search(queries, k=10, config=None, docs=DOCS):
+    index = BM25Index.build(docs, config=config or BM25Config(), show_progress=False)
+    return index.search(queries, k=k, show_progress=False)
+
+
+def test_obviously_relevant_document_ranks_first():
+    run = _search({"q1": "animals domesticated from wolves", "q2": "how do cells make ATP"})
+    assert run["q1"][0][0] == "d2"
+    assert run["q2"][0][0] == "d4"
+    assert all(s1 >= s2 for (_, s1), (_, s2) in zip(run["q1"], run["q1"][1:], strict=False))
+
+
+def test_title_is_indexed():
+    assert _search({"q": "photosynthesis"})["q"][0][0] == "d3"
+
+
+def test_stemming_matches_word_forms():
+    assert [d for d, _ in _search({"q": "running"})["q"]] == ["d5"]
+    assert _search({"q": "running"}, config=BM25Config(stemmer=None))["q"] == []
+
+
+def test_stop_words_are_ignored():
+    run = _search({"plain": "wolves", "padded": "the wolves of and in", "stop": "the of and"})
+    assert run["padded"] == run["plain"]
+    assert run["stop"] == []
+    no_stop = _search({"q": "the of"}, config=BM25Config(stopwords=None))
+    assert {d for d, _ in no_stop["q"]} == {"d4"}  # "the cell"
+
+
+def test_k_larger_than_corpus_returns_only_matching_documents():
+    run = _search({"q": "mammals"}, k=100)
+    assert {d for d, _ in run["q"]} == {"d1", "d6"}
+    assert all(score > 0 for _, score in run["q"])
+    assert len(_search({"q": "mammals"}, k=1)["q"]) == 1
+    with pytest.raises(DotcatError, match="k must be"):
+        _search({"q": "mammals"}, k=0)
+
+
+def test_ties_are_broken_by_document_id():
+    docs = [Doc(i, "", "identical twin text") for i in ("c", "a", "b")] + [Doc("z", "", "other")]
+    run = _search({"q": "twin"}, docs=docs)
+    assert [d for d, _ in run["q"]] == ["a", "b", "c"]
+    assert len({s for _, s in run["q"]}) == 1
+    # At the cut: among three equal scores, k=2 keeps the two smallest ids.
+    assert [d for d, _ in _search({"q": "twin"}, k=2, docs=docs)["q"]] == ["a", "b"]
+
+
+def test_lucene_bm25_score_by_hand():
+    docs = [Doc("x", "", "apple apple banana"), Doc("y", "", "banana cherry"), Doc("w", "", "kiwi")]
+    config = BM25Config(k1=1.2, b=0.75, stemmer=None, stopwords=None)
+    run = _search({"q": "apple banana"}, config=config, docs=docs)
+    n, avgdl = 3, (3 + 2 + 1) / 3
+
+    def term(tf, df, dl):
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        return idf * tf / (tf + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
+
+    expected = {"x": term(2, 1, 3) + term(1, 2, 3), "y": term(1, 2, 2)}
+    assert dict(run["q"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_dataset_input(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    cols = {k: [d[k] for d in DOCS] for k in ("id", "title", "text")}
+    dataset = datasets.Dataset.from_dict(cols)
+    assert _search({"q": "wolves"}, docs=dataset) == _search({"q": "wolves"})
+
+
+def test_beir_style_dicts_and_missing_fields():
+    docs = [{"_id": "a", "text": "solar panels"}, {"_id": "b", "title": "Solar", "text": None}]
+    assert {d for d, _ in _search({"q": "solar"}, docs=docs)["q"]} == {"a", "b"}
+
+
+def test_bad_corpora_and_configs():
+    with pytest.raises(DotcatError, match="no documents"):
+        _search({"q": "x"}, docs=[])
+    with pytest.raises(DotcatError, match="repeated document ids, first: d1"):
+        _search({"q": "x"}, docs=DOCS + DOCS[:1])
+    with pytest.raises(DotcatError, match="no id"):
+        _search({"q": "x"}, docs=[{"text": "no id"}])
+    with pytest.raises(DotcatError, match="unknown stemmer 'klingon'"):
+        BM25Config(stemmer="klingon")
+    with pytest.raises(DotcatError, match="unknown stop-word list"):
+        BM25Config(stopwords="xx")
+
+
+def test_pair_scores_are_the_search_scores_of_the_named_documents():
+    index = BM25Index.build(DOCS, show_progress=False)
+    query = "domesticated mammals"
+    ranked = dict(index.search_one(query, k=10))
+    ids = ["d6", "d3", "d1", "d2"]  # in no particular order, one that does not match
+    scores = index.pair_scores(query, ids)
+    assert scores == pytest.approx([ranked.get(d, 0.0) for d in ids])
+    assert scores[1] == 0.0 and min(scores[0], scores[2], scores[3]) > 0
+    assert index.pair_scores("the of and", ["d1"]) == [0.0]  # stop words only
+    with pytest.raises(KeyError):
+        index.pair_scores(query, ["nope"])
+
+
+def test_save_load_round_trip(tmp_path):
+    queries = {"q1": "domesticated wolves", "q2": "running", "q3": "blood sugar insulin"}
+    index = BM25Index.build(DOCS, show_progress=False)
+    before = index.search(queries, show_progress=False)
+    index.save(tmp_path / "bm25")
+    loaded = BM25Index.load(tmp_path / "bm25")
+    assert loaded.config == index.config
+    assert loaded.search(queries, show_progress=False) == before
+    with pytest.raises(DotcatError, match="already exists"):
+        index.save(tmp_path / "bm25")
+    with pytest.raises(DotcatError, match="not a dotcat BM25 index"):
+        BM25Index.load(tmp_path)

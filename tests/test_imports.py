@@ -1,0 +1,121 @@
+"""No import cycle between dotcat's modules, counting the imports inside functions too.
+
+``make lint`` checks the same and the layers with import-linter; this test keeps the suite
+itself from passing on a tree where a lazy import hides a cycle. The graph is read from the
+source (``ast``), module by module: ``from dotcat.x import y`` is an edge to ``dotcat.x.y``
+when that is a module, else to ``dotcat.x``. Imports under ``if TYPE_CHECKING:`` are left out,
+as import-linter leaves them (annotations only: they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dotcat
+
+SRC = Path(dotcat.__file__).parent
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (file, is a package's ``__init__``)."""
+    modules = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if package else parts)] = (path, package)
+    return modules
+
+
+def _targets(node: ast.Import | ast.ImportFrom, name: str, package: bool, known: set[str]):
+    """The dotcat modules an import statement in module ``name`` loads by name."""
+    if isinstance(node, ast.Import):
+        wanted = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: resolved against the importing module's package
+            anchor = name.split(".")[: None if package else -1]
+            anchor = anchor[: len(anchor) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        # ``from x import y``: the module x.y if there is one, else x.
+        wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    for target in wanted:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target:
+            yield target
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, package) in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _imports(tree):
+            graph[name] |= set(_targets(node, name, package, known)) - {name}
+    return graph
+
+
+def _imports(tree: ast.AST):
+    """Every import statement of a module, at any depth, except under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _imports(node)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_graph_sees_imports_inside_functions():
+    graph = import_graph()
+    # dotcat.experiment imports its runner inside __getattr__ (kept lazy for the CLI).
+    assert "dotcat.experiment.runner" in graph["dotcat.experiment"]
+    assert "dotcat.index.bm25" in graph["dotcat.index.build"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert cycles(import_graph()) == []
