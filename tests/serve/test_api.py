@@ -49,6 +49,9 @@ def test_get_search_answers_as_the_pipeline_does(server, pipeline):
     dense = httpx.get(f"{server}/search", params={"q": "insulin", "first_stage": "dense"}).json()
     assert dense["first_stage"] == "dense"
     assert _hits(dense) == _expected(pipeline, "insulin", 10, first_stage="dense")
+    # every score says its scale, as the pipeline's hits do
+    assert {h["score_kind"] for h in answer["hits"]} == {pipeline.score_kind()}
+    assert {h["score_kind"] for h in dense["hits"]} == {pipeline.score_kind(first_stage="dense")}
 
 
 def test_post_one_query_or_many(server, pipeline):

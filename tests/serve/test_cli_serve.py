@@ -161,7 +161,7 @@ def test_a_port_out_of_range_is_one_line_at_once(hybrid_index):
     started = time.perf_counter()
     done = _dotcat("serve", hybrid_index, "--port", "70000")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip() == "dotcat: error: port must be in 1..65535, got 70000"
+    assert done.stderr.strip() == "dotcat: error: --port must be in [1, 65535], got 70000"
     assert time.perf_counter() - started < 20
 
 
