@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from tests.timing import within
 
 ray = pytest.importorskip("ray")
 
@@ -216,7 +217,7 @@ def test_an_unreachable_address_is_one_clear_error_and_fast(
     began = time.monotonic()
     with pytest.raises(DotcatError, match=rf"cannot reach a Ray cluster at '{address}'") as err:
         build_index(corpus, tmp_path / "idx", encoder_config, config, show_progress=False)
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < within(30)
     assert "\n" not in str(err.value)
 
 
