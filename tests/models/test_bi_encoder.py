@@ -177,10 +177,10 @@ def test_unsupported_module_is_refused(tiny_bert_dir, tmp_path):
     ("overrides", "message"),
     [
         ({"max_length": 513}, "max_length 513 is outside"),
-        ({"pooling": "max"}, "unknown pooling 'max'"),
-        ({"similarity": "l2"}, "unknown similarity 'l2'"),
+        ({"pooling": "max"}, "pooling must be one of cls, mean, got 'max'"),
+        ({"similarity": "l2"}, "similarity must be one of dot, cos, got 'l2'"),
         ({"batch_size": 0}, "batch_size must be >= 1"),
-        ({"precision": "int4"}, "unknown precision 'int4'"),
+        ({"precision": "int4"}, "precision must be one of auto, fp32, bf16, fp16, int8"),
     ],
 )
 def test_bad_settings_are_clear_errors(tiny_bert_dir, overrides, message):

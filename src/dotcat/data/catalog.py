@@ -44,8 +44,8 @@ from dotcat.data.download import (
     extract_zip,
     fill_atomically,
 )
+from dotcat.data.irds import INSTALL_HINT, write_irds_beir
 from dotcat.data.irds import PREFIX as IRDS_PREFIX
-from dotcat.data.irds import write_irds_beir
 from dotcat.errors import DotcatError
 from dotcat.files import read_json_or_none, write_json
 
@@ -148,6 +148,30 @@ def catalog() -> dict[str, Entry]:
         entries[name] = Entry(name, spec["file"], spec.get("md5"), spec.get("description", ""),
                               tuple(spec.get("subsets", ())))  # fmt: skip
     return entries
+
+
+def describe_catalog() -> str:
+    """``dotcat datasets list``: every entry (name, what, md5, where it is cached), then
+    where the zips come from and whether ``irds:`` ids can be read here."""
+    from dotcat.evaluation.report import markdown_table
+
+    rows = []
+    for entry in catalog().values():
+        cached = cached_dir(entry.name)
+        md5 = entry.md5 or "none published (recorded at first download)"
+        rows.append([entry.name, entry.description, md5, str(cached) if cached.is_dir() else "-"])
+    table = markdown_table(["name", "what", "md5 of the zip", "cached at"], rows, left=4)
+    base = os.environ.get(URL_ENV, "").strip() or BEIR_URL
+    try:
+        import ir_datasets  # noqa: F401
+
+        irds = "ir_datasets is installed"
+    except ImportError:
+        irds = f"needs ir_datasets: {INSTALL_HINT}"
+    return (
+        f"{table}\n\nzips from {base} (${URL_ENV} sets another base URL)\n"
+        f"irds:ID names any ir_datasets dataset, e.g. irds:vaswani ({irds})"
+    )
 
 
 # -- names ------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from dotcat.data.records import (
     python_source_name,
 )
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.options import setting
 
 if TYPE_CHECKING:
     from dotcat.data.corpus import CorpusStats
@@ -105,13 +106,27 @@ class CorpusOptions:
         hidden: also read hidden files and folders (names starting with ``.``).
     """
 
-    id_field: str | None = None
-    title_field: str | None = None
-    text_field: str | None = None
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    strict: bool = False
-    hidden: bool = False
+    id_field: str | None = setting(
+        None, help="The records' id field (JSONL, JSON, CSV, TSV, Parquet); default _id or id."
+    )
+    title_field: str | None = setting(None, help="The records' title field; default title.")
+    text_field: str | None = setting(
+        None, help="The records' text field; default text or contents."
+    )
+    include: tuple[str, ...] = setting(
+        (),
+        help="Only a folder's files matching this glob (repeat): *.md matches names, "
+        "notes/*.md paths.",
+    )
+    exclude: tuple[str, ...] = setting(
+        (), help="Skip a folder's files and folders matching this glob (repeat)."
+    )
+    strict: bool = setting(
+        False,
+        help="Stop at a folder's first file that cannot be read (default: skip it, and name "
+        "the skipped ones in one warning).",
+    )
+    hidden: bool = setting(False, help="Also read hidden files and folders (.name).")
 
     def __post_init__(self) -> None:
         for name in ("include", "exclude"):  # lists from Python callers, tuples from the CLI

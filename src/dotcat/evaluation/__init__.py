@@ -10,6 +10,7 @@ from dotcat.evaluation.metrics import (
     DEFAULT_MEASURES,
     EvalReport,
     evaluate,
+    evaluate_runs,
     parse_measures,
     qid_sort_key,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "comparison_note",
     "comparison_to_json",
     "evaluate",
+    "evaluate_runs",
     "format_comparison_table",
     "format_per_query",
     "format_table",

@@ -26,12 +26,44 @@ import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.evaluation.metrics import EvalReport, parse_measures
+from dotcat.options import SIGNIFICANCE_TESTS, Check, Settings, at_least, setting
 
 #: Test names accepted by :func:`compare_to_baseline` (``randomization`` is accepted too).
-TESTS = ("t", "randomisation")
+TESTS = SIGNIFICANCE_TESTS
 DEFAULT_PERMUTATIONS = 10_000
 DEFAULT_SEED = 0
 DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class ComparisonConfig(Settings):
+    """How systems are compared with a baseline (:func:`compare_to_baseline`)."""
+
+    test: str = setting(
+        "t",
+        help="Paired test: t (Student's paired t-test) or randomisation (randomization too).",
+        choices=TESTS,
+    )
+    alpha: float = setting(
+        DEFAULT_ALPHA, help="Significance level, applied after Holm-Bonferroni correction."
+    )
+    permutations: int = setting(
+        DEFAULT_PERMUTATIONS, help="Randomisation test: random permutations drawn."
+    )
+    seed: int = setting(DEFAULT_SEED, help="Randomisation test: random seed.")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "test", {"randomization": "randomisation"}.get(self.test, self.test)
+        )
+
+    def checks(self) -> list[Check]:
+        return [
+            (0.0 < self.alpha < 1.0, "alpha", f"alpha must be in (0, 1), got {self.alpha}"),
+            at_least("permutations", self.permutations, 1),
+        ]
+
+
 #: Values closer than this count as a tie in :func:`wins_ties_losses`.
 TIE_TOLERANCE = 1e-9
 # Permutation sums that differ from the observed one by less than this share of sum(|d|)
@@ -267,10 +299,9 @@ def normalise_test(test: str) -> str:
     Raises:
         DotcatError: any other name.
     """
-    name = {"randomization": "randomisation"}.get(test, test)
-    if name not in TESTS:
-        raise DotcatError(f"unknown significance test {test!r} (t, randomisation)")
-    return name
+    config = ComparisonConfig(test=test)
+    config.validate()
+    return config.test
 
 
 def compare_to_baseline(
@@ -306,9 +337,9 @@ def compare_to_baseline(
     """
     if baseline not in reports:
         raise DotcatError(f"baseline {baseline!r} is not one of {', '.join(reports)}")
-    test = normalise_test(test)
-    if not 0.0 < alpha < 1.0:
-        raise DotcatError(f"alpha must be in (0, 1), got {alpha}")
+    config = ComparisonConfig(test, alpha, permutations, seed)
+    config.validate()
+    test = config.test
     base = reports[baseline]
     systems = [name for name in reports if name != baseline]
     out: dict[str, dict[str, Comparison]] = {name: {} for name in systems}

@@ -56,22 +56,29 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from dotcat import options
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.catalog import resolve_data_path
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.index.manifest import Manifest
-from dotcat.models.resolve import read_model_config, resolve_model
-from dotcat.models.st_config import read_st_settings
+from dotcat.models.resolve import check_model
+from dotcat.search.config import PipelineConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-FIRST_STAGES = ("bm25", "dense", "hybrid")
+#: A system names its first stage (no ``auto``: the report says what each system ran).
+FIRST_STAGES = tuple(stage for stage in options.FIRST_STAGES if stage != "auto")
 # Settings of the index a `model` builds.
 _ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    """A description naming every choice: ``one of 'a', 'b', 'c'``."""
+    return "one of " + ", ".join(repr(c) for c in choices)
 
 
 def _field_error(field: str, message: str) -> PydanticCustomError:
@@ -113,25 +120,23 @@ class SystemConfig(_Strict):
     """One system: a first stage (BM25, dense or hybrid), optionally re-ranked by BERT_CAT."""
 
     name: str = Field(min_length=1, description="a non-empty name")
-    first_stage: Literal["bm25", "dense", "hybrid"] = Field(
-        description="one of 'bm25', 'dense', 'hybrid'"
-    )
+    first_stage: Literal[FIRST_STAGES] = Field(description=_one_of(FIRST_STAGES))
     model: str | None = Field(
         None, description="a BERT_DOT model (directory or hub name) to build an index with"
     )
     index: str | None = Field(None, description="an index directory written by `dotcat index`")
-    pooling: Literal["cls", "mean"] | None = Field(None, description="'cls' or 'mean'")
-    similarity: Literal["dot", "cos"] | None = Field(None, description="'dot' or 'cos'")
+    pooling: Literal[options.POOLINGS] | None = Field(None, description=_one_of(options.POOLINGS))
+    similarity: Literal[options.SIMILARITIES] | None = Field(
+        None, description=_one_of(options.SIMILARITIES)
+    )
     max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
     faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
-    fusion: Literal["auto", "rrf", "linear"] = Field(
-        "auto", description="one of 'auto', 'rrf', 'linear'"
-    )
+    fusion: Literal[options.FUSIONS] = Field("auto", description=_one_of(options.FUSIONS))
     fusion_weight: float | None = Field(None, ge=0, le=1, description="a number in [0, 1]")
     k1: float = Field(0.9, ge=0, description="a number >= 0")
     b: float = Field(0.4, ge=0, le=1, description="a number in [0, 1]")
     rerank: str | None = Field(None, description="a BERT_CAT cross-encoder (directory)")
-    depth: int = Field(100, ge=1, description="an integer >= 1")
+    depth: int = Field(options.RERANK_DEPTH, ge=1, description="an integer >= 1")
     interpolate: Literal["auto"] | float = Field("auto", description="'auto' or a number in [0, 1]")
     batch_size: int = Field(32, ge=1, description="an integer >= 1")
 
@@ -156,6 +161,10 @@ class SystemConfig(_Strict):
         for name in sorted(given & {"fusion", "fusion_weight"}):
             if self.first_stage != "hybrid":
                 raise _field_error(name, "applies only to first_stage 'hybrid'")
+        try:  # the query pipeline's own checks of what it will be given
+            PipelineConfig(fusion=self.fusion, fusion_weight=self.fusion_weight)
+        except SettingError as e:
+            raise _field_error(e.setting, str(e)) from None
         for name in sorted(given & {"depth", "interpolate", "batch_size"}):
             if self.rerank is None:
                 raise _field_error(name, "applies only with `rerank`")
@@ -178,14 +187,14 @@ class ExperimentConfig(_Strict):
     measures: list[str] = Field(
         list(DEFAULT_MEASURES), min_length=1, description="a list of ir-measures names"
     )
-    k: int = Field(100, ge=1, description="an integer >= 1 (results per query)")
-    test: Literal["t", "randomisation"] = Field("t", description="'t' or 'randomisation'")
+    k: int = Field(options.RUN_K, ge=1, description="an integer >= 1 (results per query)")
+    test: Literal[options.SIGNIFICANCE_TESTS] = Field(
+        "t", description=_one_of(options.SIGNIFICANCE_TESTS)
+    )
     permutations: int = Field(10_000, ge=1, description="an integer >= 1")
     seed: int = Field(0, description="an integer")
     alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
-    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
-        "auto", description="one of 'auto', 'fp32', 'bf16', 'fp16', 'int8'"
-    )
+    precision: Literal[options.PRECISIONS] = Field("auto", description=_one_of(options.PRECISIONS))
     device: str = Field("auto", min_length=1, description="'auto', 'cpu' or 'cuda'")
     dataset: DatasetConfig | None = Field(
         None, description="a [dataset] table with `path` and `split`"
@@ -390,7 +399,7 @@ def check_paths(
             value = getattr(system, field)
             if value is not None:
                 try:
-                    _check_model(value)
+                    check_model(value, cross_encoder=field == "rerank")
                 except DotcatError as e:
                     fail(f"systems[{i}].{field}", e)
         if system.index is not None:
@@ -417,11 +426,6 @@ def _check_dataset(dataset: DatasetConfig, where: str) -> None:
             check()
         except DotcatError as e:
             raise DotcatError(f"{where}.{field}: {e}") from None
-
-
-def _check_model(model: str) -> None:
-    path = resolve_model(model)
-    read_model_config(path, read_st_settings(path).transformer_dir)
 
 
 def _check_index(index_dir: Path, first_stage: str) -> None:

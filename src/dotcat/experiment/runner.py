@@ -37,6 +37,7 @@ from dotcat.data import (
     find_corpus_file,
     find_qrels_file,
     find_queries_file,
+    load_judgements,
     load_qrels,
     load_queries,
     read_run,
@@ -44,7 +45,7 @@ from dotcat.data import (
 )
 from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
 from dotcat.errors import DotcatError
-from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate, holm_across
+from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
 from dotcat.experiment.cache import (
     Cache,
@@ -66,7 +67,7 @@ from dotcat.experiment.results import (
     slug,
 )
 from dotcat.experiment.suite_report import write_suite_report
-from dotcat.index import DocStore, IndexConfig, build_index, document_text
+from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
@@ -78,7 +79,13 @@ from dotcat.models.runtime import (
     resolve_device,
 )
 from dotcat.search.bm25 import bm25_search
-from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline, tune_fusion
+from dotcat.search.pipeline import (
+    PipelineConfig,
+    Reranker,
+    SearchPipeline,
+    build_and_tune,
+    tune_fusion,
+)
 from dotcat.search.reranker import corpus_texts
 
 logger = logging.getLogger(__name__)
@@ -200,8 +207,7 @@ class _Runner:
             return path, fingerprint, found
         logger.info("%s: building an index with %s into %s", system.name, system.model, path)
         start = time.perf_counter()
-        manifest = self._build(system, path)
-        fusion = self._tune_fusion(path)
+        manifest, fusion = self._build(system, path)
         details = {
             "model": system.model,
             "documents": manifest.documents["count"],
@@ -211,23 +217,23 @@ class _Runner:
         return path, fingerprint, record
 
     def _build(self, system: SystemConfig, path: Path):
-        if (path / "manifest.json").is_file():  # built, but its fusion was not chosen yet
-            return Manifest.read(path)
+        """The index and its fusion, as ``dotcat index`` makes them (:func:`build_and_tune`);
+        an index built before an interruption only gets its fusion chosen."""
+        device, precision = self.config.device, self.config.precision
+        if (path / "manifest.json").is_file():
+            fusion = tune_fusion(path, self.data.path, device=device, precision=precision)
+            return Manifest.read(path), fusion
         encoder = EncoderConfig(
             model=system.model,
             pooling=system.pooling,
             similarity=system.similarity,
             max_length=system.max_length,
-            device=self.config.device,
-            precision=self.config.precision,
+            device=device,
+            precision=precision,
         )
-        config = IndexConfig(faiss_spec=system.faiss, device=self.config.device, bm25=True)
-        return build_index(self.data.path, path, encoder, config, overwrite=True)
-
-    def _tune_fusion(self, path: Path):
-        return tune_fusion(
-            path, self.data.path, device=self.config.device, precision=self.config.precision
-        )
+        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True)
+        built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
+        return built.manifest, built.fusion
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -544,12 +550,10 @@ def _evaluate(
     config: ExperimentConfig, data: Dataset, runs: Mapping[str, Mapping]
 ) -> dict[str, EvalReport]:
     """Every run against the split's qrels, as ``dotcat eval RUN... DATASET`` evaluates."""
-    known_queries = set(load_queries(data.path))
-    known_docs = set(data.corpus()["id"])
-    return {
-        name: evaluate(run, data.qrels, config.measures, known_queries, known_docs)
-        for name, run in runs.items()
-    }
+    judged = load_judgements(data.path, data.split)
+    return evaluate_runs(
+        runs, judged.qrels, config.measures, judged.known_queries, judged.known_docs
+    )
 
 
 def recall_depths(k: int) -> list[int]:

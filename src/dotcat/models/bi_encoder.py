@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,10 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
+from dotcat.models.config import EncoderConfig
 from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import check_max_length, load_hf_model, max_positions
-from dotcat.models.pooling import POOLINGS, l2_normalize, pool
+from dotcat.models.loading import load_hf_model, max_positions
+from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
@@ -68,7 +69,6 @@ from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-SIMILARITIES = ("dot", "cos")
 #: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
 WINDOW = 16_384
 #: Texts per tokenizer call (its results are large Python objects; see ``_tokenize``).
@@ -83,56 +83,6 @@ SMALL_CALL_TOKENS = 1024
 #: Queries are padded to a multiple of this many tokens and batched by width, so a query's
 #: vector does not depend on the queries it is batched with (see :mod:`.batching`).
 QUERY_PAD_MULTIPLE = 8
-
-
-@dataclass
-class EncoderConfig:
-    """How to build a :class:`BiEncoder`. None fields come from the model's own files.
-
-    Attributes:
-        model: local directory or hub name (``default`` = all-MiniLM-L6-v2, packaged).
-        pooling: ``cls`` or ``mean``; None: the model's sentence-transformers Pooling, else cls.
-        similarity: ``dot`` or ``cos`` (vectors L2-normalised); None: ``cos`` if the model has
-            a Normalize module, else its ``similarity_fn_name``, else ``dot``.
-        max_length: tokens per text, truncated beyond; None: the model's ``max_seq_length``,
-            else min(512, its position embeddings).
-        batch_size: most texts per forward pass; None: 32 on CPU, 256 on a GPU
-            (:func:`dotcat.models.batching.default_batch`).
-        device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda``, ``cuda:N``.
-        query_prefix, document_prefix: text put before each query / document (e.g. E5's
-            ``"query: "``); None: the model's sentence-transformers prompts, else empty.
-        fast: speed tricks that keep the vectors (token-budget batches and data-parallel
-            workers on CPU, autocast per ``precision``); False gives the plain reference path:
-            fixed-size batches, one at a time, fp32.
-        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, 65,536 on a GPU;
-            0: no cap.
-        precision: ``auto`` (int8 on CPUs with VNNI, else bf16 where native, fp16 on older
-            GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or
-            the int8 runtime; pooling and outputs stay fp32.
-        backend: the int8 runtime: ``auto`` (ONNX Runtime), ``onnxruntime``, ``openvino``;
-            an index records which one made its vectors.
-        cpu_workers: batches encoded at once on CPU, each by its own thread with one
-            intra-op thread (data parallel: no barrier between cores inside an op, robust when
-            other processes share the cores); None: one per intra-op thread (at most 8, then
-            several threads each) when ``fast``;
-            1: one batch at a time over all threads (PyTorch's usual intra-op parallelism).
-        num_threads: intra-op threads; None: every core this process may use.
-    """
-
-    model: str = "default"
-    pooling: str | None = None
-    similarity: str | None = None
-    max_length: int | None = None
-    batch_size: int | None = None
-    device: str = "auto"
-    query_prefix: str | None = None
-    document_prefix: str | None = None
-    fast: bool = True
-    max_batch_tokens: int | None = None
-    precision: str = "auto"
-    backend: str = "auto"
-    cpu_workers: int | None = None
-    num_threads: int | None = None
 
 
 class BiEncoder:
@@ -207,13 +157,11 @@ class BiEncoder:
         from transformers import AutoModel, AutoTokenizer
 
         config = config or EncoderConfig()
-        check_max_length(config.max_length, minimum=2)
+        config.validate()
         path = resolve_model(config.model)
         st = read_st_settings(path)
         read_model_config(path, st.transformer_dir)
         pooling, similarity = _pooling_and_similarity(config, st)
-        if config.batch_size is not None and config.batch_size < 1:
-            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
 
         device = resolve_device(config.device)
         if device.type == "cpu":
@@ -337,6 +285,12 @@ class BiEncoder:
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
 
+    def query_tokens(self, text: str) -> int:
+        """How many tokens the query ``text`` is, special tokens and prefix included, before
+        the cut at :attr:`max_length` that encoding makes."""
+        text = self.query_prefix + text
+        return len(self.tokenizer(text.lower() if self.lowercase else text)["input_ids"])
+
     def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
         return self.encode(_prefixed(self.document_prefix, texts), **kwargs)
@@ -444,19 +398,15 @@ class BiEncoder:
 
 
 def _pooling_and_similarity(config: EncoderConfig, st: StSettings) -> tuple[str, str]:
-    """The config's pooling and similarity, else the model's sentence-transformers files',
-    else ``cls`` and ``dot`` (DPR's); checked."""
+    """The config's pooling and similarity (checked by :meth:`EncoderConfig.validate`), else
+    the model's sentence-transformers files' (:mod:`.st_config` reads only those it supports),
+    else ``cls`` and ``dot`` (DPR's)."""
     pooling = config.pooling or st.pooling
     if pooling is None:
         if st.pooling_error:
             raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
         pooling = "cls"
-    if pooling not in POOLINGS:
-        raise DotcatError(f"unknown pooling {pooling!r} (cls or mean)")
-    similarity = config.similarity or st.similarity or "dot"
-    if similarity not in SIMILARITIES:
-        raise DotcatError(f"unknown similarity {similarity!r} (dot or cos)")
-    return pooling, similarity
+    return pooling, config.similarity or st.similarity or "dot"
 
 
 def _or_default(prefix: str | None, prompt: str | None) -> str:

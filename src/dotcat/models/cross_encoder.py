@@ -24,7 +24,6 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,9 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
+from dotcat.models.config import CrossEncoderConfig
 from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import check_max_length, load_hf_model, max_positions
+from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
@@ -65,42 +65,6 @@ WINDOW = 16_384
 #: Pairs are padded to a multiple of this many tokens and batched by width, so a pair's logit
 #: does not depend on the pairs it is batched with (see :mod:`.batching`).
 PAIR_PAD_MULTIPLE = 32
-
-
-@dataclass
-class CrossEncoderConfig:
-    """How to build a :class:`CrossEncoder`.
-
-    Attributes:
-        model: a trained cross-encoder directory (dotcat's or sentence-transformers'), a hub
-            name, or, to start training, any BERT checkpoint (``default`` = all-MiniLM-L6-v2,
-            packaged); a checkpoint without a classification head gets a new one.
-        max_length: tokens per pair, special tokens included; None: what the model directory
-            records (its tokenizer's ``model_max_length``), else 256.
-        batch_size: most pairs per forward pass.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
-        fast: token-budget batches, worker threads and autocast per ``precision``; False:
-            fixed-size batches, one at a time, fp32 (the reference path).
-        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
-        precision: ``auto`` (int8 on CPUs with VNNI where OpenVINO is installed, else bf16
-            where native, fp16 on older GPUs, else fp32), ``fp32``, ``bf16``, ``fp16``, ``int8``.
-        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
-            ``openvino``, ``onnxruntime``; other precisions run in PyTorch.
-        cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
-            intra-op thread.
-        num_threads: intra-op threads; None: every core this process may use.
-    """
-
-    model: str = "default"
-    max_length: int | None = None
-    batch_size: int = 32
-    device: str = "auto"
-    fast: bool = True
-    max_batch_tokens: int | None = None
-    precision: str = "auto"
-    backend: str = "auto"
-    cpu_workers: int | None = None
-    num_threads: int | None = None
 
 
 def pair_lengths(query_len: int, doc_len: int, budget: int) -> tuple[int, int]:
@@ -223,9 +187,7 @@ class CrossEncoder:
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         config = config or CrossEncoderConfig()
-        if config.batch_size < 1:
-            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
-        check_max_length(config.max_length, minimum=8)
+        config.validate()
         path = resolve_model(config.model)
         read_model_config(path)
         device = resolve_device(config.device)

@@ -44,6 +44,7 @@ from dotcat.evaluation import evaluate
 from dotcat.evaluation.significance import ttest_pvalue
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
+from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
@@ -149,7 +150,7 @@ def pseudo_first_stage(
     config = PipelineConfig(
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
-        fusion_weight=pipeline.fusion.weight,
+        fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
         fusion_depth=pipeline.config.fusion_depth,
         model=pipeline.config.model,
         device=pipeline.config.device,
@@ -179,6 +180,7 @@ def calibrate_reranker(
     Raises:
         DotcatError: no cross-encoder, or fewer than :data:`MIN_QUERIES` pseudo-queries.
     """
+    CalibrationConfig(queries=queries, documents=max_documents, seed=seed).validate()
     reranker = pipeline.reranker
     if reranker is None:
         raise DotcatError("calibration needs a cross-encoder to re-rank with (--rerank MODEL)")

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: What a score is, by the stage that gave it: a BM25 score; the bi-encoder's cosine or dot
+#: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
+#: the linear fusion's min-max normalised mix (in [0, 1]); the cross-encoder's logit; the
+#: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]).
+SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
+
 
 @dataclass(frozen=True)
 class Hit:
-    """One ranked result."""
+    """One ranked result; ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`)."""
 
     rank: int
     doc_id: str
     score: float
     title: str
     text: str
+    score_kind: str = ""

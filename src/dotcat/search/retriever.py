@@ -52,6 +52,8 @@ class DenseRetriever:
         entry = self.index.manifest.encoder
         self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
+        #: The scale of the scores: the encoder's similarity.
+        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """The top-k documents for one query, with titles and texts."""
@@ -63,7 +65,7 @@ class DenseRetriever:
         scores, positions = self.index.search(vector, k)
         docs = self.index.documents(positions[0])
         return [
-            Hit(rank, docs[p].id, float(s), docs[p].title, docs[p].text)
+            Hit(rank, docs[p].id, float(s), docs[p].title, docs[p].text, self.score_kind)
             for rank, (s, p) in enumerate(zip(scores[0], positions[0], strict=False), start=1)
             if p >= 0
         ]

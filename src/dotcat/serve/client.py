@@ -84,7 +84,7 @@ class ServerClient:
 
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
     text = hit["text"] if full_text else hit["snippet"]
-    return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], text)
+    return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], text, hit["score_kind"])
 
 
 def _server_message(error: urllib.error.HTTPError) -> str:

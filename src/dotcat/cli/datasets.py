@@ -1,8 +1,7 @@
 """``dotcat datasets list|get``: the collections dotcat fetches by name.
 
-A command group of its own, added to the ``dotcat`` app by one ``add_typer`` line; the work is
-in :mod:`dotcat.data.catalog`. Names work wherever a data path does (``dotcat index
-beir/nfcorpus ...``); ``get`` puts a copy where the user wants it (to carry to a machine
+The work is in :mod:`dotcat.data.catalog`. Names work wherever a data path does (``dotcat
+index beir/nfcorpus ...``); ``get`` puts a copy where the user wants it (to carry to a machine
 without network, say).
 """
 
@@ -14,40 +13,23 @@ from typing import Annotated
 
 import typer
 
+from dotcat.cli.app import Group, app
+
 datasets_app = typer.Typer(
+    cls=Group,
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="BEIR datasets by name (beir/NAME) and ir_datasets ids (irds:ID): list, get.",
 )
+app.add_typer(datasets_app, name="datasets")
 
 
 @datasets_app.command("list")
 def list_datasets() -> None:
     """The BEIR datasets dotcat knows, their published md5, and whether they are cached."""
-    from dotcat.data.catalog import URL_ENV, cached_dir, catalog
-    from dotcat.data.irds import INSTALL_HINT
-    from dotcat.evaluation.report import markdown_table
+    from dotcat.data.catalog import describe_catalog
 
-    rows = []
-    for entry in catalog().values():
-        cached = cached_dir(entry.name)
-        rows.append(
-            [
-                entry.name,
-                entry.description,
-                entry.md5 or "none published (recorded at first download)",
-                str(cached) if cached.is_dir() else "-",
-            ]
-        )
-    typer.echo(markdown_table(["name", "what", "md5 of the zip", "cached at"], rows, left=4))
-    url = entry.url.rsplit("/", 1)[0]
-    typer.echo(f"\nzips from {url} (${URL_ENV} sets another base URL)")
-    try:
-        import ir_datasets  # noqa: F401
-
-        irds = "ir_datasets is installed"
-    except ImportError:
-        irds = f"needs ir_datasets: {INSTALL_HINT}"
-    typer.echo(f"irds:ID names any ir_datasets dataset, e.g. irds:vaswani ({irds})")
+    typer.echo(describe_catalog())
 
 
 @datasets_app.command("get")
