@@ -289,7 +289,10 @@ class BiEncoder:
         """How many tokens the query ``text`` is, special tokens and prefix included, before
         the cut at :attr:`max_length` that encoding makes."""
         text = self.query_prefix + text
-        return len(self.tokenizer(text.lower() if self.lowercase else text)["input_ids"])
+        text = text.lower() if self.lowercase else text
+        # verbose=False: counting is the point here, so no "sequence too long" warning from
+        # transformers (the caller says it once, in dotcat's words).
+        return len(self.tokenizer(text, verbose=False)["input_ids"])
 
     def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
