@@ -65,7 +65,7 @@ from dotcat.data.records import (
     python_source_name,
 )
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.options import setting
+from dotcat.options import Settings, setting
 
 if TYPE_CHECKING:
     from dotcat.data.corpus import CorpusStats
@@ -92,8 +92,8 @@ _ID_ESCAPES = re.compile(r"[\s%#]")
 CorpusSource = Any  # a path (str or Path), or a list, DataFrame or datasets.Dataset
 
 
-@dataclass(frozen=True)
-class CorpusOptions:
+@dataclass(frozen=True, repr=False)
+class CorpusOptions(Settings):
     """How to read a corpus source.
 
     Attributes:

@@ -37,7 +37,7 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     return i, n
 
 
-@dataclass
+@dataclass(repr=False)
 class IndexConfig(Settings):
     """How to build the FAISS side of an index (and the BM25 one beside it).
 
@@ -101,7 +101,7 @@ class IndexConfig(Settings):
             check_shard(self.shard)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MergeConfig(Settings):
     """How shard indexes are merged into one (:func:`dotcat.index.shards.merge_indexes`)."""
 
