@@ -44,7 +44,7 @@ CLI_ONLY = {
     # k1, b: BM25Config's (compared below; bm25s is not imported to start the command line).
     "bm25": {"queries", "output", "split", "k", "k1", "b", "tag"},
     "eval": {"split", "measure", "per_query", "as_json", "baseline"},
-    "experiment": {"output"},
+    "experiment": {"output", "only"},
     "calibrate": {"as_json"},
     "serve": {"access_log"},
 }
