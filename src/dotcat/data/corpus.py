@@ -46,6 +46,7 @@ from dotcat.data.sources import (
 )
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.progress import progress_bar
+from dotcat.reprs import short_repr
 
 if TYPE_CHECKING:
     import datasets
@@ -75,6 +76,11 @@ class Document:
     id: str
     title: str
     text: str
+
+    def __repr__(self) -> str:
+        """The id, the title and the text's first words (:func:`dotcat.reprs.preview`)."""
+        fields = {"id": self.id, "title": self.title, "text": self.text}
+        return short_repr("Document", fields, texts=("title", "text"))
 
 
 def document_fields(doc: object, n: int) -> tuple[str, str, str]:

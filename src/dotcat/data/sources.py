@@ -66,7 +66,7 @@ from dotcat.data.records import (
     python_source_name,
 )
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.options import setting
+from dotcat.options import Settings, setting
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +132,8 @@ class CorpusStats:
             setattr(self, f.name, getattr(fresh, f.name))
 
 
-@dataclass(frozen=True)
-class CorpusOptions:
+@dataclass(frozen=True, repr=False)
+class CorpusOptions(Settings):
     """How to read a corpus source.
 
     Attributes:

@@ -35,7 +35,7 @@ DEFAULT_SEED = 0
 DEFAULT_ALPHA = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ComparisonConfig(Settings):
     """How systems are compared with a baseline (:func:`compare_to_baseline`)."""
 
