@@ -205,7 +205,7 @@ def test_the_documented_experiment_files_load(sandbox, monkeypatch):
 # -- the pages are well formed (fast) --------------------------------------------------------
 
 
-def test_every_skipped_block_says_why_and_most_run():
+def test_every_skipped_block_says_why_and_the_others_run():
     total = ran = 0
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
@@ -216,7 +216,7 @@ def test_every_skipped_block_says_why_and_most_run():
                 total += 1
                 ran += block.skip is None
         assert len(markers) == sum(b.skip is not None for b in blocks(page)), page
-    assert total >= 20 and ran >= total // 2, (ran, total)
+    assert ran >= 15, f"only {ran} of {total} bash and python blocks run"
 
 
 def test_the_readme_is_a_short_guide_with_the_two_set_up_commands():
