@@ -270,3 +270,11 @@ def test_the_cli_reference_is_current():
     assert "## dotcat search" in page and "## dotcat train cat" in page
     stale = "docs/cli.md is stale: run python scripts/gen_cli_docs.py"
     assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == page, stale
+
+
+def test_the_citation_names_the_packages_version_and_licence():
+    citation = (ROOT / "CITATION.cff").read_text(encoding="utf-8")
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    version = re.search(r'^version = "(.+)"', pyproject, re.MULTILINE).group(1)
+    assert re.search(rf"^version: {re.escape(version)}$", citation, re.MULTILINE), version
+    assert "license: Apache-2.0" in citation and "Apache License" in (ROOT / "LICENSE").read_text()
