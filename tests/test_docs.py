@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.timing import within
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -43,7 +44,7 @@ README_MAX_LINES = 250
 RUN_LANGUAGES = ("bash", "python")
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*,\s*(?P<reason>\S.*?)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
-BLOCK_TIMEOUT_S = 600
+BLOCK_TIMEOUT_S = within(600)  # one page's consecutive blocks of one language
 
 
 @dataclass(frozen=True)
