@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
+from dotcat.files import no_room
 from dotcat.progress import set_quiet
 
 #: The global flags, accepted before or after the command.
@@ -34,7 +35,8 @@ def _raise_terminated(signum, frame) -> None:
 
 
 class Group(TyperGroup):
-    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2.
+    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2; so
+    too a write that found no room, should a writer not have said so itself.
 
     Ctrl-C and SIGTERM stop the work the same orderly way (a build's folder removed, its
     lock released): "dotcat: interrupted", exit status 130 (Ctrl-C) or 143 (SIGTERM).
@@ -60,6 +62,12 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
+        except Exception as e:
+            full = no_room(e)
+            if full is None:
+                raise
+            click.echo(f"dotcat: error: {full}", err=True)
+            ctx.exit(2)
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:

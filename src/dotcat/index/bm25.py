@@ -44,6 +44,7 @@ import Stemmer
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
 from dotcat.types import Run
@@ -265,26 +266,30 @@ class BM25Index:
 
         Written to a temporary sibling directory and renamed into place, so an interrupted
         save leaves no half index. Refuses an existing non-empty directory.
+
+        Raises:
+            DiskFullError: no room for it (nothing is left of the save).
         """
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DotcatError(f"{path}: already exists; choose a new directory")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        self._retriever.save(tmp, show_progress=False)
-        self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
-        (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
-        manifest = {
-            "format": "dotcat-bm25",
-            "format_version": FORMAT_VERSION,
-            "bm25s_version": bm25s.__version__,
-            "n_docs": len(self.doc_ids),
-            "config": self.config.to_dict(),
-        }
-        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
-        if path.exists():
-            path.rmdir()  # empty, checked above
-        os.replace(tmp, path)
+        with writing(path, remove=[tmp]):  # a failed save leaves nothing, a full disk says so
+            self._retriever.save(tmp, show_progress=False)
+            self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
+            (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
+            manifest = {
+                "format": "dotcat-bm25",
+                "format_version": FORMAT_VERSION,
+                "bm25s_version": bm25s.__version__,
+                "n_docs": len(self.doc_ids),
+                "config": self.config.to_dict(),
+            }
+            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+            if path.exists():
+                path.rmdir()  # empty, checked above
+            os.replace(tmp, path)
         logger.info("BM25 index saved to %s", path)
         return path
 

@@ -32,6 +32,7 @@ from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
+from dotcat.files import writes
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.config import MergeConfig
@@ -223,6 +224,7 @@ def open_index(
 # -- merging ------------------------------------------------------------------------------
 
 
+@writes("out")
 def merge_indexes(
     shards: Sequence[str | Path],
     out: str | Path,
@@ -246,6 +248,7 @@ def merge_indexes(
     Raises:
         DotcatError: incompatible shards, the same id in two shards, a shard without its
             vectors, or a spec the merged corpus cannot train.
+        DiskFullError: no room for the merged index (nothing is left of it).
     """
     out = Path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
