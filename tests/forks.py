@@ -28,11 +28,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Imported by the zygote before it forks: the CLI and the stages its commands load.
+#: Imported by the zygote before it forks: the CLI and the stages its commands load
+#: (``module:attribute``: transformers' classes are imported when first named, ~3 s).
 WARM = (
     "torch",
-    "transformers",
     "faiss",
+    "datasets",
+    "bm25s",
+    "transformers:AutoModel",
+    "transformers:AutoTokenizer",
+    "transformers:BertModel",
+    "transformers:AutoModelForSequenceClassification",
     "dotcat.cli",
     "dotcat.index.build",
     "dotcat.index.updates",
@@ -46,7 +52,10 @@ _ZYGOTE = textwrap.dedent(
     import importlib, json, os, resource, signal, sys, time, traceback
 
     for name in json.loads(sys.argv[1]):
-        importlib.import_module(name)
+        module, _, attribute = name.partition(":")
+        imported = importlib.import_module(module)
+        if attribute:
+            getattr(imported, attribute)
 
 
     def stop_at(spec):
