@@ -733,3 +733,194 @@ def test_a_stopped_command_loses_nothing_and_the_next_run_finishes(ws, zygote, t
     if probe.args is OVERWRITE_T:
         expected["index"] = N_DOCS // 2
     assert _documents(index) == expected[probe.args[0]]
+
+
+def _largest(folder: Path) -> int:
+    return max(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+@dataclass(frozen=True)
+class Full:
+    """A writer run under a file-size limit (``RLIMIT_FSIZE``: a write past it fails with
+    EFBIG, as on a full disk) that its ``stage`` must reach: the limit is computed from the
+    workspace's real file sizes so that everything before that stage fits and it does not.
+
+    ``keep`` names the copies of workspace files the command writes over (``idx``: the index,
+    ``vocab_idx``, ``old.trec``): each must be byte-identical afterwards. ``expected`` is a
+    fragment of the one error line (``{t}`` filled: the case's folder).
+    """
+
+    stage: str
+    args: tuple[str, ...]
+    limit: object  # (Workspace) -> int
+    expected: str
+    keep: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+KIB = 1024
+#: fp32: the default precision may be int8, exported on first use (a writer of its own).
+INDEX_FP32 = ("index", "--model", "{model}", "--precision", "fp32")
+TRAIN = ("train", "dot", "{beir}", "{t}/m", "--base", "{model}", "--epochs", "1",
+         "--batch-size", "2", "--negatives", "none", "--max-length", "32",
+         "--dev-fraction", "0")  # fmt: skip
+EXPERIMENT = """
+output = "{t}/exp"
+baseline = "BM25"
+[dataset]
+path = "{beir}"
+split = "test"
+[[systems]]
+name = "BM25"
+first_stage = "bm25"
+"""
+
+FULL = [
+    Full(
+        "index: the doc store",
+        (*INDEX_FP32, "{corpus}", "{t}/idx", "--overwrite"),
+        lambda ws: 16 * KIB,
+        ".idx.building/docstore.sqlite",
+        keep=("idx",),
+    ),
+    Full(
+        "index: the vectors",
+        (*INDEX_FP32, "{corpus}", "{t}/idx", "--overwrite"),
+        lambda ws: _size(ws["idx"] / "docstore.sqlite") + 4 * KIB,
+        ".idx.building/vectors.npy",
+        keep=("idx",),
+    ),
+    Full(
+        "index: the FAISS file",
+        (*INDEX_FP32, "{corpus}", "{t}/idx", "--overwrite", "--faiss", "HNSW32"),
+        lambda ws: _size(ws["idx"] / "index.faiss") + 4 * KIB,
+        ".idx.building/index.faiss",
+        keep=("idx",),
+    ),
+    Full(
+        "index: the BM25 side",
+        (*INDEX_FP32, "{vocab}", "{t}/vocab_idx", "--overwrite"),
+        lambda ws: max(_size(p) for p in ws["vocab_idx"].iterdir() if p.is_file()) + 4 * KIB,
+        "/.vocab_idx.",
+        keep=("vocab_idx",),
+    ),
+    Full(
+        "add: the copy",
+        ("add", "{t}/idx", "{new}"),
+        lambda ws: _size(ws["idx"] / "index.faiss") - 1,
+        ".idx.building/",
+        keep=("idx",),
+    ),
+    Full(
+        "add: the FAISS file",
+        ("add", "{t}/idx", "{new}"),
+        lambda ws: _largest(ws["idx"]) + 1 * KIB,
+        ".idx.building/index.faiss",
+        keep=("idx",),
+    ),
+    Full(
+        "delete: the FAISS file",
+        ("delete", "{t}/idx", "d1", "d2"),
+        lambda ws: _largest(ws["idx"]) + 1 * KIB,
+        ".idx.building/index.faiss",
+        keep=("idx",),
+    ),
+    Full(
+        "merge: the FAISS file",
+        ("merge", "{shards}/s0", "{shards}/s1", "{t}/m"),
+        lambda ws: _size(ws["idx"] / "docstore.sqlite") + 4 * KIB,
+        ".m.building/index.faiss",
+    ),
+    Full(
+        "export: the ONNX file",
+        ("export", "{t}/model", "--precision", "fp32"),
+        lambda ws: 512 * KIB,
+        "/model/onnx/model.onnx",
+        keep=("model",),
+    ),
+    Full(
+        "train: a checkpoint",
+        (*TRAIN, "--checkpoint-every", "1"),
+        lambda ws: _size(ws["model"] / "model.safetensors") + 64 * KIB,
+        "/m/checkpoints/step-",
+    ),
+    Full(
+        "train: the saved model",
+        (*TRAIN, "--checkpoint-every", "0"),
+        lambda ws: 512 * KIB,
+        "/m",
+    ),
+    Full(
+        "experiment: the cached run",
+        ("experiment", "{t}/exp.toml"),
+        lambda ws: 4 * KIB,
+        "/exp/cache/runs/",
+    ),
+    Full(
+        "search: the run file",
+        ("search", "{t}/idx", "--queries", "{queries}", "--output", "{t}/old.trec", "-k", "100"),
+        lambda ws: 4 * KIB,
+        "old.trec",
+        keep=("old.trec",),
+    ),
+    Full(
+        "bm25: the run file",
+        ("bm25", "{corpus}", "--queries", "{queries}", "--output", "{t}/old.trec", "-k", "100"),
+        lambda ws: 4 * KIB,
+        "old.trec",
+        keep=("old.trec",),
+    ),
+    Full(
+        "the int8 export on first use",
+        ("search", "{t}/idx", "text 3", "--precision", "int8"),
+        lambda ws: 512 * KIB,
+        "/cache/onnx/",
+        keep=("idx",),
+        env=(("DOTCAT_CACHE", "{t}/cache"),),
+    ),
+    Full(
+        "the corpus cache",
+        ("bm25", "{vocab}", "--queries", "{queries}", "--output", "{t}/r.trec"),
+        lambda ws: 64 * KIB,
+        "set DOTCAT_CACHE to a folder on a disk with room",
+        env=(("DOTCAT_CACHE", "{t}/cache"),),
+    ),
+]
+
+
+def _full_disk_folder(ws: Workspace, work: Path) -> None:
+    """The case's folder: copies of what the writers write over or into."""
+    shutil.copytree(ws["idx"], work / "idx")
+    shutil.copytree(ws["vocab_idx"], work / "vocab_idx")
+    shutil.copytree(ws["model_copy"], work / "model")
+    (work / "old.trec").write_text(ws["run"].read_text())
+    (work / "exp.toml").write_text(EXPERIMENT.format(**ws.paths, t=work))
+
+
+@pytest.mark.parametrize("probe", FULL, ids=lambda f: f.stage)
+def test_a_full_disk_is_one_line_under_every_writer(ws, zygote, tmp_path, probe):
+    _full_disk_folder(ws, tmp_path)
+    before = {name: snapshot(tmp_path / name) if (tmp_path / name).is_dir() else
+              hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+              for name in probe.keep}  # fmt: skip
+    env = {k: v.format(t=tmp_path) for k, v in probe.env}
+    done = _child(zygote, ws, tmp_path, probe.args, fsize=probe.limit(ws), env=env)
+    output = done.stdout + done.stderr
+    expected = probe.expected.format(t=tmp_path)
+    assert_refused(done.code, output, expected)
+    assert "file too large" in error_lines(output)[0] and "ulimit -f" in output
+    for name, old in before.items():
+        path = tmp_path / name
+        now = snapshot(path) if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+        assert now == old, f"{name} changed"
+    leftovers = [
+        p.relative_to(tmp_path).as_posix()
+        for p in tmp_path.rglob("*")
+        if p.name.endswith(".tmp") or ".saving-" in p.name or ".lock" in p.name
+        if ".locks" not in p.parts  # (the datasets library's own lock files, in its cache)
+    ]
+    assert not leftovers, leftovers

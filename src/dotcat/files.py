@@ -79,9 +79,8 @@ _NO_ROOM_TEXT = {os.strerror(code): code for code in _NO_ROOM} | {
 _ERRNO = re.compile(r"\[Errno (\d+)\]")
 #: Where FAISS names the file it was writing.
 _FAISS_PATH = re.compile(r"write error in (.+?): \d+ != \d+|could not open (.+?) for writing")
-#: Failed writes that say no errno (PyTorch's "file write failed", SQLite's "disk I/O error"):
-#: they count as no room only where the disk is full or a file reached the file-size limit.
-_WRITE_FAILED = re.compile(r"writ|disk I/O", re.IGNORECASE)
+#: Errors of the program itself, never of the disk.
+_NOT_THE_DISK = (ValueError, TypeError, KeyError, IndexError, AttributeError, NameError)
 #: Free space below which a file system counts as full (blocks, reserved space, metadata).
 _FULL_BELOW = 1 << 20
 
@@ -152,7 +151,10 @@ def writing(
         found = None
         if isinstance(e, Exception) and not isinstance(e, DotcatError):  # said already
             found = _no_room_cause(e)
-            if found is None and _WRITE_FAILED.search(str(e)):
+            if found is None and not isinstance(e, _NOT_THE_DISK):
+                # Writers that drop the errno (PyTorch's "basic_ios::clear: iostream error",
+                # SQLite's "disk I/O error"): no room if the disk is full or a file written
+                # here reached the file-size limit.
                 found = _exhausted([Path(path), *remove] if path is not None else remove)
         for leftover in remove:
             _remove(leftover)

@@ -16,6 +16,7 @@ import threading
 import click
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
@@ -24,6 +25,18 @@ from dotcat.progress import set_quiet
 
 #: The global flags, accepted before or after the command.
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+#: How the command-line framework ends a command (typer's own click, or click's): never an
+#: error of the disk, whatever error they were raised while handling.
+_FRAMEWORK = (
+    typer.Exit,
+    typer.Abort,
+    TyperException,
+    click.exceptions.Exit,
+    click.exceptions.Abort,
+    click.ClickException,
+)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -62,6 +75,8 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
+        except _FRAMEWORK:
+            raise  # (an Exit raised while a sub-command's error was shown has it as context)
         except Exception as e:
             full = no_room(e)
             if full is None:

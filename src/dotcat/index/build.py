@@ -324,7 +324,7 @@ def _write_faiss(
         faiss_index.train_index(index, _gather(store, wanted), config.faiss_spec)
     faiss_index.add_vectors(index, store.iter_rows(), store.n, show_progress)
     with replacing(path) as tmp:  # a half-written file is removed, a full disk said so
-        faiss.write_index(faiss_index.to_cpu(index), str(tmp))
+        faiss_index.write_index(index, tmp)
 
 
 def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import faiss
 import numpy as np
 
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 from dotcat.index.config import DEFAULT_SEARCH_PARAMS as DEFAULT_SEARCH_PARAMS
 from dotcat.progress import progress_bar
 
@@ -261,6 +263,20 @@ def to_cpu(index: faiss.Index) -> faiss.Index:
     if hasattr(faiss, "index_gpu_to_cpu") and "Gpu" in type(index).__name__:
         return faiss.index_gpu_to_cpu(index)
     return index
+
+
+def write_index(index: faiss.Index, path: str | os.PathLike) -> None:
+    """Write ``index`` (a CPU copy, if it is on GPUs) to ``path`` through a Python file,
+    synced to disk.
+
+    FAISS's own file writer buffers, and reports a failed last flush only as a line on stderr
+    ("close error"): on a full disk the file could end short of its last block while the write
+    seemed to succeed. Through Python every failed write raises (ENOSPC, EFBIG...).
+    """
+    with writing(path), open(path, "wb") as f:  # a full disk: DiskFullError naming ``path``
+        faiss.write_index(to_cpu(index), faiss.PyCallbackIOWriter(f.write))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def training_rows(index: faiss.Index, n: int, seed: int = 0) -> np.ndarray:

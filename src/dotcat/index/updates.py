@@ -35,7 +35,7 @@ from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
-from dotcat.index import layout
+from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
@@ -283,7 +283,7 @@ def _add(
 def _finish(tmp: Path, manifest: Manifest, index: faiss.Index, next_pos: int) -> None:
     """Write the updated FAISS index, the counts and the BM25 side (rebuilt) into ``tmp``."""
     with replacing(tmp / INDEX_NAME) as tmp_index:
-        faiss.write_index(index, str(tmp_index))
+        faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
     manifest.documents["count"] = int(index.ntotal)
     manifest.documents["next_pos"] = next_pos
