@@ -5,7 +5,7 @@ STAMP := $(VENV)/.dotcat-installed
 INDEX ?= indexes/scifact-minilm
 RUNS ?= runs
 
-.PHONY: scifact test test-fast test-zen3 lint setup clean
+.PHONY: scifact test test-fast test-zen3 lint check-wheel setup clean
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh $(VENV)
@@ -48,6 +48,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests eval
 	$(BIN)/ruff format --check src tests eval
 	$(BIN)/lint-imports
+
+# The wheel as a user installs it: built, installed into a fresh virtualenv outside the
+# repository (CPU torch first), then `dotcat index`/`search`, the Python quick start and the
+# server run from another directory, offline, on the packaged default model.
+check-wheel: $(STAMP)
+	BUILD_PYTHON=$(BIN)/python bash scripts/check_wheel.sh
 
 clean:
 	rm -rf $(VENV) $(RUNS) $(INDEX)

@@ -20,7 +20,6 @@ A child can be given, besides its arguments, environment and working folder:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -32,17 +32,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from tests.forks import Done, Zygote
-from tests.serve.conftest import live_server
 from tests.timing import within
 from typer.testing import CliRunner
 
@@ -50,7 +46,6 @@ from dotcat.cli import app
 from dotcat.data import load_corpus
 from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
-from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
 N_DOCS = 600  # enough that the FAISS file is the index's largest (the file-size cases)
 
@@ -96,7 +91,8 @@ BAD_FILES: dict[str, bytes] = {
     "empty.jsonl": b"",
     "not_json.jsonl": b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{oops\n',
     "no_id.jsonl": b'{"_id": "a", "text": "x"}\n{"title": "t", "text": "no id"}\n',
-    "dup_id.jsonl": b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{"_id": "a", "text": "z"}\n',
+    "dup_id.jsonl": b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n'
+    b'{"_id": "a", "text": "z"}\n',
     "array.jsonl": b'{"_id": "a", "text": "x"}\n["not", "an", "object"]\n',
     "text_list.jsonl": b'{"_id": "a", "text": ["x", "y"]}\n',
     "cut.jsonl.gz": _gz_cut(_docs(200)),
@@ -131,9 +127,11 @@ BAD_FILES: dict[str, bytes] = {
     "exp_type.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\nsplit = "test"\n'
     b'[[systems]]\nname = "B"\nfirst_stage = "bm25"\ndepth = "10"\n',
     "exp_syntax.toml": b"output = \n",
-    "exp_dataset.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "scifcat"\nsplit = "test"\n'
+    "exp_dataset.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "scifcat"\n'
+    b'split = "test"\n'
     b'[[systems]]\nname = "B"\nfirst_stage = "bm25"\n',
-    "exp_split.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\nsplit = "validation"\n'
+    "exp_split.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "validation"\n'
     b'[[systems]]\nname = "B"\nfirst_stage = "bm25"\n',
     "ids_empty.txt": b"\n  \n",
 }
@@ -408,7 +406,7 @@ RUN_CASES = [
     ),  # fmt: skip
 ]
 
-I = ("index", "{corpus}", "{out}/i", "--model", "{model}")
+IX = ("index", "{corpus}", "{out}/i", "--model", "{model}")
 S = ("search", "{idx}", "words")
 
 #: Bad arguments: refused at once, before any model loads.
@@ -441,19 +439,19 @@ ARGUMENT_CASES = [
     case(
         "search", "{idx}", "--queries", "{queries}", "--output", "{out}", expect="is a directory"
     ),  # fmt: skip
-    case(*I, "--faiss", "bogus", expect="invalid FAISS spec 'bogus'"),
-    case(*I, "--faiss", "IDMap,Flat", expect="leave IDMap out"),
-    case(*I, "--faiss", "NSG32,Flat", expect="an NSG graph is built in one go"),
-    case(*I, "--faiss", "HNSW32_PQ8", expect="L2 metric only"),
-    case(*I, "--faiss", "IVF4096,Flat", expect="needs at least 4096 training vectors"),
-    case(*I, "--faiss", "PQ7", expect="multiple of the number of subq"),
-    case(*I, "--pooling", "max", expect="--pooling must be one of cls"),
-    case(*I, "--max-length", "0", expect="--max-length must be >= 2, got 0"),
-    case(*I, "--chunk-size", "0", expect="--chunk-size"),
-    case(*I, "--batch-size", "0", expect="--batch-size"),
-    case(*I, "--shard", "3/2", expect="--shard"),
-    case(*I, "--shard", "half", expect="--shard"),
-    case(*I, "--precision", "fp16", "--device", "cpu", expect="--precision fp16 runs on GPUs"),
+    case(*IX, "--faiss", "bogus", expect="invalid FAISS spec 'bogus'"),
+    case(*IX, "--faiss", "IDMap,Flat", expect="leave IDMap out"),
+    case(*IX, "--faiss", "NSG32,Flat", expect="an NSG graph is built in one go"),
+    case(*IX, "--faiss", "HNSW32_PQ8", expect="L2 metric only"),
+    case(*IX, "--faiss", "IVF4096,Flat", expect="needs at least 4096 training vectors"),
+    case(*IX, "--faiss", "PQ7", expect="multiple of the number of subq"),
+    case(*IX, "--pooling", "max", expect="--pooling must be one of cls"),
+    case(*IX, "--max-length", "0", expect="--max-length must be >= 2, got 0"),
+    case(*IX, "--chunk-size", "0", expect="--chunk-size"),
+    case(*IX, "--batch-size", "0", expect="--batch-size"),
+    case(*IX, "--shard", "3/2", expect="--shard"),
+    case(*IX, "--shard", "half", expect="--shard"),
+    case(*IX, "--precision", "fp16", "--device", "cpu", expect="--precision fp16 runs on GPUs"),
     case("index", "{corpus}", "{idx}", "--model", "{model}", expect="pass --overwrite"),
     case("index", "{corpus}", "{a_file}/i", "--model", "{model}", expect="is a file, not a dir"),
     case("index", "{corpus}", "{out}/i", "--model", "{not_model}", expect="not a model dir"),
@@ -472,7 +470,14 @@ ARGUMENT_CASES = [
     case("export", "{model_copy}", "--precision", "int4", expect="int4"),
     case("export", "{not_model}", expect="not a model directory"),
     case(EVAL, "{run}", "{qrels}", "-m", "nDCG@x", expect="nDCG@x"),
-    case(EVAL, "{run}", "{qrels}", "--test", "anova", expect="--test must be one of t, randomisation, got 'anova'"),
+    case(
+        EVAL,
+        "{run}",
+        "{qrels}",
+        "--test",
+        "anova",
+        expect="--test must be one of t, randomisation, got 'anova'",
+    ),  # fmt: skip
     case(EVAL, "{run}", "{qrels}", "--baseline", "other.trec", expect="other.trec"),
     case(EVAL, "{qrels}", expect="RUN"),
     case("serve", "{idx}", "--port", "70000", expect="--port must be in [1, 65535]"),
@@ -589,7 +594,10 @@ DAMAGE = {
     ),
     "FAISS file cut": (lambda i: _cut(i / "index.faiss"), "index.faiss"),
     "FAISS file empty": (lambda i: (i / "index.faiss").write_bytes(b""), "index.faiss"),
-    "FAISS file garbage": (lambda i: (i / "index.faiss").write_bytes(os.urandom(4096)), "index.faiss"),
+    "FAISS file garbage": (
+        lambda i: (i / "index.faiss").write_bytes(os.urandom(4096)),
+        "index.faiss",
+    ),
     "FAISS file missing": (lambda i: (i / "index.faiss").unlink(), "index.faiss"),
     "doc store not SQLite": (
         lambda i: (i / "docstore.sqlite").write_bytes(b"not a database" * 100),
@@ -673,7 +681,8 @@ class Stop:
 
 
 INDEX_T = ("index", "{corpus}", "{t}/idx", "--model", "{model}", "--chunk-size", "200")
-OVERWRITE_T = ("index", "{new}", "{t}/idx", "--model", "{model}", "--chunk-size", "100", "--overwrite")
+OVERWRITE_T = ("index", "{new}", "{t}/idx", "--model", "{model}", "--chunk-size", "100",
+               "--overwrite")  # fmt: skip
 ADD_T = ("add", "{t}/idx", "{new}")
 DELETE_T = ("delete", "{t}/idx", "d1", "d2", "d3")
 CHUNK = "dotcat.index.chunks:ChunkStore.write"

@@ -130,7 +130,23 @@ def choice_checks(config: Any) -> list[Check]:
 
 class Settings:
     """Mixin of a settings dataclass: :meth:`validate` checks every field's choices, then the
-    class's own :meth:`checks`, and raises the first failure as a :class:`SettingError`."""
+    class's own :meth:`checks`, and raises the first failure as a :class:`SettingError`.
+
+    Its repr names only the fields set away from their defaults (``PipelineConfig(rerank=
+    'my-cat')``), as scikit-learn prints estimators; ``dataclasses.asdict`` gives them all. A
+    subclass is declared ``@dataclass(repr=False)`` to keep it.
+    """
+
+    def __repr__(self) -> str:
+        changed = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            required = f.default is dataclasses.MISSING and (
+                f.default_factory is dataclasses.MISSING
+            )
+            if required or value != default_of(type(self), f.name):
+                changed.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
 
     def checks(self) -> list[Check]:
         return []

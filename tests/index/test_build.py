@@ -21,6 +21,7 @@ def test_build_writes_complete_index(tiny_docs, tiny_beir_dir, tiny_encoder, tmp
     out = tmp_path / "idx"
     manifest = build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
     assert sorted(p.name for p in out.iterdir()) == [
+        "bm25",  # built by default, as `dotcat index` does
         "docstore.sqlite",
         "index.faiss",
         "manifest.json",

@@ -72,7 +72,7 @@ def test_hybrid_is_the_recorded_fusion_of_both(index):
 
 def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert_dir, tmp_path):
     out = tmp_path / "dense_only"
-    build_index(data, out, _encoder(tiny_bert_dir), show_progress=False)
+    build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=False), show_progress=False)
     assert _pipeline(out).first_stage == "dense"
     with pytest.raises(DotcatError, match="needs a BM25 index"):
         _pipeline(out, first_stage="hybrid")

@@ -133,10 +133,16 @@ def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json:
 def experiment(
     config: Path = typer.Argument(..., help="The experiment file (TOML).", metavar="CONFIG"),
     output: Path | None = typer.Option(None, help="Report folder (default: the file's `output`)."),
+    only: str | None = typer.Option(
+        None,
+        metavar="DATASET",
+        help="Run this dataset (its name in [[datasets]]) only; the others' cached runs fill "
+        "the rest of the table.",
+    ),
 ) -> None:
     """Run a benchmark from a TOML file: systems (BM25, dense, hybrid, + BERT_CAT) on a
-    dataset, evaluated against a baseline with significance tests; writes runs, results.json,
-    report.md and plots.
+    dataset or several ([[datasets]]), evaluated against a baseline with significance tests;
+    writes runs, results.json, report.md and plots.
 
     Indexes and runs are cached by fingerprint: a second run with nothing changed only
     evaluates again; a changed setting recomputes what depends on it.
@@ -146,26 +152,29 @@ def experiment(
     settings_ = load_config(config)
     if output is not None:
         settings_ = settings_.model_copy(update={"output": str(output)})
-    check_paths(settings_, str(config))
+    check_paths(settings_, str(config), only)
     check_can_create_in(Path(settings_.output) / "report.md")
 
     from dotcat.experiment.report import comparison_table
     from dotcat.experiment.runner import run_experiment
+    from dotcat.experiment.suite_report import suite_tables
 
     def done(outcome) -> None:
         stages = ", ".join(
             f"{s.kind.replace('_', ' ')} {'reused' if s.reused else f'{s.seconds:.1f} s'}"
             for s in outcome.stages
         )
-        typer.echo(f"{outcome.name}: {stages}", err=True)
+        where = f"{outcome.dataset}: " if settings_.datasets else ""
+        typer.echo(f"{where}{outcome.name}: {stages}", err=True)
 
     text = config.read_text(encoding="utf-8")
-    result = run_experiment(settings_, text, str(config), on_system=done)
-    typer.echo(comparison_table(result))
+    result = run_experiment(settings_, text, str(config), on_system=done, only=only)
+    typer.echo(suite_tables(result) if settings_.datasets else comparison_table(result))
     computed = result.computed
     total = sum(len(o.stages) for o in result.outcomes)
     typer.echo(
-        f"\n{len(result.outcomes)} systems, {total - len(computed)} of {total} stages reused, "
+        f"\n{len(result.outcomes)} system runs, {total - len(computed)} of {total} stages "
+        "reused, "
         f"{len(computed)} computed, in {result.seconds:.1f} s; report in "
         f"{result.output / 'report.md'}"
     )

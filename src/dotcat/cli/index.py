@@ -48,7 +48,7 @@ def index(
     batch_size: int | None = option(EncoderConfig, "batch_size"),
     device: str = option(EncoderConfig, "device"),
     faiss_spec: str = option(IndexConfig, "faiss_spec", "--faiss"),
-    bm25: bool = option(IndexConfig, "bm25", default=True),
+    bm25: bool = option(IndexConfig, "bm25"),
     overwrite: bool = typer.Option(False, help="Replace an existing index."),
     keep_vectors: bool = option(IndexConfig, "keep_vectors"),
     precision: str = option(EncoderConfig, "precision"),

@@ -24,6 +24,7 @@ from dotcat.data import (
     read_run,
     write_run,
 )
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
 from dotcat.models.config import CrossEncoderConfig
@@ -204,7 +205,7 @@ def rerank_run(
     first = ranked(read_run(run))
     source = queries if queries is not None else data
     topics = load_queries(source, split=split)
-    if Path(source).is_dir():  # the split's judged queries only, as `search --queries` runs
+    if resolve_data_path(source).is_dir():  # the split's judged queries only, as `search` runs
         first = {q: docs for q, docs in first.items() if q in topics}
         if not first:
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.corpus import load_corpus
 from dotcat.data.qrels import find_qrels_file, load_qrels
 from dotcat.data.queries import load_queries
@@ -26,18 +27,20 @@ class Judgements:
 
 
 def load_judgements(path: str | Path, split: str = "test") -> Judgements:
-    """A qrels file, or a BEIR directory's ``qrels/<split>.tsv`` with its queries' and corpus's
-    ids to check them against (as ``dotcat eval`` and ``dotcat experiment`` evaluate).
+    """A qrels file, or a BEIR directory's ``qrels/<split>.tsv`` (or a dataset name's) with its
+    queries' and corpus's ids to check them against (as ``dotcat eval`` and ``dotcat
+    experiment`` evaluate).
 
     Raises:
         DataFormatError: a missing split (listing the available ones), a malformed file, or
             one without judgements (nothing to evaluate against).
     """
     qrels = load_qrels(path, split=split)
+    path = resolve_data_path(path)  # a dataset name: its BEIR directory in the cache
     if not qrels:
         file = find_qrels_file(path, split)
         raise DataFormatError(file, None, "no judgements: there is nothing to evaluate")
-    if not Path(path).is_dir():
+    if not path.is_dir():
         return Judgements(qrels)
     queries = set(load_queries(path))
     docs = {str(doc_id) for doc_id in load_corpus(path)["id"]}

@@ -86,6 +86,12 @@ class EvalReport:
         """Measure names, in the order they were asked for."""
         return list(self.aggregate)
 
+    def __repr__(self) -> str:
+        """The query count and each measure's value (``per_query`` holds one row a query)."""
+        values = ", ".join(f"{name}={value:.4f}" for name, value in self.aggregate.items())
+        missing = f", missing={len(self.missing_queries)}" if self.missing_queries else ""
+        return f"EvalReport(queries={self.n_queries}{missing}, {values})"
+
     def notes(self) -> list[str]:
         """One human-readable line per thing a reader of the figures should know."""
         lines = []

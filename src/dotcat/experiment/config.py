@@ -7,7 +7,21 @@ a set of pydantic models in strict mode (TOML has real types: ``depth = "10"`` i
 not a 10) that forbid unknown fields; :func:`check_paths` then checks the files the
 experiment names (dataset, models, indexes) before anything heavy is imported.
 
-Relative paths are taken from the current directory, as on the command line.
+Relative paths are taken from the current directory, as on the command line. A dataset's
+``path`` may be a dataset name (``beir/nfcorpus``, ``irds:vaswani``:
+:mod:`dotcat.data.catalog`), fetched into dotcat's cache on first use.
+
+Several collections: ``[[datasets]]`` tables instead of ``[dataset]``, each with its ``path``,
+``split`` and a short ``name`` (default: the path's last part), and every system runs on
+every one of them (:func:`dotcat.experiment.runner.run_datasets`)::
+
+    [[datasets]]
+    name = "scifact"
+    path = "data/scifact"
+
+    [[datasets]]
+    name = "nfcorpus"
+    path = "beir/nfcorpus"
 
 An example (``eval/experiments/scifact.toml`` has a complete one)::
 
@@ -44,6 +58,7 @@ from pydantic_core import PydanticCustomError
 
 from dotcat import options
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.index.manifest import Manifest
@@ -79,9 +94,26 @@ class DatasetConfig(_Strict):
     """The topics and judgements every system is run on and evaluated with."""
 
     path: str = Field(
-        description="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)"
+        description="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) or a "
+        "dataset name (beir/NAME, irds:ID)"
     )
     split: str = Field("test", min_length=1, description="the name of a qrels split")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="a short name for the report (default: the path's last part)",
+    )
+
+    @property
+    def label(self) -> str:
+        """The dataset's name in reports: ``name``, else the last part of ``path``
+        (``runs/collections/pydoc`` -> ``pydoc``, ``beir/nfcorpus`` -> ``nfcorpus``), an
+        ir_datasets id whole (``irds:beir/nfcorpus/dev`` -> ``beir/nfcorpus/dev``)."""
+        if self.name is not None:
+            return self.name
+        if self.path.startswith("irds:"):
+            return self.path.removeprefix("irds:")
+        return self.path.rstrip("/").rsplit("/", 1)[-1] or self.path
 
 
 class SystemConfig(_Strict):
@@ -164,8 +196,37 @@ class ExperimentConfig(_Strict):
     alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
     precision: Literal[options.PRECISIONS] = Field("auto", description=_one_of(options.PRECISIONS))
     device: str = Field("auto", min_length=1, description="'auto', 'cpu' or 'cuda'")
-    dataset: DatasetConfig = Field(description="a [dataset] table with `path` and `split`")
+    dataset: DatasetConfig | None = Field(
+        None, description="a [dataset] table with `path` and `split`"
+    )
+    datasets: list[DatasetConfig] | None = Field(
+        None, min_length=1, description="[[datasets]] tables, each with `path`, `split`, `name`"
+    )
     systems: list[SystemConfig] = Field(min_length=1, description="one or more [[systems]] tables")
+
+    @property
+    def dataset_list(self) -> list[DatasetConfig]:
+        """The datasets every system runs on: the [dataset] table, or the [[datasets]] ones."""
+        return [self.dataset] if self.dataset is not None else list(self.datasets or ())
+
+    @model_validator(mode="after")
+    def _datasets(self) -> ExperimentConfig:
+        if (self.dataset is None) == (self.datasets is None):
+            raise _field_error(
+                "dataset",
+                "give either a [dataset] table or [[datasets]] tables (several collections)"
+                if self.dataset is not None
+                else "missing; expected a [dataset] table with `path` and `split`, or "
+                "[[datasets]] tables",
+            )
+        labels = [d.label for d in self.dataset_list]
+        for i, label in enumerate(labels):
+            if label in labels[:i]:
+                raise _field_error(
+                    f"datasets[{i}].name",
+                    f"{label!r} names another dataset too; give each a distinct `name`",
+                )
+        return self
 
     @model_validator(mode="after")
     def _names(self) -> ExperimentConfig:
@@ -307,8 +368,11 @@ def _did_you_mean(name: str, choices: list[str]) -> str:
 # -- the files an experiment names -----------------------------------------------------------
 
 
-def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
-    """Check the dataset, models and indexes the experiment names, without loading them.
+def check_paths(
+    config: ExperimentConfig, source: str = "experiment", only: str | None = None
+) -> None:
+    """Check the datasets, models and indexes the experiment names, without loading them
+    (``only``: of the datasets, that one; a dataset name is fetched into the cache).
 
     Raises:
         DotcatError: ``<file>: <field>: <problem>`` for the first one that is missing or
@@ -319,18 +383,17 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
     def fail(where: str, error: Exception) -> None:
         raise DotcatError(f"{source}: {where}: {error}") from None
 
-    data = Path(config.dataset.path)
-    if not data.is_dir():
-        fail("dataset.path", DotcatError(f"{data}: no such directory"))
-    for where, check in (
-        ("dataset.path", lambda: find_corpus_file(data)),
-        ("dataset.path", lambda: find_queries_file(data)),
-        ("dataset.split", lambda: find_qrels_file(data, config.dataset.split)),
-    ):
+    labels = [d.label for d in config.dataset_list]
+    if only is not None and only not in labels:
+        raise DotcatError(f"--only {only!r}: the experiment's datasets are {', '.join(labels)}")
+    for i, dataset in enumerate(config.dataset_list):
+        if only is not None and dataset.label != only:
+            continue
+        where = "dataset" if config.dataset is not None else f"datasets[{i}]"
         try:
-            check()
+            _check_dataset(dataset, where)
         except DotcatError as e:
-            fail(where, e)
+            raise DotcatError(f"{source}: {e}") from None
     for i, system in enumerate(config.systems):
         for field in ("model", "rerank"):
             value = getattr(system, field)
@@ -344,6 +407,25 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
                 _check_index(Path(system.index), system.first_stage)
             except DotcatError as e:
                 fail(f"systems[{i}].index", e)
+
+
+def _check_dataset(dataset: DatasetConfig, where: str) -> None:
+    """A dataset's corpus, queries and split (a name is fetched into the cache first)."""
+    try:
+        data = resolve_data_path(dataset.path)
+    except DotcatError as e:
+        raise DotcatError(f"{where}.path: {e}") from None
+    if not data.is_dir():
+        raise DotcatError(f"{where}.path: {data}: no such directory")
+    for field, check in (
+        ("path", lambda: find_corpus_file(data)),
+        ("path", lambda: find_queries_file(data)),
+        ("split", lambda: find_qrels_file(data, dataset.split)),
+    ):
+        try:
+            check()
+        except DotcatError as e:
+            raise DotcatError(f"{where}.{field}: {e}") from None
 
 
 def _check_index(index_dir: Path, first_stage: str) -> None:

@@ -37,7 +37,7 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     return i, n
 
 
-@dataclass
+@dataclass(repr=False)
 class IndexConfig(Settings):
     """How to build the FAISS side of an index (and the BM25 one beside it).
 
@@ -50,7 +50,8 @@ class IndexConfig(Settings):
             FAISS spec without encoding again).
         seed: seed of the training sample.
         bm25: also build a BM25 index (bm25s, memory-mapped at search time) into the index
-            directory, so BM25 and hybrid search run from it without the corpus.
+            directory, so BM25 and hybrid search run from it without the corpus (the
+            default, as ``dotcat index``: hybrid search is the safer first stage).
         shard: ``(i, n)``: index only shard ``i`` of ``n`` (0-based), the ``i``-th of ``n``
             contiguous, equal position ranges of the corpus (see :mod:`dotcat.index.shards`).
         ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
@@ -70,7 +71,7 @@ class IndexConfig(Settings):
     keep_vectors: bool = setting(False, help="Keep vectors.npy in the index.")
     seed: int = setting(0, help="Seed of FAISS's training sample.")
     bm25: bool = setting(
-        False,
+        True,
         help="Also build a BM25 index inside (for BM25 and hybrid search); with a BEIR dir that "
         "has dev or train qrels, the hybrid fusion is chosen on its dev queries.",
     )
@@ -100,7 +101,7 @@ class IndexConfig(Settings):
             check_shard(self.shard)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MergeConfig(Settings):
     """How shard indexes are merged into one (:func:`dotcat.index.shards.merge_indexes`)."""
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
-from dotcat.models.config import EncoderConfig
+from dotcat.models.config import EncoderConfig, make_config
 from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.pooling import l2_normalize, pool
@@ -141,8 +140,12 @@ class BiEncoder:
         self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
-    def load(cls, config: EncoderConfig | None = None) -> BiEncoder:
+    def load(cls, config: EncoderConfig | str | None = None, **settings: Any) -> BiEncoder:
         """Resolve, load and set up the encoder that ``config`` describes.
+
+        ``BiEncoder.load("sentence-transformers/all-MiniLM-L6-v2", device="cpu")``: a model
+        (directory or hub name) and :class:`EncoderConfig` fields, or a whole config; None:
+        the packaged default model.
 
         Defaults for None fields are read from the model's sentence-transformers files
         (modules.json, 1_Pooling/config.json, a Normalize module, sentence_bert_config.json,
@@ -156,7 +159,7 @@ class BiEncoder:
         # transformers takes ~1 s to import; BM25-only search and index checks load no model.
         from transformers import AutoModel, AutoTokenizer
 
-        config = config or EncoderConfig()
+        config = make_config(EncoderConfig, config, settings)
         config.validate()
         path = resolve_model(config.model)
         st = read_st_settings(path)
@@ -211,35 +214,62 @@ class BiEncoder:
 
     def encode(
         self,
-        texts: Sequence[str],
+        sentences: str | Sequence[str],
         batch_size: int | None = None,
-        show_progress: bool = False,
+        show_progress_bar: bool | None = None,
         *,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
         out: np.ndarray | None = None,
         progress: Any = None,
         pad_multiple: int = 1,
-    ) -> np.ndarray:
-        """Encode texts as they are (no prefix) into a float32 ``(len(texts), dim)`` array.
+    ) -> Any:
+        """Encode texts as they are (no prefix), as ``SentenceTransformer.encode`` does.
 
-        Texts are tokenized, sorted by token count, batched (at most ``batch_size`` texts and,
-        on CPU, ``max_batch_tokens`` padded tokens per batch), encoded under
-        ``torch.inference_mode`` and written back in the input order. Rows are L2-normalised
-        when ``similarity == "cos"``.
+        One string gives a ``(dim,)`` vector, a sequence a float32 ``(len(sentences), dim)``
+        array (a tensor with ``convert_to_tensor``, a list of tensors with
+        ``convert_to_numpy=False``). Texts are tokenized, sorted by token count, batched (at
+        most ``batch_size`` texts and, on CPU, ``max_batch_tokens`` padded tokens per batch),
+        encoded under ``torch.inference_mode`` and written back in the input order. Rows are
+        L2-normalised when ``similarity == "cos"`` or ``normalize_embeddings``.
 
         Args:
-            texts: the texts (a list, or any sequence that slices, like a datasets column).
+            sentences: one text, or texts (a list, or any sequence that slices, like a
+                datasets column).
             batch_size: overrides the encoder's (``config.batch_size`` or the device's).
-            show_progress: a tqdm bar over texts.
-            out: write into this ``(len(texts), dim)`` float32 array (e.g. an ``np.memmap``)
-                instead of a new one.
+            show_progress_bar: a tqdm bar over texts.
+            normalize_embeddings: L2-normalise each vector (the dot product is then the cosine).
+            convert_to_numpy, convert_to_tensor: the output's type, as sentence-transformers'.
+            out: write into this ``(len(sentences), dim)`` float32 array (e.g. an
+                ``np.memmap``) instead of a new one.
             progress: a caller's bar (see :func:`dotcat.progress.progress_bar`) to advance
                 by each batch's texts, e.g. one bar over a whole corpus encoded in chunks.
             pad_multiple: pad each text to a multiple of this many tokens and batch texts of
                 one width only, so each vector is the same whatever the batch (1: pad to the
                 batch's longest, the cheapest; see :mod:`dotcat.models.batching`).
         """
-        if isinstance(texts, str):
-            raise TypeError("encode() takes a sequence of texts, not one string")
+        single = isinstance(sentences, str)
+        if single and out is not None:
+            raise ValueError("out is for a sequence of texts, not one string")
+        vectors = self._encode_all(
+            [sentences] if single else sentences, batch_size, bool(show_progress_bar), out,
+            progress, pad_multiple,
+        )  # fmt: skip
+        if normalize_embeddings:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return _converted(vectors[0] if single else vectors, convert_to_numpy, convert_to_tensor)
+
+    def _encode_all(
+        self,
+        texts: Sequence[str],
+        batch_size: int | None,
+        show_progress: bool,
+        out: np.ndarray | None,
+        progress: Any,
+        pad_multiple: int,
+    ) -> np.ndarray:
+        """:meth:`encode` of a sequence into a float32 ``(len(texts), dim)`` array."""
         n = len(texts)
         if out is None:
             out = np.empty((n, self.dim), dtype=np.float32)
@@ -279,21 +309,30 @@ class BiEncoder:
                     run_jobs(jobs, run, workers)
         return out
 
-    def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+    def encode_queries(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode queries: :meth:`encode` on ``query_prefix + text``, padded to multiples of
         :data:`QUERY_PAD_MULTIPLE` (a query's vector never depends on its batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
 
+    #: sentence-transformers' name (``SentenceTransformer.encode_query``).
+    encode_query = encode_queries
+
     def query_tokens(self, text: str) -> int:
         """How many tokens the query ``text`` is, special tokens and prefix included, before
         the cut at :attr:`max_length` that encoding makes."""
         text = self.query_prefix + text
-        return len(self.tokenizer(text.lower() if self.lowercase else text)["input_ids"])
+        text = text.lower() if self.lowercase else text
+        # verbose=False: counting is the point here, so no "sequence too long" warning from
+        # transformers (the caller says it once, in dotcat's words).
+        return len(self.tokenizer(text, verbose=False)["input_ids"])
 
-    def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+    def encode_documents(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
         return self.encode(_prefixed(self.document_prefix, texts), **kwargs)
+
+    #: sentence-transformers' name (``SentenceTransformer.encode_document``).
+    encode_document = encode_documents
 
     def manifest_entry(self) -> dict[str, Any]:
         """What an index records about the encoder that made its vectors."""
@@ -328,10 +367,10 @@ class BiEncoder:
         return "torch" if self.onnx is None else self.onnx.backend
 
     def __repr__(self) -> str:
-        settings = {k: v for k, v in asdict(self.config).items() if k != "model"}
         return (
             f"BiEncoder({self.name!r}, pooling={self.pooling!r}, similarity={self.similarity!r}"
-            f", max_length={self.max_length}, dim={self.dim}, device={self.device}, {settings})"
+            f", max_length={self.max_length}, dim={self.dim}, device={self.device}"
+            f", precision={self.precision!r})"
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -414,7 +453,18 @@ def _or_default(prefix: str | None, prompt: str | None) -> str:
     return (prompt or "") if prefix is None else prefix
 
 
-def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
+def _prefixed(prefix: str, texts: str | Sequence[str]) -> str | Sequence[str]:
     if isinstance(texts, str):
-        raise TypeError("expected a sequence of texts, not one string")
+        return prefix + texts
     return [prefix + t for t in texts] if prefix else texts
+
+
+def _converted(vectors: np.ndarray, to_numpy: bool, to_tensor: bool) -> Any:
+    """``encode``'s output in the type sentence-transformers gives: a float32 array, a tensor
+    (``to_tensor``), or a list of one tensor per text (neither)."""
+    if to_tensor:
+        return torch.from_numpy(vectors)
+    if to_numpy:
+        return vectors
+    tensor = torch.from_numpy(vectors)
+    return tensor if tensor.ndim == 1 else list(tensor)

@@ -9,7 +9,8 @@ work before any model loads. The models call it again when they load.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from dotcat.options import (
     DEVICE_HELP,
@@ -29,10 +30,12 @@ from dotcat.options import (
     setting,
 )
 
+_C = TypeVar("_C")
+
 MODEL_HELP = "A local model directory, a hub name, or 'default' (all-MiniLM-L6-v2, packaged)."
 
 
-@dataclass
+@dataclass(repr=False)
 class EncoderConfig(Settings):
     """How to build a :class:`~dotcat.models.BiEncoder`. None fields come from the model's files.
 
@@ -106,7 +109,7 @@ class EncoderConfig(Settings):
         ]
 
 
-@dataclass
+@dataclass(repr=False)
 class CrossEncoderConfig(Settings):
     """How to build a :class:`~dotcat.models.cross_encoder.CrossEncoder`.
 
@@ -160,7 +163,7 @@ class CrossEncoderConfig(Settings):
         ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ExportConfig(Settings):
     """``dotcat export``: a model exported beside its weights (:mod:`.onnx_backend`)."""
 
@@ -181,3 +184,12 @@ class ExportConfig(Settings):
         "onnxruntime), onnxruntime or openvino.",
         choices=INT8_BACKENDS,
     )
+
+
+def make_config(kind: type[_C], config: _C | str | None, settings: dict[str, Any]) -> _C:
+    """A ``kind`` config (:class:`EncoderConfig`, :class:`CrossEncoderConfig`) from a whole
+    config, a model name or None (the default model), with ``settings`` fields over it: what
+    ``BiEncoder.load("model", device="cpu")`` takes, as sentence-transformers' constructors."""
+    if config is None or isinstance(config, str):
+        return kind(**({"model": config} if config else {}), **settings)
+    return replace(config, **settings) if settings else config

@@ -24,7 +24,7 @@ import json
 import logging
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
-from dotcat.models.config import CrossEncoderConfig
+from dotcat.models.config import CrossEncoderConfig, make_config
 from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
@@ -174,8 +174,13 @@ class CrossEncoder:
         self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
-    def load(cls, config: CrossEncoderConfig | None = None, *, seed: int = 0) -> CrossEncoder:
+    def load(
+        cls, config: CrossEncoderConfig | str | None = None, *, seed: int = 0, **settings: Any
+    ) -> CrossEncoder:
         """Resolve and load a cross-encoder (or a BERT checkpoint to start one from).
+
+        ``CrossEncoder.load("my-reranker", device="cpu")``: a model (directory or hub name) and
+        :class:`CrossEncoderConfig` fields, or a whole config.
 
         A checkpoint whose ``config.json`` has no single-label sequence-classification head
         (e.g. all-MiniLM-L6-v2, a bi-encoder) gets a new linear head initialised with ``seed``
@@ -188,7 +193,7 @@ class CrossEncoder:
         # transformers takes ~1 s to import; a search without re-ranking loads no cross-encoder.
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        config = config or CrossEncoderConfig()
+        config = make_config(CrossEncoderConfig, config, settings)
         config.validate()
         path = resolve_model(config.model)
         read_model_config(path)
@@ -371,6 +376,61 @@ class CrossEncoder:
         """Logits of one query against each document."""
         return self.score([query] * len(documents), documents, **kwargs)
 
+    def predict(
+        self,
+        pairs: Sequence[tuple[str, str]] | tuple[str, str],
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> Any:
+        """Scores of ``(query, document)`` pairs, as ``sentence_transformers.CrossEncoder.
+        predict`` gives them: a float32 array, one score for one pair.
+
+        The score is the logit (dotcat's scale everywhere, ``score_kind`` ``logit``);
+        ``activation_fn=torch.nn.Sigmoid()`` gives p(relevant), what sentence-transformers
+        returns for a model that records no activation of its own. The order is the same.
+
+        Raises:
+            DotcatError: the model has no trained head (a bi-encoder checkpoint).
+        """
+        self.require_trained()
+        single = len(pairs) == 2 and all(isinstance(x, str) for x in pairs)
+        listed = [pairs] if single else pairs
+        scores = self.score(
+            [q for q, _ in listed], [d for _, d in listed], batch_size=batch_size,
+            show_progress=bool(show_progress_bar),
+        )  # fmt: skip
+        if activation_fn is not None:
+            scores = activation_fn(torch.from_numpy(scores)).numpy()
+        return scores[0] if single else scores
+
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        top_k: int | None = None,
+        return_documents: bool = False,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Re-rank your own candidates for one query, as ``sentence_transformers.CrossEncoder.
+        rank`` does: ``[{"corpus_id": i, "score": s}]`` (with ``"text"`` when
+        ``return_documents``), best first, ties in the documents' order, the top ``top_k``.
+
+        ``corpus_id`` is the document's position in ``documents``; scores as :meth:`predict`.
+        """
+        scores = self.predict(
+            [(query, d) for d in documents], batch_size, show_progress_bar, activation_fn
+        )
+        results: list[dict[str, Any]] = []
+        for i in np.argsort(-scores, kind="stable")[:top_k]:
+            result = {"corpus_id": int(i), "score": float(scores[i])}
+            if return_documents:
+                result["text"] = documents[i]
+            results.append(result)
+        return results
+
     # -- saving -----------------------------------------------------------------------------
 
     def save(self, out_dir: str | Path) -> Path:
@@ -408,7 +468,10 @@ class CrossEncoder:
         }
 
     def __repr__(self) -> str:
-        return f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device})"
+        return (
+            f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device}"
+            f", precision={self.precision!r})"
+        )
 
     # -- internals --------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ def parse_interpolate(value: str | float | None) -> float | None:
     return alpha
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PipelineConfig(Settings):
     """What a :class:`~dotcat.search.pipeline.SearchPipeline` does; every field has a default
     that follows the index.
@@ -145,7 +145,7 @@ class PipelineConfig(Settings):
         parse_interpolate(self.interpolate)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationConfig(Settings):
     """How ``dotcat calibrate`` asks the corpus (:func:`.calibrate.calibrate_reranker`)."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dotcat.reprs import short_repr
+
 #: What a score is, by the stage that gave it: a BM25 score; the bi-encoder's cosine or dot
 #: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
 #: the linear fusion's min-max normalised mix (in [0, 1]); the cross-encoder's logit; the
@@ -13,7 +15,11 @@ SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
 
 @dataclass(frozen=True)
 class Hit:
-    """One ranked result; ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`)."""
+    """One ranked result; ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`).
+
+    ``print(hit)`` shows the rank, id, score and its kind, the title and the text's first words
+    (:func:`dotcat.reprs.preview`); ``hit.text`` holds the whole text.
+    """
 
     rank: int
     doc_id: str
@@ -21,3 +27,14 @@ class Hit:
     title: str
     text: str
     score_kind: str = ""
+
+    def __repr__(self) -> str:
+        fields = {
+            "rank": self.rank,
+            "doc_id": self.doc_id,
+            "score": float(self.score),
+            "score_kind": self.score_kind,
+            "title": self.title,
+            "text": self.text,
+        }
+        return short_repr("Hit", fields, texts=("title", "text"))

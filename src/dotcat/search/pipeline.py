@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,11 +177,15 @@ class Reranker:
 class SearchPipeline:
     """Queries in, ranked :class:`Hit` lists out, over one index directory.
 
+    ``SearchPipeline("my-index")`` searches hybrid where the index has BM25 (as ``dotcat
+    search`` does); ``SearchPipeline("my-index", rerank="my-cat", depth=50)`` re-ranks.
+
     Args:
-        index_dir: a directory written by ``dotcat index`` (with ``--bm25`` for BM25/hybrid).
+        index_dir: a directory written by ``dotcat index`` or :func:`build_and_tune`.
         config: a :class:`PipelineConfig` (defaults follow the index and the models).
         advise: log the hint to run ``dotcat calibrate`` where a dev-chosen weight meets
             another corpus (False for ``dotcat calibrate`` itself).
+        settings: :class:`PipelineConfig` fields, over ``config``.
 
     Raises:
         DotcatError: a first stage the index cannot serve (BM25 without a BM25 index), or
@@ -189,9 +193,15 @@ class SearchPipeline:
     """
 
     def __init__(
-        self, index_dir: str | Path, config: PipelineConfig | None = None, *, advise: bool = True
+        self,
+        index_dir: str | Path,
+        config: PipelineConfig | None = None,
+        *,
+        advise: bool = True,
+        **settings: Any,
     ) -> None:
-        self.config = config = config or PipelineConfig()
+        config = config or PipelineConfig()
+        self.config = config = replace(config, **settings) if settings else config
         check_pipeline(index_dir, config)
         self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
@@ -224,6 +234,14 @@ class SearchPipeline:
         if self.reranker is not None and advise:
             self._advise_calibration()
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
+
+    def __repr__(self) -> str:
+        reranker = self.reranker.cross_encoder.name if self.reranker else None
+        return (
+            f"SearchPipeline({str(self.index_dir)!r}, documents={len(self.index)}, "
+            f"first_stage={self.first_stage!r}, fusion={self.fusion.describe()!r}, "
+            f"encoder={self.manifest.encoder.get('name')!r}, rerank={reranker!r})"
+        )
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -491,11 +509,20 @@ class BuiltIndex:
     fusion: Fusion | None
     seconds: float
 
+    def __repr__(self) -> str:
+        manifest = self.manifest
+        fusion = self.fusion.describe() if self.fusion else None
+        return (
+            f"BuiltIndex(documents={manifest.documents['count']}, "
+            f"encoder={manifest.encoder.get('name')!r}, bm25={bool(manifest.bm25)}, "
+            f"fusion={fusion!r}, seconds={self.seconds:.1f})"
+        )
+
 
 def build_and_tune(
     corpus: Any,
     index_dir: str | Path,
-    encoder: EncoderConfig | None = None,
+    encoder: Any = None,
     config: IndexConfig | None = None,
     *,
     overwrite: bool = False,
@@ -507,9 +534,21 @@ def build_and_tune(
     hybrid fusion on the data's dev queries (:func:`tune_fusion`): what ``dotcat index`` and
     ``dotcat experiment`` do, so that a hybrid search of the index runs the fusion its data
     prefers. A shard is not tuned: its merge is (``dotcat merge`` then this fusion choice).
+
+    This is ``dotcat.build_index``: ``build_index("my-docs/", "my-index")`` indexes a folder
+    with the packaged default model, BM25 beside it (:class:`IndexConfig`'s defaults are the
+    command line's).
+
+    Args:
+        corpus: what :func:`dotcat.index.build_index` reads (a path, or documents in Python).
+        encoder: a model name or directory, an :class:`EncoderConfig`, or a loaded
+            :class:`~dotcat.models.BiEncoder`; None: the packaged default model.
+        config, overwrite, fresh, corpus_options, show_progress: as
+            :func:`dotcat.index.build_index`.
     """
     config = config or IndexConfig()
-    encoder = encoder or EncoderConfig(device=config.device)
+    if encoder is None or isinstance(encoder, str):
+        encoder = EncoderConfig(model=encoder or "default", device=config.device)
     start = time.perf_counter()
     manifest = build_index(
         corpus, index_dir, encoder, config, overwrite=overwrite, show_progress=show_progress,
@@ -518,5 +557,10 @@ def build_and_tune(
     seconds = time.perf_counter() - start
     fusion = None
     if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
-        fusion = tune_fusion(index_dir, corpus, device=encoder.device, precision=encoder.precision)
+        settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig
+        fusion = tune_fusion(
+            index_dir, corpus, device=settings.device, precision=settings.precision
+        )
+        if fusion is not None:  # as tune_fusion recorded it in the index
+            manifest.fusion = fusion.to_json()
     return BuiltIndex(manifest, fusion, seconds)

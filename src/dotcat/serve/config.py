@@ -20,7 +20,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ServeConfig(Settings):
     """How the server listens and what it accepts.
 

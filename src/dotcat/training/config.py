@@ -114,7 +114,7 @@ def check_window(window: Sequence[int]) -> tuple[int, int]:
     return int(start), int(end)
 
 
-@dataclass
+@dataclass(repr=False)
 class TrainConfig(Settings):
     """What every training run shares (recorded in the run's ``dotcat_training.json``).
 
@@ -205,7 +205,7 @@ class TrainConfig(Settings):
         return out
 
 
-@dataclass
+@dataclass(repr=False)
 class DotConfig(TrainConfig):
     """A BERT_DOT training run (``dotcat train dot``; :mod:`dotcat.training.recipes.dot`).
 
@@ -294,7 +294,7 @@ class DotConfig(TrainConfig):
         check_window(self.window)
 
 
-@dataclass
+@dataclass(repr=False)
 class CatConfig(TrainConfig):
     """A BERT_CAT training run (``dotcat train cat``; :mod:`dotcat.training.recipes.cat`).
 
@@ -377,7 +377,7 @@ class CatConfig(TrainConfig):
         ]
 
 
-@dataclass
+@dataclass(repr=False)
 class DistillConfig(DotConfig):
     """A distillation run (``dotcat train distill``; :mod:`dotcat.training.recipes.distill`):
     a :class:`DotConfig` (``base`` is the student) plus the teacher.
@@ -467,7 +467,7 @@ class DistillConfig(DotConfig):
         ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AdaptConfig(Settings):
     """What ``dotcat adapt`` does (:mod:`dotcat.training.adapt`).
 
