@@ -30,15 +30,22 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
+import socket
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from tests.forks import Done, Zygote
+from tests.serve.conftest import live_server
 from tests.timing import within
 from typer.testing import CliRunner
 
@@ -46,6 +53,8 @@ from dotcat.cli import app
 from dotcat.data import load_corpus
 from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
+from dotcat.options import gpu_may_be_visible
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
 N_DOCS = 600  # enough that the FAISS file is the index's largest (the file-size cases)
 
@@ -425,7 +434,7 @@ ARGUMENT_CASES = [
     case(*S, "--model", "{root}/gone", expect="gone"),
     case(*S, "--rerank", "{not_model}", expect="not a model directory"),
     case("search", "{idx}", "   ", expect="the query is empty"),
-    case("search", "{idx}", "w " * 6000, expect="characters long; at most 10,000"),
+    case("search", "{idx}", "w " * 50_000, expect="characters long; at most 10,000"),
     case("search", "{root}/nope", "words", expect="no such index directory"),
     case(
         "search",
@@ -452,6 +461,14 @@ ARGUMENT_CASES = [
     case(*IX, "--shard", "3/2", expect="--shard"),
     case(*IX, "--shard", "half", expect="--shard"),
     case(*IX, "--precision", "fp16", "--device", "cpu", expect="--precision fp16 runs on GPUs"),
+    *(
+        []
+        if gpu_may_be_visible()
+        else [
+            case(*S, "--device", "cuda", expect="no CUDA GPU is visible"),
+            case(*IX, "--device", "cuda:1", expect="no CUDA GPU is visible"),
+        ]
+    ),
     case("index", "{corpus}", "{idx}", "--model", "{model}", expect="pass --overwrite"),
     case("index", "{corpus}", "{a_file}/i", "--model", "{model}", expect="is a file, not a dir"),
     case("index", "{corpus}", "{out}/i", "--model", "{not_model}", expect="not a model dir"),
@@ -933,3 +950,197 @@ def test_a_full_disk_is_one_line_under_every_writer(ws, zygote, tmp_path, probe)
         if ".locks" not in p.parts  # (the datasets library's own lock files, in its cache)
     ]
     assert not leftovers, leftovers
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 384 KiB tmpfs mounted for the test: a real full disk (ENOSPC). Skipped where this
+    machine does not let the test mount one (not root, no ``mount``, a container without
+    CAP_SYS_ADMIN); the file-size cases above cover every writer there."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    command = ["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(disk)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"no tmpfs can be mounted here: {done.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+#: Writers run against a small disk that holds the index and too little else: (name, args).
+ON_A_SMALL_DISK = {
+    "index --overwrite": (*INDEX_FP32, "{corpus}", "{t}/idx", "--overwrite"),
+    "add": ("add", "{t}/idx", "{new}"),
+}
+
+
+@pytest.mark.parametrize("name", list(ON_A_SMALL_DISK))
+def test_a_full_disk_for_real_is_one_line_and_loses_nothing(ws, zygote, small_disk, name):
+    shutil.copytree(ws["idx"], small_disk / "idx")
+    before = snapshot(small_disk / "idx")
+    done = _child(zygote, ws, small_disk, ON_A_SMALL_DISK[name])
+    output = done.stdout + done.stderr
+    assert_refused(done.code, output, str(small_disk))
+    assert "no space left on device" in error_lines(output)[0], output
+    assert snapshot(small_disk / "idx") == before, changes(before, snapshot(small_disk / "idx"))
+    leftovers = [p.name for p in small_disk.rglob("*") if p.name.endswith((".tmp", ".lock"))]
+    assert not leftovers, leftovers
+
+
+def test_resuming_with_other_settings_is_refused_at_once(ws, zygote, tmp_path):
+    """A build killed while encoding, run again with another ``--chunk-size``: refused before
+    the model or the corpus loads, the interrupted build kept for the right command."""
+    kill = {"at": CHUNK, "signal": "SIGKILL", "when": "after", "call": 1}
+    assert _child(zygote, ws, tmp_path, INDEX_T, stop=kill).code == -9
+    assert (tmp_path / ".idx.building").is_dir()
+    before = snapshot(tmp_path)
+    other = [a.format(**ws.paths, t=tmp_path) for a in INDEX_T]
+    other[other.index("--chunk-size") + 1] = "100"
+    code, output, seconds, exception = _run_in_process(ws, other)
+    assert exception is None or isinstance(exception, SystemExit), (exception, output)
+    assert_refused(code, output, "chunk_size")
+    assert seconds < within(3), f"{seconds:.1f} s"
+    assert not changes(before, snapshot(tmp_path)), changes(before, snapshot(tmp_path))
+
+
+# -- HTTP: bad requests, a full queue ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline(ws) -> SearchPipeline:
+    return SearchPipeline(ws["idx"], PipelineConfig(device="cpu", precision="fp32"))
+
+
+@pytest.fixture(scope="module")
+def server(pipeline) -> Iterator[str]:
+    with live_server(pipeline) as url:
+        yield url
+
+
+_JSON = {"content-type": "application/json"}
+
+#: Bad requests: (method, path, httpx keywords, status, a fragment of the JSON error).
+BAD_REQUESTS = [
+    ("GET", "/search", {}, 422, "q: Field required"),
+    ("GET", "/search", {"params": {"q": "   "}}, 422, "q: must hold a character"),
+    ("GET", "/search", {"params": {"q": "x", "k": "0"}}, 422, "k: Input should be greater"),
+    ("GET", "/search", {"params": {"q": "x", "k": "ten"}}, 422, "k: expected an integer"),
+    ("GET", "/search", {"params": {"q": "x", "kk": "3"}}, 422, "unknown query parameter(s): kk"),
+    ("GET", "/search", {"params": {"q": "x", "rerank": "true"}}, 422, "has no re-ranker"),
+    ("POST", "/search", {"json": {"queries": "statins"}}, 422, "queries: expected a list of"),
+    ("POST", "/search", {"json": {"query": "x", "bogus": 1}}, 422, "bogus: unknown field"),
+    ("POST", "/search", {"json": ["statins"]}, 422, "the body must be a JSON object"),
+    ("POST", "/search", {"json": {}}, 422, "give `query` (one query) or `queries`"),
+    ("POST", "/search", {"content": b"{oops", "headers": _JSON}, 422, "not valid JSON"),
+    (
+        "POST",
+        "/search",
+        {"content": json.dumps({"query": "w " * 50_000}).encode(), "headers": _JSON},
+        413,
+        "body over 65536 bytes",
+    ),
+    ("GET", "/documents/nope", {}, 404, "no document with id 'nope'"),
+    ("DELETE", "/search", {}, 405, ""),
+    ("GET", "/nowhere", {}, 404, ""),
+]
+
+
+def _assert_json_error(response: httpx.Response, status: int, expected: str) -> None:
+    assert response.status_code == status, response.text[:300]
+    assert response.headers["content-type"].startswith("application/json"), response.text[:300]
+    error = response.json()["error"]
+    assert expected in error, error
+    assert "Traceback" not in error and not any(m in error for m in ("SearchOne", "SearchMany"))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "request_", "status", "expected"),
+    BAD_REQUESTS,
+    ids=[f"{m} {p} {status} {e[:30]}" for m, p, _, status, e in BAD_REQUESTS],
+)
+def test_a_bad_request_is_one_json_error(server, caplog, method, path, request_, status, expected):
+    with caplog.at_level(logging.ERROR):
+        response = httpx.request(method, f"{server}{path}", timeout=30, **request_)
+    _assert_json_error(response, status, expected)
+    assert not [r for r in caplog.records if r.exc_info], caplog.text  # no traceback logged
+
+
+def _raw(server: str, request: bytes) -> tuple[bytes, bytes]:
+    """Send ``request`` as it is (what httpx would refuse to send): the answer's head, body."""
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request)
+        received = b""
+        while chunk := s.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return head, body
+
+
+#: Requests an HTTP client would not send: (request bytes, status, a fragment of the error).
+RAW_REQUESTS = {
+    "a 100 kB query in the URL": (
+        b"GET /search?q=" + b"x" * 100_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"414",
+        "POST /search",
+    ),
+    "a malformed header": (
+        b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n",
+        b"400",
+        "invalid HTTP request",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RAW_REQUESTS))
+def test_a_request_the_http_layer_refuses_is_a_json_error_too(server, name):
+    request, status, expected = RAW_REQUESTS[name]
+    head, body = _raw(server, request)
+    assert head.split()[1] == status and b"application/json" in head.lower(), head
+    assert expected in json.loads(body)["error"]
+
+
+def test_info_names_no_machine_path(ws, server):
+    text = httpx.get(f"{server}/info", timeout=30).text
+    for path in (ws["root"], ws["model"], ws["idx"]):
+        assert str(path) not in text, text
+
+
+class _Slow:
+    """The pipeline, each model call ``delay`` seconds longer."""
+
+    def __init__(self, inner: SearchPipeline, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+        self.lock = threading.Lock()
+
+    def search_many(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.inner.search_many(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_64_clients_against_a_small_queue_each_get_an_answer_or_a_json_503(pipeline):
+    with live_server(_Slow(pipeline, 1.5), queue_size=4, max_batch=4) as url:
+
+        def ask(i: int) -> tuple[httpx.Response, float]:
+            start = time.perf_counter()
+            response = httpx.get(f"{url}/search", params={"q": f"text {i}"}, timeout=60)
+            return response, time.perf_counter() - start
+
+        with ThreadPoolExecutor(64) as pool:
+            results = list(pool.map(ask, range(64)))
+    statuses = [r.status_code for r, _ in results]
+    assert set(statuses) <= {200, 503} and 200 in statuses and 503 in statuses, statuses
+    for response, seconds in results:
+        if response.status_code == 503:
+            _assert_json_error(response, 503, "queue full")
+            # at once: a refusal waits for no model call (an accepted request, for 1.5 s or more)
+            assert response.headers["retry-after"] and seconds < within(3), seconds
+        else:
+            assert response.json()["hits"], response.text[:300]
