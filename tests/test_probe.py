@@ -3,8 +3,9 @@ clearly and losing nothing.
 
 Cases are data, one table per kind: bad corpora, queries, qrels and run files; bad
 arguments; corrupt index files; kill -9, Ctrl-C and SIGTERM during a build, an overwrite,
-the swap, an add and a delete; a full disk under every writer; bad HTTP requests; 64 clients
-against a small queue. Each case asserts what a user is owed:
+the swap, an add and a delete; a resume with other settings; a full disk under every writer;
+bad HTTP requests and those the HTTP layer refuses; ``/info``; 64 clients against a small
+queue. Each case asserts what a user is owed:
 
 * exit status 2 (130 for Ctrl-C, 143 for SIGTERM, -9 for kill -9; over HTTP a 4xx, or 503
   for a full queue, with a JSON body);
@@ -22,7 +23,8 @@ disk is made for real: a file-size limit (``RLIMIT_FSIZE``: writes past it fail 
 everywhere, and a small tmpfs (ENOSPC) where this machine lets the test mount one.
 
 The schemathesis check of the HTTP API (every check, every operation) is
-``tests/serve/test_api.py::test_schemathesis_finds_no_server_error_nor_schema_mismatch``.
+``tests/serve/test_api.py::test_schemathesis_finds_no_server_error_nor_schema_mismatch``. The
+case list and what each case found is ``eval/studies/probe/README.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -45,7 +46,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.forks import Done, Zygote
-from tests.serve.conftest import live_server
+from tests.serve.conftest import live_server, raw_request
 from tests.timing import within
 from typer.testing import CliRunner
 
@@ -427,6 +428,7 @@ ARGUMENT_CASES = [
     case(*S, "--first-stage", "magic", expect="--first-stage must be one of auto, dense, bm25,"),
     case(*S, "--fusion", "linear", "--fusion-weight", "1.5", expect="--fusion-weight must be in"),
     case(*S, "--fusion-weight", "0.3", expect="--fusion-weight is the linear fus"),
+    case(*S, "--fusion", "rrf", "--fusion-weight", "1.5", expect="--fusion-weight is the linear"),
     case(*S, "--interpolate", "2", expect="--interpolate"),
     case(*S, "--depth", "0", "--rerank", "{cat}", expect="--depth must be >= 1, got 0"),
     case(*S, "--precision", "int4", expect="--precision must be one of auto, fp32, bf16, fp16,"),
@@ -1069,28 +1071,16 @@ def test_a_bad_request_is_one_json_error(server, caplog, method, path, request_,
     assert not [r for r in caplog.records if r.exc_info], caplog.text  # no traceback logged
 
 
-def _raw(server: str, request: bytes) -> tuple[bytes, bytes]:
-    """Send ``request`` as it is (what httpx would refuse to send): the answer's head, body."""
-    host, port = server.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(request)
-        received = b""
-        while chunk := s.recv(65536):
-            received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
-    return head, body
-
-
 #: Requests an HTTP client would not send: (request bytes, status, a fragment of the error).
 RAW_REQUESTS = {
     "a 100 kB query in the URL": (
         b"GET /search?q=" + b"x" * 100_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        b"414",
+        414,
         "POST /search",
     ),
     "a malformed header": (
         b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n",
-        b"400",
+        400,
         "invalid HTTP request",
     ),
 }
@@ -1099,8 +1089,8 @@ RAW_REQUESTS = {
 @pytest.mark.parametrize("name", list(RAW_REQUESTS))
 def test_a_request_the_http_layer_refuses_is_a_json_error_too(server, name):
     request, status, expected = RAW_REQUESTS[name]
-    head, body = _raw(server, request)
-    assert head.split()[1] == status and b"application/json" in head.lower(), head
+    code, headers, body = raw_request(server, request)
+    assert code == status and headers["content-type"] == "application/json", (code, headers)
     assert expected in json.loads(body)["error"]
 
 
