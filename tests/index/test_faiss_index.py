@@ -121,8 +121,9 @@ NEEDS = [
 
 @pytest.mark.parametrize(("spec", "needed", "train"), NEEDS)
 def test_training_needs_agree_with_faiss_itself(spec, needed, train):
-    """Our reading of a spec's needs, checked by training FAISS at the limit and below it."""
-    index = faiss_index.create_index(spec, 32)
+    """Our reading of a spec's needs, checked by training FAISS at the limit and below it
+    (the index as FAISS's factory makes it: HNSW32,PQ8 is L2 only, refused by a build)."""
+    index = faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT)
     needs = faiss_index.training_needs(index)
     assert max((n.vectors for n in needs), default=0) == needed
     if needed == 0:
@@ -134,6 +135,27 @@ def test_training_needs_agree_with_faiss_itself(spec, needed, train):
     faiss_index.create_index(spec, 32).train(_unit_vectors(needed, 32))  # enough
     with pytest.raises(RuntimeError):
         faiss_index.create_index(spec, 32).train(_unit_vectors(needed - 1, 32))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("IDMap,Flat", "dotcat numbers the vectors itself"),
+        ("IDMap2,Flat", "dotcat numbers the vectors itself"),
+        ("IVF4,Flat,IDMap", "dotcat numbers the vectors itself"),
+        ("NSG32,Flat", "an NSG graph is built in one go and never added to"),
+        ("HNSW32,PQ8", "with the L2 metric only, and dotcat ranks by inner product"),
+        ("HNSW32_PQ8", "with the L2 metric only, and dotcat ranks by inner product"),
+    ],
+)
+def test_specs_the_factory_takes_but_a_build_cannot_use_are_refused(spec, message):
+    """Before, each failed after the encoding (IDMap: "add does not make sense with
+    IndexIDMap"; NSG: on its second block) or ranked by L2 distances read as scores."""
+    with pytest.raises(DotcatError, match=f"invalid FAISS spec '{spec}' for dimension 32: "):
+        faiss_index.create_index(spec, 32)
+    with pytest.raises(DotcatError, match=message):
+        faiss_index.create_index(spec, 32)
+    assert faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT) is not None
 
 
 def test_faiss_errors_lose_their_cpp_location():

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ from dataclasses import asdict
 
 import httpx
 import pytest
-from tests.serve.conftest import live_server
+from tests.serve.conftest import live_server, raw_request
 from tests.timing import within
 
 from dotcat.errors import DotcatError
@@ -395,22 +394,9 @@ def test_the_client_gets_whole_texts_or_snippets(long_pipeline):
 # -- the HTTP layer's own refusals: JSON too ------------------------------------------------
 
 
-def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` as is (no client library refusing it first); status, headers, body."""
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as conn:
-        conn.sendall(request)
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.lower().split(": ", 1) for line in lines)
-    return int(status_line.split()[1]), headers, body
-
-
 def _raw_get(url: str, target: str) -> tuple[int, dict[str, str], bytes]:
-    return _raw(url, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    return raw_request(url, request.encode())
 
 
 @pytest.mark.parametrize("query_bytes", [40_000, 100_000, 1_000_000])
@@ -434,6 +420,6 @@ def test_a_longest_query_fits_in_a_url(server):
 
 
 def test_a_malformed_request_is_a_json_400(server):
-    status, headers, body = _raw(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
+    status, headers, body = raw_request(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
     assert status == 400 and headers["content-type"] == "application/json"
     assert json.loads(body) == {"error": "invalid HTTP request (malformed request line or headers)"}

@@ -43,7 +43,8 @@ import numpy as np
 import Stemmer
 
 from dotcat.data.corpus import document_fields
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
+from dotcat.files import writing
 from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
 from dotcat.types import Run
@@ -265,47 +266,64 @@ class BM25Index:
 
         Written to a temporary sibling directory and renamed into place, so an interrupted
         save leaves no half index. Refuses an existing non-empty directory.
+
+        Raises:
+            DiskFullError: no room for it (nothing is left of the save).
         """
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DotcatError(f"{path}: already exists; choose a new directory")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        self._retriever.save(tmp, show_progress=False)
-        self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
-        (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
-        manifest = {
-            "format": "dotcat-bm25",
-            "format_version": FORMAT_VERSION,
-            "bm25s_version": bm25s.__version__,
-            "n_docs": len(self.doc_ids),
-            "config": self.config.to_dict(),
-        }
-        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
-        if path.exists():
-            path.rmdir()  # empty, checked above
-        os.replace(tmp, path)
+        with writing(path, remove=[tmp]):  # a failed save leaves nothing, a full disk says so
+            self._retriever.save(tmp, show_progress=False)
+            self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
+            (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
+            manifest = {
+                "format": "dotcat-bm25",
+                "format_version": FORMAT_VERSION,
+                "bm25s_version": bm25s.__version__,
+                "n_docs": len(self.doc_ids),
+                "config": self.config.to_dict(),
+            }
+            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+            if path.exists():
+                path.rmdir()  # empty, checked above
+            os.replace(tmp, path)
         logger.info("BM25 index saved to %s", path)
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = False) -> BM25Index:
-        """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays."""
+        """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays.
+
+        Raises:
+            DotcatError: no BM25 index there, another format version, or a damaged file.
+        """
         path = Path(path)
         manifest_path = path / _MANIFEST
         if not manifest_path.is_file():
             raise DotcatError(f"{path}: not a dotcat BM25 index (no {_MANIFEST})")
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-        if manifest.get("format_version") != FORMAT_VERSION:
+        try:
+            manifest = json.loads(manifest_path.read_text("utf-8"))
+            version = manifest.get("format_version") if isinstance(manifest, dict) else None
+            if version != FORMAT_VERSION:
+                raise DotcatError(
+                    f"{path}: BM25 index format {version}, this dotcat reads {FORMAT_VERSION}"
+                )
+            config = BM25Config(**manifest["config"])
+            retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
+            tokenizer = config.make_tokenizer()
+            tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
+            doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+        except DotcatError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
+            # bm25s reads its arrays and JSON files as they are: a cut or damaged file shows
+            # as whatever NumPy or json says, named here.
             raise DotcatError(
-                f"{path}: BM25 index format {manifest.get('format_version')}, "
-                f"this dotcat reads {FORMAT_VERSION}"
-            )
-        config = BM25Config(**manifest["config"])
-        retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
-        tokenizer = config.make_tokenizer()
-        tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
-        doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+                f"{path}: damaged BM25 index ({first_line(e)}); rebuild the index"
+            ) from None
         if len(doc_ids) != manifest["n_docs"]:
             raise DotcatError(f"{path}: {len(doc_ids)} ids for {manifest['n_docs']} documents")
         return cls(retriever, tokenizer, doc_ids, config)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -34,9 +33,10 @@ from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
+from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index
-from dotcat.index.chunks import ChunkStore, read_plan, write_plan
+from dotcat.index.chunks import VECTORS_FILE, ChunkStore, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
 from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
@@ -56,6 +56,7 @@ def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
     return i * n // count, (i + 1) * n // count
 
 
+@writes("index_dir")
 def build_index(
     corpus: CorpusSource,
     index_dir: str | Path,
@@ -87,6 +88,8 @@ def build_index(
     Raises:
         DotcatError: a bad target, corpus, model or spec (before any encoding), or an
             interrupted build of the same path with another plan (unless ``fresh``).
+        DiskFullError: no room for the build; the old index is untouched, the chunks
+            encoded so far are kept for a resume.
     """
     config = config or IndexConfig()
     index_dir = Path(index_dir)
@@ -176,8 +179,12 @@ def _report_kept(tmp: Path, n: int, chunk_size: int, dim: int) -> None:
     """After a failure or an interruption: what is kept, and how to resume."""
     if not tmp.exists():
         return
-    try:
-        done = ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
+    try:  # (a ChunkStore would make the vectors file were it missing: a write, on a full disk)
+        done = (
+            ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
+            if (tmp / VECTORS_FILE).is_file()
+            else set()
+        )
     except (OSError, DotcatError):
         done = set()
     encoded = min(n, len(done) * chunk_size)
@@ -256,21 +263,21 @@ def _write_docstore(dataset, rows: tuple[int, int], path: Path, show_progress: b
     """Positions ``0..n-1`` of the index = corpus rows ``[start, stop)``; written whole, then
     renamed (so a doc store that exists in a build folder is complete)."""
     start, stop = rows
-    tmp = path.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    store = DocStore(tmp, readonly=False)
-    try:
-        with progress_bar(
-            total=stop - start, desc="storing documents", unit="doc", enabled=show_progress
-        ) as bar:
-            for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
-                positions = range(first - start, first - start + len(batch["id"]))
-                store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
-                bar.update(len(batch["id"]))
-        store.commit()
-    finally:
-        store.close()
-    os.replace(tmp, path)
+    path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
+    with replacing(path) as tmp:
+        store = DocStore(tmp, readonly=False)
+        try:
+            with progress_bar(
+                total=stop - start, desc="storing documents", unit="doc", enabled=show_progress
+            ) as bar:
+                for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
+                    positions = range(first - start, first - start + len(batch["id"]))
+                    ids, titles, texts = batch["id"], batch["title"], batch["text"]
+                    store.add(zip(positions, ids, titles, texts, strict=True))
+                    bar.update(len(batch["id"]))
+            store.commit()
+        finally:
+            store.close()
 
 
 def _chunk_texts(
@@ -316,9 +323,8 @@ def _write_faiss(
     if len(wanted):
         faiss_index.train_index(index, _gather(store, wanted), config.faiss_spec)
     faiss_index.add_vectors(index, store.iter_rows(), store.n, show_progress)
-    tmp = path.with_suffix(".faiss.tmp")
-    faiss.write_index(faiss_index.to_cpu(index), str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:  # a half-written file is removed, a full disk said so
+        faiss_index.write_index(index, tmp)
 
 
 def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
+from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.config import MergeConfig
@@ -223,6 +224,7 @@ def open_index(
 # -- merging ------------------------------------------------------------------------------
 
 
+@writes("out")
 def merge_indexes(
     shards: Sequence[str | Path],
     out: str | Path,
@@ -246,6 +248,7 @@ def merge_indexes(
     Raises:
         DotcatError: incompatible shards, the same id in two shards, a shard without its
             vectors, or a spec the merged corpus cannot train.
+        DiskFullError: no room for the merged index (nothing is left of it).
     """
     out = Path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
@@ -271,7 +274,8 @@ def merge_indexes(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
+            with writing(tmp / DOCSTORE_NAME):
+                _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
             bm25_entry = _bm25_from_docstore(tmp, n, show_progress) if with_bm25 else None
@@ -405,7 +409,7 @@ def _merge_faiss(
         _merge_on_disk(index, vectors, tmp, show_progress)
         return True
     faiss_index.add_vectors(index, _blocks(vectors), n, show_progress)
-    faiss.write_index(index, str(tmp / INDEX_NAME))
+    faiss_index.write_index(index, tmp / INDEX_NAME)
     return False
 
 
@@ -441,11 +445,11 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
                 part.add_with_ids(block, ids)
                 offset += len(block)
             names.append(str(parts / f"shard-{i}.index"))
-            faiss.write_index(part, names[-1])
+            faiss_index.write_index(part, names[-1])
             del part
         merged = faiss.clone_index(index)
         merge_ondisk(merged, names, str(tmp / IVFDATA_NAME))
-        faiss.write_index(merged, str(tmp / INDEX_NAME))
+        faiss_index.write_index(merged, tmp / INDEX_NAME)
     finally:
         shutil.rmtree(parts, ignore_errors=True)
 
