@@ -228,6 +228,13 @@ def describe_system(outcome: SystemOutcome) -> str:
         if s.first_stage == "hybrid" and s.fusion != "auto":
             weight = f" {s.fusion_weight:g}" if s.fusion_weight is not None else ""
             text += f", fusion {s.fusion}{weight}"
+    feedback = s.feedback
+    if "fb_docs" in feedback:
+        text += (f", RM3 ({s.fb_docs} docs, {s.fb_terms} terms, "
+                 f"original weight {s.original_query_weight:g})")  # fmt: skip
+    if "rocchio_docs" in feedback:
+        text += (f", Rocchio ({s.rocchio_docs} docs, alpha {s.rocchio_alpha:g}, "
+                 f"beta {s.rocchio_beta:g})")  # fmt: skip
     rerank = next((st for st in outcome.stages if st.kind == "rerank"), None)
     if rerank is not None:
         alpha = rerank.details.get("interpolation")
