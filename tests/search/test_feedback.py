@@ -219,3 +219,27 @@ def test_feedback_needs_its_side(index, data, tiny_bert_dir, tmp_path):
     build_index(data, dense_only, encoder, IndexConfig(bm25=False), show_progress=False)
     with pytest.raises(DotcatError, match="first stage is 'dense'"):
         _pipeline(dense_only, prf="rm3")
+
+
+def test_rm3_agrees_with_anserini_on_the_same_corpus():
+    """Anserini 1.7.1's Rm3Reranker (Pyserini 1.6.0's jar) on DOCS, indexed with
+    ``IndexCollection -storeDocvectors`` (Porter stemming, no stop word among DOCS) and
+    searched with ``SearchCollection -bm25 -bm25.k1 0.9 -bm25.b 0.4 -rm3 -rm3.fbTerms 2
+    -rm3.fbDocs 2 -rm3.originalQueryWeight 0.4 -rm3.outputQuery``; the weights and scores it
+    logged and ranked (eval/studies/prf_settings/README.md) against ours on the same analysis."""
+    corpus = [{"id": d, "text": t} for d, t in DOCS.items()]
+    index = BM25Index.build(corpus, BM25Config(stemmer="porter", stopwords=None), False)
+    expander = RM3Expander(index, RM3(fb_docs=2, fb_terms=2, original_query_weight=0.4))
+    anserini = {
+        "apple banana": (
+            {"banana": 0.2, "cherri": 0.3585401, "appl": 0.2, "hazel": 0.2414599},
+            [("d0", 0.7321), ("d1", 0.5404), ("d2", 0.1151)],
+        ),
+        "kiwi": ({"kiwi": 0.7, "lime": 0.3}, [("d3", 1.1289)]),
+    }
+    for query, (weights, ranking) in anserini.items():
+        got = {index.vocabulary[t]: w for t, w in expander.expand(query).items()}
+        assert got == pytest.approx(weights, abs=1e-6)
+        hits = expander.search_one(query, 10)
+        assert [d for d, _ in hits] == [d for d, _ in ranking]
+        np.testing.assert_allclose([s for _, s in hits], [s for _, s in ranking], atol=1e-4)
