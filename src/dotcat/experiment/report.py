@@ -217,6 +217,10 @@ def stage_time(stage: Any) -> str:
     return f"{stage.seconds:.1f} s" + (" (reused)" if stage.reused else "")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def describe_system(outcome: SystemOutcome) -> str:
     """One line: the first stage, where it comes from, and the re-ranking."""
     s = outcome.config
@@ -230,10 +234,10 @@ def describe_system(outcome: SystemOutcome) -> str:
             text += f", fusion {s.fusion}{weight}"
     feedback = s.feedback
     if "fb_docs" in feedback:
-        text += (f", RM3 ({s.fb_docs} docs, {s.fb_terms} terms, "
+        text += (f", RM3 ({_count(s.fb_docs, 'doc')}, {_count(s.fb_terms, 'term')}, "
                  f"original weight {s.original_query_weight:g})")  # fmt: skip
     if "rocchio_docs" in feedback:
-        text += (f", Rocchio ({s.rocchio_docs} docs, alpha {s.rocchio_alpha:g}, "
+        text += (f", Rocchio ({_count(s.rocchio_docs, 'doc')}, alpha {s.rocchio_alpha:g}, "
                  f"beta {s.rocchio_beta:g})")  # fmt: skip
     rerank = next((st for st in outcome.stages if st.kind == "rerank"), None)
     if rerank is not None:
