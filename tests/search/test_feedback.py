@@ -146,21 +146,6 @@ QUERIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from tests.training.toy import make_training_beir
-
-    return make_training_beir(tmp_path_factory.mktemp("feedback") / "beir")
-
-
-@pytest.fixture(scope="module")
-def index(data, tiny_bert_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("feedback_index") / "index"
-    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
-    build_index(data, out, encoder, IndexConfig(bm25=True), show_progress=False)
-    return out
-
-
 def _pipeline(index, **settings) -> SearchPipeline:
     return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32", **settings))
 

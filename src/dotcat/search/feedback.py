@@ -43,16 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dotcat import options
 from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
-from dotcat.options import (
-    RM3_FB_DOCS,
-    RM3_FB_TERMS,
-    RM3_ORIGINAL_WEIGHT,
-    ROCCHIO_ALPHA,
-    ROCCHIO_BETA,
-    ROCCHIO_DOCS,
-)
 from dotcat.progress import progress_bar
 from dotcat.types import Run
 
@@ -67,9 +60,9 @@ MAX_DF_RATIO = 0.1
 class RM3:
     """RM3's settings (Anserini's and Pyserini's defaults)."""
 
-    fb_docs: int = RM3_FB_DOCS
-    fb_terms: int = RM3_FB_TERMS
-    original_query_weight: float = RM3_ORIGINAL_WEIGHT
+    fb_docs: int = options.RM3_FB_DOCS
+    fb_terms: int = options.RM3_FB_TERMS
+    original_query_weight: float = options.RM3_ORIGINAL_WEIGHT
 
     def __post_init__(self) -> None:
         if self.fb_docs < 1 or self.fb_terms < 1:
@@ -82,9 +75,9 @@ class RM3:
 class Rocchio:
     """Rocchio's settings on query vectors (Li et al.'s)."""
 
-    docs: int = ROCCHIO_DOCS
-    alpha: float = ROCCHIO_ALPHA
-    beta: float = ROCCHIO_BETA
+    docs: int = options.ROCCHIO_DOCS
+    alpha: float = options.ROCCHIO_ALPHA
+    beta: float = options.ROCCHIO_BETA
 
     def __post_init__(self) -> None:
         if self.docs < 1:
