@@ -373,11 +373,12 @@ class BM25Index:
 
 
 class _Rows:
-    """bm25s' term-major score matrix turned document-major once (scipy CSR): a document's
+    """bm25s' term-major score matrix turned document-major once (scipy CSR, built on the first
+    feedback query: a copy of the matrix in memory, 8 bytes per stored score): a document's
     term ids and stored scores."""
 
     def __init__(self, matrix: Mapping[str, Any], n_docs: int) -> None:
-        data = np.asarray(matrix["data"], dtype=np.float64)
+        data = np.asarray(matrix["data"])
         indptr = np.asarray(matrix["indptr"])
         csc = csc_matrix((data, np.asarray(matrix["indices"]), indptr),
                          shape=(n_docs, indptr.size - 1))  # fmt: skip
@@ -385,7 +386,7 @@ class _Rows:
 
     def __getitem__(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = self._csr.indptr[row], self._csr.indptr[row + 1]
-        return self._csr.indices[lo:hi], self._csr.data[lo:hi]
+        return self._csr.indices[lo:hi], self._csr.data[lo:hi].astype(np.float64)
 
 
 def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
