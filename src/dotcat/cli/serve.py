@@ -55,7 +55,7 @@ def serve(
         else:
             stages = pipeline.first_stage
             if pipeline.config.prf != "none":
-                stages += f" with {pipeline.config.prf} feedback"
+                stages += f" with {pipeline.describe_feedback()}"
             if pipeline.reranker is not None:
                 r = pipeline.reranker
                 stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"

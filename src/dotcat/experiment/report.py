@@ -21,6 +21,7 @@ from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.report import markdown_table, to_json
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
+from dotcat.search.feedback import RM3, Rocchio
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.md"
@@ -217,10 +218,6 @@ def stage_time(stage: Any) -> str:
     return f"{stage.seconds:.1f} s" + (" (reused)" if stage.reused else "")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def describe_system(outcome: SystemOutcome) -> str:
     """One line: the first stage, where it comes from, and the re-ranking."""
     s = outcome.config
@@ -234,11 +231,9 @@ def describe_system(outcome: SystemOutcome) -> str:
             text += f", fusion {s.fusion}{weight}"
     feedback = s.feedback
     if "fb_docs" in feedback:
-        text += (f", RM3 ({_count(s.fb_docs, 'doc')}, {_count(s.fb_terms, 'term')}, "
-                 f"original weight {s.original_query_weight:g})")  # fmt: skip
+        text += ", " + RM3(s.fb_docs, s.fb_terms, s.original_query_weight).describe()
     if "rocchio_docs" in feedback:
-        text += (f", Rocchio ({_count(s.rocchio_docs, 'doc')}, alpha {s.rocchio_alpha:g}, "
-                 f"beta {s.rocchio_beta:g})")  # fmt: skip
+        text += ", " + Rocchio(s.rocchio_docs, s.rocchio_alpha, s.rocchio_beta).describe()
     rerank = next((st for st in outcome.stages if st.kind == "rerank"), None)
     if rerank is not None:
         alpha = rerank.details.get("interpolation")

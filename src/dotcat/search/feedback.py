@@ -70,6 +70,11 @@ class RM3:
         if not 0 <= self.original_query_weight <= 1:
             raise DotcatError(f"RM3's original_query_weight must be in [0, 1], got {self}")
 
+    def describe(self) -> str:
+        """``RM3 (10 docs, 10 terms, original weight 0.5)``."""
+        return (f"RM3 ({_count(self.fb_docs, 'doc')}, {_count(self.fb_terms, 'term')}, "
+                f"original weight {self.original_query_weight:g})")  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Rocchio:
@@ -82,6 +87,10 @@ class Rocchio:
     def __post_init__(self) -> None:
         if self.docs < 1:
             raise DotcatError(f"Rocchio needs docs >= 1, got {self.docs}")
+
+    def describe(self) -> str:
+        """``Rocchio (3 docs, alpha 1, beta 0.5)``."""
+        return f"Rocchio ({_count(self.docs, 'doc')}, alpha {self.alpha:g}, beta {self.beta:g})"
 
 
 class RM3Expander:
@@ -206,3 +215,7 @@ def _largest(weights: Mapping[int, float], n: int) -> dict[int, float]:
     scale = top if top > 0 else 1.0
     order = sorted(weights, key=lambda t: (-round(weights[t] / scale, 6), t))
     return {t: weights[t] for t in order[:n]}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")

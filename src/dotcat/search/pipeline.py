@@ -485,6 +485,11 @@ class SearchPipeline:
         """The stored document with this id, or None."""
         return self.index.store.by_ids([doc_id]).get(doc_id)
 
+    def describe_feedback(self) -> str:
+        """``none``, or the feedback on each side (``RM3 (...) + Rocchio (...)``)."""
+        parts = [f.describe() for f in (self.rm3 and self.rm3.params, self.rocchio) if f]
+        return " + ".join(parts) or "none"
+
     def describe(self) -> dict[str, Any]:
         """What this pipeline does, for logs, ``/info`` and run records."""
         return {
@@ -496,6 +501,7 @@ class SearchPipeline:
             "feedback": {
                 "rm3": asdict(self.rm3.params) if self.rm3 else None,
                 "rocchio": asdict(self.rocchio) if self.rocchio else None,
+                "description": self.describe_feedback(),
             },
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
