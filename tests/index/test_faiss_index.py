@@ -186,3 +186,21 @@ def test_a_sharded_faiss_index_searches_like_one_index():
         np.testing.assert_array_equal(a_pos, b_pos)
         np.testing.assert_allclose(a_scores, b_scores, rtol=0, atol=1e-6)
     assert faiss_index.search(whole, queries[:1], 2)[1][0].tolist() == [10, 400]  # ties: position
+
+
+@pytest.mark.parametrize("spec", ["Flat", "HNSW8", "IVF4,Flat"])
+def test_reconstruct_gives_the_stored_vectors_back(spec):
+    vectors = _unit_vectors(200, 16)
+    index = faiss_index.create_index(spec, 16)
+    if not index.is_trained:
+        index.train(vectors)
+    index.add(vectors)
+    positions = np.array([[5, 0, -1], [199, 42, 7]])
+    got = faiss_index.reconstruct(index, positions)
+    assert got.shape == (2, 3, 16)
+    np.testing.assert_allclose(got[0, 2], 0.0)  # FAISS's padding
+    np.testing.assert_allclose(got[0, :2], vectors[[5, 0]], atol=1e-6)
+    np.testing.assert_allclose(got[1], vectors[[199, 42, 7]], atol=1e-6)
+    ids = faiss.IndexIDMap2(faiss.IndexFlatIP(16))
+    ids.add_with_ids(vectors[:3], np.array([10, 20, 30]))
+    np.testing.assert_allclose(faiss_index.reconstruct(ids, np.array([30, 10])), vectors[[2, 0]])

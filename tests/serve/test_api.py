@@ -77,6 +77,7 @@ def test_documents_health_and_info(server, pipeline):
     assert info["limits"]["max_k"] == ServeConfig().max_k and "api_key" not in info["limits"]
     assert info["server"]["pid"] == os.getpid()  # served in this process
     assert info["limits"]["workers"] == 1
+    assert info["feedback"] == "none"
     page = httpx.get(f"{server}/")
     assert page.status_code == 200 and "<title>dotcat search</title>" in page.text
     assert httpx.get(f"{server}/static/app.js").status_code == 200
@@ -423,3 +424,22 @@ def test_a_malformed_request_is_a_json_400(server):
     status, headers, body = raw_request(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
     assert status == 400 and headers["content-type"] == "application/json"
     assert json.loads(body) == {"error": "invalid HTTP request (malformed request line or headers)"}
+
+
+def test_a_server_with_feedback_answers_as_its_pipeline(hybrid_index):
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    config = PipelineConfig(device="cpu", precision="fp32", prf="both", fb_docs=3)
+    pipeline = SearchPipeline(hybrid_index, config)
+    with live_server(pipeline) as url:
+        info = httpx.get(f"{url}/info").json()
+        assert info["feedback"] == (
+            "RM3 (3 docs, 10 terms, original weight 0.5) + Rocchio (3 docs, alpha 1, beta 0.5)"
+        )
+        for query in QUERIES:
+            for stage in ("hybrid", "dense"):  # a request's first stage: that side's feedback
+                params = {"q": query, "k": 4, "first_stage": stage}
+                got = _hits(httpx.get(f"{url}/search", params=params).json())
+                expected = _expected(pipeline, query, 4, first_stage=stage)
+                assert [d for d, _ in got] == [d for d, _ in expected]
+                assert [s for _, s in got] == pytest.approx([s for _, s in expected])

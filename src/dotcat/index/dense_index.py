@@ -69,6 +69,10 @@ class DenseIndex:
             raise DotcatError(f"query vectors have shape {queries.shape}, index dim {self.dim}")
         return faiss_index.search(self.index, queries, k)
 
+    def vectors(self, positions) -> np.ndarray:
+        """The vectors at FAISS positions (:func:`faiss_index.reconstruct`; zeros for -1)."""
+        return faiss_index.reconstruct(self.index, positions)
+
     def documents(self, positions) -> dict[int, StoredDocument]:
         """The stored documents at FAISS positions (-1, FAISS's padding, is skipped)."""
         return self._complete(self.store.get(positions), positions)

@@ -392,3 +392,28 @@ def order_ties(scores: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, n
     keys = np.where(positions >= 0, -scores.astype(np.float64), np.inf)
     order = np.lexsort((np.where(positions >= 0, positions, np.iinfo(np.int64).max), keys), axis=1)
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(positions, order, axis=1)
+
+
+def reconstruct(index: faiss.Index, positions: np.ndarray) -> np.ndarray:
+    """The stored vectors at FAISS positions, shaped ``positions.shape + (dim,)``; zeros where a
+    position is -1 (FAISS's padding).
+
+    Exact for flat and HNSW indexes (and ID maps over them); for IVF the inverted lists are
+    given a direct map on first use (a hash table: a few bytes per vector); for compressed
+    codes (PQ, SQ) it is the decoded, approximate vector.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    flat = positions.ravel()
+    out = np.zeros((flat.size, index.d), dtype=np.float32)
+    valid = flat >= 0
+    if valid.any():
+        ids = flat[valid]
+        try:
+            out[valid] = index.reconstruct_batch(ids)
+        except RuntimeError as e:
+            ivf = faiss.try_extract_index_ivf(index)
+            if ivf is None:
+                raise DotcatError(f"this FAISS index cannot give its vectors back ({e})") from None
+            ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+            out[valid] = index.reconstruct_batch(ids)
+    return out.reshape(*positions.shape, index.d)

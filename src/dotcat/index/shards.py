@@ -175,6 +175,17 @@ class ShardSet:
             if local:
                 yield shard, int(lo), local
 
+    def vectors(self, positions) -> np.ndarray:
+        """The vectors at global positions, each from its shard (zeros for -1)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        flat = positions.ravel()
+        out = np.zeros((flat.size, self.dim), dtype=np.float32)
+        for i, shard in enumerate(self.shards):
+            inside = (flat >= self.offsets[i]) & (flat < self.offsets[i + 1])
+            if inside.any():
+                out[inside] = shard.vectors(flat[inside] - self.offsets[i])
+        return out.reshape(*positions.shape, self.dim)
+
     def documents(self, positions) -> dict[int, StoredDocument]:
         out = {}
         for shard, offset, local in self._split(positions):

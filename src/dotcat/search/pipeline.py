@@ -45,7 +45,8 @@ from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import check_model
 from dotcat.models.runtime import store_linear_weights
 from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
-from dotcat.search.config import PipelineConfig, check_pipeline, parse_interpolate
+from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline, parse_interpolate
+from dotcat.search.feedback import RM3, RM3Expander, Rocchio, rocchio_search
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
 from dotcat.search.reranker import rerank
@@ -213,6 +214,24 @@ class SearchPipeline:
         self.bm25 = self._load_bm25()
         self.first_stage = self._resolve_first_stage(config.first_stage)
         self.fusion = self._resolve_fusion()
+        sides = PRF_SIDES[config.prf]
+        if sides and self.first_stage != "hybrid" and self.first_stage not in sides:
+            raise DotcatError(
+                f"{self.index_dir}: prf {config.prf!r} rewrites the {' and '.join(sides)} side, "
+                f"and this index's first stage is {self.first_stage!r}"
+            )
+        self.rm3 = (
+            RM3Expander(
+                self.bm25, RM3(config.fb_docs, config.fb_terms, config.original_query_weight)
+            )  # fmt: skip
+            if "bm25" in sides and self.bm25 is not None
+            else None
+        )
+        self.rocchio = (
+            Rocchio(config.rocchio_docs, config.rocchio_alpha, config.rocchio_beta)
+            if "dense" in sides
+            else None
+        )
         self._dense: DenseRetriever | None = None
         self._small_call_threads: int | None = None  # see one_thread_small_calls
         if self.first_stage in ("dense", "hybrid"):
@@ -436,13 +455,24 @@ class SearchPipeline:
         self, stage: str, queries: Mapping[str, str], k: int, show_progress: bool
     ) -> Run:
         if stage == "dense":
-            return self._dense_retriever().batch_search(queries, k, show_progress=show_progress)
+            return self._dense_search(queries, k, show_progress)
         if stage == "bm25":
-            return self.bm25.search(queries, k, show_progress=show_progress)
+            return self._bm25_search(queries, k, show_progress)
         n = max(k, self.config.fusion_depth)
-        dense = self._dense_retriever().batch_search(queries, n, show_progress=show_progress)
-        sparse = self.bm25.search(queries, n, show_progress=False)
+        dense = self._dense_search(queries, n, show_progress)
+        sparse = self._bm25_search(queries, n, False)
         return {q: docs[:k] for q, docs in self.fusion.fuse_runs(dense, sparse).items()}
+
+    def _dense_search(self, queries: Mapping[str, str], k: int, show_progress: bool) -> Run:
+        retriever = self._dense_retriever()
+        if self.rocchio is not None:
+            return rocchio_search(retriever, queries, k, self.rocchio, show_progress=show_progress)
+        return retriever.batch_search(queries, k, show_progress=show_progress)
+
+    def _bm25_search(self, queries: Mapping[str, str], k: int, show_progress: bool) -> Run:
+        if self.rm3 is not None:
+            return self.rm3.search(queries, k, show_progress=show_progress)
+        return self.bm25.search(queries, k, show_progress=show_progress)
 
     # -- documents and description -----------------------------------------------------------
 
@@ -455,6 +485,11 @@ class SearchPipeline:
         """The stored document with this id, or None."""
         return self.index.store.by_ids([doc_id]).get(doc_id)
 
+    def describe_feedback(self) -> str:
+        """``none``, or the feedback on each side (``RM3 (...) + Rocchio (...)``)."""
+        parts = [f.describe() for f in (self.rm3 and self.rm3.params, self.rocchio) if f]
+        return " + ".join(parts) or "none"
+
     def describe(self) -> dict[str, Any]:
         """What this pipeline does, for logs, ``/info`` and run records."""
         return {
@@ -463,6 +498,11 @@ class SearchPipeline:
             "first_stage": self.first_stage,
             "stages_available": ["dense"] + (["bm25", "hybrid"] if self.bm25 is not None else []),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
+            "feedback": {
+                "rm3": asdict(self.rm3.params) if self.rm3 else None,
+                "rocchio": asdict(self.rocchio) if self.rocchio else None,
+                "description": self.describe_feedback(),
+            },
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
         }

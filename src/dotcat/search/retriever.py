@@ -9,8 +9,10 @@ settings are the ones recorded (:func:`dotcat.index.check_encoder`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
@@ -93,10 +95,16 @@ class DenseRetriever:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]
                 vectors = self.encoder.encode_queries([queries[q] for q in chunk])
-                scores, positions = self.index.search(vectors, k)
-                ids = self.index.doc_ids(positions.ravel())
-                for qid, row_scores, row_pos in zip(chunk, scores, positions, strict=True):
-                    pairs = zip(row_scores, row_pos, strict=True)
-                    run[qid] = [(ids[p], float(s)) for s, p in pairs if p >= 0]
+                run.update(self.search_vectors(chunk, vectors, k))
                 bar.update(len(chunk))
+        return run
+
+    def search_vectors(self, qids: Sequence[str], vectors: np.ndarray, k: int) -> Run:
+        """Top-k for query vectors already encoded (one row per id of ``qids``)."""
+        scores, positions = self.index.search(vectors, k)
+        ids = self.index.doc_ids(positions.ravel())
+        run: Run = {}
+        for qid, row_scores, row_pos in zip(qids, scores, positions, strict=True):
+            pairs = zip(row_scores, row_pos, strict=True)
+            run[qid] = [(ids[p], float(s)) for s, p in pairs if p >= 0]
         return run
