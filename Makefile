@@ -27,13 +27,13 @@ scifact: $(STAMP)
 
 # The whole test suite, slow (real-model) tests included.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Without the real-model tests, for quick iterations.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# The whole suite as on an AVX2-only AMD Zen 3, from any x86-64 machine: the interpreter runs
+# Tests as on an AVX2-only AMD Zen 3, from any x86-64 machine: the interpreter runs
 # under qemu-x86_64 with a Zen 3's CPUID, so FAISS, PyTorch, ONNX Runtime, OpenVINO and BLAS
 # pick their AVX2 kernels (DOTCAT_NATIVE_BF16=off changes dotcat's choice, not theirs).
 # About 5-10x slower than native: the tests' wall-clock bounds are scaled by
