@@ -15,6 +15,15 @@ First stages, over one index directory (:func:`dotcat.index.build_index`):
 - ``auto`` (default): hybrid where the index has BM25, else dense. Fusing is the safer default:
   on collections unlike the encoder's training data BM25 often beats a dense model.
 
+Over an index with passages (:mod:`dotcat.index.passages`) dense and BM25 rank passages, and
+each ranks documents from them (``aggregation``: MaxP by default, :mod:`dotcat.search.passages`);
+the fusion works on those document scores. A result keeps the passages that matched it, best
+first: the first is its snippet's, and the cross-encoder reads the best ``rerank_passages`` of
+them (the first stage's best: the passage that put the document in the list, and the only one
+a first stage vouches for; a document's logit is the highest of its passages'). In a hybrid,
+a document's passages come first from the side that gave it the larger share of its fused
+score. Runs, evaluation and the server's answers stay at the document level.
+
 Re-ranking (:mod:`dotcat.search.reranker`): the top ``depth`` of the first stage re-ordered by
 the cross-encoder, with ``alpha * norm(cat) + (1 - alpha) * norm(first)`` where ``alpha``
 (``interpolate="auto"``, the default) is the weight ``dotcat calibrate`` chose for this model
@@ -36,14 +45,18 @@ from dotcat.errors import DotcatError
 from dotcat.files import read_json_or_none
 from dotcat.index import document_text
 from dotcat.index.bm25 import BM25Index
+from dotcat.index.docstore import PassageRef
 from dotcat.index.manifest import update_manifest
+from dotcat.index.passages import AGGREGATIONS
 from dotcat.index.shards import open_index
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.runtime import store_linear_weights
+from dotcat.progress import progress_bar
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
+from dotcat.search.passages import Match, rank_documents, to_run
 from dotcat.search.reranker import rerank
-from dotcat.search.retriever import DenseRetriever
+from dotcat.search.retriever import DenseRetriever, hit
 from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
@@ -73,6 +86,11 @@ class PipelineConfig:
             ``openvino``, ``onnxruntime``; see :class:`CrossEncoderConfig`).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``).
         batch_size: most cross-encoder pairs per forward pass.
+        aggregation: how documents are ranked from their passages' scores (one of
+            :data:`dotcat.index.passages.AGGREGATIONS`: ``maxp``, ``firstp``, ``sum``).
+        aggregate_top: ``sum``: how many of a document's best passages are summed.
+        rerank_passages: passages of each document the cross-encoder reads (its first
+            stage's best first); the document's logit is their highest.
     """
 
     first_stage: str = "auto"
@@ -88,6 +106,9 @@ class PipelineConfig:
     rerank_backend: str = "auto"
     search_params: Mapping[str, float] | None = None
     batch_size: int = 32
+    aggregation: str = "maxp"
+    aggregate_top: int = 2
+    rerank_passages: int = 1
 
     def __post_init__(self) -> None:
         if self.first_stage not in FIRST_STAGES:
@@ -96,7 +117,11 @@ class PipelineConfig:
             )
         if self.fusion not in ("auto", "rrf", "linear"):
             raise DotcatError(f"unknown fusion {self.fusion!r} (auto, rrf, linear)")
-        for name in ("depth", "fusion_depth", "batch_size"):
+        if self.aggregation not in AGGREGATIONS:
+            raise DotcatError(
+                f"unknown aggregation {self.aggregation!r} ({', '.join(AGGREGATIONS)})"
+            )
+        for name in ("depth", "fusion_depth", "batch_size", "aggregate_top", "rerank_passages"):
             if getattr(self, name) < 1:
                 raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
         parse_interpolate(self.interpolate)
@@ -192,8 +217,13 @@ class Reranker:
         texts: Mapping[str, str],
         depth: int | None = None,
         show_progress: bool = False,
+        pair_texts: Mapping[tuple[str, str], Sequence[str]] | None = None,
     ) -> Run:
         """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below.
+
+        ``pair_texts``: ``(qid, doc id)`` -> the passages the cross-encoder reads of that
+        document for that query instead of its text (see
+        :func:`dotcat.search.reranker.score_candidates`).
 
         At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
         corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
@@ -209,6 +239,7 @@ class Reranker:
             depth or self.depth,
             self.alpha,
             show_progress=show_progress,
+            pair_texts=pair_texts,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -246,6 +277,8 @@ class SearchPipeline:
         )
         self.manifest = self.index.manifest
         self.bm25 = self._load_bm25()
+        # An index built with passages has its BM25 rows over them (ids: FAISS ids).
+        self._bm25_passages = bool(self.manifest.bm25 and "passages" in self.manifest.bm25)
         self.first_stage = self._resolve_first_stage(config.first_stage)
         self.fusion = self._resolve_fusion()
         self._dense: DenseRetriever | None = None
@@ -334,6 +367,8 @@ class SearchPipeline:
                     device=self.config.device,
                     precision=self.config.precision,
                     index=self.index,
+                    aggregation=self.config.aggregation,
+                    aggregate_top=self.config.aggregate_top,
                 )
                 self._dense.encoder.single_query_threads = self._small_call_threads
             return self._dense
@@ -384,14 +419,11 @@ class SearchPipeline:
             if not isinstance(query, str) or not query.strip():
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
-        run = self.run(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
-        needed = {doc for docs in run.values() for doc, _ in docs}
+        found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+        needed = {m.doc_id for matches in found.values() for m in matches}
         stored = self.index.store.by_ids(sorted(needed))
         return [
-            [
-                Hit(rank, doc, score, stored[doc].title, stored[doc].text)
-                for rank, (doc, score) in enumerate(run[key], start=1)
-            ]
+            [hit(rank, m, stored[m.doc_id]) for rank, m in enumerate(found[key], start=1)]
             for key in keyed
         ]
 
@@ -417,6 +449,24 @@ class SearchPipeline:
             DotcatError: ``k`` or ``depth`` < 1, re-ranking asked without a cross-encoder, or
                 a first stage the index cannot serve.
         """
+        return to_run(
+            self.matches(
+                queries, k, first_stage=first_stage, rerank=rerank, depth=depth,
+                show_progress=show_progress,
+            )
+        )  # fmt: skip
+
+    def matches(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+        show_progress: bool = False,
+    ) -> dict[str, list[Match]]:
+        """:meth:`run` with each document's passages that matched (best first)."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
@@ -428,24 +478,81 @@ class SearchPipeline:
             raise DotcatError(f"depth must be >= 1, got {depth}")
         wanted = max(k, depth) if use_reranker else k
         with self._lock:
-            first = self._first_stage(stage, queries, wanted, show_progress)
+            found = self._first_stage(stage, queries, wanted, show_progress)
             if use_reranker and self.reranker.alpha > 0:
-                heads = {doc for docs in first.values() for doc, _ in docs[:depth]}
-                texts = self.document_texts(heads)
-                first = self.reranker.rerank(first, queries, texts, depth, show_progress)
-        return {q: docs[:k] for q, docs in first.items()}
+                texts = self.candidate_texts(found, depth)
+                reranked = self.reranker.rerank(
+                    to_run(found), queries, {}, depth, show_progress, pair_texts=texts
+                )
+                found = _rescored(found, reranked)
+        return {q: docs[:k] for q, docs in found.items()}
 
     def _first_stage(
         self, stage: str, queries: Mapping[str, str], k: int, show_progress: bool
-    ) -> Run:
+    ) -> dict[str, list[Match]]:
         if stage == "dense":
-            return self._dense_retriever().batch_search(queries, k, show_progress=show_progress)
+            return self._dense_retriever().batch_matches(queries, k, show_progress=show_progress)
         if stage == "bm25":
-            return self.bm25.search(queries, k, show_progress=show_progress)
+            return self._bm25_matches(queries, k, show_progress)
         n = max(k, self.config.fusion_depth)
-        dense = self._dense_retriever().batch_search(queries, n, show_progress=show_progress)
-        sparse = self.bm25.search(queries, n, show_progress=False)
-        return {q: docs[:k] for q, docs in self.fusion.fuse_runs(dense, sparse).items()}
+        dense = self._dense_retriever().batch_matches(queries, n, show_progress=show_progress)
+        sparse = self._bm25_matches(queries, n, False)
+        return {
+            q: fuse_matches(self.fusion, dense.get(q, []), sparse.get(q, []))[:k]
+            for q in {**dense, **sparse}
+        }
+
+    def _bm25_matches(
+        self, queries: Mapping[str, str], k: int, show_progress: bool
+    ) -> dict[str, list[Match]]:
+        """BM25's top ``k`` documents: ranked from its passages (an index with passages), or
+        its own document ranking (each document matched whole)."""
+        if not self._bm25_passages:
+            run = self.bm25.search(queries, k, show_progress=show_progress)
+            return {
+                q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in docs]
+                for q, docs in run.items()
+            }
+
+        def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
+            return {q: [(int(i), s) for i, s in self.bm25.search_one(queries[q], n)] for q in qids}
+
+        out: dict[str, list[Match]] = {}
+        qids = list(queries)
+        with progress_bar(
+            total=len(qids), desc="BM25 search", unit="query", enabled=show_progress
+        ) as bar:
+            for start in range(0, len(qids), 256):
+                chunk = qids[start : start + 256]
+                out.update(
+                    rank_documents(
+                        search, self.index.locate, chunk, k, vectors=len(self.bm25),
+                        documents=self.index.document_count, method=self.config.aggregation,
+                        top=self.config.aggregate_top,
+                    )
+                )  # fmt: skip
+                bar.update(len(chunk))
+        return out
+
+    def candidate_texts(
+        self, found: Mapping[str, Sequence[Match]], depth: int
+    ) -> dict[tuple[str, str], list[str]]:
+        """``(qid, doc id)`` -> what the cross-encoder reads of each of a query's top
+        ``depth`` documents: its best :attr:`PipelineConfig.rerank_passages` passages (title
+        and passage text), or its whole text (a document matched whole)."""
+        m = self.config.rerank_passages
+        wanted = {
+            (qid, match.doc_id): [ref for ref, _ in match.passages[:m]]
+            for qid, matches in found.items()
+            for match in matches[:depth]
+        }
+        refs = [ref for group in wanted.values() for ref in group]
+        whole = self.document_texts({r.doc_id for r in refs if r.stop is None})
+        parts = self.index.passage_texts([r for r in refs if r.stop is not None])
+        return {
+            key: [whole[r.doc_id] if r.stop is None else parts[r.pid] for r in group]
+            for key, group in wanted.items()
+        }
 
     # -- documents and description -----------------------------------------------------------
 
@@ -462,13 +569,44 @@ class SearchPipeline:
         """What this pipeline does, for logs, ``/info`` and run records."""
         return {
             "index": str(self.index_dir),
-            "documents": len(self.index),
+            "documents": self.index.document_count,
+            "passages": self.manifest.passages,
+            "aggregation": self.config.aggregation,
             "first_stage": self.first_stage,
             "stages_available": ["dense"] + (["bm25", "hybrid"] if self.bm25 is not None else []),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
         }
+
+
+def fuse_matches(fusion: Fusion, dense: Sequence[Match], bm25: Sequence[Match]) -> list[Match]:
+    """One query's hybrid ranking of documents (:meth:`Fusion.fuse` of their scores), each
+    with its passages found: first those of the side that gave it the larger share of its
+    fused score (:meth:`Fusion.shares`), then the other side's."""
+    dense_run = [(m.doc_id, m.score) for m in dense]
+    bm25_run = [(m.doc_id, m.score) for m in bm25]
+    shares = fusion.shares(dense_run, bm25_run)
+    by_dense, by_bm25 = {m.doc_id: m for m in dense}, {m.doc_id: m for m in bm25}
+    out = []
+    for doc, score in fusion.fuse(dense_run, bm25_run):
+        a, b = shares[doc]
+        sides = (by_dense.get(doc), by_bm25.get(doc))
+        passages: dict[tuple, tuple[PassageRef, float]] = {}
+        for side in sides if a >= b else sides[::-1]:
+            for ref, value in side.passages if side else ():
+                passages.setdefault((ref.start, ref.stop), (ref, value))
+        out.append(Match(doc, score, tuple(passages.values())))
+    return out
+
+
+def _rescored(found: Mapping[str, list[Match]], run: Run) -> dict[str, list[Match]]:
+    """``found`` in the order and with the scores of ``run`` (a re-ranking of it)."""
+    out = {}
+    for qid, docs in run.items():
+        by_id = {m.doc_id: m for m in found[qid]}
+        out[qid] = [Match(d, s, by_id[d].passages) for d, s in docs]
+    return out
 
 
 def tune_fusion(
