@@ -583,7 +583,7 @@ class SearchPipeline:
 def fuse_matches(fusion: Fusion, dense: Sequence[Match], bm25: Sequence[Match]) -> list[Match]:
     """One query's hybrid ranking of documents (:meth:`Fusion.fuse` of their scores), each
     with its passages found: first those of the side that gave it the larger share of its
-    fused score (:meth:`Fusion.shares`), then the other side's."""
+    fused score (:meth:`Fusion.shares`), then the other side's; a whole document last."""
     dense_run = [(m.doc_id, m.score) for m in dense]
     bm25_run = [(m.doc_id, m.score) for m in bm25]
     shares = fusion.shares(dense_run, bm25_run)
@@ -596,7 +596,10 @@ def fuse_matches(fusion: Fusion, dense: Sequence[Match], bm25: Sequence[Match]) 
         for side in sides if a >= b else sides[::-1]:
             for ref, value in side.passages if side else ():
                 passages.setdefault((ref.start, ref.stop), (ref, value))
-        out.append(Match(doc, score, tuple(passages.values())))
+        # A passage before the whole document (a side that ranks documents whole, e.g. BM25
+        # of an index without passages): it says where the document matched.
+        ordered = sorted(passages.values(), key=lambda p: p[0].stop is None)
+        out.append(Match(doc, score, tuple(ordered)))
     return out
 
 
