@@ -147,9 +147,14 @@ class ShardSet:
             raise DotcatError(f"{self.dir}: no index and no shard indexes inside")
         self.shards = [DenseIndex(p, device=device, search_params=search_params) for p in paths]
         check_compatible([(s.dir, s.manifest) for s in self.shards])
-        # A shard's FAISS ids run to its next unused one (updates may leave gaps).
+        # A shard's FAISS ids (and document positions) run to its next unused one (updates may
+        # leave gaps); with passages they differ: ids are the passages'.
         spans = [s.manifest.next_vector_id for s in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+        positions = [
+            int(s.manifest.documents.get("next_pos", s.document_count)) for s in self.shards
+        ]
+        self.doc_offsets = np.concatenate([[0], np.cumsum(positions)]).astype(np.int64)
         self.count = sum(len(s) for s in self.shards)
         first = self.shards[0].manifest
         documents = sum(s.document_count for s in self.shards)
@@ -209,10 +214,12 @@ class ShardSet:
                 yield shard, int(lo), local
 
     def documents(self, positions) -> dict[int, StoredDocument]:
+        """The stored document behind each (shifted) FAISS id, its position shifted too."""
         out = {}
         for shard, offset, local in self._split(positions):
+            shift = int(self.doc_offsets[self.shards.index(shard)])
             for pos, doc in shard.documents(local).items():
-                out[pos + offset] = StoredDocument(pos + offset, doc.id, doc.title, doc.text)
+                out[pos + offset] = StoredDocument(doc.pos + shift, doc.id, doc.title, doc.text)
         return out
 
     def doc_ids(self, positions) -> dict[int, str]:
@@ -247,7 +254,7 @@ class _ShardStores:
 
     def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
         found: dict[str, StoredDocument] = {}
-        for shard, offset in zip(self.shards.shards, self.shards.offsets, strict=False):
+        for shard, offset in zip(self.shards.shards, self.shards.doc_offsets, strict=False):
             for doc_id, doc in shard.store.by_ids(doc_ids).items():
                 found[doc_id] = StoredDocument(doc.pos + int(offset), doc.id, doc.title, doc.text)
         return found
