@@ -128,6 +128,14 @@ def tiny_docs() -> list[dict]:
     return [dict(d) for d in TINY_DOCS]
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Every test that starts a local Ray (the ``local_ray`` fixture) is marked ``ray``: `make
+    test-zen3` leaves them out (Ray's native processes run outside the emulator)."""
+    for item in items:
+        if "local_ray" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_caches(tmp_path_factory, monkeypatch):
     """Keep dotcat's dataset cache out of the user's home, and the hub offline."""

@@ -43,7 +43,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
     )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:3] == ["rank", "score", "doc"]
+    assert lines[0].split()[:4] == ["rank", "rrf", "score", "doc"]  # hybrid: RRF by default
     assert len([line for line in lines if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
 
     result = invoke(
@@ -57,6 +57,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
     hits = json.loads(result.stdout)
     assert [h["rank"] for h in hits] == [1, 2]
     assert {"doc_id", "score", "title", "text"} <= set(hits[0])
+    assert {h["score_kind"] for h in hits} == {"rrf"}
     assert hits[0]["score"] >= hits[1]["score"]
 
 

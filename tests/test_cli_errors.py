@@ -1,7 +1,8 @@
 """Errors before work: every bad argument is one line, exit status 2, before torch is imported.
 
 The refused commands run in one child process (a fresh interpreter, so "torch was never
-imported" can be checked after each of them) through typer's test runner.
+imported" can be checked after each of them) through typer's test runner, each timed: an
+argument error takes well under a second of work (the first case also pays the imports).
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.timing import within
 
 from dotcat.data import write_run
 from dotcat.index import build_index
 from dotcat.models import EncoderConfig
+from dotcat.options import gpu_may_be_visible
 
 _RUNNER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     from typer.testing import CliRunner
     from dotcat.cli import app
 
     results = []
     for args in json.loads(sys.argv[1]):
+        start = time.perf_counter()
         result = CliRunner().invoke(app, args)
         results.append({
             "args": args,
@@ -35,6 +39,7 @@ _RUNNER = textwrap.dedent(
             "output": result.output,
             "exception": repr(result.exception) if result.exception else None,
             "torch": "torch" in sys.modules,
+            "seconds": time.perf_counter() - start,
         })
     print(json.dumps(results))
     """
@@ -65,7 +70,10 @@ def ws(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
     docs = root / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nsome words")
+    resumable = root / "resumable"
+    _leave_an_interrupted_build(corpus, resumable, chunk_size=8)
     return {
+        "resumable": resumable,
         "docs": docs,
         "root": root,
         "corpus": corpus,
@@ -79,8 +87,25 @@ def ws(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
     }
 
 
+def _leave_an_interrupted_build(corpus: Path, index_dir: Path, chunk_size: int) -> None:
+    """The build folder a killed ``dotcat index --chunk-size N`` leaves: its recorded plan."""
+    from dotcat.data import CorpusStats, load_corpus
+    from dotcat.index.chunks import write_plan
+    from dotcat.index.config import IndexConfig
+    from dotcat.index.layout import build_path
+    from dotcat.index.preflight import corpus_entry, settings_plan
+
+    stats = CorpusStats()
+    n = len(load_corpus(corpus, stats=stats))
+    config = IndexConfig(chunk_size=chunk_size, bm25=True)
+    building = build_path(index_dir)
+    building.mkdir(parents=True)
+    write_plan(building, {**settings_plan(corpus_entry(corpus, stats, None), n, config)})
+
+
 def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
     c, q, i, m = ws["corpus"], ws["queries"], ws["index"], ws["model"]
+    no_gpu = "asked for, but no CUDA GPU is visible on this machine"
     out = ws["root"] / "new_index"
     under_file = ws["a_file"] / "run.trec"
     distill = ["train", "distill", c, ws["root"] / "m", "--student", m, "--teacher", "bm25"]
@@ -148,18 +173,50 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         # The configs' own checks, made before torch loads too.
         (
             ["train", "dot", c, ws["root"] / "m", "--base", m, "--loss", "hinge"],
-            "loss must be one of ('contrastive', 'triplet') for dot, got 'hinge'",
+            "--loss must be one of contrastive, triplet (for dot), got 'hinge'",
         ),
         (["train", "cat", c, ws["root"] / "m", "--base", m, "--bf16", "yes"], "bf16 must be"),
         (
             [*distill, "--loss", "mse"],
-            "loss must be one of ('margin-mse', 'kl') for distill, got 'mse'",
+            "--loss must be one of margin-mse, kl (for distill), got 'mse'",
         ),
         (["adapt", c, ws["root"] / "m", "--model", m, "--prefer", "words"], "prefer must be"),
+        # Refused before the corpus, the index or any model loads (issue 44).
+        (["search", i, "words", "--model", ws["root"] / "gone"], "gone"),
+        (["index", c, out, "--model", m, "--pooling", "max"], "--pooling must be one of cls"),
+        (["index", c, out, "--model", m, "--device", "cuda"], no_gpu),
+        (["search", i, "words", "--device", "cuda:0"], no_gpu),
+        (["train", "dot", c, ws["root"] / "m", "--base", m, "--device", "cuda"], no_gpu),
+        (
+            ["index", c, ws["resumable"], "--model", m, "--chunk-size", "16"],
+            "an interrupted build of this path (in .resumable.building) was made with other "
+            "settings (chunk_size: 8 -> 16)",
+        ),
+        (["serve", i, "--port", "70000"], "--port must be in [1, 65535], got 70000"),
+        (["search", i, "words", "--fusion-weight", "0.3"], "--fusion-weight is the linear fus"),
+        (
+            ["search", i, "words", "--fusion", "linear", "--fusion-weight", "1.5"],
+            "--fusion-weight must be in [0, 1], got 1.5",
+        ),
+        (["search", i, "w " * 50_000], "the query is 100,000 characters long; at most 10,000"),
+        (["search", i, "words", "--rerank", m], "is not a cross-encoder (no sequence-class"),
+        (
+            ["index", c, out, "--model", m, "--precision", "fp16", "--device", "cpu"],
+            "--precision fp16 runs on GPUs only",
+        ),
+        (["search", "--server", "http://127.0.0.1:9", "words", "--rerank", m], "--rerank: a s"),
+        (
+            ["index", c, out, "--model", m, "--faiss", "IVF64,Flat"],
+            "the corpus has 40; use Flat (40 vectors are too few for IVF lists of 39 or more)",
+        ),
+        (["bm25", ws["a_dir"], "--queries", q, "--output", ws["root"] / "b.trec"], "no file"),
+        (["eval", ws["run"], q, "--alpha", "1"], "--alpha must be in (0, 1), got 1.0"),
     ]
 
 
 def test_bad_arguments_fail_fast_in_one_line_without_importing_torch(ws):
+    if gpu_may_be_visible():
+        pytest.skip("a GPU is visible: --device cuda is fine here")
     cases = _cases(ws)
     args = [[str(a) for a in argv] for argv, _ in cases]
     done = subprocess.run(
@@ -176,6 +233,11 @@ def test_bad_arguments_fail_fast_in_one_line_without_importing_torch(ws):
         assert len(errors) == 1 and expected in errors[0], result
         assert "Traceback" not in result["output"], result
         assert not result["torch"], f"torch imported before refusing {result['args']}"
+    # The first case pays the imports; each of the others is a second of work at most.
+    slowest = max(results[1:], key=lambda r: r["seconds"])
+    assert slowest["seconds"] < within(2.5), slowest
+    beside = sorted(p.name for p in ws["root"].iterdir())
+    assert not [name for name in beside if name.endswith(".lock")], beside
 
 
 def test_an_unwritable_folder_is_refused_before_searching(ws, tmp_path):

@@ -78,7 +78,7 @@ def test_baseline_json_has_corrected_pvalues_equal_to_scipy(runs):
         "--baseline", runs["base"], "-m", "RR@10", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["base.trec"]["vs_baseline"] is None
     per_query = {n: data[f"{n}.trec"]["per_query"] for n in ("base", "better", "similar")}
     queries = sorted(per_query["base"])
@@ -103,7 +103,7 @@ def test_baseline_randomisation_test_in_json(runs):
         "--test", "randomisation", "--permutations", "2000", "--seed", "3", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    vs = json.loads(result.output)["better.trec"]["vs_baseline"]
+    vs = json.loads(result.stdout)["better.trec"]["vs_baseline"]
     assert vs["test"] == "randomisation" and vs["permutations"] == 2000 and vs["seed"] == 3
     assert vs["measures"]["nDCG@10"]["pvalue"] == pytest.approx(1 / 2001)
 
@@ -114,7 +114,7 @@ def test_without_baseline_the_output_is_unchanged(runs):
     assert "Δ" not in plain.output and "†" not in plain.output
     assert _cells(plain.output.splitlines()[0]) == ["system", "nDCG@10", "RR@10", "R@100",
                                                      "AP@100", "queries"]  # fmt: skip
-    data = json.loads(invoke("eval", runs["base"], runs["qrels"], "--json").output)
+    data = json.loads(invoke("eval", runs["base"], runs["qrels"], "--json").stdout)
     assert "vs_baseline" not in data["base.trec"]
 
 
@@ -122,7 +122,7 @@ def test_without_baseline_the_output_is_unchanged(runs):
     ("extra", "message"),
     [
         (["--baseline", "nope.trec"], "--baseline 'nope.trec' is not one of the runs"),
-        (["--baseline", "base.trec", "--test", "wilcoxon"], "unknown significance test"),
+        (["--baseline", "base.trec", "--test", "wilcoxon"], "--test must be one of t, rand"),
         (["--baseline", "base.trec", "--alpha", "2"], "--alpha must be in (0, 1)"),
         (["--baseline", "base.trec", "--permutations", "0"], "--permutations must be >= 1"),
     ],

@@ -129,7 +129,7 @@ def test_rerank_interpolate_auto_and_bad_values(workspace):
     assert invoke("-q", *args, "--interpolate", "auto").exit_code == 0
     assert invoke("-q", *args, "--interpolate", "0.5").exit_code == 0
     result = runner.invoke(app, [str(a) for a in args] + ["--interpolate", "2"])
-    assert result.exit_code == 2 and "outside [0, 1]" in result.output
+    assert result.exit_code == 2 and "--interpolate must be in [0, 1]" in result.output
 
 
 def test_rerank_follows_the_dev_chosen_weight_by_default(workspace):

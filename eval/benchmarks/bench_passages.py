@@ -216,7 +216,7 @@ def main() -> None:
         "--baseline BASELINE --json` for each row (one comparison per call, so no correction "
         "across rows).",
         "",
-        "\"before\" is the truncation index (the BM25-over-documents row: `dotcat bm25`). The "
+        '"before" is the truncation index (the BM25-over-documents row: `dotcat bm25`). The '
         "dev rows of the hybrids are optimistic: their fusions are chosen on those queries.",
         "",
         *sections,

@@ -315,7 +315,7 @@ def _doc_matrix(encoder, data: Data, cache: Path) -> np.ndarray:
     if cache.exists():
         return np.load(cache)
     start = time.perf_counter()
-    matrix = encoder.encode_documents(data.texts, show_progress=True)
+    matrix = encoder.encode_documents(data.texts, show_progress_bar=True)
     print(f"encoded {cache.name} in {time.perf_counter() - start:.0f} s", flush=True)
     np.save(cache, matrix)
     return matrix

@@ -1,3 +1,148 @@
-"""dotcat: neural search with a BERT_DOT bi-encoder, FAISS, and a BERT_CAT re-ranker."""
+"""dotcat: neural search with a BERT_DOT bi-encoder, FAISS, BM25 and a BERT_CAT re-ranker.
 
-__version__ = "0.1.0"
+The public API, as the command line uses it (same defaults: ``dotcat.build_index`` builds
+BM25 beside the dense index as ``dotcat index`` does, and a :class:`SearchPipeline` searches
+hybrid where the index has BM25, as ``dotcat search`` does)::
+
+    import dotcat
+
+    dotcat.build_index("my-docs/", "my-index")        # a folder, a corpus file, a BEIR dir
+    pipeline = dotcat.SearchPipeline("my-index")       # rerank="model" adds a cross-encoder
+    for hit in pipeline.search("how do I reset my password", k=5):
+        print(hit)
+
+Indexing and search:
+
+- :func:`build_index`: a corpus into an index directory (FAISS + BM25 + documents), with the
+  hybrid fusion chosen on the data's dev queries where it has them; returns what it built.
+- :class:`SearchPipeline`: queries in, :class:`Hit` lists out (``search``, ``search_many``) or
+  a TREC run's content (``run``); first stage dense, BM25 or hybrid, then optional re-ranking.
+- :class:`Hit`: one result (rank, id, score and its ``score_kind``, title, text).
+- :class:`IndexConfig`, :class:`PipelineConfig`: how to build, how to search;
+  :class:`PassageConfig`: how long documents are split into passages (``IndexConfig(passages=
+  ...)``; ``PipelineConfig(aggregation=...)`` ranks documents from them).
+
+Models, shaped like sentence-transformers':
+
+- :class:`BiEncoder`: BERT_DOT; ``BiEncoder.load(model).encode(texts)`` (``encode_queries``,
+  ``encode_documents`` add the model's prefixes).
+- :class:`CrossEncoder`: BERT_CAT; ``CrossEncoder.load(model).rank(query, documents)``,
+  ``predict(pairs)``.
+- :class:`EncoderConfig`, :class:`CrossEncoderConfig`: their settings.
+- :func:`train` with :class:`DotConfig`, :class:`CatConfig` or :class:`DistillConfig`: train a
+  bi-encoder or a cross-encoder on your relevance data (``dotcat train``).
+
+Data and evaluation:
+
+- :class:`Document`, :class:`CorpusOptions`: a corpus' documents and how to read a corpus
+  (record field names, a folder's files).
+- :func:`load_queries`, :func:`load_qrels`, :func:`read_run`, :func:`write_run`: BEIR and TREC
+  files.
+- :func:`evaluate`: a run and qrels in, ir-measures' measures out (an :class:`EvalReport`).
+- :class:`DotcatError`: what every problem with the input raises, with one clear line.
+
+``import dotcat`` loads none of these (PEP 562): torch, FAISS and transformers load when a name
+that needs them is first used, so a program that only reads runs starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+try:
+    #: The installed package's version (semantic versioning), from its metadata.
+    __version__ = version("dotcat")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+#: Each public name and the module that defines it (imported on first use); ``build_index`` is
+#: :func:`dotcat.search.pipeline.build_and_tune`, what ``dotcat index`` runs.
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "build_index": ("dotcat.search.pipeline", "build_and_tune"),
+    "SearchPipeline": ("dotcat.search.pipeline", "SearchPipeline"),
+    "Hit": ("dotcat.search.hits", "Hit"),
+    "IndexConfig": ("dotcat.index.config", "IndexConfig"),
+    "PassageConfig": ("dotcat.index.passages", "PassageConfig"),
+    "PipelineConfig": ("dotcat.search.config", "PipelineConfig"),
+    "BiEncoder": ("dotcat.models.bi_encoder", "BiEncoder"),
+    "CrossEncoder": ("dotcat.models.cross_encoder", "CrossEncoder"),
+    "EncoderConfig": ("dotcat.models.config", "EncoderConfig"),
+    "CrossEncoderConfig": ("dotcat.models.config", "CrossEncoderConfig"),
+    "train": ("dotcat.training.run", "train"),
+    "DotConfig": ("dotcat.training.config", "DotConfig"),
+    "CatConfig": ("dotcat.training.config", "CatConfig"),
+    "DistillConfig": ("dotcat.training.config", "DistillConfig"),
+    "Document": ("dotcat.data.corpus", "Document"),
+    "CorpusOptions": ("dotcat.data.sources", "CorpusOptions"),
+    "load_queries": ("dotcat.data.queries", "load_queries"),
+    "load_qrels": ("dotcat.data.qrels", "load_qrels"),
+    "read_run": ("dotcat.data.runs", "read_run"),
+    "write_run": ("dotcat.data.runs", "write_run"),
+    "evaluate": ("dotcat.evaluation.metrics", "evaluate"),
+    "EvalReport": ("dotcat.evaluation.metrics", "EvalReport"),
+    "DotcatError": ("dotcat.errors", "DotcatError"),
+}
+
+__all__ = [
+    "__version__",
+    "build_index",
+    "SearchPipeline",
+    "Hit",
+    "IndexConfig",
+    "PassageConfig",
+    "PipelineConfig",
+    "BiEncoder",
+    "CrossEncoder",
+    "EncoderConfig",
+    "CrossEncoderConfig",
+    "train",
+    "DotConfig",
+    "CatConfig",
+    "DistillConfig",
+    "Document",
+    "CorpusOptions",
+    "load_queries",
+    "load_qrels",
+    "read_run",
+    "write_run",
+    "evaluate",
+    "EvalReport",
+    "DotcatError",
+]
+
+if TYPE_CHECKING:  # what type checkers and editors see; never run
+    from dotcat.data.corpus import Document
+    from dotcat.data.qrels import load_qrels
+    from dotcat.data.queries import load_queries
+    from dotcat.data.runs import read_run, write_run
+    from dotcat.data.sources import CorpusOptions
+    from dotcat.errors import DotcatError
+    from dotcat.evaluation.metrics import EvalReport, evaluate
+    from dotcat.index.config import IndexConfig
+    from dotcat.index.passages import PassageConfig
+    from dotcat.models.bi_encoder import BiEncoder
+    from dotcat.models.config import CrossEncoderConfig, EncoderConfig
+    from dotcat.models.cross_encoder import CrossEncoder
+    from dotcat.search.config import PipelineConfig
+    from dotcat.search.hits import Hit
+    from dotcat.search.pipeline import SearchPipeline
+    from dotcat.search.pipeline import build_and_tune as build_index
+    from dotcat.training.config import CatConfig, DistillConfig, DotConfig
+    from dotcat.training.run import train
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (PEP 562) and kept."""
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'dotcat' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

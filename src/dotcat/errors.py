@@ -33,3 +33,15 @@ def first_line(error: BaseException) -> str:
     paragraphs), or its type's name."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+class SettingError(DotcatError):
+    """A setting whose value cannot work, e.g. ``max_length must be >= 2, got 0``.
+
+    ``setting`` is the field's name as the message spells it, so a front door can name it as
+    its users know it: the command line shows ``--max-length must be >= 2, got 0``.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)

@@ -77,11 +77,18 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
 
 
 def atomic_dir(target: str | os.PathLike, fill: Callable[[Path], Any]) -> None:
-    """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data)."""
+    """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data).
+
+    Whatever ``fill`` raises (Ctrl-C included), the temporary folder is removed and ``target``
+    is left as it was."""
     target = Path(target)
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    fill(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    try:
+        fill(tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -144,3 +144,22 @@ def test_numeric_query_ids_sort_numerically():
     report = evaluate({"2": {"a": 1.0}}, qrels, measures=["RR@10"])
     assert list(report.per_query) == ["1", "2", "10"]
     assert report.missing_queries == ["1", "10"]
+
+
+def test_evaluate_runs_scores_each_run_as_evaluate_does_and_names_a_shallow_one(caplog):
+    """Several runs, one qrels: each report is evaluate's; a run cut above a cutoff (here 3
+    results against R@100) is named in one warning, a deep enough one is not."""
+    from dotcat.evaluation import evaluate_runs
+
+    with caplog.at_level("WARNING", logger="dotcat.evaluation.metrics"):
+        reports = evaluate_runs({"a": RUN, "b": RUN}, QRELS, ["RR@3", "R@100"], ["q1", "q2"])
+    assert list(reports) == ["a", "b"]
+    assert reports["a"].aggregate == evaluate(RUN, QRELS, ["RR@3", "R@100"], ["q1", "q2"]).aggregate
+    shallow = [r.message for r in caplog.records if "results per query" in r.message]
+    assert len(shallow) == 2 and "a holds at most 3 results per query" in shallow[0]
+    assert "R@100" in shallow[0] and "RR@3" not in shallow[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dotcat.evaluation.metrics"):
+        evaluate_runs({"a": RUN}, QRELS, ["nDCG@3"])
+        evaluate_runs({"a": RUN}, QRELS, ["R@100"], known_docs=["d1", "d2", "d3"])  # all of it
+    assert not [r for r in caplog.records if "results per query" in r.message]

@@ -134,7 +134,7 @@ def test_compare_to_baseline_refuses_bad_arguments():
     reports = {"a": _report([0.1, 0.2]), "b": _report([0.3, 0.4])}
     with pytest.raises(DotcatError, match="baseline 'c'"):
         compare_to_baseline(reports, "c")
-    with pytest.raises(DotcatError, match="unknown significance test 'wilcoxon'"):
+    with pytest.raises(DotcatError, match="test must be one of t, randomisation, got 'wilcoxon'"):
         compare_to_baseline(reports, "a", test="wilcoxon")
     with pytest.raises(DotcatError, match="alpha"):
         compare_to_baseline(reports, "a", alpha=1.5)

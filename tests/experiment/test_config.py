@@ -106,7 +106,7 @@ def test_paths_are_checked_before_any_work(write, tiny_beir_dir, tiny_bert_dir, 
         ('baseline = "BM26"', "baseline: 'BM26' is not a system name (did you mean 'BM25'?)"),
         (
             'first_stage = "dnese"',
-            "systems[1].first_stage: must be one of 'bm25', 'dense', 'hybrid', got 'dnese'",
+            "systems[1].first_stage: must be one of 'dense', 'bm25', 'hybrid', got 'dnese'",
         ),
         ("measures = ['nDGC@10']", "measures[0]: unknown measure 'nDGC@10'"),
         ("k1 = 1.2", "systems[1].k1: applies only to first_stage 'bm25'"),

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from tests.timing import within
 
 ray = pytest.importorskip("ray")
 
@@ -115,7 +116,6 @@ def encoded(log) -> list[int]:
     return sorted(int(line) for line in log.read_text().split()) if log.exists() else []
 
 
-@pytest.mark.ray
 def test_ray_build_equals_the_one_process_build(
     local_ray, corpus, encoder_config, reference, tmp_path, monkeypatch
 ):
@@ -134,7 +134,6 @@ def test_ray_build_equals_the_one_process_build(
     np.testing.assert_allclose(scores, want_scores, atol=1e-5)
 
 
-@pytest.mark.ray
 def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
     local_ray, corpus, encoder_config, reference, tmp_path, monkeypatch
 ):
@@ -164,7 +163,6 @@ def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
     assert_same_index(out, reference)
 
 
-@pytest.mark.ray
 def test_a_shard_encoded_on_ray_equals_the_same_shard_encoded_locally(
     local_ray, corpus, encoder_config, tmp_path
 ):
@@ -219,7 +217,7 @@ def test_an_unreachable_address_is_one_clear_error_and_fast(
     began = time.monotonic()
     with pytest.raises(DotcatError, match=rf"cannot reach a Ray cluster at '{address}'") as err:
         build_index(corpus, tmp_path / "idx", encoder_config, config, show_progress=False)
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < within(30)
     assert "\n" not in str(err.value)
 
 

@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -342,3 +343,34 @@ def test_kill_9_half_way_then_the_same_command_finishes_like_an_uninterrupted_bu
     np.testing.assert_array_equal(a.reconstruct_n(0, a.ntotal), b.reconstruct_n(0, b.ntotal))
     ids = lambda d: DenseIndex(d, device="cpu").doc_ids(range(300))  # noqa: E731
     assert ids(whole) == ids(index)
+
+
+def test_the_lock_file_goes_with_the_lock_and_a_waiter_takes_the_new_one(tmp_path):
+    """The holder removes the lock file as it releases; a waiter that had opened the removed
+    file sees it gone once it gets its lock, and locks the file now at the path."""
+    import threading
+
+    index = tmp_path / "idx"
+    lock = layout.lock_path(index)
+    took, held_by_waiter = threading.Event(), []
+
+    def wait_for_it() -> None:
+        with layout.index_lock(index, wait=30.0):
+            took.set()
+            held_by_waiter.append(lock.exists())
+            refused = pytest.raises(DotcatError, match="another dotcat process")
+            with refused, layout.index_lock(index):  # a third taker is refused: it is held
+                pass
+
+    with layout.index_lock(index):
+        assert lock.exists()
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        time.sleep(0.3)  # the waiter has opened the file and waits on it
+        assert not took.is_set()
+    waiter.join(timeout=30)
+    assert took.is_set() and held_by_waiter == [True]
+    assert not lock.exists()
+    with layout.index_lock(index):  # free again, at once
+        pass
+    assert not lock.exists()

@@ -88,7 +88,7 @@ def test_a_cut_inside_a_word_moves_to_the_word_s_start():
 def test_settings_are_checked():
     with pytest.raises(DotcatError, match="stride"):
         PassageConfig(window=64, stride=40)
-    with pytest.raises(DotcatError, match="at least 8"):
+    with pytest.raises(DotcatError, match="window must be >= 8"):
         PassageConfig(window=4)
     with pytest.raises(DotcatError, match="longer than the encoder"):
         PassageConfig(window=512).resolved(256)
@@ -217,7 +217,7 @@ def test_the_answer_beyond_the_first_window_is_found_with_passages_only(encoder,
     found = {}
     for name, passages in (("passages", PassageConfig()), ("cut", PassageConfig(enabled=False))):
         out = tmp_path / name
-        build_index(docs, out, encoder, IndexConfig(device="cpu", passages=passages),
+        build_index(docs, out, encoder, IndexConfig(device="cpu", bm25=False, passages=passages),
                     show_progress=False)  # fmt: skip
         found[name] = SearchPipeline(out, PipelineConfig(device="cpu")).search(query, 3)
     best = found["passages"][0]

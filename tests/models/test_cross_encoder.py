@@ -281,7 +281,7 @@ def test_recorded_max_length_sources(tmp_path):
     ("overrides", "match"),
     [
         ({"max_length": 600}, "outside 8..512"),
-        ({"max_length": 4}, "max_length must be >= 8 tokens, got 4"),
+        ({"max_length": 4}, "max_length must be >= 8, got 4"),
         ({"batch_size": 0}, "batch_size"),
     ],
 )

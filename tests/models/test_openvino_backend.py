@@ -152,7 +152,9 @@ def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
     assert runtime.int8_backend("encoder") == "onnxruntime"
     assert runtime.int8_backend("encoder", "openvino") == "openvino"
     assert _load(tiny_cat_dir, backend="onnxruntime").backend == "onnxruntime"
-    with pytest.raises(DotcatError, match="unknown int8 backend 'tensorrt'"):
+    with pytest.raises(
+        DotcatError, match="backend must be one of auto, onnxruntime, openvino, got 'tensorrt'"
+    ):
         _load(tiny_cat_dir, backend="tensorrt")
     bad = CliRunner().invoke(app, ["export", str(tiny_bert_dir), "--backend", "tensorrt"])
     assert bad.exit_code != 0 and "tensorrt" in bad.output

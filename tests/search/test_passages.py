@@ -55,7 +55,7 @@ def test_ties_keep_the_order_in_which_documents_first_appear():
 
 
 def test_unknown_rules_are_refused():
-    with pytest.raises(DotcatError, match="unknown aggregation"):
+    with pytest.raises(DotcatError, match="aggregation must be one of maxp, firstp, sum"):
         aggregate(RANKING, "meanp")
     with pytest.raises(DotcatError, match="aggregate_top"):
         aggregate(RANKING, "sum", top=0)

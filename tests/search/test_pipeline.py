@@ -72,7 +72,7 @@ def test_hybrid_is_the_recorded_fusion_of_both(index):
 
 def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert_dir, tmp_path):
     out = tmp_path / "dense_only"
-    build_index(data, out, _encoder(tiny_bert_dir), show_progress=False)
+    build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=False), show_progress=False)
     assert _pipeline(out).first_stage == "dense"
     with pytest.raises(DotcatError, match="needs a BM25 index"):
         _pipeline(out, first_stage="hybrid")
@@ -147,11 +147,13 @@ def test_no_dev_queries_no_recorded_fusion(index, tmp_path):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"first_stage": "sparse"}, "unknown first stage"),
-        ({"fusion": "max"}, "unknown fusion"),
+        ({"first_stage": "sparse"}, "first_stage must be one of auto, dense, bm25, hybrid"),
+        ({"fusion": "max"}, "fusion must be one of auto, rrf, linear"),
         ({"depth": 0}, "depth must be >= 1"),
-        ({"interpolate": "2"}, "outside"),
-        ({"interpolate": "most"}, "not 'auto' or a number"),
+        ({"interpolate": "2"}, r"interpolate must be in \[0, 1\]"),
+        ({"interpolate": "most"}, "interpolate must be 'auto' or a number"),
+        ({"fusion_weight": 0.3}, "fusion_weight is the linear fusion's weight"),
+        ({"fusion": "linear", "fusion_weight": 1.5}, r"fusion_weight must be in \[0, 1\]"),
     ],
 )
 def test_bad_settings(settings, message):
@@ -176,3 +178,19 @@ def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
     assert loaded._dense.encoder.single_query_threads is None  # free cores decide
     loaded.one_thread_small_calls()
     assert loaded._dense.encoder.single_query_threads == 1
+
+
+def test_build_and_tune_builds_then_records_the_dev_fusion(data, tiny_bert_dir, tmp_path):
+    """What `dotcat index` and `dotcat experiment` both do: the index, then its fusion chosen
+    on the data's dev queries and recorded (a shard, or no BM25, is not tuned)."""
+    from dotcat.search.pipeline import build_and_tune
+
+    out = tmp_path / "tuned"
+    built = build_and_tune(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=True),
+                           show_progress=False)  # fmt: skip
+    assert built.manifest.documents["count"] == Manifest.read(out).documents["count"]
+    assert built.fusion is not None and built.fusion.dev["source"]
+    assert Manifest.read(out).fusion == built.fusion.to_json() and built.seconds > 0
+    dense_only = build_and_tune(data, tmp_path / "dense", _encoder(tiny_bert_dir),
+                                IndexConfig(bm25=False), show_progress=False)  # fmt: skip
+    assert dense_only.fusion is None and Manifest.read(tmp_path / "dense").fusion is None

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.timing import within
 
 from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
@@ -33,7 +34,7 @@ def live_server(pipeline, **settings):
     server = uvicorn.Server(uvicorn_config(app, config))  # the settings `dotcat serve` uses
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + within(30)
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the test server did not start")

@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 
+from tests.timing import within
+
 from dotcat.serve.batcher import Job, MicroBatcher
 
 
@@ -71,7 +73,7 @@ def test_a_lone_client_never_waits_for_the_window():
     started = time.perf_counter()
     answers = asyncio.run(_closed_loop(batcher, clients=1, rounds=5))
     assert len(answers) == 5 and recorder.sizes == [1] * 5
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < within(5.0)
 
 
 def test_a_thinning_crowd_costs_one_window_at_most():
@@ -91,4 +93,4 @@ def test_a_thinning_crowd_costs_one_window_at_most():
 
     seconds = asyncio.run(scenario())
     assert recorder.sizes[-4:] == [1, 1, 1, 1]
-    assert 0.3 <= seconds < 0.3 + 0.6  # one window, not four
+    assert 0.3 <= seconds < 0.3 + within(0.6)  # one window, not four

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 import pytest
 from tests.serve.conftest import LONG_DOC, live_server
+from tests.timing import within
 
 from dotcat.index import IndexConfig, build_index
 from dotcat.models import EncoderConfig
@@ -220,7 +221,7 @@ def test_a_hit_shows_a_snippet_and_its_whole_text_on_enter(browser, page_pipelin
 
 def _wait_until(condition, seconds: float = 10) -> None:
     # (polled from here: a string predicate in the page is an eval, which its policy forbids)
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + within(seconds)
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from tests.timing import within
+
 from dotcat.serve.snippet import (
     SCAN_CHARS,
     SNIPPET_CHARS,
@@ -64,7 +66,7 @@ def test_one_long_word_is_cut_and_a_huge_text_costs_little():
     huge = ("word " * 2_000_000) + PASSAGE  # 10 MB: the passage is past the scanned part
     started = time.perf_counter()
     found = snippet(huge, ["mitochondria"])
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < within(1.0)
     assert found.startswith("word word") and len(huge) > SCAN_CHARS
 
 

@@ -200,11 +200,12 @@ def test_a_lexical_teacher_labels_the_pseudo_pairs(corpus, tiny_bert_dir, tmp_pa
 
 
 def test_adapt_defaults_to_gpl_s_learning_rate_in_the_config_and_the_cli():
-    import inspect
+    import typer
 
-    from dotcat.cli import adapt as adapt_command
+    from dotcat.cli import app
 
-    options = inspect.signature(adapt_command).parameters
+    command = typer.main.get_command(app).get_command(None, "adapt")
+    options = {p.name: p for p in command.params}
     config = AdaptConfig(corpus=Path("c"), out_dir=Path("o"))
     assert config.lr == options["lr"].default == 2e-5
     assert config.n_negatives == options["n_negatives"].default == 1

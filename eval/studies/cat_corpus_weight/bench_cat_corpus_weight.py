@@ -76,7 +76,9 @@ def pseudo_collection(name: str, data: Path, index: Path, n: int, work: Path):
         common.dotcat(*command, "--precision", encoder["precision"], "--bm25")
     fusion = manifest.fusion or {"method": "rrf"}
     config = PipelineConfig(
-        first_stage="hybrid", fusion=fusion["method"], fusion_weight=fusion.get("weight")
+        first_stage="hybrid",
+        fusion=fusion["method"],
+        fusion_weight=fusion.get("weight") if fusion["method"] == "linear" else None,
     )
     pipeline = SearchPipeline(pseudo_index, config)
     queries = {qid: text for qid, text, _ in pseudo.queries}

@@ -64,7 +64,7 @@ def measure(name: str, data: Data) -> dict:
     encoder = BiEncoder.load(EncoderConfig(model="default", **PATHS[name]))
     encoder.encode_documents(data.texts[:64])  # warm: exports, compiled kernels
     start = time.perf_counter()
-    docs = encoder.encode_documents(data.texts, show_progress=True)
+    docs = encoder.encode_documents(data.texts, show_progress_bar=True)
     row: dict = {"docs_per_s": len(data.texts) / (time.perf_counter() - start), "docs": docs}
     for split, (queries, qrels) in data.splits.items():
         vectors = encoder.encode_queries(list(queries.values()))

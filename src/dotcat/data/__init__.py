@@ -10,7 +10,8 @@ the file, the line and the problem.
   memory-mapped Arrow :class:`datasets.Dataset` (columns ``id``, ``title``, ``text``), cached.
   Both fill an optional :class:`CorpusStats` (documents, title-only, skipped, unreadable
   files) and take :class:`CorpusOptions` (field names, a folder's file selection).
-- :func:`load_queries`, :func:`load_qrels`: dictionaries.
+- :func:`load_queries`, :func:`load_qrels`: dictionaries; :func:`load_judgements`: qrels with
+  the ids they may name (a BEIR directory's queries and corpus).
 - :func:`read_run`, :func:`write_run`: TREC runs (atomic write).
 """
 
@@ -24,6 +25,7 @@ from dotcat.data.corpus import (
     iter_corpus,
     load_corpus,
 )
+from dotcat.data.judgements import Judgements, load_judgements
 from dotcat.data.qrels import available_splits, find_qrels_file, load_qrels
 from dotcat.data.queries import find_queries_file, load_queries
 from dotcat.data.runs import check_output_file, ranked, read_run, write_run
@@ -32,6 +34,7 @@ __all__ = [
     "CorpusOptions",
     "CorpusStats",
     "Document",
+    "Judgements",
     "available_splits",
     "check_output_file",
     "default_cache_dir",
@@ -41,6 +44,7 @@ __all__ = [
     "find_queries_file",
     "iter_corpus",
     "load_corpus",
+    "load_judgements",
     "load_qrels",
     "load_queries",
     "ranked",

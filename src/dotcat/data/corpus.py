@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,11 +32,13 @@ from filelock import FileLock
 
 from dotcat.cache import cache_root
 from dotcat.data._io import find_one, require_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.records import Record
 from dotcat.data.sources import (
     CORPUS_FILE_NAMES,
     CorpusOptions,
     CorpusSource,
+    CorpusStats,
     FolderSource,
     PythonSource,
     Source,
@@ -44,6 +46,7 @@ from dotcat.data.sources import (
 )
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.progress import progress_bar
+from dotcat.reprs import short_repr
 
 if TYPE_CHECKING:
     import datasets
@@ -74,47 +77,10 @@ class Document:
     title: str
     text: str
 
-
-@dataclass
-class CorpusStats:
-    """Counts from one pass over a corpus, filled in by :func:`iter_corpus`/:func:`load_corpus`.
-
-    Pass an instance as ``stats=`` and read it once iteration has finished (or, for
-    :func:`load_corpus`, once it has returned; a cached corpus reports the counts recorded
-    when it was built).
-
-    Attributes:
-        path: the corpus read (a file, a folder, or ``<list>`` and the like).
-        kind: ``file``, ``folder`` or ``python`` (:mod:`dotcat.data.sources`).
-        records: records read (a folder's document files count one each).
-        documents: documents produced, ``records - skipped_empty``.
-        title_only: documents with an empty text, indexed on their title alone.
-        skipped_empty: records with neither title nor text, skipped (with a warning).
-        files: a folder's files read (or tried).
-        unreadable: a folder's files skipped because they cannot be read.
-        unreadable_named: the first few of those, as ``relative/path (reason)``.
-        other_kinds: a folder's files of kinds not read, by suffix.
-        sha256: the content's fingerprint: a file's bytes; for a folder, its files' paths and
-            bytes; for Python objects, the documents.
-    """
-
-    path: str = ""
-    kind: str = ""
-    records: int = 0
-    documents: int = 0
-    title_only: int = 0
-    skipped_empty: int = 0
-    files: int = 0
-    unreadable: int = 0
-    unreadable_named: list[str] = field(default_factory=list)
-    other_kinds: dict[str, int] = field(default_factory=dict)
-    sha256: str = ""
-
-    def reset(self) -> None:
-        """Back to zero, for a new pass."""
-        fresh = CorpusStats()
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(fresh, f.name))
+    def __repr__(self) -> str:
+        """The id, the title and the text's first words (:func:`dotcat.reprs.preview`)."""
+        fields = {"id": self.id, "title": self.title, "text": self.text}
+        return short_repr("Document", fields, texts=("title", "text"))
 
 
 def document_fields(doc: object, n: int) -> tuple[str, str, str]:
@@ -145,7 +111,7 @@ def find_corpus_file(path: str | Path) -> Path:
         DataFormatError: ``path`` does not exist, or a directory holds no corpus file (or both
             the plain and the gzipped one).
     """
-    p = Path(path)
+    p = resolve_data_path(path)
     if p.is_dir():
         return find_one(p, CORPUS_FILE_NAMES, "corpus")
     return require_file(p)

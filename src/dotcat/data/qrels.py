@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ _LAYOUTS = {3: "query-id, corpus-id, score", 4: "qid, iteration, docid, relevanc
 
 def available_splits(beir_dir: str | Path) -> list[str]:
     """The split names a BEIR directory has qrels for (``qrels/<split>.tsv[.gz]``), sorted."""
-    qrels_dir = Path(beir_dir) / "qrels"
+    qrels_dir = resolve_data_path(beir_dir) / "qrels"
     if not qrels_dir.is_dir():
         return []
     splits = set()
@@ -43,7 +44,7 @@ def find_qrels_file(path: str | Path, split: str = "test") -> Path:
         DataFormatError: the file does not exist; for a directory, the message lists the
             splits that do.
     """
-    p = Path(path)
+    p = resolve_data_path(path)
     if not p.is_dir():
         return require_file(p)
     qrels_dir = p / "qrels"

@@ -20,6 +20,7 @@ from dotcat.data._io import (
     require_file,
     split_tsv,
 )
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.qrels import load_qrels
 from dotcat.errors import DataFormatError
 
@@ -34,7 +35,7 @@ _EXAMPLES = 5
 
 def find_queries_file(path: str | Path) -> Path:
     """The queries file of ``path``: a BEIR directory's ``queries.jsonl[.gz]``, or a file."""
-    p = Path(path)
+    p = resolve_data_path(path)
     if p.is_dir():
         return find_one(p, QUERIES_FILE_NAMES, "queries")
     return require_file(p)
@@ -103,7 +104,7 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
         DataFormatError: a malformed record, a missing, empty or duplicate id, an empty query
             text, or (with a split) a missing qrels file, listing the available splits.
     """
-    p = Path(path)
+    p = resolve_data_path(path)
     file = find_queries_file(p)
     if split is not None and not p.is_dir():
         logger.info("split %r ignored: %s is a queries file, not a BEIR directory", split, p)

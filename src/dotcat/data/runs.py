@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -129,14 +130,21 @@ def _write(stream: BinaryIO, run: Mapping[str, Sequence[tuple[str, float]]], tag
     return count
 
 
+#: The output path that means standard output (``--output -``).
+STDOUT = "-"
+
+
 def check_output_file(path: str | Path) -> Path:
-    """Check, before any work, that a run (or any output file) can be written at ``path``.
+    """Check, before any work, that a run (or any output file) can be written at ``path``
+    (``-``: standard output, always).
 
     Raises:
         DotcatError: ``path`` is a directory, lies under a file, its folder is not writable
             (checked by creating a probe file there), or it exists read-only.
     """
     path = Path(path)
+    if str(path) == STDOUT:
+        return path
     if path.is_dir():
         raise DotcatError(f"{path}: is a directory; give the path of a file to write")
     check_can_create_in(path)
@@ -158,7 +166,7 @@ def write_run(
 
     Args:
         run: ``{query_id: [(doc_id, score), ...]}`` best first.
-        path: the run file to (over)write.
+        path: the run file to (over)write; ``-``: standard output.
         tag: the run name in the last column.
 
     Raises:
@@ -166,6 +174,10 @@ def write_run(
             twice for a query, a non-finite score, or scores out of descending order.
     """
     _check_token(tag, "run tag")
+    if str(path) == STDOUT:
+        _write(sys.stdout.buffer, run, tag)
+        sys.stdout.flush()
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -52,9 +52,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dotcat.data._io import find_one, is_gzipped, require_file
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
 from dotcat.data.records import (
     FieldNames,
@@ -65,9 +66,7 @@ from dotcat.data.records import (
     python_source_name,
 )
 from dotcat.errors import DataFormatError, DotcatError
-
-if TYPE_CHECKING:
-    from dotcat.data.corpus import CorpusStats
+from dotcat.options import Settings, setting
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +90,50 @@ _ID_ESCAPES = re.compile(r"[\s%#]")
 CorpusSource = Any  # a path (str or Path), or a list, DataFrame or datasets.Dataset
 
 
-@dataclass(frozen=True)
-class CorpusOptions:
+@dataclass
+class CorpusStats:
+    """Counts from one pass over a corpus, filled in by :func:`iter_corpus`/:func:`load_corpus`.
+
+    Pass an instance as ``stats=`` and read it once iteration has finished (or, for
+    :func:`load_corpus`, once it has returned; a cached corpus reports the counts recorded
+    when it was built).
+
+    Attributes:
+        path: the corpus read (a file, a folder, or ``<list>`` and the like).
+        kind: ``file``, ``folder`` or ``python`` (:mod:`dotcat.data.sources`).
+        records: records read (a folder's document files count one each).
+        documents: documents produced, ``records - skipped_empty``.
+        title_only: documents with an empty text, indexed on their title alone.
+        skipped_empty: records with neither title nor text, skipped (with a warning).
+        files: a folder's files read (or tried).
+        unreadable: a folder's files skipped because they cannot be read.
+        unreadable_named: the first few of those, as ``relative/path (reason)``.
+        other_kinds: a folder's files of kinds not read, by suffix.
+        sha256: the content's fingerprint: a file's bytes; for a folder, its files' paths and
+            bytes; for Python objects, the documents.
+    """
+
+    path: str = ""
+    kind: str = ""
+    records: int = 0
+    documents: int = 0
+    title_only: int = 0
+    skipped_empty: int = 0
+    files: int = 0
+    unreadable: int = 0
+    unreadable_named: list[str] = field(default_factory=list)
+    other_kinds: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""
+
+    def reset(self) -> None:
+        """Back to zero, for a new pass."""
+        fresh = CorpusStats()
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+
+@dataclass(frozen=True, repr=False)
+class CorpusOptions(Settings):
     """How to read a corpus source.
 
     Attributes:
@@ -104,13 +145,27 @@ class CorpusOptions:
         hidden: also read hidden files and folders (names starting with ``.``).
     """
 
-    id_field: str | None = None
-    title_field: str | None = None
-    text_field: str | None = None
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    strict: bool = False
-    hidden: bool = False
+    id_field: str | None = setting(
+        None, help="The records' id field (JSONL, JSON, CSV, TSV, Parquet); default _id or id."
+    )
+    title_field: str | None = setting(None, help="The records' title field; default title.")
+    text_field: str | None = setting(
+        None, help="The records' text field; default text or contents."
+    )
+    include: tuple[str, ...] = setting(
+        (),
+        help="Only a folder's files matching this glob (repeat): *.md matches names, "
+        "notes/*.md paths.",
+    )
+    exclude: tuple[str, ...] = setting(
+        (), help="Skip a folder's files and folders matching this glob (repeat)."
+    )
+    strict: bool = setting(
+        False,
+        help="Stop at a folder's first file that cannot be read (default: skip it, and name "
+        "the skipped ones in one warning).",
+    )
+    hidden: bool = setting(False, help="Also read hidden files and folders (.name).")
 
     def __post_init__(self) -> None:
         for name in ("include", "exclude"):  # lists from Python callers, tuples from the CLI
@@ -360,7 +415,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             f"cannot read documents from a {type(source).__name__}: expected a path, a list of "
             "strings or dicts, a pandas DataFrame or a datasets.Dataset"
         )
-    path = Path(source)
+    path = resolve_data_path(source)
     if path.is_dir():
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dotcat.data.catalog import resolve_data_path
 from dotcat.data.qrels import available_splits, load_qrels
 from dotcat.data.queries import load_queries
 from dotcat.data.sources import CORPUS_FILE_NAMES
@@ -92,7 +93,7 @@ def find_dev_split(
 ) -> DevSplit | None:
     """The dev queries of a BEIR directory: its ``dev`` split, else the share of ``train``
     that ``dotcat train`` holds out (same fraction and seed); None without either."""
-    data = Path(data)
+    data = resolve_data_path(data)
     if not data.is_dir() or not any((data / name).is_file() for name in CORPUS_FILE_NAMES):
         return None  # a corpus file, or a folder of files: no BEIR queries beside it
     splits = available_splits(data)

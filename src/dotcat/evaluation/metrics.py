@@ -86,6 +86,12 @@ class EvalReport:
         """Measure names, in the order they were asked for."""
         return list(self.aggregate)
 
+    def __repr__(self) -> str:
+        """The query count and each measure's value (``per_query`` holds one row a query)."""
+        values = ", ".join(f"{name}={value:.4f}" for name, value in self.aggregate.items())
+        missing = f", missing={len(self.missing_queries)}" if self.missing_queries else ""
+        return f"EvalReport(queries={self.n_queries}{missing}, {values})"
+
     def notes(self) -> list[str]:
         """One human-readable line per thing a reader of the figures should know."""
         lines = []
@@ -218,6 +224,53 @@ def evaluate(
         unknown_docs=unknown_docs,
         unjudged_queries=unjudged,
     )
+
+
+def evaluate_runs(
+    runs: Mapping[str, RunLike],
+    qrels: Qrels,
+    measures: str | Iterable[Any] = DEFAULT_MEASURES,
+    known_queries: Iterable[Any] | None = None,
+    known_docs: Iterable[Any] | None = None,
+) -> dict[str, EvalReport]:
+    """Several runs against the same qrels (``name -> report``, in the runs' order), as
+    :func:`evaluate` scores each; what ``dotcat eval`` and ``dotcat experiment`` report.
+
+    A run cut shallower than a measure's cutoff (R@100 over a run of 10 results per query)
+    counts the ranks it lacks as misses: that is logged, once per run, as a warning naming
+    the cutoff the run should reach.
+
+    Raises:
+        DotcatError: as :func:`evaluate`.
+    """
+    parsed = parse_measures(measures)
+    known_queries = _id_set(known_queries) if known_queries is not None else None
+    known_docs = _id_set(known_docs) if known_docs is not None else None
+    reports = {}
+    for name, run in runs.items():
+        _warn_if_shallow(name, run, parsed, len(known_docs) if known_docs else None)
+        reports[name] = evaluate(run, qrels, parsed, known_queries, known_docs)
+    return reports
+
+
+def _warn_if_shallow(
+    name: str, run: RunLike, measures: list[ir_measures.Measure], n_docs: int | None
+) -> None:
+    """Warn when the run's deepest ranking is shorter than a measure's cutoff (and than the
+    corpus, where known: a ranking of the whole corpus is as deep as it gets)."""
+    depth = max((len(results) for results in run.values()), default=0)
+    cutoffs = [m.params.get("cutoff") for m in measures]
+    needed = max((c for c in cutoffs if isinstance(c, int)), default=0)
+    if n_docs is not None and depth >= n_docs:
+        return
+    if 0 < depth < needed:
+        pairs = zip(measures, cutoffs, strict=True)
+        short = ", ".join(str(m) for m, cutoff in pairs if (cutoff or 0) > depth)
+        logger.warning(
+            "%s holds at most %d results per query, fewer than %s count: the missing ranks "
+            "score as misses; write %d or more (e.g. search -k %d)",
+            name, depth, short, needed, needed,
+        )  # fmt: skip
 
 
 def _count_unknown_docs(judged: dict[str, dict[str, int]], known_docs: Iterable[Any] | None) -> int:

@@ -1,4 +1,5 @@
-"""Plots of an evaluation, as PNG files: per-query differences and recall curves.
+"""Plots of an evaluation, as PNG files: per-query differences, recall curves, and one
+measure of several systems on several datasets.
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend, no
 display needed), so they work in servers, threads and on machines without a screen. Sizes
@@ -22,6 +23,7 @@ DPI = 100
 WIDTH_INCHES = 9.0
 PANEL_INCHES = 2.4
 _BETTER, _WORSE = "#2a9d4b", "#d1495b"
+SIGNIFICANT = "†"  # as the report's tables mark a significant difference
 _LINE_STYLES = ("-", "--", "-.", ":")
 _DEPTH_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
@@ -115,3 +117,44 @@ def _save(figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", dpi=DPI)
     return path
+
+
+def datasets_plot(
+    values: Mapping[str, Mapping[str, float | None]],
+    measure: str,
+    path: str | Path,
+    marks: Mapping[str, Mapping[str, bool]] | None = None,
+    title: str | None = None,
+) -> Path:
+    """One measure of several systems on several datasets, as grouped bars.
+
+    ``values``: system -> group (a dataset, or the mean) -> value; a group per x position in
+    the order of the first system's mapping, a bar per system within it (None: no bar), its
+    value written above it. ``marks``: system -> group -> True where the value differs
+    significantly from the baseline's; such values carry a dagger. Written as a PNG of
+    ``WIDTH_INCHES`` (wider with many bars) x 5 inches at :data:`DPI`.
+    """
+    systems = list(values)
+    groups = list(next(iter(values.values()), {}))
+    figure = _figure(max(WIDTH_INCHES, 2.5 + 0.4 * len(groups) * max(len(systems), 1)), 5.0)
+    ax = figure.subplots()
+    width = 0.8 / max(len(systems), 1)
+    for i, system in enumerate(systems):
+        flagged = (marks or {}).get(system, {})
+        for j, group in enumerate(groups):
+            value = values[system].get(group)
+            if value is None:
+                continue
+            x = j + (i - (len(systems) - 1) / 2) * width
+            ax.bar(x, value, width, color=f"C{i}", label=system if j == 0 else None)
+            text = f"{value:.3f}".lstrip("0") + (SIGNIFICANT if flagged.get(group) else "")
+            ax.annotate(text, (x, value), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(np.arange(len(groups)), groups)
+    ax.set_ylabel(measure)
+    top = max((v for per in values.values() for v in per.values() if v is not None), default=1)
+    ax.set_ylim(0.0, top * 1.1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
+    ax.set_title(title or f"{measure} per dataset ({SIGNIFICANT}: differs from the baseline)")
+    figure.tight_layout()
+    return _save(figure, path)

@@ -11,7 +11,8 @@ from dotcat.evaluation.significance import Comparison
 
 #: The mark of a value significantly different from the baseline's (after correction).
 SIGNIFICANT_MARK = "†"  # dagger
-_TEST_NAMES = {"t": "paired t-test", "randomisation": "paired randomisation test"}
+#: How reports name the paired tests.
+TEST_NAMES = {"t": "paired t-test", "randomisation": "paired randomisation test"}
 
 
 def format_table(
@@ -110,7 +111,7 @@ def comparison_note(
     baseline: str, n_systems: int, test: str, alpha: float, permutations: int | None = None
 ) -> str:
     """The lines under a :func:`format_comparison_table` saying what its marks mean."""
-    name = _TEST_NAMES.get(test, test)
+    name = TEST_NAMES.get(test, test)
     if test == "randomisation" and permutations:
         name += f" ({permutations} permutations)"
     others = max(n_systems - 1, 0)

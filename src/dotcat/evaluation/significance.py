@@ -8,6 +8,8 @@ correction for testing several systems against one baseline.
 - :func:`wins_ties_losses`: per-query wins, ties and losses against a baseline.
 - :func:`compare_to_baseline`: all of them for every system and measure of an evaluation,
   as ``dotcat eval --baseline`` and ``dotcat experiment`` report them.
+- :func:`holm_across`: Holm's correction over several such evaluations at once (one per
+  dataset of an experiment), so a table of systems x datasets is one family per measure.
 
 Every test is two-sided and works on the per-query values that
 :func:`dotcat.evaluation.evaluate` computed (queries without results already count as 0).
@@ -17,19 +19,51 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.evaluation.metrics import EvalReport, parse_measures
+from dotcat.options import SIGNIFICANCE_TESTS, Check, Settings, at_least, setting
 
 #: Test names accepted by :func:`compare_to_baseline` (``randomization`` is accepted too).
-TESTS = ("t", "randomisation")
+TESTS = SIGNIFICANCE_TESTS
 DEFAULT_PERMUTATIONS = 10_000
 DEFAULT_SEED = 0
 DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True, repr=False)
+class ComparisonConfig(Settings):
+    """How systems are compared with a baseline (:func:`compare_to_baseline`)."""
+
+    test: str = setting(
+        "t",
+        help="Paired test: t (Student's paired t-test) or randomisation (randomization too).",
+        choices=TESTS,
+    )
+    alpha: float = setting(
+        DEFAULT_ALPHA, help="Significance level, applied after Holm-Bonferroni correction."
+    )
+    permutations: int = setting(
+        DEFAULT_PERMUTATIONS, help="Randomisation test: random permutations drawn."
+    )
+    seed: int = setting(DEFAULT_SEED, help="Randomisation test: random seed.")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "test", {"randomization": "randomisation"}.get(self.test, self.test)
+        )
+
+    def checks(self) -> list[Check]:
+        return [
+            (0.0 < self.alpha < 1.0, "alpha", f"alpha must be in (0, 1), got {self.alpha}"),
+            at_least("permutations", self.permutations, 1),
+        ]
+
+
 #: Values closer than this count as a tie in :func:`wins_ties_losses`.
 TIE_TOLERANCE = 1e-9
 # Permutation sums that differ from the observed one by less than this share of sum(|d|)
@@ -265,10 +299,9 @@ def normalise_test(test: str) -> str:
     Raises:
         DotcatError: any other name.
     """
-    name = {"randomization": "randomisation"}.get(test, test)
-    if name not in TESTS:
-        raise DotcatError(f"unknown significance test {test!r} (t, randomisation)")
-    return name
+    config = ComparisonConfig(test=test)
+    config.validate()
+    return config.test
 
 
 def compare_to_baseline(
@@ -304,9 +337,9 @@ def compare_to_baseline(
     """
     if baseline not in reports:
         raise DotcatError(f"baseline {baseline!r} is not one of {', '.join(reports)}")
-    test = normalise_test(test)
-    if not 0.0 < alpha < 1.0:
-        raise DotcatError(f"alpha must be in (0, 1), got {alpha}")
+    config = ComparisonConfig(test, alpha, permutations, seed)
+    config.validate()
+    test = config.test
     base = reports[baseline]
     systems = [name for name in reports if name != baseline]
     out: dict[str, dict[str, Comparison]] = {name: {} for name in systems}
@@ -334,5 +367,37 @@ def compare_to_baseline(
                 wins=wins,
                 ties=ties,
                 losses=losses,
+            )
+    return out
+
+
+def holm_across(
+    tables: Mapping[str, Mapping[str, Mapping[str, Comparison]]], alpha: float = DEFAULT_ALPHA
+) -> dict[str, dict[str, dict[str, Comparison]]]:
+    """Holm's correction over every cell of several :func:`compare_to_baseline` results.
+
+    ``tables`` maps a dataset to its comparisons (system -> measure -> :class:`Comparison`).
+    Per measure, the raw p-values of every (dataset, system) cell form one family of m tests
+    (Holm 1979, see :func:`holm_bonferroni`): a mark then means "different from the baseline"
+    with a family-wise error rate of at most ``alpha`` over the whole systems x datasets
+    table of that measure, not only within one dataset's column.
+
+    Returns:
+        The same structure, each comparison's ``pvalue_holm`` and ``significant`` replaced.
+    """
+    cells: dict[str, list[tuple[str, str]]] = {}
+    for dataset, systems in tables.items():
+        for system, measures in systems.items():
+            for measure in measures:
+                cells.setdefault(measure, []).append((dataset, system))
+    out: dict[str, dict[str, dict[str, Comparison]]] = {
+        dataset: {system: {} for system in systems} for dataset, systems in tables.items()
+    }
+    for measure, keys in cells.items():
+        raw = [tables[d][s][measure].pvalue for d, s in keys]
+        for (dataset, system), p_holm in zip(keys, holm_bonferroni(raw), strict=True):
+            comparison = tables[dataset][system][measure]
+            out[dataset][system][measure] = replace(
+                comparison, pvalue_holm=p_holm, significant=p_holm < alpha
             )
     return out

@@ -7,7 +7,21 @@ a set of pydantic models in strict mode (TOML has real types: ``depth = "10"`` i
 not a 10) that forbid unknown fields; :func:`check_paths` then checks the files the
 experiment names (dataset, models, indexes) before anything heavy is imported.
 
-Relative paths are taken from the current directory, as on the command line.
+Relative paths are taken from the current directory, as on the command line. A dataset's
+``path`` may be a dataset name (``beir/nfcorpus``, ``irds:vaswani``:
+:mod:`dotcat.data.catalog`), fetched into dotcat's cache on first use.
+
+Several collections: ``[[datasets]]`` tables instead of ``[dataset]``, each with its ``path``,
+``split`` and a short ``name`` (default: the path's last part), and every system runs on
+every one of them (:func:`dotcat.experiment.runner.run_datasets`)::
+
+    [[datasets]]
+    name = "scifact"
+    path = "data/scifact"
+
+    [[datasets]]
+    name = "nfcorpus"
+    path = "beir/nfcorpus"
 
 An example (``eval/experiments/scifact.toml`` has a complete one)::
 
@@ -42,21 +56,29 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from dotcat import options
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
-from dotcat.errors import DotcatError
+from dotcat.data.catalog import resolve_data_path
+from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.index.manifest import Manifest
-from dotcat.models.resolve import read_model_config, resolve_model
-from dotcat.models.st_config import read_st_settings
+from dotcat.models.resolve import check_model
+from dotcat.search.config import PipelineConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-FIRST_STAGES = ("bm25", "dense", "hybrid")
+#: A system names its first stage (no ``auto``: the report says what each system ran).
+FIRST_STAGES = tuple(stage for stage in options.FIRST_STAGES if stage != "auto")
 # Settings of the index a `model` builds.
 _ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    """A description naming every choice: ``one of 'a', 'b', 'c'``."""
+    return "one of " + ", ".join(repr(c) for c in choices)
 
 
 def _field_error(field: str, message: str) -> PydanticCustomError:
@@ -72,34 +94,49 @@ class DatasetConfig(_Strict):
     """The topics and judgements every system is run on and evaluated with."""
 
     path: str = Field(
-        description="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)"
+        description="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) or a "
+        "dataset name (beir/NAME, irds:ID)"
     )
     split: str = Field("test", min_length=1, description="the name of a qrels split")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="a short name for the report (default: the path's last part)",
+    )
+
+    @property
+    def label(self) -> str:
+        """The dataset's name in reports: ``name``, else the last part of ``path``
+        (``runs/collections/pydoc`` -> ``pydoc``, ``beir/nfcorpus`` -> ``nfcorpus``), an
+        ir_datasets id whole (``irds:beir/nfcorpus/dev`` -> ``beir/nfcorpus/dev``)."""
+        if self.name is not None:
+            return self.name
+        if self.path.startswith("irds:"):
+            return self.path.removeprefix("irds:")
+        return self.path.rstrip("/").rsplit("/", 1)[-1] or self.path
 
 
 class SystemConfig(_Strict):
     """One system: a first stage (BM25, dense or hybrid), optionally re-ranked by BERT_CAT."""
 
     name: str = Field(min_length=1, description="a non-empty name")
-    first_stage: Literal["bm25", "dense", "hybrid"] = Field(
-        description="one of 'bm25', 'dense', 'hybrid'"
-    )
+    first_stage: Literal[FIRST_STAGES] = Field(description=_one_of(FIRST_STAGES))
     model: str | None = Field(
         None, description="a BERT_DOT model (directory or hub name) to build an index with"
     )
     index: str | None = Field(None, description="an index directory written by `dotcat index`")
-    pooling: Literal["cls", "mean"] | None = Field(None, description="'cls' or 'mean'")
-    similarity: Literal["dot", "cos"] | None = Field(None, description="'dot' or 'cos'")
+    pooling: Literal[options.POOLINGS] | None = Field(None, description=_one_of(options.POOLINGS))
+    similarity: Literal[options.SIMILARITIES] | None = Field(
+        None, description=_one_of(options.SIMILARITIES)
+    )
     max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
     faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
-    fusion: Literal["auto", "rrf", "linear"] = Field(
-        "auto", description="one of 'auto', 'rrf', 'linear'"
-    )
+    fusion: Literal[options.FUSIONS] = Field("auto", description=_one_of(options.FUSIONS))
     fusion_weight: float | None = Field(None, ge=0, le=1, description="a number in [0, 1]")
     k1: float = Field(0.9, ge=0, description="a number >= 0")
     b: float = Field(0.4, ge=0, le=1, description="a number in [0, 1]")
     rerank: str | None = Field(None, description="a BERT_CAT cross-encoder (directory)")
-    depth: int = Field(100, ge=1, description="an integer >= 1")
+    depth: int = Field(options.RERANK_DEPTH, ge=1, description="an integer >= 1")
     interpolate: Literal["auto"] | float = Field("auto", description="'auto' or a number in [0, 1]")
     batch_size: int = Field(32, ge=1, description="an integer >= 1")
 
@@ -124,6 +161,10 @@ class SystemConfig(_Strict):
         for name in sorted(given & {"fusion", "fusion_weight"}):
             if self.first_stage != "hybrid":
                 raise _field_error(name, "applies only to first_stage 'hybrid'")
+        try:  # the query pipeline's own checks of what it will be given
+            PipelineConfig(fusion=self.fusion, fusion_weight=self.fusion_weight)
+        except SettingError as e:
+            raise _field_error(e.setting, str(e)) from None
         for name in sorted(given & {"depth", "interpolate", "batch_size"}):
             if self.rerank is None:
                 raise _field_error(name, "applies only with `rerank`")
@@ -146,17 +187,46 @@ class ExperimentConfig(_Strict):
     measures: list[str] = Field(
         list(DEFAULT_MEASURES), min_length=1, description="a list of ir-measures names"
     )
-    k: int = Field(100, ge=1, description="an integer >= 1 (results per query)")
-    test: Literal["t", "randomisation"] = Field("t", description="'t' or 'randomisation'")
+    k: int = Field(options.RUN_K, ge=1, description="an integer >= 1 (results per query)")
+    test: Literal[options.SIGNIFICANCE_TESTS] = Field(
+        "t", description=_one_of(options.SIGNIFICANCE_TESTS)
+    )
     permutations: int = Field(10_000, ge=1, description="an integer >= 1")
     seed: int = Field(0, description="an integer")
     alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
-    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
-        "auto", description="one of 'auto', 'fp32', 'bf16', 'fp16', 'int8'"
-    )
+    precision: Literal[options.PRECISIONS] = Field("auto", description=_one_of(options.PRECISIONS))
     device: str = Field("auto", min_length=1, description="'auto', 'cpu' or 'cuda'")
-    dataset: DatasetConfig = Field(description="a [dataset] table with `path` and `split`")
+    dataset: DatasetConfig | None = Field(
+        None, description="a [dataset] table with `path` and `split`"
+    )
+    datasets: list[DatasetConfig] | None = Field(
+        None, min_length=1, description="[[datasets]] tables, each with `path`, `split`, `name`"
+    )
     systems: list[SystemConfig] = Field(min_length=1, description="one or more [[systems]] tables")
+
+    @property
+    def dataset_list(self) -> list[DatasetConfig]:
+        """The datasets every system runs on: the [dataset] table, or the [[datasets]] ones."""
+        return [self.dataset] if self.dataset is not None else list(self.datasets or ())
+
+    @model_validator(mode="after")
+    def _datasets(self) -> ExperimentConfig:
+        if (self.dataset is None) == (self.datasets is None):
+            raise _field_error(
+                "dataset",
+                "give either a [dataset] table or [[datasets]] tables (several collections)"
+                if self.dataset is not None
+                else "missing; expected a [dataset] table with `path` and `split`, or "
+                "[[datasets]] tables",
+            )
+        labels = [d.label for d in self.dataset_list]
+        for i, label in enumerate(labels):
+            if label in labels[:i]:
+                raise _field_error(
+                    f"datasets[{i}].name",
+                    f"{label!r} names another dataset too; give each a distinct `name`",
+                )
+        return self
 
     @model_validator(mode="after")
     def _names(self) -> ExperimentConfig:
@@ -298,8 +368,11 @@ def _did_you_mean(name: str, choices: list[str]) -> str:
 # -- the files an experiment names -----------------------------------------------------------
 
 
-def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
-    """Check the dataset, models and indexes the experiment names, without loading them.
+def check_paths(
+    config: ExperimentConfig, source: str = "experiment", only: str | None = None
+) -> None:
+    """Check the datasets, models and indexes the experiment names, without loading them
+    (``only``: of the datasets, that one; a dataset name is fetched into the cache).
 
     Raises:
         DotcatError: ``<file>: <field>: <problem>`` for the first one that is missing or
@@ -310,24 +383,23 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
     def fail(where: str, error: Exception) -> None:
         raise DotcatError(f"{source}: {where}: {error}") from None
 
-    data = Path(config.dataset.path)
-    if not data.is_dir():
-        fail("dataset.path", DotcatError(f"{data}: no such directory"))
-    for where, check in (
-        ("dataset.path", lambda: find_corpus_file(data)),
-        ("dataset.path", lambda: find_queries_file(data)),
-        ("dataset.split", lambda: find_qrels_file(data, config.dataset.split)),
-    ):
+    labels = [d.label for d in config.dataset_list]
+    if only is not None and only not in labels:
+        raise DotcatError(f"--only {only!r}: the experiment's datasets are {', '.join(labels)}")
+    for i, dataset in enumerate(config.dataset_list):
+        if only is not None and dataset.label != only:
+            continue
+        where = "dataset" if config.dataset is not None else f"datasets[{i}]"
         try:
-            check()
+            _check_dataset(dataset, where)
         except DotcatError as e:
-            fail(where, e)
+            raise DotcatError(f"{source}: {e}") from None
     for i, system in enumerate(config.systems):
         for field in ("model", "rerank"):
             value = getattr(system, field)
             if value is not None:
                 try:
-                    _check_model(value)
+                    check_model(value, cross_encoder=field == "rerank")
                 except DotcatError as e:
                     fail(f"systems[{i}].{field}", e)
         if system.index is not None:
@@ -337,9 +409,23 @@ def check_paths(config: ExperimentConfig, source: str = "experiment") -> None:
                 fail(f"systems[{i}].index", e)
 
 
-def _check_model(model: str) -> None:
-    path = resolve_model(model)
-    read_model_config(path, read_st_settings(path).transformer_dir)
+def _check_dataset(dataset: DatasetConfig, where: str) -> None:
+    """A dataset's corpus, queries and split (a name is fetched into the cache first)."""
+    try:
+        data = resolve_data_path(dataset.path)
+    except DotcatError as e:
+        raise DotcatError(f"{where}.path: {e}") from None
+    if not data.is_dir():
+        raise DotcatError(f"{where}.path: {data}: no such directory")
+    for field, check in (
+        ("path", lambda: find_corpus_file(data)),
+        ("path", lambda: find_queries_file(data)),
+        ("split", lambda: find_qrels_file(data, dataset.split)),
+    ):
+        try:
+            check()
+        except DotcatError as e:
+            raise DotcatError(f"{where}.{field}: {e}") from None
 
 
 def _check_index(index_dir: Path, first_stage: str) -> None:

@@ -19,7 +19,7 @@ from dotcat import __version__
 from dotcat.evaluation import comparison_note, comparison_to_json, format_comparison_table
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.report import markdown_table, to_json
-from dotcat.experiment.results import ExperimentResult, SystemOutcome, slug
+from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
 
 RESULTS_NAME = "results.json"
@@ -90,14 +90,7 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
     return {
         "format": "dotcat-experiment",
         "format_version": 1,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_file": source_name,
-        "config": config.model_dump(),
-        "dotcat_version": __version__,
-        "torch_version": _torch_version(),
-        "machine": result.environment.machine,
-        "device": result.environment.device,
-        "precision": result.environment.precision,
+        **run_json(result, source_name),
         "dataset": {
             "path": str(result.dataset.path),
             "split": result.dataset.split,
@@ -115,7 +108,22 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
     }
 
 
-def _torch_version() -> str | None:
+def run_json(result: ExperimentResult | SuiteResult, source_name: str | None) -> dict:
+    """When and where an experiment ran, and from which file and settings."""
+    env = result.environment
+    return {
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "config_file": source_name,
+        "config": result.config.model_dump(),
+        "dotcat_version": __version__,
+        "torch_version": torch_version(),
+        "machine": env.machine,
+        "device": env.device,
+        "precision": env.precision,
+    }
+
+
+def torch_version() -> str | None:
     torch = sys.modules.get("torch")
     return getattr(torch, "__version__", None)
 
@@ -128,17 +136,9 @@ def report_markdown(
     plots: list[Path],
 ) -> str:
     """``report.md``: header, table, plots, systems and timings, configuration."""
-    config, env, data = result.config, result.environment, result.dataset
-    machine = env.machine
-    title = config.name or (Path(source_name).stem if source_name else "experiment")
+    config, data = result.config, result.dataset
     lines = [
-        f"# Experiment: {title}",
-        "",
-        f"Command: `dotcat experiment {source_name or 'CONFIG'}`",
-        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
-        f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
-        f"{machine['cores']} cores; models at {env.precision} on {env.device} "
-        f"(precision {config.precision}); dotcat {__version__}, torch {_torch_version()}.",
+        *header_lines(result, source_name),
         f"Dataset: `{data.path}`, split `{data.split}`: {len(data.queries)} queries; "
         f"top {config.k} per query; measures by ir-measures.",
         "",
@@ -152,22 +152,44 @@ def report_markdown(
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     lines += ["", "## Systems and timings", "", _timings_table(result), ""]
-    reused = sum(1 for o in result.outcomes for s in o.stages if s.reused)
+    return "\n".join([*lines, *closing_lines(result, source_text, seconds)])
+
+
+def header_lines(
+    result: ExperimentResult | SuiteResult, source_name: str | None, options: str = ""
+) -> list[str]:
+    """The title, the command, the date and the machine the models ran on."""
+    config, env = result.config, result.environment
+    machine = env.machine
+    title = config.name or (Path(source_name).stem if source_name else "experiment")
+    return [
+        f"# Experiment: {title}",
+        "",
+        f"Command: `dotcat experiment {source_name or 'CONFIG'}{options}`",
+        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
+        f"{machine['cores']} cores; models at {env.precision} on {env.device} "
+        f"(precision {config.precision}); dotcat {__version__}, torch {torch_version()}.",
+    ]
+
+
+def closing_lines(
+    result: ExperimentResult | SuiteResult, source_text: str | None, seconds: float
+) -> list[str]:
+    """What the timings mean and how many stages this run computed; the configuration."""
     total = sum(len(o.stages) for o in result.outcomes)
-    lines += [
+    computed = len(result.computed)
+    config = result.config
+    cache = config.cache if config.cache is not None else str(result.output / "cache")
+    lines = [
         "Stage times are those of computing the stage, when it was computed; *reused* marks "
-        f"stages this run found in the cache (`{_cache_dir(result)}`), by fingerprint. "
-        f"This run: {total - reused} of {total} stages computed, {seconds:.1f} s in all.",
+        f"stages this run found in the cache (`{cache}`), by fingerprint. "
+        f"This run: {computed} of {total} stages computed, {seconds:.1f} s in all.",
         "",
     ]
     if source_text is not None:
         lines += ["## Configuration", "", "```toml", source_text.rstrip(), "```", ""]
-    return "\n".join(lines)
-
-
-def _cache_dir(result: ExperimentResult) -> str:
-    config = result.config
-    return config.cache if config.cache is not None else str(result.output / "cache")
+    return lines
 
 
 def _timings_table(result: ExperimentResult) -> str:
@@ -175,21 +197,21 @@ def _timings_table(result: ExperimentResult) -> str:
     rows = []
     for outcome in result.outcomes:
         stages = {s.kind: s for s in outcome.stages}
-        index = "existing" if outcome.config.index else _stage_time(stages.get("index"))
+        index = "existing" if outcome.config.index else stage_time(stages.get("index"))
         rows.append(
             [
                 outcome.name,
                 describe_system(outcome),
                 index,
-                _stage_time(stages.get("first_stage")),
-                _stage_time(stages.get("rerank")),
+                stage_time(stages.get("first_stage")),
+                stage_time(stages.get("rerank")),
                 f"{outcome.seconds:.1f} s",
             ]
         )
     return markdown_table(header, rows, left=2)
 
 
-def _stage_time(stage: Any) -> str:
+def stage_time(stage: Any) -> str:
     if stage is None:
         return "-"
     return f"{stage.seconds:.1f} s" + (" (reused)" if stage.reused else "")

@@ -26,7 +26,11 @@ class Environment:
 
 @dataclass
 class Dataset:
-    """The experiment's topics, judgements and file fingerprints; the corpus on demand."""
+    """The experiment's topics, judgements and file fingerprints; the corpus on demand.
+
+    ``path`` is the local directory (a dataset name resolved into the cache); ``name`` the
+    label it has in reports and ``given`` what the experiment file wrote.
+    """
 
     path: Path
     split: str
@@ -34,6 +38,8 @@ class Dataset:
     qrels: dict[str, dict[str, int]]
     fingerprint: dict[str, str]
     _corpus: Any = None
+    name: str = ""
+    given: str = ""
 
     def corpus(self):
         """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
@@ -51,6 +57,7 @@ class SystemOutcome:
     stages: list[StageRecord]
     run_file: Path
     seconds: float
+    dataset: str = ""
 
     @property
     def reused(self) -> bool:
@@ -84,3 +91,59 @@ def slug(name: str) -> str:
     """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
     text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
     return text or "system"
+
+
+@dataclass
+class DatasetOutcome:
+    """One dataset of a several-dataset experiment: every system's outcome and evaluation,
+    or, with ``--only`` another dataset, ``outcomes`` None when some run is not cached."""
+
+    name: str
+    dataset: Dataset
+    outcomes: list[SystemOutcome] | None
+    reports: dict[str, EvalReport] = field(default_factory=dict)
+    run_files: dict[str, Path] = field(default_factory=dict)
+    computed_here: bool = True
+
+    @property
+    def complete(self) -> bool:
+        return self.outcomes is not None
+
+
+@dataclass
+class SuiteResult:
+    """What a several-dataset experiment produced (``[[datasets]]``): per dataset its
+    outcomes, and the comparisons with the baseline, Holm-corrected over the whole table."""
+
+    config: ExperimentConfig
+    environment: Environment
+    datasets: list[DatasetOutcome]
+    comparisons: dict[str, dict[str, dict[str, Comparison]]]  # dataset -> system -> measure
+    output: Path
+    seconds: float = 0.0
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def outcomes(self) -> list[SystemOutcome]:
+        """Every system outcome of every complete dataset."""
+        return [o for d in self.datasets if d.outcomes for o in d.outcomes]
+
+    @property
+    def computed(self) -> list[StageRecord]:
+        """The stages this invocation computed (the others came from the cache)."""
+        return [s for o in self.outcomes for s in o.stages if not s.reused]
+
+    def value(self, system: str, dataset: str, measure: str) -> float | None:
+        """A system's mean of ``measure`` on a dataset, None where it was not run."""
+        for d in self.datasets:
+            if d.name == dataset and d.complete:
+                return d.reports[system].aggregate.get(measure)
+        return None
+
+    def mean(self, system: str, measure: str) -> tuple[float | None, int]:
+        """A system's mean of ``measure`` over the datasets it was run on, and their number
+        (the unweighted mean of per-dataset means, as BEIR averages its datasets)."""
+        values = [
+            v for d in self.datasets if (v := self.value(system, d.name, measure)) is not None
+        ]
+        return (sum(values) / len(values) if values else None), len(values)

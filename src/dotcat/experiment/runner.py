@@ -14,6 +14,9 @@ code the commands use:
    index with passages the cross-encoder reads each document's best passage as the first
    stage found it (kept beside the run, ``*.passages.json``), as ``search --rerank`` does.
 
+With ``[[datasets]]`` the same runs for each dataset in turn (:func:`run_datasets`); the
+cache is shared, so datasets with the same corpus share an index.
+
 Stages that only differ in a later setting share the earlier ones (a hybrid system and the
 same hybrid re-ranked share the first stage). Models load only for what must be computed,
 so an experiment whose artifacts are all cached runs no model at all.
@@ -37,13 +40,15 @@ from dotcat.data import (
     find_corpus_file,
     find_qrels_file,
     find_queries_file,
+    load_judgements,
     load_qrels,
     load_queries,
     read_run,
     write_run,
 )
+from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
 from dotcat.errors import DotcatError
-from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate
+from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
 from dotcat.experiment.cache import (
     Cache,
@@ -53,11 +58,20 @@ from dotcat.experiment.cache import (
     index_fingerprint,
     model_fingerprint,
 )
-from dotcat.experiment.config import ExperimentConfig, SystemConfig
+from dotcat.experiment.config import DatasetConfig, ExperimentConfig, SystemConfig
 from dotcat.experiment.report import write_report
-from dotcat.experiment.results import Dataset, Environment, ExperimentResult, SystemOutcome, slug
+from dotcat.experiment.results import (
+    Dataset,
+    DatasetOutcome,
+    Environment,
+    ExperimentResult,
+    SuiteResult,
+    SystemOutcome,
+    slug,
+)
+from dotcat.experiment.suite_report import write_suite_report
 from dotcat.files import write_json
-from dotcat.index import DocStore, IndexConfig, build_index, document_text
+from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
@@ -70,7 +84,13 @@ from dotcat.models.runtime import (
 )
 from dotcat.search.bm25 import bm25_search
 from dotcat.search.passages import to_run
-from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline, tune_fusion
+from dotcat.search.pipeline import (
+    PipelineConfig,
+    Reranker,
+    SearchPipeline,
+    build_and_tune,
+    tune_fusion,
+)
 from dotcat.search.reranker import corpus_texts
 
 logger = logging.getLogger(__name__)
@@ -93,9 +113,10 @@ def resolve_environment(config: ExperimentConfig) -> Environment:
     return Environment(device=device.type, precision=precision, machine=machine)
 
 
-def load_dataset(config: ExperimentConfig) -> Dataset:
-    """The split's judged queries and qrels, and the fingerprints of the files behind them."""
-    path, split = Path(config.dataset.path), config.dataset.split
+def load_dataset(spec: DatasetConfig) -> Dataset:
+    """The split's judged queries and qrels, and the fingerprints of the files behind them
+    (a dataset name is resolved to its directory in the cache, fetched on first use)."""
+    path, split = resolve_data_path(spec.path), spec.split
     fingerprint = {
         "corpus": file_digest(find_corpus_file(path)),
         "queries": file_digest(find_queries_file(path)),
@@ -105,16 +126,27 @@ def load_dataset(config: ExperimentConfig) -> Dataset:
     for other in ("dev", "train"):
         if other in available_splits(path):
             fingerprint[f"qrels_{other}"] = file_digest(find_qrels_file(path, other))
-    return Dataset(
-        path, split, load_queries(path, split=split), load_qrels(path, split), fingerprint
-    )
+    queries, qrels = load_queries(path, split=split), load_qrels(path, split)
+    return Dataset(path, split, queries, qrels, fingerprint, name=spec.label, given=spec.path)
+
+
+class _NotCached(Exception):
+    """A stage that a lookup-only runner (``--only`` another dataset) did not find."""
 
 
 class _Runner:
     """Makes (or finds) each system's stages; holds the models loaded along the way."""
 
-    def __init__(self, config: ExperimentConfig, env: Environment, data: Dataset, cache: Cache):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        env: Environment,
+        data: Dataset,
+        cache: Cache,
+        compute: bool = True,
+    ):
         self.config, self.env, self.data, self.cache = config, env, data, cache
+        self.compute = compute  # False: only find stages in the cache (_NotCached otherwise)
         self._pipelines: dict[tuple, Any] = {}
         self._rerankers: dict[tuple, Any] = {}
 
@@ -135,7 +167,14 @@ class _Runner:
         if system.rerank is not None:
             stages.append(self._rerank(system, first, index_dir))
         seconds = time.perf_counter() - start
-        return SystemOutcome(system.name, system, stages, Path(stages[-1].path), seconds)
+        run_file = Path(stages[-1].path)
+        return SystemOutcome(system.name, system, stages, run_file, seconds, self.data.name)
+
+    def _lookup(self, kind: str, path: Path) -> StageRecord | None:
+        found = self.cache.lookup(kind, path)
+        if found is None and not self.compute:
+            raise _NotCached(f"{kind} {path.name}")
+        return found
 
     # -- indexes -------------------------------------------------------------------------------
 
@@ -168,13 +207,12 @@ class _Runner:
         }
         fingerprint = digest(description)
         path = self.cache.index_path(fingerprint)
-        found = self.cache.lookup("index", path)
+        found = self._lookup("index", path)
         if found is not None:
             return path, fingerprint, found
         logger.info("%s: building an index with %s into %s", system.name, system.model, path)
         start = time.perf_counter()
-        manifest = self._build(system, path)
-        fusion = self._tune_fusion(path)
+        manifest, fusion = self._build(system, path)
         details = {
             "model": system.model,
             "documents": manifest.documents["count"],
@@ -184,23 +222,23 @@ class _Runner:
         return path, fingerprint, record
 
     def _build(self, system: SystemConfig, path: Path):
-        if (path / "manifest.json").is_file():  # built, but its fusion was not chosen yet
-            return Manifest.read(path)
+        """The index and its fusion, as ``dotcat index`` makes them (:func:`build_and_tune`);
+        an index built before an interruption only gets its fusion chosen."""
+        device, precision = self.config.device, self.config.precision
+        if (path / "manifest.json").is_file():
+            fusion = tune_fusion(path, self.data.path, device=device, precision=precision)
+            return Manifest.read(path), fusion
         encoder = EncoderConfig(
             model=system.model,
             pooling=system.pooling,
             similarity=system.similarity,
             max_length=system.max_length,
-            device=self.config.device,
-            precision=self.config.precision,
+            device=device,
+            precision=precision,
         )
-        config = IndexConfig(faiss_spec=system.faiss, device=self.config.device, bm25=True)
-        return build_index(self.data.path, path, encoder, config, overwrite=True)
-
-    def _tune_fusion(self, path: Path):
-        return tune_fusion(
-            path, self.data.path, device=self.config.device, precision=self.config.precision
-        )
+        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True)
+        built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
+        return built.manifest, built.fusion
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -228,7 +266,7 @@ class _Runner:
             if system.first_stage != "bm25":
                 description |= {"precision": self.env.precision, "device": self.env.device}
         path = self.cache.run_path(digest(description))
-        found = self.cache.lookup("first_stage", path)
+        found = self._lookup("first_stage", path)
         if found is not None:
             return found
         logger.info(
@@ -288,7 +326,7 @@ class _Runner:
             "device": self.env.device,
         }
         path = self.cache.run_path(digest(description))
-        found = self.cache.lookup("rerank", path)
+        found = self._lookup("rerank", path)
         if found is not None:
             return found
         logger.info("%s: re-ranking the top %d with %s", system.name, system.depth, system.rerank)
@@ -390,26 +428,38 @@ def run_experiment(
     source_text: str | None = None,
     source_name: str | None = None,
     on_system: Callable[[SystemOutcome], None] | None = None,
-) -> ExperimentResult:
+    only: str | None = None,
+) -> ExperimentResult | SuiteResult:
     """Build what is missing, run every system, evaluate, and write the report folder.
+
+    With ``[[datasets]]``, every system runs on every dataset (:func:`run_datasets`).
 
     Args:
         config: a validated experiment (:func:`dotcat.experiment.load_config`).
         source_text, source_name: the experiment file's text and path, quoted in the report.
         on_system: called with each system's outcome as soon as its run is ready.
+        only: a dataset's name: compute that dataset's runs only (the others are taken from
+            the cache where every run of theirs is there, else left out of the report).
 
     Returns:
-        An :class:`ExperimentResult`; its ``files`` name what was written in
-        ``config.output``: ``runs/<system>.trec``, ``results.json``, ``report.md`` and plots.
+        An :class:`ExperimentResult` (one dataset) or a :class:`SuiteResult` (several); its
+        ``files`` name what was written in ``config.output``: the runs, ``results.json``,
+        ``report.md`` and plots.
 
     Raises:
-        DotcatError: any problem with the data, the models or the indexes.
+        DotcatError: any problem with the data, the models or the indexes; ``only`` naming
+            no dataset of the experiment.
     """
+    labels = [d.label for d in config.dataset_list]
+    if only is not None and only not in labels:
+        raise DotcatError(f"--only {only!r}: the experiment's datasets are {', '.join(labels)}")
+    if config.datasets is not None:
+        return run_datasets(config, source_text, source_name, on_system, only)
     start = time.perf_counter()
     output = Path(config.output)
     cache = Cache(config.cache if config.cache is not None else output / "cache")
     env = resolve_environment(config)
-    data = load_dataset(config)
+    data = load_dataset(config.dataset)
     logger.info(
         "experiment: %d systems, %d queries of %s (%s), precision %s on %s",
         len(config.systems),
@@ -460,16 +510,100 @@ def run_experiment(
     return result
 
 
+def run_datasets(
+    config: ExperimentConfig,
+    source_text: str | None = None,
+    source_name: str | None = None,
+    on_system: Callable[[SystemOutcome], None] | None = None,
+    only: str | None = None,
+) -> SuiteResult:
+    """Every system on every dataset of ``[[datasets]]``, each dataset's runs under
+    ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected
+    over the whole systems x datasets table (:func:`dotcat.evaluation.holm_across`); the
+    report with the table, the means and one summary plot
+    (:mod:`dotcat.experiment.suite_report`). Arguments as :func:`run_experiment`'s.
+    """
+    start = time.perf_counter()
+    output = Path(config.output)
+    cache = Cache(config.cache if config.cache is not None else output / "cache")
+    env = resolve_environment(config)
+    logger.info(
+        "experiment: %d systems on %d datasets, precision %s on %s",
+        len(config.systems),
+        len(config.datasets),
+        env.precision,
+        env.device,
+    )
+    columns = []
+    for spec in config.datasets:
+        compute = only is None or spec.label == only
+        folder = output / "runs" / slug(spec.label)
+        columns.append(_run_dataset(config, env, cache, spec, folder, compute, on_system))
+    raw = {
+        column.name: compare_to_baseline(
+            column.reports,
+            config.baseline,
+            test=config.test,
+            alpha=config.alpha,
+            permutations=config.permutations,
+            seed=config.seed,
+        )
+        for column in columns
+        if column.complete
+    }
+    result = SuiteResult(config, env, columns, holm_across(raw, config.alpha), output)
+    write_suite_report(result, source_text, source_name, only, started=start)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_dataset(
+    config: ExperimentConfig,
+    env: Environment,
+    cache: Cache,
+    spec: DatasetConfig,
+    folder: Path,
+    compute: bool,
+    on_system: Callable[[SystemOutcome], None] | None,
+) -> DatasetOutcome:
+    """One dataset's systems, runs copied into ``folder`` and evaluated; with ``compute``
+    False, only what the cache holds (the outcome has no systems if any stage is missing)."""
+    if not compute and not _fetched(spec.path):
+        logger.warning("%s: not run (%s is not fetched yet)", spec.label, spec.path)
+        data = Dataset(Path(spec.path), spec.split, {}, {}, {}, name=spec.label, given=spec.path)
+        return DatasetOutcome(spec.label, data, None, computed_here=False)
+    data = load_dataset(spec)
+    logger.info("%s: %d queries of %s (%s)", spec.label, len(data.queries), data.path, data.split)
+    runner = _Runner(config, env, data, cache, compute)
+    outcomes = []
+    try:
+        for system in config.systems:
+            outcomes.append(runner.run_system(system))
+            if on_system is not None:
+                on_system(outcomes[-1])
+    except _NotCached as e:
+        logger.warning("%s: not run (%s is not in the cache: run without --only)", spec.label, e)
+        return DatasetOutcome(spec.label, data, None, computed_here=False)
+    runner = None  # let the models go before the next dataset
+    run_files = _copy_runs(outcomes, folder)
+    runs = {name: read_run(path) for name, path in run_files.items()}
+    reports = _evaluate(config, data, runs)
+    return DatasetOutcome(spec.label, data, outcomes, reports, run_files, compute)
+
+
+def _fetched(path: str) -> bool:
+    """Whether a dataset is here without fetching: a local path, or a name in the cache."""
+    return Path(path).exists() or not looks_like_name(path) or cached_dir(path).is_dir()
+
+
 def _evaluate(
     config: ExperimentConfig, data: Dataset, runs: Mapping[str, Mapping]
 ) -> dict[str, EvalReport]:
     """Every run against the split's qrels, as ``dotcat eval RUN... DATASET`` evaluates."""
-    known_queries = set(load_queries(data.path))
-    known_docs = set(data.corpus()["id"])
-    return {
-        name: evaluate(run, data.qrels, config.measures, known_queries, known_docs)
-        for name, run in runs.items()
-    }
+    judged = load_judgements(data.path, data.split)
+    return evaluate_runs(
+        runs, judged.qrels, config.measures, judged.known_queries, judged.known_docs
+    )
 
 
 def recall_depths(k: int) -> list[int]:

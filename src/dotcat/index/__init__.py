@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "IndexConfig": "dotcat.index.build",
+    "IndexConfig": "dotcat.index.config",
     "build_index": "dotcat.index.build",
     "document_text": "dotcat.index.docstore",
     "DenseIndex": "dotcat.index.dense_index",

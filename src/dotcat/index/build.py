@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,80 +41,24 @@ from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
-from dotcat.index.chunks import ChunkStore, plan_differences, read_plan, write_plan
+from dotcat.index.chunks import ChunkStore, read_plan, write_plan
+from dotcat.index.config import IndexConfig, check_shard
 from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
-from dotcat.index.passages import PassageConfig, Splitter, store_passages
+from dotcat.index.passages import Splitter, store_passages
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class IndexConfig:
-    """How to build the FAISS side of an index.
-
-    Attributes:
-        faiss_spec: a FAISS factory string; ``Flat`` is exact search.
-        device: ``auto`` (GPU when faiss-gpu sees one), ``cpu`` or ``cuda``.
-        search_params: search-time defaults stored in the manifest (``nprobe``, ``efSearch``).
-        chunk_size: documents handed to the encoder at a time (bounds memory).
-        keep_vectors: keep ``vectors.npy`` in the index directory (to re-index with another
-            FAISS spec without encoding again).
-        seed: seed of the training sample.
-        bm25: also build a BM25 index (bm25s, memory-mapped at search time) into the index
-            directory, so BM25 and hybrid search run from it without the corpus.
-        shard: ``(i, n)``: index only shard ``i`` of ``n`` (0-based), the ``i``-th of ``n``
-            contiguous, equal position ranges of the corpus (see :mod:`dotcat.index.shards`).
-        ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
-            one on this machine, else a Ray address (``"auto"``, ``"ray://host:10001"``).
-        ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
-        passages: how long documents are split into passages
-            (:class:`dotcat.index.passages.PassageConfig`; ``enabled=False``: one vector per
-            document, cut at the encoder's window).
-    """
-
-    faiss_spec: str = "Flat"
-    device: str = "auto"
-    search_params: dict[str, float] = field(
-        default_factory=lambda: dict(faiss_index.DEFAULT_SEARCH_PARAMS)
-    )
-    chunk_size: int = 8192
-    keep_vectors: bool = False
-    seed: int = 0
-    bm25: bool = False
-    shard: tuple[int, int] | None = None
-    ray: str | None = None
-    ray_workers: int | None = None
-    passages: PassageConfig = field(default_factory=PassageConfig)
-
-
-def corpus_entry(corpus: object, stats: CorpusStats, options: CorpusOptions | None) -> dict:
-    """The manifest's record of a corpus: where it was, its kind, its content's sha256
-    (:attr:`CorpusStats.sha256`: a file's bytes, a folder's files), and how it was read."""
-    is_path = isinstance(corpus, (str, os.PathLike))
-    entry: dict[str, Any] = {
-        "path": str(Path(corpus).resolve()) if is_path else stats.path,
-        "kind": stats.kind,
-        "sha256": stats.sha256,
-    }
-    if stats.kind == "file":
-        entry["file"] = str(Path(stats.path).resolve())
-    if options is not None and options.to_json():
-        entry["options"] = options.to_json()
-    return entry
-
-
 def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
     """Positions ``[start, stop)`` of shard ``i`` of ``n`` over ``n_docs`` documents."""
     if shard is None:
         return 0, n
-    i, count = shard
-    if count < 1 or not 0 <= i < count:
-        raise DotcatError(f"--shard {i}/{count}: expected I/N with 0 <= I < N")
+    i, count = check_shard(shard)
     return i * n // count, (i + 1) * n // count
 
 
@@ -153,25 +97,29 @@ def build_index(
     config = config or IndexConfig()
     index_dir = Path(index_dir)
     encoder = encoder or EncoderConfig(device=config.device)
-    faiss_device = faiss_index.resolve_faiss_device(config.device)
     loaded = isinstance(encoder, BiEncoder)
+    if not loaded:
+        encoder.validate()
     n_all = preflight.check_build(
         corpus,
         index_dir,
-        config.faiss_spec,
+        config,
         overwrite=overwrite,
+        fresh=fresh,
         model=None if loaded else encoder.model,
         dim=encoder.dim if loaded else None,
-        shard=config.shard,
         options=corpus_options,
     )
+    faiss_device = faiss_index.resolve_faiss_device(config.device)
 
     with layout.index_lock(index_dir):
         layout.recover(index_dir)  # a killed swap's leftovers: restored or removed, logged
         layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
         stats = CorpusStats()
         dataset = load_corpus(corpus, stats=stats, options=corpus_options)
-        source = _Corpus(corpus, corpus_options, corpus_entry(corpus, stats, corpus_options))
+        source = _Corpus(
+            corpus, corpus_options, preflight.corpus_entry(corpus, stats, corpus_options)
+        )
         start, stop = shard_range(n_all, config.shard)
         requested = encoder.config if loaded else encoder  # what Ray's actors load
         if not loaded:
@@ -226,18 +174,10 @@ def _plan(
 ) -> dict:
     """What must match for an interrupted build to be resumed: the corpus's content (its
     sha256) and how it is read, the encoder, the settings."""
+    encoder_entry = encoder.manifest_entry()
     plan = {
-        "corpus": {
-            "sha256": corpus.entry["sha256"],
-            "options": corpus.entry.get("options", {}),
-            "documents": n_all,
-        },
-        "encoder": {k: v for k, v in encoder.manifest_entry().items() if k not in ("name", "path")},
-        "faiss_spec": config.faiss_spec,
-        "chunk_size": config.chunk_size,
-        "shard": list(config.shard) if config.shard else None,
-        "bm25": config.bm25,
-        "seed": config.seed,
+        **preflight.settings_plan(corpus.entry, n_all, config),
+        "encoder": {k: v for k, v in encoder_entry.items() if k not in ("name", "path")},
     }
     if splitter is not None:  # absent without passages: such a plan reads as before
         plan["passages"] = splitter.config.to_json()
@@ -249,13 +189,7 @@ def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
     tmp = layout.build_path(index_dir)
     recorded = read_plan(tmp) if tmp.exists() else None
     if recorded is not None and not fresh:
-        differences = plan_differences(recorded, plan)
-        if differences:
-            raise DotcatError(
-                f"{index_dir}: an interrupted build of this path (in {tmp.name}) was made with "
-                f"other settings ({'; '.join(differences)}); run it again with those settings "
-                "to resume it, or pass --fresh to start over"
-            )
+        preflight.check_resumable(index_dir, plan)
         logger.warning("resuming the interrupted build in %s", tmp)
         return tmp
     if tmp.exists():

@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from dotcat.errors import DotcatError
+from dotcat.reprs import short_repr
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
@@ -67,6 +68,11 @@ class StoredDocument:
     id: str
     title: str
     text: str
+
+    def __repr__(self) -> str:
+        """The position, id, title and the text's first words (:func:`dotcat.reprs.preview`)."""
+        fields = {"pos": self.pos, "id": self.id, "title": self.title, "text": self.text}
+        return short_repr("StoredDocument", fields, texts=("title", "text"))
 
 
 @dataclass(frozen=True)

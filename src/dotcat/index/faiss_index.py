@@ -19,13 +19,11 @@ import faiss
 import numpy as np
 
 from dotcat.errors import DotcatError
+from dotcat.index.config import DEFAULT_SEARCH_PARAMS as DEFAULT_SEARCH_PARAMS
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-# Search-time parameters applied when the spec has the structure they control. IVF with
-# faiss's default nprobe=1 loses much recall; these are moderate, widely used settings.
-DEFAULT_SEARCH_PARAMS = {"nprobe": 32, "efSearch": 128}
 MAX_TRAIN_VECTORS = 262_144  # k-means quality saturates long before this (256 per centroid x 1k)
 MIN_TRAIN_VECTORS = 65_536
 TRAIN_PER_CENTROID = 64
@@ -144,7 +142,7 @@ def check_trainable(index: faiss.Index, spec: str, n: int) -> None:
         if n < need.vectors:
             raise DotcatError(
                 f"FAISS spec {spec!r}: {need.part} needs at least {need.vectors} training "
-                f"vectors, the corpus has {n}; use {_smaller(need, n)}, or Flat"
+                f"vectors, the corpus has {n}; use {_smaller(need, n)}"
             )
         if need.hint == "IVF" and n < MIN_POINTS_PER_LIST * need.vectors:
             _warn_thin_lists(spec, n, need.vectors)
@@ -159,12 +157,12 @@ def _warn_thin_lists(spec: str, n: int, lists: int) -> None:
     """Once per process and spec: a build checks its spec before and after encoding."""
     logger.warning(
         "FAISS spec %r: %d vectors for %d lists is thin (FAISS asks for %d per list); recall "
-        "may suffer, IVF%d would suit this corpus",
+        "may suffer; %s would suit this corpus",
         spec,
         n,
         lists,
         MIN_POINTS_PER_LIST,
-        _suggested_lists(n),
+        _ivf_suggestion(n),
     )
 
 
@@ -173,11 +171,23 @@ def _suggested_lists(n: int) -> int:
     return max(1, min(int(4 * np.sqrt(n)), n // MIN_POINTS_PER_LIST))
 
 
+def _ivf_suggestion(n: int) -> str:
+    """The IVF setting ``n`` vectors train well, with the rule that gave it; Flat when they
+    are too few for two lists (one list is Flat with extra steps)."""
+    lists = _suggested_lists(n)
+    if lists < 2:
+        return f"Flat ({n} vectors are too few for IVF lists of {MIN_POINTS_PER_LIST} or more)"
+    if lists < int(4 * np.sqrt(n)):
+        return f"IVF{lists} (one list per {MIN_POINTS_PER_LIST} vectors)"
+    return f"IVF{lists} (about 4*sqrt(n) lists)"
+
+
 def _smaller(need: TrainingNeed, n: int) -> str:
-    """A setting that ``n`` vectors can train, for the error message."""
+    """What ``n`` vectors can train instead, for the error message."""
     if need.hint == "IVF":
-        return f"IVF{_suggested_lists(n)} (about 4*sqrt(n) lists)"
-    return need.hint
+        suggestion = _ivf_suggestion(n)
+        return suggestion if suggestion.startswith("Flat") else f"{suggestion}, or Flat"
+    return f"{need.hint}, or Flat"
 
 
 @functools.cache

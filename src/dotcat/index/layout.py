@@ -2,8 +2,8 @@
 
 An index ``INDEX`` is only ever written beside itself and moved into place whole:
 
-* ``.INDEX.lock`` (a sibling file): whoever builds, updates or repairs ``INDEX`` holds an
-  exclusive lock on it (``filelock``: ``flock`` on POSIX, released by the kernel when the
+* ``.INDEX.lock`` (a sibling file, there only while held): whoever builds, updates or repairs
+  ``INDEX`` holds an exclusive lock on it (``flock`` on POSIX, released by the kernel when the
   process dies, kill -9 included). A second builder of the same path is refused at once.
 * ``.INDEX.building``: the build folder. ``manifest.json`` is the last file written into it,
   so a build folder with a manifest is a complete index.
@@ -21,12 +21,14 @@ Nothing here imports FAISS or torch: the CLI checks paths before paying for thos
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +38,11 @@ from filelock import FileLock, Timeout
 
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in
+
+try:
+    import fcntl
+except ImportError:  # Windows: filelock's lock
+    fcntl = None
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +118,13 @@ def is_complete(directory: Path) -> bool:
 
 @contextmanager
 def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
-    """Hold the exclusive lock of ``index_dir`` (see the module docstring).
+    """Hold the exclusive lock of ``index_dir`` (see the module docstring); the lock file is
+    removed when it is released, so none is left beside the index.
+
+    Removing a lock file is safe only if every taker checks, once it holds the lock, that the
+    file it locked is still the one at the path (a waiter may have opened it just before the
+    holder removed it): :func:`_flock` does; where ``flock`` is missing, ``filelock`` is used
+    (on Windows it removes the file itself).
 
     Args:
         wait: seconds to wait for another holder; 0 refuses at once.
@@ -121,16 +134,62 @@ def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
     """
     path = lock_path(index_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
+    holder = _flock if fcntl is not None else _filelock
+    with holder(path, wait) as acquired:
+        if not acquired:
+            raise DotcatError(
+                f"{index_dir}: another dotcat process is building or updating this index "
+                f"(it holds {path}); wait for it to finish"
+            )
+        yield
+
+
+@contextmanager
+def _flock(path: Path, wait: float) -> Iterator[bool]:
+    """An exclusive ``flock`` on ``path``; yields whether it was taken within ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            time.sleep(0.05)
+            continue
+        if _still_at(fd, path):
+            break
+        os.close(fd)  # its holder removed it on release: lock the file now at the path
+    try:
+        yield True
+    finally:
+        # Removed while still held: whoever opens the path next makes a new file, and whoever
+        # opened this one meanwhile finds it gone once it gets the lock, and starts over.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+@contextmanager
+def _filelock(path: Path, wait: float) -> Iterator[bool]:
+    """``filelock``'s lock where ``flock`` is missing; yields whether it was taken in time."""
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=wait)
     except Timeout:
-        raise DotcatError(
-            f"{index_dir}: another dotcat process is building or updating this index "
-            f"(it holds {path}); wait for it to finish"
-        ) from None
+        yield False
+        return
     try:
-        yield
+        yield True
     finally:
         lock.release()
 

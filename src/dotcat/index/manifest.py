@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.index.layout import DOCSTORE_NAME, INDEX_NAME, MANIFEST_NAME, index_lock
+from dotcat.index.layout import (
+    DOCSTORE_NAME,
+    INDEX_NAME,
+    MANIFEST_NAME,
+    index_lock,
+    recover_for_reading,
+)
 
 FORMAT_VERSION = 1
 __all__ = ["DOCSTORE_NAME", "INDEX_NAME", "MANIFEST_NAME", "Manifest", "check_encoder"]
@@ -184,3 +190,21 @@ def precisions_compatible(built: str, given: str) -> bool:
     only int8 ones: mixed, R@100 fell to 98.99% of fp32's on SciFact dev, below the 99.5% that
     eval/benchmarks/results/precision.md asks of a precision."""
     return built == given or "int8" not in (built, given)
+
+
+def check_index(index_dir: str | Path, *, shards: bool = True) -> None:
+    """Check an index directory without loading it: restored first if a killed build left it
+    aside, then its manifest read; with ``shards``, a folder of shard indexes passes too.
+
+    Raises:
+        DotcatError: no index there, or an unreadable manifest.
+    """
+    index_dir = Path(index_dir)
+    recover_for_reading(index_dir)
+    if shards and index_dir.is_dir() and not (index_dir / MANIFEST_NAME).exists():
+        found = [p for p in sorted(index_dir.iterdir()) if (p / MANIFEST_NAME).is_file()]
+        for shard in found:
+            Manifest.read(shard)
+        if found:
+            return
+    Manifest.read(index_dir)

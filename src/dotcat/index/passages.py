@@ -29,18 +29,15 @@ import bisect
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.index.docstore import DocStore, document_text
+from dotcat.options import AGGREGATIONS, Check, Settings, at_least, setting
 
-#: How documents are ranked from their passages' scores (see the module docstring).
-AGGREGATIONS = ("maxp", "firstp", "sum")
-AGGREGATION_HELP = (
-    "How a document is scored from its passages: maxp (its best passage), firstp (its first "
-    "passage only, as truncation), sum (the sum of its best --aggregate-top passages)."
-)
+__all__ = ["AGGREGATIONS", "PassageConfig", "Splitter", "token_spans"]
+
 #: A sentence-aware cut looks this far back from the window's end (a share of the window).
 SENTENCE_SLACK = 0.2
 #: Where a sentence ends: . ! ? (closing quotes or brackets may follow) then white space, or a
@@ -52,12 +49,8 @@ DEFAULT_STRIDE_SHARE = 0.25
 WORD_REACH = 16
 
 
-def _setting(default: Any, *, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass(frozen=True)
-class PassageConfig:
+@dataclass(frozen=True, repr=False)
+class PassageConfig(Settings):
     """How an index splits long documents into passages (recorded in its manifest).
 
     Attributes:
@@ -70,28 +63,37 @@ class PassageConfig:
         sentence_aware: move a cut back to a sentence end within the window's last 20%.
     """
 
-    enabled: bool = _setting(True, help="Split documents longer than the window into passages.")
-    window: int | None = _setting(
+    enabled: bool = setting(
+        True,
+        help="Split documents longer than the encoder's window into passages (--no-passages: "
+        "one vector per document, cut at the window).",
+    )
+    window: int | None = setting(
         None, help="Tokens per passage, title included (default: the encoder's max length)."
     )
-    stride: int | None = _setting(
+    stride: int | None = setting(
         None,
         help="Tokens shared by consecutive passages of a document (default: a quarter of the "
         "window).",
     )
-    sentence_aware: bool = _setting(
+    sentence_aware: bool = setting(
         True, help="End a passage at a sentence end found in its last 20% of tokens."
     )
 
     def __post_init__(self) -> None:
-        if self.window is not None and self.window < 8:
-            raise DotcatError(f"passage window must be at least 8 tokens, got {self.window}")
-        if self.stride is not None and self.stride < 0:
-            raise DotcatError(f"passage stride must be >= 0, got {self.stride}")
-        if self.window is not None and self.stride is not None and self.stride > self.window // 2:
-            raise DotcatError(
-                f"passage stride {self.stride} must be at most half the window ({self.window})"
-            )
+        self.validate()
+
+    def checks(self) -> list[Check]:
+        half = self.window is None or self.stride is None or self.stride <= self.window // 2
+        return [
+            at_least("window", self.window, 8),
+            at_least("stride", self.stride, 0),
+            (
+                half,
+                "stride",
+                f"stride {self.stride} must be at most half the window ({self.window})",
+            ),
+        ]
 
     def resolved(self, max_length: int) -> PassageConfig:
         """These settings for an encoder of ``max_length`` tokens (the window filled in).
@@ -101,8 +103,8 @@ class PassageConfig:
         """
         window = self.window or max_length
         if window > max_length:
-            raise DotcatError(
-                f"passage window {window} is longer than the encoder's max length {max_length}"
+            raise SettingError(
+                "window", f"window {window} is longer than the encoder's max length {max_length}"
             )
         stride = self.stride
         if stride is None:

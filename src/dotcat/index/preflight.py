@@ -9,30 +9,34 @@ spec must train (IVF lists, PQ's 2^nbits centroids) against the corpus size.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
-from dotcat.models.resolve import model_dim, read_model_config, resolve_model
+from dotcat.index.chunks import plan_differences, read_plan
+from dotcat.index.config import IndexConfig, check_shard
+from dotcat.models.resolve import check_model, model_dim, read_model_config
 from dotcat.models.st_config import read_st_settings
 
 
 def model_dimension(model: str) -> int | None:
     """A model's vector dimension from its ``config.json``, after checking it is a model."""
-    path = resolve_model(model)
+    path = check_model(model)
     return model_dim(read_model_config(path, read_st_settings(path).transformer_dir))
 
 
 def check_build(
-    corpus: str | Path,
+    corpus: Any,
     index_dir: str | Path,
-    faiss_spec: str,
+    config: IndexConfig | None = None,
     *,
     overwrite: bool = False,
+    fresh: bool = False,
     model: str | None = None,
     dim: int | None = None,
-    shard: tuple[int, int] | None = None,
     options: CorpusOptions | None = None,
 ) -> int:
     """Check a build request before any model is loaded; return the corpus's document count.
@@ -41,33 +45,87 @@ def check_build(
         corpus: a corpus source (:mod:`dotcat.data.sources`): a BEIR directory, a corpus
             file, a folder of files, or documents in Python.
         index_dir: where the index will go.
-        faiss_spec: the FAISS factory string.
+        config: the build's settings (FAISS spec, shard, chunk size...), checked here.
         overwrite: whether an existing index may be replaced.
+        fresh: an interrupted build of ``index_dir`` is discarded, not resumed (else its
+            recorded settings must match: checked here, before any model loads).
         model: the encoder's model argument (its dimension is read from its config), or
         dim: the dimension itself, when the encoder is already loaded.
-        shard: ``(i, n)``: the build indexes shard ``i`` of ``n`` (its size is what trains).
         options: how to read the corpus (field names, a folder's file selection).
 
     Raises:
-        DotcatError: any problem with the target, the corpus, the model directory or the spec.
+        DotcatError: any problem with the settings, the target, the corpus, the model
+            directory or the spec, or an interrupted build made with other settings.
     """
-    layout.check_target(Path(index_dir), overwrite)
+    config = config or IndexConfig()
+    config.validate()
+    index_dir = Path(index_dir)
+    layout.check_target(index_dir, overwrite)
     if dim is None and model is not None:
         dim = model_dimension(model)
-    empty = faiss_index.create_index(faiss_spec, dim) if dim else None
+    empty = faiss_index.create_index(config.faiss_spec, dim) if dim else None
     stats = CorpusStats()
     n = len(load_corpus(corpus, stats=stats, options=options))
     if n == 0:
         raise DotcatError(f"{stats.path}: the corpus has no documents to index")
-    if shard is not None:
-        i, count = shard
-        if count < 1 or not 0 <= i < count:
-            raise DotcatError(f"--shard {i}/{count}: expected I/N with 0 <= I < N")
+    size = n
+    if config.shard is not None:
+        i, count = check_shard(config.shard)
         size = (i + 1) * n // count - i * n // count
         if size == 0:
             raise DotcatError(f"--shard {i}/{count}: {n} documents leave this shard empty")
-    else:
-        size = n
     if empty is not None:
-        faiss_index.check_trainable(empty, faiss_spec, size)
+        faiss_index.check_trainable(empty, config.faiss_spec, size)
+    if not fresh:
+        entry = corpus_entry(corpus, stats, options)
+        check_resumable(index_dir, settings_plan(entry, n, config))
     return n
+
+
+def corpus_entry(corpus: object, stats: CorpusStats, options: CorpusOptions | None) -> dict:
+    """The manifest's record of a corpus: where it was, its kind, its content's sha256
+    (:attr:`CorpusStats.sha256`: a file's bytes, a folder's files), and how it was read."""
+    is_path = isinstance(corpus, (str, os.PathLike))
+    entry: dict[str, Any] = {
+        "path": str(Path(corpus).resolve()) if is_path else stats.path,
+        "kind": stats.kind,
+        "sha256": stats.sha256,
+    }
+    if stats.kind == "file":
+        entry["file"] = str(Path(stats.path).resolve())
+    if options is not None and options.to_json():
+        entry["options"] = options.to_json()
+    return entry
+
+
+def settings_plan(corpus: dict, n_all: int, config: IndexConfig) -> dict[str, Any]:
+    """What an interrupted build must share with its resumption, the encoder aside: the
+    corpus's content (its sha256) and how it is read, and the build's settings."""
+    return {
+        "corpus": {
+            "sha256": corpus["sha256"],
+            "options": corpus.get("options", {}),
+            "documents": n_all,
+        },
+        "faiss_spec": config.faiss_spec,
+        "chunk_size": config.chunk_size,
+        "shard": list(config.shard) if config.shard else None,
+        "bm25": config.bm25,
+        "seed": config.seed,
+    }
+
+
+def check_resumable(index_dir: Path, plan: dict[str, Any]) -> None:
+    """Refuse to resume an interrupted build of ``index_dir`` made with other settings than
+    ``plan`` (the keys ``plan`` has: without ``encoder``, everything but the encoder)."""
+    building = layout.build_path(index_dir)
+    recorded = read_plan(building) if building.exists() else None
+    if recorded is None:
+        return
+    differences = plan_differences({k: recorded.get(k) for k in plan}, plan)
+    if differences:
+        raise DotcatError(
+            f"{index_dir}: an interrupted build of this path (in {building.name}) was made with "
+            f"other settings ({'; '.join(differences)}); run it again with those settings "
+            "to resume it, or pass --fresh to start over"
+        )

@@ -39,6 +39,7 @@ from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
+from dotcat.index.config import MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
 from dotcat.index.layout import BM25_DIR
@@ -305,6 +306,7 @@ def merge_indexes(
             vectors, or a spec the merged corpus cannot train.
     """
     out = Path(out)
+    MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
     manifests = [(Path(p), Manifest.read(Path(p))) for p in shards]
     if not manifests:
         raise DotcatError("merge: no shards given")
@@ -317,8 +319,6 @@ def merge_indexes(
     n = sum(m.vector_count for m in manifests)
     empty = faiss_index.create_index(spec, dim)
     faiss_index.check_trainable(empty, spec, n)
-    if on_disk not in ("auto", "yes", "no"):
-        raise DotcatError(f"--on-disk {on_disk!r}: expected auto, yes or no")
     vectors = [_vectors_of(p, m, dim) for p, m in zip(paths, manifests, strict=True)]
     layout.check_target(out, overwrite)
 

@@ -18,10 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dotcat import options
+
 logger = logging.getLogger(__name__)
 
 Similarity = Literal["cos", "dot"]
-SIMILARITIES: tuple[str, ...] = ("cos", "dot")
+SIMILARITIES: tuple[str, ...] = options.SIMILARITIES
 
 DEFAULT_TEMPERATURE = 0.05
 

@@ -11,7 +11,8 @@ from typing import Any
 
 _EXPORTS = {
     "BiEncoder": "dotcat.models.bi_encoder",
-    "EncoderConfig": "dotcat.models.bi_encoder",
+    "EncoderConfig": "dotcat.models.config",
+    "CrossEncoderConfig": "dotcat.models.config",
     "cls_pooling": "dotcat.models.pooling",
     "mean_pooling": "dotcat.models.pooling",
     "DEFAULT_MODEL": "dotcat.models.resolve",

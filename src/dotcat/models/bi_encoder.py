@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +49,10 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
+from dotcat.models.config import EncoderConfig, make_config
 from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import check_max_length, load_hf_model, max_positions
-from dotcat.models.pooling import POOLINGS, l2_normalize, pool
+from dotcat.models.loading import load_hf_model, max_positions
+from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
@@ -68,7 +68,6 @@ from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-SIMILARITIES = ("dot", "cos")
 #: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
 WINDOW = 16_384
 #: Texts per tokenizer call (its results are large Python objects; see ``_tokenize``).
@@ -83,56 +82,6 @@ SMALL_CALL_TOKENS = 1024
 #: Queries are padded to a multiple of this many tokens and batched by width, so a query's
 #: vector does not depend on the queries it is batched with (see :mod:`.batching`).
 QUERY_PAD_MULTIPLE = 8
-
-
-@dataclass
-class EncoderConfig:
-    """How to build a :class:`BiEncoder`. None fields come from the model's own files.
-
-    Attributes:
-        model: local directory or hub name (``default`` = all-MiniLM-L6-v2, packaged).
-        pooling: ``cls`` or ``mean``; None: the model's sentence-transformers Pooling, else cls.
-        similarity: ``dot`` or ``cos`` (vectors L2-normalised); None: ``cos`` if the model has
-            a Normalize module, else its ``similarity_fn_name``, else ``dot``.
-        max_length: tokens per text, truncated beyond; None: the model's ``max_seq_length``,
-            else min(512, its position embeddings).
-        batch_size: most texts per forward pass; None: 32 on CPU, 256 on a GPU
-            (:func:`dotcat.models.batching.default_batch`).
-        device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda``, ``cuda:N``.
-        query_prefix, document_prefix: text put before each query / document (e.g. E5's
-            ``"query: "``); None: the model's sentence-transformers prompts, else empty.
-        fast: speed tricks that keep the vectors (token-budget batches and data-parallel
-            workers on CPU, autocast per ``precision``); False gives the plain reference path:
-            fixed-size batches, one at a time, fp32.
-        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, 65,536 on a GPU;
-            0: no cap.
-        precision: ``auto`` (int8 on CPUs with VNNI, else bf16 where native, fp16 on older
-            GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or
-            the int8 runtime; pooling and outputs stay fp32.
-        backend: the int8 runtime: ``auto`` (ONNX Runtime), ``onnxruntime``, ``openvino``;
-            an index records which one made its vectors.
-        cpu_workers: batches encoded at once on CPU, each by its own thread with one
-            intra-op thread (data parallel: no barrier between cores inside an op, robust when
-            other processes share the cores); None: one per intra-op thread (at most 8, then
-            several threads each) when ``fast``;
-            1: one batch at a time over all threads (PyTorch's usual intra-op parallelism).
-        num_threads: intra-op threads; None: every core this process may use.
-    """
-
-    model: str = "default"
-    pooling: str | None = None
-    similarity: str | None = None
-    max_length: int | None = None
-    batch_size: int | None = None
-    device: str = "auto"
-    query_prefix: str | None = None
-    document_prefix: str | None = None
-    fast: bool = True
-    max_batch_tokens: int | None = None
-    precision: str = "auto"
-    backend: str = "auto"
-    cpu_workers: int | None = None
-    num_threads: int | None = None
 
 
 class BiEncoder:
@@ -191,8 +140,12 @@ class BiEncoder:
         self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
-    def load(cls, config: EncoderConfig | None = None) -> BiEncoder:
+    def load(cls, config: EncoderConfig | str | None = None, **settings: Any) -> BiEncoder:
         """Resolve, load and set up the encoder that ``config`` describes.
+
+        ``BiEncoder.load("sentence-transformers/all-MiniLM-L6-v2", device="cpu")``: a model
+        (directory or hub name) and :class:`EncoderConfig` fields, or a whole config; None:
+        the packaged default model.
 
         Defaults for None fields are read from the model's sentence-transformers files
         (modules.json, 1_Pooling/config.json, a Normalize module, sentence_bert_config.json,
@@ -206,14 +159,12 @@ class BiEncoder:
         # transformers takes ~1 s to import; BM25-only search and index checks load no model.
         from transformers import AutoModel, AutoTokenizer
 
-        config = config or EncoderConfig()
-        check_max_length(config.max_length, minimum=2)
+        config = make_config(EncoderConfig, config, settings)
+        config.validate()
         path = resolve_model(config.model)
         st = read_st_settings(path)
         read_model_config(path, st.transformer_dir)
         pooling, similarity = _pooling_and_similarity(config, st)
-        if config.batch_size is not None and config.batch_size < 1:
-            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
 
         device = resolve_device(config.device)
         if device.type == "cpu":
@@ -263,35 +214,62 @@ class BiEncoder:
 
     def encode(
         self,
-        texts: Sequence[str],
+        sentences: str | Sequence[str],
         batch_size: int | None = None,
-        show_progress: bool = False,
+        show_progress_bar: bool | None = None,
         *,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
         out: np.ndarray | None = None,
         progress: Any = None,
         pad_multiple: int = 1,
-    ) -> np.ndarray:
-        """Encode texts as they are (no prefix) into a float32 ``(len(texts), dim)`` array.
+    ) -> Any:
+        """Encode texts as they are (no prefix), as ``SentenceTransformer.encode`` does.
 
-        Texts are tokenized, sorted by token count, batched (at most ``batch_size`` texts and,
-        on CPU, ``max_batch_tokens`` padded tokens per batch), encoded under
-        ``torch.inference_mode`` and written back in the input order. Rows are L2-normalised
-        when ``similarity == "cos"``.
+        One string gives a ``(dim,)`` vector, a sequence a float32 ``(len(sentences), dim)``
+        array (a tensor with ``convert_to_tensor``, a list of tensors with
+        ``convert_to_numpy=False``). Texts are tokenized, sorted by token count, batched (at
+        most ``batch_size`` texts and, on CPU, ``max_batch_tokens`` padded tokens per batch),
+        encoded under ``torch.inference_mode`` and written back in the input order. Rows are
+        L2-normalised when ``similarity == "cos"`` or ``normalize_embeddings``.
 
         Args:
-            texts: the texts (a list, or any sequence that slices, like a datasets column).
+            sentences: one text, or texts (a list, or any sequence that slices, like a
+                datasets column).
             batch_size: overrides the encoder's (``config.batch_size`` or the device's).
-            show_progress: a tqdm bar over texts.
-            out: write into this ``(len(texts), dim)`` float32 array (e.g. an ``np.memmap``)
-                instead of a new one.
+            show_progress_bar: a tqdm bar over texts.
+            normalize_embeddings: L2-normalise each vector (the dot product is then the cosine).
+            convert_to_numpy, convert_to_tensor: the output's type, as sentence-transformers'.
+            out: write into this ``(len(sentences), dim)`` float32 array (e.g. an
+                ``np.memmap``) instead of a new one.
             progress: a caller's bar (see :func:`dotcat.progress.progress_bar`) to advance
                 by each batch's texts, e.g. one bar over a whole corpus encoded in chunks.
             pad_multiple: pad each text to a multiple of this many tokens and batch texts of
                 one width only, so each vector is the same whatever the batch (1: pad to the
                 batch's longest, the cheapest; see :mod:`dotcat.models.batching`).
         """
-        if isinstance(texts, str):
-            raise TypeError("encode() takes a sequence of texts, not one string")
+        single = isinstance(sentences, str)
+        if single and out is not None:
+            raise ValueError("out is for a sequence of texts, not one string")
+        vectors = self._encode_all(
+            [sentences] if single else sentences, batch_size, bool(show_progress_bar), out,
+            progress, pad_multiple,
+        )  # fmt: skip
+        if normalize_embeddings:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return _converted(vectors[0] if single else vectors, convert_to_numpy, convert_to_tensor)
+
+    def _encode_all(
+        self,
+        texts: Sequence[str],
+        batch_size: int | None,
+        show_progress: bool,
+        out: np.ndarray | None,
+        progress: Any,
+        pad_multiple: int,
+    ) -> np.ndarray:
+        """:meth:`encode` of a sequence into a float32 ``(len(texts), dim)`` array."""
         n = len(texts)
         if out is None:
             out = np.empty((n, self.dim), dtype=np.float32)
@@ -331,15 +309,30 @@ class BiEncoder:
                     run_jobs(jobs, run, workers)
         return out
 
-    def encode_queries(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+    def encode_queries(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode queries: :meth:`encode` on ``query_prefix + text``, padded to multiples of
         :data:`QUERY_PAD_MULTIPLE` (a query's vector never depends on its batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
 
-    def encode_documents(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+    #: sentence-transformers' name (``SentenceTransformer.encode_query``).
+    encode_query = encode_queries
+
+    def query_tokens(self, text: str) -> int:
+        """How many tokens the query ``text`` is, special tokens and prefix included, before
+        the cut at :attr:`max_length` that encoding makes."""
+        text = self.query_prefix + text
+        text = text.lower() if self.lowercase else text
+        # verbose=False: counting is the point here, so no "sequence too long" warning from
+        # transformers (the caller says it once, in dotcat's words).
+        return len(self.tokenizer(text, verbose=False)["input_ids"])
+
+    def encode_documents(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
         return self.encode(_prefixed(self.document_prefix, texts), **kwargs)
+
+    #: sentence-transformers' name (``SentenceTransformer.encode_document``).
+    encode_document = encode_documents
 
     def manifest_entry(self) -> dict[str, Any]:
         """What an index records about the encoder that made its vectors."""
@@ -374,10 +367,10 @@ class BiEncoder:
         return "torch" if self.onnx is None else self.onnx.backend
 
     def __repr__(self) -> str:
-        settings = {k: v for k, v in asdict(self.config).items() if k != "model"}
         return (
             f"BiEncoder({self.name!r}, pooling={self.pooling!r}, similarity={self.similarity!r}"
-            f", max_length={self.max_length}, dim={self.dim}, device={self.device}, {settings})"
+            f", max_length={self.max_length}, dim={self.dim}, device={self.device}"
+            f", precision={self.precision!r})"
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -444,19 +437,15 @@ class BiEncoder:
 
 
 def _pooling_and_similarity(config: EncoderConfig, st: StSettings) -> tuple[str, str]:
-    """The config's pooling and similarity, else the model's sentence-transformers files',
-    else ``cls`` and ``dot`` (DPR's); checked."""
+    """The config's pooling and similarity (checked by :meth:`EncoderConfig.validate`), else
+    the model's sentence-transformers files' (:mod:`.st_config` reads only those it supports),
+    else ``cls`` and ``dot`` (DPR's)."""
     pooling = config.pooling or st.pooling
     if pooling is None:
         if st.pooling_error:
             raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
         pooling = "cls"
-    if pooling not in POOLINGS:
-        raise DotcatError(f"unknown pooling {pooling!r} (cls or mean)")
-    similarity = config.similarity or st.similarity or "dot"
-    if similarity not in SIMILARITIES:
-        raise DotcatError(f"unknown similarity {similarity!r} (dot or cos)")
-    return pooling, similarity
+    return pooling, config.similarity or st.similarity or "dot"
 
 
 def _or_default(prefix: str | None, prompt: str | None) -> str:
@@ -464,7 +453,18 @@ def _or_default(prefix: str | None, prompt: str | None) -> str:
     return (prompt or "") if prefix is None else prefix
 
 
-def _prefixed(prefix: str, texts: Sequence[str]) -> Sequence[str]:
+def _prefixed(prefix: str, texts: str | Sequence[str]) -> str | Sequence[str]:
     if isinstance(texts, str):
-        raise TypeError("expected a sequence of texts, not one string")
+        return prefix + texts
     return [prefix + t for t in texts] if prefix else texts
+
+
+def _converted(vectors: np.ndarray, to_numpy: bool, to_tensor: bool) -> Any:
+    """``encode``'s output in the type sentence-transformers gives: a float32 array, a tensor
+    (``to_tensor``), or a list of one tensor per text (neither)."""
+    if to_tensor:
+        return torch.from_numpy(vectors)
+    if to_numpy:
+        return vectors
+    tensor = torch.from_numpy(vectors)
+    return tensor if tensor.ndim == 1 else list(tensor)

@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,9 @@ from dotcat.models.batching import (
     pad_ids,
     run_jobs,
 )
+from dotcat.models.config import CrossEncoderConfig, make_config
 from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import check_max_length, load_hf_model, max_positions
+from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
@@ -65,42 +65,6 @@ WINDOW = 16_384
 #: Pairs are padded to a multiple of this many tokens and batched by width, so a pair's logit
 #: does not depend on the pairs it is batched with (see :mod:`.batching`).
 PAIR_PAD_MULTIPLE = 32
-
-
-@dataclass
-class CrossEncoderConfig:
-    """How to build a :class:`CrossEncoder`.
-
-    Attributes:
-        model: a trained cross-encoder directory (dotcat's or sentence-transformers'), a hub
-            name, or, to start training, any BERT checkpoint (``default`` = all-MiniLM-L6-v2,
-            packaged); a checkpoint without a classification head gets a new one.
-        max_length: tokens per pair, special tokens included; None: what the model directory
-            records (its tokenizer's ``model_max_length``), else 256.
-        batch_size: most pairs per forward pass.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
-        fast: token-budget batches, worker threads and autocast per ``precision``; False:
-            fixed-size batches, one at a time, fp32 (the reference path).
-        max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
-        precision: ``auto`` (int8 on CPUs with VNNI where OpenVINO is installed, else bf16
-            where native, fp16 on older GPUs, else fp32), ``fp32``, ``bf16``, ``fp16``, ``int8``.
-        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
-            ``openvino``, ``onnxruntime``; other precisions run in PyTorch.
-        cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
-            intra-op thread.
-        num_threads: intra-op threads; None: every core this process may use.
-    """
-
-    model: str = "default"
-    max_length: int | None = None
-    batch_size: int = 32
-    device: str = "auto"
-    fast: bool = True
-    max_batch_tokens: int | None = None
-    precision: str = "auto"
-    backend: str = "auto"
-    cpu_workers: int | None = None
-    num_threads: int | None = None
 
 
 def pair_lengths(query_len: int, doc_len: int, budget: int) -> tuple[int, int]:
@@ -208,8 +172,13 @@ class CrossEncoder:
         self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
-    def load(cls, config: CrossEncoderConfig | None = None, *, seed: int = 0) -> CrossEncoder:
+    def load(
+        cls, config: CrossEncoderConfig | str | None = None, *, seed: int = 0, **settings: Any
+    ) -> CrossEncoder:
         """Resolve and load a cross-encoder (or a BERT checkpoint to start one from).
+
+        ``CrossEncoder.load("my-reranker", device="cpu")``: a model (directory or hub name) and
+        :class:`CrossEncoderConfig` fields, or a whole config.
 
         A checkpoint whose ``config.json`` has no single-label sequence-classification head
         (e.g. all-MiniLM-L6-v2, a bi-encoder) gets a new linear head initialised with ``seed``
@@ -222,10 +191,8 @@ class CrossEncoder:
         # transformers takes ~1 s to import; a search without re-ranking loads no cross-encoder.
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        config = config or CrossEncoderConfig()
-        if config.batch_size < 1:
-            raise DotcatError(f"batch_size must be >= 1, got {config.batch_size}")
-        check_max_length(config.max_length, minimum=8)
+        config = make_config(CrossEncoderConfig, config, settings)
+        config.validate()
         path = resolve_model(config.model)
         read_model_config(path)
         device = resolve_device(config.device)
@@ -407,6 +374,61 @@ class CrossEncoder:
         """Logits of one query against each document."""
         return self.score([query] * len(documents), documents, **kwargs)
 
+    def predict(
+        self,
+        pairs: Sequence[tuple[str, str]] | tuple[str, str],
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> Any:
+        """Scores of ``(query, document)`` pairs, as ``sentence_transformers.CrossEncoder.
+        predict`` gives them: a float32 array, one score for one pair.
+
+        The score is the logit (dotcat's scale everywhere, ``score_kind`` ``logit``);
+        ``activation_fn=torch.nn.Sigmoid()`` gives p(relevant), what sentence-transformers
+        returns for a model that records no activation of its own. The order is the same.
+
+        Raises:
+            DotcatError: the model has no trained head (a bi-encoder checkpoint).
+        """
+        self.require_trained()
+        single = len(pairs) == 2 and all(isinstance(x, str) for x in pairs)
+        listed = [pairs] if single else pairs
+        scores = self.score(
+            [q for q, _ in listed], [d for _, d in listed], batch_size=batch_size,
+            show_progress=bool(show_progress_bar),
+        )  # fmt: skip
+        if activation_fn is not None:
+            scores = activation_fn(torch.from_numpy(scores)).numpy()
+        return scores[0] if single else scores
+
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        top_k: int | None = None,
+        return_documents: bool = False,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Re-rank your own candidates for one query, as ``sentence_transformers.CrossEncoder.
+        rank`` does: ``[{"corpus_id": i, "score": s}]`` (with ``"text"`` when
+        ``return_documents``), best first, ties in the documents' order, the top ``top_k``.
+
+        ``corpus_id`` is the document's position in ``documents``; scores as :meth:`predict`.
+        """
+        scores = self.predict(
+            [(query, d) for d in documents], batch_size, show_progress_bar, activation_fn
+        )
+        results: list[dict[str, Any]] = []
+        for i in np.argsort(-scores, kind="stable")[:top_k]:
+            result = {"corpus_id": int(i), "score": float(scores[i])}
+            if return_documents:
+                result["text"] = documents[i]
+            results.append(result)
+        return results
+
     # -- saving -----------------------------------------------------------------------------
 
     def save(self, out_dir: str | Path) -> Path:
@@ -438,7 +460,10 @@ class CrossEncoder:
         }
 
     def __repr__(self) -> str:
-        return f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device})"
+        return (
+            f"CrossEncoder({self.name!r}, max_length={self.max_length}, device={self.device}"
+            f", precision={self.precision!r})"
+        )
 
     # -- internals --------------------------------------------------------------------------
 

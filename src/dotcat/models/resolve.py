@@ -28,6 +28,7 @@ import huggingface_hub
 
 from dotcat.cache import cache_root
 from dotcat.errors import DotcatError
+from dotcat.models.st_config import read_st_settings
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,38 @@ def read_model_config(model_dir: Path, transformer_dir: Path | None = None) -> d
             f"{', '.join(TOKENIZER_FILES)})"
         )
     return config
+
+
+def check_model(model: str | os.PathLike, *, cross_encoder: bool = False) -> Path:
+    """Resolve a model argument and check its directory without loading it (no torch).
+
+    Args:
+        cross_encoder: also require a trained BERT_CAT: one ``*ForSequenceClassification``
+            head with one label (a bi-encoder or a plain BERT would get an untrained head).
+
+    Returns:
+        The model directory.
+
+    Raises:
+        DotcatError: one line naming the model and what it lacks.
+    """
+    path = resolve_model(model)
+    config = read_model_config(path, read_st_settings(path).transformer_dir)
+    if cross_encoder:
+        architectures = config.get("architectures") or []
+        if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+            raise DotcatError(
+                f"{path} is not a cross-encoder (no sequence-classification head in its "
+                "config.json; a bi-encoder?); train one with `dotcat train cat` or pass a "
+                "sentence-transformers CrossEncoder"
+            )
+        labels = config.get("num_labels") or len(config.get("id2label") or {"0": ""})
+        if labels != 1:
+            raise DotcatError(
+                f"{path} is a classifier with {labels} labels; a re-ranker needs one relevance "
+                "logit"
+            )
+    return path
 
 
 def model_dim(config: dict) -> int | None:

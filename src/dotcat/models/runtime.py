@@ -22,6 +22,7 @@ import platform
 
 import torch
 
+from dotcat import options
 from dotcat.errors import DotcatError
 
 logger = logging.getLogger(__name__)
@@ -136,8 +137,8 @@ def detect_native_bf16() -> bool:
 
 #: Precisions run by ONNX Runtime instead of PyTorch autocast (CPU only).
 ONNX_PRECISIONS = ("int8",)
-#: Every precision a command accepts.
-ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
+#: Every precision a command accepts: ``auto``, :data:`PRECISIONS`, :data:`ONNX_PRECISIONS`.
+ALL_PRECISIONS = options.PRECISIONS
 
 
 #: Per model kind, the int8 runtimes that keep >= 99.5% of fp32's nDCG@10 and R@100 on SciFact
@@ -152,7 +153,7 @@ ALL_PRECISIONS = ("auto", *PRECISIONS, *ONNX_PRECISIONS)
 #: Indexes record which int8 runtime made their vectors; queries follow it.
 INT8_BY_DEFAULT = {"encoder": ("onnxruntime",), "cross-encoder": ("openvino",)}
 #: The runtimes of the int8 path (each runs both model kinds).
-INT8_BACKENDS = ("onnxruntime", "openvino")
+INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 

@@ -46,6 +46,7 @@ from dotcat.evaluation.significance import ttest_pvalue
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
 from dotcat.index.passages import PassageConfig
+from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 from dotcat.search.passages import to_run
 from dotcat.search.pipeline import SearchPipeline
@@ -159,7 +160,7 @@ def pseudo_first_stage(
         pipeline.config,
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
-        fusion_weight=pipeline.fusion.weight,
+        fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
         rerank=None,
     )
     queries = {qid: text for qid, text, _ in pseudo.queries}
@@ -188,6 +189,7 @@ def calibrate_reranker(
     Raises:
         DotcatError: no cross-encoder, or fewer than :data:`MIN_QUERIES` pseudo-queries.
     """
+    CalibrationConfig(queries=queries, documents=max_documents, seed=seed).validate()
     reranker = pipeline.reranker
     if reranker is None:
         raise DotcatError("calibration needs a cross-encoder to re-rank with (--rerank MODEL)")

@@ -27,13 +27,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from dotcat import options
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
 from dotcat.types import Qrels, Ranking, Run
 
 logger = logging.getLogger(__name__)
 
-FUSIONS = ("rrf", "linear")
+#: The fusion methods (:data:`dotcat.options.FUSIONS` less ``auto``: the index's choice).
+FUSIONS = tuple(method for method in options.FUSIONS if method != "auto")
 RRF_K = 60
 #: Linear weights tried on dev (the dense side's share).
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))

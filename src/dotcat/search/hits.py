@@ -4,15 +4,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dotcat.reprs import short_repr
+
+#: What a score is, by the stage that gave it: a BM25 score; the bi-encoder's cosine or dot
+#: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
+#: the linear fusion's min-max normalised mix (in [0, 1]); the cross-encoder's logit; the
+#: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]).
+SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
+
 
 @dataclass(frozen=True)
 class Hit:
     """One ranked result: a document, and the passage of it that matched.
 
+    ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`). ``print(hit)``
+    shows the rank, id, score and its kind, the title and the text's first words
+    (:func:`dotcat.reprs.preview`); ``hit.text`` holds the whole text.
+
     Attributes:
         rank: 1 for the best.
         doc_id, title, text: the document (its whole text).
         score: the ranking score.
+        score_kind: the scale of ``score``.
         start, stop: the characters of ``text`` the matched passage spans (an index with
             passages, :mod:`dotcat.index.passages`); None: the document matched whole (an
             index without passages).
@@ -23,6 +36,7 @@ class Hit:
     score: float
     title: str
     text: str
+    score_kind: str = ""
     start: int | None = None
     stop: int | None = None
 
@@ -32,3 +46,14 @@ class Hit:
         if self.start is None or self.stop is None:
             return self.text
         return self.text[self.start : self.stop]
+
+    def __repr__(self) -> str:
+        fields = {
+            "rank": self.rank,
+            "doc_id": self.doc_id,
+            "score": float(self.score),
+            "score_kind": self.score_kind,
+            "title": self.title,
+            "text": self.text,
+        }
+        return short_repr("Hit", fields, texts=("title", "text"))

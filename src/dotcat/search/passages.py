@@ -27,9 +27,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dotcat.errors import DotcatError
 from dotcat.index.docstore import PassageRef
-from dotcat.index.passages import AGGREGATIONS
+from dotcat.options import AGGREGATIONS, at_least, first_failure, one_of
 from dotcat.types import Run
 
 #: A passage ranking: ``(FAISS id, score)`` pairs, best first.
@@ -53,11 +52,8 @@ class Match:
 
 
 def check_aggregation(method: str, top: int) -> None:
-    """Raise :class:`DotcatError` for an unknown rule or a ``top`` below 1."""
-    if method not in AGGREGATIONS:
-        raise DotcatError(f"unknown aggregation {method!r} ({', '.join(AGGREGATIONS)})")
-    if top < 1:
-        raise DotcatError(f"aggregate_top must be >= 1, got {top}")
+    """Raise :class:`~dotcat.errors.SettingError` for an unknown rule or a ``top`` below 1."""
+    first_failure([one_of("aggregation", method, AGGREGATIONS), at_least("aggregate_top", top, 1)])
 
 
 def aggregate(

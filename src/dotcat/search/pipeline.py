@@ -35,23 +35,28 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dotcat.data.splits import find_dev_split
 from dotcat.errors import DotcatError
 from dotcat.files import read_json_or_none
-from dotcat.index import document_text
+from dotcat.index import build_index, document_text
 from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import IndexConfig
 from dotcat.index.docstore import PassageRef
 from dotcat.index.manifest import update_manifest
-from dotcat.index.passages import AGGREGATIONS
 from dotcat.index.shards import open_index
+from dotcat.models.config import EncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.models.resolve import check_model
 from dotcat.models.runtime import store_linear_weights
+from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
 from dotcat.progress import progress_bar
+from dotcat.search.config import PipelineConfig, check_pipeline, parse_interpolate
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
 from dotcat.search.passages import Match, rank_documents, to_run
@@ -59,85 +64,18 @@ from dotcat.search.reranker import rerank
 from dotcat.search.retriever import DenseRetriever, hit
 from dotcat.types import Run
 
+__all__ = [
+    "FIRST_STAGES",
+    "FUSION_DEPTH",
+    "PipelineConfig",
+    "Reranker",
+    "SearchPipeline",
+    "build_and_tune",
+    "parse_interpolate",
+    "tune_fusion",
+]
+
 logger = logging.getLogger(__name__)
-
-FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
-#: Candidates each first stage contributes before a hybrid fusion (at least k).
-FUSION_DEPTH = 100
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """What a :class:`SearchPipeline` does; every field has a default that follows the index.
-
-    Attributes:
-        first_stage: ``auto``, ``dense``, ``bm25`` or ``hybrid`` (see the module docstring).
-        fusion: ``auto`` (the index's dev-chosen fusion, else RRF), ``rrf`` or ``linear``.
-        fusion_weight: linear fusion's dense weight (None: the recorded one, else 0.5).
-        fusion_depth: candidates per first stage before fusing.
-        rerank: a BERT_CAT cross-encoder (directory or hub name) to re-rank with; None: no.
-        depth: how many first-stage results are re-ranked.
-        interpolate: ``auto`` (the weight recorded for this model in the index by ``dotcat
-            calibrate``, else the one recorded by ``train cat``, else 1), or a number in
-            [0, 1] (1: the plain cross-encoder logit).
-        model: the query encoder, when not the one the index records (checked against it).
-        device, precision: where and at what precision the models run.
-        rerank_backend: the re-ranker's int8 runtime (``auto``: OpenVINO where installed,
-            ``openvino``, ``onnxruntime``; see :class:`CrossEncoderConfig`).
-        search_params: FAISS search parameters (``nprobe``, ``efSearch``).
-        batch_size: most cross-encoder pairs per forward pass.
-        aggregation: how documents are ranked from their passages' scores (one of
-            :data:`dotcat.index.passages.AGGREGATIONS`: ``maxp``, ``firstp``, ``sum``).
-        aggregate_top: ``sum``: how many of a document's best passages are summed.
-        rerank_passages: passages of each document the cross-encoder reads (its first
-            stage's best first); the document's logit is their highest.
-    """
-
-    first_stage: str = "auto"
-    fusion: str = "auto"
-    fusion_weight: float | None = None
-    fusion_depth: int = FUSION_DEPTH
-    rerank: str | None = None
-    depth: int = 100
-    interpolate: str | float = "auto"
-    model: str | None = None
-    device: str = "auto"
-    precision: str = "auto"
-    rerank_backend: str = "auto"
-    search_params: Mapping[str, float] | None = None
-    batch_size: int = 32
-    aggregation: str = "maxp"
-    aggregate_top: int = 2
-    rerank_passages: int = 1
-
-    def __post_init__(self) -> None:
-        if self.first_stage not in FIRST_STAGES:
-            raise DotcatError(
-                f"unknown first stage {self.first_stage!r} ({', '.join(FIRST_STAGES)})"
-            )
-        if self.fusion not in ("auto", "rrf", "linear"):
-            raise DotcatError(f"unknown fusion {self.fusion!r} (auto, rrf, linear)")
-        if self.aggregation not in AGGREGATIONS:
-            raise DotcatError(
-                f"unknown aggregation {self.aggregation!r} ({', '.join(AGGREGATIONS)})"
-            )
-        for name in ("depth", "fusion_depth", "batch_size", "aggregate_top", "rerank_passages"):
-            if getattr(self, name) < 1:
-                raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
-        parse_interpolate(self.interpolate)
-
-
-def parse_interpolate(value: str | float | None) -> float | None:
-    """``auto``/None -> None (follow the model's record); else a weight in [0, 1]."""
-    if value is None or value == "auto":
-        return None
-    try:
-        alpha = float(value)
-    except (TypeError, ValueError):
-        raise DotcatError(f"interpolate: {value!r} is not 'auto' or a number") from None
-    if not 0.0 <= alpha <= 1.0:
-        raise DotcatError(f"interpolate: {alpha} is outside [0, 1]")
-    return alpha
 
 
 def _corpus_alpha(weights: Mapping[str, Any] | None, fingerprint: str) -> float | None:
@@ -169,7 +107,7 @@ class Reranker:
     def __init__(
         self,
         cross_encoder: Any,
-        depth: int = 100,
+        depth: int = RERANK_DEPTH,
         interpolate: str | float = "auto",
         corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
     ):
@@ -193,7 +131,7 @@ class Reranker:
     def load(
         cls,
         model: str,
-        depth: int = 100,
+        depth: int = RERANK_DEPTH,
         interpolate: str | float = "auto",
         *,
         device: str = "auto",
@@ -202,6 +140,9 @@ class Reranker:
         batch_size: int = 32,
         corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Reranker:
+        # Refused before loading: a bi-encoder would get an untrained head (and transformers
+        # would print its load report first).
+        check_model(model, cross_encoder=True)
         config = CrossEncoderConfig(
             model=model, device=device, precision=precision, backend=backend, batch_size=batch_size
         )
@@ -254,11 +195,15 @@ class Reranker:
 class SearchPipeline:
     """Queries in, ranked :class:`Hit` lists out, over one index directory.
 
+    ``SearchPipeline("my-index")`` searches hybrid where the index has BM25 (as ``dotcat
+    search`` does); ``SearchPipeline("my-index", rerank="my-cat", depth=50)`` re-ranks.
+
     Args:
-        index_dir: a directory written by ``dotcat index`` (with ``--bm25`` for BM25/hybrid).
+        index_dir: a directory written by ``dotcat index`` or :func:`build_and_tune`.
         config: a :class:`PipelineConfig` (defaults follow the index and the models).
         advise: log the hint to run ``dotcat calibrate`` where a dev-chosen weight meets
             another corpus (False for ``dotcat calibrate`` itself).
+        settings: :class:`PipelineConfig` fields, over ``config``.
 
     Raises:
         DotcatError: a first stage the index cannot serve (BM25 without a BM25 index), or
@@ -266,9 +211,16 @@ class SearchPipeline:
     """
 
     def __init__(
-        self, index_dir: str | Path, config: PipelineConfig | None = None, *, advise: bool = True
+        self,
+        index_dir: str | Path,
+        config: PipelineConfig | None = None,
+        *,
+        advise: bool = True,
+        **settings: Any,
     ) -> None:
-        self.config = config = config or PipelineConfig()
+        config = config or PipelineConfig()
+        self.config = config = replace(config, **settings) if settings else config
+        check_pipeline(index_dir, config)
         self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
         # An index directory, or a folder of shard indexes searched unmerged (dense only).
@@ -302,6 +254,14 @@ class SearchPipeline:
         if self.reranker is not None and advise:
             self._advise_calibration()
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
+
+    def __repr__(self) -> str:
+        reranker = self.reranker.cross_encoder.name if self.reranker else None
+        return (
+            f"SearchPipeline({str(self.index_dir)!r}, documents={len(self.index)}, "
+            f"first_stage={self.first_stage!r}, fusion={self.fusion.describe()!r}, "
+            f"encoder={self.manifest.encoder.get('name')!r}, rerank={reranker!r})"
+        )
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -395,7 +355,7 @@ class SearchPipeline:
     def search(
         self,
         query: str,
-        k: int = 10,
+        k: int = SHOWN_K,
         *,
         first_stage: str | None = None,
         rerank: bool | None = None,
@@ -407,7 +367,7 @@ class SearchPipeline:
     def search_many(
         self,
         queries: Sequence[str],
-        k: int = 10,
+        k: int = SHOWN_K,
         *,
         first_stage: str | None = None,
         rerank: bool | None = None,
@@ -420,17 +380,41 @@ class SearchPipeline:
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
         found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+        kind = self.score_kind(first_stage=first_stage, rerank=rerank)
         needed = {m.doc_id for matches in found.values() for m in matches}
         stored = self.index.store.by_ids(sorted(needed))
         return [
-            [hit(rank, m, stored[m.doc_id]) for rank, m in enumerate(found[key], start=1)]
+            [hit(rank, m, stored[m.doc_id], kind) for rank, m in enumerate(found[key], start=1)]
             for key in keyed
         ]
+
+    def query_cut(self, query: str, first_stage: str | None = None) -> tuple[int, int] | None:
+        """``(tokens, kept)`` when the query encoder reads only the first ``kept`` of the
+        query's ``tokens`` (its window), else None (BM25 reads the whole query)."""
+        stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
+        if stage == "bm25":
+            return None
+        encoder = self.encoder
+        tokens = encoder.query_tokens(query)
+        return (tokens, encoder.max_length) if tokens > encoder.max_length else None
+
+    def score_kind(self, *, first_stage: str | None = None, rerank: bool | None = None) -> str:
+        """Which scale a call's scores are on (:data:`dotcat.search.hits.SCORE_KINDS`): the
+        cross-encoder's when it re-ranks, else the first stage's."""
+        stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
+        reranks = self.reranker is not None if rerank is None else rerank
+        if reranks and self.reranker is not None and self.reranker.alpha > 0:
+            return "logit" if self.reranker.alpha == 1.0 else "interpolated"
+        if stage == "bm25":
+            return "bm25"
+        if stage == "dense":
+            return "cosine" if self.manifest.encoder.get("similarity") == "cos" else "dot"
+        return "rrf" if self.fusion.method == "rrf" else "fused"
 
     def run(
         self,
         queries: Mapping[str, str],
-        k: int = 100,
+        k: int = RUN_K,
         *,
         first_stage: str | None = None,
         rerank: bool | None = None,
@@ -642,3 +626,69 @@ def tune_fusion(
     fusion = choose_fusion(dense, sparse, dev.qrels, dev.source)
     update_manifest(index_dir, lambda manifest: setattr(manifest, "fusion", fusion.to_json()))
     return fusion
+
+
+@dataclass(frozen=True)
+class BuiltIndex:
+    """What :func:`build_and_tune` made: the index's manifest, and the hybrid fusion chosen on
+    the data's dev queries (None: no BM25 side, a shard, or no dev queries: RRF stays)."""
+
+    manifest: Any
+    fusion: Fusion | None
+    seconds: float
+
+    def __repr__(self) -> str:
+        manifest = self.manifest
+        fusion = self.fusion.describe() if self.fusion else None
+        return (
+            f"BuiltIndex(documents={manifest.documents['count']}, "
+            f"encoder={manifest.encoder.get('name')!r}, bm25={bool(manifest.bm25)}, "
+            f"fusion={fusion!r}, seconds={self.seconds:.1f})"
+        )
+
+
+def build_and_tune(
+    corpus: Any,
+    index_dir: str | Path,
+    encoder: Any = None,
+    config: IndexConfig | None = None,
+    *,
+    overwrite: bool = False,
+    fresh: bool = False,
+    corpus_options: Any = None,
+    show_progress: bool = True,
+) -> BuiltIndex:
+    """Build an index (:func:`dotcat.index.build_index`) and, with BM25 inside, choose its
+    hybrid fusion on the data's dev queries (:func:`tune_fusion`): what ``dotcat index`` and
+    ``dotcat experiment`` do, so that a hybrid search of the index runs the fusion its data
+    prefers. A shard is not tuned: its merge is (``dotcat merge`` then this fusion choice).
+
+    This is ``dotcat.build_index``: ``build_index("my-docs/", "my-index")`` indexes a folder
+    with the packaged default model, BM25 beside it (:class:`IndexConfig`'s defaults are the
+    command line's).
+
+    Args:
+        corpus: what :func:`dotcat.index.build_index` reads (a path, or documents in Python).
+        encoder: a model name or directory, an :class:`EncoderConfig`, or a loaded
+            :class:`~dotcat.models.BiEncoder`; None: the packaged default model.
+        config, overwrite, fresh, corpus_options, show_progress: as
+            :func:`dotcat.index.build_index`.
+    """
+    config = config or IndexConfig()
+    if encoder is None or isinstance(encoder, str):
+        encoder = EncoderConfig(model=encoder or "default", device=config.device)
+    start = time.perf_counter()
+    manifest = build_index(
+        corpus, index_dir, encoder, config, overwrite=overwrite, show_progress=show_progress,
+        fresh=fresh, corpus_options=corpus_options,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    fusion = None
+    if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
+        settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig
+        fusion = tune_fusion(
+            index_dir, corpus, device=settings.device, precision=settings.precision
+        )
+        if fusion is not None:  # as tune_fusion recorded it in the index
+            manifest.fusion = fusion.to_json()
+    return BuiltIndex(manifest, fusion, seconds)

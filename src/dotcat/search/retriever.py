@@ -66,6 +66,8 @@ class DenseRetriever:
         self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
         self.aggregation, self.aggregate_top = aggregation, aggregate_top
+        #: The scale of the scores: the encoder's similarity.
+        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """The top-k documents for one query, with titles, texts and the passages found."""
@@ -75,7 +77,9 @@ class DenseRetriever:
             raise DotcatError("the query is empty; give some words to search for")
         matches = self.batch_matches({"q": query}, k, show_progress=False)["q"]
         docs = self.index.store.by_ids([m.doc_id for m in matches])
-        return [hit(rank, m, docs[m.doc_id]) for rank, m in enumerate(matches, start=1)]
+        return [
+            hit(rank, m, docs[m.doc_id], self.score_kind) for rank, m in enumerate(matches, start=1)
+        ]
 
     def document_texts(self, doc_ids) -> dict[str, str]:
         """id -> ``document_text(title, text)`` from the index's document store."""
@@ -135,9 +139,9 @@ class DenseRetriever:
         }
 
 
-def hit(rank: int, match: Match, doc: StoredDocument) -> Hit:
-    """A result: the document, and where the passage that matched lies in its text (none for
-    a whole document: an index without passages)."""
+def hit(rank: int, match: Match, doc: StoredDocument, score_kind: str) -> Hit:
+    """A result: the document, its score on the ``score_kind`` scale, and where the passage
+    that matched lies in its text (none for a whole document: an index without passages)."""
     ref = match.passages[0][0] if match.passages else None
     span = (ref.start, ref.stop) if ref is not None and ref.stop is not None else (None, None)
-    return Hit(rank, doc.id, match.score, doc.title, doc.text, *span)
+    return Hit(rank, doc.id, match.score, doc.title, doc.text, score_kind, *span)

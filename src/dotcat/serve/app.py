@@ -30,11 +30,10 @@ What keeps it up under load and bad input:
 # objects, and the POST body model is built per app (its caps come from the config).
 import asyncio
 import hmac
-import ipaddress
 import os
 import time
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -51,6 +50,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.serve.batcher import Job, MicroBatcher
+from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
+from dotcat.serve.config import ServeConfig
+from dotcat.serve.config import is_loopback as is_loopback
 from dotcat.serve.errors import MAX_URL_BYTES, add_error_handlers
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
 from dotcat.serve.protocol import (
@@ -82,8 +84,6 @@ from dotcat.serve.snippet import (
     snippet,
 )
 
-API_KEY_ENV = "DOTCAT_API_KEY"
-
 DESCRIPTION = f"""
 Search an index built by `dotcat index`: a BERT_DOT bi-encoder with FAISS, BM25, or both fused
 (hybrid), optionally re-ranked by a BERT_CAT cross-encoder.
@@ -98,71 +98,6 @@ Search an index built by `dotcat index`: a BERT_DOT bi-encoder with FAISS, BM25,
 * **Access**: a server on another address than loopback needs its API key, sent as
   `X-API-Key` or `Authorization: Bearer` ("Authorize" here).
 """
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """How the server listens and what it accepts.
-
-    Attributes:
-        host, port: where to listen; a non-loopback host needs ``api_key``.
-        api_key: required from clients when set (``X-API-Key`` or ``Authorization: Bearer``).
-        max_batch: most queries per model call.
-        batch_window_ms: after a batch's first request, wait at most this long for the rest of
-            the crowd the last batch saw (:mod:`dotcat.serve.batcher`; 0: never wait).
-        queue_size: most requests waiting for the model; beyond, 503 at once.
-        timeout_s: time limit of one request (504 past it).
-        max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
-        max_answer_bytes: the largest answer; a bigger one is refused with 400 (whole texts
-            of long documents: ask fewer, or snippets).
-        retry_after_s: the ``Retry-After`` of a 503.
-        workers: server processes sharing the port, each with its own models
-            (:mod:`dotcat.serve.server`).
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    api_key: str | None = None
-    max_batch: int = 64
-    batch_window_ms: float = 5.0
-    queue_size: int = 64
-    timeout_s: float = 30.0
-    max_k: int = 1000
-    max_depth: int = 1000
-    max_query_chars: int = 2000
-    max_queries: int = 64
-    max_body_bytes: int = 64 * 1024
-    max_answer_bytes: int = 8 * 1024 * 1024
-    retry_after_s: int = 1
-    workers: int = 1
-
-    def check(self) -> None:
-        """Refuse an open address without an API key, and nonsense limits."""
-        if not is_loopback(self.host) and not self.api_key:
-            raise DotcatError(
-                f"--host {self.host}: serving beyond this machine needs an API key "
-                f"(--api-key or ${API_KEY_ENV})"
-            )
-        if not 1 <= self.port <= 65535:
-            raise DotcatError(f"port must be in 1..65535, got {self.port}")
-        names = ("max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers")
-        for name in (*names, "max_answer_bytes"):
-            if getattr(self, name) < 1:
-                raise DotcatError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise DotcatError(f"timeout must be > 0 seconds, got {self.timeout_s}")
-        if not 0 <= self.batch_window_ms <= 1000:
-            raise DotcatError(f"batch window must be in [0, 1000] ms, got {self.batch_window_ms}")
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the app ------------------------------------------------------------------------------
@@ -332,6 +267,7 @@ def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
         rank=hit.rank,
         doc_id=hit.doc_id,
         score=hit.score,
+        score_kind=hit.score_kind,
         title=hit.title if full_text else shorten(hit.title, TITLE_CHARS),
         snippet=cut,
         passage=passage,

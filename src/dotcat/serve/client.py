@@ -85,11 +85,12 @@ class ServerClient:
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
     """A hit as a local search gives it: with ``full_text``, the whole text and where the
     passage that matched lies in it; else the snippet (and no offsets: they are the text's)."""
+    kind = hit["score_kind"]
     if not full_text:
-        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"])
+        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind)
     passage = hit.get("passage") or {}
     return Hit(
-        hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"],
+        hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"], kind,
         passage.get("start"), passage.get("stop"),
     )  # fmt: skip
 

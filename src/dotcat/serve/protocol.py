@@ -51,7 +51,12 @@ class HitOut(BaseModel):
     doc_id: str = Field(description="The document's id; `GET /documents/{doc_id}` gives it.")
     score: float = Field(
         description="The ranking score: higher is better; its scale depends on the stage "
-        "that ranked last (BM25, dense similarity, fusion or cross-encoder)."
+        "that ranked last (BM25, dense similarity, fusion or cross-encoder): see `score_kind`."
+    )
+    score_kind: str = Field(
+        description="The score's scale: bm25, cosine or dot (the bi-encoder), rrf (reciprocal "
+        "rank fusion), fused (the linear fusion, in [0, 1]), logit (the cross-encoder's) or "
+        "interpolated (the cross-encoder's mixed with the first stage's, in [0, 1])."
     )
     title: str = Field(
         description=f"The document's title ('' if none); over {TITLE_CHARS} characters it is "

@@ -79,6 +79,7 @@ def adapt(config: AdaptConfig) -> Path:
             holding another run (without ``resume`` or ``overwrite``).
     """
     config.validate()
+    config.check_files()
     out = Path(config.out_dir)
     work = _prepare(out, config)
     run = _Record(out / RECORD, config)

@@ -17,12 +17,30 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dotcat.errors import DotcatError
+from dotcat.data import find_corpus_file
+from dotcat.errors import DotcatError, SettingError
+from dotcat.files import check_can_create_in
+from dotcat.models.resolve import check_model
+from dotcat.options import (
+    DEVICE_HELP,
+    POOLINGS,
+    PRECISION_HELP,
+    PRECISIONS,
+    SIMILARITIES,
+    Check,
+    Settings,
+    at_least,
+    device_checks,
+    one_of,
+    precision_checks,
+    setting,
+    within,
+)
 
 #: ``bf16``: autocast where the hardware has native bf16 (``auto``), always, or never.
 BF16_SETTINGS = ("auto", "on", "off")
@@ -51,28 +69,21 @@ MIN_ADAPT_QUERIES = 64
 #: triples with one margin each; the budget buys more pseudo-queries instead of more negatives.
 DISTILL_NEGATIVES = 1
 
-PRECISION_HELP = (
-    "auto (int8 on CPUs with VNNI, else bf16 where the CPU has native bf16 or on a GPU, else "
-    "fp32), fp32, bf16, or int8 (CPU only, exported on first use); DOTCAT_NATIVE_BF16=on|off "
-    "overrides the detection."
-)
-
-
-def setting(default: Any = dataclasses.MISSING, *, help: str) -> Any:
-    """A config field with its help text (``metadata["help"]``)."""
-    return field(default=default, metadata={"help": help})
-
 
 def is_lexical(teacher: object) -> bool:
     """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
     return str(teacher) == LEXICAL_TEACHER
 
 
-def check(checks: Iterable[tuple[bool, str]]) -> None:
-    """Raise :class:`DotcatError` with the message of the first failed ``(ok, message)``."""
-    for ok, message in checks:
-        if not ok:
-            raise DotcatError(message)
+def check_inputs(data: str | Path, out_dir: str | Path, model: str) -> None:
+    """A run's data (a BEIR dir or corpus file), its output folder (creatable, not a file)
+    and its starting model (a model directory), checked without loading any of them."""
+    find_corpus_file(data)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DotcatError(f"{out_dir}: exists and is not a directory")
+    check_can_create_in(out_dir)
+    check_model(model)
 
 
 def check_window(window: Sequence[int]) -> tuple[int, int]:
@@ -80,22 +91,18 @@ def check_window(window: Sequence[int]) -> tuple[int, int]:
     try:
         start, end = window
     except (TypeError, ValueError):
-        raise DotcatError(f"rank window must be (start, end), got {window!r}") from None
+        raise SettingError("window", f"rank window must be (start, end), got {window!r}") from None
     if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window):
-        raise DotcatError(f"rank window must be two integers, got {window!r}")
+        raise SettingError("window", f"rank window must be two integers, got {window!r}")
     if not 0 <= start < end:
-        raise DotcatError(f"rank window must satisfy 0 <= start < end, got [{start}, {end})")
+        raise SettingError(
+            "window", f"rank window must satisfy 0 <= start < end, got [{start}, {end})"
+        )
     return int(start), int(end)
 
 
-def one_of(name: str, value: object, choices: Sequence[object], recipe: str = "") -> tuple:
-    """The ``(ok, message)`` check that ``value`` is one of ``choices``."""
-    where = f" for {recipe}" if recipe else ""
-    return (value in choices, f"{name} must be one of {tuple(choices)}{where}, got {value!r}")
-
-
-@dataclass
-class TrainConfig:
+@dataclass(repr=False)
+class TrainConfig(Settings):
     """What every training run shares (recorded in the run's ``dotcat_training.json``).
 
     The optimiser is AdamW (no weight decay on biases and LayerNorm weights) with a linear
@@ -134,8 +141,10 @@ class TrainConfig:
         0.1, help="Share of train queries held out (0: no dev split, the last epoch is kept)."
     )
     seed: int = setting(42, help="Random seed.")
-    bf16: str = setting("auto", help="auto, on or off.")
-    device: str = setting("auto", help="auto, cpu or cuda.")
+    bf16: str = setting(
+        "auto", help="bf16 autocast: auto (where native), on or off.", choices=BF16_SETTINGS
+    )
+    device: str = setting("auto", help=DEVICE_HELP)
     checkpoint_every: int = setting(0, help="Checkpoint every N steps (0: off).")
     keep_checkpoints: int = setting(2, help="Newest checkpoints kept (0: all).")
     resume: bool = setting(False, help="Continue from the last checkpoint.")
@@ -147,31 +156,29 @@ class TrainConfig:
     )
     show_progress: bool = setting(True, help="Progress bars (rank 0 only).")
 
-    def checks(self) -> list[tuple[bool, str]]:
-        """``(ok, message)`` for every shared setting; subclasses add theirs."""
+    def checks(self) -> list[Check]:
+        """Every shared setting's check; subclasses add theirs."""
         return [
             one_of("loss", self.loss, self.losses, self.recipe),
-            one_of("bf16", str(self.bf16), BF16_SETTINGS),
-            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
-            (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
-            (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),
-            (self.n_negatives >= 0, f"n_negatives must be >= 0, got {self.n_negatives}"),
-            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
-            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
-            (self.weight_decay >= 0, "weight_decay must be >= 0"),
-            (self.max_grad_norm >= 0, "max_grad_norm must be >= 0"),
-            (0 <= self.dev_fraction < 1, "dev_fraction must be in [0, 1)"),
-            (self.checkpoint_every >= 0, "checkpoint_every must be >= 0"),
-            (self.keep_checkpoints >= 0, "keep_checkpoints must be >= 0"),
-            (
-                self.stop_after_steps is None or self.stop_after_steps >= 1,
-                "stop_after_steps must be >= 1",
-            ),
+            *device_checks("device", str(self.device)),
+            at_least("epochs", self.epochs, 1),
+            at_least("batch_size", self.batch_size, 1),
+            at_least("grad_accum_steps", self.grad_accum_steps, 1),
+            at_least("n_negatives", self.n_negatives, 0),
+            (self.lr > 0, "lr", f"lr (the learning rate) must be > 0, got {self.lr}"),
+            within("warmup_ratio", self.warmup_ratio, 0, 1, open_high=True),
+            at_least("weight_decay", self.weight_decay, 0),
+            at_least("max_grad_norm", self.max_grad_norm, 0),
+            within("dev_fraction", self.dev_fraction, 0, 1, open_high=True),
+            at_least("checkpoint_every", self.checkpoint_every, 0),
+            at_least("keep_checkpoints", self.keep_checkpoints, 0),
+            at_least("stop_after_steps", self.stop_after_steps, 1),
         ]
 
-    def validate(self) -> None:
-        """Raise :class:`DotcatError` for the first value that cannot work."""
-        check(self.checks())
+    def check_files(self) -> None:
+        """The data, the output folder and the models the run names, checked without
+        loading them (no torch): a missing file is refused before any work."""
+        check_inputs(self.data, self.out_dir, self.base)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings, tuples as lists)."""
@@ -184,7 +191,7 @@ class TrainConfig:
         return out
 
 
-@dataclass
+@dataclass(repr=False)
 class DotConfig(TrainConfig):
     """A BERT_DOT training run (``dotcat train dot``; :mod:`dotcat.training.recipes.dot`).
 
@@ -203,10 +210,16 @@ class DotConfig(TrainConfig):
 
     loss: str = setting("contrastive", help="contrastive (InfoNCE) or triplet.")
     pooling: str | None = setting(
-        None, help="cls or mean (default: the base model's own, which its weights are tuned for)."
+        None,
+        help="cls or mean (default: the base model's own, which its weights are tuned for).",
+        choices=POOLINGS,
     )
-    similarity: str | None = setting(None, help="dot or cos (default: the base model's own).")
-    negatives: str = setting("bm25", help="Hard negatives: bm25, dense or none.")
+    similarity: str | None = setting(
+        None, help="dot or cos (default: the base model's own).", choices=SIMILARITIES
+    )
+    negatives: str = setting(
+        "bm25", help="Hard negatives: bm25, dense or none.", choices=NEGATIVE_SOURCES
+    )
     window: tuple[int, int] = setting(
         DEFAULT_WINDOW,
         help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
@@ -222,6 +235,7 @@ class DotConfig(TrainConfig):
         "full",
         help="full: dev nDCG@10 by exact retrieval over the corpus encoded with the current "
         "model; none: no dev evaluation (the last epoch is kept).",
+        choices=DEV_EVALS,
     )
     dev_max_docs: int = setting(
         50_000,
@@ -229,31 +243,35 @@ class DotConfig(TrainConfig):
         "seeded sample of others).",
     )
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def checks(self) -> list[Check]:
         triplet = self.loss == "triplet"
         return [
             *super().checks(),
-            one_of("negatives", self.negatives, NEGATIVE_SOURCES),
-            one_of("dev_eval", self.dev_eval, DEV_EVALS),
-            (not self.cache_chunk_size or self.cache_chunk_size >= 1, "cache chunk size < 1"),
+            at_least("cache_chunk_size", self.cache_chunk_size or None, 1),
             (
                 self.temperature is None or self.temperature > 0,
+                "temperature",
                 f"temperature must be > 0, got {self.temperature}",
             ),
-            (self.margin > 0, f"margin must be > 0, got {self.margin}"),
-            (
-                self.max_length is not None and self.max_length >= 2 and self.query_max_length >= 2,
-                "max lengths must be >= 2",
-            ),
-            (self.dev_max_docs >= 1, "dev_max_docs must be >= 1"),
+            (self.margin > 0, "margin", f"margin must be > 0, got {self.margin}"),
+            (self.max_length is not None, "max_length", "max_length must be a number of tokens"),
+            at_least("max_length", self.max_length, 2),
+            at_least("query_max_length", self.query_max_length, 2),
+            at_least("dev_max_docs", self.dev_max_docs, 1),
             (
                 not triplet or self.negatives != "none" or self.negatives_file is not None,
+                "negatives",
                 "the triplet loss needs hard negatives: use negatives bm25 or dense",
             ),
-            (not triplet or self.n_negatives >= 1, "the triplet loss needs n_negatives >= 1"),
+            (
+                not triplet or self.n_negatives >= 1,
+                "n_negatives",
+                "the triplet loss needs n_negatives >= 1",
+            ),
             (
                 not (self.remine_each_epoch and self.negatives == "none"),
-                "remine_each_epoch needs hard negatives (n_negatives >= 1)",
+                "remine_each_epoch",
+                "remine_each_epoch needs hard negatives (negatives bm25 or dense)",
             ),
         ]
 
@@ -262,7 +280,7 @@ class DotConfig(TrainConfig):
         check_window(self.window)
 
 
-@dataclass
+@dataclass(repr=False)
 class CatConfig(TrainConfig):
     """A BERT_CAT training run (``dotcat train cat``; :mod:`dotcat.training.recipes.cat`).
 
@@ -309,34 +327,43 @@ class CatConfig(TrainConfig):
         "off), a number, or 0 (off).",
     )
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def checks(self) -> list[Check]:
         pretrain = self.pretrain_queries
         return [
             *super().checks(),
-            (bool(self.first_stages) or self.negatives_file is not None, "no first stage"),
-            (self.depth >= 1 and self.dev_depth >= 1, "depths must be >= 1"),
-            (self.n_negatives >= 1, f"n_negatives must be >= 1, got {self.n_negatives}"),
-            (self.pairs_per_forward >= 0, "pairs_per_forward must be >= 0"),
-            (self.max_length is None or self.max_length >= 8, "max_length must be >= 8"),
-            (self.head_lr_scale > 0, "head_lr_scale must be > 0"),
             (
-                self.attention_dropout is None or 0 <= self.attention_dropout < 1,
-                "attention_dropout must be in [0, 1)",
+                bool(self.first_stages) or self.negatives_file is not None,
+                "first_stages",
+                "first_stages: give at least one first stage (or a negatives_file)",
             ),
-            (0 <= self.teacher_weight <= 1, "teacher_weight must be in [0, 1]"),
-            (self.teacher_temperature > 0, "teacher_temperature must be > 0"),
+            at_least("depth", self.depth, 1),
+            at_least("dev_depth", self.dev_depth, 1),
+            at_least("n_negatives", self.n_negatives, 1),
+            at_least("pairs_per_forward", self.pairs_per_forward, 0),
+            at_least("max_length", self.max_length, 8),
+            (self.head_lr_scale > 0, "head_lr_scale", "head_lr_scale must be > 0"),
+            within("attention_dropout", self.attention_dropout, 0, 1, open_high=True),
+            within("teacher_weight", self.teacher_weight, 0, 1),
+            (
+                self.teacher_temperature > 0,
+                "teacher_temperature",
+                "teacher_temperature must be > 0",
+            ),
             (
                 self.teacher_weight == 0 or self.loss == "lce",
+                "teacher_weight",
                 "a teacher (teacher_weight > 0) needs the lce loss",
             ),
             (
-                pretrain == AUTO or (isinstance(pretrain, int) and pretrain >= 0),
-                "pretrain_queries must be 'auto' or >= 0",
+                pretrain == AUTO or isinstance(pretrain, int),
+                "pretrain_queries",
+                f"pretrain_queries must be 'auto' or a number >= 0, got {pretrain!r}",
             ),
+            at_least("pretrain_queries", pretrain if isinstance(pretrain, int) else None, 0),
         ]
 
 
-@dataclass
+@dataclass(repr=False)
 class DistillConfig(DotConfig):
     """A distillation run (``dotcat train distill``; :mod:`dotcat.training.recipes.distill`):
     a :class:`DotConfig` (``base`` is the student) plus the teacher.
@@ -354,7 +381,9 @@ class DistillConfig(DotConfig):
     out_dir: str | Path = setting(help="Where the distilled BERT_DOT goes.")
     base: str = setting("default", help="BERT_DOT to start from: dir, hub name, 'default'.")
     n_negatives: int = setting(4, help="Hard negatives (margins) per query.")
-    negatives: str = setting("dense", help="Hard negatives: dense (the student's own) or bm25.")
+    negatives: str = setting(
+        "dense", help="Hard negatives: dense (the student's own) or bm25.", choices=NEGATIVE_SOURCES
+    )
     window: tuple[int, int] = setting(
         (0, 30),
         help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
@@ -376,34 +405,56 @@ class DistillConfig(DotConfig):
     teacher_dense: str | None = setting(
         None, help="BERT_DOT mixed into the teacher (default: the student)."
     )
-    teacher_precision: str = setting("auto", help=PRECISION_HELP)
+    teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     teacher_scale: float | None = setting(
         None, help="Factor on the teacher's scores; None: to the student's spread; 1: raw."
     )
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def check_files(self) -> None:
+        super().check_files()
+        if not is_lexical(self.teacher):
+            check_model(self.teacher, cross_encoder=True)
+        if self.teacher_dense is not None:
+            check_model(self.teacher_dense)
+
+    def checks(self) -> list[Check]:
         return [
             *super().checks(),
-            (bool(str(self.teacher)), "distillation needs a teacher cross-encoder (--teacher)"),
-            one_of("loss", self.distill_loss, DISTILL_LOSSES, self.recipe),
-            (self.n_negatives >= 1, "distillation needs n_negatives >= 1 (a margin each)"),
-            (self.negatives != "none" or self.negatives_file is not None, "no hard negatives"),
-            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
-            (self.kl_temperature > 0, "kl_temperature must be > 0"),
             (
-                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
-                "teacher_alpha must be in [0, 1]",
+                bool(str(self.teacher)),
+                "teacher",
+                "distillation needs a teacher cross-encoder (teacher)",
             ),
+            one_of("distill_loss", self.distill_loss, DISTILL_LOSSES, self.recipe),
+            (
+                self.n_negatives >= 1,
+                "n_negatives",
+                "distillation needs n_negatives >= 1 (a margin each)",
+            ),
+            (
+                self.negatives != "none" or self.negatives_file is not None,
+                "negatives",
+                "distillation needs hard negatives (negatives dense or bm25)",
+            ),
+            at_least("contrastive_weight", self.contrastive_weight, 0),
+            (self.kl_temperature > 0, "kl_temperature", "kl_temperature must be > 0"),
+            within("teacher_alpha", self.teacher_alpha, 0, 1),
             (
                 self.teacher_scale is None or 0 < self.teacher_scale < math.inf,
-                "teacher_scale must be a finite number > 0",
+                "teacher_scale",
+                f"teacher_scale must be a finite number > 0, got {self.teacher_scale}",
             ),
-            (self.loss == "contrastive", "the loss added to distillation is contrastive"),
+            *precision_checks("teacher_precision", self.teacher_precision, str(self.device)),
+            (
+                self.loss == "contrastive",
+                "loss",
+                f"the loss added to distillation is contrastive, got {self.loss!r}",
+            ),
         ]
 
 
-@dataclass(frozen=True)
-class AdaptConfig:
+@dataclass(frozen=True, repr=False)
+class AdaptConfig(Settings):
     """What ``dotcat adapt`` does (:mod:`dotcat.training.adapt`).
 
     Not a :class:`TrainConfig`: it names the corpus and the model to adapt, and a time budget,
@@ -420,7 +471,9 @@ class AdaptConfig:
     )
     max_queries: int | None = setting(None, help="At most this many.")
     prefer: str = setting(
-        "title", help="Pseudo-queries from titles first (title) or sentences first."
+        "title",
+        help="Pseudo-queries from titles first (title) or sentences first.",
+        choices=PSEUDO_QUERY_SOURCES,
     )
     dense_negatives: bool = setting(
         True, help="Also mine negatives with the model (when the budget allows)."
@@ -433,7 +486,7 @@ class AdaptConfig:
     teacher_alpha: float | None = setting(
         None, help="Cross-encoder share of the teacher score; None: its record."
     )
-    teacher_precision: str = setting("auto", help=PRECISION_HELP)
+    teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     n_negatives: int = setting(
         DISTILL_NEGATIVES, help="With a teacher: negatives per pseudo-query (a margin each)."
     )
@@ -451,37 +504,39 @@ class AdaptConfig:
         None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
     )
     seed: int = setting(42, help="Random seed.")
-    bf16: str = setting("auto", help="auto, on or off.")
-    device: str = setting("auto", help="auto, cpu or cuda.")
+    bf16: str = setting(
+        "auto", help="bf16 autocast: auto (where native), on or off.", choices=BF16_SETTINGS
+    )
+    device: str = setting("auto", help=DEVICE_HELP)
     resume: bool = setting(False, help="Continue an interrupted run.")
     overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")
     show_progress: bool = setting(True, help="Progress bars.")
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def check_files(self) -> None:
+        """The corpus, the output folder and the models, checked without loading them."""
+        check_inputs(self.corpus, self.out_dir, self.model)
+        if self.teacher is not None and not is_lexical(self.teacher):
+            check_model(self.teacher, cross_encoder=True)
+
+    def checks(self) -> list[Check]:
         return [
-            (self.budget_minutes > 0, f"budget must be > 0 minutes, got {self.budget_minutes}"),
             (
-                self.max_queries is None or self.max_queries >= MIN_ADAPT_QUERIES,
-                f"max queries must be >= {MIN_ADAPT_QUERIES}, got {self.max_queries}",
+                self.budget_minutes > 0,
+                "budget_minutes",
+                f"budget_minutes must be > 0, got {self.budget_minutes}",
             ),
-            (
-                self.teacher_alpha is None or 0 <= self.teacher_alpha <= 1,
-                f"teacher_alpha must be in [0, 1], got {self.teacher_alpha}",
-            ),
-            (
-                self.prefer in PSEUDO_QUERY_SOURCES,
-                f"prefer must be title or sentence, got {self.prefer!r}",
-            ),
+            at_least("max_queries", self.max_queries, MIN_ADAPT_QUERIES),
+            within("teacher_alpha", self.teacher_alpha, 0, 1),
             (
                 self.batch_size >= 2,
-                f"batch size must be >= 2 (in-batch negatives), got {self.batch_size}",
+                "batch_size",
+                f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}",
             ),
-            (self.n_negatives >= 1, f"n_negatives must be >= 1, got {self.n_negatives}"),
-            (self.contrastive_weight >= 0, "contrastive_weight must be >= 0"),
-            (self.max_length >= 2 and self.query_max_length >= 2, "max lengths must be >= 2"),
-            one_of("bf16", str(self.bf16), BF16_SETTINGS),
+            at_least("n_negatives", self.n_negatives, 1),
+            at_least("contrastive_weight", self.contrastive_weight, 0),
+            at_least("max_length", self.max_length, 2),
+            at_least("query_max_length", self.query_max_length, 2),
+            at_least("cache_chunk", self.cache_chunk or None, 1),
+            *device_checks("device", str(self.device)),
+            *precision_checks("teacher_precision", self.teacher_precision, str(self.device)),
         ]
-
-    def validate(self) -> None:
-        """Raise :class:`DotcatError` for the first value that cannot work."""
-        check(self.checks())

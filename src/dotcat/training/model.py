@@ -41,11 +41,10 @@ from dotcat.models.loading import check_max_length, load_hf_model, max_positions
 from dotcat.models.resolve import read_model_config
 from dotcat.models.runtime import quiet_transformers
 from dotcat.models.st_config import read_st_settings
+from dotcat.options import POOLINGS, SIMILARITIES
 
 logger = logging.getLogger(__name__)
 
-POOLINGS = ("cls", "mean")
-SIMILARITIES = ("cos", "dot")
 DEFAULT_POOLING = "cls"
 DEFAULT_SIMILARITY = "dot"
 DEFAULT_MAX_LENGTH = 512

@@ -36,6 +36,7 @@ def train(config: TrainConfig) -> Path:
             ``resume`` or ``overwrite``), a checkpoint that does not fit.
     """
     config.validate()
+    config.check_files()
     recipe = RECIPES[type(config)]
     out_dir = Path(config.out_dir)
     if config.resume and loop.finished(out_dir, recipe.kind, config.epochs):

@@ -420,13 +420,14 @@ def test_cli_train_distill(toy_data, tiny_bert_dir, tiny_cat_dir, tmp_path):
 
 
 def test_the_cli_and_the_config_default_to_the_students_own_top_30_and_grad_cache():
-    import inspect
+    import typer
 
-    from dotcat.cli import train_distill
+    from dotcat.cli import app
 
+    command = typer.main.get_command(app).get_command(None, "train").get_command(None, "distill")
+    options = {p.name: p for p in command.params}
     config = DistillConfig(data="d", out_dir="o", teacher="t")
-    options = inspect.signature(train_distill).parameters
     cli = (options["negatives"].default, options["window_start"].default)
     assert (config.negatives, config.window) == ("dense", (0, 30))
     assert (*cli, options["window_end"].default) == ("dense", 0, 30)
-    assert config.cache_chunk_size == options["cache_chunk"].default == 16
+    assert config.cache_chunk_size == options["cache_chunk_size"].default == 16

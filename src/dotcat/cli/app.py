@@ -1,0 +1,150 @@
+"""The ``dotcat`` application: its command group, global options and logging.
+
+A :class:`~dotcat.errors.DotcatError` becomes one line on stderr and exit status 2; a
+:class:`~dotcat.errors.SettingError` names the command's option (``--max-length``) rather than
+the library's field (``max_length``). ``-q``/``-v`` are accepted anywhere on the line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import sys
+import threading
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from dotcat import __version__
+from dotcat.errors import DotcatError, SettingError
+from dotcat.progress import set_quiet
+
+#: The global flags, accepted before or after the command.
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``kill``, a scheduler), raised like Ctrl-C so cleanup runs."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated
+
+
+class Group(TyperGroup):
+    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2.
+
+    Ctrl-C and SIGTERM stop the work the same orderly way (a build's folder removed, its
+    lock released): "dotcat: interrupted", exit status 130 (Ctrl-C) or 143 (SIGTERM).
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:  # the top group: global flags given after the command too
+            args = hoist_global_flags(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return super().invoke(ctx)
+        except DotcatError as e:
+            command = self.get_command(ctx, ctx.invoked_subcommand or "")
+            click.echo(f"dotcat: error: {as_option(e, command)}", err=True)
+            ctx.exit(2)
+        except _Terminated:
+            click.echo("dotcat: interrupted (SIGTERM)", err=True)
+            ctx.exit(143)
+        except KeyboardInterrupt:
+            click.echo("dotcat: interrupted", err=True)
+            ctx.exit(130)
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``args`` with the global flags moved before the command (up to a ``--``)."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    rest = [a for a in args[:end] if a not in GLOBAL_FLAGS]
+    return flags + rest + args[end:]
+
+
+def as_option(error: DotcatError, command) -> str:
+    """The error's text, a :class:`SettingError`'s field renamed to the command's option that
+    sets it (``max_length`` -> ``--max-length``, ``k`` -> ``-k``)."""
+    text = str(error)
+    if not isinstance(error, SettingError) or command is None:
+        return text
+    for param in command.params:
+        if param.param_type_name == "option" and param.name == error.setting:
+            flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+            name = re.escape(error.setting)
+            return re.sub(rf"(?<![\w-]){name}(?![\w-])", flag, text)
+    return text
+
+
+app = typer.Typer(
+    cls=Group,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text as written: no markup eats "[ray]", no <bool> columns
+    help="dotcat: index a corpus with BERT_DOT + FAISS, search it, re-rank, evaluate.",
+)
+train_app = typer.Typer(
+    cls=Group, no_args_is_help=True, rich_markup_mode=None, help="Train BERT_DOT or BERT_CAT."
+)
+app.add_typer(train_app, name="train")
+
+
+class _StderrHandler(logging.Handler):
+    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never take the command down
+            self.handleError(record)
+
+
+#: Loggers whose INFO lines are noise at -v: FAISS's loader reports each of its builds it
+#: probes ("Could not load library with AVX512 support due to: ModuleNotFoundError...").
+QUIET_LOGGERS = ("faiss.loader",)
+
+
+def configure_logging(verbose: bool) -> None:
+    """One stderr handler on the root logger, at WARNING (INFO with -v).
+
+    The level is set on the handler too: a library that forces its own logger to DEBUG
+    still cannot print below the level the user asked for.
+    """
+    level = logging.INFO if verbose else logging.WARNING
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    handler.setLevel(level)
+    root.setLevel(level)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"dotcat {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _setup(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    configure_logging(verbose)
+    set_quiet(quiet)

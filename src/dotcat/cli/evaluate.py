@@ -1,0 +1,180 @@
+"""``dotcat eval`` and ``dotcat experiment``: runs against qrels, measured and compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from dotcat.cli.app import app
+from dotcat.cli.params import option, settings
+from dotcat.data import load_judgements, read_run
+from dotcat.errors import DotcatError
+from dotcat.evaluation import (
+    DEFAULT_MEASURES,
+    compare_to_baseline,
+    comparison_note,
+    comparison_to_json,
+    evaluate_runs,
+    format_comparison_table,
+    format_per_query,
+    format_table,
+    to_json,
+)
+from dotcat.evaluation.significance import ComparisonConfig
+from dotcat.files import check_can_create_in
+
+
+@app.command("eval")
+def eval_runs(
+    paths: list[Path] = typer.Argument(
+        ...,
+        help="RUN [RUN ...] QRELS: TREC runs, then a qrels file or BEIR dir.",
+        metavar="RUN... QRELS",
+    ),
+    split: str = typer.Option("test", help="With a BEIR dir: the qrels split."),
+    measure: list[str] | None = typer.Option(
+        None,
+        "--measure",
+        "-m",
+        help="ir-measures name; repeat (default: nDCG@10 RR@10 R@100 AP@100).",
+    ),  # fmt: skip
+    per_query: bool = typer.Option(False, help="Also print one row per query."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    baseline: str | None = typer.Option(
+        None,
+        help="Compare every run with this one (one of the RUNs, by path or file name): "
+        "difference, paired p-value (Holm-corrected), wins/ties/losses per measure.",
+    ),
+    test: str = option(ComparisonConfig, "test"),
+    permutations: int = option(ComparisonConfig, "permutations"),
+    seed: int = option(ComparisonConfig, "seed"),
+    alpha: float = option(ComparisonConfig, "alpha"),
+) -> None:
+    """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
+
+    Queries with judgements but no results count as 0; qrels naming unknown queries or
+    documents (checked when QRELS is a BEIR directory) are counted and reported; a run with
+    fewer results per query than a measure's cutoff is named in a warning. With --baseline,
+    each measure gets the difference to the baseline, a paired t-test (or randomisation test)
+    p-value with Holm-Bonferroni correction across the runs, and the queries won/tied/lost; a
+    dagger marks significant differences.
+    """
+    if len(paths) < 2:
+        raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
+    *runs, qrels = paths
+    comparison = settings(ComparisonConfig, locals())
+    comparison.validate()
+    baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
+
+    judged = load_judgements(qrels, split=split)
+    reports = evaluate_runs(
+        {run.name: read_run(run) for run in runs},
+        judged.qrels,
+        tuple(measure) if measure else DEFAULT_MEASURES,
+        judged.known_queries,
+        judged.known_docs,
+    )
+    if baseline_name is not None:
+        _print_comparison(reports, baseline_name, comparison, as_json)
+    elif as_json:
+        typer.echo(json.dumps({name: to_json(r) for name, r in reports.items()}, indent=2))
+    else:
+        typer.echo(format_table(reports, show_queries=True))
+    if not as_json:
+        _print_notes(reports, per_query)
+
+
+def _print_notes(reports: dict, per_query: bool) -> None:
+    """What a reader of the figures should know about each run, and its rows per query."""
+
+    for name, report in reports.items():
+        for note in report.notes():
+            typer.echo(f"note ({name}): {note}")
+        if per_query:
+            typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")
+
+
+def _baseline_name(baseline: str, runs: list[Path]) -> str:
+    """The report name (file name) of the run ``--baseline`` names, by path or file name."""
+    for run in runs:
+        if baseline == run.name or Path(baseline) == run:
+            return run.name
+    for run in runs:
+        if Path(baseline).resolve() == run.resolve():
+            return run.name
+    names = ", ".join(run.name for run in runs)
+    raise DotcatError(f"--baseline {baseline!r} is not one of the runs ({names})")
+
+
+def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json: bool) -> None:
+    """``dotcat eval --baseline``: the marked table and its note, or JSON with comparisons."""
+    test, alpha, permutations, seed = config.test, config.alpha, config.permutations, config.seed
+    comparisons = compare_to_baseline(
+        reports, baseline, test=test, alpha=alpha, permutations=permutations, seed=seed
+    )
+    if as_json:
+        out = {}
+        for name, report in reports.items():
+            vs = comparisons.get(name)
+            out[name] = to_json(report) | {
+                "vs_baseline": None
+                if vs is None
+                else comparison_to_json(vs, baseline, test, alpha, permutations, seed)
+            }
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(format_comparison_table(reports, comparisons, baseline))
+    typer.echo("\n" + comparison_note(baseline, len(reports), test, alpha, permutations))
+
+
+@app.command()
+def experiment(
+    config: Path = typer.Argument(..., help="The experiment file (TOML).", metavar="CONFIG"),
+    output: Path | None = typer.Option(None, help="Report folder (default: the file's `output`)."),
+    only: str | None = typer.Option(
+        None,
+        metavar="DATASET",
+        help="Run this dataset (its name in [[datasets]]) only; the others' cached runs fill "
+        "the rest of the table.",
+    ),
+) -> None:
+    """Run a benchmark from a TOML file: systems (BM25, dense, hybrid, + BERT_CAT) on a
+    dataset or several ([[datasets]]), evaluated against a baseline with significance tests;
+    writes runs, results.json, report.md and plots.
+
+    Indexes and runs are cached by fingerprint: a second run with nothing changed only
+    evaluates again; a changed setting recomputes what depends on it.
+    """
+    from dotcat.experiment import check_paths, load_config
+
+    settings_ = load_config(config)
+    if output is not None:
+        settings_ = settings_.model_copy(update={"output": str(output)})
+    check_paths(settings_, str(config), only)
+    check_can_create_in(Path(settings_.output) / "report.md")
+
+    from dotcat.experiment.report import comparison_table
+    from dotcat.experiment.runner import run_experiment
+    from dotcat.experiment.suite_report import suite_tables
+
+    def done(outcome) -> None:
+        stages = ", ".join(
+            f"{s.kind.replace('_', ' ')} {'reused' if s.reused else f'{s.seconds:.1f} s'}"
+            for s in outcome.stages
+        )
+        where = f"{outcome.dataset}: " if settings_.datasets else ""
+        typer.echo(f"{where}{outcome.name}: {stages}", err=True)
+
+    text = config.read_text(encoding="utf-8")
+    result = run_experiment(settings_, text, str(config), on_system=done, only=only)
+    typer.echo(suite_tables(result) if settings_.datasets else comparison_table(result))
+    computed = result.computed
+    total = sum(len(o.stages) for o in result.outcomes)
+    typer.echo(
+        f"\n{len(result.outcomes)} system runs, {total - len(computed)} of {total} stages "
+        "reused, "
+        f"{len(computed)} computed, in {result.seconds:.1f} s; report in "
+        f"{result.output / 'report.md'}"
+    )

@@ -1,0 +1,82 @@
+"""What the search commands print: a table that fits the terminal, JSON, and line mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+
+import typer
+
+from dotcat.errors import DotcatError
+from dotcat.search.hits import Hit
+
+#: Narrowest text column: below it the table would be unreadable, and wraps instead.
+_MIN_TEXT = 20
+_SCORE_WIDTH = 8
+
+
+def hits_json(hits: Sequence[Hit]) -> list[dict]:
+    return [dataclasses.asdict(h) for h in hits]
+
+
+def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) -> None:
+    """The hits as JSON, or as a table whose lines fit ``width`` columns (the terminal's,
+    ``COLUMNS`` where set): rank, score (headed by its kind: ``cosine score``, ``rrf score``),
+    document id, then title and snippet cut to the room left."""
+    if as_json:
+        typer.echo(json.dumps(hits_json(hits), ensure_ascii=False, indent=2))
+        return
+    if not hits:
+        typer.echo("no results")
+        return
+    width = width or shutil.get_terminal_size().columns
+    kind = hits[0].score_kind
+    header = f"{kind} score" if kind else "score"
+    score_width = max(_SCORE_WIDTH, len(header))
+    id_width = max(6, *(len(h.doc_id) for h in hits))
+    text_width = max(_MIN_TEXT, width - (4 + 2 + score_width + 2 + id_width + 2))
+    typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
+    for h in hits:
+        title = textwrap.shorten(h.title or "(no title)", text_width, placeholder="...")
+        snippet = textwrap.shorten(h.text or "", text_width, placeholder="...")
+        typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
+        if snippet:
+            typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")
+
+
+def search_lines(search_one: Callable[[str], Sequence[Hit]], as_json: bool) -> None:
+    """Queries from stdin, one per line, answered as they come.
+
+    On a terminal: a prompt, a first line saying how to stop (Ctrl-D, or an empty line), and
+    each answer headed by its query. From a pipe, blank lines are skipped. A bad query prints
+    its error and the loop goes on. With --json, one JSON object per line
+    (``{"query": ..., "hits": [...]}``), for programs.
+    """
+    interactive = sys.stdin.isatty()
+    if interactive:
+        typer.echo("one query per line; Ctrl-D or an empty line quits", err=True)
+    while True:
+        if interactive:
+            typer.echo("query> ", nl=False, err=True)
+        line = sys.stdin.readline()
+        text = line.strip()
+        if not line or (interactive and not text):
+            break
+        if not text:
+            continue
+        try:
+            hits = search_one(text)
+        except DotcatError as e:
+            typer.echo(f"dotcat: error: {e}", err=True)
+            continue
+        if as_json:
+            typer.echo(json.dumps({"query": text, "hits": hits_json(hits)}, ensure_ascii=False))
+        else:
+            typer.echo(f"query: {text}")
+            print_hits(hits, False)
+            typer.echo("")
+        sys.stdout.flush()

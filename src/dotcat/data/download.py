@@ -1,0 +1,312 @@
+"""Downloading a dataset archive and unpacking it into a BEIR directory, safely.
+
+:func:`download` fetches one URL over HTTP(S) into a ``.part`` file with a progress bar. A
+transfer that breaks off (a dropped connection, a timeout, a body shorter than its
+``Content-Length``, a 5xx answer) is retried after a pause, resuming where it stopped with a
+``Range`` request (RFC 9110, section 14) when the server honours it; a 404 or another refusal
+is not retried. The finished file's md5 is checked against the published one when there is
+one; its size and sha256 are computed either way and returned, to be recorded.
+
+:func:`extract_zip` reads a zip (BEIR's: one top folder holding ``corpus.jsonl``,
+``queries.jsonl`` and ``qrels/<split>.tsv``) into a temporary folder that
+:func:`fill_atomically` renames into place once :func:`check_beir_layout` accepts it: the
+target is either absent or complete. Members that would land outside the folder (absolute
+paths, ``..``) are refused.
+
+Nothing half-written is ever read as data: a partial download stays a ``.part`` file (kept to
+resume the next attempt, removed when its checksum fails), and a failed unpacking removes its
+temporary folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.client
+import logging
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from dotcat import __version__
+from dotcat.errors import DotcatError
+from dotcat.files import atomic_dir
+from dotcat.progress import progress_bar
+
+logger = logging.getLogger(__name__)
+
+#: Pauses (seconds) before the second, third and fourth attempt of a broken transfer.
+RETRY_WAITS = (1.0, 4.0, 10.0)
+TIMEOUT = 60.0
+_BLOCK = 1 << 20
+#: HTTP statuses worth asking again: a timeout, too many requests, a server's own trouble.
+_RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
+#: Errors of the network itself at connection time: no retry helps a machine offline.
+_OFFLINE_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ECONNREFUSED}
+
+
+class DownloadError(DotcatError):
+    """A download that failed; ``offline`` when the network itself could not be reached."""
+
+    def __init__(self, message: str, offline: bool = False) -> None:
+        super().__init__(message)
+        self.offline = offline
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """A complete download: where it is, its size and checksums."""
+
+    path: Path
+    url: str
+    size: int
+    md5: str
+    sha256: str
+
+
+class _Broken(Exception):
+    """A transfer that stopped early: worth another attempt, resuming."""
+
+
+def download(
+    url: str,
+    part: Path,
+    *,
+    md5: str | None = None,
+    size: int | None = None,
+    retry_waits: Sequence[float] = RETRY_WAITS,
+    timeout: float = TIMEOUT,
+    desc: str | None = None,
+) -> Downloaded:
+    """Download ``url`` into the file ``part``, resuming and retrying (module docstring).
+
+    Args:
+        url: what to fetch (``http``, ``https`` or ``file``).
+        part: the file to write; bytes already there are resumed from.
+        md5: the published md5 of the whole file, checked at the end.
+        size: the expected size in bytes (a checksum recorded earlier), checked at the end.
+        retry_waits: the pause before each new attempt; their number is the retries' number.
+        timeout: seconds without an answer or a byte before an attempt counts as broken.
+
+    Returns:
+        The finished file's size, md5 and sha256.
+
+    Raises:
+        DownloadError: a refusal (404...), the network out of reach (``offline``), every
+            attempt broken off, a size or md5 that differs (the file is removed then), or a
+            file that cannot be written.
+    """
+    part.parent.mkdir(parents=True, exist_ok=True)
+    attempts = len(retry_waits) + 1
+    for attempt in range(attempts):
+        try:
+            _transfer(url, part, timeout, desc or PurePosixPath(url).name)
+            break
+        except _Broken as e:
+            if attempt == attempts - 1:
+                raise DownloadError(
+                    f"{url}: the transfer broke off {attempts} times ({e}); run the same "
+                    "command again to resume"
+                ) from None
+            wait = retry_waits[attempt]
+            logger.warning("%s: %s; trying again in %g s (resuming)", url, e, wait)
+            time.sleep(wait)
+    return _verify(url, part, md5, size)
+
+
+def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
+    """One attempt: ask for the bytes after those already in ``part`` and append them."""
+    have = part.stat().st_size if part.exists() else 0
+    headers = {"User-Agent": f"dotcat/{__version__}"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    try:
+        response = urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout
+        )
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:  # the range starts at or past the end of the file
+            if e.headers.get("Content-Range", "") == f"bytes */{have}":
+                return  # the .part is the whole file already (an earlier run stopped after it)
+            part.unlink()
+            raise _Broken("the partial file did not match the server's; starting over") from None
+        if e.code in _RETRY_STATUSES:
+            raise _Broken(f"HTTP {e.code} {e.reason}") from None
+        raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        raise _connection_error(url, e.reason) from None
+    except (OSError, http.client.HTTPException) as e:
+        raise _Broken(_describe(e)) from None
+    with response:
+        start, total = _range_of(response, have)
+        if start == 0 and have:
+            logger.info("%s: the server does not resume; starting over", url)
+        _append(response, part, start, total, desc)
+
+
+def _range_of(response, have: int) -> tuple[int, int | None]:
+    """Where the answer's bytes start in the file (0 or ``have``) and the file's full size."""
+    length = response.headers.get("Content-Length")
+    length = int(length) if length and length.isdigit() else None
+    if response.status != 206:
+        return 0, length
+    content_range = response.headers.get("Content-Range", "")  # bytes START-END/TOTAL
+    try:
+        span, total = content_range.split()[1].split("/")
+        start = int(span.split("-")[0])
+    except (IndexError, ValueError):
+        raise _Broken(f"unreadable Content-Range {content_range!r}") from None
+    if start != have:
+        raise _Broken(f"the server resumed at byte {start}, not {have}")
+    return start, int(total) if total.isdigit() else None
+
+
+def _append(response, part: Path, start: int, total: int | None, desc: str) -> None:
+    """Write the answer's body into ``part`` from byte ``start``; a short body is broken."""
+    mode = "ab" if start else "wb"
+    written = start
+    with open(part, mode) as out, progress_bar(
+        desc=f"downloading {desc}", total=total, initial=start, unit="B", unit_scale=True,
+        unit_divisor=1024,
+    ) as bar:  # fmt: skip
+        while True:
+            try:
+                block = response.read(_BLOCK)
+            except (OSError, http.client.HTTPException) as e:
+                raise _Broken(_describe(e)) from None
+            if not block:
+                break
+            try:
+                out.write(block)
+            except OSError as e:
+                raise DownloadError(f"{part}: cannot write ({e.strerror or e})") from None
+            written += len(block)
+            bar.update(len(block))
+    if total is not None and written < total:
+        raise _Broken(f"the connection closed after {written} of {total} bytes")
+    if total is not None and written > total:
+        part.unlink()
+        raise _Broken(f"got {written} bytes, more than the {total} announced; starting over")
+
+
+def _verify(url: str, part: Path, md5: str | None, size: int | None) -> Downloaded:
+    """The finished file's checksums, checked against the expected ones (removed if wrong)."""
+    md5_hash, sha256_hash = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    with open(part, "rb") as f:
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            md5_hash.update(block)
+            sha256_hash.update(block)
+    got = Downloaded(part, url, part.stat().st_size, md5_hash.hexdigest(), sha256_hash.hexdigest())
+    if size is not None and got.size != size:
+        part.unlink()
+        raise DownloadError(
+            f"{url}: {got.size} bytes, expected {size} (as first downloaded); the file was removed"
+        )
+    if md5 is not None and got.md5 != md5.lower():
+        part.unlink()
+        raise DownloadError(
+            f"{url}: md5 {got.md5}, expected {md5} (the published checksum): a corrupt or "
+            "changed file; it was removed"
+        )
+    return got
+
+
+def _connection_error(url: str, reason: object) -> Exception:
+    """A failure to connect: offline (no DNS, no route, refused) or worth another attempt."""
+    if isinstance(reason, socket.gaierror) or (
+        isinstance(reason, OSError) and reason.errno in _OFFLINE_ERRNOS
+    ):
+        return DownloadError(f"{url}: no network ({_describe(reason)})", offline=True)
+    if isinstance(reason, OSError | http.client.HTTPException):
+        return _Broken(_describe(reason))
+    return DownloadError(f"{url}: {reason}")
+
+
+def _describe(error: object) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
+# -- unpacking --------------------------------------------------------------------------------
+
+#: What a BEIR directory holds (either name of each).
+BEIR_CORPUS = ("corpus.jsonl", "corpus.jsonl.gz")
+BEIR_QUERIES = ("queries.jsonl", "queries.jsonl.gz")
+
+
+def extract_zip(archive: Path, folder: Path) -> None:
+    """Extract a zip into ``folder`` (a fresh temporary one: see :func:`fill_atomically`).
+
+    The archive's single top folder, if it has one, is dropped: BEIR's
+    ``nfcorpus/corpus.jsonl`` becomes ``folder/corpus.jsonl``. Every member's CRC is checked
+    before anything is written.
+
+    Raises:
+        DotcatError: not a zip archive (a truncated one, say), a corrupt member, or a member
+            outside the folder.
+    """
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = _members(zf, archive)
+            bad = zf.testzip()
+            if bad is not None:
+                raise DotcatError(f"{archive.name}: member {bad} is corrupt (CRC mismatch)")
+            for info, relative in members:
+                destination = folder.joinpath(*relative.parts)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(destination, "wb") as dst:
+                    shutil.copyfileobj(src, dst, _BLOCK)
+    except zipfile.BadZipFile as e:
+        raise DotcatError(f"{archive.name}: not a readable zip archive ({e})") from None
+
+
+def _members(zf: zipfile.ZipFile, archive: Path) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
+    """The archive's files with their paths inside the target (top folder dropped)."""
+    files = []
+    for info in zf.infolist():
+        path = PurePosixPath(info.filename)
+        if path.is_absolute() or ".." in path.parts or ":" in info.filename:
+            raise DotcatError(f"{archive}: member {info.filename!r} points outside the folder")
+        if info.is_dir() or path.parts[0] == "__MACOSX" or path.name == ".DS_Store":
+            continue
+        files.append((info, path))
+    if not files:
+        raise DotcatError(f"{archive}: the archive holds no file")
+    tops = {path.parts[0] for _, path in files}
+    if len(tops) == 1 and all(len(path.parts) > 1 for _, path in files):
+        return [(info, PurePosixPath(*path.parts[1:])) for info, path in files]
+    return files
+
+
+def check_beir_layout(folder: Path, source: object) -> None:
+    """Refuse a folder without a corpus, queries and at least one ``qrels/<split>.tsv``."""
+    missing = [
+        names[0]
+        for names in (BEIR_CORPUS, BEIR_QUERIES)
+        if not any((folder / name).is_file() for name in names)
+    ]
+    qrels = folder / "qrels"
+    if not (qrels.is_dir() and any(p.name.endswith((".tsv", ".tsv.gz")) for p in qrels.iterdir())):
+        missing.append("qrels/<split>.tsv")
+    if missing:
+        raise DotcatError(f"{source}: not a BEIR dataset: no {', no '.join(missing)} inside")
+
+
+def fill_atomically(target: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a temporary folder beside ``target``, then rename it to ``target``
+    (:func:`dotcat.files.atomic_dir`); ``target`` must be absent or an empty folder.
+
+    Raises:
+        DotcatError: ``target`` exists and is not an empty folder.
+    """
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise DotcatError(f"{target}: exists and is not empty; remove it or choose another folder")
+    atomic_dir(target, fill)

@@ -1,0 +1,258 @@
+"""The report folder of an experiment over several datasets (``[[datasets]]``).
+
+``report.md``: per measure, the systems x datasets table with each system's mean over the
+datasets, daggers where a system differs from the baseline on a dataset (paired test on that
+dataset's queries, Holm-corrected over every cell of the table); the differences, p-values
+and wins/ties/losses of the first measure; one summary plot; each system's stages and times
+per dataset; the configuration. ``results.json``: the same for a program, with every
+per-query value. Each dataset's runs are in ``runs/<dataset>/<system>.trec``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dotcat.evaluation import comparison_to_json
+from dotcat.evaluation.plots import datasets_plot
+from dotcat.evaluation.report import SIGNIFICANT_MARK, TEST_NAMES, markdown_table, to_json
+from dotcat.experiment.report import (
+    REPORT_NAME,
+    RESULTS_NAME,
+    closing_lines,
+    describe_system,
+    header_lines,
+    run_json,
+    stage_time,
+)
+from dotcat.experiment.results import SuiteResult, slug
+from dotcat.files import write_json
+
+
+def write_suite_report(
+    result: SuiteResult,
+    source_text: str | None,
+    source_name: str | None,
+    only: str | None,
+    started: float,
+) -> None:
+    """Write the summary plot, ``results.json`` and ``report.md`` into ``result.output``."""
+    out = result.output
+    out.mkdir(parents=True, exist_ok=True)
+    measure = result.config.measures[0]
+    plot = summary_plot(result, measure, out / f"summary_{slug(measure)}.png")
+    result.files[plot.name] = plot
+    seconds = time.perf_counter() - started
+    write_json(out / RESULTS_NAME, suite_json(result, source_name, only, seconds))
+    result.files[RESULTS_NAME] = out / RESULTS_NAME
+    text = suite_markdown(result, source_text, source_name, only, seconds, plot)
+    (out / REPORT_NAME).write_text(text, encoding="utf-8")
+    result.files[REPORT_NAME] = out / REPORT_NAME
+
+
+def summary_plot(result: SuiteResult, measure: str, path: Path) -> Path:
+    """``measure`` of every system on every dataset run, and the means, as grouped bars."""
+    names = [d.name for d in result.datasets if d.complete]
+    values, marks = {}, {}
+    for system in _systems(result):
+        values[system] = {n: result.value(system, n, measure) for n in names}
+        values[system]["mean"] = result.mean(system, measure)[0]
+        marks[system] = {n: _significant(result, n, system, measure) for n in names}
+    return datasets_plot(values, measure, path, marks)
+
+
+def _systems(result: SuiteResult) -> list[str]:
+    return [s.name for s in result.config.systems]
+
+
+def _significant(result: SuiteResult, dataset: str, system: str, measure: str) -> bool:
+    comparison = result.comparisons.get(dataset, {}).get(system, {}).get(measure)
+    return comparison is not None and comparison.significant
+
+
+def measure_table(result: SuiteResult, measure: str, digits: int = 4) -> str:
+    """Systems x datasets (and the mean) of one measure, daggers where significant."""
+    names = [d.name for d in result.datasets]
+    rows = []
+    for system in _systems(result):
+        label = system + (" (baseline)" if system == result.config.baseline else "")
+        row = [label]
+        for name in names:
+            value = result.value(system, name, measure)
+            mark = SIGNIFICANT_MARK if _significant(result, name, system, measure) else ""
+            row.append("-" if value is None else f"{value:.{digits}f}{mark}")
+        mean, count = result.mean(system, measure)
+        partial = f" ({count} of {len(names)})" if count < len(names) else ""
+        row.append("-" if mean is None else f"{mean:.{digits}f}{partial}")
+        rows.append(row)
+    return markdown_table(["system", *names, "mean"], rows)
+
+
+def differences_table(result: SuiteResult, measure: str, digits: int = 4) -> str:
+    """Each system against the baseline on each dataset: Δ, corrected p, wins/ties/losses."""
+    names = [d.name for d in result.datasets if d.complete]
+    rows = []
+    for system in _systems(result):
+        if system == result.config.baseline:
+            continue
+        row = [system]
+        for name in names:
+            c = result.comparisons[name][system][measure]
+            p = "<0.001" if c.pvalue_holm < 0.001 else f"{c.pvalue_holm:.3f}"
+            row.append(f"{c.diff:+.{digits}f} (p {p}; {c.wins}/{c.ties}/{c.losses})")
+        base_mean = result.mean(result.config.baseline, measure)[0]
+        mean = result.mean(system, measure)[0]
+        row.append("-" if None in (mean, base_mean) else f"{mean - base_mean:+.{digits}f}")
+        rows.append(row)
+    return markdown_table(["system", *names, "mean"], rows)
+
+
+def table_note(result: SuiteResult) -> str:
+    """What the marks and the mean column mean."""
+    config = result.config
+    cells = (len(config.systems) - 1) * sum(d.complete for d in result.datasets)
+    test = TEST_NAMES.get(config.test, config.test)
+    if config.test == "randomisation":
+        test += f" ({config.permutations} permutations)"
+    return (
+        f"{SIGNIFICANT_MARK} significantly different from the baseline {config.baseline} on "
+        f"that dataset's queries (two-sided {test}, p < {config.alpha:g} after Holm-Bonferroni "
+        f"correction over the {cells} system x dataset cells of the table, per measure). "
+        "mean: the unweighted mean of the per-dataset figures (as BEIR averages its datasets)."
+    )
+
+
+def suite_tables(result: SuiteResult) -> str:
+    """The tables of every measure and the note, as the command line prints them."""
+    parts = []
+    for measure in result.config.measures:
+        parts += [f"{measure}:", measure_table(result, measure), ""]
+    return "\n".join([*parts, table_note(result)])
+
+
+def suite_markdown(
+    result: SuiteResult,
+    source_text: str | None,
+    source_name: str | None,
+    only: str | None,
+    seconds: float,
+    plot: Path,
+) -> str:
+    """``report.md`` (module docstring)."""
+    config = result.config
+    lines = [
+        *header_lines(result, source_name, f" --only {only}" if only else ""),
+        f"Top {config.k} per query; measures by ir-measures.",
+        "",
+        "## Datasets",
+        "",
+        _datasets_table(result),
+        "",
+    ]
+    for i, measure in enumerate(config.measures):
+        lines += [f"## {measure}", "", measure_table(result, measure), ""]
+        if i == 0:
+            lines += [table_note(result), ""]
+            notes = [
+                f"- {d.name}, {system}: {note}"
+                for d in result.datasets
+                for system, report in d.reports.items()
+                for note in report.notes()
+            ]
+            lines += [*notes, ""] if notes else []
+            if len(config.systems) > 1:
+                lines += [f"Against the baseline ({measure}): Δ (corrected p; queries won/tied/"
+                          "lost):", "", differences_table(result, measure), ""]  # fmt: skip
+    lines += ["## Plot", "", f"![{plot.stem}]({plot.name})", ""]
+    lines += ["## Systems and timings", "", _timings_table(result), ""]
+    return "\n".join([*lines, *closing_lines(result, source_text, seconds)])
+
+
+def _datasets_table(result: SuiteResult) -> str:
+    rows = []
+    for d in result.datasets:
+        data = d.dataset
+        if not d.complete:
+            status = "not run: some run is not in the cache (run without --only)"
+        elif d.computed_here:
+            status = "run"
+        else:
+            status = "from the cache (--only another dataset)"
+        queries = str(len(data.queries)) if d.complete else "-"
+        rows.append([d.name, f"`{data.given}`", data.split, status, queries])
+    return markdown_table(["dataset", "path", "split", "this run", "queries"], rows, left=4)
+
+
+def _timings_table(result: SuiteResult) -> str:
+    header = ["dataset", "system", "what", "index", "first stage", "re-ranking", "this run"]
+    rows = []
+    for d in result.datasets:
+        for outcome in d.outcomes or ():
+            stages = {s.kind: s for s in outcome.stages}
+            index = "existing" if outcome.config.index else stage_time(stages.get("index"))
+            rows.append([
+                d.name, outcome.name, describe_system(outcome), index,
+                stage_time(stages.get("first_stage")), stage_time(stages.get("rerank")),
+                f"{outcome.seconds:.1f} s",
+            ])  # fmt: skip
+    return markdown_table(header, rows, left=3)
+
+
+def suite_json(
+    result: SuiteResult, source_name: str | None, only: str | None, seconds: float
+) -> dict[str, Any]:
+    """The machine-readable record (module docstring)."""
+    config = result.config
+    datasets = {}
+    for d in result.datasets:
+        datasets[d.name] = {
+            "path": d.dataset.given,
+            "directory": str(d.dataset.path),
+            "split": d.dataset.split,
+            "queries": len(d.dataset.queries),
+            "fingerprint": d.dataset.fingerprint,
+            "complete": d.complete,
+            "computed_here": d.computed_here,
+            "systems": {o.name: _system_json(result, d, o) for o in d.outcomes or ()},
+        }
+    return {
+        "format": "dotcat-experiment-datasets",
+        "format_version": 1,
+        **run_json(result, source_name),
+        "only": only,
+        "baseline": config.baseline,
+        "datasets": datasets,
+        "table": {
+            measure: {
+                system: {
+                    **{d.name: result.value(system, d.name, measure) for d in result.datasets},
+                    "mean": result.mean(system, measure)[0],
+                }
+                for system in _systems(result)
+            }
+            for measure in config.measures
+        },
+        "computed": [f"{s.kind} {Path(s.path).name}" for s in result.computed],
+        "seconds": round(seconds, 3),
+    }
+
+
+def _system_json(result: SuiteResult, d, outcome) -> dict[str, Any]:
+    config = result.config
+    vs = result.comparisons.get(d.name, {}).get(outcome.name)
+    return {
+        "run": f"runs/{slug(d.name)}/{d.run_files[outcome.name].name}",
+        "settings": outcome.config.model_dump(exclude_defaults=True),
+        "stages": [stage.to_json() for stage in outcome.stages],
+        "reused": outcome.reused,
+        "seconds_this_run": round(outcome.seconds, 3),
+        **to_json(d.reports[outcome.name]),
+        "notes": d.reports[outcome.name].notes(),
+        "vs_baseline": None
+        if vs is None
+        else comparison_to_json(
+            vs, config.baseline, config.test, config.alpha, config.permutations, config.seed
+        )
+        | {"correction": "holm-bonferroni over the systems x datasets table"},
+    }

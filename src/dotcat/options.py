@@ -1,0 +1,241 @@
+"""The choices and defaults every front door shares, and how a settings dataclass checks itself.
+
+One source of truth: the library modules that act on a setting (:mod:`dotcat.models.runtime`
+for precisions, :mod:`dotcat.search.pipeline` for first stages and fusions, ...) and the
+command line that offers it import the tuples and defaults below; nothing repeats them.
+
+A settings dataclass (``EncoderConfig``, ``PipelineConfig``, ``DotConfig``, ...) declares each
+field with :func:`setting`: its default, its help text (``metadata["help"]``, which the command
+line shows) and, for a closed list, its choices (``metadata["choices"]``, which
+:meth:`Settings.validate` checks). Its other checks are ``(ok, setting, message)`` triples
+returned by ``checks()``; the first that fails is raised as a
+:class:`~dotcat.errors.SettingError` naming the field, which the command line renames to its
+option (``max_length`` -> ``--max-length``). This module imports nothing heavy, so a command
+checks every value before torch loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import SettingError
+
+# -- choices ---------------------------------------------------------------------------------
+
+#: Model precisions: ``auto``, the autocast dtypes, and int8 (ONNX Runtime or OpenVINO, CPU).
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+#: The int8 runtimes; ``auto`` picks per model kind (:data:`dotcat.models.runtime.INT8_BY_DEFAULT`).
+INT8_BACKENDS = ("auto", "onnxruntime", "openvino")
+#: BERT_DOT pooling (:mod:`dotcat.models.pooling`) and similarity.
+POOLINGS = ("cls", "mean")
+SIMILARITIES = ("dot", "cos")
+#: The query pipeline's first stages and hybrid fusions (:mod:`dotcat.search.pipeline`).
+FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
+FUSIONS = ("auto", "rrf", "linear")
+#: How a document is ranked from its passages' scores (:mod:`dotcat.search.passages`).
+AGGREGATIONS = ("maxp", "firstp", "sum")
+#: ``dotcat merge``: IVF lists on disk.
+ON_DISK = ("auto", "yes", "no")
+#: ``dotcat export``: precisions, linear layers left in fp32 under int8, int8 kernel variants.
+EXPORT_PRECISIONS = ("int8", "fp32")
+KEEP_FP32 = ("none", "ffn_output")
+INT8_VARIANTS = ("avx512_vnni", "avx2")
+#: Paired significance tests (:mod:`dotcat.evaluation.significance`).
+SIGNIFICANCE_TESTS = ("t", "randomisation")
+
+# -- defaults ----------------------------------------------------------------------------------
+
+#: Results per query shown for one query (a table, JSON, an HTTP answer).
+SHOWN_K = 10
+#: Results per query written into a run: what the default measures need (R@100, AP@100).
+RUN_K = 100
+#: First-stage results a cross-encoder re-ranks, everywhere (search, serve, rerank, calibrate).
+RERANK_DEPTH = 100
+#: Candidates each first stage contributes before a hybrid fusion (at least k).
+FUSION_DEPTH = 100
+#: The longest query text accepted (characters): far beyond any encoder's window (a 512-token
+#: window holds about 2,000 characters of English); longer is a pasted document, refused.
+MAX_QUERY_CHARS = 10_000
+
+# -- help texts shared by several settings -----------------------------------------------------
+
+PRECISION_HELP = (
+    "auto (int8 on CPUs with VNNI, else bf16 where the CPU has native bf16 or on a GPU, else "
+    "fp32), fp32, bf16, fp16 (GPUs only), or int8 (CPU only, exported on first use); "
+    "DOTCAT_NATIVE_BF16=on|off overrides the detection."
+)
+DEVICE_HELP = "auto (a GPU when one is visible, else the CPU), cpu, cuda or cuda:N."
+K_HELP = (
+    f"Results per query (default: {SHOWN_K} shown, {RUN_K} written to a run file, what R@100 "
+    "needs)."
+)
+AGGREGATION_HELP = (
+    "How a document is scored from its passages: maxp (its best passage), firstp (its first "
+    "passage only, as truncation), sum (the sum of its best --aggregate-top passages)."
+)
+DEPTH_HELP = (
+    "With a cross-encoder: how many first-stage results it re-ranks (fewer: faster answers)."
+)
+
+
+# -- declaring and checking settings -----------------------------------------------------------
+
+
+def setting(
+    default: Any = dataclasses.MISSING, *, help: str, choices: Sequence[Any] | None = None
+) -> Any:
+    """A dataclass field with its help text and, for a closed list, its choices."""
+    metadata = {"help": help} if choices is None else {"help": help, "choices": tuple(choices)}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+#: One check of a setting: ``(ok, setting, message)``; the message names the setting.
+Check = tuple[bool, str, str]
+
+
+def at_least(name: str, value: float | None, minimum: float) -> Check:
+    """``value >= minimum`` (None passes: "decide for me")."""
+    return (value is None or value >= minimum, name, f"{name} must be >= {minimum}, got {value}")
+
+
+def within(name: str, value: float | None, low: float, high: float, *, open_high=False) -> Check:
+    """``low <= value <= high`` (``< high`` with ``open_high``); None passes; NaN fails."""
+    ok = value is None or (low <= value < high if open_high else low <= value <= high)
+    bracket = ")" if open_high else "]"
+    return (ok, name, f"{name} must be in [{low:g}, {high:g}{bracket}, got {value}")
+
+
+def one_of(name: str, value: Any, choices: Sequence[Any], where: str = "") -> Check:
+    """``value in choices``; ``where`` says whose list it is (``for dot``)."""
+    listed = ", ".join(map(str, choices))
+    suffix = f" (for {where})" if where else ""
+    return (value in choices, name, f"{name} must be one of {listed}{suffix}, got {value!r}")
+
+
+def first_failure(checks: Iterable[Check]) -> None:
+    """Raise :class:`SettingError` for the first check that failed."""
+    for ok, name, message in checks:
+        if not ok:
+            raise SettingError(name, message)
+
+
+def choice_checks(config: Any) -> list[Check]:
+    """One :func:`one_of` per field declared with choices (None passes: "decide for me")."""
+    out = []
+    for f in dataclasses.fields(config):
+        choices = f.metadata.get("choices")
+        value = getattr(config, f.name)
+        if choices is not None and value is not None:
+            out.append(one_of(f.name, value, choices))
+    return out
+
+
+class Settings:
+    """Mixin of a settings dataclass: :meth:`validate` checks every field's choices, then the
+    class's own :meth:`checks`, and raises the first failure as a :class:`SettingError`.
+
+    Its repr names only the fields set away from their defaults (``PipelineConfig(rerank=
+    'my-cat')``), as scikit-learn prints estimators; ``dataclasses.asdict`` gives them all. A
+    subclass is declared ``@dataclass(repr=False)`` to keep it.
+    """
+
+    def __repr__(self) -> str:
+        changed = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            required = f.default is dataclasses.MISSING and (
+                f.default_factory is dataclasses.MISSING
+            )
+            if required or value != default_of(type(self), f.name):
+                changed.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def checks(self) -> list[Check]:
+        return []
+
+    def validate(self) -> None:
+        """Raise :class:`~dotcat.errors.SettingError` for the first value that cannot work."""
+        first_failure(choice_checks(self))
+        first_failure(self.checks())
+
+
+def help_of(cls: type, name: str) -> str:
+    """The help text of a settings field."""
+    return _field(cls, name).metadata.get("help", "")
+
+
+def choices_of(cls: type, name: str) -> tuple | None:
+    """The choices of a settings field, or None for an open value."""
+    return _field(cls, name).metadata.get("choices")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a settings field (its factory's value for a mutable default)."""
+    f = _field(cls, name)
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _field(cls: type, name: str) -> dataclasses.Field:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise AttributeError(f"{cls.__name__} has no setting {name!r}")
+
+
+# -- devices -----------------------------------------------------------------------------------
+
+#: Device nodes a GPU that PyTorch calls ``cuda`` shows up as: NVIDIA's driver, ROCm (AMD),
+#: WSL's GPU paravirtualisation.
+_GPU_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_may_be_visible() -> bool:
+    """Whether a CUDA (or ROCm) GPU may be visible to this process, judged without torch.
+
+    False only when it surely is not: ``CUDA_VISIBLE_DEVICES`` hides every GPU, or no GPU
+    driver's device node exists (:data:`_GPU_NODES`). True is confirmed (or not) by PyTorch
+    when a model loads (:func:`dotcat.models.runtime.resolve_device`).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(Path(node).exists() for node in _GPU_NODES)
+
+
+def device_checks(name: str, device: str) -> list[Check]:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``, and a GPU where one is asked for."""
+    kind, _, number = device.partition(":")
+    known = device in ("auto", "cpu", "cuda") or (kind == "cuda" and number.isdigit())
+    return [
+        (known, name, f"{name} must be auto, cpu, cuda or cuda:N, got {device!r}"),
+        (
+            kind != "cuda" or gpu_may_be_visible(),
+            name,
+            f"{name} {device!r} asked for, but no CUDA GPU is visible on this machine",
+        ),
+    ]
+
+
+def precision_checks(name: str, precision: str, device: str) -> list[Check]:
+    """fp16 runs on GPUs only (PyTorch's CPU fp16 is emulated: slower than fp32, no gain);
+    int8 on CPUs only (ONNX Runtime's and OpenVINO's CPU kernels)."""
+    on_cpu = device == "cpu" or (device == "auto" and not gpu_may_be_visible())
+    on_gpu = device.startswith("cuda")
+    return [
+        (
+            not (precision == "fp16" and on_cpu),
+            name,
+            f"{name} fp16 runs on GPUs only, and this runs on the CPU; use bf16 or fp32",
+        ),
+        (
+            not (precision == "int8" and on_gpu),
+            name,
+            f"{name} int8 runs on the CPU only; use --device cpu, or bf16/fp16 on a GPU",
+        ),
+    ]

@@ -1,0 +1,90 @@
+"""How ``dotcat serve`` listens and what it accepts: settings checked before any model loads."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from dotcat.options import Check, Settings, at_least, setting, within
+
+API_KEY_ENV = "DOTCAT_API_KEY"
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, repr=False)
+class ServeConfig(Settings):
+    """How the server listens and what it accepts.
+
+    Attributes:
+        host, port: where to listen; a non-loopback host needs ``api_key``.
+        api_key: required from clients when set (``X-API-Key`` or ``Authorization: Bearer``).
+        max_batch: most queries per model call.
+        batch_window_ms: after a batch's first request, wait at most this long for the rest of
+            the crowd the last batch saw (:mod:`dotcat.serve.batcher`; 0: never wait).
+        queue_size: most requests waiting for the model; beyond, 503 at once.
+        timeout_s: time limit of one request (504 past it).
+        max_k, max_depth, max_query_chars, max_queries, max_body_bytes: input caps.
+        max_answer_bytes: the largest answer; a bigger one is refused with 400 (whole texts
+            of long documents: ask fewer, or snippets).
+        retry_after_s: the ``Retry-After`` of a 503.
+        workers: server processes sharing the port, each with its own models
+            (:mod:`dotcat.serve.server`).
+    """
+
+    host: str = setting(
+        "127.0.0.1", help="Address to listen on; beyond loopback an API key is required."
+    )
+    port: int = setting(8080, help="Port to listen on (1-65535).")
+    api_key: str | None = setting(None, help="Clients must send it (X-API-Key header).")
+    max_batch: int = setting(64, help="Most queries per model call.")
+    batch_window_ms: float = setting(
+        5.0, help="Most ms a batch waits for the crowd the last one saw (0: never)."
+    )
+    queue_size: int = setting(64, help="Most requests waiting; beyond, 503 with Retry-After.")
+    timeout_s: float = setting(30.0, help="Seconds one request may take (504).")
+    max_k: int = setting(1000, help="Most results one request may ask for.")
+    max_depth: int = setting(1000, help="Most results one request may have re-ranked.")
+    max_query_chars: int = setting(2000, help="Longest query text accepted.")
+    max_queries: int = setting(64, help="Most queries in one POST.")
+    max_body_bytes: int = setting(64 * 1024, help="Largest request body.")
+    max_answer_bytes: int = setting(8 * 1024 * 1024, help="Largest answer (400 beyond).")
+    retry_after_s: int = setting(1, help="The Retry-After of a 503.")
+    workers: int = setting(1, help="Server processes, each with its own models (memory x N).")
+
+    def checks(self) -> list[Check]:
+        """An open address needs an API key; the limits must make sense."""
+        return [
+            (
+                is_loopback(self.host) or bool(self.api_key),
+                "host",
+                f"host {self.host}: serving beyond this machine needs an API key "
+                f"(--api-key or ${API_KEY_ENV})",
+            ),
+            within("port", self.port, 1, 65535),
+            *(
+                at_least(name, getattr(self, name), 1)
+                for name in (
+                    "max_batch",
+                    "queue_size",
+                    "max_k",
+                    "max_depth",
+                    "max_queries",
+                    "workers",
+                )
+            ),  # fmt: skip
+            (self.timeout_s > 0, "timeout_s", f"timeout must be > 0 seconds, got {self.timeout_s}"),
+            within("batch_window_ms", self.batch_window_ms, 0, 1000),
+        ]
+
+    def check(self) -> None:
+        """:meth:`validate` (the name the server calls)."""
+        self.validate()
