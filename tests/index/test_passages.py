@@ -241,3 +241,54 @@ def test_bm25_and_the_hybrid_point_at_the_passage_bm25_matched(encoder, tmp_path
         assert hit.doc_id == "long" and hit.start > 0
         assert hit.passage == text[hit.start : hit.stop]
         assert re.search(r"\bitem5x14\b", hit.passage), (stage, hit.passage)
+
+
+# -- the command line and the Python API ----------------------------------------------------
+
+
+def test_the_command_line_and_python_set_the_passages_and_the_aggregation(tiny_bert_dir, tmp_path):
+    """``dotcat index --passage-window/--passage-stride/--no-passages`` are the manifest's
+    record; ``dotcat search --aggregation`` ranks by it; ``IndexConfig(passages=False)`` is
+    passages off; a bad value is one line naming the option."""
+    from typer.testing import CliRunner
+
+    from dotcat.cli import app
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in long_docs()), encoding="utf-8")
+    model = ["--model", str(tiny_bert_dir), "--pooling", "mean", "--similarity", "cos",
+             "--max-length", str(WINDOW), "--device", "cpu", "--precision", "fp32"]  # fmt: skip
+
+    def invoke(*args):
+        return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    split = tmp_path / "split"
+    result = invoke("-q", "index", corpus, split, *model, "--passage-window", 24,
+                    "--passage-stride", 4, "--no-sentence-aware")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((split / "manifest.json").read_text())["passages"]
+    assert (recorded["window"], recorded["stride"], recorded["sentence_aware"]) == (24, 4, False)
+    assert recorded["count"] > 5
+
+    whole = tmp_path / "whole"
+    assert invoke("-q", "index", corpus, whole, *model, "--no-passages").exit_code == 0
+    manifest = json.loads((whole / "manifest.json").read_text())
+    assert manifest.get("passages") is None and manifest["faiss"]["ntotal"] == 5
+    assert IndexConfig(passages=False).passages == PassageConfig(enabled=False)
+
+    found = []
+    for aggregation in ("maxp", "firstp"):
+        result = invoke("search", split, "item2x9", "--first-stage", "bm25", "--json",
+                        "--aggregation", aggregation, "--device", "cpu")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        found.append([hit["doc_id"] for hit in json.loads(result.output)])
+    # item2x9 sits beyond d2's first passage: MaxP finds d2 by it, FirstP cannot
+    assert found[0][0] == "d2" and "d2" not in found[1]
+
+    result = CliRunner().invoke(app, ["index", str(corpus), str(tmp_path / "bad"),
+                                      "--passage-window", "4"])  # fmt: skip
+    assert result.exit_code == 2 and "--passage-window must be >= 8, got 4" in result.output
+    result = CliRunner().invoke(app, ["search", str(split), "q", "--aggregation", "meanp"])
+    assert result.exit_code == 2 and "--aggregation must be one of maxp, firstp, sum" in (
+        result.output
+    )
