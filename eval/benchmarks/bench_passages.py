@@ -6,11 +6,9 @@ For each collection (``--built NAME``, built by ``ood_collections.py``; ``scifac
 bundled ``data/scifact``), two indexes of the default encoder at ``auto`` precision, with BM25
 beside them and the hybrid fusion chosen on the collection's dev queries:
 
-* **passages** (today's default): ``dotcat index DATA INDEX``, as a user runs it;
-* **truncation**: the same build with passages off (``PassageConfig(enabled=False)``: one
-  vector per document, cut at 256 tokens; the layout of indexes built before passages), from
-  Python, since the command line has no option for it: ``build_index`` then ``tune_fusion``,
-  what ``dotcat index`` calls.
+* **passages** (the default): ``dotcat index DATA INDEX``, as a user runs it;
+* **truncation**: ``dotcat index DATA INDEX --no-passages``: one vector per document, cut at
+  256 tokens (the layout of indexes built before passages).
 
 Each build runs under ``/usr/bin/time -v`` (wall time, peak RSS) and its size on disk is
 summed. Then ``dotcat search`` ranks the test (and dev) queries with ``--first-stage dense``,
@@ -29,7 +27,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -40,20 +37,6 @@ SPLITS = ("test", "dev")
 MEASURES = ("nDCG@10", "R@100")
 DEPTH = 100
 STAGES = (("dense", "dense"), ("bm25", "bm25"), ("hybrid", "auto"))
-#: The truncation index, built from Python as ``dotcat index`` builds one (build, then the
-#: hybrid fusion chosen on dev), with passages off.
-TRUNCATION_BUILD = """
-import sys
-from dotcat.index import IndexConfig, build_index
-from dotcat.index.passages import PassageConfig
-from dotcat.models import EncoderConfig
-from dotcat.search.pipeline import tune_fusion
-data, out = sys.argv[1], sys.argv[2]
-config = IndexConfig(bm25=True, passages=PassageConfig(enabled=False))
-build_index(data, out, EncoderConfig(), config, show_progress=False)
-fusion = tune_fusion(out, data)
-print("truncation index built;", fusion.describe() if fusion else "RRF (no dev queries)")
-"""
 
 
 def data_dir(name: str, built: Path) -> Path:
@@ -88,14 +71,13 @@ def timed(line: list[str], index: Path) -> dict:
 
 
 def build_both(data: Path, work: Path) -> dict[str, dict]:
-    """The truncation index (Python) and the passage index (``dotcat index``), timed."""
+    """The truncation index and the passage index (``dotcat index``), timed."""
     truncation = work / "truncation"
     passages = work / "passages"
+    line = [*common.DOTCAT, "-q", "index", str(data)]
     return {
-        "truncation": timed(
-            [sys.executable, "-c", TRUNCATION_BUILD, str(data), str(truncation)], truncation
-        ),
-        "passages": timed([*common.DOTCAT, "-q", "index", str(data), str(passages)], passages),
+        "truncation": timed([*line, str(truncation), "--no-passages"], truncation),
+        "passages": timed([*line, str(passages)], passages),
     }
 
 
@@ -208,9 +190,8 @@ def main() -> None:
     )
     lines += [
         "Commands per collection, as run: `/usr/bin/time -v dotcat index DATA passages` (the "
-        "default: passages); the truncation index from Python with passages off (the "
-        "script's `TRUNCATION_BUILD`: `build_index` then `tune_fusion`, as `dotcat index` "
-        "does); `dotcat search INDEX --queries DATA --split S --first-stage dense|bm25|auto "
+        "default: passages); `/usr/bin/time -v dotcat index DATA truncation --no-passages`; "
+        "`dotcat search INDEX --queries DATA --split S --first-stage dense|bm25|auto "
         f"-k {DEPTH} --output RUN` on each; `dotcat bm25 DATA --queries DATA --split S` (BM25 "
         "over whole documents); `dotcat eval RUN BASELINE DATA --split S -m nDCG@10 -m R@100 "
         "--baseline BASELINE --json` for each row (one comparison per call, so no correction "
