@@ -26,7 +26,7 @@ import datetime as dt
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -368,15 +368,9 @@ def _passage_chunks(path: Path, chunk_size: int) -> Iterator[tuple[int, list[str
     """``(chunk number, its texts)`` of every passage in id order: title and passage text."""
     store = DocStore(path)
     try:
-        chunk, texts = 0, []
-        for rows in store.iter_passages(batch=chunk_size):
-            for _, _, title, text in rows:
-                texts.append(document_text(title, text))
-                if len(texts) == chunk_size:
-                    yield chunk, texts
-                    chunk, texts = chunk + 1, []
-        if texts:
-            yield chunk, texts
+        rows = store.iter_passages(batch=chunk_size)
+        yield from _chunks(((title, text) for batch in rows for _, _, title, text in batch),
+                           chunk_size)  # fmt: skip
     finally:
         store.close()
 
@@ -386,13 +380,20 @@ def _chunk_texts(
 ) -> Iterator[tuple[int, list[str]]]:
     """``(chunk number, its texts)`` over rows ``[start, stop)``, read in one sequential pass."""
     start, stop = rows
+    batches = iter_row_batches(dataset, start, stop, batch_size=chunk_size)
+    pairs = (pair for _, b in batches for pair in zip(b["title"], b["text"], strict=True))
+    yield from _chunks(pairs, chunk_size)
+
+
+def _chunks(pairs: Iterable[tuple[str, str]], chunk_size: int) -> Iterator[tuple[int, list[str]]]:
+    """``(chunk number, its texts)``: ``(title, text)`` pairs as the encoder reads them
+    (:func:`document_text`), ``chunk_size`` a chunk."""
     chunk, texts = 0, []
-    for _, batch in iter_row_batches(dataset, start, stop, batch_size=chunk_size):
-        for title, text in zip(batch["title"], batch["text"], strict=True):
-            texts.append(document_text(title, text))
-            if len(texts) == chunk_size:
-                yield chunk, texts
-                chunk, texts = chunk + 1, []
+    for title, text in pairs:
+        texts.append(document_text(title, text))
+        if len(texts) == chunk_size:
+            yield chunk, texts
+            chunk, texts = chunk + 1, []
     if texts:
         yield chunk, texts
 
