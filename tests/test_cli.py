@@ -142,6 +142,30 @@ def test_search_argument_errors(tiny_index):
     assert result.exit_code == 2 and "give an INDEX" in result.output
 
 
+def test_search_with_feedback(tiny_index, tiny_beir_dir, tmp_path):
+    from dotcat.search.pipeline import SearchPipeline
+
+    query = "Cats are small domesticated carnivorous mammals."
+    options = ["--first-stage", "bm25", "--prf", "rm3", "--fb-docs", "2", "--fb-terms", "3"]
+    result = invoke("search", tiny_index, query, "-k", "3", "--json", *options)
+    assert result.exit_code == 0, result.output
+    pipeline = SearchPipeline(tiny_index, first_stage="bm25", prf="rm3", fb_docs=2, fb_terms=3)
+    expected = pipeline.search(query, 3)
+    assert [(h["doc_id"], h["score"]) for h in json.loads(result.stdout)] == [
+        (h.doc_id, pytest.approx(h.score)) for h in expected
+    ]
+    run = tmp_path / "rocchio.trec"
+    result = invoke("-q", "search", tiny_index, "--queries", tiny_beir_dir, "--output", run,
+                    "--prf", "rocchio", "--rocchio-docs", "2", "--device", "cpu")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert run.is_file()
+    result = runner.invoke(app, ["search", str(tiny_index), "q", "--first-stage", "dense",
+                                 "--prf", "rm3"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "--prf" in result.output and "rewrites the bm25 side" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_dir, tmp_path):
     import shutil
 

@@ -45,3 +45,20 @@ class SettingError(DotcatError):
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
         super().__init__(message)
+
+
+class DiskFullError(DotcatError):
+    """A write that found no room: no space left on the device, a disk quota, a file-size
+    limit, a read-only file system (:func:`dotcat.files.writing` recognises them all).
+
+    Whatever was half written is removed by then; what existed before (an index, a model, a
+    run file) is untouched. ``path`` is the file or folder being written (None where
+    unknown), ``errno`` the system's error number (ENOSPC, EDQUOT, EFBIG or EROFS), ``free``
+    the bytes free on its file system afterwards (None where unknown).
+    """
+
+    def __init__(self, message: str, path: str | None, errno: int, free: int | None) -> None:
+        self.path = path
+        self.errno = errno
+        self.free = free
+        super().__init__(message)

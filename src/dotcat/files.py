@@ -2,19 +2,36 @@
 
 Light on purpose (standard library only): the command line runs them before importing
 torch or FAISS, so a bad output path is reported in milliseconds, not after the work.
+
+A full disk is one error for every writer (:class:`~dotcat.errors.DiskFullError`): each write
+runs inside :func:`writing` (or :func:`replacing`, :func:`writes`), which recognises the
+ways a write finds no room, whoever reports it (an ``OSError``'s errno ENOSPC, EDQUOT, EFBIG
+or EROFS; ``shutil.Error``'s list of them; FAISS's and safetensors' C strerror text;
+SQLite's "database or disk is full"), removes what was half written, and says which file,
+how much room is left, and what to do.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import inspect
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DiskFullError, DotcatError
+
+try:
+    import resource
+except ImportError:  # Windows: no file-size limit to look at
+    resource = None
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -48,6 +65,215 @@ def check_can_create_in(path: Path) -> None:
         raise DotcatError(f"{path}: cannot write in {ancestor} ({e.strerror})") from None
 
 
+#: The errors of a write that found no room, by errno: what happened, and what to do.
+_NO_ROOM: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on device", "free space or choose another output"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or choose another output"),
+    errno.EFBIG: ("file too large", "raise the limit or choose another output"),
+    errno.EROFS: ("read-only file system", "choose another output"),
+}
+#: How libraries that drop the errno say it: C's strerror (FAISS, safetensors), SQLite's words.
+_NO_ROOM_TEXT = {os.strerror(code): code for code in _NO_ROOM} | {
+    "database or disk is full": errno.ENOSPC
+}
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
+#: Where FAISS names the file it was writing.
+_FAISS_PATH = re.compile(r"write error in (.+?): \d+ != \d+|could not open (.+?) for writing")
+#: Errors of the program itself, never of the disk.
+_NOT_THE_DISK = (ValueError, TypeError, KeyError, IndexError, AttributeError, NameError)
+#: Free space below which a file system counts as full (blocks, reserved space, metadata).
+_FULL_BELOW = 1 << 20
+
+
+def no_room(error: BaseException, path: str | os.PathLike | None = None) -> DiskFullError | None:
+    """The :class:`DiskFullError` that ``error`` (or an error it was raised from) means, naming
+    the file the error names, else ``path``; None when it means something else."""
+    found = _no_room_cause(error)
+    if found is None:
+        return None
+    code, where = found
+    return disk_full(code, where or path)
+
+
+def disk_full(
+    code: int, path: str | os.PathLike | None, advice: str | None = None
+) -> DiskFullError:
+    """The error of a write to ``path`` that failed with errno ``code`` (ENOSPC, EDQUOT, EFBIG
+    or EROFS): what happened, where, the room left (or the file-size limit), what to do."""
+    reason, default = _NO_ROOM[code]
+    where = "writing" if path is None else f"writing {os.fspath(path)}"
+    free = _free_bytes(path)
+    if code == errno.EFBIG:
+        limit = _file_size_limit()
+        room = (
+            "larger than the file system takes"
+            if limit is None
+            else f"the file-size limit, ulimit -f, is {_mib(limit)}"
+        )
+    elif code == errno.EROFS or free is None:
+        room = None
+    else:
+        room = f"{_mib(free)} free"
+    message = f"{reason} {where}{'' if room is None else f' ({room})'}: {advice or default}"
+    return DiskFullError(message, None if path is None else os.fspath(path), code, free)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _file_size_limit() -> int | None:
+    """This process's file-size limit (``ulimit -f``) in bytes, None when unlimited."""
+    if resource is None:
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+@contextmanager
+def writing(
+    path: str | os.PathLike | None,
+    *,
+    remove: Iterable[str | os.PathLike] = (),
+    advice: str | None = None,
+) -> Iterator[None]:
+    """Run a write to ``path``; on any failure delete ``remove`` (half-written temporary files
+    or folders), and turn a failure for want of room into one :class:`DiskFullError`.
+
+    The error names the file the failure names (FAISS's temporary file, the file a copy was
+    writing), else ``path``. ``advice`` replaces the usual "free space or choose another
+    output" (a cache says which variable moves it).
+    """
+    remove = [Path(p) for p in remove]
+    try:
+        yield
+    except BaseException as e:
+        found = None
+        if isinstance(e, Exception) and not isinstance(e, DotcatError):  # said already
+            found = _no_room_cause(e)
+            if found is None and not isinstance(e, _NOT_THE_DISK):
+                # Writers that drop the errno (PyTorch's "basic_ios::clear: iostream error",
+                # SQLite's "disk I/O error"): no room if the disk is full or a file written
+                # here reached the file-size limit.
+                found = _exhausted([Path(path), *remove] if path is not None else remove)
+        for leftover in remove:
+            _remove(leftover)
+        if found is None:
+            raise
+        code, where = found
+        raise disk_full(code, where or path, advice) from e
+
+
+@contextmanager
+def replacing(
+    path: str | os.PathLike, suffix: str = ".tmp", advice: str | None = None
+) -> Iterator[Path]:
+    """A temporary name beside ``path`` (``path`` + ``suffix``) for a writer that needs a
+    name (FAISS, SQLite); renamed over ``path`` when the block ends cleanly, removed when it
+    fails, a full disk reported as by :func:`writing`. The old ``path`` is untouched until
+    the rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + suffix)
+    with writing(path, remove=[tmp], advice=advice):
+        yield tmp
+        os.replace(tmp, path)
+
+
+def writes(parameter: str, advice: str | None = None) -> Callable:
+    """Decorate a function that writes under the path given as its argument ``parameter``
+    (an index, a model directory): any write inside that finds no room raises one
+    :class:`DiskFullError` (see :func:`writing`)."""
+
+    def decorate(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            path = signature.bind_partial(*args, **kwargs).arguments.get(parameter)
+            with writing(path, advice=advice):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _no_room_cause(error: BaseException) -> tuple[int, str | None] | None:
+    """``(errno, the file it names or None)`` for the first error in ``error``'s chain of
+    causes that reports no room, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _no_room_in(current)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _no_room_in(error: BaseException) -> tuple[int, str | None] | None:
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        for entry in error.args[0]:  # copytree's (source, destination, why) per failed file
+            if isinstance(entry, tuple) and len(entry) == 3:
+                match = _ERRNO.search(str(entry[2]))
+                if match and int(match.group(1)) in _NO_ROOM:
+                    return int(match.group(1)), str(entry[1])
+        return None
+    if isinstance(error, OSError) and error.errno is not None:
+        if error.errno not in _NO_ROOM:
+            return None
+        return error.errno, None if error.filename is None else os.fsdecode(error.filename)
+    text = str(error)
+    code = next((c for words, c in _NO_ROOM_TEXT.items() if words in text), None)
+    if code is None:
+        return None
+    where = _FAISS_PATH.search(text)
+    return code, (where.group(1) or where.group(2)) if where else None
+
+
+def _exhausted(paths: list[Path]) -> tuple[int, None] | None:
+    """ENOSPC where a file system under ``paths`` is (nearly) full; EFBIG where a file there
+    has reached this process's file-size limit; else None."""
+    limit = _file_size_limit()
+    for path in paths:
+        free = _free_bytes(path)
+        if free is not None and free < _FULL_BELOW:
+            return errno.ENOSPC, None
+        if limit is not None and any(size >= limit for size in _file_sizes(path)):
+            return errno.EFBIG, None
+    return None
+
+
+def _file_sizes(path: Path) -> Iterator[int]:
+    if path.is_file():
+        yield path.stat().st_size
+    elif path.is_dir():
+        for folder, _, names in os.walk(path):
+            for name in names:
+                try:
+                    yield os.stat(os.path.join(folder, name)).st_size
+                except OSError:
+                    continue
+
+
+def _free_bytes(path: str | os.PathLike | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return shutil.disk_usage(nearest_existing(Path(path))).free
+    except (OSError, StopIteration):
+        return None
+
+
+def _remove(path: Path) -> None:
+    """Delete a file or folder if it is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> None:
     """Write ``value`` as JSON (UTF-8) atomically: a temporary file beside ``path``, flushed
     to disk, renamed over it. A crash leaves the old file or the new one, never half of one.
@@ -55,7 +281,7 @@ def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    with writing(path, remove=[tmp]):
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=indent, ensure_ascii=False)
             f.write("\n")
@@ -63,9 +289,17 @@ def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> N
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def move_into(src: Path, dst: Path, last: str = ".safetensors") -> None:
+    """Move the entries of folder ``src`` into ``dst`` with ``os.replace`` (same file system),
+    replacing what is there, the files ending in ``last`` (the weights) last: a crash on the
+    way leaves the old weights or the new, never half a file."""
+    for entry in sorted(Path(src).iterdir(), key=lambda p: (p.name.endswith(last), p.name)):
+        target = Path(dst) / entry.name
+        if entry.is_dir() and target.is_dir():
+            shutil.rmtree(target)
+        os.replace(entry, target)
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:
@@ -85,10 +319,7 @@ def atomic_dir(target: str | os.PathLike, fill: Callable[[Path], Any]) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    try:
+    with writing(target, remove=[tmp]):
         fill(tmp)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

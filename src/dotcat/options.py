@@ -38,6 +38,9 @@ FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 FUSIONS = ("auto", "rrf", "linear")
 #: How a document is ranked from its passages' scores (:mod:`dotcat.search.passages`).
 AGGREGATIONS = ("maxp", "firstp", "sum")
+#: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
+#: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.
+PRF_METHODS = ("none", "rm3", "rocchio", "both")
 #: ``dotcat merge``: IVF lists on disk.
 ON_DISK = ("auto", "yes", "no")
 #: ``dotcat export``: precisions, linear layers left in fp32 under int8, int8 kernel variants.
@@ -57,6 +60,16 @@ RUN_K = 100
 RERANK_DEPTH = 100
 #: Candidates each first stage contributes before a hybrid fusion (at least k).
 FUSION_DEPTH = 100
+#: Pseudo-relevance feedback's defaults: RM3 as Anserini and Pyserini run it (10 feedback
+#: documents, 10 terms, original query weight 0.5); Rocchio on query vectors as Li et al. (2022)
+#: run it over the top 3 documents (alpha 1, beta 0.5; Pyserini's dense PRF defaults too).
+PRF = "none"
+RM3_FB_DOCS = 10
+RM3_FB_TERMS = 10
+RM3_ORIGINAL_WEIGHT = 0.5
+ROCCHIO_DOCS = 3
+ROCCHIO_ALPHA = 1.0
+ROCCHIO_BETA = 0.5
 #: The longest query text accepted (characters): far beyond any encoder's window (a 512-token
 #: window holds about 2,000 characters of English); longer is a pasted document, refused.
 MAX_QUERY_CHARS = 10_000

@@ -111,6 +111,11 @@ def test_paths_are_checked_before_any_work(write, tiny_beir_dir, tiny_bert_dir, 
         ("measures = ['nDGC@10']", "measures[0]: unknown measure 'nDGC@10'"),
         ("k1 = 1.2", "systems[1].k1: applies only to first_stage 'bm25'"),
         ("alpha = 1.5", "alpha: must be a number in (0, 1), got 1.5"),
+        (
+            'prf = "rm3"',
+            "systems[1].prf: prf 'rm3' rewrites the bm25 side, and first stage 'dense' has none",
+        ),
+        ("fb_terms = 20", "systems[1].fb_terms: does not apply with prf 'none' on this system"),
     ],
 )
 def test_semantic_errors_name_the_field(text, expected):
@@ -125,7 +130,7 @@ def test_semantic_errors_name_the_field(text, expected):
     }
     key, _, value = text.partition(" = ")
     value = json.loads(value.replace("'", '"'))
-    target = data["systems"][1] if key in ("first_stage", "k1") else data
+    target = data["systems"][1] if key in ("first_stage", "k1", "prf", "fb_terms") else data
     target[key] = value
     with pytest.raises(DotcatError) as error:
         parse_config(data, "e.toml")

@@ -12,9 +12,11 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from dotcat.cli import app
-from dotcat.data import load_qrels, read_run
+from dotcat.data import load_corpus, load_qrels, load_queries, read_run
 from dotcat.evaluation import evaluate
 from dotcat.evaluation.plots import DPI, PANEL_INCHES, WIDTH_INCHES
+from dotcat.search.bm25 import bm25_search
+from dotcat.search.feedback import RM3
 
 runner = CliRunner()
 
@@ -150,6 +152,50 @@ def test_a_changed_setting_recomputes_only_what_depends_on_it(setup):
         ("rerank", False),
     ]
     assert len(deeper["computed"]) == 1
+
+
+FEEDBACK_SYSTEMS = """
+[[systems]]
+name = "BM25+RM3"
+first_stage = "bm25"
+prf = "rm3"
+fb_terms = 5
+
+[[systems]]
+name = "hybrid+both"
+first_stage = "hybrid"
+model = "{bert}"
+pooling = "mean"
+prf = "both"
+rocchio_docs = 2
+"""
+
+
+def test_feedback_systems_run_and_leave_the_others_cached(setup, tiny_bert_dir):
+    setup["run"]()
+    config = setup["out"].parent / "experiment.toml"
+    text = config.read_text() + FEEDBACK_SYSTEMS.format(bert=tiny_bert_dir)
+    results = _run_with(setup, config, text)
+    names = sorted(Path(c.split()[1]).name for c in results["computed"])
+    assert len(names) == 2  # the two feedback first stages; indexes and other runs reused
+    assert _stages(results)["hybrid+both"] == [("index", True), ("first_stage", False)]
+    queries = load_queries(setup["data"], split="test")
+    expected = bm25_search(load_corpus(setup["data"]), queries, k=5, rm3=RM3(fb_terms=5),
+                           show_progress=False)  # fmt: skip
+    got = read_run(setup["out"] / results["systems"]["BM25+RM3"]["run"])
+    assert {q: [d for d, _ in docs] for q, docs in expected.items()} == {
+        q: list(docs) for q, docs in got.items()
+    }
+    report = (setup["out"] / "report.md").read_text()
+    assert "RM3 (10 docs, 5 terms, original weight 0.5)" in report
+    assert "Rocchio (2 docs, alpha 1, beta 0.5)" in report
+
+
+def _run_with(setup, config: Path, text: str) -> dict:
+    config.write_text(text)
+    result = runner.invoke(app, ["-q", "experiment", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads((setup["out"] / "results.json").read_text())
 
 
 def test_a_weight_calibrated_on_the_index_is_followed_and_recomputes(setup, tiny_cat_dir):

@@ -121,8 +121,9 @@ NEEDS = [
 
 @pytest.mark.parametrize(("spec", "needed", "train"), NEEDS)
 def test_training_needs_agree_with_faiss_itself(spec, needed, train):
-    """Our reading of a spec's needs, checked by training FAISS at the limit and below it."""
-    index = faiss_index.create_index(spec, 32)
+    """Our reading of a spec's needs, checked by training FAISS at the limit and below it
+    (the index as FAISS's factory makes it: HNSW32,PQ8 is L2 only, refused by a build)."""
+    index = faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT)
     needs = faiss_index.training_needs(index)
     assert max((n.vectors for n in needs), default=0) == needed
     if needed == 0:
@@ -134,6 +135,27 @@ def test_training_needs_agree_with_faiss_itself(spec, needed, train):
     faiss_index.create_index(spec, 32).train(_unit_vectors(needed, 32))  # enough
     with pytest.raises(RuntimeError):
         faiss_index.create_index(spec, 32).train(_unit_vectors(needed - 1, 32))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("IDMap,Flat", "dotcat numbers the vectors itself"),
+        ("IDMap2,Flat", "dotcat numbers the vectors itself"),
+        ("IVF4,Flat,IDMap", "dotcat numbers the vectors itself"),
+        ("NSG32,Flat", "an NSG graph is built in one go and never added to"),
+        ("HNSW32,PQ8", "with the L2 metric only, and dotcat ranks by inner product"),
+        ("HNSW32_PQ8", "with the L2 metric only, and dotcat ranks by inner product"),
+    ],
+)
+def test_specs_the_factory_takes_but_a_build_cannot_use_are_refused(spec, message):
+    """Before, each failed after the encoding (IDMap: "add does not make sense with
+    IndexIDMap"; NSG: on its second block) or ranked by L2 distances read as scores."""
+    with pytest.raises(DotcatError, match=f"invalid FAISS spec '{spec}' for dimension 32: "):
+        faiss_index.create_index(spec, 32)
+    with pytest.raises(DotcatError, match=message):
+        faiss_index.create_index(spec, 32)
+    assert faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT) is not None
 
 
 def test_faiss_errors_lose_their_cpp_location():
@@ -164,3 +186,21 @@ def test_a_sharded_faiss_index_searches_like_one_index():
         np.testing.assert_array_equal(a_pos, b_pos)
         np.testing.assert_allclose(a_scores, b_scores, rtol=0, atol=1e-6)
     assert faiss_index.search(whole, queries[:1], 2)[1][0].tolist() == [10, 400]  # ties: position
+
+
+@pytest.mark.parametrize("spec", ["Flat", "HNSW8", "IVF4,Flat"])
+def test_reconstruct_gives_the_stored_vectors_back(spec):
+    vectors = _unit_vectors(200, 16)
+    index = faiss_index.create_index(spec, 16)
+    if not index.is_trained:
+        index.train(vectors)
+    index.add(vectors)
+    positions = np.array([[5, 0, -1], [199, 42, 7]])
+    got = faiss_index.reconstruct(index, positions)
+    assert got.shape == (2, 3, 16)
+    np.testing.assert_allclose(got[0, 2], 0.0)  # FAISS's padding
+    np.testing.assert_allclose(got[0, :2], vectors[[5, 0]], atol=1e-6)
+    np.testing.assert_allclose(got[1], vectors[[199, 42, 7]], atol=1e-6)
+    ids = faiss.IndexIDMap2(faiss.IndexFlatIP(16))
+    ids.add_with_ids(vectors[:3], np.array([10, 20, 30]))
+    np.testing.assert_allclose(faiss_index.reconstruct(ids, np.array([30, 10])), vectors[[2, 0]])

@@ -114,6 +114,9 @@ def test_unmerged_shards_answer_as_the_merged_index(built, encoder):
     assert b.first_stage == "dense"  # BM25 statistics are per shard: dense only, unmerged
     topics = {"q1": "insulin glucose", "q2": "vaccines immune"}
     assert_same_runs(a.run(topics, 20), b.run(topics, 20))
+    # Each shard gives its vectors back at the global positions (Rocchio's feedback reads them).
+    positions = np.array([[0, 150, 300], [299, -1, 1]])
+    np.testing.assert_allclose(shards.vectors(positions), whole.vectors(positions), atol=1e-6)
 
 
 def test_ivf_merge_trains_once_and_adds_every_shard(built, encoder, tmp_path):

@@ -29,21 +29,6 @@ def _encoder(model) -> EncoderConfig:
     return EncoderConfig(model=str(model), device="cpu", precision="fp32")
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """A BEIR dir whose train qrels give dev queries (as the training dev split carves them)."""
-    from tests.training.toy import make_training_beir
-
-    return make_training_beir(tmp_path_factory.mktemp("pipeline") / "beir")
-
-
-@pytest.fixture(scope="module")
-def index(data, tiny_bert_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("pipeline_index") / "index"
-    build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=True), show_progress=False)
-    return out
-
-
 def _pipeline(index, **settings) -> SearchPipeline:
     return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32", **settings))
 

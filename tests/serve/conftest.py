@@ -46,6 +46,20 @@ def live_server(pipeline, **settings):
         thread.join(timeout=30)
 
 
+def raw_request(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as is (no client library refusing it first); status, headers, body."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
 #: A document whose words of interest sit in the middle of ~20,000 characters, with a long title.
 LONG_DOC = {
     "_id": "long",

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ from dataclasses import asdict
 
 import httpx
 import pytest
-from tests.serve.conftest import live_server
+from tests.serve.conftest import live_server, raw_request
 from tests.timing import within
 
 from dotcat.errors import DotcatError
@@ -78,6 +77,7 @@ def test_documents_health_and_info(server, pipeline):
     assert info["limits"]["max_k"] == ServeConfig().max_k and "api_key" not in info["limits"]
     assert info["server"]["pid"] == os.getpid()  # served in this process
     assert info["limits"]["workers"] == 1
+    assert info["feedback"] == "none"
     page = httpx.get(f"{server}/")
     assert page.status_code == 200 and "<title>dotcat search</title>" in page.text
     assert httpx.get(f"{server}/static/app.js").status_code == 200
@@ -418,22 +418,9 @@ def test_the_client_gets_whole_texts_or_snippets(long_pipeline):
 # -- the HTTP layer's own refusals: JSON too ------------------------------------------------
 
 
-def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` as is (no client library refusing it first); status, headers, body."""
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as conn:
-        conn.sendall(request)
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.lower().split(": ", 1) for line in lines)
-    return int(status_line.split()[1]), headers, body
-
-
 def _raw_get(url: str, target: str) -> tuple[int, dict[str, str], bytes]:
-    return _raw(url, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    return raw_request(url, request.encode())
 
 
 @pytest.mark.parametrize("query_bytes", [40_000, 100_000, 1_000_000])
@@ -457,6 +444,25 @@ def test_a_longest_query_fits_in_a_url(server):
 
 
 def test_a_malformed_request_is_a_json_400(server):
-    status, headers, body = _raw(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
+    status, headers, body = raw_request(server, b"GET /search?q=x HTTP/1.1\r\nHost x\r\n\r\n")
     assert status == 400 and headers["content-type"] == "application/json"
     assert json.loads(body) == {"error": "invalid HTTP request (malformed request line or headers)"}
+
+
+def test_a_server_with_feedback_answers_as_its_pipeline(hybrid_index):
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    config = PipelineConfig(device="cpu", precision="fp32", prf="both", fb_docs=3)
+    pipeline = SearchPipeline(hybrid_index, config)
+    with live_server(pipeline) as url:
+        info = httpx.get(f"{url}/info").json()
+        assert info["feedback"] == (
+            "RM3 (3 docs, 10 terms, original weight 0.5) + Rocchio (3 docs, alpha 1, beta 0.5)"
+        )
+        for query in QUERIES:
+            for stage in ("hybrid", "dense"):  # a request's first stage: that side's feedback
+                params = {"q": query, "k": 4, "first_stage": stage}
+                got = _hits(httpx.get(f"{url}/search", params=params).json())
+                expected = _expected(pipeline, query, 4, first_stage=stage)
+                assert [d for d, _ in got] == [d for d, _ in expected]
+                assert [s for _, s in got] == pytest.approx([s for _, s in expected])

@@ -16,13 +16,27 @@ import threading
 import click
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
+from dotcat.files import no_room
 from dotcat.progress import set_quiet
 
 #: The global flags, accepted before or after the command.
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+#: How the command-line framework ends a command (typer's own click, or click's): never an
+#: error of the disk, whatever error they were raised while handling.
+_FRAMEWORK = (
+    typer.Exit,
+    typer.Abort,
+    TyperException,
+    click.exceptions.Exit,
+    click.exceptions.Abort,
+    click.ClickException,
+)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -34,7 +48,8 @@ def _raise_terminated(signum, frame) -> None:
 
 
 class Group(TyperGroup):
-    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2.
+    """Turns a DotcatError (bad input, refused index...) into one line and exit status 2; so
+    too a write that found no room, should a writer not have said so itself.
 
     Ctrl-C and SIGTERM stop the work the same orderly way (a build's folder removed, its
     lock released): "dotcat: interrupted", exit status 130 (Ctrl-C) or 143 (SIGTERM).
@@ -60,6 +75,14 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
+        except _FRAMEWORK:
+            raise  # (an Exit raised while a sub-command's error was shown has it as context)
+        except Exception as e:
+            full = no_room(e)
+            if full is None:
+                raise
+            click.echo(f"dotcat: error: {full}", err=True)
+            ctx.exit(2)
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:

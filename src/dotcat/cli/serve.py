@@ -22,6 +22,13 @@ def serve(
     depth: int = option(PipelineConfig, "depth"),
     interpolate: str = option(PipelineConfig, "interpolate"),
     first_stage: str = option(PipelineConfig, "first_stage"),
+    prf: str = option(PipelineConfig, "prf"),
+    fb_docs: int = option(PipelineConfig, "fb_docs"),
+    fb_terms: int = option(PipelineConfig, "fb_terms"),
+    original_query_weight: float = option(PipelineConfig, "original_query_weight"),
+    rocchio_docs: int = option(PipelineConfig, "rocchio_docs"),
+    rocchio_alpha: float = option(PipelineConfig, "rocchio_alpha"),
+    rocchio_beta: float = option(PipelineConfig, "rocchio_beta"),
     host: str = option(ServeConfig, "host"),
     port: int = option(ServeConfig, "port"),
     api_key: str | None = option(ServeConfig, "api_key", envvar=API_KEY_ENV),
@@ -50,6 +57,8 @@ def serve(
             stages = f"{workers} workers"
         else:
             stages = pipeline.first_stage
+            if pipeline.config.prf != "none":
+                stages += f" with {pipeline.describe_feedback()}"
             if pipeline.reranker is not None:
                 r = pipeline.reranker
                 stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
-from dotcat.cache import cache_root
+from dotcat.cache import CACHE_ENV, cache_root
 from dotcat.data._io import find_one, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.records import Record
@@ -45,6 +45,7 @@ from dotcat.data.sources import (
     open_source,
 )
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.files import writing
 from dotcat.progress import progress_bar
 from dotcat.reprs import short_repr
 
@@ -58,6 +59,8 @@ __all__ = ["CORPUS_FILE_NAMES", "CorpusOptions", "CorpusStats", "Document", "ite
 
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
 CACHE_FORMAT_VERSION = 2
+#: What to do when the cache's disk is full (it can live anywhere).
+CACHE_ADVICE = f"free space, or set {CACHE_ENV} to a folder on a disk with room"
 
 _summarised: set[Path] = set()  # cache entries whose counts this process has logged
 _DUPLICATES_NAMED = 5  # how many duplicate ids an error message lists
@@ -303,13 +306,10 @@ def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Datase
 
 def _write_json_atomically(path: Path, value: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    with writing(path, remove=[tmp]):
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_corpus(
@@ -427,20 +427,21 @@ def _build(
     build_stats = CorpusStats()
     logger.info("reading corpus %s into %s", source.describe(), entry)
     try:
-        dataset = _from_generator(lambda: _documents(source, build_stats), entry, fingerprint)
-        if source.identity(again=True) != identity:
-            # Not marked complete: the next load reads the source again.
-            logger.warning(
-                "%s changed while it was being read; it will be read again", source.describe()
-            )
-            return dataset, build_stats
-        record = {
-            "source": source.describe(),
-            "identity": identity,
-            "format_version": CACHE_FORMAT_VERSION,
-            "stats": dataclasses.asdict(build_stats),
-        }
-        _write_json_atomically(entry / "stats.json", record)
+        with writing(entry, advice=CACHE_ADVICE):
+            dataset = _from_generator(lambda: _documents(source, build_stats), entry, fingerprint)
+            if source.identity(again=True) != identity:
+                # Not marked complete: the next load reads the source again.
+                logger.warning(
+                    "%s changed while it was being read; it will be read again", source.describe()
+                )
+                return dataset, build_stats
+            record = {
+                "source": source.describe(),
+                "identity": identity,
+                "format_version": CACHE_FORMAT_VERSION,
+                "stats": dataclasses.asdict(build_stats),
+            }
+            _write_json_atomically(entry / "stats.json", record)
     except BaseException as e:
         shutil.rmtree(entry, ignore_errors=True)
         cause = _find_cause(e, DataFormatError)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.corpus import load_corpus
-from dotcat.data.qrels import load_qrels
+from dotcat.data.qrels import find_qrels_file, load_qrels
 from dotcat.data.queries import load_queries
+from dotcat.errors import DataFormatError
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,14 @@ def load_judgements(path: str | Path, split: str = "test") -> Judgements:
     experiment`` evaluate).
 
     Raises:
-        DataFormatError: a missing split (listing the available ones) or a malformed file.
+        DataFormatError: a missing split (listing the available ones), a malformed file, or
+            one without judgements (nothing to evaluate against).
     """
     qrels = load_qrels(path, split=split)
     path = resolve_data_path(path)  # a dataset name: its BEIR directory in the cache
+    if not qrels:
+        file = find_qrels_file(path, split)
+        raise DataFormatError(file, None, "no judgements: there is nothing to evaluate")
     if not path.is_dir():
         return Judgements(qrels)
     queries = set(load_queries(path))

@@ -86,6 +86,8 @@ def _read_queries(file: Path) -> dict[str, str]:
         first_line[qid] = lineno
         queries[qid] = text
         first_record = False
+    if not queries:  # an empty run would follow, and evaluate as zeros
+        raise DataFormatError(file, None, "no queries (the file has no query line)")
     logger.info("%s: %d queries", file, len(queries))
     return queries
 
@@ -102,7 +104,8 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
 
     Raises:
         DataFormatError: a malformed record, a missing, empty or duplicate id, an empty query
-            text, or (with a split) a missing qrels file, listing the available splits.
+            text, no query at all, or (with a split) a missing qrels file, listing the
+            available splits, or none of the split's queries in the file.
     """
     p = resolve_data_path(path)
     file = find_queries_file(p)
@@ -122,6 +125,10 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
                 ", ".join(repr(q) for q in missing[:_EXAMPLES]),
             )
         queries = {qid: text for qid, text in queries.items() if qid in judged}
+        if not queries:
+            raise DataFormatError(
+                file, None, f"none of the {len(judged)} queries judged in split {split!r} is here"
+            )
         logger.info("split %r: %d queries with judgements", split, len(queries))
         return queries
     return _read_queries(file)

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.files import check_can_create_in
+from dotcat.files import check_can_create_in, writing
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +172,7 @@ def write_run(
     Raises:
         ValueError: an id or tag that is empty or contains whitespace, a document listed
             twice for a query, a non-finite score, or scores out of descending order.
+        DiskFullError: no room for the file (the old one at ``path`` is untouched).
     """
     _check_token(tag, "run tag")
     if str(path) == STDOUT:
@@ -182,7 +183,7 @@ def write_run(
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
-    try:
+    with writing(path, remove=[tmp]):  # a full disk: one line, the old run file kept
         with os.fdopen(fd, "wb") as raw:
             if is_gzipped(path):
                 with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
@@ -193,7 +194,4 @@ def write_run(
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     logger.info("%s: wrote %d results for %d queries", path, count, len(run))

@@ -63,7 +63,7 @@ from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.index.manifest import Manifest
 from dotcat.models.resolve import check_model
-from dotcat.search.config import PipelineConfig
+from dotcat.search.config import PRF_SIDES, PipelineConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,6 +74,9 @@ else:  # pragma: no cover - Python 3.10
 FIRST_STAGES = tuple(stage for stage in options.FIRST_STAGES if stage != "auto")
 # Settings of the index a `model` builds.
 _ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
+# Feedback settings, by the side they rewrite.
+_RM3_FIELDS = ("fb_docs", "fb_terms", "original_query_weight")
+_ROCCHIO_FIELDS = ("rocchio_docs", "rocchio_alpha", "rocchio_beta")
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -139,6 +142,26 @@ class SystemConfig(_Strict):
     depth: int = Field(options.RERANK_DEPTH, ge=1, description="an integer >= 1")
     interpolate: Literal["auto"] | float = Field("auto", description="'auto' or a number in [0, 1]")
     batch_size: int = Field(32, ge=1, description="an integer >= 1")
+    prf: Literal[options.PRF_METHODS] = Field(options.PRF, description=_one_of(options.PRF_METHODS))
+    fb_docs: int = Field(options.RM3_FB_DOCS, ge=1, description="an integer >= 1")
+    fb_terms: int = Field(options.RM3_FB_TERMS, ge=1, description="an integer >= 1")
+    original_query_weight: float = Field(
+        options.RM3_ORIGINAL_WEIGHT, ge=0, le=1, description="a number in [0, 1]"
+    )
+    rocchio_docs: int = Field(options.ROCCHIO_DOCS, ge=1, description="an integer >= 1")
+    rocchio_alpha: float = Field(options.ROCCHIO_ALPHA, description="a number")
+    rocchio_beta: float = Field(options.ROCCHIO_BETA, description="a number")
+
+    @property
+    def feedback(self) -> dict[str, Any]:
+        """The feedback settings this system runs (none: an empty dict)."""
+        sides = PRF_SIDES[self.prf]
+        out: dict[str, Any] = {"prf": self.prf} if sides else {}
+        if "bm25" in sides and (self.first_stage != "dense"):
+            out |= {name: getattr(self, name) for name in _RM3_FIELDS}
+        if "dense" in sides and (self.first_stage != "bm25"):
+            out |= {name: getattr(self, name) for name in _ROCCHIO_FIELDS}
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> SystemConfig:
@@ -161,8 +184,16 @@ class SystemConfig(_Strict):
         for name in sorted(given & {"fusion", "fusion_weight"}):
             if self.first_stage != "hybrid":
                 raise _field_error(name, "applies only to first_stage 'hybrid'")
+        for name in sorted(given & {*_RM3_FIELDS, *_ROCCHIO_FIELDS}):
+            if name not in self.feedback:
+                raise _field_error(name, f"does not apply with prf '{self.prf}' on this system")
         try:  # the query pipeline's own checks of what it will be given
-            PipelineConfig(fusion=self.fusion, fusion_weight=self.fusion_weight)
+            PipelineConfig(
+                first_stage=self.first_stage,
+                fusion=self.fusion,
+                fusion_weight=self.fusion_weight,
+                **{k: getattr(self, k) for k in ("prf", *_RM3_FIELDS, *_ROCCHIO_FIELDS)},
+            )
         except SettingError as e:
             raise _field_error(e.setting, str(e)) from None
         for name in sorted(given & {"depth", "interpolate", "batch_size"}):

@@ -21,6 +21,7 @@ from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.report import markdown_table, to_json
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
+from dotcat.search.feedback import RM3, Rocchio
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.md"
@@ -228,6 +229,11 @@ def describe_system(outcome: SystemOutcome) -> str:
         if s.first_stage == "hybrid" and s.fusion != "auto":
             weight = f" {s.fusion_weight:g}" if s.fusion_weight is not None else ""
             text += f", fusion {s.fusion}{weight}"
+    feedback = s.feedback
+    if "fb_docs" in feedback:
+        text += ", " + RM3(s.fb_docs, s.fb_terms, s.original_query_weight).describe()
+    if "rocchio_docs" in feedback:
+        text += ", " + Rocchio(s.rocchio_docs, s.rocchio_alpha, s.rocchio_beta).describe()
     rerank = next((st for st in outcome.stages if st.kind == "rerank"), None)
     if rerank is not None:
         alpha = rerank.details.get("interpolation")

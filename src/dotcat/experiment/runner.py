@@ -83,6 +83,7 @@ from dotcat.models.runtime import (
     resolve_device,
 )
 from dotcat.search.bm25 import bm25_search
+from dotcat.search.feedback import RM3
 from dotcat.search.passages import to_run
 from dotcat.search.pipeline import (
     PipelineConfig,
@@ -265,6 +266,7 @@ class _Runner:
                 description |= {"fusion": system.fusion, "fusion_weight": system.fusion_weight}
             if system.first_stage != "bm25":
                 description |= {"precision": self.env.precision, "device": self.env.device}
+        description |= system.feedback  # nothing without feedback: earlier runs stay valid
         path = self.cache.run_path(digest(description))
         found = self._lookup("first_stage", path)
         if found is not None:
@@ -294,15 +296,20 @@ class _Runner:
 
     def _bm25(self, system: SystemConfig, k: int):
         config = BM25Config(k1=system.k1, b=system.b)
-        return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config)
+        rm3 = None
+        if system.feedback:
+            rm3 = RM3(system.fb_docs, system.fb_terms, system.original_query_weight)
+        return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config, rm3=rm3)
 
     def _pipeline(self, index_dir: Path, system: SystemConfig):
-        key = (str(index_dir), system.fusion, system.fusion_weight)
+        feedback = system.feedback
+        key = (str(index_dir), system.fusion, system.fusion_weight, tuple(feedback.items()))
         if key not in self._pipelines:
             config = PipelineConfig(
                 first_stage=system.first_stage,
                 fusion=system.fusion,
                 fusion_weight=system.fusion_weight,
+                **feedback,
                 device=self.config.device,
                 precision=self.config.precision,
             )

@@ -41,9 +41,11 @@ from typing import Any
 import bm25s
 import numpy as np
 import Stemmer
+from scipy.sparse import csc_matrix
 
 from dotcat.data.corpus import document_fields
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
+from dotcat.files import writing
 from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
 from dotcat.types import Run
@@ -238,6 +240,66 @@ class BM25Index:
         scores = self._retriever.get_scores_from_ids(ids)
         return [float(scores[r]) for r in rows]
 
+    # -- the statistics query expansion reads (dotcat.search.feedback) ------------------------
+
+    def weighted_scores(self, weights: Mapping[int, float]) -> np.ndarray:
+        """Every document's score for a weighted query: ``sum_t w_t * bm25(t, d)``, each
+        term's BM25 column read from bm25s' precomputed score matrix (a term weighted by its
+        count in the query is plain BM25)."""
+        scores = np.zeros(len(self.doc_ids), dtype=np.float64)
+        matrix = self._retriever.scores
+        data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
+        for term, weight in weights.items():
+            lo, hi = indptr[term], indptr[term + 1]
+            scores[indices[lo:hi]] += weight * data[lo:hi]  # a column's rows are distinct
+        return scores
+
+    def top(self, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k best ``(row, score)`` of a score array, as :meth:`search` ranks them: only
+        scores above 0, ties by document id."""
+        return [(int(i), float(scores[i])) for i in self._top_k(scores, k)]
+
+    @cached_property
+    def vocabulary(self) -> list[str]:
+        """Each term id's (stemmed) term."""
+        terms = [""] * self.document_frequencies.size
+        for term, i in self._retriever.vocab_dict.items():
+            terms[i] = term
+        return terms
+
+    @cached_property
+    def document_frequencies(self) -> np.ndarray:
+        """df(t) per term id: the number of documents containing it."""
+        return np.diff(np.asarray(self._retriever.scores["indptr"])).astype(np.int64)
+
+    def term_frequencies(self, row: int) -> dict[int, float]:
+        """A document's terms and their counts ``tf(t, d)``, up to one factor per document.
+
+        bm25s keeps scores, not counts; within one document BM25's length part ``K_d = k1 *
+        (1 - b + b * |d| / avgdl)`` is the same for every term, so from a stored score ``s =
+        idf(t) * tf / (tf + K_d)`` (ATIRE: times ``k1 + 1``) the ratio ``r = s / idf(t)`` gives
+        ``tf = K_d * r / (1 - r)``: proportional to ``r / (1 - r)``, which is returned. With
+        ``k1 = 0`` counts leave no trace (``r = 1``): every term counts 1.
+        """
+        columns, stored = self._by_document[row]
+        if self.config.k1 == 0:
+            return dict.fromkeys(columns.tolist(), 1.0)
+        r = stored / self._idf[columns]
+        if self.config.method == "atire":
+            r = r / (self.config.k1 + 1)
+        r = np.clip(r, 0.0, 1.0 - 1e-12)
+        return dict(zip(columns.tolist(), (r / (1.0 - r)).tolist(), strict=True))
+
+    @cached_property
+    def _idf(self) -> np.ndarray:
+        idf = bm25s.scoring._select_idf_scorer(self.config.method)
+        n = len(self.doc_ids)
+        return np.array([idf(int(df), n) for df in self.document_frequencies], dtype=np.float64)
+
+    @cached_property
+    def _by_document(self) -> _Rows:
+        return _Rows(self._retriever.scores, len(self.doc_ids))
+
     @cached_property
     def _positions(self) -> dict[str, int]:
         """Each document id's row (built on first use: serving never needs it)."""
@@ -265,50 +327,84 @@ class BM25Index:
 
         Written to a temporary sibling directory and renamed into place, so an interrupted
         save leaves no half index. Refuses an existing non-empty directory.
+
+        Raises:
+            DiskFullError: no room for it (nothing is left of the save).
         """
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DotcatError(f"{path}: already exists; choose a new directory")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        self._retriever.save(tmp, show_progress=False)
-        self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
-        (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
-        manifest = {
-            "format": "dotcat-bm25",
-            "format_version": FORMAT_VERSION,
-            "bm25s_version": bm25s.__version__,
-            "n_docs": len(self.doc_ids),
-            "config": self.config.to_dict(),
-        }
-        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
-        if path.exists():
-            path.rmdir()  # empty, checked above
-        os.replace(tmp, path)
+        with writing(path, remove=[tmp]):  # a failed save leaves nothing, a full disk says so
+            self._retriever.save(tmp, show_progress=False)
+            self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
+            (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
+            manifest = {
+                "format": "dotcat-bm25",
+                "format_version": FORMAT_VERSION,
+                "bm25s_version": bm25s.__version__,
+                "n_docs": len(self.doc_ids),
+                "config": self.config.to_dict(),
+            }
+            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+            if path.exists():
+                path.rmdir()  # empty, checked above
+            os.replace(tmp, path)
         logger.info("BM25 index saved to %s", path)
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = False) -> BM25Index:
-        """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays."""
+        """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays.
+
+        Raises:
+            DotcatError: no BM25 index there, another format version, or a damaged file.
+        """
         path = Path(path)
         manifest_path = path / _MANIFEST
         if not manifest_path.is_file():
             raise DotcatError(f"{path}: not a dotcat BM25 index (no {_MANIFEST})")
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-        if manifest.get("format_version") != FORMAT_VERSION:
+        try:
+            manifest = json.loads(manifest_path.read_text("utf-8"))
+            version = manifest.get("format_version") if isinstance(manifest, dict) else None
+            if version != FORMAT_VERSION:
+                raise DotcatError(
+                    f"{path}: BM25 index format {version}, this dotcat reads {FORMAT_VERSION}"
+                )
+            config = BM25Config(**manifest["config"])
+            retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
+            tokenizer = config.make_tokenizer()
+            tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
+            doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+        except DotcatError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
+            # bm25s reads its arrays and JSON files as they are: a cut or damaged file shows
+            # as whatever NumPy or json says, named here.
             raise DotcatError(
-                f"{path}: BM25 index format {manifest.get('format_version')}, "
-                f"this dotcat reads {FORMAT_VERSION}"
-            )
-        config = BM25Config(**manifest["config"])
-        retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
-        tokenizer = config.make_tokenizer()
-        tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
-        doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+                f"{path}: damaged BM25 index ({first_line(e)}); rebuild the index"
+            ) from None
         if len(doc_ids) != manifest["n_docs"]:
             raise DotcatError(f"{path}: {len(doc_ids)} ids for {manifest['n_docs']} documents")
         return cls(retriever, tokenizer, doc_ids, config)
+
+
+class _Rows:
+    """bm25s' term-major score matrix turned document-major once (scipy CSR, built on the first
+    feedback query: a copy of the matrix in memory, 8 bytes per stored score): a document's
+    term ids and stored scores."""
+
+    def __init__(self, matrix: Mapping[str, Any], n_docs: int) -> None:
+        data = np.asarray(matrix["data"])
+        indptr = np.asarray(matrix["indptr"])
+        csc = csc_matrix((data, np.asarray(matrix["indices"]), indptr),
+                         shape=(n_docs, indptr.size - 1))  # fmt: skip
+        self._csr = csc.tocsr()
+
+    def __getitem__(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self._csr.indptr[row], self._csr.indptr[row + 1]
+        return self._csr.indices[lo:hi], self._csr.data[lo:hi].astype(np.float64)
 
 
 def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:

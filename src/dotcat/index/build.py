@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -39,9 +38,10 @@ from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
+from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
-from dotcat.index.chunks import ChunkStore, read_plan, write_plan
+from dotcat.index.chunks import VECTORS_FILE, ChunkStore, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
 from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
@@ -62,6 +62,7 @@ def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
     return i * n // count, (i + 1) * n // count
 
 
+@writes("index_dir")
 def build_index(
     corpus: CorpusSource,
     index_dir: str | Path,
@@ -93,6 +94,8 @@ def build_index(
     Raises:
         DotcatError: a bad target, corpus, model or spec (before any encoding), or an
             interrupted build of the same path with another plan (unless ``fresh``).
+        DiskFullError: no room for the build; the old index is untouched, the chunks
+            encoded so far are kept for a resume.
     """
     config = config or IndexConfig()
     index_dir = Path(index_dir)
@@ -205,9 +208,13 @@ def _report_kept(tmp: Path, chunk_size: int, dim: int) -> None:
     """After a failure or an interruption: what is kept, and how to resume."""
     if not tmp.exists():
         return
-    try:
-        n = _stored_rows(tmp / "vectors.npy")
-        done = ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
+    try:  # (a ChunkStore would make the vectors file were it missing: a write, on a full disk)
+        n = _stored_rows(tmp / VECTORS_FILE)
+        done = (
+            ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
+            if (tmp / VECTORS_FILE).is_file()
+            else set()
+        )
     except (OSError, ValueError, DotcatError):
         n, done = 0, set()
     encoded = min(n, len(done) * chunk_size)
@@ -330,23 +337,25 @@ def _write_docstore(
     each document's passages (ids in document order); written whole, then renamed (so a doc
     store that exists in a build folder is complete)."""
     start, stop = rows
-    tmp = path.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    store = DocStore(tmp, readonly=False)
-    try:
-        desc = "storing documents" if splitter is None else "splitting documents"
-        with progress_bar(total=stop - start, desc=desc, unit="doc", enabled=show_progress) as bar:
-            pid = 0
-            for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
-                positions = range(first - start, first - start + len(batch["id"]))
-                store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
-                if splitter is not None:
-                    pid = store_passages(store, splitter, positions, batch, pid)
-                bar.update(len(batch["id"]))
-        store.commit()
-    finally:
-        store.close()
-    os.replace(tmp, path)
+    path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
+    desc = "storing documents" if splitter is None else "splitting documents"
+    with replacing(path) as tmp:
+        store = DocStore(tmp, readonly=False)
+        try:
+            with progress_bar(
+                total=stop - start, desc=desc, unit="doc", enabled=show_progress
+            ) as bar:
+                pid = 0
+                for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
+                    positions = range(first - start, first - start + len(batch["id"]))
+                    ids, titles, texts = batch["id"], batch["title"], batch["text"]
+                    store.add(zip(positions, ids, titles, texts, strict=True))
+                    if splitter is not None:
+                        pid = store_passages(store, splitter, positions, batch, pid)
+                    bar.update(len(batch["id"]))
+            store.commit()
+        finally:
+            store.close()
 
 
 class _Spans:
@@ -433,9 +442,8 @@ def _write_faiss(
     if len(wanted):
         faiss_index.train_index(index, _gather(store, wanted), config.faiss_spec)
     faiss_index.add_vectors(index, store.iter_rows(), store.n, show_progress)
-    tmp = path.with_suffix(".faiss.tmp")
-    faiss.write_index(faiss_index.to_cpu(index), str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:  # a half-written file is removed, a full disk said so
+        faiss_index.write_index(index, tmp)
 
 
 def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ is encoded again.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dotcat.errors import DotcatError
+from dotcat.files import replacing, writing
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +51,11 @@ def read_plan(folder: Path) -> dict[str, Any] | None:
 
 
 def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
-    path = folder / PLAN_FILE
-    tmp = path.with_suffix(".tmp")
     record = {"format": FORMAT, "format_version": FORMAT_VERSION, "plan": plan}
-    with open(tmp, "w", encoding="utf-8") as f:
+    with replacing(folder / PLAN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def plan_differences(recorded: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
@@ -106,12 +105,10 @@ class ChunkStore:
 
     def _create(self) -> None:
         """An .npy header and a sparse file of the full size (nothing written, nothing mapped)."""
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        with replacing(self.path) as tmp, open(tmp, "wb") as f:
             header = {"descr": "<f4", "fortran_order": False, "shape": (self.n, self.dim)}
             np.lib.format.write_array_header_1_0(f, header)
             f.truncate(f.tell() + self.n * self.row_bytes)
-        os.replace(tmp, self.path)
         self.log_path.unlink(missing_ok=True)
 
     def write(self, chunk: int, vectors: np.ndarray) -> None:
@@ -123,14 +120,15 @@ class ChunkStore:
                 f"chunk {chunk}: expected {(stop - start, self.dim)}, got {data.shape}"
             )
         raw = data.tobytes()
-        fd = os.open(self.path, os.O_WRONLY)
-        try:
-            os.pwrite(fd, raw, self.offset + start * self.row_bytes)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        with writing(self.path):  # a full disk names the file
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                _pwrite_all(fd, raw, self.offset + start * self.row_bytes)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         line = {"chunk": chunk, "start": start, "stop": stop, "sha256": _sha(raw)}
-        with open(self.log_path, "a", encoding="utf-8") as f:
+        with writing(self.log_path), open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -195,3 +193,14 @@ def _data_offset(path: Path, n: int, dim: int) -> int:
 
 def _sha(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: a write may be short (a file system filling up
+    writes what fits and says so only on the next call, which raises ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        if written == 0:  # no error and no progress: no room either
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[written:], offset + written

@@ -91,6 +91,10 @@ class DenseIndex:
         found = self._complete(self.store.ids(ids), ids)
         return {pos: PassageRef(pos, doc_id) for pos, doc_id in found.items()}
 
+    def vectors(self, positions) -> np.ndarray:
+        """The vectors at FAISS positions (:func:`faiss_index.reconstruct`; zeros for -1)."""
+        return faiss_index.reconstruct(self.index, positions)
+
     def documents(self, ids) -> dict[int, StoredDocument]:
         """The stored document behind each FAISS id (-1, FAISS's padding, is skipped)."""
         if not self.passages:

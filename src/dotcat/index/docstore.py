@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 from dotcat.reprs import short_repr
 
 _SCHEMA = """
@@ -113,9 +114,10 @@ class DocStore:
             self._conn.execute(_SCHEMA)
 
     def add(self, rows: Iterable[tuple[int, str, str, str]]) -> None:
-        """Insert ``(pos, id, title, text)`` rows."""
+        """Insert ``(pos, id, title, text)`` rows (a full disk: :class:`DiskFullError`)."""
         try:
-            self._conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)", rows)
+            with writing(self.path):
+                self._conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)", rows)
         except sqlite3.IntegrityError as e:
             raise DotcatError(f"{self.path}: duplicate document id or position ({e})") from None
 
@@ -129,7 +131,8 @@ class DocStore:
             raise DotcatError(f"{self.path}: duplicate passage id ({e})") from None
 
     def commit(self) -> None:
-        self._conn.commit()
+        with writing(self.path):  # SQLite says "disk I/O error" where a file-size limit hit
+            self._conn.commit()
 
     def delete(self, positions: Sequence[int]) -> None:
         """Remove the documents at these positions, and their passages."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import faiss
 import numpy as np
 
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 from dotcat.index.config import DEFAULT_SEARCH_PARAMS as DEFAULT_SEARCH_PARAMS
 from dotcat.progress import progress_bar
 
@@ -63,13 +65,54 @@ def _warn_cpu_faiss() -> None:
 
 
 def create_index(spec: str, dim: int) -> faiss.Index:
-    """An empty inner-product FAISS index from a factory string, with a clear error if bad."""
+    """An empty inner-product FAISS index from a factory string, with a clear error if bad.
+
+    The factory accepts strings a build cannot use, which would fail only after the encoding
+    (hours, for a big corpus): these are refused here, before any encoding:
+
+    * an ID map (``IDMap,Flat``): a build adds vectors by position (``add``, which an ID map
+      refuses); ``dotcat add`` wraps an index in its own ID map when it first updates it;
+    * an index the factory made with another metric (``HNSW32_PQ8`` is L2 whatever it is
+      asked): its scores would not be the inner products the manifest records;
+    * NSG, whose graph is built by one ``add`` and never added to (a build adds block by
+      block, an update adds later);
+    * a trained index that cannot take vectors (an ``add`` of no rows is tried).
+    """
     try:
-        return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         raise DotcatError(
             f"invalid FAISS spec {spec!r} for dimension {dim}: {_faiss_reason(e)}"
         ) from None
+    problem = _unusable(index, dim)
+    if problem:
+        raise DotcatError(f"invalid FAISS spec {spec!r} for dimension {dim}: {problem}")
+    return index
+
+
+def _unusable(index: faiss.Index, dim: int) -> str | None:
+    """Why a build cannot use this empty index (see :func:`create_index`), or None."""
+    if isinstance(faiss.downcast_index(index), (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        return (
+            "dotcat numbers the vectors itself (and adds its own ID map on the first update); "
+            "leave IDMap out"
+        )
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return (
+            "FAISS builds this index type with the L2 metric only, and dotcat ranks by inner "
+            "product; use another index type"
+        )
+    if isinstance(faiss.downcast_index(index), faiss.IndexNSG):
+        return (
+            "an NSG graph is built in one go and never added to, and dotcat adds vectors block "
+            "by block (and on updates); use HNSW (e.g. HNSW32)"
+        )
+    if index.is_trained:
+        try:
+            index.add(np.zeros((0, dim), dtype=np.float32))
+        except RuntimeError as e:
+            return f"it cannot take vectors ({_faiss_reason(e)})"
+    return None
 
 
 def _faiss_reason(error: BaseException) -> str:
@@ -222,6 +265,20 @@ def to_cpu(index: faiss.Index) -> faiss.Index:
     return index
 
 
+def write_index(index: faiss.Index, path: str | os.PathLike) -> None:
+    """Write ``index`` (a CPU copy, if it is on GPUs) to ``path`` through a Python file,
+    synced to disk.
+
+    FAISS's own file writer buffers, and reports a failed last flush only as a line on stderr
+    ("close error"): on a full disk the file could end short of its last block while the write
+    seemed to succeed. Through Python every failed write raises (ENOSPC, EFBIG...).
+    """
+    with writing(path), open(path, "wb") as f:  # a full disk: DiskFullError naming ``path``
+        faiss.write_index(to_cpu(index), faiss.PyCallbackIOWriter(f.write))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def training_rows(index: faiss.Index, n: int, seed: int = 0) -> np.ndarray:
     """Sorted positions of a seeded sample of ``n`` vectors to train ``index`` on (empty when
     it needs no training).
@@ -335,3 +392,28 @@ def order_ties(scores: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, n
     keys = np.where(positions >= 0, -scores.astype(np.float64), np.inf)
     order = np.lexsort((np.where(positions >= 0, positions, np.iinfo(np.int64).max), keys), axis=1)
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(positions, order, axis=1)
+
+
+def reconstruct(index: faiss.Index, positions: np.ndarray) -> np.ndarray:
+    """The stored vectors at FAISS positions, shaped ``positions.shape + (dim,)``; zeros where a
+    position is -1 (FAISS's padding).
+
+    Exact for flat and HNSW indexes (and ID maps over them); for IVF the inverted lists are
+    given a direct map on first use (a hash table: a few bytes per vector); for compressed
+    codes (PQ, SQ) it is the decoded, approximate vector.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    flat = positions.ravel()
+    out = np.zeros((flat.size, index.d), dtype=np.float32)
+    valid = flat >= 0
+    if valid.any():
+        ids = flat[valid]
+        try:
+            out[valid] = index.reconstruct_batch(ids)
+        except RuntimeError as e:
+            ivf = faiss.try_extract_index_ivf(index)
+            if ivf is None:
+                raise DotcatError(f"this FAISS index cannot give its vectors back ({e})") from None
+            ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+            out[valid] = index.reconstruct_batch(ids)
+    return out.reshape(*positions.shape, index.d)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
+from dotcat.files import replacing
 from dotcat.index.layout import (
     DOCSTORE_NAME,
     INDEX_NAME,
@@ -87,13 +88,11 @@ class Manifest:
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""
         path = Path(directory) / MANIFEST_NAME
-        tmp = path.with_suffix(".json.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump(asdict(self), f, indent=2, sort_keys=True)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
 
     @classmethod
     def read(cls, directory: Path) -> Manifest:

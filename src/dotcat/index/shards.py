@@ -37,6 +37,7 @@ from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
+from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.config import MergeConfig
@@ -214,6 +215,17 @@ class ShardSet:
             if local:
                 yield shard, int(lo), local
 
+    def vectors(self, positions) -> np.ndarray:
+        """The vectors at global positions, each from its shard (zeros for -1)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        flat = positions.ravel()
+        out = np.zeros((flat.size, self.dim), dtype=np.float32)
+        for i, shard in enumerate(self.shards):
+            inside = (flat >= self.offsets[i]) & (flat < self.offsets[i + 1])
+            if inside.any():
+                out[inside] = shard.vectors(flat[inside] - self.offsets[i])
+        return out.reshape(*positions.shape, self.dim)
+
     def documents(self, positions) -> dict[int, StoredDocument]:
         """The stored document behind each (shifted) FAISS id, its position shifted too."""
         out = {}
@@ -281,6 +293,7 @@ def open_index(
 # -- merging ------------------------------------------------------------------------------
 
 
+@writes("out")
 def merge_indexes(
     shards: Sequence[str | Path],
     out: str | Path,
@@ -304,6 +317,7 @@ def merge_indexes(
     Raises:
         DotcatError: incompatible shards, the same id in two shards, a shard without its
             vectors, or a spec the merged corpus cannot train.
+        DiskFullError: no room for the merged index (nothing is left of it).
     """
     out = Path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
@@ -329,9 +343,10 @@ def merge_indexes(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
-            if manifests[0].passages:
-                _merge_passages(paths, tmp / DOCSTORE_NAME)
+            with writing(tmp / DOCSTORE_NAME):
+                _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
+                if manifests[0].passages:
+                    _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
             bm25_entry = (
@@ -499,7 +514,7 @@ def _merge_faiss(
         _merge_on_disk(index, vectors, tmp, show_progress)
         return True
     faiss_index.add_vectors(index, _blocks(vectors), n, show_progress)
-    faiss.write_index(index, str(tmp / INDEX_NAME))
+    faiss_index.write_index(index, tmp / INDEX_NAME)
     return False
 
 
@@ -535,11 +550,11 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
                 part.add_with_ids(block, ids)
                 offset += len(block)
             names.append(str(parts / f"shard-{i}.index"))
-            faiss.write_index(part, names[-1])
+            faiss_index.write_index(part, names[-1])
             del part
         merged = faiss.clone_index(index)
         merge_ondisk(merged, names, str(tmp / IVFDATA_NAME))
-        faiss.write_index(merged, str(tmp / INDEX_NAME))
+        faiss_index.write_index(merged, tmp / INDEX_NAME)
     finally:
         shutil.rmtree(parts, ignore_errors=True)
 

@@ -38,7 +38,8 @@ from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
-from dotcat.index import layout
+from dotcat.files import replacing, writes
+from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
@@ -64,6 +65,7 @@ class UpdateResult:
     documents: int  # in the index afterwards
 
 
+@writes("index_dir")
 def add_documents(
     index_dir: str | Path,
     corpus: CorpusSource,
@@ -82,6 +84,7 @@ def add_documents(
     Raises:
         DotcatError: an id the index holds already (unless ``upsert``, which replaces it),
             or any problem with the corpus or the index.
+        DiskFullError: no room for the updated copy; the index is untouched.
     """
     index_dir = Path(index_dir)
     stats = CorpusStats()
@@ -117,6 +120,7 @@ def add_documents(
     return result
 
 
+@writes("index_dir")
 def delete_documents(
     index_dir: str | Path, doc_ids: Sequence[str], *, missing_ok: bool = False
 ) -> UpdateResult:
@@ -124,6 +128,7 @@ def delete_documents(
 
     Raises:
         DotcatError: an id the index does not hold (unless ``missing_ok``), or no id given.
+        DiskFullError: no room for the updated copy; the index is untouched.
     """
     index_dir = Path(index_dir)
     wanted = sorted(set(doc_ids))
@@ -169,6 +174,7 @@ class _updating:
 
     def __enter__(self) -> tuple[Path, Manifest]:
         self.lock.__enter__()
+        copying = False
         try:
             layout.recover(self.index_dir)
             Manifest.read(self.index_dir)  # a valid index, before copying it
@@ -180,9 +186,12 @@ class _updating:
                     "that folder before updating"
                 )
             shutil.rmtree(self.tmp, ignore_errors=True)
+            copying = True
             shutil.copytree(self.index_dir, self.tmp)
             return self.tmp, Manifest.read(self.tmp)
         except BaseException:
+            if copying:  # a part copy (a full disk, Ctrl-C) is no use to anyone
+                shutil.rmtree(self.tmp, ignore_errors=True)
             self.lock.__exit__(None, None, None)
             raise
 
@@ -312,9 +321,8 @@ def _finish(
     next_id: int,
 ) -> None:
     """Write the updated FAISS index, the counts and the BM25 side (rebuilt) into ``tmp``."""
-    tmp_index = tmp / (INDEX_NAME + ".tmp")
-    faiss.write_index(index, str(tmp_index))
-    tmp_index.replace(tmp / INDEX_NAME)
+    with replacing(tmp / INDEX_NAME) as tmp_index:
+        faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
     manifest.documents["count"] = documents
     manifest.documents["next_pos"] = next_pos

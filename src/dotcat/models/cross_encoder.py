@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from dotcat.errors import DotcatError, first_line
+from dotcat.files import move_into, writing
 from dotcat.models.batching import (
     CPU_MAX_BATCH_TOKENS,
     cpu_workers,
@@ -435,17 +437,23 @@ class CrossEncoder:
         """Write a Hugging Face sequence-classification directory (safetensors + tokenizer).
 
         The tokenizer records ``model_max_length = max_length``, which both dotcat and
-        ``sentence_transformers.CrossEncoder`` read back as the pair length.
+        ``sentence_transformers.CrossEncoder`` read back as the pair length. Written into a
+        temporary folder inside ``out_dir`` first, then moved in, the weights last: a crash or
+        a full disk leaves the model that was there whole.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with quiet_transformers():
-            self.model.save_pretrained(out, safe_serialization=True)
-        self.tokenizer.model_max_length = self.max_length
-        self.tokenizer.save_pretrained(out)
-        (out / CAT_RECORD).write_text(
-            json.dumps({"max_length": self.max_length, "base": self.name}, indent=2) + "\n"
-        )
+        tmp = Path(tempfile.mkdtemp(prefix=".saving-", dir=out))
+        with writing(out, remove=[tmp]):
+            with quiet_transformers():
+                self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.model_max_length = self.max_length
+            self.tokenizer.save_pretrained(tmp)
+            (tmp / CAT_RECORD).write_text(
+                json.dumps({"max_length": self.max_length, "base": self.name}, indent=2) + "\n"
+            )
+            move_into(tmp, out)
+            tmp.rmdir()
         return out
 
     def describe(self) -> dict[str, Any]:

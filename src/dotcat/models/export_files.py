@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dotcat.cache import cache_root
-from dotcat.files import write_json
+from dotcat.files import write_json, writing
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +74,13 @@ def _records(home: Path) -> dict:
 
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto it if the block succeeds."""
+    """A temporary path beside ``path``, renamed onto it if the block succeeds; removed if it
+    fails (a full disk: one :class:`~dotcat.errors.DiskFullError`)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        yield Path(tmp)
+        with writing(path, remove=[tmp]):
+            yield Path(tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not for models

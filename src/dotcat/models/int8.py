@@ -9,6 +9,7 @@ when installed). This module picks the runtime; the backends make and run their 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,17 @@ def export_model(
     fingerprint = weights_fingerprint(path)
     if not os.access(weights_dir, os.W_OK):
         raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
-    if precision == "int8" and int8_backend(kind, backend) == "openvino":
-        home = weights_dir / openvino_backend.OPENVINO_DIR
-        return kind, openvino_backend.export(weights_dir, kind, home, fingerprint)
-    home = weights_dir / onnx_backend.ONNX_DIR
-    return kind, onnx_backend.export(
-        weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
-    )
+    openvino = precision == "int8" and int8_backend(kind, backend) == "openvino"
+    home = weights_dir / (openvino_backend.OPENVINO_DIR if openvino else onnx_backend.ONNX_DIR)
+    made_home = not home.exists()
+    try:
+        if openvino:
+            return kind, openvino_backend.export(weights_dir, kind, home, fingerprint)
+        return kind, onnx_backend.export(
+            weights_dir, kind, precision, home, fingerprint, keep_fp32=keep_fp32, variant=variant
+        )
+    except BaseException:
+        if made_home:  # a failed first export (a full disk...) leaves the model as it was
+            with contextlib.suppress(OSError):
+                home.rmdir()
+        raise

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from dotcat.errors import DotcatError, first_line
+from dotcat.files import writing
 from dotcat.models import export_files, onnx_backend, runtime
 from dotcat.progress import quiet_logger
 
@@ -88,7 +89,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
             mode=nncf.CompressWeightsMode.INT8_SYM,
             ignored_scope=nncf.IgnoredScope(patterns=list(UNCOMPRESSED), validate=False),
         )
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=home) as tmp:
+    with writing(target), tempfile.TemporaryDirectory(prefix=".export-", dir=home) as tmp:
         ov.save_model(compressed, Path(tmp) / INT8_NAME, compress_to_fp16=False)
         os.replace(Path(tmp) / target.with_suffix(".bin").name, target.with_suffix(".bin"))
         os.replace(Path(tmp) / INT8_NAME, target)

@@ -29,7 +29,15 @@ from dotcat.options import (
     MAX_QUERY_CHARS,
     PRECISION_HELP,
     PRECISIONS,
+    PRF,
+    PRF_METHODS,
     RERANK_DEPTH,
+    RM3_FB_DOCS,
+    RM3_FB_TERMS,
+    RM3_ORIGINAL_WEIGHT,
+    ROCCHIO_ALPHA,
+    ROCCHIO_BETA,
+    ROCCHIO_DOCS,
     RUN_K,
     SHOWN_K,
     Check,
@@ -47,6 +55,14 @@ INTERPOLATE_HELP = (
     "chose on dev, else the plain cross-encoder score; a number in [0, 1] is the "
     "cross-encoder's weight (1: the plain logit)."
 )
+
+
+PRF_HELP = (
+    "Pseudo-relevance feedback: rm3 (BM25 side), rocchio (dense side), both (each side its "
+    "own; a hybrid fuses the two), none."
+)
+#: Which sides each feedback method rewrites.
+PRF_SIDES = {"none": (), "rm3": ("bm25",), "rocchio": ("dense",), "both": ("bm25", "dense")}
 
 
 def parse_interpolate(value: str | float | None) -> float | None:
@@ -92,6 +108,12 @@ class PipelineConfig(Settings):
         aggregate_top: ``sum``: how many of a document's best passages are summed.
         rerank_passages: passages of each document the cross-encoder reads (its first
             stage's best first); the document's logit is their highest.
+        prf: pseudo-relevance feedback (:mod:`dotcat.search.feedback`): ``rm3`` on the BM25
+            side, ``rocchio`` on the dense side, ``both``, or ``none``.
+        fb_docs, fb_terms, original_query_weight: RM3's feedback documents, expansion terms
+            and the original query's weight.
+        rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta *
+            mean(top rocchio_docs document vectors)``.
     """
 
     first_stage: str = setting(
@@ -131,6 +153,19 @@ class PipelineConfig(Settings):
     rerank_passages: int = setting(
         1, help="With a cross-encoder: best passages of each document it reads (their max)."
     )
+    prf: str = setting(PRF, help=PRF_HELP, choices=PRF_METHODS)
+    fb_docs: int = setting(RM3_FB_DOCS, help="RM3: feedback documents (top of the BM25 ranking).")
+    fb_terms: int = setting(RM3_FB_TERMS, help="RM3: expansion terms added to the query.")
+    original_query_weight: float = setting(
+        RM3_ORIGINAL_WEIGHT, help="RM3: the original query's weight in [0, 1]."
+    )
+    rocchio_docs: int = setting(
+        ROCCHIO_DOCS, help="Rocchio: feedback documents (top of the dense ranking)."
+    )
+    rocchio_alpha: float = setting(ROCCHIO_ALPHA, help="Rocchio: the query vector's weight.")
+    rocchio_beta: float = setting(
+        ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight."
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -150,9 +185,27 @@ class PipelineConfig(Settings):
             at_least("batch_size", self.batch_size, 1),
             at_least("aggregate_top", self.aggregate_top, 1),
             at_least("rerank_passages", self.rerank_passages, 1),
+            *self.feedback_checks(),
             *device_checks("device", self.device),
             *precision_checks("precision", self.precision, self.device),
             *(at_least(name, value, 1) for name, value in (self.search_params or {}).items()),
+        ]
+
+    def feedback_checks(self) -> list[Check]:
+        """Feedback needs the side it rewrites; its parameters their ranges."""
+        sides = PRF_SIDES.get(self.prf, ())
+        stage = {"dense": ("dense",), "bm25": ("bm25",)}.get(self.first_stage)
+        return [
+            (
+                stage is None or any(side in stage for side in sides) or not sides,
+                "prf",
+                f"prf {self.prf!r} rewrites the {' and '.join(sides)} side, and first stage "
+                f"{self.first_stage!r} has none",
+            ),
+            at_least("fb_docs", self.fb_docs, 1),
+            at_least("fb_terms", self.fb_terms, 1),
+            within("original_query_weight", self.original_query_weight, 0, 1),
+            at_least("rocchio_docs", self.rocchio_docs, 1),
         ]
 
     def validate(self) -> None:

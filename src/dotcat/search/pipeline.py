@@ -56,7 +56,8 @@ from dotcat.models.resolve import check_model
 from dotcat.models.runtime import store_linear_weights
 from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
 from dotcat.progress import progress_bar
-from dotcat.search.config import PipelineConfig, check_pipeline, parse_interpolate
+from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline, parse_interpolate
+from dotcat.search.feedback import RM3, RM3Expander, Rocchio
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
 from dotcat.search.passages import Match, rank_documents, to_run
@@ -233,6 +234,24 @@ class SearchPipeline:
         self._bm25_passages = bool(self.manifest.bm25 and "passages" in self.manifest.bm25)
         self.first_stage = self._resolve_first_stage(config.first_stage)
         self.fusion = self._resolve_fusion()
+        sides = PRF_SIDES[config.prf]
+        if sides and self.first_stage != "hybrid" and self.first_stage not in sides:
+            raise DotcatError(
+                f"{self.index_dir}: prf {config.prf!r} rewrites the {' and '.join(sides)} side, "
+                f"and this index's first stage is {self.first_stage!r}"
+            )
+        self.rm3 = (
+            RM3Expander(
+                self.bm25, RM3(config.fb_docs, config.fb_terms, config.original_query_weight)
+            )  # fmt: skip
+            if "bm25" in sides and self.bm25 is not None
+            else None
+        )
+        self.rocchio = (
+            Rocchio(config.rocchio_docs, config.rocchio_alpha, config.rocchio_beta)
+            if "dense" in sides
+            else None
+        )
         self._dense: DenseRetriever | None = None
         self._small_call_threads: int | None = None  # see one_thread_small_calls
         if self.first_stage in ("dense", "hybrid"):
@@ -475,31 +494,50 @@ class SearchPipeline:
         self, stage: str, queries: Mapping[str, str], k: int, show_progress: bool
     ) -> dict[str, list[Match]]:
         if stage == "dense":
-            return self._dense_retriever().batch_matches(queries, k, show_progress=show_progress)
+            return self._dense_matches(queries, k, show_progress)
         if stage == "bm25":
             return self._bm25_matches(queries, k, show_progress)
         n = max(k, self.config.fusion_depth)
-        dense = self._dense_retriever().batch_matches(queries, n, show_progress=show_progress)
+        dense = self._dense_matches(queries, n, show_progress)
         sparse = self._bm25_matches(queries, n, False)
         return {
             q: fuse_matches(self.fusion, dense.get(q, []), sparse.get(q, []))[:k]
             for q in {**dense, **sparse}
         }
 
+    def _dense_matches(
+        self, queries: Mapping[str, str], k: int, show_progress: bool
+    ) -> dict[str, list[Match]]:
+        """The dense side's top ``k`` documents (its query vectors rewritten by Rocchio first
+        where the pipeline has it)."""
+        retriever = self._dense_retriever()
+        return retriever.batch_matches(queries, k, show_progress=show_progress,
+                                       rocchio=self.rocchio)  # fmt: skip
+
     def _bm25_matches(
         self, queries: Mapping[str, str], k: int, show_progress: bool
     ) -> dict[str, list[Match]]:
         """BM25's top ``k`` documents: ranked from its passages (an index with passages), or
-        its own document ranking (each document matched whole)."""
+        its own document ranking (each document matched whole). With RM3, each query is
+        expanded once from its top rows (passages, on an index with passages) and the expanded
+        query ranks the rows, as the plain one would."""
         if not self._bm25_passages:
-            run = self.bm25.search(queries, k, show_progress=show_progress)
+            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress)
             return {
                 q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in docs]
                 for q, docs in run.items()
             }
+        expanded: dict[str, dict[int, float]] = {}
+
+        def rows(qid: str, n: int) -> list[tuple[str, float]]:
+            if self.rm3 is None:
+                return self.bm25.search_one(queries[qid], n)
+            if qid not in expanded:  # the over-fetch asks again for more: expand once
+                expanded[qid] = self.rm3.expand(queries[qid])
+            return self.rm3.search_expanded(expanded[qid], n)
 
         def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
-            return {q: [(int(i), s) for i, s in self.bm25.search_one(queries[q], n)] for q in qids}
+            return {q: [(int(i), s) for i, s in rows(q, n)] for q in qids}
 
         out: dict[str, list[Match]] = {}
         qids = list(queries)
@@ -549,6 +587,11 @@ class SearchPipeline:
         """The stored document with this id, or None."""
         return self.index.store.by_ids([doc_id]).get(doc_id)
 
+    def describe_feedback(self) -> str:
+        """``none``, or the feedback on each side (``RM3 (...) + Rocchio (...)``)."""
+        parts = [f.describe() for f in (self.rm3 and self.rm3.params, self.rocchio) if f]
+        return " + ".join(parts) or "none"
+
     def describe(self) -> dict[str, Any]:
         """What this pipeline does, for logs, ``/info`` and run records."""
         return {
@@ -559,6 +602,11 @@ class SearchPipeline:
             "first_stage": self.first_stage,
             "stages_available": ["dense"] + (["bm25", "hybrid"] if self.bm25 is not None else []),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
+            "feedback": {
+                "rm3": asdict(self.rm3.params) if self.rm3 else None,
+                "rocchio": asdict(self.rocchio) if self.rocchio else None,
+                "description": self.describe_feedback(),
+            },
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
         }

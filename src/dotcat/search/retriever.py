@@ -25,6 +25,7 @@ from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
+from dotcat.search.feedback import Rocchio, rocchio_expand
 from dotcat.search.hits import Hit
 from dotcat.search.passages import Match, check_aggregation, rank_documents, to_run
 from dotcat.types import Run
@@ -92,9 +93,10 @@ class DenseRetriever:
         k: int = 100,
         batch_size: int = 256,
         show_progress: bool = True,
+        rocchio: Rocchio | None = None,
     ) -> Run:
         """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
-        return to_run(self.batch_matches(queries, k, batch_size, show_progress))
+        return to_run(self.batch_matches(queries, k, batch_size, show_progress, rocchio))
 
     def batch_matches(
         self,
@@ -102,8 +104,12 @@ class DenseRetriever:
         k: int = 100,
         batch_size: int = 256,
         show_progress: bool = True,
+        rocchio: Rocchio | None = None,
     ) -> dict[str, list[Match]]:
-        """Top-k documents for many queries, each with its passages found, best first."""
+        """Top-k documents for many queries, each with its passages found, best first. With
+        ``rocchio``, each query vector is first rewritten from the vectors the index ranks
+        first for it (:func:`dotcat.search.feedback.rocchio_expand`: passages, on an index
+        with passages), then searched and its documents ranked from their passages as any."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         qids = list(queries)
@@ -114,6 +120,8 @@ class DenseRetriever:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]
                 vectors = self.encoder.encode_queries([queries[q] for q in chunk])
+                if rocchio is not None:
+                    vectors = rocchio_expand(self.index, vectors, rocchio, self.score_kind)
                 rows = dict(zip(chunk, vectors, strict=True))
                 out.update(
                     rank_documents(

@@ -240,6 +240,7 @@ class SearchService:
             first_stage=described["first_stage"],
             first_stages=self.stages,
             fusion=described["fusion"]["description"],
+            feedback=described["feedback"]["description"],
             reranker=_reranker_info(described["reranker"]),
             auth=bool(config.api_key),
             limits=LimitsInfo(

@@ -197,6 +197,10 @@ class InfoOut(BaseModel):
     first_stage: str = Field(description="The default first stage.")
     first_stages: list[str] = Field(description="The first stages a request may ask for.")
     fusion: str = Field(description="How hybrid fuses dense and BM25 (e.g. RRF (k=60)).")
+    feedback: str = Field(
+        description="Pseudo-relevance feedback on each side: none, or e.g. RM3 (10 docs, 10 "
+        "terms, original weight 0.5) + Rocchio (3 docs, alpha 1, beta 0.5)."
+    )
     reranker: RerankerInfo | None = Field(description="The cross-encoder; null if none.")
     auth: bool = Field(description="Whether requests need the API key.")
     limits: LimitsInfo

@@ -38,6 +38,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def save_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
-    try:
+    with writing(target, remove=[tmp]):  # a full disk: one line, and no half checkpoint
         save_model(model, str(tmp / MODEL_FILE))
         torch.save(
             {
@@ -153,9 +154,6 @@ def save_checkpoint(
         if target.exists():  # the same step written again (e.g. a resumed run): replace it
             shutil.rmtree(target)
         os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("checkpoint at step %d: %s", step, target)
     if keep > 0:
         for old in list_checkpoints(out_dir)[:-keep]:

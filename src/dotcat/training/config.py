@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dotcat.data import find_corpus_file
+from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import check_can_create_in
 from dotcat.models.resolve import check_model
@@ -84,6 +84,19 @@ def check_inputs(data: str | Path, out_dir: str | Path, model: str) -> None:
         raise DotcatError(f"{out_dir}: exists and is not a directory")
     check_can_create_in(out_dir)
     check_model(model)
+
+
+def check_labels(
+    data: str | Path, split: str, queries: str | Path | None, qrels: str | Path | None
+) -> None:
+    """The queries and qrels a run trains on, found (not read): a BEIR directory's own
+    (``qrels/<split>.tsv``), or the files given, which a corpus file needs. A missing split is
+    refused here, before the output folder is made and torch is imported."""
+    data = Path(data)
+    if not data.is_dir() and (queries is None or qrels is None):
+        raise DotcatError(f"{data}: not a BEIR directory; give the queries and qrels files as well")
+    find_queries_file(queries if queries is not None else data)
+    find_qrels_file(qrels if qrels is not None else data, split)
 
 
 def check_window(window: Sequence[int]) -> tuple[int, int]:
@@ -179,6 +192,7 @@ class TrainConfig(Settings):
         """The data, the output folder and the models the run names, checked without
         loading them (no torch): a missing file is refused before any work."""
         check_inputs(self.data, self.out_dir, self.base)
+        check_labels(self.data, self.split, self.queries, self.qrels)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings, tuples as lists)."""

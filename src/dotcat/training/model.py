@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError, first_line
+from dotcat.files import writing
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
 from dotcat.models.batching import CPU_MAX_BATCH_TOKENS, length_sorted_batches, pad_ids
 from dotcat.models.loading import check_max_length, load_hf_model, max_positions
@@ -327,16 +328,13 @@ class TrainableBiEncoder(nn.Module):
         parent = out_dir if out_dir.is_dir() else out_dir.parent
         tmp = parent / f".{out_dir.name}.saving-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
-        try:
+        with writing(out_dir, remove=[tmp]):  # a full disk: one line, the old model kept
             self._write(tmp)
             if not out_dir.exists():
                 os.replace(tmp, out_dir)
             else:
                 _move_contents(tmp, out_dir)
                 shutil.rmtree(tmp, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         logger.info("saved model to %s", out_dir)
         return out_dir
 

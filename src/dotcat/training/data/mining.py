@@ -37,6 +37,7 @@ import numpy as np
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.files import writing
 from dotcat.index import document_text
 from dotcat.index.bm25 import BM25Config, BM25Index
 from dotcat.progress import progress_bar
@@ -374,7 +375,7 @@ def save_negatives(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
-    try:
+    with writing(path, remove=[tmp]):  # a full disk: one line, the previous file kept
         with _open(tmp, "w", gz=path.name.endswith(".gz")) as f:
             f.write(json.dumps(header, ensure_ascii=False) + "\n")
             for qid, docs in negatives.items():
@@ -384,9 +385,6 @@ def save_negatives(
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     logger.info("saved negatives of %d queries to %s", len(negatives), path)
     return path
 

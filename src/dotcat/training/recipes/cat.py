@@ -50,7 +50,7 @@ import torch
 from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
-from dotcat.files import write_json
+from dotcat.files import replacing, write_json
 from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import weights_fingerprint
@@ -90,10 +90,8 @@ ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))
 
 
 def write_json_gz(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+    with replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
         json.dump(value, f)
-    tmp.replace(path)
 
 
 def read_json_gz(path: Path) -> Any:
