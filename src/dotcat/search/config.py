@@ -110,10 +110,11 @@ class PipelineConfig(Settings):
             stage's best first); the document's logit is their highest.
         prf: pseudo-relevance feedback (:mod:`dotcat.search.feedback`): ``rm3`` on the BM25
             side, ``rocchio`` on the dense side, ``both``, or ``none``.
-        fb_docs, fb_terms, original_query_weight: RM3's feedback documents, expansion terms
-            and the original query's weight.
+        fb_docs, fb_terms, original_query_weight: RM3's feedback documents (passages, on an
+            index with passages), expansion terms and the original query's weight.
         rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta *
-            mean(top rocchio_docs document vectors)``.
+            mean(top rocchio_docs document vectors)`` (passage vectors, on an index with
+            passages).
     """
 
     first_stage: str = setting(
@@ -154,13 +155,15 @@ class PipelineConfig(Settings):
         1, help="With a cross-encoder: best passages of each document it reads (their max)."
     )
     prf: str = setting(PRF, help=PRF_HELP, choices=PRF_METHODS)
-    fb_docs: int = setting(RM3_FB_DOCS, help="RM3: feedback documents (top of the BM25 ranking).")
+    fb_docs: int = setting(
+        RM3_FB_DOCS, help="RM3: feedback documents (BM25's top; passages in a passage index)."
+    )
     fb_terms: int = setting(RM3_FB_TERMS, help="RM3: expansion terms added to the query.")
     original_query_weight: float = setting(
         RM3_ORIGINAL_WEIGHT, help="RM3: the original query's weight in [0, 1]."
     )
     rocchio_docs: int = setting(
-        ROCCHIO_DOCS, help="Rocchio: feedback documents (top of the dense ranking)."
+        ROCCHIO_DOCS, help="Rocchio: feedback documents (FAISS's top; passages in a passage index)."
     )
     rocchio_alpha: float = setting(ROCCHIO_ALPHA, help="Rocchio: the query vector's weight.")
     rocchio_beta: float = setting(

@@ -29,7 +29,12 @@ with d_i the vectors of the top k documents of the first dense search, read back
 FAISS index (:meth:`DenseIndex.vectors`), and q' searched again (normalised to unit length
 where the index compares cosines). Defaults: k 3, alpha 1, beta 0.5.
 
-A hybrid first stage applies each to its own side before the fusion. What the defaults of
+On an index with passages (:mod:`dotcat.index.passages`) BM25's rows and FAISS's vectors are
+passages, so the feedback documents D and d_i are the top passages (as Anserini and Pyserini
+over segmented documents) and the statistics (document frequencies) the passages'; the
+rewritten query ranks passages, and documents are ranked from them
+(:mod:`dotcat.search.passages`) like any query's. A hybrid first stage applies each to its own
+side before the fusion. What the defaults of
 ``dotcat`` are, and the measurements behind them: ``eval/benchmarks/results/
 experiment_feedback.md``.
 """
