@@ -41,7 +41,7 @@ from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
-from dotcat.index.chunks import VECTORS_FILE, ChunkStore, read_plan, write_plan
+from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
 from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
@@ -232,13 +232,7 @@ def _stored_rows(path: Path) -> int:
     if not path.is_file():
         return 0
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        return int(read(f)[0][0])
+        return int(npy_header(f)[0][0])
 
 
 def _build(
