@@ -25,9 +25,10 @@ from dotcat.index.manifest import Manifest
 QUERY = "alpha beta"  # two topic words of the toy corpus (tests/training/toy.py)
 
 #: Names that load no model library (torch, transformers, FAISS) when first used.
-LIGHT = ("IndexConfig", "PipelineConfig", "EncoderConfig", "CrossEncoderConfig", "Hit",
-         "Document", "CorpusOptions", "load_queries", "load_qrels", "read_run", "write_run",
-         "evaluate", "EvalReport", "DotcatError", "DotConfig", "CatConfig")  # fmt: skip
+LIGHT = ("IndexConfig", "PassageConfig", "PipelineConfig", "EncoderConfig",
+         "CrossEncoderConfig", "Hit", "Document", "CorpusOptions", "load_queries", "load_qrels",
+         "read_run", "write_run", "evaluate", "EvalReport", "DotcatError", "DotConfig",
+         "CatConfig")  # fmt: skip
 
 
 def _python(code: str) -> subprocess.CompletedProcess:

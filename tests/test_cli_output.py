@@ -56,7 +56,7 @@ def test_index_output_has_our_bars_once_and_no_library_noise(corpus, tiny_bert_d
     assert "Generating train split" not in done.stderr  # HF datasets' own bar
     bars = _bar_lines(done.stderr)
     finished = [line for line in bars if "100%" in line]
-    for what in ("storing documents", "encoding documents", "adding to FAISS"):
+    for what in ("splitting documents", "encoding passages", "adding to FAISS"):
         assert sum(line.startswith(what) for line in finished) == 1, (what, bars)
     assert "indexed 300 documents" in done.stdout
 

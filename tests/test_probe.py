@@ -185,6 +185,7 @@ def ws(tmp_path_factory, tiny_bert_dir, tiny_cat_dir) -> Iterator[Workspace]:
 def _workspace(root: Path, cache: Path, model: Path, cat: Path) -> Workspace:
     corpus = _jsonl(root / "corpus.jsonl", _docs(N_DOCS))
     new = _jsonl(root / "new.jsonl", _docs(N_DOCS // 2, prefix="n"))
+    few = _jsonl(root / "few.jsonl", _docs(20, prefix="f"))
     vocab = _jsonl(root / "vocab.jsonl", _big_vocabulary_docs(150, 400))
     queries = root / "queries.tsv"
     queries.write_text("".join(f"q{i}\ttext {i} about w{i}\n" for i in range(5)))
@@ -228,10 +229,10 @@ def _workspace(root: Path, cache: Path, model: Path, cat: Path) -> Workspace:
         build_index(corpus, root / "shards" / f"s{i}", encoder, config, show_progress=False)
     vocab_index = root / "vocab_idx"
     build_index(vocab, vocab_index, encoder, IndexConfig(bm25=True), show_progress=False)
-    for source in (new, beir):  # the corpus cache holds them: no case writes it by surprise
+    for source in (new, few, beir):  # the corpus cache holds them: no case writes it by surprise
         load_corpus(source)
     paths = {
-        "root": root, "bad": bad, "out": root / "out", "corpus": corpus, "new": new,
+        "root": root, "bad": bad, "out": root / "out", "corpus": corpus, "new": new, "few": few,
         "vocab": vocab, "queries": queries, "qrels": qrels, "run": run, "beir": beir,
         "idx": index, "vocab_idx": vocab_index, "shards": root / "shards",
         "model": model, "cat": cat, "model_copy": model_copy, "not_model": not_model,
@@ -844,8 +845,10 @@ FULL = [
         keep=("idx",),
     ),
     Full(
+        # A few documents: the doc store (its passages table too) stays under the limit that
+        # the FAISS file, the largest, crosses.
         "add: the FAISS file",
-        ("add", "{t}/idx", "{new}"),
+        ("add", "{t}/idx", "{few}"),
         lambda ws: _largest(ws["idx"]) + 1 * KIB,
         ".idx.building/index.faiss",
         keep=("idx",),

@@ -18,7 +18,9 @@ Indexing and search:
 - :class:`SearchPipeline`: queries in, :class:`Hit` lists out (``search``, ``search_many``) or
   a TREC run's content (``run``); first stage dense, BM25 or hybrid, then optional re-ranking.
 - :class:`Hit`: one result (rank, id, score and its ``score_kind``, title, text).
-- :class:`IndexConfig`, :class:`PipelineConfig`: how to build, how to search.
+- :class:`IndexConfig`, :class:`PipelineConfig`: how to build, how to search;
+  :class:`PassageConfig`: how long documents are split into passages (``IndexConfig(passages=
+  ...)``; ``PipelineConfig(aggregation=...)`` ranks documents from them).
 
 Models, shaped like sentence-transformers':
 
@@ -62,6 +64,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "SearchPipeline": ("dotcat.search.pipeline", "SearchPipeline"),
     "Hit": ("dotcat.search.hits", "Hit"),
     "IndexConfig": ("dotcat.index.config", "IndexConfig"),
+    "PassageConfig": ("dotcat.index.passages", "PassageConfig"),
     "PipelineConfig": ("dotcat.search.config", "PipelineConfig"),
     "BiEncoder": ("dotcat.models.bi_encoder", "BiEncoder"),
     "CrossEncoder": ("dotcat.models.cross_encoder", "CrossEncoder"),
@@ -88,6 +91,7 @@ __all__ = [
     "SearchPipeline",
     "Hit",
     "IndexConfig",
+    "PassageConfig",
     "PipelineConfig",
     "BiEncoder",
     "CrossEncoder",
@@ -117,6 +121,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; never run
     from dotcat.errors import DotcatError
     from dotcat.evaluation.metrics import EvalReport, evaluate
     from dotcat.index.config import IndexConfig
+    from dotcat.index.passages import PassageConfig
     from dotcat.models.bi_encoder import BiEncoder
     from dotcat.models.config import CrossEncoderConfig, EncoderConfig
     from dotcat.models.cross_encoder import CrossEncoder

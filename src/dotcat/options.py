@@ -36,6 +36,8 @@ SIMILARITIES = ("dot", "cos")
 #: The query pipeline's first stages and hybrid fusions (:mod:`dotcat.search.pipeline`).
 FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 FUSIONS = ("auto", "rrf", "linear")
+#: How a document is ranked from its passages' scores (:mod:`dotcat.search.passages`).
+AGGREGATIONS = ("maxp", "firstp", "sum")
 #: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
 #: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.
 PRF_METHODS = ("none", "rm3", "rocchio", "both")
@@ -83,6 +85,10 @@ DEVICE_HELP = "auto (a GPU when one is visible, else the CPU), cpu, cuda or cuda
 K_HELP = (
     f"Results per query (default: {SHOWN_K} shown, {RUN_K} written to a run file, what R@100 "
     "needs)."
+)
+AGGREGATION_HELP = (
+    "How a document is scored from its passages: maxp (its best passage), firstp (its first "
+    "passage only, as truncation), sum (the sum of its best --aggregate-top passages)."
 )
 DEPTH_HELP = (
     "With a cross-encoder: how many first-stage results it re-ranks (fewer: faster answers)."

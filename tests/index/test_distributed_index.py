@@ -258,3 +258,21 @@ def test_actors_are_one_per_gpu_else_one_per_cpu_and_single_threaded_on_cpu(enco
     on_gpu = distributed._actor_config(auto, use_gpu=True)
     assert (on_gpu.device, on_gpu.num_threads, on_gpu.cpu_workers) == ("cuda", None, None)
     assert on_cpu.model == on_gpu.model == auto.model  # already absolute
+
+
+@pytest.mark.ray
+def test_passages_encoded_on_ray_equal_the_one_process_build(
+    local_ray, corpus, tmp_path, tiny_bert_dir
+):
+    """An encoder of 16 tokens splits most documents: the actors cut each chunk's passages
+    out of the documents they read, at the offsets the driver's doc store gives."""
+    config = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32", max_length=16)
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    build_index(corpus, local, config, IndexConfig(chunk_size=CHUNK), show_progress=False)
+    manifest = build_index(corpus, on_ray, config, ray_config(), show_progress=False)
+    assert manifest.passages["count"] > 2 * N_DOCS and manifest.documents["count"] == N_DOCS
+    a, b = DenseIndex(local, device="cpu"), DenseIndex(on_ray, device="cpu")
+    assert a.locate(range(len(a))) == b.locate(range(len(b)))
+    np.testing.assert_allclose(
+        a.index.reconstruct_n(0, len(a)), b.index.reconstruct_n(0, len(b)), atol=1e-5
+    )

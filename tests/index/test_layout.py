@@ -227,9 +227,16 @@ def test_a_doc_store_with_another_schema(built):
 
 def test_missing_rows_at_search_time_are_an_error_not_a_key_error(built, monkeypatch):
     index = DenseIndex(built, device="cpu")
-    monkeypatch.setattr(index.store, "get", lambda positions: {})
-    with pytest.raises(DotcatError, match="no document at FAISS positions"):
+    monkeypatch.setattr(index.store, "passages", lambda ids: {})
+    with pytest.raises(DotcatError, match="nothing at FAISS ids"):
         index.documents([0, 1])
+
+
+def test_a_doc_store_that_lost_its_passages(built):
+    with sqlite3.connect(built / "docstore.sqlite") as conn:
+        conn.execute("DELETE FROM passages WHERE pid = 3")
+    message = _one_line(built)
+    assert "holds 7 passages" in message and "the manifest says 8" in message
 
 
 def test_sigterm_stops_a_build_in_order_and_keeps_it_resumable(tiny_bert_dir, corpora, tmp_path):

@@ -5,12 +5,13 @@ vectors, and feedback through the pipeline, the command line and bad settings.""
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError, SettingError
-from dotcat.index import IndexConfig, build_index
+from dotcat.index import IndexConfig, PassageConfig, build_index
 from dotcat.index.bm25 import BM25Config, BM25Index
 from dotcat.models import EncoderConfig
 from dotcat.search.config import PipelineConfig
@@ -150,8 +151,17 @@ def _pipeline(index, **settings) -> SearchPipeline:
     return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32", **settings))
 
 
-def test_rocchio_is_alpha_q_plus_beta_mean_of_the_top_documents(index):
-    retriever = DenseRetriever(index, device="cpu", precision="fp32")
+@pytest.fixture(scope="module")
+def doc_index(data, tiny_bert_dir, tmp_path_factory):
+    """The search tests' corpus indexed one vector (and one BM25 row) per document."""
+    out = tmp_path_factory.mktemp("feedback_index") / "index"
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_index(data, out, encoder, IndexConfig(bm25=True, passages=False), show_progress=False)
+    return out
+
+
+def test_rocchio_is_alpha_q_plus_beta_mean_of_the_top_documents(doc_index):
+    retriever = DenseRetriever(doc_index, device="cpu", precision="fp32")
     params = Rocchio(docs=2, alpha=1.0, beta=0.7)
     run = rocchio_search(retriever, QUERIES, 4, params)
     n = len(retriever.index)
@@ -172,7 +182,8 @@ def test_rocchio_is_alpha_q_plus_beta_mean_of_the_top_documents(index):
             )
 
 
-def test_feedback_through_the_pipeline(index):
+def test_feedback_through_the_pipeline(doc_index):
+    index = doc_index
     bm25 = _pipeline(index, first_stage="bm25")
     rm3 = _pipeline(index, first_stage="bm25", prf="rm3", fb_docs=3, fb_terms=5)
     assert rm3.run(QUERIES, 5) == rm3.rm3.search(QUERIES, 5)
@@ -189,6 +200,86 @@ def test_feedback_through_the_pipeline(index):
     both = _pipeline(index, prf="both", fb_docs=3, fb_terms=5)
     fused = both.fusion.fuse_runs(dense.run(QUERIES, 100), rm3.run(QUERIES, 100))
     assert both.run(QUERIES, 5) == {q: docs[:5] for q, docs in fused.items()}
+
+
+# Queries in the search tests' corpus's words (tests/training/toy.py).
+WORDS = {"a": "insulin glucose mice", "b": "tumor chemotherapy patients"}
+
+
+def _maxp(passages: dict[int, float], owner: dict[int, str]) -> dict[str, float]:
+    """Each document's best passage score."""
+    best: dict[str, float] = {}
+    for pid, score in passages.items():
+        best[owner[pid]] = max(best.get(owner[pid], -np.inf), score)
+    return best
+
+
+def _check_documents(run, expected: dict[str, dict[str, float]], k: int) -> None:
+    """Each query's ranking: distinct documents, scored and ranked as ``expected`` (their
+    best passages), ties allowed."""
+    for qid, docs in run.items():
+        ids = [d for d, _ in docs]
+        assert len(ids) == len(set(ids)) == min(k, len(expected[qid]))
+        top = sorted(expected[qid].values(), reverse=True)[:k]
+        np.testing.assert_allclose([s for _, s in docs], top, atol=1e-4)
+        for doc, score in docs:
+            assert expected[qid][doc] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def passage_index(data, tiny_bert_dir, tmp_path_factory):
+    """The same corpus in passages of 8 tokens: most of its documents are longer."""
+    out = tmp_path_factory.mktemp("feedback_passages") / "index"
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    config = IndexConfig(bm25=True, passages=PassageConfig(window=8, stride=2))
+    build_index(data, out, encoder, config, show_progress=False)
+    return out
+
+
+def test_feedback_on_passages_ranks_documents(passage_index):
+    """Over an index with passages (documents longer than the tiny encoder's window), RM3's
+    feedback documents and Rocchio's feedback vectors are the top passages (BM25 rows, FAISS
+    ids), and the rewritten query's passage scores rank documents by MaxP, as any query's."""
+    rm3 = _pipeline(passage_index, first_stage="bm25", prf="rm3", fb_docs=3, fb_terms=5)
+    n = rm3.manifest.passages["count"]
+    assert n > rm3.index.document_count  # some documents were split
+    assert len(rm3.bm25) == n  # BM25's statistics are the passages'
+    owner = {pid: ref.doc_id for pid, ref in rm3.index.locate(list(range(n))).items()}
+    # RM3: the expansion from the top passages' rows, its BM25 over every passage, MaxP.
+    expected = {}
+    for qid, text in WORDS.items():
+        ids = rm3.bm25.query_token_ids(text)
+        weights = rm3.rm3.expand(text)
+        if ids:  # q' = lambda * tf(w, q) / |q| + (1 - lambda) * RM1 over the top 3 passages
+            first = rm3.bm25.top(rm3.bm25.weighted_scores(Counter(ids)), 3)
+            model = rm3.rm3.relevance_model(first)
+            original = {t: c / len(ids) for t, c in Counter(ids).items()}
+            assert weights == pytest.approx(
+                {t: 0.5 * original.get(t, 0) + 0.5 * model.get(t, 0) for t in original | model}
+            )
+        rows = rm3.rm3.search_expanded(weights, n)
+        expected[qid] = _maxp({int(pid): s for pid, s in rows}, owner)
+        assert len(rows) > len(expected[qid])  # some documents matched by several passages
+    found = rm3.run(WORDS, 5)
+    _check_documents(found, expected, 5)
+    assert found != _pipeline(passage_index, first_stage="bm25").run(WORDS, 5)
+    # Rocchio: q' from the top 3 passages' vectors, scored against every passage, MaxP.
+    dense = _pipeline(passage_index, first_stage="dense", prf="rocchio", rocchio_docs=3)
+    retriever = dense._dense_retriever()
+    vectors = retriever.index.vectors(np.arange(n))  # a Flat index: the stored vectors
+    expected = {}
+    for qid, text in WORDS.items():
+        q = np.asarray(retriever.encoder.encode_queries([text]))[0]
+        top = np.argsort(-(vectors @ q), kind="stable")[:3]
+        expanded = q + 0.5 * vectors[top].mean(axis=0)
+        if retriever.encoder.similarity == "cos":
+            expanded /= np.linalg.norm(expanded)
+        expected[qid] = _maxp(dict(enumerate(vectors @ expanded)), owner)
+    _check_documents(dense.run(WORDS, 5), expected, 5)
+    # Hybrid with both: document rankings fused; hits carry the passage that matched.
+    hits = _pipeline(passage_index, prf="both", fb_docs=3, fb_terms=5).search(WORDS["a"], k=5)
+    assert len({h.doc_id for h in hits}) == len(hits) > 0
+    assert all(h.start is not None and h.stop is not None for h in hits)
 
 
 def test_feedback_needs_its_side(index, data, tiny_bert_dir, tmp_path):

@@ -351,7 +351,9 @@ def test_answers_carry_a_snippet_and_the_whole_text_on_request(long_pipeline):
     assert hit["snippet"].startswith("… ") and hit["snippet"].endswith(" …")
     assert hit["snippet"][2:-2] in " ".join(whole.text.split())
     assert len(hit["title"]) <= TITLE_CHARS and hit["title"].endswith("…")
-    assert len(short.content) < 2_000 < len(whole.text)
+    # bounded by one passage (the encoder's window), not by the document
+    assert len(short.content) < SNIPPET_CHARS + len(hit["passage"]["text"]) + 1_000
+    assert len(short.content) < len(whole.text) / 4
     # a short text is its own snippet
     for other in answer["hits"][1:]:
         assert other["snippet"] == long_pipeline.document(other["doc_id"]).text
@@ -361,6 +363,27 @@ def test_answers_carry_a_snippet_and_the_whole_text_on_request(long_pipeline):
         assert top["text"] == whole.text and top["title"] == whole.title
         assert top["snippet"] == hit["snippet"]
         assert [h["doc_id"] for h in result["hits"]] == [h["doc_id"] for h in answer["hits"]]
+
+
+def test_a_long_document_s_hit_gives_the_passage_that_matched(long_pipeline):
+    """The index splits the long document into passages: its hit carries the one that
+    matched (its text, and where it lies in the document's text), the snippet cut from it;
+    a short document is one passage, its whole text."""
+    query = "pyruvate dehydrogenase glycolysis cells"
+    whole = long_pipeline.document("long")
+    with live_server(long_pipeline) as url:
+        answer = httpx.get(f"{url}/search", params={"q": query, "k": 3, "first_stage": "bm25"})
+    hits = {h["doc_id"]: h for h in answer.json()["hits"]}
+    assert len(hits) > 1
+    passage = hits["long"]["passage"]
+    assert passage["text"] == whole.text[passage["start"] : passage["stop"]]
+    assert 0 < passage["start"] < passage["stop"] < len(whole.text)
+    assert "Pyruvate dehydrogenase links glycolysis" in passage["text"]
+    assert hits["long"]["snippet"][2:-2] in " ".join(passage["text"].split())
+    for doc_id, hit in hits.items():
+        if doc_id != "long":
+            text = long_pipeline.document(doc_id).text
+            assert hit["passage"] == {"start": 0, "stop": len(text), "text": text}
 
 
 def test_an_answer_over_the_size_cap_is_refused(long_pipeline):

@@ -19,6 +19,7 @@ from dotcat.errors import DotcatError
 from dotcat.index.config import IndexConfig, MergeConfig, parse_shard
 from dotcat.index.layout import check_target
 from dotcat.index.manifest import check_index
+from dotcat.index.passages import PassageConfig
 from dotcat.models.config import EncoderConfig, ExportConfig
 from dotcat.models.resolve import check_model
 
@@ -58,6 +59,10 @@ def index(
     fresh: bool = typer.Option(False, help="Start over instead of resuming an interrupted build."),
     ray: str | None = option(IndexConfig, "ray", metavar="ADDRESS"),
     ray_workers: int | None = option(IndexConfig, "ray_workers"),
+    passages: bool = option(PassageConfig, "enabled", "--passages/--no-passages"),
+    window: int | None = option(PassageConfig, "window", "--passage-window"),
+    stride: int | None = option(PassageConfig, "stride", "--passage-stride"),
+    sentence_aware: bool = option(PassageConfig, "sentence_aware"),
     id_field: str | None = option(CorpusOptions, "id_field"),
     title_field: str | None = option(CorpusOptions, "title_field"),
     text_field: str | None = option(CorpusOptions, "text_field"),
@@ -67,6 +72,10 @@ def index(
     hidden: bool = option(CorpusOptions, "hidden"),
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
+
+    Documents longer than the encoder's window are split into overlapping passages (each
+    encoded, and indexed by BM25, on its own); a search ranks documents by their passages
+    (`dotcat search --aggregation`). --no-passages: one vector per document, cut at the window.
 
     A folder's documents have their relative paths as ids (a record file's records
     PATH#ID); files that cannot be read are skipped and named in one warning (--strict:
@@ -78,7 +87,9 @@ def index(
 
     encoder = settings(EncoderConfig, locals())
     encoder.validate()
-    config = settings(IndexConfig, locals(), shard=parse_shard(shard) if shard else None)
+    split = settings(PassageConfig, locals(), enabled=passages)
+    config = settings(IndexConfig, locals(), shard=parse_shard(shard) if shard else None,
+                      passages=split)  # fmt: skip
     options = corpus_options(locals())
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh, model=model,
                 options=options)  # fmt: skip

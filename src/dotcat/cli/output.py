@@ -26,7 +26,7 @@ def hits_json(hits: Sequence[Hit]) -> list[dict]:
 def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) -> None:
     """The hits as JSON, or as a table whose lines fit ``width`` columns (the terminal's,
     ``COLUMNS`` where set): rank, score (headed by its kind: ``cosine score``, ``rrf score``),
-    document id, then title and snippet cut to the room left."""
+    document id, then title and snippet (the passage that matched) cut to the room left."""
     if as_json:
         typer.echo(json.dumps(hits_json(hits), ensure_ascii=False, indent=2))
         return
@@ -42,7 +42,7 @@ def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) 
     typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
     for h in hits:
         title = textwrap.shorten(h.title or "(no title)", text_width, placeholder="...")
-        snippet = textwrap.shorten(h.text or "", text_width, placeholder="...")
+        snippet = textwrap.shorten(h.passage or "", text_width, placeholder="...")
         typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")

@@ -83,6 +83,9 @@ def search(
     interpolate: str = option(PipelineConfig, "interpolate"),
     precision: str = option(PipelineConfig, "precision"),
     rerank_backend: str = option(PipelineConfig, "rerank_backend"),
+    aggregation: str = option(PipelineConfig, "aggregation"),
+    aggregate_top: int = option(PipelineConfig, "aggregate_top"),
+    rerank_passages: int = option(PipelineConfig, "rerank_passages"),
     server: str | None = typer.Option(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
     ),

@@ -41,6 +41,9 @@ def serve(
     device: str = option(PipelineConfig, "device"),
     precision: str = option(PipelineConfig, "precision"),
     rerank_backend: str = option(PipelineConfig, "rerank_backend"),
+    aggregation: str = option(PipelineConfig, "aggregation"),
+    aggregate_top: int = option(PipelineConfig, "aggregate_top"),
+    rerank_passages: int = option(PipelineConfig, "rerank_passages"),
 ) -> None:
     """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
     config = settings(ServeConfig, locals())

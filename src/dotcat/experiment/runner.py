@@ -10,7 +10,9 @@ code the commands use:
    ``dotcat search --queries``);
 3. with ``rerank``, the first stage's top ``depth`` re-ranked by
    :class:`dotcat.search.pipeline.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
-   the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``).
+   the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``). Over an
+   index with passages the cross-encoder reads each document's best passage as the first
+   stage found it (kept beside the run, ``*.passages.json``), as ``search --rerank`` does.
 
 With ``[[datasets]]`` the same runs for each dataset in turn (:func:`run_datasets`); the
 cache is shared, so datasets with the same corpus share an index.
@@ -22,6 +24,7 @@ so an experiment whose artifacts are all cached runs no model at all.
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import shutil
@@ -67,6 +70,7 @@ from dotcat.experiment.results import (
     slug,
 )
 from dotcat.experiment.suite_report import write_suite_report
+from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
@@ -80,6 +84,7 @@ from dotcat.models.runtime import (
 )
 from dotcat.search.bm25 import bm25_search
 from dotcat.search.feedback import RM3
+from dotcat.search.passages import to_run
 from dotcat.search.pipeline import (
     PipelineConfig,
     Reranker,
@@ -279,7 +284,10 @@ class _Runner:
         else:
             pipeline = self._pipeline(index_dir, system)
             queries = self.data.queries
-            run = pipeline.run(queries, k, first_stage=system.first_stage, show_progress=True)
+            found = pipeline.matches(queries, k, first_stage=system.first_stage,
+                                     show_progress=True)  # fmt: skip
+            run = to_run(found)
+            write_json(_passages_path(path), _best_passages(found))
         write_run(run, path, tag=f"dotcat-{system.first_stage}")
         details = {"queries": len(run), "results": sum(len(d) for d in run.values())}
         return self.cache.commit(
@@ -334,7 +342,10 @@ class _Runner:
         first_run = {q: list(docs.items()) for q, docs in read_run(first.path).items()}
         heads = {doc for docs in first_run.values() for doc, _ in docs[: system.depth]}
         texts = _index_texts(index_dir, heads) if index_dir else self._corpus_texts(heads)
-        out = reranker.rerank(first_run, self.data.queries, texts, system.depth, True)
+        passages = _passage_texts(index_dir, Path(first.path)) if index_dir else None
+        out = reranker.rerank(
+            first_run, self.data.queries, texts, system.depth, True, pair_texts=passages
+        )
         run = {q: docs[: self.config.k] for q, docs in out.items()}
         write_run(run, path, tag="dotcat-rerank")
         seconds = time.perf_counter() - start
@@ -378,6 +389,45 @@ def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     finally:
         store.close()
     return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def _passages_path(run: Path) -> Path:
+    return run.with_name(run.name + ".passages.json")
+
+
+def _best_passages(found: Mapping[str, list]) -> dict[str, dict[str, list[int]]]:
+    """qid -> doc id -> the FAISS ids of the passages a re-ranker reads of it (the first
+    stage's best :attr:`PipelineConfig.rerank_passages`; none for a document matched whole)."""
+    m = PipelineConfig().rerank_passages
+    return {
+        qid: {
+            match.doc_id: [ref.pid for ref, _ in match.passages[:m] if ref.stop is not None]
+            for match in matches
+            if match.passages and match.passages[0][0].stop is not None
+        }
+        for qid, matches in found.items()
+    }
+
+
+def _passage_texts(index_dir: Path, run: Path) -> dict[tuple[str, str], list[str]] | None:
+    """``(qid, doc id)`` -> the passages the re-ranker reads (title and passage text), from
+    the run's ``*.passages.json`` and the index's doc store; None without them."""
+    sidecar = _passages_path(run)
+    if not sidecar.is_file():
+        return None
+    best = json.loads(sidecar.read_text(encoding="utf-8"))
+    manifest = Manifest.read(index_dir)
+    store = DocStore(index_dir / manifest.files["docstore"])
+    try:
+        texts = store.passage_texts(sorted({p for docs in best.values() for ps in docs.values()
+                                            for p in ps}))  # fmt: skip
+    finally:
+        store.close()
+    return {
+        (qid, doc): [document_text(*texts[p]) for p in pids]
+        for qid, docs in best.items()
+        for doc, pids in docs.items()
+    }
 
 
 def run_experiment(

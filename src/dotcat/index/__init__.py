@@ -18,6 +18,7 @@ _EXPORTS = {
     "DocStore": "dotcat.index.docstore",
     "StoredDocument": "dotcat.index.docstore",
     "Manifest": "dotcat.index.manifest",
+    "PassageConfig": "dotcat.index.passages",
     "check_encoder": "dotcat.index.manifest",
 }
 

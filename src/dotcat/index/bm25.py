@@ -408,15 +408,23 @@ class _Rows:
 
 
 def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
-    """A BM25 index over a doc store's documents, in position order.
+    """A BM25 index over a doc store's documents, in position order, or over its passages
+    (an index built with them), in FAISS id order, each row's id its FAISS id (as a string)
+    and its text its document's title and the passage's text, as the encoder reads it.
 
     BM25's statistics (document frequencies, mean length) are global, so after an update or a
     merge the side index of an index directory is built again from its doc store, never
     patched or merged.
     """
     store = DocStore(docstore)
+    passages = store.has_passages()
 
     def documents() -> Iterator[dict[str, str]]:
+        if passages:
+            for rows in store.iter_passages():
+                for pid, _, title, text in rows:
+                    yield {"id": str(pid), "title": title, "text": text}
+            return
         for rows in store.iter_rows():
             for _, doc_id, title, text in rows:
                 yield {"id": doc_id, "title": title, "text": text}

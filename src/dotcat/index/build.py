@@ -9,6 +9,11 @@ encoder and settings) must match, or the resume is refused with what differs; ``
 starts over. Memory stays flat with the corpus size: a chunk of texts, a training sample,
 the FAISS index itself.
 
+Documents longer than the encoder's window are split into passages first
+(:mod:`dotcat.index.passages`): the doc store keeps the documents and where each passage lies,
+and the vectors, chunks and the BM25 side are the passages'. A document that fits is one
+passage, so a collection of short passages indexes as it would whole.
+
 The index is written into a build folder beside its target and swapped into place at the
 end (:mod:`dotcat.index.layout`): an interrupted build never leaves a half index and never
 loses the old one. Everything that can be checked cheaply is checked before the model loads
@@ -20,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,13 +40,14 @@ from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
-from dotcat.index.bm25 import BM25Config, BM25Index
-from dotcat.index.chunks import VECTORS_FILE, ChunkStore, read_plan, write_plan
+from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
+from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
 from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
+from dotcat.index.passages import Splitter, store_passages
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
@@ -123,18 +129,22 @@ def build_index(
             # With Ray the actors encode; the driver's copy only gives the dimension and the
             # manifest entry, so it stays off the GPUs the actors use.
             encoder = BiEncoder.load(replace(encoder, device="cpu") if config.ray else encoder)
-        plan = _plan(source, n_all, encoder, config)
+        splitter = Splitter.for_encoder(encoder, config.passages)
+        plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
             manifest = _build(
-                dataset, (start, stop), source, encoder, config, faiss_device, tmp,
-                show_progress, requested,
+                dataset, (start, stop), source, _Encoding(encoder, requested, splitter), config,
+                faiss_device, tmp, show_progress,
             )  # fmt: skip
         except BaseException:
-            _report_kept(tmp, stop - start, config.chunk_size, encoder.dim)
+            _report_kept(tmp, config.chunk_size, encoder.dim)
             raise
         layout.swap_into_place(tmp, index_dir)
-    logger.info("indexed %d documents into %s (%s)", stop - start, index_dir, config.faiss_spec)
+    logger.info(
+        "indexed %d documents (%d vectors) into %s (%s)",
+        stop - start, manifest.vector_count, index_dir, config.faiss_spec,
+    )  # fmt: skip
     return manifest
 
 
@@ -148,14 +158,33 @@ class _Corpus:
     entry: dict[str, Any]
 
 
-def _plan(corpus: _Corpus, n_all: int, encoder: BiEncoder, config: IndexConfig) -> dict:
+@dataclass(frozen=True)
+class _Encoding:
+    """How a build encodes: the loaded encoder, the config Ray's actors load, the splitter of
+    long documents (None: one vector per document)."""
+
+    encoder: BiEncoder
+    requested: EncoderConfig
+    splitter: Splitter | None
+
+
+def _plan(
+    corpus: _Corpus,
+    n_all: int,
+    encoder: BiEncoder,
+    config: IndexConfig,
+    splitter: Splitter | None,
+) -> dict:
     """What must match for an interrupted build to be resumed: the corpus's content (its
     sha256) and how it is read, the encoder, the settings."""
     encoder_entry = encoder.manifest_entry()
-    return {
+    plan = {
         **preflight.settings_plan(corpus.entry, n_all, config),
         "encoder": {k: v for k, v in encoder_entry.items() if k not in ("name", "path")},
     }
+    if splitter is not None:  # absent without passages: such a plan reads as before
+        plan["passages"] = splitter.config.to_json()
+    return plan
 
 
 def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
@@ -175,21 +204,22 @@ def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
     return tmp
 
 
-def _report_kept(tmp: Path, n: int, chunk_size: int, dim: int) -> None:
+def _report_kept(tmp: Path, chunk_size: int, dim: int) -> None:
     """After a failure or an interruption: what is kept, and how to resume."""
     if not tmp.exists():
         return
     try:  # (a ChunkStore would make the vectors file were it missing: a write, on a full disk)
+        n = _stored_rows(tmp / VECTORS_FILE)
         done = (
             ChunkStore(tmp, n, dim, chunk_size).finished(verify=False)
             if (tmp / VECTORS_FILE).is_file()
             else set()
         )
-    except (OSError, DotcatError):
-        done = set()
+    except (OSError, ValueError, DotcatError):
+        n, done = 0, set()
     encoded = min(n, len(done) * chunk_size)
     logger.warning(
-        "build stopped; %d of %d documents encoded are kept in %s: run the same command again "
+        "build stopped; %d of %d vectors encoded are kept in %s: run the same command again "
         "to resume, or pass --fresh to start over",
         encoded,
         n,
@@ -197,39 +227,58 @@ def _report_kept(tmp: Path, n: int, chunk_size: int, dim: int) -> None:
     )
 
 
+def _stored_rows(path: Path) -> int:
+    """The rows of a build's ``vectors.npy`` (its header), 0 when there is none."""
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        return int(npy_header(f)[0][0])
+
+
 def _build(
     dataset,
     rows: tuple[int, int],
     corpus: _Corpus,
-    encoder: BiEncoder,
+    encoding: _Encoding,
     config: IndexConfig,
     faiss_device: str,
     tmp: Path,
     show_progress: bool,
-    requested: EncoderConfig,
 ) -> Manifest:
     """Complete (or continue) the build in ``tmp``; each part is written last-step-atomic,
     so a part that exists is whole; the manifest comes last (it marks completion)."""
     start, stop = rows
     n = stop - start
+    encoder, splitter = encoding.encoder, encoding.splitter
     if not (tmp / DOCSTORE_NAME).is_file():
-        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress)
-    store = ChunkStore(tmp, n, encoder.dim, config.chunk_size)
+        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress, splitter)
+    vectors = n if splitter is None else _passage_count(tmp / DOCSTORE_NAME)
+    store = ChunkStore(tmp, vectors, encoder.dim, config.chunk_size)
     if config.ray is not None:
         encode_chunks_on_ray(
-            corpus.given, rows, requested, store, config.ray, config.ray_workers, show_progress,
-            options=corpus.options,
+            corpus.given, rows, encoding.requested, store, config.ray, config.ray_workers,
+            show_progress, options=corpus.options,
+            spans=None if splitter is None else _Spans(tmp / DOCSTORE_NAME),
         )  # fmt: skip
+    elif splitter is None:
+        _encode_chunks(_chunk_texts(dataset, rows, store.chunk_size), encoder, store, show_progress)
     else:
-        _encode_chunks(dataset, rows, encoder, store, show_progress)
+        texts = _passage_chunks(tmp / DOCSTORE_NAME, store.chunk_size)
+        _encode_chunks(texts, encoder, store, show_progress, unit="passage")
     if not (tmp / INDEX_NAME).is_file():
         _write_faiss(store, config, faiss_device, tmp / INDEX_NAME, show_progress)
     index = faiss.read_index(str(tmp / INDEX_NAME))
     bm25 = None
     if config.bm25:
         if not (tmp / BM25_DIR).is_dir():
-            _build_bm25(dataset, rows, tmp / BM25_DIR, show_progress)
-        bm25 = _bm25_entry(tmp / BM25_DIR, n)
+            if splitter is None:
+                _build_bm25(dataset, rows, tmp / BM25_DIR, show_progress)
+            else:
+                config_bm25 = BM25Config()
+                build_from_docstore(tmp / DOCSTORE_NAME, config_bm25, show_progress).save(
+                    tmp / BM25_DIR
+                )
+        bm25 = _bm25_entry(tmp / BM25_DIR, n, vectors if splitter else None)
     keep = config.keep_vectors or config.shard is not None  # a shard's vectors feed a merge
     for name in (
         ("chunks.jsonl", "build.json") if keep else ("chunks.jsonl", "build.json", "vectors.npy")
@@ -250,34 +299,83 @@ def _build(
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         bm25=bm25,
         shard=_shard_entry(config.shard, rows) if config.shard else None,
+        passages=None if splitter is None else _passages_entry(splitter, vectors, n),
     )
     manifest.write(tmp)
     return manifest
+
+
+def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str, Any]:
+    """The manifest's record of the passages: the settings, the count, the next id."""
+    if count > documents:
+        logger.info("%d documents split into %d passages", documents, count)
+    return {**splitter.config.to_json(), "count": count, "next_pid": count}
+
+
+def _passage_count(path: Path) -> int:
+    store = DocStore(path)
+    try:
+        return store.passage_count()
+    finally:
+        store.close()
 
 
 def _shard_entry(shard: tuple[int, int], rows: tuple[int, int]) -> dict[str, int]:
     return {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
 
 
-def _write_docstore(dataset, rows: tuple[int, int], path: Path, show_progress: bool) -> None:
-    """Positions ``0..n-1`` of the index = corpus rows ``[start, stop)``; written whole, then
-    renamed (so a doc store that exists in a build folder is complete)."""
+def _write_docstore(
+    dataset, rows: tuple[int, int], path: Path, show_progress: bool, splitter: Splitter | None
+) -> None:
+    """Positions ``0..n-1`` of the index = corpus rows ``[start, stop)``, and with a splitter
+    each document's passages (ids in document order); written whole, then renamed (so a doc
+    store that exists in a build folder is complete)."""
     start, stop = rows
     path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
+    desc = "storing documents" if splitter is None else "splitting documents"
     with replacing(path) as tmp:
         store = DocStore(tmp, readonly=False)
         try:
             with progress_bar(
-                total=stop - start, desc="storing documents", unit="doc", enabled=show_progress
+                total=stop - start, desc=desc, unit="doc", enabled=show_progress
             ) as bar:
+                pid = 0
                 for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
                     positions = range(first - start, first - start + len(batch["id"]))
                     ids, titles, texts = batch["id"], batch["title"], batch["text"]
                     store.add(zip(positions, ids, titles, texts, strict=True))
+                    if splitter is not None:
+                        pid = store_passages(store, splitter, positions, batch, pid)
                     bar.update(len(batch["id"]))
             store.commit()
         finally:
             store.close()
+
+
+class _Spans:
+    """Where the passages with ids ``[first, stop)`` lie, read from a build's doc store, for
+    Ray's actors: ``(document position, start, stop)`` per passage."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, first: int, stop: int) -> list[tuple[int, int, int]]:
+        store = DocStore(self.path)
+        try:
+            return [(pos, a, b) for _, pos, _, a, b in store.passage_spans(first, stop)]
+        finally:
+            store.close()
+
+
+def _passage_chunks(path: Path, chunk_size: int) -> Iterator[tuple[int, list[str]]]:
+    """``(chunk number, its texts)`` of every passage in id order: title and passage text."""
+    store = DocStore(path)
+    try:
+        rows = store.iter_passages(batch=chunk_size)
+        yield from _chunks(((title, text) for batch in rows for _, _, title, text in batch),
+                           chunk_size)  # fmt: skip
+    finally:
+        store.close()
 
 
 def _chunk_texts(
@@ -285,19 +383,30 @@ def _chunk_texts(
 ) -> Iterator[tuple[int, list[str]]]:
     """``(chunk number, its texts)`` over rows ``[start, stop)``, read in one sequential pass."""
     start, stop = rows
+    batches = iter_row_batches(dataset, start, stop, batch_size=chunk_size)
+    pairs = (pair for _, b in batches for pair in zip(b["title"], b["text"], strict=True))
+    yield from _chunks(pairs, chunk_size)
+
+
+def _chunks(pairs: Iterable[tuple[str, str]], chunk_size: int) -> Iterator[tuple[int, list[str]]]:
+    """``(chunk number, its texts)``: ``(title, text)`` pairs as the encoder reads them
+    (:func:`document_text`), ``chunk_size`` a chunk."""
     chunk, texts = 0, []
-    for _, batch in iter_row_batches(dataset, start, stop, batch_size=chunk_size):
-        for title, text in zip(batch["title"], batch["text"], strict=True):
-            texts.append(document_text(title, text))
-            if len(texts) == chunk_size:
-                yield chunk, texts
-                chunk, texts = chunk + 1, []
+    for title, text in pairs:
+        texts.append(document_text(title, text))
+        if len(texts) == chunk_size:
+            yield chunk, texts
+            chunk, texts = chunk + 1, []
     if texts:
         yield chunk, texts
 
 
 def _encode_chunks(
-    dataset, rows: tuple[int, int], encoder: BiEncoder, store: ChunkStore, show_progress: bool
+    chunks: Iterator[tuple[int, list[str]]],
+    encoder: BiEncoder,
+    store: ChunkStore,
+    show_progress: bool,
+    unit: str = "document",
 ) -> None:
     """Encode the chunks not yet on disk; one bar over the whole range, advanced per batch."""
     done = store.finished(verify=True)
@@ -305,9 +414,13 @@ def _encode_chunks(
         logger.warning("%d of %d chunks already encoded and verified", len(done), store.n_chunks)
     initial = sum(min(store.n, (c + 1) * store.chunk_size) - c * store.chunk_size for c in done)
     with progress_bar(
-        total=store.n, initial=initial, desc="encoding documents", unit="doc", enabled=show_progress
+        total=store.n,
+        initial=initial,
+        desc=f"encoding {unit}s",
+        unit=unit[:3],
+        enabled=show_progress,
     ) as bar:
-        for chunk, texts in _chunk_texts(dataset, rows, store.chunk_size):
+        for chunk, texts in chunks:
             if chunk not in done:
                 store.write(chunk, encoder.encode_documents(texts, progress=bar))
 
@@ -351,5 +464,9 @@ def _build_bm25(dataset, rows: tuple[int, int], out: Path, show_progress: bool) 
     BM25Index.build(documents(), config=BM25Config(), show_progress=show_progress).save(out)
 
 
-def _bm25_entry(out: Path, n: int) -> dict[str, Any]:
-    return {"dir": out.name, "config": BM25Config().to_dict(), "documents": n}
+def _bm25_entry(out: Path, n: int, passages: int | None = None) -> dict[str, Any]:
+    """The manifest's BM25 entry; with ``passages``, its rows are passages (ids: FAISS ids)."""
+    entry: dict[str, Any] = {"dir": out.name, "config": BM25Config().to_dict(), "documents": n}
+    if passages is not None:
+        entry["passages"] = passages
+    return entry

@@ -176,16 +176,21 @@ class ChunkStore:
         return good
 
 
+def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of the .npy file open in ``f`` (left after it)."""
+    version = np.lib.format.read_magic(f)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    return read_header(f)
+
+
 def _data_offset(path: Path, n: int, dim: int) -> int:
     """Where the rows of an .npy file start, after checking its shape and type."""
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read_header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = npy_header(f)
         if shape != (n, dim) or fortran or dtype != np.dtype("<f4"):
             raise DotcatError(f"{path}: holds {dtype} {shape}, expected float32 {(n, dim)}")
         return f.tell()

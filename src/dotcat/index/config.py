@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dotcat.errors import SettingError
+from dotcat.index.passages import PassageConfig
 from dotcat.options import DEVICE_HELP, ON_DISK, Check, Settings, at_least, device_checks, setting
 
 #: FAISS search-time defaults an index records (IVF lists visited, HNSW's candidate list),
@@ -57,6 +58,10 @@ class IndexConfig(Settings):
         ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
             one on this machine, else a Ray address (``"auto"``, ``"ray://host:10001"``).
         ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
+        passages: how long documents are split into passages
+            (:class:`~dotcat.index.passages.PassageConfig`); ``False`` is short for
+            ``PassageConfig(enabled=False)``: one vector per document, cut at the encoder's
+            window.
     """
 
     faiss_spec: str = setting(
@@ -86,6 +91,15 @@ class IndexConfig(Settings):
     ray_workers: int | None = setting(
         None, help="Encoder actors on Ray (default: one per GPU, else one per CPU)."
     )
+
+    passages: PassageConfig = field(
+        default_factory=PassageConfig,
+        metadata={"help": "How long documents are split into passages (False: not split)."},
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.passages, bool):
+            self.passages = PassageConfig(enabled=self.passages)
 
     def checks(self) -> list[Check]:
         return [

@@ -1,4 +1,9 @@
-"""A built index, loaded: FAISS index + doc store + manifest, searched by vectors."""
+"""A built index, loaded: FAISS index + doc store + manifest, searched by vectors.
+
+A FAISS id is a passage's (an index built with passages, :mod:`dotcat.index.passages`) or a
+document's position (an index without them); :meth:`DenseIndex.locate` says where each id lies
+either way, so callers rank documents the same way over both layouts.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
-from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.docstore import DocStore, PassageRef, StoredDocument, document_text
 from dotcat.index.manifest import Manifest
 
 logger = logging.getLogger(__name__)
@@ -41,7 +46,7 @@ class DenseIndex:
             index = faiss.read_index(str(index_path), faiss.IO_FLAG_ONDISK_SAME_DIR)
         except RuntimeError as e:
             raise DotcatError(f"{index_path}: cannot read FAISS index ({e})") from None
-        expected = self.manifest.documents["count"]
+        expected = self.manifest.vector_count
         if index.ntotal != expected:
             raise DotcatError(
                 f"{index_path}: holds {index.ntotal} vectors, manifest says {expected}; rebuild"
@@ -54,10 +59,19 @@ class DenseIndex:
         self.search_params = params
         self.index = index
         self.store = DocStore(self.dir / self.manifest.files["docstore"])
-        self.store.check(expected, self.manifest.documents.get("next_pos"))
+        documents = self.manifest.documents
+        self.store.check(documents["count"], documents.get("next_pos"))
+        self.passages = self.manifest.passages
+        if self.passages:
+            self.store.check_passages(self.passages["count"], self.manifest.next_vector_id)
 
     def __len__(self) -> int:
+        """Vectors (passages, or documents in an index without passages)."""
         return int(self.index.ntotal)
+
+    @property
+    def document_count(self) -> int:
+        return int(self.manifest.documents["count"])
 
     @property
     def dim(self) -> int:
@@ -69,23 +83,44 @@ class DenseIndex:
             raise DotcatError(f"query vectors have shape {queries.shape}, index dim {self.dim}")
         return faiss_index.search(self.index, queries, k)
 
+    def locate(self, ids) -> dict[int, PassageRef]:
+        """Where the vectors with these FAISS ids lie (-1, FAISS's padding, is skipped): a
+        passage of a document, or (an index without passages) a whole document."""
+        if self.passages:
+            return self._complete(self.store.passages(ids), ids)
+        found = self._complete(self.store.ids(ids), ids)
+        return {pos: PassageRef(pos, doc_id) for pos, doc_id in found.items()}
+
     def vectors(self, positions) -> np.ndarray:
         """The vectors at FAISS positions (:func:`faiss_index.reconstruct`; zeros for -1)."""
         return faiss_index.reconstruct(self.index, positions)
 
-    def documents(self, positions) -> dict[int, StoredDocument]:
-        """The stored documents at FAISS positions (-1, FAISS's padding, is skipped)."""
-        return self._complete(self.store.get(positions), positions)
+    def documents(self, ids) -> dict[int, StoredDocument]:
+        """The stored document behind each FAISS id (-1, FAISS's padding, is skipped)."""
+        if not self.passages:
+            return self._complete(self.store.get(ids), ids)
+        refs = self.locate(ids)
+        docs = self.store.by_ids(sorted({r.doc_id for r in refs.values()}))
+        return {i: docs[r.doc_id] for i, r in refs.items()}
 
-    def doc_ids(self, positions) -> dict[int, str]:
-        """Document ids at FAISS positions (-1, FAISS's padding, is skipped)."""
-        return self._complete(self.store.ids(positions), positions)
+    def doc_ids(self, ids) -> dict[int, str]:
+        """The document id behind each FAISS id (-1, FAISS's padding, is skipped)."""
+        if not self.passages:
+            return self._complete(self.store.ids(ids), ids)
+        return {i: r.doc_id for i, r in self.locate(ids).items()}
 
-    def _complete(self, found: dict, positions) -> dict:
-        missing = sorted({int(p) for p in positions if p >= 0} - set(found))
+    def passage_texts(self, refs) -> dict[int, str]:
+        """``pid -> document_text(title, passage text)``, what the models read of each."""
+        return {
+            pid: document_text(title, text)
+            for pid, (title, text) in self.store.passage_texts([r.pid for r in refs]).items()
+        }
+
+    def _complete(self, found: dict, ids) -> dict:
+        missing = sorted({int(p) for p in ids if p >= 0} - set(found))
         if missing:
             raise DotcatError(
-                f"{self.store.path}: no document at FAISS positions {missing[:5]}; the doc "
-                "store and the FAISS index disagree, rebuild the index"
+                f"{self.store.path}: nothing at FAISS ids {missing[:5]}; the doc store and the "
+                "FAISS index disagree, rebuild the index"
             )
         return found

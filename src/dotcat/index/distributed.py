@@ -11,6 +11,12 @@ vectors. The driver consumes the results as they stream in and alone writes them
 chunk, to the build's :class:`~dotcat.index.chunks.ChunkStore`; a chunk is durable once its
 write returns, whatever happens to the cluster afterwards.
 
+An index with passages (:mod:`dotcat.index.passages`) is encoded the same way, its chunks
+being passages: the driver has split the documents already (its doc store says where each
+passage lies), so a chunk's descriptor also carries each passage's document row and character
+offsets, and the actor cuts the passages out of the documents it reads. Passages never depend
+on which actor encodes them.
+
 Every node must see the corpus and the model at the paths the driver uses (a shared file
 system, or the same copies), and have dotcat installed.
 
@@ -27,7 +33,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +65,7 @@ def encode_chunks_on_ray(
     workers: int | None,
     show_progress: bool,
     options: Any = None,
+    spans: Callable[[int, int], list[tuple[int, int, int]]] | None = None,
 ) -> None:
     """Encode the chunks of ``store`` not yet on disk on a Ray cluster, and write them.
 
@@ -76,6 +83,9 @@ def encode_chunks_on_ray(
         show_progress: a bar over the documents.
         options: how the corpus is read (:class:`dotcat.data.CorpusOptions`); the actors
             read it the same way, so their rows are the driver's.
+        spans: with passages, ``spans(first, stop)`` gives ``(document position, start,
+            stop)`` of the passages with ids ``[first, stop)`` (the store's rows); None: the
+            store's rows are the documents.
 
     Raises:
         DotcatError: Ray is not installed, the cluster cannot be reached or lacks what was
@@ -84,7 +94,7 @@ def encode_chunks_on_ray(
     ray = _import_ray()
     started = _connect(ray, address)
     try:
-        source = _Source(_portable(corpus), options)
+        source = _Source(_portable(corpus), options, spans)
         _encode(ray, source, rows, encoder_config, store, workers, show_progress)
     finally:
         if started:
@@ -134,10 +144,12 @@ def _check_reachable(address: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
-    """The corpus as each actor reads it: the source and its options."""
+    """The corpus as each actor reads it: the source and its options; and where the passages
+    lie (the driver's, read into each chunk's descriptor)."""
 
     corpus: Any
     options: Any
+    spans: Callable[[int, int], list[tuple[int, int, int]]] | None = None
 
 
 def _portable(corpus: Any) -> Any:
@@ -218,7 +230,7 @@ def _pipeline(
     size = min(_worker_count(ray, workers, use_gpu), len(pending))
     kind = "GPU" if use_gpu else "CPU"
     logger.info("encoding %d chunks on Ray with %d %s actors", len(pending), size, kind)
-    items = [_descriptor(store, rows[0], c) for c in pending]
+    items = [_descriptor(store, rows[0], c, corpus.spans) for c in pending]
     return _from_items(ray, items).map_batches(
         _ChunkEncoder,
         batch_size=1,
@@ -233,9 +245,29 @@ def _pipeline(
     )
 
 
-def _descriptor(store: ChunkStore, start: int, chunk: int) -> dict[str, int]:
+def _descriptor(
+    store: ChunkStore,
+    start: int,
+    chunk: int,
+    spans: Callable[[int, int], list[tuple[int, int, int]]] | None,
+) -> dict[str, Any]:
+    """A chunk: its corpus rows ``[start, stop)``; with passages, its passages' corpus rows
+    and character offsets (and ``start``, ``stop`` the rows they come from)."""
     lo, hi = store.chunk_range(chunk)
-    return {"chunk": chunk, "start": start + lo, "stop": start + hi}
+    if spans is None:
+        return {"chunk": chunk, "start": start + lo, "stop": start + hi}
+    found = spans(lo, hi)
+    if len(found) != hi - lo:
+        raise DotcatError(f"chunk {chunk}: {len(found)} passages found for ids {lo}..{hi}")
+    rows = [start + pos for pos, _, _ in found]
+    return {
+        "chunk": chunk,
+        "start": min(rows),
+        "stop": max(rows) + 1,
+        "rows": rows,
+        "begins": [a for _, a, _ in found],
+        "ends": [b for _, _, b in found],
+    }
 
 
 def _from_items(ray: Any, items: list[dict[str, int]]) -> Any:
@@ -333,11 +365,29 @@ class _ChunkEncoder:
         if len(batch["chunk"]) != 1:
             raise ValueError(f"expected one chunk per call, got {len(batch['chunk'])}")
         start, stop = int(batch["start"][0]), int(batch["stop"][0])
-        vectors = self.encoder.encode_documents(self.texts(start, stop))
+        if "rows" in batch:
+            spans = zip(batch["rows"][0], batch["begins"][0], batch["ends"][0], strict=True)
+            texts = self.passage_texts(start, stop, spans)
+        else:
+            texts = self.texts(start, stop)
+        vectors = self.encoder.encode_documents(texts)
         return {
             "chunk": np.asarray(batch["chunk"], dtype=np.int64),
             "vectors": np.asarray(vectors, dtype=np.float32)[None],
         }
+
+    def passage_texts(self, start: int, stop: int, spans) -> list[str]:
+        """The texts of passages ``(corpus row, start, stop)`` whose documents are corpus rows
+        ``[start, stop)``: each the document's title and the passage's characters."""
+        titles: list[str] = []
+        bodies: list[str] = []
+        for _, batch in iter_row_batches(self.dataset, start, stop, batch_size=stop - start):
+            titles += batch["title"]
+            bodies += batch["text"]
+        return [
+            document_text(titles[int(row) - start], bodies[int(row) - start][int(a) : int(b)])
+            for row, a, b in spans
+        ]
 
     def texts(self, start: int, stop: int) -> list[str]:
         """The texts of corpus rows ``[start, stop)``, streamed as the local build reads them."""

@@ -1,8 +1,12 @@
-"""The document store: SQLite table of (position, id, title, text), and the text the models
-read of a document (:func:`document_text`).
+"""The document store: SQLite table of (position, id, title, text), the passages of long
+documents, and the text the models read of a document (:func:`document_text`).
 
-Position is the row's FAISS id (0-based, insertion order), so a FAISS hit maps to its
-document with one primary-key lookup and nothing else must be held in memory.
+An index built with passages (:mod:`dotcat.index.passages`) has a second table, ``passages``:
+``(pid, pos, part, start, stop)``, one row per vector, ``pid`` its FAISS id, ``pos`` its
+document's position, ``part`` its number in the document (0: the first), ``start`` and
+``stop`` its characters in the document's text. Without that table (an index built before
+passages, or with them off) a document's position is its FAISS id. Either way a FAISS hit maps
+to its document with a primary-key lookup and nothing else must be held in memory.
 
 Opened for search it is read-only, through a SQLite URI whose path is percent-encoded (a
 ``#``, ``?`` or ``%`` in a folder name would otherwise end the path early), and checked
@@ -31,6 +35,21 @@ CREATE TABLE IF NOT EXISTS docs (
 )
 """
 _COLUMNS = ["pos", "id", "title", "text"]
+_PASSAGES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS passages (
+    pid   INTEGER PRIMARY KEY,
+    pos   INTEGER NOT NULL,
+    part  INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    stop  INTEGER NOT NULL
+)
+"""
+_PASSAGES_BY_POS = "CREATE INDEX IF NOT EXISTS passages_pos ON passages (pos)"
+_PASSAGE_COLUMNS = ["pid", "pos", "part", "start", "stop"]
+#: A passage's text, cut out of its document in SQLite (``substr`` counts characters, as
+#: Python's offsets do, and starts at 1).
+_PASSAGE_TEXT = "substr(d.text, p.start + 1, p.stop - p.start)"
+_PASSAGES_JOIN = "passages p JOIN docs d ON d.pos = p.pos"
 _LOOKUP_CHUNK = 900  # stays under SQLite's default limit of host parameters per statement
 
 
@@ -55,6 +74,25 @@ class StoredDocument:
         """The position, id, title and the text's first words (:func:`dotcat.reprs.preview`)."""
         fields = {"pos": self.pos, "id": self.id, "title": self.title, "text": self.text}
         return short_repr("StoredDocument", fields, texts=("title", "text"))
+
+
+@dataclass(frozen=True)
+class PassageRef:
+    """Where one vector of an index lies: its document and its characters in the text.
+
+    Attributes:
+        pid: the vector's FAISS id.
+        doc_id: its document's id.
+        part: its number in the document (0: the first passage).
+        start, stop: its characters in the document's text; ``stop`` None: to the end (a
+            whole document, in an index without passages).
+    """
+
+    pid: int
+    doc_id: str
+    part: int = 0
+    start: int = 0
+    stop: int | None = None
 
 
 class DocStore:
@@ -83,16 +121,45 @@ class DocStore:
         except sqlite3.IntegrityError as e:
             raise DotcatError(f"{self.path}: duplicate document id or position ({e})") from None
 
+    def add_passages(self, rows: Iterable[tuple[int, int, int, int, int]]) -> None:
+        """Insert ``(pid, pos, part, start, stop)`` rows (the table is made on first use)."""
+        self._conn.execute(_PASSAGES_SCHEMA)
+        self._conn.execute(_PASSAGES_BY_POS)
+        try:
+            self._conn.executemany("INSERT INTO passages VALUES (?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError as e:
+            raise DotcatError(f"{self.path}: duplicate passage id ({e})") from None
+
     def commit(self) -> None:
         with writing(self.path):  # SQLite says "disk I/O error" where a file-size limit hit
             self._conn.commit()
 
     def delete(self, positions: Sequence[int]) -> None:
-        """Remove the rows at these positions."""
+        """Remove the documents at these positions, and their passages."""
+        passages = self.has_passages()
         for start in range(0, len(positions), _LOOKUP_CHUNK):
             chunk = [int(p) for p in positions[start : start + _LOOKUP_CHUNK]]
             marks = ",".join("?" * len(chunk))
             self._conn.execute(f"DELETE FROM docs WHERE pos IN ({marks})", chunk)
+            if passages:
+                self._conn.execute(f"DELETE FROM passages WHERE pos IN ({marks})", chunk)
+
+    def has_passages(self) -> bool:
+        """Whether this store has a passages table (an index built with passages)."""
+        rows = self._execute("SELECT name FROM sqlite_master WHERE type='table' AND name=?",
+                             ("passages",))  # fmt: skip
+        return bool(rows)
+
+    def passage_ids(self, positions: Sequence[int]) -> list[int]:
+        """The FAISS ids of the passages of the documents at these positions."""
+        wanted = sorted({int(p) for p in positions})
+        found: list[int] = []
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found += [r[0] for r in self._execute(
+                f"SELECT pid FROM passages WHERE pos IN ({marks})", chunk)]  # fmt: skip
+        return sorted(found)
 
     def check(self, expected: int, span: int | None = None) -> None:
         """Check the schema, the row count, and that positions lie in ``0..span-1``.
@@ -121,6 +188,29 @@ class DocStore:
                 f"the manifest says {expected}; rebuild the index"
             )
 
+    def check_passages(self, expected: int, span: int | None = None) -> None:
+        """Check the passages table: its columns, ``expected`` rows, ids in ``0..span-1``
+        (cheap checks, as :meth:`check`'s: no scan of the table).
+
+        Raises:
+            DotcatError: the table is missing or another schema, or disagrees with the
+                manifest or with the documents.
+        """
+        span = expected if span is None else span
+        columns = [row[1] for row in self._execute("PRAGMA table_info(passages)")]
+        if columns != _PASSAGE_COLUMNS:
+            found = ", ".join(columns) if columns else "no passages table"
+            raise DotcatError(
+                f"{self.path}: the manifest records passages, the doc store has {found} "
+                f"(expected {', '.join(_PASSAGE_COLUMNS)}); rebuild the index"
+            )
+        count, low, high = self._execute("SELECT COUNT(*), MIN(pid), MAX(pid) FROM passages")[0]
+        if count != expected or (count and (low < 0 or high >= span)):
+            raise DotcatError(
+                f"{self.path}: the doc store holds {count} passages (ids {low}..{high}), the "
+                f"manifest says {expected}; rebuild the index"
+            )
+
     def iter_rows(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
         """Every ``(pos, id, title, text)`` row in position order, ``batch`` rows at a time."""
         last = -1
@@ -134,6 +224,42 @@ class DocStore:
             yield rows
             last = rows[-1][0]
 
+    def iter_passages(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
+        """Every passage as ``(pid, doc id, title, passage text)``, in FAISS id order,
+        ``batch`` at a time (each cut out of its document by SQLite)."""
+        last = -1
+        while True:
+            rows = self._execute(
+                f"SELECT p.pid, d.id, d.title, {_PASSAGE_TEXT} FROM passages p "
+                "JOIN docs d ON d.pos = p.pos WHERE p.pid > ? ORDER BY p.pid LIMIT ?",
+                (last, batch),
+            )
+            if not rows:
+                return
+            yield rows
+            last = rows[-1][0]
+
+    def passage_spans(self, first: int, stop: int) -> list[tuple[int, int, int, int, int]]:
+        """``(pid, pos, part, start, stop)`` of the passages with ids in ``[first, stop)``."""
+        return self._execute(
+            "SELECT pid, pos, part, start, stop FROM passages WHERE pid >= ? AND pid < ? "
+            "ORDER BY pid",
+            (first, stop),
+        )
+
+    def passages(self, pids: Sequence[int]) -> dict[int, PassageRef]:
+        """Where the passages with these FAISS ids lie (missing ones are absent)."""
+        rows = self._select("p.pid, d.id, p.part, p.start, p.stop", pids, _PASSAGES_JOIN, "p.pid")
+        return {row[0]: PassageRef(*row) for row in rows}
+
+    def passage_texts(self, pids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """``pid -> (title, passage text)`` for these FAISS ids."""
+        rows = self._select(f"p.pid, d.title, {_PASSAGE_TEXT}", pids, _PASSAGES_JOIN, "p.pid")
+        return {pid: (title, text) for pid, title, text in rows}
+
+    def passage_count(self) -> int:
+        return self._execute("SELECT COUNT(*) FROM passages")[0][0]
+
     def __len__(self) -> int:
         return self._execute("SELECT COUNT(*) FROM docs")[0][0]
 
@@ -146,13 +272,17 @@ class DocStore:
                 f"{self.path}: the doc store is unreadable ({e}); rebuild the index"
             ) from None
 
-    def _select(self, columns: str, positions: Sequence[int]) -> Iterator[tuple]:
-        """Rows ``SELECT columns`` at the given positions, in chunks of host parameters."""
+    def _select(
+        self, columns: str, positions: Sequence[int], table: str = "docs", key: str = "pos"
+    ) -> Iterator[tuple]:
+        """Rows ``SELECT columns`` at the given keys, in chunks of host parameters."""
         wanted = sorted({int(p) for p in positions if p >= 0})
         for start in range(0, len(wanted), _LOOKUP_CHUNK):
             chunk = wanted[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            yield from self._execute(f"SELECT {columns} FROM docs WHERE pos IN ({marks})", chunk)
+            yield from self._execute(
+                f"SELECT {columns} FROM {table} WHERE {key} IN ({marks})", chunk
+            )
 
     def get(self, positions: Sequence[int]) -> dict[int, StoredDocument]:
         """Documents at the given FAISS positions (missing ones are absent from the dict)."""

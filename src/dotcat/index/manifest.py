@@ -2,7 +2,8 @@
 
 ``manifest.json`` records the format version, the encoder (name, path, weights fingerprint,
 pooling, similarity, normalisation, max length, dimension), the FAISS spec and search
-parameters, the document count and a fingerprint of the corpus it was built from.
+parameters, the document count, the passage settings and count (an index built with passages,
+:mod:`dotcat.index.passages`) and a fingerprint of the corpus it was built from.
 """
 
 from __future__ import annotations
@@ -67,6 +68,22 @@ class Manifest:
     #: Interpolation weights chosen on this corpus for cross-encoders (``dotcat calibrate``,
     #: :mod:`dotcat.search.calibrate`), keyed by the cross-encoder's weights fingerprint.
     rerank: dict[str, dict[str, Any]] | None = None
+    #: Passages of long documents (:mod:`dotcat.index.passages`): the settings (``window``,
+    #: ``stride``, ``sentence_aware``), ``count`` (the FAISS vectors) and ``next_pid``; None:
+    #: one vector per document (an index built before passages, or with them off).
+    passages: dict[str, Any] | None = None
+
+    @property
+    def vector_count(self) -> int:
+        """Vectors in the FAISS index: passages, or documents in an index without them."""
+        return int((self.passages or self.documents)["count"])
+
+    @property
+    def next_vector_id(self) -> int:
+        """The next FAISS id never used (updates leave gaps where they delete)."""
+        if self.passages:
+            return int(self.passages.get("next_pid", self.passages["count"]))
+        return int(self.documents.get("next_pos", self.documents["count"]))
 
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""

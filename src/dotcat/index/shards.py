@@ -12,8 +12,13 @@ complete index that also keeps its vectors. Then either:
   shards, then adding every shard's vectors, with FAISS's on-disk merge of inverted lists
   (``faiss.contrib.ondisk``) when they would not fit in memory. One doc store, one manifest.
 
-Shards made with different encoders or settings, or holding the same document id, are
-refused.
+Shards split the corpus by documents, never inside one: a shard holds its documents whole,
+with all their passages (:mod:`dotcat.index.passages`). Unmerged, a shard's FAISS ids are
+shifted by the ids of the shards before it; merged, passage ids and document positions are
+shifted alike, and every passage keeps its document.
+
+Shards made with different encoders or settings (passage settings included), or holding the
+same document id, are refused.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Config, build_from_docstore
 from dotcat.index.config import MergeConfig
 from dotcat.index.dense_index import DenseIndex
-from dotcat.index.docstore import DocStore, StoredDocument
+from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
     DOCSTORE_NAME,
@@ -90,6 +95,7 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
         runtimes = (int8_runtime(first.encoder), int8_runtime(manifest.encoder))
         if not diffs and first.encoder.get("precision") == "int8" and len(set(runtimes)) > 1:
             diffs.append(f"int8 runtime: {runtimes[0]!r} vs {runtimes[1]!r}")
+        diffs += _passage_differences(first, manifest)
         if diffs:
             raise DotcatError(
                 f"{path} was built with another encoder or settings than {first_dir} "
@@ -106,6 +112,22 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             and first.corpus.get("sha256") != manifest.corpus.get("sha256")
         ):
             raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
+
+
+_PASSAGE_SETTINGS = ("window", "stride", "sentence_aware")
+
+
+def _passage_differences(a: Manifest, b: Manifest) -> list[str]:
+    """How two indexes' passage settings differ (with passages or not, then each setting)."""
+    if bool(a.passages) != bool(b.passages):
+        return [f"passages: {'on' if a.passages else 'off'} vs {'on' if b.passages else 'off'}"]
+    if not a.passages:
+        return []
+    return [
+        f"passage {key}: {a.passages.get(key)!r} vs {b.passages.get(key)!r}"
+        for key in _PASSAGE_SETTINGS
+        if a.passages.get(key) != b.passages.get(key)
+    ]
 
 
 class ShardSet:
@@ -127,24 +149,42 @@ class ShardSet:
             raise DotcatError(f"{self.dir}: no index and no shard indexes inside")
         self.shards = [DenseIndex(p, device=device, search_params=search_params) for p in paths]
         check_compatible([(s.dir, s.manifest) for s in self.shards])
-        # A shard's positions run to its next unused one (updates may leave gaps).
-        spans = [int(s.manifest.documents.get("next_pos", len(s))) for s in self.shards]
+        # A shard's FAISS ids (and document positions) run to its next unused one (updates may
+        # leave gaps); with passages they differ: ids are the passages'.
+        spans = [s.manifest.next_vector_id for s in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
+        positions = [
+            int(s.manifest.documents.get("next_pos", s.document_count)) for s in self.shards
+        ]
+        self.doc_offsets = np.concatenate([[0], np.cumsum(positions)]).astype(np.int64)
         self.count = sum(len(s) for s in self.shards)
         first = self.shards[0].manifest
+        documents = sum(s.document_count for s in self.shards)
+        self.passages = (
+            {**first.passages, "count": self.count, "next_pid": int(self.offsets[-1])}
+            if first.passages
+            else None
+        )
         self.manifest = Manifest(
             encoder=first.encoder,
             faiss={**first.faiss, "shards": len(self.shards)},
-            documents={"count": self.count, "next_pos": int(self.offsets[-1])},
+            documents={"count": documents} if self.passages else
+            {"count": documents, "next_pos": int(self.offsets[-1])},
             corpus=first.corpus,
             dotcat_version=first.dotcat_version,
-        )
+            passages=self.passages,
+        )  # fmt: skip
         self.search_params = self.shards[0].search_params
         self.store = _ShardStores(self)
         logger.info("%d shards, %d documents, searched unmerged", len(self.shards), len(self))
 
     def __len__(self) -> int:
+        """Vectors in all the shards (passages, or documents without passages)."""
         return self.count
+
+    @property
+    def document_count(self) -> int:
+        return int(self.manifest.documents["count"])
 
     @property
     def dim(self) -> int:
@@ -187,16 +227,34 @@ class ShardSet:
         return out.reshape(*positions.shape, self.dim)
 
     def documents(self, positions) -> dict[int, StoredDocument]:
+        """The stored document behind each (shifted) FAISS id, its position shifted too."""
         out = {}
         for shard, offset, local in self._split(positions):
+            shift = int(self.doc_offsets[self.shards.index(shard)])
             for pos, doc in shard.documents(local).items():
-                out[pos + offset] = StoredDocument(pos + offset, doc.id, doc.title, doc.text)
+                out[pos + offset] = StoredDocument(doc.pos + shift, doc.id, doc.title, doc.text)
         return out
 
     def doc_ids(self, positions) -> dict[int, str]:
         out = {}
         for shard, offset, local in self._split(positions):
             out.update((pos + offset, doc_id) for pos, doc_id in shard.doc_ids(local).items())
+        return out
+
+    def locate(self, ids) -> dict[int, PassageRef]:
+        """Where the vectors with these (shifted) FAISS ids lie, ids shifted back again."""
+        out = {}
+        for shard, offset, local in self._split(ids):
+            for pid, ref in shard.locate(local).items():
+                out[pid + offset] = PassageRef(pid + offset, ref.doc_id, ref.part, ref.start,
+                                               ref.stop)  # fmt: skip
+        return out
+
+    def passage_texts(self, refs) -> dict[int, str]:
+        out = {}
+        for shard, offset, local in self._split([r.pid for r in refs]):
+            texts = shard.passage_texts([PassageRef(p, "") for p in local])
+            out.update((pid + offset, text) for pid, text in texts.items())
         return out
 
 
@@ -209,7 +267,7 @@ class _ShardStores:
 
     def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
         found: dict[str, StoredDocument] = {}
-        for shard, offset in zip(self.shards.shards, self.shards.offsets, strict=False):
+        for shard, offset in zip(self.shards.shards, self.shards.doc_offsets, strict=False):
             for doc_id, doc in shard.store.by_ids(doc_ids).items():
                 found[doc_id] = StoredDocument(doc.pos + int(offset), doc.id, doc.title, doc.text)
         return found
@@ -272,7 +330,7 @@ def merge_indexes(
     spec = faiss_spec or manifests[0].faiss["spec"]
     dim = int(manifests[0].encoder["dim"])
     counts = [int(m.documents["count"]) for m in manifests]
-    n = sum(counts)
+    n = sum(m.vector_count for m in manifests)
     empty = faiss_index.create_index(spec, dim)
     faiss_index.check_trainable(empty, spec, n)
     vectors = [_vectors_of(p, m, dim) for p, m in zip(paths, manifests, strict=True)]
@@ -287,9 +345,15 @@ def merge_indexes(
         try:
             with writing(tmp / DOCSTORE_NAME):
                 _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
+                if manifests[0].passages:
+                    _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
-            bm25_entry = _bm25_from_docstore(tmp, n, show_progress) if with_bm25 else None
+            bm25_entry = (
+                _bm25_from_docstore(tmp, sum(counts), n if manifests[0].passages else None,
+                                    show_progress)
+                if with_bm25 else None
+            )  # fmt: skip
             merged = list(zip(paths, counts, manifests, strict=True))
             manifest = _merged_manifest(tmp, spec, merged, stored_on_disk, bm25_entry)
             manifest.write(tmp)
@@ -297,7 +361,7 @@ def merge_indexes(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    logger.info("merged %d shards (%d documents) into %s (%s)", len(paths), n, out, spec)
+    logger.info("merged %d shards (%d documents) into %s (%s)", len(paths), sum(counts), out, spec)
     return manifest
 
 
@@ -312,6 +376,11 @@ def _merged_manifest(
     the shards it came from (``(dir, documents, manifest)`` in shard order)."""
     index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
     first = merged[0][2]
+    passages = None
+    if first.passages:
+        count = sum(m.vector_count for _, _, m in merged)
+        settings = {key: first.passages[key] for key in _PASSAGE_SETTINGS}
+        passages = {**settings, "count": count, "next_pid": count}
     return Manifest(
         encoder=first.encoder,
         faiss={
@@ -339,6 +408,7 @@ def _merged_manifest(
             **({"ivfdata": IVFDATA_NAME} if on_disk else {}),
         },
         bm25=bm25,
+        passages=passages,
     )
 
 
@@ -347,7 +417,7 @@ def _vectors_of(path: Path, manifest: Manifest, dim: int):
     npy = path / "vectors.npy"
     if npy.is_file():
         vectors = np.load(npy, mmap_mode="r")
-        if vectors.shape != (manifest.documents["count"], dim):
+        if vectors.shape != (manifest.vector_count, dim):
             raise DotcatError(f"{npy}: shape {vectors.shape} does not match the manifest")
         return vectors
     index = faiss.read_index(str(path / manifest.files["index"]))
@@ -381,6 +451,30 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
             finally:
                 source.close()
             offset += count
+        store.commit()
+    finally:
+        store.close()
+
+
+def _merge_passages(paths: Sequence[Path], target: Path, block: int = 100_000) -> None:
+    """Every shard's passages, their ids shifted by the passages before and their documents'
+    positions by the documents before (as :func:`_merge_docstores` shifted them)."""
+    store = DocStore(target, readonly=False)
+    pid_offset = pos_offset = 0
+    try:
+        for path in paths:
+            source = DocStore(path / DOCSTORE_NAME)
+            try:
+                span = source.passage_count()
+                for first in range(0, span, block):
+                    store.add_passages(
+                        (pid + pid_offset, pos + pos_offset, part, a, b)
+                        for pid, pos, part, a, b in source.passage_spans(first, first + block)
+                    )
+                pid_offset += span
+                pos_offset += len(source)
+            finally:
+                source.close()
         store.commit()
     finally:
         store.close()
@@ -465,8 +559,14 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
         shutil.rmtree(parts, ignore_errors=True)
 
 
-def _bm25_from_docstore(tmp: Path, n: int, show_progress: bool) -> dict[str, Any]:
-    """BM25 over the merged documents (BM25's statistics are global: never merged)."""
+def _bm25_from_docstore(
+    tmp: Path, n: int, passages: int | None, show_progress: bool
+) -> dict[str, Any]:
+    """BM25 over the merged documents or passages (BM25's statistics are global: never
+    merged)."""
     config = BM25Config()
     build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress).save(tmp / BM25_DIR)
-    return {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}
+    entry: dict[str, Any] = {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}
+    if passages is not None:
+        entry["passages"] = passages
+    return entry

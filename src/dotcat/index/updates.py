@@ -7,10 +7,14 @@ results: its vector is gone from FAISS, which is what search reads.
 
 Positions are stable ids: FAISS returns them and the doc store is keyed by them. An added
 document gets the next position never used (``documents.next_pos`` in the manifest); a deleted
-one leaves a gap. IVF indexes keep explicit ids natively; other index types are wrapped in an
-``IndexIDMap2`` the first time they are updated (rebuilt from their own vectors, exact for
-flat storage). HNSW cannot remove a vector in place: a delete rebuilds its graph from the
-remaining vectors.
+one leaves a gap. In an index with passages (:mod:`dotcat.index.passages`) the FAISS ids are
+the passages': an added document is split as the index's documents were (the settings in its
+manifest), its passages get the next ids never used (``passages.next_pid``), and a deleted
+document takes every one of its passages with it.
+
+IVF indexes keep explicit ids natively; other index types are wrapped in an ``IndexIDMap2``
+the first time they are updated (rebuilt from their own vectors, exact for flat storage).
+HNSW cannot remove a vector in place: a delete rebuilds its graph from the remaining vectors.
 
 Each update is atomic: it works on a copy of the index in the build folder and swaps it into
 place (:mod:`dotcat.index.layout`), so a crash at any point leaves the previous index whole
@@ -41,6 +45,7 @@ from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest, check_encoder
+from dotcat.index.passages import PassageConfig, Splitter, store_passages
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 
@@ -96,15 +101,17 @@ def add_documents(
                 )
             index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
             positions = [doc.pos for doc in store.by_ids(sorted(existing)).values()]
-            _remove(index, positions)
+            _remove(index, _vector_ids(store, manifest, positions))
             store.delete(positions)
             first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
-            _add(index, store, dataset, manifest, first, device, precision, show_progress)
+            next_pid = _add(index, store, dataset, manifest, first, (device, precision),
+                            show_progress)  # fmt: skip
             store.commit()
+            documents = len(store)
         finally:
             store.close()
         added = len(dataset)
-        _finish(tmp, manifest, index, first + added)
+        _finish(tmp, manifest, index, first + added, documents, next_pid)
         manifest.updates = _log(manifest, "add", added - len(existing), len(existing), 0,
                                 {"corpus": stats.path, "sha256": stats.sha256})  # fmt: skip
         manifest.write(tmp)
@@ -142,12 +149,14 @@ def delete_documents(
                 )
             index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
             positions = [doc.pos for doc in found.values()]
-            _remove(index, positions)
+            _remove(index, _vector_ids(store, manifest, positions))
             store.delete(positions)
             store.commit()
+            documents = len(store)
         finally:
             store.close()
-        _finish(tmp, manifest, index, next_pos)  # a deleted position is never reused
+        # A deleted position (or passage id) is never reused.
+        _finish(tmp, manifest, index, next_pos, documents, manifest.next_vector_id)
         manifest.updates = _log(manifest, "delete", 0, 0, len(found), {"ids": sorted(found)[:20]})
         manifest.write(tmp)
     result = UpdateResult(0, 0, len(found), manifest.documents["count"])
@@ -194,6 +203,12 @@ class _updating:
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self.lock.__exit__(kind, value, traceback)
+
+
+def _vector_ids(store: DocStore, manifest: Manifest, positions: list[int]) -> list[int]:
+    """The FAISS ids of the documents at ``positions``: every passage of each, or (without
+    passages) the positions themselves."""
+    return store.passage_ids(positions) if manifest.passages else positions
 
 
 def _existing(store: DocStore, dataset) -> set[str]:
@@ -255,38 +270,65 @@ def _add(
     dataset,
     manifest: Manifest,
     first: int,
-    device: str,
-    precision: str,
+    runtime: tuple[str, str],
     show_progress: bool,
-) -> None:
-    """Encode the dataset's documents with the index's encoder; positions from ``first``."""
+) -> int:
+    """Encode the dataset's documents with the index's encoder (split into passages as the
+    index's were), positions from ``first``; returns the next FAISS id never used."""
+    next_id = manifest.next_vector_id
     if len(dataset) == 0:
-        return
+        return next_id
+    device, precision = runtime
     config = encoder_config_from_manifest(manifest.encoder, None, device, precision)
     encoder = BiEncoder.load(config)
     check_encoder(manifest, encoder.manifest_entry(), store.path.parent)
+    splitter = Splitter.for_encoder(encoder, PassageConfig.from_manifest(manifest.passages))
     position = first
     with progress_bar(
         total=len(dataset), desc="encoding documents", unit="doc", enabled=show_progress
     ) as bar:
         for _, batch in iter_row_batches(dataset, batch_size=8192):
-            texts = [
-                document_text(t, x) for t, x in zip(batch["title"], batch["text"], strict=True)
-            ]
-            vectors = encoder.encode_documents(texts, progress=bar)
-            ids = np.arange(position, position + len(texts), dtype=np.int64)
+            positions = range(position, position + len(batch["id"]))
+            store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
+            if splitter is None:
+                ids = np.asarray(positions, dtype=np.int64)
+                texts = [document_text(t, x) for t, x in zip(batch["title"], batch["text"],
+                                                             strict=True)]  # fmt: skip
+            else:
+                start = next_id
+                next_id = store_passages(store, splitter, positions, batch, next_id)
+                ids = np.arange(start, next_id, dtype=np.int64)
+                texts = [document_text(t, x) for _, t, x in _passage_texts(store, ids)]
+            vectors = encoder.encode_documents(texts)
             index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
-            store.add(zip(ids.tolist(), batch["id"], batch["title"], batch["text"], strict=True))
-            position += len(texts)
+            position += len(positions)
+            bar.update(len(positions))
+    return position if splitter is None else next_id
 
 
-def _finish(tmp: Path, manifest: Manifest, index: faiss.Index, next_pos: int) -> None:
+def _passage_texts(store: DocStore, ids: np.ndarray) -> list[tuple[int, str, str]]:
+    """``(pid, title, passage text)`` of the passages with these ids, in id order."""
+    texts = store.passage_texts(ids.tolist())
+    return [(int(pid), *texts[int(pid)]) for pid in ids]
+
+
+def _finish(
+    tmp: Path,
+    manifest: Manifest,
+    index: faiss.Index,
+    next_pos: int,
+    documents: int,
+    next_id: int,
+) -> None:
     """Write the updated FAISS index, the counts and the BM25 side (rebuilt) into ``tmp``."""
     with replacing(tmp / INDEX_NAME) as tmp_index:
         faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
-    manifest.documents["count"] = int(index.ntotal)
+    manifest.documents["count"] = documents
     manifest.documents["next_pos"] = next_pos
+    if manifest.passages:
+        manifest.passages["count"] = int(index.ntotal)
+        manifest.passages["next_pid"] = next_id
     (tmp / "vectors.npy").unlink(missing_ok=True)  # stale now: updates go to FAISS only
     if manifest.bm25:
         _rebuild_bm25(tmp, manifest)
@@ -297,6 +339,8 @@ def _rebuild_bm25(tmp: Path, manifest: Manifest) -> None:
     shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
     build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False).save(tmp / BM25_DIR)
     manifest.bm25["documents"] = manifest.documents["count"]
+    if manifest.passages:
+        manifest.bm25["passages"] = manifest.passages["count"]
 
 
 def _log(manifest: Manifest, op: str, added: int, replaced: int, deleted: int, detail: dict):

@@ -11,8 +11,9 @@ on both collections the models never saw).
 from the index's documents (:mod:`dotcat.data.pseudo`: a title, or a sentence cut out of its
 document, the inverse cloze task of Lee et al., ACL 2019), each with one known answer: the
 document it came from, without that title or sentence. A small index of those documents is
-built with the index's own encoder, BM25 and fusion settings; the pipeline's first stage ranks
-it for each pseudo-query; the cross-encoder scores each top ``depth``; and ``alpha`` in 0, 0.1,
+built with the index's own encoder, passage settings, BM25 and fusion settings; the pipeline's
+first stage ranks it for each pseudo-query; the cross-encoder scores each top ``depth`` (a long
+document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0, 0.1,
 ..., 1 is judged by nDCG@10 against the known answers. The best weight is kept if a paired
 t-test says it beats the first stage alone on them (p < 0.05), else 0: a re-ranker the corpus
 cannot vouch for is not trusted. It is recorded in the index manifest under the
@@ -31,7 +32,7 @@ from __future__ import annotations
 import heapq
 import logging
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,11 @@ from dotcat.evaluation import evaluate
 from dotcat.evaluation.significance import ttest_pvalue
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
+from dotcat.index.passages import PassageConfig
 from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
-from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.passages import to_run
+from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
 from dotcat.types import Qrels, Run
 
@@ -134,9 +137,11 @@ def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, floa
 
 def pseudo_first_stage(
     pipeline: SearchPipeline, pseudo: PseudoQueries, k: int, work: Path, show_progress: bool
-):
+) -> tuple[Run, dict[tuple[str, str], list[str]]]:
     """The pipeline's first stage over an index of the pseudo corpus (built in ``work`` with
-    the pipeline's encoder, BM25 when the pipeline has it, and its fusion)."""
+    the pipeline's encoder, its index's passage settings, BM25 when the pipeline has it, and
+    its fusion and aggregation): the run, and what the cross-encoder reads of each of its top
+    ``k`` documents (their best passages, as the pipeline re-ranks them)."""
     data = write_pseudo_dataset(pseudo, work / "data")
     index_dir = work / "index"
     # The loaded query encoder encodes the documents too: same weights, precision, runtime.
@@ -144,20 +149,24 @@ def pseudo_first_stage(
         data / "corpus.jsonl",
         index_dir,
         pipeline.encoder,
-        IndexConfig(device=pipeline.config.device, bm25=pipeline.bm25 is not None),
+        IndexConfig(
+            device=pipeline.config.device,
+            bm25=pipeline.bm25 is not None,
+            passages=PassageConfig.from_manifest(pipeline.manifest.passages),
+        ),
         show_progress=show_progress,
     )
-    config = PipelineConfig(
+    config = replace(
+        pipeline.config,
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
         fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
-        fusion_depth=pipeline.config.fusion_depth,
-        model=pipeline.config.model,
-        device=pipeline.config.device,
-        precision=pipeline.config.precision,
+        rerank=None,
     )
     queries = {qid: text for qid, text, _ in pseudo.queries}
-    return SearchPipeline(index_dir, config).run(queries, k, show_progress=show_progress)
+    pseudo_pipeline = SearchPipeline(index_dir, config)
+    found = pseudo_pipeline.matches(queries, k, show_progress=show_progress)
+    return to_run(found), pseudo_pipeline.candidate_texts(found, k)
 
 
 def calibrate_reranker(
@@ -195,18 +204,12 @@ def calibrate_reranker(
         )
     depth = reranker.depth
     with tempfile.TemporaryDirectory(prefix="dotcat-calibrate-") as work:
-        run = pseudo_first_stage(pipeline, pseudo, depth, Path(work), show_progress)
-    texts = {d.id: d.text for d in pseudo.documents}
-    texts_needed = {d for docs_ in run.values() for d, _ in docs_}
+        run, texts = pseudo_first_stage(pipeline, pseudo, depth, Path(work), show_progress)
     topics = {qid: text for qid, text, _ in pseudo.queries}
     candidates = score_candidates(
-        run,
-        topics,
-        {d: texts[d] for d in texts_needed},
-        reranker.cross_encoder,
-        depth,
-        show_progress=show_progress,
-    )
+        run, topics, {}, reranker.cross_encoder, depth, show_progress=show_progress,
+        pair_texts=texts,
+    )  # fmt: skip
     qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
     per_query = {a: _per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
     scores = {a: sum(v.values()) / len(v) for a, v in per_query.items()}

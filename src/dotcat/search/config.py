@@ -18,6 +18,8 @@ from dotcat.errors import DotcatError, SettingError
 from dotcat.index.manifest import check_index
 from dotcat.models.resolve import check_model
 from dotcat.options import (
+    AGGREGATION_HELP,
+    AGGREGATIONS,
     DEPTH_HELP,
     DEVICE_HELP,
     FIRST_STAGES,
@@ -100,12 +102,19 @@ class PipelineConfig(Settings):
             ``openvino``, ``onnxruntime``; see :class:`~dotcat.models.CrossEncoderConfig`).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``).
         batch_size: most cross-encoder pairs per forward pass.
+        aggregation: how documents are ranked from their passages' scores (one of
+            :data:`~dotcat.options.AGGREGATIONS`: ``maxp``, ``firstp``, ``sum``); an index
+            without passages has one per document, so all three rank alike there.
+        aggregate_top: ``sum``: how many of a document's best passages are summed.
+        rerank_passages: passages of each document the cross-encoder reads (its first
+            stage's best first); the document's logit is their highest.
         prf: pseudo-relevance feedback (:mod:`dotcat.search.feedback`): ``rm3`` on the BM25
             side, ``rocchio`` on the dense side, ``both``, or ``none``.
-        fb_docs, fb_terms, original_query_weight: RM3's feedback documents, expansion terms
-            and the original query's weight.
+        fb_docs, fb_terms, original_query_weight: RM3's feedback documents (passages, on an
+            index with passages), expansion terms and the original query's weight.
         rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta *
-            mean(top rocchio_docs document vectors)``.
+            mean(top rocchio_docs document vectors)`` (passage vectors, on an index with
+            passages).
     """
 
     first_stage: str = setting(
@@ -140,14 +149,21 @@ class PipelineConfig(Settings):
         None, help="FAISS search parameters (nprobe, efSearch)."
     )
     batch_size: int = setting(32, help="Most (query, document) pairs per cross-encoder pass.")
+    aggregation: str = setting("maxp", help=AGGREGATION_HELP, choices=AGGREGATIONS)
+    aggregate_top: int = setting(2, help="With --aggregation sum: passages summed per document.")
+    rerank_passages: int = setting(
+        1, help="With a cross-encoder: best passages of each document it reads (their max)."
+    )
     prf: str = setting(PRF, help=PRF_HELP, choices=PRF_METHODS)
-    fb_docs: int = setting(RM3_FB_DOCS, help="RM3: feedback documents (top of the BM25 ranking).")
+    fb_docs: int = setting(
+        RM3_FB_DOCS, help="RM3: feedback documents (BM25's top; passages in a passage index)."
+    )
     fb_terms: int = setting(RM3_FB_TERMS, help="RM3: expansion terms added to the query.")
     original_query_weight: float = setting(
         RM3_ORIGINAL_WEIGHT, help="RM3: the original query's weight in [0, 1]."
     )
     rocchio_docs: int = setting(
-        ROCCHIO_DOCS, help="Rocchio: feedback documents (top of the dense ranking)."
+        ROCCHIO_DOCS, help="Rocchio: feedback documents (FAISS's top; passages in a passage index)."
     )
     rocchio_alpha: float = setting(ROCCHIO_ALPHA, help="Rocchio: the query vector's weight.")
     rocchio_beta: float = setting(
@@ -170,6 +186,8 @@ class PipelineConfig(Settings):
             at_least("fusion_depth", self.fusion_depth, 1),
             at_least("depth", self.depth, 1),
             at_least("batch_size", self.batch_size, 1),
+            at_least("aggregate_top", self.aggregate_top, 1),
+            at_least("rerank_passages", self.rerank_passages, 1),
             *self.feedback_checks(),
             *device_checks("device", self.device),
             *precision_checks("precision", self.precision, self.device),

@@ -29,7 +29,12 @@ with d_i the vectors of the top k documents of the first dense search, read back
 FAISS index (:meth:`DenseIndex.vectors`), and q' searched again (normalised to unit length
 where the index compares cosines). Defaults: k 3, alpha 1, beta 0.5.
 
-A hybrid first stage applies each to its own side before the fusion. What the defaults of
+On an index with passages (:mod:`dotcat.index.passages`) BM25's rows and FAISS's vectors are
+passages, so the feedback documents D and d_i are the top passages (as Anserini and Pyserini
+over segmented documents) and the statistics (document frequencies) the passages'; the
+rewritten query ranks passages, and documents are ranked from them
+(:mod:`dotcat.search.passages`) like any query's. A hybrid first stage applies each to its own
+side before the fusion. What the defaults of
 ``dotcat`` are, and the measurements behind them: ``eval/benchmarks/results/
 experiment_feedback.md``.
 """
@@ -136,7 +141,11 @@ class RM3Expander:
 
     def search_one(self, query: str, k: int) -> list[tuple[str, float]]:
         """Top-k ``(doc_id, score)`` for the expanded query."""
-        weights = self.expand(query)
+        return self.search_expanded(self.expand(query), k)
+
+    def search_expanded(self, weights: Mapping[int, float], k: int) -> list[tuple[str, float]]:
+        """Top-k ``(row id, score)`` for an expanded query :meth:`expand` gave (rows: the
+        index's documents, or its passages in an index directory built with them)."""
         if not weights:
             return []
         top = self.index.top(self.index.weighted_scores(weights), k)
@@ -176,6 +185,20 @@ def rocchio_vectors(
     return (params.alpha * queries + params.beta * mean).astype(np.float32)
 
 
+def rocchio_expand(index, vectors: np.ndarray, params: Rocchio, score_kind: str) -> np.ndarray:
+    """``q'`` for each row of ``vectors``: the index's top ``params.docs`` vectors for it (its
+    passages' on an index with passages, FAISS ids as :meth:`DenseIndex.search` returns them)
+    read back (:meth:`DenseIndex.vectors`), mixed in by :func:`rocchio_vectors`, unit length
+    again where the index compares cosines."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    _, ids = index.search(vectors, params.docs)
+    expanded = rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params)
+    if score_kind == "cosine":
+        norms = np.linalg.norm(expanded, axis=1, keepdims=True)
+        expanded = expanded / np.maximum(norms, 1e-12)
+    return expanded
+
+
 def rocchio_search(
     retriever,
     queries: Mapping[str, str],
@@ -186,24 +209,9 @@ def rocchio_search(
 ) -> Run:
     """Dense search with Rocchio feedback through a
     :class:`~dotcat.search.retriever.DenseRetriever`: encode, search the top ``params.docs``,
-    read their vectors back from the index, search again with ``q'``."""
-    qids = list(queries)
-    cosine = retriever.encoder.similarity == "cos"
-    run: Run = {}
-    with progress_bar(total=len(qids), desc="dense+Rocchio search", unit="query",
-                      enabled=show_progress) as bar:  # fmt: skip
-        for start in range(0, len(qids), batch_size):
-            chunk = qids[start : start + batch_size]
-            vectors = np.asarray(retriever.encoder.encode_queries([queries[q] for q in chunk]))
-            _, positions = retriever.index.search(vectors, params.docs)
-            documents = retriever.index.vectors(positions)
-            expanded = rocchio_vectors(vectors, documents, positions >= 0, params)
-            if cosine:
-                norms = np.linalg.norm(expanded, axis=1, keepdims=True)
-                expanded = expanded / np.maximum(norms, 1e-12)
-            run.update(retriever.search_vectors(chunk, expanded, k))
-            bar.update(len(chunk))
-    return run
+    read their vectors back from the index, search again with ``q'`` (:func:`rocchio_expand`);
+    documents ranked from their passages as any dense search."""
+    return retriever.batch_search(queries, k, batch_size, show_progress, rocchio=params)
 
 
 def _largest(weights: Mapping[int, float], n: int) -> dict[int, float]:

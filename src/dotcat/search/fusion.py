@@ -73,6 +73,17 @@ class Fusion:
             return reciprocal_rank_fusion([dense, bm25], self.k)
         return linear_fusion(dense, bm25, self.weight)
 
+    def shares(self, dense: Ranking, bm25: Ranking) -> dict[str, tuple[float, float]]:
+        """Each document's part of its fused score from each side: ``(dense, bm25)``
+        (``1 / (k + rank)`` each for RRF, ``w * norm`` and ``(1 - w) * norm`` for linear)."""
+        if self.method == "rrf":
+            a = {d: 1.0 / (self.k + r) for r, (d, _) in enumerate(dense, start=1)}
+            b = {d: 1.0 / (self.k + r) for r, (d, _) in enumerate(bm25, start=1)}
+        else:
+            a = {d: self.weight * s for d, s in _minmax(dense).items()}
+            b = {d: (1 - self.weight) * s for d, s in _minmax(bm25).items()}
+        return {d: (a.get(d, 0.0), b.get(d, 0.0)) for d in {**a, **b}}
+
     def fuse_runs(self, dense: Mapping[str, Ranking], bm25: Mapping[str, Ranking]) -> Run:
         """:meth:`fuse` for every query of either run."""
         return {q: self.fuse(dense.get(q, ()), bm25.get(q, ())) for q in {**dense, **bm25}}

@@ -15,10 +15,20 @@ SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
 
 @dataclass(frozen=True)
 class Hit:
-    """One ranked result; ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`).
+    """One ranked result: a document, and the passage of it that matched.
 
-    ``print(hit)`` shows the rank, id, score and its kind, the title and the text's first words
+    ``score_kind`` says which scale ``score`` is on (:data:`SCORE_KINDS`). ``print(hit)``
+    shows the rank, id, score and its kind, the title and the text's first words
     (:func:`dotcat.reprs.preview`); ``hit.text`` holds the whole text.
+
+    Attributes:
+        rank: 1 for the best.
+        doc_id, title, text: the document (its whole text).
+        score: the ranking score.
+        score_kind: the scale of ``score``.
+        start, stop: the characters of ``text`` the matched passage spans (an index with
+            passages, :mod:`dotcat.index.passages`); None: the document matched whole (an
+            index without passages).
     """
 
     rank: int
@@ -27,6 +37,15 @@ class Hit:
     title: str
     text: str
     score_kind: str = ""
+    start: int | None = None
+    stop: int | None = None
+
+    @property
+    def passage(self) -> str:
+        """The text of the passage that matched (the whole text without one)."""
+        if self.start is None or self.stop is None:
+            return self.text
+        return self.text[self.start : self.stop]
 
     def __repr__(self) -> str:
         fields = {

@@ -15,6 +15,15 @@ First stages, over one index directory (:func:`dotcat.index.build_index`):
 - ``auto`` (default): hybrid where the index has BM25, else dense. Fusing is the safer default:
   on collections unlike the encoder's training data BM25 often beats a dense model.
 
+Over an index with passages (:mod:`dotcat.index.passages`) dense and BM25 rank passages, and
+each ranks documents from them (``aggregation``: MaxP by default, :mod:`dotcat.search.passages`);
+the fusion works on those document scores. A result keeps the passages that matched it, best
+first: the first is its snippet's, and the cross-encoder reads the best ``rerank_passages`` of
+them (the first stage's best: the passage that put the document in the list, and the only one
+a first stage vouches for; a document's logit is the highest of its passages'). In a hybrid,
+a document's passages come first from the side that gave it the larger share of its fused
+score. Runs, evaluation and the server's answers stay at the document level.
+
 Re-ranking (:mod:`dotcat.search.reranker`): the top ``depth`` of the first stage re-ordered by
 the cross-encoder, with ``alpha * norm(cat) + (1 - alpha) * norm(first)`` where ``alpha``
 (``interpolate="auto"``, the default) is the weight ``dotcat calibrate`` chose for this model
@@ -38,6 +47,7 @@ from dotcat.files import read_json_or_none
 from dotcat.index import build_index, document_text
 from dotcat.index.bm25 import BM25Index
 from dotcat.index.config import IndexConfig
+from dotcat.index.docstore import PassageRef
 from dotcat.index.manifest import update_manifest
 from dotcat.index.shards import open_index
 from dotcat.models.config import EncoderConfig
@@ -45,12 +55,14 @@ from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.resolve import check_model
 from dotcat.models.runtime import store_linear_weights
 from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
+from dotcat.progress import progress_bar
 from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline, parse_interpolate
-from dotcat.search.feedback import RM3, RM3Expander, Rocchio, rocchio_search
+from dotcat.search.feedback import RM3, RM3Expander, Rocchio
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
+from dotcat.search.passages import Match, rank_documents, to_run
 from dotcat.search.reranker import rerank
-from dotcat.search.retriever import DenseRetriever
+from dotcat.search.retriever import DenseRetriever, hit
 from dotcat.types import Run
 
 __all__ = [
@@ -147,8 +159,13 @@ class Reranker:
         texts: Mapping[str, str],
         depth: int | None = None,
         show_progress: bool = False,
+        pair_texts: Mapping[tuple[str, str], Sequence[str]] | None = None,
     ) -> Run:
         """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below.
+
+        ``pair_texts``: ``(qid, doc id)`` -> the passages the cross-encoder reads of that
+        document for that query instead of its text (see
+        :func:`dotcat.search.reranker.score_candidates`).
 
         At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
         corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
@@ -164,6 +181,7 @@ class Reranker:
             depth or self.depth,
             self.alpha,
             show_progress=show_progress,
+            pair_texts=pair_texts,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -212,6 +230,8 @@ class SearchPipeline:
         )
         self.manifest = self.index.manifest
         self.bm25 = self._load_bm25()
+        # An index built with passages has its BM25 rows over them (ids: FAISS ids).
+        self._bm25_passages = bool(self.manifest.bm25 and "passages" in self.manifest.bm25)
         self.first_stage = self._resolve_first_stage(config.first_stage)
         self.fusion = self._resolve_fusion()
         sides = PRF_SIDES[config.prf]
@@ -326,6 +346,8 @@ class SearchPipeline:
                     device=self.config.device,
                     precision=self.config.precision,
                     index=self.index,
+                    aggregation=self.config.aggregation,
+                    aggregate_top=self.config.aggregate_top,
                 )
                 self._dense.encoder.single_query_threads = self._small_call_threads
             return self._dense
@@ -376,15 +398,12 @@ class SearchPipeline:
             if not isinstance(query, str) or not query.strip():
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
-        run = self.run(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+        found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
         kind = self.score_kind(first_stage=first_stage, rerank=rerank)
-        needed = {doc for docs in run.values() for doc, _ in docs}
+        needed = {m.doc_id for matches in found.values() for m in matches}
         stored = self.index.store.by_ids(sorted(needed))
         return [
-            [
-                Hit(rank, doc, score, stored[doc].title, stored[doc].text, kind)
-                for rank, (doc, score) in enumerate(run[key], start=1)
-            ]
+            [hit(rank, m, stored[m.doc_id], kind) for rank, m in enumerate(found[key], start=1)]
             for key in keyed
         ]
 
@@ -433,6 +452,24 @@ class SearchPipeline:
             DotcatError: ``k`` or ``depth`` < 1, re-ranking asked without a cross-encoder, or
                 a first stage the index cannot serve.
         """
+        return to_run(
+            self.matches(
+                queries, k, first_stage=first_stage, rerank=rerank, depth=depth,
+                show_progress=show_progress,
+            )
+        )  # fmt: skip
+
+    def matches(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        *,
+        first_stage: str | None = None,
+        rerank: bool | None = None,
+        depth: int | None = None,
+        show_progress: bool = False,
+    ) -> dict[str, list[Match]]:
+        """:meth:`run` with each document's passages that matched (best first)."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         stage = self._resolve_first_stage(first_stage) if first_stage else self.first_stage
@@ -444,35 +481,100 @@ class SearchPipeline:
             raise DotcatError(f"depth must be >= 1, got {depth}")
         wanted = max(k, depth) if use_reranker else k
         with self._lock:
-            first = self._first_stage(stage, queries, wanted, show_progress)
+            found = self._first_stage(stage, queries, wanted, show_progress)
             if use_reranker and self.reranker.alpha > 0:
-                heads = {doc for docs in first.values() for doc, _ in docs[:depth]}
-                texts = self.document_texts(heads)
-                first = self.reranker.rerank(first, queries, texts, depth, show_progress)
-        return {q: docs[:k] for q, docs in first.items()}
+                texts = self.candidate_texts(found, depth)
+                reranked = self.reranker.rerank(
+                    to_run(found), queries, {}, depth, show_progress, pair_texts=texts
+                )
+                found = _rescored(found, reranked)
+        return {q: docs[:k] for q, docs in found.items()}
 
     def _first_stage(
         self, stage: str, queries: Mapping[str, str], k: int, show_progress: bool
-    ) -> Run:
+    ) -> dict[str, list[Match]]:
         if stage == "dense":
-            return self._dense_search(queries, k, show_progress)
+            return self._dense_matches(queries, k, show_progress)
         if stage == "bm25":
-            return self._bm25_search(queries, k, show_progress)
+            return self._bm25_matches(queries, k, show_progress)
         n = max(k, self.config.fusion_depth)
-        dense = self._dense_search(queries, n, show_progress)
-        sparse = self._bm25_search(queries, n, False)
-        return {q: docs[:k] for q, docs in self.fusion.fuse_runs(dense, sparse).items()}
+        dense = self._dense_matches(queries, n, show_progress)
+        sparse = self._bm25_matches(queries, n, False)
+        return {
+            q: fuse_matches(self.fusion, dense.get(q, []), sparse.get(q, []))[:k]
+            for q in {**dense, **sparse}
+        }
 
-    def _dense_search(self, queries: Mapping[str, str], k: int, show_progress: bool) -> Run:
+    def _dense_matches(
+        self, queries: Mapping[str, str], k: int, show_progress: bool
+    ) -> dict[str, list[Match]]:
+        """The dense side's top ``k`` documents (its query vectors rewritten by Rocchio first
+        where the pipeline has it)."""
         retriever = self._dense_retriever()
-        if self.rocchio is not None:
-            return rocchio_search(retriever, queries, k, self.rocchio, show_progress=show_progress)
-        return retriever.batch_search(queries, k, show_progress=show_progress)
+        return retriever.batch_matches(queries, k, show_progress=show_progress,
+                                       rocchio=self.rocchio)  # fmt: skip
 
-    def _bm25_search(self, queries: Mapping[str, str], k: int, show_progress: bool) -> Run:
-        if self.rm3 is not None:
-            return self.rm3.search(queries, k, show_progress=show_progress)
-        return self.bm25.search(queries, k, show_progress=show_progress)
+    def _bm25_matches(
+        self, queries: Mapping[str, str], k: int, show_progress: bool
+    ) -> dict[str, list[Match]]:
+        """BM25's top ``k`` documents: ranked from its passages (an index with passages), or
+        its own document ranking (each document matched whole). With RM3, each query is
+        expanded once from its top rows (passages, on an index with passages) and the expanded
+        query ranks the rows, as the plain one would."""
+        if not self._bm25_passages:
+            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress)
+            return {
+                q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in docs]
+                for q, docs in run.items()
+            }
+        expanded: dict[str, dict[int, float]] = {}
+
+        def rows(qid: str, n: int) -> list[tuple[str, float]]:
+            if self.rm3 is None:
+                return self.bm25.search_one(queries[qid], n)
+            if qid not in expanded:  # the over-fetch asks again for more: expand once
+                expanded[qid] = self.rm3.expand(queries[qid])
+            return self.rm3.search_expanded(expanded[qid], n)
+
+        def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
+            return {q: [(int(i), s) for i, s in rows(q, n)] for q in qids}
+
+        out: dict[str, list[Match]] = {}
+        qids = list(queries)
+        with progress_bar(
+            total=len(qids), desc="BM25 search", unit="query", enabled=show_progress
+        ) as bar:
+            for start in range(0, len(qids), 256):
+                chunk = qids[start : start + 256]
+                out.update(
+                    rank_documents(
+                        search, self.index.locate, chunk, k, vectors=len(self.bm25),
+                        documents=self.index.document_count, method=self.config.aggregation,
+                        top=self.config.aggregate_top,
+                    )
+                )  # fmt: skip
+                bar.update(len(chunk))
+        return out
+
+    def candidate_texts(
+        self, found: Mapping[str, Sequence[Match]], depth: int
+    ) -> dict[tuple[str, str], list[str]]:
+        """``(qid, doc id)`` -> what the cross-encoder reads of each of a query's top
+        ``depth`` documents: its best :attr:`PipelineConfig.rerank_passages` passages (title
+        and passage text), or its whole text (a document matched whole)."""
+        m = self.config.rerank_passages
+        wanted = {
+            (qid, match.doc_id): [ref for ref, _ in match.passages[:m]]
+            for qid, matches in found.items()
+            for match in matches[:depth]
+        }
+        refs = [ref for group in wanted.values() for ref in group]
+        whole = self.document_texts({r.doc_id for r in refs if r.stop is None})
+        parts = self.index.passage_texts([r for r in refs if r.stop is not None])
+        return {
+            key: [whole[r.doc_id] if r.stop is None else parts[r.pid] for r in group]
+            for key, group in wanted.items()
+        }
 
     # -- documents and description -----------------------------------------------------------
 
@@ -494,7 +596,9 @@ class SearchPipeline:
         """What this pipeline does, for logs, ``/info`` and run records."""
         return {
             "index": str(self.index_dir),
-            "documents": len(self.index),
+            "documents": self.index.document_count,
+            "passages": self.manifest.passages,
+            "aggregation": self.config.aggregation,
             "first_stage": self.first_stage,
             "stages_available": ["dense"] + (["bm25", "hybrid"] if self.bm25 is not None else []),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
@@ -506,6 +610,38 @@ class SearchPipeline:
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
         }
+
+
+def fuse_matches(fusion: Fusion, dense: Sequence[Match], bm25: Sequence[Match]) -> list[Match]:
+    """One query's hybrid ranking of documents (:meth:`Fusion.fuse` of their scores), each
+    with its passages found: first those of the side that gave it the larger share of its
+    fused score (:meth:`Fusion.shares`), then the other side's; a whole document last."""
+    dense_run = [(m.doc_id, m.score) for m in dense]
+    bm25_run = [(m.doc_id, m.score) for m in bm25]
+    shares = fusion.shares(dense_run, bm25_run)
+    by_dense, by_bm25 = {m.doc_id: m for m in dense}, {m.doc_id: m for m in bm25}
+    out = []
+    for doc, score in fusion.fuse(dense_run, bm25_run):
+        a, b = shares[doc]
+        sides = (by_dense.get(doc), by_bm25.get(doc))
+        passages: dict[tuple, tuple[PassageRef, float]] = {}
+        for side in sides if a >= b else sides[::-1]:
+            for ref, value in side.passages if side else ():
+                passages.setdefault((ref.start, ref.stop), (ref, value))
+        # A passage before the whole document (a side that ranks documents whole, e.g. BM25
+        # of an index without passages): it says where the document matched.
+        ordered = sorted(passages.values(), key=lambda p: p[0].stop is None)
+        out.append(Match(doc, score, tuple(ordered)))
+    return out
+
+
+def _rescored(found: Mapping[str, list[Match]], run: Run) -> dict[str, list[Match]]:
+    """``found`` in the order and with the scores of ``run`` (a re-ranking of it)."""
+    out = {}
+    for qid, docs in run.items():
+        by_id = {m.doc_id: m for m in found[qid]}
+        out[qid] = [Match(d, s, by_id[d].passages) for d, s in docs]
+    return out
 
 
 def tune_fusion(

@@ -13,12 +13,17 @@ Interpolation (``alpha`` in [0, 1]) follows the usual hybrid re-ranking recipe
 
 with ``norm`` the min-max normalisation over the query's re-ranked documents; alpha = 1 is
 the plain cross-encoder (dotcat's default), chosen on the dev split by ``dotcat train cat``.
+
+A long document is re-ranked by its passages (:mod:`dotcat.index.passages`): the cross-encoder
+reads the query with each of the passages the first stage found best in the document
+(``pair_texts``), and the document takes the highest logit (MaxP, as Dai and Callan, SIGIR
+2019, score a document by BERT). Without them it reads the document's text, cut at its window.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,11 +93,17 @@ def score_candidates(
     depth: int = 100,
     *,
     show_progress: bool = False,
+    pair_texts: Mapping[tuple[str, str], Sequence[str]] | None = None,
 ) -> dict[str, Candidates]:
     """Cross-encoder logits of every query's top-``depth`` documents, in one scoring call.
 
     All pairs of all queries go to :meth:`CrossEncoder.score` together, so they are sorted
     by length across queries (less padding) and every query is tokenized once.
+
+    Args:
+        doc_texts: id -> the text the cross-encoder reads of a document.
+        pair_texts: ``(qid, doc id)`` -> the texts it reads instead for that query (a long
+            document's best passages); the document's logit is their highest.
 
     Raises:
         DotcatError: ``depth`` < 1, a run query without text, or a document without text
@@ -108,19 +119,27 @@ def score_candidates(
         )
     pair_q: list[str] = []
     pair_d: list[str] = []
+    group: list[int] = []  # the (query, document) each pair scores: 0, 1, ... in run order
+    scored = 0
     missing_d: set[str] = set()
     for qid, docs in lists.items():
         for doc, _ in docs[:depth]:
-            text = doc_texts.get(doc)
-            if text is None:
-                missing_d.add(doc)
-                continue
-            pair_q.append(queries[qid])
-            pair_d.append(text)
+            texts = (pair_texts or {}).get((qid, doc))
+            if not texts:
+                text = doc_texts.get(doc)
+                if text is None:
+                    missing_d.add(doc)
+                    continue
+                texts = [text]
+            pair_q += [queries[qid]] * len(texts)
+            pair_d += texts
+            group += [scored] * len(texts)
+            scored += 1
     if missing_d:
         examples = ", ".join(sorted(missing_d)[:5])
         raise DotcatError(f"{len(missing_d)} run documents are not in the corpus: {examples}")
-    logits = cross_encoder.score(pair_q, pair_d, show_progress=show_progress)
+    logits = _best_per_group(cross_encoder.score(pair_q, pair_d, show_progress=show_progress),
+                             group)  # fmt: skip
     out: dict[str, Candidates] = {}
     start = 0
     for qid, docs in lists.items():
@@ -132,6 +151,16 @@ def score_candidates(
         )
         start += head
     return out
+
+
+def _best_per_group(logits: np.ndarray, group: list[int]) -> np.ndarray:
+    """The highest logit of each group of consecutive pairs (a document's passages)."""
+    logits = np.asarray(logits)
+    if len(group) == 0 or group[-1] == len(group) - 1:  # one text per document
+        return logits
+    groups = np.asarray(group)
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    return np.maximum.reduceat(logits, starts)
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -175,10 +204,12 @@ def rerank(
     alpha: float = 1.0,
     *,
     show_progress: bool = False,
+    pair_texts: Mapping[tuple[str, str], Sequence[str]] | None = None,
 ) -> Run:
     """Re-rank each query's top-``depth`` (:func:`score_candidates` then :func:`fuse`)."""
     cross_encoder.require_trained()
     candidates = score_candidates(
-        run, queries, doc_texts, cross_encoder, depth, show_progress=show_progress
-    )
+        run, queries, doc_texts, cross_encoder, depth, show_progress=show_progress,
+        pair_texts=pair_texts,
+    )  # fmt: skip
     return fuse(candidates, alpha)

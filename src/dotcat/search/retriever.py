@@ -4,23 +4,30 @@ The encoder is rebuilt from the index manifest (model, pooling, similarity, max 
 :func:`dotcat.index.encoder.encoder_config_from_manifest`), so
 an index is always searched as it was built; another model is refused unless its weights and
 settings are the ones recorded (:func:`dotcat.index.check_encoder`).
+
+Over an index with passages, FAISS ranks passages and documents are ranked from them
+(:mod:`dotcat.search.passages`: MaxP by default); each hit carries the passage that matched.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
+from dotcat.index.docstore import StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
+from dotcat.search.feedback import Rocchio, rocchio_expand
 from dotcat.search.hits import Hit
+from dotcat.search.passages import Match, check_aggregation, rank_documents, to_run
 from dotcat.types import Run
 
 __all__ = ["DenseRetriever", "Hit"]
@@ -39,6 +46,8 @@ class DenseRetriever:
         precision: the query encoder's ``auto``, ``fp32``, ``bf16`` or ``int8`` (see
             :class:`dotcat.models.EncoderConfig`); ``auto`` follows an int8 index.
         index: the index directory already open (a :class:`DenseIndex` of ``index_dir``).
+        aggregation, aggregate_top: how documents are ranked from their passages
+            (:func:`dotcat.search.passages.aggregate`).
     """
 
     def __init__(
@@ -49,27 +58,28 @@ class DenseRetriever:
         search_params: dict[str, float] | None = None,
         precision: str = "auto",
         index: DenseIndex | ShardSet | None = None,
+        aggregation: str = "maxp",
+        aggregate_top: int = 2,
     ) -> None:
+        check_aggregation(aggregation, aggregate_top)
         self.index = index or open_index(index_dir, device=device, search_params=search_params)
         entry = self.index.manifest.encoder
         self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
+        self.aggregation, self.aggregate_top = aggregation, aggregate_top
         #: The scale of the scores: the encoder's similarity.
         self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
-        """The top-k documents for one query, with titles and texts."""
+        """The top-k documents for one query, with titles, texts and the passages found."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         if not query.strip():
             raise DotcatError("the query is empty; give some words to search for")
-        vector = self.encoder.encode_queries([query])
-        scores, positions = self.index.search(vector, k)
-        docs = self.index.documents(positions[0])
+        matches = self.batch_matches({"q": query}, k, show_progress=False)["q"]
+        docs = self.index.store.by_ids([m.doc_id for m in matches])
         return [
-            Hit(rank, docs[p].id, float(s), docs[p].title, docs[p].text, self.score_kind)
-            for rank, (s, p) in enumerate(zip(scores[0], positions[0], strict=False), start=1)
-            if p >= 0
+            hit(rank, m, docs[m.doc_id], self.score_kind) for rank, m in enumerate(matches, start=1)
         ]
 
     def document_texts(self, doc_ids) -> dict[str, str]:
@@ -83,28 +93,63 @@ class DenseRetriever:
         k: int = 100,
         batch_size: int = 256,
         show_progress: bool = True,
+        rocchio: Rocchio | None = None,
     ) -> Run:
         """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
+        return to_run(self.batch_matches(queries, k, batch_size, show_progress, rocchio))
+
+    def batch_matches(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        batch_size: int = 256,
+        show_progress: bool = True,
+        rocchio: Rocchio | None = None,
+    ) -> dict[str, list[Match]]:
+        """Top-k documents for many queries, each with its passages found, best first. With
+        ``rocchio``, each query vector is first rewritten from the vectors the index ranks
+        first for it (:func:`dotcat.search.feedback.rocchio_expand`: passages, on an index
+        with passages), then searched and its documents ranked from their passages as any."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         qids = list(queries)
-        run: Run = {}
+        out: dict[str, list[Match]] = {}
         with progress_bar(
             total=len(qids), desc="searching", unit="query", enabled=show_progress
         ) as bar:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]
                 vectors = self.encoder.encode_queries([queries[q] for q in chunk])
-                run.update(self.search_vectors(chunk, vectors, k))
+                if rocchio is not None:
+                    vectors = rocchio_expand(self.index, vectors, rocchio, self.score_kind)
+                rows = dict(zip(chunk, vectors, strict=True))
+                out.update(
+                    rank_documents(
+                        functools.partial(self._passages, rows=rows),
+                        self.index.locate,
+                        chunk,
+                        k,
+                        vectors=len(self.index),
+                        documents=self.index.document_count,
+                        method=self.aggregation,
+                        top=self.aggregate_top,
+                    )
+                )
                 bar.update(len(chunk))
-        return run
+        return out
 
-    def search_vectors(self, qids: Sequence[str], vectors: np.ndarray, k: int) -> Run:
-        """Top-k for query vectors already encoded (one row per id of ``qids``)."""
-        scores, positions = self.index.search(vectors, k)
-        ids = self.index.doc_ids(positions.ravel())
-        run: Run = {}
-        for qid, row_scores, row_pos in zip(qids, scores, positions, strict=True):
-            pairs = zip(row_scores, row_pos, strict=True)
-            run[qid] = [(ids[p], float(s)) for s, p in pairs if p >= 0]
-        return run
+    def _passages(self, qids: list[str], n: int, rows: dict) -> dict[str, list[tuple[int, float]]]:
+        """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``)."""
+        scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n)
+        return {
+            qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+            for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
+        }
+
+
+def hit(rank: int, match: Match, doc: StoredDocument, score_kind: str) -> Hit:
+    """A result: the document, its score on the ``score_kind`` scale, and where the passage
+    that matched lies in its text (none for a whole document: an index without passages)."""
+    ref = match.passages[0][0] if match.passages else None
+    span = (ref.start, ref.stop) if ref is not None and ref.stop is not None else (None, None)
+    return Hit(rank, doc.id, match.score, doc.title, doc.text, score_kind, *span)

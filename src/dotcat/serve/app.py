@@ -66,6 +66,7 @@ from dotcat.serve.protocol import (
     InfoOut,
     LimitsInfo,
     MultiSearchOut,
+    PassageOut,
     RerankerInfo,
     SearchAnswer,
     SearchOut,
@@ -74,14 +75,22 @@ from dotcat.serve.protocol import (
     error_responses,
     request_models,
 )
-from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS, query_terms, shorten, snippet
+from dotcat.serve.snippet import (
+    SNIPPET_CHARS,
+    TITLE_CHARS,
+    passage_snippet,
+    query_terms,
+    shorten,
+    snippet,
+)
 
 DESCRIPTION = f"""
 Search an index built by `dotcat index`: a BERT_DOT bi-encoder with FAISS, BM25, or both fused
 (hybrid), optionally re-ranked by a BERT_CAT cross-encoder.
 
 * **Answers** list hits best first, each with a **snippet** (at most {SNIPPET_CHARS}
-  characters of its text, around the query's words); ask `full_text=true` for whole texts, or
+  characters of its text, around the query's words) and, for a long document, the **passage**
+  that matched (its text and offsets); ask `full_text=true` for whole texts, or
   `GET /documents/{{doc_id}}` for one document.
 * **Errors** are JSON `{{"error": "..."}}` naming the parameter or field at fault.
 * **Limits** (`GET /info`): results per query, query length, queries per request, body, URL
@@ -249,13 +258,20 @@ class SearchService:
 
 
 def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
+    """A hit's answer: its snippet cut from the passage that matched, where there is one."""
+    if hit.start is None or hit.stop is None:
+        cut, passage = snippet(hit.text, terms), None
+    else:
+        cut = passage_snippet(hit.text, hit.start, hit.stop, terms)
+        passage = PassageOut(start=hit.start, stop=hit.stop, text=hit.passage)
     return HitOut(
         rank=hit.rank,
         doc_id=hit.doc_id,
         score=hit.score,
         score_kind=hit.score_kind,
         title=hit.title if full_text else shorten(hit.title, TITLE_CHARS),
-        snippet=snippet(hit.text, terms),
+        snippet=cut,
+        passage=passage,
         text=hit.text if full_text else None,
     )
 

@@ -50,8 +50,8 @@ class ServerClient:
 
         Args:
             full_text: each hit's ``text`` is the document's whole text, as a local search
-                gives it; False: the server's snippet (a bounded excerpt around the query's
-                words), a smaller answer.
+                gives it (with the matched passage's offsets); False: the server's snippet (a
+                bounded excerpt around the query's words), a smaller answer.
         """
         params: dict[str, Any] = {"q": query, "k": k}
         if full_text:
@@ -83,8 +83,16 @@ class ServerClient:
 
 
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
-    text = hit["text"] if full_text else hit["snippet"]
-    return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], text, hit["score_kind"])
+    """A hit as a local search gives it: with ``full_text``, the whole text and where the
+    passage that matched lies in it; else the snippet (and no offsets: they are the text's)."""
+    kind = hit["score_kind"]
+    if not full_text:
+        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind)
+    passage = hit.get("passage") or {}
+    return Hit(
+        hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"], kind,
+        passage.get("start"), passage.get("stop"),
+    )  # fmt: skip
 
 
 def _server_message(error: urllib.error.HTTPError) -> str:

@@ -34,8 +34,18 @@ DEFAULT_K = 10
 # -- answers ------------------------------------------------------------------------------
 
 
+class PassageOut(BaseModel):
+    """The passage of a document that matched the query (an index built with passages)."""
+
+    start: int = Field(description="Its first character in the document's text (0-based).")
+    stop: int = Field(description="One past its last character: it is `text[start:stop]`.")
+    text: str = Field(
+        description="Its text: at most one encoder window of the document (a few hundred words)."
+    )
+
+
 class HitOut(BaseModel):
-    """One result."""
+    """One result: a document, and the passage of it that matched."""
 
     rank: int = Field(description="1 for the best match.")
     doc_id: str = Field(description="The document's id; `GET /documents/{doc_id}` gives it.")
@@ -54,7 +64,14 @@ class HitOut(BaseModel):
     )
     snippet: str = Field(
         description=f"At most {SNIPPET_CHARS} characters of the text around the query's words "
-        "(or its start), cut between words; '…' marks a cut."
+        "(or its start), cut between words; '…' marks a cut. Taken from the passage that "
+        "matched, where there is one."
+    )
+    passage: PassageOut | None = Field(
+        None,
+        description="The passage that matched, where the document's text is in it (an index "
+        "built with passages: a long document is searched passage by passage); absent for an "
+        "index that searches documents whole.",
     )
     text: str | None = Field(
         None, description="The whole text: only when the request asked for `full_text`."

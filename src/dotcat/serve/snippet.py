@@ -9,7 +9,9 @@ distinct query terms, opening a little before the first of them (the way web sea
 show a result, e.g. Lucene's highlighter): the query's words of two or more letters or digits,
 lower-cased, without NLTK's English stop words (bm25s' ``STOPWORDS_EN_PLUS``); a term of four
 or more characters matches the words it begins ("cell": "cells"), a shorter one whole words
-only ("dna", not "dnase"). With no term in the text, the text's start. Cuts fall between words
+only ("dna", not "dnase"). With no term in the text, the text's start. A hit that carries the
+passage that matched (a long document, :mod:`dotcat.index.passages`) gets its snippet from that
+passage (:func:`passage_snippet`). Cuts fall between words
 and are marked with "…"; runs of white space become one space. Only the first
 :data:`SCAN_CHARS` characters are searched for terms, so a huge document costs no more than a
 long one.
@@ -62,6 +64,19 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
     head = f"{ELLIPSIS} " if start > 0 else ""
     tail = f" {ELLIPSIS}" if end < len(text) else ""
     return head + body + tail
+
+
+def passage_snippet(
+    text: str, start: int, stop: int, terms: list[str], width: int = SNIPPET_CHARS
+) -> str:
+    """:func:`snippet` of the passage ``text[start:stop]`` (the part of a long document that
+    matched), with "…" where the passage itself is cut out of the document."""
+    inner = snippet(text[start:stop], terms, width)
+    if text[:start].strip() and not inner.startswith(ELLIPSIS):
+        inner = f"{ELLIPSIS} {inner}"
+    if text[stop:].strip() and not inner.endswith(ELLIPSIS):
+        inner = f"{inner} {ELLIPSIS}"
+    return inner
 
 
 def shorten(text: str, width: int) -> str:

@@ -1,0 +1,288 @@
+"""Long documents as passages: the settings, and where a document's passages lie in its text.
+
+An encoder reads at most ``max_length`` tokens; a longer document cut there would be invisible
+past its first ~200 words to dense search and to re-ranking. At index time such a document is
+split into overlapping passages instead (:class:`Splitter`), each encoded on its own with the
+document's title in front, exactly as a whole document is encoded (:func:`document_text`), and
+each kept in the doc store with its document's position and its character offsets into the
+document's text. A document that fits the window stays one passage, its whole text: an index of
+short passages (SciFact) is the index it was before.
+
+Splitting (:func:`token_spans`): windows of ``window`` tokens (title and special tokens
+included, so a passage is never cut by the encoder), consecutive windows sharing ``stride``
+tokens (Hugging Face's ``stride`` of overflowing tokens); with ``sentence_aware``, a cut that
+falls inside a sentence moves back to the last sentence end (or line break) in the window's
+last :data:`SENTENCE_SLACK` of tokens, when there is one.
+
+At search time documents are ranked by their passages' scores (:data:`AGGREGATIONS`; Dai and
+Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR
+2019): ``maxp``, a document's best passage (the default); ``firstp``, its first passage only
+(what truncation ranks by); ``sum``, the sum of its best ``aggregate_top`` passages.
+
+Nothing here imports torch or transformers: the tokenizer is handed in, so the command line
+can check these settings before any model loads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dotcat.errors import DotcatError, SettingError
+from dotcat.index.docstore import DocStore, document_text
+from dotcat.options import AGGREGATIONS, Check, Settings, at_least, setting
+
+__all__ = ["AGGREGATIONS", "PassageConfig", "Splitter", "token_spans"]
+
+#: A sentence-aware cut looks this far back from the window's end (a share of the window).
+SENTENCE_SLACK = 0.2
+#: Where a sentence ends: . ! ? (closing quotes or brackets may follow) then white space, or a
+#: line break. The match's end is where the next sentence starts.
+SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*\s+|\n\s*")
+#: The default overlap of consecutive passages, as a share of the window (64 of 256 tokens).
+DEFAULT_STRIDE_SHARE = 0.25
+#: A cut inside a word moves to the word's start, at most this many tokens away.
+WORD_REACH = 16
+
+
+@dataclass(frozen=True, repr=False)
+class PassageConfig(Settings):
+    """How an index splits long documents into passages (recorded in its manifest).
+
+    Attributes:
+        enabled: split documents longer than the window; False: one vector per document, cut
+            at the encoder's ``max_length`` (the layout of indexes built before passages).
+        window: tokens per passage, the title and the encoder's special tokens included;
+            None: the encoder's ``max_length``. At most ``max_length``.
+        stride: tokens shared by consecutive passages of a document (0: none; None:
+            :data:`DEFAULT_STRIDE_SHARE` of the window).
+        sentence_aware: move a cut back to a sentence end within the window's last 20%.
+    """
+
+    enabled: bool = setting(
+        True,
+        help="Split documents longer than the encoder's window into passages (--no-passages: "
+        "one vector per document, cut at the window).",
+    )
+    window: int | None = setting(
+        None, help="Tokens per passage, title included (default: the encoder's max length)."
+    )
+    stride: int | None = setting(
+        None,
+        help="Tokens shared by consecutive passages of a document (default: a quarter of the "
+        "window).",
+    )
+    sentence_aware: bool = setting(
+        True, help="End a passage at a sentence end found in its last 20% of tokens."
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def checks(self) -> list[Check]:
+        half = self.window is None or self.stride is None or self.stride <= self.window // 2
+        return [
+            at_least("window", self.window, 8),
+            at_least("stride", self.stride, 0),
+            (
+                half,
+                "stride",
+                f"stride {self.stride} must be at most half the window ({self.window})",
+            ),
+        ]
+
+    def resolved(self, max_length: int) -> PassageConfig:
+        """These settings for an encoder of ``max_length`` tokens (the window filled in).
+
+        Raises:
+            DotcatError: a window longer than the encoder reads, or a stride over half of it.
+        """
+        window = self.window or max_length
+        if window > max_length:
+            raise SettingError(
+                "window", f"window {window} is longer than the encoder's max length {max_length}"
+            )
+        stride = self.stride
+        if stride is None:
+            stride = int(DEFAULT_STRIDE_SHARE * window)
+        return PassageConfig(self.enabled, window, stride, self.sentence_aware)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's record of the settings (``window``, ``stride``, ``sentence_aware``)."""
+        return {k: v for k, v in asdict(self).items() if k != "enabled"}
+
+    @classmethod
+    def from_manifest(cls, entry: dict[str, Any] | None) -> PassageConfig:
+        """The settings an index was built with (an index without passages: disabled)."""
+        if not entry:
+            return cls(enabled=False)
+        return cls(True, entry["window"], entry["stride"], entry["sentence_aware"])
+
+
+def token_spans(
+    offsets: Sequence[tuple[int, int]],
+    text: str,
+    budget: int,
+    stride: int,
+    sentence_aware: bool,
+) -> list[tuple[int, int]]:
+    """Split a text's tokens into windows: ``(first token, stop token)`` pairs.
+
+    Args:
+        offsets: each token's ``(start, end)`` characters in ``text``.
+        budget: tokens per window.
+        stride: tokens each window shares with the one before it.
+        sentence_aware: a cut inside a sentence moves back to the last sentence end in the
+            window's last :data:`SENTENCE_SLACK` of tokens (:data:`SENTENCE_END`), if any.
+
+    Cuts fall between words where one is near (:data:`WORD_REACH` tokens): a word cut into
+    sub-word pieces would be read as other tokens. Every token is in at least one window, and
+    each window begins after the one before it.
+    """
+    n = len(offsets)
+    if n == 0:
+        return [(0, 0)]
+    budget = max(1, budget)
+    spans: list[tuple[int, int]] = []
+    starts = [start for start, _ in offsets]
+    first = 0
+    while True:
+        stop = min(first + budget, n)
+        if stop < n and sentence_aware:
+            stop = _sentence_cut(text, offsets, starts, first, stop, budget)
+        if stop < n:
+            stop = _word_start(offsets, stop, first + 1, -1)
+        spans.append((first, stop))
+        if stop >= n:
+            return spans
+        first = _word_start(offsets, max(stop - stride, first + 1), stop, +1)
+
+
+def _word_start(offsets: Sequence[tuple[int, int]], at: int, limit: int, step: int) -> int:
+    """``at`` moved by ``step`` (-1: back, +1: on, never past ``limit``) to a token that begins
+    a word (white space before it), at most :data:`WORD_REACH` tokens; ``at`` if none."""
+    i = at
+    for _ in range(WORD_REACH):
+        if offsets[i][0] > offsets[i - 1][1]:
+            return i
+        if i == limit:
+            break
+        i += step
+    return at
+
+
+def _sentence_cut(
+    text: str,
+    offsets: Sequence[tuple[int, int]],
+    starts: list[int],
+    first: int,
+    stop: int,
+    budget: int,
+) -> int:
+    """The window's stop token moved back to just after the last sentence end in its last
+    :data:`SENTENCE_SLACK` of tokens; ``stop`` itself where there is none."""
+    low = max(first + 1, stop - math.ceil(SENTENCE_SLACK * budget))
+    begin, end = offsets[low][0], starts[stop]  # the next window would start at ``stop``
+    boundary = -1
+    for match in SENTENCE_END.finditer(text, begin, end + 1):
+        if match.end() <= end:
+            boundary = match.end()
+    if boundary < 0:
+        return stop
+    cut = bisect.bisect_left(starts, boundary, low, stop + 1)
+    return cut if first < cut <= stop else stop
+
+
+class Splitter:
+    """Where each document's passages lie, for one encoder (its tokenizer, prefix, length).
+
+    Args:
+        tokenizer: the encoder's Hugging Face tokenizer (a fast one: offsets are needed).
+        config: the settings, with the window filled in (:meth:`PassageConfig.resolved`).
+        prefix: the encoder's document prefix (it takes room in every window).
+        lowercase: the encoder lower-cases texts before tokenizing them.
+    """
+
+    def __init__(
+        self, tokenizer: Any, config: PassageConfig, prefix: str = "", lowercase: bool = False
+    ) -> None:
+        if config.window is None:
+            raise ValueError("resolve the window first (PassageConfig.resolved)")
+        if not getattr(tokenizer, "is_fast", False):
+            raise DotcatError(
+                "splitting documents into passages needs a fast tokenizer (character offsets); "
+                "this model's is not one: build the index with passages off"
+            )
+        self.tokenizer = tokenizer
+        self.config = config
+        self.prefix = prefix
+        self.lowercase = lowercase
+
+    @classmethod
+    def for_encoder(cls, encoder: Any, config: PassageConfig) -> Splitter | None:
+        """The splitter of a loaded bi-encoder (None when ``config`` is disabled)."""
+        if not config.enabled:
+            return None
+        resolved = config.resolved(encoder.max_length)
+        return cls(encoder.tokenizer, resolved, encoder.document_prefix, encoder.lowercase)
+
+    def spans(self, title: str, text: str) -> list[tuple[int, int]]:
+        """The ``(start, stop)`` characters of each passage of ``text``, in order.
+
+        A document that fits the window (title, prefix and special tokens included) is one
+        passage, ``(0, len(text))``: it is encoded exactly as it would be whole.
+        """
+        window = int(self.config.window)
+        whole = self.prefix + document_text(title, text)
+        if len(whole.encode("utf-8")) + 2 <= window:  # a token covers at least one byte
+            return [(0, len(text))]
+        if self._count(whole, special=True) <= window:
+            return [(0, len(text))]
+        head = self._count(self.prefix + title, special=True)  # [CLS] prefix title [SEP]
+        # A title longer than half the window leaves the text half of it (the encoder then
+        # cuts the title's overflow from the end of each passage).
+        budget = max(window - head, window // 2)
+        offsets = self._offsets(text)
+        stride = min(int(self.config.stride or 0), budget // 2)
+        pieces = token_spans(offsets, text, budget, stride, self.config.sentence_aware)
+        return [(offsets[a][0], offsets[b - 1][1]) for a, b in pieces]
+
+    def _count(self, text: str, special: bool) -> int:
+        encoded = self.tokenizer(self._cased(text), add_special_tokens=special, verbose=False)
+        return len(encoded["input_ids"])
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        encoded = self.tokenizer(
+            self._cased(text),
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            verbose=False,
+        )
+        # Tokens that cover no character (some tokenizers' markers) cannot be cut at.
+        return [(int(a), int(b)) for a, b in encoded["offset_mapping"] if b > a]
+
+    def _cased(self, text: str) -> str:
+        """As the encoder sees it; offsets stay valid only where lower-casing keeps lengths."""
+        if self.lowercase:
+            lower = text.lower()
+            return lower if len(lower) == len(text) else text
+        return text
+
+
+def store_passages(
+    store: DocStore, splitter: Splitter, positions: Sequence[int], batch: dict, pid: int
+) -> int:
+    """Split a batch of documents (``title`` and ``text`` lists, at ``positions`` in the doc
+    store) into the store's passages table, ids from ``pid`` on, in document order; returns
+    the next id."""
+    rows = []
+    for pos, title, text in zip(positions, batch["title"], batch["text"], strict=True):
+        for part, (begin, end) in enumerate(splitter.spans(title, text)):
+            rows.append((pid, pos, part, begin, end))
+            pid += 1
+    store.add_passages(rows)
+    return pid

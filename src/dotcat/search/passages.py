@@ -1,0 +1,131 @@
+"""Documents ranked from their passages: the aggregation, and the search that fetches enough.
+
+An index with passages (:mod:`dotcat.index.passages`) holds one vector (and one BM25 row) per
+passage; a first stage ranks passages and a user wants documents. :func:`aggregate` scores each
+document from its passages found (Dai and Callan, "Deeper Text Understanding for IR with
+Contextual Neural Language Modeling", SIGIR 2019)::
+
+    maxp:    s(d) = max_{p in d} s(p)
+    firstp:  s(d) = s(p_1), p_1 the first passage of d
+    sum:     s(d) = sum of the n largest s(p), p in d (n = ``top``)
+
+:func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per
+document, so that k documents come out of one search when a query's best passages spread over
+documents as the collection's passages do; a query whose passages crowd into fewer documents
+is asked again for twice as many, until k documents come out or the index has no more. MaxP
+and FirstP are then exact: the i-th document by MaxP is the i-th distinct document down the
+passage ranking, the i-th by FirstP the i-th first passage down it. The sum is over the
+passages fetched (a document's passages below the fetched depth count 0).
+
+An index without passages is the same search with one passage per document (each vector a
+whole document): k are fetched, and every rule gives the first stage's own ranking.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dotcat.index.docstore import PassageRef
+from dotcat.options import AGGREGATIONS, at_least, first_failure, one_of
+from dotcat.types import Run
+
+#: A passage ranking: ``(FAISS id, score)`` pairs, best first.
+PassageRanking = Sequence[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class Match:
+    """A document ranked from its passages.
+
+    Attributes:
+        doc_id: the document.
+        score: its aggregated score.
+        passages: its passages found, with their scores, best first (the first is the one that
+            matched: a hit's snippet, the passage a cross-encoder reads).
+    """
+
+    doc_id: str
+    score: float
+    passages: tuple[tuple[PassageRef, float], ...]
+
+
+def check_aggregation(method: str, top: int) -> None:
+    """Raise :class:`~dotcat.errors.SettingError` for an unknown rule or a ``top`` below 1."""
+    first_failure([one_of("aggregation", method, AGGREGATIONS), at_least("aggregate_top", top, 1)])
+
+
+def aggregate(
+    ranking: Sequence[tuple[PassageRef, float]], method: str = "maxp", top: int = 2
+) -> list[Match]:
+    """Documents from a passage ranking (best first), best first (see the module docstring).
+
+    Equal scores keep the order in which their documents first appear in ``ranking``.
+    """
+    check_aggregation(method, top)
+    found: dict[str, list[tuple[PassageRef, float]]] = {}
+    for ref, score in ranking:
+        if method == "firstp" and ref.part != 0:
+            continue
+        found.setdefault(ref.doc_id, []).append((ref, float(score)))
+    matches = []
+    for doc_id, passages in found.items():
+        scores = sorted((s for _, s in passages), reverse=True)
+        value = math.fsum(scores[:top]) if method == "sum" else scores[0]
+        ordered = tuple(sorted(passages, key=lambda p: -p[1]))  # stable: ties keep their order
+        matches.append(Match(doc_id, value, ordered))
+    return sorted(matches, key=lambda m: -m.score)  # stable: ties by first appearance
+
+
+def documents_found(ranking: Sequence[tuple[PassageRef, float]], method: str) -> int:
+    """How many documents :func:`aggregate` would rank from ``ranking``."""
+    if method == "firstp":
+        return sum(1 for ref, _ in ranking if ref.part == 0)
+    return len({ref.doc_id for ref, _ in ranking})
+
+
+def rank_documents(
+    search: Callable[[list[str], int], Mapping[str, PassageRanking]],
+    locate: Callable[[list[int]], Mapping[int, PassageRef]],
+    qids: Sequence[str],
+    k: int,
+    *,
+    vectors: int,
+    documents: int,
+    method: str = "maxp",
+    top: int = 2,
+) -> dict[str, list[Match]]:
+    """The top ``k`` documents of each query, from a first stage that ranks passages.
+
+    Args:
+        search: ``search(qids, n)``: each query's top ``n`` passages (fewer where the index
+            has fewer that match).
+        locate: where passages lie (their documents), by FAISS id.
+        vectors, documents: the index's passages and documents (their ratio sets the depth).
+        method, top: the aggregation (:func:`aggregate`).
+    """
+    check_aggregation(method, top)
+    per_document = max(1.0, vectors / max(documents, 1))
+    depth = min(vectors, math.ceil(k * per_document))
+    out: dict[str, list[Match]] = {}
+    pending = list(qids)
+    while pending:
+        found = search(pending, depth)
+        refs = locate(sorted({pid for q in pending for pid, _ in found.get(q, ())}))
+        short = []
+        for qid in pending:
+            passages = found.get(qid, ())
+            ranking = [(refs[pid], score) for pid, score in passages]
+            exhausted = len(passages) < depth or depth >= vectors
+            if documents_found(ranking, method) < k and not exhausted:
+                short.append(qid)
+            else:
+                out[qid] = aggregate(ranking, method, top)[:k]
+        pending, depth = short, min(vectors, depth * 2)
+    return {qid: out[qid] for qid in qids}
+
+
+def to_run(matches: Mapping[str, Sequence[Match]]) -> Run:
+    """The document run of matches: ``{qid: [(doc_id, score), ...]}``."""
+    return {qid: [(m.doc_id, m.score) for m in found] for qid, found in matches.items()}
