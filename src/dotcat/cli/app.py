@@ -16,7 +16,6 @@ import threading
 import click
 import typer
 from typer.core import TyperGroup
-from typer.exceptions import TyperException
 
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
@@ -27,12 +26,22 @@ from dotcat.progress import set_quiet
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
 
 
+def _typer_exceptions() -> tuple[type[BaseException], ...]:
+    """typer's own exception base where typer ships its own click (typer.exceptions, newer
+    releases); older releases raise click's, already listed below."""
+    try:
+        from typer.exceptions import TyperException
+    except ImportError:
+        return ()
+    return (TyperException,)
+
+
 #: How the command-line framework ends a command (typer's own click, or click's): never an
 #: error of the disk, whatever error they were raised while handling.
 _FRAMEWORK = (
     typer.Exit,
     typer.Abort,
-    TyperException,
+    *_typer_exceptions(),
     click.exceptions.Exit,
     click.exceptions.Abort,
     click.ClickException,
