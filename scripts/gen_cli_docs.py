@@ -24,10 +24,10 @@ WIDTH = 100
 
 HEADER = """# Command-line reference
 
-Generated from the `dotcat` application by `python scripts/gen_cli_docs.py`; do not edit by
-hand (`tests/test_docs.py` fails when this page and the CLI differ). Every command accepts `-q`
-(no progress bars) and `-v` (log details) anywhere on its line; a bad argument is one line
-naming it, exit status 2.
+Generated from the `dotcat` application by `python scripts/gen_cli_docs.py` with typer
+{typer_version}; do not edit by hand (`tests/test_docs.py` fails when this page and the CLI
+differ). Every command accepts `-q` (no progress bars) and `-v` (log details) anywhere on its
+line; a bad argument is one line naming it, exit status 2.
 """
 
 
@@ -56,7 +56,7 @@ def render() -> str:
 
     top = typer.main.get_command(app)
     found = commands(top, context(top, "dotcat"))
-    lines = [HEADER, "## Commands", ""]
+    lines = [HEADER.format(typer_version=typer.__version__), "## Commands", ""]
     for path, command, _ in found[1:]:
         anchor = path.replace(" ", "-")
         summary = command.get_short_help_str(limit=WIDTH)

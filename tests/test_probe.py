@@ -423,8 +423,8 @@ S = ("search", "{idx}", "words")
 #: Bad arguments: refused at once, before any model loads.
 ARGUMENT_CASES = [
     case("indx", expect="No such command 'indx'"),
-    case(*S, "--bogus", expect="No such option: --bogus"),
-    case(*S, "-k", "abc", expect="Invalid value for '-k': Input should be a valid integer"),
+    case(*S, "--bogus", expect="No such option"),  # click's wording differs by release
+    case(*S, "-k", "abc", expect="Invalid value for '-k'"),
     case(*S, "-k", "0", expect="-k must be >= 1, got 0"),
     case(*S, "--first-stage", "magic", expect="--first-stage must be one of auto, dense, bm25,"),
     case(*S, "--fusion", "linear", "--fusion-weight", "1.5", expect="--fusion-weight must be in"),
