@@ -116,6 +116,9 @@ def test_paths_are_checked_before_any_work(write, tiny_beir_dir, tiny_bert_dir, 
             "systems[1].prf: prf 'rm3' rewrites the bm25 side, and first stage 'dense' has none",
         ),
         ("fb_terms = 20", "systems[1].fb_terms: does not apply with prf 'none' on this system"),
+        ("passages = false", "systems[1].passages: applies only when `model` builds an index"),
+        ("passage_window = 128", "systems[1].passage_window: applies only when `model` builds"),
+        ("aggregation = 'maxq'", "systems[1].aggregation: must be one of 'maxp', 'firstp', 'sum'"),
     ],
 )
 def test_semantic_errors_name_the_field(text, expected):
@@ -130,11 +133,36 @@ def test_semantic_errors_name_the_field(text, expected):
     }
     key, _, value = text.partition(" = ")
     value = json.loads(value.replace("'", '"'))
-    target = data["systems"][1] if key in ("first_stage", "k1", "prf", "fb_terms") else data
+    per_system = (
+        "first_stage",
+        "k1",
+        "prf",
+        "fb_terms",
+        "passages",
+        "passage_window",
+        "aggregation",
+    )
+    target = data["systems"][1] if key in per_system else data
     target[key] = value
     with pytest.raises(DotcatError) as error:
         parse_config(data, "e.toml")
     assert str(error.value).startswith(f"e.toml: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"passages": False, "passage_stride": 16}, "passage_stride: does not apply with"),
+        ({"passage_window": 64, "passage_stride": 40}, "passage_stride: stride 40 must be at most"),
+        ({"passage_window": 4}, "passage_window: must be an integer >= 8"),
+    ],
+)
+def test_passage_settings_are_checked_where_a_model_builds_the_index(settings, expected):
+    system = {"name": "dense", "first_stage": "dense", "model": "default", **settings}
+    data = {"output": "o", "baseline": "dense", "dataset": {"path": "d"}, "systems": [system]}
+    with pytest.raises(DotcatError) as error:
+        parse_config(data, "e.toml")
+    assert f"systems[0].{expected}" in str(error.value)
 
 
 def test_invalid_toml_is_one_line(write):

@@ -215,3 +215,50 @@ def test_a_weight_calibrated_on_the_index_is_followed_and_recomputes(setup, tiny
     assert _stages(second)["hybrid + cat"][2] == ("rerank", False)  # not the cached run
     details = second["systems"]["hybrid + cat"]["stages"][2]["details"]
     assert (details["interpolation"], details["interpolation_source"]) == (0.3, "corpus-chosen")
+
+
+PASSAGE_SYSTEMS = """
+[[systems]]
+name = "dense, cut"
+first_stage = "dense"
+model = "{bert}"
+pooling = "mean"
+passages = false
+
+[[systems]]
+name = "dense, short passages"
+first_stage = "dense"
+model = "{bert}"
+pooling = "mean"
+passage_window = 8
+passage_stride = 2
+aggregation = "sum"
+"""
+
+
+def test_passage_settings_build_their_own_index_and_leave_the_others_cached(setup, tiny_bert_dir):
+    from dotcat.index.manifest import Manifest
+
+    first = setup["run"]()
+    config = setup["out"].parent / "experiment.toml"
+    results = _run_with(
+        setup, config, config.read_text() + PASSAGE_SYSTEMS.format(bert=tiny_bert_dir)
+    )
+    stages = _stages(results)
+    assert stages["dense, cut"] == [("index", False), ("first_stage", False)]
+    assert stages["dense, short passages"] == [("index", False), ("first_stage", False)]
+    assert len(results["computed"]) == 4  # two indexes, two runs; the rest reused
+
+    def manifest(name: str) -> Manifest:
+        return Manifest.read(results["systems"][name]["stages"][0]["path"])
+
+    default, cut, short = (
+        manifest("dense"),
+        manifest("dense, cut"),
+        manifest("dense, short passages"),
+    )
+    assert default.passages is not None and cut.passages is None
+    assert (short.passages["window"], short.passages["stride"]) == (8, 2)
+    # The short windows split documents the cut index keeps whole.
+    assert short.vector_count > cut.vector_count == cut.documents["count"]
+    assert results["systems"]["dense"]["aggregate"] == first["systems"]["dense"]["aggregate"]

@@ -62,6 +62,7 @@ from dotcat.data.catalog import resolve_data_path
 from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.index.manifest import Manifest
+from dotcat.index.passages import PassageConfig
 from dotcat.models.resolve import check_model
 from dotcat.search.config import PRF_SIDES, PipelineConfig
 
@@ -74,6 +75,10 @@ else:  # pragma: no cover - Python 3.10
 FIRST_STAGES = tuple(stage for stage in options.FIRST_STAGES if stage != "auto")
 # Settings of the index a `model` builds.
 _ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
+# How the index a `model` builds splits long documents (with `passages`, the default).
+_PASSAGE_FIELDS = ("passage_window", "passage_stride", "sentence_aware")
+# How a first stage over an index with passages ranks documents.
+_AGGREGATION_FIELDS = ("aggregation", "aggregate_top")
 # Feedback settings, by the side they rewrite.
 _RM3_FIELDS = ("fb_docs", "fb_terms", "original_query_weight")
 _ROCCHIO_FIELDS = ("rocchio_docs", "rocchio_alpha", "rocchio_beta")
@@ -134,6 +139,16 @@ class SystemConfig(_Strict):
     )
     max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
     faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
+    passages: bool = Field(
+        True, description="true or false (split documents longer than the window into passages)"
+    )
+    passage_window: int | None = Field(None, ge=8, description="an integer >= 8 (tokens)")
+    passage_stride: int | None = Field(None, ge=0, description="an integer >= 0 (tokens)")
+    sentence_aware: bool = Field(True, description="true or false")
+    aggregation: Literal[options.AGGREGATIONS] = Field(
+        "maxp", description=_one_of(options.AGGREGATIONS)
+    )
+    aggregate_top: int = Field(2, ge=1, description="an integer >= 1")
     fusion: Literal[options.FUSIONS] = Field("auto", description=_one_of(options.FUSIONS))
     fusion_weight: float | None = Field(None, ge=0, le=1, description="a number in [0, 1]")
     k1: float = Field(0.9, ge=0, description="a number >= 0")
@@ -163,46 +178,77 @@ class SystemConfig(_Strict):
             out |= {name: getattr(self, name) for name in _ROCCHIO_FIELDS}
         return out
 
+    def _applies(self) -> list[tuple[set[str], bool, str]]:
+        """Settings that only apply to some systems: (fields, whether they apply here, why
+        not)."""
+        built, indexed = self.model is not None, self.model is not None or self.index is not None
+        with_rm3_or_rocchio = {*_RM3_FIELDS, *_ROCCHIO_FIELDS}
+        return [
+            ({*_ENCODER_FIELDS, "passages"}, built, "applies only when `model` builds an index"),
+            (set(_PASSAGE_FIELDS), built, "applies only when `model` builds an index"),
+            (set(_PASSAGE_FIELDS), self.passages, "does not apply with `passages = false`"),
+            (
+                set(_AGGREGATION_FIELDS),
+                indexed,
+                "applies only to a system with an index (`model` or `index`)",
+            ),
+            (
+                {"k1", "b"},
+                self.first_stage == "bm25" and self.index is None,
+                "applies only to first_stage 'bm25' over the dataset (no `index`)",
+            ),
+            (
+                {"fusion", "fusion_weight"},
+                self.first_stage == "hybrid",
+                "applies only to first_stage 'hybrid'",
+            ),
+            (
+                with_rm3_or_rocchio - set(self.feedback),
+                False,
+                f"does not apply with prf '{self.prf}' on this system",
+            ),
+            ({"depth", "interpolate", "batch_size"}, self.rerank is not None,
+             "applies only with `rerank`"),
+        ]  # fmt: skip
+
     @model_validator(mode="after")
     def _consistent(self) -> SystemConfig:
         """Settings that only apply to some systems are refused elsewhere, not ignored."""
-        given = self.model_fields_set
         if self.first_stage in ("dense", "hybrid") and (self.model is None) == (self.index is None):
             raise _field_error(
                 "model", f"first_stage '{self.first_stage}' needs either `model` or `index`"
             )
         if self.first_stage == "bm25" and self.model is not None:
             raise _field_error("model", "first_stage 'bm25' takes no `model` (BM25 is lexical)")
-        for name in sorted(given & set(_ENCODER_FIELDS)):
-            if self.model is None:
-                raise _field_error(name, "applies only when `model` builds an index")
-        for name in sorted(given & {"k1", "b"}):
-            if self.first_stage != "bm25" or self.index is not None:
-                raise _field_error(
-                    name, "applies only to first_stage 'bm25' over the dataset (no `index`)"
-                )
-        for name in sorted(given & {"fusion", "fusion_weight"}):
-            if self.first_stage != "hybrid":
-                raise _field_error(name, "applies only to first_stage 'hybrid'")
-        for name in sorted(given & {*_RM3_FIELDS, *_ROCCHIO_FIELDS}):
-            if name not in self.feedback:
-                raise _field_error(name, f"does not apply with prf '{self.prf}' on this system")
-        try:  # the query pipeline's own checks of what it will be given
-            PipelineConfig(
-                first_stage=self.first_stage,
-                fusion=self.fusion,
-                fusion_weight=self.fusion_weight,
-                **{k: getattr(self, k) for k in ("prf", *_RM3_FIELDS, *_ROCCHIO_FIELDS)},
-            )
-        except SettingError as e:
-            raise _field_error(e.setting, str(e)) from None
-        for name in sorted(given & {"depth", "interpolate", "batch_size"}):
-            if self.rerank is None:
-                raise _field_error(name, "applies only with `rerank`")
+        for fields, applies, why in self._applies():
+            for name in sorted(self.model_fields_set & fields):
+                if not applies:
+                    raise _field_error(name, why)
         if isinstance(self.interpolate, float) and not 0 <= self.interpolate <= 1:
             raise _field_error(
                 "interpolate", f"must be 'auto' or a number in [0, 1], got {self.interpolate}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _settings_valid(self) -> SystemConfig:
+        """The index's and the query pipeline's own checks of what they will be given."""
+        try:
+            if self.passages and self.model is not None:
+                PassageConfig(window=self.passage_window, stride=self.passage_stride)
+        except SettingError as e:
+            raise _field_error(f"passage_{e.setting}", str(e)) from None
+        try:
+            PipelineConfig(
+                first_stage=self.first_stage,
+                fusion=self.fusion,
+                fusion_weight=self.fusion_weight,
+                aggregation=self.aggregation,
+                aggregate_top=self.aggregate_top,
+                **{k: getattr(self, k) for k in ("prf", *_RM3_FIELDS, *_ROCCHIO_FIELDS)},
+            )
+        except SettingError as e:
+            raise _field_error(e.setting, str(e)) from None
         return self
 
 

@@ -74,6 +74,7 @@ from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
+from dotcat.index.passages import PassageConfig
 from dotcat.models import EncoderConfig
 from dotcat.models.runtime import (
     available_cpus,
@@ -206,6 +207,8 @@ class _Runner:
             "precision": self.env.precision,
             "device": self.env.device,
         }
+        if system.passages:  # absent for one vector per document: earlier indexes stay valid
+            description["passages"] = _passage_settings(system)
         fingerprint = digest(description)
         path = self.cache.index_path(fingerprint)
         found = self._lookup("index", path)
@@ -237,7 +240,10 @@ class _Runner:
             device=device,
             precision=precision,
         )
-        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True)
+        passages = PassageConfig(enabled=False)
+        if system.passages:
+            passages = PassageConfig(**_passage_settings(system))
+        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True, passages=passages)
         built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
         return built.manifest, built.fusion
 
@@ -266,6 +272,8 @@ class _Runner:
                 description |= {"fusion": system.fusion, "fusion_weight": system.fusion_weight}
             if system.first_stage != "bm25":
                 description |= {"precision": self.env.precision, "device": self.env.device}
+            if (system.aggregation, system.aggregate_top) != ("maxp", 2):  # the default: as before
+                description |= {"aggregation": system.aggregation, "top": system.aggregate_top}
         description |= system.feedback  # nothing without feedback: earlier runs stay valid
         path = self.cache.run_path(digest(description))
         found = self._lookup("first_stage", path)
@@ -303,12 +311,15 @@ class _Runner:
 
     def _pipeline(self, index_dir: Path, system: SystemConfig):
         feedback = system.feedback
-        key = (str(index_dir), system.fusion, system.fusion_weight, tuple(feedback.items()))
+        key = (str(index_dir), system.fusion, system.fusion_weight, tuple(feedback.items()),
+               system.aggregation, system.aggregate_top)  # fmt: skip
         if key not in self._pipelines:
             config = PipelineConfig(
                 first_stage=system.first_stage,
                 fusion=system.fusion,
                 fusion_weight=system.fusion_weight,
+                aggregation=system.aggregation,
+                aggregate_top=system.aggregate_top,
                 **feedback,
                 device=self.config.device,
                 precision=self.config.precision,
@@ -389,6 +400,16 @@ def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     finally:
         store.close()
     return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def _passage_settings(system: SystemConfig) -> dict[str, Any]:
+    """The :class:`PassageConfig` keywords of a system whose `model` builds an index with
+    passages."""
+    return {
+        "window": system.passage_window,
+        "stride": system.passage_stride,
+        "sentence_aware": system.sentence_aware,
+    }
 
 
 def _passages_path(run: Path) -> Path:
