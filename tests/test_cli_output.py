@@ -51,7 +51,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def test_index_output_has_our_bars_once_and_no_library_noise(corpus, tiny_bert_dir, tmp_path):
-    done = _dotcat("index", corpus, tmp_path / "idx", "--model", tiny_bert_dir)
+    done = _dotcat("index", corpus, tmp_path / "idx", "--model", tiny_bert_dir, "--passages")
     assert done.returncode == 0, done.stderr
     assert "Generating train split" not in done.stderr  # HF datasets' own bar
     bars = _bar_lines(done.stderr)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.index import DenseIndex, build_index, layout
+from dotcat.index import DenseIndex, IndexConfig, build_index, layout
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.retriever import DenseRetriever
 
@@ -189,7 +189,7 @@ def test_odd_characters_in_the_index_path(encoder, corpora, tmp_path, monkeypatc
 @pytest.fixture()
 def built(encoder, corpora, tmp_path) -> Path:
     index = tmp_path / "idx"
-    build_index(corpora[1], index, encoder, show_progress=False)
+    build_index(corpora[1], index, encoder, IndexConfig(passages=True), show_progress=False)
     return index
 
 

@@ -92,7 +92,7 @@ def test_settings_are_checked():
         PassageConfig(window=4)
     with pytest.raises(DotcatError, match="longer than the encoder"):
         PassageConfig(window=512).resolved(256)
-    assert PassageConfig().resolved(256).stride == 64  # a quarter of the window by default
+    assert PassageConfig(window=256).resolved(256).stride == 64  # a quarter of the window
     assert PassageConfig.from_manifest(None) == PassageConfig(enabled=False)
 
 
@@ -149,6 +149,48 @@ def test_an_index_of_passages_records_them(encoder, tmp_path):
         assert texts[ref.pid] == document_text(doc["title"], doc["text"][ref.start : ref.stop])
     parts = [r.part for r in refs.values() if r.doc_id == "d1"]
     assert parts == list(range(len(parts)))
+
+
+def test_the_default_window_is_128_tokens_or_the_encoder_s_max_length():
+    assert (
+        PassageConfig().resolved(256).window == 128 and PassageConfig().resolved(256).stride == 32
+    )
+    assert PassageConfig().resolved(32).window == 32 and PassageConfig().resolved(32).stride == 8
+    assert PassageConfig(window=200).resolved(256).stride == 50
+
+
+def test_by_default_documents_are_split_where_at_least_half_are_long(encoder):
+    splitter = Splitter.for_encoder(encoder, PassageConfig())
+    long, short = ("Doc", long_text(0)), ("Short", "Fits in one window.")
+    assert splitter.splits([long, long, short, short]) == (True, 2)  # half: split
+    assert splitter.splits([long, short, short]) == (False, 1)
+    assert splitter.splits([short, short]) == (False, 0)
+    # Long means longer than the encoder reads, whatever the passage window.
+    narrow = Splitter.for_encoder(encoder, PassageConfig(window=16))
+    medium = ("Medium", "a few plain words that need more than sixteen tokens in all here")
+    assert not narrow.fits(*medium) and narrow.fits(*medium, WINDOW)
+    assert narrow.splits([medium, medium]) == (False, 0)
+    assert Splitter.for_encoder(encoder, PassageConfig(False)) is None
+
+
+def test_a_few_long_documents_among_short_ones_are_cut_and_counted(encoder, tmp_path, caplog):
+    shorts = [{"id": f"s{i}", "title": "Short", "text": f"Note {i} fits."} for i in range(3)]
+    docs = long_docs(1)[:1] + shorts  # one long document of four
+    with caplog.at_level("WARNING", logger="dotcat.index.build"):
+        cut = build_index(docs, tmp_path / "cut", encoder, IndexConfig(device="cpu", bm25=True),
+                          show_progress=False)  # fmt: skip
+    assert cut.passages is None and cut.faiss["ntotal"] == 4
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "1 of 4 documents sampled (25%) are longer than the encoder's window (32" in warning
+    assert "--passages splits them" in warning
+    forced = build_index(
+        docs,
+        tmp_path / "forced",
+        encoder,
+        IndexConfig(device="cpu", bm25=True, passages=True),
+        show_progress=False,
+    )
+    assert forced.passages["count"] == forced.faiss["ntotal"] > 4
 
 
 def test_the_doc_store_disagreeing_with_the_manifest_is_refused(encoder, tmp_path):
@@ -215,7 +257,7 @@ def test_the_answer_beyond_the_first_window_is_found_with_passages_only(encoder,
     ]
     query = document_text(title, passage)
     found = {}
-    for name, passages in (("passages", PassageConfig()), ("cut", PassageConfig(enabled=False))):
+    for name, passages in (("passages", PassageConfig(True)), ("cut", PassageConfig(False))):
         out = tmp_path / name
         build_index(docs, out, encoder, IndexConfig(device="cpu", bm25=False, passages=passages),
                     show_progress=False)  # fmt: skip

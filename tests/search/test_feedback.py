@@ -231,7 +231,7 @@ def passage_index(data, tiny_bert_dir, tmp_path_factory):
     """The same corpus in passages of 8 tokens: most of its documents are longer."""
     out = tmp_path_factory.mktemp("feedback_passages") / "index"
     encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
-    config = IndexConfig(bm25=True, passages=PassageConfig(window=8, stride=2))
+    config = IndexConfig(bm25=True, passages=PassageConfig(True, window=8, stride=2))
     build_index(data, out, encoder, config, show_progress=False)
     return out
 

@@ -12,6 +12,7 @@ import pytest
 from tests.timing import within
 
 from dotcat.index import IndexConfig, build_index
+from dotcat.index.passages import PassageConfig
 from dotcat.models import EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.serve.app import ServeConfig, create_app
@@ -70,8 +71,9 @@ LONG_DOC = {
 }
 
 
-def _build(root: Path, docs: list[dict], model_dir: Path) -> Path:
-    """A dense + BM25 fp32 index of ``docs`` in ``root / "index"``."""
+def _build(root: Path, docs: list[dict], model_dir: Path, passages: bool | None = None) -> Path:
+    """A dense + BM25 fp32 index of ``docs`` in ``root / "index"`` (``passages``: split
+    long documents, as :class:`~dotcat.index.PassageConfig` ``enabled``)."""
     import gzip
     import json
 
@@ -80,7 +82,8 @@ def _build(root: Path, docs: list[dict], model_dir: Path) -> Path:
         for doc in docs:
             f.write(json.dumps(doc) + "\n")
     encoder = EncoderConfig(model=str(model_dir), device="cpu", precision="fp32")
-    build_index(corpus, root / "index", encoder, IndexConfig(bm25=True), show_progress=False)
+    config = IndexConfig(bm25=True, passages=PassageConfig(passages))
+    build_index(corpus, root / "index", encoder, config, show_progress=False)
     return root / "index"
 
 
@@ -97,7 +100,8 @@ def long_pipeline(tmp_path_factory, tiny_bert_dir) -> SearchPipeline:
     """The tiny corpus and :data:`LONG_DOC`."""
     from tests.conftest import TINY_DOCS
 
-    index = _build(tmp_path_factory.mktemp("serve_long"), [*TINY_DOCS, LONG_DOC], tiny_bert_dir)
+    docs = [*TINY_DOCS, LONG_DOC]  # one long document among short ones: split it all the same
+    index = _build(tmp_path_factory.mktemp("serve_long"), docs, tiny_bert_dir, passages=True)
     return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
 
 

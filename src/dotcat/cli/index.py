@@ -59,7 +59,7 @@ def index(
     fresh: bool = typer.Option(False, help="Start over instead of resuming an interrupted build."),
     ray: str | None = option(IndexConfig, "ray", metavar="ADDRESS"),
     ray_workers: int | None = option(IndexConfig, "ray_workers"),
-    passages: bool = option(PassageConfig, "enabled", "--passages/--no-passages"),
+    passages: bool | None = option(PassageConfig, "enabled", "--passages/--no-passages"),
     window: int | None = option(PassageConfig, "window", "--passage-window"),
     stride: int | None = option(PassageConfig, "stride", "--passage-stride"),
     sentence_aware: bool = option(PassageConfig, "sentence_aware"),
@@ -73,9 +73,11 @@ def index(
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
 
-    Documents longer than the encoder's window are split into overlapping passages (each
-    encoded, and indexed by BM25, on its own); a search ranks documents by their passages
-    (`dotcat search --aggregation`). --no-passages: one vector per document, cut at the window.
+    Where most documents are longer than the encoder's window, long documents are split into
+    overlapping passages (each encoded, and indexed by BM25, on its own) and a search ranks
+    documents by their passages (`dotcat search --aggregation`); elsewhere each document is
+    one vector cut at the window, with a warning that counts them. --passages / --no-passages
+    force either.
 
     A folder's documents have their relative paths as ids (a record file's records
     PATH#ID); files that cannot be read are skipped and named in one warning (--strict:

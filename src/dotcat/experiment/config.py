@@ -139,8 +139,10 @@ class SystemConfig(_Strict):
     )
     max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
     faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
-    passages: bool = Field(
-        True, description="true or false (split documents longer than the window into passages)"
+    passages: bool | None = Field(
+        None,
+        description="true or false (split documents longer than the window into passages; "
+        "default: when most documents are)",
     )
     passage_window: int | None = Field(None, ge=8, description="an integer >= 8 (tokens)")
     passage_stride: int | None = Field(None, ge=0, description="an integer >= 0 (tokens)")
@@ -186,7 +188,11 @@ class SystemConfig(_Strict):
         return [
             ({*_ENCODER_FIELDS, "passages"}, built, "applies only when `model` builds an index"),
             (set(_PASSAGE_FIELDS), built, "applies only when `model` builds an index"),
-            (set(_PASSAGE_FIELDS), self.passages, "does not apply with `passages = false`"),
+            (
+                set(_PASSAGE_FIELDS),
+                self.passages is not False,
+                "does not apply with `passages = false`",
+            ),
             (
                 set(_AGGREGATION_FIELDS),
                 indexed,
@@ -234,7 +240,7 @@ class SystemConfig(_Strict):
     def _settings_valid(self) -> SystemConfig:
         """The index's and the query pipeline's own checks of what they will be given."""
         try:
-            if self.passages and self.model is not None:
+            if self.passages is not False and self.model is not None:
                 PassageConfig(window=self.passage_window, stride=self.passage_stride)
         except SettingError as e:
             raise _field_error(f"passage_{e.setting}", str(e)) from None

@@ -74,7 +74,7 @@ from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
-from dotcat.index.passages import PassageConfig
+from dotcat.index.passages import DEFAULT_WINDOW, PassageConfig
 from dotcat.models import EncoderConfig
 from dotcat.models.runtime import (
     available_cpus,
@@ -193,7 +193,9 @@ class _Runner:
             )
         return index_fingerprint(index_dir)
 
-    def _built_index(self, system: SystemConfig) -> tuple[Path, str, StageRecord]:
+    def _index_description(self, system: SystemConfig) -> dict[str, Any]:
+        """Everything an index built from ``system.model`` depends on (its fingerprint's
+        source)."""
         description = {
             "kind": "index",
             "corpus": self.data.fingerprint["corpus"],
@@ -207,8 +209,12 @@ class _Runner:
             "precision": self.env.precision,
             "device": self.env.device,
         }
-        if system.passages:  # absent for one vector per document: earlier indexes stay valid
-            description["passages"] = _passage_settings(system)
+        if system.passages is not False:  # absent when cut: earlier indexes stay valid
+            description["passages"] = _passage_description(system)
+        return description
+
+    def _built_index(self, system: SystemConfig) -> tuple[Path, str, StageRecord]:
+        description = self._index_description(system)
         fingerprint = digest(description)
         path = self.cache.index_path(fingerprint)
         found = self._lookup("index", path)
@@ -241,8 +247,8 @@ class _Runner:
             precision=precision,
         )
         passages = PassageConfig(enabled=False)
-        if system.passages:
-            passages = PassageConfig(**_passage_settings(system))
+        if system.passages is not False:
+            passages = PassageConfig(system.passages, **_passage_settings(system))
         config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True, passages=passages)
         built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
         return built.manifest, built.fusion
@@ -400,6 +406,17 @@ def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     finally:
         store.close()
     return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def _passage_description(system: SystemConfig) -> dict[str, Any]:
+    """What an index's passages depend on: the settings, the default window where none is
+    given (a changed default is another index), and whether the build chose to split."""
+    out = _passage_settings(system)
+    if system.passage_window is None:
+        out["default_window"] = DEFAULT_WINDOW
+    if system.passages is None:
+        out["auto"] = True
+    return out
 
 
 def _passage_settings(system: SystemConfig) -> dict[str, Any]:

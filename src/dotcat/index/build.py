@@ -47,7 +47,7 @@ from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
-from dotcat.index.passages import Splitter, store_passages
+from dotcat.index.passages import AUTO_SAMPLE, Splitter, store_passages
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
@@ -129,7 +129,7 @@ def build_index(
             # With Ray the actors encode; the driver's copy only gives the dimension and the
             # manifest entry, so it stays off the GPUs the actors use.
             encoder = BiEncoder.load(replace(encoder, device="cpu") if config.ray else encoder)
-        splitter = Splitter.for_encoder(encoder, config.passages)
+        splitter = _choose_split(Splitter.for_encoder(encoder, config.passages), dataset)
         plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
@@ -146,6 +146,33 @@ def build_index(
         stop - start, manifest.vector_count, index_dir, config.faiss_spec,
     )  # fmt: skip
     return manifest
+
+
+def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
+    """The splitter of a build: as asked, or with ``enabled=None`` the choice of
+    :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
+    corpus chooses alike), logged with the count of documents cut."""
+    if splitter is None or splitter.config.enabled is not None:
+        return splitter
+    n = len(dataset)
+    rows = dataset.select(sorted({int(i) for i in np.linspace(0, n - 1, min(n, AUTO_SAMPLE))}))
+    split, long = splitter.splits(list(zip(rows["title"], rows["text"], strict=True)))
+    window, share = splitter.max_length, long / max(len(rows), 1)
+    if split:
+        logger.info(
+            "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
+            "tokens): splitting documents into passages of %d tokens", long, len(rows), 100 * share,
+            window, splitter.config.window,
+        )  # fmt: skip
+        return splitter
+    if long:
+        logger.warning(
+            "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
+            "tokens) and are cut there: too few to split by default (a long document's best "
+            "passage outranks short documents by chance); --passages splits them",
+            long, len(rows), 100 * share, window,
+        )  # fmt: skip
+    return None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,16 @@ tokens (Hugging Face's ``stride`` of overflowing tokens); with ``sentence_aware`
 falls inside a sentence moves back to the last sentence end (or line break) in the window's
 last :data:`SENTENCE_SLACK` of tokens, when there is one.
 
+Whether to split (``enabled``): by default (None, "auto") a build splits when at least
+:data:`AUTO_LONG_SHARE` of the documents (an evenly spaced sample of up to :data:`AUTO_SAMPLE`)
+are longer than the encoder's max length, and otherwise keeps one vector per document, cut at
+the max length, saying how many were cut. Measured on the dev queries of five collections
+(``eval/studies/passages/``): splitting helps where long documents are the rule (pylib, 96%
+longer than 256 tokens: hybrid nDCG@10 +0.088; SciFact, 71%: +0.003) and hurts where a few long
+documents compete with many short ones (faq 31%: -0.016, pydoc 12%: -0.015, debian 3%:
+-0.004): a document's best of many passages outscores short documents by chance more often
+than one vector would (MaxP's length bias). ``True`` and ``False`` force the choice.
+
 At search time documents are ranked by their passages' scores (:data:`AGGREGATIONS`; Dai and
 Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR
 2019): ``maxp``, a document's best passage (the default); ``firstp``, its first passage only
@@ -43,10 +53,19 @@ SENTENCE_SLACK = 0.2
 #: Where a sentence ends: . ! ? (closing quotes or brackets may follow) then white space, or a
 #: line break. The match's end is where the next sentence starts.
 SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*\s+|\n\s*")
-#: The default overlap of consecutive passages, as a share of the window (64 of 256 tokens).
+#: The default window (tokens), or the encoder's max length where shorter. Chosen on dev
+#: (``eval/studies/passages/sweep.md``): 128/32 above 256/64 for dense and the hybrid on both
+#: collections where the default splits (SciFact, pylib); all-MiniLM-L6-v2 was trained on
+#: 128-token inputs.
+DEFAULT_WINDOW = 128
+#: The default overlap of consecutive passages, as a share of the window (32 of 128 tokens).
 DEFAULT_STRIDE_SHARE = 0.25
 #: A cut inside a word moves to the word's start, at most this many tokens away.
 WORD_REACH = 16
+#: ``enabled=None`` splits when at least this share of the documents is longer than the window.
+AUTO_LONG_SHARE = 0.5
+#: ... counted on an evenly spaced sample of this many documents (all of a smaller corpus).
+AUTO_SAMPLE = 1000
 
 
 @dataclass(frozen=True, repr=False)
@@ -55,21 +74,26 @@ class PassageConfig(Settings):
 
     Attributes:
         enabled: split documents longer than the window; False: one vector per document, cut
-            at the encoder's ``max_length`` (the layout of indexes built before passages).
+            at the encoder's ``max_length`` (the layout of indexes built before passages);
+            None: split when most documents are long (see the module docstring).
         window: tokens per passage, the title and the encoder's special tokens included;
-            None: the encoder's ``max_length``. At most ``max_length``.
+            None: :data:`DEFAULT_WINDOW`, or the encoder's ``max_length`` where shorter. At
+            most ``max_length``.
         stride: tokens shared by consecutive passages of a document (0: none; None:
             :data:`DEFAULT_STRIDE_SHARE` of the window).
         sentence_aware: move a cut back to a sentence end within the window's last 20%.
     """
 
-    enabled: bool = setting(
-        True,
+    enabled: bool | None = setting(
+        None,
         help="Split documents longer than the encoder's window into passages (--no-passages: "
-        "one vector per document, cut at the window).",
+        "one vector per document, cut at the window; default: split when at least half the "
+        "documents are longer than the window).",
     )
     window: int | None = setting(
-        None, help="Tokens per passage, title included (default: the encoder's max length)."
+        None,
+        help="Tokens per passage, title included (default: 128, or the encoder's max length "
+        "if shorter).",
     )
     stride: int | None = setting(
         None,
@@ -101,7 +125,7 @@ class PassageConfig(Settings):
         Raises:
             DotcatError: a window longer than the encoder reads, or a stride over half of it.
         """
-        window = self.window or max_length
+        window = self.window or min(DEFAULT_WINDOW, max_length)
         if window > max_length:
             raise SettingError(
                 "window", f"window {window} is longer than the encoder's max length {max_length}"
@@ -205,10 +229,17 @@ class Splitter:
         config: the settings, with the window filled in (:meth:`PassageConfig.resolved`).
         prefix: the encoder's document prefix (it takes room in every window).
         lowercase: the encoder lower-cases texts before tokenizing them.
+        max_length: the encoder's max length: a document longer is *long* for
+            :meth:`splits` (None: the window).
     """
 
     def __init__(
-        self, tokenizer: Any, config: PassageConfig, prefix: str = "", lowercase: bool = False
+        self,
+        tokenizer: Any,
+        config: PassageConfig,
+        prefix: str = "",
+        lowercase: bool = False,
+        max_length: int | None = None,
     ) -> None:
         if config.window is None:
             raise ValueError("resolve the window first (PassageConfig.resolved)")
@@ -221,14 +252,17 @@ class Splitter:
         self.config = config
         self.prefix = prefix
         self.lowercase = lowercase
+        self.max_length = max_length or int(config.window)
 
     @classmethod
     def for_encoder(cls, encoder: Any, config: PassageConfig) -> Splitter | None:
-        """The splitter of a loaded bi-encoder (None when ``config`` is disabled)."""
-        if not config.enabled:
+        """The splitter of a loaded bi-encoder (None when ``config`` is disabled; with
+        ``enabled=None`` the build decides with :meth:`splits`)."""
+        if config.enabled is False:
             return None
         resolved = config.resolved(encoder.max_length)
-        return cls(encoder.tokenizer, resolved, encoder.document_prefix, encoder.lowercase)
+        return cls(encoder.tokenizer, resolved, encoder.document_prefix, encoder.lowercase,
+                   encoder.max_length)  # fmt: skip
 
     def spans(self, title: str, text: str) -> list[tuple[int, int]]:
         """The ``(start, stop)`` characters of each passage of ``text``, in order.
@@ -236,12 +270,9 @@ class Splitter:
         A document that fits the window (title, prefix and special tokens included) is one
         passage, ``(0, len(text))``: it is encoded exactly as it would be whole.
         """
+        if self.fits(title, text):
+            return [(0, len(text))]
         window = int(self.config.window)
-        whole = self.prefix + document_text(title, text)
-        if len(whole.encode("utf-8")) + 2 <= window:  # a token covers at least one byte
-            return [(0, len(text))]
-        if self._count(whole, special=True) <= window:
-            return [(0, len(text))]
         head = self._count(self.prefix + title, special=True)  # [CLS] prefix title [SEP]
         # A title longer than half the window leaves the text half of it (the encoder then
         # cuts the title's overflow from the end of each passage).
@@ -250,6 +281,22 @@ class Splitter:
         stride = min(int(self.config.stride or 0), budget // 2)
         pieces = token_spans(offsets, text, budget, stride, self.config.sentence_aware)
         return [(offsets[a][0], offsets[b - 1][1]) for a, b in pieces]
+
+    def fits(self, title: str, text: str, window: int | None = None) -> bool:
+        """Whether a document fits the window (or ``window`` tokens) whole (title, prefix and
+        special tokens included)."""
+        window = int(window or self.config.window)
+        whole = self.prefix + document_text(title, text)
+        if len(whole.encode("utf-8")) + 2 <= window:  # a token covers at least one byte
+            return True
+        return self._count(whole, special=True) <= window
+
+    def splits(self, documents: Sequence[tuple[str, str]]) -> tuple[bool, int]:
+        """The ``enabled=None`` choice on a sample of ``(title, text)`` documents: whether at
+        least :data:`AUTO_LONG_SHARE` of them are longer than the encoder's max length (what
+        it would cut), and how many are."""
+        long = sum(not self.fits(title, text, self.max_length) for title, text in documents)
+        return long >= AUTO_LONG_SHARE * len(documents) and long > 0, long
 
     def _count(self, text: str, special: bool) -> int:
         encoded = self.tokenizer(self._cased(text), add_special_tokens=special, verbose=False)
