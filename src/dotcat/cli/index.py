@@ -101,9 +101,10 @@ def index(
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
                            corpus_options=options)  # fmt: skip
     manifest, n = built.manifest, built.manifest.documents["count"]
-    entry = manifest.encoder
+    entry, split = manifest.encoder, manifest.passages
+    passages = f" as {split['count']} passages of {split['window']} tokens" if split else ""
     typer.echo(
-        f"indexed {n} documents into {index_dir} in {built.seconds:.1f} s "
+        f"indexed {n} documents{passages} into {index_dir} in {built.seconds:.1f} s "
         f"({n / built.seconds:.1f} docs/s); encoder {entry['name']} ({entry['pooling']}, "
         f"{entry['similarity']}, max {entry['max_length']} tokens), "
         f"FAISS {manifest.faiss['spec']}{', BM25' if bm25 else ''}"
