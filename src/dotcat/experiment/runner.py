@@ -246,9 +246,7 @@ class _Runner:
             device=device,
             precision=precision,
         )
-        passages = PassageConfig(enabled=False)
-        if system.passages is not False:
-            passages = PassageConfig(system.passages, **_passage_settings(system))
+        passages = PassageConfig(system.passages, **_passage_settings(system))
         config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True, passages=passages)
         built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
         return built.manifest, built.fusion
