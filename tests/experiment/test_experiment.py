@@ -258,7 +258,7 @@ def test_passage_settings_build_their_own_index_and_leave_the_others_cached(setu
         manifest("dense, cut"),
         manifest("dense, short passages"),
     )
-    # The default splits where most documents are longer than the window: none is here.
+    # The default splits where most documents are over twice the window: none is here.
     assert default.passages is None and cut.passages is None
     assert (short.passages["window"], short.passages["stride"]) == (8, 2)
     # The short windows split documents the cut index keeps whole.

@@ -159,12 +159,18 @@ def test_the_default_window_is_128_tokens_or_the_encoder_s_max_length():
     assert PassageConfig(window=200).resolved(256).stride == 50
 
 
-def test_by_default_documents_are_split_where_at_least_half_are_long(encoder):
+def test_by_default_documents_are_split_where_at_least_half_are_several_windows_long(encoder):
     splitter = Splitter.for_encoder(encoder, PassageConfig())
     long, short = ("Doc", long_text(0)), ("Short", "Fits in one window.")
+    assert not splitter.fits(*long, 2 * WINDOW)
     assert splitter.splits([long, long, short, short]) == (True, 2)  # half: split
     assert splitter.splits([long, short, short]) == (False, 1)
     assert splitter.splits([short, short]) == (False, 0)
+    # A little longer than the encoder reads (up to twice): cut, and counted as cut.
+    slightly = ("Doc", long_text(0, sentences=3))
+    assert not splitter.fits(*slightly, WINDOW) and splitter.fits(*slightly, 2 * WINDOW)
+    assert splitter.splits([slightly, slightly, slightly]) == (False, 3)
+    assert splitter.splits([slightly, long, long]) == (True, 3)
     # Long means longer than the encoder reads, whatever the passage window.
     narrow = Splitter.for_encoder(encoder, PassageConfig(window=16))
     medium = ("Medium", "a few plain words that need more than sixteen tokens in all here")

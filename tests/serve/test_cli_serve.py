@@ -262,14 +262,13 @@ def test_a_model_that_cannot_load_stops_the_server_with_one_line(
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])  # passes the CLI's checks, fails to load
     error = f"dotcat: error: {broken}: cannot load the model weights"
+    took = {}
     for workers in ("1", "2"):
         started = time.monotonic()
         done = _dotcat(
             "serve", hybrid_index, "--port", free_port(), "--workers", workers, "--rerank", broken
         )
-        # Before, the supervisor learnt of the failure by pinging the dying worker and waiting
-        # out the whole 30 s health-check timeout for an answer that never came.
-        assert time.monotonic() - started < within(30)
+        took[workers] = time.monotonic() - started
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
         lines = done.stderr.strip().splitlines()
@@ -278,6 +277,11 @@ def test_a_model_that_cannot_load_stops_the_server_with_one_line(
             assert lines[-1] == (
                 "dotcat: error: a server worker failed to start (its error is logged above)"
             )
+    # Before, the supervisor of several workers learnt of the failure by pinging the dying
+    # worker and waiting out the whole 30 s health-check timeout for an answer that never came.
+    # Against one worker's time (no supervisor), not a fixed bound: a busy or slow machine
+    # slows both (two workers load side by side: about 1.7 times one here).
+    assert took["2"] < 2 * took["1"] + within(10), took
 
 
 _SHARE = """

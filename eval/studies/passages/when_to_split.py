@@ -12,8 +12,9 @@ those dev queries for each pair, as ``dotcat index`` chooses it, so every hybrid
 alike optimistic), plus the two mixed hybrids (dense of one index, BM25 of the other). The
 share of documents longer than the window says where long documents are the rule.
 
-What it showed (``when_to_split.md``) decided the default of :class:`dotcat.index.PassageConfig`
-``enabled``: split when at least half the documents are long.
+What it showed (``when_to_split.md``), with the lengths of ``lengths.md``, decided the default
+of :class:`dotcat.index.PassageConfig` ``enabled``: split when at least half the documents are
+more than twice the encoder's max length (first: longer than it; see the README).
 """
 
 from __future__ import annotations

@@ -73,11 +73,11 @@ def index(
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
 
-    Where most documents are longer than the encoder's window, long documents are split into
-    overlapping passages (each encoded, and indexed by BM25, on its own) and a search ranks
-    documents by their passages (`dotcat search --aggregation`); elsewhere each document is
-    one vector cut at the window, with a warning that counts them. --passages / --no-passages
-    force either.
+    Where most documents are more than twice as long as the encoder's window, long documents
+    are split into overlapping passages (each encoded, and indexed by BM25, on its own) and a
+    search ranks documents by their passages (`dotcat search --aggregation`); elsewhere each
+    document is one vector cut at the window, with a warning that counts them. --passages /
+    --no-passages force either.
 
     A folder's documents have their relative paths as ids (a record file's records
     PATH#ID); files that cannot be read are skipped and named in one warning (--strict:

@@ -142,7 +142,7 @@ class SystemConfig(_Strict):
     passages: bool | None = Field(
         None,
         description="true or false (split documents longer than the window into passages; "
-        "default: when most documents are)",
+        "default: when most documents are more than twice the window)",
     )
     passage_window: int | None = Field(None, ge=8, description="an integer >= 8 (tokens)")
     passage_stride: int | None = Field(None, ge=0, description="an integer >= 0 (tokens)")

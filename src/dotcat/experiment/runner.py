@@ -74,7 +74,12 @@ from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
-from dotcat.index.passages import DEFAULT_WINDOW, PassageConfig
+from dotcat.index.passages import (
+    AUTO_LENGTH_FACTOR,
+    AUTO_LONG_SHARE,
+    DEFAULT_WINDOW,
+    PassageConfig,
+)
 from dotcat.models import EncoderConfig
 from dotcat.models.runtime import (
     available_cpus,
@@ -413,7 +418,7 @@ def _passage_description(system: SystemConfig) -> dict[str, Any]:
     if system.passage_window is None:
         out["default_window"] = DEFAULT_WINDOW
     if system.passages is None:
-        out["auto"] = True
+        out["auto"] = {"share": AUTO_LONG_SHARE, "length": AUTO_LENGTH_FACTOR}
     return out
 
 

@@ -9,10 +9,11 @@ encoder and settings) must match, or the resume is refused with what differs; ``
 starts over. Memory stays flat with the corpus size: a chunk of texts, a training sample,
 the FAISS index itself.
 
-Documents longer than the encoder's window are split into passages first
-(:mod:`dotcat.index.passages`): the doc store keeps the documents and where each passage lies,
-and the vectors, chunks and the BM25 side are the passages'. A document that fits is one
-passage, so a collection of short passages indexes as it would whole.
+Where most documents are several windows long (or when asked), documents longer than the
+encoder's window are split into passages first (:mod:`dotcat.index.passages`): the doc store
+keeps the documents and where each passage lies, and the vectors, chunks and the BM25 side
+are the passages'. A document that fits is one passage, so a collection of short passages
+indexes as it would whole.
 
 The index is written into a build folder beside its target and swapped into place at the
 end (:mod:`dotcat.index.layout`): an interrupted build never leaves a half index and never
@@ -47,7 +48,7 @@ from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
-from dotcat.index.passages import AUTO_SAMPLE, Splitter, store_passages
+from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
@@ -161,16 +162,17 @@ def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
     if split:
         logger.info(
             "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
-            "tokens): splitting documents into passages of %d tokens", long, len(rows), 100 * share,
-            window, splitter.config.window,
+            "tokens), most of them longer than %d: splitting documents into passages of %d "
+            "tokens", long, len(rows), 100 * share, window, AUTO_LENGTH_FACTOR * window,
+            splitter.config.window,
         )  # fmt: skip
         return splitter
     if long:
         logger.warning(
             "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
-            "tokens) and are cut there: too few to split by default (a long document's best "
-            "passage outranks short documents by chance); --passages splits them",
-            long, len(rows), 100 * share, window,
+            "tokens) and are cut there: by default documents are split only where most are "
+            "longer than %d tokens (where passages were measured to pay); --passages splits "
+            "them", long, len(rows), 100 * share, window, AUTO_LENGTH_FACTOR * window,
         )  # fmt: skip
     return None
 

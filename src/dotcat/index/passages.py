@@ -16,13 +16,17 @@ last :data:`SENTENCE_SLACK` of tokens, when there is one.
 
 Whether to split (``enabled``): by default (None, "auto") a build splits when at least
 :data:`AUTO_LONG_SHARE` of the documents (an evenly spaced sample of up to :data:`AUTO_SAMPLE`)
-are longer than the encoder's max length, and otherwise keeps one vector per document, cut at
-the max length, saying how many were cut. Measured on the dev queries of five collections
-(``eval/studies/passages/``): splitting helps where long documents are the rule (pylib, 96%
-longer than 256 tokens: hybrid nDCG@10 +0.088; SciFact, 71%: +0.003) and hurts where a few long
-documents compete with many short ones (faq 31%: -0.016, pydoc 12%: -0.015, debian 3%:
--0.004): a document's best of many passages outscores short documents by chance more often
-than one vector would (MaxP's length bias). ``True`` and ``False`` force the choice.
+are longer than :data:`AUTO_LENGTH_FACTOR` times the encoder's max length (the median document
+would lose more than half its text to the cut), and otherwise keeps one vector per document,
+cut at the max length, saying how many were cut. Measured on the dev queries of five
+collections (``eval/studies/passages/when_to_split.md``, ``lengths.md``): splitting pays
+where documents are several windows long (pylib, median 2,317 tokens, 89% longer than 512:
+hybrid nDCG@10 +0.088), is even where they are a little longer than the window (SciFact,
+median 322 tokens, 9% longer than 512: +0.003, for 4.8 times the vectors) and hurts where a
+few long documents compete with many short ones (faq, 8% longer than 512: -0.016; pydoc 3%:
+-0.015; debian 0%: -0.004): a document's best of many passages outscores short documents by
+chance more often than one vector would (MaxP's length bias). ``True`` and ``False`` force
+the choice.
 
 At search time documents are ranked by their passages' scores (:data:`AGGREGATIONS`; Dai and
 Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR
@@ -62,8 +66,10 @@ DEFAULT_WINDOW = 128
 DEFAULT_STRIDE_SHARE = 0.25
 #: A cut inside a word moves to the word's start, at most this many tokens away.
 WORD_REACH = 16
-#: ``enabled=None`` splits when at least this share of the documents is longer than the window.
+#: ``enabled=None`` splits when at least this share of the documents is longer than
+#: :data:`AUTO_LENGTH_FACTOR` times the encoder's max length.
 AUTO_LONG_SHARE = 0.5
+AUTO_LENGTH_FACTOR = 2
 #: ... counted on an evenly spaced sample of this many documents (all of a smaller corpus).
 AUTO_SAMPLE = 1000
 
@@ -75,7 +81,8 @@ class PassageConfig(Settings):
     Attributes:
         enabled: split documents longer than the window; False: one vector per document, cut
             at the encoder's ``max_length`` (the layout of indexes built before passages);
-            None: split when most documents are long (see the module docstring).
+            None: split when most documents are more than twice the max length (see the
+            module docstring).
         window: tokens per passage, the title and the encoder's special tokens included;
             None: :data:`DEFAULT_WINDOW`, or the encoder's ``max_length`` where shorter. At
             most ``max_length``.
@@ -88,7 +95,7 @@ class PassageConfig(Settings):
         None,
         help="Split documents longer than the encoder's window into passages (--no-passages: "
         "one vector per document, cut at the window; default: split when at least half the "
-        "documents are longer than the window).",
+        "documents are more than twice as long as the window).",
     )
     window: int | None = setting(
         None,
@@ -293,10 +300,17 @@ class Splitter:
 
     def splits(self, documents: Sequence[tuple[str, str]]) -> tuple[bool, int]:
         """The ``enabled=None`` choice on a sample of ``(title, text)`` documents: whether at
-        least :data:`AUTO_LONG_SHARE` of them are longer than the encoder's max length (what
-        it would cut), and how many are."""
-        long = sum(not self.fits(title, text, self.max_length) for title, text in documents)
-        return long >= AUTO_LONG_SHARE * len(documents) and long > 0, long
+        least :data:`AUTO_LONG_SHARE` of them are longer than :data:`AUTO_LENGTH_FACTOR` times
+        the encoder's max length, and how many are longer than the max length (what a build
+        that does not split cuts)."""
+        twice = AUTO_LENGTH_FACTOR * self.max_length
+        long = [
+            (title, text)
+            for title, text in documents
+            if not self.fits(title, text, self.max_length)
+        ]
+        longer = sum(not self.fits(title, text, twice) for title, text in long)
+        return longer >= AUTO_LONG_SHARE * len(documents) and longer > 0, len(long)
 
     def _count(self, text: str, special: bool) -> int:
         encoded = self.tokenizer(self._cased(text), add_special_tokens=special, verbose=False)
