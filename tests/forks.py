@@ -91,6 +91,9 @@ _ZYGOTE = textwrap.dedent(
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, 1)
         os.dup2(err, 2)
+        # Ctrl-C as at a terminal: a suite started in the background by a non-interactive
+        # shell (`cmd &`) inherits SIGINT ignored, and Python then installs no handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         if request.get("fsize") is not None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (request["fsize"], request["fsize"]))
