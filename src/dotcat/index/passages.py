@@ -18,15 +18,16 @@ Whether to split (``enabled``): by default (None, "auto") a build splits when at
 :data:`AUTO_LONG_SHARE` of the documents (an evenly spaced sample of up to :data:`AUTO_SAMPLE`)
 are longer than :data:`AUTO_LENGTH_FACTOR` times the encoder's max length (the median document
 would lose more than half its text to the cut), and otherwise keeps one vector per document,
-cut at the max length, saying how many were cut. Measured on the dev queries of five
-collections (``eval/studies/passages/when_to_split.md``, ``lengths.md``): splitting pays
-where documents are several windows long (pylib, median 2,317 tokens, 89% longer than 512:
-hybrid nDCG@10 +0.088), is even where they are a little longer than the window (SciFact,
-median 322 tokens, 9% longer than 512: +0.003, for 4.8 times the vectors) and hurts where a
-few long documents compete with many short ones (faq, 8% longer than 512: -0.016; pydoc 3%:
--0.015; debian 0%: -0.004): a document's best of many passages outscores short documents by
-chance more often than one vector would (MaxP's length bias). ``True`` and ``False`` force
-the choice.
+cut at the max length, saying how many were cut. Measured on five collections
+(``eval/studies/passages/when_to_split.md``, ``lengths.md``; dev nDCG@10 of the hybrid unless
+said): splitting pays where documents are several windows long (pylib, median 2,317 tokens,
+89% longer than 512: +0.088), is a toss-up where they are a little longer than the window
+(SciFact, median 322 tokens, 9% longer than 512: +0.003 and +0.011 with windows of 256 and
+128, on test -0.006 and -0.009, for 2.1 and 4.8 times the vectors) and hurts where a few long
+documents compete with many short ones (faq, 8% longer than 512: -0.016; pydoc 3%: -0.015;
+debian 0%: -0.004): a document's best of many passages outscores short documents by chance
+more often than one vector would (MaxP's length bias). ``True`` and ``False`` force the
+choice.
 
 At search time documents are ranked by their passages' scores (:data:`AGGREGATIONS`; Dai and
 Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR
