@@ -31,12 +31,13 @@ DATA = {"scifact": "data/scifact"} | {
 def lengths(path: str, encoder) -> dict:
     """The sample's token lengths and the default's choice for one collection."""
     from dotcat.data.corpus import load_corpus
+    from dotcat.index.build import split_sample
     from dotcat.index.docstore import document_text
-    from dotcat.index.passages import AUTO_SAMPLE, PassageConfig, Splitter
+    from dotcat.index.passages import PassageConfig, Splitter
 
     dataset = load_corpus(path)
     n = len(dataset)
-    rows = dataset.select(sorted({int(i) for i in np.linspace(0, n - 1, min(n, AUTO_SAMPLE))}))
+    rows = split_sample(dataset)
     docs = list(zip(rows["title"], rows["text"], strict=True))
     texts = [encoder.document_prefix + document_text(title, text) for title, text in docs]
     tokens = np.array([len(ids) for ids in encoder.tokenizer(texts, verbose=False)["input_ids"]])

@@ -149,14 +149,20 @@ def build_index(
     return manifest
 
 
+def split_sample(dataset):
+    """The documents a build's ``enabled=None`` choice looks at: up to :data:`AUTO_SAMPLE`,
+    evenly spaced over the whole corpus (so every shard of a corpus draws the same)."""
+    n = len(dataset)
+    return dataset.select(sorted({int(i) for i in np.linspace(0, n - 1, min(n, AUTO_SAMPLE))}))
+
+
 def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
     """The splitter of a build: as asked, or with ``enabled=None`` the choice of
     :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
     corpus chooses alike), logged with the count of documents cut."""
     if splitter is None or splitter.config.enabled is not None:
         return splitter
-    n = len(dataset)
-    rows = dataset.select(sorted({int(i) for i in np.linspace(0, n - 1, min(n, AUTO_SAMPLE))}))
+    rows = split_sample(dataset)
     split, long = splitter.splits(list(zip(rows["title"], rows["text"], strict=True)))
     window, share = splitter.max_length, long / max(len(rows), 1)
     if split:
