@@ -96,6 +96,7 @@ def index(
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh, model=model,
                 options=options)  # fmt: skip
 
+    from dotcat.index.encoder import describe_precision
     from dotcat.search.pipeline import build_and_tune
 
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
@@ -109,6 +110,7 @@ def index(
         f"{entry['similarity']}, max {entry['max_length']} tokens), "
         f"FAISS {manifest.faiss['spec']}{', BM25' if bm25 else ''}"
     )
+    typer.echo(describe_precision(entry, encoder.precision))
     if bm25 and config.shard is None:
         typer.echo(describe_fusion(built.fusion))
 
