@@ -443,27 +443,187 @@ def time_queries(args, queries: list[str], sides: dict, n: int = 100) -> dict:
 # -- report ----------------------------------------------------------------------------------
 
 
+#: The tables of the quality section: the figure, and what it is.
+TABLES = (
+    ("hybrid nDCG@10", "Default pipeline (hybrid; fusion chosen on dev with the path's queries): nDCG@10"),
+    ("hybrid@fp32-fusion nDCG@10", "Hybrid at fp32's fusion (the encoder alone): nDCG@10"),
+    ("dense nDCG@10", "Dense alone: nDCG@10"),
+    ("hybrid R@100", "Default pipeline: R@100"),
+    ("dense R@100", "Dense alone: R@100"),
+    ("hybrid dev nDCG@10", "Default pipeline on the dev queries (its fusion chosen there): nDCG@10"),
+)
+#: The bar ``auto`` is chosen by: of fp32's default-pipeline test nDCG@10, the share kept on the
+#: mean of the collections and on each one.
+BAR_MEAN, BAR_EACH = 0.998, 0.990
+
+
+def cpu_line() -> str:
+    """What this process's CPUID says (under an emulator, not /proc/cpuinfo's host)."""
+    import torch
+
+    from dotcat.models.runtime import cpu_flags, cpu_kind
+
+    seen = " ".join(sorted(f for f in cpu_flags() if f in common.RELEVANT_FLAGS))
+    return (
+        f"CPUID as this process sees it: {seen} (PyTorch kernels "
+        f"{torch.backends.cpu.get_cpu_capability()}; dotcat's CPU kind: {cpu_kind()})."
+    )
+
+
 def write_report(args, paths, quality, speed) -> None:
-    lines = common.header("Precision paths on the default pipeline, every collection")
+    lines = common.header(
+        "Precision paths on the default pipeline, every collection", cpu_line(), torch=True
+    )
+    lines += ["", "Paths (documents / queries):", ""]
+    for path in paths:
+        docs, queries = path_sides(path)
+        what = PATHS[path][2] if path in PATHS else "what `--precision auto` chooses here"
+        lines.append(f"- `{path}`: {docs.key} / {queries.key}: {what}")
     if quality:
+        (args.work / "quality.json").write_text(json.dumps(summary(quality, paths), indent=1))
         lines += quality_lines(paths, quality)
+    if speed:
+        (args.work / "speed.json").write_text(json.dumps(speed, indent=1))
+        lines += speed_lines(speed)
     common.write(args.output, lines)
+
+
+def retention(quality: dict, path: str, key: str) -> list[float]:
+    """Per collection, ``key`` of ``path`` over fp32's."""
+    return [quality[c][path][key] / quality[c]["fp32"][key] for c in quality]
+
+
+def mean_retention(quality: dict, path: str, key: str) -> float:
+    """The mean over collections of ``key`` for ``path``, over fp32's mean."""
+    mean = statistics.mean(quality[c][path][key] for c in quality)
+    return mean / statistics.mean(quality[c]["fp32"][key] for c in quality)
+
+
+def passes(quality: dict, path: str) -> bool:
+    key = "hybrid nDCG@10"
+    return (
+        mean_retention(quality, path, key) >= BAR_MEAN
+        and min(retention(quality, path, key)) >= BAR_EACH
+    )
+
+
+def summary(quality: dict, paths: list[str]) -> dict:
+    """The figures without per-query rows, for a JSON beside the report."""
+    return {
+        c: {p: {k: v for k, v in quality[c][p].items() if isinstance(v, (float, str))}
+            for p in paths}
+        for c in quality
+    }  # fmt: skip
+
+
+def wins(quality: dict, name: str, path: str, system: str = "hybrid") -> tuple[int, int, float]:
+    """Queries whose nDCG@10 rose and fell against fp32's, and the paired t-test's p."""
+    from scipy.stats import ttest_rel
+
+    a = quality[name][path][f"{system} per-query nDCG@10"]
+    b = quality[name]["fp32"][f"{system} per-query nDCG@10"]
+    qs = sorted(b)
+    x, y = [a.get(q, 0.0) for q in qs], [b[q] for q in qs]
+    up, down = (
+        sum(i > j for i, j in zip(x, y, strict=True)),
+        sum(i < j for i, j in zip(x, y, strict=True)),
+    )
+    p = float(ttest_rel(x, y).pvalue) if up + down else 1.0
+    return up, down, p
+
+
+def table(quality: dict, paths: list[str], key: str, title: str, digits: int = 4) -> list[str]:
+    """One row a path: per collection the figure and its retention; the mean, the retention of
+    the mean, the lowest retention."""
+    names = list(quality)
+    lines = ["", f"### {title}", ""]
+    lines += ["| path | " + " | ".join(names) + " | mean | kept of the mean | lowest kept |"]
+    lines += ["| --- |" + " ---: |" * (len(names) + 3)]
+    for path in paths:
+        kept = retention(quality, path, key)
+        cells = [
+            f"{quality[c][path][key]:.{digits}f} ({r:.2%})"
+            for c, r in zip(names, kept, strict=True)
+        ]
+        mean = statistics.mean(quality[c][path][key] for c in names)
+        lines.append(
+            f"| {path} | " + " | ".join(cells) + f" | {mean:.4f} | "
+            f"{mean_retention(quality, path, key):.2%} | {min(kept):.2%} |"
+        )
+    return lines
 
 
 def quality_lines(paths: list[str], quality: dict) -> list[str]:
     names = list(quality)
-    lines = ["", "## Default pipeline (hybrid): test nDCG@10, retention of fp32's", ""]
-    lines += ["| path | " + " | ".join(names) + " | mean retention | min retention |"]
-    lines += ["| --- |" + " ---: |" * (len(names) + 2)]
+    passing = [p for p in paths if passes(quality, p)]
+    lines = [
+        "",
+        "## Quality",
+        "",
+        f"Collections: {', '.join(names)}; test queries, 100 results a query. Retention: the "
+        "figure over fp32's (the same collection, the same pipeline). The bar of `auto`: "
+        f">= {BAR_MEAN:.1%} of fp32's default-pipeline nDCG@10 on the mean of the collections "
+        f"and >= {BAR_EACH:.1%} on each. Paths that pass: "
+        f"{', '.join(f'`{p}`' for p in passing) or 'none'}.",
+    ]
+    for key, title in TABLES:
+        lines += table(quality, paths, key, title)
+    lines += ["", "### Top-10 overlap with fp32 (mean share of fp32's top 10 a query keeps)", ""]
+    lines += ["| path | " + " | ".join(f"{c} dense / hybrid" for c in names) + " |"]
+    lines += ["| --- |" + " ---: |" * len(names)]
     for path in paths:
-        cells, rets = [], []
-        for name in names:
-            f, ref = quality[name][path], quality[name]["fp32"]
-            ret = f["hybrid nDCG@10"] / ref["hybrid nDCG@10"]
-            rets.append(ret)
-            cells.append(f"{f['hybrid nDCG@10']:.4f} ({ret:.2%})")
-        lines.append(f"| {path} | " + " | ".join(cells)
-                     + f" | {statistics.mean(rets):.2%} | {min(rets):.2%} |")  # fmt: skip
+        cells = [f"{quality[c][path]['dense overlap']:.3f} / "
+                 f"{quality[c][path]['hybrid overlap']:.3f}" for c in names]  # fmt: skip
+        lines.append(f"| {path} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "### Default pipeline against fp32, query by query: nDCG@10 up / down, paired t-test p",
+        "",
+    ]
+    lines += ["| path | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    for path in paths[1:]:
+        cells = []
+        for c in names:
+            up, down, p = wins(quality, c, path)
+            cells.append(f"{up} / {down}, p {p:.2f}")
+        lines.append(f"| {path} | " + " | ".join(cells) + " |")
+    lines += ["", "Fusion chosen on dev per path:", ""]
+    lines += ["| path | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for path in paths:
+        lines.append(f"| {path} | " + " | ".join(quality[c][path]["fusion"] for c in names) + " |")
+    return lines
+
+
+def speed_lines(speed: dict) -> list[str]:
+    docs, pairs = speed["documents"], speed["pairs"]
+    lines = [
+        "",
+        "## Speed",
+        "",
+        f"{speed['texts']} SciFact documents (title and text, max length 256), encoded by "
+        "`SentenceTransformer.encode` fp32 (batch 32) and by each documents' path, the same "
+        "rounds, interleaved; re-ranking: each query's 20 documents scored by "
+        "`CrossEncoder.predict` fp32 and by dotcat's `CrossEncoder.score_query` "
+        f"({pairs['model']}). "
+        f"Load average (1, 5, 15 min) before each round: encoding {'; '.join(docs['loads'])}; "
+        f"re-ranking {'; '.join(pairs['loads'])}.",
+        "",
+        "| documents' path | docs/s | x sentence-transformers fp32 |",
+        "| --- | ---: | ---: |",
+    ]
+    for key, rate in docs["per_s"].items():
+        name = "sentence-transformers fp32 (baseline)" if key == "st" else key
+        lines.append(f"| {name} | {rate:.1f} | {docs['ratio'][key]:.2f} |")
+    lines += [
+        "",
+        "| re-ranker path | pairs/s | x sentence-transformers fp32 |",
+        "| --- | ---: | ---: |",
+    ]
+    for key, rate in pairs["per_s"].items():
+        name = "sentence-transformers fp32 (baseline)" if key == "st" else key
+        lines.append(f"| {name} | {rate:.1f} | {pairs['ratio'][key]:.2f} |")
+    lines += ["", "| queries' path | one query encoded, median ms |", "| --- | ---: |"]
+    lines += [f"| {key} | {ms:.1f} |" for key, ms in speed["query ms"].items()]
     return lines
 
 
