@@ -111,6 +111,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cat", type=Path, help="a cross-encoder for the re-ranking speed")
     parser.add_argument("--list", action="store_true", help="print the paths and exit")
+    parser.add_argument(
+        "--report-only", action="store_true", help="write the report of what --work holds"
+    )
     args = parser.parse_args()
     if args.list:
         for name, (docs, queries, what) in PATHS.items():
@@ -128,6 +131,7 @@ def main() -> None:
         quality = {}
         for name in args.collections.split(","):
             quality[name] = measure_collection(args, name, paths)
+        quality = {name: figures for name, figures in quality.items() if figures}
     speed = None if args.skip_speed else measure_speed(args, paths)
     write_report(args, paths, quality, speed)
 
@@ -209,11 +213,15 @@ def measure_collection(args, name: str, paths: list[str]) -> dict:
     out = {}
     for path in paths:
         cache = args.work / name / f"{path}.json"
+        if not cache.exists() and args.report_only:
+            continue  # not measured (yet): left out of this report
         if not cache.exists():
             figures = run_path(args, name, data, path)
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(figures), encoding="utf-8")
         out[path] = json.loads(cache.read_text(encoding="utf-8"))
+    if "fp32" not in out:
+        return {}
     ref = out["fp32"]
     for path, figures in out.items():
         if "hybrid@fp32-fusion top10" not in figures:  # fp32 itself
@@ -493,21 +501,31 @@ def write_report(args, paths, quality, speed) -> None:
     common.write(args.output, lines)
 
 
+def measured(quality: dict, path: str) -> list[str]:
+    """The collections where ``path`` was measured."""
+    return [c for c in quality if path in quality[c]]
+
+
 def retention(quality: dict, path: str, key: str) -> list[float]:
-    """Per collection, ``key`` of ``path`` over fp32's."""
-    return [quality[c][path][key] / quality[c]["fp32"][key] for c in quality]
+    """Per collection where ``path`` was measured, its ``key`` over fp32's."""
+    return [quality[c][path][key] / quality[c]["fp32"][key] for c in measured(quality, path)]
 
 
 def mean_retention(quality: dict, path: str, key: str) -> float:
-    """The mean over collections of ``key`` for ``path``, over fp32's mean."""
-    mean = statistics.mean(quality[c][path][key] for c in quality)
-    return mean / statistics.mean(quality[c]["fp32"][key] for c in quality)
+    """The mean of ``key`` over the collections where ``path`` was measured, over fp32's mean
+    there."""
+    names = measured(quality, path)
+    mean = statistics.mean(quality[c][path][key] for c in names)
+    return mean / statistics.mean(quality[c]["fp32"][key] for c in names)
 
 
 def passes(quality: dict, path: str) -> bool:
+    """Whether ``path`` meets the bar on every collection (a path measured on fewer is not
+    judged)."""
     key = "hybrid nDCG@10"
     return (
-        mean_retention(quality, path, key) >= BAR_MEAN
+        len(measured(quality, path)) == len(quality)
+        and mean_retention(quality, path, key) >= BAR_MEAN
         and min(retention(quality, path, key)) >= BAR_EACH
     )
 
@@ -516,7 +534,7 @@ def summary(quality: dict, paths: list[str]) -> dict:
     """The figures without per-query rows, for a JSON beside the report."""
     return {
         c: {p: {k: v for k, v in quality[c][p].items() if isinstance(v, (float, str))}
-            for p in paths}
+            for p in paths if p in quality[c]}
         for c in quality
     }  # fmt: skip
 
@@ -537,25 +555,35 @@ def wins(quality: dict, name: str, path: str, system: str = "hybrid") -> tuple[i
     return up, down, p
 
 
-def table(quality: dict, paths: list[str], key: str, title: str, digits: int = 4) -> list[str]:
-    """One row a path: per collection the figure and its retention; the mean, the retention of
-    the mean, the lowest retention."""
+def table(quality: dict, paths: list[str], key: str, title: str) -> list[str]:
+    """One row a path: per collection the figure and its retention; over the collections where
+    the path was measured, the mean, the retention of the mean and the lowest retention."""
     names = list(quality)
     lines = ["", f"### {title}", ""]
     lines += ["| path | " + " | ".join(names) + " | mean | kept of the mean | lowest kept |"]
     lines += ["| --- |" + " ---: |" * (len(names) + 3)]
     for path in paths:
-        kept = retention(quality, path, key)
-        cells = [
-            f"{quality[c][path][key]:.{digits}f} ({r:.2%})"
-            for c, r in zip(names, kept, strict=True)
-        ]
-        mean = statistics.mean(quality[c][path][key] for c in names)
+        if not measured(quality, path):
+            continue
+        cells = [cell(quality, c, path, key) for c in names]
+        mean = statistics.mean(quality[c][path][key] for c in measured(quality, path))
+        of = (
+            ""
+            if len(measured(quality, path)) == len(names)
+            else f" ({len(measured(quality, path))} collections)"
+        )
         lines.append(
-            f"| {path} | " + " | ".join(cells) + f" | {mean:.4f} | "
-            f"{mean_retention(quality, path, key):.2%} | {min(kept):.2%} |"
+            f"| {path} | " + " | ".join(cells) + f" | {mean:.4f}{of} | "
+            f"{mean_retention(quality, path, key):.2%} | {min(retention(quality, path, key)):.2%} |"
         )
     return lines
+
+
+def cell(quality: dict, name: str, path: str, key: str) -> str:
+    if path not in quality[name]:
+        return "not measured"
+    figure = quality[name][path][key]
+    return f"{figure:.4f} ({figure / quality[name]['fp32'][key]:.2%})"
 
 
 def quality_lines(paths: list[str], quality: dict) -> list[str]:
@@ -578,7 +606,8 @@ def quality_lines(paths: list[str], quality: dict) -> list[str]:
     lines += ["| --- |" + " ---: |" * len(names)]
     for path in paths:
         cells = [f"{quality[c][path]['dense overlap']:.3f} / "
-                 f"{quality[c][path]['hybrid overlap']:.3f}" for c in names]  # fmt: skip
+                 f"{quality[c][path]['hybrid overlap']:.3f}" if path in quality[c]
+                 else "not measured" for c in names]  # fmt: skip
         lines.append(f"| {path} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -589,13 +618,17 @@ def quality_lines(paths: list[str], quality: dict) -> list[str]:
     for path in paths[1:]:
         cells = []
         for c in names:
+            if path not in quality[c]:
+                cells.append("not measured")
+                continue
             up, down, p = wins(quality, c, path)
             cells.append(f"{up} / {down}, p {p:.2f}")
         lines.append(f"| {path} | " + " | ".join(cells) + " |")
     lines += ["", "Fusion chosen on dev per path:", ""]
     lines += ["| path | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for path in paths:
-        lines.append(f"| {path} | " + " | ".join(quality[c][path]["fusion"] for c in names) + " |")
+        fusions = [quality[c][path]["fusion"] if path in quality[c] else "" for c in names]
+        lines.append(f"| {path} | " + " | ".join(fusions) + " |")
     return lines
 
 
