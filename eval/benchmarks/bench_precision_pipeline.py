@@ -167,7 +167,7 @@ def variant_runner(encoder, side: Side, work: Path):
         from dotcat.models.openvino_backend import OpenVinoRunner
 
         return OpenVinoRunner(encoder.onnx.path, encoder.onnx.workers, int(side.variant[1:]))
-    from dotcat.models.onnx_backend import OnnxRunner, export
+    from dotcat.models.onnx_backend import OnnxRunner, export, export_name
     from dotcat.models.st_config import read_st_settings
 
     home = work / "exports" / f"{encoder.fingerprint[:16]}-ort-{side.variant}"
@@ -175,11 +175,16 @@ def variant_runner(encoder, side: Side, work: Path):
     if side.variant in ("ffn", "u8s8", "rr"):
         keep = "ffn_output" if side.variant == "ffn" else "none"
         variant = "avx2" if side.variant == "rr" else "avx512_vnni"
-        made = export(weights, "encoder", "int8", home, encoder.fingerprint, keep_fp32=keep,
-                      variant=variant)  # fmt: skip
+        made = home / export_name("int8", variant)
+        if not made.exists():  # made once (slow under an emulator), then reused
+            made = export(weights, "encoder", "int8", home, encoder.fingerprint, keep_fp32=keep,
+                          variant=variant)  # fmt: skip
         return OnnxRunner(made)
     if side.variant == "u8u8":
-        return OnnxRunner(_u8u8(export(weights, "encoder", "fp32", home, encoder.fingerprint)))
+        fp32 = home / export_name("fp32")
+        if not fp32.exists():
+            fp32 = export(weights, "encoder", "fp32", home, encoder.fingerprint)
+        return OnnxRunner(_u8u8(fp32))
     raise SystemExit(f"unknown variant {side.variant!r}")
 
 
