@@ -63,3 +63,51 @@ def test_ties_go_to_rrf():
 
 def _name(fusion: Fusion) -> str:
     return "rrf" if fusion.method == "rrf" else f"linear {fusion.weight:g}"
+
+
+def _beir_with_dev(root):
+    """The toy training BEIR dir plus ``qrels/dev.tsv``: 32 dev queries (two per topic: its
+    two words, and one of them with a filler word), enough for the choice rule to test."""
+    import json
+
+    from tests.training.toy import TOPICS, make_training_beir
+
+    make_training_beir(root)
+    dev = {}
+    for i, (a, b) in enumerate(TOPICS):
+        dev[f"v{i}a"] = (f"{b} {a}", f"d{i}")
+        dev[f"v{i}b"] = (f"{a} effect", f"d{i}")
+    with open(root / "queries.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": t}) + "\n" for q, (t, _) in dev.items())
+    lines = [f"{q}\t{d}\t1\n" for q, (_, d) in dev.items()]
+    (root / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+    return root
+
+
+def test_dotcat_index_records_and_prints_the_curve_the_tied_set_and_why(tiny_bert_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from dotcat.cli import app
+    from dotcat.index.manifest import Manifest
+
+    data, out = _beir_with_dev(tmp_path / "beir"), tmp_path / "index"
+    args = ["-v", "index", str(data), str(out), "--model", str(tiny_bert_dir), "--precision"]
+    args += ["fp32", "--device", "cpu"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    dev = Manifest.read(out).fusion["dev"]
+    assert dev["source"] == "qrels/dev.tsv" and dev["queries"] == 32
+    assert dev["rule"] == "paired one-standard-error" and dev["prior"] == "rrf"
+    assert dev["grid"] == ["rrf", *(f"linear {w / 10:g}" for w in range(11))]
+    assert set(dev["scores"]) == set(dev["errors"]) == set(dev["grid"])
+    assert dev["best"] in dev["tied"] and dev["chosen"] in dev["tied"]
+    assert dev["scores"][dev["best"]] == max(dev["scores"].values())
+    # The tied set is what the recorded curve and errors say; the choice follows from it.
+    gap = {p: dev["scores"][dev["best"]] - dev["scores"][p] for p in dev["grid"]}
+    assert dev["tied"] == [p for p in dev["grid"] if gap[p] <= dev["errors"][p] + 1e-5]
+    if dev["prior"] in dev["tied"]:
+        assert dev["chosen"] == "rrf" and dev["reason"].endswith("is tied: kept")
+    else:
+        assert dev["reason"].endswith(f"{dev['chosen']} is the most central")
+    assert "fusion chosen: " in result.output and dev["reason"] in result.output
+    assert "tied with the best: " + ", ".join(dev["tied"]) in result.output
