@@ -34,7 +34,7 @@ def test_a_clear_winner_is_chosen_over_the_prior():
     assert (choice.chosen, choice.best, choice.tied) == ("0.7", "0.7", ("0.7",))
     assert choice.queries == 30 and choice.means["0.7"] == pytest.approx(0.7)
     assert "the prior default rrf is 0.2000 below the best (0.7" in choice.reason
-    assert "0.7 is the most central" in choice.reason
+    assert choice.reason.endswith("(0.7), 0.7 is the nearest to it")
 
 
 def test_the_standard_error_is_that_of_the_paired_differences():
@@ -61,19 +61,21 @@ def test_a_plateau_within_noise_keeps_the_prior():
     assert argmax(scores, GRID) == "0.8"  # what the rule replaces
 
 
-def test_without_the_prior_in_it_the_middle_of_the_plateau_is_chosen():
-    # The SciFact curve: 0.8 beats 0.7 by 0.00002, 0.6 is 0.0017 lower; all three
-    # within noise of 0.8, RRF (the prior) and 0.5 / 0.9 clearly below.
-    means = {"rrf": 0.7838, "0.5": 0.7059, "0.6": 0.8142, "0.7": 0.81585, "0.8": 0.81587}
-    means["0.9"] = 0.7003
-    swing = {"0.6": 0.02, "0.7": 0.01, "0.8": -0.01}
-    choice = choose(_rows(means, swing), "rrf", GRID)
+def test_without_the_prior_in_it_the_tied_point_nearest_the_prior_is_chosen():
+    # The SciFact curve: 0.8 beat 0.7 by 0.00002 and 0.6 by 0.0017, all three within
+    # noise of each other; the prior (0.5) 0.01 below with little spread, RRF far below.
+    means = {"rrf": 0.7838, "0.5": 0.8059, "0.6": 0.8142, "0.7": 0.81585, "0.8": 0.81587}
+    means["0.9"] = 0.8003
+    choice = choose(_rows(means, {"0.6": 0.02, "0.7": 0.01, "0.8": -0.01}), "0.5", GRID)
     assert choice.best == "0.8" and choice.tied == ("0.6", "0.7", "0.8")
-    assert choice.chosen == "0.7"
-    # An even tied set: of its two middle points, the one with the higher dev mean.
-    means["0.9"] = 0.8150
-    choice = choose(_rows(means, {**swing, "0.9": 0.02}), "rrf", GRID)
-    assert choice.tied == ("0.6", "0.7", "0.8", "0.9") and choice.chosen == "0.8"
+    assert choice.chosen == "0.6" and argmax(_rows(means), GRID) == "0.8"
+    # Two tied points as near the prior: the higher dev mean (0.70 is within one SE, 0.019,
+    # of 0.71: their differences swing by 0.1), then, with equal means, the earlier.
+    grid, spread = ["0.4", "0.5", "0.6"], {"0.4": 0.05, "0.6": -0.05}
+    choice = choose(_rows({"0.4": 0.70, "0.5": 0.5, "0.6": 0.71}, spread), "0.5", grid)
+    assert (choice.tied, choice.chosen) == (("0.4", "0.6"), "0.6")
+    choice = choose(_rows({"0.4": 0.71, "0.5": 0.5, "0.6": 0.71}), "0.5", grid)
+    assert (choice.tied, choice.chosen) == (("0.4", "0.6"), "0.4")
 
 
 def test_too_few_queries_keep_the_prior_and_say_so():
@@ -93,12 +95,14 @@ def test_ties_are_broken_the_same_way_whatever_the_input_order():
     flat = _rows(dict.fromkeys(GRID, 0.5))
     assert choose(flat, "0.7", GRID).chosen == "0.7"  # all tied: the prior
     assert choose(flat, "rrf", GRID).reason == "the prior default rrf is the best on dev: kept"
-    # Equal means, the prior outside the tied set: the earlier of the two middle points.
-    scores = _rows({"rrf": 0.1, "0.5": 0.1, "0.6": 0.5, "0.7": 0.5, "0.8": 0.5, "0.9": 0.5})
+    # Equal means, the prior outside the tied set: the tied point nearest it.
+    scores = _rows({"rrf": 0.1, "0.5": 0.5, "0.6": 0.9, "0.7": 0.9, "0.8": 0.9, "0.9": 0.9})
     reordered = {p: dict(reversed(scores[p].items())) for p in reversed(GRID)}
-    first = choose(scores, "rrf", GRID)
-    assert first.best == "0.6" and first.chosen == "0.7"
-    assert choose(reordered, "rrf", GRID) == first
+    first = choose(scores, "0.9", ["rrf", "0.5", "0.6", "0.7", "0.8", "0.9"])
+    assert first.best == "0.6" and first.chosen == "0.9"  # the prior is tied
+    first = choose(scores, "0.5", GRID)
+    assert first.tied == ("0.6", "0.7", "0.8", "0.9") and first.chosen == "0.6"
+    assert choose(reordered, "0.5", GRID) == first
     # Sums in another order must not decide: 0.1 + 0.2 + 0.3 against 0.3 + 0.2 + 0.1.
     rows = {"a": dict(zip(QUERIES[:20], [0.1, 0.2, 0.3] * 6 + [0.5, 0.5], strict=True))}
     rows["b"] = dict(zip(QUERIES[:20], [0.3, 0.2, 0.1] * 6 + [0.5, 0.5], strict=True))

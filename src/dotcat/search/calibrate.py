@@ -18,7 +18,7 @@ document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0,
 one-standard-error rule (:func:`dotcat.evaluation.choice.choose`) with 0, the first stage
 alone, as the prior default: 0 is kept unless the best weight beats it by more than a
 standard error of their per-query differences (a re-ranker the corpus cannot vouch for is not
-trusted), else the most central of the weights within a standard error of the best. It is
+trusted), else the weight nearest 0 among those within a standard error of the best. It is
 recorded in the index manifest under the cross-encoder's weights fingerprint, with the curve,
 the tied weights and the reason, and ``interpolate="auto"`` follows it before the model's dev
 weight (:class:`dotcat.search.pipeline.Reranker`).
