@@ -366,7 +366,7 @@ def dev_cv_lines(work: Path, repeats: int = 100) -> list[str]:
         picks: dict = {n: [] for n in names}
         for _ in range(repeats):
             shuffled = [pool[i] for i in rng.permutation(len(pool))]
-            cut = 101 if "dev" not in table["splits"] else len(pool) // 2
+            cut = min(101, len(pool) // 2) if "dev" not in table["splits"] else len(pool) // 2
             dev, rest = rows(scores, shuffled[:cut]), shuffled[cut:]
             for n, spec in DEV_VARIANTS.items():
                 point = argmax(dev, order) if spec is None else _variant(dev, order, *spec)
@@ -400,6 +400,8 @@ def prior_lines(work: Path) -> list[str]:
         splits = table["splits"]
         dev = rows(table["scores"], splits.get("dev") or carved(splits["train"], DEV_SEED))
         choice = choose(dev, "rrf", list(dev))
+        if choice.best is None:
+            continue
         lines.append(
             f"| {name} | {choice.queries} | {choice.means['rrf']:.4f} | "
             f"{choice.means['linear 0.5']:.4f} | {label(choice.best)} "
