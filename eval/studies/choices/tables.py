@@ -30,6 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import numpy as np  # noqa: E402
+
 import common  # noqa: E402
 from dotcat.data.qrels import available_splits, load_qrels  # noqa: E402
 from dotcat.data.queries import load_queries  # noqa: E402
@@ -154,30 +156,53 @@ def rerank_table(work: Path, index: Path, cat: Path, fusions: dict[str, Fusion])
     table = {"dev": {str(a): per_query(fuse(dev, a), dev_qrels) for a in alphas}, "test": {}}
     test_texts = load_queries(data, split="test")
     test_qrels = load_qrels(data, split="test")
-    for name, fusion in fusions.items():
-        candidates = _pipeline_candidates(index, cat, fusion, test_texts)
+    for name, candidates in _pipeline_candidates(index, cat, fusions, test_texts).items():
         table["test"][name] = {str(a): per_query(fuse(candidates, a), test_qrels) for a in alphas}
     table.update({"dev_depth": dev_depth, "test_depth": RERANK_DEPTH, "model": str(cat)})
     save(path, table)
     return path
 
 
-def _pipeline_candidates(index: Path, cat: Path, fusion: Fusion, queries: dict[str, str]):
-    """The default pipeline's top :data:`RERANK_DEPTH` with its cross-encoder's logits."""
+def _pipeline_candidates(
+    index: Path, cat: Path, fusions: dict[str, Fusion], queries: dict[str, str]
+) -> dict:
+    """Each fusion's default pipeline: its top :data:`RERANK_DEPTH` with the cross-encoder's
+    logits, every (query, document) pair the fusions share scored once."""
     from dotcat.search.passages import to_run
-    from dotcat.search.reranker import score_candidates
+    from dotcat.search.reranker import Candidates, score_candidates
 
-    config = PipelineConfig(
-        rerank=str(cat), fusion=fusion.method,
-        fusion_weight=fusion.weight if fusion.method == "linear" else None,
-    )  # fmt: skip
-    pipeline = SearchPipeline(index, config)
-    found = pipeline.matches(queries, RERANK_DEPTH, rerank=False)
-    texts = pipeline.candidate_texts(found, RERANK_DEPTH)
+    lists, union, texts = {}, {}, {}
+    for name, fusion in fusions.items():
+        config = PipelineConfig(
+            rerank=str(cat), fusion=fusion.method,
+            fusion_weight=fusion.weight if fusion.method == "linear" else None,
+        )  # fmt: skip
+        pipeline = SearchPipeline(index, config)
+        found = pipeline.matches(queries, RERANK_DEPTH, rerank=False)
+        lists[name] = to_run(found)
+        for key, value in pipeline.candidate_texts(found, RERANK_DEPTH).items():
+            if texts.setdefault(key, value) != value:
+                raise SystemExit(f"{key}: the fusions give the cross-encoder other passages")
+        for qid, docs in lists[name].items():
+            seen = union.setdefault(qid, {})
+            for doc, _ in docs[:RERANK_DEPTH]:
+                seen.setdefault(doc, -float(len(seen)))
+    run = {q: sorted(docs.items(), key=lambda x: -x[1]) for q, docs in union.items()}
+    depth = max(len(docs) for docs in run.values())
     ce = pipeline.reranker.cross_encoder
-    return score_candidates(
-        to_run(found), queries, {}, ce, RERANK_DEPTH, show_progress=True, pair_texts=texts
-    )
+    scored = score_candidates(run, queries, {}, ce, depth, show_progress=True, pair_texts=texts)
+    logit = {(q, d): c.cat[i] for q, c in scored.items() for i, d in enumerate(c.docs)}
+    return {
+        name: {
+            q: Candidates(
+                docs=[d for d, _ in docs],
+                first=np.asarray([s for _, s in docs], dtype=np.float64),
+                cat=np.asarray([logit[q, d] for d, _ in docs[:RERANK_DEPTH]], dtype=np.float64),
+            )
+            for q, docs in found.items()
+        }
+        for name, found in lists.items()
+    }
 
 
 # -- calibration --------------------------------------------------------------------------
@@ -206,7 +231,7 @@ def calibrate_table(
     if table["test"] is None:
         data = COLLECTIONS[name]
         texts, qrels = load_queries(data, split="test"), load_qrels(data, split="test")
-        candidates = _pipeline_candidates(index, cat, fusion, texts)
+        candidates = _pipeline_candidates(index, cat, {"": fusion}, texts)[""]
         table["test"] = {str(a): per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
         table["fusion"] = fusion.describe()
         save(path, table)
