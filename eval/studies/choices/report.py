@@ -337,7 +337,7 @@ def _variant(dev: dict, order: list, prior, tie_break: str, z: float = 1.0):
 DEV_VARIANTS = {
     "argmax": None,
     "rule (prior linear 0.5, nearest tied point, z 1)": ("linear 0.5", "nearest", 1.0),
-    "prior RRF": ("rrf", "nearest", 1.0),
+    "first version (prior RRF, most central tied point)": ("rrf", "central", 1.0),
     "most central tied point": ("linear 0.5", "central", 1.0),
     "z 0.5": ("linear 0.5", "nearest", 0.5),
     "z 2": ("linear 0.5", "nearest", 2.0),
