@@ -144,7 +144,7 @@ def test_k_and_depth_mean_one_thing_everywhere():
 
 
 def test_bm25_defaults_are_bm25configs():
-    from dotcat.search.bm25 import BM25Config
+    from dotcat.search.lexical import BM25Config
 
     params = {p.name: p for p in _click_command("bm25").params}
     assert (params["k1"].default, params["b"].default) == (BM25Config().k1, BM25Config().b)

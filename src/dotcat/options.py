@@ -36,7 +36,7 @@ SIMILARITIES = ("dot", "cos")
 #: The query pipeline's first stages and hybrid fusions (:mod:`dotcat.search.pipeline`).
 FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
 FUSIONS = ("auto", "rrf", "linear")
-#: How a document is ranked from its passages' scores (:mod:`dotcat.search.passages`).
+#: How a document is ranked from its passages' scores (:mod:`dotcat.search.aggregation`).
 AGGREGATIONS = ("maxp", "firstp", "sum")
 #: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
 #: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.

@@ -15,9 +15,9 @@ from dotcat.index import IndexConfig, PassageConfig, build_index
 from dotcat.index.bm25 import BM25Config, BM25Index
 from dotcat.models import EncoderConfig
 from dotcat.search.config import PipelineConfig
+from dotcat.search.dense import DenseRetriever
 from dotcat.search.feedback import RM3, RM3Expander, Rocchio, rocchio_search
 from dotcat.search.pipeline import SearchPipeline
-from dotcat.search.retriever import DenseRetriever
 
 # Ten documents (N = 10): a term in one document has df/N = 0.1, the most a feedback term may
 # have; "apple" (df 3) and "banana" (df 2) are query terms only. No stemming, no stop words,

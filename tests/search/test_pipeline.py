@@ -13,10 +13,10 @@ from dotcat.errors import DotcatError
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.dense import DenseRetriever
 from dotcat.search.fusion import Fusion
+from dotcat.search.lexical import bm25_search
 from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline, tune_fusion
-from dotcat.search.retriever import DenseRetriever
 
 QUERIES = {
     "q1": "which animals were domesticated from wolves",

@@ -271,7 +271,7 @@ def bm25(
     check_output_file(output)
     topics = load_queries(queries, split=split)
 
-    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.lexical import bm25_search
 
     start = time.perf_counter()
     run = bm25_search(load_corpus(corpus, options=options), topics, k=k, config=config)

@@ -14,14 +14,6 @@ from dotcat.evaluation.metrics import (
     parse_measures,
     qid_sort_key,
 )
-from dotcat.evaluation.report import (
-    comparison_note,
-    comparison_to_json,
-    format_comparison_table,
-    format_per_query,
-    format_table,
-    to_json,
-)
 from dotcat.evaluation.significance import (
     Comparison,
     PairedTestResult,
@@ -32,6 +24,14 @@ from dotcat.evaluation.significance import (
     paired_randomisation_test,
     paired_ttest,
     wins_ties_losses,
+)
+from dotcat.evaluation.tables import (
+    comparison_note,
+    comparison_to_json,
+    format_comparison_table,
+    format_per_query,
+    format_table,
+    to_json,
 )
 
 __all__ = [

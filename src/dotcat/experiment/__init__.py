@@ -4,7 +4,7 @@ A TOML file names a dataset or several, the systems to compare (BM25, dense, hyb
 optionally re-ranked by BERT_CAT), the measures and a baseline
 (:mod:`dotcat.experiment.config`). :func:`run_experiment` builds what is missing (indexes,
 runs), reusing what an earlier invocation built whenever its fingerprint is unchanged
-(:mod:`dotcat.experiment.cache`), evaluates every system against the baseline with
+(:mod:`dotcat.experiment.artifacts`), evaluates every system against the baseline with
 significance tests, and writes a report folder: the TREC runs, ``results.json``,
 ``report.md`` and PNG plots (:mod:`dotcat.experiment.report`; over several datasets, the
 systems x datasets table: :mod:`dotcat.experiment.suite_report`).

@@ -11,7 +11,7 @@ from typing import Any
 from dotcat.data import load_corpus
 from dotcat.evaluation import EvalReport
 from dotcat.evaluation.significance import Comparison
-from dotcat.experiment.cache import StageRecord
+from dotcat.experiment.artifacts import StageRecord
 from dotcat.experiment.config import ExperimentConfig, SystemConfig
 
 

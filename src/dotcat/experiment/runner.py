@@ -1,11 +1,11 @@
 """Run an experiment: build what is missing, run every system, evaluate, write the report.
 
-Each system is up to three cached stages (:mod:`dotcat.experiment.cache`), computed by the
+Each system is up to three cached stages (:mod:`dotcat.experiment.artifacts`), computed by the
 code the commands use:
 
 1. an index, when the system names a ``model``: :func:`dotcat.index.build_index` with BM25
    inside, then :func:`dotcat.search.pipeline.tune_fusion`, as ``dotcat index`` does;
-2. a first-stage run: :func:`dotcat.search.bm25.bm25_search` over the dataset's corpus (as
+2. a first-stage run: :func:`dotcat.search.lexical.bm25_search` over the dataset's corpus (as
    ``dotcat bm25``), or :meth:`dotcat.search.pipeline.SearchPipeline.run` over the index (as
    ``dotcat search --queries``);
 3. with ``rerank``, the first stage's top ``depth`` re-ranked by
@@ -50,7 +50,7 @@ from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
 from dotcat.errors import DotcatError
 from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
-from dotcat.experiment.cache import (
+from dotcat.experiment.artifacts import (
     Cache,
     StageRecord,
     digest,
@@ -88,9 +88,9 @@ from dotcat.models.runtime import (
     describe_precision,
     resolve_device,
 )
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.aggregation import to_run
 from dotcat.search.feedback import RM3
-from dotcat.search.passages import to_run
+from dotcat.search.lexical import bm25_search
 from dotcat.search.pipeline import (
     PipelineConfig,
     Reranker,

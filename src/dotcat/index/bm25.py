@@ -2,7 +2,7 @@
 
 An index directory holds one beside its FAISS index (``dotcat index --bm25``, in
 :data:`dotcat.index.layout.BM25_DIR`) for BM25 and hybrid search;
-:func:`dotcat.search.bm25.bm25_search` builds one in memory for a one-off search of a corpus.
+:func:`dotcat.search.lexical.bm25_search` builds one in memory for a one-off search of a corpus.
 
 Scoring (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond",
 Foundations and Trends in IR 3(4), 2009), in the Lucene variant that bm25s calls ``"lucene"``

@@ -44,11 +44,11 @@ from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import IndexConfig, check_shard
-from dotcat.index.distributed import encode_chunks_on_ray
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
+from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 

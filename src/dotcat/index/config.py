@@ -55,7 +55,7 @@ class IndexConfig(Settings):
             default, as ``dotcat index``: hybrid search is the safer first stage).
         shard: ``(i, n)``: index only shard ``i`` of ``n`` (0-based), the ``i``-th of ``n``
             contiguous, equal position ranges of the corpus (see :mod:`dotcat.index.shards`).
-        ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
+        ray: encode on a Ray cluster (:mod:`dotcat.index.ray_encoding`): ``"local"`` starts
             one on this machine, else a Ray address (``"auto"``, ``"ray://host:10001"``).
         ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
         passages: how long documents are split into passages

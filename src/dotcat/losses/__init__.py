@@ -12,7 +12,7 @@
   teacher's scores distilled into BERT_DOT.
 - :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
   memory (Gao et al. 2021).
-- :mod:`.distributed`: the same losses over a batch split across processes (DDP), gathered
+- :mod:`.gathered`: the same losses over a batch split across processes (DDP), gathered
   with their gradients: :func:`ddp_contrastive_loss`, :func:`ddp_triplet_loss`.
 - :mod:`.registry`: each recipe's losses by name (:data:`LOSSES`, :func:`pick_loss`) and
   :class:`LossConfig`, a BERT_DOT loss's settings.
@@ -29,7 +29,7 @@ from dotcat.losses.contrastive import (
     similarity_matrix,
 )
 from dotcat.losses.distill import listwise_kl_loss, margin_mse_loss
-from dotcat.losses.distributed import (
+from dotcat.losses.gathered import (
     ddp_contrastive_loss,
     ddp_triplet_loss,
     gather_with_grad,

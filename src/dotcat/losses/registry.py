@@ -6,7 +6,7 @@ Every entry of a recipe has that recipe's signature:
 - ``dot``: ``fn(query, positive, negatives, sizes, rank, loss, mask)`` on this process's
   embeddings (``[b, d]``, ``[b, d]``, ``[b, n, d]`` or None), every process's share of the
   global batch, a :class:`LossConfig` and the false-negative mask; the multi-process forms of
-  :mod:`dotcat.losses.distributed`, which reduce to the plain losses in one process.
+  :mod:`dotcat.losses.gathered`, which reduce to the plain losses in one process.
 - ``cat``: ``fn(logits)`` over ``[groups, 1 + n]`` logits, the positive first.
 - ``distill``: ``fn(student, teacher, temperature)`` over ``[b, 1 + n]`` scores, the positive
   first.
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from dotcat.errors import DotcatError
 from dotcat.losses.distill import listwise_kl_loss, margin_mse_loss
-from dotcat.losses.distributed import ddp_contrastive_loss, ddp_triplet_loss
+from dotcat.losses.gathered import ddp_contrastive_loss, ddp_triplet_loss
 from dotcat.losses.listwise import lce_loss
 from dotcat.losses.pointwise import bce_loss, group_labels
 

@@ -46,9 +46,9 @@ from dotcat.evaluation.significance import ttest_pvalue
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
 from dotcat.index.passages import PassageConfig
+from dotcat.search.aggregation import to_run
 from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
-from dotcat.search.passages import to_run
 from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
 from dotcat.types import Qrels, Run

@@ -33,7 +33,7 @@ On an index with passages (:mod:`dotcat.index.passages`) BM25's rows and FAISS's
 passages, so the feedback documents D and d_i are the top passages (as Anserini and Pyserini
 over segmented documents) and the statistics (document frequencies) the passages'; the
 rewritten query ranks passages, and documents are ranked from them
-(:mod:`dotcat.search.passages`) like any query's. A hybrid first stage applies each to its own
+(:mod:`dotcat.search.aggregation`) like any query's. A hybrid first stage applies each to its own
 side before the fusion. What the defaults of
 ``dotcat`` are, and the measurements behind them: ``eval/benchmarks/results/
 experiment_feedback.md``.
@@ -208,7 +208,7 @@ def rocchio_search(
     show_progress: bool = False,
 ) -> Run:
     """Dense search with Rocchio feedback through a
-    :class:`~dotcat.search.retriever.DenseRetriever`: encode, search the top ``params.docs``,
+    :class:`~dotcat.search.dense.DenseRetriever`: encode, search the top ``params.docs``,
     read their vectors back from the index, search again with ``q'`` (:func:`rocchio_expand`);
     documents ranked from their passages as any dense search."""
     return retriever.batch_search(queries, k, batch_size, show_progress, rocchio=params)

@@ -16,7 +16,7 @@ First stages, over one index directory (:func:`dotcat.index.build_index`):
   on collections unlike the encoder's training data BM25 often beats a dense model.
 
 Over an index with passages (:mod:`dotcat.index.passages`) dense and BM25 rank passages, and
-each ranks documents from them (``aggregation``: MaxP by default, :mod:`dotcat.search.passages`);
+each ranks documents from them (``aggregation``: MaxP by default, :mod:`dotcat.search.aggregation`);
 the fusion works on those document scores. A result keeps the passages that matched it, best
 first: the first is its snippet's, and the cross-encoder reads the best ``rerank_passages`` of
 them (the first stage's best: the passage that put the document in the list, and the only one
@@ -56,13 +56,13 @@ from dotcat.models.resolve import check_model
 from dotcat.models.runtime import store_linear_weights
 from dotcat.options import FIRST_STAGES, FUSION_DEPTH, RERANK_DEPTH, RUN_K, SHOWN_K
 from dotcat.progress import progress_bar
+from dotcat.search.aggregation import Match, rank_documents, to_run
 from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline, parse_interpolate
+from dotcat.search.dense import DenseRetriever, hit
 from dotcat.search.feedback import RM3, RM3Expander, Rocchio
 from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.hits import Hit
-from dotcat.search.passages import Match, rank_documents, to_run
 from dotcat.search.reranker import rerank
-from dotcat.search.retriever import DenseRetriever, hit
 from dotcat.types import Run
 
 __all__ = [

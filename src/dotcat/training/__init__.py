@@ -7,7 +7,7 @@
   trained model's directory out.
 - :mod:`.recipes`: what each model trains on and how (``dot``, ``cat``, ``distill``), run by
   the loop of :mod:`.loop` (checkpoints in :mod:`.checkpoint`, processes in
-  :mod:`.distributed`).
+  :mod:`.ddp`).
 - :mod:`.data`: examples from qrels, mined negatives, batches, first-stage pools, cached
   teacher scores.
 - :mod:`.model`: :class:`~dotcat.training.model.TrainableBiEncoder`.

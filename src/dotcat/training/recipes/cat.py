@@ -67,7 +67,7 @@ from dotcat.training.data.pools import (
     sample_negatives,
     teacher_scores,
 )
-from dotcat.training.distributed import DistributedContext
+from dotcat.training.ddp import DistributedContext
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,

@@ -21,7 +21,7 @@ The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Ka
 2020; :func:`dotcat.losses.contrastive_loss`) or the triplet margin loss of Sentence-BERT
 (Reimers & Gurevych 2019; :func:`dotcat.losses.triplet_loss`). Under ``torchrun`` every
 process trains its share of each batch with DDP, in-batch negatives gathered from every
-process (:mod:`dotcat.losses.distributed`).
+process (:mod:`dotcat.losses.gathered`).
 
 Output directory::
 
@@ -77,7 +77,7 @@ from dotcat.training.data.mining import (
     save_negatives,
 )
 from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
-from dotcat.training.distributed import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.ddp import DistributedContext, init_distributed, shard_sizes
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,
@@ -459,7 +459,7 @@ def _batch_loss(
     """``loss_fn(query embeddings, document embeddings)`` of this process's rows of ``batch``.
 
     ``weight`` times the ``dot`` loss ``loss.name`` (0: not computed), a multi-process form
-    that reduces to the plain loss in a single process (:mod:`dotcat.losses.distributed`); the
+    that reduces to the plain loss in a single process (:mod:`dotcat.losses.gathered`); the
     contrastive loss masks the batch's false negatives (:func:`~dotcat.training.data.sampler.
     batch_false_negatives`). Plus ``extra(query, positive, negatives, rows)`` when given (the
     ``distill`` recipe's teacher loss), all times ``scale`` (``1 / batches per optimizer

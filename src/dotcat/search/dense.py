@@ -6,7 +6,7 @@ an index is always searched as it was built; another model is refused unless its
 settings are the ones recorded (:func:`dotcat.index.check_encoder`).
 
 Over an index with passages, FAISS ranks passages and documents are ranked from them
-(:mod:`dotcat.search.passages`: MaxP by default); each hit carries the passage that matched.
+(:mod:`dotcat.search.aggregation`: MaxP by default); each hit carries the passage that matched.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
+from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
 from dotcat.search.feedback import Rocchio, rocchio_expand
 from dotcat.search.hits import Hit
-from dotcat.search.passages import Match, check_aggregation, rank_documents, to_run
 from dotcat.types import Run
 
 __all__ = ["DenseRetriever", "Hit"]
@@ -47,7 +47,7 @@ class DenseRetriever:
             :class:`dotcat.models.EncoderConfig`); ``auto`` follows an int8 index.
         index: the index directory already open (a :class:`DenseIndex` of ``index_dir``).
         aggregation, aggregate_top: how documents are ranked from their passages
-            (:func:`dotcat.search.passages.aggregate`).
+            (:func:`dotcat.search.aggregation.aggregate`).
     """
 
     def __init__(

@@ -4,7 +4,7 @@ whole batch's.
 How a step works with ``W`` processes and a global batch of ``B`` examples:
 
 1. Every process draws the *same* global batch and embeds only its slice of it, ``b_r``
-   examples (``sizes[r]``; :func:`dotcat.training.distributed.shard_sizes`).
+   examples (``sizes[r]``; :func:`dotcat.training.ddp.shard_sizes`).
 2. The positives and hard negatives are gathered from all processes *with their gradients*
    (:func:`gather_with_grad`, ``torch.distributed.nn.functional.all_gather``), so each query
    is scored against the whole global batch, as in a single process with batch ``B``. Gathering
