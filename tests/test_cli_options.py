@@ -18,7 +18,7 @@ import typer
 
 from dotcat import options
 from dotcat.cli import app
-from dotcat.cli.app import train_app
+from dotcat.cli.main import train_app
 from dotcat.cli.params import AUTO
 
 CLI_DIR = Path(__file__).resolve().parents[1] / "src" / "dotcat" / "cli"

@@ -109,7 +109,7 @@ def log_chunks_encoded_by_actors(monkeypatch, log) -> None:
                 f.writelines(f"{int(c)}\n" for c in batch["chunk"])
             return super().__call__(batch)
 
-    monkeypatch.setattr(distributed, "_ChunkEncoder", CountingEncoder)
+    monkeypatch.setattr(ray_encoding, "_ChunkEncoder", CountingEncoder)
 
 
 def encoded(log) -> list[int]:

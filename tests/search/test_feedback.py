@@ -186,7 +186,7 @@ def test_feedback_through_the_pipeline(doc_index):
     index = doc_index
     bm25 = _pipeline(index, first_stage="bm25")
     rm3 = _pipeline(index, first_stage="bm25", prf="rm3", fb_docs=3, fb_terms=5)
-    assert rm3.run(QUERIES, 5) == rm3.rm3.search(QUERIES, 5)
+    assert rm3.run(QUERIES, 5) == rm3.stage().rm3.search(QUERIES, 5)
     assert rm3.describe()["feedback"]["rm3"] == {
         "fb_docs": 3,
         "fb_terms": 5,
@@ -249,15 +249,15 @@ def test_feedback_on_passages_ranks_documents(passage_index):
     expected = {}
     for qid, text in WORDS.items():
         ids = rm3.bm25.query_token_ids(text)
-        weights = rm3.rm3.expand(text)
+        weights = rm3.stage().rm3.expand(text)
         if ids:  # q' = lambda * tf(w, q) / |q| + (1 - lambda) * RM1 over the top 3 passages
             first = rm3.bm25.top(rm3.bm25.weighted_scores(Counter(ids)), 3)
-            model = rm3.rm3.relevance_model(first)
+            model = rm3.stage().rm3.relevance_model(first)
             original = {t: c / len(ids) for t, c in Counter(ids).items()}
             assert weights == pytest.approx(
                 {t: 0.5 * original.get(t, 0) + 0.5 * model.get(t, 0) for t in original | model}
             )
-        rows = rm3.rm3.search_expanded(weights, n)
+        rows = rm3.stage().rm3.search_expanded(weights, n)
         expected[qid] = _maxp({int(pid): s for pid, s in rows}, owner)
         assert len(rows) > len(expected[qid])  # some documents matched by several passages
     found = rm3.run(WORDS, 5)
@@ -265,7 +265,7 @@ def test_feedback_on_passages_ranks_documents(passage_index):
     assert found != _pipeline(passage_index, first_stage="bm25").run(WORDS, 5)
     # Rocchio: q' from the top 3 passages' vectors, scored against every passage, MaxP.
     dense = _pipeline(passage_index, first_stage="dense", prf="rocchio", rocchio_docs=3)
-    retriever = dense._dense_retriever()
+    retriever = dense.stages.dense()
     vectors = retriever.index.vectors(np.arange(n))  # a Flat index: the stored vectors
     expected = {}
     for qid, text in WORDS.items():

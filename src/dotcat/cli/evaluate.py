@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
+from dotcat.cli.main import app
 from dotcat.cli.params import option, settings
 from dotcat.data import load_judgements, read_run
 from dotcat.errors import DotcatError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
+from dotcat.cli.main import app
 from dotcat.cli.params import option, settings
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
@@ -96,7 +96,7 @@ def index(
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh, model=model,
                 options=options)  # fmt: skip
 
-    from dotcat.search.pipeline import build_and_tune
+    from dotcat.tuning import build_and_tune
 
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
                            corpus_options=options)  # fmt: skip

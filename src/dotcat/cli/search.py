@@ -11,8 +11,8 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
 from dotcat.cli.index import corpus_options
+from dotcat.cli.main import app
 from dotcat.cli.output import print_hits, search_lines
 from dotcat.cli.params import option, settings
 from dotcat.data import (
@@ -221,8 +221,7 @@ def rerank_run(
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
     check_model(model, cross_encoder=True)
 
-    from dotcat.search.pipeline import Reranker
-    from dotcat.search.reranker import corpus_texts
+    from dotcat.search.reranker import Reranker, corpus_texts
 
     reranker = Reranker.load(model, depth, interpolate, device=device, precision=precision,
                              backend=config.rerank_backend, batch_size=batch_size)  # fmt: skip

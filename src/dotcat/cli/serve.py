@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
+from dotcat.cli.main import app
 from dotcat.cli.params import option, settings
 from dotcat.search.config import PipelineConfig, check_pipeline
 from dotcat.serve.config import API_KEY_ENV, ServeConfig

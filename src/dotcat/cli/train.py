@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app, train_app
+from dotcat.cli.main import app, train_app
 from dotcat.cli.params import AUTO, auto_number, option, settings
 from dotcat.index.manifest import check_index
 from dotcat.search.config import CalibrationConfig, PipelineConfig, check_pipeline

@@ -10,14 +10,14 @@ significance tests, and writes a report folder: the TREC runs, ``results.json``,
 systems x datasets table: :mod:`dotcat.experiment.suite_report`).
 """
 
-from dotcat.experiment.config import ExperimentConfig, check_paths, load_config, parse_config
+from dotcat.exports import lazy_exports
 
-__all__ = ["ExperimentConfig", "check_paths", "load_config", "parse_config", "run_experiment"]
-
-
-def __getattr__(name: str):
-    if name == "run_experiment":  # imported on use: it pulls in torch, FAISS and matplotlib
-        from dotcat.experiment.runner import run_experiment
-
-        return run_experiment
-    raise AttributeError(f"module 'dotcat.experiment' has no attribute {name!r}")
+_EXPORTS = {
+    "ExperimentConfig": "dotcat.experiment.config",
+    "check_paths": "dotcat.experiment.config",
+    "load_config": "dotcat.experiment.config",
+    "parse_config": "dotcat.experiment.config",
+    "run_experiment": "dotcat.experiment.runner",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,12 +4,12 @@ Each system is up to three cached stages (:mod:`dotcat.experiment.artifacts`), c
 code the commands use:
 
 1. an index, when the system names a ``model``: :func:`dotcat.index.build_index` with BM25
-   inside, then :func:`dotcat.search.pipeline.tune_fusion`, as ``dotcat index`` does;
+   inside, then :func:`dotcat.tuning.tune_fusion`, as ``dotcat index`` does;
 2. a first-stage run: :func:`dotcat.search.lexical.bm25_search` over the dataset's corpus (as
    ``dotcat bm25``), or :meth:`dotcat.search.pipeline.SearchPipeline.run` over the index (as
    ``dotcat search --queries``);
 3. with ``rerank``, the first stage's top ``depth`` re-ranked by
-   :class:`dotcat.search.pipeline.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
+   :class:`dotcat.search.reranker.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
    the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``). Over an
    index with passages the cross-encoder reads each document's best passage as the first
    stage found it (kept beside the run, ``*.passages.json``), as ``search --rerank`` does.
@@ -89,16 +89,12 @@ from dotcat.models.runtime import (
     resolve_device,
 )
 from dotcat.search.aggregation import to_run
+from dotcat.search.config import PipelineConfig
 from dotcat.search.feedback import RM3
 from dotcat.search.lexical import bm25_search
-from dotcat.search.pipeline import (
-    PipelineConfig,
-    Reranker,
-    SearchPipeline,
-    build_and_tune,
-    tune_fusion,
-)
-from dotcat.search.reranker import corpus_texts
+from dotcat.search.pipeline import SearchPipeline
+from dotcat.search.reranker import Reranker, corpus_texts
+from dotcat.tuning import build_and_tune, tune_fusion
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,8 @@
 """Dense retrieval at query time: encode the query with the index's own encoder, FAISS top-k.
 
+:class:`DenseStage` is the ``dense`` first stage (:mod:`dotcat.search.stages`) over a
+:class:`DenseRetriever`, with Rocchio feedback where the settings ask for it.
+
 The encoder is rebuilt from the index manifest (model, pooling, similarity, max length:
 :func:`dotcat.index.encoder.encoder_config_from_manifest`), so
 an index is always searched as it was built; another model is refused unless its weights and
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +30,11 @@ from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
-from dotcat.search.feedback import Rocchio, rocchio_expand
+from dotcat.search.feedback import Rocchio, rocchio_expand, rocchio_of
 from dotcat.search.hits import Hit
 from dotcat.types import Run
 
-__all__ = ["DenseRetriever", "Hit"]
+__all__ = ["DenseRetriever", "DenseStage", "Hit"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +149,43 @@ class DenseRetriever:
             qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
             for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
         }
+
+
+@dataclass(frozen=True)
+class DenseStage:
+    """The ``dense`` first stage: a :class:`DenseRetriever`'s documents, its query vectors
+    rewritten by Rocchio first where ``rocchio`` is set (:meth:`with_feedback`).
+
+    Attributes:
+        retriever: the index's retriever (its query encoder loaded).
+        rocchio: Rocchio's settings, or None.
+    """
+
+    retriever: DenseRetriever
+    rocchio: Rocchio | None = None
+    name: str = "dense"
+
+    @classmethod
+    def create(cls, context) -> DenseStage:
+        """The stage over a :class:`~dotcat.search.stages.StageContext`'s index, with the
+        Rocchio feedback its settings ask for."""
+        return cls(context.dense()).with_feedback(rocchio_of(context.config))
+
+    def with_feedback(self, rocchio: Rocchio | None) -> DenseStage:
+        """This stage wrapped in Rocchio feedback (None: as it is)."""
+        return self if rocchio is None else replace(self, rocchio=rocchio)
+
+    @property
+    def score_kind(self) -> str:
+        return self.retriever.score_kind
+
+    def search(
+        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents (:meth:`DenseRetriever.batch_matches`)."""
+        return self.retriever.batch_matches(
+            queries, k, show_progress=show_progress, rocchio=self.rocchio
+        )
 
 
 def hit(rank: int, match: Match, doc: StoredDocument, score_kind: str) -> Hit:

@@ -52,9 +52,19 @@ from dotcat import options
 from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
 from dotcat.progress import progress_bar
+from dotcat.search.config import PRF_SIDES
 from dotcat.types import Run
 
-__all__ = ["RM3", "Rocchio", "RM3Expander", "rm3_search", "rocchio_search", "rocchio_vectors"]
+__all__ = [
+    "RM3",
+    "Rocchio",
+    "RM3Expander",
+    "rm3_of",
+    "rm3_search",
+    "rocchio_of",
+    "rocchio_search",
+    "rocchio_vectors",
+]
 
 #: Anserini's feedback terms: 2-20 characters of [a-z0-9], in at most 10% of the documents.
 TERM_PATTERN = re.compile(r"[a-z0-9]{2,20}")
@@ -96,6 +106,22 @@ class Rocchio:
     def describe(self) -> str:
         """``Rocchio (3 docs, alpha 1, beta 0.5)``."""
         return f"Rocchio ({_count(self.docs, 'doc')}, alpha {self.alpha:g}, beta {self.beta:g})"
+
+
+def rm3_of(config) -> RM3 | None:
+    """RM3's settings from a :class:`~dotcat.search.config.PipelineConfig` whose ``prf``
+    rewrites the BM25 side; None where it does not."""
+    if "bm25" not in PRF_SIDES[config.prf]:
+        return None
+    return RM3(config.fb_docs, config.fb_terms, config.original_query_weight)
+
+
+def rocchio_of(config) -> Rocchio | None:
+    """Rocchio's settings from a :class:`~dotcat.search.config.PipelineConfig` whose ``prf``
+    rewrites the dense side; None where it does not."""
+    if "dense" not in PRF_SIDES[config.prf]:
+        return None
+    return Rocchio(config.rocchio_docs, config.rocchio_alpha, config.rocchio_beta)
 
 
 class RM3Expander:
