@@ -37,7 +37,11 @@ def lazy_exports(
                 raise AttributeError(f"module {package!r} has no attribute {name!r}")
             return importlib.import_module(f"{package}.{name}")
         module, _, attribute = target.partition(":")
-        value = getattr(importlib.import_module(module), attribute or name)
+        try:
+            loaded = importlib.import_module(module)
+        except AttributeError as e:  # `from package import name` would report it as missing
+            raise ImportError(f"{module}: {e}") from e
+        value = getattr(loaded, attribute or name)
         vars(importlib.import_module(package))[name] = value  # the next access is plain
         return value
 

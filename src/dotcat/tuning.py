@@ -1,6 +1,6 @@
 """An index built and tuned: what ``dotcat index`` runs (:func:`build_and_tune`).
 
-:func:`dotcat.index.build_index` writes the index directory (FAISS, BM25, documents);
+:func:`dotcat.index.build.build_index` writes the index directory (FAISS, BM25, documents);
 :func:`tune_fusion` then chooses its hybrid fusion on the data's dev queries and records it in
 the manifest, so a hybrid search of the index fuses as its data prefers. The tuning needs the
 search pipeline (dense and BM25 runs of the dev queries), so it sits above
@@ -90,7 +90,7 @@ def build_and_tune(
     corpus_options: Any = None,
     show_progress: bool = True,
 ) -> BuiltIndex:
-    """Build an index (:func:`dotcat.index.build_index`) and, with BM25 inside, choose its
+    """Build an index (:func:`dotcat.index.build.build_index`) and, with BM25 inside, choose its
     hybrid fusion on the data's dev queries (:func:`tune_fusion`): what ``dotcat index`` and
     ``dotcat experiment`` do, so that a hybrid search of the index runs the fusion its data
     prefers. A shard is not tuned: its merge is (``dotcat merge`` then this fusion choice).
@@ -99,11 +99,11 @@ def build_and_tune(
     default model, BM25 beside it (:class:`IndexConfig`'s defaults are the command line's).
 
     Args:
-        corpus: what :func:`dotcat.index.build_index` reads (a path, or documents in Python).
+        corpus: what :func:`dotcat.index.build.build_index` reads (a path, or documents in Python).
         encoder: a model name or directory, an :class:`EncoderConfig`, or a loaded
-            :class:`~dotcat.models.BiEncoder`; None: the packaged default model.
+            :class:`~dotcat.models.bi_encoder.BiEncoder`; None: the packaged default model.
         config, overwrite, fresh, corpus_options, show_progress: as
-            :func:`dotcat.index.build_index`.
+            :func:`dotcat.index.build.build_index`.
     """
     config = config or IndexConfig()
     if encoder is None or isinstance(encoder, str):

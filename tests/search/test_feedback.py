@@ -12,7 +12,8 @@ import pytest
 
 from dotcat.errors import DotcatError, SettingError
 from dotcat.index import IndexConfig, PassageConfig, build_index
-from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import BM25Config
 from dotcat.models import EncoderConfig
 from dotcat.search.config import PipelineConfig
 from dotcat.search.dense import DenseRetriever
@@ -265,7 +266,7 @@ def test_feedback_on_passages_ranks_documents(passage_index):
     assert found != _pipeline(passage_index, first_stage="bm25").run(WORDS, 5)
     # Rocchio: q' from the top 3 passages' vectors, scored against every passage, MaxP.
     dense = _pipeline(passage_index, first_stage="dense", prf="rocchio", rocchio_docs=3)
-    retriever = dense.stages.dense()
+    retriever = dense.stage("dense").retriever
     vectors = retriever.index.vectors(np.arange(n))  # a Flat index: the stored vectors
     expected = {}
     for qid, text in WORDS.items():
@@ -289,7 +290,9 @@ def test_feedback_needs_its_side(index, data, tiny_bert_dir, tmp_path):
         PipelineConfig(first_stage="bm25", prf="rocchio")
     with pytest.raises(SettingError, match="original_query_weight"):
         PipelineConfig(prf="rm3", original_query_weight=2)
-    PipelineConfig(first_stage="bm25", prf="both")  # both: the side there is
+    with pytest.raises(SettingError, match="prf 'both' rewrites the dense side"):
+        PipelineConfig(first_stage="bm25", prf="both")  # a side the stage has not: refused
+    PipelineConfig(first_stage="hybrid", prf="both")
     dense_only = tmp_path / "dense"
     encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
     build_index(data, dense_only, encoder, IndexConfig(bm25=False), show_progress=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Config
+from dotcat.index.config import BM25Config
 from dotcat.search.lexical import bm25_search
 
 DOCS = [

@@ -18,8 +18,8 @@ the file, the line and the problem.
 from dotcat.exports import lazy_exports
 
 _EXPORTS = {
-    "CorpusOptions": "dotcat.data.corpus",
-    "CorpusStats": "dotcat.data.corpus",
+    "CorpusOptions": "dotcat.data.sources",
+    "CorpusStats": "dotcat.data.sources",
     "Document": "dotcat.data.corpus",
     "default_cache_dir": "dotcat.data.corpus",
     "document_fields": "dotcat.data.corpus",

@@ -42,7 +42,7 @@ class Dataset:
     given: str = ""
 
     def corpus(self):
-        """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
+        """The corpus as an Arrow dataset (:func:`dotcat.data.corpus.load_corpus`), loaded once."""
         if self._corpus is None:
             self._corpus = load_corpus(self.path)
         return self._corpus

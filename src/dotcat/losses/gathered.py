@@ -12,7 +12,7 @@ How a step works with ``W`` processes and a global batch of ``B`` examples:
    ``s``'s documents.
 3. Process ``r`` computes InfoNCE for its ``b_r`` queries; query ``i``'s positive is row
    ``offset_r + i`` of the gathered positives (``offset_r = b_0 + ... + b_{r-1}``, the
-   ``offset`` argument of :func:`dotcat.losses.contrastive_loss`).
+   ``offset`` argument of :func:`dotcat.losses.contrastive.contrastive_loss`).
 4. The backward of the all-gather sums, for each process's embeddings, the gradients coming
    from every process's loss; then DDP *averages* the parameter gradients over the ``W``
    processes. The global-batch loss is ``L = (1/B) sum_i L_i``, so process ``r``'s loss is

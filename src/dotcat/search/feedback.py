@@ -34,9 +34,8 @@ passages, so the feedback documents D and d_i are the top passages (as Anserini 
 over segmented documents) and the statistics (document frequencies) the passages'; the
 rewritten query ranks passages, and documents are ranked from them
 (:mod:`dotcat.search.aggregation`) like any query's. A hybrid first stage applies each to its own
-side before the fusion. What the defaults of
-``dotcat`` are, and the measurements behind them: ``eval/benchmarks/results/
-experiment_feedback.md``.
+side before the fusion. The defaults (no feedback) were chosen on the dev queries of five
+collections, where every setting of either fell below its first stage on the mean.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, rank_documents

@@ -63,7 +63,7 @@ class SearchPipeline:
     search`` does); ``SearchPipeline("my-index", rerank="my-cat", depth=50)`` re-ranks.
 
     Args:
-        index_dir: a directory written by ``dotcat index`` or :func:`dotcat.build_and_tune`.
+        index_dir: a directory written by ``dotcat index`` or :func:`dotcat.tuning.build_and_tune`.
         config: a :class:`PipelineConfig` (defaults follow the index and the models).
         advise: log the hint to run ``dotcat calibrate`` where a dev-chosen weight meets
             another corpus (False for ``dotcat calibrate`` itself).
@@ -116,10 +116,10 @@ class SearchPipeline:
 
     def _check_feedback(self) -> None:
         """Feedback rewrites one side; the first stage must read it."""
-        sides = PRF_SIDES[self.config.prf]
-        if sides and not set(sides) & set(entry(self.first_stage).sides):
+        missing = [s for s in PRF_SIDES[self.config.prf] if s not in entry(self.first_stage).sides]
+        if missing:
             raise DotcatError(
-                f"{self.index_dir}: prf {self.config.prf!r} rewrites the {' and '.join(sides)} "
+                f"{self.index_dir}: prf {self.config.prf!r} rewrites the {' and '.join(missing)} "
                 f"side, and this index's first stage is {self.first_stage!r}"
             )
 
@@ -129,8 +129,9 @@ class SearchPipeline:
 
     @property
     def encoder(self):
-        """The index's BERT_DOT query encoder (a loaded :class:`dotcat.models.BiEncoder`)."""
-        return self.stages.dense().encoder
+        """The index's BERT_DOT query encoder (a loaded
+        :class:`dotcat.models.bi_encoder.BiEncoder`)."""
+        return self.stage("dense").retriever.encoder
 
     def one_thread_small_calls(self) -> None:
         """Encode single queries (and other small calls) on one intra-op thread.
@@ -141,8 +142,9 @@ class SearchPipeline:
         with one thread while another process held a core).
         """
         self.stages.small_call_threads = 1
-        if self.stages._dense is not None:
-            self.stages._dense.encoder.single_query_threads = 1
+        retriever = self.stages.made("dense")
+        if retriever is not None:
+            retriever.encoder.single_query_threads = 1
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -77,7 +77,7 @@ class Candidates:
 def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
     """id -> ``document_text(title, text)`` of the documents in ``ids``, in one corpus pass.
 
-    ``corpus``: a ``datasets.Dataset`` from :func:`dotcat.data.load_corpus` (read in Arrow
+    ``corpus``: a ``datasets.Dataset`` from :func:`dotcat.data.corpus.load_corpus` (read in Arrow
     batches) or any iterable of documents with ``id``, ``title``, ``text``.
     """
     texts: dict[str, str] = {}

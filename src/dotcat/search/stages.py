@@ -64,8 +64,8 @@ class StageEntry:
     """A registered first stage.
 
     Attributes:
-        factory: ``"module:callable"``; the callable takes a :class:`StageContext` and returns
-            a :class:`FirstStage`.
+        factory: a callable, or ``"module:callable"`` (imported when first built), that takes a
+            :class:`StageContext` and returns a :class:`FirstStage`.
         sides: what of an index it reads: ``dense`` (the bi-encoder and FAISS, which every
             index has), ``bm25`` (the BM25 index inside, which an index may lack). A stage is
             available where the index has every side it reads, and feedback applies to a stage
@@ -73,12 +73,14 @@ class StageEntry:
         help: one line for the help texts.
     """
 
-    factory: str
+    factory: str | Callable[[StageContext], FirstStage]
     sides: tuple[str, ...] = ()
     help: str = ""
 
     def load(self) -> Callable[[StageContext], FirstStage]:
-        """The factory, imported."""
+        """The factory (imported from ``module:callable`` on first use)."""
+        if callable(self.factory):
+            return self.factory
         module, _, name = self.factory.partition(":")
         value: Any = importlib.import_module(module)
         for part in name.split("."):
@@ -119,10 +121,19 @@ def _plugin_entry(point: Any) -> StageEntry:
     return StageEntry(point.value, tuple(getattr(value, "sides", ())), doc[0] if doc else "")
 
 
-def register_stage(name: str, factory: str, sides: tuple[str, ...] = (), help: str = "") -> None:
-    """Register a first stage at run time (see the module docstring)."""
+def register_stage(
+    name: str,
+    factory: str | Callable[[StageContext], FirstStage],
+    sides: tuple[str, ...] | None = None,
+    help: str = "",
+) -> None:
+    """Register a first stage at run time (see the module docstring); ``sides`` default to
+    the factory's owner's ``sides`` attribute, else none."""
     if not name or name == AUTO or not name.replace("_", "").replace("-", "").isalnum():
         raise DotcatError(f"a first stage needs a plain name (not {AUTO!r}), got {name!r}")
+    if sides is None:
+        owner = getattr(factory, "__self__", factory)
+        sides = tuple(getattr(owner, "sides", ()))
     registry()[name] = StageEntry(factory, tuple(sides), help)
 
 
@@ -163,7 +174,7 @@ class StageContext:
         self.manifest = index.manifest
         self.small_call_threads: int | None = None  # see SearchPipeline.one_thread_small_calls
         self._lock = threading.RLock()
-        self._dense: Any = None
+        self._shared: dict[str, Any] = {}
         self._stages: dict[str, FirstStage] = {}
 
     @property
@@ -204,17 +215,14 @@ class StageContext:
                 self._stages[name] = entry(name).load()(self)
             return self._stages[name]
 
-    def dense(self) -> Any:
-        """The index's dense retriever (:class:`~dotcat.search.dense.DenseRetriever`), its
-        query encoder loaded once."""
+    def shared(self, key: str, make: Callable[[], Any]) -> Any:
+        """What several stages share, made once (the query encoder: ``dense`` and a hybrid's
+        dense side search with one)."""
         with self._lock:
-            if self._dense is None:
-                from dotcat.search.dense import DenseRetriever
+            if key not in self._shared:
+                self._shared[key] = make()
+            return self._shared[key]
 
-                c = self.config
-                self._dense = DenseRetriever(
-                    self.index_dir, model=c.model, device=c.device, precision=c.precision,
-                    index=self.index, aggregation=c.aggregation, aggregate_top=c.aggregate_top,
-                )  # fmt: skip
-                self._dense.encoder.single_query_threads = self.small_call_threads
-            return self._dense
+    def made(self, key: str) -> Any:
+        """What :meth:`shared` made under ``key``, or None."""
+        return self._shared.get(key)

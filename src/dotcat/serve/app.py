@@ -154,7 +154,7 @@ class SearchService:
         self.stages: list[str] = pipeline.describe()["stages_available"]
         reranker = pipeline.reranker
         depth = reranker.depth if reranker is not None else None
-        self.described = descriptions(config, pipeline.first_stage, depth)
+        self.described = descriptions(config, pipeline.first_stage, depth, self.stages)
         self.Stage, self.Rerank, self.Text, self.SearchBody = request_models(
             config, self.stages, reranker is not None, self.described
         )
