@@ -168,7 +168,7 @@ def _pipeline_candidates(
 ) -> dict:
     """Each fusion's default pipeline: its top :data:`RERANK_DEPTH` with the cross-encoder's
     logits, every (query, document) pair the fusions share scored once."""
-    from dotcat.search.passages import to_run
+    from dotcat.search.aggregation import to_run
     from dotcat.search.reranker import Candidates, score_candidates
 
     lists, union, texts = {}, {}, {}

@@ -4,8 +4,8 @@
 norm(first)`` (:func:`dotcat.search.reranker.fuse`) that its dev split likes best, and every corpus
 then gets that weight. A cross-encoder trained on one collection can rank another one worse than the
 first stage it re-ranks; with the training data's weight the pipeline then loses to its own first
-stage (``eval/studies/cat_fusion/cat_fusion.md``: every fusion and depth chosen on SciFact dev lost
-on both collections the models never saw).
+stage (measured: every fusion and depth chosen on SciFact dev lost on both collections the
+models never saw).
 
 :func:`calibrate_reranker` asks the corpus instead, without labels. It draws pseudo-queries
 from the index's documents (:mod:`dotcat.data.pseudo`: a title, or a sentence cut out of its
@@ -21,13 +21,12 @@ standard error of their per-query differences (a re-ranker the corpus cannot vou
 trusted), else the weight nearest 0 among those within a standard error of the best. It is
 recorded in the index manifest under the cross-encoder's weights fingerprint, with the curve,
 the tied weights and the reason, and ``interpolate="auto"`` follows it before the model's dev
-weight (:class:`dotcat.search.pipeline.Reranker`).
+weight (:class:`dotcat.search.reranker.Reranker`).
 
-Measured (``eval/studies/cat_corpus_weight/``, with the guard of before: the best weight kept
-where a paired t-test against the first stage gave p < 0.05): two SciFact-trained BERT_CATs
-whose SciFact dev weights made the pipeline lose up to 0.15 nDCG@10 to its first stage on two
-collections they never saw are calibrated there to no loss. The rule that replaced that guard
-is compared with it in ``eval/studies/choices/``.
+Measured with the guard of before (the best weight kept where a paired t-test against the
+first stage gave p < 0.05): two SciFact-trained BERT_CATs whose SciFact dev weights made the
+pipeline lose up to 0.15 nDCG@10 to its first stage on two collections they never saw are
+calibrated there to no loss.
 """
 
 from __future__ import annotations
@@ -49,9 +48,9 @@ from dotcat.evaluation.choice import MIN_QUERIES, choose
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
 from dotcat.index.passages import PassageConfig
+from dotcat.search.aggregation import to_run
 from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
-from dotcat.search.passages import to_run
 from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
 from dotcat.types import Qrels, Run
@@ -136,11 +135,10 @@ def pseudo_first_stage(
         show_progress=show_progress,
     )
     config = replace(
-        pipeline.config,
+        pipeline.config.first_stage_only(),
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
         fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
-        rerank=None,
     )
     queries = {qid: text for qid, text, _ in pseudo.queries}
     pseudo_pipeline = SearchPipeline(index_dir, config)
