@@ -304,6 +304,39 @@ def summary_lines(summaries: list[dict]) -> list[str]:
     return lines
 
 
+def acceptance_lines(summaries: list[dict]) -> list[str]:
+    """The issue's acceptance figures over the cases above: the rule's test nDCG@10 against
+    argmax's (the mean over cases, the worst case) and in how many cases its chosen point
+    varied less over the seeds (the standard deviation of the chosen weight; the chance that
+    two seeds chose the same point), over the 3 seeds and over the 20 where a seed is free."""
+    lines = []
+    for name, pick in (("3 seeds", lambda s: s), ("20 seeds", lambda s: s.get("more"))):
+        rows = [(s["title"], pick(s)) for s in summaries if pick(s) and s["seeds"] > 1]
+        if not rows:
+            continue
+        diffs = {t: r["rule"] - r["argmax"] for t, r in rows}
+        worst = min(diffs, key=diffs.get)
+        sd = [(_sd(r["rule_points"]), _sd(r["argmax_points"])) for _, r in rows]
+        same = [(_same(r["rule_points"]), _same(r["argmax_points"])) for _, r in rows]
+        lines.append(
+            f"- {name}, {len(rows)} cases (a case with one seed left out): rule - argmax on "
+            f"test, mean {np.mean(list(diffs.values())):+.4f}, worst {diffs[worst]:+.4f} "
+            f"({worst}); the chosen weight's sd lower in {sum(a < b for a, b in sd)}, equal "
+            f"in {sum(a == b for a, b in sd)}, higher in {sum(a > b for a, b in sd)}; the chance "
+            f"that two seeds agree higher in {sum(a > b for a, b in same)}, equal in "
+            f"{sum(a == b for a, b in same)}, lower in {sum(a < b for a, b in same)}."
+        )
+    return lines
+
+
+def _sd(spread_text: str) -> float:
+    return float(spread_text.split("sd ")[1].rstrip(")")) if "sd " in spread_text else 0.0
+
+
+def _same(spread_text: str) -> float:
+    return float(spread_text.split("(same ")[1].split(",")[0].rstrip(")"))
+
+
 def more_lines(summaries: list[dict]) -> list[str]:
     lines = [
         "| case | seeds | argmax test | rule test | rule - argmax | argmax chose | rule chose |",
@@ -454,7 +487,7 @@ def build(work: Path) -> list[str]:
         for case in cases:
             case_body, summary = case_lines(case)
             body += case_body
-            summaries.append(summary)
+            summaries.append({**summary, "section": heading})
     lines += [
         "## Summary (test nDCG@10, mean over the seeds; p: paired t-test over the test "
         "queries of the per-query difference averaged over the seeds)",
@@ -463,6 +496,8 @@ def build(work: Path) -> list[str]:
     lines += summary_lines(summaries)
     lines += ["", "## The variation over more seeds (where a seed costs nothing)", ""]
     lines += more_lines(summaries)
+    lines += ["", "## The issue's acceptance figures (fusion, from the two tables above)", ""]
+    lines += acceptance_lines([s for s in summaries if s["section"].startswith("Hybrid")])
     issue = issue_lines(work)
     if issue:
         lines += ["", "## SciFact, the README's `train dot` model at fp32 (the issue's table)", ""]
