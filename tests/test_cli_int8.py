@@ -113,7 +113,7 @@ def test_the_index_records_the_queries_precision_auto_chose_and_searches_follow_
     """A CPU kind whose ``auto`` runs documents at int8 and queries at bf16: the index records
     both, prints them, and a search (``auto``) runs its queries at bf16; an index from before
     the queries were recorded is searched at its documents' precision."""
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     monkeypatch.setenv(runtime.NATIVE_BF16_ENV, "on")
     monkeypatch.setitem(runtime.AUTO_ENCODER, "vnni+bf16", ("int8", "bf16"))

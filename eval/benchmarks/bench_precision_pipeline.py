@@ -275,30 +275,40 @@ def run_path(args, name: str, data: Path, path: str) -> dict:
     docs, queries_side = path_sides(path)
     index = build(args, name, data, docs)
     pipeline = SearchPipeline(index, PipelineConfig())
-    if queries_side.precision != "auto":
-        pipeline._dense_retriever().encoder = load_encoder(queries_side, args.work)
-    encoder = pipeline._dense_retriever().encoder
+    if queries_side.precision != "auto":  # the dense stage's encoder, shared with the hybrid
+        pipeline.stage("dense").retriever.encoder = load_encoder(queries_side, args.work)
+    encoder = pipeline.encoder
     dev = find_dev_split(data)
     dense_dev = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="dense")
     bm25_dev = pipeline.run(dev.queries, FUSION_DEPTH, first_stage="bm25")
-    pipeline.fusion = choose_fusion(dense_dev, bm25_dev, dev.qrels, dev.source)
+    fusion = choose_fusion(dense_dev, bm25_dev, dev.qrels, dev.source)
     qrels = load_qrels(data, split="test")
     queries = {q: t for q, t in load_queries(data, split="test").items() if q in qrels}
     figures: dict = {
         "documents": f"{docs.key}",
         "queries": f"{encoder.precision}-{encoder.backend}",
-        "fusion": pipeline.fusion.describe(),
-        "fusion json": {k: v for k, v in pipeline.fusion.to_json().items() if k != "dev"},
+        "fusion": fusion.describe(),
+        "fusion json": {k: v for k, v in fusion.to_json().items() if k != "dev"},
     }
-    figures |= scored("hybrid dev", pipeline.run(dev.queries, DEPTH), dev.qrels)
-    figures |= scored("hybrid", pipeline.run(queries, DEPTH), qrels)
+    figures |= scored("hybrid dev", hybrid_run(pipeline, fusion, dev.queries), dev.qrels)
+    figures |= scored("hybrid", hybrid_run(pipeline, fusion, queries), qrels)
     figures |= scored("dense", pipeline.run(queries, DEPTH, first_stage="dense"), qrels)
     reference = args.work / name / "fp32.json"
     if path != "fp32" and reference.exists():
-        fusion = json.loads(reference.read_text(encoding="utf-8"))["fusion json"]
-        pipeline.fusion = Fusion.from_json(fusion)
-        figures |= scored("hybrid@fp32-fusion", pipeline.run(queries, DEPTH), qrels)
+        fusion = Fusion.from_json(json.loads(reference.read_text(encoding="utf-8"))["fusion json"])
+        figures |= scored("hybrid@fp32-fusion", hybrid_run(pipeline, fusion, queries), qrels)
     return figures
+
+
+def hybrid_run(pipeline, fusion, queries: dict) -> dict:
+    """The pipeline's hybrid stage with ``fusion`` (the one ``dotcat index`` would record):
+    its dense and BM25 stages fused, ``DEPTH`` documents a query."""
+    from dotcat.search.aggregation import to_run
+    from dotcat.search.hybrid import HybridStage
+
+    dense, bm25 = pipeline.stage("dense"), pipeline.stage("bm25")
+    stage = HybridStage(dense, bm25, fusion, pipeline.config.fusion_depth)
+    return to_run({q: found[:DEPTH] for q, found in stage.search(queries, DEPTH).items()})
 
 
 def scored(system: str, run: dict, qrels: dict) -> dict:

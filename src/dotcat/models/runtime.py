@@ -144,20 +144,20 @@ ALL_PRECISIONS = options.PRECISIONS
 #: Per model kind, the int8 runtimes ``auto`` may run it on, in the order it prefers them (the
 #: first installed). OpenVINO for both kinds: it quantises an activation per group of features of
 #: each token, where ONNX Runtime takes one range per tensor, and it kept more of fp32's quality:
-#: re-ranked nDCG@10 on SciFact (eval/benchmarks/results/precision.md) and the default (hybrid)
-#: pipeline's nDCG@10 on six collections (eval/benchmarks/results/precision_pipeline.md).
-#: Indexes record which runtime made their vectors; queries follow it.
+#: re-ranked nDCG@10 on SciFact and the default (hybrid) pipeline's nDCG@10 on six collections
+#: (docs/precision.md, "Measured"). Indexes record which runtime made their vectors; queries
+#: follow it.
 INT8_BY_DEFAULT = {"encoder": ("openvino",), "cross-encoder": ("openvino",)}
 #: The runtimes of the int8 path (each runs both model kinds).
 INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 #: What ``auto`` runs the bi-encoder at, per CPU kind (:func:`cpu_kind`): (documents, queries).
 #: ``int8`` runs on the encoder's runtime in :data:`INT8_BY_DEFAULT`, or where that is not
-#: installed falls back to the autocast rule (bf16 where native, else fp32). Chosen in
-#: eval/benchmarks/results/precision_pipeline.md: the fastest path that keeps >= 99.8% of fp32's
-#: default-pipeline nDCG@10 on the mean of six collections and >= 99.0% on each, measured on a
-#: VNNI + bf16 Zen 4. ``vnni`` follows it untested (no such CPU at hand); AVX2-only CPUs keep fp32
-#: (int8's retention there was measured under emulation, its speed not).
+#: installed falls back to the autocast rule (bf16 where native, else fp32). Chosen as the
+#: fastest path that keeps >= 99.8% of fp32's default-pipeline nDCG@10 on the mean of six
+#: collections and >= 99.0% on each, measured on a VNNI + bf16 Zen 4 (docs/precision.md).
+#: ``vnni`` follows it untested (no such CPU at hand); AVX2-only CPUs keep fp32 (int8's speed
+#: there was not measured, so nothing says it is faster).
 AUTO_ENCODER = {
     "vnni+bf16": ("int8", "int8"),
     "vnni": ("int8", "int8"),
