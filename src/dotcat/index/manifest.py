@@ -192,8 +192,8 @@ def precisions_compatible(built: str, given: str, side: str = "queries") -> bool
 
     fp32, bf16 and fp16 vectors meet (cosine >= 0.9999). int8 queries meet only int8 documents
     (of the same runtime, checked apart): int8 queries over fp32 documents lost R@100 (98.99% of
-    fp32's on SciFact dev). Float queries meet int8 documents: they keep >= 99.7% of fp32's
-    default-pipeline nDCG@10 on every collection measured. Added documents must be what the
+    fp32's on SciFact dev). Float queries meet int8 documents: they kept >= 99.7% of fp32's
+    default-pipeline nDCG@10 on each of four collections. Added documents must be what the
     index's are: int8 among int8 only, so that one index never mixes two kinds of document
     vectors."""
     if built == given or "int8" not in (built, given):
