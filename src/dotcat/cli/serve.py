@@ -37,6 +37,9 @@ def serve(
     queue_size: int = option(ServeConfig, "queue_size"),
     timeout_s: float = option(ServeConfig, "timeout_s", "--timeout"),
     workers: int = option(ServeConfig, "workers"),
+    judge: bool = option(ServeConfig, "judge"),
+    judgments: str | None = option(ServeConfig, "judgments"),
+    query_log: str | None = option(ServeConfig, "query_log"),
     access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
     device: str = option(PipelineConfig, "device"),
     precision: str = option(PipelineConfig, "precision"),
@@ -63,6 +66,8 @@ def serve(
                 r = pipeline.reranker
                 stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
         typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
+        if judge:
+            typer.echo(f"dotcat: judging page at {url}/judge", err=True)
 
     # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one
     # process) or returns (--workers: its supervisor stopped every worker).

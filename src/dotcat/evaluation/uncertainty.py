@@ -1,0 +1,74 @@
+"""What a table of means leaves out: how much of each run the judgements cover, and how far
+each mean (and each difference to a baseline) could move on other queries.
+
+``dotcat eval`` prints both under its table: judged@10 per run, with a warning under 80%
+(:mod:`.judged`), and bootstrap confidence intervals (:mod:`.intervals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dotcat.evaluation.intervals import IntervalConfig, RunIntervals, format_intervals, intervals
+from dotcat.evaluation.judged import JUDGED_DEPTH, judged_notes
+from dotcat.evaluation.metrics import EvalReport
+from dotcat.types import Qrels, RunLike
+
+
+@dataclass
+class Uncertainty:
+    """Each run's judged@10 and the warnings it gives; the bootstrap intervals (empty with
+    ``bootstrap`` 0)."""
+
+    judged: dict[str, float]
+    notes: list[str]
+    intervals: dict[str, RunIntervals] = field(default_factory=dict)
+    baseline: str | None = None
+    config: IntervalConfig = field(default_factory=IntervalConfig)
+    seed: int = 0
+
+    def to_json(self, name: str) -> dict[str, Any]:
+        """One run's entries of ``dotcat eval --json``."""
+        out: dict[str, Any] = {f"judged@{JUDGED_DEPTH}": self.judged.get(name)}
+        if name in self.intervals:
+            out["intervals"] = {
+                "confidence": self.config.confidence,
+                "bootstrap": self.config.bootstrap,
+                "seed": self.seed,
+                **self.intervals[name].to_json(),
+            }
+        return out
+
+    def text(self) -> str:
+        """The lines printed under the table."""
+        shares = ", ".join(f"{name} {share:.3f}" for name, share in self.judged.items())
+        lines = [f"judged@{JUDGED_DEPTH}: {shares}"]
+        lines += [f"warning: {note}" for note in self.notes]
+        if self.intervals:
+            c = self.config
+            lines.append(
+                format_intervals(
+                    self.intervals, self.baseline, c.bootstrap, c.confidence, self.seed
+                )
+            )
+        return "\n".join(lines)
+
+
+def uncertainty(
+    runs: Mapping[str, RunLike],
+    qrels: Qrels,
+    reports: Mapping[str, EvalReport],
+    baseline: str | None,
+    config: IntervalConfig,
+    seed: int,
+) -> Uncertainty:
+    """Judged@10 of every run (against the qrels evaluated: unknown queries left out) and,
+    unless ``config.bootstrap`` is 0, the intervals of every report."""
+    evaluated = {q: qrels[q] for q in next(iter(reports.values())).per_query} if reports else {}
+    shares, notes = judged_notes(runs, evaluated or qrels)
+    found = {}
+    if config.bootstrap > 0 and reports:
+        found = intervals(reports, baseline, config.bootstrap, config.confidence, seed)
+    return Uncertainty(shares, notes, found, baseline, config, seed)
