@@ -19,7 +19,7 @@ from dotcat.search.config import CalibrationConfig, PipelineConfig, check_pipeli
 from dotcat.training.config import AdaptConfig, CatConfig, DistillConfig, DotConfig
 
 # Arguments every trainer shares.
-_DATA_HELP = "BEIR dir (or corpus file with --queries/--qrels)."
+_DATA_HELP = "BEIR dir (or a corpus file or index dir with --queries/--qrels)."
 
 
 def _train(config) -> Path:
@@ -63,6 +63,8 @@ def train_dot(
     max_length: int = option(DotConfig, "max_length"),
     query_max_length: int = option(DotConfig, "query_max_length"),
     dev_fraction: float = option(DotConfig, "dev_fraction"),
+    min_dev_queries: int = option(DotConfig, "min_dev_queries"),
+    min_relevance: int = option(DotConfig, "min_relevance"),
     dev_max_docs: int = option(DotConfig, "dev_max_docs"),
     seed: int = option(DotConfig, "seed"),
     bf16: str = option(DotConfig, "bf16"),
@@ -111,6 +113,8 @@ def train_distill(
     max_length: int = option(DistillConfig, "max_length"),
     query_max_length: int = option(DistillConfig, "query_max_length"),
     dev_fraction: float = option(DistillConfig, "dev_fraction"),
+    min_dev_queries: int = option(DistillConfig, "min_dev_queries"),
+    min_relevance: int = option(DistillConfig, "min_relevance"),
     seed: int = option(DistillConfig, "seed"),
     bf16: str = option(DistillConfig, "bf16"),
     device: str = option(DistillConfig, "device"),
@@ -161,6 +165,8 @@ def train_cat(
     teacher_weight: float = option(CatConfig, "teacher_weight"),
     teacher_temperature: float = option(CatConfig, "teacher_temperature"),
     dev_fraction: float = option(CatConfig, "dev_fraction"),
+    min_dev_queries: int = option(CatConfig, "min_dev_queries"),
+    min_relevance: int = option(CatConfig, "min_relevance"),
     dev_depth: int = option(CatConfig, "dev_depth"),
     pretrain_queries: str = option(CatConfig, "pretrain_queries"),
     seed: int = option(CatConfig, "seed"),

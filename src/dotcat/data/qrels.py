@@ -105,7 +105,9 @@ def _layout_problem(fields: list[str]) -> str:
     """Why a first record is no qrels line; a TREC run's says so (a run given as qrels)."""
     problem = f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), found {len(fields)}"
     if len(fields) == 6 and fields[1] == "Q0":
-        problem += ": this is a TREC run (qid Q0 docid rank score tag), not qrels"
+        problem += (
+            ": this is a TREC run (qid Q0 docid rank score tag), not qrels; the qrels go last"
+        )
     return problem
 
 

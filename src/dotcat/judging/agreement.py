@@ -51,7 +51,7 @@ def cohen_kappa(a: Sequence[int], b: Sequence[int], labels: Sequence[int],
     from sklearn.metrics import cohen_kappa_score  # ~1 s to import: only when asked
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # 0/0 when p_e = 1: undefined
+        warnings.simplefilter("ignore")  # 0/0 when p_e = 1: undefined (NaN), said as None
         value = float(cohen_kappa_score(a, b, labels=list(labels), weights=weights))
     return None if math.isnan(value) else value
 
