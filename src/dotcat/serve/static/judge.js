@@ -42,6 +42,12 @@ async function request(method, url, body) {
   return answer;
 }
 
+// While a grade is saved (and the next document loads), keys wait; the document says so.
+function setBusy(flag) {
+  view.busy = flag;
+  $("doc").setAttribute("aria-busy", String(flag));
+}
+
 function say(text, error = false) {
   $("status").textContent = text;
   $("status").className = error ? "error" : "";
@@ -212,7 +218,7 @@ async function grade(value) {
     return;
   }
   const entry = view.topic.docs[view.position];
-  view.busy = true;
+  setBusy(true);
   say("Saving…");
   try {
     const saved = await request("POST", "/judge/api/judgments", {
@@ -232,7 +238,7 @@ async function grade(value) {
   } catch (error) {
     say(`Not saved: ${error.message}. Give the grade again.`, true);
   } finally {
-    view.busy = false;
+    setBusy(false);
   }
 }
 
@@ -249,7 +255,7 @@ async function advance() {
 
 async function undo() {
   if (view.busy || !view.assessor) return;
-  view.busy = true;
+  setBusy(true);
   try {
     const undone = await request("POST", "/judge/api/undo", { assessor: view.assessor });
     await loadState();
@@ -258,7 +264,7 @@ async function undo() {
   } catch (error) {
     say(`Nothing undone: ${error.message}`, true);
   } finally {
-    view.busy = false;
+    setBusy(false);
   }
 }
 
