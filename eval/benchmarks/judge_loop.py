@@ -94,7 +94,7 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     times["index"] = step(work, name, index, "index", corpus, index)
     chosen = sample_queries(data, split, args.queries, args.seed, work / "train-queries.tsv")
     times["pool"] = step(work, name, store, "judge", "pool", index, "--queries",
-                         work / "train-queries.tsv", "--depth", str(args.depth))  # fmt: skip
+                         work / "train-queries.tsv", "--pool-depth", str(args.depth))  # fmt: skip
     counts = judge(index, store, data, split, chosen)
     judged = work / "judged"
     step(work, name, judged, "judge", "export", index, judged, "--split", "train")

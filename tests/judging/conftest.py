@@ -72,6 +72,6 @@ def pooled_store(tmp_path, judge_index, judge_pipeline, topics_file):
     from dotcat.judging import JudgmentStore, PoolConfig, build_pool, read_topics
 
     store = JudgmentStore(tmp_path / "judgments.sqlite", judge_index, create=True)
-    build_pool(judge_pipeline, store, read_topics(topics_file), PoolConfig(depth=5))
+    build_pool(judge_pipeline, store, read_topics(topics_file), PoolConfig(pool_depth=5))
     yield store
     store.close()

@@ -105,7 +105,7 @@ def test_the_query_log_is_pooled_by_judge_pool(served, judge_index, tmp_path):
     assert [t.text for t in topics] == ["wolves", "insulin and blood sugar", "cells energy"]
     result = CliRunner().invoke(app, ["judge", "pool", str(judge_index), "--query-log", str(log),
                                       "--max-queries", "2", "--judgments",
-                                      str(tmp_path / "log.sqlite"), "--depth", "2",
+                                      str(tmp_path / "log.sqlite"), "--pool-depth", "2",
                                       "--device", "cpu", "--precision", "fp32"])  # fmt: skip
     assert result.exit_code == 0, result.output
     with JudgmentStore(tmp_path / "log.sqlite") as store:

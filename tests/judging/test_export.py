@@ -189,7 +189,7 @@ def test_a_simulated_assessor_grades_the_whole_pool(pooled_store):
 def test_the_judge_commands_pool_status_and_write_qrels(judge_index, topics_file, tmp_path):
     store = tmp_path / "j.sqlite"
     result = runner.invoke(app, ["judge", "pool", str(judge_index), "--queries", str(topics_file),
-                                 "--judgments", str(store), "--depth", "3", "--system", "bm25",
+                                 "--judgments", str(store), "--pool-depth", "3", "--system", "bm25",
                                  "--device", "cpu", "--precision", "fp32"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "pooled 3 queries (3 new) at depth 3 over bm25" in result.output

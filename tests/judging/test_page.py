@@ -119,7 +119,7 @@ def test_twenty_documents_by_keyboard_survive_a_killed_server(
 
     store_path = tmp_path / "judgments.sqlite"
     with JudgmentStore(store_path, judge_index, create=True) as store:
-        build_pool(judge_pipeline, store, read_topics(topics_file), PoolConfig(depth=8))
+        build_pool(judge_pipeline, store, read_topics(topics_file), PoolConfig(pool_depth=8))
         assert sum(store.pool_sizes().values()) >= 20
     port = free_port()
     server = Server(judge_index, store_path, port)

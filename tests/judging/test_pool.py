@@ -62,7 +62,7 @@ def test_pooling_a_run_later_adds_its_documents_and_keeps_the_judgements(
     run = tmp_path / "mine.trec"
     write_run({"q2": [(outside, 2.0), (first, 1.0), ("not-in-index", 0.5)]}, run)
     summary = build_pool(
-        judge_pipeline, store, store.topics(), PoolConfig(depth=5, systems=(), runs=(str(run),))
+        judge_pipeline, store, store.topics(), PoolConfig(pool_depth=5, systems=(), runs=(str(run),))
     )
     after = {e.doc_id: e for e in store.pooled("q2")}
     assert outside in after and "not-in-index" not in after
@@ -79,8 +79,8 @@ def test_a_stage_the_index_lacks_is_one_clear_error(judge_pipeline, tmp_path, to
     with pytest.raises(DotcatError, match="no queries"):
         store = JudgmentStore(tmp_path / "j.sqlite", create=True)
         build_pool(judge_pipeline, store, [], PoolConfig())
-    with pytest.raises(DotcatError, match="depth must be >= 1"):
-        PoolConfig(depth=0).validate()
+    with pytest.raises(DotcatError, match="pool_depth must be >= 1"):
+        PoolConfig(pool_depth=0).validate()
     with pytest.raises(DotcatError, match="systems: 'splade'"):
         PoolConfig(systems=("splade",)).validate()
     assert read_topics(topics_file)[0].description == "Where dogs come from."

@@ -64,7 +64,7 @@ def pool(
     query_log: str | None = option(TopicsConfig, "query_log"),
     max_queries: int | None = option(TopicsConfig, "max_queries"),
     judgments: str | None = option(StoreConfig, "judgments"),
-    depth: int = option(PoolConfig, "depth"),
+    pool_depth: int = option(PoolConfig, "pool_depth"),
     systems: list[str] = option(PoolConfig, "systems", "--system"),
     rerank: str | None = option(PoolConfig, "rerank"),
     runs: list[str] = option(PoolConfig, "runs", "--run"),
@@ -72,7 +72,7 @@ def pool(
     device: str = option(PoolConfig, "device"),
     precision: str = option(PoolConfig, "precision"),
 ) -> None:
-    """Pool the top --depth of several systems for your queries (TREC's depth-k pool).
+    """Pool the top --pool-depth of several systems for your queries (TREC's depth-k pool).
 
     The systems: every first stage the index serves (dense, BM25, hybrid), the hybrid
     re-ranked with --rerank, and any --run files. Without --queries or --query-log, the
@@ -97,7 +97,7 @@ def pool(
     pipeline = SearchPipeline(index_dir, pipeline_config)
     summary = build_pool(pipeline, store, topics, config, show_progress=True)
     typer.echo(
-        f"pooled {summary.topics} queries ({summary.added_topics} new) at depth {config.depth} "
+        f"pooled {summary.topics} queries ({summary.added_topics} new) at depth {config.pool_depth} "
         f"over {', '.join(summary.systems)}: {summary.pooled} documents ({summary.per_query:.1f} "
         f"a query, {summary.new} new) in {store.path}\n"
         f"judge them: dotcat serve {index_dir} --judge, then open /judge"

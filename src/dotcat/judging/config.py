@@ -52,10 +52,10 @@ def default_store(index_dir: str | Path) -> Path:
 @dataclass(frozen=True, repr=False)
 class PoolConfig(Settings):
     """How a pool is built (:func:`dotcat.judging.pool.build_pool`): depth-k pooling as TREC
-    does it, the union of each system's top ``depth``, de-duplicated.
+    does it, the union of each system's top ``pool_depth``, de-duplicated.
 
     Attributes:
-        depth: documents taken from the top of each system's ranking.
+        pool_depth: documents taken from the top of each system's ranking (TREC's pool depth).
         systems: first stages run over the index (:data:`POOL_SYSTEMS`).
         rerank: a BERT_CAT; with it the default first stage re-ranked is pooled too.
         runs: TREC run files pooled beside the systems (each a system named by its file).
@@ -63,7 +63,7 @@ class PoolConfig(Settings):
         device, precision: where the models run.
     """
 
-    depth: int = setting(10, help="Documents pooled from the top of each system (depth-k pool).")
+    pool_depth: int = setting(10, help="Documents pooled from the top of each system (depth-k pool).")
     systems: tuple[str, ...] = setting(
         ("auto",),
         help="First stages pooled (repeat): dense, bm25, hybrid; auto: every one the index has.",
@@ -88,7 +88,7 @@ class PoolConfig(Settings):
 
     def checks(self) -> list[Check]:
         return [
-            at_least("depth", self.depth, 1),
+            at_least("pool_depth", self.pool_depth, 1),
             *(
                 (
                     s in POOL_SYSTEMS,

@@ -95,13 +95,13 @@ def _matches_ranked(found: Mapping[str, Sequence[Any]]) -> dict[str, Ranked]:
 def run_systems(
     pipeline: Any, topics: Sequence[Topic], config: PoolConfig, show_progress: bool = False
 ) -> list[SystemRanking]:
-    """Every pooled system's top ``config.depth`` for ``topics`` (runs read from files)."""
+    """Every pooled system's top ``config.pool_depth`` for ``topics`` (runs read from files)."""
     queries = {t.qid: t.text for t in topics}
     described = pipeline.describe()
     out = []
     for stage in pool_stages(pipeline, config.systems):
         found = pipeline.matches(
-            queries, config.depth, first_stage=stage, rerank=False, show_progress=show_progress
+            queries, config.pool_depth, first_stage=stage, rerank=False, show_progress=show_progress
         )
         info = {"kind": "first stage", "first_stage": stage, "passages": described["passages"],
                 "aggregation": described["aggregation"]}  # fmt: skip
@@ -109,12 +109,12 @@ def run_systems(
             info["fusion"] = described["fusion"]["description"]
         out.append(SystemRanking(stage, info, _matches_ranked(found)))
     if pipeline.reranker is not None:
-        found = pipeline.matches(queries, config.depth, rerank=True, show_progress=show_progress)
+        found = pipeline.matches(queries, config.pool_depth, rerank=True, show_progress=show_progress)
         info = {"kind": "re-ranked", "first_stage": pipeline.first_stage,
                 "reranker": described["reranker"]}  # fmt: skip
         out.append(SystemRanking(f"{pipeline.first_stage}+rerank", info, _matches_ranked(found)))
     for path in config.runs:
-        out.append(run_file_system(Path(path), queries, config.depth, pipeline))
+        out.append(run_file_system(Path(path), queries, config.pool_depth, pipeline))
     return out
 
 
@@ -171,7 +171,7 @@ def provenance(pipeline: Any, systems: Sequence[SystemRanking], config: PoolConf
         "index": str(Path(pipeline.index_dir).resolve()),
         "documents": described["documents"],
         "encoder": described["encoder"].get("name"),
-        "depth": config.depth,
+        "depth": config.pool_depth,
         "order": config.order,
         "systems": {s.name: s.describe for s in systems},
         "topics": [t.qid for t in topics],
@@ -212,7 +212,7 @@ def build_pool(
     pooled = new = 0
     sizes = {}
     for topic in topics:
-        entries = pool_entries(systems, topic.qid, config.depth)
+        entries = pool_entries(systems, topic.qid, config.pool_depth)
         new += store.add_pooled(topic.qid, entries, pool)
         pooled += len(entries)
         sizes[topic.qid] = len(entries)

@@ -256,7 +256,7 @@ def _pool_config(store: JudgmentStore) -> PoolConfig:
     server's own first stages (and its re-ranker, when it has one)."""
     pools = store.pools()
     last = pools[-1] if pools else {}
-    return PoolConfig(depth=int(last.get("depth", PoolConfig().depth)),
+    return PoolConfig(pool_depth=int(last.get("depth", PoolConfig().pool_depth)),
                       order=last.get("order", store.order))  # fmt: skip
 
 
