@@ -202,3 +202,57 @@ def test_the_judge_commands_pool_status_and_write_qrels(judge_index, topics_file
     written = runner.invoke(app, ["judge", "qrels", str(judge_index), str(out),
                                   "--judgments", str(store)])  # fmt: skip
     assert written.exit_code == 0 and out.read_text() == f"q1 0 {doc} 2\n"
+
+
+def _bm25_experiment(tmp_path, name: str, dataset: str) -> dict:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(
+        f'name = "{name}"\noutput = "{tmp_path / name}"\nbaseline = "BM25"\nk = 10\n'
+        f'device = "cpu"\n\n[dataset]\n{dataset}\n\n'
+        '[[systems]]\nname = "BM25"\nfirst_stage = "bm25"\n\n'
+        '[[systems]]\nname = "BM25 k1 1.5"\nfirst_stage = "bm25"\nk1 = 1.5\n'
+    )
+    result = runner.invoke(app, ["-q", "experiment", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / name / "results.json").read_text())
+
+
+def test_an_experiment_on_the_index_and_files_equals_one_on_the_export(
+    pooled_store, judge_index, tmp_path
+):
+    _judge_some(pooled_store)
+    export_beir(pooled_store, judge_index, tmp_path / "mine")
+    write_qrels(judged_qrels(pooled_store), tmp_path / "qrels.txt")
+    topics = {t.qid: t.text for t in pooled_store.topics()}
+    (tmp_path / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in topics.items()))
+    own = _bm25_experiment(
+        tmp_path, "own", f'path = "{judge_index}"\nqueries = "{tmp_path / "queries.tsv"}"\n'
+        f'qrels = "{tmp_path / "qrels.txt"}"'
+    )  # fmt: skip
+    exported = _bm25_experiment(tmp_path, "exported", f'path = "{tmp_path / "mine"}"')
+
+    def figures(results: dict) -> dict:
+        return {name: s["aggregate"] for name, s in results["systems"].items()}
+
+    assert figures(own) == figures(exported) and len(figures(own)) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'output = "{tmp_path}/x"\nbaseline = "b"\n[dataset]\npath = "{judge_index}"\n'
+                   f'queries = "{tmp_path / "queries.tsv"}"\n[[systems]]\nname = "b"\n'
+                   'first_stage = "bm25"\n')  # fmt: skip
+    result = runner.invoke(app, ["experiment", str(bad)])
+    assert result.exit_code == 2 and "give `queries` and `qrels` together" in result.output
+
+
+def test_rerank_reads_the_documents_from_an_index(judge_index, judge_pipeline, tiny_cat_dir,
+                                                  topics_file, tmp_path):  # fmt: skip
+    from dotcat.data import read_run
+
+    topics = {"q1": "which animals were domesticated from wolves", "q2": "how do cells make energy"}
+    write_run(judge_pipeline.run(topics, 10, first_stage="bm25"), tmp_path / "bm25.trec")
+    result = runner.invoke(app, ["rerank", str(tmp_path / "bm25.trec"), str(judge_index),
+                                 str(tiny_cat_dir), "--queries", str(topics_file), "--depth", "5",
+                                 "--output", str(tmp_path / "out.trec"), "--device", "cpu",
+                                 "--precision", "fp32"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = read_run(tmp_path / "out.trec")
+    assert set(out) == {"q1", "q2"} and all(len(d) == 10 for d in out.values())

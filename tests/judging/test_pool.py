@@ -62,7 +62,10 @@ def test_pooling_a_run_later_adds_its_documents_and_keeps_the_judgements(
     run = tmp_path / "mine.trec"
     write_run({"q2": [(outside, 2.0), (first, 1.0), ("not-in-index", 0.5)]}, run)
     summary = build_pool(
-        judge_pipeline, store, store.topics(), PoolConfig(pool_depth=5, systems=(), runs=(str(run),))
+        judge_pipeline,
+        store,
+        store.topics(),
+        PoolConfig(pool_depth=5, systems=(), runs=(str(run),)),
     )
     after = {e.doc_id: e for e in store.pooled("q2")}
     assert outside in after and "not-in-index" not in after

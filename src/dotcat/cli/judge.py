@@ -96,8 +96,9 @@ def pool(
 
     pipeline = SearchPipeline(index_dir, pipeline_config)
     summary = build_pool(pipeline, store, topics, config, show_progress=True)
+    depth = config.pool_depth
     typer.echo(
-        f"pooled {summary.topics} queries ({summary.added_topics} new) at depth {config.pool_depth} "
+        f"pooled {summary.topics} queries ({summary.added_topics} new) at depth {depth} "
         f"over {', '.join(summary.systems)}: {summary.pooled} documents ({summary.per_query:.1f} "
         f"a query, {summary.new} new) in {store.path}\n"
         f"judge them: dotcat serve {index_dir} --judge, then open /judge"

@@ -63,7 +63,9 @@ class PoolConfig(Settings):
         device, precision: where the models run.
     """
 
-    pool_depth: int = setting(10, help="Documents pooled from the top of each system (depth-k pool).")
+    pool_depth: int = setting(
+        10, help="Documents pooled from the top of each system (depth-k pool)."
+    )
     systems: tuple[str, ...] = setting(
         ("auto",),
         help="First stages pooled (repeat): dense, bm25, hybrid; auto: every one the index has.",

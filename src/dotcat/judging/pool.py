@@ -109,7 +109,9 @@ def run_systems(
             info["fusion"] = described["fusion"]["description"]
         out.append(SystemRanking(stage, info, _matches_ranked(found)))
     if pipeline.reranker is not None:
-        found = pipeline.matches(queries, config.pool_depth, rerank=True, show_progress=show_progress)
+        found = pipeline.matches(
+            queries, config.pool_depth, rerank=True, show_progress=show_progress
+        )
         info = {"kind": "re-ranked", "first_stage": pipeline.first_stage,
                 "reranker": described["reranker"]}  # fmt: skip
         out.append(SystemRanking(f"{pipeline.first_stage}+rerank", info, _matches_ranked(found)))
