@@ -94,10 +94,23 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     times["index"] = step(work, name, index, "index", corpus, index)
     chosen = sample_queries(data, split, args.queries, args.seed, work / "train-queries.tsv")
     times["pool"] = step(work, name, store, "judge", "pool", index, "--queries",
-                         work / "train-queries.tsv", "--pool-depth", str(args.depth))  # fmt: skip
+                         work / "train-queries.tsv", "--pool-depth", str(args.depth),
+                         "--judgments", store)  # fmt: skip
     counts = judge(index, store, data, split, chosen)
     judged = work / "judged"
-    step(work, name, judged, "judge", "export", index, judged, "--split", "train")
+    step(
+        work,
+        name,
+        judged,
+        "judge",
+        "export",
+        index,
+        judged,
+        "--split",
+        "train",
+        "--judgments",
+        store,
+    )
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
     times["train dot"] = step(work, name, dot / "dotcat_training.json", "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)

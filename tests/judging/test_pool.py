@@ -87,3 +87,19 @@ def test_a_stage_the_index_lacks_is_one_clear_error(judge_pipeline, tmp_path, to
     with pytest.raises(DotcatError, match="systems: 'splade'"):
         PoolConfig(systems=("splade",)).validate()
     assert read_topics(topics_file)[0].description == "Where dogs come from."
+
+
+def test_a_reranker_is_pooled_as_a_system_of_its_own(judge_index, tiny_cat_dir, tmp_path):
+    from dotcat.judging import Topic
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    config = PipelineConfig(device="cpu", precision="fp32", rerank=str(tiny_cat_dir), depth=6)
+    pipeline = SearchPipeline(judge_index, config)
+    store = JudgmentStore(tmp_path / "j.sqlite", judge_index, create=True)
+    summary = build_pool(pipeline, store, [Topic("q", "blood sugar hormone")],
+                         PoolConfig(pool_depth=3, systems=("bm25",)))  # fmt: skip
+    assert summary.systems == ["bm25", "hybrid+rerank"]
+    reranked = pipeline.run({"q": "blood sugar hormone"}, 3, rerank=True)["q"]
+    pooled = {e.doc_id: e.ranks for e in store.pooled("q")}
+    assert [pooled[d]["hybrid+rerank"] for d, _ in reranked] == [1, 2, 3]
+    assert store.pools()[0]["systems"]["hybrid+rerank"]["reranker"]["depth"] == 6
