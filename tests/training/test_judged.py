@@ -87,3 +87,16 @@ def test_train_refuses_an_index_without_queries_and_qrels(judged_index, tmp_path
                                       str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 2
     assert "a dotcat index; give the queries and qrels files as well" in result.output
+
+
+def test_cat_examples_take_positives_from_the_threshold_up():
+    from dotcat.training.data.pools import build_cat_examples
+
+    qrels = {"q1": {"a": 3, "b": 1, "c": 0}, "q2": {"d": 2}}
+    pools = {"q1": ["c", "x"], "q2": ["y"]}
+    queries = {"q1": "one", "q2": "two"}
+    assert [(e.qid, e.positive_id) for e in build_cat_examples(queries, qrels, pools)] == [
+        ("q1", "a"), ("q1", "b"), ("q2", "d")
+    ]  # fmt: skip
+    strict = build_cat_examples(queries, qrels, pools, min_relevance=2)
+    assert [(e.qid, e.positive_id) for e in strict] == [("q1", "a"), ("q2", "d")]

@@ -130,7 +130,11 @@ def status(
     judged = sum(p.judged for p in progress.values())
     typer.echo(f"{store.path}: {len(progress)} queries, {pooled} pooled documents; "
                f"assessors: {', '.join(store.assessors()) or 'none yet'}")  # fmt: skip
-    if who is not None:
+    if who is None:
+        for name in store.assessors():
+            done = sum(p.judged for p in store.progress(name).values())
+            typer.echo(f"  {name}: {done} of {pooled} judged (--assessor {name}: per query)")
+    else:
         typer.echo(f"{who} judged {judged} of {pooled}:")
         for topic in store.topics():
             p = progress[topic.qid]
