@@ -36,6 +36,9 @@ from dotcat.judging.store import JudgmentStore
 from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
+# The process umask, read once at import time (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 #: How several assessors' grades of one document become one.
 _COMBINE = {"median": statistics.median_low, "max": max, "min": min}
@@ -168,6 +171,7 @@ def export_beir(
     check_can_create_in(out_dir)
     ids: list[str] = []
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
+    os.chmod(work, 0o777 & ~_UMASK)  # mkdtemp makes it 0700; the result is a normal folder
     try:
         with writing(out_dir, remove=[work]):
             write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids))
