@@ -293,34 +293,23 @@ class JudgmentStore:
         return [{"id": i, "created": c, **json.loads(p)} for i, c, p in rows]
 
     def add_pooled(self, qid: str, entries: Iterable[PoolEntry], pool: int) -> int:
-        """Merge a topic's pooled documents: a document pooled before keeps its ranks and gains
-        the new systems'; its weight is the sum of both. Returns how many are new."""
+        """Merge a topic's pooled documents: a document pooled before keeps its ranks (and
+        the pool it came in) and gains the new systems' ranks and weight. Returns how many
+        are new."""
         new = 0
         with self._write() as db:
             for entry in entries:
                 row = db.execute(
-                    "SELECT ranks, weight, start, stop FROM pooled WHERE qid = ? AND doc_id = ?",
+                    "SELECT ranks, weight, start, stop, pool FROM pooled "
+                    "WHERE qid = ? AND doc_id = ?",
                     (qid, entry.doc_id),
                 ).fetchone()
-                ranks, weight, start, stop = (
-                    dict(entry.ranks),
-                    entry.weight,
-                    entry.start,
-                    entry.stop,
-                )
-                if row is not None:  # a system pooled before keeps its first rank
-                    old = json.loads(row[0])
-                    ranks = {**entry.ranks, **old}
-                    weight = row[1] + sum(
-                        rank_weight(r) for s, r in entry.ranks.items() if s not in old
-                    )
-                    start, stop = (row[2], row[3]) if row[2] is not None else (start, stop)
-                else:
-                    new += 1
+                new += row is None
+                merged, first = (entry, pool) if row is None else (_merged(entry, row), row[4])
                 db.execute(
                     "INSERT OR REPLACE INTO pooled VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (qid, entry.doc_id, weight, min(ranks.values()), json.dumps(ranks),
-                     start, stop, pool),
+                    (qid, merged.doc_id, merged.weight, merged.best_rank,
+                     json.dumps(merged.ranks), merged.start, merged.stop, first),
                 )  # fmt: skip
         return new
 
@@ -443,3 +432,13 @@ class JudgmentStore:
                 progress.judged += 1
                 progress.grades[j.grade] = progress.grades.get(j.grade, 0) + 1
         return out
+
+
+def _merged(entry: PoolEntry, row: tuple) -> PoolEntry:
+    """A pooled document pooled again: a system pooled before keeps its first rank, a new
+    one adds its rank and its weight; the passage found first stays."""
+    old = json.loads(row[0])
+    ranks = {**entry.ranks, **old}
+    weight = row[1] + sum(rank_weight(r) for s, r in entry.ranks.items() if s not in old)
+    start, stop = (row[2], row[3]) if row[2] is not None else (entry.start, entry.stop)
+    return PoolEntry(entry.doc_id, ranks, weight, start, stop)
