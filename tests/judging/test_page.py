@@ -32,7 +32,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + within(120)
+        deadline = time.monotonic() + within(300)  # a loaded machine: slow, not hung
         while not self._answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("dotcat serve --judge did not start")
