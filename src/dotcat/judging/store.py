@@ -186,7 +186,7 @@ class JudgmentStore:
                       "index": str(Path(index_dir).resolve()) if index_dir else None}  # fmt: skip
             with self._write() as db:
                 db.executemany(
-                    "INSERT INTO meta VALUES (?, ?)",
+                    "INSERT OR IGNORE INTO meta VALUES (?, ?)",
                     [(k, json.dumps(v)) for k, v in values.items()],
                 )
             return
