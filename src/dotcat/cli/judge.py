@@ -16,7 +16,13 @@ from dotcat.cli.app import Group, app
 from dotcat.cli.params import option, settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
-from dotcat.judging.config import PoolConfig, QrelsConfig, StoreConfig, TopicsConfig
+from dotcat.judging.config import (
+    ExportConfig,
+    PoolConfig,
+    QrelsConfig,
+    StoreConfig,
+    TopicsConfig,
+)
 from dotcat.search.config import PipelineConfig, check_pipeline
 
 judge_app = typer.Typer(
@@ -173,8 +179,8 @@ def export(
     judgments: str | None = option(StoreConfig, "judgments"),
     assessor: str | None = option(QrelsConfig, "assessor"),
     combine: str = option(QrelsConfig, "combine"),
-    split: str = option(QrelsConfig, "split"),
-    overwrite: bool = typer.Option(False, help="Replace OUT_DIR."),
+    split: str = option(ExportConfig, "split"),
+    overwrite: bool = option(ExportConfig, "overwrite"),
 ) -> None:
     """Write a BEIR directory: the index's documents, the judged queries, qrels/SPLIT.tsv.
 
@@ -182,10 +188,12 @@ def export(
     """
     config = settings(QrelsConfig, locals())
     config.validate()
+    export_config = ExportConfig(split, overwrite)
+    export_config.validate()
     store = _store(_index(index_dir), judgments)
     from dotcat.judging.export import export_beir
 
-    done = export_beir(store, index_dir, out_dir, config, overwrite=overwrite)
+    done = export_beir(store, index_dir, out_dir, config, export_config)
     typer.echo(
         f"{done.path}: {done.documents} documents, {done.queries} judged queries, "
         f"{done.judgments} judgements in qrels/{done.split}.tsv"
