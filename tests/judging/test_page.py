@@ -35,6 +35,7 @@ class Server:
         deadline = time.monotonic() + within(300)  # a loaded machine: slow, not hung
         while not self._answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError("dotcat serve --judge did not start")
             time.sleep(0.1)
 
