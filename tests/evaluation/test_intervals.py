@@ -90,3 +90,18 @@ def test_judged_at_by_hand():
     # its 4; q2: none of its 1; q3 retrieved nothing: 0.
     per_query = {"q1": 2 / 4, "q2": 0 / 1, "q3": 0.0}
     assert judged_at(run, qrels) == pytest.approx(sum(per_query.values()) / 3)
+
+
+def test_judged_at_10_is_warned_of_for_judged_pools_only():
+    from dotcat.evaluation.intervals import IntervalConfig
+    from dotcat.evaluation.uncertainty import uncertainty
+
+    run = {"q1": {"a": 3, "x": 2, "y": 1}, "q2": {"c": 2, "z": 1}}
+    pool = {"q1": {"a": 1, "b": 0}, "q2": {"c": 1, "d": 0}}  # judged pools: zeros too
+    positives = {"q1": {"a": 1}, "q2": {"c": 1}}  # a BEIR set's qrels: relevant ones only
+    for qrels, pooled in ((pool, True), (positives, False)):
+        reports = {"run": evaluate(run, qrels, ["nDCG@10"])}
+        found = uncertainty({"run": run}, qrels, reports, None, IntervalConfig(bootstrap=0), 0)
+        assert found.judged["run"] == pytest.approx((1 / 3 + 1 / 2) / 2)
+        assert found.pooled is pooled and bool(found.notes) is pooled
+        assert ("judged@10: run 0.417" in found.text()) is pooled
