@@ -46,7 +46,6 @@ CLI_ONLY = {
     "calibrate": {"as_json"},
     "serve": {"access_log"},
     "judge status": {"as_json"},
-    "judge export": {"overwrite"},
 }
 #: Where the command line's default differs from the library's on purpose: nowhere (Python
 #: and the command line share one set of defaults; tests/test_api.py checks Python's side).

@@ -16,7 +16,13 @@ from dotcat.cli.main import Group, app
 from dotcat.cli.params import with_settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
-from dotcat.judging.config import PoolConfig, QrelsConfig, StoreConfig, TopicsConfig
+from dotcat.judging.config import (
+    ExportConfig,
+    PoolConfig,
+    QrelsConfig,
+    StoreConfig,
+    TopicsConfig,
+)
 from dotcat.search.config import PipelineConfig, check_pipeline
 
 judge_app = typer.Typer(
@@ -99,7 +105,7 @@ def pool(
 
 @judge_app.command("status")
 @with_settings(StoreConfig, "store_config")
-@with_settings(QrelsConfig, "qrels_config", exclude=("combine", "split"))
+@with_settings(QrelsConfig, "qrels_config", exclude=("combine",))
 def status(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
@@ -139,7 +145,7 @@ def status(
 
 @judge_app.command("qrels")
 @with_settings(StoreConfig, "store_config")
-@with_settings(QrelsConfig, "config", exclude=("split",))
+@with_settings(QrelsConfig, "config")
 def qrels(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     output: Path = typer.Argument(
@@ -163,12 +169,13 @@ def qrels(
 @judge_app.command("export")
 @with_settings(StoreConfig, "store_config")
 @with_settings(QrelsConfig, "config")
+@with_settings(ExportConfig, "export_config")
 def export(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     out_dir: Path = typer.Argument(..., help="The BEIR directory to write.", metavar="OUT_DIR"),
-    overwrite: bool = typer.Option(False, help="Replace OUT_DIR."),
     store_config: StoreConfig = None,
     config: QrelsConfig = None,
+    export_config: ExportConfig = None,
 ) -> None:
     """Write a BEIR directory: the index's documents, the judged queries, qrels/SPLIT.tsv.
 
@@ -177,7 +184,7 @@ def export(
     store = _store(_index(index_dir), store_config.judgments)
     from dotcat.judging.export import export_beir
 
-    done = export_beir(store, index_dir, out_dir, config, overwrite=overwrite)
+    done = export_beir(store, index_dir, out_dir, config, export_config)
     typer.echo(
         f"{done.path}: {done.documents} documents, {done.queries} judged queries, "
         f"{done.judgments} judgements in qrels/{done.split}.tsv"
@@ -186,7 +193,7 @@ def export(
 
 @judge_app.command("import")
 @with_settings(StoreConfig, "store_config")
-@with_settings(QrelsConfig, "config", exclude=("combine", "split"), required=("assessor",),
+@with_settings(QrelsConfig, "config", exclude=("combine",), required=("assessor",),
                words={"assessor": "Whose judgements these are."})  # fmt: skip
 def import_(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),

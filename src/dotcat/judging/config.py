@@ -122,7 +122,14 @@ class QrelsConfig(Settings):
         help="Several assessors of one document: median (the lower middle grade), max or min.",
         choices=COMBINE,
     )
+
+
+@dataclass(frozen=True, repr=False)
+class ExportConfig(Settings):
+    """Where a BEIR export of judgements goes (:func:`dotcat.judging.export.export_beir`)."""
+
     split: str = setting("test", help="The qrels split written (qrels/SPLIT.tsv).")
+    overwrite: bool = setting(False, help="Replace the folder written.")
 
 
 JUDGMENTS_HELP = "The judgements file (default: INDEX.judgments.sqlite beside the index)."

@@ -31,7 +31,7 @@ from dotcat.data import iter_corpus
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in, write_json, writing
 from dotcat.judging.agreement import agreement
-from dotcat.judging.config import QrelsConfig
+from dotcat.judging.config import ExportConfig, QrelsConfig
 from dotcat.judging.store import JudgmentStore
 from dotcat.types import Qrels
 
@@ -153,20 +153,23 @@ def export_beir(
     index_dir: str | Path,
     out_dir: str | Path,
     config: QrelsConfig | None = None,
-    *,
-    overwrite: bool = False,
+    export: ExportConfig | None = None,
 ) -> Exported:
     """Write a BEIR directory of the index's documents and the store's judged queries.
 
     The folder is written beside its final place and renamed into it when complete: an
     interrupted export leaves no half directory.
 
+    Args:
+        config: whose judgements, combined how.
+        export: the split the qrels are written as; whether an existing folder is replaced.
+
     Raises:
-        DotcatError: ``out_dir`` exists (without ``overwrite``), or nothing is judged.
+        DotcatError: ``out_dir`` exists (without ``export.overwrite``), or nothing is judged.
     """
-    config = config or QrelsConfig()
+    config, export = config or QrelsConfig(), export or ExportConfig()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
+    if out_dir.exists() and not export.overwrite:
         raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
     check_can_create_in(out_dir)
     ids: list[str] = []
@@ -178,7 +181,7 @@ def export_beir(
             qrels = judged_qrels(store, config, ids)
             topics = {t.qid: t for t in store.topics() if t.qid in qrels}
             write_text(work / "queries.jsonl", _query_lines(topics.values()))
-            write_qrels(qrels, work / "qrels" / f"{config.split}.tsv", "beir")
+            write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
             write_json(work / PROVENANCE_FILE, export_record(store, qrels, config))
             if out_dir.exists():
                 shutil.rmtree(out_dir)
@@ -186,7 +189,7 @@ def export_beir(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     judged = sum(len(d) for d in qrels.values())
-    return Exported(out_dir, len(ids), len(qrels), judged, config.split)
+    return Exported(out_dir, len(ids), len(qrels), judged, export.split)
 
 
 def _corpus_lines(index_dir: str | Path, ids: list[str]) -> Iterable[str]:
