@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
-from dotcat.cli.params import option, settings
+from dotcat.cli.main import app
+from dotcat.cli.params import with_settings
 from dotcat.data import load_judgements, read_run
 from dotcat.errors import DotcatError
 from dotcat.evaluation import (
@@ -29,6 +29,8 @@ from dotcat.files import check_can_create_in
 
 
 @app.command("eval")
+@with_settings(ComparisonConfig, "comparison")
+@with_settings(IntervalConfig, "intervals")
 def eval_runs(
     paths: list[Path] = typer.Argument(
         ...,
@@ -49,12 +51,6 @@ def eval_runs(
         help="Compare every run with this one (one of the RUNs, by path or file name): "
         "difference, paired p-value (Holm-corrected), wins/ties/losses per measure.",
     ),
-    test: str = option(ComparisonConfig, "test"),
-    permutations: int = option(ComparisonConfig, "permutations"),
-    seed: int = option(ComparisonConfig, "seed"),
-    alpha: float = option(ComparisonConfig, "alpha"),
-    bootstrap: int = option(IntervalConfig, "bootstrap"),
-    confidence: float = option(IntervalConfig, "confidence"),
     queries: Path | None = typer.Option(
         None, help="The queries the runs answer (a file): qrels of others are left out."
     ),
@@ -63,6 +59,8 @@ def eval_runs(
         help="The documents ranked (an index, a corpus file or folder): qrels naming others "
         "are counted.",
     ),
+    comparison: ComparisonConfig = None,
+    intervals: IntervalConfig = None,
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
@@ -79,10 +77,6 @@ def eval_runs(
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
     *runs, qrels = paths
-    comparison = settings(ComparisonConfig, locals())
-    comparison.validate()
-    interval_config = settings(IntervalConfig, locals())
-    interval_config.validate()
     baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
 
     judged = load_judgements(qrels, split=split, queries=queries, corpus=corpus)
@@ -94,7 +88,7 @@ def eval_runs(
         judged.known_queries,
         judged.known_docs,
     )
-    extra = uncertainty(read, judged.qrels, reports, baseline_name, interval_config, seed)
+    extra = uncertainty(read, judged.qrels, reports, baseline_name, intervals, comparison.seed)
     if baseline_name is not None:
         _print_comparison(reports, baseline_name, comparison, as_json, extra)
     elif as_json:

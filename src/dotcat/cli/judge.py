@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import Group, app
-from dotcat.cli.params import option, settings
+from dotcat.cli.main import Group, app
+from dotcat.cli.params import with_settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
 from dotcat.judging.config import (
@@ -63,20 +63,14 @@ def _topics(config: TopicsConfig, store) -> list:
 
 
 @judge_app.command("pool")
+@with_settings(TopicsConfig, "topics_config")
+@with_settings(StoreConfig, "store_config")
+@with_settings(PoolConfig, "config")
 def pool(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
-    queries: str | None = option(TopicsConfig, "queries"),
-    split: str | None = option(TopicsConfig, "split"),
-    query_log: str | None = option(TopicsConfig, "query_log"),
-    max_queries: int | None = option(TopicsConfig, "max_queries"),
-    judgments: str | None = option(StoreConfig, "judgments"),
-    pool_depth: int = option(PoolConfig, "pool_depth"),
-    systems: list[str] = option(PoolConfig, "systems", "--system"),
-    rerank: str | None = option(PoolConfig, "rerank"),
-    runs: list[str] = option(PoolConfig, "runs", "--run"),
-    order: str = option(PoolConfig, "order"),
-    device: str = option(PoolConfig, "device"),
-    precision: str = option(PoolConfig, "precision"),
+    topics_config: TopicsConfig = None,
+    store_config: StoreConfig = None,
+    config: PoolConfig = None,
 ) -> None:
     """Pool the top --pool-depth of several systems for your queries (TREC's depth-k pool).
 
@@ -85,16 +79,14 @@ def pool(
     queries pooled before are pooled again (say, with a new --run). Then judge them on
     `dotcat serve INDEX_DIR --judge` (the page at /judge).
     """
-    topics_config = settings(TopicsConfig, locals())
-    topics_config.validate()
-    config = settings(PoolConfig, locals(), systems=tuple(systems), runs=tuple(runs))
-    config.validate()
-    pipeline_config = PipelineConfig(rerank=rerank, device=device, precision=precision)
+    pipeline_config = PipelineConfig(
+        rerank=config.rerank, device=config.device, precision=config.precision
+    )
     check_pipeline(_index(index_dir), pipeline_config)
     for run in config.runs:
         if not Path(run).is_file():
             raise DotcatError(f"--run {run}: no such file")
-    store = _store(index_dir, judgments, create=True)
+    store = _store(index_dir, store_config.judgments, create=True)
     topics = _topics(topics_config, store)
 
     from dotcat.judging.pool import build_pool
@@ -112,14 +104,17 @@ def pool(
 
 
 @judge_app.command("status")
+@with_settings(StoreConfig, "store_config")
+@with_settings(QrelsConfig, "qrels_config", exclude=("combine",))
 def status(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
-    judgments: str | None = option(StoreConfig, "judgments"),
-    assessor: str | None = option(QrelsConfig, "assessor"),
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    store_config: StoreConfig = None,
+    qrels_config: QrelsConfig = None,
 ) -> None:
     """Each query's pool and how much of it is judged; the assessors' agreement (kappa)."""
-    store = _store(_index(index_dir), judgments)
+    store = _store(_index(index_dir), store_config.judgments)
+    assessor = qrels_config.assessor
     from dotcat.judging.agreement import agreement, format_agreement
 
     who = assessor or (store.assessors()[0] if len(store.assessors()) == 1 else None)
@@ -149,23 +144,22 @@ def status(
 
 
 @judge_app.command("qrels")
+@with_settings(StoreConfig, "store_config")
+@with_settings(QrelsConfig, "config")
 def qrels(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     output: Path = typer.Argument(
         ..., help="The qrels file: BEIR layout for a .tsv name, else TREC.", metavar="OUTPUT"
     ),
-    judgments: str | None = option(StoreConfig, "judgments"),
-    assessor: str | None = option(QrelsConfig, "assessor"),
-    combine: str = option(QrelsConfig, "combine"),
+    store_config: StoreConfig = None,
+    config: QrelsConfig = None,
 ) -> None:
     """Write the judgements as a qrels file (TREC `qid 0 docid grade`, or BEIR's .tsv)."""
-    config = settings(QrelsConfig, locals())
-    config.validate()
     from dotcat.data import check_output_file, load_corpus
     from dotcat.judging.export import judged_qrels, write_qrels
 
     check_output_file(output)
-    store = _store(_index(index_dir), judgments)
+    store = _store(_index(index_dir), store_config.judgments)
     found = judged_qrels(store, config, load_corpus(index_dir)["id"])
     layout = write_qrels(found, output)
     total = sum(len(d) for d in found.values())
@@ -173,24 +167,21 @@ def qrels(
 
 
 @judge_app.command("export")
+@with_settings(StoreConfig, "store_config")
+@with_settings(QrelsConfig, "config")
+@with_settings(ExportConfig, "export_config")
 def export(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     out_dir: Path = typer.Argument(..., help="The BEIR directory to write.", metavar="OUT_DIR"),
-    judgments: str | None = option(StoreConfig, "judgments"),
-    assessor: str | None = option(QrelsConfig, "assessor"),
-    combine: str = option(QrelsConfig, "combine"),
-    split: str = option(ExportConfig, "split"),
-    overwrite: bool = option(ExportConfig, "overwrite"),
+    store_config: StoreConfig = None,
+    config: QrelsConfig = None,
+    export_config: ExportConfig = None,
 ) -> None:
     """Write a BEIR directory: the index's documents, the judged queries, qrels/SPLIT.tsv.
 
     `dotcat eval`, `experiment`, `rerank` and `train` read it like any benchmark.
     """
-    config = settings(QrelsConfig, locals())
-    config.validate()
-    export_config = ExportConfig(split, overwrite)
-    export_config.validate()
-    store = _store(_index(index_dir), judgments)
+    store = _store(_index(index_dir), store_config.judgments)
     from dotcat.judging.export import export_beir
 
     done = export_beir(store, index_dir, out_dir, config, export_config)
@@ -201,16 +192,18 @@ def export(
 
 
 @judge_app.command("import")
+@with_settings(StoreConfig, "store_config")
+@with_settings(QrelsConfig, "config", exclude=("combine",), required=("assessor",),
+               words={"assessor": "Whose judgements these are."})  # fmt: skip
 def import_(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     qrels_file: Path = typer.Argument(..., help="A qrels file (TREC or BEIR).", metavar="QRELS"),
-    assessor: str = option(
-        QrelsConfig, "assessor", default=..., help="Whose judgements these are."
-    ),
-    judgments: str | None = option(StoreConfig, "judgments"),
+    store_config: StoreConfig = None,
+    config: QrelsConfig = None,
 ) -> None:
     """Add judgements you already have (a qrels file) to the pool, as ASSESSOR's."""
-    store = _store(_index(index_dir), judgments)
+    store = _store(_index(index_dir), store_config.judgments)
+    assessor = config.assessor
     from dotcat.data import load_corpus
     from dotcat.judging.imports import import_qrels
 

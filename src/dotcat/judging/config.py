@@ -69,11 +69,14 @@ class PoolConfig(Settings):
     systems: tuple[str, ...] = setting(
         ("auto",),
         help="First stages pooled (repeat): dense, bm25, hybrid; auto: every one the index has.",
+        flags=("--system",),
     )
     rerank: str | None = setting(
         None, help="Also pool the default first stage re-ranked by this BERT_CAT."
     )
-    runs: tuple[str, ...] = setting((), help="TREC run files pooled as systems too (repeat).")
+    runs: tuple[str, ...] = setting(
+        (), help="TREC run files pooled as systems too (repeat).", flags=("--run",)
+    )
     order: str = setting(
         "weight",
         help="Judging order: weight (documents the systems rank high, and several of them, "
