@@ -101,13 +101,14 @@ def _first_ten(page, saved: dict) -> None:
         _grade(page, str(i % 4), saved)
     page.keyboard.press("s")
     page.wait_for_selector("#status:has-text('skipped')")
+    page.wait_for_selector("#doc[aria-busy='false']")  # the next document shown: keys count
     page.keyboard.press("u")
     page.wait_for_selector("#status:has-text('Undone')")
     page.keyboard.press("n")
     page.keyboard.press("p")
     _grade(page, "2", saved)
     page.keyboard.press("]")  # the next query
-    page.wait_for_function("document.querySelector('#topic').value === 'q2'")
+    page.wait_for_function("() => document.querySelector('#topic').value === 'q2'")
     page.wait_for_selector("#doc-title:not(:empty)")
     _grade(page, "1", saved)
     assert len(saved) == 10

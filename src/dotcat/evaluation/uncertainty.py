@@ -2,10 +2,11 @@
 each mean (and each difference to a baseline) could move on other queries.
 
 ``dotcat eval`` prints both under its table: judged@10 per run, with a warning under 80%
-(:mod:`.judged`), and bootstrap confidence intervals (:mod:`.intervals`). Judged@10 is shown
-for qrels that judge documents not relevant too (grade 0: a judged pool, TREC's qrels); qrels
-that only list relevant documents (most BEIR sets) leave every other document unjudged by
-construction, and say nothing of coverage.
+(:mod:`dotcat.evaluation.judged`), and bootstrap confidence intervals
+(:mod:`dotcat.evaluation.intervals`). Judged@10 is shown for qrels that judge documents not
+relevant too (grade 0: a judged pool, TREC's qrels); qrels that only list relevant documents
+(most BEIR sets) leave every other document unjudged by construction,
+and say nothing of coverage.
 """
 
 from __future__ import annotations

@@ -15,34 +15,30 @@ the judgements as qrels that ``dotcat eval``, ``experiment`` and ``train`` read.
 >>> write_qrels(judged_qrels(store), "my-qrels.txt")
 """
 
-from dotcat.judging.agreement import Agreement, agreement, cohen_kappa
-from dotcat.judging.config import GRADES, PoolConfig, QrelsConfig, default_store
-from dotcat.judging.export import export_beir, judged_qrels, write_qrels
-from dotcat.judging.imports import assess_pool, import_qrels
-from dotcat.judging.pool import PoolSummary, build_pool, pool_entries
-from dotcat.judging.store import Judgment, JudgmentStore, PoolEntry, Topic
-from dotcat.judging.topics import read_query_log, read_topics
+from dotcat.exports import lazy_exports
 
-__all__ = [
-    "GRADES",
-    "Agreement",
-    "Judgment",
-    "JudgmentStore",
-    "PoolConfig",
-    "PoolEntry",
-    "PoolSummary",
-    "QrelsConfig",
-    "Topic",
-    "agreement",
-    "assess_pool",
-    "build_pool",
-    "cohen_kappa",
-    "default_store",
-    "export_beir",
-    "import_qrels",
-    "judged_qrels",
-    "pool_entries",
-    "read_query_log",
-    "read_topics",
-    "write_qrels",
-]
+_EXPORTS = {
+    "Agreement": "dotcat.judging.agreement",
+    "agreement": "dotcat.judging.agreement",
+    "cohen_kappa": "dotcat.judging.agreement",
+    "GRADES": "dotcat.judging.config",
+    "PoolConfig": "dotcat.judging.config",
+    "QrelsConfig": "dotcat.judging.config",
+    "default_store": "dotcat.judging.config",
+    "export_beir": "dotcat.judging.export",
+    "judged_qrels": "dotcat.judging.export",
+    "write_qrels": "dotcat.judging.export",
+    "assess_pool": "dotcat.judging.imports",
+    "import_qrels": "dotcat.judging.imports",
+    "PoolSummary": "dotcat.judging.pool",
+    "build_pool": "dotcat.judging.pool",
+    "pool_entries": "dotcat.judging.pool",
+    "Judgment": "dotcat.judging.store",
+    "JudgmentStore": "dotcat.judging.store",
+    "PoolEntry": "dotcat.judging.store",
+    "Topic": "dotcat.judging.store",
+    "read_query_log": "dotcat.judging.topics",
+    "read_topics": "dotcat.judging.topics",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -33,7 +33,7 @@ GRADES = {
 #: The systems a pool can run over an index (:mod:`dotcat.judging.pool`); ``auto``: every
 #: first stage the index serves (dense, and BM25 and hybrid where it has BM25).
 POOL_SYSTEMS = ("auto", "dense", "bm25", "hybrid")
-#: The judging orders (:func:`dotcat.judging.pool.priority`): ``weight``, the summed nDCG
+#: The judging orders (:func:`dotcat.judging.priority.priority`): ``weight``, the summed nDCG
 #: discount over the pooled systems; ``rank``, best rank first; ``docid``, TREC's order.
 ORDERS = ("weight", "rank", "docid")
 #: How the grades of several assessors of one pair become one (:mod:`dotcat.judging.export`).

@@ -1,6 +1,6 @@
 """The queries a pool is built for: a queries file, or the queries a server was asked.
 
-- :func:`read_topics`: any queries file dotcat reads (:func:`dotcat.data.load_queries`: JSON
+- :func:`read_topics`: any queries file dotcat reads (:func:`dotcat.data.queries.load_queries`: JSON
   Lines, TSV, a BEIR directory, gzipped or not); a JSON Lines record may carry a
   ``description`` (or TREC's ``narrative``) saying what an answer must hold, shown to the
   assessor beside the query.
@@ -33,7 +33,7 @@ def read_topics(path: str | Path, split: str | None = None) -> list[Topic]:
     ones), with their descriptions where the records have them.
 
     Raises:
-        DataFormatError: as :func:`dotcat.data.load_queries`, or a description that is not
+        DataFormatError: as :func:`dotcat.data.queries.load_queries`, or a description that is not
             text.
     """
     queries = load_queries(path, split=split)
