@@ -114,8 +114,10 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
     times["train dot"] = step(work, name, dot / "dotcat_training.json", "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)
-    times["train cat"] = step(work, name, cat / "dotcat_training.json", "train", "cat", judged,
-                              cat, "--first-stage", dot_index, "--first-stage", "bm25")  # fmt: skip
+    if not args.no_cat:
+        times["train cat"] = step(work, name, cat / "dotcat_training.json", "train", "cat",
+                                  judged, cat, "--first-stage", dot_index, "--first-stage",
+                                  "bm25")  # fmt: skip
     runs = {
         "zero-shot hybrid": ("search", index),
         "trained hybrid": ("search", dot_index),
@@ -123,6 +125,8 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
         "zero-shot dense": ("search", index, "--first-stage", "dense"),
         "trained dense": ("search", dot_index, "--first-stage", "dense"),
     }
+    if args.no_cat:
+        del runs["trained hybrid + BERT_CAT"]
     files = {}
     for label, command in runs.items():
         out = work / (label.replace(" ", "-").replace("+", "plus") + ".trec")
@@ -138,7 +142,8 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
                              files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
                              capture=True)  # fmt: skip
     record = json.loads((dot / "dotcat_training.json").read_text())
-    cat_record = json.loads((cat / "dotcat_training.json").read_text())
+    cat_file = cat / "dotcat_training.json"
+    cat_record = {} if args.no_cat else json.loads(cat_file.read_text())
     return {"name": name, "data": data, "split": split, "counts": counts, "times": times,
             "files": {k: v.name for k, v in files.items()}, "eval": json.loads(report),
             "table": table, "dot_split": record.get("split"), "cat_split": cat_record.get("split"),
@@ -172,6 +177,11 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=50, help="training queries judged")
     p.add_argument("--depth", type=int, default=10, help="pool depth")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-cat",
+        action="store_true",
+        help="stop after train dot (no BERT_CAT trained or searched): the loop's first half",
+    )
     args = p.parse_args()
     common.setup_logging()
     results = [run_collection(*parse_collection(c), args)
@@ -179,7 +189,7 @@ def main() -> None:
     lines = common.header(
         "The loop pays: judgements of a pool train dot and cat",
         f"Load average at the end: {os.getloadavg()[0]:.1f} (a shared machine: times are "
-        "under load).", torch=True,
+        "under load).", *(["BERT_CAT left out (--no-cat)."] if args.no_cat else []), torch=True,
     )  # fmt: skip
     for r in results:
         c = r["counts"]

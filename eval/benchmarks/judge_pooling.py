@@ -12,7 +12,8 @@ and, where it has run, its trained BERT_DOT index and BERT_CAT:
 1. Every system below ranks the test queries (``dotcat search``/``dotcat bm25``, top 100).
    Pooled: the index's dense, BM25 and hybrid first stages. Not pooled: BM25 with Robertson's
    k1 1.2 / b 0.75 and with RM3, dense with Rocchio, the linear hybrid, the first passage
-   only (an index with passages) or a passage index (one without), the trained dense and
+   only (an index with passages) or a passage index (one without; ``--no-new-index`` leaves
+   it out), the dense-heavy linear hybrid (weight 0.8), the trained dense and
    hybrid, the trained hybrid and BM25 re-ranked by the trained BERT_CAT.
 2. For each depth: ``dotcat judge pool --pool-depth D`` over the test queries (the three
    pooled stages), every pooled document judged from the full qrels
@@ -63,10 +64,12 @@ def systems(name: str, data: Path, args) -> dict[str, tuple[Path, bool]]:
         "dense + Rocchio": ("search", index, *test, "--first-stage", "dense", "--prf", "rocchio"),
         "hybrid, linear 0.5": ("search", index, *test, "--fusion", "linear", "--fusion-weight",
                                "0.5"),
+        "hybrid, linear 0.8": ("search", index, *test, "--fusion", "linear", "--fusion-weight",
+                               "0.8"),
     }  # fmt: skip
     if Manifest.read(index).passages:
         others["hybrid, first passage only"] = ("search", index, *test, "--aggregation", "firstp")
-    else:
+    elif not args.no_new_index:
         passages = work / "index-passages"
         if not passages.exists():
             common.dotcat("index", index, passages, "--passages")
@@ -166,11 +169,18 @@ def main() -> None:
     p.add_argument("--collection", action="append", help="NAME=DATA (repeat)")
     p.add_argument("--depths", type=int, nargs="+", default=[5, 10, 20])
     p.add_argument("--loop-work", type=Path, default=Path("runs/judge-loop"))
+    p.add_argument(
+        "--no-new-index",
+        action="store_true",
+        help="leave out the systems that need an index built here (a passage index); the "
+        "trained ones are in where judge_loop.py built them",
+    )
     args = p.parse_args()
     common.setup_logging()
     lines = common.header(
         "Pooling is sound: three systems' depth-k pools rank many systems",
         f"Load average at the end: {os.getloadavg()[0]:.1f} (a shared machine).",
+        *(["Passage index systems left out (--no-new-index)."] if args.no_new_index else []),
     )
     for text in args.collection or DEFAULT_COLLECTIONS:
         name, data = text.split("=", 1)
