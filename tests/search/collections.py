@@ -17,11 +17,12 @@ from dotcat.index.passages import PassageConfig
 from dotcat.index.shards import merge_indexes
 from dotcat.models import EncoderConfig
 
-VOCABULARY = (
-    "protein cell gene cancer virus immune insulin glucose neuron brain heart lung kidney "
-    "vitamin bone muscle drug trial placebo dose mouse patient therapy receptor enzyme "
-    "running runs runner statin cholesterol artery blood pressure sleep memory"
-).split()
+VOCABULARY = [
+    "protein", "cell", "gene", "cancer", "virus", "immune", "insulin", "glucose", "neuron",
+    "brain", "heart", "lung", "kidney", "vitamin", "bone", "muscle", "drug", "trial",
+    "placebo", "dose", "mouse", "patient", "therapy", "receptor", "enzyme", "running", "runs",
+    "runner", "statin", "cholesterol", "artery", "blood", "pressure", "sleep", "memory",
+]  # fmt: skip
 QUERIES = {
     "q1": "insulin and glucose in the blood",
     "q2": "immune response to a virus",

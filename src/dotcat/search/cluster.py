@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dotcat.index.manifest import MANIFEST_NAME
-from dotcat.options import Applies, Check, Settings, at_least, setting
+from dotcat.options import Applies, Check, Settings, at_least, first_failure, setting
 
 #: ``ray`` values that search the shards in this process.
 IN_PROCESS = (None, "none")
@@ -72,6 +72,15 @@ class ServeClusterConfig(ClusterConfig):
     Ray by default."""
 
     ray: str | None = setting("local", help=RAY_HELP, metavar="ADDRESS")
+
+    def check_within(self, timeout_s: float) -> None:
+        """Refuse a budget that a request's time limit (``timeout_s``: its 504) would cut
+        short: a partial answer must come before the request times out."""
+        first_failure([
+            (self.budget_s < timeout_s, "budget_s",
+             f"budget_s {self.budget_s:g} must be below the server's timeout {timeout_s:g}: a "
+             "partial answer must come before the request times out"),
+        ])  # fmt: skip
 
 
 def is_shard_folder(path: str | Path) -> bool:

@@ -272,8 +272,6 @@ class PipelineConfig(Settings):
         ]
 
 
-
-
 @dataclass(frozen=True, repr=False)
 class CalibrationConfig(Settings):
     """How ``dotcat calibrate`` asks the corpus (:func:`.calibrate.calibrate_reranker`)."""

@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -97,6 +98,9 @@ def _connect(ray: Any, address: str, cpus: int) -> bool:
     if ray.is_initialized():
         logger.info("reusing the Ray runtime already initialised in this process")
         return False
+    main = threading.current_thread() is threading.main_thread()
+    # ray.init sets SIGTERM to exit at once; ours (dotcat.cli.main) stops in order.
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address == "local":
             ray.init(num_cpus=max(os.cpu_count() or 1, cpus), include_dashboard=False)
@@ -105,6 +109,9 @@ def _connect(ray: Any, address: str, cpus: int) -> bool:
             ray.init(address=address, include_dashboard=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         raise DotcatError(f"cannot connect to Ray at {address!r}: {first_line(exc)}") from exc
+    finally:
+        if main and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     logger.info("connected to Ray at %s: %s", address, ray.cluster_resources())
     return True
 
@@ -131,6 +138,7 @@ class Replica:
     up: bool = True
     pid: int | None = None
     host: str | None = None
+    node: str | None = None
     ping: Any = field(default=None, repr=False)  # the health probe waiting for an answer
 
 
@@ -167,7 +175,7 @@ class RayShards:
             self._kill()
             raise
         for replica, about in zip(self._all(), described, strict=True):
-            replica.pid, replica.host = about["pid"], about["host"]
+            replica.pid, replica.host, replica.node = about["pid"], about["host"], about["node"]
         self.describe = [described[i * cluster.replicas] for i in range(len(specs))]
         self._stop = threading.Event()
         self._prober = threading.Thread(target=self._probe, name="dotcat-shard-probe", daemon=True)
@@ -260,7 +268,8 @@ class RayShards:
         except self.ray.exceptions.RayError:
             return  # still restarting, or gone: probed again
         with self._lock:
-            replica.up, replica.pid, replica.host = True, about["pid"], about["host"]
+            replica.pid, replica.host, replica.node = about["pid"], about["host"], about["node"]
+            replica.up = True
         logger.info("shard %s: replica (pid %s) answers again", about["shard"], about["pid"])
 
     def status(self) -> list[dict[str, Any]]:
@@ -275,7 +284,10 @@ class RayShards:
                     "shard": about["shard"], "number": about["number"],
                     "documents": about["documents"], "vectors": about["vectors"],
                     "replicas": len(replicas), "up": up, "state": state,
-                    "processes": [{"pid": r.pid, "host": r.host, "up": r.up} for r in replicas],
+                    "processes": [
+                        {"pid": r.pid, "host": r.host, "node": r.node, "up": r.up}
+                        for r in replicas
+                    ],
                 })  # fmt: skip
         return out
 

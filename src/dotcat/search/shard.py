@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,12 +181,11 @@ class ShardSearcher:
         stage = self._bm25_stage()
         local = [self._local_weights(w) for w in queries]
         if not stage.passages:
-            out = []
-            for weights in local:
-                rows = self._top(weights, k)
-                out.append([Match(self.bm25_index.doc_ids[r], s, ((PassageRef(-1, self.bm25_index.doc_ids[r]),
-                                                            s),)) for r, s in rows])  # fmt: skip
-            return out
+            ids = self.bm25_index.doc_ids
+            return [
+                [Match(ids[r], s, ((PassageRef(-1, ids[r]), s),)) for r, s in self._top(w, k)]
+                for w in local
+            ]
 
         def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
             return {
@@ -257,6 +257,7 @@ class ShardSearcher:
             "vectors": len(self.index),
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            "node": _ray_node(),
         }
 
     def _shifted(self, matches: list[Match]) -> list[Match]:
@@ -271,6 +272,14 @@ class ShardSearcher:
             ))
             for m in matches
         ]  # fmt: skip
+
+
+def _ray_node() -> str | None:
+    """The Ray node this process runs on (a shard's actor), or None (no Ray here)."""
+    ray = sys.modules.get("ray")  # imported by a Ray worker; never imported here
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
 
 
 def _load_bm25(spec: ShardSpec, manifest: Manifest) -> BM25Index:

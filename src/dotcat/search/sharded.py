@@ -163,9 +163,13 @@ class LocalShards:
         ]
 
     def status(self) -> list[dict[str, Any]]:
-        return [
-            {**s.describe(), "replicas": 1, "up": 1, "state": "ok"} for s in self.searchers
-        ]  # fmt: skip
+        out = []
+        for searcher in self.searchers:
+            about = searcher.describe()
+            process = {k: about[k] for k in ("pid", "host", "node")}
+            out.append({**about, "replicas": 1, "up": 1, "state": "ok",
+                        "processes": [{**process, "up": True}]})  # fmt: skip
+        return out
 
     def close(self) -> None:
         for searcher in self.searchers:

@@ -57,6 +57,7 @@ from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
 from dotcat.serve.protocol import (
     DEFAULT_K,
     NON_BLANK,
+    CoverageOut,
     DocumentOut,
     EncoderInfo,
     HealthOut,
@@ -70,6 +71,7 @@ from dotcat.serve.protocol import (
     SearchAnswer,
     SearchOut,
     ServerInfo,
+    ShardInfo,
     descriptions,
     error_responses,
     request_models,
@@ -187,6 +189,9 @@ class SearchService:
             future.cancel()  # dropped if its batch has not started
             raise StarletteHTTPException(504, f"over the {timeout:g} s time limit") from None
         request.state.log["batch"] = job.batch_queries
+        coverage = getattr(hits[0], "coverage", None) if hits else None
+        if coverage is not None and not coverage.full:  # a shard did not answer in time
+            request.state.log["coverage"] = round(coverage.share, 4)
         return hits
 
     def result(
@@ -203,6 +208,7 @@ class SearchService:
             took_ms=round(took_ms, 3),
             terms=terms,
             hits=[_hit_out(h, terms, full_text) for h in hits],
+            coverage=_coverage_out(getattr(hits, "coverage", None)),
         )
 
     def respond(self, answer: BaseModel, full_text: bool) -> Response:
@@ -254,6 +260,7 @@ class SearchService:
                 batches=self.batcher.batches,
                 queries=self.batcher.queries,
             ),
+            shards=_shards_info(described.get("shards")),
         )
 
 
@@ -274,6 +281,22 @@ def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
         passage=passage,
         text=hit.text if full_text else None,
     )
+
+
+def _coverage_out(coverage: Any) -> CoverageOut | None:
+    """A search's coverage over shards (:class:`dotcat.search.sharded.Coverage`), or None."""
+    if coverage is None:
+        return None
+    return CoverageOut(
+        full=coverage.full, coverage=round(100 * coverage.share, 3),
+        documents=coverage.documents, total=coverage.total, shards=coverage.shards,
+        answered=coverage.answered, missing=list(coverage.missing),
+    )  # fmt: skip
+
+
+def _shards_info(status: list[dict[str, Any]] | None) -> list[ShardInfo] | None:
+    fields = ShardInfo.model_fields
+    return None if status is None else [ShardInfo(**{k: s[k] for k in fields}) for s in status]
 
 
 def _reranker_info(described: dict[str, Any] | None) -> RerankerInfo | None:

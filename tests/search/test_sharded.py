@@ -1,0 +1,117 @@
+"""Shards searched as one index, in this process: the merged index's answers, every stage.
+
+A small collection is indexed as three shards (``--shard I/3``) and merged (``dotcat merge``);
+the pipeline over the folder of shards fans every search out to them and merges what they
+answer. Dense, BM25 (scored with the collection's statistics), hybrid, feedback (RM3 and
+Rocchio over the collection's top documents), passages and re-ranking give the merged index's
+rankings, from Python and from ``dotcat search``. (The same on a Ray cluster: test_ray_shards.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from tests.rankings import assert_same_runs
+from tests.search.collections import QUERIES, build_collection
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.data import ranked, read_run
+from dotcat.errors import DotcatError
+from dotcat.search.cluster import ClusterConfig
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.stages import REGISTRY, register_stage
+
+#: Scores of the sharded search and of the merged index (the acceptance's tolerance).
+ATOL = 1e-5
+#: Each first stage, with every feedback that applies to it.
+CASES = [
+    ("dense", "none"), ("dense", "rocchio"), ("bm25", "none"), ("bm25", "rm3"),
+    ("hybrid", "none"), ("hybrid", "both"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["cut", "passages"])
+def collection(request, tmp_path_factory, tiny_bert_dir):
+    root = tmp_path_factory.mktemp(f"sharded_{request.param}")
+    return build_collection(root, tiny_bert_dir, 3, passages=request.param == "passages")
+
+
+@functools.cache
+def pipeline(index, prf: str = "none", **settings) -> SearchPipeline:
+    return SearchPipeline(index, PipelineConfig(device="cpu", prf=prf, **settings))
+
+
+@pytest.mark.parametrize(("stage", "prf"), CASES)
+def test_shards_rank_as_their_merged_index(collection, stage, prf):
+    merged, shards = pipeline(collection["merged"], prf), pipeline(collection["parts"], prf)
+    assert shards.first_stage == "hybrid" and len(shards.index) == len(merged.index)
+    one = merged.run(QUERIES, 30, first_stage=stage)
+    assert_same_runs(one, shards.run(QUERIES, 30, first_stage=stage), atol=ATOL)
+    assert one["q7"] == [] or stage != "bm25"  # a word no shard holds matches nothing
+
+
+def test_linear_fusion_and_re_ranking_follow_the_merge(collection, tiny_cat_dir):
+    settings = {"fusion": "linear", "fusion_weight": 0.3, "rerank": str(tiny_cat_dir),
+                "depth": 12, "rerank_passages": 2}  # fmt: skip
+    merged = pipeline(collection["merged"], **settings)
+    shards = pipeline(collection["parts"], **settings)
+    assert_same_runs(merged.run(QUERIES, 20), shards.run(QUERIES, 20), atol=ATOL)
+
+
+def test_hits_come_with_their_texts_passages_and_coverage(collection):
+    merged, shards = pipeline(collection["merged"]), pipeline(collection["parts"])
+    texts = list(QUERIES.values())
+    one, many = merged.search_many(texts, 5), shards.search_many(texts, 5)
+    for a, b in zip(one, many, strict=True):
+        assert [(h.doc_id, h.title, h.text, h.start, h.stop) for h in a] == [
+            (h.doc_id, h.title, h.text, h.start, h.stop) for h in b
+        ]
+        assert b.coverage.full and b.coverage.share == 1.0 and b.coverage.shards == 3
+        assert getattr(a, "coverage", None) is None  # one index: a plain list
+    assert shards.document("d100") == merged.document("d100")
+    assert shards.document("nope") is None
+    status = shards.describe()["shards"]
+    assert [s["shard"] for s in status] == ["s0", "s1", "s2"]
+    assert sum(s["documents"] for s in status) == 160 and {s["state"] for s in status} == {"ok"}
+
+
+def test_dotcat_search_over_a_folder_of_shards_writes_the_merged_index_s_run(collection, tmp_path):
+    topics = tmp_path / "queries.tsv"
+    topics.write_text("".join(f"{q}\t{t}\n" for q, t in QUERIES.items()), encoding="utf-8")
+    runs = {}
+    for name in ("merged", "parts"):
+        out = tmp_path / f"{name}.trec"
+        args = ["search", str(collection[name]), "--queries", str(topics), "--output", str(out)]
+        result = CliRunner().invoke(app, [*args, "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        runs[name] = ranked(read_run(out))
+    assert_same_runs(runs["merged"], runs["parts"], atol=ATOL)
+    one = CliRunner().invoke(app, ["search", str(collection["parts"]), "insulin", "--json"])
+    assert one.exit_code == 0 and '"doc_id"' in one.output
+
+
+def test_what_only_shards_take_is_refused_elsewhere(collection, tmp_path):
+    runner = CliRunner()
+    single = runner.invoke(app, ["search", str(collection["merged"]), "q", "--ray", "local"])
+    assert single.exit_code == 2 and "--ray does not apply with one index" in single.output
+    local = runner.invoke(app, ["search", str(collection["parts"]), "q", "--replicas", "2"])
+    assert local.exit_code == 2 and "--replicas applies only on Ray" in local.output
+    budget = runner.invoke(app, ["serve", str(collection["parts"]), "--budget", "40"])
+    assert budget.exit_code == 2 and "--budget 40 must be below the server's timeout 30" in (
+        budget.output
+    )
+    with pytest.raises(DotcatError, match="one index, not a folder of shards"):
+        SearchPipeline(collection["merged"], cluster=ClusterConfig(ray="local"))
+
+
+def test_a_stage_that_reads_one_index_directory_is_refused_over_shards(collection):
+    register_stage("everything", lambda context: None, sides=(), help="a test stage")
+    try:
+        shards = pipeline(collection["parts"])
+        assert "everything" not in shards.describe()["stages_available"]
+        with pytest.raises(DotcatError, match="reads one index directory"):
+            shards.search("insulin", first_stage="everything")
+    finally:
+        del REGISTRY["everything"]
