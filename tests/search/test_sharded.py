@@ -10,15 +10,23 @@ rankings, from Python and from ``dotcat search``. (The same on a Ray cluster: te
 from __future__ import annotations
 
 import functools
+import gzip
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 from tests.rankings import assert_same_runs
-from tests.search.collections import QUERIES, build_collection
+from tests.search.collections import QUERIES, build_collection, encoder_config
 from typer.testing import CliRunner
 
 from dotcat.cli import app
 from dotcat.data import ranked, read_run
 from dotcat.errors import DotcatError
+from dotcat.index import IndexConfig, build_index
+from dotcat.index.manifest import Manifest
+from dotcat.index.passages import PassageConfig
+from dotcat.index.shard_updates import home_shard, owners
 from dotcat.search.cluster import ClusterConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.search.stages import REGISTRY, register_stage
@@ -115,3 +123,39 @@ def test_a_stage_that_reads_one_index_directory_is_refused_over_shards(collectio
             shards.search("insulin", first_stage="everything")
     finally:
         del REGISTRY["everything"]
+
+
+def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_path):
+    parts = tmp_path / "parts"
+    shutil.copytree(collection["parts"], parts)
+    new = [
+        {"_id": "n1", "title": "Zebra study", "text": "zebra insulin glucose " * 4},
+        {"_id": "n2", "title": "", "text": "zebra statin therapy for patients"},
+        {"_id": "d5", "title": "Replaced", "text": "zebra bone vitamin"},
+    ]
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(d) + "\n" for d in new), encoding="utf-8")
+    runner, device = CliRunner(), ["--device", "cpu", "--precision", "fp32"]
+    refused = runner.invoke(app, ["add", str(parts), str(added), *device])
+    assert refused.exit_code == 2 and "'d5'" in refused.output and "--upsert" in refused.output
+    done = runner.invoke(app, ["add", str(parts), str(added), "--upsert", *device])
+    assert done.exit_code == 0, done.output
+    assert "added 2 and replaced 1 documents" in done.output
+    gone = runner.invoke(app, ["delete", str(parts), "d100", "d101"])
+    assert gone.exit_code == 0 and "deleted 2 documents" in gone.output
+    paths = sorted(parts.iterdir())
+    held = owners(paths, ["n1", "n2", "d5", "d100", "d101"])
+    assert held == {"n1": home_shard("n1", 3), "n2": home_shard("n2", 3), "d5": 0}
+    # The updated shards rank as one index of the same documents (not fused: where BM25 ties,
+    # the order of its ids, numbered otherwise there, moves RRF's ranks).
+    with gzip.open(collection["corpus"], "rt", encoding="utf-8") as f:
+        documents = [json.loads(line) for line in f]
+    final = [d for d in documents if d["_id"] not in {"d5", "d100", "d101"}] + new
+    whole = tmp_path / "whole"
+    passages = PassageConfig(enabled=bool(Manifest.read(paths[0]).passages))
+    build_index(final, whole, encoder_config(Path(Manifest.read(paths[0]).encoder["name"])),
+                IndexConfig(passages=passages), show_progress=False)  # fmt: skip
+    queries = {**QUERIES, "z": "zebra insulin"}
+    for stage in ("dense", "bm25"):
+        one = pipeline(whole).run(queries, 30, first_stage=stage)
+        assert_same_runs(one, pipeline(parts).run(queries, 30, first_stage=stage), atol=ATOL)
