@@ -24,11 +24,14 @@ from dotcat.cli import app
 from dotcat.data import ranked, read_run
 from dotcat.errors import DotcatError
 from dotcat.index import IndexConfig, build_index
+from dotcat.index.docstore import PassageRef
 from dotcat.index.manifest import Manifest
 from dotcat.index.passages import PassageConfig
 from dotcat.index.shard_updates import home_shard, owners
+from dotcat.search.aggregation import Match
 from dotcat.search.cluster import ClusterConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.sharded import bm25_key, dense_key, merge
 from dotcat.search.stages import REGISTRY, register_stage
 
 #: Scores of the sharded search and of the merged index (the acceptance's tolerance).
@@ -159,3 +162,16 @@ def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_
     for stage in ("dense", "bm25"):
         one = pipeline(whole).run(queries, 30, first_stage=stage)
         assert_same_runs(one, pipeline(parts).run(queries, 30, first_stage=stage), atol=ATOL)
+
+
+def test_the_merge_keeps_each_document_s_shard_and_orders_ties_as_one_index():
+    def match(doc: str, score: float, pid: int, passage: bool = False) -> Match:
+        ref = PassageRef(pid, doc, 0, 0, 5 if passage else None)
+        return Match(doc, score, ((ref, score),))
+
+    answers = [[match("a", 0.9, 3), match("b", 0.5, 7)], None, [match("c", 0.9, 1)]]
+    merged = merge(answers, 3, dense_key)  # FAISS: equal scores by id, and ids rise by shard
+    assert [(shard, m.doc_id) for shard, m in merged] == [(0, "a"), (2, "c"), (0, "b")]
+    passages = [[match("a", 0.9, 12, True)], [match("b", 0.9, 5, True)]]
+    key = bm25_key([0, 100])  # BM25: by name, the passages' collection ids as strings
+    assert [m.doc_id for _, m in merge(passages, 2, key)] == ["b", "a"]  # "105" < "12"

@@ -106,6 +106,8 @@ def search(
         why = "they place the shards of a folder of shards (this is one index)"
         refuse_with("one index", given_settings(ClusterConfig), why)
         cluster = None
+    elif queries is not None and "budget_s" not in given_settings(ClusterConfig):
+        cluster = dataclasses.replace(cluster, budget_s=None)  # a run: whole, or an error
     topics = load_queries(queries, split=split) if queries is not None else None
 
     from dotcat.search.pipeline import SearchPipeline
@@ -150,7 +152,12 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
     start = time.perf_counter()
     run = pipeline.run(topics, k, show_progress=True)
     seconds = time.perf_counter() - start
-    _warn_if_partial(pipeline)
+    coverage = pipeline.stages.coverage()
+    if coverage is not None and not coverage.full:
+        raise DotcatError(
+            f"shard(s) {', '.join(coverage.missing)} did not answer within --budget; no run "
+            "written (without --budget a run waits for every shard)"
+        )
     write_run(run, output, tag=tag)
     what = f"{pipeline.first_stage} first stage, {pipeline.score_kind()} scores"
     r = pipeline.reranker

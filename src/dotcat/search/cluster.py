@@ -37,17 +37,19 @@ class ClusterConfig(Settings):
             it dies (Ray starts it again).
         budget_s: the longest one search waits for the shards; past it, the shards that have
             not answered are left out and the answer says how much of the collection it
-            covers.
+            covers. None: no limit, and a shard none of whose replicas answers fails the
+            search (``dotcat search --queries``: a run is whole or not written).
         shard_cpus: CPUs Ray reserves for each shard actor (its FAISS threads).
     """
 
     ray: str | None = setting(None, help=RAY_HELP, metavar="ADDRESS")
     replicas: int = setting(1, help="Ray actors per shard (one dying, another answers).")
-    budget_s: float = setting(
+    budget_s: float | None = setting(
         10.0,
         help="Seconds a search waits for the shards; past them the answer is partial and "
         "says how much of the collection it covers.",
         flags=("--budget",),
+        cli_type=float,
     )
     shard_cpus: float = setting(1.0, help="CPUs Ray reserves for each shard actor.")
 
@@ -58,7 +60,11 @@ class ClusterConfig(Settings):
     def checks(self) -> list[Check]:
         return [
             at_least("replicas", self.replicas, 1),
-            (self.budget_s > 0, "budget_s", f"budget must be > 0 seconds, got {self.budget_s}"),
+            (
+                self.budget_s is None or self.budget_s > 0,
+                "budget_s",
+                f"budget must be > 0 seconds, got {self.budget_s}",
+            ),
             (self.shard_cpus > 0, "shard_cpus", f"shard_cpus must be > 0, got {self.shard_cpus}"),
         ]
 
@@ -77,7 +83,7 @@ class ServeClusterConfig(ClusterConfig):
         """Refuse a budget that a request's time limit (``timeout_s``: its 504) would cut
         short: a partial answer must come before the request times out."""
         first_failure([
-            (self.budget_s < timeout_s, "budget_s",
+            (self.budget_s is not None and self.budget_s < timeout_s, "budget_s",
              f"budget_s {self.budget_s:g} must be below the server's timeout {timeout_s:g}: a "
              "partial answer must come before the request times out"),
         ])  # fmt: skip

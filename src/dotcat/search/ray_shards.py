@@ -217,7 +217,11 @@ class RayShards:
                     self._send(shard, method, only[shard], pending, tried)
         for shard, index in pending.values():
             self._leave_out(shard, index, "no answer within the budget")
-        self.missed.update(s for s in only if answers[s] is None)
+        missed = [s for s in only if answers[s] is None]
+        if missed and self.deadline is None:  # no budget: whole, or an error
+            names = ", ".join(self.specs[s].name for s in missed)
+            raise DotcatError(f"shard(s) {names}: no replica answered (see the log above)")
+        self.missed.update(missed)
         return answers
 
     def _send(self, shard: int, method: str, args: tuple, pending: dict, tried: dict) -> None:

@@ -7,8 +7,10 @@ and its BM25 index scored with the collection's statistics
 (:func:`dotcat.index.bm25_global.with_collection_statistics`), and answers in the
 collection's terms:
 
-* FAISS ids are shifted by the vectors of the shards before it (:attr:`ShardSpec.first_vector`),
-  so they are the merged index's ids;
+* FAISS ids are the shard's own in the documents it ranks (the front shifts those it keeps
+  by :attr:`ShardSpec.first_vector`, the vectors of the shards before), and the collection's
+  (shifted) everywhere else: the vectors it returns, the passages whose texts it is asked for,
+  the names of BM25 rows;
 * documents are ranked from their passages here (:func:`dotcat.search.aggregation.rank_documents`):
   a document lives whole in one shard, so its passages are all here, and each shard's top-k
   documents merged by score are the collection's top-k;
@@ -144,7 +146,7 @@ class ShardSearcher:
             vectors=len(self.index), documents=self.index.document_count,
             method=self.spec.aggregation, top=self.spec.aggregate_top,
         )  # fmt: skip
-        return [self._shifted(found[q]) for q in qids]
+        return [found[q] for q in qids]
 
     def _nearest_ids(self, qids: list[str], n: int, rows: dict) -> dict[str, list]:
         scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n)
@@ -172,7 +174,7 @@ class ShardSearcher:
         a term it lacks scores nothing here anyway)."""
         stage = self._bm25_stage()
         found = stage.search({str(i): q for i, q in enumerate(queries)}, k)
-        return [self._shifted(found[str(i)]) for i in range(len(queries))]
+        return [found[str(i)] for i in range(len(queries))]
 
     def bm25_weighted(self, queries: Sequence[Mapping[int, float]], k: int) -> list[list[Match]]:
         """Each weighted query's (collection term id -> weight: RM3's expanded query) top
@@ -199,7 +201,7 @@ class ShardSearcher:
             documents=self.index.document_count, method=self.spec.aggregation,
             top=self.spec.aggregate_top,
         )  # fmt: skip
-        return [self._shifted(found[q]) for q in qids]
+        return [found[q] for q in qids]
 
     def feedback(self, queries: Sequence[Mapping[int, float]], n: int) -> list[list[FeedbackRow]]:
         """RM3's first search: each weighted query's top ``n`` rows, each with its name, its
@@ -259,19 +261,6 @@ class ShardSearcher:
             "host": socket.gethostname(),
             "node": _ray_node(),
         }
-
-    def _shifted(self, matches: list[Match]) -> list[Match]:
-        """Matches with their passages' FAISS ids in the collection's numbering."""
-        shift = self.spec.first_vector
-        if not shift:
-            return matches
-        return [
-            Match(m.doc_id, m.score, tuple(
-                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
-                 if r.pid >= 0 else r, s) for r, s in m.passages
-            ))
-            for m in matches
-        ]  # fmt: skip
 
 
 def _ray_node() -> str | None:

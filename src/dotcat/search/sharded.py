@@ -24,6 +24,8 @@ on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once:
 A search waits for the shards at most :attr:`ClusterConfig.budget_s`; a shard that has not
 answered by then (every replica of it dead or stuck) is left out, and the answer's
 :class:`Coverage` says how much of the collection it searched, as Vespa reports coverage.
+Without a budget (``budget_s`` None: a run written to a file), a shard none of whose replicas
+answers fails the search instead.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -299,8 +301,9 @@ class ShardedStages(StageContext):
 
     def begin_call(self) -> None:
         """A search starts: the shards get :attr:`ClusterConfig.budget_s` from now."""
+        budget = self.cluster.budget_s
         self.group.missed.clear()
-        self.group.deadline = time.monotonic() + self.cluster.budget_s
+        self.group.deadline = None if budget is None else time.monotonic() + budget
         self.index.owners.clear()
 
     def coverage(self) -> Coverage:
@@ -421,16 +424,18 @@ def merge(
     answers: Sequence[Sequence[Match] | None],
     k: int,
     key: Callable[[int, int, Match], tuple],
-) -> list[Match]:
-    """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``: a k-way
-    merge, ``O(k log shards)``."""
-    ranked = (
-        ((key(shard, rank, m), m) for rank, m in enumerate(found))
-        for shard, found in enumerate(answers)
-        if found
-    )
-    merged = heapq.merge(*ranked, key=lambda pair: pair[0])
-    return [m for _, m in itertools.islice(merged, k)]
+) -> list[tuple[int, Match]]:
+    """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``, each with
+    its shard: a k-way merge, ``O(k log shards)``."""
+    ranked = [_keyed(shard, found, key) for shard, found in enumerate(answers) if found]
+    merged = heapq.merge(*ranked, key=lambda entry: entry[0])
+    return [(shard, m) for _, shard, m in itertools.islice(merged, k)]
+
+
+def _keyed(shard: int, found: Sequence[Match], key: Callable) -> Iterator[tuple]:
+    """One shard's ranking as ``(key, shard, match)`` (a function: each generator keeps
+    its own shard)."""
+    return ((key(shard, rank, m), shard, m) for rank, m in enumerate(found))
 
 
 def dense_key(shard: int, rank: int, match: Match) -> tuple:
@@ -439,12 +444,16 @@ def dense_key(shard: int, rank: int, match: Match) -> tuple:
     return (-match.score, shard, rank)
 
 
-def bm25_key(shard: int, rank: int, match: Match) -> tuple:
+def bm25_key(firsts: Sequence[int]) -> Callable[[int, int, Match], tuple]:
     """Score, then the best row's name (the document's id, or its best passage's collection
-    id as a string): BM25 orders equal scores by it."""
-    ref = match.passages[0][0] if match.passages else None
-    name = str(ref.pid) if ref is not None and ref.stop is not None else match.doc_id
-    return (-match.score, name)
+    id, ``firsts[shard]`` + its own, as a string): BM25 orders equal scores by it."""
+
+    def key(shard: int, rank: int, match: Match) -> tuple:
+        ref = match.passages[0][0] if match.passages else None
+        passage = ref is not None and ref.stop is not None
+        return (-match.score, str(ref.pid + firsts[shard]) if passage else match.doc_id)
+
+    return key
 
 
 def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
@@ -484,8 +493,8 @@ class FanOutDense:
                     vectors = self._rocchio(vectors)
                 answers = self.group.call("dense", (vectors, k))
                 for i, qid in enumerate(chunk):
-                    out[qid] = _owned(self.index, answers, i, merge(_per_query(answers, i), k,
-                                                                    dense_key))  # fmt: skip
+                    merged = merge(_per_query(answers, i), k, dense_key)
+                    out[qid] = _kept(self.index, merged)
                 bar.update(len(chunk))
         return out
 
@@ -541,8 +550,8 @@ class FanOutBM25:
                 else:
                     answers = self.group.call("bm25_weighted", (self._expand(texts), k))
                 for i, qid in enumerate(chunk):
-                    out[qid] = _owned(self.index, answers, i, merge(_per_query(answers, i), k,
-                                                                    bm25_key))  # fmt: skip
+                    merged = merge(_per_query(answers, i), k, self.key)
+                    out[qid] = _kept(self.index, merged)
                 bar.update(len(chunk))
         return out
 
@@ -564,6 +573,11 @@ class FanOutBM25:
         return out
 
     @functools.cached_property
+    def key(self) -> Callable[[int, int, Match], tuple]:
+        """How the shards' documents are merged (:func:`bm25_key`)."""
+        return bm25_key([spec.first_vector for spec in self.group.specs])
+
+    @functools.cached_property
     def tokenizer(self):
         """A tokenizer numbering terms as the collection does (made on first use)."""
         return self.statistics.tokenizer(self.config)
@@ -574,14 +588,17 @@ class FanOutBM25:
         return next(stream)
 
 
-def _owned(index: ShardedIndex, answers: Sequence, row: int, merged: list[Match]) -> list[Match]:
-    """``merged``, each document's shard noted (its texts are fetched from there)."""
-    owner = {
-        m.doc_id: shard
-        for shard, answer in enumerate(answers)
-        if answer is not None
-        for m in answer[row]
-    }
-    for m in merged:
-        index.owners[m.doc_id] = owner[m.doc_id]
-    return merged
+def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:
+    """The merged documents, their passages' FAISS ids shifted into the collection's
+    numbering, each document's shard noted (its texts are fetched from there)."""
+    out = []
+    for shard, m in merged:
+        index.owners[m.doc_id] = shard
+        shift = index.group.specs[shard].first_vector
+        if shift and any(r.pid >= 0 for r, _ in m.passages):  # (BM25's whole documents: -1)
+            m = Match(m.doc_id, m.score, tuple(
+                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
+                 if r.pid >= 0 else r, s) for r, s in m.passages
+            ))  # fmt: skip
+        out.append(m)
+    return out

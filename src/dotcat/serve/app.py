@@ -67,6 +67,7 @@ from dotcat.serve.protocol import (
     LimitsInfo,
     MultiSearchOut,
     PassageOut,
+    ReplicaInfo,
     RerankerInfo,
     SearchAnswer,
     SearchOut,
@@ -295,8 +296,18 @@ def _coverage_out(coverage: Any) -> CoverageOut | None:
 
 
 def _shards_info(status: list[dict[str, Any]] | None) -> list[ShardInfo] | None:
-    fields = ShardInfo.model_fields
-    return None if status is None else [ShardInfo(**{k: s[k] for k in fields}) for s in status]
+    """Each shard's state and replicas (:meth:`dotcat.search.sharded.ShardedStages.status`)."""
+    if status is None:
+        return None
+    fields = set(ShardInfo.model_fields) - {"processes"}
+    return [
+        ShardInfo(
+            **{k: s[k] for k in fields},
+            processes=[ReplicaInfo(**{k: p[k] for k in ("pid", "node", "up")})
+                       for p in s["processes"]],
+        )
+        for s in status
+    ]  # fmt: skip
 
 
 def _reranker_info(described: dict[str, Any] | None) -> RerankerInfo | None:

@@ -212,6 +212,14 @@ class ServerInfo(BaseModel):
     queries: int = Field(description="Queries those calls answered.")
 
 
+class ReplicaInfo(BaseModel):
+    """One process holding a shard."""
+
+    pid: int | None = Field(description="Its process id on its node (as last seen).")
+    node: str | None = Field(description="The Ray node it runs on (null: in this process).")
+    up: bool = Field(description="Whether searches ask it now.")
+
+
 class ShardInfo(BaseModel):
     """One shard of the collection, and its replicas (a server over shards)."""
 
@@ -223,6 +231,7 @@ class ShardInfo(BaseModel):
         description="ok: every replica answers; degraded: some do; down: none does (answers "
         "leave the shard out and say so in their coverage, until Ray has restarted one)."
     )
+    processes: list[ReplicaInfo] = Field(description="Its replicas.")
 
 
 class InfoOut(BaseModel):
