@@ -10,6 +10,7 @@ answers come within the budget, marked partial, until Ray has started it again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -97,6 +98,12 @@ def test_shards_on_two_nodes_answer_as_the_merged_index(replicated, merged):
     for stage in ("dense", "bm25", "hybrid"):
         one = merged.run(QUERIES, 30, first_stage=stage)
         assert_same_runs(one, replicated.run(QUERIES, 30, first_stage=stage), atol=ATOL)
+    budget = replicated.stages.cluster
+    replicated.stages.cluster = dataclasses.replace(budget, budget_s=None)  # wait: a run
+    try:
+        assert_same_runs(merged.run(QUERIES, 30), replicated.run(QUERIES, 30), atol=ATOL)
+    finally:
+        replicated.stages.cluster = budget
     status = replicated.describe()["shards"]
     nodes = {p["node"] for s in status for p in s["processes"]}
     assert len(nodes) == 2 and None not in nodes  # the replicas spread over both nodes

@@ -24,7 +24,7 @@ def serve(
         ...,
         help="An index directory from `dotcat index`; or shards (`dotcat index --shard I/N`): "
         "a folder of them, or their directories.",
-        metavar="INDEX_DIR...",
+        metavar="INDEX_DIR",
     ),
     access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
     config: ServeConfig = None,

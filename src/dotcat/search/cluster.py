@@ -47,7 +47,8 @@ class ClusterConfig(Settings):
     budget_s: float | None = setting(
         10.0,
         help="Seconds a search waits for the shards; past them the answer is partial and "
-        "says how much of the collection it covers.",
+        "says how much of the collection it covers (a run written to a file waits for every "
+        "shard unless this is given).",
         flags=("--budget",),
         cli_type=float,
     )

@@ -200,10 +200,9 @@ class RayShards:
         tried: dict[int, set[int]] = {s: set() for s in only}
         for shard in only:
             self._send(shard, method, only[shard], pending, tried)
-        deadline = self.deadline if self.deadline is not None else math.inf
         while pending:
-            remaining = deadline - time.monotonic()
-            ready = self.ray.wait(list(pending), num_returns=1, timeout=max(remaining, 0))[0]
+            remaining = None if self.deadline is None else max(self.deadline - time.monotonic(), 0)
+            ready = self.ray.wait(list(pending), num_returns=1, timeout=remaining)[0]
             if not ready:
                 break
             for ref in ready:

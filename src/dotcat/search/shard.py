@@ -173,6 +173,9 @@ class ShardSearcher:
         """Each query's top ``k`` documents by BM25 (the query read with this shard's terms:
         a term it lacks scores nothing here anyway)."""
         stage = self._bm25_stage()
+        if not stage.passages:  # (BM25Index.search would warn of each shard's misses)
+            top = (self.bm25_index.search_one(q, k) for q in queries)
+            return [[Match(d, s, ((PassageRef(-1, d), s),)) for d, s in hits] for hits in top]
         found = stage.search({str(i): q for i, q in enumerate(queries)}, k)
         return [found[str(i)] for i in range(len(queries))]
 

@@ -553,6 +553,9 @@ class FanOutBM25:
                     merged = merge(_per_query(answers, i), k, self.key)
                     out[qid] = _kept(self.index, merged)
                 bar.update(len(chunk))
+        empty = sum(not found for found in out.values())
+        if empty:
+            logger.warning("%d of %d queries matched no document", empty, len(out))
         return out
 
     def _expand(self, texts: list[str]) -> list[dict[int, float]]:
