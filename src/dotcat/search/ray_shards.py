@@ -54,6 +54,10 @@ INSTALL_HINT = "pip install 'dotcat[ray]'"
 PROBE_INTERVAL_S = 0.5
 #: Seconds the cluster gets to place and load every shard's actors.
 START_TIMEOUT_S = 600.0
+#: An array argument bigger than this (bytes) is put in Ray's object store once and read by
+#: every shard; a smaller one goes inline with each call, as Ray sends arguments of up to
+#: 100 KiB, which costs less than a put (about a millisecond each).
+SHARED_BYTES = 100_000
 _CAUSE = re.compile(r"(?:DotcatError|SettingError|DiskFullError): (.*)")
 
 
@@ -193,7 +197,7 @@ class RayShards:
         """``method(*args)`` on one replica of each shard (of ``only``'s shards, with their
         own arguments): the answers in shard order, None for a shard left out."""
         if only is None:
-            shared = tuple(self.ray.put(a) for a in args)  # sent once, read by every shard
+            shared = tuple(self._shared(a) for a in args)
             only = dict.fromkeys(range(len(self.specs)), shared)
         answers: list[Any] = [None] * len(self.specs)
         pending: dict[Any, tuple[int, int]] = {}
@@ -222,6 +226,10 @@ class RayShards:
             raise DotcatError(f"shard(s) {names}: no replica answered (see the log above)")
         self.missed.update(missed)
         return answers
+
+    def _shared(self, arg: Any) -> Any:
+        """``arg`` as every shard's call takes it: a large array put once, else itself."""
+        return self.ray.put(arg) if getattr(arg, "nbytes", 0) > SHARED_BYTES else arg
 
     def _send(self, shard: int, method: str, args: tuple, pending: dict, tried: dict) -> None:
         """The call to the next replica of ``shard`` that is up and not yet tried, if any."""
