@@ -103,8 +103,9 @@ def main() -> None:
         "Each row: the 300 test queries, 100 results each, searched over the four shards, "
         "against the merged index's run in one process. *same*: queries with the same ranking "
         "(ties within 1e-5 in either order) and scores within 1e-5; *exact*: the same ids in "
-        "the same order; *max diff*: the largest score difference; nDCG@10 of the merged "
-        "index and of the shards; seconds for the 300 queries (the merged index's in "
+        "the same order (a `dotcat search` run is read back from its file, ties sorted by "
+        "document id, hence fewer exact); *max diff*: the largest score difference; nDCG@10 of "
+        "the merged index and of the shards; seconds for the 300 queries (the merged index's in "
         "brackets; the HTTP and `dotcat search` rows include their process's start).",
         "",
         "| collection | first stage | path | same | exact | max diff | nDCG@10 merged | "

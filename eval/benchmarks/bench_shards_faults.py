@@ -14,9 +14,10 @@ it one replica of shard s1 is hurt:
 * **1 replica, SIGSTOP** (a stuck process, resumed with SIGCONT after 8 s): a search waits
   for it at most the budget, then answers without it; never a hang.
 
-Records, per second and in all: answers, failures (any status but 200, or no answer),
-partial answers, latency (p50, p99, max) before, during and after, and when /info says every
-shard is whole again. Writes ``eval/benchmarks/results/shards_faults.md``.
+Records answers, failures (any status but 200, or no answer), partial answers (the times
+given are when those requests began, relative to the fault), latency (p50, p99, max) before
+and after the fault, and when /info (polled every 0.25 s) first shows the shard down and
+then every shard whole again. Writes ``eval/benchmarks/results/shards_faults.md``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def run_scenario(url: str, queries: list[str], seconds: float, hurt) -> dict:
                     answers.append((start - began, 0, time.monotonic() - start, False))
                 j += 1
 
-    hurt_at = whole_at = None
+    hurt_at = down_at = whole_at = None
     with ThreadPoolExecutor(CLIENTS) as pool:
         for i in range(CLIENTS):
             pool.submit(client, i)
@@ -79,11 +80,14 @@ def run_scenario(url: str, queries: list[str], seconds: float, hurt) -> dict:
         hurt_at = time.monotonic() - began
         hurt()
         while time.monotonic() - began < seconds:
-            time.sleep(0.5)
-            if whole_at is None and time.monotonic() - began > hurt_at + 1 and _whole(url):
+            time.sleep(0.25)
+            whole = _whole(url)
+            if down_at is None and not whole:
+                down_at = time.monotonic() - began
+            elif down_at is not None and whole_at is None and whole:
                 whole_at = time.monotonic() - began
         stop.set()
-    return {"answers": answers, "hurt_at": hurt_at, "whole_at": whole_at}
+    return {"answers": answers, "hurt_at": hurt_at, "down_at": down_at, "whole_at": whole_at}
 
 
 def summary(name: str, result: dict) -> tuple[list[str], str]:
@@ -102,7 +106,7 @@ def summary(name: str, result: dict) -> tuple[list[str], str]:
         p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
         rows.append(f"| {name} | {label} | {len(chosen)} | {statistics.median(ms):.0f} | "
                     f"{p99:.0f} | {max(ms):.0f} |")  # fmt: skip
-    whole = result["whole_at"]
+    down, whole = result["down_at"], result["whole_at"]
     note = (
         f"- **{name}**: {len(answers)} answers, **{failed} failed**, {len(partial)} partial"
         + (
@@ -110,13 +114,19 @@ def summary(name: str, result: dict) -> tuple[list[str], str]:
             if partial
             else ""
         )  # fmt: skip
-        + (
-            f"; /info whole again {whole - hurt_at:.1f} s after it."
-            if whole
-            else "; /info not whole again by the end of the run."
-        )  # fmt: skip
+        + _info_note(hurt_at, down, whole)
     )
     return rows, note
+
+
+def _info_note(hurt_at: float, down: float | None, whole: float | None) -> str:
+    """What /info (polled every 0.25 s) said of the shards after the fault."""
+    if down is None:
+        return "; /info never showed a shard down (polled every 0.25 s)."
+    note = f"; /info showed it down {down - hurt_at:.1f} s after the fault"
+    if whole is None:
+        return note + ", not whole again by the end of the run."
+    return note + f", whole again {whole - hurt_at:.1f} s after it."
 
 
 def main() -> None:
