@@ -15,7 +15,7 @@ Measures on this machine what docs/scale.md's model is made of:
    actor holding nothing (Python, Ray, FAISS, NumPy imported).
 4. **Fan-out**: one call to N shard actors and back (``describe``, a few bytes), N = 1, 2, 4
    (8 with two replicas), on a two-node local Ray; and one dense and one BM25 round of a
-   query over the four SciFact shards.
+   query (top 100) over 1, 2 and 4 of the SciFact shards.
 5. **Merge**: the k-way merge of N shards' top-100 lists, N up to 1024.
 
 Then the model's prediction of the one-client p50 of 1, 2 and 4 shards is set against what
@@ -79,7 +79,8 @@ def faiss_costs(sizes: list[int]) -> list[dict]:
                 index = faiss_index.create_index(spec, DIM)
                 faiss_index.train_index(index, vectors[: min(n, 65_536)], spec)
                 index.add(vectors)
-                faiss_index.set_search_params(index, {"nprobe": 32, "efSearch": 128})
+                params = {"IVF": {"nprobe": 32}, "HNS": {"efSearch": 128}}.get(spec[:3], {})
+                faiss_index.set_search_params(index, params)
                 size = len(faiss.serialize_index(index))
                 faiss.omp_set_num_threads(1)
                 asked = [(queries[i : i + 1], 100) for i in range(len(queries))]
@@ -91,21 +92,24 @@ def faiss_costs(sizes: list[int]) -> list[dict]:
 
 
 def bm25_costs(sizes: list[int], shards: dict[str, list[Path]]) -> dict:
-    """BM25 bytes per row (SciFact's shards: the matrix's data and ids, the term counts) and
-    one query's ms over synthetic corpora of ``sizes`` documents."""
+    """BM25 bytes per row (SciFact's shards: the matrix's data and ids, the term counts), the
+    doc store's bytes per row (its SQLite file), and one query's ms over synthetic corpora of
+    ``sizes`` documents."""
     from dotcat.data import load_queries
     from dotcat.index.bm25 import BM25Index
     from synthetic import write_corpus
 
-    per_row = {}
+    per_row, docstore = {}, {}
     for kind, paths in shards.items():
         rows = nbytes = 0
+        docstore[kind] = sum((path / "docstore.sqlite").stat().st_size for path in paths)
         for path in paths:
             folder = path / "bm25"
             files = [f for f in folder.glob("*.npy") if "indptr" not in f.name]
             nbytes += sum(f.stat().st_size for f in files)
             rows += len(json.loads((folder / "doc_ids.json").read_text()))
         per_row[kind] = nbytes / rows
+        docstore[kind] /= rows
     queries = list(load_queries(common.SCIFACT, split="test").values())
     times = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +120,7 @@ def bm25_costs(sizes: list[int], shards: dict[str, list[Path]]) -> dict:
             p50, _ = _median_ms(index.search_one, [(q, 100) for q in queries], 100)
             times.append({"n": n, "ms": p50})
             print(times[-1], flush=True)
-    return {"bytes_per_row": per_row, "search": times}
+    return {"bytes_per_row": per_row, "docstore_bytes_per_row": docstore, "search": times}
 
 
 def ray_costs(address: str, parts: Path, data: Path) -> dict:
@@ -150,9 +154,18 @@ def ray_costs(address: str, parts: Path, data: Path) -> dict:
             out["shard_actor_mib"] = [_rss_mib(p[0]) for p in group.pids()]
             query = list(load_queries(data, split="test").values())[0]
             vector = pipeline.encoder.encode_queries([query])
-            out["dense_round_ms"] = _median_ms(group.call, [("dense", (vector, 100))], 100)
-            out["bm25_round_ms"] = _median_ms(group.call, [("bm25", ([query], 100))], 100)
+            for name, args in (("dense", (vector, 100)), ("bm25", ([query], 100))):
+                out[f"{name}_round_ms"] = {
+                    n: _median_ms(
+                        functools.partial(group.call, only=dict.fromkeys(range(n), args)),
+                        [(name,)],
+                        100,
+                    )
+                    for n in (1, 2, 4)
+                }
             out["encode_ms"] = _median_ms(pipeline.encoder.encode_queries, [([query],)], 50)
+            asked = [([q], 10) for q in list(load_queries(data, split="test").values())[:50]]
+            out["pipeline_ms"] = _median_ms(pipeline.search_many, asked, 100)
         fan = {}
         for n in (1, 2, 4):
             only = {s: () for s in range(n)}
@@ -191,15 +204,19 @@ def merge_costs() -> dict:
 
 def local_costs(merged: Path, shard: Path, data: Path) -> dict:
     """One query's dense (FAISS Flat) and BM25 search, top 100 (a hybrid's depth), in this
-    process, over the whole index and over one of its four shards (ms, median)."""
+    process, over the whole index and over one of its four shards (ms, median); and one
+    query's search through the pipeline over the whole index (hybrid, k=10: ``pipeline_ms``,
+    as ``ray_costs`` measures it over the four shards on Ray)."""
     from dotcat.data import load_queries
     from dotcat.index.dense_index import DenseIndex
     from dotcat.search.lexical import load_bm25
     from dotcat.search.pipeline import SearchPipeline
 
     queries = list(load_queries(data, split="test").values())
-    vectors = SearchPipeline(merged).encoder.encode_queries(queries)
-    out = {}
+    pipeline = SearchPipeline(merged)
+    vectors = pipeline.encoder.encode_queries(queries)
+    asked = [([q], 10) for q in queries[:50]]
+    out: dict = {"pipeline_ms": _median_ms(pipeline.search_many, asked, 100)}
     for name, path in (("whole", merged), ("shard", shard)):
         index = DenseIndex(path, device="cpu")
         bm25 = load_bm25(path, index)
@@ -217,18 +234,23 @@ def predict(costs: dict, speed: dict | None) -> list[str]:
 
     One process answers a query with a search of the whole index (dense and BM25) in its own
     thread; N shards answer it with three fan-outs (dense, BM25, the documents' texts), each
-    shard searching n/N rows, the N searches of a round sharing this machine's 2 cores, and
-    two merges::
+    shard searching n/N rows, the N searches of a round sharing this machine's 2 cores, two
+    rounds each bringing back N lists of 100 matches, and two merges::
 
-        p50(N) = p50(one) - s(n) + ceil(N / 2) * s(n / N) + 3 * f(N) + 2 * m(N)
+        p50(N) = p50(one) - s(n) + ceil(N / 2) * s(n / N) + 3 f(N) + 2 N r + 2 m(N)
 
     with s(x) the dense + BM25 search of x rows (linear between the two measured sizes),
-    f(N) a fan-out of a trivial call to N actors, m(N) the merge of N lists.
+    f(N) a fan-out of a trivial call to N actors, r one shard's answer of 100 matches (the
+    slope over N of a dense or BM25 round's time beyond f(N): ``shards_model.answer_ms``),
+    m(N) the merge of N lists.
     """
+    from shards_model import answer_ms
+
     if speed is None:
         return ["(no shards_speed.json: run bench_shards_speed.py first for this check)"]
     local, fan = costs["local"], costs["ray"]["fanout_ms_1"]
     whole, shard = local["whole"], local["shard"]
+    r = answer_ms(costs)
 
     def search(rows: float) -> float:
         slope = (whole["dense"] + whole["bm25"] - shard["dense"] - shard["bm25"]) / (
@@ -238,14 +260,28 @@ def predict(costs: dict, speed: dict | None) -> list[str]:
 
     one = speed["one process|1"]["p50"]
     lines = [
+        f"r = {r:.2f} ms.",
+        "",
         "| shards | s(n/N) ms | f(N) ms | predicted p50 ms | measured p50 ms | error |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    inside = (
+        costs["local"]["pipeline_ms"][0] - search(whole["rows"]) + 2 * search(whole["rows"] / 4)
+    )
+    inside += 3 * fan["4"][0] + 2 * 4 * r + 2 * costs["merge_us"]["4"] / 1000
+    lines[1:1] = [
+        "",
+        f"In this process, through `SearchPipeline.search_many` (no HTTP), one query: the "
+        f"merged index {costs['local']['pipeline_ms'][0]:.1f} ms, the four shards on Ray "
+        f"{costs['ray']['pipeline_ms'][0]:.1f} ms, the model {inside:.1f} ms.",
+        "",
+        "Through `dotcat serve` (bench_shards_speed.py, one client, p50):",
     ]
     for n in (1, 2, 4):
         part = search(whole["rows"] / n)
         merge_ms = costs["merge_us"]["4"] / 1000
         predicted = one - search(whole["rows"]) + -(-n // 2) * part + 3 * fan[str(n)][0]
-        predicted += 2 * merge_ms
+        predicted += 2 * n * r + 2 * merge_ms
         measured = speed[f"{n} shard{'s' if n > 1 else ''}|1"]["p50"]
         lines.append(f"| {n} | {part:.2f} | {fan[str(n)][0]:.2f} | {predicted:.1f} | "
                      f"{measured:.1f} | {(predicted - measured) / measured:+.0%} |")  # fmt: skip
