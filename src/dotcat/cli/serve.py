@@ -60,6 +60,8 @@ def serve(
                 where = f"Ray at {cluster.ray}" if cluster.on_ray else "this process"
                 stages += f"; {len(shards)} shards x {shards[0]['replicas']} on {where}"
         typer.echo(f"dotcat: serving {shown} on {url} ({stages}); page at {url}/", err=True)
+        if config.judge:
+            typer.echo(f"dotcat: judging page at {url}/judge", err=True)
 
     # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one
     # process) or returns (--workers: its supervisor stopped every worker).

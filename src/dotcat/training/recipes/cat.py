@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
 from dotcat.evaluation.choice import Choice, choose
@@ -59,6 +58,7 @@ from dotcat.models.runtime import resolve_device
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
 from dotcat.training.data.examples import load_training_data
+from dotcat.training.data.judged import dev_split, with_judged_negatives
 from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.data.pools import (
     build_cat_examples,
@@ -167,7 +167,9 @@ class CatRecipe:
         )
         self.model = self.cross_encoder.model
         # DEV_SEED, not the run's seed: the same held-out queries as every other stage.
-        train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, DEV_SEED)
+        train_qids, dev_qids = dev_split(
+            list(data.queries), config.dev_fraction, config.min_dev_queries
+        )
         self.data = data
         self.data_info = data_record(config, len(data.corpus))
         self.train_queries = {q: data.queries[q] for q in train_qids}
@@ -186,7 +188,10 @@ class CatRecipe:
                 config.first_stages[0], data, self.dev_queries, config.dev_depth
             )
         self.mining_seconds = time.perf_counter() - t0
-        self.examples = build_cat_examples(self.train_queries, data.qrels, self.pools)
+        self.pools = with_judged_negatives(self.pools, data.qrels, list(data.queries)) or {}
+        self.examples = build_cat_examples(
+            self.train_queries, data.qrels, self.pools, config.min_relevance
+        )
         if not self.examples:
             raise DotcatError("no training examples (no judged query with first-stage negatives)")
         self.dev_first = {q: first_run.get(q, []) for q in self.dev_queries} if first_run else {}
