@@ -149,3 +149,32 @@ def test_twenty_documents_by_keyboard_survive_a_killed_server(
         times = [j.time for j in store.current("ann")]
     assert found == saved
     assert len(times) == 20 and times == sorted(times)
+
+
+def test_keys_typed_ahead_while_a_grade_saves_are_all_kept_in_order(
+    browser, judge_index, judge_pipeline, topics_file, tmp_path
+):
+    """An assessor who types 3, 1, 2 without waiting for each save gets three grades on the
+    first three documents in judging order: a key pressed while the page is busy waits."""
+    from dotcat.judging import PoolConfig, build_pool, read_topics
+
+    store_path = tmp_path / "judgments.sqlite"
+    with JudgmentStore(store_path, judge_index, create=True) as store:
+        build_pool(judge_pipeline, store, read_topics(topics_file), PoolConfig(pool_depth=8))
+    server = Server(judge_index, store_path, free_port())
+    try:
+        page = browser.new_page()
+        _start(page, server.url)
+        qid = page.locator("#topic").input_value()
+        for key in "312":
+            page.keyboard.press(key)  # no wait between keys
+        page.wait_for_function(
+            "() => /graded 2\\./.test(document.querySelector('#status').textContent)"
+        )
+        page.wait_for_selector("#doc[aria-busy='false']")
+    finally:
+        server.stop()
+    with JudgmentStore(store_path) as store:
+        order = [entry.doc_id for entry in store.pooled(qid)][:3]
+        graded = {j.doc_id: j.grade for j in store.current("ann") if j.qid == qid}
+    assert graded == dict(zip(order, [3, 1, 2], strict=True))

@@ -14,7 +14,11 @@ const view = {
   position: 0, // the document shown, an index into topic.docs
   documents: new Map(), // "qid\ndoc_id" -> GET /judge/api/document
   busy: false, // a grade is being saved: keys wait for it
+  waiting: [], // keys pressed while busy, replayed in order once the save is done
 };
+
+// A fast assessor types ahead; more than this many keys waiting is a stuck server, not typing.
+const MAX_WAITING = 20;
 
 function headers(json) {
   const out = { Accept: "application/json" };
@@ -46,6 +50,7 @@ async function request(method, url, body) {
 function setBusy(flag) {
   view.busy = flag;
   $("doc").setAttribute("aria-busy", String(flag));
+  if (!flag && view.waiting.length) setTimeout(() => runKey(view.waiting.shift()), 0);
 }
 
 function say(text, error = false) {
@@ -318,13 +323,21 @@ const KEYS = {
 function onKey(event) {
   const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
-  if (view.state && event.key in view.state.scale) {
-    event.preventDefault();
-    grade(Number(event.key));
-  } else if (event.key in KEYS) {
-    event.preventDefault();
-    KEYS[event.key]();
+  const known = (view.state && event.key in view.state.scale) || event.key in KEYS;
+  if (!known) return;
+  event.preventDefault();
+  if (!view.busy) {
+    runKey(event.key);
+  } else if (view.waiting.length < MAX_WAITING) {
+    view.waiting.push(event.key); // not dropped: graded in order once the save is done
+  } else {
+    say(`${MAX_WAITING} keys are waiting for the server; this one was not kept.`, true);
   }
+}
+
+function runKey(key) {
+  if (view.state && key in view.state.scale) grade(Number(key));
+  else KEYS[key]();
 }
 
 async function start(assessor) {
