@@ -103,16 +103,33 @@ def hoist_global_flags(args: list[str]) -> list[str]:
 
 
 def as_option(error: DotcatError, command) -> str:
-    """The error's text, a :class:`SettingError`'s field renamed to the command's option that
-    sets it (``max_length`` -> ``--max-length``, ``k`` -> ``-k``)."""
+    """The error's text, the settings it names (:attr:`DotcatError.settings`; a
+    :class:`SettingError`'s field, and any option of the command it spells as a field, such
+    as ``rocchio_beta``) renamed to the command's options that set them (``max_length`` ->
+    ``--max-length``, ``overwrite=True`` -> ``--overwrite``, ``k`` -> ``-k``)."""
     text = str(error)
-    if not isinstance(error, SettingError) or command is None:
+    if command is None:
         return text
+    names = set(error.settings)
+    if isinstance(error, SettingError):
+        names |= {p.name for p in command.params if p.name and "_" in p.name and p.name in text}
+    return spell_options(text, names, command)
+
+
+def spell_options(text: str, names, command) -> str:
+    """``text`` with each setting of ``names`` that ``command`` has as an option written as
+    that option: ``name=True`` as the flag, ``name=False`` as its ``--no-`` form, ``name=V``
+    as ``--flag V``, a bare ``name`` as the flag."""
     for param in command.params:
-        if param.param_type_name == "option" and param.name == error.setting:
-            flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
-            name = re.escape(error.setting)
-            return re.sub(rf"(?<![\w-]){name}(?![\w-])", flag, text)
+        if param.param_type_name != "option" or param.name not in names:
+            continue
+        flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        off = next(iter(param.secondary_opts), flag)
+        name = rf"(?<![\w.-]){re.escape(param.name)}"
+        text = re.sub(rf"{name}=True(?![\w-])", flag, text)
+        text = re.sub(rf"{name}=False(?![\w-])", off, text)
+        text = re.sub(rf"{name}=(?=\S)", f"{flag} ", text)
+        text = re.sub(rf"{name}(?![\w-])", flag, text)
     return text
 
 
@@ -131,11 +148,17 @@ app.add_typer(train_app, name="train")
 
 
 class _StderrHandler(logging.Handler):
-    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it); the
+    settings a line names (``extra={"settings": (...)}``) spelled as the running command's
+    options (:func:`spell_options`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            line = self.format(record)
+            ctx = click.get_current_context(silent=True)
+            if getattr(record, "settings", None) and ctx is not None:
+                line = spell_options(line, set(record.settings), ctx.command)
+            sys.stderr.write(line + "\n")
         except Exception:  # noqa: BLE001 - logging must never take the command down
             self.handleError(record)
 

@@ -94,7 +94,7 @@ def index(
                       passages=split)  # fmt: skip
     options = corpus_options(locals())
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh, model=model,
-                options=options)  # fmt: skip
+                options=options, max_length=max_length)  # fmt: skip
 
     from dotcat.search.pipeline import build_and_tune
 

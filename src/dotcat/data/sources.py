@@ -193,8 +193,8 @@ class CorpusOptions(Settings):
         }
 
     def folder_options(self) -> list[str]:
-        """The options given that only apply to a folder of files."""
-        given = {"--include": self.include, "--exclude": self.exclude, "--hidden": self.hidden}
+        """The options given that only apply to a folder of files (their names)."""
+        given = {"include": self.include, "exclude": self.exclude, "hidden": self.hidden}
         return [name for name, value in given.items() if value]
 
 
@@ -323,7 +323,8 @@ class FolderSource:
         file's bytes`` lines: the folder's content, whatever the machine or the mtimes.
         """
         digest = hashlib.sha256()
-        for rel, path, reason in self.listing.problems:
+        for rel, path, reason in self.listing.problems:  # (failed at stat: files too)
+            stats.files += 1
             self._unreadable(stats, rel, path, reason)
         for listed in self.listing.files:
             stats.files += 1
@@ -361,7 +362,8 @@ class FolderSource:
 
     def _unreadable(self, stats: CorpusStats, rel: str, path: Path, reason: str) -> None:
         if self.options.strict:
-            raise DataFormatError(path, None, f"cannot read: {reason} (--strict)")
+            raise DataFormatError(path, None, f"cannot read: {reason} (strict)",
+                                  settings=("strict",))  # fmt: skip
         stats.unreadable += 1
         if len(stats.unreadable_named) < UNREADABLE_NAMED:
             stats.unreadable_named.append(f"{rel} ({reason})")
@@ -436,7 +438,8 @@ def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> 
     given = options.folder_options()
     if given:
         verb = "select" if len(given) > 1 else "selects"
-        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}")
+        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}",
+                          settings=given)  # fmt: skip
 
 
 # -- walking a folder ----------------------------------------------------------------------
@@ -529,8 +532,9 @@ def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None
         held = f"it holds {others}" if others else "it holds no file"
         if listing.excluded:
             raise DataFormatError(
-                root, None, f"no file to read matches --include {list(options.include)} "
-                f"--exclude {list(options.exclude)}; they leave out {_counts(listing.excluded)}"
+                root, None, f"no file to read matches include={list(options.include)} "
+                f"exclude={list(options.exclude)}; they leave out {_counts(listing.excluded)}",
+                settings=("include", "exclude"),
             )  # fmt: skip
         kinds = " ".join(sorted({*DOCUMENT_SUFFIXES, *RECORD_SUFFIXES}))
         raise DataFormatError(

@@ -21,6 +21,7 @@ from dotcat.index.layout import (
     DOCSTORE_NAME,
     INDEX_NAME,
     MANIFEST_NAME,
+    check_writable,
     index_lock,
     recover_for_reading,
 )
@@ -133,6 +134,7 @@ def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -
     """Apply ``change`` to an index's manifest and write it back, under the index's lock
     (waiting up to 30 s for a build or update of the same index) and atomically."""
     directory = Path(directory)
+    check_writable(directory)
     with index_lock(directory, wait=30.0):
         manifest = Manifest.read(directory)
         change(manifest)
@@ -165,7 +167,8 @@ def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: 
         raise DotcatError(
             f"{index_dir}: the index's vectors were encoded at {built}; the {given} encoder "
             f"gives vectors that do not rank alike (eval/benchmarks/results/precision.md); use "
-            f"--precision {built}, or build the index at {given}"
+            f"precision={built}, or build the index at {given}",
+            settings=("precision",),
         )
     if built == given == "int8":
         made, runs = int8_runtime(recorded), int8_runtime(encoder_entry)

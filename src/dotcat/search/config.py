@@ -165,9 +165,11 @@ class PipelineConfig(Settings):
     rocchio_docs: int = setting(
         ROCCHIO_DOCS, help="Rocchio: feedback documents (FAISS's top; passages in a passage index)."
     )
-    rocchio_alpha: float = setting(ROCCHIO_ALPHA, help="Rocchio: the query vector's weight.")
+    rocchio_alpha: float = setting(
+        ROCCHIO_ALPHA, help="Rocchio: the query vector's weight in [0, 1]."
+    )
     rocchio_beta: float = setting(
-        ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight."
+        ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight in [0, 1]."
     )
 
     def __post_init__(self) -> None:
@@ -209,6 +211,15 @@ class PipelineConfig(Settings):
             at_least("fb_terms", self.fb_terms, 1),
             within("original_query_weight", self.original_query_weight, 0, 1),
             at_least("rocchio_docs", self.rocchio_docs, 1),
+            # Only alpha : beta changes a ranking (q' is a weighted sum): [0, 1] spans them all.
+            within("rocchio_alpha", self.rocchio_alpha, 0, 1),
+            within("rocchio_beta", self.rocchio_beta, 0, 1),
+            (
+                self.rocchio_alpha > 0 or self.rocchio_beta > 0,
+                "rocchio_alpha",
+                "rocchio_alpha and rocchio_beta are both 0: the query vector would be 0 and "
+                "every document score 0; give one of them a weight",
+            ),
         ]
 
     def validate(self) -> None:
