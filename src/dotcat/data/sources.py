@@ -16,7 +16,9 @@
   ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and ``#`` separates
   a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
   symbolic links to files are followed, to folders not (no cycles). A single document file
-  (``report.pdf``) is a folder of one file, its name the id.
+  (``report.pdf``) is a folder of one file, its name the id. A folder that holds a dotcat
+  index (or an index's build) is never read as documents: an index kept inside its own corpus
+  folder (``dotcat index docs docs/idx``) is skipped, and named in one warning.
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
@@ -278,6 +280,7 @@ class Listing:
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
     excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
     hidden: int = 0  # hidden files and folders skipped
+    indexes: list[str] = field(default_factory=list)  # folders skipped: dotcat indexes
 
 
 class FolderSource:
@@ -299,6 +302,7 @@ class FolderSource:
             return listing
         listing = walk(self.root, self.options)
         _check_listing(self.root, listing, self.options)
+        _say_indexes_skipped(self.root, listing.indexes)
         return listing
 
     def identity(self, again: bool = False) -> dict[str, Any]:
@@ -402,7 +406,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
 
     Raises:
         DataFormatError: a path that does not exist, a BEIR directory with both corpus files,
-            a folder with no file to read or none matching ``--include``.
+            a folder with no file to read or none matching ``include``, a dotcat index.
         DotcatError: folder options (``--include``...) with a corpus file or Python objects,
             or a folder with HTML files and no trafilatura.
     """
@@ -422,6 +426,11 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
             return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
+        if is_index_folder(path):
+            raise DataFormatError(
+                path, None, "a dotcat index, not documents (give the folder or file it was built "
+                "from; its manifest.json names it)"
+            )  # fmt: skip
         return FolderSource(path, options)
     require_file(path)
     kind = file_kind(path.name)
@@ -461,6 +470,8 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
             rel = (base / name).as_posix()
             if name.startswith(".") and not options.hidden:
                 listing.hidden += 1
+            elif is_index_folder(Path(dirpath) / name):
+                listing.indexes.append(rel)
             elif _excluded_dir(rel, name, options):
                 listing.excluded["(folder)"] += 1
             else:
@@ -479,6 +490,34 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
             continue
         _list_file(listing, rel, path, name)
     return listing
+
+
+#: What marks a folder as a dotcat index (:mod:`dotcat.index.layout`: its manifest beside its
+#: doc store) or an index's build (its plan, ``build.json``, beside a doc store or chunks).
+INDEX_MARKERS = ("manifest.json", "build.json")
+INDEX_PARTS = ("docstore.sqlite", "index.faiss", "chunks.jsonl")
+
+
+#: Folders whose skipped indexes were named already (a command opens its corpus more than once).
+_NAMED: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _say_indexes_skipped(root: Path, indexes: list[str]) -> None:
+    """Name, once per process, the index folders a folder's walk skipped."""
+    key = (str(root.resolve()), tuple(indexes))
+    if indexes and key not in _NAMED:
+        _NAMED.add(key)
+        logger.warning(
+            "%s: not read: %s, a dotcat index (an index inside its corpus folder is skipped, "
+            "never indexed as documents)", root, ", ".join(indexes),
+        )  # fmt: skip
+
+
+def is_index_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a dotcat index or an index's build folder: never documents."""
+    return any((folder / m).is_file() for m in INDEX_MARKERS) and any(
+        (folder / p).is_file() for p in INDEX_PARTS
+    )
 
 
 def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:

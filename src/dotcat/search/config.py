@@ -10,6 +10,7 @@ help text and, for a closed list, its choices (:mod:`dotcat.options`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,11 +253,26 @@ def results_per_query(k: int | None, *, run: bool) -> int:
     return k
 
 
+#: Control characters (C0 but tab, line feed and carriage return; DEL; C1): no word holds one,
+#: and a query made of them would be answered with arbitrary documents.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (:data:`CONTROL`) as ``U+0000``, or None."""
+    found = CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
+
+
 def check_query(text: str) -> str:
-    """A query's text: not blank, and not longer than :data:`~dotcat.options.MAX_QUERY_CHARS`
-    (a pasted document, not a query: the encoder would read its first few hundred words)."""
+    """A query's text: not blank, no control character (:data:`CONTROL`), and not longer
+    than :data:`~dotcat.options.MAX_QUERY_CHARS` (a pasted document, not a query: the
+    encoder would read its first few hundred words)."""
     if not text.strip():
         raise DotcatError("the query is empty; give some words to search for")
+    control = control_character(text)
+    if control is not None:
+        raise DotcatError(f"the query holds a control character ({control}); give words")
     if len(text) > MAX_QUERY_CHARS:
         raise DotcatError(
             f"the query is {len(text):,} characters long; at most {MAX_QUERY_CHARS:,} are "

@@ -98,6 +98,9 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unparsed = _unparsed_body(exc)
+        if unparsed is not None:  # as `{oops`, which pydantic reports as invalid JSON
+            return JSONResponse({"error": unparsed}, 422)
         headers = dict(exc.headers or {})
         if exc.status_code == 401:
             headers["WWW-Authenticate"] = "Bearer"
@@ -121,6 +124,19 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("internal error on %s %s", request.method, request.url.path)
         return JSONResponse({"error": "internal error (logged on the server)"}, status_code=500)
+
+
+def _unparsed_body(exc: StarletteHTTPException) -> str | None:
+    """What was wrong with a body FastAPI could not parse (its 400 "There was an error
+    parsing the body" says nothing of it); None for any other HTTP error."""
+    if exc.status_code != 400 or exc.detail != "There was an error parsing the body":
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not valid UTF-8 (byte {cause.start}); JSON is UTF-8"
+    if isinstance(cause, RecursionError):
+        return "the body is not valid JSON here: nested too deeply"
+    return "the body is not valid JSON"
 
 
 def _allowed_methods(request: Request) -> list[str]:
