@@ -20,10 +20,10 @@ from typer.core import TyperGroup
 from dotcat import __version__
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room
-from dotcat.progress import set_quiet
+from dotcat.progress import set_progress_anywhere, set_quiet
 
 #: The global flags, accepted before or after the command.
-GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose", "--progress")
 
 
 def _typer_exceptions() -> tuple[type[BaseException], ...]:
@@ -84,7 +84,8 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
-        except _FRAMEWORK:
+        except _FRAMEWORK as e:
+            _hint_quotes(e)  # (typer may ship its own click: its UsageError is not click's)
             raise  # (an Exit raised while a sub-command's error was shown has it as context)
         except Exception as e:
             full = no_room(e)
@@ -92,6 +93,20 @@ class Group(TyperGroup):
                 raise
             click.echo(f"dotcat: error: {full}", err=True)
             ctx.exit(2)
+
+
+#: Commands whose last argument is free text: extra arguments are its words, unquoted.
+_TEXT_ARGUMENT = {"search": "dotcat search INDEX \"how do I reset my password\""}
+
+
+def _hint_quotes(error: BaseException) -> None:
+    """To click's "Got unexpected extra argument(s)" of a command that takes a query, add
+    that a query of several words goes in quotes (the shell split it into arguments)."""
+    message, ctx = getattr(error, "message", None), getattr(error, "ctx", None)
+    command = ctx.command.name if ctx is not None else None
+    example = _TEXT_ARGUMENT.get(command or "")
+    if example and isinstance(message, str) and "unexpected extra argument" in message:
+        error.message = f"{message}; a query of several words goes in quotes: {example}"
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:
@@ -197,9 +212,14 @@ def _print_version(value: bool) -> None:
 def _setup(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    progress: bool = typer.Option(
+        False, "--progress", help="Progress bars also when stderr is not a terminal (a log)."
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version."
     ),
 ) -> None:
     configure_logging(verbose)
     set_quiet(quiet)
+    if progress:
+        set_progress_anywhere()

@@ -6,8 +6,9 @@ transfer that breaks off (a dropped connection, a timeout, a body shorter than i
 ``Range`` request (RFC 9110, section 14) when the server honours it; a 404 or another refusal
 is not retried.
 
-Every wait on the network is bounded and said: the download is announced (what, from where,
-how long each wait may be) before the connection is made; a connection, an answer and each
+Every wait on the network is bounded and said: the download's bar shows what is awaited (the
+server, and for how long at most) from before the connection is made; a connection, an answer
+and each
 block of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``,
 default :data:`TIMEOUT`); a server that takes the connection and never answers is asked
 :data:`SILENT_ATTEMPTS` times, then given up on, naming the wait.
@@ -37,6 +38,7 @@ import shutil
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Sequence
@@ -141,15 +143,25 @@ def download(
     timeout = timeout or network_timeout()
     part.parent.mkdir(parents=True, exist_ok=True)
     desc = desc or PurePosixPath(url).name
-    logger.warning(
-        "%s: downloading %s (each wait on the network at most %g s; %s sets it)",
-        desc, url, timeout, TIMEOUT_ENV,
-    )  # fmt: skip
+    logger.info("%s: downloading %s (each network wait at most %g s: %s)", desc, url, timeout,
+                TIMEOUT_ENV)  # fmt: skip
+    with progress_bar(desc=f"downloading {desc}", unit="B", unit_scale=True,
+                      unit_divisor=1024) as bar:  # fmt: skip
+        _attempts(url, part, timeout, retry_waits, bar)
+    return _verify(url, part, md5, size)
+
+
+def _attempts(url: str, part: Path, timeout: float, retry_waits: Sequence[float], bar) -> None:
+    """Transfer ``url`` into ``part``, again after a break (at most ``len(retry_waits)``
+    times), giving up on a silent server after :data:`SILENT_ATTEMPTS` tries."""
+    host = urllib.parse.urlsplit(url).netloc or url
     attempts, silent = len(retry_waits) + 1, 0
     for attempt in range(attempts):
+        # Said before each wait, at once (a server may take the connection and say nothing).
+        bar.set_postfix_str(f"waiting for {host}, at most {timeout:g} s", refresh=True)
         try:
-            _transfer(url, part, timeout, desc)
-            break
+            _transfer(url, part, timeout, bar)
+            return
         except _Broken as e:
             silent += isinstance(e, _Silent)
             if silent == SILENT_ATTEMPTS:
@@ -166,10 +178,9 @@ def download(
             resuming = " (resuming)" if part.exists() and part.stat().st_size else ""
             logger.warning("%s: %s; trying again in %g s%s", url, e, wait, resuming)
             time.sleep(wait)
-    return _verify(url, part, md5, size)
 
 
-def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
+def _transfer(url: str, part: Path, timeout: float, bar) -> None:
     """One attempt: ask for the bytes after those already in ``part`` and append them."""
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": f"dotcat/{__version__}"}
@@ -198,7 +209,7 @@ def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
         start, total = _range_of(response, have)
         if start == 0 and have:
             logger.info("%s: the server does not resume; starting over", url)
-        _append(response, part, (start, total), desc, timeout)
+        _append(response, part, (start, total), bar, timeout)
 
 
 def _range_of(response, have: int) -> tuple[int, int | None]:
@@ -218,16 +229,16 @@ def _range_of(response, have: int) -> tuple[int, int | None]:
     return start, int(total) if total.isdigit() else None
 
 
-def _append(response, part: Path, span: tuple[int, int | None], desc: str, timeout: float) -> None:
-    """Write the answer's body into ``part`` from byte ``start`` (of ``total``, when known);
-    a short body, or ``timeout`` seconds without a byte, is broken."""
+def _append(response, part: Path, span: tuple[int, int | None], bar, timeout: float) -> None:
+    """Write the answer's body into ``part`` from byte ``start`` (of ``total``, when known),
+    advancing ``bar``; a short body, or ``timeout`` seconds without a byte, is broken."""
     start, total = span
     mode = "ab" if start else "wb"
     written = start
-    with open(part, mode) as out, progress_bar(
-        desc=f"downloading {desc}", total=total, initial=start, unit="B", unit_scale=True,
-        unit_divisor=1024,
-    ) as bar:  # fmt: skip
+    bar.reset(total=total)
+    bar.update(start)
+    bar.set_postfix_str("")
+    with open(part, mode) as out:
         while True:
             try:
                 block = response.read(_BLOCK)

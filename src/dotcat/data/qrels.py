@@ -16,12 +16,14 @@ from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.sniff import BEIR_QRELS, TREC_QRELS, hint
 from dotcat.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
 
 _HEADER_FIRST = {"query-id", "query_id", "qid", "queryid", "query"}
 _LAYOUTS = {3: "query-id, corpus-id, score", 4: "qid, iteration, docid, relevance"}
+_QRELS = (BEIR_QRELS, TREC_QRELS)
 
 
 def available_splits(beir_dir: str | Path) -> list[str]:
@@ -97,7 +99,7 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
                     file,
                     lineno,
                     f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), "
-                    f"found {len(fields)}",
+                    f"found {len(fields)}{hint(file, _QRELS)}",
                 )
             columns, columns_line = len(fields), lineno
         elif len(fields) != columns:
@@ -105,7 +107,7 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
                 file,
                 lineno,
                 f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}, "
-                f"found {len(fields)}",
+                f"found {len(fields)}{hint(file, _QRELS)}",
             )
         qid, docid, rel = (
             (fields[0], fields[1], fields[2])
@@ -117,7 +119,9 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
             )
         )
         if not is_integer(rel):
-            raise DataFormatError(file, lineno, f"expected an integer, found {rel!r}", "relevance")
+            raise DataFormatError(
+                file, lineno, f"expected an integer, found {rel!r}{hint(file, _QRELS)}", "relevance"
+            )
         key = (qid, docid)
         if key in first_line:
             raise DataFormatError(

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from dotcat.data.download import TIMEOUT_ENV, network_timeout
 from dotcat.errors import DotcatError
 from dotcat.progress import progress_bar
 from dotcat.search.hits import Hit
@@ -34,16 +35,17 @@ class ServerClient:
     Args:
         url: the server's base URL, e.g. ``http://127.0.0.1:8080``.
         api_key: sent as ``X-API-Key`` (default: ``$DOTCAT_API_KEY``, if set).
-        timeout: seconds to wait for an answer.
+        timeout: seconds to wait for an answer (default: ``DOTCAT_NETWORK_TIMEOUT``, else 30:
+            :func:`dotcat.data.download.network_timeout`).
     """
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, api_key: str | None = None, timeout: float | None = None) -> None:
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise DotcatError(f"--server {url!r}: expected a URL like http://127.0.0.1:8080")
         self.url = url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-        self.timeout = timeout
+        self.timeout = timeout or network_timeout()
 
     def search(
         self,
@@ -140,6 +142,8 @@ class ServerClient:
             raise DotcatError(f"{self.url}: {e.code} {_server_message(e)}") from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
+            if isinstance(reason, TimeoutError):
+                reason = f"no answer within {self.timeout:g} s; {TIMEOUT_ENV} sets the wait"
             raise DotcatError(f"{self.url}: cannot reach the server ({reason})") from None
 
 
