@@ -96,7 +96,7 @@ class Group(TyperGroup):
 
 
 #: Commands whose last argument is free text: extra arguments are its words, unquoted.
-_TEXT_ARGUMENT = {"search": "dotcat search INDEX \"how do I reset my password\""}
+_TEXT_ARGUMENT = {"search": 'dotcat search INDEX "how do I reset my password"'}
 
 
 def _hint_quotes(error: BaseException) -> None:
