@@ -14,7 +14,10 @@ A child can be given, besides its arguments, environment and working folder:
   fails with EFBIG, as on a full disk;
 * ``stop``: a function (``module:attribute``, e.g. ``dotcat.index.layout:swap_into_place``)
   at whose ``call``-th call the child sends itself ``signal``, ``before`` or ``after`` the real
-  call: a kill -9 or a Ctrl-C at an exact point, not at a racy moment;
+  call: a kill -9 or a Ctrl-C at an exact point, not at a racy moment; with ``delay_s``,
+  the signal comes that many seconds after the call began, from a timer (whatever the child
+  is doing then, a long call into a library included), and the time it was sent is written
+  to the file ``mark``;
 * ``drop``: Linux capabilities (by number) the child gives up, effective and permitted,
   before it runs anything: root without ``CAP_DAC_OVERRIDE`` (1) and ``CAP_FOWNER`` (3) is
   held to file permissions as any user is (what ``setpriv --bounding-set=-dac_override``
@@ -75,9 +78,20 @@ _ZYGOTE = textwrap.dedent(
             os.kill(os.getpid(), number)
             time.sleep(30)  # the signal arrives first
 
+        def later():
+            time.sleep(spec["delay_s"])
+            with open(spec["mark"], "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), number)
+
         def stopped(*args, **kwargs):
             calls[0] += 1
             hit = calls[0] == spec.get("call", 1)
+            if hit and "delay_s" in spec:
+                import threading
+
+                threading.Thread(target=later, daemon=True).start()
+                return real(*args, **kwargs)
             if hit and spec.get("when", "before") == "before":
                 die()
             result = real(*args, **kwargs)

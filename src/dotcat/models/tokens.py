@@ -6,7 +6,8 @@ gigabytes to give its first 256 tokens, and the Python signal handlers (Ctrl-C, 
 until the call returns. So a long text is tokenized by its *head*: its first characters, cut
 at white space. Tokenizers split words at white space before anything else (BERT's WordPiece,
 SentencePiece's metaspace, byte-level BPE), so a head cut there tokenizes into exactly the
-text's first tokens; a head too short for the question is grown until it answers it.
+text's first tokens; a head too short for the question (or with no white space to cut at) is
+grown until it answers it, the whole text at worst.
 
 - :func:`head`: the first characters of a text, cut at white space.
 - :func:`count_upto`: a text's token count when it is at most a limit, else some count past
@@ -19,36 +20,25 @@ text's first tokens; a head too short for the question is grown until it answers
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 
 #: Characters a head starts with per token wanted: a token of English WordPiece spans ~4-5
 #: characters, a rare word's pieces fewer; a head too short is grown (x4) until it answers.
 CHARS_PER_TOKEN = 8
-#: How far back from a cut point white space is looked for; a text without any there (one
-#: word of thousands of characters) is cut where it is.
-SPACE_REACH = 1000
+#: What a head is cut before: white space, ASCII and the common Unicode spaces.
+SPACES = " \t\n\r\f\v\u00a0\u2028\u2029\u3000"
 #: Characters of one piece of a whole document tokenized piece by piece (about 0.1-0.5 s of
 #: tokenizing: Ctrl-C is honoured between two).
 PIECE_CHARS = 200_000
-_SPACE = re.compile(r"\s")
 
 
 def head(text: str, chars: int) -> str:
     """``text`` itself if it has at most ``chars`` characters, else its first ``chars`` or
-    fewer, cut just before white space (:data:`SPACE_REACH`) so that no word is cut."""
+    fewer, cut just before white space (:data:`SPACES`) so that no word is cut; ``""`` when
+    its first ``chars`` characters hold no white space (one word)."""
     if len(text) <= chars:
         return text
-    return text[: cut_point(text, chars)]
-
-
-def cut_point(text: str, at: int) -> int:
-    """``at`` moved back to the nearest white space before it (within :data:`SPACE_REACH`
-    characters; ``at`` itself where there is none)."""
-    low = max(0, at - SPACE_REACH)
-    window = text[low:at]
-    found = [m.start() for m in _SPACE.finditer(window)]
-    return low + found[-1] if found else at
+    return text[: max(0, max(text.rfind(space, 0, chars + 1) for space in SPACES))]
 
 
 def count_upto(count: Callable[[str], int], text: str, limit: int) -> int:
@@ -62,7 +52,7 @@ def count_upto(count: Callable[[str], int], text: str, limit: int) -> int:
     chars = max(64, CHARS_PER_TOKEN * (limit + 1))
     while True:
         piece = head(text, chars)
-        n = count(piece)
+        n = count(piece) if piece else 0
         if n > limit or len(piece) == len(text):
             return n
         chars *= 4
@@ -83,7 +73,10 @@ def truncated(
     chars = max(64, CHARS_PER_TOKEN * max_tokens)
     heads = [head(t, chars) for t in texts]
     ids = list(tokenize(heads))
-    short = [i for i, h in enumerate(heads) if len(h) < len(texts[i]) and len(ids[i]) < max_tokens]
+    short = [
+        i for i, h in enumerate(heads)
+        if len(h) < len(texts[i]) and (not h or len(ids[i]) < max_tokens)
+    ]  # fmt: skip
     while short:
         chars *= 4
         again = [head(texts[i], chars) for i in short]
@@ -91,7 +84,7 @@ def truncated(
             ids[i] = got
         short = [
             i for i, h in zip(short, again, strict=True)
-            if len(h) < len(texts[i]) and len(ids[i]) < max_tokens
+            if len(h) < len(texts[i]) and (not h or len(ids[i]) < max_tokens)
         ]  # fmt: skip
     return ids
 
@@ -103,7 +96,7 @@ def pieces(text: str, chars: int = PIECE_CHARS) -> Iterator[tuple[int, str]]:
     start = 0
     while start < len(text):
         piece = head(text[start : start + chars + 1], chars)
-        if not piece:  # no white space but at the piece's very start: cut where it is
+        if not piece:  # one word longer than a piece (or white space only at its start)
             piece = text[start : start + chars]
         yield start, piece
         start += len(piece)
