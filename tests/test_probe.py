@@ -1407,10 +1407,10 @@ def _long_folder(root: Path, chars: int) -> Path:
 
 @pytest.fixture(scope="module")
 def long_folders(tmp_path_factory) -> dict[str, Path]:
-    """Folders of two notes and a single-line document of 20 MB (``big``) or 2 MB."""
+    """Folders of two notes and a single-line document of 20 MB (``big``) or 1 MB."""
     root = tmp_path_factory.mktemp("long")
     return {"big": _long_folder(root / "big", 20_000_000),
-            "small": _long_folder(root / "small", 2_000_000)}  # fmt: skip
+            "small": _long_folder(root / "small", 1_000_000)}  # fmt: skip
 
 
 def _top_hit(ws: Workspace, index: Path) -> dict:
