@@ -1618,7 +1618,7 @@ def test_python_errors_name_python_settings_not_command_line_options(ws, tmp_pat
         "name the field with id_field": str(missing_id.value),
         "pass upsert=True to replace them": str(existing.value),
         "pass overwrite=True to replace it": str(exists.value),
-        "strict=True stops at the first": caplog.text,
+        "strict=True stops at the first": " ".join(r.getMessage() for r in caplog.records),
     }
     for words, text in said.items():
         assert words in text and " --" not in text, text

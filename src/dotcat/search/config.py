@@ -253,9 +253,11 @@ def results_per_query(k: int | None, *, run: bool) -> int:
     return k
 
 
-#: Control characters (C0 but tab, line feed and carriage return; DEL; C1): no word holds one,
-#: and a query made of them would be answered with arbitrary documents.
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: Control characters (C0 but tab, line feed and carriage return; DEL; C1), as a regular
+#: expression's class: no word holds one, and a query made of them would be answered with
+#: arbitrary documents.
+CONTROL_CLASS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+CONTROL = re.compile(f"[{CONTROL_CLASS}]")
 
 
 def control_character(text: str) -> str | None:

@@ -57,7 +57,6 @@ from dotcat.serve.errors import MAX_URL_BYTES, add_error_handlers
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
     DEFAULT_K,
-    NO_CONTROL,
     NON_BLANK,
     DocumentOut,
     EncoderInfo,
@@ -361,7 +360,6 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
                 pattern=NON_BLANK,
                 description=d["query"],
             ),
-            NO_CONTROL,
         ],  # fmt: skip
         k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = DEFAULT_K,
         rerank: Annotated[Rerank | None, Query(description=d["rerank"])] = None,  # type: ignore[valid-type]

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from dotcat.errors import DotcatError
+from dotcat.search.config import control_character
 from dotcat.serve.batcher import QueueFull
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,18 @@ def validation_message(errors: Iterable[dict[str, Any]], fields: Iterable[str] =
             problems.append(f"{where}: unknown field" + (f" (known: {known})" if known else ""))
         else:
             message = _MESSAGES.get(kind) or str(error.get("msg", "invalid"))
+            control = _control(error) if kind == "string_pattern_mismatch" else None
+            if control is not None:  # (the query pattern's other half)
+                message = f"holds a control character ({control})"
             message = message.removeprefix("Value error, ")
             problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems) or "invalid request"
+
+
+def _control(error: dict[str, Any]) -> str | None:
+    """The control character a value that failed the query pattern holds, if any."""
+    value = error.get("input")
+    return control_character(value) if isinstance(value, str) else None
 
 
 def _where(loc: tuple) -> str:
