@@ -5,7 +5,7 @@ STAMP := $(VENV)/.dotcat-installed
 INDEX ?= indexes/scifact-minilm
 RUNS ?= runs
 
-.PHONY: scifact test test-fast test-zen3 lint check-wheel setup clean
+.PHONY: scifact test test-fast test-zen3 lint reference check-wheel setup clean
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh $(VENV)
@@ -54,6 +54,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests eval
 	$(BIN)/ruff format --check src tests eval
 	$(BIN)/lint-imports
+
+# The API reference, generated from the docstrings (Sphinx autodoc) into build/reference; any
+# warning fails it, a docstring's reference to a dotcat name that does not exist included.
+reference: $(STAMP)
+	rm -rf docs/reference/api build/reference
+	$(BIN)/sphinx-build -W -n --keep-going -q -b html docs/reference build/reference
 
 # The wheel as a user installs it: built, installed into a fresh virtualenv outside the
 # repository (CPU torch first), then `dotcat index`/`search`, the Python quick start and the

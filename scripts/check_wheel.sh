@@ -103,10 +103,10 @@ head -1 python.txt | grep -q "doc_id='passwords.md'"
 python - <<'EOF'
 import dotcat
 
-built = dotcat.build_index("my-docs", "py-index", show_progress=False)  # as `dotcat index`
+built = dotcat.build_and_tune("my-docs", "py-index", show_progress=False)  # as `dotcat index`
 hits = dotcat.SearchPipeline("py-index").search("descaling the coffee machine", k=1)
 assert built.manifest.bm25 and hits[0].doc_id == "notes/coffee.html", (built, hits)
-print(f"check_wheel: dotcat.build_index: {built}; top hit {hits[0].doc_id}")
+print(f"check_wheel: dotcat.build_and_tune: {built}; top hit {hits[0].doc_id}")
 EOF
 
 port="$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

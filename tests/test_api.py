@@ -58,13 +58,15 @@ def test_every_public_name_resolves_and_is_documented():
     assert set(dotcat.__all__) == {"__version__", *dotcat._EXPORTS}
     for name in dotcat._EXPORTS:
         value = getattr(dotcat, name)
-        module, attribute = dotcat._EXPORTS[name]
-        assert value is getattr(importlib.import_module(module), attribute), name
+        module, _, attribute = dotcat._EXPORTS[name].partition(":")
+        assert value is getattr(importlib.import_module(module), attribute or name), name
         doc = inspect.getdoc(value) or ""
         # a dataclass without a docstring gets its signature as one: not documentation
         assert len(doc) > 20 and not doc.startswith(f"{value.__name__}("), name
         assert name in dir(dotcat)
-    assert dotcat.build_index is dotcat.search.pipeline.build_and_tune
+    # each public name means one function: the top-level name is the package's own
+    assert dotcat.build_index is dotcat.index.build_index
+    assert dotcat.build_and_tune is importlib.import_module("dotcat.tuning").build_and_tune
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         dotcat.nothing  # noqa: B018
 
@@ -78,7 +80,10 @@ def test_type_checkers_see_every_public_name():
             for stmt in node.body:
                 for alias in stmt.names:
                     seen[alias.asname or alias.name] = (stmt.module, alias.name)
-    assert seen == dotcat._EXPORTS
+    exports = {
+        n: (m.partition(":")[0], m.partition(":")[2] or n) for n, m in dotcat._EXPORTS.items()
+    }
+    assert seen == exports
 
 
 def test_version_is_semantic_and_the_installed_packages():
@@ -109,7 +114,7 @@ def test_python_defaults_are_the_command_lines():
     assert _default(SearchPipeline.run, "k") == options.RUN_K  # `dotcat search --queries`
     assert dotcat.PipelineConfig().depth == options.RERANK_DEPTH  # every --depth
     assert dotcat.PipelineConfig().first_stage == "auto"  # hybrid where the index has BM25
-    assert _default(dotcat.build_index, "config") is None  # IndexConfig()'s defaults
+    assert _default(dotcat.build_and_tune, "config") is None  # IndexConfig()'s defaults
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +133,7 @@ def built(data, tiny_bert_dir, tmp_path_factory):
     result = CliRunner().invoke(app, ["-q", "index", str(data), str(root / "cli"), *model])
     assert result.exit_code == 0, result.output
     encoder = dotcat.EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
-    python = dotcat.build_index(data, root / "python", encoder, show_progress=False)
+    python = dotcat.build_and_tune(data, root / "python", encoder, show_progress=False)
     return python, root
 
 
@@ -234,3 +239,26 @@ def test_pipeline_index_and_report_reprs_are_one_line(built):
         "EvalReport(queries=2, missing=1, nDCG@10=0.5000, RR@10=0.5000, R@100=0.5000, "
         "AP@100=0.5000)"
     )
+
+
+def test_every_package_exports_its_names_lazily_by_one_rule():
+    """Each package's __init__ holds its docstring and one _EXPORTS mapping loaded on first
+    use (dotcat.exports.lazy_exports): importing every package imports none of their modules,
+    and every exported name then resolves."""
+    root = Path(dotcat.__file__).parent
+    names = []
+    for init in sorted(root.rglob("__init__.py")):
+        name = ".".join(("dotcat", *init.parent.relative_to(root).parts))
+        assert "lazy_exports(__name__, _EXPORTS)" in init.read_text(encoding="utf-8"), name
+        names.append(name)
+    assert len(names) >= 13
+    result = _python(
+        "import importlib, sys\n"
+        f"packages = [importlib.import_module(n) for n in {names!r}]\n"
+        f"modules = [m for m in sys.modules if m.startswith('dotcat.') and m not in {names!r}]\n"
+        "assert modules == ['dotcat.exports'], modules\n"
+        "for p in packages:\n"
+        "    for n in p.__all__:\n"
+        "        assert getattr(p, n) is not None, (p.__name__, n)\n"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -43,7 +43,7 @@ def test_default_model_retrieves_scifact(scifact_slice, tmp_path):
     from dotcat.data import load_qrels, load_queries
     from dotcat.evaluation import evaluate
     from dotcat.index import build_index
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     manifest = build_index(scifact_slice, tmp_path / "idx", show_progress=False)
     # Read from the model's own sentence-transformers config, not guessed from its name.

@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dotcat.data import load_queries
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     texts = list(load_queries(args.data, split="test").values())[: args.queries]
     retriever = DenseRetriever(args.index, device="cpu", precision=args.precision)

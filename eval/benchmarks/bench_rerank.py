@@ -95,9 +95,9 @@ def main() -> None:
     from dotcat.evaluation import evaluate
     from dotcat.index import document_text
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.dense import DenseRetriever
+    from dotcat.search.lexical import bm25_search
     from dotcat.search.reranker import corpus_texts, rerank
-    from dotcat.search.retriever import DenseRetriever
 
     queries = load_queries(args.data, split="test")
     qrels = load_qrels(args.data, "test")

@@ -30,7 +30,7 @@ import common
 def make_pairs(data: Path, n_queries: int, depth: int) -> list[list[tuple[str, str]]]:
     """Per query, its BM25 top-``depth`` (query, document text) pairs."""
     from dotcat.data import load_corpus, load_queries
-    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.lexical import bm25_search
     from dotcat.search.reranker import corpus_texts
 
     queries = dict(list(load_queries(data, split="test").items())[:n_queries])

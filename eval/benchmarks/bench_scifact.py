@@ -4,7 +4,7 @@
 
 Runs, as a user would: ``dotcat index`` (timed: encoding docs/s), ``dotcat search --queries``,
 ``dotcat bm25``, ``dotcat eval``; then loads the index once in this process and times single
-queries through :class:`dotcat.search.retriever.DenseRetriever` (p50/p95 latency, encoding
+queries through :class:`dotcat.search.dense.DenseRetriever` (p50/p95 latency, encoding
 included). Writes ``eval/benchmarks/results/scifact.md``. ``--latency-only`` times single
 queries again on the existing index (e.g. on a quieter machine) and appends the figures.
 """
@@ -30,7 +30,7 @@ def query_latency(
     index: Path, queries: dict[str, str], k: int, repeats: int
 ) -> tuple[float, float]:
     """p50 and p95 milliseconds of one ``DenseRetriever.search`` call (index already loaded)."""
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     retriever = DenseRetriever(index, device="cpu")
     texts = list(queries.values())

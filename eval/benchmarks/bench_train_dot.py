@@ -9,13 +9,13 @@
 
 Systems (``--systems``, comma-separated):
 
-- ``bm25``: :func:`dotcat.search.bm25.bm25_search` (bm25s, k1=0.9, b=0.4);
+- ``bm25``: :func:`dotcat.search.lexical.bm25_search` (bm25s, k1=0.9, b=0.4);
 - ``zero-shot``: the base model, indexed with :func:`dotcat.index.build_index`;
 - ``contrastive``: :func:`dotcat.training.run.train` with InfoNCE (in-batch + BM25 hard
   negatives, temperature), then indexed;
 - ``triplet``: the same with the triplet margin loss.
 
-Every dense system is searched with :class:`dotcat.search.retriever.DenseRetriever`
+Every dense system is searched with :class:`dotcat.search.dense.DenseRetriever`
 (``batch_search``, k=100) over a flat FAISS index of the whole corpus and scored with
 :func:`dotcat.evaluation.evaluate` (ir-measures): nDCG@10, RR@10, R@100 on the test split.
 Model selection uses only the dev split carved out of train (``--dev-fraction``).
@@ -61,7 +61,7 @@ def evaluate_dense(model: str, data: Path, index_dir: Path, queries, qrels, k: i
     from dotcat.evaluation import evaluate
     from dotcat.index import IndexConfig, build_index
     from dotcat.models import EncoderConfig
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     start = time.perf_counter()
     build_index(
@@ -79,7 +79,7 @@ def evaluate_dense(model: str, data: Path, index_dir: Path, queries, qrels, k: i
 def search_existing(model: str, index_dir: Path, queries, qrels, k: int = 100):
     """Search an index built earlier; refused unless it was built with ``model``."""
     from dotcat.evaluation import evaluate
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     retriever = DenseRetriever(index_dir, model=model, device="cpu")
     return evaluate(retriever.batch_search(queries, k=k), qrels, measures=MEASURES)
@@ -207,7 +207,7 @@ def main() -> None:
 
     from dotcat.data import load_corpus, load_qrels, load_queries
     from dotcat.evaluation import evaluate
-    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.lexical import bm25_search
 
     test_queries = load_queries(args.data, split="test")
     test_qrels = load_qrels(args.data, "test")

@@ -1,20 +1,22 @@
 """dotcat: neural search with a BERT_DOT bi-encoder, FAISS, BM25 and a BERT_CAT re-ranker.
 
-The public API, as the command line uses it (same defaults: ``dotcat.build_index`` builds
-BM25 beside the dense index as ``dotcat index`` does, and a :class:`SearchPipeline` searches
-hybrid where the index has BM25, as ``dotcat search`` does)::
+The public API, as the command line uses it (same defaults: ``dotcat.build_and_tune`` builds
+BM25 beside the dense index and chooses the hybrid fusion on the data's dev queries as
+``dotcat index`` does, and a :class:`SearchPipeline` searches hybrid where the index has BM25,
+as ``dotcat search`` does)::
 
     import dotcat
 
-    dotcat.build_index("my-docs/", "my-index")        # a folder, a corpus file, a BEIR dir
+    dotcat.build_and_tune("my-docs/", "my-index")     # a folder, a corpus file, a BEIR dir
     pipeline = dotcat.SearchPipeline("my-index")       # rerank="model" adds a cross-encoder
     for hit in pipeline.search("how do I reset my password", k=5):
         print(hit)
 
 Indexing and search:
 
-- :func:`build_index`: a corpus into an index directory (FAISS + BM25 + documents), with the
-  hybrid fusion chosen on the data's dev queries where it has them; returns what it built.
+- :func:`build_and_tune`: a corpus into an index directory (FAISS + BM25 + documents), with
+  the hybrid fusion chosen on the data's dev queries where it has them; returns what it
+  built. :func:`build_index` builds the same directory without choosing the fusion (RRF).
 - :class:`SearchPipeline`: queries in, :class:`Hit` lists out (``search``, ``search_many``) or
   a TREC run's content (``run``); first stage dense, BM25 or hybrid, then optional re-ranking.
 - :class:`Hit`: one result (rank, id, score and its ``score_kind``, title, text).
@@ -47,9 +49,10 @@ that needs them is first used, so a program that only reads runs starts fast.
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dotcat.exports import lazy_exports
 
 try:
     #: The installed package's version (semantic versioning), from its metadata.
@@ -57,60 +60,60 @@ try:
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-#: Each public name and the module that defines it (imported on first use); ``build_index`` is
-#: :func:`dotcat.search.pipeline.build_and_tune`, what ``dotcat index`` runs.
-_EXPORTS: dict[str, tuple[str, str]] = {
-    "build_index": ("dotcat.search.pipeline", "build_and_tune"),
-    "SearchPipeline": ("dotcat.search.pipeline", "SearchPipeline"),
-    "Hit": ("dotcat.search.hits", "Hit"),
-    "IndexConfig": ("dotcat.index.config", "IndexConfig"),
-    "PassageConfig": ("dotcat.index.passages", "PassageConfig"),
-    "PipelineConfig": ("dotcat.search.config", "PipelineConfig"),
-    "BiEncoder": ("dotcat.models.bi_encoder", "BiEncoder"),
-    "CrossEncoder": ("dotcat.models.cross_encoder", "CrossEncoder"),
-    "EncoderConfig": ("dotcat.models.config", "EncoderConfig"),
-    "CrossEncoderConfig": ("dotcat.models.config", "CrossEncoderConfig"),
-    "train": ("dotcat.training.run", "train"),
-    "DotConfig": ("dotcat.training.config", "DotConfig"),
-    "CatConfig": ("dotcat.training.config", "CatConfig"),
-    "DistillConfig": ("dotcat.training.config", "DistillConfig"),
-    "Document": ("dotcat.data.corpus", "Document"),
-    "CorpusOptions": ("dotcat.data.sources", "CorpusOptions"),
-    "load_queries": ("dotcat.data.queries", "load_queries"),
-    "load_qrels": ("dotcat.data.qrels", "load_qrels"),
-    "read_run": ("dotcat.data.runs", "read_run"),
-    "write_run": ("dotcat.data.runs", "write_run"),
-    "evaluate": ("dotcat.evaluation.metrics", "evaluate"),
-    "EvalReport": ("dotcat.evaluation.metrics", "EvalReport"),
-    "DotcatError": ("dotcat.errors", "DotcatError"),
+_EXPORTS = {
+    "build_and_tune": "dotcat.tuning",
+    "build_index": "dotcat.index.build",
+    "SearchPipeline": "dotcat.search.pipeline",
+    "Hit": "dotcat.search.hits",
+    "IndexConfig": "dotcat.index.config",
+    "PassageConfig": "dotcat.index.passages",
+    "PipelineConfig": "dotcat.search.config",
+    "BiEncoder": "dotcat.models.bi_encoder",
+    "CrossEncoder": "dotcat.models.cross_encoder",
+    "EncoderConfig": "dotcat.models.config",
+    "CrossEncoderConfig": "dotcat.models.config",
+    "train": "dotcat.training.run",
+    "DotConfig": "dotcat.training.config",
+    "CatConfig": "dotcat.training.config",
+    "DistillConfig": "dotcat.training.config",
+    "Document": "dotcat.data.corpus",
+    "CorpusOptions": "dotcat.data.sources",
+    "load_queries": "dotcat.data.queries",
+    "load_qrels": "dotcat.data.qrels",
+    "read_run": "dotcat.data.runs",
+    "write_run": "dotcat.data.runs",
+    "evaluate": "dotcat.evaluation.metrics",
+    "EvalReport": "dotcat.evaluation.metrics",
+    "DotcatError": "dotcat.errors",
 }
-
 __all__ = [
     "__version__",
-    "build_index",
-    "SearchPipeline",
+    "BiEncoder",
+    "CatConfig",
+    "CorpusOptions",
+    "CrossEncoder",
+    "CrossEncoderConfig",
+    "DistillConfig",
+    "Document",
+    "DotConfig",
+    "DotcatError",
+    "EncoderConfig",
+    "EvalReport",
     "Hit",
     "IndexConfig",
     "PassageConfig",
     "PipelineConfig",
-    "BiEncoder",
-    "CrossEncoder",
-    "EncoderConfig",
-    "CrossEncoderConfig",
-    "train",
-    "DotConfig",
-    "CatConfig",
-    "DistillConfig",
-    "Document",
-    "CorpusOptions",
-    "load_queries",
-    "load_qrels",
-    "read_run",
-    "write_run",
+    "SearchPipeline",
+    "build_and_tune",
+    "build_index",
     "evaluate",
-    "EvalReport",
-    "DotcatError",
+    "load_qrels",
+    "load_queries",
+    "read_run",
+    "train",
+    "write_run",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and editors see; never run
     from dotcat.data.corpus import Document
@@ -120,6 +123,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; never run
     from dotcat.data.sources import CorpusOptions
     from dotcat.errors import DotcatError
     from dotcat.evaluation.metrics import EvalReport, evaluate
+    from dotcat.index.build import build_index
     from dotcat.index.config import IndexConfig
     from dotcat.index.passages import PassageConfig
     from dotcat.models.bi_encoder import BiEncoder
@@ -128,21 +132,6 @@ if TYPE_CHECKING:  # what type checkers and editors see; never run
     from dotcat.search.config import PipelineConfig
     from dotcat.search.hits import Hit
     from dotcat.search.pipeline import SearchPipeline
-    from dotcat.search.pipeline import build_and_tune as build_index
     from dotcat.training.config import CatConfig, DistillConfig, DotConfig
     from dotcat.training.run import train
-
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (PEP 562) and kept."""
-    try:
-        module, attribute = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'dotcat' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    from dotcat.tuning import build_and_tune

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,14 @@ INT8_BACKENDS = ("auto", "onnxruntime", "openvino")
 #: BERT_DOT pooling (:mod:`dotcat.models.pooling`) and similarity.
 POOLINGS = ("cls", "mean")
 SIMILARITIES = ("dot", "cos")
-#: The query pipeline's first stages and hybrid fusions (:mod:`dotcat.search.pipeline`).
-FIRST_STAGES = ("auto", "dense", "bm25", "hybrid")
+#: Hybrid fusions (:mod:`dotcat.search.fusion`); the first stages are a registry
+#: (:mod:`dotcat.search.stages`), which other packages extend.
 FUSIONS = ("auto", "rrf", "linear")
-#: How a document is ranked from its passages' scores (:mod:`dotcat.search.passages`).
+#: How a document is ranked from its passages' scores (:mod:`dotcat.search.aggregation`),
+#: and the default: MaxP (chosen on pylib's dev queries), summing the best 2 under ``sum``.
 AGGREGATIONS = ("maxp", "firstp", "sum")
+AGGREGATION = AGGREGATIONS[0]
+AGGREGATE_TOP = 2
 #: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
 #: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.
 PRF_METHODS = ("none", "rm3", "rocchio", "both")
@@ -99,11 +102,72 @@ DEPTH_HELP = (
 
 
 def setting(
-    default: Any = dataclasses.MISSING, *, help: str, choices: Sequence[Any] | None = None
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
+    **cli: Any,
 ) -> Any:
-    """A dataclass field with its help text and, for a closed list, its choices."""
-    metadata = {"help": help} if choices is None else {"help": help, "choices": tuple(choices)}
+    """A dataclass field with its help text and, for a closed list, its choices (or a function
+    that lists them, for a list others can extend: the first stages).
+
+    The command line's option is generated from the field (:mod:`dotcat.cli.params`); ``cli``
+    says where it differs from the field: ``flags`` (its names, e.g. ``("--grad-accum",)``),
+    ``cli=False`` (not offered), ``cli_type`` and ``cli_default`` (the shell's spelling, e.g.
+    ``str`` and ``"auto"`` for a number whose None means "decide"), ``parse`` (``(name, value)
+    -> setting``), ``parts`` (a pair's two options) with ``part_help``, ``metavar``,
+    ``envvar`` (an environment variable that sets it), ``argument=True`` (a positional
+    argument, in field order: ``DATA OUT_DIR``).
+    """
+    unknown = set(cli) - _CLI_KEYS
+    if unknown:
+        raise TypeError(f"setting(): unknown keys {sorted(unknown)}")
+    metadata = {"help": help, **cli}
+    if choices is not None:
+        metadata["choices"] = choices if callable(choices) else tuple(choices)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+_CLI_KEYS = {
+    "flags", "cli", "cli_type", "cli_default", "parse", "parts", "part_help", "metavar", "envvar",
+    "argument",
+}  # fmt: skip
+
+
+def auto_float(name: str, value: Any) -> float | None:
+    """``auto`` (the shell's word for None: "decide") -> None, else a number."""
+    return _auto(name, value, float)
+
+
+def auto_int(name: str, value: Any) -> int | None:
+    """``auto`` -> None, else a whole number."""
+    return _auto(name, value, int)
+
+
+def _auto(name: str, value: Any, kind: type) -> Any:
+    if value is None or value == "auto":
+        return None
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        noun = "a whole number" if kind is int else "a number"
+        raise SettingError(name, f"{name}: expected 'auto' or {noun}, got {value!r}") from None
+
+
+def zero_is_none(name: str, value: Any) -> Any:
+    """``0`` (the shell's word for "off") -> None."""
+    return value or None
+
+
+def negative_is_none(name: str, value: Any) -> Any:
+    """A negative number (the shell's word for "the model's own") -> None."""
+    return None if value is not None and value < 0 else value
+
+
+def int_or_word(name: str, value: Any) -> int | str:
+    """A whole number where the text is one (``1600``), else the word (``auto``)."""
+    text = str(value).strip()
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 #: One check of a setting: ``(ok, setting, message)``; the message names the setting.
@@ -140,40 +204,92 @@ def choice_checks(config: Any) -> list[Check]:
     """One :func:`one_of` per field declared with choices (None passes: "decide for me")."""
     out = []
     for f in dataclasses.fields(config):
-        choices = f.metadata.get("choices")
+        choices = _listed(f.metadata.get("choices"))
         value = getattr(config, f.name)
         if choices is not None and value is not None:
             out.append(one_of(f.name, value, choices))
     return out
 
 
+def _listed(choices: Any) -> tuple | None:
+    """A field's choices: the tuple, or what its function lists now."""
+    return tuple(choices()) if callable(choices) else choices
+
+
 class Settings:
     """Mixin of a settings dataclass: :meth:`validate` checks every field's choices, then the
-    class's own :meth:`checks`, and raises the first failure as a :class:`SettingError`.
+    class's own :meth:`checks`, then that no setting changed from its default where it does
+    not apply (:meth:`applies`), and raises the first failure as a :class:`SettingError`.
 
     Its repr names only the fields set away from their defaults (``PipelineConfig(rerank=
-    'my-cat')``), as scikit-learn prints estimators; ``dataclasses.asdict`` gives them all. A
-    subclass is declared ``@dataclass(repr=False)`` to keep it.
+    'my-cat')``), as scikit-learn prints estimators; ``dataclasses.asdict`` gives them all,
+    :meth:`to_json` the changed ones (what a run's fingerprint is made of).
     """
 
     def __repr__(self) -> str:
-        changed = []
+        changed = [f"{name}={value!r}" for name, value in self._changed().items()]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def _changed(self) -> dict[str, Any]:
+        """The fields set away from their defaults (and those without a default)."""
+        out = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             required = f.default is dataclasses.MISSING and (
                 f.default_factory is dataclasses.MISSING
             )
             if required or value != default_of(type(self), f.name):
-                changed.append(f"{f.name}={value!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
+                out[f.name] = value
+        return out
 
     def checks(self) -> list[Check]:
         return []
+
+    def applies(self) -> list[Applies]:
+        """Settings that only apply to some values of others: ``(fields, applies here, why
+        not)``; a field set where it does not apply is refused, never silently ignored."""
+        return []
+
+    def check_applies(self, given: Iterable[str]) -> None:
+        """Refuse any of ``given`` (field names) where it does not apply."""
+        given = set(given)
+        for fields, ok, why in self.applies():
+            for name in sorted(given & set(fields)):
+                if not ok:
+                    raise SettingError(name, f"{name} {why}")
 
     def validate(self) -> None:
         """Raise :class:`~dotcat.errors.SettingError` for the first value that cannot work."""
         first_failure(choice_checks(self))
         first_failure(self.checks())
+        self.check_applies(self._changed())
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields set away from their defaults, JSON-ready (nested settings likewise):
+        what a cached run or index depends on, unchanged when a new setting is added at its
+        default."""
+        return {name: _jsonable(value) for name, value in sorted(self._changed().items())}
+
+
+#: What :meth:`Settings.applies` lists: ``(fields, applies here, why not)``.
+Applies = tuple[Iterable[str], bool, str]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Settings):
+        return value.to_json()
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def is_settings(hint: Any) -> bool:
+    """Whether a type is a settings dataclass (a nested settings field)."""
+    return isinstance(hint, type) and issubclass(hint, Settings) and dataclasses.is_dataclass(hint)
 
 
 def help_of(cls: type, name: str) -> str:
@@ -183,7 +299,7 @@ def help_of(cls: type, name: str) -> str:
 
 def choices_of(cls: type, name: str) -> tuple | None:
     """The choices of a settings field, or None for an open value."""
-    return _field(cls, name).metadata.get("choices")
+    return _listed(_field(cls, name).metadata.get("choices"))
 
 
 def default_of(cls: type, name: str) -> Any:

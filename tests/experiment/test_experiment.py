@@ -15,8 +15,8 @@ from dotcat.cli import app
 from dotcat.data import load_corpus, load_qrels, load_queries, read_run
 from dotcat.evaluation import evaluate
 from dotcat.evaluation.plots import DPI, PANEL_INCHES, WIDTH_INCHES
-from dotcat.search.bm25 import bm25_search
 from dotcat.search.feedback import RM3
+from dotcat.search.lexical import bm25_search
 
 runner = CliRunner()
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import BM25Config
 
 DOCS = [
     {"id": "d1", "title": "Cats", "text": "Cats are small domesticated carnivorous mammals."},

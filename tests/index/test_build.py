@@ -165,7 +165,7 @@ def test_bad_faiss_spec(tiny_beir_dir, tiny_encoder, tmp_path):
 
 
 def test_prefixes_are_recorded_and_restored_at_search(tiny_beir_dir, tiny_bert_dir, tmp_path):
-    from dotcat.search.retriever import DenseRetriever
+    from dotcat.search.dense import DenseRetriever
 
     config = EncoderConfig(
         model=str(tiny_bert_dir), query_prefix="query: ", document_prefix="passage: "

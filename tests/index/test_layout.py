@@ -23,7 +23,7 @@ import pytest
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index, layout
 from dotcat.models import BiEncoder, EncoderConfig
-from dotcat.search.retriever import DenseRetriever
+from dotcat.search.dense import DenseRetriever
 
 # A child build that kills itself where WHERE says; argv: model corpus index where.
 _CHILD = textwrap.dedent(

@@ -24,7 +24,8 @@ from dotcat.search.calibrate import (
     record_corpus_weight,
     sample_documents,
 )
-from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.reranker import Reranker
 
 TOPICS = [
     "insulin glucose pancreas", "neuron synapse dendrite", "tumor chemotherapy radiation",

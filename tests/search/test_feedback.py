@@ -12,12 +12,13 @@ import pytest
 
 from dotcat.errors import DotcatError, SettingError
 from dotcat.index import IndexConfig, PassageConfig, build_index
-from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import BM25Config
 from dotcat.models import EncoderConfig
 from dotcat.search.config import PipelineConfig
+from dotcat.search.dense import DenseRetriever
 from dotcat.search.feedback import RM3, RM3Expander, Rocchio, rocchio_search
 from dotcat.search.pipeline import SearchPipeline
-from dotcat.search.retriever import DenseRetriever
 
 # Ten documents (N = 10): a term in one document has df/N = 0.1, the most a feedback term may
 # have; "apple" (df 3) and "banana" (df 2) are query terms only. No stemming, no stop words,
@@ -186,7 +187,7 @@ def test_feedback_through_the_pipeline(doc_index):
     index = doc_index
     bm25 = _pipeline(index, first_stage="bm25")
     rm3 = _pipeline(index, first_stage="bm25", prf="rm3", fb_docs=3, fb_terms=5)
-    assert rm3.run(QUERIES, 5) == rm3.rm3.search(QUERIES, 5)
+    assert rm3.run(QUERIES, 5) == rm3.stage().rm3.search(QUERIES, 5)
     assert rm3.describe()["feedback"]["rm3"] == {
         "fb_docs": 3,
         "fb_terms": 5,
@@ -249,15 +250,15 @@ def test_feedback_on_passages_ranks_documents(passage_index):
     expected = {}
     for qid, text in WORDS.items():
         ids = rm3.bm25.query_token_ids(text)
-        weights = rm3.rm3.expand(text)
+        weights = rm3.stage().rm3.expand(text)
         if ids:  # q' = lambda * tf(w, q) / |q| + (1 - lambda) * RM1 over the top 3 passages
             first = rm3.bm25.top(rm3.bm25.weighted_scores(Counter(ids)), 3)
-            model = rm3.rm3.relevance_model(first)
+            model = rm3.stage().rm3.relevance_model(first)
             original = {t: c / len(ids) for t, c in Counter(ids).items()}
             assert weights == pytest.approx(
                 {t: 0.5 * original.get(t, 0) + 0.5 * model.get(t, 0) for t in original | model}
             )
-        rows = rm3.rm3.search_expanded(weights, n)
+        rows = rm3.stage().rm3.search_expanded(weights, n)
         expected[qid] = _maxp({int(pid): s for pid, s in rows}, owner)
         assert len(rows) > len(expected[qid])  # some documents matched by several passages
     found = rm3.run(WORDS, 5)
@@ -265,7 +266,7 @@ def test_feedback_on_passages_ranks_documents(passage_index):
     assert found != _pipeline(passage_index, first_stage="bm25").run(WORDS, 5)
     # Rocchio: q' from the top 3 passages' vectors, scored against every passage, MaxP.
     dense = _pipeline(passage_index, first_stage="dense", prf="rocchio", rocchio_docs=3)
-    retriever = dense._dense_retriever()
+    retriever = dense.stage("dense").retriever
     vectors = retriever.index.vectors(np.arange(n))  # a Flat index: the stored vectors
     expected = {}
     for qid, text in WORDS.items():
@@ -289,7 +290,9 @@ def test_feedback_needs_its_side(index, data, tiny_bert_dir, tmp_path):
         PipelineConfig(first_stage="bm25", prf="rocchio")
     with pytest.raises(SettingError, match="original_query_weight"):
         PipelineConfig(prf="rm3", original_query_weight=2)
-    PipelineConfig(first_stage="bm25", prf="both")  # both: the side there is
+    with pytest.raises(SettingError, match="prf 'both' rewrites the dense side"):
+        PipelineConfig(first_stage="bm25", prf="both")  # a side the stage has not: refused
+    PipelineConfig(first_stage="hybrid", prf="both")
     dense_only = tmp_path / "dense"
     encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
     build_index(data, dense_only, encoder, IndexConfig(bm25=False), show_progress=False)

@@ -13,10 +13,12 @@ from dotcat.errors import DotcatError
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.dense import DenseRetriever
 from dotcat.search.fusion import Fusion
-from dotcat.search.pipeline import PipelineConfig, Reranker, SearchPipeline, tune_fusion
-from dotcat.search.retriever import DenseRetriever
+from dotcat.search.lexical import bm25_search
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+from dotcat.search.reranker import Reranker
+from dotcat.tuning import tune_fusion
 
 QUERIES = {
     "q1": "which animals were domesticated from wolves",
@@ -158,17 +160,17 @@ def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
     pipeline = _pipeline(index, first_stage="bm25")  # no dense retriever loaded yet
     pipeline.one_thread_small_calls()
     pipeline.search("insulin", 3, first_stage="dense")
-    assert pipeline._dense.encoder.single_query_threads == 1
+    assert pipeline.encoder.single_query_threads == 1
     loaded = _pipeline(index, first_stage="dense")
-    assert loaded._dense.encoder.single_query_threads is None  # free cores decide
+    assert loaded.encoder.single_query_threads is None  # free cores decide
     loaded.one_thread_small_calls()
-    assert loaded._dense.encoder.single_query_threads == 1
+    assert loaded.encoder.single_query_threads == 1
 
 
 def test_build_and_tune_builds_then_records_the_dev_fusion(data, tiny_bert_dir, tmp_path):
     """What `dotcat index` and `dotcat experiment` both do: the index, then its fusion chosen
     on the data's dev queries and recorded (a shard, or no BM25, is not tuned)."""
-    from dotcat.search.pipeline import build_and_tune
+    from dotcat.tuning import build_and_tune
 
     out = tmp_path / "tuned"
     built = build_and_tune(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=True),

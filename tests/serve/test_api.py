@@ -21,7 +21,7 @@ from tests.timing import within
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, is_loopback
-from dotcat.serve.errors import MAX_URL_BYTES
+from dotcat.serve.refusals import MAX_URL_BYTES
 from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS
 
 QUERIES = ["which animals were domesticated from wolves", "how do cells make ATP", "insulin"]

@@ -7,15 +7,12 @@ light file checks before torch loads, calls one library function, and prints. A
 
 Commands by group: :mod:`.index` (index, add, delete, merge, export), :mod:`.search` (search,
 rerank, bm25), :mod:`.evaluate` (eval, experiment), :mod:`.train` (train dot/cat/distill,
-adapt, calibrate), :mod:`.serve`, :mod:`.datasets` (datasets list/get); :mod:`.app` holds the
-application and its global options.
+adapt, calibrate), :mod:`.serve`, :mod:`.datasets` (datasets list/get); :mod:`.main` holds the
+application and its global options, :mod:`.commands` the application with every command.
 """
 
-from dotcat.cli.app import app
+from dotcat.exports import lazy_exports
 
-# Each module registers its commands on import; `dotcat --help` lists them in this order.
-# isort: off
-from dotcat.cli import index, search, evaluate, train, serve, datasets
-# isort: on
-
-__all__ = ["app", "datasets", "evaluate", "index", "search", "serve", "train"]
+_EXPORTS = {"app": "dotcat.cli.commands"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from dotcat.cli.app import Group, app
+from dotcat.cli.main import Group, app
 
 datasets_app = typer.Typer(
     cls=Group,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
-from dotcat.cli.params import option, settings
+from dotcat.cli.main import app
+from dotcat.cli.params import with_settings
 from dotcat.data import load_judgements, read_run
 from dotcat.errors import DotcatError
 from dotcat.evaluation import (
@@ -27,6 +27,7 @@ from dotcat.files import check_can_create_in
 
 
 @app.command("eval")
+@with_settings(ComparisonConfig, "comparison")
 def eval_runs(
     paths: list[Path] = typer.Argument(
         ...,
@@ -47,10 +48,7 @@ def eval_runs(
         help="Compare every run with this one (one of the RUNs, by path or file name): "
         "difference, paired p-value (Holm-corrected), wins/ties/losses per measure.",
     ),
-    test: str = option(ComparisonConfig, "test"),
-    permutations: int = option(ComparisonConfig, "permutations"),
-    seed: int = option(ComparisonConfig, "seed"),
-    alpha: float = option(ComparisonConfig, "alpha"),
+    comparison: ComparisonConfig = None,
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
@@ -64,8 +62,6 @@ def eval_runs(
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
     *runs, qrels = paths
-    comparison = settings(ComparisonConfig, locals())
-    comparison.validate()
     baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
 
     judged = load_judgements(qrels, split=split)

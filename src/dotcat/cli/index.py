@@ -12,14 +12,13 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
-from dotcat.cli.params import option, settings
+from dotcat.cli.main import app
+from dotcat.cli.params import option, with_settings
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
-from dotcat.index.config import IndexConfig, MergeConfig, parse_shard
+from dotcat.index.config import IndexConfig, MergeConfig
 from dotcat.index.layout import check_target
 from dotcat.index.manifest import check_index
-from dotcat.index.passages import PassageConfig
 from dotcat.models.config import EncoderConfig, ExportConfig
 from dotcat.models.resolve import check_model
 
@@ -30,46 +29,20 @@ CORPUS_HELP = (
 INDEX_HELP = "An index directory from `dotcat index`."
 
 
-def corpus_options(values: dict) -> CorpusOptions:
-    """The :class:`CorpusOptions` of a command's corpus options (``id_field``...)."""
-    return settings(CorpusOptions, values, include=tuple(values["include"] or ()),
-                    exclude=tuple(values["exclude"] or ()))  # fmt: skip
-
-
 @app.command()
+@with_settings(EncoderConfig, "encoder")
+@with_settings(IndexConfig, "config")
+@with_settings(CorpusOptions, "options")
 def index(
     corpus: Path = typer.Argument(..., help=CORPUS_HELP, metavar="CORPUS"),
     index_dir: Path = typer.Argument(
         ..., help="Where to write the index directory.", metavar="INDEX_DIR"
     ),
-    model: str = option(EncoderConfig, "model"),
-    pooling: str | None = option(EncoderConfig, "pooling"),
-    similarity: str | None = option(EncoderConfig, "similarity"),
-    max_length: int | None = option(EncoderConfig, "max_length"),
-    batch_size: int | None = option(EncoderConfig, "batch_size"),
-    device: str = option(EncoderConfig, "device"),
-    faiss_spec: str = option(IndexConfig, "faiss_spec", "--faiss"),
-    bm25: bool = option(IndexConfig, "bm25"),
     overwrite: bool = typer.Option(False, help="Replace an existing index."),
-    keep_vectors: bool = option(IndexConfig, "keep_vectors"),
-    precision: str = option(EncoderConfig, "precision"),
-    backend: str = option(EncoderConfig, "backend", "--int8-backend"),
-    shard: str | None = option(IndexConfig, "shard"),
-    chunk_size: int = option(IndexConfig, "chunk_size"),
     fresh: bool = typer.Option(False, help="Start over instead of resuming an interrupted build."),
-    ray: str | None = option(IndexConfig, "ray", metavar="ADDRESS"),
-    ray_workers: int | None = option(IndexConfig, "ray_workers"),
-    passages: bool | None = option(PassageConfig, "enabled", "--passages/--no-passages"),
-    window: int | None = option(PassageConfig, "window", "--passage-window"),
-    stride: int | None = option(PassageConfig, "stride", "--passage-stride"),
-    sentence_aware: bool = option(PassageConfig, "sentence_aware"),
-    id_field: str | None = option(CorpusOptions, "id_field"),
-    title_field: str | None = option(CorpusOptions, "title_field"),
-    text_field: str | None = option(CorpusOptions, "text_field"),
-    include: list[str] = option(CorpusOptions, "include", metavar="GLOB"),
-    exclude: list[str] = option(CorpusOptions, "exclude", metavar="GLOB"),
-    strict: bool = option(CorpusOptions, "strict"),
-    hidden: bool = option(CorpusOptions, "hidden"),
+    encoder: EncoderConfig = None,
+    config: IndexConfig = None,
+    options: CorpusOptions = None,
 ) -> None:
     """Encode a corpus with BERT_DOT and build a FAISS index directory (and BM25 beside it).
 
@@ -87,16 +60,10 @@ def index(
     """
     from dotcat.index.preflight import check_build
 
-    encoder = settings(EncoderConfig, locals())
-    encoder.validate()
-    split = settings(PassageConfig, locals(), enabled=passages)
-    config = settings(IndexConfig, locals(), shard=parse_shard(shard) if shard else None,
-                      passages=split)  # fmt: skip
-    options = corpus_options(locals())
-    check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh, model=model,
-                options=options, max_length=max_length)  # fmt: skip
+    check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
+                model=encoder.model, options=options, max_length=encoder.max_length)  # fmt: skip
 
-    from dotcat.search.pipeline import build_and_tune
+    from dotcat.tuning import build_and_tune
 
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
                            corpus_options=options)  # fmt: skip
@@ -107,9 +74,9 @@ def index(
         f"indexed {n} documents{passages} into {index_dir} in {built.seconds:.1f} s "
         f"({n / built.seconds:.1f} docs/s); encoder {entry['name']} ({entry['pooling']}, "
         f"{entry['similarity']}, max {entry['max_length']} tokens), "
-        f"FAISS {manifest.faiss['spec']}{', BM25' if bm25 else ''}"
+        f"FAISS {manifest.faiss['spec']}{', BM25' if config.bm25 else ''}"
     )
-    if bm25 and config.shard is None:
+    if config.bm25 and config.shard is None:
         typer.echo(describe_fusion(built.fusion))
 
 
@@ -127,25 +94,19 @@ def describe_fusion(fusion) -> str:
 
 
 @app.command()
+@with_settings(CorpusOptions, "options")
 def add(
     index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
     corpus: Path = typer.Argument(..., help="The new documents. " + CORPUS_HELP, metavar="CORPUS"),
     upsert: bool = typer.Option(False, help="Replace documents whose id the index holds already."),
     device: str = option(EncoderConfig, "device"),
     precision: str = option(EncoderConfig, "precision"),
-    id_field: str | None = option(CorpusOptions, "id_field"),
-    title_field: str | None = option(CorpusOptions, "title_field"),
-    text_field: str | None = option(CorpusOptions, "text_field"),
-    include: list[str] = option(CorpusOptions, "include", metavar="GLOB"),
-    exclude: list[str] = option(CorpusOptions, "exclude", metavar="GLOB"),
-    strict: bool = option(CorpusOptions, "strict"),
-    hidden: bool = option(CorpusOptions, "hidden"),
+    options: CorpusOptions = None,
 ) -> None:
     """Add documents to an index (encoded with its own encoder); atomic."""
 
     EncoderConfig(device=device, precision=precision).validate()
     check_index(index_dir, shards=False)  # a folder of shards is updated shard by shard
-    options = corpus_options(locals())
     open_source(corpus, options)  # a missing path, an empty folder, a misplaced option
     from dotcat.index.updates import add_documents
 
@@ -189,22 +150,20 @@ def read_ids(path: Path) -> list[str]:
 
 
 @app.command()
+@with_settings(MergeConfig, "config")
 def merge(
     paths: list[Path] = typer.Argument(
         ...,
         help="SHARD [SHARD ...] OUT: shard indexes, then the new index.",
         metavar="SHARD... OUT",
     ),
-    faiss_spec: str | None = option(MergeConfig, "faiss_spec", "--faiss"),
-    on_disk: str = option(MergeConfig, "on_disk"),
-    bm25: bool | None = option(MergeConfig, "bm25", "--bm25/--no-bm25"),
     overwrite: bool = typer.Option(False, help="Replace an existing index."),
+    config: MergeConfig = None,
 ) -> None:
     """Merge shard indexes (`dotcat index --shard I/N`) into one index directory."""
     if len(paths) < 2:
         raise DotcatError("usage: dotcat merge SHARD [SHARD ...] OUT")
     *shards, out = paths
-    settings(MergeConfig, locals()).validate()
 
     for shard in shards:
         check_index(shard)
@@ -212,8 +171,8 @@ def merge(
     from dotcat.index.shards import merge_indexes
 
     start = time.perf_counter()
-    manifest = merge_indexes(shards, out, faiss_spec, on_disk=on_disk, bm25=bm25,
-                             overwrite=overwrite)  # fmt: skip
+    manifest = merge_indexes(shards, out, config.faiss_spec, on_disk=config.on_disk,
+                             bm25=config.bm25, overwrite=overwrite)  # fmt: skip
     typer.echo(
         f"merged {len(shards)} shards ({manifest.documents['count']} documents) into {out} in "
         f"{time.perf_counter() - start:.1f} s; FAISS {manifest.faiss['spec']}"
@@ -222,24 +181,19 @@ def merge(
 
 
 @app.command()
+@with_settings(ExportConfig, "config")
 def export(
     model: str = typer.Argument(
         ..., help="Model directory (BERT_DOT or BERT_CAT).", metavar="MODEL"
     ),
-    precision: str = option(ExportConfig, "precision"),
-    keep_fp32: str = option(ExportConfig, "keep_fp32"),
-    variant: str | None = option(ExportConfig, "variant"),
-    backend: str = option(ExportConfig, "backend"),
+    config: ExportConfig = None,
 ) -> None:
     """Export a model beside its weights where sentence-transformers looks (onnx/, openvino/)."""
-
-    settings(ExportConfig, locals()).validate()
     check_model(model)
     from dotcat.models.int8 import export_model
 
     start = time.perf_counter()
-    kind, path = export_model(
-        model, precision, keep_fp32=keep_fp32, variant=variant, backend=backend
-    )
+    kind, path = export_model(model, config.precision, keep_fp32=config.keep_fp32,
+                              variant=config.variant, backend=config.backend)  # fmt: skip
     seconds = time.perf_counter() - start
-    typer.echo(f"exported {kind} {model} at {precision} in {seconds:.1f} s: {path}")
+    typer.echo(f"exported {kind} {model} at {config.precision} in {seconds:.1f} s: {path}")

@@ -5,16 +5,16 @@ The models, FAISS and bm25s are imported inside each command, after its checks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
-from dotcat.cli.index import corpus_options
+from dotcat.cli.main import app
 from dotcat.cli.output import print_hits, search_lines
-from dotcat.cli.params import option, settings
+from dotcat.cli.params import given_settings, refuse_with, with_settings
 from dotcat.data import (
     check_output_file,
     find_corpus_file,
@@ -27,10 +27,11 @@ from dotcat.data import (
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
-from dotcat.models.config import CrossEncoderConfig
+from dotcat.index.config import BM25Config
 from dotcat.models.resolve import check_model
 from dotcat.options import K_HELP
 from dotcat.search.config import (
+    RUN_RERANK_SETTINGS,
     PipelineConfig,
     check_pipeline,
     check_query,
@@ -48,9 +49,14 @@ OUTPUT_HELP = "TREC run file to write ('-': standard output)."
 
 #: ``-k``: one option, one default (10 shown, 100 into a run), for search and bm25.
 K_OPTION = typer.Option(None, "-k", help=K_HELP)
+#: What a re-ranking of a run does not take: the first stage's settings.
+_NOT_RERANK = tuple(
+    f.name for f in dataclasses.fields(PipelineConfig) if f.name not in RUN_RERANK_SETTINGS
+)
 
 
 @app.command()
+@with_settings(PipelineConfig, "config")
 def search(
     index_dir: str | None = typer.Argument(None, help=INDEX_HELP, metavar="INDEX_DIR"),
     query: str | None = typer.Argument(
@@ -63,32 +69,11 @@ def search(
     queries: Path | None = typer.Option(None, help="Queries file or BEIR dir, for a run."),
     split: str = typer.Option("test", help=SPLIT_HELP),
     output: Path | None = typer.Option(None, help=OUTPUT_HELP + " With --queries."),
-    first_stage: str = option(PipelineConfig, "first_stage"),
-    fusion: str = option(PipelineConfig, "fusion"),
-    fusion_weight: float | None = option(PipelineConfig, "fusion_weight"),
-    prf: str = option(PipelineConfig, "prf"),
-    fb_docs: int = option(PipelineConfig, "fb_docs"),
-    fb_terms: int = option(PipelineConfig, "fb_terms"),
-    original_query_weight: float = option(PipelineConfig, "original_query_weight"),
-    rocchio_docs: int = option(PipelineConfig, "rocchio_docs"),
-    rocchio_alpha: float = option(PipelineConfig, "rocchio_alpha"),
-    rocchio_beta: float = option(PipelineConfig, "rocchio_beta"),
-    model: str | None = option(PipelineConfig, "model"),
-    device: str = option(PipelineConfig, "device"),
-    nprobe: int | None = typer.Option(None, help="IVF lists to visit (FAISS nprobe)."),
-    ef_search: int | None = typer.Option(None, help="HNSW's candidate list (FAISS efSearch)."),
     tag: str = typer.Option("dotcat", help=TAG_HELP),
-    rerank: str | None = option(PipelineConfig, "rerank"),
-    depth: int = option(PipelineConfig, "depth"),
-    interpolate: str = option(PipelineConfig, "interpolate"),
-    precision: str = option(PipelineConfig, "precision"),
-    rerank_backend: str = option(PipelineConfig, "rerank_backend"),
-    aggregation: str = option(PipelineConfig, "aggregation"),
-    aggregate_top: int = option(PipelineConfig, "aggregate_top"),
-    rerank_passages: int = option(PipelineConfig, "rerank_passages"),
     server: str | None = typer.Option(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
     ),
+    config: PipelineConfig = None,
 ) -> None:
     """Search an index: one query (a table or --json), a queries file into a TREC run, or
     queries read line by line (models loaded once).
@@ -97,7 +82,7 @@ def search(
     """
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
-                       first_stage, rerank, (queries, output, split, tag))  # fmt: skip
+                       config, (queries, output, split, tag))  # fmt: skip
         return
     if index_dir is None:
         raise DotcatError("give an INDEX directory (or --server URL)")
@@ -106,8 +91,6 @@ def search(
     if (queries is None) != (output is None):
         raise DotcatError("--queries and --output go together: the queries, and the run to write")
     k = results_per_query(k, run=queries is not None)
-    params = {name: v for name, v in (("nprobe", nprobe), ("efSearch", ef_search)) if v is not None}
-    config = settings(PipelineConfig, locals(), search_params=params)
     if query is not None:
         check_query(query)
 
@@ -164,9 +147,10 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
     )
 
 
-def _search_remote(url, positional, k, as_json, first_stage, rerank, run_args) -> None:
-    """``dotcat search --server URL [QUERY]``: the same output, answered by a running server;
-    with ``--queries`` and ``--output`` (``run_args``, with ``--split`` and ``--tag``), a run."""
+def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args) -> None:
+    """``dotcat search --server URL [QUERY]``: the same output, answered by a running server
+    with its own pipeline (only the first stage is asked per request); with ``--queries`` and
+    ``--output`` (``run_args``, with ``--split`` and ``--tag``), a run."""
     queries, output, split, tag = run_args
     if len(positional) > 1 or (positional and queries is not None):
         raise DotcatError(
@@ -174,15 +158,17 @@ def _search_remote(url, positional, k, as_json, first_stage, rerank, run_args) -
         )
     if (queries is None) != (output is None):
         raise DotcatError("--queries and --output go together: the queries, and the run to write")
-    if rerank is not None:
+    if config.rerank is not None:
         raise DotcatError(
             "--rerank: a server re-ranks with the cross-encoder it was started with (dotcat "
             "serve --rerank MODEL); with --server, leave --rerank out"
         )
-    PipelineConfig(first_stage=first_stage)  # checked here, before asking
+    pipeline_options = given_settings(PipelineConfig) - {"first_stage"}
+    why = "the server searches with the pipeline it was started with (dotcat serve)"
+    refuse_with("--server", pipeline_options, why)
     k = results_per_query(k, run=queries is not None)
     client = ServerClient(url)
-    stage = None if first_stage == "auto" else first_stage
+    stage = None if config.first_stage == "auto" else config.first_stage
     if queries is not None:
         check_output_file(output)
         topics = load_queries(queries, split=split)
@@ -207,28 +193,22 @@ def _search_remote(url, positional, k, as_json, first_stage, rerank, run_args) -
 
 
 @app.command("rerank")
+@with_settings(
+    PipelineConfig, "config", exclude=_NOT_RERANK, positional=("rerank",), required=("rerank",),
+    words={"rerank": "BERT_CAT: dotcat or sentence-transformers."},
+)  # fmt: skip
 def rerank_run(
     run: Path = typer.Argument(..., help="TREC run to re-rank (a first stage's).", metavar="RUN"),
     data: Path = typer.Argument(
         ..., help="BEIR dir or corpus file: the document texts.", metavar="DATA"
     ),
-    model: str = typer.Argument(
-        ..., help="BERT_CAT: dotcat or sentence-transformers.", metavar="MODEL"
-    ),
     output: Path = typer.Option(..., help=OUTPUT_HELP),
-    depth: int = option(PipelineConfig, "depth"),
     queries: Path | None = typer.Option(None, help="Queries file (default: DATA's queries.jsonl)."),
     split: str = typer.Option("test", help="With a BEIR dir: only the queries of this split."),
-    interpolate: str = option(PipelineConfig, "interpolate"),
-    batch_size: int = option(CrossEncoderConfig, "batch_size"),
-    device: str = option(CrossEncoderConfig, "device"),
     tag: str = typer.Option("dotcat-rerank", help=TAG_HELP),
-    precision: str = option(CrossEncoderConfig, "precision"),
-    rerank_backend: str = option(PipelineConfig, "rerank_backend"),
+    config: PipelineConfig = None,
 ) -> None:
     """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
-
-    config = settings(PipelineConfig, locals(), rerank=model)
     find_corpus_file(data)
     check_output_file(output)
     first = ranked(read_run(run))
@@ -238,13 +218,12 @@ def rerank_run(
         first = {q: docs for q, docs in first.items() if q in topics}
         if not first:
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
-    check_model(model, cross_encoder=True)
+    check_model(config.rerank, cross_encoder=True)
 
-    from dotcat.search.pipeline import Reranker
-    from dotcat.search.reranker import corpus_texts
+    from dotcat.search.reranker import Reranker, corpus_texts
 
-    reranker = Reranker.load(model, depth, interpolate, device=device, precision=precision,
-                             backend=config.rerank_backend, batch_size=batch_size)  # fmt: skip
+    reranker = Reranker.from_config(config)
+    depth = config.depth
     needed = {doc for docs in first.values() for doc, _ in docs[:depth]}
     texts = corpus_texts(load_corpus(data), needed)
     start = time.perf_counter()
@@ -261,6 +240,8 @@ def rerank_run(
 
 
 @app.command()
+@with_settings(BM25Config, "config")
+@with_settings(CorpusOptions, "options")
 def bm25(
     corpus: Path = typer.Argument(
         ..., help="The documents: as `dotcat index` reads them.", metavar="CORPUS"
@@ -269,28 +250,17 @@ def bm25(
     output: Path = typer.Option(..., help=OUTPUT_HELP),
     split: str = typer.Option("test", help=SPLIT_HELP),
     k: int | None = K_OPTION,
-    k1: float = typer.Option(0.9, help="BM25 k1 (Pyserini's BEIR default 0.9)."),
-    b: float = typer.Option(0.4, help="BM25 b (Pyserini's BEIR default 0.4)."),
     tag: str = typer.Option("bm25", help=TAG_HELP),
-    id_field: str | None = option(CorpusOptions, "id_field"),
-    title_field: str | None = option(CorpusOptions, "title_field"),
-    text_field: str | None = option(CorpusOptions, "text_field"),
-    include: list[str] = option(CorpusOptions, "include", metavar="GLOB"),
-    exclude: list[str] = option(CorpusOptions, "exclude", metavar="GLOB"),
-    strict: bool = option(CorpusOptions, "strict"),
-    hidden: bool = option(CorpusOptions, "hidden"),
+    config: BM25Config = None,
+    options: CorpusOptions = None,
 ) -> None:
     """BM25 (bm25s, Snowball stemming, English stop words) over a corpus into a TREC run."""
-    from dotcat.index.bm25 import BM25Config
-
     k = results_per_query(k, run=True)
-    config = BM25Config(k1=k1, b=b)
-    options = corpus_options(locals())
     open_source(corpus, options)  # a missing path, an empty folder, a misplaced option
     check_output_file(output)
     topics = load_queries(queries, split=split)
 
-    from dotcat.search.bm25 import bm25_search
+    from dotcat.search.lexical import bm25_search
 
     start = time.perf_counter()
     run = bm25_search(load_corpus(corpus, options=options), topics, k=k, config=config)

@@ -7,49 +7,26 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.app import app
-from dotcat.cli.params import option, settings
+from dotcat.cli.main import app
+from dotcat.cli.params import with_settings
 from dotcat.search.config import PipelineConfig, check_pipeline
-from dotcat.serve.config import API_KEY_ENV, ServeConfig
+from dotcat.serve.config import ServeConfig
 
 
 @app.command()
+@with_settings(PipelineConfig, "pipeline_config")
+@with_settings(ServeConfig, "config")
 def serve(
     index_dir: Path = typer.Argument(
         ..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR"
     ),
-    rerank: str | None = option(PipelineConfig, "rerank"),
-    depth: int = option(PipelineConfig, "depth"),
-    interpolate: str = option(PipelineConfig, "interpolate"),
-    first_stage: str = option(PipelineConfig, "first_stage"),
-    prf: str = option(PipelineConfig, "prf"),
-    fb_docs: int = option(PipelineConfig, "fb_docs"),
-    fb_terms: int = option(PipelineConfig, "fb_terms"),
-    original_query_weight: float = option(PipelineConfig, "original_query_weight"),
-    rocchio_docs: int = option(PipelineConfig, "rocchio_docs"),
-    rocchio_alpha: float = option(PipelineConfig, "rocchio_alpha"),
-    rocchio_beta: float = option(PipelineConfig, "rocchio_beta"),
-    host: str = option(ServeConfig, "host"),
-    port: int = option(ServeConfig, "port"),
-    api_key: str | None = option(ServeConfig, "api_key", envvar=API_KEY_ENV),
-    max_batch: int = option(ServeConfig, "max_batch"),
-    batch_window_ms: float = option(ServeConfig, "batch_window_ms"),
-    queue_size: int = option(ServeConfig, "queue_size"),
-    timeout_s: float = option(ServeConfig, "timeout_s", "--timeout"),
-    workers: int = option(ServeConfig, "workers"),
     access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
-    device: str = option(PipelineConfig, "device"),
-    precision: str = option(PipelineConfig, "precision"),
-    rerank_backend: str = option(PipelineConfig, "rerank_backend"),
-    aggregation: str = option(PipelineConfig, "aggregation"),
-    aggregate_top: int = option(PipelineConfig, "aggregate_top"),
-    rerank_passages: int = option(PipelineConfig, "rerank_passages"),
+    config: ServeConfig = None,
+    pipeline_config: PipelineConfig = None,
 ) -> None:
     """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
-    config = settings(ServeConfig, locals())
-    config.validate()
-    pipeline_config = settings(PipelineConfig, locals())
     check_pipeline(index_dir, pipeline_config)
+    workers = config.workers
     from dotcat.serve.server import serve as run_server
 
     def ready(url: str, pipeline) -> None:

@@ -15,39 +15,28 @@ the file, the line and the problem.
 - :func:`read_run`, :func:`write_run`: TREC runs (atomic write).
 """
 
-from dotcat.data.corpus import (
-    CorpusOptions,
-    CorpusStats,
-    Document,
-    default_cache_dir,
-    document_fields,
-    find_corpus_file,
-    iter_corpus,
-    load_corpus,
-)
-from dotcat.data.judgements import Judgements, load_judgements
-from dotcat.data.qrels import available_splits, find_qrels_file, load_qrels
-from dotcat.data.queries import find_queries_file, load_queries
-from dotcat.data.runs import check_output_file, ranked, read_run, write_run
+from dotcat.exports import lazy_exports
 
-__all__ = [
-    "CorpusOptions",
-    "CorpusStats",
-    "Document",
-    "Judgements",
-    "available_splits",
-    "check_output_file",
-    "default_cache_dir",
-    "document_fields",
-    "find_corpus_file",
-    "find_qrels_file",
-    "find_queries_file",
-    "iter_corpus",
-    "load_corpus",
-    "load_judgements",
-    "load_qrels",
-    "load_queries",
-    "ranked",
-    "read_run",
-    "write_run",
-]
+_EXPORTS = {
+    "CorpusOptions": "dotcat.data.sources",
+    "CorpusStats": "dotcat.data.sources",
+    "Document": "dotcat.data.corpus",
+    "default_cache_dir": "dotcat.data.corpus",
+    "document_fields": "dotcat.data.corpus",
+    "find_corpus_file": "dotcat.data.corpus",
+    "iter_corpus": "dotcat.data.corpus",
+    "load_corpus": "dotcat.data.corpus",
+    "Judgements": "dotcat.data.judgements",
+    "load_judgements": "dotcat.data.judgements",
+    "available_splits": "dotcat.data.qrels",
+    "find_qrels_file": "dotcat.data.qrels",
+    "load_qrels": "dotcat.data.qrels",
+    "find_queries_file": "dotcat.data.queries",
+    "load_queries": "dotcat.data.queries",
+    "check_output_file": "dotcat.data.runs",
+    "ranked": "dotcat.data.runs",
+    "read_run": "dotcat.data.runs",
+    "write_run": "dotcat.data.runs",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

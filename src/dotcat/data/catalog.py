@@ -153,7 +153,7 @@ def catalog() -> dict[str, Entry]:
 def describe_catalog() -> str:
     """``dotcat datasets list``: every entry (name, what, md5, where it is cached), then
     where the zips come from and whether ``irds:`` ids can be read here."""
-    from dotcat.evaluation.report import markdown_table
+    from dotcat.evaluation.tables import markdown_table
 
     rows = []
     for entry in catalog().values():

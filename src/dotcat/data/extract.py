@@ -11,11 +11,10 @@ Libraries, chosen for being the maintained reference of their job:
   documentation generators such as Sphinx, MkDocs and most site templates do) is read whole
   from that element, block by block (lxml; scripts, styles, navigation, forms and permalink
   signs left out): a heuristic extractor drops entries of reference pages (on the Python
-  library reference trafilatura lost 4.0% of the words and whole entries,
-  ``eval/studies/html_extraction``). Other pages go to trafilatura (Barbaresi, 2021,
-  "Trafilatura: A Web Scraping Library and Command-Line Tool for Text Discovery and
-  Extraction", ACL demos), the main-text extractor that the published comparisons rank first
-  and that web-corpus pipelines use: it drops menus, headers, footers, cookie notices and
+  library reference trafilatura lost 4.0% of the words and whole entries). Other pages go to
+  trafilatura (Barbaresi, 2021, "Trafilatura: A Web Scraping Library and Command-Line Tool for Text
+  Discovery and Extraction", ACL demos), the main-text extractor that the published comparisons
+  rank first and that web-corpus pipelines use: it drops menus, headers, footers, cookie notices and
   scripts that would otherwise dominate an exported page. It pulls lxml, justext and date
   parsers, so it is the optional extra ``dotcat[html]``; a page on which it finds no main
   text is indexed on all of its text (``html2txt``).

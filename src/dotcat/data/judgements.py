@@ -2,7 +2,7 @@
 
 A BEIR directory holds its queries and corpus beside its qrels, so judgements naming an
 unknown query or document can be told apart (and counted by
-:func:`dotcat.evaluation.evaluate`); a bare qrels file cannot be checked.
+:func:`dotcat.evaluation.metrics.evaluate`); a bare qrels file cannot be checked.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
 A file of a folder that cannot be read (empty, binary, not UTF-8, an encrypted or corrupt PDF,
-a corrupt gzip or Parquet file) is skipped and counted in :class:`~dotcat.data.corpus.
-CorpusStats`; :func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
+a corrupt gzip or Parquet file) is skipped and counted in :class:`CorpusStats`;
+:func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
 With ``strict`` the first one stops the read with a :class:`~dotcat.errors.DataFormatError`
 naming it. A record file whose first record is not one (a pretty-printed settings ``.json``)
 is unreadable too; one that holds records without the wanted field, or a bad record further
@@ -158,9 +158,10 @@ class CorpusOptions(Settings):
         (),
         help="Only a folder's files matching this glob (repeat): *.md matches names, "
         "notes/*.md paths.",
+        metavar="GLOB",
     )
     exclude: tuple[str, ...] = setting(
-        (), help="Skip a folder's files and folders matching this glob (repeat)."
+        (), help="Skip a folder's files and folders matching this glob (repeat).", metavar="GLOB"
     )
     strict: bool = setting(
         False,

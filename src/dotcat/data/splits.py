@@ -23,8 +23,9 @@ from dotcat.errors import DotcatError
 
 logger = logging.getLogger(__name__)
 
-#: The dev share and seed ``dotcat train`` carves from train by default.
+#: The dev share ``dotcat train`` carves from train by default.
 DEV_FRACTION = 0.1
+#: The seed of that carving (every stage holds out the same queries).
 DEV_SEED = 42
 
 

@@ -6,54 +6,30 @@
 >>> print(format_comparison_table({"BM25": report, "dense": other}, comparisons, "BM25"))
 """
 
-from dotcat.evaluation.metrics import (
-    DEFAULT_MEASURES,
-    EvalReport,
-    evaluate,
-    evaluate_runs,
-    parse_measures,
-    qid_sort_key,
-)
-from dotcat.evaluation.report import (
-    comparison_note,
-    comparison_to_json,
-    format_comparison_table,
-    format_per_query,
-    format_table,
-    to_json,
-)
-from dotcat.evaluation.significance import (
-    Comparison,
-    PairedTestResult,
-    TTestResult,
-    compare_to_baseline,
-    holm_across,
-    holm_bonferroni,
-    paired_randomisation_test,
-    paired_ttest,
-    wins_ties_losses,
-)
+from dotcat.exports import lazy_exports
 
-__all__ = [
-    "DEFAULT_MEASURES",
-    "Comparison",
-    "EvalReport",
-    "PairedTestResult",
-    "TTestResult",
-    "compare_to_baseline",
-    "comparison_note",
-    "comparison_to_json",
-    "evaluate",
-    "evaluate_runs",
-    "format_comparison_table",
-    "format_per_query",
-    "format_table",
-    "holm_across",
-    "holm_bonferroni",
-    "paired_randomisation_test",
-    "paired_ttest",
-    "parse_measures",
-    "qid_sort_key",
-    "to_json",
-    "wins_ties_losses",
-]
+_EXPORTS = {
+    "DEFAULT_MEASURES": "dotcat.evaluation.metrics",
+    "EvalReport": "dotcat.evaluation.metrics",
+    "evaluate": "dotcat.evaluation.metrics",
+    "evaluate_runs": "dotcat.evaluation.metrics",
+    "parse_measures": "dotcat.evaluation.metrics",
+    "qid_sort_key": "dotcat.evaluation.metrics",
+    "comparison_note": "dotcat.evaluation.tables",
+    "comparison_to_json": "dotcat.evaluation.tables",
+    "format_comparison_table": "dotcat.evaluation.tables",
+    "format_per_query": "dotcat.evaluation.tables",
+    "format_table": "dotcat.evaluation.tables",
+    "to_json": "dotcat.evaluation.tables",
+    "Comparison": "dotcat.evaluation.significance",
+    "PairedTestResult": "dotcat.evaluation.significance",
+    "TTestResult": "dotcat.evaluation.significance",
+    "compare_to_baseline": "dotcat.evaluation.significance",
+    "holm_across": "dotcat.evaluation.significance",
+    "holm_bonferroni": "dotcat.evaluation.significance",
+    "paired_randomisation_test": "dotcat.evaluation.significance",
+    "paired_ttest": "dotcat.evaluation.significance",
+    "wins_ties_losses": "dotcat.evaluation.significance",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

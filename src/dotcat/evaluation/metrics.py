@@ -173,7 +173,7 @@ def evaluate(
 
     Args:
         run: qid -> {docid: score}, or qid -> sequence of (docid, score) (ranked lists as
-            :func:`dotcat.search.bm25.bm25_search` returns). The order of a list does not
+            :func:`dotcat.search.lexical.bm25_search` returns). The order of a list does not
             matter: evaluators rank by score (see the module docstring on ties). A docid
             repeated within one query's list keeps its first score.
         qrels: qid -> {docid: relevance}; ``relevance > 0`` is relevant for binary measures,

@@ -12,7 +12,7 @@ correction for testing several systems against one baseline.
   dataset of an experiment), so a table of systems x datasets is one family per measure.
 
 Every test is two-sided and works on the per-query values that
-:func:`dotcat.evaluation.evaluate` computed (queries without results already count as 0).
+:func:`dotcat.evaluation.metrics.evaluate` computed (queries without results already count as 0).
 """
 
 from __future__ import annotations

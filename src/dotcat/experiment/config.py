@@ -23,7 +23,7 @@ every one of them (:func:`dotcat.experiment.runner.run_datasets`)::
     name = "nfcorpus"
     path = "beir/nfcorpus"
 
-An example (``eval/experiments/scifact.toml`` has a complete one)::
+An example::
 
     output = "runs/experiments/scifact"
     baseline = "BM25"
@@ -47,13 +47,22 @@ An example (``eval/experiments/scifact.toml`` has a complete one)::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import re
 import sys
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from dotcat import options
@@ -61,27 +70,39 @@ from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
+from dotcat.experiment.fields import expects, pydantic_fields
+from dotcat.index.config import BM25Config, IndexConfig
 from dotcat.index.manifest import Manifest
 from dotcat.index.passages import PassageConfig
+from dotcat.models.config import EncoderConfig
 from dotcat.models.resolve import check_model
-from dotcat.search.config import PRF_SIDES, PipelineConfig
+from dotcat.search.config import PRF_SIDES, RM3_SETTINGS, ROCCHIO_SETTINGS, PipelineConfig
+from dotcat.search.stages import first_stage_choices
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-#: A system names its first stage (no ``auto``: the report says what each system ran).
-FIRST_STAGES = tuple(stage for stage in options.FIRST_STAGES if stage != "auto")
-# Settings of the index a `model` builds.
-_ENCODER_FIELDS = ("pooling", "similarity", "max_length", "faiss")
-# How the index a `model` builds splits long documents (with `passages`, the default).
-_PASSAGE_FIELDS = ("passage_window", "passage_stride", "sentence_aware")
-# How a first stage over an index with passages ranks documents.
-_AGGREGATION_FIELDS = ("aggregation", "aggregate_top")
-# Feedback settings, by the side they rewrite.
-_RM3_FIELDS = ("fb_docs", "fb_terms", "original_query_weight")
-_ROCCHIO_FIELDS = ("rocchio_docs", "rocchio_alpha", "rocchio_beta")
+#: What a system takes, and from which settings: every setting of the query pipeline but
+#: those an experiment sets for all systems (device, precision) or that a system names
+#: otherwise (``model``: the bi-encoder that builds its index); the index's vectors, FAISS
+#: structure and passages, under names saying which part they set; BM25's parameters.
+_PIPELINE_FIELDS = tuple(
+    f.name for f in dataclasses.fields(PipelineConfig)
+    if f.name not in ("model", "device", "precision", "first_stage")
+)  # fmt: skip
+_ENCODER_FIELDS = EncoderConfig.VECTOR_SETTINGS
+_INDEX_NAMES = {"faiss_spec": "faiss"}
+_PASSAGE_NAMES = {
+    "enabled": "passages",
+    "window": "passage_window",
+    "stride": "passage_stride",
+    "sentence_aware": "sentence_aware",
+}
+_BM25_FIELDS = ("k1", "b")
+#: A system's name of each setting of these classes (``faiss`` -> ``IndexConfig.faiss_spec``).
+_OWN_NAMES = {**_INDEX_NAMES, **_PASSAGE_NAMES}
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -124,103 +145,73 @@ class DatasetConfig(_Strict):
         return self.path.rstrip("/").rsplit("/", 1)[-1] or self.path
 
 
-class SystemConfig(_Strict):
-    """One system: a first stage (BM25, dense or hybrid), optionally re-ranked by BERT_CAT."""
+class _System(_Strict):
+    """One system: a first stage (BM25, dense, hybrid or a registered one), optionally
+    re-ranked by BERT_CAT; every other field is a setting of the pipeline or of the index its
+    ``model`` builds (:data:`_PIPELINE_FIELDS`), with that setting's default and checks."""
 
     name: str = Field(min_length=1, description="a non-empty name")
-    first_stage: Literal[FIRST_STAGES] = Field(description=_one_of(FIRST_STAGES))
+    first_stage: str = Field(description="a first stage (no 'auto': the report says what ran)")
     model: str | None = Field(
         None, description="a BERT_DOT model (directory or hub name) to build an index with"
     )
     index: str | None = Field(None, description="an index directory written by `dotcat index`")
-    pooling: Literal[options.POOLINGS] | None = Field(None, description=_one_of(options.POOLINGS))
-    similarity: Literal[options.SIMILARITIES] | None = Field(
-        None, description=_one_of(options.SIMILARITIES)
-    )
-    max_length: int | None = Field(None, ge=2, description="an integer >= 2 (tokens)")
-    faiss: str = Field("Flat", min_length=1, description="a FAISS factory string")
-    passages: bool | None = Field(
-        None,
-        description="true or false (split documents longer than the window into passages; "
-        "default: when most documents are more than twice the window)",
-    )
-    passage_window: int | None = Field(None, ge=8, description="an integer >= 8 (tokens)")
-    passage_stride: int | None = Field(None, ge=0, description="an integer >= 0 (tokens)")
-    sentence_aware: bool = Field(True, description="true or false")
-    aggregation: Literal[options.AGGREGATIONS] = Field(
-        "maxp", description=_one_of(options.AGGREGATIONS)
-    )
-    aggregate_top: int = Field(2, ge=1, description="an integer >= 1")
-    fusion: Literal[options.FUSIONS] = Field("auto", description=_one_of(options.FUSIONS))
-    fusion_weight: float | None = Field(None, ge=0, le=1, description="a number in [0, 1]")
-    k1: float = Field(0.9, ge=0, description="a number >= 0")
-    b: float = Field(0.4, ge=0, le=1, description="a number in [0, 1]")
-    rerank: str | None = Field(None, description="a BERT_CAT cross-encoder (directory)")
-    depth: int = Field(options.RERANK_DEPTH, ge=1, description="an integer >= 1")
-    interpolate: Literal["auto"] | float = Field("auto", description="'auto' or a number in [0, 1]")
-    batch_size: int = Field(32, ge=1, description="an integer >= 1")
-    prf: Literal[options.PRF_METHODS] = Field(options.PRF, description=_one_of(options.PRF_METHODS))
-    fb_docs: int = Field(options.RM3_FB_DOCS, ge=1, description="an integer >= 1")
-    fb_terms: int = Field(options.RM3_FB_TERMS, ge=1, description="an integer >= 1")
-    original_query_weight: float = Field(
-        options.RM3_ORIGINAL_WEIGHT, ge=0, le=1, description="a number in [0, 1]"
-    )
-    rocchio_docs: int = Field(options.ROCCHIO_DOCS, ge=1, description="an integer >= 1")
-    rocchio_alpha: float = Field(options.ROCCHIO_ALPHA, description="a number")
-    rocchio_beta: float = Field(options.ROCCHIO_BETA, description="a number")
 
     @property
     def feedback(self) -> dict[str, Any]:
         """The feedback settings this system runs (none: an empty dict)."""
         sides = PRF_SIDES[self.prf]
         out: dict[str, Any] = {"prf": self.prf} if sides else {}
-        if "bm25" in sides and (self.first_stage != "dense"):
-            out |= {name: getattr(self, name) for name in _RM3_FIELDS}
-        if "dense" in sides and (self.first_stage != "bm25"):
-            out |= {name: getattr(self, name) for name in _ROCCHIO_FIELDS}
+        if "bm25" in sides:
+            out |= {name: getattr(self, name) for name in RM3_SETTINGS}
+        if "dense" in sides:
+            out |= {name: getattr(self, name) for name in ROCCHIO_SETTINGS}
         return out
+
+    def pipeline_config(self, device: str = "auto", precision: str = "auto") -> PipelineConfig:
+        """The query pipeline this system runs."""
+        values = {name: getattr(self, name) for name in _PIPELINE_FIELDS}
+        return PipelineConfig(first_stage=self.first_stage, device=device, precision=precision,
+                              **values)  # fmt: skip
+
+    def encoder_config(self, device: str = "auto", precision: str = "auto") -> EncoderConfig:
+        """The bi-encoder that builds this system's index (from ``model``)."""
+        values = {name: getattr(self, name) for name in _ENCODER_FIELDS}
+        return EncoderConfig(model=self.model, device=device, precision=precision, **values)
+
+    def passage_config(self) -> PassageConfig:
+        """How the index this system builds splits long documents."""
+        return PassageConfig(**{name: getattr(self, own) for name, own in _PASSAGE_NAMES.items()})
+
+    def bm25_config(self) -> BM25Config:
+        """BM25 over the dataset (a ``bm25`` system without an index)."""
+        return BM25Config(**{name: getattr(self, name) for name in _BM25_FIELDS})
 
     def _applies(self) -> list[tuple[set[str], bool, str]]:
         """Settings that only apply to some systems: (fields, whether they apply here, why
-        not)."""
+        not); the rules between pipeline settings are the pipeline's own."""
         built, indexed = self.model is not None, self.model is not None or self.index is not None
-        with_rm3_or_rocchio = {*_RM3_FIELDS, *_ROCCHIO_FIELDS}
+        passage = set(_PASSAGE_NAMES.values())
         return [
-            ({*_ENCODER_FIELDS, "passages"}, built, "applies only when `model` builds an index"),
-            (set(_PASSAGE_FIELDS), built, "applies only when `model` builds an index"),
-            (
-                set(_PASSAGE_FIELDS),
-                self.passages is not False,
-                "does not apply with `passages = false`",
-            ),
-            (
-                set(_AGGREGATION_FIELDS),
-                indexed,
-                "applies only to a system with an index (`model` or `index`)",
-            ),
-            (
-                {"k1", "b"},
-                self.first_stage == "bm25" and self.index is None,
-                "applies only to first_stage 'bm25' over the dataset (no `index`)",
-            ),
-            (
-                {"fusion", "fusion_weight"},
-                self.first_stage == "hybrid",
-                "applies only to first_stage 'hybrid'",
-            ),
-            (
-                with_rm3_or_rocchio - set(self.feedback),
-                False,
-                f"does not apply with prf '{self.prf}' on this system",
-            ),
-            ({"depth", "interpolate", "batch_size"}, self.rerank is not None,
-             "applies only with `rerank`"),
+            ({*_ENCODER_FIELDS, "faiss", *passage}, built,
+             "applies only when `model` builds an index"),
+            ({"aggregation", "aggregate_top"}, indexed,
+             "applies only to a system with an index (`model` or `index`)"),
+            (set(_BM25_FIELDS), self.first_stage == "bm25" and self.index is None,
+             "applies only to first_stage 'bm25' over the dataset (no `index`)"),
+            ({"fusion", "fusion_weight", "fusion_depth"}, self.first_stage == "hybrid",
+             "applies only to first_stage 'hybrid'"),
         ]  # fmt: skip
 
     @model_validator(mode="after")
-    def _consistent(self) -> SystemConfig:
+    def _consistent(self) -> _System:
         """Settings that only apply to some systems are refused elsewhere, not ignored."""
-        if self.first_stage in ("dense", "hybrid") and (self.model is None) == (self.index is None):
+        stages = first_stage_choices()[1:]  # no auto: the report says what each system ran
+        if self.first_stage not in stages:
+            raise _field_error(
+                "first_stage", f"must be {_one_of(stages)}, got {self.first_stage!r}"
+            )
+        if self.first_stage != "bm25" and (self.model is None) == (self.index is None):
             raise _field_error(
                 "model", f"first_stage '{self.first_stage}' needs either `model` or `index`"
             )
@@ -230,32 +221,42 @@ class SystemConfig(_Strict):
             for name in sorted(self.model_fields_set & fields):
                 if not applies:
                     raise _field_error(name, why)
-        if isinstance(self.interpolate, float) and not 0 <= self.interpolate <= 1:
-            raise _field_error(
-                "interpolate", f"must be 'auto' or a number in [0, 1], got {self.interpolate}"
-            )
         return self
 
     @model_validator(mode="after")
-    def _settings_valid(self) -> SystemConfig:
-        """The index's and the query pipeline's own checks of what they will be given."""
+    def _settings_valid(self) -> _System:
+        """The pipeline's and the index's own checks of what they will be given, and their
+        rules between settings for the fields this system sets."""
+        given = set(self.model_fields_set)
+        own = {v: k for k, v in _OWN_NAMES.items()}
         try:
-            if self.passages is not False and self.model is not None:
-                PassageConfig(window=self.passage_window, stride=self.passage_stride)
+            pipeline = self.pipeline_config()
+            pipeline.check_applies(given)
+            if self.model is not None:
+                self.encoder_config()
+                passages = self.passage_config()
+                passages.check_applies({own.get(n, n) for n in given})
+            if self.first_stage == "bm25" and self.index is None:
+                self.bm25_config()
         except SettingError as e:
-            raise _field_error(f"passage_{e.setting}", str(e)) from None
-        try:
-            PipelineConfig(
-                first_stage=self.first_stage,
-                fusion=self.fusion,
-                fusion_weight=self.fusion_weight,
-                aggregation=self.aggregation,
-                aggregate_top=self.aggregate_top,
-                **{k: getattr(self, k) for k in ("prf", *_RM3_FIELDS, *_ROCCHIO_FIELDS)},
-            )
-        except SettingError as e:
-            raise _field_error(e.setting, str(e)) from None
+            name = _OWN_NAMES.get(e.setting, e.setting)
+            message = re.sub(rf"(?<![\w-]){e.setting}(?![\w-])", name, str(e), count=1)
+            raise _field_error(name, message) from None
         return self
+
+
+#: A system's schema: :class:`_System` and every setting it takes, derived.
+SystemConfig = create_model(
+    "SystemConfig",
+    __base__=_System,
+    __doc__=_System.__doc__,
+    __module__=__name__,
+    **pydantic_fields(PipelineConfig, _PIPELINE_FIELDS),
+    **pydantic_fields(EncoderConfig, _ENCODER_FIELDS),
+    **pydantic_fields(IndexConfig, _INDEX_NAMES, rename=_INDEX_NAMES),
+    **pydantic_fields(PassageConfig, _PASSAGE_NAMES, rename=_PASSAGE_NAMES),
+    **pydantic_fields(BM25Config, _BM25_FIELDS),
+)
 
 
 class ExperimentConfig(_Strict):
@@ -443,7 +444,7 @@ def _description(fields: list[str | int]) -> str | None:
             return None
         info = model.model_fields[name]
         model = _nested_model(info.annotation)
-    return info.description if info is not None else None
+    return (expects(info) or info.description) if info is not None else None
 
 
 def _format_loc(fields: list[str | int]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from dotcat import __version__
 from dotcat.evaluation import comparison_note, comparison_to_json, format_comparison_table
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
-from dotcat.evaluation.report import markdown_table, to_json
+from dotcat.evaluation.tables import markdown_table, to_json
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
 from dotcat.search.feedback import RM3, Rocchio

@@ -11,7 +11,7 @@ from typing import Any
 from dotcat.data import load_corpus
 from dotcat.evaluation import EvalReport
 from dotcat.evaluation.significance import Comparison
-from dotcat.experiment.cache import StageRecord
+from dotcat.experiment.artifacts import StageRecord
 from dotcat.experiment.config import ExperimentConfig, SystemConfig
 
 
@@ -42,7 +42,7 @@ class Dataset:
     given: str = ""
 
     def corpus(self):
-        """The corpus as an Arrow dataset (:func:`dotcat.data.load_corpus`), loaded once."""
+        """The corpus as an Arrow dataset (:func:`dotcat.data.corpus.load_corpus`), loaded once."""
         if self._corpus is None:
             self._corpus = load_corpus(self.path)
         return self._corpus

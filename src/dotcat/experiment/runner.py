@@ -1,15 +1,15 @@
 """Run an experiment: build what is missing, run every system, evaluate, write the report.
 
-Each system is up to three cached stages (:mod:`dotcat.experiment.cache`), computed by the
+Each system is up to three cached stages (:mod:`dotcat.experiment.artifacts`), computed by the
 code the commands use:
 
-1. an index, when the system names a ``model``: :func:`dotcat.index.build_index` with BM25
-   inside, then :func:`dotcat.search.pipeline.tune_fusion`, as ``dotcat index`` does;
-2. a first-stage run: :func:`dotcat.search.bm25.bm25_search` over the dataset's corpus (as
+1. an index, when the system names a ``model``: :func:`dotcat.index.build.build_index` with BM25
+   inside, then :func:`dotcat.tuning.tune_fusion`, as ``dotcat index`` does;
+2. a first-stage run: :func:`dotcat.search.lexical.bm25_search` over the dataset's corpus (as
    ``dotcat bm25``), or :meth:`dotcat.search.pipeline.SearchPipeline.run` over the index (as
    ``dotcat search --queries``);
 3. with ``rerank``, the first stage's top ``depth`` re-ranked by
-   :class:`dotcat.search.pipeline.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
+   :class:`dotcat.search.reranker.Reranker` (as ``dotcat rerank`` and ``search --rerank``:
    the first stage fetches ``max(k, depth)`` results, the re-ranked run keeps ``k``). Over an
    index with passages the cross-encoder reads each document's best passage as the first
    stage found it (kept beside the run, ``*.passages.json``), as ``search --rerank`` does.
@@ -30,6 +30,7 @@ import platform
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
 from dotcat.errors import DotcatError
 from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
-from dotcat.experiment.cache import (
+from dotcat.experiment.artifacts import (
     Cache,
     StageRecord,
     digest,
@@ -72,13 +73,11 @@ from dotcat.experiment.results import (
 from dotcat.experiment.suite_report import write_suite_report
 from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
-from dotcat.index.bm25 import BM25Config
 from dotcat.index.manifest import Manifest
 from dotcat.index.passages import (
     AUTO_LENGTH_FACTOR,
     AUTO_LONG_SHARE,
     DEFAULT_WINDOW,
-    PassageConfig,
 )
 from dotcat.models import EncoderConfig
 from dotcat.models.runtime import (
@@ -88,17 +87,13 @@ from dotcat.models.runtime import (
     describe_precision,
     resolve_device,
 )
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.aggregation import to_run
+from dotcat.search.config import RERANK_SETTINGS
 from dotcat.search.feedback import RM3
-from dotcat.search.passages import to_run
-from dotcat.search.pipeline import (
-    PipelineConfig,
-    Reranker,
-    SearchPipeline,
-    build_and_tune,
-    tune_fusion,
-)
-from dotcat.search.reranker import corpus_texts
+from dotcat.search.lexical import bm25_search
+from dotcat.search.pipeline import SearchPipeline
+from dotcat.search.reranker import Reranker, corpus_texts
+from dotcat.tuning import build_and_tune, tune_fusion
 
 logger = logging.getLogger(__name__)
 
@@ -201,20 +196,19 @@ class _Runner:
     def _index_description(self, system: SystemConfig) -> dict[str, Any]:
         """Everything an index built from ``system.model`` depends on (its fingerprint's
         source)."""
+        encoder = system.encoder_config().to_json()
         description = {
             "kind": "index",
             "corpus": self.data.fingerprint["corpus"],
             "dev_qrels": {k: v for k, v in self.data.fingerprint.items() if k.startswith("qrels_")},
             "model": model_fingerprint(system.model),
-            "pooling": system.pooling,
-            "similarity": system.similarity,
-            "max_length": system.max_length,
+            "encoder": {k: v for k, v in encoder.items() if k in EncoderConfig.VECTOR_SETTINGS},
             "faiss": system.faiss,
             "bm25": True,
             "precision": self.env.precision,
             "device": self.env.device,
         }
-        if system.passages is not False:  # absent when cut: earlier indexes stay valid
+        if system.passages is not False:
             description["passages"] = _passage_description(system)
         return description
 
@@ -243,16 +237,10 @@ class _Runner:
         if (path / "manifest.json").is_file():
             fusion = tune_fusion(path, self.data.path, device=device, precision=precision)
             return Manifest.read(path), fusion
-        encoder = EncoderConfig(
-            model=system.model,
-            pooling=system.pooling,
-            similarity=system.similarity,
-            max_length=system.max_length,
-            device=device,
-            precision=precision,
+        encoder = system.encoder_config(device, precision)
+        config = IndexConfig(
+            faiss_spec=system.faiss, device=device, bm25=True, passages=system.passage_config()
         )
-        passages = PassageConfig(system.passages, **_passage_settings(system))
-        config = IndexConfig(faiss_spec=system.faiss, device=device, bm25=True, passages=passages)
         built = build_and_tune(self.data.path, path, encoder, config, overwrite=True)
         return built.manifest, built.fusion
 
@@ -272,18 +260,14 @@ class _Runner:
         if index_dir is None:
             description |= {
                 "corpus": self.data.fingerprint["corpus"],
-                "k1": system.k1,
-                "b": system.b,
+                "bm25": system.bm25_config().to_json(),
+                **system.feedback,
             }
         else:
             description["index"] = index_fp
-            if system.first_stage == "hybrid":
-                description |= {"fusion": system.fusion, "fusion_weight": system.fusion_weight}
+            description["settings"] = system.pipeline_config().first_stage_json()
             if system.first_stage != "bm25":
                 description |= {"precision": self.env.precision, "device": self.env.device}
-            if (system.aggregation, system.aggregate_top) != ("maxp", 2):  # the default: as before
-                description |= {"aggregation": system.aggregation, "top": system.aggregate_top}
-        description |= system.feedback  # nothing without feedback: earlier runs stay valid
         path = self.cache.run_path(digest(description))
         found = self._lookup("first_stage", path)
         if found is not None:
@@ -312,27 +296,19 @@ class _Runner:
         )
 
     def _bm25(self, system: SystemConfig, k: int):
-        config = BM25Config(k1=system.k1, b=system.b)
+        config = system.bm25_config()
         rm3 = None
         if system.feedback:
             rm3 = RM3(system.fb_docs, system.fb_terms, system.original_query_weight)
         return bm25_search(self.data.corpus(), self.data.queries, k=k, config=config, rm3=rm3)
 
     def _pipeline(self, index_dir: Path, system: SystemConfig):
-        feedback = system.feedback
-        key = (str(index_dir), system.fusion, system.fusion_weight, tuple(feedback.items()),
-               system.aggregation, system.aggregate_top)  # fmt: skip
+        """The first stage's pipeline over ``index_dir`` (shared by systems that differ only
+        in their re-ranking or in the first stage a call asks for)."""
+        config = system.pipeline_config(self.config.device, self.config.precision)
+        config = replace(config.first_stage_only(), first_stage="auto")
+        key = (str(index_dir), json.dumps(config.to_json(), sort_keys=True))
         if key not in self._pipelines:
-            config = PipelineConfig(
-                first_stage=system.first_stage,
-                fusion=system.fusion,
-                fusion_weight=system.fusion_weight,
-                aggregation=system.aggregation,
-                aggregate_top=system.aggregate_top,
-                **feedback,
-                device=self.config.device,
-                precision=self.config.precision,
-            )
             self._pipelines[key] = SearchPipeline(index_dir, config)
         return self._pipelines[key]
 
@@ -340,10 +316,12 @@ class _Runner:
         self, system: SystemConfig, first: StageRecord, index_dir: Path | None
     ) -> StageRecord:
         reranker = self._reranker(system, index_dir)
+        settings = system.pipeline_config().to_json()
         description = {
             "kind": "rerank",
             "first_stage": first.fingerprint,
             "model": model_fingerprint(system.rerank),
+            "settings": {k: v for k, v in settings.items() if k in RERANK_SETTINGS},
             "depth": system.depth,
             # The weight itself: `auto` follows records (the index's calibration) that change.
             "interpolate": reranker.alpha,
@@ -362,7 +340,10 @@ class _Runner:
         first_run = {q: list(docs.items()) for q, docs in read_run(first.path).items()}
         heads = {doc for docs in first_run.values() for doc, _ in docs[: system.depth]}
         texts = _index_texts(index_dir, heads) if index_dir else self._corpus_texts(heads)
-        passages = _passage_texts(index_dir, Path(first.path)) if index_dir else None
+        passages = (
+            _passage_texts(index_dir, Path(first.path), system.rerank_passages)
+            if index_dir else None
+        )  # fmt: skip
         out = reranker.rerank(
             first_run, self.data.queries, texts, system.depth, True, pair_texts=passages
         )
@@ -384,16 +365,10 @@ class _Runner:
     def _reranker(self, system: SystemConfig, index_dir: Path | None):
         """The system's re-ranker; over an index, with the weights calibrated on its corpus
         (as ``dotcat search --rerank`` over that index)."""
-        key = (system.rerank, system.interpolate, system.batch_size)
+        config = system.pipeline_config(self.config.device, self.config.precision)
+        key = (system.rerank, system.interpolate, system.batch_size, system.rerank_backend)
         if key not in self._rerankers:
-            self._rerankers[key] = Reranker.load(
-                system.rerank,
-                system.depth,
-                system.interpolate,
-                device=self.config.device,
-                precision=self.config.precision,
-                batch_size=system.batch_size,
-            )
+            self._rerankers[key] = Reranker.from_config(config)
         loaded = self._rerankers[key]
         weights = Manifest.read(index_dir).rerank if index_dir else None
         # The loaded model is shared; the weight is per index (a cheap wrapper, no reload).
@@ -414,7 +389,7 @@ def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
 def _passage_description(system: SystemConfig) -> dict[str, Any]:
     """What an index's passages depend on: the settings, the default window where none is
     given (a changed default is another index), and whether the build chose to split."""
-    out = _passage_settings(system)
+    out = system.passage_config().to_json()
     if system.passage_window is None:
         out["default_window"] = DEFAULT_WINDOW
     if system.passages is None:
@@ -422,27 +397,16 @@ def _passage_description(system: SystemConfig) -> dict[str, Any]:
     return out
 
 
-def _passage_settings(system: SystemConfig) -> dict[str, Any]:
-    """The :class:`PassageConfig` keywords of a system whose `model` builds an index with
-    passages."""
-    return {
-        "window": system.passage_window,
-        "stride": system.passage_stride,
-        "sentence_aware": system.sentence_aware,
-    }
-
-
 def _passages_path(run: Path) -> Path:
     return run.with_name(run.name + ".passages.json")
 
 
 def _best_passages(found: Mapping[str, list]) -> dict[str, dict[str, list[int]]]:
-    """qid -> doc id -> the FAISS ids of the passages a re-ranker reads of it (the first
-    stage's best :attr:`PipelineConfig.rerank_passages`; none for a document matched whole)."""
-    m = PipelineConfig().rerank_passages
+    """qid -> doc id -> the FAISS ids of the passages the first stage found of it, best first
+    (a re-ranker reads its best ``rerank_passages``; none for a document matched whole)."""
     return {
         qid: {
-            match.doc_id: [ref.pid for ref, _ in match.passages[:m] if ref.stop is not None]
+            match.doc_id: [ref.pid for ref, _ in match.passages if ref.stop is not None]
             for match in matches
             if match.passages and match.passages[0][0].stop is not None
         }
@@ -450,23 +414,26 @@ def _best_passages(found: Mapping[str, list]) -> dict[str, dict[str, list[int]]]
     }
 
 
-def _passage_texts(index_dir: Path, run: Path) -> dict[tuple[str, str], list[str]] | None:
-    """``(qid, doc id)`` -> the passages the re-ranker reads (title and passage text), from
-    the run's ``*.passages.json`` and the index's doc store; None without them."""
+def _passage_texts(
+    index_dir: Path, run: Path, best: int
+) -> dict[tuple[str, str], list[str]] | None:
+    """``(qid, doc id)`` -> the ``best`` passages the re-ranker reads (title and passage
+    text), from the run's ``*.passages.json`` and the index's doc store; None without them."""
     sidecar = _passages_path(run)
     if not sidecar.is_file():
         return None
-    best = json.loads(sidecar.read_text(encoding="utf-8"))
+    found = json.loads(sidecar.read_text(encoding="utf-8"))
+    read = {qid: {doc: pids[:best] for doc, pids in docs.items()} for qid, docs in found.items()}
     manifest = Manifest.read(index_dir)
     store = DocStore(index_dir / manifest.files["docstore"])
     try:
-        texts = store.passage_texts(sorted({p for docs in best.values() for ps in docs.values()
+        texts = store.passage_texts(sorted({p for docs in read.values() for ps in docs.values()
                                             for p in ps}))  # fmt: skip
     finally:
         store.close()
     return {
         (qid, doc): [document_text(*texts[p]) for p in pids]
-        for qid, docs in best.items()
+        for qid, docs in read.items()
         for doc, pids in docs.items()
     }
 
@@ -483,7 +450,7 @@ def run_experiment(
     With ``[[datasets]]``, every system runs on every dataset (:func:`run_datasets`).
 
     Args:
-        config: a validated experiment (:func:`dotcat.experiment.load_config`).
+        config: a validated experiment (:func:`dotcat.experiment.config.load_config`).
         source_text, source_name: the experiment file's text and path, quoted in the report.
         on_system: called with each system's outcome as soon as its run is ready.
         only: a dataset's name: compute that dataset's runs only (the others are taken from
@@ -567,8 +534,8 @@ def run_datasets(
 ) -> SuiteResult:
     """Every system on every dataset of ``[[datasets]]``, each dataset's runs under
     ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected
-    over the whole systems x datasets table (:func:`dotcat.evaluation.holm_across`); the
-    report with the table, the means and one summary plot
+    over the whole systems x datasets table (:func:`dotcat.evaluation.significance.holm_across`);
+    the report with the table, the means and one summary plot
     (:mod:`dotcat.experiment.suite_report`). Arguments as :func:`run_experiment`'s.
     """
     start = time.perf_counter()

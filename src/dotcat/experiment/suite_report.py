@@ -16,7 +16,7 @@ from typing import Any
 
 from dotcat.evaluation import comparison_to_json
 from dotcat.evaluation.plots import datasets_plot
-from dotcat.evaluation.report import SIGNIFICANT_MARK, TEST_NAMES, markdown_table, to_json
+from dotcat.evaluation.tables import SIGNIFICANT_MARK, TEST_NAMES, markdown_table, to_json
 from dotcat.experiment.report import (
     REPORT_NAME,
     RESULTS_NAME,

@@ -1,14 +1,6 @@
-"""Index directories: FAISS index + SQLite doc store + manifest.
+"""Index directories: FAISS index + SQLite doc store + manifest."""
 
-Names are imported on first use (PEP 562): ``dotcat.index.layout`` and
-``dotcat.index.manifest`` stay importable without FAISS and torch, so the command line can
-check its arguments before paying for those imports.
-"""
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from dotcat.exports import lazy_exports
 
 _EXPORTS = {
     "IndexConfig": "dotcat.index.config",
@@ -21,12 +13,5 @@ _EXPORTS = {
     "PassageConfig": "dotcat.index.passages",
     "check_encoder": "dotcat.index.manifest",
 }
-
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dotcat.index' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 
 An index directory holds one beside its FAISS index (``dotcat index --bm25``, in
 :data:`dotcat.index.layout.BM25_DIR`) for BM25 and hybrid search;
-:func:`dotcat.search.bm25.bm25_search` builds one in memory for a one-off search of a corpus.
+:func:`dotcat.search.lexical.bm25_search` builds one in memory for a one-off search of a corpus.
 
 Scoring (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond",
 Foundations and Trends in IR 3(4), 2009), in the Lucene variant that bm25s calls ``"lucene"``
@@ -11,7 +11,7 @@ Foundations and Trends in IR 3(4), 2009), in the Lucene variant that bm25s calls
     score(q, d) = sum_{t in q} idf(t) * tf(t,d) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
-with tf the term's count in d, |d| the document's length in (non-stop-word) tokens, avgdl the
+with tf the term's count in d, ``|d|`` the document's length in (non-stop-word) tokens, avgdl the
 mean length, N the number of documents and df the number of documents containing t. A query
 term repeated in the query counts once per occurrence, as in Anserini's bag-of-words queries.
 
@@ -33,7 +33,6 @@ import tempfile
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from scipy.sparse import csc_matrix
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
+from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
 from dotcat.types import Run
@@ -59,63 +59,15 @@ FORMAT_VERSION = 1
 _MANIFEST = "dotcat_bm25.json"
 _DOC_IDS = "doc_ids.json"
 _TOKENIZER_VOCAB = "vocab.tokenizer.json"
-_METHODS = ("robertson", "lucene", "atire")
 
 
-@dataclass(frozen=True)
-class BM25Config:
-    """BM25 settings. The defaults are Pyserini's for BEIR (k1=0.9, b=0.4, Lucene BM25).
-
-    Attributes:
-        k1: term-frequency saturation (larger: repeated terms count more).
-        b: length normalisation, 0 (none) to 1 (full).
-        stemmer: a PyStemmer (Snowball) algorithm, e.g. ``"english"`` (Porter2) or ``"porter"``
-            (the Porter stemmer of Lucene's English analyzer, as Pyserini uses); ``None`` for
-            no stemming.
-        stopwords: a bm25s stop-word list name (``"en"``: NLTK's 179 English words; Lucene's
-            default list has 33), a sequence of words, or ``None`` for none.
-        method: bm25s' BM25 variant: ``"lucene"``, ``"robertson"`` or ``"atire"``.
-    """
-
-    k1: float = 0.9
-    b: float = 0.4
-    stemmer: str | None = "english"
-    stopwords: str | Sequence[str] | None = "en"
-    method: str = "lucene"
-
-    def __post_init__(self) -> None:
-        if self.k1 < 0:
-            raise DotcatError(f"BM25 k1 must be >= 0, got {self.k1}")
-        if not 0 <= self.b <= 1:
-            raise DotcatError(f"BM25 b must be in [0, 1], got {self.b}")
-        if self.method not in _METHODS:
-            raise DotcatError(f"unknown BM25 method {self.method!r}: use one of {_METHODS}")
-        if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
-            raise DotcatError(
-                f"unknown stemmer {self.stemmer!r}: use None or one of {Stemmer.algorithms()}"
-            )
-        if isinstance(self.stopwords, str):
-            try:
-                bm25s.tokenization._infer_stopwords(self.stopwords)
-            except ValueError:
-                raise DotcatError(
-                    f"unknown stop-word list {self.stopwords!r}: use a language code such as "
-                    "'en', a list of words, or None"
-                ) from None
-
-    def make_tokenizer(self) -> bm25s.tokenization.Tokenizer:
-        """A fresh bm25s tokenizer with this config's stemmer and stop words."""
-        stemmer = Stemmer.Stemmer(self.stemmer) if self.stemmer else None
-        stopwords = list(self.stopwords) if self.stopwords is not None else None
-        if isinstance(self.stopwords, str):
-            stopwords = self.stopwords
-        return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["stopwords"] is not None and not isinstance(d["stopwords"], str):
-            d["stopwords"] = list(d["stopwords"])
-        return d
+def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
+    """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
+    stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
+    stopwords = list(config.stopwords) if config.stopwords is not None else None
+    if isinstance(config.stopwords, str):
+        stopwords = config.stopwords
+    return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
 
 
 class BM25Index:
@@ -170,7 +122,7 @@ class BM25Index:
         array (what bm25s needs to build its sparse score matrix), and its text dropped.
         """
         start = time.perf_counter()
-        tokenizer = config.make_tokenizer()
+        tokenizer = make_tokenizer(config)
         doc_ids: list[str] = []
         token_ids: list[array] = []
         texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
@@ -376,7 +328,7 @@ class BM25Index:
             if manifest.get("n_docs") == 0:
                 return EmptyBM25(config)
             retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
-            tokenizer = config.make_tokenizer()
+            tokenizer = make_tokenizer(config)
             tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
         except DotcatError:

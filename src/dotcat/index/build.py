@@ -40,14 +40,14 @@ from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
-from dotcat.index.bm25 import BM25Config, BM25Index, build_from_docstore
+from dotcat.index.bm25 import BM25Index, build_from_docstore
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
-from dotcat.index.config import IndexConfig, check_shard
-from dotcat.index.distributed import encode_chunks_on_ray
+from dotcat.index.config import BM25Config, IndexConfig, check_shard
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
+from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
@@ -86,7 +86,7 @@ def build_index(
         overwrite: replace an existing dotcat index at ``index_dir``.
         fresh: discard an interrupted build of ``index_dir`` instead of resuming it.
         corpus_options: record field names and a folder's file selection
-            (:class:`dotcat.data.CorpusOptions`).
+            (:class:`dotcat.data.sources.CorpusOptions`).
 
     Returns:
         The manifest written into the index.

@@ -1,7 +1,8 @@
 """How to build and merge index directories: settings checked before any model or corpus loads.
 
-:class:`IndexConfig` (:func:`dotcat.index.build_index`, ``dotcat index``) and
-:class:`MergeConfig` (:func:`dotcat.index.shards.merge_indexes`, ``dotcat merge``). Each field
+:class:`IndexConfig` (:func:`dotcat.index.build.build_index`, ``dotcat index``),
+:class:`MergeConfig` (:func:`dotcat.index.shards.merge_indexes`, ``dotcat merge``) and
+:class:`BM25Config` (the BM25 index beside the dense one, and ``dotcat bm25``). Each field
 carries its help text and, for a closed list, its choices (:mod:`dotcat.options`). What needs
 the model or the corpus (the FAISS spec against the dimension and the corpus size, the target
 path, an interrupted build's plan) is checked by :mod:`dotcat.index.preflight`.
@@ -9,11 +10,25 @@ path, an interrupted build's plan) is checked by :mod:`dotcat.index.preflight`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dotcat.errors import SettingError
 from dotcat.index.passages import PassageConfig
-from dotcat.options import DEVICE_HELP, ON_DISK, Check, Settings, at_least, device_checks, setting
+from dotcat.options import (
+    DEVICE_HELP,
+    ON_DISK,
+    Check,
+    Settings,
+    at_least,
+    device_checks,
+    setting,
+    within,
+)
+
+#: bm25s' BM25 variants.
+BM25_METHODS = ("lucene", "robertson", "atire")
 
 #: FAISS search-time defaults an index records (IVF lists visited, HNSW's candidate list),
 #: applied when the spec has the structure they control: IVF with FAISS's default nprobe=1
@@ -28,6 +43,11 @@ def parse_shard(value: str) -> tuple[int, int]:
     except ValueError:
         raise SettingError("shard", f"shard {value!r}: expected I/N, e.g. 0/4") from None
     return check_shard((i, n))
+
+
+def shard_option(name: str, value: str | None) -> tuple[int, int] | None:
+    """The command line's ``--shard I/N`` (None: the whole corpus)."""
+    return parse_shard(value) if value is not None else None
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
@@ -55,7 +75,7 @@ class IndexConfig(Settings):
             default, as ``dotcat index``: hybrid search is the safer first stage).
         shard: ``(i, n)``: index only shard ``i`` of ``n`` (0-based), the ``i``-th of ``n``
             contiguous, equal position ranges of the corpus (see :mod:`dotcat.index.shards`).
-        ray: encode on a Ray cluster (:mod:`dotcat.index.distributed`): ``"local"`` starts
+        ray: encode on a Ray cluster (:mod:`dotcat.index.ray_encoding`): ``"local"`` starts
             one on this machine, else a Ray address (``"auto"``, ``"ray://host:10001"``).
         ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
         passages: how long documents are split into passages
@@ -65,12 +85,17 @@ class IndexConfig(Settings):
     """
 
     faiss_spec: str = setting(
-        "Flat", help="FAISS factory string, e.g. Flat (exact), HNSW32, IVF4096,Flat."
+        "Flat",
+        help="FAISS factory string, e.g. Flat (exact), HNSW32, IVF4096,Flat.",
+        flags=("--faiss",),
     )
     device: str = setting("auto", help=DEVICE_HELP)
     search_params: dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_SEARCH_PARAMS),
-        metadata={"help": "FAISS search-time defaults recorded in the index (nprobe, efSearch)."},
+        metadata={
+            "help": "FAISS search-time defaults recorded in the index (nprobe, efSearch).",
+            "cli": False,
+        },
     )
     chunk_size: int = setting(8192, help="Documents per chunk: the unit saved to disk and resumed.")
     keep_vectors: bool = setting(False, help="Keep vectors.npy in the index.")
@@ -81,12 +106,16 @@ class IndexConfig(Settings):
         "has dev or train qrels, the hybrid fusion is chosen on its dev queries.",
     )
     shard: tuple[int, int] | None = setting(
-        None, help="I/N: index only the I-th (0-based) of N equal parts of the corpus."
+        None,
+        help="I/N: index only the I-th (0-based) of N equal parts of the corpus.",
+        cli_type=str | None,
+        parse=shard_option,
     )
     ray: str | None = setting(
         None,
         help="Encode on Ray: 'local' (this machine), 'auto', host:port or ray://host:10001 "
         "(needs pip install 'dotcat[ray]').",
+        metavar="ADDRESS",
     )
     ray_workers: int | None = setting(
         None, help="Encoder actors on Ray (default: one per GPU, else one per CPU)."
@@ -120,7 +149,7 @@ class MergeConfig(Settings):
     """How shard indexes are merged into one (:func:`dotcat.index.shards.merge_indexes`)."""
 
     faiss_spec: str | None = setting(
-        None, help="FAISS spec of the merged index (default: the shards')."
+        None, help="FAISS spec of the merged index (default: the shards').", flags=("--faiss",)
     )
     on_disk: str = setting(
         "auto",
@@ -128,5 +157,69 @@ class MergeConfig(Settings):
         choices=ON_DISK,
     )
     bm25: bool | None = setting(
-        None, help="Build BM25 over the merged corpus (default: as the shards)."
+        None,
+        help="Build BM25 over the merged corpus (default: as the shards).",
+        flags=("--bm25/--no-bm25",),
     )
+
+
+@dataclass(frozen=True, repr=False)
+class BM25Config(Settings):
+    """BM25 settings. The defaults are Pyserini's for BEIR (k1=0.9, b=0.4, Lucene BM25).
+
+    Attributes:
+        k1: term-frequency saturation (larger: repeated terms count more).
+        b: length normalisation, 0 (none) to 1 (full).
+        stemmer: a PyStemmer (Snowball) algorithm, e.g. ``"english"`` (Porter2) or ``"porter"``
+            (the Porter stemmer of Lucene's English analyzer, as Pyserini uses); ``None`` for
+            no stemming.
+        stopwords: a bm25s stop-word list name (``"en"``: NLTK's 179 English words; Lucene's
+            default list has 33), a sequence of words, or ``None`` for none.
+        method: bm25s' BM25 variant: ``"lucene"``, ``"robertson"`` or ``"atire"``.
+    """
+
+    k1: float = setting(0.9, help="BM25 k1 (Pyserini's BEIR default 0.9).")
+    b: float = setting(0.4, help="BM25 b (Pyserini's BEIR default 0.4).")
+    stemmer: str | None = setting(
+        "english", help="Snowball stemmer (PyStemmer), or None.", cli=False
+    )
+    stopwords: str | Sequence[str] | None = setting(
+        "en", help="bm25s stop-word list name, a list of words, or None.", cli=False
+    )
+    method: str = setting("lucene", help="bm25s' BM25 variant.", choices=BM25_METHODS, cli=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def checks(self) -> list[Check]:
+        return [at_least("k1", self.k1, 0), within("b", self.b, 0, 1), *self._analysis_checks()]
+
+    def _analysis_checks(self) -> list[Check]:
+        """The stemmer and the stop-word list, known to PyStemmer and bm25s (imported only
+        when they are not the defaults)."""
+        checks = []
+        if self.stemmer not in (None, "english"):
+            import Stemmer
+
+            known = Stemmer.algorithms()
+            why = f"unknown stemmer {self.stemmer!r}: use None or one of {known}"
+            checks.append((self.stemmer in known, "stemmer", why))
+        if isinstance(self.stopwords, str) and self.stopwords != "en":
+            import bm25s
+
+            try:
+                bm25s.tokenization._infer_stopwords(self.stopwords)
+            except ValueError:
+                why = (
+                    f"unknown stop-word list {self.stopwords!r}: use a language code such as "
+                    "'en', a list of words, or None"
+                )
+                checks.append((False, "stopwords", why))
+        return checks
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, JSON-ready (what a BM25 index records)."""
+        d = asdict(self)
+        if d["stopwords"] is not None and not isinstance(d["stopwords"], str):
+            d["stopwords"] = list(d["stopwords"])
+        return d

@@ -25,7 +25,7 @@ class DenseIndex:
     """An index directory opened for search.
 
     Args:
-        index_dir: a directory written by :func:`dotcat.index.build_index`.
+        index_dir: a directory written by :func:`dotcat.index.build.build_index`.
         device: ``auto`` (GPU when faiss-gpu sees one), ``cpu`` or ``cuda``.
         search_params: overrides of the manifest's search parameters (``nprobe``, ``efSearch``).
     """

@@ -1,6 +1,6 @@
 """The encoder an index was built with, rebuilt from its manifest.
 
-Queries (:class:`dotcat.search.retriever.DenseRetriever`) and added documents
+Queries (:class:`dotcat.search.dense.DenseRetriever`) and added documents
 (:func:`dotcat.index.updates.add_documents`) must be encoded as the index's documents were:
 same model, pooling, similarity, maximum length, prefixes and a precision that meets the
 index's. The manifest records all of them; :func:`dotcat.index.manifest.check_encoder` then

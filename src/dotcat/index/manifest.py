@@ -166,7 +166,7 @@ def check_encoder(manifest: Manifest, encoder_entry: dict[str, Any], index_dir: 
     if given and not precisions_compatible(built, given):
         raise DotcatError(
             f"{index_dir}: the index's vectors were encoded at {built}; the {given} encoder "
-            f"gives vectors that do not rank alike (eval/benchmarks/results/precision.md); use "
+            f"gives vectors that do not rank alike (int8 against the others); use "
             f"precision={built}, or build the index at {given}",
             settings=("precision",),
         )
@@ -189,8 +189,8 @@ def int8_runtime(encoder_entry: dict[str, Any]) -> str:
 def precisions_compatible(built: str, given: str) -> bool:
     """Whether vectors at precision ``given`` may be searched against (or added to) an index
     built at ``built``. fp32, bf16 and fp16 vectors meet (cosine >= 0.9999); int8 vectors meet
-    only int8 ones: mixed, R@100 fell to 98.99% of fp32's on SciFact dev, below the 99.5% that
-    eval/benchmarks/results/precision.md asks of a precision."""
+    only int8 ones: mixed, R@100 fell to 98.99% of fp32's on SciFact dev, below the 99.5% a
+    precision is held to."""
     return built == given or "int8" not in (built, given)
 
 

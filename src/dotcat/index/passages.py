@@ -18,11 +18,10 @@ Whether to split (``enabled``): by default (None, "auto") a build splits when at
 :data:`AUTO_LONG_SHARE` of the documents (an evenly spaced sample of up to :data:`AUTO_SAMPLE`)
 are longer than :data:`AUTO_LENGTH_FACTOR` times the encoder's max length (the median document
 would lose more than half its text to the cut), and otherwise keeps one vector per document,
-cut at the max length, saying how many were cut. Measured on five collections
-(``eval/studies/passages/when_to_split.md``, ``lengths.md``; dev nDCG@10 of the hybrid unless
-said): splitting pays where documents are several windows long (pylib, median 2,317 tokens,
-89% longer than 512: +0.088), is a toss-up where they are a little longer than the window
-(SciFact, median 322 tokens, 9% longer than 512: +0.003 and +0.011 with windows of 256 and
+cut at the max length, saying how many were cut. Measured on five collections (dev nDCG@10
+of the hybrid unless said): splitting pays where documents are several windows long (pylib, median
+2,317 tokens, 89% longer than 512: +0.088), is a toss-up where they are a little longer than the
+window (SciFact, median 322 tokens, 9% longer than 512: +0.003 and +0.011 with windows of 256 and
 128, on test -0.006 and -0.009, for 2.1 and 4.8 times the vectors) and hurts where a few long
 documents compete with many short ones (faq, 8% longer than 512: -0.016; pydoc 3%: -0.015;
 debian 0%: -0.004): a document's best of many passages outscores short documents by chance
@@ -57,7 +56,7 @@ import numpy as np
 from dotcat.errors import DotcatError, SettingError
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.models.tokens import count_upto, pieces
-from dotcat.options import AGGREGATIONS, Check, Settings, at_least, setting
+from dotcat.options import AGGREGATIONS, Applies, Check, Settings, at_least, setting
 from dotcat.progress import progress_bar
 
 __all__ = ["AGGREGATIONS", "PassageConfig", "Splitter", "token_spans"]
@@ -67,8 +66,8 @@ SENTENCE_SLACK = 0.2
 #: Where a sentence ends: . ! ? (closing quotes or brackets may follow) then white space, or a
 #: line break. The match's end is where the next sentence starts.
 SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*\s+|\n\s*")
-#: The default window (tokens), or the encoder's max length where shorter. Chosen on dev
-#: (``eval/studies/passages/sweep.md``): 128/32 above 256/64 for dense and the hybrid on both
+#: The default window (tokens), or the encoder's max length where shorter. Chosen on dev:
+#: 128/32 above 256/64 for dense and the hybrid on both
 #: collections where the default splits (SciFact, pylib); all-MiniLM-L6-v2 was trained on
 #: 128-token inputs.
 DEFAULT_WINDOW = 128
@@ -108,16 +107,19 @@ class PassageConfig(Settings):
         help="Split documents longer than the encoder's window into passages (--no-passages: "
         "one vector per document, cut at the window; default: split when at least half the "
         "documents are more than twice as long as the window).",
+        flags=("--passages/--no-passages",),
     )
     window: int | None = setting(
         None,
         help="Tokens per passage, title included (default: 128, or the encoder's max length "
         "if shorter).",
+        flags=("--passage-window",),
     )
     stride: int | None = setting(
         None,
         help="Tokens shared by consecutive passages of a document (default: a quarter of the "
         "window).",
+        flags=("--passage-stride",),
     )
     sentence_aware: bool = setting(
         True, help="End a passage at a sentence end found in its last 20% of tokens."
@@ -137,6 +139,12 @@ class PassageConfig(Settings):
                 f"stride {self.stride} must be at most half the window ({self.window})",
             ),
         ]
+
+    def applies(self) -> list[Applies]:
+        return [
+            (("window", "stride", "sentence_aware"), self.enabled is not False,
+             "does not apply without passages (documents cut at the encoder's window)"),
+        ]  # fmt: skip
 
     def resolved(self, max_length: int) -> PassageConfig:
         """These settings for an encoder of ``max_length`` tokens (the window filled in).

@@ -2,7 +2,7 @@
 
 Light on purpose (FAISS, the corpus reader and JSON only; no torch, no model weights): the
 command line runs :func:`check_build` before importing the encoder, and
-:func:`dotcat.index.build_index` runs it again for callers from Python. It checks the target
+:func:`dotcat.index.build.build_index` runs it again for callers from Python. It checks the target
 path, the corpus, the FAISS factory string against the model's dimension, and what the
 spec must train (IVF lists, PQ's 2^nbits centroids) against the corpus size.
 """

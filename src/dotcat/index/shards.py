@@ -39,8 +39,8 @@ from dotcat import __version__
 from dotcat.errors import DotcatError
 from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
-from dotcat.index.bm25 import BM25Config, build_from_docstore
-from dotcat.index.config import MergeConfig
+from dotcat.index.bm25 import build_from_docstore
+from dotcat.index.config import BM25Config, MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
 from dotcat.index.layout import BM25_DIR

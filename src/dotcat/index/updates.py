@@ -40,7 +40,8 @@ from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout
-from dotcat.index.bm25 import BM25Config, build_from_docstore
+from dotcat.index.bm25 import build_from_docstore
+from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.layout import BM25_DIR
@@ -78,7 +79,7 @@ def add_documents(
 ) -> UpdateResult:
     """Encode the documents of ``corpus`` with the index's own encoder and add them.
 
-    ``corpus`` is any source :func:`dotcat.index.build_index` takes (a corpus file, a folder
+    ``corpus`` is any source :func:`dotcat.index.build.build_index` takes (a corpus file, a folder
     of files, documents in Python...), read with ``corpus_options``.
 
     Raises:

@@ -12,61 +12,43 @@
   teacher's scores distilled into BERT_DOT.
 - :func:`grad_cache_backward` / :class:`GradCache`: the same losses over large batches in small
   memory (Gao et al. 2021).
-- :mod:`.distributed`: the same losses over a batch split across processes (DDP), gathered
+- :mod:`.gathered`: the same losses over a batch split across processes (DDP), gathered
   with their gradients: :func:`ddp_contrastive_loss`, :func:`ddp_triplet_loss`.
 - :mod:`.registry`: each recipe's losses by name (:data:`LOSSES`, :func:`pick_loss`) and
   :class:`LossConfig`, a BERT_DOT loss's settings.
 """
 
-from dotcat.losses.cached import GradCache, RandContext, grad_cache_backward, split_batch
-from dotcat.losses.contrastive import (
-    DEFAULT_TEMPERATURE,
-    SIMILARITIES,
-    ContrastiveLoss,
-    contrastive_logits,
-    contrastive_loss,
-    false_negative_mask,
-    similarity_matrix,
-)
-from dotcat.losses.distill import listwise_kl_loss, margin_mse_loss
-from dotcat.losses.distributed import (
-    ddp_contrastive_loss,
-    ddp_triplet_loss,
-    gather_with_grad,
-    scale_to_global,
-)
-from dotcat.losses.listwise import lce_loss, soft_lce_loss
-from dotcat.losses.pointwise import bce_loss, group_labels
-from dotcat.losses.registry import DEFAULT_TEMPERATURES, LOSSES, LossConfig, pick_loss
-from dotcat.losses.triplet import DEFAULT_MARGIN, TripletLoss, triplet_loss
+from dotcat.exports import lazy_exports
 
-__all__ = [
-    "DEFAULT_MARGIN",
-    "DEFAULT_TEMPERATURE",
-    "DEFAULT_TEMPERATURES",
-    "LOSSES",
-    "SIMILARITIES",
-    "ContrastiveLoss",
-    "GradCache",
-    "LossConfig",
-    "RandContext",
-    "TripletLoss",
-    "bce_loss",
-    "contrastive_logits",
-    "contrastive_loss",
-    "ddp_contrastive_loss",
-    "ddp_triplet_loss",
-    "false_negative_mask",
-    "gather_with_grad",
-    "grad_cache_backward",
-    "group_labels",
-    "lce_loss",
-    "listwise_kl_loss",
-    "margin_mse_loss",
-    "pick_loss",
-    "scale_to_global",
-    "similarity_matrix",
-    "soft_lce_loss",
-    "split_batch",
-    "triplet_loss",
-]
+_EXPORTS = {
+    "GradCache": "dotcat.losses.cached",
+    "RandContext": "dotcat.losses.cached",
+    "grad_cache_backward": "dotcat.losses.cached",
+    "split_batch": "dotcat.losses.cached",
+    "DEFAULT_TEMPERATURE": "dotcat.losses.contrastive",
+    "SIMILARITIES": "dotcat.losses.contrastive",
+    "ContrastiveLoss": "dotcat.losses.contrastive",
+    "contrastive_logits": "dotcat.losses.contrastive",
+    "contrastive_loss": "dotcat.losses.contrastive",
+    "false_negative_mask": "dotcat.losses.contrastive",
+    "similarity_matrix": "dotcat.losses.contrastive",
+    "listwise_kl_loss": "dotcat.losses.distill",
+    "margin_mse_loss": "dotcat.losses.distill",
+    "ddp_contrastive_loss": "dotcat.losses.gathered",
+    "ddp_triplet_loss": "dotcat.losses.gathered",
+    "gather_with_grad": "dotcat.losses.gathered",
+    "scale_to_global": "dotcat.losses.gathered",
+    "lce_loss": "dotcat.losses.listwise",
+    "soft_lce_loss": "dotcat.losses.listwise",
+    "bce_loss": "dotcat.losses.pointwise",
+    "group_labels": "dotcat.losses.pointwise",
+    "DEFAULT_TEMPERATURES": "dotcat.losses.registry",
+    "LOSSES": "dotcat.losses.registry",
+    "LossConfig": "dotcat.losses.registry",
+    "pick_loss": "dotcat.losses.registry",
+    "DEFAULT_MARGIN": "dotcat.losses.triplet",
+    "TripletLoss": "dotcat.losses.triplet",
+    "triplet_loss": "dotcat.losses.triplet",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

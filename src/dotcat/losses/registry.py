@@ -6,7 +6,7 @@ Every entry of a recipe has that recipe's signature:
 - ``dot``: ``fn(query, positive, negatives, sizes, rank, loss, mask)`` on this process's
   embeddings (``[b, d]``, ``[b, d]``, ``[b, n, d]`` or None), every process's share of the
   global batch, a :class:`LossConfig` and the false-negative mask; the multi-process forms of
-  :mod:`dotcat.losses.distributed`, which reduce to the plain losses in one process.
+  :mod:`dotcat.losses.gathered`, which reduce to the plain losses in one process.
 - ``cat``: ``fn(logits)`` over ``[groups, 1 + n]`` logits, the positive first.
 - ``distill``: ``fn(student, teacher, temperature)`` over ``[b, 1 + n]`` scores, the positive
   first.
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from dotcat.errors import DotcatError
 from dotcat.losses.distill import listwise_kl_loss, margin_mse_loss
-from dotcat.losses.distributed import ddp_contrastive_loss, ddp_triplet_loss
+from dotcat.losses.gathered import ddp_contrastive_loss, ddp_triplet_loss
 from dotcat.losses.listwise import lce_loss
 from dotcat.losses.pointwise import bce_loss, group_labels
 
@@ -54,7 +54,8 @@ class LossConfig:
 
 
 def _contrastive(q: Tensor, pos: Tensor, negs: Any, sizes: Any, rank: int, loss: Any, mask: Any):
-    """InfoNCE over in-batch and hard negatives (DPR; :func:`dotcat.losses.contrastive_loss`)."""
+    """InfoNCE over in-batch and hard negatives (DPR;
+    :func:`dotcat.losses.contrastive.contrastive_loss`)."""
     return ddp_contrastive_loss(
         q,
         pos,
@@ -69,7 +70,7 @@ def _contrastive(q: Tensor, pos: Tensor, negs: Any, sizes: Any, rank: int, loss:
 
 def _triplet(q: Tensor, pos: Tensor, negs: Any, sizes: Any, rank: int, loss: Any, mask: Any):
     """``max(margin - cos(q, d+) + cos(q, d-), 0)``, on cosines whatever the index searches by
-    (the notes define it so; :func:`dotcat.losses.triplet_loss`)."""
+    (the notes define it so; :func:`dotcat.losses.triplet.triplet_loss`)."""
     return ddp_triplet_loss(q, pos, negs, sizes, rank, margin=loss.margin, similarity="cos")
 
 
@@ -82,6 +83,7 @@ def _margin_mse(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
     return margin_mse_loss(student, teacher)
 
 
+#: Each recipe's losses by name (``dot``: contrastive, triplet; ``cat``: lce, bce; ...).
 LOSSES: dict[str, dict[str, Callable[..., Tensor]]] = {
     "dot": {"contrastive": _contrastive, "triplet": _triplet},
     "cat": {"lce": lce_loss, "bce": _bce},

@@ -28,8 +28,8 @@ CPU_MAX_BATCH_TOKENS = 2048
 #: Texts per forward pass of a bi-encoder when none is asked for: on CPU the token budget above
 #: decides and 32 is a ceiling; a GPU left with 32 short texts per pass waits on kernel launches
 #: (and bf16 autocast's casts), so it gets 256, under a token budget that keeps a 512-token model's
-#: batch at 128 texts (eval/benchmarks/results/gpu.md: 3.0x the documents/s of 32 on an H100 with
-#: all-MiniLM-L6-v2 under bf16, in one run).
+#: batch at 128 texts (3.0x the documents/s of 32 on an H100 with all-MiniLM-L6-v2 under bf16,
+#: in one run).
 CPU_BATCH_SIZE = 32
 GPU_BATCH_SIZE = 256
 GPU_MAX_BATCH_TOKENS = 65_536

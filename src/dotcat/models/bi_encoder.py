@@ -5,7 +5,7 @@ Sentence-BERT, Reimers & Gurevych 2019) and f_sim the dot product or the cosine;
 the vectors are L2-normalised, so an inner-product index ranks by cosine.
 
 Encoding on CPU is GEMM-bound (about two thirds of the time in the Linear layers of a MiniLM,
-fp32). What makes it fast here, each measured in ``eval/benchmarks/results/encode_throughput.md``:
+fp32). What makes it fast here, each measured against ``SentenceTransformer.encode``:
 
 * texts are tokenized once, sorted by token count and batched, so little is spent on padding,
   then each vector is written back to its text's row;
@@ -18,7 +18,7 @@ fp32). What makes it fast here, each measured in ``eval/benchmarks/results/encod
   thread (1.3-1.5x over sentence-transformers there, where small batches alone lost 0.7x);
 * on a GPU, 256 texts per pass (at most 65,536 padded tokens) instead of 32: small batches
   leave it waiting on kernel launches and autocast's casts (an H100, all-MiniLM-L6-v2, bf16:
-  5,655 documents/s against 1,906 at 32 in one run; ``eval/benchmarks/results/gpu.md``);
+  5,655 documents/s against 1,906 at 32 in one run);
 * ``torch.inference_mode``, SDPA attention (the eager one was 1.3-1.6x slower);
 * bf16 autocast only where the CPU has native bf16 (or on CUDA), see :mod:`.runtime`;
 * int8 on CPUs with VNNI (``precision="int8"``, ``auto`` there): OpenVINO (per-token
@@ -76,9 +76,9 @@ TOKENIZE_SLICE = 512
 #: A one-batch call with at most this many tokens (one query, a few short ones) runs on the cores
 #: that are free right now (:func:`.runtime.free_threads`): when another process holds a core, each
 #: op's OpenMP barrier would wait for a descheduled thread (one SciFact query: ~20 ms on one thread,
-#: 126-1,180 ms p95 on two with the other core busy; measured in
-#: eval/benchmarks/results/query_latency.md), while on an idle machine both cores shorten it. Calls
-#: of several batches run data-parallel (a worker thread per core, one intra-op thread each).
+#: 126-1,180 ms p95 on two with the other core busy), while on an idle machine both cores shorten
+#: it. Calls of several batches run data-parallel (a worker thread per core, one intra-op thread
+#: each).
 SMALL_CALL_TOKENS = 1024
 #: Queries are padded to a multiple of this many tokens and batched by width, so a query's
 #: vector does not depend on the queries it is batched with (see :mod:`.batching`).

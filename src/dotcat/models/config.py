@@ -1,16 +1,16 @@
 """How to build an encoder, a cross-encoder or an export: settings checked without torch.
 
-:class:`EncoderConfig` (BERT_DOT, :class:`dotcat.models.BiEncoder`), :class:`CrossEncoderConfig`
-(BERT_CAT, :class:`dotcat.models.cross_encoder.CrossEncoder`) and :class:`ExportConfig`
-(``dotcat export``). Each field carries its help text and, for a closed list, its choices
-(:mod:`dotcat.options`); :meth:`~dotcat.options.Settings.validate` refuses a value that cannot
-work before any model loads. The models call it again when they load.
+:class:`EncoderConfig` (BERT_DOT, :class:`dotcat.models.bi_encoder.BiEncoder`),
+:class:`CrossEncoderConfig` (BERT_CAT, :class:`dotcat.models.cross_encoder.CrossEncoder`) and
+:class:`ExportConfig` (``dotcat export``). Each field carries its help text and, for a closed list,
+its choices (:mod:`dotcat.options`); :meth:`~dotcat.options.Settings.validate` refuses a value that
+cannot work before any model loads. The models call it again when they load.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from dotcat.options import (
     DEVICE_HELP,
@@ -37,7 +37,8 @@ MODEL_HELP = "A local model directory, a hub name, or 'default' (all-MiniLM-L6-v
 
 @dataclass(repr=False)
 class EncoderConfig(Settings):
-    """How to build a :class:`~dotcat.models.BiEncoder`. None fields come from the model's files.
+    """How to build a :class:`~dotcat.models.bi_encoder.BiEncoder`. None fields come from the
+    model's files.
 
     Attributes:
         model: local directory or hub name (``default`` = all-MiniLM-L6-v2, packaged).
@@ -69,6 +70,12 @@ class EncoderConfig(Settings):
         num_threads: intra-op threads; None: every core this process may use.
     """
 
+    #: The settings that shape the vectors (an index built with other values is another
+    #: index); the others change how fast they are made, not what they are.
+    VECTOR_SETTINGS: ClassVar[tuple[str, ...]] = (
+        "pooling", "similarity", "max_length", "query_prefix", "document_prefix",
+    )  # fmt: skip
+
     model: str = setting("default", help=MODEL_HELP)
     pooling: str | None = setting(
         None, help="cls or mean (default: the model's own).", choices=POOLINGS
@@ -93,6 +100,7 @@ class EncoderConfig(Settings):
         help="The encoder's int8 runtime: auto (onnxruntime), onnxruntime or openvino; an "
         "index records it, and its queries follow it.",
         choices=INT8_BACKENDS,
+        flags=("--int8-backend",),
     )
     cpu_workers: int | None = setting(None, help="Batches encoded at once on CPU.")
     num_threads: int | None = setting(None, help="Intra-op threads (default: every core).")

@@ -11,8 +11,8 @@ Face directory that ``sentence_transformers.CrossEncoder`` loads and scores iden
 Truncation cuts the document first, never the query first (:func:`pair_lengths`): a claim or
 question is short and every token of it matters, a long document's head usually carries it.
 
-Scoring is fast on CPU the way :mod:`.bi_encoder` is (numbers in
-``eval/benchmarks/results/rerank_throughput.md``): every distinct query and document is tokenized
+Scoring is fast on CPU the way :mod:`.bi_encoder` is (measured against sentence-transformers'
+``CrossEncoder.predict`` on the same pairs): every distinct query and document is tokenized
 once (a re-ranked run repeats each query ``depth`` times), pairs are sorted by length and packed in
 token-budget batches, worker threads each run their own batch, ``torch.inference_mode``, bf16/fp16
 autocast only where native.

@@ -1,10 +1,9 @@
 """The int8 path: a model exported to ONNX, its linear layers quantised, run by ONNX Runtime.
 
-Why int8 and why ONNX Runtime (measured, ``eval/benchmarks/results/precision.md``): on a CPU without
+Why int8 and why ONNX Runtime (measured on SciFact): on a CPU without
 native bf16 (AVX2-only) fp32 matmuls already run near peak, so lower precision is the only way to go
 faster; PyTorch's own dynamic int8 (``torch.ao.quantization.quantize_dynamic``) gave 1.37x and a
-re-ranker Spearman of 0.89 with fp32
-(``eval/studies/rerank_int8_agreement/rerank_int8_agreement.md``), while ONNX Runtime's int8 kernels
+re-ranker Spearman of 0.89 with fp32, while ONNX Runtime's int8 kernels
 (VNNI on AVX-512, u8s8 on AVX2) are faster and per-channel weight scales keep the vectors close
 (cosine ~0.995 with fp32 on SciFact documents).
 
@@ -62,7 +61,7 @@ KEEP_FP32 = {
     # BERT's FFN output projection (``layer.N.output.dense``), not the attention's.
     "ffn_output": (r"layer\.\d+/output/dense/",),
 }
-#: The recipe the int8 path uses (chosen in eval/benchmarks/results/precision.md).
+#: The recipe the int8 path uses (every linear layer int8: chosen on SciFact dev).
 DEFAULT_KEEP_FP32 = "none"
 
 

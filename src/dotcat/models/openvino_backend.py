@@ -1,6 +1,6 @@
 """The cross-encoder's int8 path: OpenVINO, int8 weights, int8 activations per token group.
 
-Why (measured, ``eval/benchmarks/results/precision.md``): ONNX Runtime's dynamic int8 takes one
+Why (measured on SciFact): ONNX Runtime's dynamic int8 takes one
 range per activation tensor, and a re-ranker run that way kept 99.1-99.4% of fp32's nDCG@10 after
 re-ranking, below the 99.5% bar. OpenVINO's CPU plugin quantises the activations of an int8-weight
 linear layer *per group of* :data:`GROUP_SIZE` *input features of each token*, on the fly
@@ -47,7 +47,7 @@ OPENVINO_DIR = "openvino"
 INT8_NAME = "openvino_model_qint8_weights.xml"
 #: Input features per dynamically quantised activation group (a divisor of MiniLM's 384 and 1536).
 #: Smaller groups are closer to fp32 and slower; chosen on SciFact dev as the fastest of 64, 128,
-#: 384 that keeps >= 99.5% of fp32's re-ranked nDCG@10 (eval/benchmarks/results/precision.md).
+#: 384 that keeps >= 99.5% of fp32's re-ranked nDCG@10.
 GROUP_SIZE = 128
 #: Linear layers left uncompressed (regexes on OpenVINO node names; see the module docstring).
 UNCOMPRESSED = (r".*classifier.*", r".*pooler.*")
@@ -118,7 +118,7 @@ class OpenVinoRunner:
     times their whole spread, and not the same twice) for models whose hidden size is not a
     multiple of 64 (32, 100, 312 -- TinyBERT's; 384 was right), on an Intel Xeon with AMX
     (flags avx512_bf16 amx_bf16 amx_int8). One stream of two threads was right for all of them,
-    at 0.88x the two streams' pairs/s (eval/studies/openvino_streams/openvino_streams.md).
+    at 0.88x the two streams' pairs/s.
     ``tests/models/test_openvino_backend.py`` checks hidden sizes of both kinds.
     """
 

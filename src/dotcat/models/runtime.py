@@ -141,15 +141,14 @@ ONNX_PRECISIONS = ("int8",)
 ALL_PRECISIONS = options.PRECISIONS
 
 
-#: Per model kind, the int8 runtimes that keep >= 99.5% of fp32's nDCG@10 and R@100 on SciFact
-#: (eval/benchmarks/results/precision.md, eval/studies/encoder_int8/encoder_int8.md), in the order
-#: ``auto`` prefers them: on CPUs with VNNI ``auto`` runs the kind at int8 on the first one
-#: installed (AVX2-only CPUs keep fp32: ONNX Runtime's 7-bit AVX2 variant falls below the bar). The
-#: cross-encoder: OpenVINO (activations quantised per token group; ONNX Runtime's per-tensor int8
-#: lost 0.7-0.9% of nDCG@10). The encoder: ONNX Runtime, one text per call. OpenVINO also runs the
-#: encoder (``backend="openvino"``, ``dotcat index --int8-backend openvino``): vectors closer to
-#: fp32's (cosine 0.9992 vs 0.9949) and batches in one call, but served queries cost more CPU than
-#: ONNX Runtime's (eval/studies/serve_scaling/serve_cpu_split_xeon.md), so it is not the default.
+#: Per model kind, the int8 runtimes that keep >= 99.5% of fp32's nDCG@10 and R@100 on SciFact,
+#: in the order ``auto`` prefers them: on CPUs with VNNI ``auto`` runs the kind at int8 on the
+#: first one installed (AVX2-only CPUs keep fp32: ONNX Runtime's 7-bit AVX2 variant falls below the
+#: bar). The cross-encoder: OpenVINO (activations quantised per token group; ONNX Runtime's
+#: per-tensor int8 lost 0.7-0.9% of nDCG@10). The encoder: ONNX Runtime, one text per call.
+#: OpenVINO also runs the encoder (``backend="openvino"``, ``dotcat index --int8-backend
+#: openvino``): vectors closer to fp32's (cosine 0.9992 vs 0.9949) and batches in one call, but
+#: served queries cost more CPU than ONNX Runtime's (measured on a Xeon), so it is not the default.
 #: Indexes record which int8 runtime made their vectors; queries follow it.
 INT8_BY_DEFAULT = {"encoder": ("onnxruntime",), "cross-encoder": ("openvino",)}
 #: The runtimes of the int8 path (each runs both model kinds).

@@ -149,7 +149,7 @@ def _pooling_mode(path: Path) -> tuple[str | None, str | None]:
     return _POOLING_MODES[modes[0]], None
 
 
-#: dotcat's record in a cross-encoder directory: pair length, base, dev-chosen interpolation.
+#: The file of dotcat's record in a cross-encoder directory (pair length, base, dev weight).
 CAT_RECORD = "dotcat_cross_encoder.json"
 
 

@@ -4,8 +4,8 @@
 norm(first)`` (:func:`dotcat.search.reranker.fuse`) that its dev split likes best, and every corpus
 then gets that weight. A cross-encoder trained on one collection can rank another one worse than the
 first stage it re-ranks; with the training data's weight the pipeline then loses to its own first
-stage (``eval/studies/cat_fusion/cat_fusion.md``: every fusion and depth chosen on SciFact dev lost
-on both collections the models never saw).
+stage (measured: every fusion and depth chosen on SciFact dev lost on both collections the
+models never saw).
 
 :func:`calibrate_reranker` asks the corpus instead, without labels. It draws pseudo-queries
 from the index's documents (:mod:`dotcat.data.pseudo`: a title, or a sentence cut out of its
@@ -18,10 +18,10 @@ document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0,
 t-test says it beats the first stage alone on them (p < 0.05), else 0: a re-ranker the corpus
 cannot vouch for is not trusted. It is recorded in the index manifest under the
 cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
-before the model's dev weight (:class:`dotcat.search.pipeline.Reranker`). Ties go to the
+before the model's dev weight (:class:`dotcat.search.reranker.Reranker`). Ties go to the
 smaller weight: where the corpus cannot tell, trust the first stage.
 
-Measured (``eval/studies/cat_corpus_weight/``): two SciFact-trained BERT_CATs whose SciFact
+Measured: two SciFact-trained BERT_CATs whose SciFact
 dev weights made the pipeline lose up to 0.15 nDCG@10 to its first stage on two collections
 they never saw are calibrated there to no loss (the guard falls back to the first stage where
 the re-ranker cannot show a gain on the corpus's own pseudo-queries).
@@ -46,9 +46,9 @@ from dotcat.evaluation.significance import ttest_pvalue
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
 from dotcat.index.passages import PassageConfig
+from dotcat.search.aggregation import to_run
 from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
-from dotcat.search.passages import to_run
 from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
 from dotcat.types import Qrels, Run
@@ -123,7 +123,7 @@ def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, floa
     """``(alpha, best, p)``: the best weight by mean nDCG@10 (:func:`choose_alpha`), kept only
     where a paired t-test over the queries says it beats weight 0 (the first stage alone) at p <
     :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted: with flat
-    curves the best weight is noise (``eval/studies/cat_corpus_weight/cat_corpus_weight.md``)."""
+    curves the best weight is noise (as measured on two collections the models never saw)."""
     means = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
     best = choose_alpha(means)
     if best == 0.0:
@@ -157,11 +157,10 @@ def pseudo_first_stage(
         show_progress=show_progress,
     )
     config = replace(
-        pipeline.config,
+        pipeline.config.first_stage_only(),
         first_stage=pipeline.first_stage,
         fusion=pipeline.fusion.method,
         fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
-        rerank=None,
     )
     queries = {qid: text for qid, text, _ in pseudo.queries}
     pseudo_pipeline = SearchPipeline(index_dir, config)

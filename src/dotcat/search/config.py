@@ -11,19 +11,20 @@ help text and, for a closed list, its choices (:mod:`dotcat.options`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from dotcat.errors import DotcatError, SettingError
 from dotcat.index.manifest import check_index
 from dotcat.models.resolve import check_model
 from dotcat.options import (
+    AGGREGATE_TOP,
+    AGGREGATION,
     AGGREGATION_HELP,
     AGGREGATIONS,
     DEPTH_HELP,
     DEVICE_HELP,
-    FIRST_STAGES,
     FUSION_DEPTH,
     FUSIONS,
     INT8_BACKENDS,
@@ -41,14 +42,17 @@ from dotcat.options import (
     ROCCHIO_DOCS,
     RUN_K,
     SHOWN_K,
+    Applies,
     Check,
     Settings,
     at_least,
+    default_of,
     device_checks,
     precision_checks,
     setting,
     within,
 )
+from dotcat.search.stages import entry, first_stage_choices
 
 INTERPOLATE_HELP = (
     "Mix first-stage and cross-encoder scores (min-max normalised): 'auto' uses the weight "
@@ -62,6 +66,14 @@ PRF_HELP = (
     "Pseudo-relevance feedback: rm3 (BM25 side), rocchio (dense side), both (each side its "
     "own; a hybrid fuses the two), none."
 )
+#: The settings of the re-ranking stage (they apply only with a cross-encoder), and those
+#: ``dotcat rerank`` takes to re-rank a run it is given (no first stage of its own).
+RERANK_SETTINGS = ("depth", "interpolate", "rerank_backend", "batch_size", "rerank_passages")
+RUN_RERANK_SETTINGS = ("rerank", "depth", "interpolate", "rerank_backend", "batch_size",
+                       "device", "precision")  # fmt: skip
+#: The settings of RM3 (on the BM25 side) and of Rocchio (on the dense side).
+RM3_SETTINGS = ("fb_docs", "fb_terms", "original_query_weight")
+ROCCHIO_SETTINGS = ("rocchio_docs", "rocchio_alpha", "rocchio_beta")
 #: Which sides each feedback method rewrites.
 PRF_SIDES = {"none": (), "rm3": ("bm25",), "rocchio": ("dense",), "both": ("bm25", "dense")}
 
@@ -79,6 +91,15 @@ def parse_interpolate(value: str | float | None) -> float | None:
     if not 0.0 <= alpha <= 1.0:
         raise SettingError("interpolate", f"interpolate must be in [0, 1], got {alpha}")
     return alpha
+
+
+def _interpolate_check(value: str | float) -> Check:
+    """``interpolate`` as :func:`parse_interpolate` reads it."""
+    try:
+        parse_interpolate(value)
+    except SettingError as e:
+        return (False, "interpolate", str(e))
+    return (True, "interpolate", "")
 
 
 @dataclass(frozen=True, repr=False)
@@ -100,8 +121,9 @@ class PipelineConfig(Settings):
         model: the query encoder, when not the one the index records (checked against it).
         device, precision: where and at what precision the models run.
         rerank_backend: the re-ranker's int8 runtime (``auto``: OpenVINO where installed,
-            ``openvino``, ``onnxruntime``; see :class:`~dotcat.models.CrossEncoderConfig`).
-        search_params: FAISS search parameters (``nprobe``, ``efSearch``).
+            ``openvino``, ``onnxruntime``; see :class:`~dotcat.models.config.CrossEncoderConfig`).
+        nprobe, ef_search: FAISS search parameters over the index's recorded ones: IVF lists
+            visited, HNSW's candidate list (:attr:`search_params`).
         batch_size: most cross-encoder pairs per forward pass.
         aggregation: how documents are ranked from their passages' scores (one of
             :data:`~dotcat.options.AGGREGATIONS`: ``maxp``, ``firstp``, ``sum``); an index
@@ -120,8 +142,9 @@ class PipelineConfig(Settings):
 
     first_stage: str = setting(
         "auto",
-        help="auto (hybrid where the index has BM25, else dense), dense, bm25, hybrid.",
-        choices=FIRST_STAGES,
+        help="auto (hybrid where the index has BM25, else dense), dense, bm25, hybrid, or "
+        "a registered first stage.",
+        choices=first_stage_choices,
     )
     fusion: str = setting(
         "auto",
@@ -134,9 +157,11 @@ class PipelineConfig(Settings):
     fusion_depth: int = setting(
         FUSION_DEPTH, help="Candidates each first stage gives a hybrid fusion."
     )
-    rerank: str | None = setting(None, help="Re-rank with this BERT_CAT cross-encoder.")
+    rerank: str | None = setting(
+        None, help="Re-rank with this BERT_CAT cross-encoder.", metavar="MODEL"
+    )
     depth: int = setting(RERANK_DEPTH, help=DEPTH_HELP)
-    interpolate: str | float = setting("auto", help=INTERPOLATE_HELP)
+    interpolate: str | float = setting("auto", help=INTERPOLATE_HELP, cli_type=str)
     model: str | None = setting(None, help="Query encoder, if not the one the index records.")
     device: str = setting("auto", help=DEVICE_HELP)
     precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
@@ -146,12 +171,13 @@ class PipelineConfig(Settings):
         "onnxruntime.",
         choices=INT8_BACKENDS,
     )
-    search_params: Mapping[str, float] | None = setting(
-        None, help="FAISS search parameters (nprobe, efSearch)."
-    )
+    nprobe: int | None = setting(None, help="IVF lists to visit (FAISS nprobe).")
+    ef_search: int | None = setting(None, help="HNSW's candidate list (FAISS efSearch).")
     batch_size: int = setting(32, help="Most (query, document) pairs per cross-encoder pass.")
-    aggregation: str = setting("maxp", help=AGGREGATION_HELP, choices=AGGREGATIONS)
-    aggregate_top: int = setting(2, help="With --aggregation sum: passages summed per document.")
+    aggregation: str = setting(AGGREGATION, help=AGGREGATION_HELP, choices=AGGREGATIONS)
+    aggregate_top: int = setting(
+        AGGREGATE_TOP, help="With --aggregation sum: passages summed per document."
+    )
     rerank_passages: int = setting(
         1, help="With a cross-encoder: best passages of each document it reads (their max)."
     )
@@ -194,18 +220,52 @@ class PipelineConfig(Settings):
             *self.feedback_checks(),
             *device_checks("device", self.device),
             *precision_checks("precision", self.precision, self.device),
-            *(at_least(name, value, 1) for name, value in (self.search_params or {}).items()),
+            _interpolate_check(self.interpolate),
+            at_least("nprobe", self.nprobe, 1),
+            at_least("ef_search", self.ef_search, 1),
         ]
+
+    @property
+    def search_params(self) -> dict[str, int]:
+        """The FAISS search parameters given (their FAISS names), over the index's own."""
+        given = {"nprobe": self.nprobe, "efSearch": self.ef_search}
+        return {name: value for name, value in given.items() if value is not None}
+
+    def applies(self) -> list[Applies]:
+        sides = PRF_SIDES.get(self.prf, ())
+        return [
+            (RM3_SETTINGS, "bm25" in sides,
+             "applies only with prf rm3 or both (RM3, on the BM25 side)"),
+            (ROCCHIO_SETTINGS, "dense" in sides,
+             "applies only with prf rocchio or both (Rocchio, on the dense side)"),
+            (("aggregate_top",), self.aggregation == "sum", "applies only with aggregation sum"),
+            (RERANK_SETTINGS, self.rerank is not None,
+             "applies only with a cross-encoder (rerank)"),
+        ]  # fmt: skip
+
+    def first_stage_only(self) -> PipelineConfig:
+        """These settings without the re-ranker: what a first stage runs."""
+        reset = {name: default_of(PipelineConfig, name) for name in RERANK_SETTINGS}
+        return replace(self, rerank=None, **reset)
+
+    def first_stage_json(self) -> dict[str, Any]:
+        """What a first stage's ranking depends on, JSON-ready: every setting changed from its
+        default but the first stage's name, the re-ranker's and where the models run (a run's
+        fingerprint takes those apart)."""
+        apart = {"first_stage", "rerank", *RERANK_SETTINGS, "device", "precision"}
+        return {k: v for k, v in self.to_json().items() if k not in apart}
 
     def feedback_checks(self) -> list[Check]:
         """Feedback needs the side it rewrites; its parameters their ranges."""
         sides = PRF_SIDES.get(self.prf, ())
-        stage = {"dense": ("dense",), "bm25": ("bm25",)}.get(self.first_stage)
+        explicit = self.first_stage in first_stage_choices() and self.first_stage != "auto"
+        reads = entry(self.first_stage).sides if explicit else sides
+        missing = [side for side in sides if side not in reads]
         return [
             (
-                stage is None or any(side in stage for side in sides) or not sides,
+                not missing,
                 "prf",
-                f"prf {self.prf!r} rewrites the {' and '.join(sides)} side, and first stage "
+                f"prf {self.prf!r} rewrites the {' and '.join(missing)} side, and first stage "
                 f"{self.first_stage!r} has none",
             ),
             at_least("fb_docs", self.fb_docs, 1),
@@ -222,10 +282,6 @@ class PipelineConfig(Settings):
                 "every document score 0; give one of them a weight",
             ),
         ]
-
-    def validate(self) -> None:
-        super().validate()
-        parse_interpolate(self.interpolate)
 
 
 @dataclass(frozen=True, repr=False)

@@ -23,16 +23,25 @@ reads the query with each of the passages the first stage found best in the docu
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dotcat.data.corpus import document_fields
 from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
+from dotcat.files import read_json_or_none
 from dotcat.index import document_text
+from dotcat.models.config import CrossEncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder
+from dotcat.models.resolve import check_model
+from dotcat.models.runtime import store_linear_weights
+from dotcat.options import RERANK_DEPTH
+from dotcat.search.aggregation import Match, to_run
+from dotcat.search.config import parse_interpolate
 from dotcat.types import Run, RunLike
 
 logger = logging.getLogger(__name__)
@@ -68,7 +77,7 @@ class Candidates:
 def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
     """id -> ``document_text(title, text)`` of the documents in ``ids``, in one corpus pass.
 
-    ``corpus``: a ``datasets.Dataset`` from :func:`dotcat.data.load_corpus` (read in Arrow
+    ``corpus``: a ``datasets.Dataset`` from :func:`dotcat.data.corpus.load_corpus` (read in Arrow
     batches) or any iterable of documents with ``id``, ``title``, ``text``.
     """
     texts: dict[str, str] = {}
@@ -213,3 +222,194 @@ def rerank(
         pair_texts=pair_texts,
     )  # fmt: skip
     return fuse(candidates, alpha)
+
+
+def _corpus_alpha(weights: Mapping[str, Any] | None, fingerprint: str) -> float | None:
+    """The weight ``dotcat calibrate`` recorded in an index manifest for this model, if any."""
+    entry = (weights or {}).get(fingerprint)
+    if entry is None:
+        return None
+    try:
+        return parse_interpolate(entry["alpha"])
+    except (DotcatError, KeyError, TypeError):
+        raise DotcatError(
+            f"index manifest: the re-ranking weight recorded for model {fingerprint[:12]} is "
+            f"unreadable ({entry!r}); run `dotcat calibrate` again"
+        ) from None
+
+
+class Reranker:
+    """The second stage: a BERT_CAT cross-encoder, its depth and its interpolation weight.
+
+    Args:
+        cross_encoder: a loaded :class:`dotcat.models.cross_encoder.CrossEncoder` with a
+            trained head.
+        depth: how many results per query it re-ranks.
+        interpolate: see :class:`PipelineConfig`.
+        corpus_weights: the index manifest's ``rerank`` entries (weights chosen on its corpus,
+            keyed by cross-encoder fingerprint).
+    """
+
+    def __init__(
+        self,
+        cross_encoder: Any,
+        depth: int = RERANK_DEPTH,
+        interpolate: str | float = "auto",
+        corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
+        cross_encoder.require_trained()
+        self.cross_encoder = cross_encoder
+        self.depth = depth
+        # The weight: given > chosen on this corpus (dotcat calibrate) > chosen on the
+        # model's dev split > 1 (the plain logit).
+        corpus = _corpus_alpha(corpus_weights, cross_encoder.fingerprint)
+        for source, alpha in (
+            ("given", parse_interpolate(interpolate)),
+            ("corpus-chosen", corpus),
+            ("dev-chosen", cross_encoder.interpolation_alpha),
+            ("plain", 1.0),
+        ):
+            if alpha is not None:
+                self.alpha, self.alpha_source = float(alpha), source
+                break
+
+    @classmethod
+    def load(
+        cls,
+        model: str,
+        depth: int = RERANK_DEPTH,
+        interpolate: str | float = "auto",
+        *,
+        device: str = "auto",
+        precision: str = "auto",
+        backend: str = "auto",
+        batch_size: int = 32,
+        corpus_weights: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Reranker:
+        # Refused before loading: a bi-encoder would get an untrained head (and transformers
+        # would print its load report first).
+        check_model(model, cross_encoder=True)
+        config = CrossEncoderConfig(
+            model=model, device=device, precision=precision, backend=backend, batch_size=batch_size
+        )
+        cross_encoder = CrossEncoder.load(config)
+        # Loaded here for inference only: its linear weights cast once, not on every call.
+        store_linear_weights(cross_encoder.model, cross_encoder.autocast_dtype)
+        return cls(cross_encoder, depth, interpolate, corpus_weights)
+
+    @classmethod
+    def from_config(
+        cls, config: Any, corpus_weights: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> Reranker:
+        """The re-ranker a :class:`~dotcat.search.config.PipelineConfig` names, loaded."""
+        return cls.load(
+            config.rerank, config.depth, config.interpolate, device=config.device,
+            precision=config.precision, backend=config.rerank_backend,
+            batch_size=config.batch_size, corpus_weights=corpus_weights,
+        )  # fmt: skip
+
+    def rerank(
+        self,
+        run: Mapping[str, Sequence[tuple[str, float]]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+        depth: int | None = None,
+        show_progress: bool = False,
+        pair_texts: Mapping[tuple[str, str], Sequence[str]] | None = None,
+    ) -> Run:
+        """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below.
+
+        ``pair_texts``: ``(qid, doc id)`` -> the passages the cross-encoder reads of that
+        document for that query instead of its text (see
+        :func:`dotcat.search.reranker.score_candidates`).
+
+        At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
+        corpus) the first stage's ranking is the answer, and the cross-encoder is not run.
+        """
+        if self.alpha == 0.0:
+            return {q: list(docs) for q, docs in run.items()}
+
+        return rerank(
+            run,
+            queries,
+            texts,
+            self.cross_encoder,
+            depth or self.depth,
+            self.alpha,
+            show_progress=show_progress,
+            pair_texts=pair_texts,
+        )
+
+    def rerank_matches(
+        self,
+        found: Mapping[str, Sequence[Match]],
+        queries: Mapping[str, str],
+        depth: int,
+        texts: Callable[[Mapping[str, Sequence[Match]], int], Mapping[tuple[str, str], Any]],
+        show_progress: bool = False,
+    ) -> dict[str, list[Match]]:
+        """The later stage over a first stage's matches: each query's top ``depth`` re-ordered
+        (:meth:`rerank`), every match keeping the passages that matched it.
+
+        Args:
+            texts: ``texts(found, depth)``: ``(qid, doc id)`` -> what the cross-encoder reads
+                of each head document (its best passages, or its text).
+        """
+        if self.alpha == 0.0:  # the first stage's ranking is the answer
+            return {q: list(docs) for q, docs in found.items()}
+        reranked = self.rerank(
+            to_run(found), queries, {}, depth, show_progress, pair_texts=texts(found, depth)
+        )
+        out = {}
+        for qid, docs in reranked.items():
+            by_id = {m.doc_id: m for m in found[qid]}
+            out[qid] = [Match(d, s, by_id[d].passages) for d, s in docs]
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.cross_encoder.describe(),
+            "depth": self.depth,
+            "interpolation": self.alpha,
+            "interpolation_source": self.alpha_source,
+        }
+
+
+def candidate_texts(
+    index: Any, found: Mapping[str, Sequence[Match]], depth: int, passages: int
+) -> dict[tuple[str, str], list[str]]:
+    """``(qid, doc id)`` -> what the cross-encoder reads of each of a query's top ``depth``
+    documents: its best ``passages`` passages (title and passage text, from ``index``'s doc
+    store), or its whole text (a document matched whole)."""
+    wanted = {
+        (qid, match.doc_id): [ref for ref, _ in match.passages[:passages]]
+        for qid, matches in found.items()
+        for match in matches[:depth]
+    }
+    refs = [ref for group in wanted.values() for ref in group]
+    stored = index.store.by_ids(sorted({r.doc_id for r in refs if r.stop is None}))
+    whole = {doc_id: document_text(d.title, d.text) for doc_id, d in stored.items()}
+    parts = index.passage_texts([r for r in refs if r.stop is not None])
+    return {
+        key: [whole[r.doc_id] if r.stop is None else parts[r.pid] for r in group]
+        for key, group in wanted.items()
+    }
+
+
+def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path) -> None:
+    """Warn when a dev-chosen weight meets a corpus the cross-encoder was not trained on: out
+    of domain that weight made re-ranking worse than the first stage it re-ranks; ``dotcat
+    calibrate`` chooses one on the index's own corpus."""
+    if reranker.alpha_source != "dev-chosen":
+        return
+    record = read_json_or_none(Path(reranker.cross_encoder.path) / "dotcat_training.json")
+    try:
+        trained_on = record["data"]["sha256"]["corpus"]
+    except (TypeError, KeyError):  # not trained by dotcat, or an older record
+        return
+    if trained_on and trained_on != manifest.corpus.get("sha256"):
+        logger.warning(
+            "%s was trained on another corpus: its dev-chosen interpolation weight %g may "
+            "not suit this one; `dotcat calibrate %s --rerank %s` chooses one on it",
+            reranker.cross_encoder.path, reranker.alpha, index_dir, reranker.cross_encoder.path,
+        )  # fmt: skip

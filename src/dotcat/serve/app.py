@@ -18,7 +18,7 @@ What keeps it up under load and bad input:
   ``k``, ``depth`` and the answer's size are capped (the caps are in the OpenAPI schema and
   ``/info``);
 * every refusal is a 4xx with ``{"error": "..."}`` in the request's own terms, never a 500 or
-  a traceback, the HTTP layer's included (:mod:`dotcat.serve.errors`); unknown fields and
+  a traceback, the HTTP layer's included (:mod:`dotcat.serve.refusals`); unknown fields and
   unknown query parameters are refused;
 * loopback by default; any other address needs an API key (``X-API-Key`` or ``Authorization:
   Bearer``), compared in constant time; no endpoint reads a path from the request;
@@ -53,7 +53,6 @@ from dotcat.serve.batcher import Job, MicroBatcher
 from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
 from dotcat.serve.config import is_loopback as is_loopback
-from dotcat.serve.errors import MAX_URL_BYTES, add_error_handlers
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
     DEFAULT_K,
@@ -75,6 +74,7 @@ from dotcat.serve.protocol import (
     error_responses,
     request_models,
 )
+from dotcat.serve.refusals import MAX_URL_BYTES, add_error_handlers
 from dotcat.serve.snippet import (
     SNIPPET_CHARS,
     TITLE_CHARS,
@@ -155,7 +155,7 @@ class SearchService:
         self.stages: list[str] = pipeline.describe()["stages_available"]
         reranker = pipeline.reranker
         depth = reranker.depth if reranker is not None else None
-        self.described = descriptions(config, pipeline.first_stage, depth)
+        self.described = descriptions(config, pipeline.first_stage, depth, self.stages)
         self.Stage, self.Rerank, self.Text, self.SearchBody = request_models(
             config, self.stages, reranker is not None, self.described
         )

@@ -44,13 +44,17 @@ class ServeConfig(Settings):
         "127.0.0.1", help="Address to listen on; beyond loopback an API key is required."
     )
     port: int = setting(8080, help="Port to listen on (1-65535).")
-    api_key: str | None = setting(None, help="Clients must send it (X-API-Key header).")
+    api_key: str | None = setting(
+        None, help="Clients must send it (X-API-Key header).", envvar=API_KEY_ENV
+    )
     max_batch: int = setting(64, help="Most queries per model call.")
     batch_window_ms: float = setting(
         5.0, help="Most ms a batch waits for the crowd the last one saw (0: never)."
     )
     queue_size: int = setting(64, help="Most requests waiting; beyond, 503 with Retry-After.")
-    timeout_s: float = setting(30.0, help="Seconds one request may take (504).")
+    timeout_s: float = setting(
+        30.0, help="Seconds one request may take (504).", flags=("--timeout",)
+    )
     max_k: int = setting(1000, help="Most results one request may ask for.")
     max_depth: int = setting(1000, help="Most results one request may have re-ranked.")
     max_query_chars: int = setting(2000, help="Longest query text accepted.")

@@ -23,7 +23,9 @@ from pydantic import (
     model_validator,
 )
 
+from dotcat.options import DEPTH_HELP
 from dotcat.search.config import CONTROL_CLASS
+from dotcat.search.stages import entry
 from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 
 # A query must hold a character Python does not strip: regex \S (Unicode White_Space, as the
@@ -232,23 +234,29 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 # -- requests -------------------------------------------------------------------------------
 
 
-def descriptions(config: Any, default_stage: str, default_depth: int | None) -> dict[str, str]:
+def descriptions(
+    config: Any, default_stage: str, default_depth: int | None, stages: list[str] | None = None
+) -> dict[str, str]:
     """The search parameters' descriptions, shared by ``GET /search`` and ``POST /search``:
-    ``config``'s caps (a :class:`ServeConfig`), the server's default first stage and
-    re-ranking depth (None: no re-ranker)."""
+    ``config``'s caps (a :class:`ServeConfig`), the server's default first stage, its
+    re-ranking depth (None: no re-ranker) and the first stages it serves (each described by
+    its registry entry, :mod:`dotcat.search.stages`)."""
     c = config
     reranker = default_depth is not None
+    listed = ", ".join(
+        f"{name} ({entry(name).help})" if entry(name).help else name
+        for name in stages or [default_stage]
+    )
     return {
         "query": f"The query text: 1 to {c.max_query_chars} characters, not only spaces.",
         "k": f"How many results, 1 to {c.max_k}; default {DEFAULT_K}.",
-        "first_stage": "The first stage: dense (BERT_DOT + FAISS), bm25, or hybrid (both, "
-        f"fused); default {default_stage}.",
+        "first_stage": f"The first stage: {listed}; default {default_stage}.",
         "rerank": (
             "Re-rank the top `depth` results with the BERT_CAT cross-encoder; default true."
             if reranker
             else "Only false here: this server has no cross-encoder (start it with --rerank)."
         ),
-        "depth": f"How many first-stage results the cross-encoder re-ranks, 1 to {c.max_depth}; "
+        "depth": f"{DEPTH_HELP} 1 to {c.max_depth}; "
         + (f"default {default_depth}." if reranker else "used only with a re-ranker."),
         "full_text": "Also return each hit's whole text (`text`); default false: a snippet of "
         f"at most {SNIPPET_CHARS} characters. An answer over {c.max_answer_bytes} bytes is "

@@ -27,7 +27,7 @@ from uvicorn.supervisors.multiprocess import Process
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, create_app
-from dotcat.serve.errors import JSONHttpProtocol
+from dotcat.serve.refusals import JSONHttpProtocol
 
 logger = logging.getLogger(__name__)
 _uvicorn_log = logging.getLogger("uvicorn.error")  # the supervisor's own messages, shown with -v
@@ -141,7 +141,7 @@ def share_cores(workers: int) -> int:
 
 def uvicorn_config(app, config: ServeConfig, **options) -> uvicorn.Config:
     """uvicorn's settings for ``app``: ``config``'s address, the HTTP protocol whose own
-    refusals are JSON (:class:`dotcat.serve.errors.JSONHttpProtocol`), our access log only."""
+    refusals are JSON (:class:`dotcat.serve.refusals.JSONHttpProtocol`), our access log only."""
     # uvicorn's own messages (startup, a worker that died and its replacement) with -v only.
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     return uvicorn.Config(

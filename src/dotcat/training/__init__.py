@@ -2,12 +2,12 @@
 
 - :mod:`.config`: the settings of a run (:class:`DotConfig`, :class:`CatConfig`,
   :class:`DistillConfig` over :class:`TrainConfig`; :class:`AdaptConfig`), checked without
-  torch; re-exported here, so ``from dotcat.training import DotConfig`` stays light.
+  torch.
 - :mod:`.run`: :func:`~dotcat.training.run.train`, the one entry point: a config in, the
   trained model's directory out.
 - :mod:`.recipes`: what each model trains on and how (``dot``, ``cat``, ``distill``), run by
   the loop of :mod:`.loop` (checkpoints in :mod:`.checkpoint`, processes in
-  :mod:`.distributed`).
+  :mod:`.ddp`).
 - :mod:`.data`: examples from qrels, mined negatives, batches, first-stage pools, cached
   teacher scores.
 - :mod:`.model`: :class:`~dotcat.training.model.TrainableBiEncoder`.
@@ -15,6 +15,15 @@
   this machine's rates (:mod:`.rates`).
 """
 
-from dotcat.training.config import AdaptConfig, CatConfig, DistillConfig, DotConfig, TrainConfig
+from dotcat.exports import lazy_exports
 
-__all__ = ["AdaptConfig", "CatConfig", "DistillConfig", "DotConfig", "TrainConfig"]
+_EXPORTS = {
+    "AdaptConfig": "dotcat.training.config",
+    "CatConfig": "dotcat.training.config",
+    "DistillConfig": "dotcat.training.config",
+    "DotConfig": "dotcat.training.config",
+    "TrainConfig": "dotcat.training.config",
+    "train": "dotcat.training.run",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -35,11 +35,15 @@ from dotcat.options import (
     Check,
     Settings,
     at_least,
+    auto_float,
     device_checks,
+    int_or_word,
+    negative_is_none,
     one_of,
     precision_checks,
     setting,
     within,
+    zero_is_none,
 )
 
 #: ``bf16``: autocast where the hardware has native bf16 (``auto``), always, or never.
@@ -129,8 +133,10 @@ class TrainConfig(Settings):
     recipe: ClassVar[str] = ""
     losses: ClassVar[tuple[str, ...]] = ()
 
-    data: str | Path = setting(help="BEIR dir (or corpus file with --queries/--qrels).")
-    out_dir: str | Path = setting(help="Where the trained model directory goes.")
+    data: str | Path = setting(
+        help="BEIR dir (or corpus file with --queries/--qrels).", argument=True
+    )
+    out_dir: str | Path = setting(help="Where the trained model directory goes.", argument=True)
     split: str = setting("train", help="Qrels split to train on.")
     queries: str | Path | None = setting(None, help="Queries file (with a corpus file).")
     qrels: str | Path | None = setting(None, help="Qrels file (with a corpus file).")
@@ -140,7 +146,7 @@ class TrainConfig(Settings):
     n_negatives: int = setting(1, help="Hard negatives per query.")
     epochs: int = setting(2, help="Training epochs.")
     batch_size: int = setting(32, help="Queries per batch.")
-    grad_accum_steps: int = setting(1, help="Gradient accumulation steps.")
+    grad_accum_steps: int = setting(1, help="Gradient accumulation steps.", flags=("--grad-accum",))
     # 1e-4, chosen on SciFact dev over 5e-5 (train dot); for train cat from a bi-encoder base,
     # 3e-5 and 5e-5 left the loss at chance for the first hundred steps, 1e-4 learned.
     lr: float = setting(1e-4, help="Peak learning rate (AdamW).")
@@ -167,7 +173,7 @@ class TrainConfig(Settings):
         help="Stop after this many optimizer steps with a checkpoint, as an interrupted run "
         "would (the schedule still spans all epochs); resume later.",
     )
-    show_progress: bool = setting(True, help="Progress bars (rank 0 only).")
+    show_progress: bool = setting(True, help="Progress bars (rank 0 only).", cli=False)
 
     def checks(self) -> list[Check]:
         """Every shared setting's check; subclasses add theirs."""
@@ -237,9 +243,15 @@ class DotConfig(TrainConfig):
     window: tuple[int, int] = setting(
         DEFAULT_WINDOW,
         help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
+        parts=("--window-start", "--window-end"),
+        part_help=("Mine negatives from this rank", "...up to (excluding) this rank."),
     )
-    remine_each_epoch: bool = setting(False, help="Re-mine dense negatives each epoch.")
-    cache_chunk_size: int | None = setting(None, help="GradCache chunk size (0: off).")
+    remine_each_epoch: bool = setting(
+        False, help="Re-mine dense negatives each epoch.", flags=("--remine/--no-remine",)
+    )
+    cache_chunk_size: int | None = setting(
+        None, help="GradCache chunk size (0: off).", flags=("--cache-chunk",), parse=zero_is_none
+    )
     temperature: float | None = setting(
         None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
     )
@@ -312,7 +324,7 @@ class CatConfig(TrainConfig):
     recipe: ClassVar[str] = "cat"
     losses: ClassVar[tuple[str, ...]] = CAT_LOSSES
 
-    out_dir: str | Path = setting(help="Where the trained cross-encoder goes.")
+    out_dir: str | Path = setting(help="Where the trained cross-encoder goes.", argument=True)
     base: str = setting("default", help="BERT checkpoint or cross-encoder to start from.")
     loss: str = setting("lce", help="lce (listwise softmax) or bce (pointwise).")
     n_negatives: int = setting(7, help="Negatives per positive.")
@@ -321,13 +333,18 @@ class CatConfig(TrainConfig):
         None, help="Max tokens per pair (default: the base's record, else 256)."
     )
     first_stages: tuple[str, ...] = setting(
-        ("bm25",), help="Negatives from: bm25, an index dir, or a TREC run; repeat to mix."
+        ("bm25",),
+        help="Negatives from: bm25, an index dir, or a TREC run; repeat to mix.",
+        flags=("--first-stage",),
     )
     depth: int = setting(100, help="Negatives from each first stage's top DEPTH.")
     pairs_per_forward: int = setting(16, help="Pairs per forward chunk (0: the whole batch).")
     head_lr_scale: float = setting(20.0, help="The new head's learning rate is lr times this.")
     attention_dropout: float | None = setting(
-        0.0, help="Attention-probability dropout in training (None: the model's)."
+        0.0,
+        help="Attention-probability dropout in training (None, -1 on the command line: the "
+        "model's own).",
+        parse=negative_is_none,
     )
     teacher_weight: float = setting(
         0.0, help="Weight of the first stages' fused scores in the LCE target (0: off)."
@@ -339,6 +356,8 @@ class CatConfig(TrainConfig):
         help="First pre-train on this many label-free corpus pseudo-pairs (titles or "
         "sentences as queries): auto (1600 where the corpus gives 200 or more, else "
         "off), a number, or 0 (off).",
+        cli_type=str,
+        parse=int_or_word,
     )
 
     def checks(self) -> list[Check]:
@@ -392,8 +411,10 @@ class DistillConfig(DotConfig):
 
     recipe: ClassVar[str] = "distill"
 
-    out_dir: str | Path = setting(help="Where the distilled BERT_DOT goes.")
-    base: str = setting("default", help="BERT_DOT to start from: dir, hub name, 'default'.")
+    out_dir: str | Path = setting(help="Where the distilled BERT_DOT goes.", argument=True)
+    base: str = setting(
+        "default", help="BERT_DOT to start from: dir, hub name, 'default'.", flags=("--student",)
+    )
     n_negatives: int = setting(4, help="Hard negatives (margins) per query.")
     negatives: str = setting(
         "dense", help="Hard negatives: dense (the student's own) or bm25.", choices=NEGATIVE_SOURCES
@@ -401,12 +422,18 @@ class DistillConfig(DotConfig):
     window: tuple[int, int] = setting(
         (0, 30),
         help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
+        parts=("--window-start", "--window-end"),
+        part_help=("Mine negatives from this rank", "...up to (excluding) this rank."),
     )
-    cache_chunk_size: int | None = setting(16, help="GradCache chunk size (0: off).")
+    cache_chunk_size: int | None = setting(
+        16, help="GradCache chunk size (0: off).", flags=("--cache-chunk",), parse=zero_is_none
+    )
     teacher: str | Path = setting(
-        "", help="The BERT_CAT teacher (a train cat output); bm25: BM25 + dense."
+        "", help="The BERT_CAT teacher (a train cat output); bm25: BM25 + dense.", cli_type=str
     )
-    distill_loss: str = setting("margin-mse", help="margin-mse (Hofstätter et al.) or kl.")
+    distill_loss: str = setting(
+        "margin-mse", help="margin-mse (Hofstätter et al.) or kl.", flags=("--loss",)
+    )
     contrastive_weight: float = setting(
         1.0, help="Weight of in-batch InfoNCE on the labels (0: none)."
     )
@@ -415,13 +442,20 @@ class DistillConfig(DotConfig):
         None,
         help="Cross-encoder share of the teacher score; None: its dev weight (1 when it "
         "records none); 0: the dense model alone teaches.",
+        cli_type=str,
+        cli_default="auto",
+        parse=auto_float,
     )
     teacher_dense: str | None = setting(
         None, help="BERT_DOT mixed into the teacher (default: the student)."
     )
     teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     teacher_scale: float | None = setting(
-        None, help="Factor on the teacher's scores; None: to the student's spread; 1: raw."
+        None,
+        help="Factor on the teacher's scores; None: to the student's spread; 1: raw.",
+        cli_type=str,
+        cli_default="auto",
+        parse=auto_float,
     )
 
     def check_files(self) -> None:
@@ -477,8 +511,8 @@ class AdaptConfig(Settings):
     in ``dotcat_adapt.json`` and must match on resume.
     """
 
-    corpus: Path = setting(help="Your corpus: BEIR dir, JSONL or TSV.")
-    out_dir: Path = setting(help="Where the adapted BERT_DOT goes.")
+    corpus: Path = setting(help="Your corpus: BEIR dir, JSONL or TSV.", argument=True)
+    out_dir: Path = setting(help="Where the adapted BERT_DOT goes.", argument=True)
     model: str = setting("default", help="BERT_DOT to adapt: dir, hub name, 'default'.")
     budget_minutes: float = setting(
         45.0, help="Wall-clock budget; sets how many pseudo-queries are used."
@@ -498,7 +532,11 @@ class AdaptConfig(Settings):
         "(BM25 + the model's score); default: contrastive on the pseudo pairs.",
     )
     teacher_alpha: float | None = setting(
-        None, help="Cross-encoder share of the teacher score; None: its record."
+        None,
+        help="Cross-encoder share of the teacher score; None: its record.",
+        cli_type=str,
+        cli_default="auto",
+        parse=auto_float,
     )
     teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     n_negatives: int = setting(
@@ -511,7 +549,7 @@ class AdaptConfig(Settings):
     batch_size: int = setting(32, help="Queries per batch.")
     # GPL's rate, not train dot's 1e-4: on SciFact dev, 3 seeds each, 0.6976 against 0.6886.
     lr: float = setting(2e-5, help="Peak learning rate (AdamW).")
-    cache_chunk: int | None = setting(16, help="GradCache chunk size (0: off).")
+    cache_chunk: int | None = setting(16, help="GradCache chunk size (0: off).", parse=zero_is_none)
     max_length: int = setting(256, help="Max document tokens.")
     query_max_length: int = setting(64, help="Max query tokens.")
     temperature: float | None = setting(
@@ -524,7 +562,7 @@ class AdaptConfig(Settings):
     device: str = setting("auto", help=DEVICE_HELP)
     resume: bool = setting(False, help="Continue an interrupted run.")
     overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")
-    show_progress: bool = setting(True, help="Progress bars.")
+    show_progress: bool = setting(True, help="Progress bars.", cli=False)
 
     def check_files(self) -> None:
         """The corpus, the output folder and the models, checked without loading them."""

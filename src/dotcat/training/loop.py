@@ -58,7 +58,7 @@ from dotcat.training.checkpoint import (
     torch_rng_state,
 )
 from dotcat.training.config import TrainConfig
-from dotcat.training.distributed import DistributedContext
+from dotcat.training.ddp import DistributedContext
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ then L2-normalised, so the dot product of the outputs *is* the cosine).
 returns embeddings with autograd, so the losses of :mod:`dotcat.losses`, GradCache and DDP can
 be put around it. :meth:`~TrainableBiEncoder.save` writes a sentence-transformers directory
 (the layout of its ``Transformer -> Pooling [-> Normalize]`` models), so the trained model loads
-in ``sentence_transformers.SentenceTransformer`` and in :class:`dotcat.models.BiEncoder`, and
-``dotcat index --model DIR`` takes it unchanged.
+in ``sentence_transformers.SentenceTransformer`` and in
+:class:`dotcat.models.bi_encoder.BiEncoder`, and ``dotcat index --model DIR`` takes it unchanged.
 """
 
 from __future__ import annotations
@@ -137,13 +137,14 @@ class TrainableBiEncoder(nn.Module):
         similarity: str | None = None,
         max_length: int | None = None,
     ) -> TrainableBiEncoder:
-        """Load a model directory or hub name (resolved by :func:`dotcat.models.resolve_model`).
+        """Load a model directory or hub name (resolved by
+        :func:`dotcat.models.resolve.resolve_model`).
 
         ``None`` settings come from the model's sentence-transformers files, read by
         :func:`dotcat.models.st_config.read_st_settings` exactly as
-        :class:`dotcat.models.BiEncoder` reads them (else ``cls``, ``dot``, min(512, positions)),
-        as do the query/document prompts and lower-casing: a model trains with the settings it
-        will be searched with. The weights are loaded in float32.
+        :class:`dotcat.models.bi_encoder.BiEncoder` reads them (else ``cls``, ``dot``, min(512,
+        positions)), as do the query/document prompts and lower-casing: a model trains with the
+        settings it will be searched with. The weights are loaded in float32.
 
         Raises:
             DotcatError: a model or pooling dotcat cannot reproduce, or a ``max_length``

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.lexical import bm25_search
 from dotcat.training.data.mining import (
     check_window,
     load_negatives,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from dotcat.errors import DotcatError
 from dotcat.training.config import LEXICAL_ALPHA, DistillConfig
-from dotcat.training.distributed import DistributedContext
+from dotcat.training.ddp import DistributedContext
 from dotcat.training.recipes.distill import (
     DistillRecipe,
     pooled_within_query_std,

@@ -10,39 +10,24 @@
 - :mod:`.teacher`: a teacher's scores of (query, document) pairs, cached on disk, resumable.
 """
 
-from dotcat.training.data.examples import (
-    ExampleStats,
-    TrainingData,
-    TrainingExample,
-    build_examples,
-    load_training_data,
-    relevant_docs,
-)
-from dotcat.training.data.mining import (
-    iter_document_chunks,
-    load_negatives,
-    mine_bm25_negatives,
-    mine_dense_negatives,
-    negatives_meta,
-    save_negatives,
-    window_negatives,
-)
-from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
+from dotcat.exports import lazy_exports
 
-__all__ = [
-    "ExampleStats",
-    "NoDuplicatePositiveBatchSampler",
-    "TrainingData",
-    "TrainingExample",
-    "batch_false_negatives",
-    "build_examples",
-    "iter_document_chunks",
-    "load_negatives",
-    "load_training_data",
-    "mine_bm25_negatives",
-    "mine_dense_negatives",
-    "negatives_meta",
-    "relevant_docs",
-    "save_negatives",
-    "window_negatives",
-]
+_EXPORTS = {
+    "ExampleStats": "dotcat.training.data.examples",
+    "TrainingData": "dotcat.training.data.examples",
+    "TrainingExample": "dotcat.training.data.examples",
+    "build_examples": "dotcat.training.data.examples",
+    "load_training_data": "dotcat.training.data.examples",
+    "relevant_docs": "dotcat.training.data.examples",
+    "iter_document_chunks": "dotcat.training.data.mining",
+    "load_negatives": "dotcat.training.data.mining",
+    "mine_bm25_negatives": "dotcat.training.data.mining",
+    "mine_dense_negatives": "dotcat.training.data.mining",
+    "negatives_meta": "dotcat.training.data.mining",
+    "save_negatives": "dotcat.training.data.mining",
+    "window_negatives": "dotcat.training.data.mining",
+    "NoDuplicatePositiveBatchSampler": "dotcat.training.data.sampler",
+    "batch_false_negatives": "dotcat.training.data.sampler",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -289,7 +289,8 @@ def load_training_data(
 
 
 def document_texts(corpus: Any, ids: set[str]) -> dict[str, str]:
-    """id -> encoded text (:func:`dotcat.index.document_text`) of the documents in ``ids``."""
+    """id -> encoded text (:func:`dotcat.index.docstore.document_text`) of the documents in
+    ``ids``."""
     texts: dict[str, str] = {}
     for batch in corpus.iter(batch_size=10_000):
         for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):

@@ -39,7 +39,8 @@ from dotcat.data.corpus import document_fields
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.files import writing
 from dotcat.index import document_text
-from dotcat.index.bm25 import BM25Config, BM25Index
+from dotcat.index.bm25 import BM25Index
+from dotcat.index.config import BM25Config
 from dotcat.progress import progress_bar
 from dotcat.training.config import DEFAULT_WINDOW, check_window
 from dotcat.types import Qrels
@@ -190,7 +191,7 @@ def mine_dense_negatives(
 
     The queries are encoded once (``encoder.encode_queries``); the corpus is streamed in chunks
     of ``chunk_size`` documents, each encoded (``encoder.encode_documents`` on
-    :func:`dotcat.index.document_text`) and searched exactly by inner product
+    :func:`dotcat.index.docstore.document_text`) and searched exactly by inner product
     (``faiss.knn``), the per-chunk top-``end`` lists merged in a ``faiss.ResultHeap``. Only the
     queries' vectors, one chunk of document vectors and the ``[queries, end]`` result arrays
     are ever in memory, so the corpus may be far larger than RAM; the result is the same as a
@@ -198,8 +199,9 @@ def mine_dense_negatives(
     position (a tie exactly at the cut-off may fall either way).
 
     Args:
-        encoder: a :class:`dotcat.models.BiEncoder` or any object with ``encode_queries(texts)``
-            and ``encode_documents(texts)`` returning float32 ``[n, dim]`` arrays, and
+        encoder: a :class:`dotcat.models.bi_encoder.BiEncoder` or any object with
+            ``encode_queries(texts)`` and ``encode_documents(texts)`` returning float32
+            ``[n, dim]`` arrays, and
             ``similarity`` (``"cos"`` vectors are L2-normalised here too, to be safe); its
             ``fingerprint`` (if any) is recorded in ``meta``.
         corpus: a ``datasets.Dataset`` or an iterable of documents
@@ -283,7 +285,7 @@ def exact_search(
 
     The corpus is streamed in chunks of ``chunk_size`` documents
     (:func:`iter_document_chunks`), each encoded by ``encode_documents`` on
-    :func:`dotcat.index.document_text` and searched with ``faiss.knn``; the per-chunk top
+    :func:`dotcat.index.docstore.document_text` and searched with ``faiss.knn``; the per-chunk top
     ``k`` lists are merged in a ``faiss.ResultHeap``, as a flat index over the whole corpus
     would rank them. Returns the finalized heap (rows: queries; ``I``: positions in the
     returned document ids) and the document ids in corpus order.

@@ -23,9 +23,9 @@ import numpy as np
 
 from dotcat.data import read_run
 from dotcat.errors import DotcatError
-from dotcat.search.bm25 import bm25_search
+from dotcat.search.dense import DenseRetriever
+from dotcat.search.lexical import bm25_search
 from dotcat.search.reranker import minmax, ranked
-from dotcat.search.retriever import DenseRetriever
 from dotcat.training.data.examples import seeded_rng
 from dotcat.types import Qrels, Run
 

@@ -265,7 +265,7 @@ def batch_false_negatives(
     batch_examples: Sequence[TrainingExample], qrels: Qrels | None = None
 ) -> torch.Tensor:
     """``[B, B + B*n]`` bool mask of the false negatives of a batch, for the contrastive loss:
-    :func:`dotcat.losses.false_negative_mask` of the documents relevant to each example.
+    :func:`dotcat.losses.contrastive.false_negative_mask` of the documents relevant to each example.
 
     Columns follow :func:`dotcat.losses.contrastive.contrastive_logits`: the ``B`` positives in
     batch order, then the ``n`` hard negatives of example 0, of example 1, ... Entry

@@ -9,3 +9,13 @@ Each recipe holds its batch step and its dev evaluation, and tells
 :func:`dotcat.training.run.train` the process context it trains in (``context``) and what
 comes before its loop (``first_steps``).
 """
+
+from dotcat.exports import lazy_exports
+
+_EXPORTS = {
+    "CatRecipe": "dotcat.training.recipes.cat",
+    "DistillRecipe": "dotcat.training.recipes.distill",
+    "DotRecipe": "dotcat.training.recipes.dot",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,11 +16,11 @@
    documents drawn from its pool by a hash of (seed, epoch, query, document), so a resumed or
    repeated run sees the same groups;
 5. train ``[CLS] q [SEP] d [SEP]`` -> logit with pointwise binary cross-entropy (monoBERT,
-   :func:`dotcat.losses.bce_loss`) or localized contrastive estimation (LCE, a softmax over
-   the positive and its negatives, :func:`dotcat.losses.lce_loss`), optionally with the first
-   stages as a teacher (:func:`dotcat.losses.soft_lce_loss`); each batch is forwarded a few
-   groups at a time (:func:`backward_groups`: both losses are means over groups, so the
-   gradient is the whole batch's, in the memory of a chunk; on CPU small chunks are also
+   :func:`dotcat.losses.pointwise.bce_loss`) or localized contrastive estimation (LCE, a softmax
+   over the positive and its negatives, :func:`dotcat.losses.listwise.lce_loss`), optionally with
+   the first stages as a teacher (:func:`dotcat.losses.listwise.soft_lce_loss`); each batch is
+   forwarded a few groups at a time (:func:`backward_groups`: both losses are means over groups, so
+   the gradient is the whole batch's, in the memory of a chunk; on CPU small chunks are also
    faster);
 6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
    model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
@@ -67,7 +67,7 @@ from dotcat.training.data.pools import (
     sample_negatives,
     teacher_scores,
 )
-from dotcat.training.distributed import DistributedContext
+from dotcat.training.ddp import DistributedContext
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,
@@ -380,13 +380,13 @@ def backward_groups(
 ) -> float:
     """Forward and backward a batch of groups ``(query, [positive, negative, ...])``.
 
-    The loss (:func:`~dotcat.losses.lce_loss` over each group, or :func:`~dotcat.losses.bce_loss`
-    over every pair with the positive labelled 1) is a mean over groups of equal size, so it is
-    computed ``pairs_per_forward // group size`` groups at a time, each chunk's loss weighted
-    by its share of the batch: the same gradient as one pass, in a chunk's memory. Gradients
-    accumulate in ``.grad``; returns the batch loss times ``scale``. With ``teacher`` (one
-    list of scores per group) and ``teacher_weight`` > 0, LCE becomes
-    :func:`~dotcat.losses.soft_lce_loss`.
+    The loss (:func:`~dotcat.losses.listwise.lce_loss` over each group, or
+    :func:`~dotcat.losses.pointwise.bce_loss` over every pair with the positive labelled 1) is a
+    mean over groups of equal size, so it is computed ``pairs_per_forward // group size`` groups at
+    a time, each chunk's loss weighted by its share of the batch: the same gradient as one pass, in
+    a chunk's memory. Gradients accumulate in ``.grad``; returns the batch loss times ``scale``.
+    With ``teacher`` (one list of scores per group) and ``teacher_weight`` > 0, LCE becomes
+    :func:`~dotcat.losses.listwise.soft_lce_loss`.
     """
     size = len(groups[0][1])
     if any(len(docs) != size for _, docs in groups):

@@ -57,7 +57,7 @@ from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.training.config import LEXICAL_ALPHA, LEXICAL_TEACHER, DistillConfig, is_lexical
 from dotcat.training.data.teacher import DECIMALS, TeacherScores, score_pairs, teacher_header
-from dotcat.training.distributed import DistributedContext
+from dotcat.training.ddp import DistributedContext
 from dotcat.training.recipes.dot import DotRecipe
 
 logger = logging.getLogger(__name__)

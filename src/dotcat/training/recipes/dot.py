@@ -10,18 +10,18 @@ The run, driven by the loop (:func:`dotcat.training.loop.train`):
 3. build (query, positive, negatives) examples and batches that never hold a false in-batch
    negative (:class:`~dotcat.training.data.sampler.NoDuplicatePositiveBatchSampler`);
 4. forward and backward each batch (:func:`backward_batch`): a loss of
-   :data:`dotcat.losses.LOSSES` ``["dot"]`` over the batch's embeddings, bf16 autocast where
-   the hardware has it, and optionally GradCache (Gao et al. 2021) so that a batch of hundreds
+   :data:`dotcat.losses.registry.LOSSES` ``["dot"]`` over the batch's embeddings, bf16 autocast
+   where the hardware has it, and optionally GradCache (Gao et al. 2021) so that a batch of hundreds
    of examples fits in the memory of a few;
 5. evaluate nDCG@10 (and R@100) on the dev split before training (epoch 0, the base model) and
    after every epoch (:func:`evaluate_dev`), keeping the best model as ``OUT_DIR`` itself (a
    sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`).
 
 The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et al.
-2020; :func:`dotcat.losses.contrastive_loss`) or the triplet margin loss of Sentence-BERT
-(Reimers & Gurevych 2019; :func:`dotcat.losses.triplet_loss`). Under ``torchrun`` every
-process trains its share of each batch with DDP, in-batch negatives gathered from every
-process (:mod:`dotcat.losses.distributed`).
+2020; :func:`dotcat.losses.contrastive.contrastive_loss`) or the triplet margin loss of
+Sentence-BERT (Reimers & Gurevych 2019; :func:`dotcat.losses.triplet.triplet_loss`). Under
+``torchrun`` every process trains its share of each batch with DDP, in-batch negatives gathered
+from every process (:mod:`dotcat.losses.gathered`).
 
 Output directory::
 
@@ -77,7 +77,7 @@ from dotcat.training.data.mining import (
     save_negatives,
 )
 from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
-from dotcat.training.distributed import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.ddp import DistributedContext, init_distributed, shard_sizes
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,
@@ -397,12 +397,12 @@ def backward_batch(
 
     This process embeds its slice of ``batch`` (all of it without DDP): the queries, then the
     positives followed by the hard negatives (example-major) in one document pass; the loss is
-    :func:`_batch_loss`'s. With ``chunk_size``, GradCache (:func:`dotcat.losses.
-    grad_cache_backward`): the texts are embedded ``chunk_size`` at a time without a graph, the
-    loss is back-propagated to the embeddings, then each chunk is embedded again with its RNG
-    state replayed and its slice of the gradient pushed through the encoder. Same gradients as
-    the plain pass (with dropout: the same in distribution; tested equal without dropout) in
-    the memory of one chunk.
+    :func:`_batch_loss`'s. With ``chunk_size``, GradCache
+    (:func:`dotcat.losses.cached.grad_cache_backward`): the texts are embedded ``chunk_size`` at a
+    time without a graph, the loss is back-propagated to the embeddings, then each chunk is
+    embedded again with its RNG state replayed and its slice of the gradient pushed through the
+    encoder. Same gradients as the plain pass (with dropout: the same in distribution; tested equal
+    without dropout) in the memory of one chunk.
 
     Args:
         encode: ``encode(texts, max_length) -> [len(texts), dim]`` embeddings with autograd
@@ -459,11 +459,11 @@ def _batch_loss(
     """``loss_fn(query embeddings, document embeddings)`` of this process's rows of ``batch``.
 
     ``weight`` times the ``dot`` loss ``loss.name`` (0: not computed), a multi-process form
-    that reduces to the plain loss in a single process (:mod:`dotcat.losses.distributed`); the
-    contrastive loss masks the batch's false negatives (:func:`~dotcat.training.data.sampler.
-    batch_false_negatives`). Plus ``extra(query, positive, negatives, rows)`` when given (the
-    ``distill`` recipe's teacher loss), all times ``scale`` (``1 / batches per optimizer
-    step``).
+    that reduces to the plain loss in a single process (:mod:`dotcat.losses.gathered`); the
+    contrastive loss masks the batch's false negatives
+    (:func:`~dotcat.training.data.sampler.batch_false_negatives`). Plus ``extra(query, positive,
+    negatives, rows)`` when given (the ``distill`` recipe's teacher loss), all times ``scale`` (``1
+    / batches per optimizer step``).
     """
     sizes = shard_sizes(len(batch), ctx.world_size)
     b = rows.stop - rows.start
@@ -542,7 +542,7 @@ def evaluate_dev(
 
     The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
     100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
-    Scored with :func:`dotcat.evaluation.evaluate` (ir-measures). Over a sampled dev corpus
+    Scored with :func:`dotcat.evaluation.metrics.evaluate` (ir-measures). Over a sampled dev corpus
     (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
     corpus: fewer documents compete.
     """

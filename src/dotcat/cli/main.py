@@ -148,6 +148,7 @@ def spell_options(text: str, names, command) -> str:
     return text
 
 
+#: The ``dotcat`` application (its commands: :mod:`dotcat.cli.commands`).
 app = typer.Typer(
     cls=Group,
     add_completion=False,
@@ -156,6 +157,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text as written: no markup eats "[ray]", no <bool> columns
     help="dotcat: index a corpus with BERT_DOT + FAISS, search it, re-rank, evaluate.",
 )
+#: ``dotcat train``: its recipes' commands.
 train_app = typer.Typer(
     cls=Group, no_args_is_help=True, rich_markup_mode=None, help="Train BERT_DOT or BERT_CAT."
 )

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dotcat.index.docstore import PassageRef
-from dotcat.options import AGGREGATIONS, at_least, first_failure, one_of
+from dotcat.options import AGGREGATE_TOP, AGGREGATION, AGGREGATIONS, at_least, first_failure, one_of
 from dotcat.types import Run
 
 #: A passage ranking: ``(FAISS id, score)`` pairs, best first.
@@ -57,7 +57,9 @@ def check_aggregation(method: str, top: int) -> None:
 
 
 def aggregate(
-    ranking: Sequence[tuple[PassageRef, float]], method: str = "maxp", top: int = 2
+    ranking: Sequence[tuple[PassageRef, float]],
+    method: str = AGGREGATION,
+    top: int = AGGREGATE_TOP,
 ) -> list[Match]:
     """Documents from a passage ranking (best first), best first (see the module docstring).
 
@@ -93,8 +95,8 @@ def rank_documents(
     *,
     vectors: int,
     documents: int,
-    method: str = "maxp",
-    top: int = 2,
+    method: str = AGGREGATION,
+    top: int = AGGREGATE_TOP,
 ) -> dict[str, list[Match]]:
     """The top ``k`` documents of each query, from a first stage that ranks passages.
 

@@ -7,9 +7,9 @@ import pytest
 
 from dotcat.errors import DotcatError
 from dotcat.index.docstore import PassageRef
+from dotcat.search.aggregation import Match, aggregate, rank_documents, to_run
 from dotcat.search.fusion import Fusion
-from dotcat.search.passages import Match, aggregate, rank_documents, to_run
-from dotcat.search.pipeline import fuse_matches
+from dotcat.search.hybrid import fuse_matches
 
 
 def ref(pid: int, doc: str, part: int) -> PassageRef:

@@ -4,7 +4,7 @@ whole batch's.
 How a step works with ``W`` processes and a global batch of ``B`` examples:
 
 1. Every process draws the *same* global batch and embeds only its slice of it, ``b_r``
-   examples (``sizes[r]``; :func:`dotcat.training.distributed.shard_sizes`).
+   examples (``sizes[r]``; :func:`dotcat.training.ddp.shard_sizes`).
 2. The positives and hard negatives are gathered from all processes *with their gradients*
    (:func:`gather_with_grad`, ``torch.distributed.nn.functional.all_gather``), so each query
    is scored against the whole global batch, as in a single process with batch ``B``. Gathering
@@ -12,7 +12,7 @@ How a step works with ``W`` processes and a global batch of ``B`` examples:
    ``s``'s documents.
 3. Process ``r`` computes InfoNCE for its ``b_r`` queries; query ``i``'s positive is row
    ``offset_r + i`` of the gathered positives (``offset_r = b_0 + ... + b_{r-1}``, the
-   ``offset`` argument of :func:`dotcat.losses.contrastive_loss`).
+   ``offset`` argument of :func:`dotcat.losses.contrastive.contrastive_loss`).
 4. The backward of the all-gather sums, for each process's embeddings, the gradients coming
    from every process's loss; then DDP *averages* the parameter gradients over the ``W``
    processes. The global-batch loss is ``L = (1/B) sum_i L_i``, so process ``r``'s loss is

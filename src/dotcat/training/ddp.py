@@ -11,7 +11,7 @@ Launch the ordinary command under ``torchrun``; :func:`dotcat.training.run.train
 (CPU processes use the gloo backend; GPU processes use nccl, one GPU each, ``LOCAL_RANK``.)
 Every process draws the same global batch and embeds its share of it (:func:`shard_sizes`);
 the losses gather the other processes' embeddings with their gradients
-(:mod:`dotcat.losses.distributed`). Only rank 0 writes files and shows progress bars; the
+(:mod:`dotcat.losses.gathered`). Only rank 0 writes files and shows progress bars; the
 others wait at barriers (:meth:`DistributedContext.barrier`).
 
 References:

@@ -1,4 +1,4 @@
-"""dotcat.training.distributed and dotcat.losses.distributed: 2 gloo processes on CPU give the
+"""dotcat.training.ddp and dotcat.losses.gathered: 2 gloo processes on CPU give the
 single-process loss and gradients, for the losses, the dot recipe's step and a whole run.
 
 The processes are started with ``torch.multiprocessing.spawn`` on a free local port; each
@@ -31,7 +31,7 @@ from dotcat.losses import (
 )
 from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import TrainingExample
-from dotcat.training.distributed import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.ddp import DistributedContext, init_distributed, shard_sizes
 from dotcat.training.model import TrainableBiEncoder
 from dotcat.training.recipes.dot import backward_batch
 from dotcat.training.run import train

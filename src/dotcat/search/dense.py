@@ -1,12 +1,15 @@
 """Dense retrieval at query time: encode the query with the index's own encoder, FAISS top-k.
 
+:class:`DenseStage` is the ``dense`` first stage (:mod:`dotcat.search.stages`) over a
+:class:`DenseRetriever`, with Rocchio feedback where the settings ask for it.
+
 The encoder is rebuilt from the index manifest (model, pooling, similarity, max length:
 :func:`dotcat.index.encoder.encoder_config_from_manifest`), so
 an index is always searched as it was built; another model is refused unless its weights and
-settings are the ones recorded (:func:`dotcat.index.check_encoder`).
+settings are the ones recorded (:func:`dotcat.index.manifest.check_encoder`).
 
 Over an index with passages, FAISS ranks passages and documents are ranked from them
-(:mod:`dotcat.search.passages`: MaxP by default); each hit carries the passage that matched.
+(:mod:`dotcat.search.aggregation`: MaxP by default); each hit carries the passage that matched.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +28,14 @@ from dotcat.index.docstore import StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
+from dotcat.options import AGGREGATE_TOP, AGGREGATION
 from dotcat.progress import progress_bar
-from dotcat.search.feedback import Rocchio, rocchio_expand
+from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
+from dotcat.search.feedback import Rocchio, rocchio_expand, rocchio_of
 from dotcat.search.hits import Hit
-from dotcat.search.passages import Match, check_aggregation, rank_documents, to_run
 from dotcat.types import Run
 
-__all__ = ["DenseRetriever", "Hit"]
+__all__ = ["DenseRetriever", "DenseStage", "Hit"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +49,10 @@ class DenseRetriever:
         device: ``auto``, ``cpu`` or ``cuda`` (for both the encoder and FAISS).
         search_params: FAISS search parameters (``nprobe``, ``efSearch``) overriding the manifest.
         precision: the query encoder's ``auto``, ``fp32``, ``bf16`` or ``int8`` (see
-            :class:`dotcat.models.EncoderConfig`); ``auto`` follows an int8 index.
+            :class:`dotcat.models.config.EncoderConfig`); ``auto`` follows an int8 index.
         index: the index directory already open (a :class:`DenseIndex` of ``index_dir``).
         aggregation, aggregate_top: how documents are ranked from their passages
-            (:func:`dotcat.search.passages.aggregate`).
+            (:func:`dotcat.search.aggregation.aggregate`).
     """
 
     def __init__(
@@ -58,8 +63,8 @@ class DenseRetriever:
         search_params: dict[str, float] | None = None,
         precision: str = "auto",
         index: DenseIndex | ShardSet | None = None,
-        aggregation: str = "maxp",
-        aggregate_top: int = 2,
+        aggregation: str = AGGREGATION,
+        aggregate_top: int = AGGREGATE_TOP,
     ) -> None:
         check_aggregation(aggregation, aggregate_top)
         self.index = index or open_index(index_dir, device=device, search_params=search_params)
@@ -145,6 +150,56 @@ class DenseRetriever:
             qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
             for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
         }
+
+
+@dataclass(frozen=True)
+class DenseStage:
+    """The ``dense`` first stage: a :class:`DenseRetriever`'s documents, its query vectors
+    rewritten by Rocchio first where ``rocchio`` is set (:meth:`with_feedback`).
+
+    Attributes:
+        retriever: the index's retriever (its query encoder loaded).
+        rocchio: Rocchio's settings, or None.
+    """
+
+    retriever: DenseRetriever
+    rocchio: Rocchio | None = None
+    name: str = "dense"
+
+    @classmethod
+    def create(cls, context) -> DenseStage:
+        """The stage over a :class:`~dotcat.search.stages.StageContext`'s index (its query
+        encoder loaded once, shared with a hybrid's dense side), with the Rocchio feedback its
+        settings ask for."""
+        retriever = context.shared("dense", lambda: _retriever(context))
+        return cls(retriever).with_feedback(rocchio_of(context.config))
+
+    def with_feedback(self, rocchio: Rocchio | None) -> DenseStage:
+        """This stage wrapped in Rocchio feedback (None: as it is)."""
+        return self if rocchio is None else replace(self, rocchio=rocchio)
+
+    @property
+    def score_kind(self) -> str:
+        return self.retriever.score_kind
+
+    def search(
+        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents (:meth:`DenseRetriever.batch_matches`)."""
+        return self.retriever.batch_matches(
+            queries, k, show_progress=show_progress, rocchio=self.rocchio
+        )
+
+
+def _retriever(context) -> DenseRetriever:
+    """The index's dense retriever, as the pipeline's settings ask for it."""
+    c = context.config
+    retriever = DenseRetriever(
+        context.index_dir, model=c.model, device=c.device, precision=c.precision,
+        index=context.index, aggregation=c.aggregation, aggregate_top=c.aggregate_top,
+    )  # fmt: skip
+    retriever.encoder.single_query_threads = context.small_call_threads
+    return retriever
 
 
 def hit(rank: int, match: Match, doc: StoredDocument, score_kind: str) -> Hit:

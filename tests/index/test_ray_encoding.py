@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 from dotcat.data import CorpusOptions  # noqa: E402
 from dotcat.errors import DotcatError  # noqa: E402
-from dotcat.index import DenseIndex, IndexConfig, build_index, distributed  # noqa: E402
+from dotcat.index import DenseIndex, IndexConfig, build_index, ray_encoding  # noqa: E402
 from dotcat.index.chunks import ChunkStore  # noqa: E402
 from dotcat.models import BiEncoder, EncoderConfig  # noqa: E402
 
@@ -103,13 +103,13 @@ def log_chunks_encoded_by_actors(monkeypatch, log) -> None:
     The subclass is local, so Ray pickles it by value into the actor processes.
     """
 
-    class CountingEncoder(distributed._ChunkEncoder):
+    class CountingEncoder(ray_encoding._ChunkEncoder):
         def __call__(self, batch):
             with open(log, "a", encoding="utf-8") as f:
                 f.writelines(f"{int(c)}\n" for c in batch["chunk"])
             return super().__call__(batch)
 
-    monkeypatch.setattr(distributed, "_ChunkEncoder", CountingEncoder)
+    monkeypatch.setattr(ray_encoding, "_ChunkEncoder", CountingEncoder)
 
 
 def encoded(log) -> list[int]:
@@ -243,19 +243,19 @@ class FakeRay:
 def test_actors_are_one_per_gpu_else_one_per_cpu_and_single_threaded_on_cpu(encoder_config):
     gpu_cluster, cpu_cluster = FakeRay(CPU=32.0, GPU=4.0), FakeRay(CPU=6.0)
     auto = EncoderConfig(model=encoder_config.model)  # device "auto"
-    assert distributed._use_gpu(gpu_cluster, auto) and not distributed._use_gpu(cpu_cluster, auto)
-    assert not distributed._use_gpu(gpu_cluster, encoder_config)  # device="cpu" is kept
-    assert distributed._worker_count(gpu_cluster, None, use_gpu=True) == 4
-    assert distributed._worker_count(cpu_cluster, None, use_gpu=False) == 6
-    assert distributed._worker_count(cpu_cluster, 3, use_gpu=False) == 3
+    assert ray_encoding._use_gpu(gpu_cluster, auto) and not ray_encoding._use_gpu(cpu_cluster, auto)
+    assert not ray_encoding._use_gpu(gpu_cluster, encoder_config)  # device="cpu" is kept
+    assert ray_encoding._worker_count(gpu_cluster, None, use_gpu=True) == 4
+    assert ray_encoding._worker_count(cpu_cluster, None, use_gpu=False) == 6
+    assert ray_encoding._worker_count(cpu_cluster, 3, use_gpu=False) == 3
     with pytest.raises(DotcatError, match="no GPU"):
-        distributed._use_gpu(cpu_cluster, EncoderConfig(device="cuda"))
+        ray_encoding._use_gpu(cpu_cluster, EncoderConfig(device="cuda"))
     with pytest.raises(DotcatError, match="--ray-workers 0"):
-        distributed._worker_count(cpu_cluster, 0, use_gpu=False)
+        ray_encoding._worker_count(cpu_cluster, 0, use_gpu=False)
 
-    on_cpu = distributed._actor_config(auto, use_gpu=False)
+    on_cpu = ray_encoding._actor_config(auto, use_gpu=False)
     assert (on_cpu.device, on_cpu.num_threads, on_cpu.cpu_workers) == ("cpu", 1, 1)
-    on_gpu = distributed._actor_config(auto, use_gpu=True)
+    on_gpu = ray_encoding._actor_config(auto, use_gpu=True)
     assert (on_gpu.device, on_gpu.num_threads, on_gpu.cpu_workers) == ("cuda", None, None)
     assert on_cpu.model == on_gpu.model == auto.model  # already absolute
 

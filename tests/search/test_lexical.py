@@ -1,4 +1,4 @@
-"""dotcat.search.bm25: one call indexes a corpus in memory and searches a batch of queries
+"""dotcat.search.lexical: one call indexes a corpus in memory and searches a batch of queries
 (the index itself: tests/index/test_bm25.py)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Config
-from dotcat.search.bm25 import bm25_search
+from dotcat.index.config import BM25Config
+from dotcat.search.lexical import bm25_search
 
 DOCS = [
     {"id": "d1", "title": "Wolves", "text": "Wolves hunt in packs across the tundra."},

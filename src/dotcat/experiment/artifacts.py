@@ -114,6 +114,7 @@ class Cache:
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
+        self._checked_versions = False
 
     def run_path(self, fingerprint: str) -> Path:
         return self.root / "runs" / f"{fingerprint}.trec"
@@ -128,6 +129,7 @@ class Cache:
         """The record of a complete artifact, marked reused; None when it must be made."""
         record_path = self._record_path(artifact)
         if not (record_path.is_file() and artifact.exists()):
+            self._note_other_versions()
             return None
         try:
             record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -143,6 +145,29 @@ class Cache:
             seconds=float(record.get("seconds", 0.0)),
             details=record.get("details", {}),
         )
+
+    def _note_other_versions(self) -> None:
+        """Say once why a cache made by another dotcat is not reused: every fingerprint mixes
+        in dotcat's version (:func:`digest`), so its stages are computed again once."""
+        if self._checked_versions:
+            return
+        self._checked_versions = True
+        others = set()
+        for record in self.root.glob("*/*.json"):
+            if record.name.count(".") > 1:  # a run's passages beside it, not a record
+                continue
+            try:
+                others.add(json.loads(record.read_text(encoding="utf-8")).get("dotcat", "< 0.3"))
+            except (OSError, ValueError, AttributeError):
+                continue
+        others.discard(__version__)
+        if others:
+            logger.warning(
+                "%s holds stages made by dotcat %s: dotcat %s fingerprints them anew (its "
+                "settings say what a stage depends on), so they are computed again once; the "
+                "old ones can be deleted",
+                self.root, ", ".join(sorted(others)), __version__,
+            )  # fmt: skip
 
     def discard(self, artifact: Path) -> None:
         """Remove an incomplete artifact (one without record) before making it again."""
@@ -163,6 +188,7 @@ class Cache:
         """Write the record of a finished artifact; from now on :meth:`lookup` finds it."""
         record = {
             "kind": kind,
+            "dotcat": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": seconds,
             "depends_on": dict(description),

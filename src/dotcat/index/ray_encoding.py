@@ -5,8 +5,8 @@ yet (:meth:`dotcat.index.chunks.ChunkStore.finished`, so an interrupted build re
 makes a Ray Dataset of small descriptors, one per chunk: ``{"chunk", "start", "stop"}`` in
 corpus positions. :meth:`ray.data.Dataset.map_batches` runs them through a callable class on
 a fixed-size pool of actors (:class:`ray.data.ActorPoolStrategy`; one GPU or one CPU each):
-each actor loads the corpus (:func:`dotcat.data.load_corpus`, cached on disk) and a
-:class:`dotcat.models.BiEncoder` once, then encodes one chunk per call and returns its
+each actor loads the corpus (:func:`dotcat.data.corpus.load_corpus`, cached on disk) and a
+:class:`dotcat.models.bi_encoder.BiEncoder` once, then encodes one chunk per call and returns its
 vectors. The driver consumes the results as they stream in and alone writes them, chunk by
 chunk, to the build's :class:`~dotcat.index.chunks.ChunkStore`; a chunk is durable once its
 write returns, whatever happens to the cluster afterwards.
@@ -81,7 +81,7 @@ def encode_chunks_on_ray(
             already initialised in this process is used as it is, whatever the address.
         workers: encoder actors; None: one per GPU of the cluster, else one per CPU.
         show_progress: a bar over the documents.
-        options: how the corpus is read (:class:`dotcat.data.CorpusOptions`); the actors
+        options: how the corpus is read (:class:`dotcat.data.sources.CorpusOptions`); the actors
             read it the same way, so their rows are the driver's.
         spans: with passages, ``spans(first, stop)`` gives ``(document position, start,
             stop)`` of the passages with ids ``[first, stop)`` (the store's rows); None: the
@@ -348,10 +348,10 @@ class _ChunkEncoder:
 
     Args:
         corpus: the corpus source (a path made absolute), read with
-            :func:`dotcat.data.load_corpus`.
+            :func:`dotcat.data.corpus.load_corpus`.
         encoder_config: the encoder to load (device and threads already set for this actor).
         cache_dir: the corpus cache root, or None for the default.
-        options: how to read the corpus (:class:`dotcat.data.CorpusOptions`), or None.
+        options: how to read the corpus (:class:`dotcat.data.sources.CorpusOptions`), or None.
     """
 
     def __init__(
