@@ -156,6 +156,14 @@ BAD_FILES: dict[str, bytes] = {
     "ids_empty.txt": b"\n  \n",
     "exp_pth.toml": b'output = "x"\nbaseline = "B"\n[[datasets]]\npth = "@BEIR@"\n'
     b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\n',
+    # experiment systems with settings that do not apply to them
+    "exp_fb_docs.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\nfb_docs = 5\n',
+    "exp_depth.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\ndepth = 50\n',
+    "exp_window.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "dense"\nmodel = "m"\n'
+    b"passages = false\npassage_window = 128\n",
 }
 
 #: Bad folders of documents, under ``bad/``: folder -> {relative path: bytes}.
@@ -166,6 +174,7 @@ BAD_FOLDERS: dict[str, dict[str, bytes]] = {
     "folder_bad_pdf": {"ok.md": b"# fine\n\ntext", "broken.pdf": b"%PDF-1.4 not really a pdf"},
     "folder_bad_utf8": {"ok.md": b"# fine\n\ntext", "latin.txt": "caf\u00e9".encode("latin-1")},
     "folder_bad_records": {"ok.md": b"# fine\n\ntext", "records.jsonl": b"{oops\n"},
+    "folder_docs": {"a.md": b"# A note\n\ntext", "b.txt": b"more text"},
 }
 
 
@@ -598,6 +607,68 @@ MESSAGE_CASES = [
     case(*BM25[:1], "{bad}/fields.jsonl", *BM25[1:], expect="name the field with --id-field"),
 ]
 
+SV = ("search", "--server", "http://127.0.0.1:9", "words")  # refused before it is asked
+SERVE = ("serve", "{idx}", "--port", "8765")
+CAL = ("calibrate", "{idx}", "--rerank", "{cat}")
+DOCS = "{bad}/folder_docs"
+
+#: Options that do not apply to the path chosen: refused in one line, never ignored (issue
+#: 55's item 8), through the command line, from the one source of settings
+#: (:meth:`dotcat.options.Settings.applies`).
+NOT_APPLYING_CASES = [
+    # feedback settings without the feedback they set, or for the other side's method
+    case(*S, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*S, "--fb-terms", "20", expect="--fb-terms applies only with prf rm3 or both"),
+    case(*S, "--original-query-weight", "0.3", expect="--original-query-weight applies only"),
+    case(*S, "--rocchio-docs", "5", expect="--rocchio-docs applies only with prf rocchio or"),
+    case(*S, "--rocchio-alpha", "0.5", expect="--rocchio-alpha applies only with prf rocchio"),
+    case(*S, "--rocchio-beta", "0.5", expect="--rocchio-beta applies only with prf rocchio"),
+    case(*S, "--prf", "rm3", "--rocchio-docs", "5", expect="--rocchio-docs applies only with"),
+    case(*S, "--prf", "rocchio", "--fb-docs", "5", expect="--fb-docs applies only with prf rm3"),
+    case(*S, "--prf", "both", "--first-stage", "dense", expect="rewrites the bm25 side"),
+    case(*S, "--prf", "both", "--first-stage", "bm25", expect="rewrites the dense side"),
+    case(*S, "--prf", "rm3", "--first-stage", "dense", expect="rewrites the bm25 side"),
+    case(*S, "--prf", "rocchio", "--first-stage", "bm25", expect="rewrites the dense side"),
+    # re-ranking settings without a cross-encoder
+    case(*S, "--depth", "50", expect="--depth applies only with a cross-encoder"),
+    case(*S, "--interpolate", "0.5", expect="--interpolate applies only with a cross-encoder"),
+    case(*S, "--batch-size", "8", expect="--batch-size applies only with a cross-encoder"),
+    case(*S, "--rerank-passages", "2", expect="--rerank-passages applies only with a cross-enc"),
+    # aggregation and fusion settings where they do nothing
+    case(*S, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregation sum"),
+    case(*S, "--aggregation", "firstp", "--aggregate-top", "3", expect="--aggregate-top"),
+    case(*S, "--fusion", "rrf", "--fusion-weight", "0.3", expect="--fusion-weight is the lin"),
+    # the same through other commands that take the pipeline's settings
+    case(*SERVE, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*SERVE, "--depth", "50", expect="--depth applies only with a cross-encoder"),
+    case(*SERVE, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregat"),
+    case(*CAL, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*CAL, "--rocchio-beta", "0.2", expect="--rocchio-beta applies only with prf rocchio"),
+    # a server searches with the pipeline it was started with: its settings are not asked
+    case(*SV, "--prf", "rm3", expect="--server"),
+    case(*SV, "--aggregation", "firstp", expect="--server"),
+    case(*SV, "--fusion", "rrf", expect="--server"),
+    case(*SV, "--model", "{model}", expect="--server"),
+    case(*SV, "--rocchio-docs", "0", expect="--rocchio-docs must be >= 1, got 0"),
+    case(*SV, "--rerank", "{cat}", expect="a server re-ranks with the cross-encoder it was"),
+    # passage settings without passages
+    case(*IX, "--no-passages", "--passage-window", "128", expect="--passage-window does not"),
+    case(*IX, "--no-passages", "--passage-stride", "32", expect="--passage-stride does not"),
+    case(*IX, "--no-passages", "--no-sentence-aware", expect="does not apply without passages"),
+    # record field options where no record file is read; folder options for one file
+    case("index", DOCS, "{out}/i", *INDEX, "--id-field", "key", expect="--id-field 'key' names"),
+    case("index", DOCS, "{out}/i", *INDEX, "--text-field", "body", expect="--text-field 'body'"),
+    case("index", DOCS, "{out}/i", *INDEX, "--title-field", "t", expect="holds none to read"),
+    case(*BM25[:1], DOCS, *BM25[1:], "--id-field", "key", expect="a field of record files"),
+    case("index", DOCS + "/a.md", "{out}/i", *INDEX, "--id-field", "k", expect="--id-field 'k'"),
+    case(*IX, "--include", "*.md", expect="--include selects files in a folder"),
+    case("add", "{idx}", "{new}", "--exclude", "*.md", expect="--exclude selects files in a"),
+    # experiment systems, from the same source
+    case("experiment", "{bad}/exp_fb_docs.toml", expect="fb_docs applies only with prf rm3"),
+    case("experiment", "{bad}/exp_depth.toml", expect="depth applies only with a cross-encod"),
+    case("experiment", "{bad}/exp_window.toml", expect="passage_window does not apply"),
+]
+
 #: A passage window the encoder cannot read, or a stride over half of it: refused from the
 #: model's files, before it loads (it loaded first: 5.6-6.3 s with the default model).
 WINDOW_CASES = [
@@ -656,6 +727,11 @@ def test_bad_queries_qrels_and_runs_are_one_line(ws, probe):
 
 @pytest.mark.parametrize("probe", ARGUMENT_CASES, ids=lambda c: c.id)
 def test_a_bad_argument_is_one_line_at_once(ws, probe):
+    _check_case(ws, probe)
+
+
+@pytest.mark.parametrize("probe", NOT_APPLYING_CASES, ids=lambda c: c.id)
+def test_an_option_that_does_not_apply_is_refused_not_ignored(ws, probe):
     _check_case(ws, probe)
 
 
@@ -1635,6 +1711,26 @@ def test_the_skipped_files_count_includes_those_that_failed_at_stat(ws, tmp_path
     code, output, _, _ = _run_in_process(ws, args)
     assert code == 0 and "skipped 2 of 3 files that cannot be read" in output, output
     assert "; --strict stops at the first" in output
+
+
+def test_files_of_kinds_not_read_are_counted_and_named_not_dropped_silently(ws, tmp_path):
+    """A .docx beside notes was left out without a word (only -v named it)."""
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "ok.md").write_text("# Fine\n\nfine text")
+    (folder / "report.docx").write_bytes(b"PK\x03\x04 a word document")
+    (folder / "sub" / "draft.docx").write_bytes(b"PK\x03\x04 another")
+    (folder / "photo.png").write_bytes(b"\x89PNG")
+    args = ["bm25", str(folder), "--queries", ws.paths["queries"], "--output", str(tmp_path / "r")]
+    code, output, _, _ = _run_in_process(ws, args)
+    warned = [line for line in output.splitlines() if "of kinds dotcat does not index" in line]
+    assert code == 0 and len(warned) == 1, output
+    assert "3 file(s) of kinds dotcat does not index (2 .docx, 1 .png)" in warned[0]
+    assert "photo.png, report.docx, sub/draft.docx" in warned[0]
+    assert "--exclude patterns" in warned[0]  # the option, as the command line spells it
+    args = [*args[:-1], str(tmp_path / "r2"), "--exclude", "*.docx", "--exclude", "*.png"]
+    code, output, _, _ = _run_in_process(ws, args)
+    assert code == 0 and "does not index" not in output, output
 
 
 # -- HTTP: HEAD, and a body that never arrives ----------------------------------------------

@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from dotcat import __version__
+from dotcat.cli.params import current_context
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room
 from dotcat.progress import set_progress_anywhere, set_quiet
@@ -172,22 +173,12 @@ class _StderrHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record)
-            ctx = _current_context()
+            ctx = current_context()
             if getattr(record, "settings", None) and ctx is not None:
                 line = spell_options(line, set(record.settings), ctx.command)
             sys.stderr.write(line + "\n")
         except Exception:  # noqa: BLE001 - logging must never take the command down
             self.handleError(record)
-
-
-def _current_context():
-    """The running command's context: typer's own click's where typer ships one (newer
-    releases), else click's."""
-    try:
-        from typer._click.globals import get_current_context
-    except ImportError:
-        get_current_context = click.get_current_context
-    return get_current_context(silent=True) or click.get_current_context(silent=True)
 
 
 #: Loggers whose INFO lines are noise at -v: FAISS's loader reports each of its builds it

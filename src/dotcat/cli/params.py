@@ -41,7 +41,7 @@ from dotcat.options import Settings, choices_of, default_of, is_settings
 #: ``auto`` on the command line (``--teacher-alpha auto``).
 AUTO = "auto"
 #: How a value reached a command: given by the user (not the option's default).
-_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+_GIVEN = ("COMMANDLINE", "ENVIRONMENT")  # (by name: typer's own click has its own enum)
 
 
 def option(
@@ -161,12 +161,22 @@ def build(cls: type, values: Mapping[str, Any], exclude: tuple[str, ...] = ()) -
 def given(names: list[str], fields: list[tuple[type, dataclasses.Field]] = ()) -> set[str]:
     """Which of ``names`` the user gave this command (not left at their defaults); a pair's
     half given counts as its field given."""
-    context = click.get_current_context(silent=True)
+    context = current_context()
     if context is None:
         return set()
-    out = {n for n in names if context.get_parameter_source(n) in _GIVEN}
+    out = {n for n in names if getattr(context.get_parameter_source(n), "name", None) in _GIVEN}
     halves = {f.name: f.metadata["half_of"][0] for _, f in fields if "half_of" in f.metadata}
     return out | {halves[n] for n in out if n in halves}
+
+
+def current_context() -> Any:
+    """The running command's context: typer's own click's where typer ships one (newer
+    releases: click's ``get_current_context`` then sees none), else click's."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:
+        get_current_context = click.get_current_context
+    return get_current_context(silent=True) or click.get_current_context(silent=True)
 
 
 def given_settings(cls: type) -> set[str]:
@@ -185,7 +195,7 @@ def refuse_with(what: str, names: set[str], why: str) -> None:
 
 def _flag(name: str) -> str:
     """The current command's flag for its parameter ``name`` (``--fusion``)."""
-    context = click.get_current_context(silent=True)
+    context = current_context()
     for param in context.command.params if context else ():
         if param.name == name:
             return next((o for o in param.opts if o.startswith("--")), param.opts[0])

@@ -247,9 +247,6 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
             named,
             extra={"settings": ("strict",)},
         )
-    if stats.other_kinds:
-        kinds = ", ".join(f"{n} {suffix}" for suffix, n in stats.other_kinds.items())
-        logger.info("%s: not read, of kinds dotcat does not index: %s", stats.path, kinds)
 
 
 def default_cache_dir() -> Path:

@@ -18,7 +18,10 @@
   symbolic links to files are followed, to folders not (no cycles). A single document file
   (``report.pdf``) is a folder of one file, its name the id. A folder that holds a dotcat
   index (or an index's build) is never read as documents: an index kept inside its own corpus
-  folder (``dotcat index docs docs/idx``) is skipped, and named in one warning.
+  folder (``dotcat index docs docs/idx``) is skipped, and named in one warning. Files of
+  other kinds (``.docx``, images) are not read: counted by kind and named in one warning
+  (exclude patterns leave them out without it). The record field options (``id_field``...)
+  given for a folder that holds no record file are refused: they would do nothing.
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
@@ -67,7 +70,7 @@ from dotcat.data.records import (
     iter_python_records,
     python_source_name,
 )
-from dotcat.errors import DataFormatError, DotcatError
+from dotcat.errors import DataFormatError, DotcatError, SettingError
 from dotcat.options import Settings, setting
 
 logger = logging.getLogger(__name__)
@@ -279,6 +282,7 @@ class Listing:
     files: list[ListedFile] = field(default_factory=list)
     problems: list[tuple[str, Path, str]] = field(default_factory=list)  # rel, path, reason
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
+    other_named: list[str] = field(default_factory=list)  # the first few of those
     excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
     hidden: int = 0  # hidden files and folders skipped
     indexes: list[str] = field(default_factory=list)  # folders skipped: dotcat indexes
@@ -300,10 +304,12 @@ class FolderSource:
         if self.only is not None:
             listing = Listing()
             _list_file(listing, self.only.name, self.only, self.only.name)
+            _refuse_record_fields(self.only, listing, self.options)
             return listing
         listing = walk(self.root, self.options)
         _check_listing(self.root, listing, self.options)
         _say_indexes_skipped(self.root, listing.indexes)
+        _say_kinds_not_read(self.root, listing)
         return listing
 
     def identity(self, again: bool = False) -> dict[str, Any]:
@@ -499,8 +505,9 @@ INDEX_MARKERS = ("manifest.json", "build.json")
 INDEX_PARTS = ("docstore.sqlite", "index.faiss", "chunks.jsonl")
 
 
-#: Folders whose skipped indexes were named already (a command opens its corpus more than once).
-_NAMED: set[tuple[str, tuple[str, ...]]] = set()
+#: Folders whose skipped indexes (or kinds not read) were named already (a command opens
+#: its corpus more than once).
+_NAMED: set[tuple[str, tuple]] = set()
 
 
 def _say_indexes_skipped(root: Path, indexes: list[str]) -> None:
@@ -512,6 +519,23 @@ def _say_indexes_skipped(root: Path, indexes: list[str]) -> None:
             "%s: not read: %s, a dotcat index (an index inside its corpus folder is skipped, "
             "never indexed as documents)", root, ", ".join(indexes),
         )  # fmt: skip
+
+
+def _say_kinds_not_read(root: Path, listing: Listing) -> None:
+    """Warn, once per process, of a folder's files of kinds dotcat does not read (``.docx``,
+    images...): counted by kind and the first few named, never dropped without a word."""
+    total = sum(listing.other_kinds.values())
+    key = (str(root.resolve()), ("kinds", *sorted(listing.other_kinds.items())))
+    if not total or key in _NAMED:
+        return
+    _NAMED.add(key)
+    more = total - len(listing.other_named)
+    named = ", ".join(listing.other_named) + (f" and {more} more" if more > 0 else "")
+    logger.warning(
+        "%s: not read: %d file(s) of kinds dotcat does not index (%s): %s; convert them to "
+        "text, Markdown, HTML or PDF to index them, or leave them out with exclude patterns",
+        root, total, _counts(listing.other_kinds), named, extra={"settings": ("exclude",)},
+    )  # fmt: skip
 
 
 def is_index_folder(folder: Path) -> bool:
@@ -533,6 +557,8 @@ def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
     kind = file_kind(name)
     if kind is None:
         listing.other_kinds[_suffix(name)] += 1
+        if len(listing.other_named) < UNREADABLE_NAMED:
+            listing.other_named.append(rel)
         return
     listing.files.append(ListedFile(rel, path, st.st_size, st.st_mtime_ns, kind))
 
@@ -581,8 +607,24 @@ def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None
             root, None, f"no file to index here: a folder is read for its {kinds} files "
             f"(gzipped text kinds too), a BEIR directory for its corpus.jsonl; {held}"
         )  # fmt: skip
+    _refuse_record_fields(root, listing, options)
     if any(f.kind == "html" for f in listing.files):
         check_html_support()
+
+
+def _refuse_record_fields(where: Path, listing: Listing, options: CorpusOptions) -> None:
+    """Refuse ``id_field``/``title_field``/``text_field`` where no record file is read: a
+    document file's id is its path and its title its own, so the option would do nothing."""
+    given = [name for name in ("id_field", "title_field", "text_field") if getattr(options, name)]
+    if not given or any(f.kind == "records" for f in listing.files):
+        return
+    name = given[0]
+    kinds = " ".join(RECORD_SUFFIXES)
+    raise SettingError(
+        name, f"{name} {getattr(options, name)!r} names a field of record files ({kinds}); "
+        f"{where} holds none to read: its documents are files, each with its path as its id "
+        "and its own title and text", others=given[1:],
+    )  # fmt: skip
 
 
 # -- reading one file of a folder ----------------------------------------------------------

@@ -366,7 +366,7 @@ class EmptyBM25(BM25Index):
     cannot index zero documents); the next ``dotcat add`` builds a real one again."""
 
     def __init__(self, config: BM25Config) -> None:
-        super().__init__(None, config.make_tokenizer(), [], config)
+        super().__init__(None, make_tokenizer(config), [], config)
 
     @property
     def vocabulary(self) -> list[str]:
