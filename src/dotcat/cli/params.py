@@ -41,7 +41,6 @@ from dotcat.options import Settings, choices_of, default_of, is_settings
 #: ``auto`` on the command line (``--teacher-alpha auto``).
 AUTO = "auto"
 #: How a value reached a command: given by the user (not the option's default).
-_GIVEN = ("COMMANDLINE", "ENVIRONMENT")  # (by name: typer's own click has its own enum)
 
 
 def option(
@@ -164,9 +163,16 @@ def given(names: list[str], fields: list[tuple[type, dataclasses.Field]] = ()) -
     context = current_context()
     if context is None:
         return set()
-    out = {n for n in names if getattr(context.get_parameter_source(n), "name", None) in _GIVEN}
+    out = {n for n in names if _given(context.get_parameter_source(n))}
     halves = {f.name: f.metadata["half_of"][0] for _, f in fields if "half_of" in f.metadata}
     return out | {halves[n] for n in out if n in halves}
+
+
+def _given(source: Any) -> bool:
+    """Whether a parameter's source is the user (its command line or environment), the enum
+    taken from the source itself: typer's own click has its own."""
+    kind = type(source)
+    return source is not None and source in (kind.COMMANDLINE, kind.ENVIRONMENT)
 
 
 def current_context() -> Any:

@@ -260,7 +260,7 @@ def config_positions(config: dict) -> int:
 def encoder_max_length(model: str | os.PathLike, max_length: int | None = None) -> int:
     """The window a BERT_DOT loaded from ``model`` will read (``max_length`` if given, else
     the model's sentence-transformers setting, else min(512, its positions)), read from its
-    files without loading it: what :meth:`dotcat.models.BiEncoder.load` chooses."""
+    files without loading it: what :meth:`dotcat.models.bi_encoder.BiEncoder.load` chooses."""
     path = check_model(model)
     st = read_st_settings(path)
     positions = config_positions(read_model_config(path, st.transformer_dir))
