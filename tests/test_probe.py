@@ -602,7 +602,7 @@ MESSAGE_CASES = [
     case("experiment", "{bad}/exp_pth.toml", expect="unknown field 'pth' (did you mean 'path'?)"),
     case("search", "{idx}", "reset", "my", "password", expect="several words goes in quotes"),
     case(EVAL, "{run}", "{queries}", expect="; this looks like a queries file (an id, a tab"),
-    case(EVAL, "{qrels}", "{run}", expect="found 6; this looks like a TREC run (6 columns"),
+    case(EVAL, "{qrels}", "{run}", expect="found 6: this is a TREC run (qid Q0 docid rank"),
     case("add", "{idx}", "{corpus}", expect="; pass --upsert to replace them"),
     case(*BM25[:1], "{bad}/fields.jsonl", *BM25[1:], expect="name the field with --id-field"),
 ]
@@ -1648,9 +1648,13 @@ def test_an_index_inside_its_corpus_folder_is_skipped_and_named(ws, tmp_path):
     (docs / "d3.md").write_text("# Note 3\n\nText 3 about w3.\n")
     code, output, _, _ = _run_in_process(ws, ["add", str(index), str(docs), "--upsert"])
     assert code == 0 and _documents(index) == 4, output
-    refused = ["index", str(index), str(tmp_path / "x"), "--model", ws.paths["model"]]
+    building = docs / ".idx.building"  # an interrupted build's folder, given as a corpus
+    shutil.copytree(index, building)
+    (building / "build.json").write_text("{}")
+    (building / "manifest.json").unlink()
+    refused = ["index", str(building), str(tmp_path / "x"), "--model", ws.paths["model"]]
     code, output, seconds, _ = _run_in_process(ws, refused)
-    assert_refused(code, output, "idx: a dotcat index, not documents")
+    assert_refused(code, output, ".idx.building: a dotcat index's build folder")
 
 
 def test_deleting_every_document_leaves_an_index_that_finds_nothing(ws, tmp_path):

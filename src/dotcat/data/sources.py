@@ -1,6 +1,6 @@
 """Corpus sources: what a corpus argument names, and the records it holds, in a fixed order.
 
-:func:`open_source` turns what a user passes into one of three sources, each yielding
+:func:`open_source` turns what a user passes into one of four sources, each yielding
 :class:`~dotcat.data.records.Record` objects:
 
 - :class:`FileSource`: a corpus file (JSON Lines, JSON, CSV, TSV, Parquet; .gz for the text
@@ -16,12 +16,15 @@
   ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and ``#`` separates
   a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
   symbolic links to files are followed, to folders not (no cycles). A single document file
-  (``report.pdf``) is a folder of one file, its name the id. A folder that holds a dotcat
-  index (or an index's build) is never read as documents: an index kept inside its own corpus
-  folder (``dotcat index docs docs/idx``) is skipped, and named in one warning. Files of
-  other kinds (``.docx``, images) are not read: counted by kind and named in one warning
-  (exclude patterns leave them out without it). The record field options (``id_field``...)
-  given for a folder that holds no record file are refused: they would do nothing.
+  (``report.pdf``) is a folder of one file, its name the id. A folder inside that holds a
+  dotcat index (or an index's build) is never read as documents: an index kept inside its
+  own corpus folder (``dotcat index docs docs/idx``) is skipped, and named in one warning.
+  Files of other kinds (``.docx``, images) are not read: counted by kind and named in one
+  warning (exclude patterns leave them out without it). The record field options
+  (``id_field``...) given for a folder that holds no record file are refused: they would do
+  nothing.
+- :class:`~dotcat.data.index_source.IndexSource`: a dotcat index directory, whose document
+  store holds every document it indexed (ids as indexed).
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
@@ -62,6 +65,7 @@ from typing import Any
 from dotcat.data._io import find_one, is_gzipped, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
+from dotcat.data.index_source import IndexSource, is_index_dir
 from dotcat.data.records import (
     FieldNames,
     Record,
@@ -105,7 +109,7 @@ class CorpusStats:
 
     Attributes:
         path: the corpus read (a file, a folder, or ``<list>`` and the like).
-        kind: ``file``, ``folder`` or ``python`` (:mod:`dotcat.data.sources`).
+        kind: ``file``, ``folder``, ``index`` or ``python`` (:mod:`dotcat.data.sources`).
         records: records read (a folder's document files count one each).
         documents: documents produced, ``records - skipped_empty``.
         title_only: documents with an empty text, indexed on their title alone.
@@ -405,7 +409,7 @@ class PythonSource:
         stats.sha256 = digest.hexdigest()
 
 
-Source = FileSource | FolderSource | PythonSource
+Source = FileSource | FolderSource | PythonSource | IndexSource
 
 
 def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> Source:
@@ -418,7 +422,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             or a folder with HTML files and no trafilatura.
     """
     options = options or CorpusOptions()
-    if isinstance(source, (FileSource, FolderSource, PythonSource)):
+    if isinstance(source, (FileSource, FolderSource, PythonSource, IndexSource)):
         return source
     if is_python_source(source):
         _refuse_folder_options(options, python_source_name(source), "documents given in Python")
@@ -430,13 +434,16 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
         )
     path = resolve_data_path(source)
     if path.is_dir():
+        if is_index_dir(path):  # a dotcat index: the documents its store keeps
+            _refuse_folder_options(options, path, "a dotcat index")
+            return IndexSource(path, options)
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
             return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
         if is_index_folder(path):
             raise DataFormatError(
-                path, None, "a dotcat index, not documents (give the folder or file it was built "
-                "from; its manifest.json names it)"
+                path, None, "a dotcat index's build folder (an interrupted `dotcat index`), not "
+                "documents; give the folder or file it is built from"
             )  # fmt: skip
         return FolderSource(path, options)
     require_file(path)
