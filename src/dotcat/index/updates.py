@@ -285,9 +285,11 @@ def _add(
     if len(dataset) == 0:
         return next_id
     device, precision = runtime
-    config = encoder_config_from_manifest(manifest.encoder, None, device, precision)
+    config = encoder_config_from_manifest(
+        manifest.encoder, None, device, precision, side="documents"
+    )
     encoder = BiEncoder.load(config)
-    check_encoder(manifest, encoder.manifest_entry(), store.path.parent)
+    check_encoder(manifest, encoder.manifest_entry(), store.path.parent, side="documents")
     splitter = Splitter.for_encoder(encoder, PassageConfig.from_manifest(manifest.passages))
     position = first
     with progress_bar(

@@ -38,17 +38,17 @@ from typing import Any
 
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
-from dotcat.index.shards import open_index
 from dotcat.options import RUN_K, SHOWN_K
 from dotcat.search.aggregation import Match, to_run
-from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline
+from dotcat.search.cluster import ClusterConfig
+from dotcat.search.config import PRF_SIDES, PipelineConfig
 from dotcat.search.dense import hit
 from dotcat.search.feedback import rm3_of, rocchio_of
 from dotcat.search.hits import Hit
 from dotcat.search.hybrid import index_fusion
-from dotcat.search.lexical import load_bm25
 from dotcat.search.reranker import Reranker, advise_calibration, candidate_texts
-from dotcat.search.stages import FirstStage, StageContext, entry
+from dotcat.search.sharded import HitList, open_stages
+from dotcat.search.stages import FirstStage, entry
 from dotcat.types import Run
 
 __all__ = ["PipelineConfig", "SearchPipeline"]
@@ -76,23 +76,22 @@ class SearchPipeline:
 
     def __init__(
         self,
-        index_dir: str | Path,
+        index_dir: str | Path | Sequence[str | Path],
         config: PipelineConfig | None = None,
         *,
         advise: bool = True,
+        cluster: ClusterConfig | None = None,
         **settings: Any,
     ) -> None:
         config = config or PipelineConfig()
         self.config = config = replace(config, **settings) if settings else config
-        check_pipeline(index_dir, config)
-        self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
-        # An index directory, or a folder of shard indexes searched unmerged (dense only).
-        self.index = open_index(self.index_dir, device=config.device,
-                                search_params=dict(config.search_params or {}))  # fmt: skip
+        # An index directory, or shards (a folder of them, or a list) searched as one index:
+        # in this process, or on Ray (dotcat.search.sharded).
+        self.stages = open_stages(index_dir, config, cluster)
+        self.index_dir, self.index = self.stages.index_dir, self.stages.index
         self.manifest = self.index.manifest
-        self.bm25 = load_bm25(self.index_dir, self.index)
-        self.stages = StageContext(self.index_dir, self.index, self.bm25, config)
+        self.bm25 = self.stages.bm25
         self.first_stage = self.stages.resolve(config.first_stage)
         self.fusion = index_fusion(self.manifest.fusion, config)
         self._check_feedback()
@@ -175,14 +174,17 @@ class SearchPipeline:
             if not isinstance(query, str) or not query.strip():
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
-        found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+        with self._lock:  # the documents come from where the search found them (shards)
+            found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+            needed = {m.doc_id for matches in found.values() for m in matches}
+            stored = self.index.store.by_ids(sorted(needed))
+            coverage = self.stages.coverage()
         kind = self.score_kind(first_stage=first_stage, rerank=rerank)
-        needed = {m.doc_id for matches in found.values() for m in matches}
-        stored = self.index.store.by_ids(sorted(needed))
-        return [
+        hits = [
             [hit(rank, m, stored[m.doc_id], kind) for rank, m in enumerate(found[key], start=1)]
             for key in keyed
         ]
+        return hits if coverage is None else [HitList(h, coverage) for h in hits]
 
     def query_cut(self, query: str, first_stage: str | None = None) -> tuple[int, int] | None:
         """``(tokens, kept)`` when the query encoder reads only the first ``kept`` of the
@@ -249,6 +251,7 @@ class SearchPipeline:
             raise DotcatError(f"depth must be >= 1, got {depth}")
         wanted = max(k, depth) if reranker is not None else k
         with self._lock:
+            self.stages.begin_call()
             found = stage.search(queries, wanted, show_progress=show_progress)
             if reranker is not None:
                 found = reranker.rerank_matches(
@@ -305,4 +308,9 @@ class SearchPipeline:
             },
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
+            "shards": self.stages.status(),
         }
+
+    def close(self) -> None:
+        """Let go of the shards' processes (on Ray); one index needs nothing."""
+        self.stages.close()
