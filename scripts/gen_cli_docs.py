@@ -26,8 +26,9 @@ HEADER = """# Command-line reference
 
 Generated from the `dotcat` application by `python scripts/gen_cli_docs.py` with typer
 {typer_version}; do not edit by hand (`tests/test_docs.py` fails when this page and the CLI
-differ). Every command accepts `-q` (no progress bars) and `-v` (log details) anywhere on its
-line; a bad argument is one line naming it, exit status 2.
+differ). Every command accepts `-q` (no progress bars), `--progress` (bars also where stderr
+is not a terminal: a log) and `-v` (log details) anywhere on its line; a bad argument is one
+line naming it, exit status 2.
 """
 
 

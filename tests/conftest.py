@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -147,7 +148,12 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 def _not_quiet_after():
     """The CLI's ``-q`` sets a process-wide switch (and ``DOTCAT_QUIET``): no test leaves it on
     for the next one (a progress-bar test after a ``-q`` invocation would see no bar)."""
+    asked = os.environ.get("DOTCAT_PROGRESS")
     yield
     from dotcat.progress import set_quiet
 
     set_quiet(False)
+    if asked is None:  # (the CLI's --progress sets it for the process)
+        os.environ.pop("DOTCAT_PROGRESS", None)
+    else:
+        os.environ["DOTCAT_PROGRESS"] = asked

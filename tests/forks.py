@@ -14,7 +14,14 @@ A child can be given, besides its arguments, environment and working folder:
   fails with EFBIG, as on a full disk;
 * ``stop``: a function (``module:attribute``, e.g. ``dotcat.index.layout:swap_into_place``)
   at whose ``call``-th call the child sends itself ``signal``, ``before`` or ``after`` the real
-  call: a kill -9 or a Ctrl-C at an exact point, not at a racy moment.
+  call: a kill -9 or a Ctrl-C at an exact point, not at a racy moment; with ``delay_s``,
+  the signal comes that many seconds after the call began, from a timer (whatever the child
+  is doing then, a long call into a library included), and the time it was sent is written
+  to the file ``mark``;
+* ``drop``: Linux capabilities (by number) the child gives up, effective and permitted,
+  before it runs anything: root without ``CAP_DAC_OVERRIDE`` (1) and ``CAP_FOWNER`` (3) is
+  held to file permissions as any user is (what ``setpriv --bounding-set=-dac_override``
+  does for a whole command), so a read-only or foreign-owned index is one for root too.
 """
 
 from __future__ import annotations
@@ -71,9 +78,20 @@ _ZYGOTE = textwrap.dedent(
             os.kill(os.getpid(), number)
             time.sleep(30)  # the signal arrives first
 
+        def later():
+            time.sleep(spec["delay_s"])
+            with open(spec["mark"], "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), number)
+
         def stopped(*args, **kwargs):
             calls[0] += 1
             hit = calls[0] == spec.get("call", 1)
+            if hit and "delay_s" in spec:
+                import threading
+
+                threading.Thread(target=later, daemon=True).start()
+                return real(*args, **kwargs)
             if hit and spec.get("when", "before") == "before":
                 die()
             result = real(*args, **kwargs)
@@ -84,7 +102,25 @@ _ZYGOTE = textwrap.dedent(
         setattr(owner, name, stopped)
 
 
+    def drop_capabilities(numbers):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this pid
+        data = (ctypes.c_uint32 * 6)()  # 2 x (effective, permitted, inheritable)
+        if libc.capget(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capget")
+        for number in numbers:
+            word, bit = divmod(number, 32)
+            data[3 * word] &= ~(1 << bit)
+            data[3 * word + 1] &= ~(1 << bit)
+        if libc.capset(header, data) != 0:  # the child has one thread yet: all of it
+            raise OSError(ctypes.get_errno(), "capset")
+
+
     def child(request):
+        if request.get("drop"):
+            drop_capabilities(request["drop"])
         os.chdir(request["cwd"])
         os.environ.update(request.get("env", {}))
         out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -167,6 +203,7 @@ class Zygote:
         env: dict[str, str] | None = None,
         fsize: int | None = None,
         stop: dict | None = None,
+        drop: tuple[int, ...] = (),
     ) -> Done:
         """Run ``dotcat ARGS`` in a forked child; returns when it has exited."""
         self.runs += 1
@@ -177,6 +214,7 @@ class Zygote:
             "env": env or {},
             "fsize": fsize,
             "stop": stop,
+            "drop": list(drop),
             "stdout": str(out),
             "stderr": str(err),
         }

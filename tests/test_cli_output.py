@@ -1,6 +1,8 @@
 """Output a person can read: bars that advance, -q that silences, no library noise, no repeats.
 
-The commands run as child processes with stderr going to a pipe, as in a log file or CI.
+The commands run as child processes with stderr going to a pipe, as in a log file or CI: bars
+are drawn there only when asked (``--progress`` / ``DOTCAT_PROGRESS=1``), which these tests do
+unless they test that.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ _DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
 def _dotcat(*args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     import os
 
-    env = {**os.environ, **(env_extra or {})}
+    env = {**os.environ, "DOTCAT_PROGRESS": "1", **(env_extra or {})}
     env.pop("DOTCAT_QUIET", None)
     return subprocess.run(
         [sys.executable, "-c", _DOTCAT, *map(str, args)],
@@ -100,8 +102,21 @@ def test_encoding_advances_a_callers_bar_batch_by_batch(tiny_bert_dir):
     np.testing.assert_allclose(vectors, encoder.encode(texts), rtol=0, atol=1e-6)
 
 
-def test_a_log_file_gets_each_state_once(tmp_path):
+def test_no_bar_is_drawn_where_stderr_is_not_a_terminal_unless_asked(
+    corpus, tiny_bert_dir, tmp_path
+):
+    args = ("index", corpus, tmp_path / "idx", "--model", tiny_bert_dir, "--no-bm25")
+    plain = _dotcat(*args, env_extra={"DOTCAT_PROGRESS": "0"})
+    assert plain.returncode == 0, plain.stderr
+    assert _bar_lines(plain.stderr) == [], plain.stderr
+    asked = _dotcat("--progress", *args, "--overwrite", env_extra={"DOTCAT_PROGRESS": "0"})
+    assert asked.returncode == 0, asked.stderr
+    assert any(line.startswith("encoding documents") for line in _bar_lines(asked.stderr))
+
+
+def test_a_log_file_gets_each_state_once(tmp_path, monkeypatch):
     """tqdm re-prints the final state when a bar closes; in a file that is a duplicate."""
+    monkeypatch.setenv("DOTCAT_PROGRESS", "1")  # (a file, not a terminal: drawn when asked)
     log = tmp_path / "log.txt"
     with open(log, "w") as f, progress_bar(total=3, desc="work", unit="x", file=f) as bar:
         for _ in range(3):

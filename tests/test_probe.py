@@ -5,13 +5,20 @@ Cases are data, one table per kind: bad corpora, queries, qrels and run files; b
 arguments; corrupt index files; kill -9, Ctrl-C and SIGTERM during a build, an overwrite,
 the swap, an add and a delete; a resume with other settings; a full disk under every writer;
 bad HTTP requests and those the HTTP layer refuses; ``/info``; 64 clients against a small
-queue. Each case asserts what a user is owed:
+queue; every writer on an index it may not change (read-only, another user's, in a read-only
+folder; a stale build folder it cannot remove); documents of any size (a single line of
+megabytes, a signal while it is split); network waits on a server that takes the connection
+and never answers; an index inside its own corpus folder; an index whose every document was
+deleted. Each case asserts what a user is owed:
 
 * exit status 2 (130 for Ctrl-C, 143 for SIGTERM, -9 for kill -9; over HTTP a 4xx, or 503
   for a full queue, with a JSON body);
 * one error line, naming the file, line, field or argument (an expected fragment of it);
 * no traceback;
-* an argument error within 3 s (:func:`tests.timing.within` scales it under an emulator);
+* an argument error within 3 s (:func:`tests.timing.within` scales it under an emulator),
+  no model loaded to find it;
+* no wait past 30 s: every network wait bounded (``DOTCAT_NETWORK_TIMEOUT``), a signal
+  honoured within seconds whatever the size of the document being read;
 * nothing changed on disk: the workspace (index, models, inputs) hashes the same before and
   after; a killed or failed write leaves the old index byte-identical, or the new one
   complete, and the next run of the same command finishes.
@@ -29,13 +36,16 @@ case list and what each case found is ``eval/studies/probe/README.md``.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -53,7 +63,7 @@ from typer.testing import CliRunner
 from dotcat.cli import app
 from dotcat.data import load_corpus
 from dotcat.index import IndexConfig, build_index
-from dotcat.models import EncoderConfig
+from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.options import gpu_may_be_visible
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
@@ -144,6 +154,16 @@ BAD_FILES: dict[str, bytes] = {
     b'split = "validation"\n'
     b'[[systems]]\nname = "B"\nfirst_stage = "bm25"\n',
     "ids_empty.txt": b"\n  \n",
+    "exp_pth.toml": b'output = "x"\nbaseline = "B"\n[[datasets]]\npth = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\n',
+    # experiment systems with settings that do not apply to them
+    "exp_fb_docs.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\nfb_docs = 5\n',
+    "exp_depth.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "bm25"\ndepth = 50\n',
+    "exp_window.toml": b'output = "x"\nbaseline = "B"\n[dataset]\npath = "@BEIR@"\n'
+    b'split = "test"\n[[systems]]\nname = "B"\nfirst_stage = "dense"\nmodel = "m"\n'
+    b"passages = false\npassage_window = 128\n",
 }
 
 #: Bad folders of documents, under ``bad/``: folder -> {relative path: bytes}.
@@ -154,6 +174,7 @@ BAD_FOLDERS: dict[str, dict[str, bytes]] = {
     "folder_bad_pdf": {"ok.md": b"# fine\n\ntext", "broken.pdf": b"%PDF-1.4 not really a pdf"},
     "folder_bad_utf8": {"ok.md": b"# fine\n\ntext", "latin.txt": "caf\u00e9".encode("latin-1")},
     "folder_bad_records": {"ok.md": b"# fine\n\ntext", "records.jsonl": b"{oops\n"},
+    "folder_docs": {"a.md": b"# A note\n\ntext", "b.txt": b"more text"},
 }
 
 
@@ -547,6 +568,133 @@ ARGUMENT_CASES = [
         "words",
         expect="prefer must be",
     ),  # fmt: skip
+    # Rocchio's weights, range-checked as RM3's is (NaN, inf and 1e308 scored nothing)
+    case(
+        *S,
+        "--prf",
+        "rocchio",
+        "--first-stage",
+        "dense",
+        "--rocchio-alpha",
+        "nan",
+        expect="--rocchio-alpha must be in [0, 1], got nan",
+    ),  # fmt: skip
+    case(*S, "--rocchio-alpha", "inf", expect="--rocchio-alpha must be in [0, 1], got inf"),
+    case(*S, "--rocchio-alpha", "1e308", expect="--rocchio-alpha must be in [0, 1], got 1e+308"),
+    case(*S, "--rocchio-beta", "-0.5", expect="--rocchio-beta must be in [0, 1], got -0.5"),
+    case(*S, "--rocchio-beta", "2", expect="--rocchio-beta must be in [0, 1], got 2.0"),
+    case(
+        *S,
+        "--rocchio-alpha",
+        "0",
+        "--rocchio-beta",
+        "0",
+        expect="--rocchio-alpha and --rocchio-beta are both 0",
+    ),  # fmt: skip
+]
+
+#: Errors that say what the input is (a folder, a run, a misspelt field...), in the words of
+#: the front door that asked (the command line's options, not Python's keywords).
+MESSAGE_CASES = [
+    case("datasets", "get", "{beir}", "{out}/d", expect="is a folder on this machine, not a dat"),
+    case("datasets", "get", "beir/scifact", "{a_file}", expect="is a file; give a folder"),
+    case("datasets", "get", "", "{out}/d", expect="give a dataset name: beir/NAME or irds:ID"),
+    case("experiment", "{bad}/exp_pth.toml", expect="unknown field 'pth' (did you mean 'path'?)"),
+    case("search", "{idx}", "reset", "my", "password", expect="several words goes in quotes"),
+    case(EVAL, "{run}", "{queries}", expect="; this looks like a queries file (an id, a tab"),
+    case(EVAL, "{qrels}", "{run}", expect="found 6: this is a TREC run (qid Q0 docid rank"),
+    case("add", "{idx}", "{corpus}", expect="; pass --upsert to replace them"),
+    case(*BM25[:1], "{bad}/fields.jsonl", *BM25[1:], expect="name the field with --id-field"),
+]
+
+SV = ("search", "--server", "http://127.0.0.1:9", "words")  # refused before it is asked
+SERVE = ("serve", "{idx}", "--port", "8765")
+CAL = ("calibrate", "{idx}", "--rerank", "{cat}")
+DOCS = "{bad}/folder_docs"
+
+#: Options that do not apply to the path chosen: refused in one line, never ignored (issue
+#: 55's item 8), through the command line, from the one source of settings
+#: (:meth:`dotcat.options.Settings.applies`).
+NOT_APPLYING_CASES = [
+    # feedback settings without the feedback they set, or for the other side's method
+    case(*S, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*S, "--fb-terms", "20", expect="--fb-terms applies only with prf rm3 or both"),
+    case(*S, "--original-query-weight", "0.3", expect="--original-query-weight applies only"),
+    case(*S, "--rocchio-docs", "5", expect="--rocchio-docs applies only with prf rocchio or"),
+    case(*S, "--rocchio-alpha", "0.5", expect="--rocchio-alpha applies only with prf rocchio"),
+    case(*S, "--rocchio-beta", "0.5", expect="--rocchio-beta applies only with prf rocchio"),
+    case(*S, "--prf", "rm3", "--rocchio-docs", "5", expect="--rocchio-docs applies only with"),
+    case(*S, "--prf", "rocchio", "--fb-docs", "5", expect="--fb-docs applies only with prf rm3"),
+    case(*S, "--prf", "both", "--first-stage", "dense", expect="rewrites the bm25 side"),
+    case(*S, "--prf", "both", "--first-stage", "bm25", expect="rewrites the dense side"),
+    case(*S, "--prf", "rm3", "--first-stage", "dense", expect="rewrites the bm25 side"),
+    case(*S, "--prf", "rocchio", "--first-stage", "bm25", expect="rewrites the dense side"),
+    # re-ranking settings without a cross-encoder
+    case(*S, "--depth", "50", expect="--depth applies only with a cross-encoder"),
+    case(*S, "--interpolate", "0.5", expect="--interpolate applies only with a cross-encoder"),
+    case(*S, "--batch-size", "8", expect="--batch-size applies only with a cross-encoder"),
+    case(*S, "--rerank-passages", "2", expect="--rerank-passages applies only with a cross-enc"),
+    # aggregation and fusion settings where they do nothing
+    case(*S, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregation sum"),
+    case(*S, "--aggregation", "firstp", "--aggregate-top", "3", expect="--aggregate-top"),
+    case(*S, "--fusion", "rrf", "--fusion-weight", "0.3", expect="--fusion-weight is the lin"),
+    # the same through other commands that take the pipeline's settings
+    case(*SERVE, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*SERVE, "--depth", "50", expect="--depth applies only with a cross-encoder"),
+    case(*SERVE, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregat"),
+    case(*CAL, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*CAL, "--rocchio-beta", "0.2", expect="--rocchio-beta applies only with prf rocchio"),
+    # a server searches with the pipeline it was started with: its settings are not asked
+    case(*SV, "--prf", "rm3", expect="--server"),
+    case(*SV, "--aggregation", "firstp", expect="--server"),
+    case(*SV, "--fusion", "rrf", expect="--server"),
+    case(*SV, "--model", "{model}", expect="--server"),
+    case(*SV, "--rocchio-docs", "0", expect="--rocchio-docs must be >= 1, got 0"),
+    case(*SV, "--rerank", "{cat}", expect="a server re-ranks with the cross-encoder it was"),
+    # passage settings without passages
+    case(*IX, "--no-passages", "--passage-window", "128", expect="--passage-window does not"),
+    case(*IX, "--no-passages", "--passage-stride", "32", expect="--passage-stride does not"),
+    case(*IX, "--no-passages", "--no-sentence-aware", expect="does not apply without passages"),
+    # record field options where no record file is read; folder options for one file
+    case("index", DOCS, "{out}/i", *INDEX, "--id-field", "key", expect="--id-field 'key' names"),
+    case("index", DOCS, "{out}/i", *INDEX, "--text-field", "body", expect="--text-field 'body'"),
+    case("index", DOCS, "{out}/i", *INDEX, "--title-field", "t", expect="holds none to read"),
+    case(*BM25[:1], DOCS, *BM25[1:], "--id-field", "key", expect="a field of record files"),
+    case("index", DOCS + "/a.md", "{out}/i", *INDEX, "--id-field", "k", expect="--id-field 'k'"),
+    case(*IX, "--include", "*.md", expect="--include selects files in a folder"),
+    case("add", "{idx}", "{new}", "--exclude", "*.md", expect="--exclude selects files in a"),
+    # experiment systems, from the same source
+    case("experiment", "{bad}/exp_fb_docs.toml", expect="fb_docs applies only with prf rm3"),
+    case("experiment", "{bad}/exp_depth.toml", expect="depth applies only with a cross-encod"),
+    case("experiment", "{bad}/exp_window.toml", expect="passage_window does not apply"),
+]
+
+#: A passage window the encoder cannot read, or a stride over half of it: refused from the
+#: model's files, before it loads (it loaded first: 5.6-6.3 s with the default model).
+WINDOW_CASES = [
+    case(
+        *IX,
+        "--passage-window",
+        "600",
+        expect="--passage-window 600 is longer than the encoder's max length 512",
+    ),  # fmt: skip
+    case(*IX, "--passage-window", "1000000000000", expect="longer than the encoder's max length"),
+    case(
+        *IX,
+        "--passage-stride",
+        "100",
+        expect="--passage-stride 100 must be at most half the window (128)",
+    ),  # fmt: skip
+    case(
+        "index",
+        "{corpus}",
+        "{out}/i",
+        "--model",
+        "default",
+        "--passage-window",
+        "300",
+        expect="--passage-window 300 is longer than the encoder's max length 256",
+    ),  # fmt: skip
 ]
 
 
@@ -579,6 +727,25 @@ def test_bad_queries_qrels_and_runs_are_one_line(ws, probe):
 
 @pytest.mark.parametrize("probe", ARGUMENT_CASES, ids=lambda c: c.id)
 def test_a_bad_argument_is_one_line_at_once(ws, probe):
+    _check_case(ws, probe)
+
+
+@pytest.mark.parametrize("probe", NOT_APPLYING_CASES, ids=lambda c: c.id)
+def test_an_option_that_does_not_apply_is_refused_not_ignored(ws, probe):
+    _check_case(ws, probe)
+
+
+@pytest.mark.parametrize("probe", MESSAGE_CASES, ids=lambda c: c.id)
+def test_an_error_says_what_the_input_looks_like(ws, probe):
+    _check_case(ws, probe)
+
+
+@pytest.mark.parametrize("probe", WINDOW_CASES, ids=lambda c: c.id)
+def test_a_passage_window_is_checked_before_the_model_loads(ws, probe, monkeypatch):
+    def loaded(cls, *args, **kwargs):
+        raise AssertionError("a model was loaded to check an argument")
+
+    monkeypatch.setattr(BiEncoder, "load", classmethod(loaded))
     _check_case(ws, probe)
 
 
@@ -1051,6 +1218,26 @@ BAD_REQUESTS = [
     ("GET", "/documents/nope", {}, 404, "no document with id 'nope'"),
     ("DELETE", "/search", {}, 405, ""),
     ("GET", "/nowhere", {}, 404, ""),
+    # a query that is no text: refused as a query of spaces is (they got 200 and any hits)
+    ("GET", "/search?q=%00", {}, 422, "q: holds a control character (U+0000)"),
+    ("GET", "/search?q=%FF%FE", {}, 422, "q: not valid UTF-8"),
+    ("POST", "/search", {"json": {"query": "a\u0000b"}}, 422, "query: holds a control char"),
+    ("POST", "/search", {"json": {"queries": ["ok", "\x01"]}}, 422, "queries[1]: holds a contr"),
+    # bodies that cannot be parsed: 422 as `{oops` is (they got 400 "There was an error...")
+    (
+        "POST",
+        "/search",
+        {"content": b'{"query": "\xff"}', "headers": _JSON},
+        422,
+        "not valid UTF-8",
+    ),
+    (
+        "POST",
+        "/search",
+        {"content": b"[" * 30_000 + b"]" * 30_000, "headers": _JSON},
+        422,
+        "nested too deeply",
+    ),  # fmt: skip
 ]
 
 
@@ -1137,3 +1324,435 @@ def test_64_clients_against_a_small_queue_each_get_an_answer_or_a_json_503(pipel
             assert response.headers["retry-after"] and seconds < within(3), seconds
         else:
             assert response.json()["hits"], response.text[:300]
+
+
+# -- writers on an index they may not change -----------------------------------------------
+
+#: Capabilities a child run as root gives up (:mod:`tests.forks`): CAP_DAC_OVERRIDE and
+#: CAP_FOWNER, so that file permissions hold it as they hold any user (CI runs as root).
+AS_A_USER = (1, 3)
+NOBODY = 65534
+
+
+def _chmod_tree(path: Path, remove: int = 0, add: int = 0) -> None:
+    for p in [path, *path.rglob("*")]:
+        p.chmod((p.stat().st_mode & ~remove) | add)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, uid, -1)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A writer run on an index it may not change: ``how`` the index (or its folder) is
+    locked, the fragment of the one error line owed (``{t}``: the case's folder), and whether
+    the same command runs once the index is writable again (``again``)."""
+
+    name: str
+    args: tuple[str, ...]
+    how: str  # read-only, foreign, read-only folder
+    expected: str
+    again: bool = False
+
+
+MERGE_OVER_T = ("merge", "{shards}/s0", "{shards}/s1", "{t}/idx", "--overwrite")
+CALIBRATE_T = ("calibrate", "{t}/idx", "--rerank", "{cat}", "--queries", "20")
+READ_ONLY = "{t}/idx: cannot be changed: it is read-only"
+
+LOCKED = [
+    Locked("add, a read-only index", ADD_T, "read-only", READ_ONLY, again=True),
+    Locked("delete, a read-only index", DELETE_T, "read-only", READ_ONLY, again=True),
+    Locked("index --overwrite, a read-only index", OVERWRITE_T, "read-only", READ_ONLY),
+    Locked("merge --overwrite, a read-only index", MERGE_OVER_T, "read-only", READ_ONLY),
+    Locked("calibrate, a read-only index", CALIBRATE_T, "read-only", READ_ONLY),
+    Locked("add, another user's index", ADD_T, "foreign", "it belongs to user nobody"),
+    Locked("delete, another user's index", DELETE_T, "foreign", "it belongs to user nobody"),
+    Locked("index --overwrite, another user's", OVERWRITE_T, "foreign", "belongs to user nobody"),
+    Locked("add, in a read-only folder", ADD_T, "read-only folder", "cannot write in {t}"),
+    Locked("delete, in a read-only folder", DELETE_T, "read-only folder", "cannot write in {t}"),
+]
+
+
+def _lock(folder: Path, how: str) -> None:
+    if how == "read-only":
+        _chmod_tree(folder / "idx", remove=0o222)
+    elif how == "foreign":
+        _chown_tree(folder / "idx", NOBODY)
+    else:
+        folder.chmod(folder.stat().st_mode & ~0o222)
+
+
+def _unlock(folder: Path) -> None:
+    folder.chmod(folder.stat().st_mode | 0o200)
+    if os.geteuid() == 0:
+        _chown_tree(folder / "idx", 0)
+    _chmod_tree(folder / "idx", add=0o200)
+
+
+@pytest.mark.parametrize("probe", LOCKED, ids=lambda p: p.name)
+def test_a_writer_refuses_an_index_it_may_not_change_in_one_line(ws, zygote, tmp_path, probe):
+    if probe.how == "foreign" and os.geteuid() != 0:
+        pytest.skip("giving files to another user takes root")
+    index = tmp_path / "idx"
+    shutil.copytree(ws["idx"], index)
+    _lock(tmp_path, probe.how)
+    try:
+        before = snapshot(index)
+        done = _child(zygote, ws, tmp_path, probe.args, drop=AS_A_USER)
+        output = done.stdout + done.stderr
+        assert_refused(done.code, output, probe.expected.format(t=tmp_path))
+        assert done.seconds < within(3), f"{done.seconds:.1f} s"  # before any model or corpus
+        assert snapshot(index) == before, changes(before, snapshot(index))
+        assert _beside(index) == [] and "removed" not in output, (_beside(index), output)
+    finally:
+        _unlock(tmp_path)
+    if probe.again:  # writable again: the same command runs, and finds nothing to clean up
+        again = _child(zygote, ws, tmp_path, probe.args, drop=AS_A_USER)
+        assert again.code == 0 and "removed" not in again.stderr, again.stderr
+        assert _beside(index) == []
+
+
+def _stale_build_folder(ws: Workspace, folder: Path) -> Path:
+    """A killed update's copy of the index beside it: not complete, nothing to resume."""
+    stale = folder / ".idx.building"
+    shutil.copytree(ws["idx"], stale)
+    (stale / "manifest.json").unlink()
+    return stale
+
+
+def test_a_stale_read_only_build_folder_is_removed_for_real(ws, zygote, tmp_path):
+    """The copy of a read-only index, left by an update that failed: dotcat's own folder,
+    made writable and removed; "removed" is said only once it is gone."""
+    shutil.copytree(ws["idx"], tmp_path / "idx")
+    stale = _stale_build_folder(ws, tmp_path)
+    _chmod_tree(stale, remove=0o222)
+    done = _child(zygote, ws, tmp_path, ADD_T, drop=AS_A_USER)
+    assert done.code == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "removed .idx.building (left by a killed build)" in done.stderr
+    assert not stale.exists() and _beside(tmp_path / "idx") == []
+    assert _documents(tmp_path / "idx") == N_DOCS + N_DOCS // 2
+
+
+def test_a_stale_build_folder_it_cannot_remove_is_named_not_reported_removed(ws, zygote, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving files to another user takes root")
+    shutil.copytree(ws["idx"], tmp_path / "idx")
+    stale = _stale_build_folder(ws, tmp_path)
+    _chown_tree(stale, NOBODY)
+    before = snapshot(tmp_path / "idx")
+    try:
+        done = _child(zygote, ws, tmp_path, ADD_T, drop=AS_A_USER)
+        output = done.stdout + done.stderr
+        assert_refused(done.code, output, ".idx.building: left by a killed build, and it cannot "
+                       "be removed")  # fmt: skip
+        assert "removed" not in output.replace("cannot be removed", ""), output
+        assert stale.is_dir() and snapshot(tmp_path / "idx") == before
+    finally:
+        _chown_tree(stale, 0)
+
+
+# -- documents of any size ------------------------------------------------------------------
+
+#: The last word of the long documents: found by a search, so the whole text was indexed.
+LAST_WORD = "zqxjlastword"
+
+
+def _one_line(chars: int, seed: int = 0) -> str:
+    """A single line of about ``chars`` characters: made-up words, a sentence end every 20
+    words, then :data:`LAST_WORD`."""
+    import random
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(5000)]
+    sentence = 20 * 7
+    words = rng.choices(vocab, k=chars // 6 + sentence)
+    text = " ".join(w + ("." if i % 20 == 19 else "") for i, w in enumerate(words))
+    return text[:chars].rsplit(" ", 1)[0] + f" {LAST_WORD}\n"
+
+
+def _long_folder(root: Path, chars: int) -> Path:
+    root.mkdir()
+    (root / "a.md").write_text("# Cats\n\nA small note about cats.\n")
+    (root / "b.md").write_text("# Dogs\n\nAnother small note about dogs.\n")
+    (root / "long.txt").write_text(_one_line(chars))
+    return root
+
+
+@pytest.fixture(scope="module")
+def long_folders(tmp_path_factory) -> dict[str, Path]:
+    """Folders of two notes and a single-line document of 20 MB (``big``) or 1 MB."""
+    root = tmp_path_factory.mktemp("long")
+    return {"big": _long_folder(root / "big", 20_000_000),
+            "small": _long_folder(root / "small", 1_000_000)}  # fmt: skip
+
+
+def _top_hit(ws: Workspace, index: Path) -> dict:
+    code, output, _, _ = _run_in_process(
+        ws, ["search", str(index), LAST_WORD, "--first-stage", "bm25", "-k", "1", "--json"]
+    )
+    assert code == 0, output
+    return json.loads(output[output.index("[") :])[0]
+
+
+def test_a_single_line_of_20_mb_indexes_in_seconds_and_its_last_word_is_found(
+    ws, zygote, long_folders, tmp_path
+):
+    """Counting tokens to choose whether to split read the whole line twice (about 100 s for
+    50 MB), and the encoder a third time; now a head of it, as far as the choice needs."""
+    done = _child(zygote, ws, tmp_path, ("index", str(long_folders["big"]), "{t}/idx", *INDEX))
+    assert done.code == 0, done.stderr
+    assert done.seconds < within(30), f"{done.seconds:.1f} s"
+    hit = _top_hit(ws, tmp_path / "idx")
+    assert hit["doc_id"] == "long.txt" and hit["text"].endswith(LAST_WORD + "\n")
+
+
+def test_a_single_line_split_into_passages_finds_its_last_word_in_its_last_passage(
+    ws, zygote, long_folders, tmp_path
+):
+    args = ("index", str(long_folders["small"]), "{t}/idx", *INDEX, "--passages")
+    done = _child(zygote, ws, tmp_path, args)
+    assert done.code == 0 and done.seconds < within(30), (done.seconds, done.stderr)
+    hit = _top_hit(ws, tmp_path / "idx")
+    assert hit["doc_id"] == "long.txt" and hit["stop"] == len(hit["text"].rstrip("\n"))
+    assert LAST_WORD in hit["text"][hit["start"] : hit["stop"]]
+
+
+def test_sigterm_while_a_long_document_is_split_is_honoured_within_seconds(
+    ws, zygote, long_folders, tmp_path
+):
+    """SIGTERM a second into splitting a 20 MB line (the third document): the tokenizer
+    used to read it whole in one call, and the signal waited 40-45 s for it."""
+    mark = tmp_path / "sent"
+    stop = {"at": "dotcat.index.passages:Splitter.spans", "call": 3, "delay_s": 1.0,
+            "signal": "SIGTERM", "mark": str(mark)}  # fmt: skip
+    args = ("index", str(long_folders["big"]), "{t}/idx", *INDEX, "--passages")
+    done = _child(zygote, ws, tmp_path, args, stop=stop)
+    ended = time.time()
+    assert done.code == 143, done.stderr
+    assert "dotcat: interrupted (SIGTERM)" in done.stderr and "Traceback" not in done.stderr
+    late = ended - float(mark.read_text())
+    assert late < within(5), f"exited {late:.1f} s after SIGTERM"
+
+
+# -- network waits: a server that takes the connection and never answers -------------------
+
+
+@contextlib.contextmanager
+def stalling_server() -> Iterator[str]:
+    """A server on 127.0.0.1 that accepts every connection and never answers; its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+#: Commands that wait on the network: (arguments, whether a download's bar is shown).
+STALLS = {
+    "datasets get": (("datasets", "get", "beir/scifact", "{t}/got"), True),
+    "a dataset name as a corpus": (
+        ("bm25", "beir/scifact", "--queries", "{queries}", "--output", "{t}/r.trec"),
+        True,
+    ),
+    "search --server": (("search", "--server", "{url}", "words"), False),
+}
+_DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app(prog_name='dotcat'))"
+
+
+@pytest.mark.parametrize("name", list(STALLS))
+def test_a_server_that_never_answers_is_given_up_on_within_seconds(ws, tmp_path, name):
+    """A real process against a real silent server: each wait at most
+    ``DOTCAT_NETWORK_TIMEOUT`` (1 s here; 60 s and four attempts before), said as it starts."""
+    args, bar = STALLS[name]
+    with stalling_server() as url:
+        env = {**os.environ, "DOTCAT_DATASETS_URL": url, "DOTCAT_NETWORK_TIMEOUT": "1",
+               "DOTCAT_PROGRESS": "1", "DOTCAT_CACHE": str(tmp_path / "cache")}  # fmt: skip
+        filled = [a.format(**ws.paths, t=tmp_path, url=url) for a in args]
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _DOTCAT, *filled], capture_output=True,
+                              text=True, timeout=within(30), env=env)  # fmt: skip
+        seconds = time.perf_counter() - start
+    output = done.stdout + done.stderr
+    assert_refused(done.returncode, output, "no answer within 1 s")
+    assert seconds < within(15), f"{seconds:.1f} s"
+    if bar:
+        host = url.removeprefix("http://")
+        assert f"waiting for {host}, at most 1 s" in done.stderr, done.stderr
+        assert not (tmp_path / "got").exists()
+
+
+# -- search --server with a queries file ----------------------------------------------------
+
+
+def test_search_server_with_queries_and_output_writes_the_run(ws, server, pipeline, tmp_path):
+    """It read queries from standard input instead, and wrote nothing (exit 0)."""
+    from dotcat.data import load_queries, read_run
+
+    out = tmp_path / "run.trec"
+    args = ["search", "--server", server, "--queries", ws.paths["queries"], "--output", str(out),
+            "-k", "10"]  # fmt: skip
+    code, output, _, exception = _run_in_process(ws, args)
+    assert code == 0 and out.is_file(), (output, exception)
+    got = read_run(out)
+    local = pipeline.run(load_queries(ws["queries"]), 10)
+    assert {q: set(d) for q, d in got.items()} == {q: {d for d, _ in r} for q, r in local.items()}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["words", "--queries", "{queries}", "--output", "{out}/r.trec"], "only the QUERY or"),
+        (["--queries", "{queries}"], "--queries and --output go together"),
+    ],
+)
+def test_search_server_refuses_a_query_with_queries_or_half_a_run(ws, server, extra, expected):
+    before = snapshot(ws.root)
+    args = ["search", "--server", server, *ws.args(extra)]
+    code, output, seconds, _ = _run_in_process(ws, args)
+    assert_refused(code, output, expected)
+    assert seconds < within(3) and not changes(before, snapshot(ws.root))
+
+
+# -- an index inside its corpus folder; an index of no document -----------------------------
+
+
+def test_an_index_inside_its_corpus_folder_is_skipped_and_named(ws, tmp_path):
+    """Its bm25/vocab.index.json was read as records, and the build refused."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"d{i}.md").write_text(f"# Note {i}\n\nText {i} about w{i}.\n")
+    index = docs / "idx"
+    build = ["index", str(docs), str(index), "--model", ws.paths["model"], "--precision", "fp32"]
+    assert _run_in_process(ws, build)[0] == 0
+    code, output, _, _ = _run_in_process(ws, [*build, "--overwrite"])
+    assert code == 0 and "not read: idx, a dotcat index" in output, output
+    assert _documents(index) == 3
+    (docs / "d3.md").write_text("# Note 3\n\nText 3 about w3.\n")
+    code, output, _, _ = _run_in_process(ws, ["add", str(index), str(docs), "--upsert"])
+    assert code == 0 and _documents(index) == 4, output
+    building = docs / ".idx.building"  # an interrupted build's folder, given as a corpus
+    shutil.copytree(index, building)
+    (building / "build.json").write_text("{}")
+    (building / "manifest.json").unlink()
+    refused = ["index", str(building), str(tmp_path / "x"), "--model", ws.paths["model"]]
+    code, output, seconds, _ = _run_in_process(ws, refused)
+    assert_refused(code, output, ".idx.building: a dotcat index's build folder")
+
+
+def test_deleting_every_document_leaves_an_index_that_finds_nothing(ws, tmp_path):
+    """With BM25 the delete was refused ("the corpus has no documents: nothing to index");
+    without, a search said "k must be >= 1, got 0"."""
+    index = tmp_path / "few"
+    encoder = EncoderConfig(model=ws.paths["model"], device="cpu", precision="fp32")
+    build_index(ws["few"], index, encoder, IndexConfig(bm25=True), show_progress=False)
+    ids = [f"f{i}" for i in range(20)]
+    code, output, _, exception = _run_in_process(ws, ["delete", str(index), *ids])
+    assert code == 0 and "it holds 0" in output, (output, exception)
+    for extra in (["--first-stage", "bm25"], ["--first-stage", "dense"], ["--prf", "both"], []):
+        code, output, _, _ = _run_in_process(ws, ["search", str(index), "text 3", *extra])
+        assert code == 0 and "no results" in output and "Traceback" not in output, output
+    code, output, _, _ = _run_in_process(ws, ["add", str(index), ws.paths["few"]])
+    assert code == 0 and "it holds 20 documents" in output, output
+    found = ["search", str(index), "about w3", "--first-stage", "bm25", "-k", "1"]
+    hit = _run_in_process(ws, found)
+    assert hit[0] == 0 and " f3 " in hit[1], hit[1]
+
+
+# -- messages a Python caller reads ---------------------------------------------------------
+
+
+def test_python_errors_name_python_settings_not_command_line_options(ws, tmp_path, caplog):
+    from dotcat.data import CorpusOptions, load_corpus
+    from dotcat.errors import DotcatError
+    from dotcat.index.updates import add_documents
+
+    encoder = EncoderConfig(model=ws.paths["model"], device="cpu", precision="fp32")
+    with pytest.raises(DotcatError) as missing_id:
+        build_index(ws["bad"] / "fields.jsonl", tmp_path / "i", encoder, show_progress=False)
+    with pytest.raises(DotcatError) as existing:
+        add_documents(ws["idx"], ws["corpus"], show_progress=False)
+    with pytest.raises(DotcatError) as exists:
+        build_index(ws["corpus"], ws["idx"], encoder, show_progress=False)
+    shutil.copytree(ws["bad"] / "folder_bad_utf8", tmp_path / "folder")
+    with caplog.at_level(logging.WARNING):
+        load_corpus(tmp_path / "folder", options=CorpusOptions())
+    said = {
+        "name the field with id_field": str(missing_id.value),
+        "pass upsert=True to replace them": str(existing.value),
+        "pass overwrite=True to replace it": str(exists.value),
+        "strict=True stops at the first": " ".join(r.getMessage() for r in caplog.records),
+    }
+    for words, text in said.items():
+        assert words in text and " --" not in text, text
+
+
+def test_the_skipped_files_count_includes_those_that_failed_at_stat(ws, tmp_path):
+    """One file indexed, one binary, one dangling link: "skipped 2 of 2 files" before."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.md").write_text("# Fine\n\nfine text")
+    (folder / "blob.txt").write_bytes(b"\x00\x01\x02")
+    (folder / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    args = ["bm25", str(folder), "--queries", ws.paths["queries"], "--output", str(tmp_path / "r")]
+    code, output, _, _ = _run_in_process(ws, args)
+    assert code == 0 and "skipped 2 of 3 files that cannot be read" in output, output
+    assert "; --strict stops at the first" in output
+
+
+def test_files_of_kinds_not_read_are_counted_and_named_not_dropped_silently(ws, tmp_path):
+    """A .docx beside notes was left out without a word (only -v named it)."""
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "ok.md").write_text("# Fine\n\nfine text")
+    (folder / "report.docx").write_bytes(b"PK\x03\x04 a word document")
+    (folder / "sub" / "draft.docx").write_bytes(b"PK\x03\x04 another")
+    (folder / "photo.png").write_bytes(b"\x89PNG")
+    args = ["bm25", str(folder), "--queries", ws.paths["queries"], "--output", str(tmp_path / "r")]
+    code, output, _, _ = _run_in_process(ws, args)
+    warned = [line for line in output.splitlines() if "of kinds dotcat does not index" in line]
+    assert code == 0 and len(warned) == 1, output
+    assert "3 file(s) of kinds dotcat does not index (2 .docx, 1 .png)" in warned[0]
+    assert "photo.png, report.docx, sub/draft.docx" in warned[0]
+    assert "--exclude patterns" in warned[0]  # the option, as the command line spells it
+    args = [*args[:-1], str(tmp_path / "r2"), "--exclude", "*.docx", "--exclude", "*.png"]
+    code, output, _, _ = _run_in_process(ws, args)
+    assert code == 0 and "does not index" not in output, output
+
+
+# -- HTTP: HEAD, and a body that never arrives ----------------------------------------------
+
+
+def test_head_healthz_answers_as_get_does(server):
+    response = httpx.head(f"{server}/healthz", timeout=30)
+    assert response.status_code == 200 and response.content == b""
+
+
+def test_a_body_shorter_than_its_length_is_refused_within_the_time_limit(pipeline):
+    """The connection was held 60 s and more: the request time limit did not apply."""
+    request = (b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 100\r\n\r\n{\"query\":")  # fmt: skip
+    with live_server(pipeline, timeout_s=1) as url:
+        start = time.perf_counter()
+        code, headers, body = raw_request(url, request)
+        seconds = time.perf_counter() - start
+    assert code == 408 and headers["content-type"] == "application/json", (code, body)
+    assert "did not arrive within 1 s" in json.loads(body)["error"]
+    assert seconds < within(10), f"{seconds:.1f} s"

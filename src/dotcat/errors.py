@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 
 class DotcatError(Exception):
-    """Base class of every error dotcat reports to a user."""
+    """Base class of every error dotcat reports to a user.
+
+    ``settings`` are the settings its text names, spelled as in Python (``id_field``,
+    ``overwrite=True``), so that each front door can say them its own way: the command line
+    renames them to its options (``--id-field``, ``--overwrite``), a Python caller reads the
+    keyword arguments it passes.
+    """
+
+    def __init__(self, *args: object, settings: Iterable[str] = ()) -> None:
+        super().__init__(*args)
+        self.settings = tuple(settings)
 
 
 class DataFormatError(DotcatError):
@@ -18,6 +29,7 @@ class DataFormatError(DotcatError):
         line: int | None,
         problem: str,
         field: str | None = None,
+        settings: Iterable[str] = (),
     ) -> None:
         self.path = str(path)
         self.line = line
@@ -25,7 +37,7 @@ class DataFormatError(DotcatError):
         self.problem = problem
         where = self.path if line is None else f"{self.path}:{line}"
         what = problem if field is None else f"{field}: {problem}"
-        super().__init__(f"{where}: {what}")
+        super().__init__(f"{where}: {what}", settings=settings)
 
 
 def first_line(error: BaseException) -> str:
@@ -39,12 +51,13 @@ class SettingError(DotcatError):
     """A setting whose value cannot work, e.g. ``max_length must be >= 2, got 0``.
 
     ``setting`` is the field's name as the message spells it, so a front door can name it as
-    its users know it: the command line shows ``--max-length must be >= 2, got 0``.
+    its users know it: the command line shows ``--max-length must be >= 2, got 0``. ``others``
+    are further settings the message names.
     """
 
-    def __init__(self, setting: str, message: str) -> None:
+    def __init__(self, setting: str, message: str, others: Iterable[str] = ()) -> None:
         self.setting = setting
-        super().__init__(message)
+        super().__init__(message, settings=(setting, *others))
 
 
 class DiskFullError(DotcatError):

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,10 @@ try:
     import resource
 except ImportError:  # Windows: no file-size limit to look at
     resource = None
+try:
+    import pwd
+except ImportError:  # Windows: no user database to name an owner from
+    pwd = None
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -63,6 +68,103 @@ def check_can_create_in(path: Path) -> None:
             pass
     except OSError as e:
         raise DotcatError(f"{path}: cannot write in {ancestor} ({e.strerror})") from None
+
+
+def unwritable(directory: Path) -> tuple[Path, str] | None:
+    """The first entry of ``directory`` (itself included, then everything under it) that this
+    process cannot change, and why (``is read-only``, ``belongs to user NAME``, ``is on a
+    read-only file system``, ``cannot be read``); None when it can change all of it.
+
+    Asked of the kernel with this process's effective ids (``faccessat(AT_EACCESS)``), so a
+    root without ``CAP_DAC_OVERRIDE`` is answered as it will be treated, and root with it
+    is not refused what it can do.
+    """
+    found: list[tuple[Path, str]] = []
+
+    def unreadable(error: OSError) -> None:
+        found.append((Path(error.filename or directory), "cannot be read"))
+
+    for folder, _, names in os.walk(directory, onerror=unreadable):
+        for path in (Path(folder), *(Path(folder) / name for name in names)):
+            if not _access(path, os.W_OK):
+                return path, _why_unwritable(path)
+        if found:
+            return found[0]
+    return found[0] if found else None
+
+
+def _access(path: Path, mode: int) -> bool:
+    """``os.access`` with the effective ids where the system can (Linux, macOS)."""
+    if os.access in os.supports_effective_ids:
+        return os.access(path, mode, effective_ids=True)
+    return os.access(path, mode)
+
+
+def _why_unwritable(path: Path) -> str:
+    try:
+        info, fs = os.stat(path), os.statvfs(path)
+    except (OSError, AttributeError):  # (no statvfs on Windows)
+        return "is read-only"
+    if fs.f_flag & getattr(os, "ST_RDONLY", 1):
+        return "is on a read-only file system"
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        return f"belongs to user {owner_name(info.st_uid)}"
+    return f"is read-only ({stat.filemode(info.st_mode)})"
+
+
+def owner_name(uid: int) -> str:
+    """A user's name (its number where the user database has none)."""
+    if pwd is None:
+        return str(uid)
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Delete a folder and everything in it (a file: the file), as ``shutil.rmtree`` does,
+    except that a folder of this process's own that it may not write (the copy of a read-only
+    index) is made writable first. Nothing there: nothing to do.
+
+    Raises:
+        OSError: an entry that still cannot be removed (another user's, a read-only mount);
+            the folder is then partly removed, never reported as gone.
+    """
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        path.unlink(missing_ok=True)
+        return
+    _own_folders_writable(path)
+    shutil.rmtree(path)
+
+
+def _own_folders_writable(top: Path) -> None:
+    """Give every folder of this process's own under ``top`` its owner's bits: removing an
+    entry takes a folder one can write and search (a file's own bits do not matter)."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        if not _access(folder, os.R_OK | os.W_OK | os.X_OK):
+            _own_writable(folder)
+        try:
+            with os.scandir(folder) as entries:
+                stack += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue  # rmtree says what it cannot do
+
+
+def _own_writable(path: str) -> bool:
+    """Give this process's own folder (or file) its owner's read, write and search bits;
+    False where it is not this process's or the change fails."""
+    try:
+        info = os.lstat(path)
+        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+            return False
+        os.chmod(path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+        return True
+    except OSError:
+        return False
 
 
 #: The errors of a write that found no room, by errno: what happened, and what to do.

@@ -1,11 +1,13 @@
-"""Progress bars for long work: tqdm, silenced by ``dotcat -q``, readable in a log file.
+"""Progress bars for long work: tqdm, at a terminal, silenced by ``dotcat -q``.
 
 Every bar in dotcat comes from :func:`progress_bar`, so one switch silences them all:
 :func:`set_quiet` (the CLI's ``-q``), or ``DOTCAT_QUIET=1`` in the environment (inherited by
-child processes, e.g. torchrun workers). On a terminal a bar redraws in place ten times a
-second; written to a file or a pipe it adds a line at most every ``LOG_INTERVAL`` seconds, and
-no state is printed twice (tqdm re-prints the last one when a bar closes, which in a log file
-is a duplicate line).
+child processes, e.g. torchrun workers). A bar is drawn where its stream (stderr) is a
+terminal, redrawn in place ten times a second; written to a file or a pipe (a log, CI, a
+program reading dotcat's output) nothing is drawn unless asked: ``DOTCAT_PROGRESS=1`` (the
+CLI's ``--progress``), and then a bar adds a line at most every ``LOG_INTERVAL`` seconds, no
+state printed twice (tqdm re-prints the last one when a bar closes, which in a log file is a
+duplicate line).
 
 :func:`quiet_logger` holds a chatty library's logger to errors for a while (pypdf on a damaged
 file, NNCF's tables): what it would say, dotcat says once in its own words.
@@ -23,6 +25,8 @@ from typing import Any
 from tqdm import tqdm
 
 QUIET_ENV = "DOTCAT_QUIET"
+#: ``1``: draw bars also where the stream is not a terminal (a log file).
+PROGRESS_ENV = "DOTCAT_PROGRESS"
 #: Seconds between two lines of a bar written to a file or a pipe.
 LOG_INTERVAL = 10.0
 
@@ -56,13 +60,28 @@ def progress_enabled() -> bool:
     return not (_quiet or os.environ.get(QUIET_ENV, "").strip() not in ("", "0"))
 
 
+def set_progress_anywhere(on: bool = True) -> None:
+    """Draw bars also where stderr is not a terminal (the CLI's ``--progress``), in this
+    process and its children."""
+    if on:
+        os.environ[PROGRESS_ENV] = "1"
+    else:
+        os.environ.pop(PROGRESS_ENV, None)
+
+
+def _asked_anywhere() -> bool:
+    return os.environ.get(PROGRESS_ENV, "").strip() not in ("", "0")
+
+
 class _Bar(tqdm):
-    """A tqdm bar that never displays the same count twice in a row (see the module doc)."""
+    """A tqdm bar that never displays the same state (count and postfix) twice in a row (see
+    the module doc)."""
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
-        if msg is None and self.n == getattr(self, "_shown_n", None):
+        state = (self.n, self.postfix)  # (a new postfix is news: "waiting for HOST")
+        if msg is None and state == getattr(self, "_shown", None):
             return True
-        self._shown_n = self.n
+        self._shown = state
         return super().display(msg, pos)
 
 
@@ -82,17 +101,19 @@ def progress_bar(
         desc: what is being done ("encoding documents").
         total: expected count (None: a counter with a rate, no percentage).
         unit: what is counted (the rate shows as ``unit/s``).
-        enabled: the caller's own switch (``show_progress``); ``-q`` overrides it.
+        enabled: the caller's own switch (``show_progress``); ``-q`` overrides it, and so
+            does a stream that is not a terminal (unless ``DOTCAT_PROGRESS=1``).
     """
     stream = kwargs.pop("file", sys.stderr)
     terminal = hasattr(stream, "isatty") and stream.isatty()
+    drawn = terminal or _asked_anywhere()
     return _Bar(
         iterable,
         desc=desc,
         total=total,
         unit=unit,
         file=stream,
-        disable=not (enabled and progress_enabled()),
+        disable=not (enabled and progress_enabled() and drawn),
         mininterval=0.1 if terminal else LOG_INTERVAL,
         dynamic_ncols=terminal,
         **kwargs,

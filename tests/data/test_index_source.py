@@ -39,7 +39,7 @@ def test_an_index_takes_no_folder_options_and_a_broken_store_is_one_line(built, 
     from dotcat.data import CorpusOptions
 
     _, index = built
-    with pytest.raises(DotcatError, match="--include selects files in a folder; .* is a dotcat"):
+    with pytest.raises(DotcatError, match="include selects files in a folder; .* is a dotcat"):
         open_source(index, CorpusOptions(include=("*.md",)))
     broken = tmp_path / "broken"
     shutil.copytree(index, broken)

@@ -120,7 +120,7 @@ def test_include_and_exclude_globs(tmp_path):
         "node_modules/e.md",
         "notes/c.md",
     ]
-    with pytest.raises(DataFormatError, match=r"no file to read matches --include \['\*.pdf'\]"):
+    with pytest.raises(DataFormatError, match=r"no file to read matches include=\['\*.pdf'\]"):
         docs_of(tmp_path, include=["*.pdf"])
 
 
@@ -150,7 +150,7 @@ def test_strict_stops_at_the_first_unreadable_file(tmp_path):
     write_bad_files(tmp_path)
     with pytest.raises(DataFormatError) as e:
         list(iter_corpus(tmp_path, options=CorpusOptions(strict=True)))
-    assert str(e.value) == f"{tmp_path / 'blob.txt'}: cannot read: binary (--strict)"
+    assert str(e.value) == f"{tmp_path / 'blob.txt'}: cannot read: binary (strict)"
 
 
 def test_a_folder_with_nothing_to_read_says_what_it_holds(tmp_path):
@@ -171,9 +171,9 @@ def test_a_single_document_file_is_a_one_document_corpus(tmp_path):
 def test_folder_options_are_refused_for_a_corpus_file_or_python_documents(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"_id": "a", "text": "x"}\n')
-    with pytest.raises(DotcatError, match="--include selects files in a folder; .* a corpus file"):
+    with pytest.raises(DotcatError, match="include selects files in a folder; .* a corpus file"):
         open_source(path, CorpusOptions(include=("*.md",)))
-    with pytest.raises(DotcatError, match="--hidden selects files .* documents given in Python"):
+    with pytest.raises(DotcatError, match="hidden selects files .* documents given in Python"):
         open_source(["text"], CorpusOptions(hidden=True))
 
 
@@ -267,7 +267,7 @@ def test_a_missing_field_lists_the_fields_the_record_has(tmp_path, assert_error)
         path,
         1,
         "missing field (expected 'text' or 'contents'); the record has fields _id, body, url: "
-        "name the field with --text-field",
+        "name the field with text_field",
         field="text",
     )
     with pytest.raises(DataFormatError) as e:
@@ -275,7 +275,7 @@ def test_a_missing_field_lists_the_fields_the_record_has(tmp_path, assert_error)
     assert_error(e, path, 1, "missing id (expected 'docid')", "_id, body, url", field="docid")
     with pytest.raises(DataFormatError) as e:
         list(iter_corpus(path, options=CorpusOptions(text_field="body", title_field="name")))
-    assert_error(e, path, 1, "--title-field", field="name")
+    assert_error(e, path, 1, "name the field with title_field", field="name")
     assert list(iter_corpus(path, options=CorpusOptions(text_field="body"))) == [
         Document("a", "", "x")
     ]

@@ -93,7 +93,7 @@ def faiss_index_vectors(index_dir) -> np.ndarray:
 def test_refuses_to_clobber(tiny_beir_dir, tiny_encoder, tmp_path):
     out = tmp_path / "idx"
     build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
-    with pytest.raises(DotcatError, match="--overwrite"):
+    with pytest.raises(DotcatError, match="pass overwrite=True"):
         build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
     precious = tmp_path / "precious"
     precious.mkdir()

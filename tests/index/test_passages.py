@@ -188,7 +188,7 @@ def test_a_few_long_documents_among_short_ones_are_cut_and_counted(encoder, tmp_
     assert cut.passages is None and cut.faiss["ntotal"] == 4
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "1 of 4 documents sampled (25%) are longer than the encoder's window (32" in warning
-    assert "--passages splits them" in warning
+    assert "passages=True splits them" in warning
     forced = build_index(
         docs,
         tmp_path / "forced",

@@ -62,7 +62,7 @@ def index(
     from dotcat.index.preflight import check_build
 
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
-                model=encoder.model, options=options)  # fmt: skip
+                model=encoder.model, options=options, max_length=encoder.max_length)  # fmt: skip
 
     from dotcat.index.encoder import describe_precision
     from dotcat.tuning import build_and_tune

@@ -18,12 +18,13 @@ import typer
 from typer.core import TyperGroup
 
 from dotcat import __version__
+from dotcat.cli.params import current_context
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room
-from dotcat.progress import set_quiet
+from dotcat.progress import set_progress_anywhere, set_quiet
 
 #: The global flags, accepted before or after the command.
-GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose", "--progress")
 
 
 def _typer_exceptions() -> tuple[type[BaseException], ...]:
@@ -84,7 +85,8 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             click.echo("dotcat: interrupted", err=True)
             ctx.exit(130)
-        except _FRAMEWORK:
+        except _FRAMEWORK as e:
+            _hint_quotes(e)  # (typer may ship its own click: its UsageError is not click's)
             raise  # (an Exit raised while a sub-command's error was shown has it as context)
         except Exception as e:
             full = no_room(e)
@@ -92,6 +94,20 @@ class Group(TyperGroup):
                 raise
             click.echo(f"dotcat: error: {full}", err=True)
             ctx.exit(2)
+
+
+#: Commands whose last argument is free text: extra arguments are its words, unquoted.
+_TEXT_ARGUMENT = {"search": 'dotcat search INDEX "how do I reset my password"'}
+
+
+def _hint_quotes(error: BaseException) -> None:
+    """To click's "Got unexpected extra argument(s)" of a command that takes a query, add
+    that a query of several words goes in quotes (the shell split it into arguments)."""
+    message, ctx = getattr(error, "message", None), getattr(error, "ctx", None)
+    command = ctx.command.name if ctx is not None else None
+    example = _TEXT_ARGUMENT.get(command or "")
+    if example and isinstance(message, str) and "unexpected extra argument" in message:
+        error.message = f"{message}; a query of several words goes in quotes: {example}"
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:
@@ -103,16 +119,33 @@ def hoist_global_flags(args: list[str]) -> list[str]:
 
 
 def as_option(error: DotcatError, command) -> str:
-    """The error's text, a :class:`SettingError`'s field renamed to the command's option that
-    sets it (``max_length`` -> ``--max-length``, ``k`` -> ``-k``)."""
+    """The error's text, the settings it names (:attr:`DotcatError.settings`; a
+    :class:`SettingError`'s field, and any option of the command it spells as a field, such
+    as ``rocchio_beta``) renamed to the command's options that set them (``max_length`` ->
+    ``--max-length``, ``overwrite=True`` -> ``--overwrite``, ``k`` -> ``-k``)."""
     text = str(error)
-    if not isinstance(error, SettingError) or command is None:
+    if command is None:
         return text
+    names = set(error.settings)
+    if isinstance(error, SettingError):
+        names |= {p.name for p in command.params if p.name and "_" in p.name and p.name in text}
+    return spell_options(text, names, command)
+
+
+def spell_options(text: str, names, command) -> str:
+    """``text`` with each setting of ``names`` that ``command`` has as an option written as
+    that option: ``name=True`` as the flag, ``name=False`` as its ``--no-`` form, ``name=V``
+    as ``--flag V``, a bare ``name`` as the flag."""
     for param in command.params:
-        if param.param_type_name == "option" and param.name == error.setting:
-            flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
-            name = re.escape(error.setting)
-            return re.sub(rf"(?<![\w-]){name}(?![\w-])", flag, text)
+        if param.param_type_name != "option" or param.name not in names:
+            continue
+        flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        off = next(iter(param.secondary_opts), flag)
+        name = rf"(?<![\w.-]){re.escape(param.name)}"
+        text = re.sub(rf"{name}=True(?![\w-])", flag, text)
+        text = re.sub(rf"{name}=False(?![\w-])", off, text)
+        text = re.sub(rf"{name}=(?=\S)", f"{flag} ", text)
+        text = re.sub(rf"{name}(?![\w-])", flag, text)
     return text
 
 
@@ -133,11 +166,17 @@ app.add_typer(train_app, name="train")
 
 
 class _StderrHandler(logging.Handler):
-    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+    """Log lines to whatever ``sys.stderr`` is at the time (test runners swap it); the
+    settings a line names (``extra={"settings": (...)}``) spelled as the running command's
+    options (:func:`spell_options`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            line = self.format(record)
+            ctx = current_context()
+            if getattr(record, "settings", None) and ctx is not None:
+                line = spell_options(line, set(record.settings), ctx.command)
+            sys.stderr.write(line + "\n")
         except Exception:  # noqa: BLE001 - logging must never take the command down
             self.handleError(record)
 
@@ -176,9 +215,14 @@ def _print_version(value: bool) -> None:
 def _setup(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    progress: bool = typer.Option(
+        False, "--progress", help="Progress bars also when stderr is not a terminal (a log)."
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version."
     ),
 ) -> None:
     configure_logging(verbose)
     set_quiet(quiet)
+    if progress:
+        set_progress_anywhere()

@@ -41,8 +41,10 @@ def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) 
     text_width = max(_MIN_TEXT, width - (4 + 2 + score_width + 2 + id_width + 2))
     typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
     for h in hits:
-        title = textwrap.shorten(h.title or "(no title)", text_width, placeholder="...")
-        snippet = textwrap.shorten(h.passage or "", text_width, placeholder="...")
+        # (cut first: textwrap reads all of a text, and a document may be 50 MB)
+        head = 4 * text_width + 100
+        title = textwrap.shorten(h.title[:head] or "(no title)", text_width, placeholder="...")
+        snippet = textwrap.shorten((h.passage or "")[:head], text_width, placeholder="...")
         typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")

@@ -175,6 +175,11 @@ def given(names: list[str], fields: list[tuple[type, dataclasses.Field]] = ()) -
     return out | {halves[n] for n in out if n in halves}
 
 
+def current_context() -> Any:
+    """The running command's context (typer's own click's where typer ships one)."""
+    return get_current_context(silent=True)
+
+
 def given_settings(cls: type) -> set[str]:
     """The fields of ``cls`` given on the command line of the command running now."""
     return given([f.name for f in dataclasses.fields(cls)])

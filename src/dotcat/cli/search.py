@@ -87,7 +87,7 @@ def search(
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         refuse_with("--server", given_settings(ClusterConfig), "the server runs its shards")
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
-                       config)  # fmt: skip
+                       config, (queries, output, split, tag))  # fmt: skip
         return
     if index_dir is None:
         raise DotcatError("give an INDEX directory (or --server URL)")
@@ -175,11 +175,17 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
     )
 
 
-def _search_remote(url, positional, k, as_json, config: PipelineConfig) -> None:
+def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args) -> None:
     """``dotcat search --server URL [QUERY]``: the same output, answered by a running server
-    with its own pipeline (only the first stage is asked per request)."""
-    if len(positional) > 1:
-        raise DotcatError("with --server, give only the QUERY (the server has its index)")
+    with its own pipeline (only the first stage is asked per request); with ``--queries`` and
+    ``--output`` (``run_args``, with ``--split`` and ``--tag``), a run."""
+    queries, output, split, tag = run_args
+    if len(positional) > 1 or (positional and queries is not None):
+        raise DotcatError(
+            "with --server, give only the QUERY or --queries (the server has its index)"
+        )
+    if (queries is None) != (output is None):
+        raise DotcatError("--queries and --output go together: the queries, and the run to write")
     if config.rerank is not None:
         raise DotcatError(
             "--rerank: a server re-ranks with the cross-encoder it was started with (dotcat "
@@ -188,9 +194,22 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig) -> None:
     pipeline_options = given_settings(PipelineConfig) - {"first_stage"}
     why = "the server searches with the pipeline it was started with (dotcat serve)"
     refuse_with("--server", pipeline_options, why)
-    k = results_per_query(k, run=False)
+    k = results_per_query(k, run=queries is not None)
     client = ServerClient(url)
     stage = None if config.first_stage == "auto" else config.first_stage
+    if queries is not None:
+        check_output_file(output)
+        topics = load_queries(queries, split=split)
+        start = time.perf_counter()
+        run = client.run(topics, k, first_stage=stage)
+        write_run(run, output, tag=tag)
+        where = "standard output" if str(output) == "-" else output
+        typer.echo(
+            f"searched {len(topics)} queries on {url} in {time.perf_counter() - start:.1f} s, "
+            f"top {k} each; wrote {where}",
+            err=str(output) == "-",
+        )
+        return
 
     def ask(text: str):
         return client.search(check_query(text), k=k, first_stage=stage)

@@ -14,6 +14,7 @@ import typer
 
 from dotcat.cli.main import app, train_app
 from dotcat.cli.params import with_settings
+from dotcat.index.layout import check_writable
 from dotcat.index.manifest import check_index
 from dotcat.search.config import CalibrationConfig, PipelineConfig, check_pipeline
 from dotcat.training.config import AdaptConfig, CatConfig, DistillConfig, DotConfig
@@ -91,6 +92,8 @@ def calibrate(
     """
     check_index(index_dir, shards=False)
     check_pipeline(index_dir, config)
+    if calibration.record:
+        check_writable(index_dir)  # before the calibration, not after it
 
     from dotcat.search.calibrate import calibrate_reranker, record_corpus_weight
     from dotcat.search.pipeline import SearchPipeline

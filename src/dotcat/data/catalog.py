@@ -281,10 +281,14 @@ def fetch(name: str, target: Path, *, retry_waits: Sequence[float] | None = None
     ``irds:`` id is converted through ir_datasets.
 
     Raises:
-        DotcatError: an unknown name, a failed download or checksum (saying what to do when
-            offline), a bad archive, or a ``target`` that exists and is not empty.
+        DotcatError: an unknown name (or a path given as one), a failed download or checksum
+            (saying what to do when offline), a bad archive, or a ``target`` that exists and
+            is not an empty folder.
     """
     target = Path(target)
+    _check_name(name)
+    if target.exists() and not target.is_dir():
+        raise DotcatError(f"{target}: is a file; give a folder (absent or empty) to put {name} in")
     if name.startswith(IRDS_PREFIX):
         dataset_id = name[len(IRDS_PREFIX) :]
         fill_atomically(target, lambda tmp: _write_irds(dataset_id, tmp))
@@ -300,6 +304,21 @@ def fetch(name: str, target: Path, *, retry_waits: Sequence[float] | None = None
         with _lock(entry.name):
             _download_and_unpack(entry, target, retry_waits)
     return target
+
+
+def _check_name(name: str) -> None:
+    """Refuse what cannot be a dataset name: nothing, or a path on this machine (a folder is
+    used where it is, by every command that reads data)."""
+    if not name.strip():
+        raise DotcatError(
+            "give a dataset name: beir/NAME or irds:ID (`dotcat datasets list` shows them)"
+        )
+    if Path(name).exists() and not looks_like_name(name):
+        kind = "a folder" if Path(name).is_dir() else "a file"
+        raise DotcatError(
+            f"{name}: is {kind} on this machine, not a dataset name (beir/NAME or irds:ID); "
+            "commands read it where it is, so there is nothing to get"
+        )
 
 
 def _ensure_cached(entry: Entry, retry_waits: Sequence[float] | None = None) -> Path:

@@ -244,15 +244,13 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
         more = stats.unreadable - len(stats.unreadable_named)
         named = ", ".join(stats.unreadable_named) + (f" and {more} more" if more > 0 else "")
         logger.warning(
-            "%s: skipped %d of %d files that cannot be read: %s; --strict stops at the first",
+            "%s: skipped %d of %d files that cannot be read: %s; strict=True stops at the first",
             stats.path,
             stats.unreadable,
             stats.files,
             named,
+            extra={"settings": ("strict",)},
         )
-    if stats.other_kinds:
-        kinds = ", ".join(f"{n} {suffix}" for suffix, n in stats.other_kinds.items())
-        logger.info("%s: not read, of kinds dotcat does not index: %s", stats.path, kinds)
 
 
 def default_cache_dir() -> Path:

@@ -4,8 +4,17 @@
 transfer that breaks off (a dropped connection, a timeout, a body shorter than its
 ``Content-Length``, a 5xx answer) is retried after a pause, resuming where it stopped with a
 ``Range`` request (RFC 9110, section 14) when the server honours it; a 404 or another refusal
-is not retried. The finished file's md5 is checked against the published one when there is
-one; its size and sha256 are computed either way and returned, to be recorded.
+is not retried.
+
+Every wait on the network is bounded and said: the download's bar shows what is awaited (the
+server, and for how long at most) from before the connection is made; a connection, an answer
+and each
+block of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``,
+default :data:`TIMEOUT`); a server that takes the connection and never answers is asked
+:data:`SILENT_ATTEMPTS` times, then given up on, naming the wait.
+
+The finished file's md5 is checked against the published one when there is one; its size and
+sha256 are computed either way and returned, to be recorded.
 
 :func:`extract_zip` reads a zip (BEIR's: one top folder holding ``corpus.jsonl``,
 ``queries.jsonl`` and ``qrels/<split>.tsv``) into a temporary folder that
@@ -24,10 +33,12 @@ import errno
 import hashlib
 import http.client
 import logging
+import os
 import shutil
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Sequence
@@ -43,7 +54,11 @@ logger = logging.getLogger(__name__)
 
 #: Pauses (seconds) before the second, third and fourth attempt of a broken transfer.
 RETRY_WAITS = (1.0, 4.0, 10.0)
-TIMEOUT = 60.0
+#: Seconds each network wait may last (a connection, an answer, a block of the body).
+TIMEOUT = 30.0
+TIMEOUT_ENV = "DOTCAT_NETWORK_TIMEOUT"
+#: Attempts a server that never answers is given (a silent one rarely wakes up).
+SILENT_ATTEMPTS = 2
 _BLOCK = 1 << 20
 #: HTTP statuses worth asking again: a timeout, too many requests, a server's own trouble.
 _RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
@@ -74,6 +89,28 @@ class _Broken(Exception):
     """A transfer that stopped early: worth another attempt, resuming."""
 
 
+class _Silent(_Broken):
+    """No answer at all within the timeout (a connection taken and never answered)."""
+
+
+def network_timeout() -> float:
+    """Seconds one network wait may last: ``DOTCAT_NETWORK_TIMEOUT``, else :data:`TIMEOUT`.
+
+    Raises:
+        DotcatError: the variable is set to something other than a positive number.
+    """
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise DotcatError(f"{TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0")
+    return value
+
+
 def download(
     url: str,
     part: Path,
@@ -81,7 +118,7 @@ def download(
     md5: str | None = None,
     size: int | None = None,
     retry_waits: Sequence[float] = RETRY_WAITS,
-    timeout: float = TIMEOUT,
+    timeout: float | None = None,
     desc: str | None = None,
 ) -> Downloaded:
     """Download ``url`` into the file ``part``, resuming and retrying (module docstring).
@@ -92,35 +129,58 @@ def download(
         md5: the published md5 of the whole file, checked at the end.
         size: the expected size in bytes (a checksum recorded earlier), checked at the end.
         retry_waits: the pause before each new attempt; their number is the retries' number.
-        timeout: seconds without an answer or a byte before an attempt counts as broken.
+        timeout: seconds without an answer or a byte before an attempt counts as broken
+            (default :func:`network_timeout`).
 
     Returns:
         The finished file's size, md5 and sha256.
 
     Raises:
         DownloadError: a refusal (404...), the network out of reach (``offline``), every
-            attempt broken off, a size or md5 that differs (the file is removed then), or a
-            file that cannot be written.
+            attempt broken off, a server silent :data:`SILENT_ATTEMPTS` times, a size or md5
+            that differs (the file is removed then), or a file that cannot be written.
     """
+    timeout = timeout or network_timeout()
     part.parent.mkdir(parents=True, exist_ok=True)
-    attempts = len(retry_waits) + 1
+    desc = desc or PurePosixPath(url).name
+    logger.info("%s: downloading %s (each network wait at most %g s: %s)", desc, url, timeout,
+                TIMEOUT_ENV)  # fmt: skip
+    with progress_bar(desc=f"downloading {desc}", unit="B", unit_scale=True,
+                      unit_divisor=1024) as bar:  # fmt: skip
+        _attempts(url, part, timeout, retry_waits, bar)
+    return _verify(url, part, md5, size)
+
+
+def _attempts(url: str, part: Path, timeout: float, retry_waits: Sequence[float], bar) -> None:
+    """Transfer ``url`` into ``part``, again after a break (at most ``len(retry_waits)``
+    times), giving up on a silent server after :data:`SILENT_ATTEMPTS` tries."""
+    host = urllib.parse.urlsplit(url).netloc or url
+    attempts, silent = len(retry_waits) + 1, 0
     for attempt in range(attempts):
+        # Said before each wait, at once (a server may take the connection and say nothing).
+        bar.set_postfix_str(f"waiting for {host}, at most {timeout:g} s", refresh=True)
         try:
-            _transfer(url, part, timeout, desc or PurePosixPath(url).name)
-            break
+            _transfer(url, part, timeout, bar)
+            return
         except _Broken as e:
+            silent += isinstance(e, _Silent)
+            if silent == SILENT_ATTEMPTS:
+                raise DownloadError(
+                    f"{url}: {e}, {silent} times: the server takes the connection and does "
+                    "not answer; try again later, or another mirror"
+                ) from None
             if attempt == attempts - 1:
                 raise DownloadError(
                     f"{url}: the transfer broke off {attempts} times ({e}); run the same "
                     "command again to resume"
                 ) from None
             wait = retry_waits[attempt]
-            logger.warning("%s: %s; trying again in %g s (resuming)", url, e, wait)
+            resuming = " (resuming)" if part.exists() and part.stat().st_size else ""
+            logger.warning("%s: %s; trying again in %g s%s", url, e, wait, resuming)
             time.sleep(wait)
-    return _verify(url, part, md5, size)
 
 
-def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
+def _transfer(url: str, part: Path, timeout: float, bar) -> None:
     """One attempt: ask for the bytes after those already in ``part`` and append them."""
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": f"dotcat/{__version__}"}
@@ -140,14 +200,16 @@ def _transfer(url: str, part: Path, timeout: float, desc: str) -> None:
             raise _Broken(f"HTTP {e.code} {e.reason}") from None
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
-        raise _connection_error(url, e.reason) from None
+        raise _connection_error(url, e.reason, timeout) from None
+    except TimeoutError:
+        raise _Silent(f"no answer within {timeout:g} s") from None
     except (OSError, http.client.HTTPException) as e:
         raise _Broken(_describe(e)) from None
     with response:
         start, total = _range_of(response, have)
         if start == 0 and have:
             logger.info("%s: the server does not resume; starting over", url)
-        _append(response, part, start, total, desc)
+        _append(response, part, (start, total), bar, timeout)
 
 
 def _range_of(response, have: int) -> tuple[int, int | None]:
@@ -167,17 +229,21 @@ def _range_of(response, have: int) -> tuple[int, int | None]:
     return start, int(total) if total.isdigit() else None
 
 
-def _append(response, part: Path, start: int, total: int | None, desc: str) -> None:
-    """Write the answer's body into ``part`` from byte ``start``; a short body is broken."""
+def _append(response, part: Path, span: tuple[int, int | None], bar, timeout: float) -> None:
+    """Write the answer's body into ``part`` from byte ``start`` (of ``total``, when known),
+    advancing ``bar``; a short body, or ``timeout`` seconds without a byte, is broken."""
+    start, total = span
     mode = "ab" if start else "wb"
     written = start
-    with open(part, mode) as out, progress_bar(
-        desc=f"downloading {desc}", total=total, initial=start, unit="B", unit_scale=True,
-        unit_divisor=1024,
-    ) as bar:  # fmt: skip
+    bar.reset(total=total)
+    bar.update(start)
+    bar.set_postfix_str("")
+    with open(part, mode) as out:
         while True:
             try:
                 block = response.read(_BLOCK)
+            except TimeoutError:
+                raise _Broken(f"no byte for {timeout:g} s after {written} bytes") from None
             except (OSError, http.client.HTTPException) as e:
                 raise _Broken(_describe(e)) from None
             if not block:
@@ -217,8 +283,10 @@ def _verify(url: str, part: Path, md5: str | None, size: int | None) -> Download
     return got
 
 
-def _connection_error(url: str, reason: object) -> Exception:
+def _connection_error(url: str, reason: object, timeout: float) -> Exception:
     """A failure to connect: offline (no DNS, no route, refused) or worth another attempt."""
+    if isinstance(reason, TimeoutError):
+        return _Silent(f"no answer within {timeout:g} s")
     if isinstance(reason, socket.gaierror) or (
         isinstance(reason, OSError) and reason.errno in _OFFLINE_ERRNOS
     ):

@@ -17,12 +17,14 @@ from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.sniff import BEIR_QRELS, TREC_QRELS, hint
 from dotcat.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
 
 _HEADER_FIRST = {"query-id", "query_id", "qid", "queryid", "query"}
 _LAYOUTS = {3: "query-id, corpus-id, score", 4: "qid, iteration, docid, relevance"}
+_QRELS = (BEIR_QRELS, TREC_QRELS)
 
 
 def available_splits(beir_dir: str | Path) -> list[str]:
@@ -84,31 +86,34 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
             ):
                 continue  # the BEIR header "query-id corpus-id score"
             if len(fields) not in _LAYOUTS:
-                raise DataFormatError(file, lineno, _layout_problem(fields))
+                raise DataFormatError(file, lineno, _layout_problem(fields, file))
             columns, columns_line = len(fields), lineno
         elif len(fields) != columns:
             raise DataFormatError(
                 file,
                 lineno,
                 f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}, "
-                f"found {len(fields)}",
+                f"found {len(fields)}{hint(file, _QRELS)}",
             )
         qid, docid, rel = (
             (fields[0], fields[1], fields[2]) if columns == 3 else (fields[0], fields[2], fields[3])
         )
         if not is_integer(rel):
-            raise DataFormatError(file, lineno, f"expected an integer, found {rel!r}", "relevance")
+            raise DataFormatError(
+                file, lineno, f"expected an integer, found {rel!r}{hint(file, _QRELS)}", "relevance"
+            )
         yield lineno, qid, docid, int(rel)
 
 
-def _layout_problem(fields: list[str]) -> str:
-    """Why a first record is no qrels line; a TREC run's says so (a run given as qrels)."""
+def _layout_problem(fields: list[str], file: Path) -> str:
+    """Why a first record is no qrels line; a TREC run's says so (a run given as qrels), and
+    another kind of file says what it looks like (:func:`dotcat.data.sniff.hint`)."""
     problem = f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), found {len(fields)}"
     if len(fields) == 6 and fields[1] == "Q0":
-        problem += (
+        return problem + (
             ": this is a TREC run (qid Q0 docid rank score tag), not qrels; the qrels go last"
         )
-    return problem
+    return problem + hint(file, _QRELS)
 
 
 def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:

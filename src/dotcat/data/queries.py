@@ -22,6 +22,7 @@ from dotcat.data._io import (
 )
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.qrels import load_qrels
+from dotcat.data.sniff import QUERIES, hint
 from dotcat.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ def _read_queries(file: Path) -> dict[str, str]:
                 raise DataFormatError(
                     file,
                     lineno,
-                    f"expected 2 tab-separated columns (id, text), found {len(fields)}",
+                    f"expected 2 tab-separated columns (id, text), found {len(fields)}"
+                    + hint(file, QUERIES),
                 )
             id_field = "id"
             qid, text = check_id(file, lineno, fields[0], id_field), fields[1]

@@ -137,7 +137,9 @@ def record_from_mapping(
 
 
 def _missing(where, line, obj: Mapping[str, Any], what: str, names: Sequence[str], option: str):
-    """The error for a record without the wanted field: it lists the fields the record has."""
+    """The error for a record without the wanted field: it lists the fields the record has,
+    and names the ``option`` (``id_field``...) that names another (a front door's spelling:
+    :attr:`~dotcat.errors.DotcatError.settings`)."""
     expected = " or ".join(repr(n) for n in names)
     have = [str(k) for k in obj]
     listed = ", ".join(have[:_LISTED_FIELDS]) + (", ..." if len(have) > _LISTED_FIELDS else "")
@@ -147,6 +149,7 @@ def _missing(where, line, obj: Mapping[str, Any], what: str, names: Sequence[str
         f"missing {what} (expected {expected}); the record has fields "
         f"{listed or '(none)'}: name the field with {option}",
         names[0],
+        settings=(option,),
     )
 
 
@@ -158,7 +161,7 @@ def _record_id(
     names = (name,) if name else DEFAULT_ID_FIELDS
     present = [n for n in names if n in obj]
     if not present:
-        raise _missing(where, line, obj, "id", names, "--id-field")
+        raise _missing(where, line, obj, "id", names, "id_field")
     field = present[0]
     if any(obj[n] != obj[field] for n in present[1:]):
         shown = " and ".join(f"{n!r} {obj[n]!r}" for n in present)
@@ -179,7 +182,7 @@ def _named_text(
     names = (name,) if name else defaults
     value = get_json_text(Path(where), line, obj, names)  # type: ignore[arg-type]
     if value is None and (name or what == "text"):
-        raise _missing(where, line, obj, "field", names, f"--{what}-field")
+        raise _missing(where, line, obj, "field", names, f"{what}_field")
     return value
 
 
@@ -318,13 +321,14 @@ def _tsv_positional(path: Path, columns: int, first_line: int, lines) -> Iterato
                     "each as one document)"
                     if path.name.lower().removesuffix(".gz").endswith(".txt")
                     else " (a TSV with a header row naming other columns: name them with "
-                    "--id-field and --text-field)"
+                    "id_field and text_field)"
                 )
                 raise DataFormatError(
                     path,
                     lineno,
                     "expected 2 tab-separated columns (id, text) or 3 (id, title, text), "
                     f"found {len(row)}{hint}",
+                    settings=("id_field", "text_field"),
                 )
             columns, first_line = len(row), lineno
         elif len(row) != columns:

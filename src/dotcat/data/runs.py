@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
+from dotcat.data.sniff import RUN, hint
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.files import check_can_create_in, writing
 
@@ -52,18 +53,23 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
             problem = f"expected 6 fields (qid Q0 docid rank score tag), found {len(fields)}"
             if not lines and _looks_like_qrels(fields):
                 problem += ": this is a qrels file (judgements), not a run; give it last"
+            else:
+                problem += hint(file, RUN)
             raise DataFormatError(file, lineno, problem)
         qid, _, docid, rank, score_text, _ = fields
         if not is_integer(rank):
-            raise DataFormatError(file, lineno, f"expected an integer, found {rank!r}", "rank")
+            raise DataFormatError(
+                file, lineno, f"expected an integer, found {rank!r}{hint(file, RUN)}", "rank"
+            )
         try:
             score = float(score_text)
         except ValueError:
             score = math.nan
         if not math.isfinite(score):
             raise DataFormatError(
-                file, lineno, f"expected a finite number, found {score_text!r}", "score"
-            )
+                file, lineno, f"expected a finite number, found {score_text!r}{hint(file, RUN)}",
+                "score",
+            )  # fmt: skip
         docs = run.setdefault(qid, {})
         if docid in docs:
             raise DataFormatError(

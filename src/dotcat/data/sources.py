@@ -16,7 +16,13 @@
   ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and ``#`` separates
   a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
   symbolic links to files are followed, to folders not (no cycles). A single document file
-  (``report.pdf``) is a folder of one file, its name the id.
+  (``report.pdf``) is a folder of one file, its name the id. A folder inside that holds a
+  dotcat index (or an index's build) is never read as documents: an index kept inside its
+  own corpus folder (``dotcat index docs docs/idx``) is skipped, and named in one warning.
+  Files of other kinds (``.docx``, images) are not read: counted by kind and named in one
+  warning (exclude patterns leave them out without it). The record field options
+  (``id_field``...) given for a folder that holds no record file are refused: they would do
+  nothing.
 - :class:`~dotcat.data.index_source.IndexSource`: a dotcat index directory, whose document
   store holds every document it indexed (ids as indexed).
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
@@ -68,7 +74,7 @@ from dotcat.data.records import (
     iter_python_records,
     python_source_name,
 )
-from dotcat.errors import DataFormatError, DotcatError
+from dotcat.errors import DataFormatError, DotcatError, SettingError
 from dotcat.options import Settings, setting
 
 logger = logging.getLogger(__name__)
@@ -197,8 +203,8 @@ class CorpusOptions(Settings):
         }
 
     def folder_options(self) -> list[str]:
-        """The options given that only apply to a folder of files."""
-        given = {"--include": self.include, "--exclude": self.exclude, "--hidden": self.hidden}
+        """The options given that only apply to a folder of files (their names)."""
+        given = {"include": self.include, "exclude": self.exclude, "hidden": self.hidden}
         return [name for name, value in given.items() if value]
 
 
@@ -280,8 +286,10 @@ class Listing:
     files: list[ListedFile] = field(default_factory=list)
     problems: list[tuple[str, Path, str]] = field(default_factory=list)  # rel, path, reason
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
+    other_named: list[str] = field(default_factory=list)  # the first few of those
     excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
     hidden: int = 0  # hidden files and folders skipped
+    indexes: list[str] = field(default_factory=list)  # folders skipped: dotcat indexes
 
 
 class FolderSource:
@@ -300,9 +308,12 @@ class FolderSource:
         if self.only is not None:
             listing = Listing()
             _list_file(listing, self.only.name, self.only, self.only.name)
+            _refuse_record_fields(self.only, listing, self.options)
             return listing
         listing = walk(self.root, self.options)
         _check_listing(self.root, listing, self.options)
+        _say_indexes_skipped(self.root, listing.indexes)
+        _say_kinds_not_read(self.root, listing)
         return listing
 
     def identity(self, again: bool = False) -> dict[str, Any]:
@@ -327,7 +338,8 @@ class FolderSource:
         file's bytes`` lines: the folder's content, whatever the machine or the mtimes.
         """
         digest = hashlib.sha256()
-        for rel, path, reason in self.listing.problems:
+        for rel, path, reason in self.listing.problems:  # (failed at stat: files too)
+            stats.files += 1
             self._unreadable(stats, rel, path, reason)
         for listed in self.listing.files:
             stats.files += 1
@@ -365,7 +377,8 @@ class FolderSource:
 
     def _unreadable(self, stats: CorpusStats, rel: str, path: Path, reason: str) -> None:
         if self.options.strict:
-            raise DataFormatError(path, None, f"cannot read: {reason} (--strict)")
+            raise DataFormatError(path, None, f"cannot read: {reason} (strict)",
+                                  settings=("strict",))  # fmt: skip
         stats.unreadable += 1
         if len(stats.unreadable_named) < UNREADABLE_NAMED:
             stats.unreadable_named.append(f"{rel} ({reason})")
@@ -404,7 +417,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
 
     Raises:
         DataFormatError: a path that does not exist, a BEIR directory with both corpus files,
-            a folder with no file to read or none matching ``--include``.
+            a folder with no file to read or none matching ``include``, a dotcat index.
         DotcatError: folder options (``--include``...) with a corpus file or Python objects,
             or a folder with HTML files and no trafilatura.
     """
@@ -427,6 +440,11 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
             return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
+        if is_index_folder(path):
+            raise DataFormatError(
+                path, None, "a dotcat index's build folder (an interrupted `dotcat index`), not "
+                "documents; give the folder or file it is built from"
+            )  # fmt: skip
         return FolderSource(path, options)
     require_file(path)
     kind = file_kind(path.name)
@@ -443,7 +461,8 @@ def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> 
     given = options.folder_options()
     if given:
         verb = "select" if len(given) > 1 else "selects"
-        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}")
+        raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}",
+                          settings=given)  # fmt: skip
 
 
 # -- walking a folder ----------------------------------------------------------------------
@@ -465,6 +484,8 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
             rel = (base / name).as_posix()
             if name.startswith(".") and not options.hidden:
                 listing.hidden += 1
+            elif is_index_folder(Path(dirpath) / name):
+                listing.indexes.append(rel)
             elif _excluded_dir(rel, name, options):
                 listing.excluded["(folder)"] += 1
             else:
@@ -485,6 +506,52 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
     return listing
 
 
+#: What marks a folder as a dotcat index (:mod:`dotcat.index.layout`: its manifest beside its
+#: doc store) or an index's build (its plan, ``build.json``, beside a doc store or chunks).
+INDEX_MARKERS = ("manifest.json", "build.json")
+INDEX_PARTS = ("docstore.sqlite", "index.faiss", "chunks.jsonl")
+
+
+#: Folders whose skipped indexes (or kinds not read) were named already (a command opens
+#: its corpus more than once).
+_NAMED: set[tuple[str, tuple]] = set()
+
+
+def _say_indexes_skipped(root: Path, indexes: list[str]) -> None:
+    """Name, once per process, the index folders a folder's walk skipped."""
+    key = (str(root.resolve()), tuple(indexes))
+    if indexes and key not in _NAMED:
+        _NAMED.add(key)
+        logger.warning(
+            "%s: not read: %s, a dotcat index (an index inside its corpus folder is skipped, "
+            "never indexed as documents)", root, ", ".join(indexes),
+        )  # fmt: skip
+
+
+def _say_kinds_not_read(root: Path, listing: Listing) -> None:
+    """Warn, once per process, of a folder's files of kinds dotcat does not read (``.docx``,
+    images...): counted by kind and the first few named, never dropped without a word."""
+    total = sum(listing.other_kinds.values())
+    key = (str(root.resolve()), ("kinds", *sorted(listing.other_kinds.items())))
+    if not total or key in _NAMED:
+        return
+    _NAMED.add(key)
+    more = total - len(listing.other_named)
+    named = ", ".join(listing.other_named) + (f" and {more} more" if more > 0 else "")
+    logger.warning(
+        "%s: not read: %d file(s) of kinds dotcat does not index (%s): %s; convert them to "
+        "text, Markdown, HTML or PDF to index them, or leave them out with exclude patterns",
+        root, total, _counts(listing.other_kinds), named, extra={"settings": ("exclude",)},
+    )  # fmt: skip
+
+
+def is_index_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a dotcat index or an index's build folder: never documents."""
+    return any((folder / m).is_file() for m in INDEX_MARKERS) and any(
+        (folder / p).is_file() for p in INDEX_PARTS
+    )
+
+
 def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
     try:
         st = path.stat()
@@ -497,6 +564,8 @@ def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
     kind = file_kind(name)
     if kind is None:
         listing.other_kinds[_suffix(name)] += 1
+        if len(listing.other_named) < UNREADABLE_NAMED:
+            listing.other_named.append(rel)
         return
     listing.files.append(ListedFile(rel, path, st.st_size, st.st_mtime_ns, kind))
 
@@ -536,16 +605,33 @@ def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None
         held = f"it holds {others}" if others else "it holds no file"
         if listing.excluded:
             raise DataFormatError(
-                root, None, f"no file to read matches --include {list(options.include)} "
-                f"--exclude {list(options.exclude)}; they leave out {_counts(listing.excluded)}"
+                root, None, f"no file to read matches include={list(options.include)} "
+                f"exclude={list(options.exclude)}; they leave out {_counts(listing.excluded)}",
+                settings=("include", "exclude"),
             )  # fmt: skip
         kinds = " ".join(sorted({*DOCUMENT_SUFFIXES, *RECORD_SUFFIXES}))
         raise DataFormatError(
             root, None, f"no file to index here: a folder is read for its {kinds} files "
             f"(gzipped text kinds too), a BEIR directory for its corpus.jsonl; {held}"
         )  # fmt: skip
+    _refuse_record_fields(root, listing, options)
     if any(f.kind == "html" for f in listing.files):
         check_html_support()
+
+
+def _refuse_record_fields(where: Path, listing: Listing, options: CorpusOptions) -> None:
+    """Refuse ``id_field``/``title_field``/``text_field`` where no record file is read: a
+    document file's id is its path and its title its own, so the option would do nothing."""
+    given = [name for name in ("id_field", "title_field", "text_field") if getattr(options, name)]
+    if not given or any(f.kind == "records" for f in listing.files):
+        return
+    name = given[0]
+    kinds = " ".join(RECORD_SUFFIXES)
+    raise SettingError(
+        name, f"{name} {getattr(options, name)!r} names a field of record files ({kinds}); "
+        f"{where} holds none to read: its documents are files, each with its path as its id "
+        "and its own title and text", others=given[1:],
+    )  # fmt: skip
 
 
 # -- reading one file of a folder ----------------------------------------------------------

@@ -377,8 +377,11 @@ def parse_config(data: dict[str, Any], source: str = "experiment") -> Experiment
 
 
 def _error_lines(error: ValidationError) -> list[str]:
-    """One line per field in error (a union's alternatives collapse into one)."""
+    """One line per field in error (a union's alternatives collapse into one); an unknown
+    field first, and no "missing" line for the field it is a misspelling of (``pth``: the
+    line names ``path``)."""
     seen: dict[str, str] = {}
+    misspelt: set[str] = set()
     for item in error.errors():
         fields = _field_path(item["loc"])
         where = _format_loc(fields)
@@ -389,6 +392,8 @@ def _error_lines(error: ValidationError) -> list[str]:
             known = list(_model_at(fields[:-1]).model_fields)
             message = f"{parent}: unknown field {name!r}{_did_you_mean(name, known)}"
             seen.setdefault(f"{where}:extra", message)
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            misspelt.update(_format_loc([*fields[:-1], c]) for c in close)
             continue
         if kind == "dotcat_field":
             field = item["ctx"]["field"]
@@ -402,7 +407,12 @@ def _error_lines(error: ValidationError) -> list[str]:
             expected = f"must be {description}" if description else item["msg"]
             message = f"{expected}, got {item['input']!r}"
         seen.setdefault(where, f"{where or 'top level'}: {message}")
-    return list(seen.values())
+    extras = [line for key, line in seen.items() if key.endswith(":extra")]
+    return extras + [
+        line
+        for key, line in seen.items()
+        if not key.endswith(":extra") and not (key in misspelt and "missing" in line)
+    ]
 
 
 def _field_path(loc: tuple) -> list[str | int]:

@@ -407,6 +407,8 @@ class BM25Index:
                     f"{path}: BM25 index format {version}, this dotcat reads {FORMAT_VERSION}"
                 )
             config = BM25Config(**manifest["config"])
+            if manifest.get("n_docs") == 0:
+                return EmptyBM25(config)
             retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
             tokenizer = make_tokenizer(config)
             tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
@@ -442,6 +444,42 @@ class _Rows:
         return self._csr.indices[lo:hi], self._csr.data[lo:hi].astype(np.float64)
 
 
+class EmptyBM25(BM25Index):
+    """The BM25 side of an index whose every document was deleted: it finds nothing (bm25s
+    cannot index zero documents); the next ``dotcat add`` builds a real one again."""
+
+    def __init__(self, config: BM25Config) -> None:
+        super().__init__(None, make_tokenizer(config), [], config)
+
+    @property
+    def vocabulary(self) -> list[str]:
+        return []
+
+    @property
+    def document_frequencies(self) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)
+
+    def query_token_ids(self, query: str) -> list[int]:
+        return []
+
+    def search_one(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+        return []
+
+    def weighted_scores(self, weights: Mapping[int, float]) -> np.ndarray:
+        return np.zeros(0, dtype=np.float64)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Its manifest only (``n_docs`` 0): there is nothing else to keep."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        manifest = {"format": "dotcat-bm25", "format_version": FORMAT_VERSION,
+                    "bm25s_version": bm25s.__version__, "n_docs": 0,
+                    "config": self.config.to_dict()}  # fmt: skip
+        with writing(path / _MANIFEST):
+            (path / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+        return path
+
+
 def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
     """A BM25 index over a doc store's rows (:func:`docstore_rows`).
 
@@ -451,6 +489,8 @@ def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool)
     """
     store = DocStore(docstore)
     try:
+        if len(store) == 0:  # every document deleted: an index that finds nothing
+            return EmptyBM25(config)
         return BM25Index.build(docstore_rows(store), config=config, show_progress=show_progress)
     finally:
         store.close()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,6 +112,7 @@ def build_index(
         model=None if loaded else encoder.model,
         dim=encoder.dim if loaded else None,
         options=corpus_options,
+        max_length=encoder.max_length,
     )
     faiss_device = faiss_index.resolve_faiss_device(config.device)
 
@@ -177,8 +177,9 @@ def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
         logger.warning(
             "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
             "tokens) and are cut there: by default documents are split only where most are "
-            "longer than %d tokens (where passages were measured to pay); --passages splits "
+            "longer than %d tokens (where passages were measured to pay); passages=True splits "
             "them", long, len(rows), 100 * share, window, AUTO_LENGTH_FACTOR * window,
+            extra={"settings": ("passages",)},
         )  # fmt: skip
     return None
 
@@ -233,7 +234,7 @@ def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
     if tmp.exists():
         what = "discarding the interrupted build" if recorded else "removing the unusable build"
         logger.warning("%s in %s", what, tmp)
-        shutil.rmtree(tmp)
+        layout.clear(tmp, "an earlier build of this index")
     tmp.mkdir(parents=True)
     write_plan(tmp, plan)
     return tmp
@@ -255,10 +256,11 @@ def _report_kept(tmp: Path, chunk_size: int, dim: int) -> None:
     encoded = min(n, len(done) * chunk_size)
     logger.warning(
         "build stopped; %d of %d vectors encoded are kept in %s: run the same command again "
-        "to resume, or pass --fresh to start over",
+        "to resume, or pass fresh=True to start over",
         encoded,
         n,
         tmp,
+        extra={"settings": ("fresh",)},
     )
 
 

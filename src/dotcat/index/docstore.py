@@ -46,9 +46,6 @@ CREATE TABLE IF NOT EXISTS passages (
 """
 _PASSAGES_BY_POS = "CREATE INDEX IF NOT EXISTS passages_pos ON passages (pos)"
 _PASSAGE_COLUMNS = ["pid", "pos", "part", "start", "stop"]
-#: A passage's text, cut out of its document in SQLite (``substr`` counts characters, as
-#: Python's offsets do, and starts at 1).
-_PASSAGE_TEXT = "substr(d.text, p.start + 1, p.stop - p.start)"
 _PASSAGES_JOIN = "passages p JOIN docs d ON d.pos = p.pos"
 _LOOKUP_CHUNK = 900  # stays under SQLite's default limit of host parameters per statement
 
@@ -226,18 +223,23 @@ class DocStore:
 
     def iter_passages(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
         """Every passage as ``(pid, doc id, title, passage text)``, in FAISS id order,
-        ``batch`` at a time (each cut out of its document by SQLite)."""
+        ``batch`` at a time, cut out of its document here: each document of a batch is read
+        once (SQLite's ``substr`` would read a 50 MB document again for each of its
+        thousands of passages, and count its characters from the start each time)."""
         last = -1
         while True:
-            rows = self._execute(
-                f"SELECT p.pid, d.id, d.title, {_PASSAGE_TEXT} FROM passages p "
-                "JOIN docs d ON d.pos = p.pos WHERE p.pid > ? ORDER BY p.pid LIMIT ?",
+            spans = self._execute(
+                "SELECT pid, pos, start, stop FROM passages WHERE pid > ? ORDER BY pid LIMIT ?",
                 (last, batch),
             )
-            if not rows:
+            if not spans:
                 return
-            yield rows
-            last = rows[-1][0]
+            docs = self.get([pos for _, pos, _, _ in spans])
+            yield [
+                (pid, docs[pos].id, docs[pos].title, docs[pos].text[start:stop])
+                for pid, pos, start, stop in spans
+            ]
+            last = spans[-1][0]
 
     def passage_spans(self, first: int, stop: int) -> list[tuple[int, int, int, int, int]]:
         """``(pid, pos, part, start, stop)`` of the passages with ids in ``[first, stop)``."""
@@ -253,9 +255,10 @@ class DocStore:
         return {row[0]: PassageRef(*row) for row in rows}
 
     def passage_texts(self, pids: Sequence[int]) -> dict[int, tuple[str, str]]:
-        """``pid -> (title, passage text)`` for these FAISS ids."""
-        rows = self._select(f"p.pid, d.title, {_PASSAGE_TEXT}", pids, _PASSAGES_JOIN, "p.pid")
-        return {pid: (title, text) for pid, title, text in rows}
+        """``pid -> (title, passage text)`` for these FAISS ids (each document read once)."""
+        spans = list(self._select("pid, pos, start, stop", pids, "passages", "pid"))
+        docs = self.get([pos for _, pos, _, _ in spans])
+        return {pid: (docs[pos].title, docs[pos].text[a:b]) for pid, pos, a, b in spans}
 
     def passage_count(self) -> int:
         return self._execute("SELECT COUNT(*) FROM passages")[0][0]

@@ -373,11 +373,13 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     """
     if k < 1:
         raise DotcatError(f"k must be >= 1, got {k}")
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if index.ntotal == 0:  # every document deleted: nothing to find
+        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
     k = min(int(k), index.ntotal)
     # A few more than k, so that a tie at the cut is settled by position too, not by which
     # of the tied vectors FAISS's heap happened to keep.
     fetch = min(k + TIE_MARGIN, index.ntotal)
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
     if queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK:
         with _omp_threads(1):
             scores, positions = index.search(queries, fetch)

@@ -14,7 +14,13 @@ An index ``INDEX`` is only ever written beside itself and moved into place whole
 * Recovery: the next build (and the next open, when ``INDEX`` is missing) takes the lock and
   restores what a killed process left: with no index at the path, the newest complete build,
   else the old index, is renamed back into place; leftovers beside a complete index are
-  stale (no live process holds the lock) and are removed, each one logged.
+  stale (no live process holds the lock) and are removed, each one logged (a leftover this
+  process owns but cannot write, e.g. the copy of a read-only index, is made writable first;
+  one it cannot remove is an error naming it, never reported as removed).
+* Permissions: a writer (a build with ``overwrite``, an update, a merge, a calibration) first
+  checks that it can change the whole index and create files beside it
+  (:func:`check_writable`); a read-only or foreign-owned index is refused in one line before
+  any work, and nothing is left beside it.
 
 Nothing here imports FAISS or torch: the CLI checks paths before paying for those imports.
 """
@@ -27,7 +33,6 @@ import ctypes.util
 import errno
 import logging
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +43,7 @@ from filelock import FileLock, Timeout
 
 from dotcat.data.index_source import INDEX_DOCSTORE, INDEX_MANIFEST
 from dotcat.errors import DotcatError
-from dotcat.files import check_can_create_in
+from dotcat.files import check_can_create_in, remove_tree, unwritable
 
 try:
     import fcntl
@@ -106,7 +111,39 @@ def check_target(index_dir: Path, overwrite: bool) -> None:
             f"{index_dir}: exists, is not empty and is not a dotcat index; refusing to touch it"
         )
     if not overwrite:
-        raise DotcatError(f"{index_dir}: an index exists there; pass --overwrite to replace it")
+        raise DotcatError(
+            f"{index_dir}: an index exists there; pass overwrite=True to replace it",
+            settings=("overwrite",),
+        )
+    check_writable(index_dir)  # the old index is removed once the new one is in its place
+
+
+def check_writable(index_dir: Path) -> None:
+    """Refuse to change an index this process cannot change whole: a writer works on a copy
+    beside it (the folder must take new files) and replaces or removes the old one (every
+    folder and file of it must be this process's to change). Checked before any work, so a
+    read-only or foreign-owned index is one line and nothing is left beside it.
+
+    Raises:
+        DotcatError: the folder beside the index is not writable, or an entry of the index
+            is read-only, another user's, or on a read-only file system (named).
+    """
+    index_dir = Path(index_dir)
+    check_can_create_in(index_dir)
+    if not index_dir.is_dir():
+        return
+    found = unwritable(index_dir)
+    if found is None:
+        return
+    path, why = found
+    where = "it" if path == index_dir else str(path.relative_to(index_dir))
+    if why.startswith("belongs to"):
+        advice = "run as its owner, or work on a copy (cp -r)"
+    elif why.startswith("is on a read-only"):
+        advice = "copy it to a writable disk and work on the copy"
+    else:
+        advice = f"make it writable first (chmod -R u+w {index_dir}) or work on a copy"
+    raise DotcatError(f"{index_dir}: cannot be changed: {where} {why}; {advice}")
 
 
 def is_resumable(directory: Path) -> bool:
@@ -197,11 +234,18 @@ def _filelock(path: Path, wait: float) -> Iterator[bool]:
         lock.release()
 
 
-def recover(index_dir: Path) -> list[str]:
+def recover(index_dir: Path, strict: bool = True) -> list[str]:
     """Restore or clean up after a killed build; call with the lock held.
+
+    Args:
+        strict: a leftover that cannot be removed is an error (a writer is about to use
+            its place); False: a warning naming it (a reader goes on).
 
     Returns:
         One line per action taken, for the caller to show (they are logged too).
+
+    Raises:
+        DotcatError: with ``strict``, a leftover that cannot be removed (another user's).
     """
     actions: list[str] = []
     found = leftovers(index_dir)
@@ -221,15 +265,39 @@ def recover(index_dir: Path) -> list[str]:
             _fsync_dir(index_dir.parent)
             found.remove(chosen)
             actions.append(f"restored {index_dir} from {chosen.name} (a build was interrupted)")
+            logger.warning("%s", actions[-1])
     for path in found:
         if path == build_path(index_dir) and is_resumable(path):
             continue  # an interrupted build: the next build resumes it (dotcat.index.build)
         # No live process holds the lock: whatever is here was left by a killed build.
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            clear(path, "left by a killed build")
+        except DotcatError as e:
+            if strict:
+                raise
+            logger.warning("%s", e)
+            continue
         actions.append(f"removed {path.name} (left by a killed build)")
-    for line in actions:
-        logger.warning("%s", line)
+        logger.warning("%s", actions[-1])
     return actions
+
+
+def clear(path: Path, what: str) -> None:
+    """Remove the folder ``path`` (``what`` says what it is) if it is there; this process's
+    own read-only copies are made writable first (:func:`dotcat.files.remove_tree`).
+
+    Raises:
+        DotcatError: it cannot be removed (another user's, a read-only mount), naming the
+            entry that stays and saying to remove it by hand.
+    """
+    try:
+        remove_tree(path)
+    except OSError as e:
+        entry = e.filename or path
+        raise DotcatError(
+            f"{path}: {what}, and it cannot be removed ({entry}: {e.strerror or e}); remove "
+            "it by hand, then run the command again"
+        ) from None
 
 
 def recover_for_reading(index_dir: Path) -> None:
@@ -239,7 +307,7 @@ def recover_for_reading(index_dir: Path) -> None:
         return
     try:
         with index_lock(index_dir, wait=10.0):
-            recover(index_dir)
+            recover(index_dir, strict=False)
     except OSError as e:
         names = ", ".join(p.name for p in leftovers(index_dir))
         raise DotcatError(
@@ -259,14 +327,23 @@ def swap_into_place(new: Path, index_dir: Path) -> None:
         os.replace(new, index_dir)
     elif _exchange(new, index_dir):
         _fsync_dir(index_dir.parent)
-        shutil.rmtree(new, ignore_errors=True)  # now the old index
+        _remove_old(new)  # now the old index
     else:
         old = _old_path(index_dir)
         os.replace(index_dir, old)
         os.replace(new, index_dir)
         _fsync_dir(index_dir.parent)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_old(old)
     _fsync_dir(index_dir.parent)
+
+
+def _remove_old(old: Path) -> None:
+    """Remove the index a swap replaced; where it cannot be (a writer checks first, with
+    :func:`check_writable`), say where it stays: the new index is in place either way."""
+    try:
+        clear(old, "the index just replaced")
+    except DotcatError as e:
+        logger.warning("%s", e)
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -21,6 +21,7 @@ from dotcat.index.layout import (
     DOCSTORE_NAME,
     INDEX_NAME,
     MANIFEST_NAME,
+    check_writable,
     index_lock,
     recover_for_reading,
 )
@@ -133,6 +134,7 @@ def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -
     """Apply ``change`` to an index's manifest and write it back, under the index's lock
     (waiting up to 30 s for a build or update of the same index) and atomically."""
     directory = Path(directory)
+    check_writable(directory)
     with index_lock(directory, wait=30.0):
         manifest = Manifest.read(directory)
         change(manifest)
@@ -167,8 +169,9 @@ def check_encoder(
     if given and not precisions_compatible(built, given, side):
         raise DotcatError(
             f"{index_dir}: the index's vectors were encoded at {built}; {given} {side} give "
-            f"vectors that do not rank alike with them; use --precision {built}, or build the "
-            f"index at {given}"
+            f"vectors that do not rank alike with them; use precision={built}, or build the "
+            f"index at {given}",
+            settings=("precision",),
         )
     if built == given == "int8":
         made, runs = int8_runtime(recorded), int8_runtime(encoder_entry)

@@ -33,22 +33,31 @@ Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeli
 2019): ``maxp``, a document's best passage (the default); ``firstp``, its first passage only
 (what truncation ranks by); ``sum``, the sum of its best ``aggregate_top`` passages.
 
+Documents of any size: whether a document fits a window is counted on a head of its text only
+as long as the answer needs (:func:`dotcat.models.tokens.count_upto`), never on the whole of a
+50 MB file; a long document is split from its tokens' offsets, tokenized a piece at a time
+(:func:`dotcat.models.tokens.pieces`: Ctrl-C is honoured between pieces, and a bar shows the
+progress through a document of millions of characters).
+
 Nothing here imports torch or transformers: the tokenizer is handed in, so the command line
 can check these settings before any model loads.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from dotcat.errors import DotcatError, SettingError
 from dotcat.index.docstore import DocStore, document_text
+from dotcat.models.tokens import count_upto, pieces
 from dotcat.options import AGGREGATIONS, Applies, Check, Settings, at_least, setting
+from dotcat.progress import progress_bar
 
 __all__ = ["AGGREGATIONS", "PassageConfig", "Splitter", "token_spans"]
 
@@ -72,6 +81,8 @@ AUTO_LONG_SHARE = 0.5
 AUTO_LENGTH_FACTOR = 2
 #: ... counted on an evenly spaced sample of this many documents (all of a smaller corpus).
 AUTO_SAMPLE = 1000
+#: A document longer (characters) gets its own progress bar while it is tokenized.
+LONG_TEXT = 1_000_000
 
 
 @dataclass(frozen=True, repr=False)
@@ -173,7 +184,8 @@ def token_spans(
     """Split a text's tokens into windows: ``(first token, stop token)`` pairs.
 
     Args:
-        offsets: each token's ``(start, end)`` characters in ``text``.
+        offsets: each token's ``(start, end)`` characters in ``text`` (pairs, or an
+            ``(n, 2)`` integer array: what :class:`Splitter` gives).
         budget: tokens per window.
         stride: tokens each window shares with the one before it.
         sentence_aware: a cut inside a sentence moves back to the last sentence end in the
@@ -183,12 +195,13 @@ def token_spans(
     sub-word pieces would be read as other tokens. Every token is in at least one window, and
     each window begins after the one before it.
     """
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     n = len(offsets)
     if n == 0:
         return [(0, 0)]
     budget = max(1, budget)
     spans: list[tuple[int, int]] = []
-    starts = [start for start, _ in offsets]
+    starts = offsets[:, 0]
     first = 0
     while True:
         stop = min(first + budget, n)
@@ -202,7 +215,7 @@ def token_spans(
         first = _word_start(offsets, max(stop - stride, first + 1), stop, +1)
 
 
-def _word_start(offsets: Sequence[tuple[int, int]], at: int, limit: int, step: int) -> int:
+def _word_start(offsets: np.ndarray, at: int, limit: int, step: int) -> int:
     """``at`` moved by ``step`` (-1: back, +1: on, never past ``limit``) to a token that begins
     a word (white space before it), at most :data:`WORD_REACH` tokens; ``at`` if none."""
     i = at
@@ -217,8 +230,8 @@ def _word_start(offsets: Sequence[tuple[int, int]], at: int, limit: int, step: i
 
 def _sentence_cut(
     text: str,
-    offsets: Sequence[tuple[int, int]],
-    starts: list[int],
+    offsets: np.ndarray,
+    starts: np.ndarray,
     first: int,
     stop: int,
     budget: int,
@@ -233,7 +246,7 @@ def _sentence_cut(
             boundary = match.end()
     if boundary < 0:
         return stop
-    cut = bisect.bisect_left(starts, boundary, low, stop + 1)
+    cut = int(np.searchsorted(starts[low : stop + 1], boundary)) + low
     return cut if first < cut <= stop else stop
 
 
@@ -247,6 +260,8 @@ class Splitter:
         lowercase: the encoder lower-cases texts before tokenizing them.
         max_length: the encoder's max length: a document longer is *long* for
             :meth:`splits` (None: the window).
+        show_progress: a bar while a document over :data:`LONG_TEXT` characters is
+            tokenized.
     """
 
     def __init__(
@@ -256,6 +271,7 @@ class Splitter:
         prefix: str = "",
         lowercase: bool = False,
         max_length: int | None = None,
+        show_progress: bool = True,
     ) -> None:
         if config.window is None:
             raise ValueError("resolve the window first (PassageConfig.resolved)")
@@ -269,6 +285,7 @@ class Splitter:
         self.prefix = prefix
         self.lowercase = lowercase
         self.max_length = max_length or int(config.window)
+        self.show_progress = show_progress
 
     @classmethod
     def for_encoder(cls, encoder: Any, config: PassageConfig) -> Splitter | None:
@@ -295,17 +312,17 @@ class Splitter:
         budget = max(window - head, window // 2)
         offsets = self._offsets(text)
         stride = min(int(self.config.stride or 0), budget // 2)
-        pieces = token_spans(offsets, text, budget, stride, self.config.sentence_aware)
-        return [(offsets[a][0], offsets[b - 1][1]) for a, b in pieces]
+        found = token_spans(offsets, text, budget, stride, self.config.sentence_aware)
+        return [(int(offsets[a][0]), int(offsets[b - 1][1])) for a, b in found]
 
     def fits(self, title: str, text: str, window: int | None = None) -> bool:
         """Whether a document fits the window (or ``window`` tokens) whole (title, prefix and
         special tokens included)."""
         window = int(window or self.config.window)
         whole = self.prefix + document_text(title, text)
-        if len(whole.encode("utf-8")) + 2 <= window:  # a token covers at least one byte
-            return True
-        return self._count(whole, special=True) <= window
+        if len(whole) + 2 <= window and len(whole.encode("utf-8")) + 2 <= window:
+            return True  # (a token covers at least one byte)
+        return count_upto(lambda head: self._count(head, special=True), whole, window) <= window
 
     def splits(self, documents: Sequence[tuple[str, str]]) -> tuple[bool, int]:
         """The ``enabled=None`` choice on a sample of ``(title, text)`` documents: whether at
@@ -325,15 +342,27 @@ class Splitter:
         encoded = self.tokenizer(self._cased(text), add_special_tokens=special, verbose=False)
         return len(encoded["input_ids"])
 
-    def _offsets(self, text: str) -> list[tuple[int, int]]:
-        encoded = self.tokenizer(
-            self._cased(text),
-            add_special_tokens=False,
-            return_offsets_mapping=True,
-            verbose=False,
-        )
-        # Tokens that cover no character (some tokenizers' markers) cannot be cut at.
-        return [(int(a), int(b)) for a, b in encoded["offset_mapping"] if b > a]
+    def _offsets(self, text: str) -> np.ndarray:
+        """Each token's ``(start, end)`` characters in ``text``, an ``(n, 2)`` array; a long
+        text tokenized a piece at a time (:func:`dotcat.models.tokens.pieces`)."""
+        parts = []
+        long = len(text) > LONG_TEXT
+        with progress_bar(
+            total=len(text), desc="tokenizing a long document", unit="char", unit_scale=True,
+            leave=False, enabled=self.show_progress and long,
+        ) as bar:  # fmt: skip
+            for start, piece in pieces(text):
+                encoded = self.tokenizer(
+                    self._cased(piece),
+                    add_special_tokens=False,
+                    return_offsets_mapping=True,
+                    verbose=False,
+                )
+                found = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+                # Tokens that cover no character (some tokenizers' markers) cannot be cut at.
+                parts.append(found[found[:, 1] > found[:, 0]] + start)
+                bar.update(len(piece))
+        return np.concatenate(parts) if parts else np.empty((0, 2), dtype=np.int64)
 
     def _cased(self, text: str) -> str:
         """As the encoder sees it; offsets stay valid only where lower-casing keeps lengths."""

@@ -18,7 +18,7 @@ from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.index.chunks import plan_differences, read_plan
 from dotcat.index.config import IndexConfig, check_shard
-from dotcat.models.resolve import check_model, model_dim, read_model_config
+from dotcat.models.resolve import check_model, encoder_max_length, model_dim, read_model_config
 from dotcat.models.st_config import read_st_settings
 
 
@@ -38,6 +38,7 @@ def check_build(
     model: str | None = None,
     dim: int | None = None,
     options: CorpusOptions | None = None,
+    max_length: int | None = None,
 ) -> int:
     """Check a build request before any model is loaded; return the corpus's document count.
 
@@ -52,6 +53,8 @@ def check_build(
         model: the encoder's model argument (its dimension is read from its config), or
         dim: the dimension itself, when the encoder is already loaded.
         options: how to read the corpus (field names, a folder's file selection).
+        max_length: the encoder's window (None: the model's, read from its files), against
+            which the passages' window and stride are checked.
 
     Raises:
         DotcatError: any problem with the settings, the target, the corpus, the model
@@ -63,6 +66,9 @@ def check_build(
     layout.check_target(index_dir, overwrite)
     if dim is None and model is not None:
         dim = model_dimension(model)
+    if config.passages.enabled is not False and (model is not None or max_length):
+        # A window over the encoder's, a stride over half of it: said before any model loads.
+        config.passages.resolved(max_length or encoder_max_length(model))
     empty = faiss_index.create_index(config.faiss_spec, dim) if dim else None
     stats = CorpusStats()
     n = len(load_corpus(corpus, stats=stats, options=options))
@@ -73,7 +79,9 @@ def check_build(
         i, count = check_shard(config.shard)
         size = (i + 1) * n // count - i * n // count
         if size == 0:
-            raise DotcatError(f"--shard {i}/{count}: {n} documents leave this shard empty")
+            raise DotcatError(
+                f"shard={i}/{count}: {n} documents leave this shard empty", settings=("shard",)
+            )
     if empty is not None:
         faiss_index.check_trainable(empty, config.faiss_spec, size)
     if not fresh:
@@ -127,5 +135,6 @@ def check_resumable(index_dir: Path, plan: dict[str, Any]) -> None:
         raise DotcatError(
             f"{index_dir}: an interrupted build of this path (in {building.name}) was made with "
             f"other settings ({'; '.join(differences)}); run it again with those settings "
-            "to resume it, or pass --fresh to start over"
+            "to resume it, or pass fresh=True to start over",
+            settings=("fresh",),
         )

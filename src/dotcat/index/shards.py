@@ -349,7 +349,7 @@ def merge_indexes(
         layout.recover(out)
         layout.check_target(out, overwrite)
         tmp = layout.build_path(out)
-        shutil.rmtree(tmp, ignore_errors=True)
+        layout.clear(tmp, "an unusable build folder")
         tmp.mkdir(parents=True)
         try:
             with writing(tmp / DOCSTORE_NAME):

@@ -88,6 +88,7 @@ def add_documents(
         DiskFullError: no room for the updated copy; the index is untouched.
     """
     index_dir = Path(index_dir)
+    layout.check_writable(index_dir)  # before the corpus is read and encoded
     stats = CorpusStats()
     dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     with _updating(index_dir) as (tmp, manifest):
@@ -98,7 +99,8 @@ def add_documents(
                 sample = ", ".join(repr(i) for i in sorted(existing)[:5])
                 raise DotcatError(
                     f"{stats.path}: {len(existing)} document(s) are in {index_dir} already "
-                    f"(e.g. {sample}); pass --upsert to replace them"
+                    f"(e.g. {sample}); pass upsert=True to replace them",
+                    settings=("upsert",),
                 )
             index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
             positions = [doc.pos for doc in store.by_ids(sorted(existing)).values()]
@@ -135,6 +137,7 @@ def delete_documents(
     wanted = sorted(set(doc_ids))
     if not wanted:
         raise DotcatError("delete: no document id given")
+    layout.check_writable(index_dir)
     with _updating(index_dir) as (tmp, manifest):
         next_pos = int(manifest.documents.get("next_pos", manifest.documents["count"]))
         store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
@@ -146,7 +149,8 @@ def delete_documents(
                 raise DotcatError(
                     f"{index_dir}: no document with id {sample}"
                     + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-                    + "; pass --missing-ok to delete the others"
+                    + "; pass missing_ok=True to delete the others",
+                    settings=("missing_ok",),
                 )
             index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
             positions = [doc.pos for doc in found.values()]
@@ -179,6 +183,7 @@ class _updating:
         try:
             layout.recover(self.index_dir)
             Manifest.read(self.index_dir)  # a valid index, before copying it
+            layout.check_writable(self.index_dir)
             self.tmp = layout.build_path(self.index_dir)
             if layout.is_resumable(self.tmp):
                 raise DotcatError(
@@ -186,7 +191,7 @@ class _updating:
                     f"{self.tmp.name}; finish it (run the same `dotcat index` again) or remove "
                     "that folder before updating"
                 )
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            layout.clear(self.tmp, "an unusable build folder")
             copying = True
             shutil.copytree(self.index_dir, self.tmp)
             return self.tmp, Manifest.read(self.tmp)

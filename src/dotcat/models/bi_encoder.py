@@ -65,6 +65,7 @@ from dotcat.models.runtime import (
     store_linear_weights,
 )
 from dotcat.models.st_config import StSettings, read_st_settings
+from dotcat.models.tokens import truncated
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -396,21 +397,29 @@ class BiEncoder:
 
         A tokenizer's batch result keeps every token as a Python int and a Rust-side
         encoding object until it is dropped (for 8,192 documents of 300 tokens, about
-        half a GB); slices of :data:`TOKENIZE_SLICE` texts keep that bounded.
+        half a GB); slices of :data:`TOKENIZE_SLICE` texts keep that bounded. A long text is
+        tokenized only as far as its first ``max_length`` tokens need
+        (:func:`dotcat.models.tokens.truncated`): truncating, a tokenizer still reads all
+        of a 50 MB document.
         """
         if self.lowercase:
             texts = [t.lower() for t in texts]
-        ids: list[np.ndarray] = []
-        for start in range(0, len(texts), TOKENIZE_SLICE):
-            encoded = self.tokenizer(
-                texts[start : start + TOKENIZE_SLICE],
+
+        def tokenize(batch: list[str]) -> list[list[int]]:
+            return self.tokenizer(
+                batch,
                 truncation=True,
                 max_length=self.max_length,
                 padding=False,
                 return_attention_mask=False,
                 return_token_type_ids=False,
-            )
-            ids += [np.asarray(x, dtype=np.int32) for x in encoded["input_ids"]]
+            )["input_ids"]
+
+        ids: list[np.ndarray] = []
+        for start in range(0, len(texts), TOKENIZE_SLICE):
+            window = texts[start : start + TOKENIZE_SLICE]
+            got = truncated(tokenize, window, self.max_length)
+            ids += [np.asarray(x, dtype=np.int32) for x in got]
         return ids
 
     def _collate(self, seqs: list[np.ndarray], width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,6 +53,7 @@ from dotcat.models.runtime import (
     resolve_device,
 )
 from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
+from dotcat.models.tokens import truncated
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -278,17 +279,21 @@ class CrossEncoder:
     # -- tokenization -----------------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, no special tokens, not truncated (pairs are cut later)."""
-        # A generous per-text cap keeps pathological texts cheap; pairs never use more.
-        encoded = self.tokenizer(
-            list(texts),
-            add_special_tokens=False,
-            truncation=True,
-            max_length=self.max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
-        return encoded["input_ids"]
+        """Token ids of each text, no special tokens, at most ``max_length`` (pairs are cut
+        later, and never use more); a long text tokenized only that far
+        (:func:`dotcat.models.tokens.truncated`)."""
+
+        def tokenize(batch: list[str]) -> list[list[int]]:
+            return self.tokenizer(
+                batch,
+                add_special_tokens=False,
+                truncation=True,
+                max_length=self.max_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
+
+        return [list(ids) for ids in truncated(tokenize, list(texts), self.max_length)]
 
     def build_pair(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
         """One pair's ``(input_ids, token_type_ids)``, cut by :func:`pair_lengths`."""

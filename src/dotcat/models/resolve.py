@@ -248,6 +248,25 @@ def check_model(model: str | os.PathLike, *, cross_encoder: bool = False) -> Pat
     return path
 
 
+def config_positions(config: dict) -> int:
+    """Longest input a model's ``config.json`` allows (RoBERTa-style offsets removed), as
+    :func:`dotcat.models.loading.max_positions` reads a loaded model's config."""
+    positions = config.get("max_position_embeddings") or 512
+    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # positions start after the padding index
+    return int(positions)
+
+
+def encoder_max_length(model: str | os.PathLike, max_length: int | None = None) -> int:
+    """The window a BERT_DOT loaded from ``model`` will read (``max_length`` if given, else
+    the model's sentence-transformers setting, else min(512, its positions)), read from its
+    files without loading it: what :meth:`dotcat.models.bi_encoder.BiEncoder.load` chooses."""
+    path = check_model(model)
+    st = read_st_settings(path)
+    positions = config_positions(read_model_config(path, st.transformer_dir))
+    return int(max_length or st.max_length or min(512, positions))
+
+
 def model_dim(config: dict) -> int | None:
     """The hidden size a model's config records (its BERT_DOT vector dimension), if any."""
     for key in ("hidden_size", "d_model", "dim"):

@@ -108,6 +108,8 @@ def rank_documents(
         method, top: the aggregation (:func:`aggregate`).
     """
     check_aggregation(method, top)
+    if vectors == 0:  # every document deleted: nothing to find
+        return {qid: [] for qid in qids}
     per_document = max(1.0, vectors / max(documents, 1))
     depth = min(vectors, math.ceil(k * per_document))
     out: dict[str, list[Match]] = {}

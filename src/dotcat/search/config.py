@@ -10,6 +10,7 @@ help text and, for a closed list, its choices (:mod:`dotcat.options`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,11 @@ class PipelineConfig(Settings):
     rocchio_docs: int = setting(
         ROCCHIO_DOCS, help="Rocchio: feedback documents (FAISS's top; passages in a passage index)."
     )
-    rocchio_alpha: float = setting(ROCCHIO_ALPHA, help="Rocchio: the query vector's weight.")
+    rocchio_alpha: float = setting(
+        ROCCHIO_ALPHA, help="Rocchio: the query vector's weight in [0, 1]."
+    )
     rocchio_beta: float = setting(
-        ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight."
+        ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight in [0, 1]."
     )
 
     def __post_init__(self) -> None:
@@ -269,6 +272,15 @@ class PipelineConfig(Settings):
             at_least("fb_terms", self.fb_terms, 1),
             within("original_query_weight", self.original_query_weight, 0, 1),
             at_least("rocchio_docs", self.rocchio_docs, 1),
+            # Only alpha : beta changes a ranking (q' is a weighted sum): [0, 1] spans them all.
+            within("rocchio_alpha", self.rocchio_alpha, 0, 1),
+            within("rocchio_beta", self.rocchio_beta, 0, 1),
+            (
+                self.rocchio_alpha > 0 or self.rocchio_beta > 0,
+                "rocchio_alpha",
+                "rocchio_alpha and rocchio_beta are both 0: the query vector would be 0 and "
+                "every document score 0; give one of them a weight",
+            ),
         ]
 
 
@@ -297,11 +309,28 @@ def results_per_query(k: int | None, *, run: bool) -> int:
     return k
 
 
+#: Control characters (C0 but tab, line feed and carriage return; DEL; C1), as a regular
+#: expression's class: no word holds one, and a query made of them would be answered with
+#: arbitrary documents.
+CONTROL_CLASS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+CONTROL = re.compile(f"[{CONTROL_CLASS}]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (:data:`CONTROL`) as ``U+0000``, or None."""
+    found = CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
+
+
 def check_query(text: str) -> str:
-    """A query's text: not blank, and not longer than :data:`~dotcat.options.MAX_QUERY_CHARS`
-    (a pasted document, not a query: the encoder would read its first few hundred words)."""
+    """A query's text: not blank, no control character (:data:`CONTROL`), and not longer
+    than :data:`~dotcat.options.MAX_QUERY_CHARS` (a pasted document, not a query: the
+    encoder would read its first few hundred words)."""
     if not text.strip():
         raise DotcatError("the query is empty; give some words to search for")
+    control = control_character(text)
+    if control is not None:
+        raise DotcatError(f"the query holds a control character ({control}); give words")
     if len(text) > MAX_QUERY_CHARS:
         raise DotcatError(
             f"the query is {len(text):,} characters long; at most {MAX_QUERY_CHARS:,} are "

@@ -134,7 +134,9 @@ class RM3Expander:
         self.index = index
         self.params = params
         common = index.document_frequencies > max_df_ratio * len(index)
-        shaped = np.array([TERM_PATTERN.fullmatch(t) is not None for t in index.vocabulary])
+        shaped = np.array(
+            [TERM_PATTERN.fullmatch(t) is not None for t in index.vocabulary], dtype=bool
+        )  # (an index of no document has no term)
         self._eligible = shaped & ~common
 
     def expand(self, query: str) -> dict[int, float]:

@@ -54,7 +54,7 @@ from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
 from dotcat.serve.config import is_loopback as is_loopback
 from dotcat.serve.judging import QueryLog, add_judging_routes, open_judgments
-from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
+from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
     DEFAULT_K,
     NON_BLANK,
@@ -131,7 +131,8 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     app.state.pipeline = pipeline
     app.state.retry_after = config.retry_after_s
     app.add_middleware(AccessLog)
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.timeout_s)
+    app.add_middleware(Utf8Query)
     app.add_middleware(PagePolicy, paths=("/", "/docs", "/redoc", "/judge"))
     add_error_handlers(app, body_fields=service.SearchBody.model_fields)
     _add_search_routes(app, service)
@@ -477,6 +478,11 @@ def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
     )
     def healthz() -> HealthOut:
         return HealthOut(status="ok")
+
+    @app.head("/healthz", include_in_schema=False, dependencies=[Depends(only())])
+    def healthz_head() -> Response:
+        """As ``GET /healthz``, without the body (load balancers and ``curl -I`` ask so)."""
+        return Response(status_code=200, media_type="application/json")
 
     @app.get(
         "/info",

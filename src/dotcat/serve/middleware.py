@@ -1,27 +1,34 @@
-"""ASGI middleware of ``dotcat serve``: the body-size cap, the access log, the pages' policy."""
+"""ASGI middleware of ``dotcat serve``: the body-size cap and time limit, UTF-8 query strings,
+the access log, the pages' policy."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+import urllib.parse
 from typing import Any
 
 access_log = logging.getLogger("dotcat.serve.access")
 
 
 class BodyLimit:
-    """Refuse POST bodies over ``max_bytes`` with 413, whether declared or streamed.
+    """Refuse POST bodies over ``max_bytes`` with 413, whether declared or streamed, and
+    bodies that do not arrive within ``timeout_s`` with 408.
 
     A declared ``Content-Length`` over the cap is refused before reading; otherwise the body
     is read here (it is small: the cap) and handed on whole, so a chunked upload that grows
-    past the cap is refused too, with the same 413 rather than a parse error. Only POST
-    routes read a body; the body of any other request is never read, so it is not checked.
+    past the cap is refused too, with the same 413 rather than a parse error. A client that
+    sends less than it declared (or stalls) would hold the connection and a worker forever:
+    the whole body must arrive within the request's time limit. Only POST routes read a body;
+    the body of any other request is never read, so it is not checked.
     """
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -38,8 +45,17 @@ class BodyLimit:
                 await send_json(send, 413, {"error": f"body over {self.max_bytes} bytes"})
                 return
         messages, size = [], 0
+        deadline = time.monotonic() + self.timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                error = f"the body did not arrive within {self.timeout_s:g} s (got {size} bytes" + (
+                    f" of the {int(declared)} declared)" if declared is not None else ")"
+                )
+                # (and the connection closed: the rest of the body would be read as a request)
+                await send_json(send, 408, {"error": error}, close=True)
+                return
             messages.append(message)
             if message["type"] != "http.request":
                 break  # a disconnect: let the app see it
@@ -57,19 +73,45 @@ class BodyLimit:
         await self.app(scope, buffered, send)
 
 
-async def send_json(send: Any, status: int, body: dict) -> None:
-    """A whole JSON response, sent from ASGI middleware."""
+class Utf8Query:
+    """Refuse with 422 a query string whose percent-decoded bytes are not UTF-8, naming the
+    parameter: decoded leniently (as Starlette does), ``q=%FF%FE`` would be searched as two
+    replacement characters and answered with arbitrary documents."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        bad = _not_utf8(scope.get("query_string") or b"") if scope["type"] == "http" else None
+        if bad is not None:
+            error = f"{bad}: not valid UTF-8 (percent-encode the UTF-8 bytes of the text)"
+            await send_json(send, 422, {"error": error})
+            return
+        await self.app(scope, receive, send)
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """The name of the first parameter whose name or value is not UTF-8 once decoded."""
+    for pair in raw.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                urllib.parse.unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                return urllib.parse.unquote(name.decode("latin-1"), errors="replace")[:40]
+    return None
+
+
+async def send_json(send: Any, status: int, body: dict, close: bool = False) -> None:
+    """A whole JSON response, sent from ASGI middleware (``close``: then the connection)."""
     payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 

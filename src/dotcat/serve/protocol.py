@@ -24,12 +24,15 @@ from pydantic import (
 )
 
 from dotcat.options import DEPTH_HELP
+from dotcat.search.config import CONTROL_CLASS
 from dotcat.search.stages import entry
 from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 
 # A query must hold a character Python does not strip: regex \S (Unicode White_Space, as the
 # schema's validators read it) leaves out \x1c-\x1f, which str.strip() removes.
-NON_BLANK = r"[^\s\x1c-\x1f]"
+# A query holds no control character either (dotcat.search.config.CONTROL): said in the
+# schema's pattern, so that a client (or a schema-driven test) knows the rule.
+NON_BLANK = rf"^[^{CONTROL_CLASS}]*[^\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
 DEFAULT_K = 10
 
 
@@ -342,7 +345,8 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
     Stage = Literal.__getitem__(tuple(stages))  # noqa: N806 - a type
     Rerank = bool if reranker else _NoRerank  # noqa: N806 - a type
     Text = Annotated[  # noqa: N806 - a type
-        str, StringConstraints(min_length=1, max_length=config.max_query_chars, pattern=NON_BLANK)
+        str,
+        StringConstraints(min_length=1, max_length=config.max_query_chars, pattern=NON_BLANK),
     ]
     max_k, max_depth, max_queries = config.max_k, config.max_depth, config.max_queries
 

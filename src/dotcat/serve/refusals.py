@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from dotcat.errors import DotcatError
+from dotcat.search.config import control_character
 from dotcat.serve.batcher import QueueFull
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,18 @@ def validation_message(errors: Iterable[dict[str, Any]], fields: Iterable[str] =
             problems.append(f"{where}: unknown field" + (f" (known: {known})" if known else ""))
         else:
             message = _MESSAGES.get(kind) or str(error.get("msg", "invalid"))
+            control = _control(error) if kind == "string_pattern_mismatch" else None
+            if control is not None:  # (the query pattern's other half)
+                message = f"holds a control character ({control})"
             message = message.removeprefix("Value error, ")
             problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems) or "invalid request"
+
+
+def _control(error: dict[str, Any]) -> str | None:
+    """The control character a value that failed the query pattern holds, if any."""
+    value = error.get("input")
+    return control_character(value) if isinstance(value, str) else None
 
 
 def _where(loc: tuple) -> str:
@@ -98,6 +108,9 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unparsed = _unparsed_body(exc)
+        if unparsed is not None:  # as `{oops`, which pydantic reports as invalid JSON
+            return JSONResponse({"error": unparsed}, 422)
         headers = dict(exc.headers or {})
         if exc.status_code == 401:
             headers["WWW-Authenticate"] = "Bearer"
@@ -121,6 +134,19 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("internal error on %s %s", request.method, request.url.path)
         return JSONResponse({"error": "internal error (logged on the server)"}, status_code=500)
+
+
+def _unparsed_body(exc: StarletteHTTPException) -> str | None:
+    """What was wrong with a body FastAPI could not parse (its 400 "There was an error
+    parsing the body" says nothing of it); None for any other HTTP error."""
+    if exc.status_code != 400 or exc.detail != "There was an error parsing the body":
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not valid UTF-8 (byte {cause.start}); JSON is UTF-8"
+    if isinstance(cause, RecursionError):
+        return "the body is not valid JSON here: nested too deeply"
+    return "the body is not valid JSON"
 
 
 def _allowed_methods(request: Request) -> list[str]:

@@ -195,7 +195,8 @@ def test_a_bad_score_fn_is_refused(tmp_path):
         _score(tmp_path, lambda q, d: np.array([0.0, np.nan]))
 
 
-def test_progress_bar_starts_at_the_cached_count(tmp_path, capsys):
+def test_progress_bar_starts_at_the_cached_count(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DOTCAT_PROGRESS", "1")  # (stderr is captured: no terminal)
     _score(tmp_path, Scorer(), pairs=PAIRS[:4])
     score_pairs(tmp_path, HEADER, PAIRS, QUERIES, DOCS, Scorer(), chunk_size=2)
     err = capsys.readouterr().err
