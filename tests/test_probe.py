@@ -617,14 +617,14 @@ DOCS = "{bad}/folder_docs"
 #: (:meth:`dotcat.options.Settings.applies`).
 NOT_APPLYING_CASES = [
     # feedback settings without the feedback they set, or for the other side's method
-    case(*S, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
-    case(*S, "--fb-terms", "20", expect="--fb-terms applies only with prf rm3 or both"),
+    case(*S, "--fb-docs", "5", expect="--fb-docs applies only with --prf rm3 or both"),
+    case(*S, "--fb-terms", "20", expect="--fb-terms applies only with --prf rm3 or both"),
     case(*S, "--original-query-weight", "0.3", expect="--original-query-weight applies only"),
-    case(*S, "--rocchio-docs", "5", expect="--rocchio-docs applies only with prf rocchio or"),
-    case(*S, "--rocchio-alpha", "0.5", expect="--rocchio-alpha applies only with prf rocchio"),
-    case(*S, "--rocchio-beta", "0.5", expect="--rocchio-beta applies only with prf rocchio"),
+    case(*S, "--rocchio-docs", "5", expect="--rocchio-docs applies only with --prf rocchio or"),
+    case(*S, "--rocchio-alpha", "0.5", expect="--rocchio-alpha applies only with --prf rocchio"),
+    case(*S, "--rocchio-beta", "0.5", expect="--rocchio-beta applies only with --prf rocchio"),
     case(*S, "--prf", "rm3", "--rocchio-docs", "5", expect="--rocchio-docs applies only with"),
-    case(*S, "--prf", "rocchio", "--fb-docs", "5", expect="--fb-docs applies only with prf rm3"),
+    case(*S, "--prf", "rocchio", "--fb-docs", "5", expect="--fb-docs applies only with --prf rm3"),
     case(*S, "--prf", "both", "--first-stage", "dense", expect="rewrites the bm25 side"),
     case(*S, "--prf", "both", "--first-stage", "bm25", expect="rewrites the dense side"),
     case(*S, "--prf", "rm3", "--first-stage", "dense", expect="rewrites the bm25 side"),
@@ -635,15 +635,15 @@ NOT_APPLYING_CASES = [
     case(*S, "--batch-size", "8", expect="--batch-size applies only with a cross-encoder"),
     case(*S, "--rerank-passages", "2", expect="--rerank-passages applies only with a cross-enc"),
     # aggregation and fusion settings where they do nothing
-    case(*S, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregation sum"),
+    case(*S, "--aggregate-top", "3", expect="--aggregate-top applies only with --aggregation sum"),
     case(*S, "--aggregation", "firstp", "--aggregate-top", "3", expect="--aggregate-top"),
     case(*S, "--fusion", "rrf", "--fusion-weight", "0.3", expect="--fusion-weight is the lin"),
     # the same through other commands that take the pipeline's settings
-    case(*SERVE, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
+    case(*SERVE, "--fb-docs", "5", expect="--fb-docs applies only with --prf rm3 or both"),
     case(*SERVE, "--depth", "50", expect="--depth applies only with a cross-encoder"),
-    case(*SERVE, "--aggregate-top", "3", expect="--aggregate-top applies only with aggregat"),
-    case(*CAL, "--fb-docs", "5", expect="--fb-docs applies only with prf rm3 or both"),
-    case(*CAL, "--rocchio-beta", "0.2", expect="--rocchio-beta applies only with prf rocchio"),
+    case(*SERVE, "--aggregate-top", "3", expect="--aggregate-top applies only with --aggregat"),
+    case(*CAL, "--fb-docs", "5", expect="--fb-docs applies only with --prf rm3 or both"),
+    case(*CAL, "--rocchio-beta", "0.2", expect="--rocchio-beta applies only with --prf rocchio"),
     # a server searches with the pipeline it was started with: its settings are not asked
     case(*SV, "--prf", "rm3", expect="--server"),
     case(*SV, "--aggregation", "firstp", expect="--server"),

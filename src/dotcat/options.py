@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -256,7 +257,16 @@ class Settings:
         for fields, ok, why in self.applies():
             for name in sorted(given & set(fields)):
                 if not ok:
-                    raise SettingError(name, f"{name} {why}")
+                    raise SettingError(name, f"{name} {why}", others=self._named_in(why))
+
+    def _named_in(self, text: str) -> list[str]:
+        """This class's fields that ``text`` names as whole words (``prf`` in "applies only
+        with prf rocchio"), so a front door spells them its own way (``--prf``)."""
+        return [
+            f.name
+            for f in dataclasses.fields(self)
+            if re.search(rf"(?<![\w.-]){re.escape(f.name)}(?![\w-])", text)
+        ]
 
     def validate(self) -> None:
         """Raise :class:`~dotcat.errors.SettingError` for the first value that cannot work."""
