@@ -65,10 +65,17 @@ def search(
         metavar="QUERY",
     ),
     k: int | None = K_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    as_json: bool = typer.Option(
+        False, "--json", help="JSON output: each hit's snippet, highlights, passage, fields."
+    ),
+    full_text: bool = typer.Option(
+        False, "--full-text", help="With --json: each hit's whole text too."
+    ),
     queries: Path | None = typer.Option(None, help="Queries file or BEIR dir, for a run."),
     split: str = typer.Option("test", help=SPLIT_HELP),
-    output: Path | None = typer.Option(None, help=OUTPUT_HELP + " With --queries."),
+    output: Path | None = typer.Option(
+        None, help=OUTPUT_HELP + " With --queries (default: standard output)."
+    ),
     tag: str = typer.Option("dotcat", help=TAG_HELP),
     server: str | None = typer.Option(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
@@ -78,18 +85,23 @@ def search(
     """Search an index: one query (a table or --json), a queries file into a TREC run, or
     queries read line by line (models loaded once).
 
-    With --rerank MODEL the top --depth results are re-ordered by the cross-encoder.
+    With --rerank MODEL the top --depth results are re-ordered by the cross-encoder; with
+    --filter only documents whose fields match are searched.
     """
+    if full_text and not as_json:
+        raise DotcatError("--full-text goes with --json (the table shows snippets)")
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
-                       config)  # fmt: skip
+                       config, full_text)  # fmt: skip
         return
     if index_dir is None:
         raise DotcatError("give an INDEX directory (or --server URL)")
     if query is not None and queries is not None:
         raise DotcatError("give either a QUERY or --queries, not both")
-    if (queries is None) != (output is None):
-        raise DotcatError("--queries and --output go together: the queries, and the run to write")
+    if output is not None and queries is None:
+        raise DotcatError("--output writes a run of --queries; give --queries too")
+    if queries is not None and output is None:
+        output = Path("-")  # the run to standard output, as trec_eval and pipes expect
     k = results_per_query(k, run=queries is not None)
     if query is not None:
         check_query(query)
@@ -111,9 +123,9 @@ def search(
         return pipeline.search(text, k)
 
     if query is not None:
-        print_hits(one(query), as_json)
+        print_hits(one(query), as_json, query=query, full_text=full_text)
     else:
-        search_lines(one, as_json)
+        search_lines(one, as_json, full_text)
 
 
 def _warn_if_cut(pipeline, query: str) -> None:
@@ -147,7 +159,7 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
     )
 
 
-def _search_remote(url, positional, k, as_json, config: PipelineConfig) -> None:
+def _search_remote(url, positional, k, as_json, config: PipelineConfig, full_text=False) -> None:
     """``dotcat search --server URL [QUERY]``: the same output, answered by a running server
     with its own pipeline (only the first stage is asked per request)."""
     if len(positional) > 1:
@@ -157,7 +169,7 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig) -> None:
             "--rerank: a server re-ranks with the cross-encoder it was started with (dotcat "
             "serve --rerank MODEL); with --server, leave --rerank out"
         )
-    pipeline_options = given_settings(PipelineConfig) - {"first_stage"}
+    pipeline_options = given_settings(PipelineConfig) - {"first_stage", "filter"}
     why = "the server searches with the pipeline it was started with (dotcat serve)"
     refuse_with("--server", pipeline_options, why)
     k = results_per_query(k, run=False)
@@ -165,12 +177,12 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig) -> None:
     stage = None if config.first_stage == "auto" else config.first_stage
 
     def ask(text: str):
-        return client.search(check_query(text), k=k, first_stage=stage)
+        return client.search(check_query(text), k=k, first_stage=stage, filter=config.filter)
 
     if positional:
-        print_hits(ask(positional[0]), as_json)
+        print_hits(ask(positional[0]), as_json, query=positional[0], full_text=full_text)
     else:
-        search_lines(ask, as_json)
+        search_lines(ask, as_json, full_text)
 
 
 @app.command("rerank")

@@ -151,11 +151,19 @@ class BM25Index:
         )
         return cls(retriever, tokenizer, doc_ids, config)
 
-    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool = True) -> Run:
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        show_progress: bool = True,
+        mask: np.ndarray | None = None,
+    ) -> Run:
         """Top-k documents per query: qid -> [(docid, score), ...], best first.
 
         Fewer than k results when fewer documents match; none for a query with no indexed
-        term (all stop words or unseen words). Ties: ascending document id.
+        term (all stop words or unseen words). Ties: ascending document id. With ``mask`` (a
+        boolean per row), only the rows it admits are ranked (a filter's documents: every
+        score is the same as without it, the statistics being the whole index's).
         """
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
@@ -164,19 +172,21 @@ class BM25Index:
         for qid, text in progress_bar(
             queries.items(), total=len(queries), desc="BM25 search", enabled=show_progress
         ):
-            run[str(qid)] = hits = self.search_one(text, k)
+            run[str(qid)] = hits = self.search_one(text, k, mask)
             empty += not hits
         if empty:
             logger.warning("%d of %d queries matched no document", empty, len(queries))
         return run
 
-    def search_one(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+    def search_one(
+        self, query: str, k: int = 10, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """Top-k (docid, score) for one query text; see :meth:`search`."""
         ids = self.query_token_ids(query)
         if not ids:
             return []
         scores = self._retriever.get_scores_from_ids(ids)
-        top = self._top_k(scores, k)
+        top = self._top_k(scores, k, mask)
         return [(self.doc_ids[i], float(scores[i])) for i in top]
 
     def pair_scores(self, query: str, doc_ids: Sequence[str]) -> list[float]:
@@ -206,10 +216,12 @@ class BM25Index:
             scores[indices[lo:hi]] += weight * data[lo:hi]  # a column's rows are distinct
         return scores
 
-    def top(self, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(
+        self, scores: np.ndarray, k: int, mask: np.ndarray | None = None
+    ) -> list[tuple[int, float]]:
         """The k best ``(row, score)`` of a score array, as :meth:`search` ranks them: only
-        scores above 0, ties by document id."""
-        return [(int(i), float(scores[i])) for i in self._top_k(scores, k)]
+        scores above 0 (of the rows ``mask`` admits), ties by document id."""
+        return [(int(i), float(scores[i])) for i in self._top_k(scores, k, mask)]
 
     @cached_property
     def vocabulary(self) -> list[str]:
@@ -264,8 +276,8 @@ class BM25Index:
         stream = self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
         return next(stream)
 
-    def _top_k(self, scores: np.ndarray, k: int) -> np.ndarray:
-        candidates = np.flatnonzero(scores > 0)
+    def _top_k(self, scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+        candidates = np.flatnonzero(scores > 0 if mask is None else (scores > 0) & mask)
         if candidates.size > k:
             # Keep every document scoring at least the k-th best score, so that ties at the
             # cut are resolved by id below rather than by argpartition's arbitrary order.

@@ -45,6 +45,7 @@ from dotcat.index.bm25 import BM25Index, build_from_docstore
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import BM25Config, IndexConfig, check_shard
 from dotcat.index.docstore import DocStore, document_text
+from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
@@ -379,9 +380,11 @@ def _write_docstore(
                     positions = range(first - start, first - start + len(batch["id"]))
                     ids, titles, texts = batch["id"], batch["title"], batch["text"]
                     store.add(zip(positions, ids, titles, texts, strict=True))
+                    store.add_fields(batch_field_rows(positions, batch["fields"]))
                     if splitter is not None:
                         pid = store_passages(store, splitter, positions, batch, pid)
                     bar.update(len(batch["id"]))
+            store.finish_fields()
             store.commit()
         finally:
             store.close()

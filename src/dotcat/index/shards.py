@@ -43,6 +43,8 @@ from dotcat.index.bm25 import build_from_docstore
 from dotcat.index.config import BM25Config, MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
+from dotcat.index.fields import merged_kinds
+from dotcat.index.filtered import Admitted
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
     DOCSTORE_NAME,
@@ -190,11 +192,17 @@ class ShardSet:
     def dim(self) -> int:
         return self.shards[0].dim
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k over all shards: each shard's top-k, merged by score (ties: position)."""
+    def search(
+        self, queries: np.ndarray, k: int, admitted: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over all shards: each shard's top-k, merged by score (ties: position); with
+        ``admitted`` (:meth:`admit`), each shard's among its admitted vectors."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
-        parts = [shard.search(queries, k) for shard in self.shards]
+        parts = [
+            shard.search(queries, k, None if admitted is None else admitted.parts[i])
+            for i, shard in enumerate(self.shards)
+        ]
         scores = np.concatenate([s for s, _ in parts], axis=1)
         positions = np.concatenate(
             [
@@ -206,6 +214,46 @@ class ShardSet:
         scores, positions = faiss_index.order_ties(scores, positions)
         k = min(k, scores.shape[1])
         return scores[:, :k], positions[:, :k]
+
+    # -- fields and filters -------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, Any]:
+        """The shards' fields as one (:func:`dotcat.index.fields.merged_kinds`)."""
+        return merged_kinds(shard.field_kinds() for shard in self.shards)
+
+    def fields_of(self, positions) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these (global) positions."""
+        out: dict[int, dict[str, Any]] = {}
+        for i, shard, local in self._by_document(positions):
+            shift = int(self.doc_offsets[i])
+            out.update((pos + shift, f) for pos, f in shard.fields_of(local).items())
+        return out
+
+    def field_counts(self, positions, names) -> dict[str, dict[str, int]]:
+        """Documents per value of each field of ``names`` among ``positions``, summed."""
+        out: dict[str, dict[str, int]] = {name: {} for name in names}
+        for _, shard, local in self._by_document(positions):
+            for name, values in shard.field_counts(local, names).items():
+                for value, count in values.items():
+                    out[name][value] = out[name].get(value, 0) + count
+        return out
+
+    def admit(self, sql: str, params) -> ShardAdmitted:
+        """The documents a filter admits, shard by shard (positions global)."""
+        parts = [shard.admit(sql, params) for shard in self.shards]
+        positions = np.concatenate(
+            [p.positions + int(self.doc_offsets[i]) for i, p in enumerate(parts)]
+        )
+        return ShardAdmitted(parts, positions)
+
+    def _by_document(self, positions) -> Iterator[tuple[int, DenseIndex, list[int]]]:
+        """The shards holding documents at these global positions, with their local ones."""
+        wanted = sorted({int(p) for p in positions if p >= 0})
+        for i, shard in enumerate(self.shards):
+            lo, hi = int(self.doc_offsets[i]), int(self.doc_offsets[i + 1])
+            local = [p - lo for p in wanted if lo <= p < hi]
+            if local:
+                yield i, shard, local
 
     def _split(self, positions) -> Iterator[tuple[DenseIndex, int, list[int]]]:
         wanted = sorted({int(p) for p in np.ravel(positions) if p >= 0})
@@ -256,6 +304,26 @@ class ShardSet:
             texts = shard.passage_texts([PassageRef(p, "") for p in local])
             out.update((pid + offset, text) for pid, text in texts.items())
         return out
+
+
+class ShardAdmitted:
+    """What a filter admits of a folder of shards: each shard's :class:`Admitted`, and the
+    documents' global positions."""
+
+    def __init__(self, parts: list[Admitted], positions: np.ndarray) -> None:
+        self.parts, self.positions = parts, positions
+
+    @property
+    def documents(self) -> int:
+        return int(len(self.positions))
+
+    @property
+    def vectors(self) -> int:
+        return sum(p.vectors for p in self.parts)
+
+    @property
+    def mask(self) -> np.ndarray:
+        return np.concatenate([p.mask for p in self.parts])
 
 
 class _ShardStores:
@@ -448,9 +516,12 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
                             f"{path}: holds document ids that an earlier shard holds too (e.g. "
                             f"{', '.join(map(repr, shared))}); shards must not overlap"
                         ) from None
+                if source.has_fields():
+                    store.copy_fields_from(source, offset)
             finally:
                 source.close()
             offset += count
+        store.finish_fields()
         store.commit()
     finally:
         store.close()

@@ -44,8 +44,15 @@ from dotcat.index.bm25 import build_from_docstore
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
-from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest, check_encoder
+from dotcat.index.manifest import (
+    DOCSTORE_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    Manifest,
+    check_encoder,
+)
 from dotcat.index.passages import PassageConfig, Splitter, store_passages
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
@@ -107,6 +114,7 @@ def add_documents(
             first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
             next_pid = _add(index, store, dataset, manifest, first, (device, precision),
                             show_progress)  # fmt: skip
+            store.finish_fields()
             store.commit()
             documents = len(store)
         finally:
@@ -152,6 +160,7 @@ def delete_documents(
             positions = [doc.pos for doc in found.values()]
             _remove(index, _vector_ids(store, manifest, positions))
             store.delete(positions)
+            store.finish_fields()
             store.commit()
             documents = len(store)
         finally:
@@ -291,6 +300,7 @@ def _add(
         for _, batch in iter_row_batches(dataset, batch_size=8192):
             positions = range(position, position + len(batch["id"]))
             store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
+            store.add_fields(batch_field_rows(positions, batch["fields"]))
             if splitter is None:
                 ids = np.asarray(positions, dtype=np.int64)
                 texts = [document_text(t, x) for t, x in zip(batch["title"], batch["text"],
@@ -325,6 +335,7 @@ def _finish(
     with replacing(tmp / INDEX_NAME) as tmp_index:
         faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
+    manifest.format_version = FORMAT_VERSION  # the doc store keeps fields now, if it did not
     manifest.documents["count"] = documents
     manifest.documents["next_pos"] = next_pos
     if manifest.passages:

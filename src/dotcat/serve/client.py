@@ -45,6 +45,7 @@ class ServerClient:
         rerank: bool | None = None,
         depth: int | None = None,
         full_text: bool = True,
+        filter: str | None = None,
     ) -> list[Hit]:
         """The server's hits for one query (``GET /search``).
 
@@ -52,6 +53,7 @@ class ServerClient:
             full_text: each hit's ``text`` is the document's whole text, as a local search
                 gives it (with the matched passage's offsets); False: the server's snippet (a
                 bounded excerpt around the query's words), a smaller answer.
+            filter: only documents whose fields match (:mod:`dotcat.search.filters`).
         """
         params: dict[str, Any] = {"q": query, "k": k}
         if full_text:
@@ -62,6 +64,8 @@ class ServerClient:
             params["rerank"] = "true" if rerank else "false"
         if depth is not None:
             params["depth"] = depth
+        if filter:
+            params["filter"] = filter
         answer = self._get("/search?" + urllib.parse.urlencode(params))
         return [_hit(h, full_text) for h in answer["hits"]]
 
@@ -85,13 +89,14 @@ class ServerClient:
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
     """A hit as a local search gives it: with ``full_text``, the whole text and where the
     passage that matched lies in it; else the snippet (and no offsets: they are the text's)."""
-    kind = hit["score_kind"]
+    kind, fields = hit["score_kind"], hit.get("fields") or {}
     if not full_text:
-        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind)
+        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind,
+                   fields=fields)  # fmt: skip
     passage = hit.get("passage") or {}
     return Hit(
         hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"], kind,
-        passage.get("start"), passage.get("stop"),
+        passage.get("start"), passage.get("stop"), fields=fields,
     )  # fmt: skip
 
 
