@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,13 +77,14 @@ class Document:
 
     Consumers index ``title + " " + text`` (as Pyserini's BEIR flat indexes and BEIR's own
     dense evaluation do), so a document without text is indexed on its title; the fields
-    are metadata, to filter by (:mod:`dotcat.search.filters`), never read by the models.
+    are metadata, to filter by (:mod:`dotcat.search.filters`), never read by the models
+    (nor compared: two documents are equal when their id, title and text are).
     """
 
     id: str
     title: str
     text: str
-    fields: dict[str, Any] | None = None
+    fields: dict[str, Any] | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         """The id, the title and the text's first words (:func:`dotcat.reprs.preview`)."""

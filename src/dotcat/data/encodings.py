@@ -24,6 +24,8 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
+#: The encoding chosen among equally likely ones (:func:`detect`).
+PREFERRED = "cp1252"
 #: How many bytes detection reads (charset-normalizer's own default sample is smaller).
 DETECT_BYTES = 1 << 20
 
@@ -72,11 +74,19 @@ def decode(data: bytes, fallback: str | None = None, forced: str | None = None) 
 
 def detect(data: bytes) -> str | None:
     """The encoding charset-normalizer finds most likely for ``data`` (its first MiB), or
-    None."""
+    None. Among equally likely ones (a short text of a few accented letters fits several code
+    pages) Windows-1252 is preferred, the legacy encoding of most Western text (and what the
+    WHATWG encoding standard reads Latin-1 as)."""
     from charset_normalizer import from_bytes  # only files that are not UTF-8 need it
 
-    best = from_bytes(data[:DETECT_BYTES]).best()
-    return codecs.lookup(best.encoding).name if best is not None else None
+    matches = list(from_bytes(data[:DETECT_BYTES]))
+    if not matches:
+        return None
+    best = matches[0]
+    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
+    if any(PREFERRED in m.could_be_from_charset for m in tied):
+        return PREFERRED
+    return codecs.lookup(best.encoding).name
 
 
 def _decode(data: bytes, encoding: str) -> str:

@@ -371,17 +371,20 @@ class _Rows:
         return self._csr.indices[lo:hi], self._csr.data[lo:hi].astype(np.float64)
 
 
-def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
+def build_from_docstore(
+    docstore: Path, config: BM25Config, show_progress: bool, passages: bool | None = None
+) -> BM25Index:
     """A BM25 index over a doc store's documents, in position order, or over its passages
-    (an index built with them), in FAISS id order, each row's id its FAISS id (as a string)
-    and its text its document's title and the passage's text, as the encoder reads it.
+    (an index built with them, unless ``passages`` is False: an index splitting document by
+    document reads documents whole), in FAISS id order, each row's id its FAISS id (as a
+    string) and its text its document's title and the passage's text, as the encoder reads it.
 
     BM25's statistics (document frequencies, mean length) are global, so after an update or a
     merge the side index of an index directory is built again from its doc store, never
     patched or merged.
     """
     store = DocStore(docstore)
-    passages = store.has_passages()
+    passages = store.has_passages() if passages is None else passages and store.has_passages()
 
     def documents() -> Iterator[dict[str, str]]:
         if passages:

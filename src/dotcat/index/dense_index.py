@@ -71,7 +71,7 @@ class DenseIndex:
         if self.passages:
             self.store.check_passages(self.passages["count"], self.manifest.next_vector_id)
         self._lock = threading.Lock()
-        self._vectors: tuple[np.ndarray, np.ndarray] | None = None
+        self._vectors: tuple | None = None
         self._kinds: dict[str, FieldInfo] | None = None
 
     def __len__(self) -> int:
@@ -115,15 +115,18 @@ class DenseIndex:
 
     def admit(self, sql: str, params: Sequence[Any]) -> Admitted:
         """The documents a filter's query (:meth:`dotcat.search.filters.Filter.sql`) admits."""
-        ids, positions = self._vector_positions()
+        ids, positions, documents = self._vector_positions()
         return Admitted.of(self.store.select(sql, params), ids, positions,
-                           self.manifest.next_vector_id)  # fmt: skip
+                           self.manifest.next_vector_id, documents)  # fmt: skip
 
-    def _vector_positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every vector's id (sorted) and its document's position, read once."""
+    def _vector_positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Every vector's id (sorted) and its document's position, and (with passages) every
+        document's position, read once."""
         with self._lock:
             if self._vectors is None:
-                self._vectors = self.store.vector_positions()
+                ids, positions = self.store.vector_positions()
+                documents = self.store.positions() if self.passages else None
+                self._vectors = (ids, positions, documents)
             return self._vectors
 
     def locate(self, ids) -> dict[int, PassageRef]:

@@ -326,6 +326,23 @@ class DocStore:
         rows = self._select(f"p.pid, d.title, {_PASSAGE_TEXT}", pids, _PASSAGES_JOIN, "p.pid")
         return {pid: (title, text) for pid, title, text in rows}
 
+    def positions(self) -> np.ndarray:
+        """Every document's position, sorted."""
+        rows = self._execute("SELECT pos FROM docs ORDER BY pos")
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def text_lengths(self) -> list[tuple[int, int]]:
+        """``(position, characters of its text)`` of every document, by position."""
+        return self._execute("SELECT pos, length(text) FROM docs ORDER BY pos")
+
+    def split_documents(self) -> int:
+        """How many documents have more than one passage."""
+        return self._execute("SELECT COUNT(DISTINCT pos) FROM passages WHERE part > 0")[0][0]
+
+    def drop_passages(self) -> None:
+        """Remove the passages table (a build that split no document)."""
+        self._conn.execute("DROP TABLE IF EXISTS passages")
+
     def passage_count(self) -> int:
         return self._execute("SELECT COUNT(*) FROM passages")[0][0]
 

@@ -47,26 +47,37 @@ class Admitted:
 
     Attributes:
         positions: the admitted documents' positions, sorted.
-        mask: over the index's vectors in id order (the BM25 side's rows): admitted or not.
+        mask: over the index's vectors in id order (the BM25 side's rows where they are
+            passages): admitted or not.
         ids: the admitted vectors' FAISS ids, sorted.
         span: one past the largest FAISS id of the index (the bitmap's size).
+        document_mask: over the index's documents in position order (the BM25 side's rows
+            where they are documents).
     """
 
     positions: np.ndarray
     mask: np.ndarray
     ids: np.ndarray
     span: int
+    document_mask: np.ndarray
     _selector: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def of(
-        cls, positions: np.ndarray, vector_ids: np.ndarray, vector_positions: np.ndarray, span: int
+        cls,
+        positions: np.ndarray,
+        vector_ids: np.ndarray,
+        vector_positions: np.ndarray,
+        span: int,
+        documents: np.ndarray | None = None,
     ) -> Admitted:
         """The set of documents at ``positions`` over an index whose vectors (ids sorted)
-        belong to the documents at ``vector_positions``."""
+        belong to the documents at ``vector_positions``, and whose documents are at
+        ``documents`` (sorted; default: the vectors', one each)."""
         positions = np.unique(np.asarray(positions, dtype=np.int64))
         mask = np.isin(vector_positions, positions)
-        return cls(positions, mask, vector_ids[mask], int(span))
+        document_mask = mask if documents is None else np.isin(documents, positions)
+        return cls(positions, mask, vector_ids[mask], int(span), document_mask)
 
     @property
     def documents(self) -> int:

@@ -116,12 +116,17 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
 
 
-_PASSAGE_SETTINGS = ("window", "stride", "sentence_aware")
+_PASSAGE_SETTINGS = ("window", "stride", "sentence_aware", "split_longer_than")
 
 
 def _passage_differences(a: Manifest, b: Manifest) -> list[str]:
-    """How two indexes' passage settings differ (with passages or not, then each setting)."""
+    """How two indexes' passage settings differ (with passages or not, then each setting).
+    An index without passages meets one that splits document by document: it is one whose
+    documents were all short (each its own passage)."""
     if bool(a.passages) != bool(b.passages):
+        split = a.passages or b.passages
+        if split.get("split_longer_than") is not None:
+            return []
         return [f"passages: {'on' if a.passages else 'off'} vs {'on' if b.passages else 'off'}"]
     if not a.passages:
         return []
@@ -160,7 +165,8 @@ class ShardSet:
         ]
         self.doc_offsets = np.concatenate([[0], np.cumsum(positions)]).astype(np.int64)
         self.count = sum(len(s) for s in self.shards)
-        first = self.shards[0].manifest
+        first = next((s.manifest for s in self.shards if s.manifest.passages),
+                     self.shards[0].manifest)  # fmt: skip
         documents = sum(s.document_count for s in self.shards)
         self.passages = (
             {**first.passages, "count": self.count, "next_pid": int(self.offsets[-1])}
@@ -325,6 +331,10 @@ class ShardAdmitted:
     def mask(self) -> np.ndarray:
         return np.concatenate([p.mask for p in self.parts])
 
+    @property
+    def document_mask(self) -> np.ndarray:
+        return np.concatenate([p.document_mask for p in self.parts])
+
 
 class _ShardStores:
     """The shards' doc stores behind one ``by_ids`` / ``get`` / ``ids``."""
@@ -413,13 +423,14 @@ def merge_indexes(
         try:
             with writing(tmp / DOCSTORE_NAME):
                 _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
-                if manifests[0].passages:
+                if any(m.passages for m in manifests):
                     _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
+            by_passage = any(m.passages and "split_longer_than" not in m.passages
+                             for m in manifests)  # fmt: skip
             bm25_entry = (
-                _bm25_from_docstore(tmp, sum(counts), n if manifests[0].passages else None,
-                                    show_progress)
+                _bm25_from_docstore(tmp, sum(counts), n if by_passage else None, show_progress)
                 if with_bm25 else None
             )  # fmt: skip
             merged = list(zip(paths, counts, manifests, strict=True))
@@ -443,11 +454,11 @@ def _merged_manifest(
     """The merged index's manifest: the shards' encoder, the FAISS index written in ``tmp``,
     the shards it came from (``(dir, documents, manifest)`` in shard order)."""
     index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
-    first = merged[0][2]
+    first = next((m for _, _, m in merged if m.passages), merged[0][2])
     passages = None
     if first.passages:
         count = sum(m.vector_count for _, _, m in merged)
-        settings = {key: first.passages[key] for key in _PASSAGE_SETTINGS}
+        settings = {key: first.passages[key] for key in _PASSAGE_SETTINGS if key in first.passages}
         passages = {**settings, "count": count, "next_pid": count}
     return Manifest(
         encoder=first.encoder,
@@ -529,13 +540,22 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
 
 def _merge_passages(paths: Sequence[Path], target: Path, block: int = 100_000) -> None:
     """Every shard's passages, their ids shifted by the passages before and their documents'
-    positions by the documents before (as :func:`_merge_docstores` shifted them)."""
+    positions by the documents before (as :func:`_merge_docstores` shifted them); a shard
+    without passages (every document short) gives each document as its one passage."""
     store = DocStore(target, readonly=False)
     pid_offset = pos_offset = 0
     try:
         for path in paths:
             source = DocStore(path / DOCSTORE_NAME)
             try:
+                if not source.has_passages():
+                    store.add_passages(
+                        (pos + pid_offset, pos + pos_offset, 0, 0, length)
+                        for pos, length in source.text_lengths()
+                    )
+                    pid_offset += len(source)
+                    pos_offset += len(source)
+                    continue
                 span = source.passage_count()
                 for first in range(0, span, block):
                     store.add_passages(
@@ -636,7 +656,8 @@ def _bm25_from_docstore(
     """BM25 over the merged documents or passages (BM25's statistics are global: never
     merged)."""
     config = BM25Config()
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress).save(tmp / BM25_DIR)
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress,
+                        passages=passages is not None).save(tmp / BM25_DIR)  # fmt: skip
     entry: dict[str, Any] = {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}
     if passages is not None:
         entry["passages"] = passages

@@ -53,7 +53,7 @@ from dotcat.index.manifest import (
     Manifest,
     check_encoder,
 )
-from dotcat.index.passages import PassageConfig, Splitter, store_passages
+from dotcat.index.passages import PassageConfig, Splitter, split_longer_than, store_passages
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 
@@ -292,7 +292,8 @@ def _add(
     config = encoder_config_from_manifest(manifest.encoder, None, device, precision)
     encoder = BiEncoder.load(config)
     check_encoder(manifest, encoder.manifest_entry(), store.path.parent)
-    splitter = Splitter.for_encoder(encoder, PassageConfig.from_manifest(manifest.passages))
+    config = PassageConfig.from_manifest(manifest.passages)
+    splitter = Splitter.for_encoder(encoder, config, split_longer_than(manifest.passages))
     position = first
     with progress_bar(
         total=len(dataset), desc="encoding documents", unit="doc", enabled=show_progress
@@ -349,9 +350,11 @@ def _finish(
 def _rebuild_bm25(tmp: Path, manifest: Manifest) -> None:
     config = BM25Config(**manifest.bm25["config"])
     shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False).save(tmp / BM25_DIR)
+    by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False,
+                        passages=by_passage).save(tmp / BM25_DIR)  # fmt: skip
     manifest.bm25["documents"] = manifest.documents["count"]
-    if manifest.passages:
+    if by_passage:
         manifest.bm25["passages"] = manifest.passages["count"]
 
 

@@ -40,10 +40,13 @@ def load_bm25(index_dir: Path, index: Any) -> BM25Index | None:
     if not entry:
         return None
     bm25 = BM25Index.load(index_dir / entry["dir"], mmap=True)
-    if len(bm25) != len(index):
+    # Its rows: the passages (FAISS's vectors), or the documents whole (an index without
+    # passages, or one splitting only its longest documents).
+    rows = len(index) if "passages" in entry else index.document_count
+    if len(bm25) != rows:
         raise DotcatError(
             f"{index_dir}: BM25 index holds {len(bm25)} documents, the dense index "
-            f"{len(index)}; rebuild the index"
+            f"{rows}; rebuild the index"
         )
     return bm25
 
@@ -98,8 +101,8 @@ class BM25Stage:
         and the expanded query ranks the rows, as the plain one would. With ``admitted``,
         only the rows of a filter's documents are ranked (and fed back): their score arrays
         masked, the statistics the index's."""
-        mask = None if admitted is None else admitted.mask
         if not self.passages:
+            mask = None if admitted is None else admitted.document_mask
             run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,
                                                  mask=mask)  # fmt: skip
             return {
