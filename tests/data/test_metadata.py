@@ -22,16 +22,30 @@ from dotcat.errors import DataFormatError, DotcatError, SettingError
 
 def test_record_fields_are_flattened_and_typed():
     obj = {
-        "_id": "1", "text": "body", "title": "t", "n": 3, "x": 1.5, "ok": True, "none": None,
-        "empty": " ", "meta": {"owner": "it", "tags": ["hr", 7], "deep": {"a": "b"}},
-        "authors": [{"name": "Ada", "n": 1}, {"name": "Alan"}], "when": dt.date(2025, 1, 2),
-    }  # fmt: skip
+        "_id": "1",
+        "text": "body",
+        "title": "t",
+        "n": 3,
+        "x": 1.5,
+        "ok": True,
+        "none": None,
+        "empty": " ",
+        "meta": {"owner": "it", "tags": ["hr", 7], "deep": {"a": "b"}},
+        "authors": [{"name": "Ada", "n": 1}, {"name": "Alan"}],
+        "when": dt.date(2025, 1, 2),
+    }
     fields = record_fields(obj, ("_id", "id", "title", "text", "contents"))
     assert fields == {
-        "n": 3, "x": 1.5, "ok": "true", "meta.owner": "it", "meta.tags": ["hr", "7"],
-        "meta.deep.a": "b", "authors.name": ["Ada", "Alan"], "authors.n": ["1"],
+        "n": 3,
+        "x": 1.5,
+        "ok": "true",
+        "meta.owner": "it",
+        "meta.tags": ["hr", "7"],
+        "meta.deep.a": "b",
+        "authors.name": ["Ada", "Alan"],
+        "authors.n": ["1"],
         "when": "2025-01-02",
-    }  # fmt: skip
+    }
 
 
 def test_csv_cells_become_numbers_only_when_written_as_numbers():
@@ -61,8 +75,7 @@ def test_what_is_not_a_date(text):
 def test_front_matter_yaml_toml_and_rst_fields():
     yaml_doc = "---\ntitle: Plan\ntags: [hr, onboarding]\nupdated: 2025-03-01\n---\n# Head\n"
     matter, body = front_matter(yaml_doc, "markdown")
-    assert matter == {"title": "Plan", "tags": ["hr", "onboarding"],
-                      "updated": dt.date(2025, 3, 1)}  # fmt: skip
+    assert matter == {"title": "Plan", "tags": ["hr", "onboarding"], "updated": dt.date(2025, 3, 1)}
     assert body == "# Head\n"
     matter, body = front_matter('+++\ntitle = "T"\nweight = 3\n+++\ntext\n', "markdown")
     assert matter == {"title": "T", "weight": 3} and body == "text\n"
@@ -93,8 +106,9 @@ def test_markdown_and_rst_lose_their_markup_but_not_their_words():
 
 
 def test_a_pdf_with_a_generic_producer_title_takes_its_first_line():
-    found = extract(minimal_pdf(["Quarterly report", "Revenue grew."], "Enscript Output"),
-                    "pdf", "report")  # fmt: skip
+    found = extract(
+        minimal_pdf(["Quarterly report", "Revenue grew."], "Enscript Output"), "pdf", "report"
+    )
     assert found.title == "Quarterly report"
     assert found.fields["pages"] == 1
     kept = extract(minimal_pdf(["Body"], "Annual plan"), "pdf", "x")
@@ -111,8 +125,12 @@ def test_html_meta_becomes_fields():
         'content="2025-01-02T10:00:00Z"></head><body><main><p>Text here.</p></main></body></html>'
     )
     found = extract(page.encode(), "html", "page")
-    assert found.fields == {"lang": "en", "author": "Ada", "keywords": ["a", "b"],
-                            "date": "2025-01-02T10:00:00Z"}  # fmt: skip
+    assert found.fields == {
+        "lang": "en",
+        "author": "Ada",
+        "keywords": ["a", "b"],
+        "date": "2025-01-02T10:00:00Z",
+    }
 
 
 def test_text_in_another_encoding_is_detected_or_given():
@@ -127,7 +145,11 @@ def test_text_in_another_encoding_is_detected_or_given():
 def test_fields_option_parses_and_refuses_in_one_line():
     rule = parse_fields_option("data/faq.jsonl:id=key,title=question,text=answer")
     assert (rule.pattern, rule.id, rule.title, rule.text) == (
-        "data/faq.jsonl", "key", "question", "answer")  # fmt: skip
+        "data/faq.jsonl",
+        "key",
+        "question",
+        "answer",
+    )
     for bad, words in [
         ("id=key", "GLOB:key=value"),
         ("faq.jsonl:idd=key", "unknown key 'idd'"),
@@ -144,10 +166,14 @@ def _mixed(root):
     (root / "notes").mkdir(parents=True)
     (root / "tickets.csv").write_text(
         "ticket,subject,body,product,updated\nT-1,Refund,Charged twice.,billing,2025-02-03\n"
-        "T-2,Login,Cannot log in.,accounts,2024-11-20\n", encoding="utf-8")  # fmt: skip
+        "T-2,Login,Cannot log in.,accounts,2024-11-20\n",
+        encoding="utf-8",
+    )
     (root / "faq.jsonl").write_text(
         json.dumps({"key": "f1", "question": "Reset?", "answer": "Settings.", "tags": ["hr"]})
-        + "\n", encoding="utf-8")  # fmt: skip
+        + "\n",
+        encoding="utf-8",
+    )
     (root / "notes" / "cafe.txt").write_bytes("Le café, près de la gare.".encode("latin-1"))
     plan = "---\ntitle: Plan\ntags: [hr]\n---\n# Plan\n\nThe **plan**.\n"
     (root / "notes" / "plan.md").write_text(plan, encoding="utf-8")
@@ -162,8 +188,13 @@ def test_a_mixed_folder_reads_in_one_go_with_dotcat_toml(tmp_path):
     )
     (root / "dotcat.toml").write_text(rules, encoding="utf-8")
     docs = {d.id: d for d in iter_corpus(root)}
-    assert sorted(docs) == ["faq.jsonl#f1", "notes/cafe.txt", "notes/plan.md",
-                            "tickets.csv#T-1", "tickets.csv#T-2"]  # fmt: skip
+    assert sorted(docs) == [
+        "faq.jsonl#f1",
+        "notes/cafe.txt",
+        "notes/plan.md",
+        "tickets.csv#T-1",
+        "tickets.csv#T-2",
+    ]
     ticket = docs["tickets.csv#T-1"]
     assert (ticket.title, ticket.text) == ("Refund", "Charged twice.")
     assert ticket.fields["product"] == "billing" and ticket.fields["updated"] == "2025-02-03"
@@ -180,8 +211,12 @@ def test_a_mixed_folder_reads_in_one_go_with_dotcat_toml(tmp_path):
 def test_the_command_line_rules_come_before_the_folders(tmp_path):
     root = _mixed(tmp_path / "docs")
     (root / "dotcat.toml").write_text('[files."faq.jsonl"]\nid = "nope"\n', encoding="utf-8")
-    options = CorpusOptions(file_rules=("faq.jsonl:id=key,title=question,text=answer",
-                                        "*.csv:id=ticket,title=subject,text=body"))  # fmt: skip
+    options = CorpusOptions(
+        file_rules=(
+            "faq.jsonl:id=key,title=question,text=answer",
+            "*.csv:id=ticket,title=subject,text=body",
+        )
+    )
     assert "faq.jsonl#f1" in {d.id for d in iter_corpus(root, options=options)}
     assert Rules.of([], root).for_file("faq.jsonl").id == "nope"
 
@@ -211,13 +246,23 @@ def test_parquet_columns_keep_their_types(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "id": ["a"], "text": ["x"], "stars": [4], "price": [1.5],
-        "when": [dt.datetime(2025, 1, 2, 3, 4, 5)], "tags": [["p", "q"]],
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "id": ["a"],
+            "text": ["x"],
+            "stars": [4],
+            "price": [1.5],
+            "when": [dt.datetime(2025, 1, 2, 3, 4, 5)],
+            "tags": [["p", "q"]],
+        }
+    )
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     (tmp_path / "d.parquet").write_bytes(buffer.getvalue())
     (doc,) = iter_corpus(tmp_path / "d.parquet")
-    assert doc.fields == {"stars": 4, "price": 1.5, "when": "2025-01-02T03:04:05Z",
-                          "tags": ["p", "q"]}  # fmt: skip
+    assert doc.fields == {
+        "stars": 4,
+        "price": 1.5,
+        "when": "2025-01-02T03:04:05Z",
+        "tags": ["p", "q"],
+    }

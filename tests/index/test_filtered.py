@@ -90,8 +90,11 @@ def test_a_short_selector_search_is_completed_exactly(vectors, monkeypatch):
     monkeypatch.setattr(filtered, "EXACT_LIMIT", 0)
     index = make("HNSW16", vectors)
     index.hnsw.efSearch = 16
-    monkeypatch.setattr(filtered, "search_parameters", lambda *a: faiss.SearchParametersHNSW(
-        sel=a[1].selector(), efSearch=16))  # fmt: skip
+    monkeypatch.setattr(
+        filtered,
+        "search_parameters",
+        lambda *a: faiss.SearchParametersHNSW(sel=a[1].selector(), efSearch=16),
+    )
     ids = np.arange(0, N, 97, dtype=np.int64)  # 31 admitted: a narrow walk finds few
     _, found = search_admitted(index, vectors[:4], K, admitted_of(ids))
     assert (found >= 0).all() and found.shape == (4, K)

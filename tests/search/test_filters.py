@@ -10,15 +10,29 @@ from dotcat.index.fields import field_rows
 from dotcat.search.filters import Both, Comparison, Either, FilterError, Not, parse_filter
 
 DOCS = {
-    "t1": {"product": "billing", "updated": "2025-02-03", "size": 120, "tags": ["hr", "pay"],
-           "path": "tickets.csv"},
-    "t2": {"product": "accounts", "updated": "2024-11-20T10:00:00Z", "size": 80,
-           "path": "tickets.csv"},
-    "t3": {"product": "billing", "updated": "2024-12-01", "size": 300, "tags": ["pay"],
-           "path": "projects/alpha/plan.md"},
+    "t1": {
+        "product": "billing",
+        "updated": "2025-02-03",
+        "size": 120,
+        "tags": ["hr", "pay"],
+        "path": "tickets.csv",
+    },
+    "t2": {
+        "product": "accounts",
+        "updated": "2024-11-20T10:00:00Z",
+        "size": 80,
+        "path": "tickets.csv",
+    },
+    "t3": {
+        "product": "billing",
+        "updated": "2024-12-01",
+        "size": 300,
+        "tags": ["pay"],
+        "path": "projects/alpha/plan.md",
+    },
     "n1": {"tags": "hr", "path": "projects/beta/notes.md", "Product line": "x"},
     "n2": {"path": "notes/other.md"},
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +40,9 @@ def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("filters") / "docstore.sqlite"
     writer = DocStore(path, readonly=False)
     writer.add((pos, doc_id, "", "text") for pos, doc_id in enumerate(DOCS))
-    writer.add_fields(row for pos, fields in enumerate(DOCS.values())
-                      for row in field_rows(pos, fields))  # fmt: skip
+    writer.add_fields(
+        row for pos, fields in enumerate(DOCS.values()) for row in field_rows(pos, fields)
+    )
     writer.finish_fields()
     writer.commit()
     writer.close()
@@ -44,8 +59,14 @@ def admitted(store: DocStore, text: str) -> list[str]:
 
 def test_each_field_has_the_kind_of_all_its_values(store):
     kinds = {name: info.kind for name, info in store.field_kinds().items()}
-    assert kinds == {"product": "string", "updated": "date", "size": "number", "tags": "list",
-                     "path": "string", "Product line": "string"}  # fmt: skip
+    assert kinds == {
+        "product": "string",
+        "updated": "date",
+        "size": "number",
+        "tags": "list",
+        "path": "string",
+        "Product line": "string",
+    }
     assert store.fields_of([0])[0] == DOCS["t1"]
     assert store.fields_of([3])[3]["tags"] == ["hr"]  # a list field's lone string: a list
 

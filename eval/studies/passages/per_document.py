@@ -21,7 +21,8 @@ the test queries (reported): nDCG@10 and R@100, with a paired t-test of each var
   made);
 - ``after``: the default now (``passages=None``): documents longer than ``SPLIT_FACTOR`` (4)
   times the max length in passages of 256 tokens;
-- ``x2``, ``x8``: the same with the factor 2 or 8 (``SPLIT_FACTOR`` set here, in process);
+- ``x2``, ``x4``, ``x8``, ``x16``: the same with that factor (``SPLIT_FACTOR`` set here, in
+  process);
   ``x2w128``: factor 2, passages of 128 tokens (``passage_window=128``).
 """
 
@@ -40,7 +41,7 @@ import common
 DATA = {"scifact": "data/scifact"} | {
     name: f"runs/collections/{name}" for name in ("pylib", "faq", "pydoc", "debian")
 }
-VARIANTS = ("before", "after", "x2", "x2w128", "x8")
+VARIANTS = ("before", "after", "x2", "x2w128", "x4", "x8", "x16")
 HERE = Path(__file__).resolve().parent
 
 
@@ -71,7 +72,7 @@ def build(name: str, variant: str, work: Path, splits: bool) -> dict:
     if not done.is_file():
         passages = {"before": PassageConfig(enabled=splits),
                     "x2w128": PassageConfig(window=128)}.get(variant, PassageConfig())  # fmt: skip
-        factor = {"x2": 2, "x2w128": 2, "x8": 8}.get(variant, rule.SPLIT_FACTOR)
+        factor = {"x2": 2, "x2w128": 2, "x4": 4, "x8": 8, "x16": 16}.get(variant, rule.SPLIT_FACTOR)
         shutil.rmtree(out, ignore_errors=True)
         start = time.perf_counter()
         default, rule.SPLIT_FACTOR = rule.SPLIT_FACTOR, factor

@@ -44,7 +44,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from dotcat.data.encodings import NotDecodable, decode
 from dotcat.data.markup import front_matter, markdown_text, rst_text
@@ -74,7 +75,8 @@ class Unreadable(Exception):
     """A document file that cannot be read; ``str()`` is the reason (a few words)."""
 
 
-class Extracted(NamedTuple):
+@dataclass(frozen=True)
+class Extracted:
     """What a document file holds: its title, its text, its other fields (typed,
     :mod:`dotcat.data.metadata`)."""
 

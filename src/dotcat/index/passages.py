@@ -80,7 +80,7 @@ AUTO_LENGTH_FACTOR = 2
 AUTO_SAMPLE = 1000
 #: Elsewhere a document is split on its own when longer than this many times the max length
 #: (a cut would drop at least three quarters of it): chosen on dev (see the module docstring).
-SPLIT_FACTOR = 4
+SPLIT_FACTOR = 16
 #: ... into passages of this many tokens, or the encoder's max length where shorter.
 LONG_WINDOW = 256
 
