@@ -1,14 +1,17 @@
 """Split long documents wherever they are: does deciding per document cost any collection?
 
-    python eval/studies/passages/per_document.py                       # the five collections
-    python eval/studies/passages/per_document.py --collections faq --variants before after
+    python eval/studies/passages/per_document.py --variants before after    # five collections
+    python eval/studies/passages/per_document.py --collections faq pydoc \
+        --variants before x2 x4 x8 --output eval/studies/passages/per_document_factors.md
 
 The rule before (issue 51): a collection splits every document longer than the window when at
 least half of an evenly spaced sample is more than twice the encoder's max length, and
 otherwise splits none (a 5,000-word text among short notes was cut at 256 tokens). The rule
 after: such a collection still splits every long document; any other splits, document by
-document, the documents more than twice the max length (512 tokens), in passages of
-``LONG_WINDOW`` tokens, and keeps the others whole.
+document, the documents more than ``SPLIT_FACTOR`` (16) times the max length (4,096 tokens),
+in passages of ``LONG_WINDOW`` tokens, and keeps the others whole. Where the rule before
+splits a collection, or none of its documents is that long, the rule after builds the index of
+before: ``before`` and ``after`` are then not built, the count is reported instead.
 
 For each collection and variant the index is built as ``dotcat index`` builds it
 (:func:`dotcat.build_and_tune`: BM25 beside it, the hybrid fusion chosen on the dev queries),
@@ -19,7 +22,7 @@ the test queries (reported): nDCG@10 and R@100, with a paired t-test of each var
 - ``before``: the rule before, as the collection-level choice :meth:`Splitter.splits` makes it
   (``passages=True`` where it splits, ``False`` elsewhere; the build is the one the old rule
   made);
-- ``after``: the default now (``passages=None``): documents longer than ``SPLIT_FACTOR`` (4)
+- ``after``: the default now (``passages=None``): documents longer than ``SPLIT_FACTOR`` (16)
   times the max length in passages of 256 tokens;
 - ``x2``, ``x4``, ``x8``, ``x16``: the same with that factor (``SPLIT_FACTOR`` set here, in
   process);
@@ -45,8 +48,9 @@ VARIANTS = ("before", "after", "x2", "x2w128", "x4", "x8", "x16")
 HERE = Path(__file__).resolve().parent
 
 
-def old_rule_splits(data: str) -> bool:
-    """Whether the rule before splits this collection (every long document)."""
+def rules(data: str) -> tuple[bool, int, int]:
+    """Whether the rule before splits this collection (every long document), and how many of
+    its documents (all of them, not a sample) the rule after splits, of how many."""
     from dotcat.data import load_corpus
     from dotcat.index.build import split_sample
     from dotcat.index.passages import PassageConfig, Splitter
@@ -54,9 +58,20 @@ def old_rule_splits(data: str) -> bool:
 
     encoder = BiEncoder.load(EncoderConfig(model="default"))
     splitter = Splitter.for_encoder(encoder, PassageConfig())
-    rows = split_sample(load_corpus(data))
+    corpus = load_corpus(data)
+    rows = split_sample(corpus)
     split, _ = splitter.splits(list(zip(rows["title"], rows["text"], strict=True)))
-    return split
+    limit = rule_limit(encoder.max_length)
+    over = sum(not splitter.fits(t, x, limit) for t, x in zip(corpus["title"], corpus["text"],
+                                                              strict=True))  # fmt: skip
+    return split, over, len(corpus)
+
+
+def rule_limit(max_length: int) -> int:
+    """The length in tokens above which the rule after splits a document on its own."""
+    from dotcat.index.passages import SPLIT_FACTOR
+
+    return SPLIT_FACTOR * max_length
 
 
 def build(name: str, variant: str, work: Path, splits: bool) -> dict:
@@ -175,11 +190,19 @@ def main() -> None:
 
     load = os.getloadavg()[0]
     results: dict[str, dict] = {}
-    rules = {}
+    split_before, same = {}, []
     for name in args.collections:
-        splits = rules[name] = old_rule_splits(DATA[name])
+        splits, over, count = rules(DATA[name])
+        split_before[name] = splits
+        variants = args.variants
+        if splits or over == 0:  # the rule after builds the index of before: nothing to measure
+            same.append(f"{name} ({'the rule before splits it' if splits else 'none'}; "
+                        f"{over} of {count} documents over the length)")  # fmt: skip
+            variants = [v for v in variants if v != "after"]
+            if variants == ["before"]:  # nothing to compare it with
+                variants = []
         results[name] = {}
-        for variant in args.variants:
+        for variant in variants:
             row = build(name, variant, args.work, splits)
             row["reports"] = evaluate_index(row["dir"], DATA[name])
             results[name][variant] = row
@@ -201,8 +224,13 @@ def main() -> None:
         "(reported) queries; p: paired t-test of test nDCG@10 against `before`.",
         "",
         "Collections the rule before split: "
-        + (", ".join(n for n, s in rules.items() if s) or "none")
+        + (", ".join(n for n, s in split_before.items() if s) or "none")
         + ".",
+        "",
+        "Where the rule before splits a collection, or none of its documents is longer than "
+        "the rule after's length, the rule after builds the very index of before (the same "
+        "code path: no passages, or every long document split as before), so `before` and "
+        "`after` are not built there: " + (", ".join(same) or "none") + ".",
         "",
         *table(results, args.variants),
     ]
