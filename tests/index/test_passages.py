@@ -184,7 +184,8 @@ def test_a_long_document_among_short_ones_is_split_on_its_own(encoder, tmp_path,
     SPLIT_FACTOR times the max length are split (and counted); the others are one passage,
     cut at the max length as before; an index where none is that long has no passages."""
     shorts = [{"id": f"s{i}", "title": "Short", "text": f"Note {i} fits."} for i in range(3)]
-    docs = [{"id": "d1", "title": "Doc 1", "text": long_text(1, 40)}, *shorts]  # one long of 4
+    # one long of 4: a sentence is over 12 tokens, the test encoder's max length 32
+    docs = [{"id": "d1", "title": "Doc 1", "text": long_text(1, 5 * SPLIT_FACTOR)}, *shorts]
     with caplog.at_level("INFO", logger="dotcat.index.build"):
         mixed = build_index(docs, tmp_path / "mixed", encoder,
                             IndexConfig(device="cpu", bm25=True), show_progress=False)  # fmt: skip
