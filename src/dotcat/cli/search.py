@@ -37,7 +37,7 @@ from dotcat.search.config import (
     check_query,
     results_per_query,
 )
-from dotcat.serve.client import ServerClient
+from dotcat.serve.client import PER_REQUEST, ServerClient
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, full_tex
             "--rerank: a server re-ranks with the cross-encoder it was started with (dotcat "
             "serve --rerank MODEL); with --server, leave --rerank out"
         )
-    pipeline_options = given_settings(PipelineConfig) - {"first_stage", "filter"}
+    pipeline_options = given_settings(PipelineConfig) - PER_REQUEST
     why = "the server searches with the pipeline it was started with (dotcat serve)"
     refuse_with("--server", pipeline_options, why)
     k = results_per_query(k, run=False)

@@ -257,7 +257,9 @@ def _warn_if_shallow(
     name: str, run: RunLike, measures: list[ir_measures.Measure], n_docs: int | None
 ) -> None:
     """Warn when the run's deepest ranking is shorter than a measure's cutoff (and than the
-    corpus, where known: a ranking of the whole corpus is as deep as it gets)."""
+    corpus, where known: a ranking of the whole corpus is as deep as it gets). Where the
+    corpus is not known and every query ranks the same documents, the warning names a small
+    index as the likely cause instead of asking for a deeper run."""
     depth = max((len(results) for results in run.values()), default=0)
     cutoffs = [m.params.get("cutoff") for m in measures]
     needed = max((c for c in cutoffs if isinstance(c, int)), default=0)
@@ -266,7 +268,7 @@ def _warn_if_shallow(
     if 0 < depth < needed:
         pairs = zip(measures, cutoffs, strict=True)
         short = ", ".join(str(m) for m, cutoff in pairs if (cutoff or 0) > depth)
-        if _ranks_everything(run, depth):
+        if n_docs is None and _ranks_everything(run, depth):
             logger.warning(
                 "%s: every query ranks the same %d documents, fewer than %s count: the index "
                 "(or corpus) holds only %d, so the ranks past %d are missing for any run of it; "

@@ -17,6 +17,8 @@ from dotcat.errors import DotcatError
 from dotcat.search.hits import Hit
 
 API_KEY_ENV = "DOTCAT_API_KEY"
+#: The pipeline settings a request may set for itself; the others are the server's own.
+PER_REQUEST = frozenset({"first_stage", "filter"})
 
 
 class ServerClient:
