@@ -185,6 +185,11 @@ def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_di
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert manifest["encoder"]["path"] == str(out.resolve())
+    # Too few dev queries to tell fusions apart: the prior is kept, and the command says why.
+    assert (manifest["fusion"]["method"], manifest["fusion"]["weight"]) == ("linear", 0.5)
+    assert manifest["fusion"]["dev"]["tied"] == []
+    assert "why (paired one-standard-error rule): only" in result.output
+    assert "kept the prior default linear 0.5" in result.output
 
 
 def test_train_dot_bad_option_is_one_line(tiny_beir_dir, tmp_path):

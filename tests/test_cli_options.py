@@ -18,6 +18,7 @@ import typer
 
 from dotcat import options
 from dotcat.cli import app
+from dotcat.cli.judge import judge_app
 from dotcat.cli.main import train_app
 from dotcat.cli.params import AUTO
 
@@ -41,10 +42,11 @@ CLI_ONLY = {
     },  # fmt: skip
     "rerank": {"output", "queries", "split", "tag"},
     "bm25": {"queries", "output", "split", "k", "tag"},
-    "eval": {"split", "measure", "per_query", "as_json", "baseline"},
+    "eval": {"split", "measure", "per_query", "as_json", "baseline", "queries", "corpus"},
     "experiment": {"output", "only"},
     "calibrate": {"as_json"},
     "serve": {"access_log"},
+    "judge status": {"as_json"},
 }
 #: Where the command line's default differs from the library's on purpose: nowhere (Python
 #: and the command line share one set of defaults; tests/test_api.py checks Python's side).
@@ -55,13 +57,14 @@ DIFFERENT_DEFAULTS: set[tuple[str, str]] = set()
 OWN_WORDS = {
     *((c, n) for c in ("train dot", "train distill") for n in ("window_start", "window_end")),
     ("calibrate", "rerank"),
+    ("judge import", "assessor"),
 }
 
 
 def _commands() -> list[tuple[str, object]]:
     """``(name, function)`` of every command, ``train`` subcommands included."""
     out = []
-    for typer_app, prefix in ((app, ""), (train_app, "train ")):
+    for typer_app, prefix in ((app, ""), (train_app, "train "), (judge_app, "judge ")):
         for info in typer_app.registered_commands:
             name = info.name or info.callback.__name__.replace("_", "-")
             out.append((prefix + name, info.callback))
@@ -89,7 +92,7 @@ COMMANDS = _commands()
 def test_every_command_is_covered():
     names = {name for name, _ in COMMANDS}
     assert {"index", "search", "bm25", "eval", "serve", "train dot", "train cat"} <= names
-    assert len(names) == 16
+    assert len(names) == 21
 
 
 @pytest.mark.parametrize(("command", "function"), COMMANDS, ids=[c for c, _ in COMMANDS])

@@ -40,7 +40,8 @@ def tune_fusion(
     The dev queries are the data's ``dev`` split, else the share of ``train`` that ``dotcat
     train`` holds out (:func:`dotcat.data.splits.find_dev_split`); the test split is never
     used. Both first stages fetch :data:`FUSION_DEPTH` candidates per dev query and
-    :func:`dotcat.search.fusion.choose_fusion` picks RRF or a linear weight by nDCG@10.
+    :func:`dotcat.search.fusion.choose_fusion` picks RRF or a linear weight by nDCG@10 with
+    the paired one-standard-error rule (:mod:`dotcat.evaluation.choice`).
 
     Returns:
         The recorded fusion, or None when the data has no dev queries (RRF stays the

@@ -13,14 +13,14 @@ from dotcat.cli import app
 from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
+from dotcat.evaluation.choice import choose
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
 from dotcat.search.calibrate import (
     WEIGHTS,
     calibrate_reranker,
-    choose_alpha,
-    guarded_alpha,
+    pseudo_scores,
     record_corpus_weight,
     sample_documents,
 )
@@ -71,30 +71,6 @@ def _pipeline(index, cat=None, **settings) -> SearchPipeline:
     return SearchPipeline(index, config)
 
 
-def test_choose_alpha_takes_the_best_weight_and_ties_go_to_the_first_stage():
-    assert choose_alpha({0.0: 0.5, 0.3: 0.7, 1.0: 0.6}) == 0.3
-    assert choose_alpha({0.0: 0.7, 0.5: 0.7, 1.0: 0.7}) == 0.0
-    assert choose_alpha({0.0: 0.2, 0.8: 0.9, 0.9: 0.9 + 1e-9, 1.0: 0.1}) == 0.8
-
-
-def test_the_guard_keeps_a_weight_only_where_it_beats_the_first_stage_significantly():
-    queries = [f"q{i}" for i in range(30)]
-    first = {q: 0.5 for q in queries}
-    # Better on every query by 0.2 (+- 0.05): kept.
-    better = {q: 0.7 + (0.05 if i % 2 else -0.05) for i, q in enumerate(queries)}
-    alpha, best, p = guarded_alpha({0.0: first, 0.3: better, 1.0: first})
-    assert (alpha, best) == (0.3, 0.3) and p < 1e-6
-    # Better on average by 0.01, but up and down by 0.3: noise, the first stage is kept.
-    noisy = {q: 0.5 + (0.31 if i % 2 else -0.29) for i, q in enumerate(queries)}
-    alpha, best, p = guarded_alpha({0.0: first, 0.3: noisy, 1.0: first})
-    assert (alpha, best) == (0.0, 0.3) and p > 0.5
-    # Better by exactly 0.2 on every query: no spread at all, the strongest evidence (p = 0).
-    constant = {q: 0.7 for q in queries}
-    assert guarded_alpha({0.0: first, 0.3: constant, 1.0: first}) == (0.3, 0.3, 0.0)
-    # The first stage is best: nothing to test.
-    assert guarded_alpha({0.0: better, 0.5: first}) == (0.0, 0.0, None)
-
-
 def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     index, tiny_cat_dir, tmp_path
 ):
@@ -105,9 +81,12 @@ def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     assert weight.fingerprint == pipeline.reranker.cross_encoder.fingerprint
     scores = {float(a): s for a, s in weight.scores.items()}
     assert sorted(scores) == list(WEIGHTS)
-    assert weight.best == choose_alpha(scores) and weight.alpha in (0.0, weight.best)
-    significant = weight.p_value is not None and weight.p_value < 0.05
-    assert weight.alpha == (weight.best if significant else 0.0)
+    # The weight is the choice rule's on the pseudo-queries' per-query scores, 0 the prior.
+    found = pseudo_scores(pipeline, queries=25, show_progress=False)
+    choice = choose(found.per_query, 0.0, WEIGHTS)
+    assert (weight.alpha, weight.best) == (choice.chosen, choice.best)
+    assert weight.choice == choice.to_json() and weight.choice["prior"] == "0.0"
+    assert scores == pytest.approx(choice.means, abs=1e-6)
     # Weight 0 is the pipeline's own first stage over the pseudo corpus, judged against the
     # document each title came from; rebuilt here by hand.
     pseudo = pseudo_queries(
@@ -180,6 +159,7 @@ def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path)
     dry = runner.invoke(app, [*args, "--no-record"], catch_exceptions=False)
     assert dry.exit_code == 0, dry.output
     assert "not recorded (--no-record)" in dry.output and "<- chosen" in dry.output
+    assert "chosen by the paired one-standard-error rule: " in dry.output
     assert (Manifest.read(copy).rerank or {}) == (Manifest.read(index).rerank or {})
     result = runner.invoke(app, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

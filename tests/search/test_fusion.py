@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dotcat.errors import DotcatError
@@ -43,23 +45,77 @@ def test_fusion_settings_are_checked_and_round_trip():
     assert Fusion.from_json(fusion.to_json()).dev == {"source": "dev"}
 
 
-def test_choose_fusion_takes_the_best_on_dev_and_records_every_score():
-    # q1 wants what BM25 finds (d), q2 what dense finds (b): only a mix gets both at rank 1-2.
-    dense = {"q1": [("a", 0.9), ("d", 0.8)], "q2": [("b", 0.9), ("e", 0.1)]}
-    bm25 = {"q1": [("d", 10.0), ("a", 1.0)], "q2": [("e", 10.0), ("b", 9.0)]}
-    qrels = {"q1": {"d": 1}, "q2": {"b": 1}}
+def test_choose_fusion_moves_from_the_prior_only_as_far_as_dev_shows():
+    # Dense puts the relevant r last, BM25 first: r is first for weights up to 0.4 (nDCG@10 1
+    # on every query), second from 0.5 on and with RRF. No spread: 0 to 0.4 tie exactly, the
+    # prior (0.5) is clearly worse, the tied weight nearest it (0.4) is chosen.
+    dense = {f"q{i}": [("a", 0.9), ("b", 0.8), ("r", 0.1)] for i in range(24)}
+    bm25 = {f"q{i}": [("r", 10.0), ("a", 1.0), ("b", 0.5)] for i in range(24)}
+    qrels = {f"q{i}": {"r": 1} for i in range(24)}
     fusion = choose_fusion(dense, bm25, qrels, "test dev")
-    scores = fusion.dev["scores"]
-    assert set(scores) == {"rrf", *(f"linear {w / 10:g}" for w in range(11))}
-    assert scores[_name(fusion)] == max(scores.values())
-    assert fusion.dev["source"] == "test dev" and fusion.dev["queries"] == 2
+    assert (fusion.method, fusion.weight) == ("linear", 0.4)
+    dev = fusion.dev
+    assert dev["tied"] == [f"linear {w / 10:g}" for w in range(5)] and dev["best"] == "linear 0"
+    assert dev["scores"]["linear 0.4"] == 1.0
+    assert dev["scores"]["rrf"] == dev["scores"]["linear 0.5"] == pytest.approx(1 / math.log2(3))
+    assert dev["source"] == "test dev" and dev["queries"] == 24 and dev["prior"] == "linear 0.5"
+    assert dev["reason"].endswith("linear 0.4 is the nearest to it")
 
 
-def test_ties_go_to_rrf():
-    same = {"q": [("a", 1.0)]}
-    fusion = choose_fusion(same, same, {"q": {"a": 1}}, "dev")
-    assert fusion.method == "rrf"
+def test_ties_and_too_few_queries_keep_the_prior():
+    same = {f"q{i}": [("a", 1.0)] for i in range(24)}
+    fusion = choose_fusion(same, same, {q: {"a": 1} for q in same}, "dev")
+    assert (fusion.method, fusion.weight) == ("linear", 0.5)
+    assert fusion.dev["reason"].endswith("is tied: kept")
+    two = {"q1": [("d", 10.0), ("a", 1.0)], "q2": [("e", 10.0), ("b", 9.0)]}
+    fusion = choose_fusion(two, two, {"q1": {"d": 1}, "q2": {"b": 1}}, "dev")
+    assert (fusion.method, fusion.weight) == ("linear", 0.5)
+    assert fusion.dev["reason"].startswith("only 2 dev queries")
 
 
-def _name(fusion: Fusion) -> str:
-    return "rrf" if fusion.method == "rrf" else f"linear {fusion.weight:g}"
+def _beir_with_dev(root):
+    """The toy training BEIR dir plus ``qrels/dev.tsv``: 32 dev queries (two per topic: its
+    two words, and one of them with a filler word), enough for the choice rule to test."""
+    import json
+
+    from tests.training.toy import TOPICS, make_training_beir
+
+    make_training_beir(root)
+    dev = {}
+    for i, (a, b) in enumerate(TOPICS):
+        dev[f"v{i}a"] = (f"{b} {a}", f"d{i}")
+        dev[f"v{i}b"] = (f"{a} effect", f"d{i}")
+    with open(root / "queries.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": t}) + "\n" for q, (t, _) in dev.items())
+    lines = [f"{q}\t{d}\t1\n" for q, (_, d) in dev.items()]
+    (root / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+    return root
+
+
+def test_dotcat_index_records_and_prints_the_curve_the_tied_set_and_why(tiny_bert_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from dotcat.cli import app
+    from dotcat.index.manifest import Manifest
+
+    data, out = _beir_with_dev(tmp_path / "beir"), tmp_path / "index"
+    args = ["-v", "index", str(data), str(out), "--model", str(tiny_bert_dir), "--precision"]
+    args += ["fp32", "--device", "cpu"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    dev = Manifest.read(out).fusion["dev"]
+    assert dev["source"] == "qrels/dev.tsv" and dev["queries"] == 32
+    assert dev["rule"] == "paired one-standard-error" and dev["prior"] == "linear 0.5"
+    assert dev["grid"] == ["rrf", *(f"linear {w / 10:g}" for w in range(11))]
+    assert set(dev["scores"]) == set(dev["errors"]) == set(dev["grid"])
+    assert dev["best"] in dev["tied"] and dev["chosen"] in dev["tied"]
+    assert dev["scores"][dev["best"]] == max(dev["scores"].values())
+    # The tied set is what the recorded curve and errors say; the choice follows from it.
+    gap = {p: dev["scores"][dev["best"]] - dev["scores"][p] for p in dev["grid"]}
+    assert dev["tied"] == [p for p in dev["grid"] if gap[p] <= dev["errors"][p] + 1e-5]
+    if dev["prior"] in dev["tied"]:
+        assert dev["chosen"] == "linear 0.5" and dev["reason"].endswith("is tied: kept")
+    else:
+        assert dev["reason"].endswith(f"{dev['chosen']} is the nearest to it")
+    assert "fusion chosen: " in result.output and dev["reason"] in result.output
+    assert "tied with the best: " + ", ".join(dev["tied"]) in result.output

@@ -48,7 +48,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # e
 import common
 from bench_cat_pipeline import first_stage, per_query
 from bench_rerank import reranked, score_pairs
-from dotcat.search.calibrate import WEIGHTS, guarded_alpha
+from dotcat.evaluation.significance import ttest_pvalue
+from dotcat.search.calibrate import WEIGHTS
+
+#: The guard ``dotcat calibrate`` used when this study ran (since replaced by the paired
+#: one-standard-error rule of dotcat.evaluation.choice; compared in eval/studies/choices):
+#: the best weight, kept where a paired t-test against weight 0 gave p below this, else 0.
+SIGNIFICANCE = 0.05
+
+
+def guarded_alpha(per_query: dict) -> tuple[float, float, float | None]:
+    """``(alpha, best, p)`` of the old guard (see :data:`SIGNIFICANCE`)."""
+    means = {a: _mean(v) for a, v in per_query.items()}
+    best = max(means, key=lambda a: (round(means[a], 6), -a))
+    if best == 0.0:
+        return 0.0, best, None
+    queries = sorted(per_query[0.0])
+    _, p = ttest_pvalue([per_query[0.0][q] for q in queries], [per_query[best][q] for q in queries])
+    return (best if p < SIGNIFICANCE else 0.0), best, p
 
 
 def _mean(values: dict) -> float:
@@ -135,7 +152,7 @@ def collection_rows(spec: str, args, ce) -> tuple[list[str], list[str]]:
         praw = curve(prun, plogits, pqrels, depth)
         pcurve = {w: _mean(v) for w, v in praw.items()}
         tcurve = curve(run, logits, qrels, depth)
-        guarded, chosen, p = guarded_alpha(praw)  # what `dotcat calibrate` records
+        guarded, chosen, p = guarded_alpha(praw)  # what `dotcat calibrate` recorded then
         oracle = max(WEIGHTS, key=lambda w: (_mean(tcurve[w]), -w))
         curves.append(
             f"| {name} | {depth} | {len(pq)} pseudo | {pfirst:.3f} | "

@@ -7,8 +7,9 @@ light file checks before torch loads, calls one library function, and prints. A
 
 Commands by group: :mod:`.index` (index, add, delete, merge, export), :mod:`.search` (search,
 rerank, bm25), :mod:`.evaluate` (eval, experiment), :mod:`.train` (train dot/cat/distill,
-adapt, calibrate), :mod:`.serve`, :mod:`.datasets` (datasets list/get); :mod:`.main` holds the
-application and its global options, :mod:`.commands` the application with every command.
+adapt, calibrate), :mod:`.judge` (judge pool/status/qrels/export/import), :mod:`.serve`,
+:mod:`.datasets` (datasets list/get); :mod:`.main` holds the application and its global
+options, :mod:`.commands` the application with every command.
 """
 
 from dotcat.exports import lazy_exports

@@ -5,7 +5,7 @@ Each command module registers its commands on :data:`dotcat.cli.main.app` when i
 """
 
 # isort: off
-from dotcat.cli import index, search, evaluate, train, serve, datasets  # noqa: F401
+from dotcat.cli import index, search, evaluate, train, judge, serve, datasets  # noqa: F401
 
 # isort: on
 from dotcat.cli.main import app

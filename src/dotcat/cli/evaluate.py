@@ -22,12 +22,15 @@ from dotcat.evaluation import (
     format_table,
     to_json,
 )
+from dotcat.evaluation.intervals import IntervalConfig
 from dotcat.evaluation.significance import ComparisonConfig
+from dotcat.evaluation.uncertainty import Uncertainty, uncertainty
 from dotcat.files import check_can_create_in
 
 
 @app.command("eval")
 @with_settings(ComparisonConfig, "comparison")
+@with_settings(IntervalConfig, "intervals")
 def eval_runs(
     paths: list[Path] = typer.Argument(
         ...,
@@ -48,7 +51,16 @@ def eval_runs(
         help="Compare every run with this one (one of the RUNs, by path or file name): "
         "difference, paired p-value (Holm-corrected), wins/ties/losses per measure.",
     ),
+    queries: Path | None = typer.Option(
+        None, help="The queries the runs answer (a file): qrels of others are left out."
+    ),
+    corpus: Path | None = typer.Option(
+        None,
+        help="The documents ranked (an index, a corpus file or folder): qrels naming others "
+        "are counted.",
+    ),
     comparison: ComparisonConfig = None,
+    intervals: IntervalConfig = None,
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
@@ -57,28 +69,35 @@ def eval_runs(
     fewer results per query than a measure's cutoff is named in a warning. With --baseline,
     each measure gets the difference to the baseline, a paired t-test (or randomisation test)
     p-value with Holm-Bonferroni correction across the runs, and the queries won/tied/lost; a
-    dagger marks significant differences.
+    dagger marks significant differences. Every measure, and every difference to the
+    baseline, gets a bootstrap confidence interval (--bootstrap resamples of the queries,
+    --seed). Each run's judged@10 is reported: under 80%, its figures count unjudged
+    documents as not relevant (Bpref and nDCG(judged_only=True)@10 tolerate them).
     """
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
     *runs, qrels = paths
     baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
 
-    judged = load_judgements(qrels, split=split)
+    judged = load_judgements(qrels, split=split, queries=queries, corpus=corpus)
+    read = {run.name: read_run(run) for run in runs}
     reports = evaluate_runs(
-        {run.name: read_run(run) for run in runs},
+        read,
         judged.qrels,
         tuple(measure) if measure else DEFAULT_MEASURES,
         judged.known_queries,
         judged.known_docs,
     )
+    extra = uncertainty(read, judged.qrels, reports, baseline_name, intervals, comparison.seed)
     if baseline_name is not None:
-        _print_comparison(reports, baseline_name, comparison, as_json)
+        _print_comparison(reports, baseline_name, comparison, as_json, extra)
     elif as_json:
-        typer.echo(json.dumps({name: to_json(r) for name, r in reports.items()}, indent=2))
+        out = {name: to_json(r) | extra.to_json(name) for name, r in reports.items()}
+        typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(format_table(reports, show_queries=True))
     if not as_json:
+        typer.echo(extra.text())
         _print_notes(reports, per_query)
 
 
@@ -104,7 +123,9 @@ def _baseline_name(baseline: str, runs: list[Path]) -> str:
     raise DotcatError(f"--baseline {baseline!r} is not one of the runs ({names})")
 
 
-def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json: bool) -> None:
+def _print_comparison(
+    reports, baseline: str, config: ComparisonConfig, as_json: bool, extra: Uncertainty
+) -> None:
     """``dotcat eval --baseline``: the marked table and its note, or JSON with comparisons."""
     test, alpha, permutations, seed = config.test, config.alpha, config.permutations, config.seed
     comparisons = compare_to_baseline(
@@ -114,11 +135,15 @@ def _print_comparison(reports, baseline: str, config: ComparisonConfig, as_json:
         out = {}
         for name, report in reports.items():
             vs = comparisons.get(name)
-            out[name] = to_json(report) | {
-                "vs_baseline": None
-                if vs is None
-                else comparison_to_json(vs, baseline, test, alpha, permutations, seed)
-            }
+            out[name] = (
+                to_json(report)
+                | {
+                    "vs_baseline": None
+                    if vs is None
+                    else comparison_to_json(vs, baseline, test, alpha, permutations, seed)
+                }
+                | extra.to_json(name)
+            )
         typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(format_comparison_table(reports, comparisons, baseline))

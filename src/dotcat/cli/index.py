@@ -86,11 +86,13 @@ def describe_fusion(fusion) -> str:
         return "hybrid fusion: RRF (k=60) (no dev queries in the data to choose on)"
     scores = fusion.dev["scores"]
     best = scores["rrf"] if fusion.method == "rrf" else scores[f"linear {fusion.weight:g}"]
-    return (
+    line = (
         f"hybrid fusion chosen on dev ({fusion.dev['source']}, {fusion.dev['queries']} "
         f"queries): {fusion.describe()}, nDCG@10 {best:.4f} (RRF {scores['rrf']:.4f}, "
         f"dense {scores['linear 1']:.4f}, BM25 {scores['linear 0']:.4f})"
     )
+    reason = fusion.dev.get("reason")  # absent from a manifest written before the rule
+    return f"{line}\n  why ({fusion.dev['rule']} rule): {reason}" if reason else line
 
 
 @app.command()

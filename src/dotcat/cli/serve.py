@@ -40,6 +40,8 @@ def serve(
                 r = pipeline.reranker
                 stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
         typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
+        if config.judge:
+            typer.echo(f"dotcat: judging page at {url}/judge", err=True)
 
     # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one
     # process) or returns (--workers: its supervisor stopped every worker).

@@ -117,12 +117,8 @@ def _print_calibration(weight, pipeline, depth: int, recorded_in: Path | None) -
         mark = "  <- chosen" if float(alpha) == weight.alpha else ""
         label = {"0.0": " (first stage)", "1.0": " (plain logit)"}.get(alpha, "")
         typer.echo(f"  weight {alpha}{label}: {score:.4f}{mark}")
-    if weight.best:
-        verdict = "kept" if weight.alpha else "not kept: the first stage stays"
-        typer.echo(
-            f"best weight {weight.best:g}: paired t-test against the first stage p "
-            f"{weight.p_value:.3f} ({verdict}; kept below 0.05)"
-        )
+    if weight.choice.get("reason"):
+        typer.echo(f"chosen by the {weight.choice['rule']} rule: {weight.choice['reason']}")
     where = f"recorded in {recorded_in}" if recorded_in else "not recorded (--no-record)"
     typer.echo(
         f"interpolation weight {weight.alpha:g} {where}; before: {previous[0]:g} ({previous[1]})"

@@ -33,6 +33,7 @@ from filelock import FileLock
 from dotcat.cache import CACHE_ENV, cache_root
 from dotcat.data._io import find_one, require_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.index_source import INDEX_DOCSTORE, is_index_dir
 from dotcat.data.records import Record
 from dotcat.data.sources import (
     CORPUS_FILE_NAMES,
@@ -111,7 +112,8 @@ def document_fields(doc: object, n: int) -> tuple[str, str, str]:
 
 
 def find_corpus_file(path: str | Path) -> Path:
-    """The corpus file of ``path``: a BEIR directory's ``corpus.jsonl[.gz]``, or a file itself.
+    """The corpus file of ``path``: a BEIR directory's ``corpus.jsonl[.gz]``, a dotcat index's
+    document store, or a file itself.
 
     For the commands that need a BEIR directory (training, experiments); indexing reads any
     source (:func:`dotcat.data.sources.open_source`).
@@ -121,6 +123,8 @@ def find_corpus_file(path: str | Path) -> Path:
             the plain and the gzipped one).
     """
     p = resolve_data_path(path)
+    if is_index_dir(p):  # a dotcat index: its document store
+        return p / INDEX_DOCSTORE
     if p.is_dir():
         return find_one(p, CORPUS_FILE_NAMES, "corpus")
     return require_file(p)

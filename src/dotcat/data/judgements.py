@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.corpus import load_corpus
@@ -26,10 +27,23 @@ class Judgements:
     known_docs: set[str] | None = None
 
 
-def load_judgements(path: str | Path, split: str = "test") -> Judgements:
+def load_judgements(
+    path: str | Path,
+    split: str = "test",
+    queries: str | Path | None = None,
+    corpus: Any = None,
+) -> Judgements:
     """A qrels file, or a BEIR directory's ``qrels/<split>.tsv`` (or a dataset name's) with its
     queries' and corpus's ids to check them against (as ``dotcat eval`` and ``dotcat
     experiment`` evaluate).
+
+    Args:
+        queries: a queries file (or BEIR directory) whose ids the qrels are checked against,
+            in place of the directory's own.
+        corpus: a corpus (an index directory, a corpus file or folder, a BEIR directory)
+            whose ids the qrels are checked against, in place of the directory's own. With a
+            qrels file and these two, the figures equal those of the BEIR directory holding
+            the three (``dotcat judge export``).
 
     Raises:
         DataFormatError: a missing split (listing the available ones), a malformed file, or
@@ -40,8 +54,11 @@ def load_judgements(path: str | Path, split: str = "test") -> Judgements:
     if not qrels:
         file = find_qrels_file(path, split)
         raise DataFormatError(file, None, "no judgements: there is nothing to evaluate")
-    if not path.is_dir():
-        return Judgements(qrels)
-    queries = set(load_queries(path))
-    docs = {str(doc_id) for doc_id in load_corpus(path)["id"]}
-    return Judgements(qrels, queries, docs)
+    beir = path.is_dir()
+    if queries is None and beir:
+        queries = path
+    if corpus is None and beir:
+        corpus = path
+    known_queries = set(load_queries(queries)) if queries is not None else None
+    known_docs = {str(i) for i in load_corpus(corpus)["id"]} if corpus is not None else None
+    return Judgements(qrels, known_queries, known_docs)

@@ -12,6 +12,7 @@ Relevance grades are integers (negative grades, used by some TREC tracks, are ke
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
@@ -66,21 +67,11 @@ def _split_fields(text: str) -> list[str]:
     return fields
 
 
-def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:
-    """Read relevance judgements: ``{query_id: {doc_id: relevance}}``.
-
-    Args:
-        path: a qrels file (BEIR TSV or TREC format, optionally .gz) or a BEIR directory.
-        split: for a BEIR directory, which ``qrels/<split>.tsv`` to read; ignored for a file.
-
-    Raises:
-        DataFormatError: a missing split (listing the available ones), a line with the wrong
-            number of fields, a non-integer relevance, or the same (query, document) pair
-            judged twice, naming the file and line.
-    """
+def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str, str, int]]:
+    """Each judgement of a qrels file (or a BEIR directory's split) with its line:
+    ``(line, qid, docid, relevance)``, in file order; the format checks of :func:`load_qrels`
+    (a repeated pair is not checked here)."""
     file = find_qrels_file(path, split)
-    qrels: dict[str, dict[str, int]] = {}
-    first_line: dict[tuple[str, str], int] = {}
     columns = 0
     columns_line = 0
     for lineno, text in iter_lines(file):
@@ -93,12 +84,7 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
             ):
                 continue  # the BEIR header "query-id corpus-id score"
             if len(fields) not in _LAYOUTS:
-                raise DataFormatError(
-                    file,
-                    lineno,
-                    f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), "
-                    f"found {len(fields)}",
-                )
+                raise DataFormatError(file, lineno, _layout_problem(fields))
             columns, columns_line = len(fields), lineno
         elif len(fields) != columns:
             raise DataFormatError(
@@ -108,16 +94,39 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
                 f"found {len(fields)}",
             )
         qid, docid, rel = (
-            (fields[0], fields[1], fields[2])
-            if columns == 3
-            else (
-                fields[0],
-                fields[2],
-                fields[3],
-            )
+            (fields[0], fields[1], fields[2]) if columns == 3 else (fields[0], fields[2], fields[3])
         )
         if not is_integer(rel):
             raise DataFormatError(file, lineno, f"expected an integer, found {rel!r}", "relevance")
+        yield lineno, qid, docid, int(rel)
+
+
+def _layout_problem(fields: list[str]) -> str:
+    """Why a first record is no qrels line; a TREC run's says so (a run given as qrels)."""
+    problem = f"expected 3 fields ({_LAYOUTS[3]}) or 4 (TREC: {_LAYOUTS[4]}), found {len(fields)}"
+    if len(fields) == 6 and fields[1] == "Q0":
+        problem += (
+            ": this is a TREC run (qid Q0 docid rank score tag), not qrels; the qrels go last"
+        )
+    return problem
+
+
+def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """Read relevance judgements: ``{query_id: {doc_id: relevance}}``.
+
+    Args:
+        path: a qrels file (BEIR TSV or TREC format, optionally .gz) or a BEIR directory.
+        split: for a BEIR directory, which ``qrels/<split>.tsv`` to read; ignored for a file.
+
+    Raises:
+        DataFormatError: a missing split (listing the available ones), a line with the wrong
+            number of fields (a TREC run given as qrels says so), a non-integer relevance, or
+            the same (query, document) pair judged twice, naming the file and line.
+    """
+    file = find_qrels_file(path, split)
+    qrels: dict[str, dict[str, int]] = {}
+    first_line: dict[tuple[str, str], int] = {}
+    for lineno, qid, docid, rel in iter_qrels(file):
         key = (qid, docid)
         if key in first_line:
             raise DataFormatError(
@@ -127,7 +136,7 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
                 f"(first at line {first_line[key]})",
             )
         first_line[key] = lineno
-        qrels.setdefault(qid, {})[docid] = int(rel)
+        qrels.setdefault(qid, {})[docid] = rel
     if not qrels:
         logger.warning("%s: no judgements", file)
     else:

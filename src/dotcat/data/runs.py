@@ -49,11 +49,10 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     for lineno, text in iter_lines(file):
         fields = text.split()
         if len(fields) != 6:
-            raise DataFormatError(
-                file,
-                lineno,
-                f"expected 6 fields (qid Q0 docid rank score tag), found {len(fields)}",
-            )
+            problem = f"expected 6 fields (qid Q0 docid rank score tag), found {len(fields)}"
+            if not lines and _looks_like_qrels(fields):
+                problem += ": this is a qrels file (judgements), not a run; give it last"
+            raise DataFormatError(file, lineno, problem)
         qid, _, docid, rank, score_text, _ = fields
         if not is_integer(rank):
             raise DataFormatError(file, lineno, f"expected an integer, found {rank!r}", "rank")
@@ -74,6 +73,15 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
         lines += 1
     logger.info("%s: %d results for %d queries", file, lines, len(run))
     return run
+
+
+def _looks_like_qrels(fields: list[str]) -> bool:
+    """A first line of qrels: TREC's ``qid 0 docid grade`` or BEIR's header or record."""
+    if len(fields) == 4:
+        return is_integer(fields[1]) and is_integer(fields[3])
+    if len(fields) == 3:
+        return fields[0].lower() in ("query-id", "query_id", "qid") or is_integer(fields[2])
+    return False
 
 
 def ranked(

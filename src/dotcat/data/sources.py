@@ -1,6 +1,6 @@
 """Corpus sources: what a corpus argument names, and the records it holds, in a fixed order.
 
-:func:`open_source` turns what a user passes into one of three sources, each yielding
+:func:`open_source` turns what a user passes into one of four sources, each yielding
 :class:`~dotcat.data.records.Record` objects:
 
 - :class:`FileSource`: a corpus file (JSON Lines, JSON, CSV, TSV, Parquet; .gz for the text
@@ -17,6 +17,8 @@
   a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
   symbolic links to files are followed, to folders not (no cycles). A single document file
   (``report.pdf``) is a folder of one file, its name the id.
+- :class:`~dotcat.data.index_source.IndexSource`: a dotcat index directory, whose document
+  store holds every document it indexed (ids as indexed).
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
@@ -65,6 +67,7 @@ from dotcat.data._io import find_one, is_gzipped, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.encodings import NotDecodable, check_encoding, decode
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
+from dotcat.data.index_source import IndexSource, is_index_dir
 from dotcat.data.metadata import file_fields, merged
 from dotcat.data.records import (
     FieldNames,
@@ -110,7 +113,7 @@ class CorpusStats:
 
     Attributes:
         path: the corpus read (a file, a folder, or ``<list>`` and the like).
-        kind: ``file``, ``folder`` or ``python`` (:mod:`dotcat.data.sources`).
+        kind: ``file``, ``folder``, ``index`` or ``python`` (:mod:`dotcat.data.sources`).
         records: records read (a folder's document files count one each).
         documents: documents produced, ``records - skipped_empty``.
         title_only: documents with an empty text, indexed on their title alone.
@@ -454,7 +457,7 @@ class PythonSource:
         stats.sha256 = digest.hexdigest()
 
 
-Source = FileSource | FolderSource | PythonSource
+Source = FileSource | FolderSource | PythonSource | IndexSource
 
 
 def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> Source:
@@ -467,7 +470,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             or a folder with HTML files and no trafilatura.
     """
     options = options or CorpusOptions()
-    if isinstance(source, (FileSource, FolderSource, PythonSource)):
+    if isinstance(source, (FileSource, FolderSource, PythonSource, IndexSource)):
         return source
     if is_python_source(source):
         _refuse_folder_options(options, python_source_name(source), "documents given in Python")
@@ -479,6 +482,9 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
         )
     path = resolve_data_path(source)
     if path.is_dir():
+        if is_index_dir(path):  # a dotcat index: the documents its store keeps
+            _refuse_folder_options(options, path, "a dotcat index")
+            return IndexSource(path, options)
         if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
             return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)

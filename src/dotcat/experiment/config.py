@@ -68,6 +68,7 @@ from pydantic_core import PydanticCustomError
 from dotcat import options
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.sources import open_source
 from dotcat.errors import DotcatError, SettingError
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.experiment.fields import expects, pydantic_fields
@@ -132,6 +133,20 @@ class DatasetConfig(_Strict):
         min_length=1,
         description="a short name for the report (default: the path's last part)",
     )
+    queries: str | None = Field(
+        None,
+        min_length=1,
+        description="a queries file, with `qrels`: `path` is then the corpus (a dotcat index, "
+        "a corpus file or a folder of files)",
+    )
+    qrels: str | None = Field(None, min_length=1, description="a qrels file, with `queries`")
+
+    @model_validator(mode="after")
+    def _own_files(self) -> DatasetConfig:
+        if (self.queries is None) != (self.qrels is None):
+            missing = "qrels" if self.qrels is None else "queries"
+            raise _field_error(missing, "give `queries` and `qrels` together")
+        return self
 
     @property
     def label(self) -> str:
@@ -494,7 +509,19 @@ def check_paths(
 
 
 def _check_dataset(dataset: DatasetConfig, where: str) -> None:
-    """A dataset's corpus, queries and split (a name is fetched into the cache first)."""
+    """A dataset's corpus, queries and split (a name is fetched into the cache first); with
+    its own ``queries`` and ``qrels`` files, those and the corpus they go with."""
+    if dataset.queries is not None:
+        for field, check in (
+            ("path", lambda: open_source(dataset.path)),
+            ("queries", lambda: find_queries_file(dataset.queries)),
+            ("qrels", lambda: find_qrels_file(dataset.qrels)),
+        ):
+            try:
+                check()
+            except DotcatError as e:
+                raise DotcatError(f"{where}.{field}: {e}") from None
+        return
     try:
         data = resolve_data_path(dataset.path)
     except DotcatError as e:

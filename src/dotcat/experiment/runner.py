@@ -48,6 +48,7 @@ from dotcat.data import (
     write_run,
 )
 from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
+from dotcat.data.views import beir_view
 from dotcat.errors import DotcatError
 from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
@@ -119,6 +120,8 @@ def load_dataset(spec: DatasetConfig) -> Dataset:
     """The split's judged queries and qrels, and the fingerprints of the files behind them
     (a dataset name is resolved to its directory in the cache, fetched on first use)."""
     path, split = resolve_data_path(spec.path), spec.split
+    if spec.queries is not None:  # one's own files: read through a BEIR view of them
+        path = beir_view(spec.path, spec.queries, spec.qrels, split)
     fingerprint = {
         "corpus": file_digest(find_corpus_file(path)),
         "queries": file_digest(find_queries_file(path)),

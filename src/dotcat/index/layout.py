@@ -36,6 +36,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from dotcat.data.index_source import INDEX_DOCSTORE, INDEX_MANIFEST
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in
 
@@ -46,9 +47,11 @@ except ImportError:  # Windows: filelock's lock
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = "manifest.json"
+# The manifest and document store names are the data layer's, which reads an index as a
+# corpus (dotcat.data.index_source).
+MANIFEST_NAME = INDEX_MANIFEST
 INDEX_NAME = "index.faiss"
-DOCSTORE_NAME = "docstore.sqlite"
+DOCSTORE_NAME = INDEX_DOCSTORE
 #: The BM25 side index (:mod:`dotcat.index.bm25`), a directory, when the index has one.
 BM25_DIR = "bm25"
 _RENAME_EXCHANGE = 2  # linux/fs.h

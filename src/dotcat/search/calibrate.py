@@ -14,17 +14,19 @@ document it came from, without that title or sentence. A small index of those do
 built with the index's own encoder, passage settings, BM25 and fusion settings; the pipeline's
 first stage ranks it for each pseudo-query; the cross-encoder scores each top ``depth`` (a long
 document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0, 0.1,
-..., 1 is judged by nDCG@10 against the known answers. The best weight is kept if a paired
-t-test says it beats the first stage alone on them (p < 0.05), else 0: a re-ranker the corpus
-cannot vouch for is not trusted. It is recorded in the index manifest under the
-cross-encoder's weights fingerprint, and ``interpolate="auto"`` follows it
-before the model's dev weight (:class:`dotcat.search.reranker.Reranker`). Ties go to the
-smaller weight: where the corpus cannot tell, trust the first stage.
+..., 1 is judged by nDCG@10 against the known answers, and chosen by the paired
+one-standard-error rule (:func:`dotcat.evaluation.choice.choose`) with 0, the first stage
+alone, as the prior default: 0 is kept unless the best weight beats it by more than a
+standard error of their per-query differences (a re-ranker the corpus cannot vouch for is not
+trusted), else the weight nearest 0 among those within a standard error of the best. It is
+recorded in the index manifest under the cross-encoder's weights fingerprint, with the curve,
+the tied weights and the reason, and ``interpolate="auto"`` follows it before the model's dev
+weight (:class:`dotcat.search.reranker.Reranker`).
 
-Measured: two SciFact-trained BERT_CATs whose SciFact
-dev weights made the pipeline lose up to 0.15 nDCG@10 to its first stage on two collections
-they never saw are calibrated there to no loss (the guard falls back to the first stage where
-the re-ranker cannot show a gain on the corpus's own pseudo-queries).
+Measured with the guard of before (the best weight kept where a paired t-test against the
+first stage gave p < 0.05): two SciFact-trained BERT_CATs whose SciFact dev weights made the
+pipeline lose up to 0.15 nDCG@10 to its first stage on two collections they never saw are
+calibrated there to no loss.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from dotcat.data.pseudo import PseudoQueries, pseudo_queries, write_pseudo_datas
 from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
-from dotcat.evaluation.significance import ttest_pvalue
+from dotcat.evaluation.choice import MIN_QUERIES, choose
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import update_manifest
 from dotcat.index.passages import PassageConfig
@@ -59,11 +61,8 @@ logger = logging.getLogger(__name__)
 #: grid as the hybrid fusion's.
 WEIGHTS = FUSION_WEIGHTS
 MEASURE = "nDCG@10"
-#: Fewer pseudo-queries than this cannot tell weights apart.
-MIN_QUERIES = 20
-#: The guard: a weight above 0 is kept only if it beats the first stage alone on the
-#: pseudo-queries with a paired t-test p-value below this; else the first stage is kept.
-SIGNIFICANCE = 0.05
+#: The prior default: the first stage alone, until the corpus vouches for the re-ranker.
+PRIOR = 0.0
 
 
 @dataclass
@@ -71,10 +70,10 @@ class CorpusWeight:
     """The interpolation weight a corpus chose for one cross-encoder, and how.
 
     Attributes:
-        alpha: the chosen weight of the cross-encoder: ``best``, or 0 where ``best`` did
-            not beat the first stage significantly (``p_value`` >= :data:`SIGNIFICANCE`).
+        alpha: the chosen weight of the cross-encoder (:func:`dotcat.evaluation.choice.choose`).
         best: the weight with the best nDCG@10 on the pseudo-queries.
-        p_value: paired t-test of ``best`` against the first stage alone (None: best is 0).
+        choice: the rule's record (:meth:`~dotcat.evaluation.choice.Choice.to_json`: the
+            standard errors, the tied weights, the reason).
         model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256.
         depth: documents re-ranked per pseudo-query.
         first_stage: the first stage re-ranked (``dense``, ``bm25`` or ``hybrid``).
@@ -93,7 +92,7 @@ class CorpusWeight:
     seed: int
     scores: dict[str, float]
     best: float | None = None
-    p_value: float | None = None
+    choice: dict[str, Any] = field(default_factory=dict)
     pseudo: dict[str, int] = field(default_factory=dict)
     measure: str = MEASURE
     created: str = ""
@@ -112,27 +111,6 @@ def sample_documents(pipeline: SearchPipeline, max_documents: int, seed: int) ->
     )
     # Streamed: only the sample is ever held in memory, whatever the corpus's size.
     return heapq.nsmallest(max_documents, rows, key=lambda d: unit_hash(seed, "calibrate", d.id))
-
-
-def choose_alpha(scores: dict[float, float]) -> float:
-    """The best-scoring weight; ties go to the smaller one (more first stage)."""
-    return max(scores, key=lambda a: (round(scores[a], 6), -a))
-
-
-def guarded_alpha(per_query: dict[float, dict[str, float]]) -> tuple[float, float, float | None]:
-    """``(alpha, best, p)``: the best weight by mean nDCG@10 (:func:`choose_alpha`), kept only
-    where a paired t-test over the queries says it beats weight 0 (the first stage alone) at p <
-    :data:`SIGNIFICANCE`; else 0. A re-ranker the corpus cannot vouch for is not trusted: with flat
-    curves the best weight is noise (as measured on two collections the models never saw)."""
-    means = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
-    best = choose_alpha(means)
-    if best == 0.0:
-        return 0.0, best, None
-    queries = sorted(per_query[0.0])
-    chosen = [per_query[best][q] for q in queries]
-    first = [per_query[0.0][q] for q in queries]
-    _, p = ttest_pvalue(first, chosen)  # identical scores: p = 1, no evidence either way
-    return (best if p < SIGNIFICANCE else 0.0), best, p
 
 
 def pseudo_first_stage(
@@ -168,26 +146,26 @@ def pseudo_first_stage(
     return to_run(found), pseudo_pipeline.candidate_texts(found, k)
 
 
-def calibrate_reranker(
+@dataclass
+class PseudoScores:
+    """What the pseudo-queries said: ``per_query`` (weight -> pseudo-query -> nDCG@10), the
+    sample of ``documents`` they search, and the queries (``pseudo``)."""
+
+    per_query: dict[float, dict[str, float]]
+    documents: int
+    pseudo: PseudoQueries
+    depth: int
+
+
+def pseudo_scores(
     pipeline: SearchPipeline,
     queries: int = 200,
     max_documents: int = 10_000,
     seed: int = 0,
     show_progress: bool = True,
-) -> CorpusWeight:
-    """Choose the re-ranker's interpolation weight on pseudo-queries of the index's corpus.
-
-    Args:
-        pipeline: a pipeline with a cross-encoder (``PipelineConfig.rerank``); its first stage
-            and depth are the ones judged.
-        queries: pseudo-queries to ask (fewer when the sample has fewer).
-        max_documents: the sample of documents the pseudo-queries search; a corpus this size
-            or smaller is used whole.
-        seed: changes the sample, the cut sentences and the drawn queries.
-
-    Raises:
-        DotcatError: no cross-encoder, or fewer than :data:`MIN_QUERIES` pseudo-queries.
-    """
+) -> PseudoScores:
+    """nDCG@10 of every weight of :data:`WEIGHTS` on each pseudo-query of the index's corpus
+    (the arguments as :func:`calibrate_reranker`'s)."""
     CalibrationConfig(queries=queries, documents=max_documents, seed=seed).validate()
     reranker = pipeline.reranker
     if reranker is None:
@@ -211,27 +189,52 @@ def calibrate_reranker(
     )  # fmt: skip
     qrels = {qid: {doc: 1} for qid, _, doc in pseudo.queries}
     per_query = {a: _per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
-    scores = {a: sum(v.values()) / len(v) for a, v in per_query.items()}
-    alpha, best, p = guarded_alpha(per_query)
-    ce = reranker.cross_encoder
+    return PseudoScores(per_query, len(docs), pseudo, depth)
+
+
+def calibrate_reranker(
+    pipeline: SearchPipeline,
+    queries: int = 200,
+    max_documents: int = 10_000,
+    seed: int = 0,
+    show_progress: bool = True,
+) -> CorpusWeight:
+    """Choose the re-ranker's interpolation weight on pseudo-queries of the index's corpus.
+
+    Args:
+        pipeline: a pipeline with a cross-encoder (``PipelineConfig.rerank``); its first stage
+            and depth are the ones judged.
+        queries: pseudo-queries to ask (fewer when the sample has fewer).
+        max_documents: the sample of documents the pseudo-queries search; a corpus this size
+            or smaller is used whole.
+        seed: changes the sample, the cut sentences and the drawn queries.
+
+    Raises:
+        DotcatError: no cross-encoder, or fewer than
+            :data:`~dotcat.evaluation.choice.MIN_QUERIES` pseudo-queries.
+    """
+    found = pseudo_scores(pipeline, queries, max_documents, seed, show_progress)
+    choice = choose(found.per_query, PRIOR, WEIGHTS)
+    scores = choice.means
+    ce = pipeline.reranker.cross_encoder
     logger.info(
-        "calibration on %d pseudo-queries: alpha %.1f (best %.1f, p %s; %s %.4f, first stage "
-        "%.4f, plain %.4f)",
-        len(topics), alpha, best, p, MEASURE, scores[best], scores[0.0], scores[1.0],
+        "calibration on %d pseudo-queries, %s: %s", choice.queries, MEASURE,
+        ", ".join(f"{a:g} {s:.4f}" for a, s in scores.items()),
     )  # fmt: skip
+    logger.info("calibration: weight %g; %s", choice.chosen, choice.reason)
     return CorpusWeight(
-        alpha=alpha,
+        alpha=choice.chosen,
         model=str(ce.path),
         fingerprint=ce.fingerprint,
-        depth=depth,
+        depth=found.depth,
         first_stage=pipeline.first_stage,
-        queries=len(topics),
-        documents=len(docs),
+        queries=choice.queries,
+        documents=found.documents,
         seed=seed,
         scores={str(a): round(s, 6) for a, s in scores.items()},
-        best=best,
-        p_value=None if p is None else round(p, 6),
-        pseudo={k: v for k, v in pseudo.summary().items() if k != "queries"},
+        best=choice.best,
+        choice=choice.to_json(),
+        pseudo={k: v for k, v in found.pseudo.summary().items() if k != "queries"},
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -59,6 +59,7 @@ from dotcat.serve.batcher import Job, MicroBatcher
 from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
 from dotcat.serve.config import is_loopback as is_loopback
+from dotcat.serve.judging import QueryLog, add_judging_routes, open_judgments
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
 from dotcat.serve.protocol import (
     DEFAULT_K,
@@ -130,10 +131,12 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     app.state.retry_after = config.retry_after_s
     app.add_middleware(AccessLog)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    app.add_middleware(PagePolicy, paths=("/", "/docs", "/redoc"))
+    app.add_middleware(PagePolicy, paths=("/", "/docs", "/redoc", "/judge"))
     add_error_handlers(app, body_fields=service.SearchBody.model_fields)
     _add_search_routes(app, service)
     _add_index_routes(app, service)
+    if config.judge:
+        add_judging_routes(app, service, open_judgments(pipeline.index_dir, config.judgments))
     _add_page(app)
     return app
 
@@ -161,6 +164,7 @@ class SearchService:
             config, self.stages, reranker is not None, self.described
         )
         self.auth = _key_check(config.api_key)
+        self.query_log = QueryLog(config.query_log) if config.query_log else None
 
     def errors(self, *statuses: int) -> dict:
         """The OpenAPI error responses of an endpoint: ``statuses``, and 401 with a key."""
@@ -182,6 +186,8 @@ class SearchService:
             "rerank": bool(pipeline.reranker) if job.rerank is None else job.rerank,
             "filter": bool(job.filter),
         }
+        if self.query_log is not None:
+            self.query_log.add(job.queries)
         future = self.batcher.submit(job)
         timeout = self.config.timeout_s
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from dotcat.judging.config import JUDGMENTS_HELP
 from dotcat.options import Check, Settings, at_least, setting, within
 
 API_KEY_ENV = "DOTCAT_API_KEY"
@@ -38,6 +39,9 @@ class ServeConfig(Settings):
         retry_after_s: the ``Retry-After`` of a 503.
         workers: server processes sharing the port, each with its own models
             (:mod:`dotcat.serve.server`).
+        judge, judgments: serve the judging page and its API over this judgements file
+            (:mod:`dotcat.serve.judging`; default: beside the index).
+        query_log: append each query asked (opt-in: queries can be private).
     """
 
     host: str = setting(
@@ -63,6 +67,15 @@ class ServeConfig(Settings):
     max_answer_bytes: int = setting(8 * 1024 * 1024, help="Largest answer (400 beyond).")
     retry_after_s: int = setting(1, help="The Retry-After of a 503.")
     workers: int = setting(1, help="Server processes, each with its own models (memory x N).")
+    judge: bool = setting(
+        False, help="Serve the judging page at /judge (pooled results, graded by keyboard)."
+    )
+    judgments: str | None = setting(None, help=JUDGMENTS_HELP)
+    query_log: str | None = setting(
+        None,
+        help="Append every query asked to this file (JSON lines; off by default), for "
+        "`dotcat judge pool --query-log`.",
+    )
 
     def checks(self) -> list[Check]:
         """An open address needs an API key; the limits must make sense."""

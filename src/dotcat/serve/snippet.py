@@ -105,6 +105,22 @@ def hit_snippet(hit: Any, terms: list[str]) -> tuple[str, list[tuple[int, int]]]
     return cut, highlights(cut, terms)
 
 
+def best_window(text: str, terms: list[str], width: int) -> tuple[int, int]:
+    """``(start, stop)`` of the ``width`` characters of ``text`` that hold the most distinct
+    query ``terms`` (the window :func:`snippet` cuts, uncut: the judging page marks it as the
+    passage to read first), on word boundaries where they are near."""
+    if len(text) <= width:
+        return 0, len(text)
+    start = _best_start(text[:SCAN_CHARS], terms, width)
+    if start > 0:
+        space = _next_space(text, start, start + width // 4)
+        start = space + 1 if space >= 0 else start
+    stop = min(len(text), start + width)
+    if stop < len(text) and not text[stop].isspace():
+        stop = _last_space(text, start + width // 2, stop)
+    return start, stop
+
+
 def shorten(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters with "…" at the end (on a word where one ends
     near the cut)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
+from dotcat.data.index_source import is_index_dir
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import check_can_create_in
 from dotcat.models.resolve import check_model
@@ -97,8 +98,10 @@ def check_labels(
     (``qrels/<split>.tsv``), or the files given, which a corpus file needs. A missing split is
     refused here, before the output folder is made and torch is imported."""
     data = Path(data)
-    if not data.is_dir() and (queries is None or qrels is None):
-        raise DotcatError(f"{data}: not a BEIR directory; give the queries and qrels files as well")
+    beir = data.is_dir() and not is_index_dir(data)
+    if not beir and (queries is None or qrels is None):
+        what = "a dotcat index" if data.is_dir() else "not a BEIR directory"
+        raise DotcatError(f"{data}: {what}; give the queries and qrels files as well")
     find_queries_file(queries if queries is not None else data)
     find_qrels_file(qrels if qrels is not None else data, split)
 
@@ -134,7 +137,7 @@ class TrainConfig(Settings):
     losses: ClassVar[tuple[str, ...]] = ()
 
     data: str | Path = setting(
-        help="BEIR dir (or corpus file with --queries/--qrels).", argument=True
+        help="BEIR dir (or a corpus file or index dir with --queries/--qrels).", argument=True
     )
     out_dir: str | Path = setting(help="Where the trained model directory goes.", argument=True)
     split: str = setting("train", help="Qrels split to train on.")
@@ -158,6 +161,12 @@ class TrainConfig(Settings):
     max_length: int | None = setting(256, help="Max document tokens.")
     dev_fraction: float = setting(
         0.1, help="Share of train queries held out (0: no dev split, the last epoch is kept)."
+    )
+    min_dev_queries: int = setting(
+        3, help="Hold out a dev split only when dev_fraction makes this many queries or more."
+    )
+    min_relevance: int = setting(
+        1, help="Smallest grade of a positive; documents graded 0 are negatives too."
     )
     seed: int = setting(42, help="Random seed.")
     bf16: str = setting(
@@ -189,6 +198,8 @@ class TrainConfig(Settings):
             at_least("weight_decay", self.weight_decay, 0),
             at_least("max_grad_norm", self.max_grad_norm, 0),
             within("dev_fraction", self.dev_fraction, 0, 1, open_high=True),
+            at_least("min_dev_queries", self.min_dev_queries, 1),
+            at_least("min_relevance", self.min_relevance, 1),
             at_least("checkpoint_every", self.checkpoint_every, 0),
             at_least("keep_checkpoints", self.keep_checkpoints, 0),
             at_least("stop_after_steps", self.stop_after_steps, 1),

@@ -173,6 +173,9 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
     )  # the encoder itself was trained, not only the new head
     assert 0.0 <= record["interpolation"]["alpha"] <= 1.0
     assert len(record["interpolation"]["dev_scores"]) == 11
+    choice = record["interpolation"]["choice"]  # a handful of dev queries: the prior stays
+    assert choice["reason"].startswith("only ") and choice["prior"] == "1.0"
+    assert record["interpolation"]["alpha"] == 1.0 and len(choice["scores"]) == 11
     assert record["negatives"]["method"] == "first-stage"
     assert record["timings"]["train_seconds"] > 0 and record["pairs_per_second"] > 0
 
@@ -180,6 +183,7 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
     assert (
         saved["max_length"] == 48
         and saved["interpolation_alpha"] == record["interpolation"]["alpha"]
+        and saved["interpolation_choice"] == choice
     )
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(out), device="cpu", precision="fp32"))
     assert ce.trained_head and ce.max_length == 48

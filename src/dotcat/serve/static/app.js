@@ -1,12 +1,9 @@
 // dotcat's search page: plain JavaScript, no build step, no network beyond this server.
 // Document text is only ever inserted as text nodes (never innerHTML), so a document cannot
-// inject markup into the page.
+// inject markup into the page; highlight.js marks the query's terms.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-// A term this long or longer also marks the words it begins ("cell": "cells"), as the
-// server's snippets do (dotcat.serve.snippet.PREFIX_CHARS).
-const PREFIX_CHARS = 4;
 // The search options kept in the page's address beside q (and filter).
 const OPTIONS = ["k", "first_stage", "rerank", "depth"];
 // The fields shown under a hit, at most (the rest are in its JSON).
@@ -32,33 +29,6 @@ async function getJSON(url) {
     throw new Error(body.error || `${response.status} ${response.statusText}`);
   }
   return body;
-}
-
-function escapeRegExp(text) {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-}
-
-// Append `text` to `parent`, with the query's terms in <mark>.
-function appendHighlighted(parent, text, terms) {
-  if (!terms.length) {
-    parent.append(text);
-    return;
-  }
-  const longer = terms.filter((t) => t.length >= PREFIX_CHARS).map(escapeRegExp);
-  const short = terms.filter((t) => t.length < PREFIX_CHARS).map(escapeRegExp);
-  const alternatives = [];
-  if (longer.length) alternatives.push(`(?:${longer.join("|")})[\\p{L}\\p{N}]*`);
-  if (short.length) alternatives.push(`(?:${short.join("|")})(?![\\p{L}\\p{N}])`);
-  const pattern = new RegExp(`(?<![\\p{L}\\p{N}])(?:${alternatives.join("|")})`, "giu");
-  let last = 0;
-  for (const match of text.matchAll(pattern)) {
-    parent.append(text.slice(last, match.index));
-    const mark = document.createElement("mark");
-    mark.textContent = match[0];
-    parent.append(mark);
-    last = match.index + match[0].length;
-  }
-  parent.append(text.slice(last));
 }
 
 // Append `text` to `parent` with the spans `highlights` ([start, stop) offsets the server

@@ -28,6 +28,7 @@ import datasets
 import numpy as np
 
 from dotcat.data import load_corpus, load_qrels, load_queries
+from dotcat.data.index_source import is_index_dir
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
 from dotcat.types import Qrels
@@ -233,8 +234,8 @@ def load_training_data(
     """Load the queries, qrels and corpus to train on.
 
     Either a BEIR directory (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``), or a
-    corpus (a BEIR directory or a corpus file) plus a queries file and a qrels file, which
-    replace the directory's own.
+    corpus (a BEIR directory, a corpus file, or a dotcat index: the documents it holds) plus
+    a queries file and a qrels file, which replace the directory's own.
 
     Only judged queries with text are kept, and qrels entries naming a document that is not in
     the corpus are dropped (it could neither be encoded as a positive nor be retrieved), with a
@@ -245,7 +246,7 @@ def load_training_data(
             any :class:`dotcat.errors.DataFormatError` from the readers.
     """
     data_path = Path(data_path)
-    if not data_path.is_dir() and (queries is None or qrels is None):
+    if (not data_path.is_dir() or is_index_dir(data_path)) and (queries is None or qrels is None):
         raise DotcatError(
             f"{data_path}: not a BEIR directory; give the queries and qrels files as well"
         )

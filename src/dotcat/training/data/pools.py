@@ -113,16 +113,20 @@ class CatExample:
 
 
 def build_cat_examples(
-    queries: Mapping[str, str], qrels: Qrels, pools: Mapping[str, Sequence[str]]
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    pools: Mapping[str, Sequence[str]],
+    min_relevance: int = 1,
 ) -> list[CatExample]:
-    """One example per (query, relevant document) whose query has a non-empty pool."""
+    """One example per (query, document graded ``min_relevance`` or more) whose query has a
+    non-empty pool."""
     examples, no_pool = [], 0
     for qid, text in queries.items():
         if not pools.get(qid):
             no_pool += 1
             continue
         for doc, grade in sorted(qrels.get(qid, {}).items()):
-            if grade > 0:
+            if grade >= min_relevance:
                 examples.append(CatExample(qid, text, doc))
     if no_pool:
         logger.warning("%d training queries have no first-stage negative; skipped", no_pool)

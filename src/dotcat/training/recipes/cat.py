@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
+from dotcat.evaluation.choice import Choice, choose
 from dotcat.files import replacing, write_json
 from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
@@ -58,6 +58,7 @@ from dotcat.models.runtime import resolve_device
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
 from dotcat.training.data.examples import load_training_data
+from dotcat.training.data.judged import dev_split, with_judged_negatives
 from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.data.pools import (
     build_cat_examples,
@@ -86,7 +87,10 @@ logger = logging.getLogger(__name__)
 NEGATIVES_FILE = "negatives.jsonl.gz"
 TEACHER_FILE = "teacher.json.gz"
 #: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
-ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))
+ALPHAS = tuple(round(float(a), 2) for a in np.linspace(0.0, 1.0, 11))
+#: The prior default: the plain cross-encoder score, what search uses with no recorded weight;
+#: kept where dev cannot tell it from the best weight (:func:`dotcat.evaluation.choice.choose`).
+PRIOR_ALPHA = 1.0
 
 
 def write_json_gz(path: Path, value: Any) -> None:
@@ -163,7 +167,9 @@ class CatRecipe:
         )
         self.model = self.cross_encoder.model
         # DEV_SEED, not the run's seed: the same held-out queries as every other stage.
-        train_qids, dev_qids = split_dev(list(data.queries), config.dev_fraction, DEV_SEED)
+        train_qids, dev_qids = dev_split(
+            list(data.queries), config.dev_fraction, config.min_dev_queries
+        )
         self.data = data
         self.data_info = data_record(config, len(data.corpus))
         self.train_queries = {q: data.queries[q] for q in train_qids}
@@ -182,7 +188,10 @@ class CatRecipe:
                 config.first_stages[0], data, self.dev_queries, config.dev_depth
             )
         self.mining_seconds = time.perf_counter() - t0
-        self.examples = build_cat_examples(self.train_queries, data.qrels, self.pools)
+        self.pools = with_judged_negatives(self.pools, data.qrels, list(data.queries)) or {}
+        self.examples = build_cat_examples(
+            self.train_queries, data.qrels, self.pools, config.min_relevance
+        )
         if not self.examples:
             raise DotcatError("no training examples (no judged query with first-stage negatives)")
         self.dev_first = {q: first_run.get(q, []) for q in self.dev_queries} if first_run else {}
@@ -316,13 +325,15 @@ class CatRecipe:
         self.interpolation: dict[str, Any] = {}
         if not self.best_candidates:
             return
-        scores = {a: dev_score(self.best_candidates, self.data.qrels, a) for a in ALPHAS}
-        alpha = max(scores, key=lambda a: (scores[a], a))  # ties: more cross-encoder
+        qrels = self.data.qrels
+        per_query = {a: dev_per_query(self.best_candidates, qrels, a) for a in ALPHAS}
+        choice = choose(per_query, PRIOR_ALPHA, ALPHAS)
         self.interpolation = {
-            "alpha": alpha,
-            "dev_scores": {str(a): round(s, 6) for a, s in scores.items()},
+            "alpha": choice.chosen,
+            "dev_scores": {str(a): round(s, 6) for a, s in choice.means.items()},
+            "choice": choice.to_json(),
         }
-        record_alpha(out_dir, alpha, scores)
+        record_alpha(out_dir, choice)
 
     def record(self) -> dict[str, Any]:
         config, out = self.config, self.out_dir
@@ -434,6 +445,13 @@ def dev_score(candidates: Mapping[str, Any], qrels: Qrels, alpha: float = 1.0) -
     return report.aggregate[DEV_MEASURE]
 
 
+def dev_per_query(candidates: Mapping[str, Any], qrels: Qrels, alpha: float) -> dict[str, float]:
+    """:func:`dev_score` per dev query."""
+    run = fuse(candidates, alpha)
+    report = evaluate(run, {q: dict(qrels[q]) for q in candidates}, measures=[DEV_MEASURE])
+    return {q: v[DEV_MEASURE] for q, v in report.per_query.items()}
+
+
 def cat_param_groups(model: torch.nn.Module, config: CatConfig) -> list[dict[str, Any]]:
     """AdamW groups: the encoder as in ``train dot``; the head at ``lr * head_lr_scale``."""
     head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
@@ -455,16 +473,15 @@ def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
     )
 
 
-def record_alpha(out_dir: Path, alpha: float, scores: Mapping[float, float]) -> None:
-    """Add the dev-chosen interpolation weight to the model's ``dotcat_cross_encoder.json``."""
+def record_alpha(out_dir: Path, choice: Choice) -> None:
+    """Add the dev-chosen interpolation weight (and how it was chosen) to the model's
+    ``dotcat_cross_encoder.json``."""
     path = out_dir / "dotcat_cross_encoder.json"
     record = json.loads(path.read_text()) if path.is_file() else {}
-    record["interpolation_alpha"] = alpha
-    record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in scores.items()}
+    record["interpolation_alpha"] = choice.chosen
+    record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in choice.means.items()}
+    record["interpolation_choice"] = choice.to_json()
     write_json(path, record)
-    logger.info(
-        "interpolation on dev: alpha %.1f (nDCG@10 %.4f; plain cross-encoder %.4f)",
-        alpha,
-        scores[alpha],
-        scores[1.0],
-    )
+    curve = ", ".join(f"{a:g} {s:.4f}" for a, s in choice.means.items())
+    logger.info("interpolation on dev, %s: %s", DEV_MEASURE, curve)
+    logger.info("interpolation: alpha %g; %s", choice.chosen, choice.reason)

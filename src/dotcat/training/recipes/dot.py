@@ -56,7 +56,6 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from dotcat.data.splits import DEV_SEED, split_dev
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
 from dotcat.losses import LossConfig, grad_cache_backward, pick_loss, split_batch
@@ -69,6 +68,7 @@ from dotcat.training.data.examples import (
     document_texts,
     load_training_data,
 )
+from dotcat.training.data.judged import dev_split, with_judged_negatives
 from dotcat.training.data.mining import (
     exact_search,
     load_negatives,
@@ -135,7 +135,9 @@ class DotRecipe:
         self.data = load_training_data(config.data, config.split, config.queries, config.qrels)
         # DEV_SEED, not the run's seed: every stage (train dot/cat/distill, calibrate, the
         # index's fusion weight) then holds out the same queries, whatever --seed a run takes.
-        train_qids, dev_qids = split_dev(list(self.data.queries), config.dev_fraction, DEV_SEED)
+        train_qids, dev_qids = dev_split(
+            list(self.data.queries), config.dev_fraction, config.min_dev_queries
+        )
         self.train_queries = {q: self.data.queries[q] for q in train_qids}
         self.dev_queries = {q: self.data.queries[q] for q in dev_qids}
         self.evaluating = bool(self.dev_queries) and config.dev_eval != "none"
@@ -244,11 +246,14 @@ class DotRecipe:
         n_negatives = config.n_negatives if negatives is not None else 0
         qrels = {q: self.data.qrels[q] for q in self.train_queries}
         query_texts = model.query_texts(self.train_queries.values())
+        if negatives is not None:
+            negatives = with_judged_negatives(negatives, qrels, list(self.train_queries))
         examples = build_examples(
             dict(zip(self.train_queries, query_texts, strict=True)),
             qrels,
             negatives,
             n_negatives,
+            min_relevance=config.min_relevance,
             seed=config.seed,
             on_short="repeat",
         )

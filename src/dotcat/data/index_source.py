@@ -1,0 +1,80 @@
+"""An index directory read as a corpus: the documents its document store keeps.
+
+A dotcat index (``dotcat index``) keeps every document it holds, whole, in a SQLite table
+``docs (pos, id, title, text)`` (:mod:`dotcat.index.docstore`). Read as a corpus source, an
+index gives those documents in index order, so that whatever takes a corpus (``train``,
+``rerank``, ``experiment``, ``eval --corpus``, re-indexing with another model) takes an index
+as well: a folder of files indexed once need not be kept beside its index, and the judged
+documents of a pool (:mod:`dotcat.judging`) are exactly the ones the index holds.
+
+The store is opened read-only (a SQLite URI, ``mode=ro``); a file that is no SQLite database,
+or one without the ``docs`` table, is one :class:`~dotcat.errors.DataFormatError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from dotcat.data.records import Record
+from dotcat.errors import DataFormatError
+
+#: The files that make a directory a dotcat index (:mod:`dotcat.index.layout` writes them).
+INDEX_MANIFEST = "manifest.json"
+INDEX_DOCSTORE = "docstore.sqlite"
+_BATCH = 10_000
+
+
+def is_index_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a dotcat index directory (a manifest and a document store)."""
+    path = Path(path)
+    return (path / INDEX_MANIFEST).is_file() and (path / INDEX_DOCSTORE).is_file()
+
+
+def _connect(file: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro"
+    return sqlite3.connect(uri, uri=True)
+
+
+class IndexSource:
+    """The documents of an index directory's document store, in index order."""
+
+    kind = "index"
+
+    def __init__(self, directory: Path, options: Any) -> None:
+        self.directory, self.options = directory, options
+        self.file = directory / INDEX_DOCSTORE
+
+    def describe(self) -> str:
+        return str(self.directory)
+
+    def identity(self, again: bool = False) -> dict[str, Any]:
+        """The store's real path, size and mtime (a cached copy is read again when the index
+        changes: ``dotcat add``/``delete`` rewrite it)."""
+        st = self.file.stat()
+        return {"file": str(self.file.resolve()), "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "kind": self.kind}  # fmt: skip
+
+    def records(self, stats: Any) -> Iterator[Record]:
+        """Every stored document; ``stats.sha256`` becomes the sha256 of their ids, titles and
+        texts (as documents given in Python are fingerprinted)."""
+        digest = hashlib.sha256()
+        where = str(self.file)
+        try:
+            connection = _connect(self.file)
+            try:
+                cursor = connection.execute("SELECT pos, id, title, text FROM docs ORDER BY pos")
+                while rows := cursor.fetchmany(_BATCH):
+                    for pos, doc_id, title, text in rows:
+                        digest.update(json.dumps([doc_id, title, text]).encode() + b"\n")
+                        yield Record(where, None, str(doc_id), f"docs row {pos}", title, text)
+            finally:
+                connection.close()
+        except sqlite3.Error as e:
+            raise DataFormatError(self.file, None, f"cannot read the document store: {e}") from None
+        stats.sha256 = digest.hexdigest()

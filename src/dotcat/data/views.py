@@ -1,0 +1,90 @@
+"""A BEIR directory made from separate files: a corpus, a queries file and a qrels file.
+
+What reads a benchmark as one directory (``dotcat experiment``) reads one's own data through
+:func:`beir_view`: the corpus (any source: a dotcat index, a corpus file, a folder of files),
+the queries and the qrels written once as ``corpus.jsonl``, ``queries.jsonl`` and
+``qrels/<split>.tsv`` in dotcat's cache (``views/``), keyed by what they were made from, and
+reused while none of the three changes. Like any cache entry, it can be deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from dotcat.cache import cache_root
+from dotcat.data.corpus import find_corpus_file, iter_corpus
+from dotcat.data.qrels import find_qrels_file, load_qrels
+from dotcat.data.queries import find_queries_file, load_queries
+from dotcat.data.sources import open_source
+from dotcat.files import writing
+
+logger = logging.getLogger(__name__)
+# The process umask, read once at import time (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+_MARKER = "view.json"
+
+
+def _stat(path: Path) -> list:
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def view_key(corpus: str | Path, queries: str | Path, qrels: str | Path, split: str) -> str:
+    """What a view depends on: the corpus's identity (a folder's listing, a file's size and
+    time), the queries and qrels files' sizes and times, the split's name."""
+    identity = open_source(corpus).identity()
+    parts = [identity, _stat(find_queries_file(queries)), _stat(find_qrels_file(qrels)), split]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def beir_view(
+    corpus: str | Path, queries: str | Path, qrels: str | Path, split: str = "test"
+) -> Path:
+    """The cached BEIR directory of ``corpus`` with ``queries`` and ``qrels`` as ``split``
+    (module docstring), written now unless an up-to-date one is there.
+
+    Raises:
+        DataFormatError: as the readers of the three.
+    """
+    root = cache_root() / "views"
+    name = Path(str(corpus)).name or "corpus"
+    target = root / f"{name}-{view_key(corpus, queries, qrels, split)}"
+    if (target / _MARKER).is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    judged = load_qrels(qrels)  # read first: a bad file fails before the corpus is copied
+    topics = load_queries(queries)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    os.chmod(work, 0o777 & ~_UMASK)  # mkdtemp makes it 0700; the result is a normal folder
+    try:
+        with writing(target, remove=[work]):
+            with open(work / "corpus.jsonl", "w", encoding="utf-8") as f:
+                for doc in iter_corpus(corpus):
+                    record = {"_id": doc.id, "title": doc.title, "text": doc.text}
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            with open(work / "queries.jsonl", "w", encoding="utf-8") as f:
+                for qid, text in topics.items():
+                    f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
+            (work / "qrels").mkdir()
+            with open(work / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as f:
+                f.write("query-id\tcorpus-id\tscore\n")
+                for qid, docs in judged.items():
+                    f.writelines(f"{qid}\t{doc}\t{grade}\n" for doc, grade in docs.items())
+            made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
+                         else str(corpus), "queries": str(queries), "qrels": str(qrels),
+                         "split": split}  # fmt: skip
+            (work / _MARKER).write_text(json.dumps(made_from, indent=1), encoding="utf-8")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    logger.info("%s: a BEIR directory of %s, %s and %s", target, corpus, queries, qrels)
+    return target

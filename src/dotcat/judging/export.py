@@ -1,0 +1,223 @@
+"""Judgements out: qrels (TREC or BEIR layout), and a whole BEIR directory of one's own.
+
+- :func:`judged_qrels`: the store's standing grades as ``{qid: {doc_id: grade}}`` (skips left
+  out); one assessor's, or every assessor's combined per document (``median``: the lower
+  middle grade, so two assessors who disagree give the lower one; ``max``; ``min``).
+- :func:`write_qrels`: TREC qrels (``qid 0 docid grade``, what trec_eval and ir-measures read)
+  or BEIR's ``query-id<TAB>corpus-id<TAB>score`` with its header, written atomically.
+- :func:`export_beir`: a BEIR directory (Thakur et al., 2021) of the index's documents, the
+  judged queries (with their descriptions) and ``qrels/<split>.tsv``, plus
+  ``dotcat_judgments.json`` (the pools' provenance, the assessors, their agreement), which
+  ``dotcat eval``, ``experiment``, ``rerank`` and ``train`` read like any benchmark's.
+
+Judgements of documents the index no longer holds (deleted since they were pooled) are left
+out of both, with one warning giving their count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dotcat.data import iter_corpus
+from dotcat.errors import DotcatError
+from dotcat.files import check_can_create_in, write_json, writing
+from dotcat.judging.agreement import agreement
+from dotcat.judging.config import ExportConfig, QrelsConfig
+from dotcat.judging.store import JudgmentStore
+from dotcat.types import Qrels
+
+logger = logging.getLogger(__name__)
+# The process umask, read once at import time (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+#: How several assessors' grades of one document become one.
+_COMBINE = {"median": statistics.median_low, "max": max, "min": min}
+#: Output layouts of :func:`write_qrels`, told from the file name by default.
+LAYOUTS = ("trec", "beir")
+PROVENANCE_FILE = "dotcat_judgments.json"
+
+
+def judged_qrels(
+    store: JudgmentStore, config: QrelsConfig | None = None, known_docs: Iterable[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """The standing grades as qrels (module docstring), topics in the store's order.
+
+    Args:
+        known_docs: the documents the index holds; judgements of others are left out (one
+            warning line).
+
+    Raises:
+        DotcatError: an assessor who judged nothing, or no judgement at all.
+    """
+    config = config or QrelsConfig()
+    config.validate()
+    if config.assessor is not None and config.assessor not in store.assessors():
+        listed = ", ".join(store.assessors()) or "none yet"
+        raise DotcatError(f"no judgements by assessor {config.assessor!r} (assessors: {listed})")
+    grades: dict[tuple[str, str], list[int]] = {}
+    for j in store.current(config.assessor):
+        if j.grade is not None:
+            grades.setdefault((j.qid, j.doc_id), []).append(j.grade)
+    if known_docs is not None:
+        grades = _drop_unknown(grades, set(known_docs), store.path)
+    combine = _COMBINE[config.combine]
+    order = {t.qid: i for i, t in enumerate(store.topics())}
+    qrels: dict[str, dict[str, int]] = {}
+    for (qid, doc), values in sorted(
+        grades.items(), key=lambda kv: (order.get(kv[0][0], 0), kv[0])
+    ):
+        qrels.setdefault(qid, {})[doc] = int(combine(values))
+    if not qrels:
+        raise DotcatError(f"{store.path}: no judgements yet (judge on `dotcat serve --judge`)")
+    return qrels
+
+
+def _drop_unknown(
+    grades: dict[tuple[str, str], list[int]], known: set[str], where: Path
+) -> dict[tuple[str, str], list[int]]:
+    gone = sorted({doc for _, doc in grades if doc not in known})
+    if gone:
+        logger.warning(
+            "%s: %d judged documents are no longer in the index and are left out (e.g. %s)",
+            where, len(gone), ", ".join(repr(d) for d in gone[:5]),
+        )  # fmt: skip
+    return {key: v for key, v in grades.items() if key[1] in known}
+
+
+def layout_of(path: str | Path, layout: str | None = None) -> str:
+    """``trec`` or ``beir``: as given, else ``beir`` for a ``.tsv`` file name, else ``trec``."""
+    if layout is not None:
+        if layout not in LAYOUTS:
+            raise DotcatError(f"qrels layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        return layout
+    return "beir" if str(path).lower().removesuffix(".gz").endswith(".tsv") else "trec"
+
+
+def qrels_lines(qrels: Qrels, layout: str) -> Iterable[str]:
+    """The qrels file's lines (a header first in BEIR layout)."""
+    if layout == "beir":
+        yield "query-id\tcorpus-id\tscore\n"
+    for qid, docs in qrels.items():
+        for doc, grade in docs.items():
+            yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"
+
+
+def write_text(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path`` atomically (a temporary file beside it, renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with writing(path, remove=[tmp]):
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+
+def write_qrels(qrels: Qrels, path: str | Path, layout: str | None = None) -> str:
+    """Write ``qrels`` to ``path`` (TREC or BEIR layout, see :func:`layout_of`); ids with
+    white space are refused (neither layout can hold them). Returns the layout written."""
+    layout = layout_of(path, layout)
+    for qid, docs in qrels.items():
+        for name in (qid, *docs):
+            if not name or any(c.isspace() for c in name):
+                raise DotcatError(f"id {name!r} holds white space: no qrels file can hold it")
+    write_text(Path(path), qrels_lines(qrels, layout))
+    return layout
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_beir` wrote."""
+
+    path: Path
+    documents: int
+    queries: int
+    judgments: int
+    split: str
+
+
+def export_beir(
+    store: JudgmentStore,
+    index_dir: str | Path,
+    out_dir: str | Path,
+    config: QrelsConfig | None = None,
+    export: ExportConfig | None = None,
+) -> Exported:
+    """Write a BEIR directory of the index's documents and the store's judged queries.
+
+    The folder is written beside its final place and renamed into it when complete: an
+    interrupted export leaves no half directory.
+
+    Args:
+        config: whose judgements, combined how.
+        export: the split the qrels are written as; whether an existing folder is replaced.
+
+    Raises:
+        DotcatError: ``out_dir`` exists (without ``export.overwrite``), or nothing is judged.
+    """
+    config, export = config or QrelsConfig(), export or ExportConfig()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not export.overwrite:
+        raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
+    check_can_create_in(out_dir)
+    ids: list[str] = []
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
+    os.chmod(work, 0o777 & ~_UMASK)  # mkdtemp makes it 0700; the result is a normal folder
+    try:
+        with writing(out_dir, remove=[work]):
+            write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids))
+            qrels = judged_qrels(store, config, ids)
+            topics = {t.qid: t for t in store.topics() if t.qid in qrels}
+            write_text(work / "queries.jsonl", _query_lines(topics.values()))
+            write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
+            write_json(work / PROVENANCE_FILE, export_record(store, qrels, config))
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(work, out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    judged = sum(len(d) for d in qrels.values())
+    return Exported(out_dir, len(ids), len(qrels), judged, export.split)
+
+
+def _corpus_lines(index_dir: str | Path, ids: list[str]) -> Iterable[str]:
+    for doc in iter_corpus(Path(index_dir)):
+        ids.append(doc.id)
+        yield json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text},
+                         ensure_ascii=False) + "\n"  # fmt: skip
+
+
+def _query_lines(topics: Iterable[Any]) -> Iterable[str]:
+    for t in topics:
+        record = {"_id": t.qid, "text": t.text}
+        if t.description:
+            record["description"] = t.description
+        yield json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def export_record(store: JudgmentStore, qrels: Mapping, config: QrelsConfig) -> dict[str, Any]:
+    """Where exported qrels came from: the store, its pools, the assessors and how their
+    grades were combined, their agreement, the counts."""
+    return {
+        "judgments": str(store.path.resolve()),
+        "pools": store.pools(),
+        "assessors": store.assessors(),
+        "assessor": config.assessor,
+        "combine": None if config.assessor else config.combine,
+        "scale": store.scale,
+        "agreement": [a.to_json() for a in agreement(store)],
+        "queries": len(qrels),
+        "judged": sum(len(d) for d in qrels.values()),
+    }

@@ -1,0 +1,258 @@
+"""Judgements out (qrels, a BEIR directory) and in (a qrels file), and `dotcat eval` on them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from dotcat.cli import app
+from dotcat.data import load_corpus, load_qrels, load_queries, write_run
+from dotcat.errors import DataFormatError, DotcatError
+from dotcat.judging import (
+    JudgmentStore,
+    QrelsConfig,
+    assess_pool,
+    export_beir,
+    import_qrels,
+    judged_qrels,
+    write_qrels,
+)
+
+runner = CliRunner()
+
+
+def _judge_some(store) -> dict[str, dict[str, int]]:
+    """ann grades every pooled document of q1 and q2 by position; bob differs on two."""
+    for qid in ("q1", "q2"):
+        for i, entry in enumerate(store.pooled(qid)):
+            store.judge(qid, entry.doc_id, "ann", i % 4)
+            if i < 2:
+                store.judge(qid, entry.doc_id, "bob", 3 - i % 4)
+    return judged_qrels(store, QrelsConfig(assessor="ann"))
+
+
+def test_qrels_in_both_layouts_read_back_the_same(pooled_store, tmp_path):
+    qrels = _judge_some(pooled_store)
+    assert list(qrels) == ["q1", "q2"] and qrels["q1"][pooled_store.pooled("q1")[1].doc_id] == 1
+    assert write_qrels(qrels, tmp_path / "a.txt") == "trec"
+    assert write_qrels(qrels, tmp_path / "a.tsv") == "beir"
+    assert (tmp_path / "a.tsv").read_text().startswith("query-id\tcorpus-id\tscore\n")
+    assert load_qrels(tmp_path / "a.txt") == load_qrels(tmp_path / "a.tsv") == qrels
+
+
+def test_several_assessors_combine_as_asked(pooled_store):
+    _judge_some(pooled_store)
+    first = pooled_store.pooled("q1")[0].doc_id  # ann 0, bob 3
+    assert judged_qrels(pooled_store)["q1"][first] == 0  # median of two: the lower
+    assert judged_qrels(pooled_store, QrelsConfig(combine="max"))["q1"][first] == 3
+    assert judged_qrels(pooled_store, QrelsConfig(assessor="bob"))["q1"] == {
+        e.doc_id: 3 - i for i, e in enumerate(pooled_store.pooled("q1")[:2])
+    }
+    with pytest.raises(DotcatError, match="no judgements by assessor 'eve'"):
+        judged_qrels(pooled_store, QrelsConfig(assessor="eve"))
+
+
+def test_a_beir_export_holds_the_index_documents_and_the_judged_queries(
+    pooled_store, judge_index, tmp_path
+):
+    qrels = _judge_some(pooled_store)
+    done = export_beir(pooled_store, judge_index, tmp_path / "mine", QrelsConfig(assessor="ann"))
+    assert (done.documents, done.queries) == (30, 2)
+    corpus = load_corpus(tmp_path / "mine")
+    assert list(corpus["id"]) == list(load_corpus(judge_index)["id"])
+    assert load_queries(tmp_path / "mine", split="test") == {
+        t.qid: t.text for t in pooled_store.topics() if t.qid in ("q1", "q2")
+    }
+    assert load_qrels(tmp_path / "mine", "test") == qrels
+    record = json.loads((tmp_path / "mine" / "dotcat_judgments.json").read_text())
+    assert record["assessors"] == ["ann", "bob"] and record["pools"][0]["depth"] == 5
+    assert record["agreement"][0]["documents"] == 4
+    with pytest.raises(DotcatError, match="exists"):
+        export_beir(pooled_store, judge_index, tmp_path / "mine")
+
+
+def test_eval_on_an_export_equals_eval_on_the_index_and_files(
+    pooled_store, judge_index, judge_pipeline, tmp_path
+):
+    _judge_some(pooled_store)
+    export_beir(pooled_store, judge_index, tmp_path / "mine")
+    write_qrels(judged_qrels(pooled_store), tmp_path / "qrels.txt")
+    topics = {t.qid: t.text for t in pooled_store.topics()}
+    (tmp_path / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in topics.items()))
+    for stage in ("bm25", "dense"):
+        write_run(judge_pipeline.run(topics, 20, first_stage=stage), tmp_path / f"{stage}.trec")
+    runs = [str(tmp_path / "bm25.trec"), str(tmp_path / "dense.trec")]
+    common = ["eval", *runs, "--json", "--baseline", "bm25.trec", "-m", "nDCG@10", "-m", "Bpref"]
+    exported = runner.invoke(app, [*common, str(tmp_path / "mine")])
+    own = runner.invoke(app, [*common, str(tmp_path / "qrels.txt"), "--corpus", str(judge_index),
+                              "--queries", str(tmp_path / "queries.tsv")])  # fmt: skip
+    assert exported.exit_code == own.exit_code == 0, exported.output + own.output
+    a, b = json.loads(exported.stdout), json.loads(own.stdout)
+    assert a == b
+    assert a["dense.trec"]["intervals"]["vs_baseline"]["nDCG@10"]["mean"] == pytest.approx(
+        a["dense.trec"]["aggregate"]["nDCG@10"] - a["bm25.trec"]["aggregate"]["nDCG@10"]
+    )
+    assert 0 <= a["bm25.trec"]["judged@10"] <= 1
+
+
+def test_judgements_of_documents_deleted_since_are_left_out_in_one_line(
+    pooled_store, judge_index, tmp_path, caplog
+):
+    from dotcat.index.updates import delete_documents
+
+    _judge_some(pooled_store)
+    index = tmp_path / "index"
+    shutil.copytree(judge_index, index)
+    gone = pooled_store.pooled("q1")[1].doc_id
+    delete_documents(index, [gone])
+    with caplog.at_level(logging.WARNING):
+        qrels = judged_qrels(pooled_store, known_docs=load_corpus(index)["id"])
+    assert gone not in qrels["q1"]
+    lines = [r.getMessage() for r in caplog.records if "no longer in the index" in r.getMessage()]
+    assert len(lines) == 1 and f"'{gone}'" in lines[0] and lines[0].count("\n") == 0
+    result = runner.invoke(app, ["judge", "export", str(index), str(tmp_path / "out"),
+                                 "--judgments", str(pooled_store.path)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert gone not in load_qrels(tmp_path / "out", "test")["q1"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("q9 0 d1 1", "qrels.txt:2: query-id: unknown query id 'q9'"),
+        ("q1 0 d1 7", "qrels.txt:2: relevance: grade 7 is outside the scale 0-3"),
+        ("q1 0 gone 1", "qrels.txt:2: docid: document 'gone' is not in the index"),
+    ],
+)
+def test_importing_bad_qrels_names_the_line_and_saves_nothing(
+    pooled_store, judge_index, tmp_path, line, message
+):
+    (tmp_path / "qrels.txt").write_text(f"q1 0 d2 1\n{line}\n")
+    ids = load_corpus(judge_index)["id"]
+    with pytest.raises(DataFormatError) as error:
+        import_qrels(pooled_store, tmp_path / "qrels.txt", "ann", ids)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert pooled_store.log() == []
+    result = runner.invoke(
+        app,
+        [
+            "judge",
+            "import",
+            str(judge_index),
+            str(tmp_path / "qrels.txt"),
+            "--assessor",
+            "ann",
+            "--judgments",
+            str(pooled_store.path),
+        ],
+    )
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_qrels_file_and_a_run_given_the_wrong_way_round_are_said_so(tmp_path):
+    qrels, run = tmp_path / "qrels.txt", tmp_path / "run.trec"
+    qrels.write_text("q1 0 d1 1\nq1 0 d2 0\n")
+    write_run({"q1": [("d1", 2.0), ("d2", 1.0)]}, run)
+    for args, message in (
+        (
+            [qrels, qrels],
+            "qrels.txt:1: expected 6 fields (qid Q0 docid rank score tag), found 4: "
+            "this is a qrels file (judgements), not a run; give it last",
+        ),
+        (
+            [run, run],
+            "run.trec:1: expected 3 fields (query-id, corpus-id, score) or 4 (TREC: "
+            "qid, iteration, docid, relevance), found 6: this is a TREC run (qid Q0 docid rank "
+            "score tag), not qrels; the qrels go last",
+        ),
+        ([qrels, run], "this is a TREC run"),
+    ):
+        result = runner.invoke(app, ["eval", *map(str, args)])
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+
+
+def test_a_simulated_assessor_grades_the_whole_pool(pooled_store):
+    first = pooled_store.pooled("q3")[0].doc_id
+    count = assess_pool(pooled_store, {"q3": {first: 5}}, "qrels")
+    assert count == sum(len(pooled_store.pooled(q)) for q in ("q1", "q2", "q3"))
+    qrels = judged_qrels(pooled_store)
+    assert qrels["q3"][first] == 3  # clipped to the scale
+    assert set(qrels["q1"].values()) == {0}
+
+
+def test_the_judge_commands_pool_status_and_write_qrels(judge_index, topics_file, tmp_path):
+    store = tmp_path / "j.sqlite"
+    result = runner.invoke(app, ["judge", "pool", str(judge_index), "--queries", str(topics_file),
+                                 "--judgments", str(store), "--pool-depth", "3", "--system", "bm25",
+                                 "--device", "cpu", "--precision", "fp32"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "pooled 3 queries (3 new) at depth 3 over bm25" in result.output
+    with JudgmentStore(store) as opened:
+        doc = opened.pooled("q1")[0].doc_id
+        opened.judge("q1", doc, "ann", 2)
+    status = runner.invoke(app, ["judge", "status", str(judge_index), "--judgments", str(store)])
+    assert "ann judged 1 of" in status.output and "q1: 1/" in status.output
+    out = tmp_path / "qrels.txt"
+    written = runner.invoke(app, ["judge", "qrels", str(judge_index), str(out),
+                                  "--judgments", str(store)])  # fmt: skip
+    assert written.exit_code == 0 and out.read_text() == f"q1 0 {doc} 2\n"
+
+
+def _bm25_experiment(tmp_path, name: str, dataset: str) -> dict:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(
+        f'name = "{name}"\noutput = "{tmp_path / name}"\nbaseline = "BM25"\nk = 10\n'
+        f'device = "cpu"\n\n[dataset]\n{dataset}\n\n'
+        '[[systems]]\nname = "BM25"\nfirst_stage = "bm25"\n\n'
+        '[[systems]]\nname = "BM25 k1 1.5"\nfirst_stage = "bm25"\nk1 = 1.5\n'
+    )
+    result = runner.invoke(app, ["-q", "experiment", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / name / "results.json").read_text())
+
+
+def test_an_experiment_on_the_index_and_files_equals_one_on_the_export(
+    pooled_store, judge_index, tmp_path
+):
+    _judge_some(pooled_store)
+    export_beir(pooled_store, judge_index, tmp_path / "mine")
+    write_qrels(judged_qrels(pooled_store), tmp_path / "qrels.txt")
+    topics = {t.qid: t.text for t in pooled_store.topics()}
+    (tmp_path / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in topics.items()))
+    own = _bm25_experiment(
+        tmp_path, "own", f'path = "{judge_index}"\nqueries = "{tmp_path / "queries.tsv"}"\n'
+        f'qrels = "{tmp_path / "qrels.txt"}"'
+    )  # fmt: skip
+    exported = _bm25_experiment(tmp_path, "exported", f'path = "{tmp_path / "mine"}"')
+
+    def figures(results: dict) -> dict:
+        return {name: s["aggregate"] for name, s in results["systems"].items()}
+
+    assert figures(own) == figures(exported) and len(figures(own)) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'output = "{tmp_path}/x"\nbaseline = "b"\n[dataset]\npath = "{judge_index}"\n'
+                   f'queries = "{tmp_path / "queries.tsv"}"\n[[systems]]\nname = "b"\n'
+                   'first_stage = "bm25"\n')  # fmt: skip
+    result = runner.invoke(app, ["experiment", str(bad)])
+    assert result.exit_code == 2 and "give `queries` and `qrels` together" in result.output
+
+
+def test_rerank_reads_the_documents_from_an_index(judge_index, judge_pipeline, tiny_cat_dir,
+                                                  topics_file, tmp_path):  # fmt: skip
+    from dotcat.data import read_run
+
+    topics = {"q1": "which animals were domesticated from wolves", "q2": "how do cells make energy"}
+    write_run(judge_pipeline.run(topics, 10, first_stage="bm25"), tmp_path / "bm25.trec")
+    result = runner.invoke(app, ["rerank", str(tmp_path / "bm25.trec"), str(judge_index),
+                                 str(tiny_cat_dir), "--queries", str(topics_file), "--depth", "5",
+                                 "--output", str(tmp_path / "out.trec"), "--device", "cpu",
+                                 "--precision", "fp32"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = read_run(tmp_path / "out.trec")
+    assert set(out) == {"q1", "q2"} and all(len(d) == 10 for d in out.values())

@@ -1,0 +1,74 @@
+"""The judgements file: each grade saved as it is given, by whom and when; undo; refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from dotcat.errors import DotcatError
+from dotcat.judging import JudgmentStore, Topic
+
+
+def test_a_grade_is_on_disk_when_judge_returns(pooled_store):
+    store = pooled_store
+    doc = store.pooled("q1")[0].doc_id
+    saved = store.judge("q1", doc, "ann", 2)
+    # Another connection (another process would do the same) reads it at once.
+    with sqlite3.connect(store.path) as other:
+        rows = other.execute("SELECT qid, doc_id, assessor, grade, time FROM judgments").fetchall()
+    assert rows == [("q1", doc, "ann", 2, saved.time)]
+    assert saved.time.endswith("Z") and saved.time[:4].isdigit()
+    with sqlite3.connect(store.path) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_the_latest_grade_stands_and_undo_withdraws_it(pooled_store):
+    store = pooled_store
+    a, b = (e.doc_id for e in store.pooled("q1")[:2])
+    store.judge("q1", a, "ann", 1)
+    store.judge("q1", a, "ann", 3)  # changed her mind
+    store.judge("q1", b, "ann", None)  # skipped
+    store.judge("q1", a, "bob", 0)
+    assert {(j.doc_id, j.assessor, j.grade) for j in store.current()} == {
+        (a, "ann", 3), (b, "ann", None), (a, "bob", 0)
+    }  # fmt: skip
+    progress = store.progress("ann")["q1"]
+    assert (progress.judged, progress.skipped, progress.grades) == (1, 1, {3: 1})
+    undone = store.undo("ann")
+    assert (undone.doc_id, undone.grade) == (b, None)
+    undone = store.undo("ann")
+    assert (undone.doc_id, undone.grade) == (a, 3)
+    assert [(j.doc_id, j.grade) for j in store.current("ann")] == [(a, 1)]  # the earlier one
+    assert len(store.log()) == 4  # nothing is deleted
+    assert store.undo("nobody") is None
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s, d: s.judge("q1", d, "ann", 4), "grade 4 is outside the scale 0-3"),
+        (lambda s, d: s.judge("q1", d, "ann", -1), "grade -1 is outside the scale 0-3"),
+        (lambda s, d: s.judge("q9", d, "ann", 1), "unknown query id 'q9'"),
+        (lambda s, d: s.judge("q1", "zzz", "ann", 1), "document 'zzz' is not in the pool"),
+        (lambda s, d: s.judge("q1", d, " ", 1), "assessor name"),
+    ],
+)
+def test_bad_judgements_are_refused_in_one_line(pooled_store, call, message):
+    doc = pooled_store.pooled("q1")[0].doc_id
+    with pytest.raises(DotcatError, match=message) as error:
+        call(pooled_store, doc)
+    assert "\n" not in str(error.value)
+    assert pooled_store.log() == []
+
+
+def test_a_query_keeps_the_text_it_was_judged_for(pooled_store, tmp_path):
+    with pytest.raises(DotcatError, match="already pooled with another text"):
+        pooled_store.add_topics([Topic("q1", "something else")])
+    assert pooled_store.add_topics([Topic("q1", pooled_store.topic("q1").text)]) == []
+    assert pooled_store.new_topic_id() == "page-1"
+    with pytest.raises(DotcatError, match="no judgements file"):
+        JudgmentStore(tmp_path / "missing.sqlite")
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(DotcatError, match="not a judgements file"):
+        JudgmentStore(tmp_path / "junk.sqlite")
