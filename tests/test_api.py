@@ -262,3 +262,19 @@ def test_every_package_exports_its_names_lazily_by_one_rule():
         "        assert getattr(p, n) is not None, (p.__name__, n)\n"
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_no_exported_name_is_shadowed_by_a_submodule():
+    """Importing a submodule sets it as an attribute of its package, which hides a lazily
+    exported name spelled the same: ``from dotcat.judging import agreement`` once returned the
+    module or the function depending on what a test had imported first."""
+    root = Path(dotcat.__file__).parent
+    clashes = []
+    for init in sorted(root.rglob("__init__.py")):
+        package = ".".join(("dotcat", *init.parent.relative_to(root).parts))
+        submodules = {p.stem for p in init.parent.glob("*.py")} | {
+            p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()
+        }
+        exports = importlib.import_module(package).__all__
+        clashes += [f"{package}.{name}" for name in exports if name in submodules]
+    assert clashes == []

@@ -4,6 +4,7 @@
     python eval/benchmarks/ood_collections.py pydoc runs/collections/pydoc
     python eval/benchmarks/ood_collections.py pylib runs/collections/pylib
     python eval/benchmarks/ood_collections.py faq runs/collections/faq
+    python eval/benchmarks/ood_collections.py man runs/collections/man
 
 dotcat's models train on SciFact; these collections check that what is chosen there carries
 to text the models never saw. In each, a query's one relevant document is known from the
@@ -24,6 +25,11 @@ structure of the source, never from a ranking:
   Kept only where the object's entry starts beyond what the default encoder reads of the page
   (its first 256 tokens), the query is not in the page verbatim and does not name the object.
   Dev and test queries come from different pages.
+- ``man``: manual pages (sections 1, 5, 7, 8 of ``/usr/share/man``, from the Debian packages
+  installed). Query: the one-line description of a page's NAME section (``lexgrog -w``);
+  document: its DESCRIPTION section, rendered by groff. Descriptions shared by several pages
+  are dropped and pages sharing their DESCRIPTION's first paragraph are one group, of which
+  one page is kept, so a query has exactly one right answer.
 - ``faq``: questions and answers. The Python FAQ (``python3.11-doc``) and the Debian FAQ
   (``apt-get install debian-faq``): query: a question (a section heading ending in ``?``);
   document: its answer (the section's text); every answer is a document.
@@ -444,6 +450,75 @@ def build_faq(opts: Options) -> Collection:
     return Collection(corpus, queries, source, method)
 
 
+# --- man: manual pages ------------------------------------------------------------------------
+
+#: Manual sections read: user commands, file formats, overviews and conventions, administration.
+MAN_SECTIONS = ("1", "5", "7", "8")
+
+
+def build_man(opts: Options, root: Path = src.MAN_ROOT) -> Collection:
+    """Manual pages: query, the one-line description of a page's NAME section; document, its
+    DESCRIPTION section as groff renders it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pages = src.man_pages(MAN_SECTIONS, root)
+    if not pages:
+        raise SystemExit(f"no manual pages under {root}/man{{{','.join(MAN_SECTIONS)}}}")
+    whatis = src.whatis_lines(pages)
+    shared = Counter(_norm(line) for line in whatis.values())
+    dropped: Counter = Counter({"no NAME line lexgrog reads": len(pages) - len(whatis)})
+    candidates = []
+    for path, line in sorted(whatis.items()):
+        if shared[_norm(line)] > 1:
+            dropped["description shared by several pages"] += 1
+        elif _words(line) < MIN_QUERY_WORDS:
+            dropped[f"description under {MIN_QUERY_WORDS} words"] += 1
+        else:
+            candidates.append((path, line))
+    # Render a seeded sample, twice what the corpus needs (groff takes ~60 ms a page).
+    rng = random.Random(opts.seed)
+    drawn = sorted(rng.sample(candidates, min(len(candidates), 2 * opts.documents)))
+    dropped["not drawn to render"] = len(candidates) - len(drawn)
+    with ThreadPoolExecutor(2) as pool:
+        texts = list(pool.map(lambda item: src.render_man(item[0]), drawn))
+    groups: dict[str, dict] = {}
+    for (path, line), text in zip(drawn, texts, strict=True):
+        body = src.man_section(text, "DESCRIPTION")
+        if _words(body) < MIN_DOC_WORDS:
+            dropped[f"DESCRIPTION under {MIN_DOC_WORDS} words"] += 1
+            continue
+        name = path.name.removesuffix(".gz")
+        doc = {"_id": name, "title": "", "text": body, "query": line}
+        key = _norm(body.split("\n\n")[0])
+        # One page per shared first paragraph (tools documented together): the shortest name.
+        if key in groups:
+            dropped["first paragraph shared with another page"] += 1
+            if len(name) >= len(groups[key]["_id"]):
+                continue
+        groups[key] = doc
+    docs = sorted(groups.values(), key=lambda d: d["_id"])
+    source = [
+        f"- `{root}/man{{{','.join(MAN_SECTIONS)}}}/*.gz`: {len(pages)} pages (symbolic links "
+        f"and `.so` aliases left out), from the packages installed on the machine; "
+        f"sha256 of their sha256sum list {src.tree_sha256(pages, root)}",
+        f"- NAME lines read with man-db {src.dpkg_version('man-db')} (`lexgrog -w`); pages "
+        f"rendered with groff {src.dpkg_version('groff-base')} (`groff -man -t -Tutf8`, 200 "
+        "columns, no hyphenation)",
+    ]
+    method = [
+        "Query: the description of a page's NAME line (`ls - list directory contents` gives "
+        "`list directory contents`); document: the page's DESCRIPTION section, paragraphs as "
+        "lines. Descriptions shared by several pages dropped; one page per shared first "
+        f"paragraph of DESCRIPTION (the shortest name kept); >= {MIN_QUERY_WORDS} query words, "
+        f">= {MIN_DOC_WORDS} document words; documents and queries sampled.",
+        "",
+        f"Of {len(pages)} pages, dropped before sampling:",
+        "",
+        *[f"- {reason}: {n}" for reason, n in dropped.most_common()],
+    ]
+    return Collection(*_sample(docs, opts), source, method)
+
+
 # --- writing and statistics -------------------------------------------------------------------
 
 
@@ -554,6 +629,7 @@ BUILDERS = {
     "pydoc": Builder(build_pydoc, 8000, 300, 100),
     "pylib": Builder(build_pylib, None, 500, 150),
     "faq": Builder(build_faq, None, 300, 80),
+    "man": Builder(build_man, 4000, 300, 100),
 }
 
 
@@ -562,7 +638,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("name", choices=sorted(BUILDERS))
     parser.add_argument("out", type=Path)
     parser.add_argument(
-        "--documents", type=int, help="corpus size, sampled (debian, pydoc; default 8000)"
+        "--documents", type=int, help="corpus size, sampled (debian, pydoc: 8000; man: 4000)"
     )
     parser.add_argument(
         "--queries", type=int, help="test queries (at most, for pylib and faq); default: per name"

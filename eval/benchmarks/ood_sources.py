@@ -91,6 +91,82 @@ def debian_packages(files: list[Path]) -> Iterator[tuple[str, str, str]]:
                 yield name, synopsis, "\n".join(body).strip()
 
 
+# --- manual pages ----------------------------------------------------------------------------
+
+MAN_ROOT = Path("/usr/share/man")
+_WHATIS = re.compile(r'^(?P<path>.+?): "(?P<line>.*)"$')
+
+
+def man_pages(sections: tuple[str, ...], root: Path = MAN_ROOT) -> list[Path]:
+    """The English manual pages of ``sections`` (``root/manN/*.gz``), less symbolic links and
+    ``.so`` redirections (aliases of another page)."""
+    pages = []
+    for section in sections:
+        for path in sorted((root / f"man{section}").glob("*.gz")):
+            if path.is_symlink() or _first_line(path).startswith(".so "):
+                continue
+            pages.append(path)
+    return pages
+
+
+def _first_line(path: Path) -> str:
+    import gzip
+
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+            return f.readline()
+    except (OSError, EOFError):
+        return ""
+
+
+def whatis_lines(pages: list[Path], chunk: int = 500) -> dict[Path, str]:
+    """Each page's one-line description from its NAME section (``ls - list directory
+    contents`` gives ``list directory contents``), read by man-db's ``lexgrog -w``, which
+    knows both the man and the mdoc macros; pages it cannot read are left out."""
+    found: dict[Path, str] = {}
+    for start in range(0, len(pages), chunk):
+        files = [str(p) for p in pages[start : start + chunk]]
+        done = subprocess.run(["lexgrog", "-w", *files], capture_output=True, text=True)
+        for line in done.stdout.splitlines():
+            m = _WHATIS.match(line)
+            if m and " - " in m["line"]:
+                found[Path(m["path"])] = m["line"].split(" - ", 1)[1].strip()
+    return found
+
+
+def render_man(path: Path) -> str:
+    """A page as text: groff's ``man`` macros (tables through ``tbl``) at 200 columns, no
+    hyphenation, no overstriking or colour."""
+    import gzip
+
+    with gzip.open(path, "rb") as f:
+        source = f.read()
+    done = subprocess.run(
+        ["groff", "-man", "-t", "-Tutf8", "-Kutf8", "-P-cbou", "-rLL=200n", "-rHY=0"],
+        input=source,
+        capture_output=True,
+    )
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+def man_section(text: str, name: str) -> str:
+    """The body of the rendered page's section ``name`` (its heading at the left margin, its
+    body indented; the next line at the margin, a heading or the footer, ends it), paragraphs
+    joined into lines, blank lines between them."""
+    body: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line and not line[0].isspace():
+            if inside:
+                break
+            inside = line.strip() == name
+            continue
+        if inside:
+            body.append(line.strip())
+    paragraphs = "\n".join(body).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
 # --- Python standard library sources ---------------------------------------------------------
 
 _SKIP_DIRS = {

@@ -111,9 +111,9 @@ def test_unmerged_shards_answer_as_the_merged_index(built, encoder):
         built["whole"], config.__class__(first_stage="dense", device="cpu", precision="fp32")
     )
     b = SearchPipeline(built["parts"], config)
-    assert b.first_stage == "dense"  # BM25 statistics are per shard: dense only, unmerged
+    assert b.first_stage == "hybrid"  # BM25 with the collection's statistics (test_sharded)
     topics = {"q1": "insulin glucose", "q2": "vaccines immune"}
-    assert_same_runs(a.run(topics, 20), b.run(topics, 20))
+    assert_same_runs(a.run(topics, 20), b.run(topics, 20, first_stage="dense"))
     # Each shard gives its vectors back at the global positions (Rocchio's feedback reads them).
     positions = np.array([[0, 150, 300], [299, -1, 1]])
     np.testing.assert_allclose(shards.vectors(positions), whole.vectors(positions), atol=1e-6)

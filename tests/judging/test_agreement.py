@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dotcat.judging import agreement
+from dotcat.judging import assessor_agreement
 
 
 def test_two_assessors_kappa_is_the_hand_computed_one(pooled_store):
@@ -19,7 +19,7 @@ def test_two_assessors_kappa_is_the_hand_computed_one(pooled_store):
         store.judge(qid, doc, "ann", a)
         store.judge(qid, doc, "bob", b)
     store.judge(pairs[0][0], pairs[0][1], "carl", None)  # a skip: no grade, not compared
-    (pair,) = agreement(store)
+    (pair,) = assessor_agreement(store)
     # By hand. Agreed on 5 of 8: p_o = 5/8. Grades of ann: 0 x3, 1 x2, 2 x2, 3 x1; of bob:
     # 0 x3, 1 x2, 2 x1, 3 x2. p_e = (3*3 + 2*2 + 2*1 + 1*2) / 64 = 17/64.
     p_o, p_e = 5 / 8, 17 / 64
@@ -42,5 +42,5 @@ def test_kappa_is_undefined_when_chance_explains_everything(pooled_store):
     for entry in store.pooled("q1")[:3]:
         store.judge("q1", entry.doc_id, "ann", 0)
         store.judge("q1", entry.doc_id, "bob", 0)
-    (pair,) = agreement(store)
+    (pair,) = assessor_agreement(store)
     assert pair.observed == 1.0 and pair.kappa is None

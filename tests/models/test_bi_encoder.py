@@ -211,6 +211,7 @@ def test_manifest_entry(tiny):
         "document_prefix": "",
         "precision": "fp32",
         "backend": "torch",
+        "queries": {"precision": "fp32", "backend": "torch"},
     }
     assert len(entry["fingerprint"]) == 64
     json.dumps(entry)  # goes into manifest.json as is

@@ -77,6 +77,31 @@ def test_auto_follows_the_switch_and_records_it(tiny_bert_dir, tiny_cat_dir, mon
         assert trained.precision == expected
 
 
+def test_auto_chooses_per_cpu_kind_and_per_side(monkeypatch):
+    """AUTO_ENCODER is read for this CPU's kind, for documents and queries apart; an int8
+    choice whose runtime is missing falls back to the autocast rule, on both sides."""
+    cpu = torch.device("cpu")
+    for value, kind in (("on", "vnni+bf16"), ("off", "other")):
+        monkeypatch.setenv(runtime.NATIVE_BF16_ENV, value)
+        assert runtime.cpu_kind() == kind
+    monkeypatch.delenv(runtime.NATIVE_BF16_ENV)
+    monkeypatch.setattr(runtime, "cpu_has_vnni", lambda: True)
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    assert runtime.cpu_kind() == "vnni"
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setitem(runtime.AUTO_ENCODER, "vnni+bf16", ("int8", "bf16"))
+    monkeypatch.setattr(runtime, "openvino_installed", lambda: True)
+    assert runtime.auto_precision("encoder", cpu) == "int8"
+    assert runtime.auto_precision("encoder", cpu, "queries") == "bf16"
+    assert runtime.describe_precision("auto", cpu) == (
+        "encoder int8, queries bf16, cross-encoder int8"
+    )
+    monkeypatch.setattr(runtime, "openvino_installed", lambda: False)
+    assert runtime.auto_precision("encoder", cpu) == "bf16"
+    assert runtime.describe_precision("auto", cpu) == "encoder bf16, cross-encoder bf16"
+    assert runtime.auto_precision("encoder", torch.device("cuda")) == "auto"
+
+
 # -- bf16 against fp32 ----------------------------------------------------------------------
 
 

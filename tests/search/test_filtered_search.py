@@ -5,6 +5,7 @@ delete, shards and merge."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from tests.rankings import ATOL, assert_same_ranking
@@ -246,3 +247,60 @@ def test_a_stage_that_cannot_filter_is_refused_with_a_filter(pipeline):
             pipeline.matches({"q": "x"}, 1, first_stage="plain", filter='group = "a"')
     finally:
         REGISTRY.pop("plain")
+
+
+def build_shards_with_fields(root, encoder) -> tuple:
+    """Three shards of a collection whose documents have fields, with passages (a few long
+    documents split) and BM25, and their merge: ``(folder of shards, merged index,
+    documents)``."""
+    docs = corpus(48, seed=7)
+    for i, doc in enumerate(docs):  # rare words (RM3 feeds back no word most documents hold)
+        doc["text"] += f" {['quartz', 'basalt', 'granite', 'marble'][i % 4]}{doc['group']}"
+    for doc in docs[::5]:
+        doc["text"] = " ".join([doc["text"]] * 10)  # longer than the tiny model's window
+    config = IndexConfig(device="cpu", bm25=True, passages=PassageConfig(enabled=True))
+    for i in range(3):
+        build_index(docs, root / "parts" / f"s{i}", encoder, replace(config, shard=(i, 3)),
+                    show_progress=False)  # fmt: skip
+    merge_indexes(sorted((root / "parts").iterdir()), root / "merged", show_progress=False)
+    return root / "parts", root / "merged", docs
+
+
+def assert_filters_as_merged(over_shards, over_merged, docs) -> None:
+    """Every filter of :data:`FILTERS` searched over shards as over their merge: the same
+    rankings (ties allowed), only admitted documents, k of them; the same fields and
+    facets."""
+    from tests.rankings import assert_same_runs
+
+    assert over_shards.index.field_kinds() == over_merged.index.field_kinds()
+    for filter in FILTERS:
+        keep = admitted_ids(docs, filter)
+        found = over_shards.run(QUERIES, 10, filter=filter)
+        assert all({d for d, _ in hits} <= keep for hits in found.values())
+        assert all(len(hits) == min(10, len(keep)) for hits in found.values())
+        assert_same_runs(found, over_merged.run(QUERIES, 10, filter=filter), ATOL)
+    hits = over_shards.search("river mountain", k=5, filter='group = "b"')
+    fields = {h.doc_id: h.fields for h in over_merged.search("river mountain", k=5,
+                                                             filter='group = "b"')}  # fmt: skip
+    assert all(h.fields == fields[h.doc_id] for h in hits if h.doc_id in fields)
+    assert {h.fields["group"] for h in hits} == {"b"}
+    assert over_shards.facets(hits) == over_merged.facets(hits)
+    assert over_shards.search("river", k=5, filter='group = "none"') == []
+
+
+@pytest.fixture(scope="module")
+def sharded(encoder, tmp_path_factory):
+    return build_shards_with_fields(tmp_path_factory.mktemp("filtered_shards"), encoder)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"first_stage": "dense"}, {"first_stage": "bm25"}, {"first_stage": "hybrid"},
+     {"first_stage": "bm25", "prf": "rm3", "fb_docs": 3},
+     {"first_stage": "hybrid", "prf": "both", "fb_docs": 3, "rocchio_docs": 3}],
+    ids=["dense", "bm25", "hybrid", "bm25-rm3", "hybrid-prf"],
+)  # fmt: skip
+def test_a_filtered_search_over_shards_is_the_merged_indexs(sharded, settings):
+    parts, merged, docs = sharded
+    config = PipelineConfig(device="cpu", **settings)
+    assert_filters_as_merged(SearchPipeline(parts, config), SearchPipeline(merged, config), docs)

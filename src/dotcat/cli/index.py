@@ -21,6 +21,7 @@ from dotcat.index.layout import check_target
 from dotcat.index.manifest import check_index
 from dotcat.models.config import EncoderConfig, ExportConfig
 from dotcat.models.resolve import check_model
+from dotcat.search.cluster import is_shard_folder
 
 CORPUS_HELP = (
     "A BEIR directory, a corpus file (JSONL, JSON, CSV, TSV, Parquet; .gz ok) or a folder of "
@@ -63,6 +64,7 @@ def index(
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
                 model=encoder.model, options=options)  # fmt: skip
 
+    from dotcat.index.encoder import describe_precision
     from dotcat.tuning import build_and_tune
 
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
@@ -76,6 +78,7 @@ def index(
         f"{entry['similarity']}, max {entry['max_length']} tokens), "
         f"FAISS {manifest.faiss['spec']}{', BM25' if config.bm25 else ''}"
     )
+    typer.echo(describe_precision(entry, encoder.precision))
     if config.bm25 and config.shard is None:
         typer.echo(describe_fusion(built.fusion))
 
@@ -105,16 +108,19 @@ def add(
     precision: str = option(EncoderConfig, "precision"),
     options: CorpusOptions = None,
 ) -> None:
-    """Add documents to an index (encoded with its own encoder); atomic."""
+    """Add documents to an index (encoded with its own encoder); atomic. To a folder of
+    shards: each document to the shard that holds it, a new one to the shard its id hashes to."""
 
     EncoderConfig(device=device, precision=precision).validate()
-    check_index(index_dir, shards=False)  # a folder of shards is updated shard by shard
+    check_index(index_dir)
     open_source(corpus, options)  # a missing path, an empty folder, a misplaced option
+    from dotcat.index.shard_updates import add_to_shards
     from dotcat.index.updates import add_documents
 
+    add = add_to_shards if is_shard_folder(index_dir) else add_documents
     start = time.perf_counter()
-    result = add_documents(index_dir, corpus, upsert=upsert, device=device, precision=precision,
-                           corpus_options=options)  # fmt: skip
+    result = add(index_dir, corpus, upsert=upsert, device=device, precision=precision,
+                 corpus_options=options)  # fmt: skip
     typer.echo(
         f"added {result.added} and replaced {result.replaced} documents in {index_dir} in "
         f"{time.perf_counter() - start:.1f} s; it holds {result.documents} documents"
@@ -130,15 +136,18 @@ def delete(
     ids: Path | None = typer.Option(None, help="A file of document ids to delete, one per line."),
     missing_ok: bool = typer.Option(False, help="Delete the ids the index has; skip the others."),
 ) -> None:
-    """Delete documents from an index (FAISS and doc store; BM25 follows); atomic."""
+    """Delete documents from an index (FAISS and doc store; BM25 follows); atomic. From a
+    folder of shards: from the shards that hold them."""
 
-    check_index(index_dir, shards=False)
+    check_index(index_dir)
     wanted = [i for i in (*(doc_ids or []), *(read_ids(ids) if ids else [])) if i.strip()]
     if not wanted:
         raise DotcatError("give document ids to delete (as arguments or --ids FILE)")
+    from dotcat.index.shard_updates import delete_from_shards
     from dotcat.index.updates import delete_documents
 
-    result = delete_documents(index_dir, wanted, missing_ok=missing_ok)
+    delete = delete_from_shards if is_shard_folder(index_dir) else delete_documents
+    result = delete(index_dir, wanted, missing_ok=missing_ok)
     typer.echo(f"deleted {result.deleted} documents from {index_dir}; it holds {result.documents}")
 
 

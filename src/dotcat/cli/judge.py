@@ -115,11 +115,11 @@ def status(
     """Each query's pool and how much of it is judged; the assessors' agreement (kappa)."""
     store = _store(_index(index_dir), store_config.judgments)
     assessor = qrels_config.assessor
-    from dotcat.judging.agreement import agreement, format_agreement
+    from dotcat.judging.agreement import assessor_agreement, format_agreement
 
     who = assessor or (store.assessors()[0] if len(store.assessors()) == 1 else None)
     progress = store.progress(who)
-    pairs = agreement(store)
+    pairs = assessor_agreement(store)
     if as_json:
         typer.echo(json.dumps({
             "assessors": store.assessors(), "assessor": who, "pools": store.pools(),

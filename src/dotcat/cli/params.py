@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 
 from dotcat.errors import DotcatError
@@ -40,8 +39,15 @@ from dotcat.options import Settings, choices_of, default_of, is_settings
 #: What an option's default stands for when the field's None means "decide": shown as
 #: ``auto`` on the command line (``--teacher-alpha auto``).
 AUTO = "auto"
+try:  # typer 0.2x runs commands on its own copy of click: the context is that copy's
+    from typer._click.core import ParameterSource
+    from typer._click.globals import get_current_context
+except ImportError:  # typer on click itself
+    from click.core import ParameterSource
+    from click.globals import get_current_context
+
 #: How a value reached a command: given by the user (not the option's default).
-_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+_GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def option(
@@ -161,7 +167,7 @@ def build(cls: type, values: Mapping[str, Any], exclude: tuple[str, ...] = ()) -
 def given(names: list[str], fields: list[tuple[type, dataclasses.Field]] = ()) -> set[str]:
     """Which of ``names`` the user gave this command (not left at their defaults); a pair's
     half given counts as its field given."""
-    context = click.get_current_context(silent=True)
+    context = get_current_context(silent=True)
     if context is None:
         return set()
     out = {n for n in names if context.get_parameter_source(n) in _GIVEN}
@@ -185,7 +191,7 @@ def refuse_with(what: str, names: set[str], why: str) -> None:
 
 def _flag(name: str) -> str:
     """The current command's flag for its parameter ``name`` (``--fusion``)."""
-    context = click.get_current_context(silent=True)
+    context = get_current_context(silent=True)
     for param in context.command.params if context else ():
         if param.name == name:
             return next((o for o in param.opts if o.startswith("--")), param.opts[0])

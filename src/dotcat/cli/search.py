@@ -30,6 +30,7 @@ from dotcat.errors import DotcatError
 from dotcat.index.config import BM25Config
 from dotcat.models.resolve import check_model
 from dotcat.options import K_HELP
+from dotcat.search.cluster import ClusterConfig, is_shard_folder
 from dotcat.search.config import (
     RUN_RERANK_SETTINGS,
     PipelineConfig,
@@ -57,6 +58,7 @@ _NOT_RERANK = tuple(
 
 @app.command()
 @with_settings(PipelineConfig, "config")
+@with_settings(ClusterConfig, "cluster")
 def search(
     index_dir: str | None = typer.Argument(None, help=INDEX_HELP, metavar="INDEX_DIR"),
     query: str | None = typer.Argument(
@@ -81,16 +83,19 @@ def search(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
     ),
     config: PipelineConfig = None,
+    cluster: ClusterConfig = None,
 ) -> None:
     """Search an index: one query (a table or --json), a queries file into a TREC run, or
     queries read line by line (models loaded once).
 
     With --rerank MODEL the top --depth results are re-ordered by the cross-encoder; with
-    --filter only documents whose fields match are searched.
+    --filter only documents whose fields match are searched. A folder of shards is searched
+    as one index: in this process, or on Ray (--ray).
     """
     if full_text and not as_json:
         raise DotcatError("--full-text goes with --json (the table shows snippets)")
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
+        refuse_with("--server", given_settings(ClusterConfig), "the server runs its shards")
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
                        config, full_text)  # fmt: skip
         return
@@ -109,18 +114,26 @@ def search(
     if output is not None:
         check_output_file(output)
     check_pipeline(index_dir, config)
+    if not is_shard_folder(index_dir):
+        why = "they place the shards of a folder of shards (this is one index)"
+        refuse_with("one index", given_settings(ClusterConfig), why)
+        cluster = None
+    elif queries is not None and "budget_s" not in given_settings(ClusterConfig):
+        cluster = dataclasses.replace(cluster, budget_s=None)  # a run: whole, or an error
     topics = load_queries(queries, split=split) if queries is not None else None
 
     from dotcat.search.pipeline import SearchPipeline
 
-    pipeline = SearchPipeline(index_dir, config)
+    pipeline = SearchPipeline(index_dir, config, cluster=cluster)
     if topics is not None:
         _write_run(pipeline, topics, k, output, tag)
         return
 
     def one(text: str):
         _warn_if_cut(pipeline, check_query(text))
-        return pipeline.search(text, k)
+        hits = pipeline.search(text, k)
+        _warn_if_partial(pipeline)
+        return hits
 
     if query is not None:
         print_hits(one(query), as_json, query=query, full_text=full_text)
@@ -136,12 +149,27 @@ def _warn_if_cut(pipeline, query: str) -> None:
         )
 
 
+def _warn_if_partial(pipeline) -> None:
+    coverage = pipeline.stages.coverage()
+    if coverage is not None and not coverage.full:
+        logger.warning(
+            "partial answer: shard(s) %s did not answer within the budget; %d of %d documents "
+            "searched", ", ".join(coverage.missing), coverage.documents, coverage.total,
+        )  # fmt: skip
+
+
 def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str) -> None:
     """``search --queries``: every query's top k into a TREC run."""
 
     start = time.perf_counter()
     run = pipeline.run(topics, k, show_progress=True)
     seconds = time.perf_counter() - start
+    coverage = pipeline.stages.coverage()
+    if coverage is not None and not coverage.full:
+        raise DotcatError(
+            f"shard(s) {', '.join(coverage.missing)} did not answer within --budget; no run "
+            "written (without --budget a run waits for every shard)"
+        )
     write_run(run, output, tag=tag)
     what = f"{pipeline.first_stage} first stage, {pipeline.score_kind()} scores"
     r = pipeline.reranker

@@ -8,7 +8,9 @@ from pathlib import Path
 import typer
 
 from dotcat.cli.main import app
-from dotcat.cli.params import with_settings
+from dotcat.cli.params import given_settings, refuse_with, with_settings
+from dotcat.errors import DotcatError
+from dotcat.search.cluster import ServeClusterConfig, is_shard_folder
 from dotcat.search.config import PipelineConfig, check_pipeline
 from dotcat.serve.config import ServeConfig
 
@@ -16,16 +18,30 @@ from dotcat.serve.config import ServeConfig
 @app.command()
 @with_settings(PipelineConfig, "pipeline_config")
 @with_settings(ServeConfig, "config")
+@with_settings(ServeClusterConfig, "cluster")
 def serve(
-    index_dir: Path = typer.Argument(
-        ..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR"
+    index_dirs: list[Path] = typer.Argument(
+        ...,
+        help="An index directory from `dotcat index`; or shards (`dotcat index --shard I/N`): "
+        "a folder of them, or their directories.",
+        metavar="INDEX_DIR",
     ),
     access_log: bool = typer.Option(True, help="One JSON line per request on stderr."),
     config: ServeConfig = None,
     pipeline_config: PipelineConfig = None,
+    cluster: ServeClusterConfig = None,
 ) -> None:
-    """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /."""
-    check_pipeline(index_dir, pipeline_config)
+    """Serve an index over HTTP: a search API (OpenAPI at /docs) and a search page at /.
+
+    Over shards, each shard is held by --replicas Ray actors (on a local Ray by default, or
+    the cluster --ray names); every search asks all shards and merges their answers.
+    """
+    for index_dir in index_dirs:
+        check_pipeline(index_dir, pipeline_config)
+    sharded = len(index_dirs) > 1 or is_shard_folder(index_dirs[0])
+    cluster = _cluster(sharded, cluster, config)
+    target = index_dirs[0] if len(index_dirs) == 1 else index_dirs
+    shown = " ".join(map(str, index_dirs))
     workers = config.workers
     from dotcat.serve.server import serve as run_server
 
@@ -39,12 +55,32 @@ def serve(
             if pipeline.reranker is not None:
                 r = pipeline.reranker
                 stages += f" + BERT_CAT top {r.depth} (interpolation {r.alpha:g}, {r.alpha_source})"
-        typer.echo(f"dotcat: serving {index_dir} on {url} ({stages}); page at {url}/", err=True)
+            shards = pipeline.stages.status()
+            if shards is not None:
+                where = f"Ray at {cluster.ray}" if cluster.on_ray else "this process"
+                stages += f"; {len(shards)} shards x {shards[0]['replicas']} on {where}"
+        typer.echo(f"dotcat: serving {shown} on {url} ({stages}); page at {url}/", err=True)
         if config.judge:
             typer.echo(f"dotcat: judging page at {url}/judge", err=True)
 
     # Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then raises KeyboardInterrupt (one
     # process) or returns (--workers: its supervisor stopped every worker).
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(index_dir, pipeline_config, config, access_log=access_log, on_ready=ready)
+        run_server(target, pipeline_config, config, access_log=access_log, on_ready=ready,
+                   cluster=cluster)  # fmt: skip
     typer.echo("dotcat: server stopped", err=True)
+
+
+def _cluster(sharded: bool, cluster: ServeClusterConfig, config: ServeConfig):
+    """Where the shards run (None for one index); what only applies to shards refused."""
+    if not sharded:
+        why = "they place the shards of a folder of shards (this is one index)"
+        refuse_with("one index", given_settings(ServeClusterConfig), why)
+        return None
+    if config.workers > 1:
+        raise DotcatError(
+            "--workers: a server over shards is one front process; the shards run as Ray "
+            "actors (--replicas gives each shard more)"
+        )
+    cluster.check_within(config.timeout_s)
+    return cluster

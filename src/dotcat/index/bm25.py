@@ -59,6 +59,10 @@ FORMAT_VERSION = 1
 _MANIFEST = "dotcat_bm25.json"
 _DOC_IDS = "doc_ids.json"
 _TOKENIZER_VOCAB = "vocab.tokenizer.json"
+#: The counts the scores were computed from (optional: an index saved before they were kept
+#: has none, and :meth:`BM25Index.count_terms` counts them again from its texts).
+_TERM_COUNTS = "counts.tf.npy"
+_LENGTHS = "counts.lengths.npy"
 
 
 def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
@@ -68,6 +72,62 @@ def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
     if isinstance(config.stopwords, str):
         stopwords = config.stopwords
     return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
+
+
+class TermCounts:
+    """What bm25s computed a score matrix from: each stored score's term count ``tf(t, d)``
+    and each document's length ``|d|`` (its tokens, repeats counted; an empty document is one
+    empty token, as bm25s counts it).
+
+    ``tf`` is aligned with bm25s' term-major score matrix (the same ``indptr`` and
+    ``indices``), so that the matrix can be computed again with other collection statistics
+    (:mod:`dotcat.index.bm25_global`: a shard scored as the merged index scores it).
+    """
+
+    def __init__(self, tf: np.ndarray, lengths: np.ndarray) -> None:
+        self.tf, self.lengths = tf, lengths
+
+    @property
+    def tokens(self) -> int:
+        """The collection's length in tokens: ``sum_d |d|``."""
+        return int(np.sum(self.lengths, dtype=np.int64))
+
+    @classmethod
+    def of(cls, token_ids: Sequence[Sequence[int]], scores: Mapping[str, Any]) -> TermCounts | None:
+        """The counts of documents given as token ids, laid out as bm25s laid out the score
+        matrix ``scores`` it built from them (its own per-document counting and CSC builder,
+        fed the same entries in the same order); None, with a warning, where the layout
+        differs (a bm25s that builds its matrix otherwise than this code knows)."""
+        n_docs, n_vocab = len(token_ids), len(scores["indptr"]) - 1
+        counted = [
+            bm25s.scoring._get_counts_from_token_ids(ids, np.float32, np.int32) for ids in token_ids
+        ]
+        terms = np.concatenate([t for t, _ in counted]) if counted else np.empty(0, np.int32)
+        tf = np.concatenate([c for _, c in counted]) if counted else np.empty(0, np.float32)
+        docs = np.repeat(np.arange(n_docs, dtype=np.int32), [len(t) for t, _ in counted])
+        data, indices, indptr = bm25s.BM25._np_csc(tf, docs, terms, (n_docs, n_vocab))
+        if not (np.array_equal(indptr, scores["indptr"]) and np.array_equal(
+            indices, scores["indices"]
+        )):  # fmt: skip
+            logger.warning("bm25s %s lays out its scores in an unknown way: term counts not "
+                           "kept (shards of this index cannot be scored together)",
+                           bm25s.__version__)  # fmt: skip
+            return None
+        lengths = np.fromiter((len(ids) for ids in token_ids), np.int32, count=n_docs)
+        return cls(np.asarray(data, dtype=np.int32), lengths)
+
+    def save(self, path: Path) -> None:
+        np.save(path / _TERM_COUNTS, self.tf, allow_pickle=False)
+        np.save(path / _LENGTHS, self.lengths, allow_pickle=False)
+
+    @classmethod
+    def load(cls, path: Path, mmap: bool) -> TermCounts | None:
+        """The counts saved in ``path``, or None (an index saved before they were kept)."""
+        if not (path / _TERM_COUNTS).is_file():
+            return None
+        mode = "r" if mmap else None
+        tf = np.load(path / _TERM_COUNTS, mmap_mode=mode, allow_pickle=False)
+        return cls(tf, np.load(path / _LENGTHS, mmap_mode=mode, allow_pickle=False))
 
 
 class BM25Index:
@@ -84,12 +144,15 @@ class BM25Index:
         tokenizer: bm25s.tokenization.Tokenizer,
         doc_ids: list[str],
         config: BM25Config,
+        counts: TermCounts | None = None,
     ) -> None:
         """Internal: use :meth:`build` or :meth:`load`."""
         self._retriever = retriever
         self._tokenizer = tokenizer
         self.doc_ids = doc_ids
         self.config = config
+        #: The term counts the scores came from (None: an index saved without them).
+        self.counts = counts
         # Each document's position in sorted-id order, the tie-breaker of every ranking.
         order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__)
         self._id_rank = np.empty(len(doc_ids), dtype=np.int64)
@@ -140,6 +203,7 @@ class BM25Index:
             create_empty_token=True,
             show_progress=False,  # its bars ignore -q; tokenizing (above) is the long part
         )
+        counts = TermCounts.of(token_ids, retriever.scores)
         n_tokens = sum(len(t) for t in token_ids)
         del token_ids
         logger.info(
@@ -149,7 +213,23 @@ class BM25Index:
             n_tokens / len(doc_ids),
             time.perf_counter() - start,
         )
-        return cls(retriever, tokenizer, doc_ids, config)
+        return cls(retriever, tokenizer, doc_ids, config, counts)
+
+    def count_terms(self, corpus: Iterable[Any]) -> TermCounts | None:
+        """The term counts of this index's rows, from the documents it was built from (as
+        :meth:`build` takes them, in row order): for an index saved before :meth:`save` kept
+        them.
+
+        Raises:
+            DotcatError: the documents do not give this index's vocabulary (other documents).
+        """
+        tokenizer = make_tokenizer(self.config)
+        texts = (_join(title, text) for title, text in _iter_fields(corpus, []))
+        stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
+        token_ids = [array("i", ids) for ids in stream]
+        if len(token_ids) != len(self) or tokenizer.get_vocab_dict() != self._retriever.vocab_dict:
+            raise DotcatError("these texts are not the ones this BM25 index was built from")
+        return TermCounts.of(token_ids, self._retriever.scores)
 
     def search(
         self,
@@ -304,6 +384,8 @@ class BM25Index:
             self._retriever.save(tmp, show_progress=False)
             self._tokenizer.save_vocab(tmp, _TOKENIZER_VOCAB)
             (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
+            if self.counts is not None:
+                self.counts.save(tmp)
             manifest = {
                 "format": "dotcat-bm25",
                 "format_version": FORMAT_VERSION,
@@ -341,6 +423,7 @@ class BM25Index:
             tokenizer = make_tokenizer(config)
             tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
+            counts = TermCounts.load(path, mmap)
         except DotcatError:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
@@ -351,7 +434,7 @@ class BM25Index:
             ) from None
         if len(doc_ids) != manifest["n_docs"]:
             raise DotcatError(f"{path}: {len(doc_ids)} ids for {manifest['n_docs']} documents")
-        return cls(retriever, tokenizer, doc_ids, config)
+        return cls(retriever, tokenizer, doc_ids, config, counts)
 
 
 class _Rows:
@@ -374,32 +457,34 @@ class _Rows:
 def build_from_docstore(
     docstore: Path, config: BM25Config, show_progress: bool, passages: bool | None = None
 ) -> BM25Index:
-    """A BM25 index over a doc store's documents, in position order, or over its passages
-    (an index built with them, unless ``passages`` is False: an index splitting document by
-    document reads documents whole), in FAISS id order, each row's id its FAISS id (as a
-    string) and its text its document's title and the passage's text, as the encoder reads it.
+    """A BM25 index over a doc store's rows (:func:`docstore_rows`: its passages unless
+    ``passages`` is False, an index splitting document by document reading documents whole).
 
     BM25's statistics (document frequencies, mean length) are global, so after an update or a
     merge the side index of an index directory is built again from its doc store, never
     patched or merged.
     """
     store = DocStore(docstore)
-    passages = store.has_passages() if passages is None else passages and store.has_passages()
-
-    def documents() -> Iterator[dict[str, str]]:
-        if passages:
-            for rows in store.iter_passages():
-                for pid, _, title, text in rows:
-                    yield {"id": str(pid), "title": title, "text": text}
-            return
-        for rows in store.iter_rows():
-            for _, doc_id, title, text in rows:
-                yield {"id": doc_id, "title": title, "text": text}
-
     try:
-        return BM25Index.build(documents(), config=config, show_progress=show_progress)
+        rows = docstore_rows(store, passages)
+        return BM25Index.build(rows, config=config, show_progress=show_progress)
     finally:
         store.close()
+
+
+def docstore_rows(store: DocStore, passages: bool | None = None) -> Iterator[dict[str, str]]:
+    """What BM25 indexes of a doc store: its documents, in position order, or its passages
+    (an index built with them, unless ``passages`` is False), in FAISS id order, each row's
+    id its FAISS id (as a string) and its text its document's title and the passage's text,
+    as the encoder reads it."""
+    if store.has_passages() if passages is None else passages and store.has_passages():
+        for rows in store.iter_passages():
+            for pid, _, title, text in rows:
+                yield {"id": str(pid), "title": title, "text": text}
+        return
+    for rows in store.iter_rows():
+        for _, doc_id, title, text in rows:
+            yield {"id": doc_id, "title": title, "text": text}
 
 
 def _join(title: str, text: str) -> str:

@@ -177,6 +177,12 @@ class DocStore:
         known = self.field_kinds() if known is None else known
         return field_table.of(self._conn, positions, known)
 
+    def field_values(self, names: Sequence[str]) -> dict[str, set[str]]:
+        """The distinct values (as text) of the fields ``names`` (none without fields)."""
+        if not self.has_fields():
+            return {name: set() for name in names}
+        return field_table.values(self._conn, names)
+
     def select(self, sql: str, params: Sequence[Any]) -> np.ndarray:
         """The sorted positions a filter's query admits (:mod:`dotcat.search.filters`)."""
         try:

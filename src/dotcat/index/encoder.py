@@ -14,14 +14,20 @@ from pathlib import Path
 
 from dotcat.index.manifest import int8_runtime
 from dotcat.models import EncoderConfig
-from dotcat.models.runtime import precision_name, resolve_device, resolve_precision
+from dotcat.models.runtime import cpu_kind, precision_name, resolve_device, resolve_precision
 
 
 def encoder_config_from_manifest(
-    encoder_entry: Mapping, model: str | None = None, device: str = "auto", precision: str = "auto"
+    encoder_entry: Mapping,
+    model: str | None = None,
+    device: str = "auto",
+    precision: str = "auto",
+    *,
+    side: str = "queries",
 ) -> EncoderConfig:
-    """The encoder config that reproduces the index's vectors (``auto`` precision: one that
-    meets the index's, see :func:`_follow_index`).
+    """The encoder config that reproduces the index's vectors for one ``side``: ``queries``
+    (a search) or ``documents`` (added documents); ``auto`` precision: one that meets the
+    index's, see :func:`_follow_index`.
 
     ``model`` overrides where the weights come from (e.g. a copy of the model elsewhere); the
     weights fingerprint is checked afterwards either way.
@@ -42,16 +48,24 @@ def encoder_config_from_manifest(
         query_prefix=encoder_entry.get("query_prefix"),
         document_prefix=encoder_entry.get("document_prefix"),
         device=device,
-        precision=_follow_index(precision, encoder_entry.get("precision"), device),
+        precision=_follow_index(precision, recorded_precision(encoder_entry, side), device),
         # int8 vectors are met by the runtime that made them (check_encoder refuses others).
         backend=int8_runtime(encoder_entry) if encoder_entry.get("precision") == "int8" else "auto",
     )
 
 
+def recorded_precision(encoder_entry: Mapping, side: str = "queries") -> str | None:
+    """The precision an index records for one side: its documents' (``precision``), or the
+    one its build chose for its queries (``queries``; indexes from before the choice was
+    recorded searched at their documents' precision)."""
+    queries = encoder_entry.get("queries") if side == "queries" else None
+    return (queries or {}).get("precision") or encoder_entry.get("precision")
+
+
 def _follow_index(requested: str, built: str | None, device: str) -> str:
-    """``auto`` follows the index: int8 queries (and added documents) for int8 documents (on
-    CPU), else the autocast rule (bf16 where native, else fp32: either meets fp32/bf16
-    documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
+    """``auto`` follows the index: int8 where the side's recorded precision is int8 (on CPU),
+    else the autocast rule of this machine (bf16 where native, else fp32: either meets fp32 and
+    bf16 documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
     before int8 record no precision: their vectors are fp32 or bf16."""
     if requested != "auto":
         return requested
@@ -59,3 +73,18 @@ def _follow_index(requested: str, built: str | None, device: str) -> str:
     if built == "int8":
         return "int8" if resolved.type == "cpu" else requested
     return precision_name(resolve_precision("auto", resolved))
+
+
+def describe_precision(encoder_entry: Mapping, requested: str = "auto") -> str:
+    """One line on what an index's vectors were made at and what its searches run at, e.g.
+    ``precision: documents int8 (openvino), queries int8 (openvino); auto on this CPU
+    (vnni+bf16)``."""
+
+    def side(precision: str | None, backend: str | None) -> str:
+        return f"{precision} ({backend})" if precision == "int8" else str(precision)
+
+    queries = encoder_entry.get("queries") or {}
+    documents = side(encoder_entry.get("precision"), encoder_entry.get("backend"))
+    searched = side(recorded_precision(encoder_entry), queries.get("backend"))
+    why = f"auto on this CPU ({cpu_kind()})" if requested == "auto" else f"--precision {requested}"
+    return f"precision: documents {documents}, queries {searched}; {why}"

@@ -24,7 +24,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -143,6 +143,20 @@ def kinds(conn: sqlite3.Connection) -> dict[str, FieldInfo]:
     return {name: FieldInfo(kind, documents, values) for name, kind, documents, values in rows}
 
 
+def values(conn: sqlite3.Connection, names: Sequence[str]) -> dict[str, set[str]]:
+    """The distinct values (as text) of the fields ``names``."""
+    out: dict[str, set[str]] = {name: set() for name in names}
+    for start in range(0, len(names), _CHUNK):
+        chunk = list(names[start : start + _CHUNK])
+        rows = conn.execute(
+            f"SELECT DISTINCT name, value FROM fields WHERE name IN ({','.join('?' * len(chunk))})",
+            chunk,
+        )
+        for name, value in rows:
+            out[name].add(value)
+    return out
+
+
 def select_positions(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> np.ndarray:
     """The sorted positions a filter's query (``SELECT pos ...``) admits."""
     cursor = conn.execute(f"SELECT DISTINCT pos FROM ({sql}) ORDER BY pos", params)
@@ -222,6 +236,19 @@ def merged_kinds(parts: Iterable[Mapping[str, FieldInfo]]) -> dict[str, FieldInf
             out[name] = FieldInfo(kind, held.documents + info.documents,
                                   held.distinct_values + info.distinct_values)  # fmt: skip
     return dict(sorted(out.items()))
+
+
+def with_distinct(
+    kinds: Mapping[str, FieldInfo], values: Mapping[str, set[str]]
+) -> dict[str, FieldInfo]:
+    """``kinds`` (merged) with the distinct values of the fields in ``values`` counted
+    exactly: the size of the union of every part's values, where :func:`merged_kinds` can
+    only sum them (an upper bound)."""
+    out = dict(kinds)
+    for name, seen in values.items():
+        if name in out:
+            out[name] = replace(out[name], distinct_values=len(seen))
+    return out
 
 
 def _wider(a: str, b: str) -> str:

@@ -117,7 +117,7 @@ def _connect(ray: Any, address: str) -> bool:
         logger.info("reusing the Ray runtime already initialised in this process")
         return False
     if address != "local":
-        _check_reachable(address)
+        check_reachable(address)
     try:
         # "local" always starts a Ray on this machine, even if RAY_ADDRESS is set
         ray.init(address=address, include_dashboard=False)
@@ -127,7 +127,7 @@ def _connect(ray: Any, address: str) -> bool:
     return True
 
 
-def _check_reachable(address: str) -> None:
+def check_reachable(address: str) -> None:
     """Fail fast on a ``host:port`` nobody answers at (``ray.init`` retries for minutes)."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():

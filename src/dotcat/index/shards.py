@@ -137,6 +137,30 @@ def _passage_differences(a: Manifest, b: Manifest) -> list[str]:
     ]
 
 
+def shard_order(paths: Sequence[str | Path]) -> list[Path]:
+    """Index directories in shard order (by shard number; plain indexes after, as given)."""
+    return _in_order([(Path(p), Manifest.read(Path(p))) for p in paths])
+
+
+def collection_manifest(manifests: Sequence[Manifest]) -> Manifest:
+    """The manifest of the collection that shards (in shard order) make up, searched
+    unmerged: the first shard's encoder and corpus (of the first with passages, where some
+    split document by document and others had no long document), the counts of all."""
+    first = next((m for m in manifests if m.passages), manifests[0])
+    count = sum(m.vector_count for m in manifests)
+    span = sum(m.next_vector_id for m in manifests)
+    documents = sum(int(m.documents["count"]) for m in manifests)
+    passages = {**first.passages, "count": count, "next_pid": span} if first.passages else None
+    return Manifest(
+        encoder=first.encoder,
+        faiss={**first.faiss, "shards": len(manifests)},
+        documents={"count": documents} if passages else {"count": documents, "next_pos": span},
+        corpus=first.corpus,
+        dotcat_version=first.dotcat_version,
+        passages=passages,
+    )
+
+
 class ShardSet:
     """A folder of shard indexes, searched as one (see the module docstring).
 
@@ -165,23 +189,8 @@ class ShardSet:
         ]
         self.doc_offsets = np.concatenate([[0], np.cumsum(positions)]).astype(np.int64)
         self.count = sum(len(s) for s in self.shards)
-        first = next((s.manifest for s in self.shards if s.manifest.passages),
-                     self.shards[0].manifest)  # fmt: skip
-        documents = sum(s.document_count for s in self.shards)
-        self.passages = (
-            {**first.passages, "count": self.count, "next_pid": int(self.offsets[-1])}
-            if first.passages
-            else None
-        )
-        self.manifest = Manifest(
-            encoder=first.encoder,
-            faiss={**first.faiss, "shards": len(self.shards)},
-            documents={"count": documents} if self.passages else
-            {"count": documents, "next_pos": int(self.offsets[-1])},
-            corpus=first.corpus,
-            dotcat_version=first.dotcat_version,
-            passages=self.passages,
-        )  # fmt: skip
+        self.manifest = collection_manifest([s.manifest for s in self.shards])
+        self.passages = self.manifest.passages
         self.search_params = self.shards[0].search_params
         self.store = _ShardStores(self)
         logger.info("%d shards, %d documents, searched unmerged", len(self.shards), len(self))

@@ -289,9 +289,11 @@ def _add(
     if len(dataset) == 0:
         return next_id
     device, precision = runtime
-    config = encoder_config_from_manifest(manifest.encoder, None, device, precision)
+    config = encoder_config_from_manifest(
+        manifest.encoder, None, device, precision, side="documents"
+    )
     encoder = BiEncoder.load(config)
-    check_encoder(manifest, encoder.manifest_entry(), store.path.parent)
+    check_encoder(manifest, encoder.manifest_entry(), store.path.parent, side="documents")
     config = PassageConfig.from_manifest(manifest.passages)
     splitter = Splitter.for_encoder(encoder, config, split_longer_than(manifest.passages))
     position = first

@@ -19,7 +19,7 @@ from dotcat.exports import lazy_exports
 
 _EXPORTS = {
     "Agreement": "dotcat.judging.agreement",
-    "agreement": "dotcat.judging.agreement",
+    "assessor_agreement": "dotcat.judging.agreement",
     "cohen_kappa": "dotcat.judging.agreement",
     "GRADES": "dotcat.judging.config",
     "PoolConfig": "dotcat.judging.config",

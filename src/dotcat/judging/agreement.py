@@ -76,7 +76,7 @@ def pair_agreement(
     )  # fmt: skip
 
 
-def agreement(store: JudgmentStore) -> list[Agreement]:
+def assessor_agreement(store: JudgmentStore) -> list[Agreement]:
     """Every pair of the store's assessors who graded documents in common."""
     judged = store.current()
     labels = sorted(store.scale)

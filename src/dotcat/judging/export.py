@@ -30,7 +30,7 @@ from typing import Any
 from dotcat.data import iter_corpus
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in, write_json, writing
-from dotcat.judging.agreement import agreement
+from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import ExportConfig, QrelsConfig
 from dotcat.judging.store import JudgmentStore
 from dotcat.types import Qrels
@@ -217,7 +217,7 @@ def export_record(store: JudgmentStore, qrels: Mapping, config: QrelsConfig) -> 
         "assessor": config.assessor,
         "combine": None if config.assessor else config.combine,
         "scale": store.scale,
-        "agreement": [a.to_json() for a in agreement(store)],
+        "agreement": [a.to_json() for a in assessor_agreement(store)],
         "queries": len(qrels),
         "judged": sum(len(d) for d in qrels.values()),
     }

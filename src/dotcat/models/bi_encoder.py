@@ -55,6 +55,7 @@ from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
+    auto_precision,
     autocast,
     choose_precision,
     configure_threads,
@@ -348,12 +349,27 @@ class BiEncoder:
             "query_prefix": self.query_prefix,
             "document_prefix": self.document_prefix,
             # bf16 and fp32 vectors agree to cosine >= 0.999: an index built at one is searched
-            # at the other; int8 vectors meet only int8 ones (index.manifest.check_encoder).
+            # at the other; int8 documents meet float queries and int8 ones of their runtime
+            # (index.manifest.check_encoder).
             "precision": self.precision,
             # Two int8 runtimes give vectors that do not rank alike; older int8 indexes lack
             # the key and are ONNX Runtime's (index.manifest.check_encoder).
             "backend": self.backend,
+            # What searches of an index built with this encoder run at under ``auto``.
+            "queries": dict(zip(("precision", "backend"), self.query_path(), strict=True)),
         }
+
+    def query_path(self) -> tuple[str, str]:
+        """(precision, runtime) of the queries that an index built by this encoder records,
+        and that searches of it run at under ``auto``: for ``precision="auto"`` on CPU, the
+        queries' entry of :data:`dotcat.models.runtime.AUTO_ENCODER` (on the documents' int8
+        runtime); otherwise the documents' own (:attr:`precision`, :attr:`backend`)."""
+        own = (self.precision, self.backend)
+        if self.config.precision != "auto" or self.device.type != "cpu" or not self.config.fast:
+            return own
+        precision = auto_precision("encoder", self.device, "queries")
+        # int8 queries meet int8 documents only (of their runtime): those are ``own``.
+        return own if precision in (self.precision, "int8") else (precision, "torch")
 
     @property
     def precision(self) -> str:

@@ -57,11 +57,13 @@ class EncoderConfig(Settings):
             fixed-size batches, one at a time, fp32.
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, 65,536 on a GPU;
             0: no cap.
-        precision: ``auto`` (int8 on CPUs with VNNI, else bf16 where native, fp16 on older
-            GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or
-            the int8 runtime; pooling and outputs stay fp32.
-        backend: the int8 runtime: ``auto`` (ONNX Runtime), ``onnxruntime``, ``openvino``;
-            an index records which one made its vectors.
+        precision: ``auto`` (per CPU kind, :data:`dotcat.models.runtime.AUTO_ENCODER`: int8
+            on CPUs with VNNI where OpenVINO is installed, else bf16 where native, fp16 on
+            older GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype,
+            or the int8 runtime; pooling and outputs stay fp32. An index also records the
+            precision its queries run at under ``auto`` (:meth:`BiEncoder.query_path`).
+        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
+            ``onnxruntime``, ``openvino``; an index records which one made its vectors.
         cpu_workers: batches encoded at once on CPU, each by its own thread with one
             intra-op thread (data parallel: no barrier between cores inside an op, robust when
             other processes share the cores); None: one per intra-op thread (at most 8, then
@@ -97,8 +99,8 @@ class EncoderConfig(Settings):
     precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     backend: str = setting(
         "auto",
-        help="The encoder's int8 runtime: auto (onnxruntime), onnxruntime or openvino; an "
-        "index records it, and its queries follow it.",
+        help="The encoder's int8 runtime: auto (openvino where installed, else onnxruntime), "
+        "onnxruntime or openvino; an index records it, and its queries follow it.",
         choices=INT8_BACKENDS,
         flags=("--int8-backend",),
     )

@@ -141,19 +141,31 @@ ONNX_PRECISIONS = ("int8",)
 ALL_PRECISIONS = options.PRECISIONS
 
 
-#: Per model kind, the int8 runtimes that keep >= 99.5% of fp32's nDCG@10 and R@100 on SciFact,
-#: in the order ``auto`` prefers them: on CPUs with VNNI ``auto`` runs the kind at int8 on the
-#: first one installed (AVX2-only CPUs keep fp32: ONNX Runtime's 7-bit AVX2 variant falls below the
-#: bar). The cross-encoder: OpenVINO (activations quantised per token group; ONNX Runtime's
-#: per-tensor int8 lost 0.7-0.9% of nDCG@10). The encoder: ONNX Runtime, one text per call.
-#: OpenVINO also runs the encoder (``backend="openvino"``, ``dotcat index --int8-backend
-#: openvino``): vectors closer to fp32's (cosine 0.9992 vs 0.9949) and batches in one call, but
-#: served queries cost more CPU than ONNX Runtime's (measured on a Xeon), so it is not the default.
-#: Indexes record which int8 runtime made their vectors; queries follow it.
-INT8_BY_DEFAULT = {"encoder": ("onnxruntime",), "cross-encoder": ("openvino",)}
+#: Per model kind, the int8 runtimes ``auto`` may run it on, in the order it prefers them (the
+#: first installed). OpenVINO for both kinds: it quantises an activation per group of features of
+#: each token, where ONNX Runtime takes one range per tensor, and it kept more of fp32's quality:
+#: re-ranked nDCG@10 on SciFact and the default (hybrid) pipeline's nDCG@10 on six collections
+#: (docs/precision.md, "Measured"). Indexes record which runtime made their vectors; queries
+#: follow it.
+INT8_BY_DEFAULT = {"encoder": ("openvino",), "cross-encoder": ("openvino",)}
 #: The runtimes of the int8 path (each runs both model kinds).
 INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+#: What ``auto`` runs the bi-encoder at, per CPU kind (:func:`cpu_kind`): (documents, queries).
+#: ``int8`` runs on the encoder's runtime in :data:`INT8_BY_DEFAULT`, or where that is not
+#: installed falls back to the autocast rule (bf16 where native, else fp32). Chosen as the
+#: fastest path that keeps >= 99.8% of fp32's default-pipeline nDCG@10 on the mean of six
+#: collections and >= 99.0% on each, measured on a VNNI + bf16 Zen 4 (docs/precision.md).
+#: ``vnni`` follows it untested (no such CPU at hand); AVX2-only CPUs keep fp32 (int8's speed
+#: there was not measured, so nothing says it is faster).
+AUTO_ENCODER = {
+    "vnni+bf16": ("int8", "int8"),
+    "vnni": ("int8", "int8"),
+    "bf16": ("bf16", "bf16"),
+    "other": ("fp32", "fp32"),
+}
+#: The sides of the bi-encoder whose precision ``auto`` chooses apart.
+SIDES = ("documents", "queries")
 
 
 def cpu_has_vnni() -> bool:
@@ -165,17 +177,36 @@ def cpu_has_vnni() -> bool:
     return bool(cpu_flags() & _VNNI_FLAGS)
 
 
-def auto_precision(kind: str, device: torch.device) -> str:
-    """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``):
-    int8 on a CPU with VNNI where one of the kind's runtimes in :data:`INT8_BY_DEFAULT` is
-    installed; otherwise the autocast rule of :func:`resolve_precision` (bf16 where native,
-    else fp32; on GPUs ``auto``)."""
+def cpu_kind() -> str:
+    """This CPU as precision sees it: ``vnni+bf16`` (native int8 dot products and bf16: AMD Zen
+    4, Intel Sapphire Rapids), ``vnni`` (int8 only: Intel Cascade Lake, Ice Lake, AVX-VNNI
+    client CPUs), ``bf16`` (bf16 only) or ``other`` (AVX2-only x86 such as AMD Zen 3, and the
+    rest). ``DOTCAT_NATIVE_BF16=on`` gives ``vnni+bf16``, ``=off`` ``other``."""
+    vnni, bf16 = cpu_has_vnni(), cpu_has_native_bf16()
+    kinds = {(True, True): "vnni+bf16", (True, False): "vnni", (False, True): "bf16"}
+    return kinds.get((vnni, bf16), "other")
+
+
+def auto_precision(kind: str, device: torch.device, side: str = "documents") -> str:
+    """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``;
+    for the encoder one ``side``, ``documents`` or ``queries``): the encoder's from
+    :data:`AUTO_ENCODER`, the cross-encoder's int8 on a CPU with VNNI; int8 only where one of
+    the kind's runtimes in :data:`INT8_BY_DEFAULT` is installed, otherwise the autocast rule of
+    :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
-    runtimes = INT8_BY_DEFAULT.get(kind, ())
-    int8 = cpu_has_vnni() and any(backend_installed(r) for r in runtimes)
-    choice = "int8" if int8 else precision_name(resolve_precision("auto", device))
-    _log_once(f"precision auto for the {kind} on this CPU: {choice}")
+    if kind == "encoder":
+        wanted = AUTO_ENCODER[cpu_kind()][SIDES.index(side)]
+    else:
+        wanted = "int8" if cpu_has_vnni() else "auto"
+    autocast_rule = precision_name(resolve_precision("auto", device))
+    if wanted == "int8":
+        runtimes = INT8_BY_DEFAULT.get(kind, ())
+        choice = "int8" if any(backend_installed(r) for r in runtimes) else autocast_rule
+    else:
+        choice = autocast_rule if wanted == "auto" else wanted
+    what = f"the encoder's {side}" if kind == "encoder" else f"the {kind}"
+    _log_once(f"precision auto for {what} on this CPU ({cpu_kind()}): {choice}")
     return choice
 
 
@@ -227,8 +258,9 @@ def describe_precision(precision: str, device: torch.device) -> str:
         return precision
     if device.type != "cpu":
         return precision_name(resolve_precision("auto", device))
-    kinds = ("encoder", "cross-encoder")
-    return ", ".join(f"{kind} {auto_precision(kind, device)}" for kind in kinds)
+    documents, queries = (auto_precision("encoder", device, side) for side in SIDES)
+    encoder = documents if documents == queries else f"{documents}, queries {queries}"
+    return f"encoder {encoder}, cross-encoder {auto_precision('cross-encoder', device)}"
 
 
 @functools.cache

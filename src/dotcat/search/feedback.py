@@ -58,6 +58,9 @@ __all__ = [
     "RM3",
     "Rocchio",
     "RM3Expander",
+    "eligible_terms",
+    "expanded_query",
+    "relevance_model",
     "rm3_of",
     "rm3_search",
     "rocchio_of",
@@ -140,30 +143,18 @@ class RM3Expander:
         ids = self.index.query_token_ids(query)
         if not ids:
             return {}
-        counts = Counter(ids)
-        original = {t: c / len(ids) for t, c in counts.items()}
-        first = self.index.top(self.index.weighted_scores(counts), self.params.fb_docs, mask)
-        model = self.relevance_model(first)
-        lam = self.params.original_query_weight
-        terms = original.keys() | model.keys()
-        return {t: lam * original.get(t, 0.0) + (1 - lam) * model.get(t, 0.0) for t in terms}
+        first = self.index.top(self.index.weighted_scores(Counter(ids)), self.params.fb_docs, mask)
+        return expanded_query(ids, self.relevance_model(first), self.params)
 
     def relevance_model(self, feedback: Sequence[tuple[int, float]]) -> dict[int, float]:
         """RM1 from ``(row, score)`` feedback documents: term id -> weight, summing to 1."""
-        total: dict[int, float] = {}
-        for row, score in feedback:
-            counts = {
-                t: c for t, c in self.index.term_frequencies(row).items() if self._eligible[t]
-            }
-            kept = _largest(counts, self.params.fb_terms)
-            norm = sum(kept.values())
-            if norm <= 0:
-                continue
-            for term, count in kept.items():
-                total[term] = total.get(term, 0.0) + count / norm * score
-        model = _largest(total, self.params.fb_terms)
-        norm = sum(model.values())
-        return {t: w / norm for t, w in model.items()} if norm > 0 else {}
+        return relevance_model(
+            [(self.eligible_terms(row), score) for row, score in feedback], self.params.fb_terms
+        )
+
+    def eligible_terms(self, row: int) -> dict[int, float]:
+        """A row's feedback terms with their counts (:meth:`BM25Index.term_frequencies`)."""
+        return {t: c for t, c in self.index.term_frequencies(row).items() if self._eligible[t]}
 
     def search_one(
         self, query: str, k: int, mask: np.ndarray | None = None
@@ -193,6 +184,40 @@ class RM3Expander:
         items = progress_bar(queries.items(), total=len(queries), desc="BM25+RM3 search",
                              enabled=show_progress)  # fmt: skip
         return {str(qid): self.search_one(text, k, mask) for qid, text in items}
+
+
+def relevance_model(
+    feedback: Sequence[tuple[Mapping[int, float], float]], fb_terms: int
+) -> dict[int, float]:
+    """RM1 (see the module docstring) from feedback documents given as ``(their eligible
+    terms' counts, their score)``: term id -> weight, summing to 1; equal weights by term id."""
+    total: dict[int, float] = {}
+    for counts, score in feedback:
+        kept = _largest(counts, fb_terms)
+        norm = sum(kept.values())
+        if norm <= 0:
+            continue
+        for term, count in kept.items():
+            total[term] = total.get(term, 0.0) + count / norm * score
+    model = _largest(total, fb_terms)
+    norm = sum(model.values())
+    return {t: w / norm for t, w in model.items()} if norm > 0 else {}
+
+
+def expanded_query(ids: Sequence[int], model: Mapping[int, float], params: RM3) -> dict[int, float]:
+    """RM3's ``q'(w) = lambda * tf(w, q) / |q| + (1 - lambda) * RM1(w)`` for a query of term
+    ids ``ids`` (repeats counted) and its relevance model."""
+    original = {t: c / len(ids) for t, c in Counter(ids).items()}
+    lam = params.original_query_weight
+    terms = original.keys() | model.keys()
+    return {t: lam * original.get(t, 0.0) + (1 - lam) * model.get(t, 0.0) for t in terms}
+
+
+def eligible_terms(vocabulary: Sequence[str], df: np.ndarray, documents: int) -> np.ndarray:
+    """Which terms may expand a query: Anserini's shape (:data:`TERM_PATTERN`), in at most
+    :data:`MAX_DF_RATIO` of the ``documents``."""
+    shaped = np.array([TERM_PATTERN.fullmatch(t) is not None for t in vocabulary], dtype=bool)
+    return shaped & ~(np.asarray(df) > MAX_DF_RATIO * documents)
 
 
 def rm3_search(

@@ -43,19 +43,19 @@ from typing import Any
 
 from dotcat.errors import DotcatError
 from dotcat.index import document_text
-from dotcat.index.shards import open_index
 from dotcat.options import RUN_K, SHOWN_K
 from dotcat.search.aggregation import Match, to_run
-from dotcat.search.config import PRF_SIDES, PipelineConfig, check_pipeline
+from dotcat.search.cluster import ClusterConfig
+from dotcat.search.config import PRF_SIDES, PipelineConfig
 from dotcat.search.dense import hit
 from dotcat.search.facets import count_facets, facet_fields
 from dotcat.search.feedback import rm3_of, rocchio_of
 from dotcat.search.filters import parse_filter
 from dotcat.search.hits import Hit
 from dotcat.search.hybrid import index_fusion
-from dotcat.search.lexical import load_bm25
 from dotcat.search.reranker import Reranker, advise_calibration, candidate_texts
-from dotcat.search.stages import FirstStage, StageContext, entry, filters
+from dotcat.search.sharded import HitList, open_stages
+from dotcat.search.stages import FirstStage, entry, filters
 from dotcat.types import Run
 
 __all__ = ["PipelineConfig", "SearchPipeline"]
@@ -83,24 +83,23 @@ class SearchPipeline:
 
     def __init__(
         self,
-        index_dir: str | Path,
+        index_dir: str | Path | Sequence[str | Path],
         config: PipelineConfig | None = None,
         *,
         advise: bool = True,
+        cluster: ClusterConfig | None = None,
         **settings: Any,
     ) -> None:
         config = config or PipelineConfig()
         self.config = config = replace(config, **settings) if settings else config
-        check_pipeline(index_dir, config)
-        self.index_dir = Path(index_dir)
         self._lock = threading.RLock()
         self._admitted: OrderedDict[str, Any] = OrderedDict()  # filter -> its documents
-        # An index directory, or a folder of shard indexes searched unmerged (dense only).
-        self.index = open_index(self.index_dir, device=config.device,
-                                search_params=dict(config.search_params or {}))  # fmt: skip
+        # An index directory, or shards (a folder of them, or a list) searched as one index:
+        # in this process, or on Ray (dotcat.search.sharded).
+        self.stages = open_stages(index_dir, config, cluster)
+        self.index_dir, self.index = self.stages.index_dir, self.stages.index
         self.manifest = self.index.manifest
-        self.bm25 = load_bm25(self.index_dir, self.index)
-        self.stages = StageContext(self.index_dir, self.index, self.bm25, config)
+        self.bm25 = self.stages.bm25
         self.first_stage = self.stages.resolve(config.first_stage)
         self.fusion = index_fusion(self.manifest.fusion, config)
         self._check_feedback()
@@ -188,17 +187,20 @@ class SearchPipeline:
             if not isinstance(query, str) or not query.strip():
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
-        found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth,
-                             filter=filter)  # fmt: skip
+        with self._lock:  # the documents come from where the search found them (shards)
+            found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth,
+                                 filter=filter)  # fmt: skip
+            needed = {m.doc_id for matches in found.values() for m in matches}
+            stored = self.index.store.by_ids(sorted(needed))
+            fields = self.index.fields_of([d.pos for d in stored.values()])
+            coverage = self.stages.coverage()
         kind = self.score_kind(first_stage=first_stage, rerank=rerank)
-        needed = {m.doc_id for matches in found.values() for m in matches}
-        stored = self.index.store.by_ids(sorted(needed))
-        fields = self.index.fields_of([d.pos for d in stored.values()])
-        return [
+        hits = [
             [hit(rank, m, stored[m.doc_id], kind, fields.get(stored[m.doc_id].pos))
              for rank, m in enumerate(found[key], start=1)]
             for key in keyed
         ]  # fmt: skip
+        return hits if coverage is None else [HitList(h, coverage) for h in hits]
 
     def facets(self, hits: Sequence[Hit]) -> dict[str, list[tuple[str, int]]]:
         """The values of the index's few-valued fields among ``hits``, with how many hits
@@ -206,8 +208,9 @@ class SearchPipeline:
         return count_facets(hits, facet_fields(self.index.field_kinds()))
 
     def admitted(self, filter: str):
-        """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`), found
-        once per filter (the last 32 kept).
+        """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`; over
+        shards, :class:`dotcat.search.sharded.ShardedAdmitted`: each shard admits its own),
+        found once per filter (the last 32 kept).
 
         Raises:
             FilterError: a syntax error, a field the index does not have or a value of the
@@ -218,7 +221,10 @@ class SearchPipeline:
                 self._admitted.move_to_end(filter)
                 return self._admitted[filter]
             sql, params = parse_filter(filter).sql(self.index.field_kinds())
-            admitted = self._admitted[filter] = self.index.admit(sql, params)
+            admitted = self.index.admit(sql, params)
+            if not getattr(admitted, "complete", True):  # a shard left out: count it again
+                return admitted
+            self._admitted[filter] = admitted
             if len(self._admitted) > 32:
                 self._admitted.popitem(last=False)
             return admitted
@@ -293,6 +299,7 @@ class SearchPipeline:
         wanted = max(k, depth) if reranker is not None else k
         text = self.config.filter if filter is None else filter
         with self._lock:
+            self.stages.begin_call()
             found = self._first_stage(stage, queries, wanted, show_progress, text or None)
             if reranker is not None:
                 found = reranker.rerank_matches(
@@ -372,4 +379,9 @@ class SearchPipeline:
             },
             "encoder": self.manifest.encoder,
             "reranker": self.reranker.describe() if self.reranker else None,
+            "shards": self.stages.status(),
         }
+
+    def close(self) -> None:
+        """Let go of the shards' processes (on Ray); one index needs nothing."""
+        self.stages.close()

@@ -246,3 +246,21 @@ class StageContext:
     def made(self, key: str) -> Any:
         """What :meth:`shared` made under ``key``, or None."""
         return self._shared.get(key)
+
+    # What a context over shards (:class:`dotcat.search.sharded.ShardedStages`) does more:
+    # one index answers whole, at once, in this process.
+
+    def begin_call(self) -> None:
+        """A search starts (over shards: its deadline, its coverage counted from here)."""
+
+    def coverage(self) -> Any:
+        """How much of the collection the search since :meth:`begin_call` covered (None:
+        all of one index)."""
+        return None
+
+    def status(self) -> list[dict[str, Any]] | None:
+        """Each shard's state (None: one index)."""
+        return None
+
+    def close(self) -> None:
+        """Let go of what the stages hold beyond this process (shards on Ray)."""

@@ -64,6 +64,7 @@ from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy
 from dotcat.serve.protocol import (
     DEFAULT_K,
     NON_BLANK,
+    CoverageOut,
     DocumentOut,
     EncoderInfo,
     FacetOut,
@@ -76,10 +77,12 @@ from dotcat.serve.protocol import (
     LimitsInfo,
     MultiSearchOut,
     PassageOut,
+    ReplicaInfo,
     RerankerInfo,
     SearchAnswer,
     SearchOut,
     ServerInfo,
+    ShardInfo,
     descriptions,
     error_responses,
     request_models,
@@ -196,6 +199,9 @@ class SearchService:
             future.cancel()  # dropped if its batch has not started
             raise StarletteHTTPException(504, f"over the {timeout:g} s time limit") from None
         request.state.log["batch"] = job.batch_queries
+        coverage = getattr(hits[0], "coverage", None) if hits else None
+        if coverage is not None and not coverage.full:  # a shard did not answer in time
+            request.state.log["coverage"] = round(coverage.share, 4)
         return hits
 
     def result(
@@ -220,6 +226,7 @@ class SearchService:
             filter=job.filter if job.filter is not None else self.pipeline.config.filter,
             hits=[_hit_out(h, terms, full_text) for h in hits[: job.k]],
             facets=facets,
+            coverage=_coverage_out(getattr(hits, "coverage", None)),
         )
 
     def respond(self, answer: BaseModel, full_text: bool) -> Response:
@@ -278,6 +285,7 @@ class SearchService:
                 batches=self.batcher.batches,
                 queries=self.batcher.queries,
             ),
+            shards=_shards_info(described.get("shards")),
         )
 
 
@@ -300,6 +308,32 @@ def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
         fields=hit.fields,
         text=hit.text if full_text else None,
     )
+
+
+def _coverage_out(coverage: Any) -> CoverageOut | None:
+    """A search's coverage over shards (:class:`dotcat.search.sharded.Coverage`), or None."""
+    if coverage is None:
+        return None
+    return CoverageOut(
+        full=coverage.full, coverage=round(100 * coverage.share, 3),
+        documents=coverage.documents, total=coverage.total, shards=coverage.shards,
+        answered=coverage.answered, missing=list(coverage.missing),
+    )  # fmt: skip
+
+
+def _shards_info(status: list[dict[str, Any]] | None) -> list[ShardInfo] | None:
+    """Each shard's state and replicas (:meth:`dotcat.search.sharded.ShardedStages.status`)."""
+    if status is None:
+        return None
+    fields = set(ShardInfo.model_fields) - {"processes"}
+    return [
+        ShardInfo(
+            **{k: s[k] for k in fields},
+            processes=[ReplicaInfo(**{k: p[k] for k in ("pid", "node", "up")})
+                       for p in s["processes"]],
+        )
+        for s in status
+    ]  # fmt: skip
 
 
 def _reranker_info(described: dict[str, Any] | None) -> RerankerInfo | None:

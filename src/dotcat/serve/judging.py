@@ -29,7 +29,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dotcat.judging.agreement import agreement
+from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import PoolConfig
 from dotcat.judging.store import JudgmentStore, Topic, now
 from dotcat.judging.topics import log_record
@@ -248,7 +248,7 @@ def _add_topic_routes(app: FastAPI, svc: Any, store: JudgmentStore, deps: list) 
              summary="Cohen's kappa for each pair of assessors", responses=svc.errors(422),
              dependencies=deps)  # fmt: skip
     def kappa() -> AgreementOut:
-        return AgreementOut(pairs=[a.to_json() for a in agreement(store)])
+        return AgreementOut(pairs=[a.to_json() for a in assessor_agreement(store)])
 
 
 def _pool_config(store: JudgmentStore) -> PoolConfig:

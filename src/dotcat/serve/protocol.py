@@ -106,6 +106,22 @@ class FacetOut(BaseModel):
     values: list[FacetValue] = Field(description="Its values, most frequent first.")
 
 
+class CoverageOut(BaseModel):
+    """How much of the collection a search over shards covered (as Vespa reports coverage)."""
+
+    full: bool = Field(description="Whether every shard answered: the answer is complete.")
+    coverage: float = Field(
+        description="The share of the collection's documents searched, in percent (100: all)."
+    )
+    documents: int = Field(description="Documents in the shards that answered.")
+    total: int = Field(description="Documents in the collection.")
+    shards: int = Field(description="Shards of the collection.")
+    answered: int = Field(description="Shards that answered within the time budget.")
+    missing: list[str] = Field(
+        description="Shards left out: none of their replicas answered in time."
+    )
+
+
 class SearchOut(BaseModel):
     """The answer to one query."""
 
@@ -124,6 +140,12 @@ class SearchOut(BaseModel):
         None,
         description="With `facets`: the fields with few distinct values, counted over the "
         f"query's top {FACET_DEPTH} results (within its filter).",
+    )
+    coverage: CoverageOut | None = Field(
+        None,
+        description="A server over shards: how much of the collection was searched (`full` "
+        "false: some shard did not answer in time, and its documents are missing); absent "
+        "over one index.",
     )
 
 
@@ -232,6 +254,28 @@ class ServerInfo(BaseModel):
     queries: int = Field(description="Queries those calls answered.")
 
 
+class ReplicaInfo(BaseModel):
+    """One process holding a shard."""
+
+    pid: int | None = Field(description="Its process id on its node (as last seen).")
+    node: str | None = Field(description="The Ray node it runs on (null: in this process).")
+    up: bool = Field(description="Whether searches ask it now.")
+
+
+class ShardInfo(BaseModel):
+    """One shard of the collection, and its replicas (a server over shards)."""
+
+    shard: str = Field(description="The shard's name (its directory's).")
+    documents: int = Field(description="Documents it holds.")
+    replicas: int = Field(description="Processes that hold it (Ray actors).")
+    up: int = Field(description="Replicas answering now.")
+    state: Literal["ok", "degraded", "down"] = Field(
+        description="ok: every replica answers; degraded: some do; down: none does (answers "
+        "leave the shard out and say so in their coverage, until Ray has restarted one)."
+    )
+    processes: list[ReplicaInfo] = Field(description="Its replicas.")
+
+
 class InfoOut(BaseModel):
     """What this server searches and how (no paths of its machine)."""
 
@@ -255,6 +299,9 @@ class InfoOut(BaseModel):
     auth: bool = Field(description="Whether requests need the API key.")
     limits: LimitsInfo
     server: ServerInfo
+    shards: list[ShardInfo] | None = Field(
+        None, description="A server over shards: each shard's state; null over one index."
+    )
 
 
 # -- errors, by status ----------------------------------------------------------------------

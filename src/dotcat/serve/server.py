@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -57,25 +57,30 @@ def enable_access_log() -> None:
 
 
 def serve(
-    index_dir: str | Path,
+    index_dir: str | Path | Sequence[str | Path],
     pipeline_config,
     config: ServeConfig,
     *,
     access_log: bool = True,
     on_ready: Callable[[str, object], None] | None = None,
+    cluster=None,
 ) -> None:
     """Load the pipeline, then listen until interrupted (Ctrl-C or SIGTERM end it cleanly).
 
     Args:
+        index_dir: an index directory, or shards (a folder of them, or a list).
         on_ready: called with the URL and the pipeline once everything is loaded, just
             before the port opens (the CLI prints its banner there); with ``config.workers``
             > 1, once every worker answers, with None for the pipeline (each has its own).
+        cluster: where shards run (:class:`dotcat.search.cluster.ClusterConfig`); None:
+            one index, or shards in this process.
     """
     config.check()
     check_port(config.host, config.port)
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{config.port}"
-    factory = WorkerApp(str(index_dir), pipeline_config, config, access_log)
+    where = str(index_dir) if isinstance(index_dir, str | Path) else [str(p) for p in index_dir]
+    factory = WorkerApp(where, pipeline_config, config, access_log, cluster=cluster)
     if config.workers > 1:
         _serve_workers(factory, url, on_ready)
         return
@@ -90,11 +95,12 @@ class WorkerApp:
     """What a server process needs to build its app: picklable, so that a spawned worker
     loads its own pipeline (``uvicorn.Config(WorkerApp(...), factory=True)``)."""
 
-    index_dir: str
+    index_dir: str | list[str]
     pipeline_config: object
     config: ServeConfig
     access_log: bool = True
     worker: bool = False  # a spawned worker: a load error is one line and the exit status
+    cluster: object = None  # where shards run (ClusterConfig); None: in this process
 
     def __call__(self):
         from dotcat.search.pipeline import SearchPipeline
@@ -102,7 +108,7 @@ class WorkerApp:
         if self.worker:
             share_cores(self.config.workers)
         try:
-            pipeline = SearchPipeline(self.index_dir, self.pipeline_config)
+            pipeline = SearchPipeline(self.index_dir, self.pipeline_config, cluster=self.cluster)
         except DotcatError as e:
             if not self.worker:
                 raise

@@ -1,0 +1,145 @@
+"""Live updates of a folder of shards: each document goes to the shard that owns it.
+
+``dotcat add SHARDS CORPUS`` and ``dotcat delete SHARDS ID...`` over a folder of shard
+indexes (``dotcat index --shard I/N``) update each shard as
+:mod:`dotcat.index.updates` updates one index (encoded with its encoder, atomic, its BM25
+side built again), each document in the shard that owns it:
+
+* a document a shard holds is owned by that shard: an upsert replaces it there, a delete
+  removes it from there;
+* a new document goes to the shard its id hashes to, ``blake2b(id) mod N`` (as
+  Elasticsearch routes a document, ``hash(_routing) % number_of_primary_shards``): the same
+  shard whoever adds it, whatever the shards hold, and about as many to each.
+
+Each shard's update is atomic; an update of several shards is not one transaction: if it
+stops half-way, the shards already updated keep their new documents, and the same ``dotcat
+add --upsert`` again completes it. A server over the shards serves what it loaded: restart it
+to serve the update (its BM25 statistics are the collection's as loaded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from dotcat.data import CorpusOptions, CorpusStats, load_corpus
+from dotcat.data.sources import CorpusSource
+from dotcat.errors import DotcatError
+from dotcat.index.docstore import DocStore
+from dotcat.index.manifest import DOCSTORE_NAME
+from dotcat.index.shards import shard_dirs
+from dotcat.index.updates import UpdateResult, add_documents, delete_documents
+
+logger = logging.getLogger(__name__)
+
+
+def home_shard(doc_id: str, shards: int) -> int:
+    """The shard a new document goes to: ``blake2b(id) mod shards`` (see the module
+    docstring)."""
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def owners(paths: Sequence[Path], doc_ids: Sequence[str]) -> dict[str, int]:
+    """Which shard holds each of ``doc_ids`` (those no shard holds are left out)."""
+    found: dict[str, int] = {}
+    for i, path in enumerate(paths):
+        store = DocStore(path / DOCSTORE_NAME)
+        try:
+            found.update(dict.fromkeys(store.by_ids(list(doc_ids)), i))
+        finally:
+            store.close()
+    return found
+
+
+def add_to_shards(
+    folder: str | Path,
+    corpus: CorpusSource,
+    *,
+    upsert: bool = False,
+    device: str = "auto",
+    precision: str = "auto",
+    show_progress: bool = True,
+    corpus_options: CorpusOptions | None = None,
+) -> UpdateResult:
+    """Add the documents of ``corpus`` to the shards of ``folder``, each to its owner.
+
+    Raises:
+        DotcatError: an id a shard holds already (unless ``upsert``: replaced there), or any
+            problem with the corpus or a shard.
+    """
+    paths = _shards(folder)
+    stats = CorpusStats()
+    dataset = load_corpus(corpus, stats=stats, options=corpus_options)
+    rows = [dict(row) for row in dataset]
+    held = owners(paths, [row["id"] for row in rows])
+    if held and not upsert:
+        sample = ", ".join(repr(i) for i in sorted(held)[:5])
+        raise DotcatError(
+            f"{stats.path}: {len(held)} document(s) are in {folder} already (e.g. {sample}); "
+            "pass --upsert to replace them"
+        )
+    routed: dict[int, list[dict]] = {}
+    for row in rows:
+        shard = held.get(row["id"], home_shard(row["id"], len(paths)))
+        routed.setdefault(shard, []).append(row)
+    results = []
+    for shard, documents in sorted(routed.items()):
+        logger.info("%s: %d document(s)", paths[shard].name, len(documents))
+        results.append(add_documents(paths[shard], documents, upsert=upsert, device=device,
+                                     precision=precision, show_progress=show_progress))  # fmt: skip
+    return _total(results, paths)
+
+
+def delete_from_shards(
+    folder: str | Path, doc_ids: Sequence[str], *, missing_ok: bool = False
+) -> UpdateResult:
+    """Delete documents (by id) from the shards of ``folder`` that hold them.
+
+    Raises:
+        DotcatError: an id no shard holds (unless ``missing_ok``), or no id given.
+    """
+    paths = _shards(folder)
+    wanted = sorted(set(doc_ids))
+    if not wanted:
+        raise DotcatError("delete: no document id given")
+    held = owners(paths, wanted)
+    missing = [i for i in wanted if i not in held]
+    if missing and not missing_ok:
+        sample = ", ".join(repr(i) for i in missing[:5])
+        raise DotcatError(
+            f"{folder}: no shard holds a document with id {sample}"
+            + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+            + "; pass --missing-ok to delete the others"
+        )
+    results = []
+    for shard in sorted(set(held.values())):
+        ids = [i for i, s in held.items() if s == shard]
+        results.append(delete_documents(paths[shard], ids))
+    return _total(results, paths)
+
+
+def _shards(folder: str | Path) -> list[Path]:
+    paths = shard_dirs(Path(folder))
+    if not paths:
+        raise DotcatError(f"{folder}: no index and no shard indexes inside")
+    return paths
+
+
+def _total(results: Sequence[UpdateResult], paths: Sequence[Path]) -> UpdateResult:
+    """The shards' updates summed; ``documents``: the collection's count afterwards."""
+    documents = 0
+    for path in paths:
+        store = DocStore(path / DOCSTORE_NAME)
+        try:
+            documents += len(store)
+        finally:
+            store.close()
+    return UpdateResult(
+        added=sum(r.added for r in results),
+        replaced=sum(r.replaced for r in results),
+        deleted=sum(r.deleted for r in results),
+        documents=documents,
+    )

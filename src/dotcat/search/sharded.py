@@ -1,0 +1,726 @@
+"""A folder of shard indexes searched as one index: a front that fans out and merges.
+
+``dotcat index --shard I/N`` splits a corpus into shards, each a complete index of its
+documents (with their passages). :class:`ShardedStages` is what
+:class:`~dotcat.search.pipeline.SearchPipeline` searches over such a folder (or a list of
+shard directories): the query-time parts of one index, with each shard's part done where
+the shard is (:class:`~dotcat.search.shard.ShardSearcher`; in this process, or by Ray actors
+on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once:
+
+* **dense**: the query encoded here, once; each shard returns its top-k documents (ranked
+  from its passages), and the lists are merged by score, ties by shard then rank, which is
+  the merged index's order: every shard's top-k holds every document of the collection's
+  top-k that it owns;
+* **BM25**: every shard scores with the collection's statistics
+  (:mod:`dotcat.index.bm25_global`), so a shard's score is the merged index's and the merge
+  by score (ties by id, as BM25 orders them) is the merged index's ranking;
+* **feedback**: Rocchio reads the collection's top vectors (each shard's top, merged), RM3
+  the collection's top rows and their terms (each shard's, merged, in collection term ids),
+  and the rewritten query is searched as any;
+* **hybrid** fuses the two merged rankings (:class:`~dotcat.search.hybrid.HybridStage`), and
+  re-ranking reads the texts from the shards that hold them, after the merge, as on one
+  index;
+* **filters** are parsed once here, against the shards' fields merged
+  (:func:`dotcat.index.fields.merged_kinds`); each shard admits its own documents from its
+  own fields table and every search above ranks only those (:class:`ShardedAdmitted`), so a
+  filtered search over shards is the same filtered search over the merged index; a hit's
+  fields come from its shard.
+
+A search waits for the shards at most :attr:`ClusterConfig.budget_s`; a shard that has not
+answered by then (every replica of it dead or stuck) is left out, and the answer's
+:class:`Coverage` says how much of the collection it searched, as Vespa reports coverage.
+Without a budget (``budget_s`` None: a run written to a file), a shard none of whose replicas
+answers fails the search instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from dotcat.errors import DotcatError
+from dotcat.index.bm25_global import CollectionStatistics
+from dotcat.index.config import BM25Config
+from dotcat.index.docstore import PassageRef, StoredDocument
+from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.fields import FieldInfo, merged_kinds, with_distinct
+from dotcat.index.manifest import Manifest, check_encoder
+from dotcat.index.shards import (
+    check_compatible,
+    collection_manifest,
+    open_index,
+    shard_dirs,
+    shard_order,
+)
+from dotcat.models import BiEncoder
+from dotcat.progress import progress_bar
+from dotcat.search.aggregation import Match
+from dotcat.search.cluster import ClusterConfig, is_shard_folder
+from dotcat.search.config import check_pipeline
+from dotcat.search.feedback import (
+    RM3,
+    Rocchio,
+    expanded_query,
+    relevance_model,
+    rm3_of,
+    rocchio_of,
+    rocchio_vectors,
+)
+from dotcat.search.hybrid import HybridStage
+from dotcat.search.lexical import load_bm25
+from dotcat.search.shard import (
+    FilterQuery,
+    ShardSearcher,
+    ShardSpec,
+    collection_statistics,
+    statistics_of,
+)
+from dotcat.search.stages import FirstStage, StageContext
+
+__all__ = [
+    "Coverage",
+    "HitList",
+    "LocalShards",
+    "ShardedAdmitted",
+    "ShardedStages",
+    "open_stages",
+    "shard_paths",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Queries sent to the shards per call (one progress step; the encoder's batch).
+BATCH = 256
+#: The least time a call for documents' texts gets, even past the search's budget (the shards
+#: that hold them answered the search a moment before).
+FETCH_GRACE_S = 1.0
+#: Fields with at most this many distinct values in every shard have them counted exactly
+#: across the shards (their values' union); others, summed (an upper bound).
+EXACT_DISTINCT = 1000
+#: The stages a folder of shards serves (a registered stage reads one index directory).
+SHARDED_STAGES = ("dense", "bm25", "hybrid")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the collection a search covered (Vespa's ``coverage``).
+
+    Attributes:
+        documents: documents in the shards that answered.
+        total: documents in the collection.
+        shards, answered: the shards, and those that answered every call of the search.
+        missing: the names of the shards left out.
+    """
+
+    documents: int
+    total: int
+    shards: int
+    answered: int
+    missing: tuple[str, ...] = ()
+
+    @property
+    def full(self) -> bool:
+        return not self.missing
+
+    @property
+    def share(self) -> float:
+        """The share of the collection's documents searched, in [0, 1]."""
+        return self.documents / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class ShardedAdmitted:
+    """What a filter admits of the shards (:meth:`ShardedIndex.admit`): the filter as each
+    shard gets it (each keeps its own admitted set) and the counts the shards gave.
+
+    Attributes:
+        query: the filter's SQL and parameters (:data:`dotcat.search.shard.FilterQuery`).
+        documents, vectors: admitted, summed over the shards that answered.
+        complete: whether every shard answered (a count to keep).
+    """
+
+    query: FilterQuery
+    documents: int
+    vectors: int
+    complete: bool = True
+
+
+def _filter_query(admitted: ShardedAdmitted | None) -> FilterQuery | None:
+    return None if admitted is None else admitted.query
+
+
+def _empty(admitted: ShardedAdmitted | None) -> bool:
+    """Whether a filter admits nothing (no search then: every query gets no document)."""
+    return admitted is not None and admitted.documents == 0
+
+
+class HitList(list):
+    """A query's hits with the coverage of the search that found them (a plain list
+    otherwise: what :meth:`SearchPipeline.search_many` gives over one index)."""
+
+    def __init__(self, hits: Sequence[Any], coverage: Coverage | None) -> None:
+        super().__init__(hits)
+        self.coverage = coverage
+
+
+class ShardGroup(Protocol):
+    """The shards, wherever they run: calls a :class:`ShardSearcher` method on each.
+
+    ``call`` returns one answer per shard, in shard order: None for a shard not asked, or
+    that did not answer within ``deadline`` (it is then in ``missed``).
+    """
+
+    specs: list[ShardSpec]
+    missed: set[int]
+    deadline: float | None
+
+    def call(
+        self, method: str, args: tuple = (), *, only: Mapping[int, tuple] | None = None
+    ) -> list[Any]: ...
+
+    def status(self) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalShards:
+    """Every shard searched in this process, one after the other (no deadline: a shard here
+    fails only with the process)."""
+
+    def __init__(self, specs: list[ShardSpec], views: Sequence[Any]) -> None:
+        self.specs = specs
+        self.searchers = [ShardSearcher(s, v) for s, v in zip(specs, views, strict=True)]
+        self.missed: set[int] = set()
+        self.deadline: float | None = None
+
+    def call(
+        self, method: str, args: tuple = (), *, only: Mapping[int, tuple] | None = None
+    ) -> list[Any]:
+        asked = only if only is not None else dict.fromkeys(range(len(self.specs)), args)
+        return [
+            getattr(searcher, method)(*asked[i]) if i in asked else None
+            for i, searcher in enumerate(self.searchers)
+        ]
+
+    def status(self) -> list[dict[str, Any]]:
+        out = []
+        for searcher in self.searchers:
+            about = searcher.describe()
+            process = {k: about[k] for k in ("pid", "host", "node")}
+            out.append({**about, "replicas": 1, "up": 1, "state": "ok",
+                        "processes": [{**process, "up": True}]})  # fmt: skip
+        return out
+
+    def close(self) -> None:
+        for searcher in self.searchers:
+            searcher.index.store.close()
+
+
+def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The shard directories of a folder of shards, or of a list of index directories, in
+    shard order."""
+    if isinstance(index, str | Path):
+        paths = shard_dirs(Path(index))
+        if not paths:
+            raise DotcatError(f"{index}: no index and no shard indexes inside")
+        return paths
+    paths = shard_order([Path(p) for p in index])
+    if not paths:
+        raise DotcatError("no shard index given")
+    return paths
+
+
+def open_stages(
+    index: str | Path | Sequence[str | Path], config: Any, cluster: ClusterConfig | None = None
+) -> StageContext:
+    """What a pipeline's stages are built from: one index directory's
+    (:class:`~dotcat.search.stages.StageContext`), or shards' (a folder of them, or a list:
+    :class:`ShardedStages`), checked before anything loads.
+
+    Raises:
+        DotcatError: the settings, an index or a model named cannot work; ``cluster`` set to
+            run on Ray for one index (Ray runs shards).
+    """
+    if isinstance(index, str | Path) and not is_shard_folder(index):
+        check_pipeline(index, config)
+        if cluster is not None and cluster.on_ray:
+            raise DotcatError(f"{index}: one index, not a folder of shards; Ray runs shards")
+        index_dir = Path(index)
+        opened = open_index(index_dir, device=config.device,
+                            search_params=dict(config.search_params or {}))  # fmt: skip
+        return StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
+    paths = shard_paths(index)
+    for path in paths:
+        check_pipeline(path, config)
+    folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
+    return ShardedStages(folder, paths, config, cluster or ClusterConfig())
+
+
+def plan(paths: Sequence[Path], device: str, config: Any) -> tuple[list[ShardSpec], list]:
+    """Each shard's :class:`ShardSpec` (its place: the ids and positions before it) and
+    manifest, shards checked compatible (one encoder, one passage split, no overlap)."""
+    manifests = [Manifest.read(p) for p in paths]
+    check_compatible(list(zip(paths, manifests, strict=True)))
+    vectors = np.cumsum([0] + [m.next_vector_id for m in manifests]).tolist()
+    positions = np.cumsum(
+        [0] + [int(m.documents.get("next_pos", m.documents["count"])) for m in manifests]
+    ).tolist()
+    params = dict(config.search_params or {})
+    specs = [
+        ShardSpec(str(p.resolve()), i, int(vectors[i]), int(positions[i]), device, params,
+                  config.aggregation, config.aggregate_top)
+        for i, p in enumerate(paths)
+    ]  # fmt: skip
+    return specs, manifests
+
+
+def start_local(specs: list[ShardSpec]) -> tuple[LocalShards, CollectionStatistics | None]:
+    """The shards in this process, BM25 scored with the collection's statistics."""
+    parts = [statistics_of(s) for s in specs]
+    stats = collection_statistics(parts)
+    views = [stats.view(p) for p in parts] if stats is not None else [None] * len(specs)
+    return LocalShards(specs, views), stats
+
+
+class ShardedStages(StageContext):
+    """What a pipeline's stages are built from over shards (see the module docstring): the
+    shards (:class:`ShardGroup`), the collection (:class:`ShardedIndex`), its BM25 statistics
+    (the context's ``bm25``: None where the shards have no BM25 index).
+
+    Args:
+        index_dir: the folder of shards (a list's common folder): the collection's name.
+        paths: the shard directories, in shard order.
+        config: the pipeline's settings.
+        cluster: where the shards run (:class:`ClusterConfig`).
+    """
+
+    def __init__(
+        self, index_dir: Path, paths: list[Path], config: Any, cluster: ClusterConfig
+    ) -> None:
+        device = config.device if config.device != "auto" else "cpu"
+        specs, manifests = plan(paths, device, config)
+        if cluster.on_ray:
+            from dotcat.search.ray_shards import start_on_ray  # Ray: an optional extra
+
+            group, stats = start_on_ray(specs, cluster)
+        else:
+            group, stats = start_local(specs)
+        self.group, self.cluster = group, cluster
+        index = ShardedIndex(index_dir, manifests, group)
+        super().__init__(index_dir, index, stats, config)
+        self.bm25_config = _bm25_config(manifests) if stats is not None else None
+
+    def available(self) -> list[str]:
+        return [name for name in super().available() if name in SHARDED_STAGES]
+
+    def stage(self, name: str) -> FirstStage:
+        """The sharded stage ``name``: dense, BM25 (both fanned out) or their hybrid."""
+        name = self.resolve(name)
+        if name not in SHARDED_STAGES:
+            raise DotcatError(
+                f"{self.index_dir}: first stage {name!r} reads one index directory; a folder "
+                f"of shards serves {', '.join(SHARDED_STAGES)}"
+            )
+        with self._lock:
+            if name not in self._stages:
+                self._stages[name] = self._build(name)
+            return self._stages[name]
+
+    def _build(self, name: str) -> FirstStage:
+        if name == "dense":
+            front = self.shared("dense", lambda: FrontEncoder(self))
+            return FanOutDense(front, self.group, self.index, rocchio_of(self.config))
+        if name == "bm25":
+            return FanOutBM25(self.group, self.index, self.bm25, self.bm25_config,
+                              rm3_of(self.config))  # fmt: skip
+        return HybridStage.create(self)
+
+    # -- one search at a time: its deadline and what it covered ---------------------------
+
+    def begin_call(self) -> None:
+        """A search starts: the shards get :attr:`ClusterConfig.budget_s` from now."""
+        budget = self.cluster.budget_s
+        self.group.missed.clear()
+        self.group.deadline = None if budget is None else time.monotonic() + budget
+        self.index.owners.clear()
+
+    def coverage(self) -> Coverage:
+        """What the search since :meth:`begin_call` covered."""
+        missed = sorted(self.group.missed)
+        counts = [int(m.documents["count"]) for m in self.index.manifests]
+        return Coverage(
+            documents=sum(c for i, c in enumerate(counts) if i not in missed),
+            total=sum(counts),
+            shards=len(counts),
+            answered=len(counts) - len(missed),
+            missing=tuple(self.group.specs[i].name for i in missed),
+        )
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each shard: its documents, replicas and their state (for ``/info``)."""
+        return self.group.status()
+
+    def close(self) -> None:
+        """Stop the shards (Ray actors) and let go of their files."""
+        self.group.close()
+
+
+def _bm25_config(manifests: Sequence[Manifest]) -> BM25Config:
+    configs = {repr(sorted(m.bm25["config"].items())) for m in manifests}
+    if len(configs) > 1:
+        raise DotcatError("the shards' BM25 indexes were built with different settings")
+    return BM25Config(**manifests[0].bm25["config"])
+
+
+class ShardedIndex:
+    """The collection as a pipeline reads an index: its manifest and counts, and its
+    documents' and passages' texts, fetched from the shards that hold them."""
+
+    def __init__(self, folder: Path, manifests: list[Manifest], group: ShardGroup) -> None:
+        self.dir = Path(folder)
+        self.manifests = manifests
+        self.manifest = collection_manifest(manifests)
+        self.group = group
+        self.store = self  # what `index.store.by_ids` reads
+        self.passages = self.manifest.passages
+        #: Which shard holds each document of the current search's answers.
+        self.owners: dict[str, int] = {}
+        self._kinds: dict[str, FieldInfo] | None = None
+
+    def __len__(self) -> int:
+        return sum(m.vector_count for m in self.manifests)
+
+    @property
+    def document_count(self) -> int:
+        return int(self.manifest.documents["count"])
+
+    def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """The documents with these ids (asked of the shards that hold them where known,
+        else of all); a document whose shard stopped answering since it found it comes with
+        an empty text (the answer's coverage says so)."""
+        if not doc_ids:
+            return {}
+        known = {d: self.owners[d] for d in doc_ids if d in self.owners}
+        unknown = [d for d in doc_ids if d not in known]
+        asked: dict[int, list[str]] = {}
+        for doc_id, shard in known.items():
+            asked.setdefault(shard, []).append(doc_id)
+        if unknown:
+            for shard in range(len(self.manifests)):
+                asked.setdefault(shard, []).extend(unknown)
+        answers = _fetch(self.group, "documents", {s: (ids,) for s, ids in asked.items()})
+        found: dict[str, StoredDocument] = {}
+        for answer in answers:
+            found.update(answer or {})
+        for doc_id in known:
+            found.setdefault(doc_id, StoredDocument(-1, doc_id, "", ""))
+        return found
+
+    def passage_texts(self, refs: Sequence[PassageRef]) -> dict[int, str]:
+        """``pid -> title + passage text`` from the shards whose id ranges hold them."""
+        asked: dict[int, list[int]] = {}
+        for ref in refs:
+            shard = self._shard_of(ref.pid)
+            asked.setdefault(shard, []).append(ref.pid)
+        found: dict[int, str] = {}
+        for answer in _fetch(self.group, "passage_texts", {s: (p,) for s, p in asked.items()}):
+            found.update(answer or {})
+        return {ref.pid: found.get(ref.pid, "") for ref in refs}
+
+    def _shard_of(self, pid: int) -> int:
+        firsts = [s.first_vector for s in self.group.specs]
+        return int(np.searchsorted(firsts, pid, side="right")) - 1
+
+    # -- fields and filters --------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, FieldInfo]:
+        """The shards' fields as one (:func:`dotcat.index.fields.merged_kinds`), with the
+        distinct values of those that have few (at most :data:`EXACT_DISTINCT` in every
+        shard) counted exactly, as the merged index counts them; asked once (shards are not
+        updated while searched)."""
+        if self._kinds is not None:
+            return self._kinds
+        every = dict.fromkeys(range(len(self.manifests)), ())
+        parts = _fetch(self.group, "field_kinds", every)
+        kinds = merged_kinds(p for p in parts if p is not None)
+        few = [name for name in kinds
+               if all(p is None or p.get(name) is None or p[name].distinct_values <= EXACT_DISTINCT
+                      for p in parts)]  # fmt: skip
+        answers = _fetch(self.group, "field_values", {s: (few,) for s in every}) if few else []
+        values: dict[str, set[str]] = {name: set() for name in few}
+        for answer in answers:
+            for name, seen in (answer or {}).items():
+                values[name] |= seen
+        kinds = with_distinct(kinds, values)
+        if all(p is not None for p in parts) and all(a is not None for a in answers):
+            self._kinds = kinds  # (a shard left out: ask again next time)
+        return kinds
+
+    def fields_of(self, positions: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these collection positions (as :meth:`by_ids`
+        gives them: -1, a document no shard gave, is skipped), from the shards holding them."""
+        firsts = [s.first_position for s in self.group.specs]
+        asked: dict[int, list[int]] = {}
+        for pos in positions:
+            if pos >= 0:
+                shard = int(np.searchsorted(firsts, pos, side="right")) - 1
+                asked.setdefault(shard, []).append(int(pos))
+        found: dict[int, dict[str, Any]] = {}
+        for answer in _fetch(self.group, "fields_of", {s: (p,) for s, p in asked.items()}):
+            found.update(answer or {})
+        return found
+
+    def admit(self, sql: str, params: Sequence[Any]) -> ShardedAdmitted:
+        """The documents a filter admits (its SQL over a ``fields`` table,
+        :meth:`dotcat.search.filters.Filter.sql`), each shard admitting its own."""
+        query = (sql, tuple(params))
+        answers = self.group.call("admit", (query,))
+        counted = [a for a in answers if a is not None]
+        return ShardedAdmitted(query, sum(d for d, _ in counted), sum(v for _, v in counted),
+                               complete=len(counted) == len(answers))  # fmt: skip
+
+
+def _fetch(group: ShardGroup, method: str, asked: Mapping[int, tuple]) -> list[Any]:
+    """A call for texts: given at least :data:`FETCH_GRACE_S` even past the search's budget."""
+    deadline = group.deadline
+    if deadline is not None:
+        group.deadline = max(deadline, time.monotonic() + FETCH_GRACE_S)
+    try:
+        return group.call(method, only=asked)
+    finally:
+        group.deadline = deadline
+
+
+class FrontEncoder:
+    """The collection's query encoder, loaded once in the front (the shards hold no model):
+    the shards' encoder as their manifests record it, checked as an index checks it."""
+
+    def __init__(self, context: ShardedStages) -> None:
+        c, manifest = context.config, context.index.manifest
+        config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
+        self.encoder = BiEncoder.load(config)
+        check_encoder(manifest, self.encoder.manifest_entry(), context.index_dir)
+        self.encoder.single_query_threads = context.small_call_threads
+        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
+
+
+# -- merging ----------------------------------------------------------------------------------
+
+
+def merge(
+    answers: Sequence[Sequence[Match] | None],
+    k: int,
+    key: Callable[[int, int, Match], tuple],
+) -> list[tuple[int, Match]]:
+    """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``, each with
+    its shard: a k-way merge, ``O(k log shards)``."""
+    ranked = [_keyed(shard, found, key) for shard, found in enumerate(answers) if found]
+    merged = heapq.merge(*ranked, key=lambda entry: entry[0])
+    return [(shard, m) for _, shard, m in itertools.islice(merged, k)]
+
+
+def _keyed(shard: int, found: Sequence[Match], key: Callable) -> Iterator[tuple]:
+    """One shard's ranking as ``(key, shard, match)`` (a function: each generator keeps
+    its own shard)."""
+    return ((key(shard, rank, m), shard, m) for rank, m in enumerate(found))
+
+
+def dense_key(shard: int, rank: int, match: Match) -> tuple:
+    """Score, then shard, then rank: FAISS orders equal scores by id, and ids rise with the
+    shards."""
+    return (-match.score, shard, rank)
+
+
+def bm25_key(firsts: Sequence[int]) -> Callable[[int, int, Match], tuple]:
+    """Score, then the best row's name (the document's id, or its best passage's collection
+    id, ``firsts[shard]`` + its own, as a string): BM25 orders equal scores by it."""
+
+    def key(shard: int, rank: int, match: Match) -> tuple:
+        ref = match.passages[0][0] if match.passages else None
+        passage = ref is not None and ref.stop is not None
+        return (-match.score, str(ref.pid + firsts[shard]) if passage else match.doc_id)
+
+    return key
+
+
+def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
+    return [a[i] if a is not None else None for a in answers]
+
+
+@dataclass(frozen=True)
+class FanOutDense:
+    """The ``dense`` stage over shards: queries encoded here, searched by every shard, their
+    documents merged (Rocchio first, on the collection's top vectors, where asked).
+
+    Attributes:
+        retriever: the front's encoder (``retriever.encoder``, as the one-index stage's).
+    """
+
+    retriever: FrontEncoder
+    group: ShardGroup
+    index: ShardedIndex
+    rocchio: Rocchio | None = None
+    name: str = "dense"
+
+    @property
+    def score_kind(self) -> str:
+        return self.retriever.score_kind
+
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        qids, out, within = list(queries), {}, _filter_query(admitted)
+        with progress_bar(total=len(qids), desc="searching", unit="query",
+                          enabled=show_progress) as bar:  # fmt: skip
+            for start in range(0, len(qids), BATCH):
+                chunk = qids[start : start + BATCH]
+                vectors = self.retriever.encoder.encode_queries([queries[q] for q in chunk])
+                if self.rocchio is not None:
+                    vectors = self._rocchio(vectors, within)
+                answers = self.group.call("dense", (vectors, k, within))
+                for i, qid in enumerate(chunk):
+                    merged = merge(_per_query(answers, i), k, dense_key)
+                    out[qid] = _kept(self.index, merged)
+                bar.update(len(chunk))
+        return out
+
+    def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
+        """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
+        shards' tops merged by score, then id: :func:`dotcat.search.feedback.rocchio_expand`
+        over one index; a filter's documents only, ``within``)."""
+        n = self.rocchio.docs
+        answers = self.group.call("nearest", (vectors, n, within))
+        answers = [a for a in answers if a is not None]
+        dim = vectors.shape[1]
+        found = np.zeros((len(vectors), n, dim), dtype=np.float32)
+        present = np.zeros((len(vectors), n), dtype=bool)
+        for row in range(len(vectors)):
+            pooled = [
+                (-float(s), int(i), shard, j)
+                for shard, (scores, ids, _) in enumerate(answers)
+                for j, (s, i) in enumerate(zip(scores[row], ids[row], strict=True))
+                if i >= 0
+            ]
+            for slot, (_, _, shard, j) in enumerate(sorted(pooled)[:n]):
+                found[row, slot], present[row, slot] = answers[shard][2][row, j], True
+        expanded = rocchio_vectors(np.asarray(vectors, np.float32), found, present, self.rocchio)
+        if self.score_kind == "cosine":
+            expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
+        return expanded
+
+
+@dataclass(frozen=True)
+class FanOutBM25:
+    """The ``bm25`` stage over shards: each shard scores with the collection's statistics,
+    the documents are merged (RM3 first, on the collection's top rows, where asked)."""
+
+    group: ShardGroup
+    index: ShardedIndex
+    statistics: CollectionStatistics
+    config: BM25Config
+    rm3: RM3 | None = None
+    name: str = "bm25"
+    score_kind: str = "bm25"
+
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        qids, out, within = list(queries), {}, _filter_query(admitted)
+        with progress_bar(total=len(qids), desc="BM25 search", unit="query",
+                          enabled=show_progress) as bar:  # fmt: skip
+            for start in range(0, len(qids), BATCH):
+                chunk = qids[start : start + BATCH]
+                texts = [queries[q] for q in chunk]
+                if self.rm3 is None:
+                    answers = self.group.call("bm25", (texts, k, within))
+                else:
+                    expanded = self._expand(texts, within)
+                    answers = self.group.call("bm25_weighted", (expanded, k, within))
+                for i, qid in enumerate(chunk):
+                    merged = merge(_per_query(answers, i), k, self.key)
+                    out[qid] = _kept(self.index, merged)
+                bar.update(len(chunk))
+        empty = sum(not found for found in out.values())
+        if empty:
+            logger.warning("%d of %d queries matched no document", empty, len(out))
+        return out
+
+    def _expand(
+        self, texts: list[str], within: FilterQuery | None = None
+    ) -> list[dict[int, float]]:
+        """RM3's expanded queries (collection term ids -> weights): the collection's top
+        ``fb_docs`` rows of each query (the shards' merged, by score then name; a filter's
+        documents only, ``within``), their terms' relevance model, mixed with the query
+        (:mod:`dotcat.search.feedback`)."""
+        ids = [self.query_ids(t) for t in texts]
+        counts = [dict(Counter(i)) for i in ids]
+        answers = self.group.call("feedback", (counts, self.rm3.fb_docs, within))
+        out = []
+        for row, query in enumerate(ids):
+            pooled = sorted(
+                (row_ for answer in answers if answer is not None for row_ in answer[row]),
+                key=lambda r: (-r[1], r[0]),
+            )[: self.rm3.fb_docs]
+            model = relevance_model([(t, s) for _, s, t in pooled], self.rm3.fb_terms)
+            out.append(expanded_query(query, model, self.rm3) if query else {})
+        return out
+
+    @functools.cached_property
+    def key(self) -> Callable[[int, int, Match], tuple]:
+        """How the shards' documents are merged (:func:`bm25_key`)."""
+        return bm25_key([spec.first_vector for spec in self.group.specs])
+
+    @functools.cached_property
+    def tokenizer(self):
+        """A tokenizer numbering terms as the collection does (made on first use)."""
+        return self.statistics.tokenizer(self.config)
+
+    def query_ids(self, query: str) -> list[int]:
+        """The query's terms as collection term ids (repeats kept; unknown terms dropped)."""
+        stream = self.tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
+        return next(stream)
+
+
+def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:
+    """The merged documents, their passages' FAISS ids shifted into the collection's
+    numbering, each document's shard noted (its texts are fetched from there)."""
+    out = []
+    for shard, m in merged:
+        index.owners[m.doc_id] = shard
+        shift = index.group.specs[shard].first_vector
+        if shift and any(r.pid >= 0 for r, _ in m.passages):  # (BM25's whole documents: -1)
+            m = Match(m.doc_id, m.score, tuple(
+                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
+                 if r.pid >= 0 else r, s) for r, s in m.passages
+            ))  # fmt: skip
+        out.append(m)
+    return out
