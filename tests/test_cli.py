@@ -56,7 +56,8 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
     )
     hits = json.loads(result.stdout)
     assert [h["rank"] for h in hits] == [1, 2]
-    assert {"doc_id", "score", "title", "text"} <= set(hits[0])
+    assert {"doc_id", "score", "title", "snippet", "highlights", "fields"} <= set(hits[0])
+    assert "text" not in hits[0]  # the whole text only with --full-text
     assert {h["score_kind"] for h in hits} == {"rrf"}
     assert hits[0]["score"] >= hits[1]["score"]
 
@@ -134,8 +135,10 @@ def test_bad_corpus_line_is_one_clear_error(tiny_bert_dir, tmp_path):
 
 
 def test_search_argument_errors(tiny_index):
-    result = runner.invoke(app, ["search", str(tiny_index), "--queries", "x.jsonl"])
-    assert result.exit_code == 2 and "--output" in result.output
+    result = runner.invoke(app, ["search", str(tiny_index), "--output", "r.trec"])
+    assert result.exit_code == 2 and "give --queries too" in result.output
+    result = runner.invoke(app, ["search", str(tiny_index), "q", "--full-text"])
+    assert result.exit_code == 2 and "--full-text goes with --json" in result.output
     result = runner.invoke(app, ["search", str(tiny_index), "q", "--queries", "x", "--output", "r"])
     assert result.exit_code == 2 and "not both" in result.output
     result = runner.invoke(app, ["search"])

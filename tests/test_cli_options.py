@@ -33,6 +33,7 @@ CLI_ONLY = {
     "search": {
         "k",
         "as_json",
+        "full_text",
         "queries",
         "split",
         "output",

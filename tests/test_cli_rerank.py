@@ -170,8 +170,8 @@ def test_rerank_accepts_a_sentence_transformers_cross_encoder(workspace, tiny_be
 def test_search_with_rerank_one_query_and_batch(workspace):
     result = invoke(
         "-q", "search", workspace["index"], "insulin glucose",
-        "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json", "--precision", "fp32",
-        "--interpolate", "1", "--first-stage", "dense",
+        "--rerank", workspace["model"], "--depth", "4", "-k", "3", "--json", "--full-text",
+        "--precision", "fp32", "--interpolate", "1", "--first-stage", "dense",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)

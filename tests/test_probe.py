@@ -1619,7 +1619,7 @@ def test_search_server_with_queries_and_output_writes_the_run(ws, server, pipeli
     ("extra", "expected"),
     [
         (["words", "--queries", "{queries}", "--output", "{out}/r.trec"], "only the QUERY or"),
-        (["--queries", "{queries}"], "--queries and --output go together"),
+        (["--output", "{out}/r.trec"], "--output writes a run of --queries"),
     ],
 )
 def test_search_server_refuses_a_query_with_queries_or_half_a_run(ws, server, extra, expected):

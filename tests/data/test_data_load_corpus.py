@@ -37,12 +37,13 @@ def test_memory_mapped_dataset_from_beir_dir(tiny_beir_dir, tmp_path):
 
     stats = CorpusStats()
     ds = load_corpus(tiny_beir_dir, cache_dir=tmp_path / "cache", stats=stats)
-    assert ds.column_names == ["id", "title", "text"]
+    assert ds.column_names == ["id", "title", "text", "fields"]
     assert ds.num_rows == 6
     assert ds[1] == {
         "id": "d2",
         "title": "Dogs",
         "text": "Dogs were domesticated from wolves long ago.",
+        "fields": "",  # a BEIR corpus's documents have none
     }
     # Arrow on disk, memory-mapped: nothing of the corpus held in Python memory.
     assert ds.cache_files

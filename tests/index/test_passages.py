@@ -11,7 +11,7 @@ import pytest
 
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index, document_text
-from dotcat.index.passages import PassageConfig, Splitter, token_spans
+from dotcat.index.passages import SPLIT_FACTOR, PassageConfig, Splitter, token_spans
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
@@ -179,16 +179,27 @@ def test_by_default_documents_are_split_where_at_least_half_are_several_windows_
     assert Splitter.for_encoder(encoder, PassageConfig(False)) is None
 
 
-def test_a_few_long_documents_among_short_ones_are_cut_and_counted(encoder, tmp_path, caplog):
+def test_a_long_document_among_short_ones_is_split_on_its_own(encoder, tmp_path, caplog):
+    """The per-document rule: where most documents are short, only those more than
+    SPLIT_FACTOR times the max length are split (and counted); the others are one passage,
+    cut at the max length as before; an index where none is that long has no passages."""
     shorts = [{"id": f"s{i}", "title": "Short", "text": f"Note {i} fits."} for i in range(3)]
-    docs = long_docs(1)[:1] + shorts  # one long document of four
-    with caplog.at_level("WARNING", logger="dotcat.index.build"):
-        cut = build_index(docs, tmp_path / "cut", encoder, IndexConfig(device="cpu", bm25=True),
-                          show_progress=False)  # fmt: skip
-    assert cut.passages is None and cut.faiss["ntotal"] == 4
-    warning = " ".join(r.getMessage() for r in caplog.records)
-    assert "1 of 4 documents sampled (25%) are longer than the encoder's window (32" in warning
-    assert "passages=True splits them" in warning
+    # one long of 4: a sentence is over 12 tokens, the test encoder's max length 32
+    docs = [{"id": "d1", "title": "Doc 1", "text": long_text(1, 5 * SPLIT_FACTOR)}, *shorts]
+    with caplog.at_level("INFO", logger="dotcat.index.build"):
+        mixed = build_index(docs, tmp_path / "mixed", encoder,
+                            IndexConfig(device="cpu", bm25=True), show_progress=False)  # fmt: skip
+    longer = SPLIT_FACTOR * encoder.max_length
+    assert mixed.passages["split_longer_than"] == longer
+    assert mixed.passages["count"] == mixed.faiss["ntotal"] > 4  # the long one split
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"1 of 4 documents are longer than {longer} tokens: split into passages" in said
+    index = DenseIndex(tmp_path / "mixed", device="cpu")
+    parts = index.store.passage_spans(0, index.manifest.next_vector_id)
+    assert sorted({pos for _, pos, part, _, _ in parts if part > 0}) == [0]  # only d1 split
+    short = build_index(shorts, tmp_path / "short", encoder, IndexConfig(device="cpu", bm25=True),
+                        show_progress=False)  # fmt: skip
+    assert short.passages is None and short.faiss["ntotal"] == 3
     forced = build_index(
         docs,
         tmp_path / "forced",
@@ -226,7 +237,7 @@ def test_an_index_from_before_passages_loads_and_searches_as_before(encoder, tmp
     assert len(index) == index.document_count == 5 and index.passages is None
     with sqlite3.connect(out / "docstore.sqlite") as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"docs"}
+    assert tables == {"docs", "fields", "field_kinds"}  # no passages table
     pipeline = SearchPipeline(out, PipelineConfig(device="cpu"))
     query = "Doc 2 " + long_text(2)[:60]
     vector = pipeline.encoder.encode_queries([query])

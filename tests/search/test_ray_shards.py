@@ -115,6 +115,24 @@ def test_shards_on_two_nodes_answer_as_the_merged_index(replicated, merged):
     ]
 
 
+def test_shards_on_ray_filter_as_the_merged_index(local_ray, tmp_path, tiny_bert_dir):
+    from tests.search.test_filtered_search import assert_filters_as_merged, build_shards_with_fields
+
+    from dotcat.models import EncoderConfig
+
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    parts, merged, docs = build_shards_with_fields(tmp_path, encoder)
+    config = PipelineConfig(device="cpu", first_stage="hybrid", prf="both", fb_docs=3,
+                            rocchio_docs=3)  # fmt: skip
+    cluster = ClusterConfig(ray=local_ray.address, replicas=1, shard_cpus=0.5,
+                            budget_s=REPLICATED_BUDGET)  # fmt: skip
+    over_ray = SearchPipeline(parts, config, cluster=cluster)
+    try:
+        assert_filters_as_merged(over_ray, SearchPipeline(merged, config), docs)
+    finally:
+        over_ray.close()
+
+
 def test_the_http_front_answers_as_the_merged_index(replicated, merged):
     texts = list(QUERIES.values())
     expected = merged.search_many(texts, 10)

@@ -100,13 +100,19 @@ def served(hybrid_index):
 
 def test_search_through_the_server_prints_what_the_index_gives(served, pipeline):
     url, _ = served
-    remote = _dotcat("search", "--server", url, "how do cells make ATP", "-k", "3", "--json")
+    remote = _dotcat("search", "--server", url, "how do cells make ATP", "-k", "3", "--json",
+                     "--full-text")  # fmt: skip
     assert remote.returncode == 0, remote.stderr
     hits = json.loads(remote.stdout)
     expected = pipeline.search("how do cells make ATP", 3)
     assert [(h["doc_id"], h["score"]) for h in hits] == [(h.doc_id, h.score) for h in expected]
-    # whole texts, as a local search prints them (the server answers snippets unless asked)
+    # whole texts with --full-text, as a local search prints them
     assert [(h["title"], h["text"]) for h in hits] == [(h.title, h.text) for h in expected]
+    local = _dotcat("search", str(pipeline.index_dir), "how do cells make ATP", "-k", "3",
+                    "--json", "--precision", "fp32", "--device", "cpu")  # fmt: skip
+    assert [(h["snippet"], h["highlights"]) for h in json.loads(local.stdout)] == [
+        (h["snippet"], h["highlights"]) for h in hits
+    ]
 
 
 def test_queries_line_by_line_from_stdin_locally_and_remotely(served, hybrid_index, pipeline):

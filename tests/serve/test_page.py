@@ -94,7 +94,7 @@ def test_keyboard_only(browser, page_pipeline):
         page = browser.new_page()
         page.goto(url + "/")
         page.wait_for_selector("#index-info:has-text('documents')")
-        page.locator("body").click()
+        page.locator("footer kbd").first.click()  # away from any field (mid-page: the filter)
         page.keyboard.press("/")  # focus the search box
         page.keyboard.type("insulin blood sugar")
         page.keyboard.press("Enter")
@@ -265,3 +265,33 @@ def test_the_api_docs_render_with_no_network(browser, page_pipeline):
         page.wait_for_selector("h2:has-text('Search with one query in the URL')", timeout=30_000)
         assert page.locator("h1:has-text('dotcat')").count() == 1
         assert tried == []  # nothing from elsewhere was even asked for
+
+
+def test_a_filter_and_a_facet_narrow_the_results(browser, tmp_path_factory, tiny_bert_dir):
+    """Each hit shows its fields; the facets count the query's results; a click on a value
+    adds it to the filter box and searches again within it; a bad filter says where."""
+    from tests.serve.conftest import _build
+
+    docs = [{"_id": f"t{i}", "title": f"Ticket {i}", "text": f"Printer jam number {i}.",
+             "product": "billing" if i < 3 else "printing"} for i in range(8)]  # fmt: skip
+    index = _build(tmp_path_factory.mktemp("page_fields"), docs, tiny_bert_dir)
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    with live_server(pipeline) as url:
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.goto(url + "/?q=printer+jam")
+        page.wait_for_selector(".hit")
+        assert page.locator(".hit").count() == 8
+        assert "product: billing" in page.locator(".hit .fields").first.inner_text() or (
+            "product: printing" in page.locator(".hit .fields").first.inner_text()
+        )
+        billing = page.locator(".facet-value", has_text="billing")
+        assert billing.inner_text().replace("\n", "") == "billing(3)"
+        billing.click()
+        page.wait_for_selector("#status:has-text('3 results in')")  # (the page's CSP: no eval)
+        assert page.locator(".hit").count() == 3
+        assert page.input_value("#filter") == 'product = "billing"'
+        assert "filter=product" in page.url  # the filter is kept in the page's address
+        page.fill("#filter", 'product = "billing" and (')
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#status.error")
+        assert "column" in page.inner_text("#status") and page.locator(".hit").count() == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -13,22 +12,48 @@ import typer
 
 from dotcat.errors import DotcatError
 from dotcat.search.hits import Hit
+from dotcat.serve.snippet import hit_snippet, query_terms
 
 #: Narrowest text column: below it the table would be unreadable, and wraps instead.
 _MIN_TEXT = 20
 _SCORE_WIDTH = 8
 
 
-def hits_json(hits: Sequence[Hit]) -> list[dict]:
-    return [dataclasses.asdict(h) for h in hits]
+def hits_json(hits: Sequence[Hit], query: str = "", full_text: bool = False) -> list[dict]:
+    """The hits as the server answers them (:class:`dotcat.serve.protocol.HitOut`): rank, id,
+    score and its kind, title, the snippet cut from the passage that matched with the
+    query's terms as character offsets into it (``highlights``), the passage's place in the
+    text, the fields; the whole text only with ``full_text``."""
+    terms = query_terms(query)
+    out = []
+    for h in hits:
+        cut, marks = hit_snippet(h, terms)
+        passage = None
+        if h.start is not None and h.stop is not None:
+            passage = {"start": h.start, "stop": h.stop, "text": h.passage}
+        item = {"rank": h.rank, "doc_id": h.doc_id, "score": h.score, "score_kind": h.score_kind,
+                "title": h.title, "snippet": cut, "highlights": [list(m) for m in marks],
+                "passage": passage, "fields": h.fields}  # fmt: skip
+        if full_text:
+            item["text"] = h.text
+        out.append(item)
+    return out
 
 
-def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) -> None:
-    """The hits as JSON, or as a table whose lines fit ``width`` columns (the terminal's,
-    ``COLUMNS`` where set): rank, score (headed by its kind: ``cosine score``, ``rrf score``),
-    document id, then title and snippet (the passage that matched) cut to the room left."""
+def print_hits(
+    hits: Sequence[Hit],
+    as_json: bool,
+    *,
+    query: str = "",
+    full_text: bool = False,
+    width: int | None = None,
+) -> None:
+    """The hits as JSON (:func:`hits_json`), or as a table whose lines fit ``width`` columns
+    (the terminal's, ``COLUMNS`` where set): rank, score (headed by its kind: ``cosine
+    score``, ``rrf score``), document id, then title and snippet (the passage that matched,
+    around the query's words, as the page shows it) cut to the room left."""
     if as_json:
-        typer.echo(json.dumps(hits_json(hits), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(hits_json(hits, query, full_text), ensure_ascii=False, indent=2))
         return
     if not hits:
         typer.echo("no results")
@@ -40,17 +65,21 @@ def print_hits(hits: Sequence[Hit], as_json: bool, *, width: int | None = None) 
     id_width = max(6, *(len(h.doc_id) for h in hits))
     text_width = max(_MIN_TEXT, width - (4 + 2 + score_width + 2 + id_width + 2))
     typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
+    terms = query_terms(query)
     for h in hits:
         # (cut first: textwrap reads all of a text, and a document may be 50 MB)
         head = 4 * text_width + 100
         title = textwrap.shorten(h.title[:head] or "(no title)", text_width, placeholder="...")
-        snippet = textwrap.shorten((h.passage or "")[:head], text_width, placeholder="...")
+        cut = hit_snippet(h, terms)[0][:head]
+        snippet = textwrap.shorten(cut, text_width, placeholder="...")
         typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")
 
 
-def search_lines(search_one: Callable[[str], Sequence[Hit]], as_json: bool) -> None:
+def search_lines(
+    search_one: Callable[[str], Sequence[Hit]], as_json: bool, full_text: bool = False
+) -> None:
     """Queries from stdin, one per line, answered as they come.
 
     On a terminal: a prompt, a first line saying how to stop (Ctrl-D, or an empty line), and
@@ -76,9 +105,10 @@ def search_lines(search_one: Callable[[str], Sequence[Hit]], as_json: bool) -> N
             typer.echo(f"dotcat: error: {e}", err=True)
             continue
         if as_json:
-            typer.echo(json.dumps({"query": text, "hits": hits_json(hits)}, ensure_ascii=False))
+            answer = {"query": text, "hits": hits_json(hits, text, full_text)}
+            typer.echo(json.dumps(answer, ensure_ascii=False))
         else:
             typer.echo(f"query: {text}")
-            print_hits(hits, False)
+            print_hits(hits, False, query=text)
             typer.echo("")
         sys.stdout.flush()

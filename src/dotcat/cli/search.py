@@ -38,7 +38,7 @@ from dotcat.search.config import (
     check_query,
     results_per_query,
 )
-from dotcat.serve.client import ServerClient
+from dotcat.serve.client import PER_REQUEST, ServerClient
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,17 @@ def search(
         metavar="QUERY",
     ),
     k: int | None = K_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    as_json: bool = typer.Option(
+        False, "--json", help="JSON output: each hit's snippet, highlights, passage, fields."
+    ),
+    full_text: bool = typer.Option(
+        False, "--full-text", help="With --json: each hit's whole text too."
+    ),
     queries: Path | None = typer.Option(None, help="Queries file or BEIR dir, for a run."),
     split: str = typer.Option("test", help=SPLIT_HELP),
-    output: Path | None = typer.Option(None, help=OUTPUT_HELP + " With --queries."),
+    output: Path | None = typer.Option(
+        None, help=OUTPUT_HELP + " With --queries (default: standard output)."
+    ),
     tag: str = typer.Option("dotcat", help=TAG_HELP),
     server: str | None = typer.Option(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
@@ -81,20 +88,25 @@ def search(
     """Search an index: one query (a table or --json), a queries file into a TREC run, or
     queries read line by line (models loaded once).
 
-    With --rerank MODEL the top --depth results are re-ordered by the cross-encoder. A folder
-    of shards is searched as one index: in this process, or on Ray (--ray).
+    With --rerank MODEL the top --depth results are re-ordered by the cross-encoder; with
+    --filter only documents whose fields match are searched. A folder of shards is searched
+    as one index: in this process, or on Ray (--ray).
     """
+    if full_text and not as_json:
+        raise DotcatError("--full-text goes with --json (the table shows snippets)")
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         refuse_with("--server", given_settings(ClusterConfig), "the server runs its shards")
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
-                       config, (queries, output, split, tag))  # fmt: skip
+                       config, (queries, output, split, tag), full_text)  # fmt: skip
         return
     if index_dir is None:
         raise DotcatError("give an INDEX directory (or --server URL)")
     if query is not None and queries is not None:
         raise DotcatError("give either a QUERY or --queries, not both")
-    if (queries is None) != (output is None):
-        raise DotcatError("--queries and --output go together: the queries, and the run to write")
+    if output is not None and queries is None:
+        raise DotcatError("--output writes a run of --queries; give --queries too")
+    if queries is not None and output is None:
+        output = Path("-")  # the run to standard output, as trec_eval and pipes expect
     k = results_per_query(k, run=queries is not None)
     if query is not None:
         check_query(query)
@@ -124,9 +136,9 @@ def search(
         return hits
 
     if query is not None:
-        print_hits(one(query), as_json)
+        print_hits(one(query), as_json, query=query, full_text=full_text)
     else:
-        search_lines(one, as_json)
+        search_lines(one, as_json, full_text)
 
 
 def _warn_if_cut(pipeline, query: str) -> None:
@@ -175,7 +187,8 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
     )
 
 
-def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args) -> None:
+def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args,
+                   full_text=False) -> None:  # fmt: skip
     """``dotcat search --server URL [QUERY]``: the same output, answered by a running server
     with its own pipeline (only the first stage is asked per request); with ``--queries`` and
     ``--output`` (``run_args``, with ``--split`` and ``--tag``), a run."""
@@ -184,14 +197,16 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args
         raise DotcatError(
             "with --server, give only the QUERY or --queries (the server has its index)"
         )
-    if (queries is None) != (output is None):
-        raise DotcatError("--queries and --output go together: the queries, and the run to write")
+    if output is not None and queries is None:
+        raise DotcatError("--output writes a run of --queries; give --queries too")
+    if queries is not None and output is None:
+        output = Path("-")  # the run to standard output, as without --server
     if config.rerank is not None:
         raise DotcatError(
             "--rerank: a server re-ranks with the cross-encoder it was started with (dotcat "
             "serve --rerank MODEL); with --server, leave --rerank out"
         )
-    pipeline_options = given_settings(PipelineConfig) - {"first_stage"}
+    pipeline_options = given_settings(PipelineConfig) - PER_REQUEST
     why = "the server searches with the pipeline it was started with (dotcat serve)"
     refuse_with("--server", pipeline_options, why)
     k = results_per_query(k, run=queries is not None)
@@ -201,7 +216,7 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args
         check_output_file(output)
         topics = load_queries(queries, split=split)
         start = time.perf_counter()
-        run = client.run(topics, k, first_stage=stage)
+        run = client.run(topics, k, first_stage=stage, filter=config.filter)
         write_run(run, output, tag=tag)
         where = "standard output" if str(output) == "-" else output
         typer.echo(
@@ -212,12 +227,12 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args
         return
 
     def ask(text: str):
-        return client.search(check_query(text), k=k, first_stage=stage)
+        return client.search(check_query(text), k=k, first_stage=stage, filter=config.filter)
 
     if positional:
-        print_hits(ask(positional[0]), as_json)
+        print_hits(ask(positional[0]), as_json, query=positional[0], full_text=full_text)
     else:
-        search_lines(ask, as_json)
+        search_lines(ask, as_json, full_text)
 
 
 @app.command("rerank")

@@ -8,7 +8,9 @@ the physical (1-based) line.
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import io
 import json
 import re
 import zlib
@@ -77,14 +79,17 @@ def detect_format(path: Path) -> str:
     return "jsonl"  # an empty file: either reader yields nothing
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path, encoding: str | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for every non-blank line of a plain or gzipped file.
 
     Line numbers are physical and 1-based (blank lines count but are not yielded). Lines are
-    split on ``\\n`` only and decoded as strict UTF-8; a UTF-8 byte-order mark at the start and
-    a trailing ``\\r`` are dropped. Invalid UTF-8, a corrupt or truncated gzip stream and read
-    errors become a :class:`DataFormatError`.
+    split on ``\\n`` only and decoded as strict UTF-8 (or ``encoding``); a byte-order mark at
+    the start and a trailing ``\\r`` are dropped. Invalid UTF-8, a corrupt or truncated gzip
+    stream and read errors become a :class:`DataFormatError`.
     """
+    if encoding is not None and codecs.lookup(encoding).name != "utf-8":
+        yield from _iter_decoded_lines(path, encoding)
+        return
     gz = is_gzipped(path)
     lineno = 0
     offset = 0  # byte offset of the current line in the (decompressed) file
@@ -111,6 +116,23 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
         # gzip.BadGzipFile is an OSError; a truncated stream raises EOFError on the next read.
         line = lineno + 1 if lineno else None
         raise DataFormatError(path, line, f"cannot read{' gzip data' if gz else ''}: {e}") from None
+
+
+def _iter_decoded_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
+    """:func:`iter_lines` in another encoding than UTF-8 (decoded as a stream, so that
+    UTF-16's two-byte line ends are found)."""
+    lineno = 0
+    try:
+        with gzip.open(path, "rb") if is_gzipped(path) else open(path, "rb") as raw:
+            text = io.TextIOWrapper(raw, encoding=encoding, newline="")
+            for lineno, line in enumerate(text, start=1):
+                line = line.removeprefix("\ufeff").rstrip("\r\n")
+                if line.strip():
+                    yield lineno, line
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, lineno + 1, f"invalid {encoding}: {e.reason}") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataFormatError(path, lineno + 1 if lineno else None, f"cannot read: {e}") from None
 
 
 def json_type(value: Any) -> str:

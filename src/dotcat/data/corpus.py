@@ -24,9 +24,9 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
@@ -59,7 +59,9 @@ __all__ = ["CORPUS_FILE_NAMES", "CorpusOptions", "CorpusStats", "Document", "ite
            "load_corpus"]  # fmt: skip
 
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
-CACHE_FORMAT_VERSION = 2
+CACHE_FORMAT_VERSION = 3
+#: The Arrow file's columns: the fields are one JSON object a document ('' for none).
+COLUMNS = ("id", "title", "text", "fields")
 #: What to do when the cache's disk is full (it can live anywhere).
 CACHE_ADVICE = f"free space, or set {CACHE_ENV} to a folder on a disk with room"
 
@@ -71,15 +73,19 @@ _EMPTY_LOGGED = 5  # how many skipped/title-only documents are logged one by one
 @dataclass(frozen=True)
 class Document:
     """One corpus document: its id, title (may be empty) and whole text (empty for a
-    title-only one). Nothing is cut here: long documents keep every word.
+    title-only one), and its other fields (:mod:`dotcat.data.metadata`; None: none).
+    Nothing is cut here: long documents keep every word.
 
     Consumers index ``title + " " + text`` (as Pyserini's BEIR flat indexes and BEIR's own
-    dense evaluation do), so a document without text is indexed on its title.
+    dense evaluation do), so a document without text is indexed on its title; the fields
+    are metadata, to filter by (:mod:`dotcat.search.filters`), never read by the models
+    (nor compared: two documents are equal when their id, title and text are).
     """
 
     id: str
     title: str
     text: str
+    fields: dict[str, Any] | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         """The id, the title and the text's first words (:func:`dotcat.reprs.preview`)."""
@@ -220,7 +226,7 @@ def iter_corpus(
             if stats.title_only <= _EMPTY_LOGGED:
                 logger.debug("%s: document %r has no text, indexed on title", where, record.id)
         stats.documents += 1
-        yield Document(record.id, record.title, record.text)
+        yield Document(record.id, record.title, record.text, record.fields or None)
     _log_summary(stats, first_skipped)
 
 
@@ -283,7 +289,7 @@ class _CacheMiss(Exception):
 def _features() -> datasets.Features:
     import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
-    return datasets.Features({name: datasets.Value("string") for name in ("id", "title", "text")})
+    return datasets.Features({name: datasets.Value("string") for name in COLUMNS})
 
 
 def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Dataset:
@@ -402,7 +408,8 @@ def _documents(source: Source, stats: CorpusStats) -> Iterator[dict[str, str]]:
     """The rows of the Arrow file, under a progress bar; refuses a source with no document."""
     with progress_bar(desc=f"reading {Path(source.describe()).name}", unit="doc") as bar:
         for doc in iter_corpus(source, stats=stats):
-            yield {"id": doc.id, "title": doc.title, "text": doc.text}
+            yield {"id": doc.id, "title": doc.title, "text": doc.text,
+                   "fields": fields_json(doc.fields)}  # fmt: skip
             bar.update()
     if stats.documents == 0:
         raise DataFormatError(source.describe(), None, _no_documents(stats))
@@ -458,7 +465,7 @@ def _in_memory(source: PythonSource) -> tuple[datasets.Dataset, CorpusStats]:
     import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     stats = CorpusStats()
-    columns: dict[str, list[str]] = {"id": [], "title": [], "text": []}
+    columns: dict[str, list[str]] = {name: [] for name in COLUMNS}
     for row in _documents(source, stats):
         for name, value in row.items():
             columns[name].append(value)
@@ -471,11 +478,23 @@ def _cached_only() -> Iterator[dict[str, str]]:
     yield {}  # pragma: no cover - makes this a generator
 
 
+def fields_json(fields: Mapping[str, Any] | None) -> str:
+    """A document's fields as the Arrow file holds them: one JSON object, '' for none."""
+    return json.dumps(fields, ensure_ascii=False) if fields else ""
+
+
+def read_fields(value: str | None) -> dict[str, Any]:
+    """The fields an Arrow row holds (:func:`fields_json`)."""
+    return json.loads(value) if value else {}
+
+
 def iter_row_batches(
     dataset: datasets.Dataset, start: int = 0, stop: int | None = None, batch_size: int = 1000
 ) -> Iterator[tuple[int, dict[str, list[str]]]]:
     """Rows ``[start, stop)`` of a corpus from :func:`load_corpus`, read sequentially without
-    memory-mapping: ``(position of the first row, {"id": [...], "title": [...], "text": [...]})``.
+    memory-mapping: ``(position of the first row, {"id": [...], "title": [...], "text": [...],
+    "fields": [...]})`` (``fields``: JSON, :func:`read_fields`; empty for a dataset without
+    that column).
 
     ``Dataset[...]`` reads through a memory map, and every page touched stays counted in the
     process's resident memory until the kernel needs it back: indexing a corpus of millions
@@ -485,12 +504,13 @@ def iter_row_batches(
     import pyarrow as pa  # loads numpy (~0.2 s): dotcat.data is on the CLI's path before torch
 
     stop = len(dataset) if stop is None else min(stop, len(dataset))
+    names = [c for c in COLUMNS if c in dataset.column_names]
     # A selection or shuffle (rows not in file order), or a dataset held in memory (documents
     # given in Python): read by slices.
     if dataset._indices is not None or not dataset.cache_files:
         for begin in range(start, stop, batch_size):
             rows = dataset[begin : min(stop, begin + batch_size)]
-            yield begin, {k: rows[k] for k in ("id", "title", "text")}
+            yield begin, _complete({k: rows[k] for k in names})
         return
     position = 0
     pending: list = []
@@ -510,10 +530,17 @@ def iter_row_batches(
                     table = pa.Table.from_batches(pending)
                     yield (
                         pending_start,
-                        {k: table.column(k).to_pylist() for k in ("id", "title", "text")},
+                        _complete({k: table.column(k).to_pylist() for k in names}),
                     )
                     pending_start += table.num_rows
                     pending = []
     if pending:
         table = pa.Table.from_batches(pending)
-        yield pending_start, {k: table.column(k).to_pylist() for k in ("id", "title", "text")}
+        yield pending_start, _complete({k: table.column(k).to_pylist() for k in names})
+
+
+def _complete(batch: dict[str, list]) -> dict[str, list]:
+    """A batch with every column (a dataset made elsewhere may lack ``fields``)."""
+    if "fields" not in batch:
+        batch["fields"] = [""] * len(batch["id"])
+    return batch

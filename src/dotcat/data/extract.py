@@ -1,9 +1,10 @@
-"""Text and title out of one document file: plain text, Markdown, reStructuredText, HTML, PDF.
+"""Text, title and metadata out of one document file: plain text, Markdown, reStructuredText,
+HTML, PDF.
 
-:func:`extract` takes a file's bytes (already un-gzipped) and its kind and returns
-``(title, text)``, or raises :class:`Unreadable` with a short reason that the folder reader
-counts and names in its summary line. The text is kept whole, never cut: splitting long
-documents is the indexer's business, and it needs the full text to do it.
+:func:`extract` takes a file's bytes (already un-gzipped) and its kind and returns an
+:class:`Extracted` (title, text, fields), or raises :class:`Unreadable` with a short reason
+that the folder reader counts and names in its summary line. The text is kept whole, never
+cut: splitting long documents is the indexer's business, and it needs the full text to do it.
 
 Libraries, chosen for being the maintained reference of their job:
 
@@ -23,16 +24,19 @@ Libraries, chosen for being the maintained reference of their job:
   text more faithfully but is several times slower and larger; search needs words, not layout.
   Encrypted files are opened with the empty password (as a viewer does); one that needs a real
   password is unreadable.
-- Markdown: markdown-it-py (CommonMark; already installed with typer's rich) finds the first
-  heading, so that ``#`` lines in code blocks are not mistaken for one. The text is the file as
-  written: Markdown's markup is light and both encoders and BM25 read through it.
-- reStructuredText: the first section title (a line under- and optionally over-lined with one
-  punctuation character, as the RST specification defines), found with a regular expression:
-  docutils would be a dependency for one line.
+- Markdown and reStructuredText (:mod:`dotcat.data.markup`): the front matter is split off
+  into fields (its ``title`` the title), the markup stripped (``#``, ``**``, link targets,
+  directives), and the first heading found (markdown-it-py, so that ``#`` lines in code
+  blocks are not mistaken for one).
 
-Title: that heading, the HTML ``<title>`` (trafilatura's metadata) or the PDF metadata title,
-else the file name without its suffixes. Text files must be UTF-8 (a byte-order mark is
-dropped, CRLF becomes LF); a NUL byte marks a binary file.
+Title: the front matter's, that heading, the HTML ``<title>`` or the PDF metadata title (a
+generic one that a producer writes, "Enscript Output", "Microsoft Word - report.docx" or a
+file name, is passed over for the PDF's first outline entry or first line), else the file
+name without its suffixes. Fields (:mod:`dotcat.data.metadata`): the front matter; a PDF's
+author, subject, keywords, creator, producer, creation and modification dates and page count;
+an HTML page's language and its ``<meta>`` author, description, keywords and dates. Text files
+are read as UTF-8, else in the encoding given or detected (:mod:`dotcat.data.encodings`;
+CRLF becomes LF); a NUL byte marks a binary file.
 """
 
 from __future__ import annotations
@@ -40,7 +44,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
+from dataclasses import dataclass
+from typing import Any
 
+from dotcat.data.encodings import NotDecodable, decode
+from dotcat.data.markup import front_matter, markdown_text, rst_text
+from dotcat.data.metadata import record_fields, scalar_value
 from dotcat.errors import DotcatError, first_line
 from dotcat.progress import quiet_logger
 
@@ -52,8 +61,28 @@ _BINARY_PROBE = 8192  # bytes searched for a NUL, as git and grep decide "binary
 _RST_ADORNMENT = re.compile(r"""^([!-/:-@\[-`{-~])\1{2,}\s*$""")
 
 
+#: PDF titles that name the program or the file, not the document (lower case, matched whole).
+GENERIC_PDF_TITLE = re.compile(
+    r"(?:enscript output|untitled(?:[ -]\d+)?|document\d*|no title|title|unknown|none|slide \d+|"
+    r"powerpoint presentation|presentation\d*|microsoft (?:word|powerpoint|excel) - .*|"
+    r".*\.(?:docx?|dvi|tex|txt|pdf|ps|rtf|odt|pptx?|xlsx?|indd|qxd|html?)|[\W_\d]*)"
+)
+#: How long a first line may be to stand for a PDF's title.
+PDF_HEADING_CHARS = 120
+
+
 class Unreadable(Exception):
     """A document file that cannot be read; ``str()`` is the reason (a few words)."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What a document file holds: its title, its text, its other fields (typed,
+    :mod:`dotcat.data.metadata`)."""
+
+    title: str
+    text: str
+    fields: dict[str, Any]
 
 
 def check_html_support() -> None:
@@ -62,40 +91,64 @@ def check_html_support() -> None:
         raise DotcatError(f"reading HTML files needs trafilatura: {HTML_EXTRA}")
 
 
-def extract(data: bytes, kind: str, stem: str) -> tuple[str, str]:
-    """``(title, text)`` of a document file's bytes.
+def extract(
+    data: bytes,
+    kind: str,
+    stem: str,
+    encoding: str | None = None,
+    forced: str | None = None,
+    where: str = "",
+) -> Extracted:
+    """The title, text and fields of a document file's bytes.
 
     Args:
         data: the file's content (decompressed when it was gzipped).
         kind: ``text``, ``markdown``, ``rst``, ``html`` or ``pdf``.
         stem: the file name without its suffixes: the title when the file names none.
+        encoding: a text file's encoding when it is not UTF-8 (None: detected).
+        forced: a text file's encoding, UTF-8 or not (a rule for the file).
+        where: the file, for the warning about front matter that does not parse.
 
     Raises:
-        Unreadable: an empty or binary file, invalid UTF-8, an encrypted or corrupt PDF, or
-            no text at all.
+        Unreadable: an empty or binary file, text in no encoding tried, an encrypted or
+            corrupt PDF, or no text at all.
     """
     if not data.strip():
         raise Unreadable("empty")
     if kind == "pdf":
-        title, text = _pdf(data)
+        title, text, fields = _pdf(data)
     elif kind == "html":
-        title, text = _html(data)
+        title, text, fields = _html(data)
     else:
-        text = _utf8(data)
-        title = {"markdown": markdown_title, "rst": rst_title}.get(kind, lambda _: "")(text)
+        text, used = _text(data, encoding, forced)
+        title, text, fields = _marked_up(text, kind, where)
+        fields.setdefault("encoding", used)
     if not text.strip():
         raise Unreadable("no text")
-    return title.strip() or stem, text
+    return Extracted(title.strip() or stem, text, fields)
 
 
-def _utf8(data: bytes) -> str:
-    if b"\0" in data[:_BINARY_PROBE]:
+def _text(data: bytes, encoding: str | None, forced: str | None) -> tuple[str, str]:
+    """A text file's text (CRLF as LF) and the encoding it was read in."""
+    if b"\0" in data[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
         raise Unreadable("binary")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise Unreadable(f"not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start}") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+        text, used = decode(data, encoding, forced)
+    except NotDecodable as e:
+        raise Unreadable(str(e)) from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n"), used
+
+
+def _marked_up(text: str, kind: str, where: str) -> tuple[str, str, dict[str, Any]]:
+    """Title, plain text and front matter fields of a Markdown or reStructuredText text (a
+    plain text file as it is)."""
+    if kind not in ("markdown", "rst"):
+        return "", text, {}
+    matter, body = front_matter(text, kind, where)
+    heading, plain = (markdown_text if kind == "markdown" else rst_text)(body)
+    title = matter.pop("title", None)
+    title = scalar_value(title) if not isinstance(title, (dict, list)) else None
+    return str(title) if title is not None else heading, plain, record_fields(matter)
 
 
 def markdown_title(text: str) -> str:
@@ -121,8 +174,8 @@ def rst_title(text: str) -> str:
     return ""
 
 
-def _pdf(data: bytes) -> tuple[str, str]:
-    """Text of every page (joined by a blank line) and the metadata title, with pypdf."""
+def _pdf(data: bytes) -> tuple[str, str, dict[str, Any]]:
+    """Text of every page (joined by a blank line), the title and the metadata, with pypdf."""
     import pypdf  # only PDF files need it (~0.1 s); keeps `dotcat` fast
 
     with quiet_logger("pypdf"):  # a damaged file: warnings line by line; the summary names it
@@ -132,6 +185,7 @@ def _pdf(data: bytes) -> tuple[str, str]:
                 raise Unreadable("encrypted PDF: needs a password")
             pages = [page.extract_text() or "" for page in reader.pages]
             title = _pdf_title(reader)
+            fields = _pdf_fields(reader)
         except Unreadable:
             raise
         except pypdf.errors.DependencyError as e:
@@ -141,15 +195,58 @@ def _pdf(data: bytes) -> tuple[str, str]:
     text = "\n\n".join(page.strip("\n") for page in pages)
     if not text.strip():
         raise Unreadable("no text in the PDF: scanned pages?")
-    return title, text
+    return title or _pdf_heading(reader, text), text, fields
 
 
 def _pdf_title(reader) -> str:
+    """The metadata title, unless it is a generic one (:data:`GENERIC_PDF_TITLE`)."""
     try:
         title = reader.metadata.title if reader.metadata else None
     except Exception:  # noqa: BLE001 - a broken information dictionary only loses the title
         return ""
-    return title if isinstance(title, str) else ""
+    if not isinstance(title, str) or GENERIC_PDF_TITLE.fullmatch(title.strip().lower()):
+        return ""
+    return title
+
+
+def _pdf_heading(reader, text: str) -> str:
+    """A title for a PDF whose metadata names none: its first outline entry (bookmark), else
+    its first line where that is short enough to be a heading."""
+    try:
+        outline = reader.outline
+        first = outline[0] if outline else None
+        while isinstance(first, list) and first:
+            first = first[0]
+        heading = getattr(first, "title", None)
+    except Exception:  # noqa: BLE001 - a broken outline only loses this title
+        heading = None
+    if isinstance(heading, str) and heading.strip():
+        return heading.strip()
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= PDF_HEADING_CHARS else ""
+
+
+#: PDF information keys kept as fields, and their field names.
+_PDF_FIELDS = {"author": "author", "subject": "subject", "creator": "creator",
+               "producer": "producer", "creation_date": "created",
+               "modification_date": "modified"}  # fmt: skip
+
+
+def _pdf_fields(reader) -> dict[str, Any]:
+    """A PDF's information dictionary as fields, and its page count."""
+    found: dict[str, Any] = {"pages": len(reader.pages)}
+    info = reader.metadata
+    if not info:
+        return found
+    for key, name in _PDF_FIELDS.items():
+        try:
+            found[name] = getattr(info, key)
+        except Exception:  # noqa: BLE001 - a malformed date or string only loses that field
+            continue
+    keywords = info.get("/Keywords")
+    if isinstance(keywords, str):
+        found["keywords"] = [k.strip() for k in re.split(r"[,;]", keywords) if k.strip()]
+    return record_fields(found)
 
 
 #: Block-level elements: each starts a new line of the extracted text.
@@ -166,28 +263,34 @@ _HTML_SKIPPED = frozenset(
 )
 
 
-def _html(data: bytes) -> tuple[str, str]:
-    """Title and text: the marked main element read whole (:func:`_html_main`), else
-    trafilatura's main text; all the page's text when it finds no main text."""
+def _html(data: bytes) -> tuple[str, str, dict[str, Any]]:
+    """Title, text and metadata: the marked main element read whole (:func:`_html_main`),
+    else trafilatura's main text; all the page's text when it finds no main text."""
     check_html_support()
     if b"\0" in data[:_BINARY_PROBE]:
         raise Unreadable("binary")
-    marked = _html_main(data)
-    return marked if marked is not None else _html_trafilatura(data)
+    tree = _html_tree(data)
+    marked = _html_main(tree) if tree is not None else None
+    title, text = marked if marked is not None else _html_trafilatura(data)
+    return title, text, _html_fields(tree) if tree is not None else {}
 
 
-def _html_main(data: bytes) -> tuple[str, str] | None:
-    """``(title, text)`` of the page's ``<main>`` / ``role="main"`` element, one line per
-    block; None when the page marks no main element (or it holds no text)."""
+def _html_tree(data: bytes):
+    """The page parsed by lxml in its declared character set (UTF-8 if none), or None."""
     import lxml.html  # with trafilatura, an optional extra (dotcat[html])
 
     declared = _HTML_CHARSET.search(data[:4096])
     encoding = declared.group(1).decode("ascii") if declared else "utf-8"
     try:
         parser = lxml.html.HTMLParser(encoding=encoding)
-        tree = lxml.html.fromstring(data, parser=parser)
+        return lxml.html.fromstring(data, parser=parser)
     except Exception:  # noqa: BLE001 - left to trafilatura, which reports what it cannot read
         return None
+
+
+def _html_main(tree) -> tuple[str, str] | None:
+    """``(title, text)`` of the page's ``<main>`` / ``role="main"`` element, one line per
+    block; None when the page marks no main element (or it holds no text)."""
     main = tree.xpath('//main | //*[@role="main"]')
     if not main:
         return None
@@ -195,6 +298,33 @@ def _html_main(data: bytes) -> tuple[str, str] | None:
     text = "\n".join(line for line in lines if line)
     title = " ".join((tree.findtext(".//title") or "").split())
     return (title, text) if text else None
+
+
+#: ``<meta>`` names and properties kept as fields (lower case), and their field names.
+_HTML_META = {
+    "author": "author", "description": "description", "keywords": "keywords",
+    "date": "date", "dcterms.date": "date", "dc.date": "date",
+    "article:published_time": "date", "article:modified_time": "modified",
+    "og:site_name": "site", "generator": "generator",
+}  # fmt: skip
+
+
+def _html_fields(tree) -> dict[str, Any]:
+    """An HTML page's language and its ``<meta>`` metadata (:data:`_HTML_META`)."""
+    found: dict[str, Any] = {}
+    language = tree.get("lang") if tree.tag == "html" else None
+    if language:
+        found["lang"] = language
+    for meta in tree.iter("meta"):
+        key = (meta.get("name") or meta.get("property") or "").strip().lower()
+        name, content = _HTML_META.get(key), (meta.get("content") or "").strip()
+        if name is None or not content or name in found:
+            continue
+        if name == "keywords":
+            found[name] = [k.strip() for k in content.split(",") if k.strip()]
+        else:
+            found[name] = content
+    return record_fields(found)
 
 
 def _block_text(element) -> str:

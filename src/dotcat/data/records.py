@@ -52,6 +52,7 @@ from dotcat.data._io import (
     parse_json_object,
     split_tsv,
 )
+from dotcat.data.metadata import record_fields
 from dotcat.errors import DataFormatError
 
 DEFAULT_ID_FIELDS = ("_id", "id")
@@ -66,7 +67,8 @@ _LISTED_FIELDS = 12  # how many of a record's fields an error lists
 
 
 class Record(NamedTuple):
-    """One document as read: where it is, its id (and the field it came from), title, text."""
+    """One document as read: where it is, its id (and the field it came from), title, text,
+    and its other fields (:mod:`dotcat.data.metadata`: typed, flattened; None: none)."""
 
     path: str
     line: int | None
@@ -74,6 +76,7 @@ class Record(NamedTuple):
     id_field: str
     title: str
     text: str
+    fields: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class FieldNames:
         return any(name is not None for name in (self.id, self.title, self.text))
 
 
-def record_format(path: Path) -> str:
+def record_format(path: Path, encoding: str | None = None) -> str:
     """``jsonl``, ``json``, ``csv``, ``tsv`` or ``parquet`` from the name, else by content.
 
     A name without a known ending (after an optional ``.gz``) is JSON Lines when its first
@@ -103,28 +106,37 @@ def record_format(path: Path) -> str:
     for suffix, kind in by_suffix.items():
         if name.endswith(suffix):
             return kind
-    first = next((text.lstrip() for _, text in iter_lines(path)), "")
+    first = next((text.lstrip() for _, text in iter_lines(path, encoding)), "")
     if name.endswith(".json"):
         return "json" if first.startswith("[") else "jsonl"
     return "jsonl" if first.startswith("{") or not first else "tsv"
 
 
-def iter_file_records(path: Path, fields: FieldNames = FieldNames()) -> Iterator[Record]:
-    """The records of one file, in file order, validated (see the module docstring).
+def iter_file_records(
+    path: Path, fields: FieldNames = FieldNames(), encoding: str | None = None
+) -> Iterator[Record]:
+    """The records of one file, in file order, validated (see the module docstring); text
+    formats decoded from ``encoding`` (None: UTF-8).
 
     Raises:
         DataFormatError: the first bad record, naming the file, line and field.
     """
-    kind = record_format(path)
-    readers = {"jsonl": _jsonl, "json": _json_array, "csv": _csv, "tsv": _tsv,
-               "parquet": _parquet}  # fmt: skip
-    return readers[kind](path, fields)
+    kind = record_format(path, encoding)
+    if kind == "parquet":
+        return _parquet(path, fields)
+    readers = {"jsonl": _jsonl, "json": _json_array, "csv": _csv, "tsv": _tsv}
+    return readers[kind](path, fields, encoding)
 
 
 def record_from_mapping(
-    where: str | Path, line: int | None, obj: Mapping[str, Any], fields: FieldNames
+    where: str | Path,
+    line: int | None,
+    obj: Mapping[str, Any],
+    fields: FieldNames,
+    cells: bool = False,
 ) -> Record:
-    """Read ``(id, title, text)`` from one record through the field names ``fields``.
+    """Read ``(id, title, text)`` from one record through the field names ``fields``, and its
+    other fields (:func:`dotcat.data.metadata.record_fields`; ``cells``: CSV or TSV text).
 
     Raises:
         DataFormatError: a missing id or text field (the message lists the record's fields),
@@ -133,7 +145,13 @@ def record_from_mapping(
     doc_id, id_field = _record_id(where, line, obj, fields.id)
     text = _named_text(where, line, obj, fields.text, DEFAULT_TEXT_FIELDS, "text")
     title = _named_text(where, line, obj, fields.title, DEFAULT_TITLE_FIELDS, "title")
-    return Record(str(where), line, doc_id, id_field, title or "", text or "")
+    used = (
+        *((fields.id,) if fields.id else DEFAULT_ID_FIELDS),
+        *((fields.title,) if fields.title else DEFAULT_TITLE_FIELDS),
+        *((fields.text,) if fields.text else DEFAULT_TEXT_FIELDS),
+    )
+    extra = record_fields(obj, used, cells=cells) or None
+    return Record(str(where), line, doc_id, id_field, title or "", text or "", extra)
 
 
 def _missing(where, line, obj: Mapping[str, Any], what: str, names: Sequence[str], option: str):
@@ -189,8 +207,8 @@ def _named_text(
 # -- file readers ------------------------------------------------------------------------
 
 
-def _jsonl(path: Path, fields: FieldNames) -> Iterator[Record]:
-    for lineno, line in iter_lines(path):
+def _jsonl(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
+    for lineno, line in iter_lines(path, encoding):
         try:
             obj = parse_json_object(path, lineno, line)
         except DataFormatError as e:
@@ -203,10 +221,10 @@ def _jsonl(path: Path, fields: FieldNames) -> Iterator[Record]:
         yield record_from_mapping(path, lineno, obj, fields)
 
 
-def _json_array(path: Path, fields: FieldNames) -> Iterator[Record]:
+def _json_array(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
     """A JSON array of objects; records numbered from 1 (a JSON value has no useful lines)."""
     try:
-        items = json.loads(_read_text(path))
+        items = json.loads(_read_text(path, encoding))
     except json.JSONDecodeError as e:
         problem = f"malformed JSON: {e.msg} (column {e.colno})"
         raise DataFormatError(path, e.lineno, problem) from None
@@ -218,28 +236,32 @@ def _json_array(path: Path, fields: FieldNames) -> Iterator[Record]:
         yield record_from_mapping(path, n, obj, fields)
 
 
-def _read_text(path: Path) -> str:
-    """A whole file as strict UTF-8 text (a byte-order mark dropped), plain or gzipped."""
+def _read_text(path: Path, encoding: str | None = None) -> str:
+    """A whole file as strict UTF-8 text (a byte-order mark dropped), or in ``encoding``,
+    plain or gzipped."""
+    name = encoding or "utf-8-sig"
     try:
         with gzip.open(path, "rb") if is_gzipped(path) else open(path, "rb") as f:
-            return f.read().decode("utf-8-sig")
+            return f.read().decode(name)
     except UnicodeDecodeError as e:
-        raise DataFormatError(path, None, f"invalid UTF-8 at byte offset {e.start}") from None
+        what = "UTF-8" if encoding is None else encoding
+        raise DataFormatError(path, None, f"invalid {what} at byte offset {e.start}") from None
     except (OSError, EOFError, zlib.error) as e:
         raise DataFormatError(path, None, f"cannot read: {e}") from None
 
 
-def _open_text(path: Path):
-    """A text stream for :mod:`csv`: UTF-8 (a byte-order mark dropped), plain or gzipped."""
+def _open_text(path: Path, encoding: str | None = None):
+    """A text stream for :mod:`csv`: UTF-8 (a byte-order mark dropped) or ``encoding``,
+    plain or gzipped."""
     opener = gzip.open if is_gzipped(path) else open
-    return opener(path, "rt", encoding="utf-8-sig", newline="")
+    return opener(path, "rt", encoding=encoding or "utf-8-sig", newline="")
 
 
-def _csv(path: Path, fields: FieldNames) -> Iterator[Record]:
+def _csv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
     """A CSV file with a header row; each later row is a record under the header's names."""
     csv.field_size_limit(2**31 - 1)  # documents are longer than csv's 128 KiB default
     try:
-        with _open_text(path) as f:
+        with _open_text(path, encoding) as f:
             header: list[str] | None = None
             for line, row in _csv_rows(csv.reader(f)):
                 if header is None:
@@ -248,9 +270,11 @@ def _csv(path: Path, fields: FieldNames) -> Iterator[Record]:
                 if len(row) != len(header):
                     problem = f"{len(row)} columns, the header has {len(header)}"
                     raise DataFormatError(path, line, problem)
-                yield record_from_mapping(path, line, dict(zip(header, row, strict=True)), fields)
+                record = dict(zip(header, row, strict=True))
+                yield record_from_mapping(path, line, record, fields, cells=True)
     except UnicodeDecodeError as e:
-        raise DataFormatError(path, None, f"invalid UTF-8: {e.reason}") from None
+        what = "UTF-8" if encoding is None else encoding
+        raise DataFormatError(path, None, f"invalid {what}: {e.reason}") from None
     except csv.Error as e:
         raise DataFormatError(path, None, f"malformed CSV: {e}") from None
     except (OSError, EOFError) as e:
@@ -275,9 +299,9 @@ def _header(path: Path, line: int, row: list[str]) -> list[str]:
     return names
 
 
-def _tsv(path: Path, fields: FieldNames) -> Iterator[Record]:
+def _tsv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
     """A TSV file: named columns under a header row, else positional (id, [title,] text)."""
-    lines = iter_lines(path)
+    lines = iter_lines(path, encoding)
     first = next(lines, None)
     if first is None:
         return
@@ -307,7 +331,8 @@ def _tsv_named(path: Path, header: list[str], lines, fields: FieldNames) -> Iter
             raise DataFormatError(
                 path, lineno, f"{len(row)} tab-separated columns, the header has {len(header)}"
             )
-        yield record_from_mapping(path, lineno, dict(zip(header, row, strict=True)), fields)
+        record = dict(zip(header, row, strict=True))
+        yield record_from_mapping(path, lineno, record, fields, cells=True)
 
 
 def _tsv_positional(path: Path, columns: int, first_line: int, lines) -> Iterator[Record]:

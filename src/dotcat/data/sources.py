@@ -28,8 +28,15 @@
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
   pandas DataFrame or a ``datasets.Dataset`` (:func:`dotcat.data.records.iter_python_records`).
 
-A file of a folder that cannot be read (empty, binary, not UTF-8, an encrypted or corrupt PDF,
-a corrupt gzip or Parquet file) is skipped and counted in :class:`CorpusStats`;
+Every document keeps its fields beyond id, title and text (:mod:`dotcat.data.metadata`: record
+columns, front matter, PDF and HTML metadata) and, from a folder, its file's own (``path``,
+``folder``, ``extension``, ``size``, ``mtime``). A folder's record files may each name their
+fields, and any file its encoding, in the folder's ``dotcat.toml`` or with ``--fields``
+(:mod:`dotcat.data.rules`); text that is not UTF-8 is read in ``--encoding``, else in the
+encoding detected (:mod:`dotcat.data.encodings`).
+
+A file of a folder that cannot be read (empty, binary, text in no encoding tried, an encrypted
+or corrupt PDF, a corrupt gzip or Parquet file) is skipped and counted in :class:`CorpusStats`;
 :func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
 With ``strict`` the first one stops the read with a :class:`~dotcat.errors.DataFormatError`
 naming it. A record file whose first record is not one (a pretty-printed settings ``.json``)
@@ -47,6 +54,7 @@ entered (``--exclude node_modules``).
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import json
@@ -58,14 +66,15 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from dotcat.data._io import find_one, is_gzipped, require_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.encodings import NotDecodable, check_encoding, decode
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
 from dotcat.data.index_source import IndexSource, is_index_dir
+from dotcat.data.metadata import file_fields, merged
 from dotcat.data.records import (
     FieldNames,
     Record,
@@ -74,6 +83,7 @@ from dotcat.data.records import (
     iter_python_records,
     python_source_name,
 )
+from dotcat.data.rules import FileRule, Rules, pattern_matches
 from dotcat.errors import DataFormatError, DotcatError, SettingError
 from dotcat.options import Settings, setting
 
@@ -152,6 +162,9 @@ class CorpusOptions(Settings):
         include, exclude: shell patterns selecting a folder's files (module docstring).
         strict: stop at the first file of a folder that cannot be read (else skip it).
         hidden: also read hidden files and folders (names starting with ``.``).
+        encoding: the encoding of text that is not UTF-8 (None: detected).
+        file_rules: per-file rules, ``GLOB:key=value,...`` (``--fields``;
+            :mod:`dotcat.data.rules`).
     """
 
     id_field: str | None = setting(
@@ -176,15 +189,31 @@ class CorpusOptions(Settings):
         "the skipped ones in one warning).",
     )
     hidden: bool = setting(False, help="Also read hidden files and folders (.name).")
+    encoding: str | None = setting(
+        None,
+        help="The encoding of text files that are not UTF-8 (e.g. latin-1; default: "
+        "detected); UTF-8 files are read as UTF-8.",
+    )
+    file_rules: tuple[str, ...] = setting(
+        (),
+        help="Per-file fields and encoding, GLOB:key=value,... with keys id, title, text, "
+        "encoding (repeat; e.g. 'faq.jsonl:id=key,title=question,text=answer'); a folder's "
+        "dotcat.toml says the same.",
+        metavar="GLOB:KEY=VALUE,...",
+        flags=("--fields",),
+    )
 
     def __post_init__(self) -> None:
-        for name in ("include", "exclude"):  # lists from Python callers, tuples from the CLI
+        for name in ("include", "exclude", "file_rules"):  # lists from Python, tuples from the CLI
             value = getattr(self, name)
             patterns = (value,) if isinstance(value, str) else tuple(value)
             object.__setattr__(self, name, patterns)
             for pattern in patterns:
                 if not pattern.strip():
                     raise DotcatError(f"--{name} {pattern!r}: an empty pattern")
+        Rules.of(self.file_rules)  # each rule checked now, with the option named
+        if self.encoding is not None:
+            check_encoding(self.encoding)
         for name in ("id_field", "title_field", "text_field"):
             value = getattr(self, name)
             if value is not None and not value.strip():
@@ -202,10 +231,23 @@ class CorpusOptions(Settings):
             if (v := getattr(self, f.name)) != f.default
         }
 
+    def rule_for(self, rel: str, rules: Rules | None = None) -> FileRule:
+        """How to read one file: the first rule matching it (``rules``, else ``--fields``),
+        its gaps filled in from these options."""
+        rule = (rules or Rules.of(self.file_rules)).for_file(rel) or FileRule("*", origin="")
+        return FileRule(
+            rule.pattern, rule.id or self.id_field, rule.title or self.title_field,
+            rule.text or self.text_field, rule.encoding, rule.origin,
+        )  # fmt: skip
+
     def folder_options(self) -> list[str]:
         """The options given that only apply to a folder of files (their names)."""
         given = {"include": self.include, "exclude": self.exclude, "hidden": self.hidden}
         return [name for name, value in given.items() if value]
+
+
+def _names(rule: FileRule) -> FieldNames:
+    return FieldNames(rule.id, rule.title, rule.text)
 
 
 def path_id(rel: str) -> str:
@@ -264,7 +306,9 @@ class FileSource:
                 "mtime_ns": st.st_mtime_ns, "options": self.options.to_json()}  # fmt: skip
 
     def records(self, stats: CorpusStats) -> Iterator[Record]:
-        yield from iter_file_records(self.file, self.options.fields)
+        rule = self.options.rule_for(self.file.name)
+        encoding = rule.encoding or self.options.encoding
+        yield from iter_file_records(self.file, _names(rule), encoding)
         stats.sha256 = _sha256_file(self.file)
 
 
@@ -299,6 +343,7 @@ class FolderSource:
 
     def __init__(self, root: Path, options: CorpusOptions, only: Path | None = None) -> None:
         self.root, self.options, self.only = root, options, only
+        self.rules = Rules.of(options.file_rules, root if only is None else None)
         self.listing = self._walk()
 
     def describe(self) -> str:
@@ -329,6 +374,7 @@ class FolderSource:
             "files": len(rows),
             "listing": digest,
             "options": self.options.to_json(),
+            **({"rules": self.rules.to_json()} if self.rules.rules else {}),
         }
 
     def records(self, stats: CorpusStats) -> Iterator[Record]:
@@ -344,30 +390,45 @@ class FolderSource:
         for listed in self.listing.files:
             stats.files += 1
             sha = "unreadable"
+            rule = self.options.rule_for(listed.rel, self.rules)
             try:
                 if listed.kind == "records":
-                    sha = _probe_records(listed)
-                    yield from self._file_records(listed)
+                    sha, encoding = _probe_records(listed, rule.encoding, self.options.encoding)
+                    yield from self._file_records(listed, rule, encoding)
                 else:
                     data = _read_bytes(listed)
                     sha = hashlib.sha256(data).hexdigest()
-                    title, text = extract(_gunzip(listed, data), listed.kind, _stem(listed.rel))
-                    yield Record(str(listed.path), None, path_id(listed.rel), "path", title, text)
+                    yield self._document(listed, _gunzip(listed, data), rule)
             except Unreadable as e:
                 self._unreadable(stats, listed.rel, listed.path, str(e))
             digest.update(f"{listed.rel}\t{sha}\n".encode())
         stats.sha256 = digest.hexdigest()
 
-    def _file_records(self, listed: ListedFile) -> Iterator[Record]:
-        """A record file's records, ids prefixed with its path. A file whose first record is
-        not a record at all (a settings ``.json``, a CSV that is not) is unreadable; a record
-        without the wanted field, or a bad record further down, stops the read."""
+    def _document(self, listed: ListedFile, data: bytes, rule: FileRule) -> Record:
+        """A document file as one record: its title, text and fields, its file's fields."""
+        found = extract(data, listed.kind, _stem(listed.rel), self.options.encoding,
+                        rule.encoding, str(listed.path))  # fmt: skip
+        fields = merged(found.fields, file_fields(listed.rel, listed.size, listed.mtime_ns))
+        return Record(str(listed.path), None, path_id(listed.rel), "path", found.title,
+                      found.text, fields)  # fmt: skip
+
+    def _file_records(
+        self, listed: ListedFile, rule: FileRule, encoding: str | None
+    ) -> Iterator[Record]:
+        """A record file's records, ids prefixed with its path, its file's fields added. A
+        file whose first record is not a record at all (a settings ``.json``, a CSV that is
+        not) is unreadable; a record without the wanted field, or a bad record further down,
+        stops the read."""
         prefix = path_id(listed.rel)
+        own = file_fields(listed.rel, listed.size, listed.mtime_ns)
+        if encoding is not None:
+            own["encoding"] = encoding
         count = 0
         try:
-            for record in iter_file_records(listed.path, self.options.fields):
+            for record in iter_file_records(listed.path, _names(rule), encoding):
                 count += 1
-                yield record._replace(id=f"{prefix}#{record.id}")
+                fields = merged(record.fields or {}, own)
+                yield record._replace(id=f"{prefix}#{record.id}", fields=fields)
         except DataFormatError as e:
             if count or e.field is not None:
                 raise
@@ -579,13 +640,7 @@ def _counts(counter: Counter) -> str:
     return shown + (", ..." if len(counter) > 5 else "")
 
 
-def _matches(rel: str, name: str, pattern: str) -> bool:
-    pattern = pattern.removeprefix("./")
-    if "/" not in pattern:
-        return fnmatchcase(name, pattern)
-    return fnmatchcase(rel, pattern) or (
-        pattern.startswith("**/") and fnmatchcase(rel, pattern[3:])
-    )
+_matches = pattern_matches
 
 
 def _selected(rel: str, name: str, options: CorpusOptions) -> bool:
@@ -653,25 +708,42 @@ def _gunzip(listed: ListedFile, data: bytes) -> bytes:
         raise Unreadable(f"corrupt gzip: {e}") from None
 
 
-def _probe_records(listed: ListedFile) -> str:
+def _probe_records(
+    listed: ListedFile, forced: str | None, fallback: str | None
+) -> tuple[str, str | None]:
     """Check that a record file can be opened (not empty, not binary, a Parquet file that
-    pyarrow opens); return the sha256 of its bytes."""
+    pyarrow opens); return the sha256 of its bytes and its encoding: ``forced``, else None
+    (UTF-8) where its first MiB decodes as UTF-8, else ``fallback``, else the one detected."""
     if listed.size == 0:
         raise Unreadable("empty")
     try:
         if listed.path.name.lower().endswith(".parquet"):
             _open_parquet(listed.path)
-        else:
-            opener = gzip.open if is_gzipped(listed.path) else open
-            with opener(listed.path, "rb") as f:
-                head = f.read(_BINARY_PROBE)
-            if not head.strip():
-                raise Unreadable("empty")
-            if b"\0" in head:
-                raise Unreadable("binary")
-        return _sha256_file(listed.path)
+            return _sha256_file(listed.path), None
+        opener = gzip.open if is_gzipped(listed.path) else open
+        with opener(listed.path, "rb") as f:
+            head = f.read(1 << 20)
+        if not head.strip():
+            raise Unreadable("empty")
+        if b"\0" in head[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
+            raise Unreadable("binary")
+        return _sha256_file(listed.path), forced or _head_encoding(head, fallback)
     except (OSError, EOFError, zlib.error) as e:
         raise Unreadable(f"cannot read: {e}") from None
+
+
+def _head_encoding(head: bytes, fallback: str | None) -> str | None:
+    """None where a file's head is UTF-8 (a character cut at its end allowed), else the
+    encoding :func:`dotcat.data.encodings.decode` finds for it."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        return None
+    except UnicodeDecodeError:
+        pass
+    try:
+        return decode(head, fallback)[1]
+    except NotDecodable as e:
+        raise Unreadable(str(e)) from None
 
 
 def _open_parquet(path: Path) -> None:

@@ -257,7 +257,9 @@ def _warn_if_shallow(
     name: str, run: RunLike, measures: list[ir_measures.Measure], n_docs: int | None
 ) -> None:
     """Warn when the run's deepest ranking is shorter than a measure's cutoff (and than the
-    corpus, where known: a ranking of the whole corpus is as deep as it gets)."""
+    corpus, where known: a ranking of the whole corpus is as deep as it gets). Where the
+    corpus is not known and every query ranks the same documents, the warning names a small
+    index as the likely cause instead of asking for a deeper run."""
     depth = max((len(results) for results in run.values()), default=0)
     cutoffs = [m.params.get("cutoff") for m in measures]
     needed = max((c for c in cutoffs if isinstance(c, int)), default=0)
@@ -266,11 +268,37 @@ def _warn_if_shallow(
     if 0 < depth < needed:
         pairs = zip(measures, cutoffs, strict=True)
         short = ", ".join(str(m) for m, cutoff in pairs if (cutoff or 0) > depth)
+        if n_docs is None and _ranks_everything(run, depth):
+            logger.warning(
+                "%s: every query ranks the same %d documents, fewer than %s count: the index "
+                "(or corpus) holds only %d, so the ranks past %d are missing for any run of it; "
+                "asking for more results would not add any",
+                name, depth, short, depth, depth,
+            )  # fmt: skip
+            return
         logger.warning(
             "%s holds at most %d results per query, fewer than %s count: the missing ranks "
             "score as misses; write %d or more (e.g. search -k %d)",
             name, depth, short, needed, needed,
         )  # fmt: skip
+
+
+def _ranks_everything(run: RunLike, depth: int) -> bool:
+    """Whether every query of a run ranks the same ``depth`` documents: a search of an index
+    that holds only ``depth`` (a run cannot be deeper than its index)."""
+    documents: set[Any] = set()
+    for results in run.values():
+        if len(results) != depth:
+            return False
+        documents.update(_doc_of(r) for r in results)
+        if len(documents) > depth:
+            return False
+    return len(run) > 1 and len(documents) == depth
+
+
+def _doc_of(result: Any) -> Any:
+    """A run entry's document: a ``(doc, score)`` pair's first item, or a mapping's key."""
+    return result[0] if isinstance(result, (tuple, list)) else result
 
 
 def _count_unknown_docs(judged: dict[str, dict[str, int]], known_docs: Iterable[Any] | None) -> int:

@@ -210,7 +210,7 @@ class _System(_Strict):
         return [
             ({*_ENCODER_FIELDS, "faiss", *passage}, built,
              "applies only when `model` builds an index"),
-            ({"aggregation", "aggregate_top"}, indexed,
+            ({"aggregation", "aggregate_top", "filter"}, indexed,
              "applies only to a system with an index (`model` or `index`)"),
             (set(_BM25_FIELDS), self.first_stage == "bm25" and self.index is None,
              "applies only to first_stage 'bm25' over the dataset (no `index`)"),

@@ -231,11 +231,19 @@ class BM25Index:
             raise DotcatError("these texts are not the ones this BM25 index was built from")
         return TermCounts.of(token_ids, self._retriever.scores)
 
-    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool = True) -> Run:
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int = 100,
+        show_progress: bool = True,
+        mask: np.ndarray | None = None,
+    ) -> Run:
         """Top-k documents per query: qid -> [(docid, score), ...], best first.
 
         Fewer than k results when fewer documents match; none for a query with no indexed
-        term (all stop words or unseen words). Ties: ascending document id.
+        term (all stop words or unseen words). Ties: ascending document id. With ``mask`` (a
+        boolean per row), only the rows it admits are ranked (a filter's documents: every
+        score is the same as without it, the statistics being the whole index's).
         """
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
@@ -244,19 +252,21 @@ class BM25Index:
         for qid, text in progress_bar(
             queries.items(), total=len(queries), desc="BM25 search", enabled=show_progress
         ):
-            run[str(qid)] = hits = self.search_one(text, k)
+            run[str(qid)] = hits = self.search_one(text, k, mask)
             empty += not hits
         if empty:
             logger.warning("%d of %d queries matched no document", empty, len(queries))
         return run
 
-    def search_one(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+    def search_one(
+        self, query: str, k: int = 10, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """Top-k (docid, score) for one query text; see :meth:`search`."""
         ids = self.query_token_ids(query)
         if not ids:
             return []
         scores = self._retriever.get_scores_from_ids(ids)
-        top = self._top_k(scores, k)
+        top = self._top_k(scores, k, mask)
         return [(self.doc_ids[i], float(scores[i])) for i in top]
 
     def pair_scores(self, query: str, doc_ids: Sequence[str]) -> list[float]:
@@ -286,10 +296,12 @@ class BM25Index:
             scores[indices[lo:hi]] += weight * data[lo:hi]  # a column's rows are distinct
         return scores
 
-    def top(self, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(
+        self, scores: np.ndarray, k: int, mask: np.ndarray | None = None
+    ) -> list[tuple[int, float]]:
         """The k best ``(row, score)`` of a score array, as :meth:`search` ranks them: only
-        scores above 0, ties by document id."""
-        return [(int(i), float(scores[i])) for i in self._top_k(scores, k)]
+        scores above 0 (of the rows ``mask`` admits), ties by document id."""
+        return [(int(i), float(scores[i])) for i in self._top_k(scores, k, mask)]
 
     @cached_property
     def vocabulary(self) -> list[str]:
@@ -344,8 +356,8 @@ class BM25Index:
         stream = self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
         return next(stream)
 
-    def _top_k(self, scores: np.ndarray, k: int) -> np.ndarray:
-        candidates = np.flatnonzero(scores > 0)
+    def _top_k(self, scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+        candidates = np.flatnonzero(scores > 0 if mask is None else (scores > 0) & mask)
         if candidates.size > k:
             # Keep every document scoring at least the k-th best score, so that ties at the
             # cut are resolved by id below rather than by argpartition's arbitrary order.
@@ -462,7 +474,9 @@ class EmptyBM25(BM25Index):
     def query_token_ids(self, query: str) -> list[int]:
         return []
 
-    def search_one(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+    def search_one(
+        self, query: str, k: int = 10, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         return []
 
     def weighted_scores(self, weights: Mapping[int, float]) -> np.ndarray:
@@ -480,8 +494,11 @@ class EmptyBM25(BM25Index):
         return path
 
 
-def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool) -> BM25Index:
-    """A BM25 index over a doc store's rows (:func:`docstore_rows`).
+def build_from_docstore(
+    docstore: Path, config: BM25Config, show_progress: bool, passages: bool | None = None
+) -> BM25Index:
+    """A BM25 index over a doc store's rows (:func:`docstore_rows`: its passages unless
+    ``passages`` is False, an index splitting document by document reading documents whole).
 
     BM25's statistics (document frequencies, mean length) are global, so after an update or a
     merge the side index of an index directory is built again from its doc store, never
@@ -491,16 +508,18 @@ def build_from_docstore(docstore: Path, config: BM25Config, show_progress: bool)
     try:
         if len(store) == 0:  # every document deleted: an index that finds nothing
             return EmptyBM25(config)
-        return BM25Index.build(docstore_rows(store), config=config, show_progress=show_progress)
+        rows = docstore_rows(store, passages)
+        return BM25Index.build(rows, config=config, show_progress=show_progress)
     finally:
         store.close()
 
 
-def docstore_rows(store: DocStore) -> Iterator[dict[str, str]]:
+def docstore_rows(store: DocStore, passages: bool | None = None) -> Iterator[dict[str, str]]:
     """What BM25 indexes of a doc store: its documents, in position order, or its passages
-    (an index built with them), in FAISS id order, each row's id its FAISS id (as a string)
-    and its text its document's title and the passage's text, as the encoder reads it."""
-    if store.has_passages():
+    (an index built with them, unless ``passages`` is False), in FAISS id order, each row's
+    id its FAISS id (as a string) and its text its document's title and the passage's text,
+    as the encoder reads it."""
+    if store.has_passages() if passages is None else passages and store.has_passages():
         for rows in store.iter_passages():
             for pid, _, title, text in rows:
                 yield {"id": str(pid), "title": title, "text": text}

@@ -10,10 +10,12 @@ starts over. Memory stays flat with the corpus size: a chunk of texts, a trainin
 the FAISS index itself.
 
 Where most documents are several windows long (or when asked), documents longer than the
-encoder's window are split into passages first (:mod:`dotcat.index.passages`): the doc store
-keeps the documents and where each passage lies, and the vectors, chunks and the BM25 side
-are the passages'. A document that fits is one passage, so a collection of short passages
-indexes as it would whole.
+encoder's window are split into passages first (:mod:`dotcat.index.passages`); elsewhere only
+the documents more than sixteen windows long are, document by document: the doc store keeps
+the documents and where each passage lies, and the vectors and chunks are the passages' (the
+BM25 side too where every long document is split; it reads documents whole where only a few
+are). A document that is not split is one passage, so a collection of short passages
+indexes as it would whole (and without a passages table where none was split).
 
 The index is written into a build folder beside its target and swapped into place at the
 end (:mod:`dotcat.index.layout`): an interrupted build never leaves a half index and never
@@ -44,6 +46,7 @@ from dotcat.index.bm25 import BM25Index, build_from_docstore
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import BM25Config, IndexConfig, check_shard
 from dotcat.index.docstore import DocStore, document_text
+from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
@@ -130,7 +133,9 @@ def build_index(
             # With Ray the actors encode; the driver's copy only gives the dimension and the
             # manifest entry, so it stays off the GPUs the actors use.
             encoder = BiEncoder.load(replace(encoder, device="cpu") if config.ray else encoder)
-        splitter = _choose_split(Splitter.for_encoder(encoder, config.passages), dataset)
+        splitter = _choose_split(
+            Splitter.for_encoder(encoder, config.passages), dataset, config.passages.window
+        )
         plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
@@ -156,10 +161,13 @@ def split_sample(dataset):
     return dataset.select(sorted({int(i) for i in np.linspace(0, n - 1, min(n, AUTO_SAMPLE))}))
 
 
-def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
+def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Splitter | None:
     """The splitter of a build: as asked, or with ``enabled=None`` the choice of
     :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
-    corpus chooses alike), logged with the count of documents cut."""
+    corpus chooses alike): every document longer than the window, or document by document
+    (:meth:`Splitter.long_documents`: those more than
+    :data:`~dotcat.index.passages.SPLIT_FACTOR` times the max length, in passages of ``given``
+    tokens where the settings give a window)."""
     if splitter is None or splitter.config.enabled is not None:
         return splitter
     rows = split_sample(dataset)
@@ -173,15 +181,15 @@ def _choose_split(splitter: Splitter | None, dataset) -> Splitter | None:
             splitter.config.window,
         )  # fmt: skip
         return splitter
+    one_by_one = splitter.long_documents(given)
     if long:
-        logger.warning(
+        logger.info(
             "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
-            "tokens) and are cut there: by default documents are split only where most are "
-            "longer than %d tokens (where passages were measured to pay); passages=True splits "
-            "them", long, len(rows), 100 * share, window, AUTO_LENGTH_FACTOR * window,
-            extra={"settings": ("passages",)},
+            "tokens): those longer than %d tokens are split into passages, the others cut at "
+            "the window (passages=True splits every one)", long, len(rows), 100 * share, window,
+            one_by_one.longer_than, extra={"settings": ("passages",)},
         )  # fmt: skip
-    return None
+    return one_by_one
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ def _plan(
         "encoder": {k: v for k, v in encoder_entry.items() if k not in ("name", "path")},
     }
     if splitter is not None:  # absent without passages: such a plan reads as before
-        plan["passages"] = splitter.config.to_json()
+        plan["passages"] = splitter.to_json()
     return plan
 
 
@@ -288,7 +296,10 @@ def _build(
     n = stop - start
     encoder, splitter = encoding.encoder, encoding.splitter
     if not (tmp / DOCSTORE_NAME).is_file():
-        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress, splitter)
+        keep = config.shard is not None  # every shard of a corpus has the same layout
+        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress, splitter, keep)
+    if splitter is not None and not _has_passages(tmp / DOCSTORE_NAME):
+        splitter = None  # no document long enough: an index without passages
     vectors = n if splitter is None else _passage_count(tmp / DOCSTORE_NAME)
     store = ChunkStore(tmp, vectors, encoder.dim, config.chunk_size)
     if config.ray is not None:
@@ -307,15 +318,19 @@ def _build(
     index = faiss.read_index(str(tmp / INDEX_NAME))
     bm25 = None
     if config.bm25:
+        # BM25 reads passages where every long document is split; where a few are split on
+        # their own it reads documents whole (its statistics as without them; BM25 has its
+        # own length normalisation).
+        by_passage = splitter is not None and splitter.longer_than is None
         if not (tmp / BM25_DIR).is_dir():
-            if splitter is None:
+            if not by_passage:
                 _build_bm25(dataset, rows, tmp / BM25_DIR, show_progress)
             else:
                 config_bm25 = BM25Config()
                 build_from_docstore(tmp / DOCSTORE_NAME, config_bm25, show_progress).save(
                     tmp / BM25_DIR
                 )
-        bm25 = _bm25_entry(tmp / BM25_DIR, n, vectors if splitter else None)
+        bm25 = _bm25_entry(tmp / BM25_DIR, n, vectors if by_passage else None)
     keep = config.keep_vectors or config.shard is not None  # a shard's vectors feed a merge
     for name in (
         ("chunks.jsonl", "build.json") if keep else ("chunks.jsonl", "build.json", "vectors.npy")
@@ -346,7 +361,7 @@ def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str,
     """The manifest's record of the passages: the settings, the count, the next id."""
     if count > documents:
         logger.info("%d documents split into %d passages", documents, count)
-    return {**splitter.config.to_json(), "count": count, "next_pid": count}
+    return {**splitter.to_json(), "count": count, "next_pid": count}
 
 
 def _passage_count(path: Path) -> int:
@@ -357,16 +372,30 @@ def _passage_count(path: Path) -> int:
         store.close()
 
 
+def _has_passages(path: Path) -> bool:
+    store = DocStore(path)
+    try:
+        return store.has_passages()
+    finally:
+        store.close()
+
+
 def _shard_entry(shard: tuple[int, int], rows: tuple[int, int]) -> dict[str, int]:
     return {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
 
 
 def _write_docstore(
-    dataset, rows: tuple[int, int], path: Path, show_progress: bool, splitter: Splitter | None
+    dataset,
+    rows: tuple[int, int],
+    path: Path,
+    show_progress: bool,
+    splitter: Splitter | None,
+    keep_passages: bool = False,
 ) -> None:
     """Positions ``0..n-1`` of the index = corpus rows ``[start, stop)``, and with a splitter
     each document's passages (ids in document order); written whole, then renamed (so a doc
-    store that exists in a build folder is complete)."""
+    store that exists in a build folder is complete). A splitter deciding document by
+    document that split none leaves no passages table (unless ``keep_passages``: a shard)."""
     start, stop = rows
     path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
     desc = "storing documents" if splitter is None else "splitting documents"
@@ -381,12 +410,30 @@ def _write_docstore(
                     positions = range(first - start, first - start + len(batch["id"]))
                     ids, titles, texts = batch["id"], batch["title"], batch["text"]
                     store.add(zip(positions, ids, titles, texts, strict=True))
+                    store.add_fields(batch_field_rows(positions, batch["fields"]))
                     if splitter is not None:
                         pid = store_passages(store, splitter, positions, batch, pid)
                     bar.update(len(batch["id"]))
+            if splitter is not None and splitter.longer_than is not None:
+                _report_long(store, splitter, keep_passages)
+            store.finish_fields()
             store.commit()
         finally:
             store.close()
+
+
+def _report_long(store: DocStore, splitter: Splitter, keep: bool) -> None:
+    """Log the documents a per-document rule split; drop the passages table where it split
+    none (and ``keep`` is off)."""
+    split = store.split_documents()
+    if split:
+        logger.info(
+            "%d of %d documents are longer than %d tokens: split into passages of %d tokens, "
+            "the others kept whole", split, len(store), splitter.longer_than,
+            splitter.config.window,
+        )  # fmt: skip
+    elif not keep:
+        store.drop_passages()
 
 
 class _Spans:

@@ -2,13 +2,17 @@
 
 A FAISS id is a passage's (an index built with passages, :mod:`dotcat.index.passages`) or a
 document's position (an index without them); :meth:`DenseIndex.locate` says where each id lies
-either way, so callers rank documents the same way over both layouts.
+either way, so callers rank documents the same way over both layouts. A search may be kept
+within the documents a filter admits (:meth:`DenseIndex.admit`, :mod:`dotcat.index.filtered`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -16,6 +20,8 @@ import numpy as np
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument, document_text
+from dotcat.index.fields import FieldInfo
+from dotcat.index.filtered import Admitted, search_admitted
 from dotcat.index.manifest import Manifest
 
 logger = logging.getLogger(__name__)
@@ -64,6 +70,9 @@ class DenseIndex:
         self.passages = self.manifest.passages
         if self.passages:
             self.store.check_passages(self.passages["count"], self.manifest.next_vector_id)
+        self._lock = threading.Lock()
+        self._vectors: tuple | None = None
+        self._kinds: dict[str, FieldInfo] | None = None
 
     def __len__(self) -> int:
         """Vectors (passages, or documents in an index without passages)."""
@@ -77,11 +86,48 @@ class DenseIndex:
     def dim(self) -> int:
         return int(self.index.d)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(scores, positions)`` for a ``(n, dim)`` array of query vectors."""
+    def search(
+        self, queries: np.ndarray, k: int, admitted: Admitted | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(scores, positions)`` for a ``(n, dim)`` array of query vectors; with
+        ``admitted``, among the vectors of the documents a filter admits."""
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise DotcatError(f"query vectors have shape {queries.shape}, index dim {self.dim}")
+        if admitted is not None:
+            return search_admitted(self.index, queries, k, admitted)
         return faiss_index.search(self.index, queries, k)
+
+    # -- fields and filters -------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, FieldInfo]:
+        """The documents' fields, name -> kind and counts (:mod:`dotcat.index.fields`)."""
+        if self._kinds is None:
+            self._kinds = self.store.field_kinds()
+        return self._kinds
+
+    def fields_of(self, positions: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these positions."""
+        return self.store.fields_of(positions, self.field_kinds())
+
+    def field_counts(self, positions: Sequence[int], names: Sequence[str]) -> dict:
+        """Documents per value of each field of ``names`` among ``positions`` (facets)."""
+        return self.store.field_counts(positions, names)
+
+    def admit(self, sql: str, params: Sequence[Any]) -> Admitted:
+        """The documents a filter's query (:meth:`dotcat.search.filters.Filter.sql`) admits."""
+        ids, positions, documents = self._vector_positions()
+        return Admitted.of(self.store.select(sql, params), ids, positions,
+                           self.manifest.next_vector_id, documents)  # fmt: skip
+
+    def _vector_positions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Every vector's id (sorted) and its document's position, and (with passages) every
+        document's position, read once."""
+        with self._lock:
+            if self._vectors is None:
+                ids, positions = self.store.vector_positions()
+                documents = self.store.positions() if self.passages else None
+                self._vectors = (ids, positions, documents)
+            return self._vectors
 
     def locate(self, ids) -> dict[int, PassageRef]:
         """Where the vectors with these FAISS ids lie (-1, FAISS's padding, is skipped): a

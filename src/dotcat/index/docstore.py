@@ -8,6 +8,9 @@ document's position, ``part`` its number in the document (0: the first), ``start
 passages, or with them off) a document's position is its FAISS id. Either way a FAISS hit maps
 to its document with a primary-key lookup and nothing else must be held in memory.
 
+Documents' fields (metadata) are the rows of a third table, ``fields``, with their kinds in
+``field_kinds`` (:mod:`dotcat.index.fields`): what filters select and facets count.
+
 Opened for search it is read-only, through a SQLite URI whose path is percent-encoded (a
 ``#``, ``?`` or ``%`` in a folder name would otherwise end the path early), and checked
 against the manifest (schema, row count, positions 0..n-1) before the first query: a
@@ -20,10 +23,14 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+import numpy as np
 
 from dotcat.errors import DotcatError
 from dotcat.files import writing
+from dotcat.index import fields as field_table
 from dotcat.reprs import short_repr
 
 _SCHEMA = """
@@ -109,6 +116,7 @@ class DocStore:
             self._conn.execute("PRAGMA journal_mode=OFF")
             self._conn.execute("PRAGMA synchronous=OFF")
             self._conn.execute(_SCHEMA)
+            field_table.create(self._conn)
 
     def add(self, rows: Iterable[tuple[int, str, str, str]]) -> None:
         """Insert ``(pos, id, title, text)`` rows (a full disk: :class:`DiskFullError`)."""
@@ -127,6 +135,71 @@ class DocStore:
         except sqlite3.IntegrityError as e:
             raise DotcatError(f"{self.path}: duplicate passage id ({e})") from None
 
+    def add_fields(self, rows: Iterable[tuple]) -> None:
+        """Insert field rows (:func:`dotcat.index.fields.field_rows`)."""
+        with writing(self.path):
+            field_table.insert(self._conn, rows)
+
+    def copy_fields_from(self, source: DocStore, shift: int) -> None:
+        """Copy another store's fields, their positions shifted by ``shift`` (a merge)."""
+        with writing(self.path):
+            field_table.copy_shifted(source._conn, self._conn, shift)
+
+    def finish_fields(self) -> None:
+        """Index the fields and decide their kinds (after writing documents or deleting)."""
+        with writing(self.path):
+            field_table.finish(self._conn)
+
+    def has_fields(self) -> bool:
+        """Whether this store keeps fields (an index written since they are kept)."""
+        return bool(self._execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='field_kinds'"
+        ))  # fmt: skip
+
+    def field_kinds(self) -> dict[str, field_table.FieldInfo]:
+        """Every field: name -> kind and counts (none in a store without fields)."""
+        if not self.has_fields():
+            return {}
+        try:
+            return field_table.kinds(self._conn)
+        except sqlite3.DatabaseError as e:
+            raise DotcatError(f"{self.path}: the doc store is unreadable ({e})") from None
+
+    def fields_of(
+        self, positions: Sequence[int], known: dict | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these positions (empty without fields)."""
+        if not self.has_fields():
+            return {int(p): {} for p in positions}
+        known = self.field_kinds() if known is None else known
+        return field_table.of(self._conn, positions, known)
+
+    def field_values(self, names: Sequence[str]) -> dict[str, set[str]]:
+        """The distinct values (as text) of the fields ``names`` (none without fields)."""
+        if not self.has_fields():
+            return {name: set() for name in names}
+        return field_table.values(self._conn, names)
+
+    def select(self, sql: str, params: Sequence[Any]) -> np.ndarray:
+        """The sorted positions a filter's query admits (:mod:`dotcat.search.filters`)."""
+        try:
+            return field_table.select_positions(self._conn, sql, params)
+        except sqlite3.DatabaseError as e:
+            raise DotcatError(f"{self.path}: the doc store is unreadable ({e})") from None
+
+    def field_counts(self, positions: Sequence[int], names: Sequence[str]) -> dict:
+        """Documents per value of each of ``names`` among ``positions`` (facets)."""
+        return field_table.counts(self._conn, positions, names)
+
+    def vector_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(FAISS ids, their documents' positions)``, by id: each passage and its document,
+        or (without passages) each document's position twice. Sorted ids are also BM25's
+        rows in order (the side index is written in that order)."""
+        sql = "SELECT pid, pos FROM passages ORDER BY pid" if self.has_passages() else (
+            "SELECT pos, pos FROM docs ORDER BY pos")  # fmt: skip
+        rows = np.array(self._execute(sql), dtype=np.int64).reshape(-1, 2)
+        return rows[:, 0].copy(), rows[:, 1].copy()
+
     def commit(self) -> None:
         with writing(self.path):  # SQLite says "disk I/O error" where a file-size limit hit
             self._conn.commit()
@@ -140,6 +213,8 @@ class DocStore:
             self._conn.execute(f"DELETE FROM docs WHERE pos IN ({marks})", chunk)
             if passages:
                 self._conn.execute(f"DELETE FROM passages WHERE pos IN ({marks})", chunk)
+        if self.has_fields():
+            field_table.delete(self._conn, [int(p) for p in positions])
 
     def has_passages(self) -> bool:
         """Whether this store has a passages table (an index built with passages)."""
@@ -259,6 +334,23 @@ class DocStore:
         spans = list(self._select("pid, pos, start, stop", pids, "passages", "pid"))
         docs = self.get([pos for _, pos, _, _ in spans])
         return {pid: (docs[pos].title, docs[pos].text[a:b]) for pid, pos, a, b in spans}
+
+    def positions(self) -> np.ndarray:
+        """Every document's position, sorted."""
+        rows = self._execute("SELECT pos FROM docs ORDER BY pos")
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def text_lengths(self) -> list[tuple[int, int]]:
+        """``(position, characters of its text)`` of every document, by position."""
+        return self._execute("SELECT pos, length(text) FROM docs ORDER BY pos")
+
+    def split_documents(self) -> int:
+        """How many documents have more than one passage."""
+        return self._execute("SELECT COUNT(DISTINCT pos) FROM passages WHERE part > 0")[0][0]
+
+    def drop_passages(self) -> None:
+        """Remove the passages table (a build that split no document)."""
+        self._conn.execute("DROP TABLE IF EXISTS passages")
 
     def passage_count(self) -> int:
         return self._execute("SELECT COUNT(*) FROM passages")[0][0]

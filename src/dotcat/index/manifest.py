@@ -26,7 +26,10 @@ from dotcat.index.layout import (
     recover_for_reading,
 )
 
-FORMAT_VERSION = 1
+#: The format written: 2 since the doc store keeps documents' fields (:mod:`dotcat.index.fields`).
+FORMAT_VERSION = 2
+#: The formats read: 1 is an index without fields (it searches, a filter is refused).
+READABLE_VERSIONS = (1, 2)
 __all__ = ["DOCSTORE_NAME", "INDEX_NAME", "MANIFEST_NAME", "Manifest", "check_encoder"]
 
 # Encoder fields that change the vectors: any difference makes query and document vectors
@@ -112,10 +115,10 @@ class Manifest:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DotcatError(f"{path}: manifest is not valid JSON ({e})") from None
         version = raw.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise DotcatError(
                 f"{path}: index format version {version!r} is not supported by this dotcat "
-                f"(expects {FORMAT_VERSION}); rebuild the index"
+                f"(expects {' or '.join(map(str, READABLE_VERSIONS))}); rebuild the index"
             )
         try:
             manifest = cls(**raw)

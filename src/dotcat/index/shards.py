@@ -43,6 +43,8 @@ from dotcat.index.bm25 import build_from_docstore
 from dotcat.index.config import BM25Config, MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
+from dotcat.index.fields import merged_kinds
+from dotcat.index.filtered import Admitted
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
     DOCSTORE_NAME,
@@ -114,12 +116,17 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
 
 
-_PASSAGE_SETTINGS = ("window", "stride", "sentence_aware")
+_PASSAGE_SETTINGS = ("window", "stride", "sentence_aware", "split_longer_than")
 
 
 def _passage_differences(a: Manifest, b: Manifest) -> list[str]:
-    """How two indexes' passage settings differ (with passages or not, then each setting)."""
+    """How two indexes' passage settings differ (with passages or not, then each setting).
+    An index without passages meets one that splits document by document: it is one whose
+    documents were all short (each its own passage)."""
     if bool(a.passages) != bool(b.passages):
+        split = a.passages or b.passages
+        if split.get("split_longer_than") is not None:
+            return []
         return [f"passages: {'on' if a.passages else 'off'} vs {'on' if b.passages else 'off'}"]
     if not a.passages:
         return []
@@ -137,8 +144,9 @@ def shard_order(paths: Sequence[str | Path]) -> list[Path]:
 
 def collection_manifest(manifests: Sequence[Manifest]) -> Manifest:
     """The manifest of the collection that shards (in shard order) make up, searched
-    unmerged: the first shard's encoder and corpus, the counts of all."""
-    first = manifests[0]
+    unmerged: the first shard's encoder and corpus (of the first with passages, where some
+    split document by document and others had no long document), the counts of all."""
+    first = next((m for m in manifests if m.passages), manifests[0])
     count = sum(m.vector_count for m in manifests)
     span = sum(m.next_vector_id for m in manifests)
     documents = sum(int(m.documents["count"]) for m in manifests)
@@ -199,11 +207,17 @@ class ShardSet:
     def dim(self) -> int:
         return self.shards[0].dim
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k over all shards: each shard's top-k, merged by score (ties: position)."""
+    def search(
+        self, queries: np.ndarray, k: int, admitted: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over all shards: each shard's top-k, merged by score (ties: position); with
+        ``admitted`` (:meth:`admit`), each shard's among its admitted vectors."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
-        parts = [shard.search(queries, k) for shard in self.shards]
+        parts = [
+            shard.search(queries, k, None if admitted is None else admitted.parts[i])
+            for i, shard in enumerate(self.shards)
+        ]
         scores = np.concatenate([s for s, _ in parts], axis=1)
         positions = np.concatenate(
             [
@@ -215,6 +229,46 @@ class ShardSet:
         scores, positions = faiss_index.order_ties(scores, positions)
         k = min(k, scores.shape[1])
         return scores[:, :k], positions[:, :k]
+
+    # -- fields and filters -------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, Any]:
+        """The shards' fields as one (:func:`dotcat.index.fields.merged_kinds`)."""
+        return merged_kinds(shard.field_kinds() for shard in self.shards)
+
+    def fields_of(self, positions) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these (global) positions."""
+        out: dict[int, dict[str, Any]] = {}
+        for i, shard, local in self._by_document(positions):
+            shift = int(self.doc_offsets[i])
+            out.update((pos + shift, f) for pos, f in shard.fields_of(local).items())
+        return out
+
+    def field_counts(self, positions, names) -> dict[str, dict[str, int]]:
+        """Documents per value of each field of ``names`` among ``positions``, summed."""
+        out: dict[str, dict[str, int]] = {name: {} for name in names}
+        for _, shard, local in self._by_document(positions):
+            for name, values in shard.field_counts(local, names).items():
+                for value, count in values.items():
+                    out[name][value] = out[name].get(value, 0) + count
+        return out
+
+    def admit(self, sql: str, params) -> ShardAdmitted:
+        """The documents a filter admits, shard by shard (positions global)."""
+        parts = [shard.admit(sql, params) for shard in self.shards]
+        positions = np.concatenate(
+            [p.positions + int(self.doc_offsets[i]) for i, p in enumerate(parts)]
+        )
+        return ShardAdmitted(parts, positions)
+
+    def _by_document(self, positions) -> Iterator[tuple[int, DenseIndex, list[int]]]:
+        """The shards holding documents at these global positions, with their local ones."""
+        wanted = sorted({int(p) for p in positions if p >= 0})
+        for i, shard in enumerate(self.shards):
+            lo, hi = int(self.doc_offsets[i]), int(self.doc_offsets[i + 1])
+            local = [p - lo for p in wanted if lo <= p < hi]
+            if local:
+                yield i, shard, local
 
     def _split(self, positions) -> Iterator[tuple[DenseIndex, int, list[int]]]:
         wanted = sorted({int(p) for p in np.ravel(positions) if p >= 0})
@@ -265,6 +319,30 @@ class ShardSet:
             texts = shard.passage_texts([PassageRef(p, "") for p in local])
             out.update((pid + offset, text) for pid, text in texts.items())
         return out
+
+
+class ShardAdmitted:
+    """What a filter admits of a folder of shards: each shard's :class:`Admitted`, and the
+    documents' global positions."""
+
+    def __init__(self, parts: list[Admitted], positions: np.ndarray) -> None:
+        self.parts, self.positions = parts, positions
+
+    @property
+    def documents(self) -> int:
+        return int(len(self.positions))
+
+    @property
+    def vectors(self) -> int:
+        return sum(p.vectors for p in self.parts)
+
+    @property
+    def mask(self) -> np.ndarray:
+        return np.concatenate([p.mask for p in self.parts])
+
+    @property
+    def document_mask(self) -> np.ndarray:
+        return np.concatenate([p.document_mask for p in self.parts])
 
 
 class _ShardStores:
@@ -354,13 +432,14 @@ def merge_indexes(
         try:
             with writing(tmp / DOCSTORE_NAME):
                 _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
-                if manifests[0].passages:
+                if any(m.passages for m in manifests):
                     _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
             with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
+            by_passage = any(m.passages and "split_longer_than" not in m.passages
+                             for m in manifests)  # fmt: skip
             bm25_entry = (
-                _bm25_from_docstore(tmp, sum(counts), n if manifests[0].passages else None,
-                                    show_progress)
+                _bm25_from_docstore(tmp, sum(counts), n if by_passage else None, show_progress)
                 if with_bm25 else None
             )  # fmt: skip
             merged = list(zip(paths, counts, manifests, strict=True))
@@ -384,11 +463,11 @@ def _merged_manifest(
     """The merged index's manifest: the shards' encoder, the FAISS index written in ``tmp``,
     the shards it came from (``(dir, documents, manifest)`` in shard order)."""
     index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
-    first = merged[0][2]
+    first = next((m for _, _, m in merged if m.passages), merged[0][2])
     passages = None
     if first.passages:
         count = sum(m.vector_count for _, _, m in merged)
-        settings = {key: first.passages[key] for key in _PASSAGE_SETTINGS}
+        settings = {key: first.passages[key] for key in _PASSAGE_SETTINGS if key in first.passages}
         passages = {**settings, "count": count, "next_pid": count}
     return Manifest(
         encoder=first.encoder,
@@ -457,9 +536,12 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
                             f"{path}: holds document ids that an earlier shard holds too (e.g. "
                             f"{', '.join(map(repr, shared))}); shards must not overlap"
                         ) from None
+                if source.has_fields():
+                    store.copy_fields_from(source, offset)
             finally:
                 source.close()
             offset += count
+        store.finish_fields()
         store.commit()
     finally:
         store.close()
@@ -467,13 +549,22 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
 
 def _merge_passages(paths: Sequence[Path], target: Path, block: int = 100_000) -> None:
     """Every shard's passages, their ids shifted by the passages before and their documents'
-    positions by the documents before (as :func:`_merge_docstores` shifted them)."""
+    positions by the documents before (as :func:`_merge_docstores` shifted them); a shard
+    without passages (every document short) gives each document as its one passage."""
     store = DocStore(target, readonly=False)
     pid_offset = pos_offset = 0
     try:
         for path in paths:
             source = DocStore(path / DOCSTORE_NAME)
             try:
+                if not source.has_passages():
+                    store.add_passages(
+                        (pos + pid_offset, pos + pos_offset, 0, 0, length)
+                        for pos, length in source.text_lengths()
+                    )
+                    pid_offset += len(source)
+                    pos_offset += len(source)
+                    continue
                 span = source.passage_count()
                 for first in range(0, span, block):
                     store.add_passages(
@@ -574,7 +665,8 @@ def _bm25_from_docstore(
     """BM25 over the merged documents or passages (BM25's statistics are global: never
     merged)."""
     config = BM25Config()
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress).save(tmp / BM25_DIR)
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress,
+                        passages=passages is not None).save(tmp / BM25_DIR)  # fmt: skip
     entry: dict[str, Any] = {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}
     if passages is not None:
         entry["passages"] = passages

@@ -44,9 +44,16 @@ from dotcat.index.bm25 import build_from_docstore
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
-from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest, check_encoder
-from dotcat.index.passages import PassageConfig, Splitter, store_passages
+from dotcat.index.manifest import (
+    DOCSTORE_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    Manifest,
+    check_encoder,
+)
+from dotcat.index.passages import PassageConfig, Splitter, split_longer_than, store_passages
 from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 
@@ -109,6 +116,7 @@ def add_documents(
             first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
             next_pid = _add(index, store, dataset, manifest, first, (device, precision),
                             show_progress)  # fmt: skip
+            store.finish_fields()
             store.commit()
             documents = len(store)
         finally:
@@ -156,6 +164,7 @@ def delete_documents(
             positions = [doc.pos for doc in found.values()]
             _remove(index, _vector_ids(store, manifest, positions))
             store.delete(positions)
+            store.finish_fields()
             store.commit()
             documents = len(store)
         finally:
@@ -290,7 +299,8 @@ def _add(
     )
     encoder = BiEncoder.load(config)
     check_encoder(manifest, encoder.manifest_entry(), store.path.parent, side="documents")
-    splitter = Splitter.for_encoder(encoder, PassageConfig.from_manifest(manifest.passages))
+    config = PassageConfig.from_manifest(manifest.passages)
+    splitter = Splitter.for_encoder(encoder, config, split_longer_than(manifest.passages))
     position = first
     with progress_bar(
         total=len(dataset), desc="encoding documents", unit="doc", enabled=show_progress
@@ -298,6 +308,7 @@ def _add(
         for _, batch in iter_row_batches(dataset, batch_size=8192):
             positions = range(position, position + len(batch["id"]))
             store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
+            store.add_fields(batch_field_rows(positions, batch["fields"]))
             if splitter is None:
                 ids = np.asarray(positions, dtype=np.int64)
                 texts = [document_text(t, x) for t, x in zip(batch["title"], batch["text"],
@@ -332,6 +343,7 @@ def _finish(
     with replacing(tmp / INDEX_NAME) as tmp_index:
         faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
+    manifest.format_version = FORMAT_VERSION  # the doc store keeps fields now, if it did not
     manifest.documents["count"] = documents
     manifest.documents["next_pos"] = next_pos
     if manifest.passages:
@@ -345,9 +357,11 @@ def _finish(
 def _rebuild_bm25(tmp: Path, manifest: Manifest) -> None:
     config = BM25Config(**manifest.bm25["config"])
     shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False).save(tmp / BM25_DIR)
+    by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)
+    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False,
+                        passages=by_passage).save(tmp / BM25_DIR)  # fmt: skip
     manifest.bm25["documents"] = manifest.documents["count"]
-    if manifest.passages:
+    if by_passage:
         manifest.bm25["passages"] = manifest.passages["count"]
 
 

@@ -52,6 +52,7 @@ from dotcat.options import (
     setting,
     within,
 )
+from dotcat.search.filters import FilterError, check_filter, parse_filter
 from dotcat.search.stages import entry, first_stage_choices
 
 INTERPOLATE_HELP = (
@@ -91,6 +92,16 @@ def parse_interpolate(value: str | float | None) -> float | None:
     if not 0.0 <= alpha <= 1.0:
         raise SettingError("interpolate", f"interpolate must be in [0, 1], got {alpha}")
     return alpha
+
+
+def _filter_check(text: str | None) -> Check:
+    """A filter's syntax (its fields are checked against an index: :func:`check_pipeline`)."""
+    try:
+        if text is not None:
+            parse_filter(text)
+    except FilterError as e:
+        return (False, "filter", str(e))
+    return (True, "filter", "")
 
 
 def _interpolate_check(value: str | float) -> Check:
@@ -138,6 +149,8 @@ class PipelineConfig(Settings):
         rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta *
             mean(top rocchio_docs document vectors)`` (passage vectors, on an index with
             passages).
+        filter: only documents this expression over their fields admits, applied inside
+            the first stage (:mod:`dotcat.search.filters`); None: every document.
     """
 
     first_stage: str = setting(
@@ -198,6 +211,12 @@ class PipelineConfig(Settings):
     rocchio_beta: float = setting(
         ROCCHIO_BETA, help="Rocchio: the feedback documents' mean vector's weight in [0, 1]."
     )
+    filter: str | None = setting(
+        None,
+        help='Only documents whose fields match, e.g. \'product = "billing" and updated >= '
+        "2025-01-01', 'tags contains \"hr\"', 'path startswith \"notes/\"' (docs/fields.md).",
+        metavar="EXPRESSION",
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -223,6 +242,7 @@ class PipelineConfig(Settings):
             _interpolate_check(self.interpolate),
             at_least("nprobe", self.nprobe, 1),
             at_least("ef_search", self.ef_search, 1),
+            _filter_check(self.filter),
         ]
 
     @property
@@ -344,6 +364,8 @@ def check_pipeline(index_dir: str | Path, config: PipelineConfig) -> None:
     index's manifest, the query encoder and cross-encoder directories."""
     config.validate()
     check_index(index_dir)
+    if config.filter:
+        check_filter(index_dir, config.filter)
     if config.model is not None:
         check_model(config.model)
     if config.rerank is not None:

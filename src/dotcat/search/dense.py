@@ -10,6 +10,8 @@ settings are the ones recorded (:func:`dotcat.index.manifest.check_encoder`).
 
 Over an index with passages, FAISS ranks passages and documents are ranked from them
 (:mod:`dotcat.search.aggregation`: MaxP by default); each hit carries the passage that matched.
+A filter's documents (:class:`dotcat.index.filtered.Admitted`) are searched within, in FAISS
+(:func:`dotcat.index.filtered.search_admitted`), Rocchio's feedback vectors included.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
 from dotcat.index.docstore import StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.filtered import Admitted
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.models import BiEncoder
 from dotcat.options import AGGREGATE_TOP, AGGREGATION
@@ -110,32 +113,39 @@ class DenseRetriever:
         batch_size: int = 256,
         show_progress: bool = True,
         rocchio: Rocchio | None = None,
+        admitted: Admitted | None = None,
     ) -> dict[str, list[Match]]:
         """Top-k documents for many queries, each with its passages found, best first. With
         ``rocchio``, each query vector is first rewritten from the vectors the index ranks
         first for it (:func:`dotcat.search.feedback.rocchio_expand`: passages, on an index
-        with passages), then searched and its documents ranked from their passages as any."""
+        with passages), then searched and its documents ranked from their passages as any.
+        With ``admitted``, only a filter's documents are searched (and fed back)."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
         qids = list(queries)
+        if admitted is not None and admitted.vectors == 0:
+            return {q: [] for q in qids}
+        vectors = len(self.index) if admitted is None else admitted.vectors
+        documents = self.index.document_count if admitted is None else admitted.documents
         out: dict[str, list[Match]] = {}
         with progress_bar(
             total=len(qids), desc="searching", unit="query", enabled=show_progress
         ) as bar:
             for start in range(0, len(qids), batch_size):
                 chunk = qids[start : start + batch_size]
-                vectors = self.encoder.encode_queries([queries[q] for q in chunk])
+                encoded = self.encoder.encode_queries([queries[q] for q in chunk])
                 if rocchio is not None:
-                    vectors = rocchio_expand(self.index, vectors, rocchio, self.score_kind)
-                rows = dict(zip(chunk, vectors, strict=True))
+                    encoded = rocchio_expand(self.index, encoded, rocchio, self.score_kind,
+                                             admitted)  # fmt: skip
+                rows = dict(zip(chunk, encoded, strict=True))
                 out.update(
                     rank_documents(
-                        functools.partial(self._passages, rows=rows),
+                        functools.partial(self._passages, rows=rows, admitted=admitted),
                         self.index.locate,
                         chunk,
                         k,
-                        vectors=len(self.index),
-                        documents=self.index.document_count,
+                        vectors=vectors,
+                        documents=documents,
                         method=self.aggregation,
                         top=self.aggregate_top,
                     )
@@ -143,9 +153,16 @@ class DenseRetriever:
                 bar.update(len(chunk))
         return out
 
-    def _passages(self, qids: list[str], n: int, rows: dict) -> dict[str, list[tuple[int, float]]]:
-        """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``)."""
-        scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n)
+    def _passages(
+        self, qids: list[str], n: int, rows: dict, admitted: Admitted | None = None
+    ) -> dict[str, list[tuple[int, float]]]:
+        """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``),
+        among the ``admitted`` vectors where a filter is given."""
+        matrix = np.stack([rows[q] for q in qids])
+        if admitted is None:
+            scores, ids = self.index.search(matrix, n)
+        else:
+            scores, ids = self.index.search(matrix, n, admitted)
         return {
             qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
             for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
@@ -183,11 +200,17 @@ class DenseStage:
         return self.retriever.score_kind
 
     def search(
-        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: Admitted | None = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents (:meth:`DenseRetriever.batch_matches`)."""
+        """Each query's top ``k`` documents (:meth:`DenseRetriever.batch_matches`), among the
+        ``admitted`` ones where a filter is given."""
         return self.retriever.batch_matches(
-            queries, k, show_progress=show_progress, rocchio=self.rocchio
+            queries, k, show_progress=show_progress, rocchio=self.rocchio, admitted=admitted
         )
 
 
@@ -202,9 +225,13 @@ def _retriever(context) -> DenseRetriever:
     return retriever
 
 
-def hit(rank: int, match: Match, doc: StoredDocument, score_kind: str) -> Hit:
-    """A result: the document, its score on the ``score_kind`` scale, and where the passage
-    that matched lies in its text (none for a whole document: an index without passages)."""
+def hit(
+    rank: int, match: Match, doc: StoredDocument, score_kind: str, fields: dict | None = None
+) -> Hit:
+    """A result: the document, its score on the ``score_kind`` scale, where the passage that
+    matched lies in its text (none for a whole document: an index without passages), and its
+    fields."""
     ref = match.passages[0][0] if match.passages else None
     span = (ref.start, ref.stop) if ref is not None and ref.stop is not None else (None, None)
-    return Hit(rank, doc.id, match.score, doc.title, doc.text, score_kind, *span)
+    return Hit(rank, doc.id, match.score, doc.title, doc.text, score_kind, *span,
+               fields=fields or {})  # fmt: skip

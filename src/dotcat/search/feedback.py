@@ -139,12 +139,13 @@ class RM3Expander:
         )  # (an index of no document has no term)
         self._eligible = shaped & ~common
 
-    def expand(self, query: str) -> dict[int, float]:
-        """The expanded query ``q'``: term id -> weight (empty: no indexed term)."""
+    def expand(self, query: str, mask: np.ndarray | None = None) -> dict[int, float]:
+        """The expanded query ``q'``: term id -> weight (empty: no indexed term); with
+        ``mask``, its feedback documents are among the rows it admits (a filter's)."""
         ids = self.index.query_token_ids(query)
         if not ids:
             return {}
-        first = self.index.top(self.index.weighted_scores(Counter(ids)), self.params.fb_docs)
+        first = self.index.top(self.index.weighted_scores(Counter(ids)), self.params.fb_docs, mask)
         return expanded_query(ids, self.relevance_model(first), self.params)
 
     def relevance_model(self, feedback: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -157,23 +158,34 @@ class RM3Expander:
         """A row's feedback terms with their counts (:meth:`BM25Index.term_frequencies`)."""
         return {t: c for t, c in self.index.term_frequencies(row).items() if self._eligible[t]}
 
-    def search_one(self, query: str, k: int) -> list[tuple[str, float]]:
-        """Top-k ``(doc_id, score)`` for the expanded query."""
-        return self.search_expanded(self.expand(query), k)
+    def search_one(
+        self, query: str, k: int, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k ``(doc_id, score)`` for the expanded query (among ``mask``'s rows)."""
+        return self.search_expanded(self.expand(query, mask), k, mask)
 
-    def search_expanded(self, weights: Mapping[int, float], k: int) -> list[tuple[str, float]]:
+    def search_expanded(
+        self, weights: Mapping[int, float], k: int, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """Top-k ``(row id, score)`` for an expanded query :meth:`expand` gave (rows: the
-        index's documents, or its passages in an index directory built with them)."""
+        index's documents, or its passages in an index directory built with them; those
+        ``mask`` admits)."""
         if not weights:
             return []
-        top = self.index.top(self.index.weighted_scores(weights), k)
+        top = self.index.top(self.index.weighted_scores(weights), k, mask)
         return [(self.index.doc_ids[row], score) for row, score in top]
 
-    def search(self, queries: Mapping[str, str], k: int, show_progress: bool = False) -> Run:
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        show_progress: bool = False,
+        mask: np.ndarray | None = None,
+    ) -> Run:
         """:meth:`search_one` for every query: ``{qid: [(doc_id, score), ...]}``."""
         items = progress_bar(queries.items(), total=len(queries), desc="BM25+RM3 search",
                              enabled=show_progress)  # fmt: skip
-        return {str(qid): self.search_one(text, k) for qid, text in items}
+        return {str(qid): self.search_one(text, k, mask) for qid, text in items}
 
 
 def relevance_model(
@@ -237,13 +249,18 @@ def rocchio_vectors(
     return (params.alpha * queries + params.beta * mean).astype(np.float32)
 
 
-def rocchio_expand(index, vectors: np.ndarray, params: Rocchio, score_kind: str) -> np.ndarray:
+def rocchio_expand(
+    index, vectors: np.ndarray, params: Rocchio, score_kind: str, admitted=None
+) -> np.ndarray:
     """``q'`` for each row of ``vectors``: the index's top ``params.docs`` vectors for it (its
-    passages' on an index with passages, FAISS ids as :meth:`DenseIndex.search` returns them)
-    read back (:meth:`DenseIndex.vectors`), mixed in by :func:`rocchio_vectors`, unit length
-    again where the index compares cosines."""
+    passages' on an index with passages, FAISS ids as :meth:`DenseIndex.search` returns them;
+    among the ``admitted`` ones, a filter's) read back (:meth:`DenseIndex.vectors`), mixed in
+    by :func:`rocchio_vectors`, unit length again where the index compares cosines."""
     vectors = np.asarray(vectors, dtype=np.float32)
-    _, ids = index.search(vectors, params.docs)
+    if admitted is None:
+        _, ids = index.search(vectors, params.docs)
+    else:
+        _, ids = index.search(vectors, params.docs, admitted)
     expanded = rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params)
     if score_kind == "cosine":
         norms = np.linalg.norm(expanded, axis=1, keepdims=True)

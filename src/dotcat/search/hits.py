@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from dotcat.reprs import short_repr
 
@@ -29,6 +30,8 @@ class Hit:
         start, stop: the characters of ``text`` the matched passage spans (an index with
             passages, :mod:`dotcat.index.passages`); None: the document matched whole (an
             index without passages).
+        fields: the document's fields (:mod:`dotcat.data.metadata`: record columns, front
+            matter, file fields), as the index keeps them.
     """
 
     rank: int
@@ -39,6 +42,7 @@ class Hit:
     score_kind: str = ""
     start: int | None = None
     stop: int | None = None
+    fields: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def passage(self) -> str:

@@ -1,5 +1,8 @@
 """The ``hybrid`` first stage: two first stages' rankings fused into one.
 
+With a filter, each stage ranks within the admitted documents and the two filtered rankings
+are fused: the fusion of what each side would return from the admitted documents alone.
+
 Both stages fetch their top ``depth`` documents (at least ``k``) for every query, and
 :class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank fusion,
 or a linear mix of min-max normalised scores with the first stage's weight). The built-in
@@ -65,12 +68,20 @@ class HybridStage:
         return "rrf" if self.fusion.method == "rrf" else "fused"
 
     def search(
-        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: Any = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` of the fused ranking (progress shown for the first stage)."""
+        """Each query's top ``k`` of the fused ranking (progress shown for the first stage);
+        with ``admitted``, the fusion of the two stages' rankings within a filter's
+        documents."""
         n = max(k, self.depth)
-        first = self.first.search(queries, n, show_progress=show_progress)
-        second = self.second.search(queries, n)
+        within = {} if admitted is None else {"admitted": admitted}
+        first = self.first.search(queries, n, show_progress=show_progress, **within)
+        second = self.second.search(queries, n, **within)
         return {
             q: fuse_matches(self.fusion, first.get(q, []), second.get(q, []))[:k]
             for q in {**first, **second}

@@ -21,6 +21,7 @@ from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef
+from dotcat.index.filtered import Admitted
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, rank_documents
 from dotcat.search.feedback import RM3, RM3Expander, rm3_of, rm3_search
@@ -39,10 +40,13 @@ def load_bm25(index_dir: Path, index: Any) -> BM25Index | None:
     if not entry:
         return None
     bm25 = BM25Index.load(index_dir / entry["dir"], mmap=True)
-    if len(bm25) != len(index):
+    # Its rows: the passages (FAISS's vectors), or the documents whole (an index without
+    # passages, or one splitting only its longest documents).
+    rows = len(index) if "passages" in entry else index.document_count
+    if len(bm25) != rows:
         raise DotcatError(
             f"{index_dir}: BM25 index holds {len(bm25)} documents, the dense index "
-            f"{len(index)}; rebuild the index"
+            f"{rows}; rebuild the index"
         )
     return bm25
 
@@ -84,31 +88,47 @@ class BM25Stage:
         return self if rm3 is None else replace(self, rm3=RM3Expander(self.bm25, rm3))
 
     def search(
-        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: Admitted | None = None,
     ) -> dict[str, list[Match]]:
         """Each query's top ``k`` documents: ranked from its passages (an index with
         passages), or BM25's own document ranking (each document matched whole). With RM3,
         each query is expanded once from its top rows (passages, on an index with passages)
-        and the expanded query ranks the rows, as the plain one would."""
+        and the expanded query ranks the rows, as the plain one would. With ``admitted``,
+        only the rows of a filter's documents are ranked (and fed back): their score arrays
+        masked, the statistics the index's."""
         if not self.passages:
-            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress)
+            mask = None if admitted is None else admitted.document_mask
+            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,
+                                                 mask=mask)  # fmt: skip
             return {
                 q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in docs]
                 for q, docs in run.items()
             }
-        return self._from_passages(queries, k, show_progress)
+        if admitted is not None and admitted.vectors == 0:
+            return {q: [] for q in queries}
+        return self._from_passages(queries, k, show_progress, admitted)
 
     def _from_passages(
-        self, queries: Mapping[str, str], k: int, show_progress: bool
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        show_progress: bool,
+        admitted: Admitted | None = None,
     ) -> dict[str, list[Match]]:
         expanded: dict[str, dict[int, float]] = {}
+        mask = None if admitted is None else admitted.mask
 
         def rows(qid: str, n: int) -> list[tuple[str, float]]:
             if self.rm3 is None:
-                return self.bm25.search_one(queries[qid], n)
+                return self.bm25.search_one(queries[qid], n, mask)
             if qid not in expanded:  # the over-fetch asks again for more: expand once
-                expanded[qid] = self.rm3.expand(queries[qid])
-            return self.rm3.search_expanded(expanded[qid], n)
+                expanded[qid] = self.rm3.expand(queries[qid], mask)
+            return self.rm3.search_expanded(expanded[qid], n, mask)
 
         def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
             return {q: [(int(i), s) for i, s in rows(q, n)] for q in qids}
@@ -122,8 +142,10 @@ class BM25Stage:
                 chunk = qids[start : start + _QUERIES_PER_STEP]
                 out.update(
                     rank_documents(
-                        search, self.index.locate, chunk, k, vectors=len(self.bm25),
-                        documents=self.index.document_count, method=self.aggregation,
+                        search, self.index.locate, chunk, k,
+                        vectors=len(self.bm25) if admitted is None else admitted.vectors,
+                        documents=self.index.document_count if admitted is None
+                        else admitted.documents, method=self.aggregation,
                         top=self.aggregate_top,
                     )
                 )  # fmt: skip

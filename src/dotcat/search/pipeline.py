@@ -13,6 +13,9 @@ The pipeline composes parts chosen by its settings (:class:`PipelineConfig`):
   fused as the index recorded on its dev queries, else RRF), or any registered one; ``auto``
   (the default) is hybrid where the index has BM25, else dense: on collections unlike the
   encoder's training data BM25 often beats a dense model, and fusing is the safer default;
+- a filter over the documents' fields (:mod:`dotcat.search.filters`), applied inside the
+  first stage (every side searches only the admitted documents), so that k documents come
+  back whenever k are admitted;
 - pseudo-relevance feedback wrapping the side it rewrites (:mod:`dotcat.search.feedback`);
 - over an index with passages (:mod:`dotcat.index.passages`), documents ranked from their
   passages (:mod:`dotcat.search.aggregation`: MaxP by default); a result keeps the passages
@@ -24,13 +27,15 @@ The pipeline composes parts chosen by its settings (:class:`PipelineConfig`):
   calibrate`` chose on this index's corpus, else the one ``dotcat train cat`` chose on its dev
   split, else the plain logit.
 
-Runs, evaluation and the server's answers stay at the document level.
+Runs, evaluation and the server's answers stay at the document level; a result carries its
+document's fields.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -43,12 +48,14 @@ from dotcat.search.aggregation import Match, to_run
 from dotcat.search.cluster import ClusterConfig
 from dotcat.search.config import PRF_SIDES, PipelineConfig
 from dotcat.search.dense import hit
+from dotcat.search.facets import count_facets, facet_fields
 from dotcat.search.feedback import rm3_of, rocchio_of
+from dotcat.search.filters import parse_filter
 from dotcat.search.hits import Hit
 from dotcat.search.hybrid import index_fusion
 from dotcat.search.reranker import Reranker, advise_calibration, candidate_texts
 from dotcat.search.sharded import HitList, open_stages
-from dotcat.search.stages import FirstStage, entry
+from dotcat.search.stages import FirstStage, entry, filters
 from dotcat.types import Run
 
 __all__ = ["PipelineConfig", "SearchPipeline"]
@@ -86,6 +93,7 @@ class SearchPipeline:
         config = config or PipelineConfig()
         self.config = config = replace(config, **settings) if settings else config
         self._lock = threading.RLock()
+        self._admitted: OrderedDict[str, Any] = OrderedDict()  # filter -> its documents
         # An index directory, or shards (a folder of them, or a list) searched as one index:
         # in this process, or on Ray (dotcat.search.sharded).
         self.stages = open_stages(index_dir, config, cluster)
@@ -96,6 +104,8 @@ class SearchPipeline:
         self.fusion = index_fusion(self.manifest.fusion, config)
         self._check_feedback()
         self.stage()  # built now (the query encoder loaded): the first query should not wait
+        if config.filter:
+            self.admitted(config.filter)  # checked against the index's fields now
         self.reranker = None
         if config.rerank:
             self.reranker = Reranker.from_config(config, self.manifest.rerank)
@@ -155,9 +165,11 @@ class SearchPipeline:
         first_stage: str | None = None,
         rerank: bool | None = None,
         depth: int | None = None,
+        filter: str | None = None,
     ) -> list[Hit]:
         """The top ``k`` documents for one query (see :meth:`run` for the options)."""
-        return self.search_many([query], k, first_stage=first_stage, rerank=rerank, depth=depth)[0]
+        return self.search_many([query], k, first_stage=first_stage, rerank=rerank, depth=depth,
+                                filter=filter)[0]  # fmt: skip
 
     def search_many(
         self,
@@ -167,6 +179,7 @@ class SearchPipeline:
         first_stage: str | None = None,
         rerank: bool | None = None,
         depth: int | None = None,
+        filter: str | None = None,
     ) -> list[list[Hit]]:
         """:meth:`search` for several queries in one pass: one encoder call, one FAISS
         search, one cross-encoder call (the batching that makes the server scale)."""
@@ -175,16 +188,46 @@ class SearchPipeline:
                 raise DotcatError("a query is empty; give some words to search for")
         keyed = {str(i): q for i, q in enumerate(queries)}
         with self._lock:  # the documents come from where the search found them (shards)
-            found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth)
+            found = self.matches(keyed, k, first_stage=first_stage, rerank=rerank, depth=depth,
+                                 filter=filter)  # fmt: skip
             needed = {m.doc_id for matches in found.values() for m in matches}
             stored = self.index.store.by_ids(sorted(needed))
+            fields = self.index.fields_of([d.pos for d in stored.values()])
             coverage = self.stages.coverage()
         kind = self.score_kind(first_stage=first_stage, rerank=rerank)
         hits = [
-            [hit(rank, m, stored[m.doc_id], kind) for rank, m in enumerate(found[key], start=1)]
+            [hit(rank, m, stored[m.doc_id], kind, fields.get(stored[m.doc_id].pos))
+             for rank, m in enumerate(found[key], start=1)]
             for key in keyed
-        ]
+        ]  # fmt: skip
         return hits if coverage is None else [HitList(h, coverage) for h in hits]
+
+    def facets(self, hits: Sequence[Hit]) -> dict[str, list[tuple[str, int]]]:
+        """The values of the index's few-valued fields among ``hits``, with how many hits
+        hold each (:mod:`dotcat.search.facets`)."""
+        return count_facets(hits, facet_fields(self.index.field_kinds()))
+
+    def admitted(self, filter: str):
+        """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`; over
+        shards, :class:`dotcat.search.sharded.ShardedAdmitted`: each shard admits its own),
+        found once per filter (the last 32 kept).
+
+        Raises:
+            FilterError: a syntax error, a field the index does not have or a value of the
+                wrong kind, naming the column and the token.
+        """
+        with self._lock:
+            if filter in self._admitted:
+                self._admitted.move_to_end(filter)
+                return self._admitted[filter]
+            sql, params = parse_filter(filter).sql(self.index.field_kinds())
+            admitted = self.index.admit(sql, params)
+            if not getattr(admitted, "complete", True):  # a shard left out: count it again
+                return admitted
+            self._admitted[filter] = admitted
+            if len(self._admitted) > 32:
+                self._admitted.popitem(last=False)
+            return admitted
 
     def query_cut(self, query: str, first_stage: str | None = None) -> tuple[int, int] | None:
         """``(tokens, kept)`` when the query encoder reads only the first ``kept`` of the
@@ -213,6 +256,7 @@ class SearchPipeline:
         rerank: bool | None = None,
         depth: int | None = None,
         show_progress: bool = False,
+        filter: str | None = None,
     ) -> Run:
         """Ranked ``(doc_id, score)`` lists for ``{query_id: text}``: a TREC run's content.
 
@@ -221,14 +265,16 @@ class SearchPipeline:
             first_stage: this call's first stage (default: the pipeline's).
             rerank: re-rank (default: whenever the pipeline has a cross-encoder).
             depth: this call's re-ranking depth (default: the pipeline's).
+            filter: only documents this filter admits (:mod:`dotcat.search.filters`;
+                default: the pipeline's ``filter`` setting; ``""``: none).
 
         Raises:
-            DotcatError: ``k`` or ``depth`` < 1, re-ranking asked without a cross-encoder, or
-                a first stage the index cannot serve.
+            DotcatError: ``k`` or ``depth`` < 1, re-ranking asked without a cross-encoder, a
+                first stage the index cannot serve, or a filter that cannot run on it.
         """
         return to_run(
             self.matches(queries, k, first_stage=first_stage, rerank=rerank, depth=depth,
-                         show_progress=show_progress)
+                         show_progress=show_progress, filter=filter)
         )  # fmt: skip
 
     def matches(
@@ -240,6 +286,7 @@ class SearchPipeline:
         rerank: bool | None = None,
         depth: int | None = None,
         show_progress: bool = False,
+        filter: str | None = None,
     ) -> dict[str, list[Match]]:
         """:meth:`run` with each document's passages that matched (best first)."""
         if k < 1:
@@ -250,14 +297,37 @@ class SearchPipeline:
         if reranker is not None and depth < 1:
             raise DotcatError(f"depth must be >= 1, got {depth}")
         wanted = max(k, depth) if reranker is not None else k
+        text = self.config.filter if filter is None else filter
         with self._lock:
             self.stages.begin_call()
-            found = stage.search(queries, wanted, show_progress=show_progress)
+            found = self._first_stage(stage, queries, wanted, show_progress, text or None)
             if reranker is not None:
                 found = reranker.rerank_matches(
                     found, queries, depth, self.candidate_texts, show_progress
                 )
         return {q: docs[:k] for q, docs in found.items()}
+
+    def _first_stage(
+        self,
+        stage: FirstStage,
+        queries: Mapping[str, str],
+        k: int,
+        show_progress: bool,
+        filter: str | None,
+    ) -> dict[str, list[Match]]:
+        """The first stage's matches, within the documents ``filter`` admits where given
+        (none admitted: no match, and no search)."""
+        if filter is None:
+            return stage.search(queries, k, show_progress=show_progress)
+        admitted = self.admitted(filter)
+        if admitted.documents == 0:
+            return {q: [] for q in queries}
+        if not filters(stage):
+            raise DotcatError(
+                f"first stage {stage.name!r} cannot search within a filter (its search takes "
+                "no `admitted`)"
+            )
+        return stage.search(queries, k, show_progress=show_progress, admitted=admitted)
 
     def _reranker(self, rerank: bool | None) -> Reranker | None:
         """The re-ranker a call uses: the pipeline's unless ``rerank`` is False."""
@@ -299,6 +369,7 @@ class SearchPipeline:
             "passages": self.manifest.passages,
             "aggregation": self.config.aggregation,
             "first_stage": self.first_stage,
+            "filter": self.config.filter,
             "stages_available": self.stages.available(),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
             "feedback": {

@@ -15,7 +15,13 @@ collection's terms:
   a document lives whole in one shard, so its passages are all here, and each shard's top-k
   documents merged by score are the collection's top-k;
 * BM25 terms travel as the collection's term ids (RM3's expanded queries and its feedback
-  documents' terms), which this shard maps to its own.
+  documents' terms), which this shard maps to its own;
+* a filter travels as the front parsed it once (:data:`FilterQuery`: its SQL over a doc
+  store's ``fields`` table, :meth:`dotcat.search.filters.Filter.sql`), and each shard
+  admits its own documents from its own fields (:meth:`dotcat.index.dense_index.DenseIndex.admit`,
+  kept for the searches that follow) and ranks only those, as one index does
+  (:mod:`dotcat.index.filtered`): a document lives in one shard, so the shards' admitted
+  sets make up the collection's.
 
 It runs in the front's process or in a Ray actor (:mod:`dotcat.search.ray_shards`): what it
 takes and gives is plain data (NumPy arrays, lists, dicts, dataclasses), which pickles.
@@ -28,6 +34,7 @@ import logging
 import os
 import socket
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +51,8 @@ from dotcat.index.bm25_global import (
 )
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
+from dotcat.index.fields import FieldInfo
+from dotcat.index.filtered import Admitted
 from dotcat.index.manifest import DOCSTORE_NAME, Manifest
 from dotcat.options import AGGREGATE_TOP, AGGREGATION
 from dotcat.search.aggregation import Match, rank_documents
@@ -54,6 +63,11 @@ logger = logging.getLogger(__name__)
 
 #: A feedback row: its name (what equal scores are ordered by), score, eligible terms' counts.
 FeedbackRow = tuple[str, float, dict[int, float]]
+#: A filter as the front sends it: its SQL over a doc store's ``fields`` table and the SQL's
+#: parameters (:meth:`dotcat.search.filters.Filter.sql`).
+FilterQuery = tuple[str, tuple]
+#: Filters whose admitted documents a shard keeps (the last ones asked).
+ADMITTED_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,7 @@ def statistics_of(spec: ShardSpec) -> ShardStatistics | None:
     manifest = Manifest.read(Path(spec.path))
     if not manifest.bm25:
         return None
-    return shard_statistics(_counted(_load_bm25(spec, manifest), spec))
+    return shard_statistics(_counted(_load_bm25(spec, manifest), spec, manifest))
 
 
 def collection_statistics(
@@ -115,13 +129,15 @@ class ShardSearcher:
         self.spec = spec
         self.index = DenseIndex(spec.path, device=spec.device, search_params=spec.search_params)
         self.bm25_index: BM25Index | None = None
+        self._admitted: OrderedDict[str, Admitted] = OrderedDict()  # filter -> its documents
         if view is not None:
             self._use_statistics(view)
         logger.info("shard %s loaded: %d documents, %d vectors", spec.name,
                     self.index.document_count, len(self.index))  # fmt: skip
 
     def _use_statistics(self, view: ShardView) -> None:
-        bm25 = _counted(load_bm25(Path(self.spec.path), self.index), self.spec)
+        bm25 = _counted(load_bm25(Path(self.spec.path), self.index), self.spec,
+                        self.index.manifest)  # fmt: skip
         passages = bool(self.index.manifest.bm25 and "passages" in self.index.manifest.bm25)
         # Rows of a passage index are named by their FAISS ids: shifted, as the merged index's.
         names = [str(int(i) + self.spec.first_vector) for i in bm25.doc_ids] if passages else None
@@ -134,97 +150,136 @@ class ShardSearcher:
 
     # -- dense ---------------------------------------------------------------------------------
 
-    def dense(self, vectors: np.ndarray, k: int) -> list[list[Match]]:
+    def dense(
+        self, vectors: np.ndarray, k: int, query: FilterQuery | None = None
+    ) -> list[list[Match]]:
         """Each query vector's top ``k`` documents of this shard (as
-        :meth:`dotcat.search.dense.DenseRetriever.batch_matches` ranks them)."""
+        :meth:`dotcat.search.dense.DenseRetriever.batch_matches` ranks them), among those
+        the filter ``query`` admits where given."""
         qids = [str(i) for i in range(len(vectors))]
-        if len(self.index) == 0:
+        admitted = self._within(query)
+        if len(self.index) == 0 or (admitted is not None and admitted.vectors == 0):
             return [[] for _ in qids]
         rows = dict(zip(qids, vectors, strict=True))
         found = rank_documents(
-            functools.partial(self._nearest_ids, rows=rows), self.index.locate, qids, k,
-            vectors=len(self.index), documents=self.index.document_count,
+            functools.partial(self._nearest_ids, rows=rows, admitted=admitted),
+            self.index.locate, qids, k,
+            vectors=len(self.index) if admitted is None else admitted.vectors,
+            documents=self.index.document_count if admitted is None else admitted.documents,
             method=self.spec.aggregation, top=self.spec.aggregate_top,
         )  # fmt: skip
         return [found[q] for q in qids]
 
-    def _nearest_ids(self, qids: list[str], n: int, rows: dict) -> dict[str, list]:
-        scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n)
+    def _nearest_ids(
+        self, qids: list[str], n: int, rows: dict, admitted: Admitted | None = None
+    ) -> dict[str, list]:
+        scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n, admitted)
         return {
             qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
             for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
         }
 
-    def nearest(self, vectors: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """FAISS's top ``n`` vectors for each query vector: ``(scores, collection ids,
-        vectors)`` (what Rocchio's feedback reads; -1 ids pad a shard with fewer)."""
-        if len(self.index) == 0:
+    def nearest(
+        self, vectors: np.ndarray, n: int, query: FilterQuery | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """FAISS's top ``n`` vectors for each query vector (of the documents the filter
+        ``query`` admits, where given): ``(scores, collection ids, vectors)`` (what Rocchio's
+        feedback reads; -1 ids pad a shard with fewer)."""
+        admitted = self._within(query)
+        if len(self.index) == 0 or (admitted is not None and admitted.vectors == 0):
             shape = (len(vectors), 0)
             return np.zeros(shape, np.float32), np.zeros(shape, np.int64), np.zeros(
                 (*shape, self.index.dim), np.float32
             )  # fmt: skip
-        scores, ids = self.index.search(np.asarray(vectors, dtype=np.float32), n)
+        scores, ids = self.index.search(np.asarray(vectors, dtype=np.float32), n, admitted)
         found = self.index.vectors(ids)
         return scores, np.where(ids >= 0, ids + self.spec.first_vector, -1), found
 
     # -- BM25 ----------------------------------------------------------------------------------
 
-    def bm25(self, queries: Sequence[str], k: int) -> list[list[Match]]:
+    def bm25(
+        self, queries: Sequence[str], k: int, query: FilterQuery | None = None
+    ) -> list[list[Match]]:
         """Each query's top ``k`` documents by BM25 (the query read with this shard's terms:
-        a term it lacks scores nothing here anyway)."""
+        a term it lacks scores nothing here anyway), among those the filter ``query`` admits
+        where given."""
         stage = self._bm25_stage()
+        admitted = self._within(query)
         if not stage.passages:  # (BM25Index.search would warn of each shard's misses)
-            top = (self.bm25_index.search_one(q, k) for q in queries)
+            mask = None if admitted is None else admitted.document_mask
+            top = (self.bm25_index.search_one(q, k, mask) for q in queries)
             return [[Match(d, s, ((PassageRef(-1, d), s),)) for d, s in hits] for hits in top]
-        found = stage.search({str(i): q for i, q in enumerate(queries)}, k)
+        found = stage.search({str(i): q for i, q in enumerate(queries)}, k, admitted=admitted)
         return [found[str(i)] for i in range(len(queries))]
 
-    def bm25_weighted(self, queries: Sequence[Mapping[int, float]], k: int) -> list[list[Match]]:
+    def bm25_weighted(
+        self, queries: Sequence[Mapping[int, float]], k: int, query: FilterQuery | None = None
+    ) -> list[list[Match]]:
         """Each weighted query's (collection term id -> weight: RM3's expanded query) top
         ``k`` documents: ``sum_t w_t * bm25(t, d)``, as
-        :meth:`dotcat.search.feedback.RM3Expander.search_expanded` ranks them."""
+        :meth:`dotcat.search.feedback.RM3Expander.search_expanded` ranks them (among those
+        the filter ``query`` admits, where given)."""
         stage = self._bm25_stage()
+        admitted = self._within(query)
+        mask = self._row_mask(admitted)
         local = [self._local_weights(w) for w in queries]
         if not stage.passages:
             ids = self.bm25_index.doc_ids
             return [
-                [Match(ids[r], s, ((PassageRef(-1, ids[r]), s),)) for r, s in self._top(w, k)]
+                [Match(ids[r], s, ((PassageRef(-1, ids[r]), s),))
+                 for r, s in self._top(w, k, mask)]
                 for w in local
-            ]
+            ]  # fmt: skip
+        if admitted is not None and admitted.vectors == 0:
+            return [[] for _ in local]
 
         def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
             return {
-                q: [(int(self.bm25_index.doc_ids[r]), s) for r, s in self._top(local[int(q)], n)]
+                q: [(int(self.bm25_index.doc_ids[r]), s)
+                    for r, s in self._top(local[int(q)], n, mask)]
                 for q in qids
-            }
+            }  # fmt: skip
 
         qids = [str(i) for i in range(len(local))]
         found = rank_documents(
-            search, self.index.locate, qids, k, vectors=len(self.bm25_index),
-            documents=self.index.document_count, method=self.spec.aggregation,
-            top=self.spec.aggregate_top,
+            search, self.index.locate, qids, k,
+            vectors=len(self.bm25_index) if admitted is None else admitted.vectors,
+            documents=self.index.document_count if admitted is None else admitted.documents,
+            method=self.spec.aggregation, top=self.spec.aggregate_top,
         )  # fmt: skip
         return [found[q] for q in qids]
 
-    def feedback(self, queries: Sequence[Mapping[int, float]], n: int) -> list[list[FeedbackRow]]:
-        """RM3's first search: each weighted query's top ``n`` rows, each with its name, its
-        score and its feedback terms' counts (collection term ids; see
+    def feedback(
+        self, queries: Sequence[Mapping[int, float]], n: int, query: FilterQuery | None = None
+    ) -> list[list[FeedbackRow]]:
+        """RM3's first search: each weighted query's top ``n`` rows (of the documents the
+        filter ``query`` admits, where given), each with its name, its score and its feedback
+        terms' counts (collection term ids; see
         :meth:`dotcat.search.feedback.RM3Expander.relevance_model`)."""
         self._bm25_stage()
+        mask = self._row_mask(self._within(query))
         out = []
         for weights in queries:
             rows = []
-            for row, score in self._top(self._local_weights(weights), n):
+            for row, score in self._top(self._local_weights(weights), n, mask):
                 counts = self.bm25_index.term_frequencies(row)
                 terms = {int(self._global[t]): c for t, c in counts.items() if self._eligible[t]}
                 rows.append((self._names[row], score, terms))
             out.append(rows)
         return out
 
-    def _top(self, weights: dict[int, float], n: int) -> list[tuple[int, float]]:
+    def _top(
+        self, weights: dict[int, float], n: int, mask: np.ndarray | None = None
+    ) -> list[tuple[int, float]]:
         if not weights:
             return []
-        return self.bm25_index.top(self.bm25_index.weighted_scores(weights), n)
+        return self.bm25_index.top(self.bm25_index.weighted_scores(weights), n, mask)
+
+    def _row_mask(self, admitted: Admitted | None) -> np.ndarray | None:
+        """The admitted rows of the BM25 index (its passages, or its documents whole)."""
+        if admitted is None:
+            return None
+        return admitted.mask if self._passages else admitted.document_mask
 
     def _local_weights(self, weights: Mapping[int, float]) -> dict[int, float]:
         """A query's weights by this shard's term ids (in the query's order; terms this
@@ -236,6 +291,43 @@ class ShardSearcher:
             raise RuntimeError(f"shard {self.spec.name}: BM25 was not set up")
         return BM25Stage(self.bm25_index, self.index, self._passages, self.spec.aggregation,
                          self.spec.aggregate_top)  # fmt: skip
+
+    # -- fields and filters --------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, FieldInfo]:
+        """This shard's fields, name -> kind and counts (:mod:`dotcat.index.fields`)."""
+        return self.index.field_kinds()
+
+    def field_values(self, names: Sequence[str]) -> dict[str, set[str]]:
+        """The distinct values (as text) of this shard's fields ``names``."""
+        return self.index.store.field_values(names)
+
+    def fields_of(self, positions: Sequence[int]) -> dict[int, dict]:
+        """The fields of this shard's documents at these collection positions (shifted)."""
+        shift = self.spec.first_position
+        found = self.index.fields_of([int(p) - shift for p in positions])
+        return {pos + shift: fields for pos, fields in found.items()}
+
+    def admit(self, query: FilterQuery) -> tuple[int, int]:
+        """How many of this shard's documents, and of their vectors, the filter ``query``
+        admits (the set kept for the searches that follow)."""
+        admitted = self._within(query)
+        return admitted.documents, admitted.vectors
+
+    def _within(self, query: FilterQuery | None) -> Admitted | None:
+        """The documents the filter ``query`` admits here (None: no filter), found once
+        per filter (the last :data:`ADMITTED_KEPT` kept)."""
+        if query is None:
+            return None
+        sql, params = query
+        key = repr((sql, tuple(params)))
+        if key in self._admitted:
+            self._admitted.move_to_end(key)
+            return self._admitted[key]
+        admitted = self._admitted[key] = self.index.admit(sql, list(params))
+        if len(self._admitted) > ADMITTED_KEPT:
+            self._admitted.popitem(last=False)
+        return admitted
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -278,7 +370,7 @@ def _load_bm25(spec: ShardSpec, manifest: Manifest) -> BM25Index:
     return BM25Index.load(Path(spec.path) / manifest.bm25["dir"], mmap=True)
 
 
-def _counted(bm25: BM25Index, spec: ShardSpec) -> BM25Index:
+def _counted(bm25: BM25Index, spec: ShardSpec, manifest: Manifest) -> BM25Index:
     """``bm25`` with its term counts: saved beside it, else counted from its doc store's rows
     (an index built before they were kept: once per load, logged)."""
     if bm25.counts is None:
@@ -286,7 +378,8 @@ def _counted(bm25: BM25Index, spec: ShardSpec) -> BM25Index:
                     spec.name)  # fmt: skip
         store = DocStore(Path(spec.path) / DOCSTORE_NAME)
         try:
-            bm25.counts = bm25.count_terms(docstore_rows(store))
+            by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)
+            bm25.counts = bm25.count_terms(docstore_rows(store, by_passage))
         finally:
             store.close()
     return bm25

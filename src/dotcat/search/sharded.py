@@ -19,7 +19,12 @@ on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once:
   and the rewritten query is searched as any;
 * **hybrid** fuses the two merged rankings (:class:`~dotcat.search.hybrid.HybridStage`), and
   re-ranking reads the texts from the shards that hold them, after the merge, as on one
-  index.
+  index;
+* **filters** are parsed once here, against the shards' fields merged
+  (:func:`dotcat.index.fields.merged_kinds`); each shard admits its own documents from its
+  own fields table and every search above ranks only those (:class:`ShardedAdmitted`), so a
+  filtered search over shards is the same filtered search over the merged index; a hit's
+  fields come from its shard.
 
 A search waits for the shards at most :attr:`ClusterConfig.budget_s`; a shard that has not
 answered by then (every replica of it dead or stuck) is left out, and the answer's
@@ -49,6 +54,7 @@ from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef, StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.fields import FieldInfo, merged_kinds, with_distinct
 from dotcat.index.manifest import Manifest, check_encoder
 from dotcat.index.shards import (
     check_compatible,
@@ -73,10 +79,24 @@ from dotcat.search.feedback import (
 )
 from dotcat.search.hybrid import HybridStage
 from dotcat.search.lexical import load_bm25
-from dotcat.search.shard import ShardSearcher, ShardSpec, collection_statistics, statistics_of
+from dotcat.search.shard import (
+    FilterQuery,
+    ShardSearcher,
+    ShardSpec,
+    collection_statistics,
+    statistics_of,
+)
 from dotcat.search.stages import FirstStage, StageContext
 
-__all__ = ["Coverage", "HitList", "LocalShards", "ShardedStages", "open_stages", "shard_paths"]
+__all__ = [
+    "Coverage",
+    "HitList",
+    "LocalShards",
+    "ShardedAdmitted",
+    "ShardedStages",
+    "open_stages",
+    "shard_paths",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +105,9 @@ BATCH = 256
 #: The least time a call for documents' texts gets, even past the search's budget (the shards
 #: that hold them answered the search a moment before).
 FETCH_GRACE_S = 1.0
+#: Fields with at most this many distinct values in every shard have them counted exactly
+#: across the shards (their values' union); others, summed (an upper bound).
+EXACT_DISTINCT = 1000
 #: The stages a folder of shards serves (a registered stage reads one index directory).
 SHARDED_STAGES = ("dense", "bm25", "hybrid")
 
@@ -114,6 +137,32 @@ class Coverage:
     def share(self) -> float:
         """The share of the collection's documents searched, in [0, 1]."""
         return self.documents / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class ShardedAdmitted:
+    """What a filter admits of the shards (:meth:`ShardedIndex.admit`): the filter as each
+    shard gets it (each keeps its own admitted set) and the counts the shards gave.
+
+    Attributes:
+        query: the filter's SQL and parameters (:data:`dotcat.search.shard.FilterQuery`).
+        documents, vectors: admitted, summed over the shards that answered.
+        complete: whether every shard answered (a count to keep).
+    """
+
+    query: FilterQuery
+    documents: int
+    vectors: int
+    complete: bool = True
+
+
+def _filter_query(admitted: ShardedAdmitted | None) -> FilterQuery | None:
+    return None if admitted is None else admitted.query
+
+
+def _empty(admitted: ShardedAdmitted | None) -> bool:
+    """Whether a filter admits nothing (no search then: every query gets no document)."""
+    return admitted is not None and admitted.documents == 0
 
 
 class HitList(list):
@@ -347,6 +396,7 @@ class ShardedIndex:
         self.passages = self.manifest.passages
         #: Which shard holds each document of the current search's answers.
         self.owners: dict[str, int] = {}
+        self._kinds: dict[str, FieldInfo] | None = None
 
     def __len__(self) -> int:
         return sum(m.vector_count for m in self.manifests)
@@ -391,6 +441,54 @@ class ShardedIndex:
     def _shard_of(self, pid: int) -> int:
         firsts = [s.first_vector for s in self.group.specs]
         return int(np.searchsorted(firsts, pid, side="right")) - 1
+
+    # -- fields and filters --------------------------------------------------------------------
+
+    def field_kinds(self) -> dict[str, FieldInfo]:
+        """The shards' fields as one (:func:`dotcat.index.fields.merged_kinds`), with the
+        distinct values of those that have few (at most :data:`EXACT_DISTINCT` in every
+        shard) counted exactly, as the merged index counts them; asked once (shards are not
+        updated while searched)."""
+        if self._kinds is not None:
+            return self._kinds
+        every = dict.fromkeys(range(len(self.manifests)), ())
+        parts = _fetch(self.group, "field_kinds", every)
+        kinds = merged_kinds(p for p in parts if p is not None)
+        few = [name for name in kinds
+               if all(p is None or p.get(name) is None or p[name].distinct_values <= EXACT_DISTINCT
+                      for p in parts)]  # fmt: skip
+        answers = _fetch(self.group, "field_values", {s: (few,) for s in every}) if few else []
+        values: dict[str, set[str]] = {name: set() for name in few}
+        for answer in answers:
+            for name, seen in (answer or {}).items():
+                values[name] |= seen
+        kinds = with_distinct(kinds, values)
+        if all(p is not None for p in parts) and all(a is not None for a in answers):
+            self._kinds = kinds  # (a shard left out: ask again next time)
+        return kinds
+
+    def fields_of(self, positions: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The fields of the documents at these collection positions (as :meth:`by_ids`
+        gives them: -1, a document no shard gave, is skipped), from the shards holding them."""
+        firsts = [s.first_position for s in self.group.specs]
+        asked: dict[int, list[int]] = {}
+        for pos in positions:
+            if pos >= 0:
+                shard = int(np.searchsorted(firsts, pos, side="right")) - 1
+                asked.setdefault(shard, []).append(int(pos))
+        found: dict[int, dict[str, Any]] = {}
+        for answer in _fetch(self.group, "fields_of", {s: (p,) for s, p in asked.items()}):
+            found.update(answer or {})
+        return found
+
+    def admit(self, sql: str, params: Sequence[Any]) -> ShardedAdmitted:
+        """The documents a filter admits (its SQL over a ``fields`` table,
+        :meth:`dotcat.search.filters.Filter.sql`), each shard admitting its own."""
+        query = (sql, tuple(params))
+        answers = self.group.call("admit", (query,))
+        counted = [a for a in answers if a is not None]
+        return ShardedAdmitted(query, sum(d for d, _ in counted), sum(v for _, v in counted),
+                               complete=len(counted) == len(answers))  # fmt: skip
 
 
 def _fetch(group: ShardGroup, method: str, asked: Mapping[int, tuple]) -> list[Any]:
@@ -480,30 +578,39 @@ class FanOutDense:
         return self.retriever.score_kind
 
     def search(
-        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection."""
-        qids, out = list(queries), {}
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        qids, out, within = list(queries), {}, _filter_query(admitted)
         with progress_bar(total=len(qids), desc="searching", unit="query",
                           enabled=show_progress) as bar:  # fmt: skip
             for start in range(0, len(qids), BATCH):
                 chunk = qids[start : start + BATCH]
                 vectors = self.retriever.encoder.encode_queries([queries[q] for q in chunk])
                 if self.rocchio is not None:
-                    vectors = self._rocchio(vectors)
-                answers = self.group.call("dense", (vectors, k))
+                    vectors = self._rocchio(vectors, within)
+                answers = self.group.call("dense", (vectors, k, within))
                 for i, qid in enumerate(chunk):
                     merged = merge(_per_query(answers, i), k, dense_key)
                     out[qid] = _kept(self.index, merged)
                 bar.update(len(chunk))
         return out
 
-    def _rocchio(self, vectors: np.ndarray) -> np.ndarray:
+    def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
         """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
         shards' tops merged by score, then id: :func:`dotcat.search.feedback.rocchio_expand`
-        over one index)."""
+        over one index; a filter's documents only, ``within``)."""
         n = self.rocchio.docs
-        answers = [a for a in self.group.call("nearest", (vectors, n)) if a is not None]
+        answers = self.group.call("nearest", (vectors, n, within))
+        answers = [a for a in answers if a is not None]
         dim = vectors.shape[1]
         found = np.zeros((len(vectors), n, dim), dtype=np.float32)
         present = np.zeros((len(vectors), n), dtype=bool)
@@ -536,19 +643,28 @@ class FanOutBM25:
     score_kind: str = "bm25"
 
     def search(
-        self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection."""
-        qids, out = list(queries), {}
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        qids, out, within = list(queries), {}, _filter_query(admitted)
         with progress_bar(total=len(qids), desc="BM25 search", unit="query",
                           enabled=show_progress) as bar:  # fmt: skip
             for start in range(0, len(qids), BATCH):
                 chunk = qids[start : start + BATCH]
                 texts = [queries[q] for q in chunk]
                 if self.rm3 is None:
-                    answers = self.group.call("bm25", (texts, k))
+                    answers = self.group.call("bm25", (texts, k, within))
                 else:
-                    answers = self.group.call("bm25_weighted", (self._expand(texts), k))
+                    expanded = self._expand(texts, within)
+                    answers = self.group.call("bm25_weighted", (expanded, k, within))
                 for i, qid in enumerate(chunk):
                     merged = merge(_per_query(answers, i), k, self.key)
                     out[qid] = _kept(self.index, merged)
@@ -558,13 +674,16 @@ class FanOutBM25:
             logger.warning("%d of %d queries matched no document", empty, len(out))
         return out
 
-    def _expand(self, texts: list[str]) -> list[dict[int, float]]:
+    def _expand(
+        self, texts: list[str], within: FilterQuery | None = None
+    ) -> list[dict[int, float]]:
         """RM3's expanded queries (collection term ids -> weights): the collection's top
-        ``fb_docs`` rows of each query (the shards' merged, by score then name), their terms'
-        relevance model, mixed with the query (:mod:`dotcat.search.feedback`)."""
+        ``fb_docs`` rows of each query (the shards' merged, by score then name; a filter's
+        documents only, ``within``), their terms' relevance model, mixed with the query
+        (:mod:`dotcat.search.feedback`)."""
         ids = [self.query_ids(t) for t in texts]
         counts = [dict(Counter(i)) for i in ids]
-        answers = self.group.call("feedback", (counts, self.rm3.fb_docs))
+        answers = self.group.call("feedback", (counts, self.rm3.fb_docs, within))
         out = []
         for row, query in enumerate(ids):
             pooled = sorted(

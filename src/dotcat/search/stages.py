@@ -1,7 +1,10 @@
 """First stages as parts: the protocol every first stage follows, and the registry of them.
 
 A first stage takes a batch of queries and gives each its top ``k`` documents, scored on one
-scale (its ``score_kind``). Dense search (:mod:`dotcat.search.dense`), BM25
+scale (its ``score_kind``), optionally within the documents a filter admits (``admitted``:
+:class:`dotcat.index.filtered.Admitted`, from :mod:`dotcat.search.filters`): the filter is
+applied while ranking, never to a ranking afterwards, so k documents come back whenever k are
+admitted. Dense search (:mod:`dotcat.search.dense`), BM25
 (:mod:`dotcat.search.lexical`) and the fusion of two stages (:mod:`dotcat.search.hybrid`) are
 the built-in ones; pseudo-relevance feedback wraps the stage whose side it rewrites
 (:mod:`dotcat.search.feedback`), and the re-ranker is a later stage
@@ -24,6 +27,7 @@ before any model loads, and each factory's module is imported when a stage is fi
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,8 +59,24 @@ class FirstStage(Protocol):
         self, queries: Mapping[str, str], k: int, *, show_progress: bool = False
     ) -> dict[str, list[Any]]:
         """``{qid: [Match, ...]}``: each query's top ``k`` documents, best first, each with
-        the passages that matched it (:class:`dotcat.search.aggregation.Match`)."""
+        the passages that matched it (:class:`dotcat.search.aggregation.Match`).
+
+        A stage that filters also takes ``admitted`` (keyword, default None): the documents
+        a filter admits (:class:`dotcat.index.filtered.Admitted`), the only ones it may rank
+        (the built-in stages do; :func:`filters` says whether a stage does)."""
         ...
+
+
+def filters(stage: Any) -> bool:
+    """Whether a first stage searches within a filter's documents (its ``search`` takes
+    ``admitted``)."""
+    try:
+        parameters = inspect.signature(stage.search).parameters
+    except (TypeError, ValueError):
+        return False
+    return "admitted" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
 """``dotcat serve``: the search pipeline over HTTP (FastAPI + uvicorn), and a web page.
 
 Endpoints (described at ``/docs``, Swagger UI, and ``/redoc``, both served from local files,
-so they work with no network): ``GET /search?q=&k=&rerank=&depth=&first_stage=&full_text=``,
+so they work with no network):
+``GET /search?q=&k=&rerank=&depth=&first_stage=&full_text=&filter=&facets=``,
 ``POST /search`` (one query or many), ``GET /documents/{id}``, ``GET /healthz``, ``GET /info``;
 the search page at ``/``. The request and answer types are in :mod:`dotcat.serve.protocol`.
 
 An answer's hits carry a snippet (:mod:`dotcat.serve.snippet`: at most 300 characters of the
-text around the query's words) and the whole text only when asked (``full_text``); an answer
-over ``max_answer_bytes`` is refused, so a long document never makes every answer long.
+text around the query's words, and where those words are in it), the document's fields, and
+the whole text only when asked (``full_text``); an answer over ``max_answer_bytes`` is
+refused, so a long document never makes every answer long. A ``filter`` keeps the search
+within the documents whose fields match (:mod:`dotcat.search.filters`); ``facets`` counts the
+few-valued fields over the query's top results (:mod:`dotcat.search.facets`).
 
 What keeps it up under load and bad input:
 
@@ -49,6 +53,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat import __version__
 from dotcat.errors import DotcatError
+from dotcat.search.facets import FACET_DEPTH
+from dotcat.search.filters import MAX_FILTER_CHARS
 from dotcat.serve.batcher import Job, MicroBatcher
 from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
@@ -61,6 +67,9 @@ from dotcat.serve.protocol import (
     CoverageOut,
     DocumentOut,
     EncoderInfo,
+    FacetOut,
+    FacetValue,
+    FieldInfoOut,
     HealthOut,
     HitOut,
     IndexInfo,
@@ -79,14 +88,7 @@ from dotcat.serve.protocol import (
     request_models,
 )
 from dotcat.serve.refusals import MAX_URL_BYTES, add_error_handlers
-from dotcat.serve.snippet import (
-    SNIPPET_CHARS,
-    TITLE_CHARS,
-    passage_snippet,
-    query_terms,
-    shorten,
-    snippet,
-)
+from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS, hit_snippet, query_terms, shorten
 
 DESCRIPTION = f"""
 Search an index built by `dotcat index`: a BERT_DOT bi-encoder with FAISS, BM25, or both fused
@@ -186,6 +188,7 @@ class SearchService:
             "queries": len(job.queries),
             "first_stage": job.first_stage or pipeline.first_stage,
             "rerank": bool(pipeline.reranker) if job.rerank is None else job.rerank,
+            "filter": bool(job.filter),
         }
         if self.query_log is not None:
             self.query_log.add(job.queries)
@@ -205,9 +208,15 @@ class SearchService:
     def result(
         self, query: str, job: Job, hits: list[Any], took_ms: float, full_text: bool
     ) -> SearchOut:
-        """One query's answer: its hits with snippets (and whole texts with ``full_text``)."""
+        """One query's answer: its hits with snippets (and whole texts with ``full_text``),
+        and the facets counted over all the hits searched for (``job.fetch``)."""
         reranked = bool(self.pipeline.reranker) if job.rerank is None else job.rerank
         terms = query_terms(query)
+        facets = None
+        if job.fetch:
+            counted = self.pipeline.facets(hits)
+            facets = [FacetOut(field=name, values=[FacetValue(value=v, count=c) for v, c in values])
+                      for name, values in counted.items()]  # fmt: skip
         return SearchOut(
             query=query,
             k=job.k,
@@ -215,7 +224,9 @@ class SearchService:
             reranked=reranked,
             took_ms=round(took_ms, 3),
             terms=terms,
-            hits=[_hit_out(h, terms, full_text) for h in hits],
+            filter=job.filter if job.filter is not None else self.pipeline.config.filter,
+            hits=[_hit_out(h, terms, full_text) for h in hits[: job.k]],
+            facets=facets,
             coverage=_coverage_out(getattr(hits, "coverage", None)),
         )
 
@@ -256,6 +267,13 @@ class SearchService:
             fusion=described["fusion"]["description"],
             feedback=described["feedback"]["description"],
             reranker=_reranker_info(described["reranker"]),
+            filter=described["filter"],
+            fields=[
+                FieldInfoOut(
+                    name=name, kind=f.kind, documents=f.documents, distinct_values=f.distinct_values
+                )
+                for name, f in pipeline.index.field_kinds().items()
+            ],  # fmt: skip
             auth=bool(config.api_key),
             limits=LimitsInfo(
                 **{k: v for k, v in asdict(config).items() if k in LimitsInfo.model_fields},
@@ -273,11 +291,11 @@ class SearchService:
 
 
 def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
-    """A hit's answer: its snippet cut from the passage that matched, where there is one."""
-    if hit.start is None or hit.stop is None:
-        cut, passage = snippet(hit.text, terms), None
-    else:
-        cut = passage_snippet(hit.text, hit.start, hit.stop, terms)
+    """A hit's answer: its snippet cut from the passage that matched, where there is one,
+    with the query's words marked (``highlights``), and its fields."""
+    cut, marks = hit_snippet(hit, terms)
+    passage = None
+    if hit.start is not None and hit.stop is not None:
         passage = PassageOut(start=hit.start, stop=hit.stop, text=hit.passage)
     return HitOut(
         rank=hit.rank,
@@ -286,7 +304,9 @@ def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
         score_kind=hit.score_kind,
         title=hit.title if full_text else shorten(hit.title, TITLE_CHARS),
         snippet=cut,
+        highlights=marks,
         passage=passage,
+        fields=hit.fields,
         text=hit.text if full_text else None,
     )
 
@@ -370,7 +390,7 @@ def only(*names: str):
 
 # -- routes -------------------------------------------------------------------------------
 
-_GET_PARAMS = ("q", "k", "rerank", "depth", "first_stage", "full_text")
+_GET_PARAMS = ("q", "k", "rerank", "depth", "first_stage", "full_text", "filter", "facets")
 
 
 def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
@@ -406,9 +426,13 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
         depth: Annotated[int | None, Query(ge=1, le=c.max_depth, description=d["depth"])] = None,
         first_stage: Annotated[Stage | None, Query(description=d["first_stage"])] = None,  # type: ignore[valid-type]
         full_text: Annotated[bool, Query(description=d["full_text"])] = False,
+        filter: Annotated[
+            str | None, Query(max_length=MAX_FILTER_CHARS, description=d["filter"])
+        ] = None,
+        facets: Annotated[bool, Query(description=d["facets"])] = False,
     ) -> SearchOut:
         start = time.perf_counter()
-        job = Job([q], k, first_stage, rerank, depth)
+        job = Job([q], k, first_stage, rerank, depth, filter, FACET_DEPTH if facets else 0)
         (hits,) = await svc.answer(request, job)
         took = (time.perf_counter() - start) * 1000
         return svc.respond(svc.result(q, job, hits, took, full_text), full_text)
@@ -431,7 +455,8 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
     ) -> SearchOut | MultiSearchOut:
         start = time.perf_counter()
         texts = [body.query] if body.query is not None else list(body.queries)
-        job = Job(texts, body.k, body.first_stage, body.rerank, body.depth)
+        job = Job(texts, body.k, body.first_stage, body.rerank, body.depth, body.filter,
+                  FACET_DEPTH if body.facets else 0)  # fmt: skip
         hits = await svc.answer(request, job)
         took = (time.perf_counter() - start) * 1000
         results = [
@@ -462,7 +487,8 @@ def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
         doc = pipeline.document(doc_id)
         if doc is None:
             raise StarletteHTTPException(404, f"no document with id {doc_id!r}")
-        return DocumentOut(doc_id=doc.id, title=doc.title, text=doc.text)
+        fields = pipeline.index.fields_of([doc.pos]).get(doc.pos, {})
+        return DocumentOut(doc_id=doc.id, title=doc.title, text=doc.text, fields=fields)
 
     @app.get(
         "/healthz",

@@ -41,13 +41,16 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    """One request: its queries, how many results, the options that change the work."""
+    """One request: its queries, how many results, the options that change the work (``fetch``
+    results are searched for: more than ``k`` where facets are counted over them)."""
 
     queries: list[str]
     k: int
     first_stage: str | None = None
     rerank: bool | None = None
     depth: int | None = None
+    filter: str | None = None
+    fetch: int = 0
     future: asyncio.Future = field(default=None, repr=False)  # type: ignore[assignment]
     enqueued: float = field(default_factory=time.perf_counter)
     batch_queries: int = 0  # queries in the model call that served it (for the access log)
@@ -57,7 +60,7 @@ class Job:
         # k too: a hybrid first stage fetches max(k, fusion depth) candidates per side, so a
         # deeper request could reorder a shallower one's top; one call per k keeps every
         # answer identical to the same query asked alone.
-        return (self.first_stage, self.rerank, self.depth, self.k)
+        return (self.first_stage, self.rerank, self.depth, max(self.k, self.fetch), self.filter)
 
 
 class MicroBatcher:
@@ -157,10 +160,11 @@ class MicroBatcher:
                 self._executor,
                 lambda: self.pipeline.search_many(
                     texts,
-                    first.k,
+                    max(first.k, first.fetch),
                     first_stage=first.first_stage,
                     rerank=first.rerank,
                     depth=first.depth,
+                    filter=first.filter,
                 ),
             )
         except Exception as e:  # noqa: BLE001 - every waiting request gets the error

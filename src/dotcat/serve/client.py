@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 BUSY_RETRIES = 5
 
 API_KEY_ENV = "DOTCAT_API_KEY"
+#: The pipeline settings a request may set for itself; the others are the server's own.
+PER_REQUEST = frozenset({"first_stage", "filter"})
 
 
 class ServerClient:
@@ -56,6 +58,7 @@ class ServerClient:
         rerank: bool | None = None,
         depth: int | None = None,
         full_text: bool = True,
+        filter: str | None = None,
     ) -> list[Hit]:
         """The server's hits for one query (``GET /search``).
 
@@ -63,6 +66,7 @@ class ServerClient:
             full_text: each hit's ``text`` is the document's whole text, as a local search
                 gives it (with the matched passage's offsets); False: the server's snippet (a
                 bounded excerpt around the query's words), a smaller answer.
+            filter: only documents whose fields match (:mod:`dotcat.search.filters`).
         """
         params: dict[str, Any] = {"q": query, "k": k}
         if full_text:
@@ -73,6 +77,8 @@ class ServerClient:
             params["rerank"] = "true" if rerank else "false"
         if depth is not None:
             params["depth"] = depth
+        if filter:
+            params["filter"] = filter
         answer = self._get("/search?" + urllib.parse.urlencode(params))
         return [_hit(h, full_text) for h in answer["hits"]]
 
@@ -85,6 +91,7 @@ class ServerClient:
         k: int = 100,
         *,
         first_stage: str | None = None,
+        filter: str | None = None,
         show_progress: bool = True,
     ) -> Run:
         """A TREC run's content for ``{query_id: text}``, asked of the server by ``POST
@@ -107,6 +114,8 @@ class ServerClient:
                 body = {"queries": [queries[q] for q in batch], "k": k}
                 if first_stage:
                     body["first_stage"] = first_stage
+                if filter is not None:
+                    body["filter"] = filter
                 answer = self._post_retrying("/search", body)
                 for qid, result in zip(batch, answer["results"], strict=True):
                     run[qid] = [(h["doc_id"], float(h["score"])) for h in result["hits"]]
@@ -175,13 +184,14 @@ def _batches(ids: list[str], queries: Mapping[str, str], limits: Mapping[str, in
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
     """A hit as a local search gives it: with ``full_text``, the whole text and where the
     passage that matched lies in it; else the snippet (and no offsets: they are the text's)."""
-    kind = hit["score_kind"]
+    kind, fields = hit["score_kind"], hit.get("fields") or {}
     if not full_text:
-        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind)
+        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind,
+                   fields=fields)  # fmt: skip
     passage = hit.get("passage") or {}
     return Hit(
         hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"], kind,
-        passage.get("start"), passage.get("stop"),
+        passage.get("start"), passage.get("stop"), fields=fields,
     )  # fmt: skip
 
 

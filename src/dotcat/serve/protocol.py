@@ -25,6 +25,8 @@ from pydantic import (
 
 from dotcat.options import DEPTH_HELP
 from dotcat.search.config import CONTROL_CLASS
+from dotcat.search.facets import FACET_DEPTH
+from dotcat.search.filters import MAX_FILTER_CHARS
 from dotcat.search.stages import entry
 from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 
@@ -72,15 +74,39 @@ class HitOut(BaseModel):
         "(or its start), cut between words; '…' marks a cut. Taken from the passage that "
         "matched, where there is one."
     )
+    highlights: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="Where the query's words are in `snippet`: [start, stop) character "
+        "offsets of each word matched, in order (`snippet[start:stop]`).",
+    )
     passage: PassageOut | None = Field(
         None,
         description="The passage that matched, where the document's text is in it (an index "
         "built with passages: a long document is searched passage by passage); absent for an "
         "index that searches documents whole.",
     )
+    fields: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The document's fields (record columns, front matter, path, folder, "
+        "extension, size, mtime...): text, numbers, dates (ISO 8601 text), lists of text.",
+    )
     text: str | None = Field(
         None, description="The whole text: only when the request asked for `full_text`."
     )
+
+
+class FacetValue(BaseModel):
+    """One value of a facet and how many results hold it."""
+
+    value: str = Field(description="The value (as text).")
+    count: int = Field(description="How many of the results counted hold it.")
+
+
+class FacetOut(BaseModel):
+    """A field with few distinct values, counted over a query's results."""
+
+    field: str = Field(description='The field\'s name (`field = "value"` filters by it).')
+    values: list[FacetValue] = Field(description="Its values, most frequent first.")
 
 
 class CoverageOut(BaseModel):
@@ -111,7 +137,13 @@ class SearchOut(BaseModel):
         description="The query's words the snippets are cut around (stop words left out); "
         f"one of {PREFIX_CHARS} or more characters matches the words it begins."
     )
+    filter: str | None = Field(None, description="The filter the results are within.")
     hits: list[HitOut] = Field(description="The results, best first (at most `k`).")
+    facets: list[FacetOut] | None = Field(
+        None,
+        description="With `facets`: the fields with few distinct values, counted over the "
+        f"query's top {FACET_DEPTH} results (within its filter).",
+    )
     coverage: CoverageOut | None = Field(
         None,
         description="A server over shards: how much of the collection was searched (`full` "
@@ -133,6 +165,7 @@ class DocumentOut(BaseModel):
     doc_id: str = Field(description="The document's id.")
     title: str = Field(description="Its title ('' if none).")
     text: str = Field(description="Its whole text.")
+    fields: dict[str, Any] = Field(default_factory=dict, description="Its fields.")
 
 
 class SearchAnswer(RootModel[SearchOut | MultiSearchOut]):
@@ -185,6 +218,15 @@ class RerankerInfo(BaseModel):
     interpolation_source: str = Field(
         description="Where the weight comes from: given, corpus-chosen, dev-chosen or plain."
     )
+
+
+class FieldInfoOut(BaseModel):
+    """A field of the index's documents: what a filter can compare."""
+
+    name: str = Field(description="Its name, as a filter writes it.")
+    kind: str = Field(description="string, number, date or list (of strings).")
+    documents: int = Field(description="How many documents have it.")
+    distinct_values: int = Field(description="How many distinct values it takes.")
 
 
 class LimitsInfo(BaseModel):
@@ -251,6 +293,12 @@ class InfoOut(BaseModel):
         "terms, original weight 0.5) + Rocchio (3 docs, alpha 1, beta 0.5)."
     )
     reranker: RerankerInfo | None = Field(description="The cross-encoder; null if none.")
+    filter: str | None = Field(
+        None, description="The filter every search is within, unless it gives its own."
+    )
+    fields: list[FieldInfoOut] = Field(
+        default_factory=list, description="The documents' fields, by name (for `filter`)."
+    )
     auth: bool = Field(description="Whether requests need the API key.")
     limits: LimitsInfo
     server: ServerInfo
@@ -308,6 +356,14 @@ def descriptions(
         "full_text": "Also return each hit's whole text (`text`); default false: a snippet of "
         f"at most {SNIPPET_CHARS} characters. An answer over {c.max_answer_bytes} bytes is "
         "refused (400); `GET /documents/{doc_id}` gives one document whole.",
+        "filter": "Only documents whose fields match this expression, applied inside the "
+        'first stage: e.g. `product = "billing" and updated >= 2025-01-01`, `tags contains '
+        '"hr"`, `path startswith "notes/"`, `in`, `not`, parentheses (the fields: `GET '
+        f"/info`); at most {MAX_FILTER_CHARS} characters. An error names the column and "
+        "the token at fault (400).",
+        "facets": "Also count, over the query's top "
+        f"{FACET_DEPTH} results, the values of the fields with few distinct values "
+        "(`facets`); default false.",
     }
 
 
@@ -381,6 +437,10 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
             None, description=described["depth"]
         )
         full_text: Annotated[bool, Strict()] = Field(False, description=described["full_text"])
+        filter: Annotated[str, StringConstraints(max_length=MAX_FILTER_CHARS)] | None = Field(
+            None, description=described["filter"]
+        )
+        facets: Annotated[bool, Strict()] = Field(False, description=described["facets"])
 
         @model_validator(mode="after")
         def _one_of(self) -> "SearchBody":

@@ -11,7 +11,8 @@ lower-cased, without NLTK's English stop words (bm25s' ``STOPWORDS_EN_PLUS``); a
 or more characters matches the words it begins ("cell": "cells"), a shorter one whole words
 only ("dna", not "dnase"). With no term in the text, the text's start. A hit that carries the
 passage that matched (a long document, :mod:`dotcat.index.passages`) gets its snippet from that
-passage (:func:`passage_snippet`). Cuts fall between words
+passage (:func:`passage_snippet`); :func:`highlights` says where the terms are in it, as
+character offsets a page or a program marks up. Cuts fall between words
 and are marked with "…"; runs of white space become one space. Only the first
 :data:`SCAN_CHARS` characters are searched for terms, so a huge document costs no more than a
 long one.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
@@ -77,6 +79,30 @@ def passage_snippet(
     if text[stop:].strip() and not inner.endswith(ELLIPSIS):
         inner = f"{inner} {ELLIPSIS}"
     return inner
+
+
+def highlights(text: str, terms: list[str]) -> list[tuple[int, int]]:
+    """Where the query's terms are in ``text`` (a snippet): ``(start, stop)`` character
+    offsets of each word a term matches (:func:`_matches`: the whole word a term of
+    :data:`PREFIX_CHARS` or more characters begins), in order."""
+    spans = []
+    for at, term in _matches(text[:SCAN_CHARS], terms):
+        stop = at + len(term)
+        while stop < len(text) and text[stop].isalnum():
+            stop += 1
+        if not spans or at >= spans[-1][1]:
+            spans.append((at, stop))
+    return spans
+
+
+def hit_snippet(hit: Any, terms: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """A hit's snippet, cut from the passage that matched where there is one, and where the
+    query's terms are in it (:func:`highlights`)."""
+    if hit.start is None or hit.stop is None:
+        cut = snippet(hit.text, terms)
+    else:
+        cut = passage_snippet(hit.text, hit.start, hit.stop, terms)
+    return cut, highlights(cut, terms)
 
 
 def best_window(text: str, terms: list[str], width: int) -> tuple[int, int]:

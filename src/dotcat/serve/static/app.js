@@ -4,8 +4,10 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-// The search options kept in the page's address beside q.
+// The search options kept in the page's address beside q (and filter).
 const OPTIONS = ["k", "first_stage", "rerank", "depth"];
+// The fields shown under a hit, at most (the rest are in its JSON).
+const SHOWN_FIELDS = 6;
 
 let info = null;
 
@@ -29,6 +31,64 @@ async function getJSON(url) {
   return body;
 }
 
+// Append `text` to `parent` with the spans `highlights` ([start, stop) offsets the server
+// found the query's words at) in <mark>.
+function appendMarked(parent, text, highlights) {
+  let last = 0;
+  for (const [start, stop] of highlights) {
+    if (start < last || stop > text.length) continue;
+    parent.append(text.slice(last, start));
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(start, stop);
+    parent.append(mark);
+    last = stop;
+  }
+  parent.append(text.slice(last));
+}
+
+// A field's value as text: a list joined by commas.
+function fieldText(value) {
+  return Array.isArray(value) ? value.join(", ") : String(value);
+}
+
+// Add `field = "value"` to the filter (a facet's click) and search again.
+function narrow(field, value) {
+  const name = /^[A-Za-z_][\w.-]*$/.test(field) ? field : `\`${field}\``;
+  const known = ((info && info.fields) || []).find((f) => f.name === field);
+  const literal = known && known.kind === "number" ? String(value) : JSON.stringify(String(value));
+  const condition = `${name} = ${literal}`;
+  const current = $("filter").value.trim();
+  $("filter").value = current ? `(${current}) and ${condition}` : condition;
+  const query = $("q").value.trim();
+  if (query) search(query);
+}
+
+function renderFacets(facets) {
+  const box = $("facets");
+  box.replaceChildren();
+  for (const facet of facets || []) {
+    const group = document.createElement("span");
+    group.className = "facet";
+    const name = document.createElement("span");
+    name.className = "facet-name";
+    name.textContent = `${facet.field}:`;
+    group.append(name);
+    for (const { value, count } of facet.values.slice(0, 8)) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "facet-value";
+      button.textContent = value === "" ? "(none)" : value;
+      const counted = document.createElement("span");
+      counted.className = "count";
+      counted.textContent = `(${count})`;
+      button.append(counted);
+      button.addEventListener("click", () => narrow(facet.field, value));
+      group.append(button);
+    }
+    box.append(group);
+  }
+}
+
 function renderHit(hit, terms) {
   const item = document.createElement("li");
   item.className = "hit";
@@ -50,11 +110,19 @@ function renderHit(hit, terms) {
 
   const snippet = document.createElement("p");
   snippet.className = "snippet";
-  appendHighlighted(snippet, hit.snippet, terms);
+  if (hit.highlights) appendMarked(snippet, hit.snippet, hit.highlights);
+  else appendHighlighted(snippet, hit.snippet, terms);
   const meta = document.createElement("div");
   meta.className = "meta muted";
   meta.textContent = `id ${hit.doc_id}`;
   item.append(head, snippet, meta);
+  const shown = Object.entries(hit.fields || {}).slice(0, SHOWN_FIELDS);
+  if (shown.length) {
+    const fields = document.createElement("div");
+    fields.className = "fields muted";
+    fields.textContent = shown.map(([name, value]) => `${name}: ${fieldText(value)}`).join(" · ");
+    item.append(fields);
+  }
 
   // Enter (or a click) shows the whole text, asked of the server once; again, the snippet.
   let full = false;
@@ -71,7 +139,8 @@ function renderHit(hit, terms) {
       }
     }
     snippet.replaceChildren();
-    appendHighlighted(snippet, full ? text : hit.snippet, terms);
+    if (full || !hit.highlights) appendHighlighted(snippet, full ? text : hit.snippet, terms);
+    else appendMarked(snippet, hit.snippet, hit.highlights);
     item.classList.toggle("open", full);
   };
   item.addEventListener("click", toggle);
@@ -84,6 +153,9 @@ function renderHit(hit, terms) {
 // The search's parameters: the query and the options the form sets.
 function searchParams(query) {
   const params = new URLSearchParams({ q: query, k: $("k").value || "10" });
+  const filter = $("filter").value.trim();
+  if (filter) params.set("filter", filter);
+  params.set("facets", "true");
   const stage = $("first-stage").value;
   if (stage) params.set("first_stage", stage);
   if (info && info.reranker) {
@@ -96,6 +168,7 @@ function searchParams(query) {
 // The options of a page address (e.g. a bookmark) into the form. A field set here or by the
 // user keeps its value when /info answers (loadInfo sets the others to the server's defaults).
 function restoreOptions(params) {
+  if (params.has("filter")) $("filter").value = params.get("filter");
   if (params.has("k")) setField("k", params.get("k"));
   if (params.has("first_stage")) setField("first-stage", params.get("first_stage"));
   if (params.has("rerank")) {
@@ -114,7 +187,9 @@ function setField(id, value) {
 async function search(query) {
   if (!info) await loadInfo(); // a key given since: the header and the options follow it
   const params = searchParams(query);
-  history.replaceState(null, "", `/?${params}`);
+  const shown = new URLSearchParams(params);
+  shown.delete("facets"); // the page always asks for them
+  history.replaceState(null, "", `/?${shown}`);
   const status = $("status");
   status.className = "";
   status.textContent = "Searching…";
@@ -123,16 +198,21 @@ async function search(query) {
     const answer = await getJSON(`/search?${params}`);
     const roundTrip = performance.now() - started;
     $("results").replaceChildren(...answer.hits.map((hit) => renderHit(hit, answer.terms)));
+    renderFacets(answer.facets);
     const stages = answer.first_stage + (answer.reranked ? " + BERT_CAT" : "");
     status.textContent = answer.hits.length
       ? `${answer.hits.length} result${answer.hits.length === 1 ? "" : "s"} in ` +
         `${answer.took_ms.toFixed(0)} ms on the server ` +
         `(${roundTrip.toFixed(0)} ms here) · ${stages}`
-      : "No results.";
+      : answer.filter
+        ? "No results within the filter."
+        : "No results.";
     if ($("api-key").value) sessionStorage.setItem("dotcat-api-key", $("api-key").value);
   } catch (error) {
     status.className = "error";
     status.textContent = `Error: ${error.message}`;
+    $("results").replaceChildren();
+    renderFacets([]);
   }
 }
 

@@ -1,0 +1,268 @@
+"""Fields beyond id, title and text: typed, flattened, from records, front matter, files;
+per-file rules (dotcat.toml, --fields); encodings; Markdown and reStructuredText as text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from tests.data.documents import minimal_pdf
+
+from dotcat.data import iter_corpus
+from dotcat.data.encodings import decode
+from dotcat.data.extract import extract
+from dotcat.data.markup import front_matter, markdown_text, rst_text
+from dotcat.data.metadata import cell_value, parse_date, record_fields
+from dotcat.data.rules import Rules, parse_fields_option
+from dotcat.data.sources import CorpusOptions
+from dotcat.errors import DataFormatError, DotcatError, SettingError
+
+
+def test_record_fields_are_flattened_and_typed():
+    obj = {
+        "_id": "1",
+        "text": "body",
+        "title": "t",
+        "n": 3,
+        "x": 1.5,
+        "ok": True,
+        "none": None,
+        "empty": " ",
+        "meta": {"owner": "it", "tags": ["hr", 7], "deep": {"a": "b"}},
+        "authors": [{"name": "Ada", "n": 1}, {"name": "Alan"}],
+        "when": dt.date(2025, 1, 2),
+    }
+    fields = record_fields(obj, ("_id", "id", "title", "text", "contents"))
+    assert fields == {
+        "n": 3,
+        "x": 1.5,
+        "ok": "true",
+        "meta.owner": "it",
+        "meta.tags": ["hr", "7"],
+        "meta.deep.a": "b",
+        "authors.name": ["Ada", "Alan"],
+        "authors.n": ["1"],
+        "when": "2025-01-02",
+    }
+
+
+def test_csv_cells_become_numbers_only_when_written_as_numbers():
+    assert cell_value("42") == 42 and cell_value("-1.5") == -1.5 and cell_value("1e3") == 1000.0
+    assert cell_value("0042") == "0042" and cell_value("T-1") == "T-1"
+    assert cell_value("nan") == "nan"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "whole"),
+    [
+        ("1970-01-02", 86_400.0, True),
+        ("1970-01-01T01:00:00Z", 3600.0, False),
+        ("1970-01-01 02:00+01:00", 3600.0, False),
+        ("1970-01-01T00:00:01.5", 1.5, False),
+    ],
+)
+def test_dates_parse_to_utc_seconds(text, seconds, whole):
+    assert parse_date(text) == pytest.approx((seconds, whole))
+
+
+@pytest.mark.parametrize("text", ["2025-02-30", "2025-1-1", "soon", "2025-01-01T25:00"])
+def test_what_is_not_a_date(text):
+    assert parse_date(text) is None
+
+
+def test_front_matter_yaml_toml_and_rst_fields():
+    yaml_doc = "---\ntitle: Plan\ntags: [hr, onboarding]\nupdated: 2025-03-01\n---\n# Head\n"
+    matter, body = front_matter(yaml_doc, "markdown")
+    assert matter == {"title": "Plan", "tags": ["hr", "onboarding"], "updated": dt.date(2025, 3, 1)}
+    assert body == "# Head\n"
+    matter, body = front_matter('+++\ntitle = "T"\nweight = 3\n+++\ntext\n', "markdown")
+    assert matter == {"title": "T", "weight": 3} and body == "text\n"
+    matter, body = front_matter("Title\n=====\n\n:date: 2025-01-02\n:tags: a, b\n\nBody.\n", "rst")
+    assert matter == {"date": "2025-01-02", "tags": ["a", "b"]}
+    assert "Body." in body and ":date:" not in body
+    broken = "---\ntitle: [unclosed\n---\ntext\n"
+    assert front_matter(broken, "markdown") == ({}, broken)  # left in the text, not lost
+
+
+def test_markdown_and_rst_lose_their_markup_but_not_their_words():
+    title, text = markdown_text(
+        "# Onboarding\n\nWelcome **new** colleague, see [the wiki](http://x/y).\n\n"
+        "- item *one*\n- item two\n\n```\n# not a heading\n```\n"
+    )
+    assert title == "Onboarding"
+    assert text == (
+        "Onboarding\n\nWelcome new colleague, see the wiki.\n\nitem one\nitem two\n\n"
+        "# not a heading"
+    )
+    title, text = rst_text(
+        "Notes\n=====\n\nSee :func:`os.path.join`, ``x = 1`` and `docs <http://x>`_ for "
+        "__init__.\n\n.. note::\n\n   Mind **this**.\n"
+    )
+    assert title == "Notes"
+    assert "See os.path.join, x = 1 and docs for __init__." in text
+    assert "Mind this." in text and ".." not in text and "http" not in text
+
+
+def test_a_pdf_with_a_generic_producer_title_takes_its_first_line():
+    found = extract(
+        minimal_pdf(["Quarterly report", "Revenue grew."], "Enscript Output"), "pdf", "report"
+    )
+    assert found.title == "Quarterly report"
+    assert found.fields["pages"] == 1
+    kept = extract(minimal_pdf(["Body"], "Annual plan"), "pdf", "x")
+    assert kept.title == "Annual plan"
+    named = extract(minimal_pdf(["Body"], "Microsoft Word - plan.docx"), "pdf", "x")
+    assert named.title == "Body"
+
+
+def test_html_meta_becomes_fields():
+    pytest.importorskip("trafilatura")
+    page = (
+        '<html lang="en"><head><title>T</title><meta name="author" content="Ada">'
+        '<meta name="keywords" content="a, b"><meta property="article:published_time" '
+        'content="2025-01-02T10:00:00Z"></head><body><main><p>Text here.</p></main></body></html>'
+    )
+    found = extract(page.encode(), "html", "page")
+    assert found.fields == {
+        "lang": "en",
+        "author": "Ada",
+        "keywords": ["a", "b"],
+        "date": "2025-01-02T10:00:00Z",
+    }
+
+
+def test_text_in_another_encoding_is_detected_or_given():
+    latin = "Résumé: le café ouvre à neuf heures, près de la gare.".encode("latin-1")
+    text, used = decode(latin)
+    assert "café" in text and used != "utf-8"
+    assert decode(latin, "cp1252") == (latin.decode("cp1252"), "cp1252")
+    assert decode("é".encode("utf-16"))[0] == "é"  # a byte-order mark says it
+    assert decode(b"plain", forced="latin-1") == ("plain", "iso8859-1")
+
+
+def test_fields_option_parses_and_refuses_in_one_line():
+    rule = parse_fields_option("data/faq.jsonl:id=key,title=question,text=answer")
+    assert (rule.pattern, rule.id, rule.title, rule.text) == (
+        "data/faq.jsonl",
+        "key",
+        "question",
+        "answer",
+    )
+    for bad, words in [
+        ("id=key", "GLOB:key=value"),
+        ("faq.jsonl:idd=key", "unknown key 'idd'"),
+        ("faq.jsonl:id=key,title", "not key=value"),
+        ("faq.jsonl:encoding=klingon", "not an encoding"),
+    ]:
+        with pytest.raises(SettingError, match=words):
+            parse_fields_option(bad)
+    with pytest.raises(SettingError, match="--fields"):
+        CorpusOptions(file_rules=("nothing",))
+
+
+def _mixed(root):
+    (root / "notes").mkdir(parents=True)
+    (root / "tickets.csv").write_text(
+        "ticket,subject,body,product,updated\nT-1,Refund,Charged twice.,billing,2025-02-03\n"
+        "T-2,Login,Cannot log in.,accounts,2024-11-20\n",
+        encoding="utf-8",
+    )
+    (root / "faq.jsonl").write_text(
+        json.dumps({"key": "f1", "question": "Reset?", "answer": "Settings.", "tags": ["hr"]})
+        + "\n",
+        encoding="utf-8",
+    )
+    (root / "notes" / "cafe.txt").write_bytes("Le café, près de la gare.".encode("latin-1"))
+    plan = "---\ntitle: Plan\ntags: [hr]\n---\n# Plan\n\nThe **plan**.\n"
+    (root / "notes" / "plan.md").write_text(plan, encoding="utf-8")
+    return root
+
+
+def test_a_mixed_folder_reads_in_one_go_with_dotcat_toml(tmp_path):
+    root = _mixed(tmp_path / "docs")
+    rules = (
+        '[files."faq.jsonl"]\nid = "key"\ntitle = "question"\ntext = "answer"\n\n'
+        '[files."*.csv"]\nid = "ticket"\ntitle = "subject"\ntext = "body"\n'
+    )
+    (root / "dotcat.toml").write_text(rules, encoding="utf-8")
+    docs = {d.id: d for d in iter_corpus(root)}
+    assert sorted(docs) == [
+        "faq.jsonl#f1",
+        "notes/cafe.txt",
+        "notes/plan.md",
+        "tickets.csv#T-1",
+        "tickets.csv#T-2",
+    ]
+    ticket = docs["tickets.csv#T-1"]
+    assert (ticket.title, ticket.text) == ("Refund", "Charged twice.")
+    assert ticket.fields["product"] == "billing" and ticket.fields["updated"] == "2025-02-03"
+    assert ticket.fields["path"] == "tickets.csv" and ticket.fields["extension"] == "csv"
+    assert docs["faq.jsonl#f1"].fields["tags"] == ["hr"]
+    assert "key" not in docs["faq.jsonl#f1"].fields  # the id is no field
+    cafe = docs["notes/cafe.txt"]
+    assert cafe.text == "Le café, près de la gare." and cafe.fields["encoding"] != "utf-8"
+    plan = docs["notes/plan.md"]
+    assert (plan.title, plan.text) == ("Plan", "Plan\n\nThe plan.")
+    assert plan.fields["tags"] == ["hr"] and plan.fields["folder"] == "notes"
+
+
+def test_the_command_line_rules_come_before_the_folders(tmp_path):
+    root = _mixed(tmp_path / "docs")
+    (root / "dotcat.toml").write_text('[files."faq.jsonl"]\nid = "nope"\n', encoding="utf-8")
+    options = CorpusOptions(
+        file_rules=(
+            "faq.jsonl:id=key,title=question,text=answer",
+            "*.csv:id=ticket,title=subject,text=body",
+        )
+    )
+    assert "faq.jsonl#f1" in {d.id for d in iter_corpus(root, options=options)}
+    assert Rules.of([], root).for_file("faq.jsonl").id == "nope"
+
+
+def test_a_bad_dotcat_toml_is_one_line_naming_it(tmp_path):
+    root = _mixed(tmp_path / "docs")
+    (root / "dotcat.toml").write_text('[files."faq.jsonl"]\nidd = "key"\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"dotcat\.toml.*unknown key 'idd'"):
+        list(iter_corpus(root))
+    (root / "dotcat.toml").write_text("files = 3\n[other]\n", encoding="utf-8")
+    with pytest.raises(DotcatError, match="unknown table 'other'"):
+        list(iter_corpus(root))
+
+
+def test_a_latin1_csv_is_read_in_its_encoding(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "t.csv").write_bytes("id,text,city\n1,Un café,Besançon\n".encode("latin-1"))
+    (doc,) = iter_corpus(root)
+    assert doc.text == "Un café" and doc.fields["city"] == "Besançon"
+    assert doc.fields["encoding"] != "utf-8"
+    given = iter_corpus(root, options=CorpusOptions(encoding="latin-1"))
+    assert next(given).fields["encoding"] == "iso8859-1"
+
+
+def test_parquet_columns_keep_their_types(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "id": ["a"],
+            "text": ["x"],
+            "stars": [4],
+            "price": [1.5],
+            "when": [dt.datetime(2025, 1, 2, 3, 4, 5)],
+            "tags": [["p", "q"]],
+        }
+    )
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    (tmp_path / "d.parquet").write_bytes(buffer.getvalue())
+    (doc,) = iter_corpus(tmp_path / "d.parquet")
+    assert doc.fields == {
+        "stars": 4,
+        "price": 1.5,
+        "when": "2025-01-02T03:04:05Z",
+        "tags": ["p", "q"],
+    }
