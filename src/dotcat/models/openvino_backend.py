@@ -27,11 +27,13 @@ writes beside the weights and a first use exports into ``$DOTCAT_CACHE/openvino/
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -174,9 +176,12 @@ def _recipe(kind: str, fingerprint: str) -> dict:
     }
 
 
-def _quiet_nncf():
-    """NNCF prints a table of bit widths through its own logger; one log line says enough."""
-    return quiet_logger("nncf")
+@contextlib.contextmanager
+def _quiet_nncf() -> Iterator[None]:
+    """NNCF prints a table of bit widths through its own logger and draws its own progress
+    bar ("Applying Weight Compression", rich, on standard output); one log line says enough."""
+    with quiet_logger("nncf"), contextlib.redirect_stdout(io.StringIO()):
+        yield
 
 
 def _require() -> None:
