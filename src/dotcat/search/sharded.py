@@ -165,6 +165,30 @@ def _empty(admitted: ShardedAdmitted | None) -> bool:
     return admitted is not None and admitted.documents == 0
 
 
+def _fan_out(
+    queries: Mapping[str, str],
+    ask: Callable[[list[str]], list],
+    k: int,
+    key,
+    index: ShardedIndex,
+    desc: str,
+    show_progress: bool,
+) -> dict[str, list[Match]]:
+    """Each query's top ``k`` of the collection: the queries asked of every shard in batches
+    of :data:`BATCH` (``ask``: texts -> each shard's answers), each query's lists merged
+    exactly by ``key``."""
+    qids, out = list(queries), {}
+    with progress_bar(total=len(qids), desc=desc, unit="query",
+                      enabled=show_progress) as bar:  # fmt: skip
+        for start in range(0, len(qids), BATCH):
+            chunk = qids[start : start + BATCH]
+            answers = ask([queries[q] for q in chunk])
+            for i, qid in enumerate(chunk):
+                out[qid] = _kept(index, merge(_per_query(answers, i), k, key))
+            bar.update(len(chunk))
+    return out
+
+
 class HitList(list):
     """A query's hits with the coverage of the search that found them (a plain list
     otherwise: what :meth:`SearchPipeline.search_many` gives over one index)."""
@@ -589,20 +613,15 @@ class FanOutDense:
         where ``admitted`` is given)."""
         if _empty(admitted):
             return {q: [] for q in queries}
-        qids, out, within = list(queries), {}, _filter_query(admitted)
-        with progress_bar(total=len(qids), desc="searching", unit="query",
-                          enabled=show_progress) as bar:  # fmt: skip
-            for start in range(0, len(qids), BATCH):
-                chunk = qids[start : start + BATCH]
-                vectors = self.retriever.encoder.encode_queries([queries[q] for q in chunk])
-                if self.rocchio is not None:
-                    vectors = self._rocchio(vectors, within)
-                answers = self.group.call("dense", (vectors, k, within))
-                for i, qid in enumerate(chunk):
-                    merged = merge(_per_query(answers, i), k, dense_key)
-                    out[qid] = _kept(self.index, merged)
-                bar.update(len(chunk))
-        return out
+        within = _filter_query(admitted)
+
+        def ask(texts: list[str]) -> list:
+            vectors = self.retriever.encoder.encode_queries(texts)
+            if self.rocchio is not None:
+                vectors = self._rocchio(vectors, within)
+            return self.group.call("dense", (vectors, k, within))
+
+        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress)
 
     def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
         """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
@@ -654,21 +673,15 @@ class FanOutBM25:
         where ``admitted`` is given)."""
         if _empty(admitted):
             return {q: [] for q in queries}
-        qids, out, within = list(queries), {}, _filter_query(admitted)
-        with progress_bar(total=len(qids), desc="BM25 search", unit="query",
-                          enabled=show_progress) as bar:  # fmt: skip
-            for start in range(0, len(qids), BATCH):
-                chunk = qids[start : start + BATCH]
-                texts = [queries[q] for q in chunk]
-                if self.rm3 is None:
-                    answers = self.group.call("bm25", (texts, k, within))
-                else:
-                    expanded = self._expand(texts, within)
-                    answers = self.group.call("bm25_weighted", (expanded, k, within))
-                for i, qid in enumerate(chunk):
-                    merged = merge(_per_query(answers, i), k, self.key)
-                    out[qid] = _kept(self.index, merged)
-                bar.update(len(chunk))
+        within = _filter_query(admitted)
+
+        def ask(texts: list[str]) -> list:
+            if self.rm3 is None:
+                return self.group.call("bm25", (texts, k, within))
+            expanded = self._expand(texts, within)
+            return self.group.call("bm25_weighted", (expanded, k, within))
+
+        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress)
         empty = sum(not found for found in out.values())
         if empty:
             logger.warning("%d of %d queries matched no document", empty, len(out))
