@@ -425,8 +425,15 @@ CAT_PATHS = {
 }
 
 
+#: Tokens per (query, document) pair, for sentence-transformers and dotcat alike (what `train
+#: cat` records). The timing model's tokenizer records 512, its passage length, which dotcat
+#: would otherwise read as the pair length: twice sentence-transformers' work.
+PAIR_TOKENS = 256
+
+
 def time_rerankers(args, texts: list[str], queries: list[str], depth: int = 20) -> dict:
-    """Pairs/s re-ranking each query's ``depth`` documents, one query at a time."""
+    """Pairs/s re-ranking each query's ``depth`` documents, one query at a time, every
+    re-ranker cutting pairs at :data:`PAIR_TOKENS`."""
     from sentence_transformers import CrossEncoder as StCrossEncoder
 
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
@@ -437,9 +444,11 @@ def time_rerankers(args, texts: list[str], queries: list[str], depth: int = 20) 
         for i in range(max(1, args.speed_pairs // depth))
     ]
     groups = [(q, docs) for q, docs in groups if docs]
-    st = StCrossEncoder(str(model), device="cpu", max_length=256)
+    st = StCrossEncoder(str(model), device="cpu", max_length=PAIR_TOKENS)
     cats = {
-        key: CrossEncoder.load(CrossEncoderConfig(model=str(model), precision=p, backend=b))
+        key: CrossEncoder.load(
+            CrossEncoderConfig(model=str(model), precision=p, backend=b, max_length=PAIR_TOKENS)
+        )
         for key, (p, b) in CAT_PATHS.items()
     }
     for cat in cats.values():
@@ -657,7 +666,7 @@ def speed_lines(speed: dict) -> list[str]:
         "`SentenceTransformer.encode` fp32 (batch 32) and by each documents' path, the same "
         "rounds, interleaved; re-ranking: each query's 20 documents scored by "
         "`CrossEncoder.predict` fp32 and by dotcat's `CrossEncoder.score_query` "
-        f"({pairs['model']}). "
+        f"({pairs['model']}), both cutting pairs at {PAIR_TOKENS} tokens. "
         f"Load average (1, 5, 15 min) before each round: encoding {'; '.join(docs['loads'])}; "
         f"re-ranking {'; '.join(pairs['loads'])}.",
         "",

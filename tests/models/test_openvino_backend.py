@@ -78,6 +78,29 @@ def test_two_workers_score_like_fp32_whatever_the_hidden_size(tmp_path, hidden):
     assert spearmanr(fp32, scores).statistic >= 0.95
 
 
+def test_one_querys_pairs_are_not_cut_in_parts_for_calls_that_take_turns(tiny_cat_dir,
+                                                                        monkeypatch):  # fmt: skip
+    """OpenVINO's calls take turns on one request: splitting a width's pairs over the two
+    worker threads (as for ONNX Runtime or PyTorch) would only add calls."""
+    calls = []
+    original = ovb.OpenVinoRunner.__call__
+
+    def counted(self, feeds):
+        calls.append(len(feeds["input_ids"]))
+        return original(self, feeds)
+
+    monkeypatch.setattr(ovb.OpenVinoRunner, "__call__", counted)
+    config = CrossEncoderConfig(model=str(tiny_cat_dir), precision="int8", backend="openvino",
+                                cpu_workers=2)  # fmt: skip
+    int8 = CrossEncoder.load(config)
+    same_width = [DOCS[0]] * 8
+    scores = int8.score_query(QUERY, same_width)
+    assert calls == [8]  # one call for the one width, not 4 + 4
+    np.testing.assert_allclose(scores, scores[0], atol=1e-5)
+    assert not int8._concurrent_calls()
+    assert _load(tiny_cat_dir, backend="onnxruntime")._concurrent_calls()
+
+
 def test_a_pairs_logit_does_not_depend_on_its_batch(tiny_cat_dir):
     int8 = _load(tiny_cat_dir)
     together = int8.score_query(QUERY, DOCS)

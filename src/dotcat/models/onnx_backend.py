@@ -185,6 +185,8 @@ class OnnxRunner:
 
     #: The runtime's name (``CrossEncoder.backend``).
     backend = "onnxruntime"
+    #: Calls from several threads run at once (one thread each).
+    concurrent = True
 
     def calls(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
         """The feeds to run for a right-padded batch: one per text (:meth:`one_by_one`)."""

@@ -126,6 +126,9 @@ class OpenVinoRunner:
 
     #: The runtime's name (``CrossEncoder.backend``).
     backend = "openvino"
+    #: Calls take turns on the one request (its ``workers`` threads split each call): cutting
+    #: a call in parts for dotcat's batch threads only adds calls.
+    concurrent = False
 
     def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
         import openvino as ov  # an optional extra (dotcat[openvino])
