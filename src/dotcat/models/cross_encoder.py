@@ -362,7 +362,7 @@ class CrossEncoder:
                 if len(pairs) <= SMALL_CALL and self._concurrent_calls():
                     # One query at a small depth: every worker gets a share of each width
                     # (latency), not whole batches that leave a worker waiting for the rest.
-                    # Not for a runtime whose calls take turns (OpenVINO: 0.95x the pairs/s).
+                    # Not for a runtime whose calls take turns (OpenVINO): it would only add calls.
                     jobs = [
                         part for job in jobs for part in np.array_split(job, workers) if len(part)
                     ]
