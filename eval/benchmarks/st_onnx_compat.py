@@ -66,7 +66,11 @@ def reference(out: Path, cat: Path | None) -> None:
             common.dotcat(*command, "--backend", "onnxruntime")
     outputs = {}
     for precision in ("fp32", "int8"):
-        encoder = BiEncoder.load(EncoderConfig(model=str(encoder_dir), precision=precision))
+        # ONNX Runtime's int8, the file sentence-transformers loads (``auto`` picks OpenVINO).
+        encoder_config = EncoderConfig(
+            model=str(encoder_dir), precision=precision, backend="onnxruntime"
+        )
+        encoder = BiEncoder.load(encoder_config)
         config = CrossEncoderConfig(model=str(cat_dir), precision=precision, backend="onnxruntime")
         cross = CrossEncoder.load(config)
         # The export beside the weights, not one of the cache.
