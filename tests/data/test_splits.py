@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dotcat.data.splits import DEV_FRACTION, DEV_SEED, find_dev_split, split_dev
+from dotcat.data.splits import DEV_FRACTION, DEV_SEED, find_dev_split, split_dev, unit_hash
 from dotcat.errors import DotcatError
 
 
@@ -33,6 +33,20 @@ def test_split_dev_fraction_roughly_respected_and_partition():
     assert train == sorted(train, key=int) and dev == sorted(dev, key=int)
     _, dev30 = split_dev(ids, 0.3)
     assert 240 <= len(dev30) <= 360 and set(dev) <= set(dev30)  # thresholds nest
+
+
+def test_split_dev_at_least_takes_the_smallest_hashes_where_the_set_allows():
+    qids = [f"q{i}" for i in range(50)]
+    _, by_fraction = split_dev(qids, 0.1, 42)
+    train, dev = split_dev(qids, 0.1, 42, at_least=20)
+    assert len(dev) == 20 and len(train) == 30 and set(by_fraction) <= set(dev)
+    ranked = sorted(qids, key=lambda q: unit_hash(42, q))
+    assert set(dev) == set(ranked[:20])
+    # Fewer than twice as many queries: train would be the smaller side, the fraction's kept.
+    assert split_dev(qids[:39], 0.1, 42, at_least=20) == split_dev(qids[:39], 0.1, 42)
+    # The fraction already gives as many: unchanged.
+    assert split_dev(qids, 0.5, 42, at_least=20) == split_dev(qids, 0.5, 42)
+    assert split_dev(qids, 0.0, 42, at_least=20) == (qids, [])
 
 
 def test_split_dev_small_sets_never_leave_a_side_empty():

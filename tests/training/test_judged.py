@@ -29,6 +29,13 @@ def test_a_dev_split_only_with_queries_enough():
     assert dev_split(qids, 0.0, 3) == (qids, [])
 
 
+def test_fifty_judged_queries_hold_out_twenty_for_a_rule_that_needs_twenty():
+    qids = [f"q{i}" for i in range(50)]
+    assert len(dev_split(qids, 0.1, 3)[1]) < 20
+    train, dev = dev_split(qids, 0.1, 3, at_least=20)
+    assert (len(train), len(dev)) == (30, 20) and sorted(train + dev) == sorted(qids)
+
+
 @pytest.fixture(scope="module")
 def judged_index(tmp_path_factory, tiny_bert_dir):
     """The toy collection indexed (the index is the corpus), its queries as a TSV file and

@@ -36,7 +36,7 @@ def unit_hash(*parts: object) -> float:
 
 
 def split_dev(
-    qids: Iterable[str], dev_fraction: float = 0.1, seed: int = 0
+    qids: Iterable[str], dev_fraction: float = 0.1, seed: int = 0, at_least: int = 0
 ) -> tuple[list[str], list[str]]:
     """Split query ids into ``(train_qids, dev_qids)`` deterministically.
 
@@ -50,10 +50,16 @@ def split_dev(
     query with the smallest hash is taken) and train is never empty (the one with the largest
     hash is kept); only in these corner cases does an assignment depend on the other ids.
 
+    ``at_least``: where ``dev_fraction`` gives fewer dev queries than that and the set has
+    twice as many queries, dev is the ``at_least`` queries of smallest hash instead (a superset
+    of the fraction's: a choice that needs that many dev queries to tell points apart gets
+    them, and train keeps at least as many).
+
     Args:
         qids: query ids (order is kept in both outputs; repeated ids are kept once).
         dev_fraction: share of queries for dev, in [0, 1); 0 gives an empty dev split.
         seed: changes the split.
+        at_least: the dev queries wanted where the set is big enough (0: the fraction's).
 
     Raises:
         DotcatError: ``dev_fraction`` outside [0, 1).
@@ -63,6 +69,8 @@ def split_dev(
     ids = list(dict.fromkeys(str(q) for q in qids))
     hashes = {qid: unit_hash(seed, qid) for qid in ids}
     dev = {qid for qid in ids if hashes[qid] < dev_fraction}
+    if dev_fraction > 0 and len(dev) < at_least <= len(ids) // 2:
+        dev = set(sorted(ids, key=hashes.__getitem__)[:at_least])
     if dev_fraction > 0 and len(ids) >= 2:
         if not dev:
             dev = {min(ids, key=hashes.__getitem__)}

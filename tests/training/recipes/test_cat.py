@@ -69,6 +69,26 @@ def test_the_dev_split_does_not_follow_the_runs_seed(toy_data, tiny_bert_dir, tm
     assert set(recipe.dev_queries) == expected
 
 
+def test_a_small_judged_set_holds_out_the_interpolation_rules_twenty(tiny_bert_dir, tmp_path):
+    # 48 queries: 10 % would hold out ~5, too few for the rule that chooses the interpolation
+    # weight (it would keep the plain cross-encoder unjudged); 20 are held out, 28 train.
+    data = make_training_beir(tmp_path / "beir")
+    queries = [json.loads(line) for line in (data / "queries.jsonl").read_text().splitlines()]
+    extra = [
+        {"_id": f"{q['_id']}v{k}", "text": f"{q['text']} v{k}"} for q in queries for k in (1, 2)
+    ]
+    with open(data / "queries.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(q) + "\n" for q in extra)
+    with open(data / "qrels" / "train.tsv", "a", encoding="utf-8") as f:
+        f.writelines(f"{q['_id']}\td{q['_id'][1:].split('v')[0]}\t1\n" for q in extra)
+    config = _config(data, tmp_path / "run", tiny_bert_dir, dev_fraction=0.1)
+    recipe = CatRecipe(config, CatRecipe.context(config.device))
+    recipe.prepare()
+    assert (len(recipe.train_queries), len(recipe.dev_queries)) == (28, 20)
+    qids = list(recipe.train_queries) + list(recipe.dev_queries)
+    assert set(split_dev(qids, 0.1, DEV_SEED)[1]) < set(recipe.dev_queries)
+
+
 @pytest.mark.parametrize("loss", ["lce", "bce", "lce+teacher"])
 def test_chunked_backward_gives_the_whole_batch_gradient(tiny_no_dropout, loss):
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_no_dropout), device="cpu"), seed=1)

@@ -7,7 +7,10 @@
    fine-tuning on the qrels starts (:meth:`CatRecipe.first_steps`,
    :mod:`dotcat.training.recipes.cat_pretrain`);
 2. load the queries, qrels and corpus; carve a dev split out of the training queries
-   (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``);
+   (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``; where that
+   makes fewer than the interpolation rule's 20 queries and there are 40 or more, the 20 of
+   smallest hash, so a re-ranker trained on a few judged queries is judged before it replaces
+   its first stage);
 3. run the first stage(s) the re-ranker will sit behind (BM25, a dotcat index of a trained
    BERT_DOT, or a TREC run file) over the train and dev queries; a query's negative pool is
    its top ``depth`` of every first stage minus the documents judged relevant, saved to
@@ -49,7 +52,7 @@ import torch
 
 from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
-from dotcat.evaluation.choice import Choice, choose
+from dotcat.evaluation.choice import MIN_QUERIES, Choice, choose
 from dotcat.files import replacing, write_json
 from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
@@ -166,9 +169,11 @@ class CatRecipe:
             seed=config.seed,
         )
         self.model = self.cross_encoder.model
-        # DEV_SEED, not the run's seed: the same held-out queries as every other stage.
+        # DEV_SEED, not the run's seed: the same held-out queries as every other stage. The
+        # interpolation weight's rule needs MIN_QUERIES dev queries to judge the re-ranker
+        # against its first stage: a small judged set holds out that many where it can.
         train_qids, dev_qids = dev_split(
-            list(data.queries), config.dev_fraction, config.min_dev_queries
+            list(data.queries), config.dev_fraction, config.min_dev_queries, MIN_QUERIES
         )
         self.data = data
         self.data_info = data_record(config, len(data.corpus))
