@@ -32,6 +32,7 @@ from dotcat.options import (
     POOLINGS,
     PRECISION_HELP,
     PRECISIONS,
+    RERANK_DEPTH,
     SIMILARITIES,
     Check,
     Settings,
@@ -361,7 +362,10 @@ class CatConfig(TrainConfig):
         0.0, help="Weight of the first stages' fused scores in the LCE target (0: off)."
     )
     teacher_temperature: float = setting(0.1, help="Softmax temperature of the teacher's scores.")
-    dev_depth: int = setting(20, help="Re-ranking depth of the dev check.")
+    dev_depth: int = setting(
+        RERANK_DEPTH,
+        help="Re-ranking depth of the dev check: search's, whose interpolation weight it chooses.",
+    )
     pretrain_queries: int | str = setting(
         AUTO,
         help="First pre-train on this many label-free corpus pseudo-pairs (titles or "

@@ -28,7 +28,11 @@
 6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
    model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
    dev score; finally choose the interpolation weight of first-stage and cross-encoder scores
-   on dev (recorded, used by ``dotcat rerank --interpolate auto``).
+   on dev (recorded, used by ``dotcat rerank --interpolate auto``). ``dev_depth`` is search's
+   re-ranking depth (100): min-max normalisation and the documents a weak re-ranker lifts
+   both depend on the list's length, so a weight chosen on the top 20 is another weight at
+   100 (the judge loop's SciFact re-ranker: -0.042 re-ranking 20, -0.058 re-ranking 100,
+   ``eval/benchmarks/results/judge_loop_rerank.md``).
 
 References:
     - Nogueira & Cho (2019), "Passage Re-ranking with BERT", arXiv:1901.04085 (monoBERT).
