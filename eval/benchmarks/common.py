@@ -55,25 +55,12 @@ def cpu_flags() -> str:
     """The relevant CPU flags this process has, e.g. ``avx2 fma avx512f avx512_bf16``: those of
     /proc/cpuinfo less what CPUID denies (:func:`dotcat.models.runtime.cpu_flags`), so a run
     under qemu as a Zen 3 says AVX2 even though /proc/cpuinfo shows the host's flags."""
-    try:
-        from dotcat.models.runtime import cpu_flags as checked_flags
-    except ImportError:  # a side environment without dotcat
-        checked_flags = None
-    present = checked_flags() if checked_flags is not None else _proc_flags()
+    from dotcat.models.runtime import cpu_flags as checked_flags
+
+    present = checked_flags()
     if not present:
         return "unknown"
     return " ".join(f for f in RELEVANT_FLAGS if f in present) or "none of note"
-
-
-def _proc_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def describe(torch: bool = False) -> str:
