@@ -43,7 +43,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
     )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:4] == ["rank", "rrf", "score", "doc"]  # hybrid: RRF by default
+    assert lines[0].split()[:4] == ["rank", "fused", "score", "doc"]  # hybrid: linear 0.5
     assert len([line for line in lines if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
 
     result = invoke(
@@ -58,7 +58,7 @@ def test_search_one_query_table_and_json(tiny_index, tiny_docs):
     assert [h["rank"] for h in hits] == [1, 2]
     assert {"doc_id", "score", "title", "snippet", "highlights", "fields"} <= set(hits[0])
     assert "text" not in hits[0]  # the whole text only with --full-text
-    assert {h["score_kind"] for h in hits} == {"rrf"}
+    assert {h["score_kind"] for h in hits} == {"fused"}
     assert hits[0]["score"] >= hits[1]["score"]
 
 

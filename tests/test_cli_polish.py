@@ -148,7 +148,8 @@ def test_eval_warns_in_one_line_when_a_run_is_shallower_than_a_cutoff(ws, tmp_pa
 @pytest.mark.parametrize(
     ("options", "kind"),
     [
-        ([], "rrf"),
+        ([], "fused"),  # no dev queries: linear 0.5
+        (["--fusion", "rrf"], "rrf"),
         (["--first-stage", "dense"], "cosine"),
         (["--first-stage", "bm25"], "bm25"),
         (["--fusion", "linear"], "fused"),
@@ -165,7 +166,7 @@ def test_the_python_hit_says_its_kind(ws):
     from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
     pipeline = SearchPipeline(ws["index"], PipelineConfig(device="cpu", precision="fp32"))
-    assert {h.score_kind for h in pipeline.search("words", 3)} == {"rrf"}
+    assert {h.score_kind for h in pipeline.search("words", 3)} == {"fused"}
     assert pipeline.search("words", 3, first_stage="dense")[0].score_kind == "cosine"
 
 

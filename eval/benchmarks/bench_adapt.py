@@ -6,7 +6,8 @@
 
 Everything goes through the CLI as a user would run it: ``dotcat adapt`` on the corpus only
 (its queries and qrels are never read); ``dotcat index`` of the corpus with the zero-shot and
-the adapted model, each with BM25 fused by RRF (a dev-chosen fusion would read labels);
+the adapted model, each with BM25 fused as an index without dev queries fuses (a dev-chosen
+fusion would read labels; RRF when ``adapt_*.md`` were recorded, linear 0.5 now);
 ``dotcat search`` over the test queries (dense and hybrid); ``dotcat bm25``; ``dotcat eval
 --baseline`` against zero-shot dense. Steps that already have their output are not run again
 (delete the work folder to start over).
@@ -52,7 +53,7 @@ def main() -> None:
     for label, encoder in zip(LABELS, ("default", str(model)), strict=True):
         index = work / f"index-{label}"
         # The corpus file, not the BEIR dir: from a dir with train qrels `dotcat index` would
-        # choose the hybrid fusion on their dev share (labels); without, hybrid is RRF.
+        # choose the hybrid fusion on their dev share (labels); without, the default fusion.
         command = ["-q", "index", str(find_corpus_file(args.data)), str(index)]
         command += ["--model", encoder]
         seconds[f"index {label}"] = run(command, index / "manifest.json")

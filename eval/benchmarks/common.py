@@ -29,6 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "eval" / "benchmarks" / "results"
 #: The bundled SciFact (BEIR layout), every benchmark's default data.
 SCIFACT = ROOT / "data" / "scifact"
+#: The test collections by name: the bundled SciFact, and those ``ood_collections.py`` builds.
+COLLECTIONS = {
+    "scifact": SCIFACT,
+    **{
+        name: ROOT / "runs" / "collections" / name
+        for name in ("pylib", "faq", "pydoc", "debian", "man")
+    },
+}
 #: ``parser(data=REQUIRED)``: ``--data`` must be given.
 REQUIRED = object()
 

@@ -7,9 +7,10 @@
 For each collection ``NAME=DATA:SPLIT`` (a BEIR directory; SPLIT: where the training queries
 are drawn from, never ``test``), as a user with their own documents would:
 
-1. ``dotcat index DATA/corpus.jsonl``: the corpus alone, no labels beside it (so the hybrid
-   fuses by RRF: no dev queries choose its fusion), with the default model: the zero-shot
-   pipeline.
+1. ``dotcat index DATA/corpus.jsonl``: the corpus alone, no labels beside it (so no dev
+   queries choose its fusion: the hybrid fuses by the default, linear 0.5; by RRF when
+   ``judge_loop.md`` was first recorded),
+   with the default model: the zero-shot pipeline.
 2. ``--queries`` queries drawn from SPLIT (seeded), pooled with ``dotcat judge pool`` at
    ``--depth`` over the index's three first stages (dense, BM25, hybrid).
 3. The pool judged by a simulated assessor (:func:`dotcat.judging.assess_pool`): a pooled

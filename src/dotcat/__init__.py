@@ -16,7 +16,8 @@ Indexing and search:
 
 - :func:`build_and_tune`: a corpus into an index directory (FAISS + BM25 + documents), with
   the hybrid fusion chosen on the data's dev queries where it has them; returns what it
-  built. :func:`build_index` builds the same directory without choosing the fusion (RRF).
+  built. :func:`build_index` builds the same directory without choosing the fusion (its
+  hybrid fuses linearly, dense weight 0.5).
 - :class:`SearchPipeline`: queries in, :class:`Hit` lists out (``search``, ``search_many``) or
   a TREC run's content (``run``); first stage dense, BM25 or hybrid, then optional re-ranking.
 - :class:`Hit`: one result (rank, id, score and its ``score_kind``, title, text).

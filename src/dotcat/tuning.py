@@ -44,8 +44,8 @@ def tune_fusion(
     the paired one-standard-error rule (:mod:`dotcat.evaluation.choice`).
 
     Returns:
-        The recorded fusion, or None when the data has no dev queries (RRF stays the
-        default) or the index has no BM25 side.
+        The recorded fusion, or None when the data has no dev queries (the default, linear
+        0.5, stays) or the index has no BM25 side.
     """
     dev = find_dev_split(data)
     if dev is None:
@@ -64,7 +64,7 @@ def tune_fusion(
 @dataclass(frozen=True)
 class BuiltIndex:
     """What :func:`build_and_tune` made: the index's manifest, and the hybrid fusion chosen on
-    the data's dev queries (None: no BM25 side, a shard, or no dev queries: RRF stays)."""
+    the data's dev queries (None: no BM25 side, a shard, or no dev queries: linear 0.5 stays)."""
 
     manifest: Any
     fusion: Fusion | None

@@ -33,7 +33,15 @@ def test_linear_fusion_normalises_each_side_and_counts_a_missing_side_as_zero():
     assert fused == pytest.approx({"a": 0.7, "b": 0.35, "c": 0.3, "d": 0.15})
     assert [d for d, _ in linear_fusion(DENSE, BM25, 0.0)][:2] == ["c", "d"]  # BM25 only
     assert [d for d, _ in linear_fusion(DENSE, BM25, 1.0)][:2] == ["a", "b"]  # dense only
-    assert linear_fusion([("x", 3.0), ("y", 3.0)], [], 0.5) == [("x", 0.0), ("y", 0.0)]
+    assert linear_fusion([("x", 3.0), ("y", 3.0)], [], 0.5) == [("x", 0.5), ("y", 0.5)]
+
+
+def test_a_lone_bm25_match_keeps_its_side_s_full_share():
+    # dense: a 1, b 0.875, c 0. BM25 matched b alone: its list's best (1), as under RRF where it
+    # ranks first; scaled to 0 it would fall below a.
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.1)]
+    fused = dict(linear_fusion(dense, [("b", 3.2)], 0.5))
+    assert fused == pytest.approx({"a": 0.5, "b": 0.9375, "c": 0.0})
 
 
 def test_fusion_settings_are_checked_and_round_trip():

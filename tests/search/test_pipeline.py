@@ -49,6 +49,8 @@ def test_bm25_first_stage_is_bm25_over_the_corpus(index, data):
 def test_hybrid_is_the_recorded_fusion_of_both(index):
     hybrid = _pipeline(index)
     assert hybrid.first_stage == "hybrid"  # auto: the index has BM25
+    # Nothing chosen on dev yet (tune_fusion runs below): the dev rule's prior, linear 0.5.
+    assert Manifest.read(index).fusion is None and hybrid.fusion == Fusion("linear", 0.5)
     dense = _pipeline(index, first_stage="dense").run(QUERIES, 100)
     bm25 = _pipeline(index, first_stage="bm25").run(QUERIES, 100)
     fused = hybrid.fusion.fuse_runs(dense, bm25)

@@ -48,11 +48,7 @@ logger = logging.getLogger("choices")
 
 MEASURE = "nDCG@10"
 COLLECTIONS = {
-    "scifact": common.SCIFACT,
-    "pylib": common.ROOT / "runs/collections/pylib",
-    "faq": common.ROOT / "runs/collections/faq",
-    "pydoc": common.ROOT / "runs/collections/pydoc",
-    "debian": common.ROOT / "runs/collections/debian",
+    name: common.COLLECTIONS[name] for name in ("scifact", "pylib", "faq", "pydoc", "debian")
 }
 
 

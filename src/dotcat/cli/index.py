@@ -86,7 +86,7 @@ def index(
 def describe_fusion(fusion) -> str:
     """One line on the hybrid fusion an index build chose (or did not)."""
     if fusion is None:
-        return "hybrid fusion: RRF (k=60) (no dev queries in the data to choose on)"
+        return "hybrid fusion: linear (dense weight 0.5) (no dev queries in the data to choose on)"
     scores = fusion.dev["scores"]
     best = scores["rrf"] if fusion.method == "rrf" else scores[f"linear {fusion.weight:g}"]
     line = (

@@ -91,6 +91,7 @@ from dotcat.models.runtime import (
 from dotcat.search.aggregation import to_run
 from dotcat.search.config import RERANK_SETTINGS
 from dotcat.search.feedback import RM3
+from dotcat.search.fusion import default_fusion
 from dotcat.search.lexical import bm25_search
 from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import Reranker, corpus_texts
@@ -225,10 +226,11 @@ class _Runner:
         logger.info("%s: building an index with %s into %s", system.name, system.model, path)
         start = time.perf_counter()
         manifest, fusion = self._build(system, path)
+        fused = fusion.describe() if fusion else f"{default_fusion().describe()}, no dev queries"
         details = {
             "model": system.model,
             "documents": manifest.documents["count"],
-            "fusion": fusion.describe() if fusion is not None else "RRF (k=60), no dev queries",
+            "fusion": fused,
         }
         record = self.cache.commit("index", path, time.perf_counter() - start, description, details)
         return path, fingerprint, record

@@ -121,7 +121,7 @@ class PipelineConfig(Settings):
     Attributes:
         first_stage: ``auto`` (hybrid where the index has BM25, else dense), ``dense``,
             ``bm25`` or ``hybrid``.
-        fusion: ``auto`` (the index's dev-chosen fusion, else RRF), ``rrf`` or ``linear``.
+        fusion: ``auto`` (the index's dev-chosen fusion, else linear 0.5), ``rrf`` or ``linear``.
         fusion_weight: linear fusion's dense weight (None: the recorded one, else 0.5).
         fusion_depth: candidates per first stage before fusing.
         rerank: a BERT_CAT cross-encoder (directory or hub name) to re-rank with; None: no.
@@ -161,7 +161,7 @@ class PipelineConfig(Settings):
     )
     fusion: str = setting(
         "auto",
-        help="Hybrid fusion: auto (the index's dev choice, else rrf), rrf, linear.",
+        help="Hybrid fusion: auto (the index's dev choice, else linear 0.5), rrf, linear.",
         choices=FUSIONS,
     )
     fusion_weight: float | None = setting(

@@ -7,14 +7,16 @@ Two fusions, both over each first stage's top ``depth``:
 
       s(d) = sum over rankings r of 1 / (k + rank_r(d)),   k = 60
 
-  It needs no scores and no tuning, so it is the default where nothing was chosen on dev.
+  It needs no scores and no tuning; it is one of the fusions the dev choice judges.
 - Normalised linear fusion (the hybrid of e.g. Pyserini's ``HybridSearcher`` and Ma et al.
   2021)::
 
       s(d) = w * norm(s_dense(d)) + (1 - w) * norm(s_bm25(d))
 
-  with ``norm`` the min-max normalisation over the query's list; a document missing from one
-  list scores 0 on that side.
+  with ``norm`` the min-max normalisation over the query's list (a list of equal scores, e.g.
+  BM25's one match, is its own best: 1); a document missing from one list scores 0 on that side.
+  Linear 0.5 (:data:`PRIOR`, :func:`default_fusion`) is what a hybrid search runs where nothing
+  was chosen on dev.
 
 Where the data has dev queries, :func:`choose_fusion` picks the fusion (RRF, or linear with a
 weight in 0, 0.1, ..., 1) by dev nDCG@10 with the paired one-standard-error rule
@@ -45,10 +47,14 @@ RRF_K = 60
 #: Linear weights tried on dev (the dense side's share).
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 DEV_MEASURE = "nDCG@10"
-#: The prior of the dev choice, kept where dev cannot tell it from the best: the centre of the
-#: grid, equal trust in both sides. Not RRF (the fusion of an index without dev queries): on
-#: every collection's dev split linear 0.5 beat RRF (+0.016 to +0.042 nDCG@10 on SciFact, pylib,
-#: faq, pydoc and debian), and RRF was never within a standard error of the best there.
+#: The prior of the dev choice, kept where dev cannot tell it from the best, and the fusion of an
+#: index without dev queries (fewer than the rule's minimum, none at all): the centre of the
+#: grid, equal trust in both sides. Not RRF: on every collection's dev split linear 0.5 beat RRF
+#: (SciFact, pylib, faq, pydoc, debian and man indexed as folders: +0.0016 to +0.0371 nDCG@10,
+#: mean +0.0247; ``eval/benchmarks/results/fusion_default.md``), and in the dev choice RRF was
+#: never within a standard error of the best (``eval/studies/choices``); Bruch et al. ("An
+#: Analysis of Fusion Functions for Hybrid Retrieval", TOIS 2023) found the normalised convex
+#: combination above RRF in and out of domain.
 PRIOR = "linear 0.5"
 
 
@@ -125,13 +131,14 @@ def reciprocal_rank_fusion(rankings: Sequence[Ranking], k: int = RRF_K) -> list[
 
 
 def _minmax(ranking: Ranking) -> dict[str, float]:
-    """Scores scaled to [0, 1] over the list (all equal -> all 0)."""
+    """Scores scaled to [0, 1] over the list; all equal (one match) -> all 1, each the list's
+    best (a lone BM25 match keeps its side's full share, as it tops its list under RRF)."""
     if not ranking:
         return {}
     values = [s for _, s in ranking]
     low, high = min(values), max(values)
     span = high - low
-    return {d: (s - low) / span if span > 0 else 0.0 for d, s in ranking}
+    return {d: (s - low) / span if span > 0 else 1.0 for d, s in ranking}
 
 
 def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[str, float]]:
@@ -146,6 +153,11 @@ def fusion_grid() -> dict[str, Fusion]:
     grid = {"rrf": Fusion("rrf")}
     grid.update({f"linear {w:g}": Fusion("linear", weight=w) for w in WEIGHTS})
     return grid
+
+
+def default_fusion() -> Fusion:
+    """The fusion a hybrid search runs where the index recorded no dev choice: :data:`PRIOR`."""
+    return fusion_grid()[PRIOR]
 
 
 def choose_fusion(

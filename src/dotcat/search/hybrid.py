@@ -7,7 +7,8 @@ Both stages fetch their top ``depth`` documents (at least ``k``) for every query
 :class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank fusion,
 or a linear mix of min-max normalised scores with the first stage's weight). The built-in
 ``hybrid`` fuses the dense and the BM25 stages (each with its own feedback, where the settings
-ask for it) with the fusion the index recorded on its dev queries, else RRF; any two stages
+ask for it) with the fusion the index recorded on its dev queries, else linear 0.5
+(:func:`~dotcat.search.fusion.default_fusion`); any two stages
 fuse the same way.
 """
 
@@ -19,19 +20,19 @@ from typing import Any
 
 from dotcat.index.docstore import PassageRef
 from dotcat.search.aggregation import Match
-from dotcat.search.fusion import Fusion
+from dotcat.search.fusion import Fusion, default_fusion
 
 __all__ = ["HybridStage", "fuse_matches", "index_fusion"]
 
 
 def index_fusion(recorded: Mapping[str, Any] | None, config: Any) -> Fusion:
     """The fusion a pipeline runs: its ``fusion`` setting, ``auto`` meaning the one the index
-    recorded (``recorded``: its manifest's entry) else RRF; a linear fusion without a weight
-    takes the recorded linear weight, else 0.5."""
+    recorded (``recorded``: its manifest's entry) else :func:`default_fusion` (linear 0.5); a
+    linear fusion without a weight takes the recorded linear weight, else 0.5."""
     chosen = Fusion.from_json(recorded) if recorded else None
     method = config.fusion
     if method == "auto":
-        return chosen or Fusion("rrf")
+        return chosen or default_fusion()
     weight = config.fusion_weight
     if weight is None:
         weight = chosen.weight if chosen and chosen.method == method else 0.5

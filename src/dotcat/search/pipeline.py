@@ -10,7 +10,7 @@ The pipeline composes parts chosen by its settings (:class:`PipelineConfig`):
 
 - a first stage from the registry (:mod:`dotcat.search.stages`): ``dense`` (the index's own
   BERT_DOT and FAISS), ``bm25`` (the BM25 index inside the index directory), ``hybrid`` (both,
-  fused as the index recorded on its dev queries, else RRF), or any registered one; ``auto``
+  fused as the index recorded on its dev queries, else linear 0.5), or any registered one; ``auto``
   (the default) is hybrid where the index has BM25, else dense: on collections unlike the
   encoder's training data BM25 often beats a dense model, and fusing is the safer default;
 - a filter over the documents' fields (:mod:`dotcat.search.filters`), applied inside the
