@@ -194,8 +194,8 @@ def test_run_trains_saves_a_cross_encoder_and_records_everything(toy_data, tiny_
     assert 0.0 <= record["interpolation"]["alpha"] <= 1.0
     assert len(record["interpolation"]["dev_scores"]) == 11
     choice = record["interpolation"]["choice"]  # a handful of dev queries: the prior stays
-    assert choice["reason"].startswith("only ") and choice["prior"] == "1.0"
-    assert record["interpolation"]["alpha"] == 1.0 and len(choice["scores"]) == 11
+    assert choice["reason"].startswith("only ") and choice["prior"] == "0.5"
+    assert record["interpolation"]["alpha"] == 0.5 and len(choice["scores"]) == 11
     assert record["negatives"]["method"] == "first-stage"
     assert record["timings"]["train_seconds"] > 0 and record["pairs_per_second"] > 0
 
