@@ -394,21 +394,15 @@ def dev_cv_lines(work: Path, repeats: int = 100) -> list[str]:
         if not path.is_file():
             continue
         table = tables.load(path)
-        scores, order = table["scores"], list(table["scores"])
         pool = table["splits"].get("dev") or table["splits"]["train"]
-        rng = np.random.default_rng(0)
-        judged: dict = {n: [] for n in names}
-        picks: dict = {n: [] for n in names}
-        for _ in range(repeats):
-            shuffled = [pool[i] for i in rng.permutation(len(pool))]
-            cut = min(101, len(pool) // 2) if "dev" not in table["splits"] else len(pool) // 2
-            dev, rest = rows(scores, shuffled[:cut]), shuffled[cut:]
-            for n, spec in DEV_VARIANTS.items():
-                point = argmax(dev, order) if spec is None else _variant(dev, order, *spec)
-                judged[n].append(math.fsum(scores[point][q] for q in rest) / len(rest))
-                picks[n].append(point)
-        base = np.mean(judged["argmax"])
-        cells = [f"{np.mean(judged[n]) - base:+.4f} ({_agreement(picks[n]):.2f})" for n in names]
+        cut = min(101, len(pool) // 2) if "dev" not in table["splits"] else len(pool) // 2
+        choosers = {
+            n: (lambda dev, order: argmax(dev, order))
+            if spec is None
+            else (lambda dev, order, spec=spec: _variant(dev, order, *spec))
+            for n, spec in DEV_VARIANTS.items()
+        }
+        cells = _held_back(table["scores"], pool, cut, choosers, repeats)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -429,21 +423,35 @@ def rerank_prior_lines(work: Path, repeats: int = 100) -> list[str]:
     for path in sorted((work / "tables").glob("rerank-scifact-*.json.gz")):
         table = tables.load(path)
         scores = _floats(table["dev"])
-        order, pool = list(scores), list(next(iter(scores.values())))
-        rng = np.random.default_rng(0)
-        judged: dict = {n: [] for n in variants}
-        picks: dict = {n: [] for n in variants}
-        for _ in range(repeats):
-            shuffled = [pool[i] for i in rng.permutation(len(pool))]
-            dev, rest = rows(scores, shuffled[: len(pool) // 2]), shuffled[len(pool) // 2 :]
-            for name, prior in variants.items():
-                point = argmax(dev, order) if prior is None else choose(dev, prior, order).chosen
-                judged[name].append(math.fsum(scores[point][q] for q in rest) / len(rest))
-                picks[name].append(point)
-        base = np.mean(judged["argmax"])
-        cells = [f"{np.mean(judged[n]) - base:+.4f} ({_agreement(picks[n]):.2f})" for n in variants]
+        pool = list(next(iter(scores.values())))
+        choosers = {
+            n: (lambda dev, order: argmax(dev, order))
+            if prior is None
+            else (lambda dev, order, prior=prior: choose(dev, prior, order).chosen)
+            for n, prior in variants.items()
+        }
+        cells = _held_back(scores, pool, len(pool) // 2, choosers, repeats)
         lines.append(f"| {Path(table['model']).name} ({len(pool)}) | " + " | ".join(cells) + " |")
     return [*lines, "", "Cells as above: held-back dev nDCG@10 minus argmax's (agreement)."]
+
+
+def _held_back(scores: dict, pool: list, cut: int, choosers: dict, repeats: int) -> list[str]:
+    """Each chooser (``name -> f(dev rows, order) -> point``, ``argmax`` among them) picks on
+    ``cut`` shuffled queries of ``pool`` and is judged on the rest, ``repeats`` draws: the
+    held-back mean minus argmax's, and the chance that two draws chose the same point."""
+    order = list(scores)
+    rng = np.random.default_rng(0)
+    judged: dict = {n: [] for n in choosers}
+    picks: dict = {n: [] for n in choosers}
+    for _ in range(repeats):
+        shuffled = [pool[i] for i in rng.permutation(len(pool))]
+        dev, rest = rows(scores, shuffled[:cut]), shuffled[cut:]
+        for name, chooser in choosers.items():
+            point = chooser(dev, order)
+            judged[name].append(math.fsum(scores[point][q] for q in rest) / len(rest))
+            picks[name].append(point)
+    base = np.mean(judged["argmax"])
+    return [f"{np.mean(judged[n]) - base:+.4f} ({_agreement(picks[n]):.2f})" for n in choosers]
 
 
 def _agreement(points: Sequence) -> float:
