@@ -256,3 +256,47 @@ def test_rerank_reads_the_documents_from_an_index(judge_index, judge_pipeline, t
     assert result.exit_code == 0, result.output
     out = read_run(tmp_path / "out.trec")
     assert set(out) == {"q1", "q2"} and all(len(d) == 10 for d in out.values())
+
+
+def test_a_model_trained_on_an_export_is_known_to_fit_the_index_it_came_from(
+    pooled_store, judge_index, tmp_path, caplog
+):
+    """The exported corpus.jsonl hashes otherwise than the index's source; the export records
+    the index's corpus, training records it, and re-ranking that index does not advise
+    `dotcat calibrate` as if the model had been trained on another corpus."""
+    from types import SimpleNamespace
+
+    from dotcat.data.index_source import source_corpus_sha256
+    from dotcat.index.manifest import Manifest
+    from dotcat.search.reranker import advise_calibration
+    from dotcat.training.config import TrainConfig
+    from dotcat.training.loop import data_record
+
+    _judge_some(pooled_store)
+    export_beir(pooled_store, judge_index, tmp_path / "mine", QrelsConfig(assessor="ann"))
+    manifest = Manifest.read(judge_index)
+    index_sha = manifest.corpus["sha256"]
+    assert source_corpus_sha256(judge_index) == index_sha
+    assert source_corpus_sha256(tmp_path / "mine") == index_sha
+    assert source_corpus_sha256(tmp_path) is None  # a plain folder stands for itself
+
+    config = TrainConfig(data=tmp_path / "mine", out_dir=tmp_path / "out", split="test")
+    record = data_record(config, 30)
+    assert record["sha256"]["corpus"] != index_sha  # the exported file's own hash
+    assert record["source_corpus_sha256"] == index_sha
+    model = tmp_path / "cat"
+    model.mkdir()
+
+    def advice(data: dict) -> list[str]:
+        (model / "dotcat_training.json").write_text(json.dumps({"data": data}))
+        reranker = SimpleNamespace(
+            alpha_source="dev-chosen", alpha=0.5, cross_encoder=SimpleNamespace(path=str(model))
+        )
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dotcat.search.reranker"):
+            advise_calibration(reranker, manifest, judge_index)
+        return [r.getMessage() for r in caplog.records]
+
+    assert advice(record) == []
+    (message,) = advice({**record, "source_corpus_sha256": None})  # as before this record
+    assert "trained on another corpus" in message and f"dotcat calibrate {judge_index}" in message

@@ -30,6 +30,36 @@ INDEX_DOCSTORE = "docstore.sqlite"
 _BATCH = 10_000
 
 
+#: The record ``dotcat judge export`` writes beside the corpus it exports from an index
+#: (:mod:`dotcat.judging.export`): among the rest, that index's corpus identity.
+EXPORT_RECORD = "dotcat_judgments.json"
+
+
+def source_corpus_sha256(path: str | Path) -> str | None:
+    """The sha256 of the corpus that ``path``'s documents were taken from, where they are an
+    index's: an index directory's (its manifest's ``corpus.sha256``) or a folder exported
+    from one (the index's, as ``dotcat judge export`` recorded it); else None.
+
+    A model trained on either was trained on that index's corpus, though the file it read
+    (the document store, the exported ``corpus.jsonl``) hashes otherwise."""
+    path = Path(path)
+    if is_index_dir(path):
+        record = _read_json(path / INDEX_MANIFEST)
+        corpus = record.get("corpus") if isinstance(record, dict) else None
+    else:
+        record = _read_json(path / EXPORT_RECORD) if path.is_dir() else None
+        corpus = record.get("source") if isinstance(record, dict) else None
+    sha = corpus.get("sha256") if isinstance(corpus, dict) else None
+    return sha if isinstance(sha, str) and sha else None
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def is_index_dir(path: str | Path) -> bool:
     """Whether ``path`` is a dotcat index directory (a manifest and a document store)."""
     path = Path(path)

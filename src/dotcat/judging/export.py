@@ -7,7 +7,8 @@
   or BEIR's ``query-id<TAB>corpus-id<TAB>score`` with its header, written atomically.
 - :func:`export_beir`: a BEIR directory (Thakur et al., 2021) of the index's documents, the
   judged queries (with their descriptions) and ``qrels/<split>.tsv``, plus
-  ``dotcat_judgments.json`` (the pools' provenance, the assessors, their agreement), which
+  ``dotcat_judgments.json`` (the pools' provenance, the assessors, their agreement, and the
+  index's corpus identity: a model trained on the folder is known to fit that index), which
   ``dotcat eval``, ``experiment``, ``rerank`` and ``train`` read like any benchmark's.
 
 Judgements of documents the index no longer holds (deleted since they were pooled) are left
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.data import iter_corpus
+from dotcat.data.index_source import EXPORT_RECORD, source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.files import check_can_create_in, write_json, writing
 from dotcat.judging.agreement import assessor_agreement
@@ -44,7 +46,7 @@ os.umask(_UMASK)
 _COMBINE = {"median": statistics.median_low, "max": max, "min": min}
 #: Output layouts of :func:`write_qrels`, told from the file name by default.
 LAYOUTS = ("trec", "beir")
-PROVENANCE_FILE = "dotcat_judgments.json"
+PROVENANCE_FILE = EXPORT_RECORD
 
 
 def judged_qrels(
@@ -182,7 +184,12 @@ def export_beir(
             topics = {t.qid: t for t in store.topics() if t.qid in qrels}
             write_text(work / "queries.jsonl", _query_lines(topics.values()))
             write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
-            write_json(work / PROVENANCE_FILE, export_record(store, qrels, config))
+            record = export_record(store, qrels, config)
+            record["source"] = {
+                "index": str(Path(index_dir).resolve()),
+                "sha256": source_corpus_sha256(index_dir),
+            }
+            write_json(work / PROVENANCE_FILE, record)
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             os.replace(work, out_dir)

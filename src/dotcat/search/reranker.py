@@ -404,10 +404,11 @@ def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path) -> No
         return
     record = read_json_or_none(Path(reranker.cross_encoder.path) / "dotcat_training.json")
     try:
-        trained_on = record["data"]["sha256"]["corpus"]
+        data = record["data"]
+        trained_on = {data["sha256"]["corpus"], data.get("source_corpus_sha256")} - {None}
     except (TypeError, KeyError):  # not trained by dotcat, or an older record
         return
-    if trained_on and trained_on != manifest.corpus.get("sha256"):
+    if trained_on and manifest.corpus.get("sha256") not in trained_on:
         logger.warning(
             "%s was trained on another corpus: its dev-chosen interpolation weight %g may "
             "not suit this one; `dotcat calibrate %s --rerank %s` chooses one on it",

@@ -42,6 +42,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from dotcat import __version__
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
+from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.files import write_json
 from dotcat.models.resolve import file_sha256
@@ -201,6 +202,9 @@ def data_record(config: TrainConfig, corpus_documents: int) -> dict[str, Any]:
         "split": config.split,
         **data_fingerprint(config),
         "corpus_documents": corpus_documents,
+        # an index, or a folder exported from one: that index's corpus, though the file read
+        # (its document store, the exported corpus) hashes otherwise
+        "source_corpus_sha256": source_corpus_sha256(config.data),
     }
 
 
