@@ -81,11 +81,11 @@ def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     assert weight.fingerprint == pipeline.reranker.cross_encoder.fingerprint
     scores = {float(a): s for a, s in weight.scores.items()}
     assert sorted(scores) == list(WEIGHTS)
-    # The weight is the choice rule's on the pseudo-queries' per-query scores, 0 the prior.
+    # The weight is the choice rule's on the pseudo-queries' per-query scores, 0.2 the prior.
     found = pseudo_scores(pipeline, queries=25, show_progress=False)
-    choice = choose(found.per_query, 0.0, WEIGHTS)
+    choice = choose(found.per_query, 0.2, WEIGHTS)
     assert (weight.alpha, weight.best) == (choice.chosen, choice.best)
-    assert weight.choice == choice.to_json() and weight.choice["prior"] == "0.0"
+    assert weight.choice == choice.to_json() and weight.choice["prior"] == "0.2"
     assert scores == pytest.approx(choice.means, abs=1e-6)
     # Weight 0 is the pipeline's own first stage over the pseudo corpus, judged against the
     # document each title came from; rebuilt here by hand.

@@ -12,14 +12,14 @@ What a seed changes (test never moves):
   and ``dotcat index`` carve it) with that seed; seed 42 is the split dotcat uses.
 - SciFact, ``train dot`` models: the model (``train dot --seed S``); the dev split stays the
   held-out one (seed 42): carving another would put the model's training queries in dev.
-- pylib, faq, pydoc, debian (a fixed ``qrels/dev.tsv``, no train): a bootstrap resample of
+- pylib, faq, pydoc, debian, man (a fixed ``qrels/dev.tsv``, no train): a bootstrap resample of
   the dev queries (same size, with replacement) drawn with that seed; ``file`` is the file.
 - the re-ranker's weight: a bootstrap resample of SciFact's held-out dev lists.
 - calibration: ``dotcat calibrate --seed`` (other documents cut, other pseudo-queries drawn).
 
     python eval/studies/choices/choices.py fusion --models zero-shot=default,dot=runs/dot
     python eval/studies/choices/choices.py rerank --cat runs/cat --index INDEX
-    python eval/studies/choices/choices.py calibrate --cat runs/cat --collections pydoc,debian
+    python eval/studies/choices/choices.py calibrate --cat runs/cat --collections pydoc,debian,man
     python eval/studies/choices/choices.py report --output eval/studies/choices/choices.md
 """
 

@@ -435,7 +435,107 @@ def rerank_prior_lines(work: Path, repeats: int = 100) -> list[str]:
     return [*lines, "", "Cells as above: held-back dev nDCG@10 minus argmax's (agreement)."]
 
 
+CALIBRATION_PRIORS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def calibrate_prior_lines(work: Path, repeats: int = 100) -> list[str]:
+    """The calibration's prior, on pseudo-queries alone: for each calibration seed, the
+    weight chosen on half of its pseudo-queries by argmax and by the rule with each prior in
+    :data:`CALIBRATION_PRIORS`, judged on the other half, ``repeats`` draws; cells averaged
+    over the seeds. No test query is read."""
+    variants = {"argmax": None} | {f"rule, prior {p:g}": p for p in CALIBRATION_PRIORS}
+    choosers = {
+        n: (lambda dev, order: argmax(dev, order))
+        if prior is None
+        else (lambda dev, order, prior=prior: choose(dev, prior, order).chosen)
+        for n, prior in variants.items()
+    }
+    lines = ["| collection (seeds x pseudo-queries) | " + " | ".join(variants) + " |"]
+    lines.append("|" + " --- |" * (len(variants) + 1))
+    totals: dict = {n: [] for n in variants}
+    for path in sorted((work / "tables").glob("calibrate-*.json.gz")):
+        table = tables.load(path)
+        if len(table["pseudo"]) < len(SEEDS):
+            continue
+        per_seed = []
+        for seed_rows in table["pseudo"].values():
+            scores = _floats(seed_rows)
+            pool = list(next(iter(scores.values())))
+            per_seed.append(_held_back_figures(scores, pool, len(pool) // 2, choosers, repeats))
+        cells = []
+        for n in variants:
+            delta = float(np.mean([fig[n][0] for fig in per_seed]))
+            totals[n].append(delta)
+            cells.append(f"{delta:+.4f} ({np.mean([fig[n][1] for fig in per_seed]):.2f})")
+        name = path.name.removeprefix("calibrate-").split("-")[0]
+        lines.append(f"| {name} ({len(per_seed)} x {len(pool)}) | " + " | ".join(cells) + " |")
+    if not any(totals.values()):
+        return []
+    lines.append("| mean | " + " | ".join(f"{np.mean(v):+.4f}" for v in totals.values()) + " |")
+    return [
+        *lines,
+        "",
+        "Cells: held-back pseudo-query nDCG@10 minus argmax's (agreement), mean over the "
+        "calibration seeds.",
+    ]
+
+
+def calibrate_dev_lines(work: Path) -> list[str]:
+    """The calibration's prior, on the collections' dev queries: for each calibration seed,
+    the weight chosen on its pseudo-queries by argmax and by the rule with each prior in
+    :data:`CALIBRATION_PRIORS`, judged by the pipeline's nDCG@10 on the collection's real dev
+    queries at that weight (SciFact: the held-out split ``train cat`` carves); no test query
+    is read. Cells: the mean over the seeds minus argmax's."""
+    variants = {"argmax": None} | {f"rule, prior {p:g}": p for p in CALIBRATION_PRIORS}
+    lines = ["| collection (dev queries) | " + " | ".join(variants) + " | dev best |"]
+    lines.append("|" + " --- |" * (len(variants) + 2))
+    totals: dict = {n: [] for n in variants}
+    for path in sorted((work / "tables").glob("calibrate-*.json.gz")):
+        table = tables.load(path)
+        if len(table["pseudo"]) < len(SEEDS) or not table.get("dev"):
+            continue
+        dev = _floats(table["dev"])
+        order = list(dev)
+        figures = {}
+        for n, prior in variants.items():
+            picks = [
+                argmax(_floats(rows_), order)
+                if prior is None
+                else choose(_floats(rows_), prior, order).chosen
+                for rows_ in table["pseudo"].values()
+            ]
+            figures[n] = float(np.mean([mean(dev[a]) for a in picks]))
+        base = figures["argmax"]
+        for n in variants:
+            totals[n].append(figures[n] - base)
+        best = max(order, key=lambda a: mean(dev[a]))
+        name = path.name.removeprefix("calibrate-").split("-")[0]
+        cells = [f"{figures[n] - base:+.4f}" for n in variants]
+        lines.append(
+            f"| {name} ({len(dev[0.0])}) | " + " | ".join(cells) + f" | {label(best)} "
+            f"{mean(dev[best]):.4f} |"
+        )
+    if not any(totals.values()):
+        return []
+    cells = [f"{np.mean(v):+.4f} (worst {min(v):+.4f})" for v in totals.values()]
+    lines.append("| mean | " + " | ".join(cells) + " | |")
+    return [
+        *lines,
+        "",
+        "Cells: dev nDCG@10 at the weight chosen on each seed's pseudo-queries, mean over the "
+        "calibration seeds, minus argmax's; last column: the best weight on those dev queries.",
+    ]
+
+
 def _held_back(scores: dict, pool: list, cut: int, choosers: dict, repeats: int) -> list[str]:
+    """:func:`_held_back_figures` as table cells."""
+    figures = _held_back_figures(scores, pool, cut, choosers, repeats)
+    return [f"{delta:+.4f} ({same:.2f})" for delta, same in figures.values()]
+
+
+def _held_back_figures(
+    scores: dict, pool: list, cut: int, choosers: dict, repeats: int
+) -> dict[str, tuple[float, float]]:
     """Each chooser (``name -> f(dev rows, order) -> point``, ``argmax`` among them) picks on
     ``cut`` shuffled queries of ``pool`` and is judged on the rest, ``repeats`` draws: the
     held-back mean minus argmax's, and the chance that two draws chose the same point."""
@@ -451,7 +551,7 @@ def _held_back(scores: dict, pool: list, cut: int, choosers: dict, repeats: int)
             judged[name].append(math.fsum(scores[point][q] for q in rest) / len(rest))
             picks[name].append(point)
     base = np.mean(judged["argmax"])
-    return [f"{np.mean(judged[n]) - base:+.4f} ({_agreement(picks[n]):.2f})" for n in choosers]
+    return {n: (float(np.mean(judged[n]) - base), _agreement(picks[n])) for n in choosers}
 
 
 def _agreement(points: Sequence) -> float:
@@ -534,8 +634,12 @@ def build(work: Path) -> list[str]:
     lines += summary_lines(summaries)
     lines += ["", "## The variation over more seeds (where a seed costs nothing)", ""]
     lines += more_lines(summaries)
-    lines += ["", "## The issue's acceptance figures (fusion, from the two tables above)", ""]
-    lines += acceptance_lines([s for s in summaries if s["section"].startswith("Hybrid")])
+    lines += ["", "## The issue's acceptance figures (from the two tables above)", ""]
+    for heading, _ in sections:
+        chosen = [s for s in summaries if s["section"] == heading]
+        if chosen:
+            lines += [f"{heading}:", "", *acceptance_lines(chosen), ""]
+    lines += ["All three settings:", "", *acceptance_lines(summaries)]
     issue = issue_lines(work)
     if issue:
         lines += ["", "## SciFact, the README's `train dot` model at fp32 (the issue's table)", ""]
@@ -560,6 +664,23 @@ def build(work: Path) -> list[str]:
             "The re-ranker's prior, chosen the same way on `train cat`'s held-out dev lists:",
             "",
             *rerank_prior_lines(work),
+        ]
+    calibration = calibrate_dev_lines(work)
+    if calibration:
+        lines += [
+            "",
+            "The calibration's prior, chosen on the collections' dev queries: the weight "
+            "`dotcat calibrate` chose on its pseudo-queries, judged on real dev queries:",
+            "",
+            *calibration,
+        ]
+    calibration = calibrate_prior_lines(work)
+    if calibration:
+        lines += [
+            "",
+            "The same priors judged on pseudo-queries alone (each seed's, halved; 100 draws):",
+            "",
+            *calibration,
         ]
     lines += ["", *body]
     return lines

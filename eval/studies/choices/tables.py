@@ -13,8 +13,8 @@ Three kinds of table, each a gzipped JSON file under ``--work`` (default ``runs/
   (hybrid, the index's fusion) top 100 re-ranked at ``auto`` precision. nDCG@10 of every
   weight per query.
 - ``calibrate``: per collection and calibration seed, the pseudo-queries ``dotcat calibrate``
-  draws (nDCG@10 of every weight per pseudo-query), and the collection's test queries
-  re-ranked, nDCG@10 of every weight per query.
+  draws (nDCG@10 of every weight per pseudo-query), and the collection's test and dev queries
+  re-ranked (the dev ones judge the calibration's prior), nDCG@10 of every weight per query.
 
 Run from the repository root (see ``choices.py``).
 """
@@ -47,9 +47,7 @@ from dotcat.search.pipeline import PipelineConfig, SearchPipeline  # noqa: E402
 logger = logging.getLogger("choices")
 
 MEASURE = "nDCG@10"
-COLLECTIONS = {
-    name: common.COLLECTIONS[name] for name in ("scifact", "pylib", "faq", "pydoc", "debian")
-}
+COLLECTIONS = common.COLLECTIONS
 
 
 def save(path: Path, value: dict) -> None:
@@ -224,11 +222,22 @@ def calibrate_table(
         found = pseudo_scores(pipeline, seed=seed, show_progress=True)
         table["pseudo"][str(seed)] = {str(a): found.per_query[a] for a in WEIGHTS}
         save(path, table)
-    if table["test"] is None:
-        data = COLLECTIONS[name]
-        texts, qrels = load_queries(data, split="test"), load_qrels(data, split="test")
-        candidates = _pipeline_candidates(index, cat, {"": fusion}, texts)[""]
-        table["test"] = {str(a): per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
-        table["fusion"] = fusion.describe()
-        save(path, table)
+    for split in ("test", "dev"):
+        if table.get(split) is None:
+            texts, qrels = _split_queries(COLLECTIONS[name], split)
+            candidates = _pipeline_candidates(index, cat, {"": fusion}, texts)[""]
+            table[split] = {str(a): per_query(fuse(candidates, a), qrels) for a in WEIGHTS}
+            table["fusion"] = fusion.describe()
+            save(path, table)
     return path
+
+
+def _split_queries(data: Path, split: str) -> tuple[dict[str, str], dict[str, dict]]:
+    """A split's query texts and qrels; ``dev`` where a collection has none (SciFact): the
+    split ``dotcat train`` carves from ``train`` with its seed, held out of training."""
+    texts, qrels, splits = judged(data)
+    if split == "dev" and "dev" not in splits:
+        ids = split_dev(splits["train"], 0.1, DEV_SEED)[1]
+    else:
+        ids = splits[split]
+    return {q: texts[q] for q in ids}, {q: qrels[q] for q in ids}
