@@ -18,16 +18,17 @@ document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0,
 one-standard-error rule (:func:`dotcat.evaluation.choice.choose`) with :data:`PRIOR` (0.2) as
 the prior default: kept unless the best weight beats it by more than a standard error of
 their per-query differences, else the weight nearest it among those within a standard error
-of the best; a re-ranker the corpus shows to be worse than the first stage is weighted down to
-where it is no longer shown worse, 0 at the least. It is
-recorded in the index manifest under the cross-encoder's weights fingerprint, with the curve,
+of the best (a re-ranker the pseudo-queries show to hurt is weighted down, to 0 at the least).
+It is recorded in the index manifest under the cross-encoder's weights fingerprint, with the curve,
 the tied weights and the reason, and ``interpolate="auto"`` follows it before the model's dev
 weight (:class:`dotcat.search.reranker.Reranker`).
 
 Measured with the guard of before (the best weight kept where a paired t-test against the
 first stage gave p < 0.05): two SciFact-trained BERT_CATs whose SciFact dev weights made the
 pipeline lose up to 0.15 nDCG@10 to its first stage on two collections they never saw are
-calibrated there to no loss.
+calibrated there to no loss. With prior 0.2 a weak one can keep a little weight where the
+pseudo-queries cannot tell (one lost 0.0135 on debian at its chosen 0.2;
+``eval/studies/cat_corpus_weight``).
 """
 
 from __future__ import annotations
