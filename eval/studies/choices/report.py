@@ -424,18 +424,33 @@ def rerank_prior_lines(work: Path, repeats: int = 100) -> list[str]:
         table = tables.load(path)
         scores = _floats(table["dev"])
         pool = list(next(iter(scores.values())))
-        choosers = {
-            n: (lambda dev, order: argmax(dev, order))
-            if prior is None
-            else (lambda dev, order, prior=prior: choose(dev, prior, order).chosen)
-            for n, prior in variants.items()
-        }
+        choosers = {n: _chooser(prior) for n, prior in variants.items()}
         cells = _held_back(scores, pool, len(pool) // 2, choosers, repeats)
         lines.append(f"| {Path(table['model']).name} ({len(pool)}) | " + " | ".join(cells) + " |")
     return [*lines, "", "Cells as above: held-back dev nDCG@10 minus argmax's (agreement)."]
 
 
+#: The calibration priors compared (0: the first stage alone, the rule's first prior).
 CALIBRATION_PRIORS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def _chooser(prior) -> Callable:
+    """``f(dev rows, order) -> point``: argmax where ``prior`` is None, else the rule."""
+    if prior is None:
+        return lambda dev, order: argmax(dev, order)
+    return lambda dev, order: choose(dev, prior, order).chosen
+
+
+def _calibration_tables(work: Path, with_dev: bool = False):
+    """``(collection, table)`` of every calibration table with all seeds (and dev rows)."""
+    for path in sorted((work / "tables").glob("calibrate-*.json.gz")):
+        table = tables.load(path)
+        if len(table["pseudo"]) >= len(SEEDS) and (table.get("dev") or not with_dev):
+            yield path.name.removeprefix("calibrate-").split("-")[0], table
+
+
+def _calibration_variants() -> dict:
+    return {"argmax": None} | {f"rule, prior {p:g}": p for p in CALIBRATION_PRIORS}
 
 
 def calibrate_prior_lines(work: Path, repeats: int = 100) -> list[str]:
@@ -443,20 +458,12 @@ def calibrate_prior_lines(work: Path, repeats: int = 100) -> list[str]:
     weight chosen on half of its pseudo-queries by argmax and by the rule with each prior in
     :data:`CALIBRATION_PRIORS`, judged on the other half, ``repeats`` draws; cells averaged
     over the seeds. No test query is read."""
-    variants = {"argmax": None} | {f"rule, prior {p:g}": p for p in CALIBRATION_PRIORS}
-    choosers = {
-        n: (lambda dev, order: argmax(dev, order))
-        if prior is None
-        else (lambda dev, order, prior=prior: choose(dev, prior, order).chosen)
-        for n, prior in variants.items()
-    }
+    variants = _calibration_variants()
+    choosers = {n: _chooser(prior) for n, prior in variants.items()}
     lines = ["| collection (seeds x pseudo-queries) | " + " | ".join(variants) + " |"]
     lines.append("|" + " --- |" * (len(variants) + 1))
     totals: dict = {n: [] for n in variants}
-    for path in sorted((work / "tables").glob("calibrate-*.json.gz")):
-        table = tables.load(path)
-        if len(table["pseudo"]) < len(SEEDS):
-            continue
+    for name, table in _calibration_tables(work):
         per_seed = []
         for seed_rows in table["pseudo"].values():
             scores = _floats(seed_rows)
@@ -467,7 +474,6 @@ def calibrate_prior_lines(work: Path, repeats: int = 100) -> list[str]:
             delta = float(np.mean([fig[n][0] for fig in per_seed]))
             totals[n].append(delta)
             cells.append(f"{delta:+.4f} ({np.mean([fig[n][1] for fig in per_seed]):.2f})")
-        name = path.name.removeprefix("calibrate-").split("-")[0]
         lines.append(f"| {name} ({len(per_seed)} x {len(pool)}) | " + " | ".join(cells) + " |")
     if not any(totals.values()):
         return []
@@ -486,30 +492,22 @@ def calibrate_dev_lines(work: Path) -> list[str]:
     :data:`CALIBRATION_PRIORS`, judged by the pipeline's nDCG@10 on the collection's real dev
     queries at that weight (SciFact: the held-out split ``train cat`` carves); no test query
     is read. Cells: the mean over the seeds minus argmax's."""
-    variants = {"argmax": None} | {f"rule, prior {p:g}": p for p in CALIBRATION_PRIORS}
+    variants = _calibration_variants()
     lines = ["| collection (dev queries) | " + " | ".join(variants) + " | dev best |"]
     lines.append("|" + " --- |" * (len(variants) + 2))
     totals: dict = {n: [] for n in variants}
-    for path in sorted((work / "tables").glob("calibrate-*.json.gz")):
-        table = tables.load(path)
-        if len(table["pseudo"]) < len(SEEDS) or not table.get("dev"):
-            continue
+    for name, table in _calibration_tables(work, with_dev=True):
         dev = _floats(table["dev"])
         order = list(dev)
         figures = {}
         for n, prior in variants.items():
-            picks = [
-                argmax(_floats(rows_), order)
-                if prior is None
-                else choose(_floats(rows_), prior, order).chosen
-                for rows_ in table["pseudo"].values()
-            ]
+            chooser = _chooser(prior)
+            picks = [chooser(_floats(r), order) for r in table["pseudo"].values()]
             figures[n] = float(np.mean([mean(dev[a]) for a in picks]))
         base = figures["argmax"]
         for n in variants:
             totals[n].append(figures[n] - base)
         best = max(order, key=lambda a: mean(dev[a]))
-        name = path.name.removeprefix("calibrate-").split("-")[0]
         cells = [f"{figures[n] - base:+.4f}" for n in variants]
         lines.append(
             f"| {name} ({len(dev[0.0])}) | " + " | ".join(cells) + f" | {label(best)} "
