@@ -87,8 +87,10 @@ def calibrate(
 
     Pseudo-queries (titles, or sentences cut out of documents) are asked of the index's first
     stage; the cross-encoder re-ranks each top --depth; the interpolation weight (0 = first
-    stage, 1 = plain logit) with the best nDCG@10 against the known answers is recorded in
-    the index, and `dotcat search/serve --rerank MODEL` use it (--interpolate auto).
+    stage, 1 = plain logit) is judged by nDCG@10 against the known answers and chosen by the
+    one-standard-error rule (0.2 kept unless a weight beats it beyond the noise, else the
+    weight nearest 0.2 within the noise of the best); it is recorded in the index, and
+    `dotcat search/serve --rerank MODEL` use it (--interpolate auto).
     """
     check_index(index_dir, shards=False)
     check_pipeline(index_dir, config)
