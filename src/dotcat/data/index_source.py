@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from dotcat.data.records import Record
 from dotcat.errors import DataFormatError
+from dotcat.files import read_json_or_none
 
 #: The files that make a directory a dotcat index (:mod:`dotcat.index.layout` writes them).
 INDEX_MANIFEST = "manifest.json"
@@ -44,20 +45,13 @@ def source_corpus_sha256(path: str | Path) -> str | None:
     (the document store, the exported ``corpus.jsonl``) hashes otherwise."""
     path = Path(path)
     if is_index_dir(path):
-        record = _read_json(path / INDEX_MANIFEST)
+        record = read_json_or_none(path / INDEX_MANIFEST)
         corpus = record.get("corpus") if isinstance(record, dict) else None
     else:
-        record = _read_json(path / EXPORT_RECORD) if path.is_dir() else None
+        record = read_json_or_none(path / EXPORT_RECORD) if path.is_dir() else None
         corpus = record.get("source") if isinstance(record, dict) else None
     sha = corpus.get("sha256") if isinstance(corpus, dict) else None
     return sha if isinstance(sha, str) and sha else None
-
-
-def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def is_index_dir(path: str | Path) -> bool:

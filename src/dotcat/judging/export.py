@@ -46,7 +46,6 @@ os.umask(_UMASK)
 _COMBINE = {"median": statistics.median_low, "max": max, "min": min}
 #: Output layouts of :func:`write_qrels`, told from the file name by default.
 LAYOUTS = ("trec", "beir")
-PROVENANCE_FILE = EXPORT_RECORD
 
 
 def judged_qrels(
@@ -184,12 +183,7 @@ def export_beir(
             topics = {t.qid: t for t in store.topics() if t.qid in qrels}
             write_text(work / "queries.jsonl", _query_lines(topics.values()))
             write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
-            record = export_record(store, qrels, config)
-            record["source"] = {
-                "index": str(Path(index_dir).resolve()),
-                "sha256": source_corpus_sha256(index_dir),
-            }
-            write_json(work / PROVENANCE_FILE, record)
+            write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             os.replace(work, out_dir)
@@ -214,9 +208,12 @@ def _query_lines(topics: Iterable[Any]) -> Iterable[str]:
         yield json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def export_record(store: JudgmentStore, qrels: Mapping, config: QrelsConfig) -> dict[str, Any]:
+def export_record(
+    store: JudgmentStore, qrels: Mapping, config: QrelsConfig, index_dir: str | Path
+) -> dict[str, Any]:
     """Where exported qrels came from: the store, its pools, the assessors and how their
-    grades were combined, their agreement, the counts."""
+    grades were combined, their agreement, the counts, and the index whose documents they
+    judge (its corpus sha256: a model trained on the export is known to fit that index)."""
     return {
         "judgments": str(store.path.resolve()),
         "pools": store.pools(),
@@ -227,4 +224,8 @@ def export_record(store: JudgmentStore, qrels: Mapping, config: QrelsConfig) -> 
         "agreement": [a.to_json() for a in assessor_agreement(store)],
         "queries": len(qrels),
         "judged": sum(len(d) for d in qrels.values()),
+        "source": {
+            "index": str(Path(index_dir).resolve()),
+            "sha256": source_corpus_sha256(index_dir),
+        },
     }
