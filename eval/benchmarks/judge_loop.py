@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 import common
+from dotcat.files import read_json_or_none
+from dotcat.training.loop import RECORD_FILE
 
 DEFAULT_COLLECTIONS = ("scifact=data/scifact:train", "pylib=runs/collections/pylib:dev")
 
@@ -77,11 +79,23 @@ def judge(index: Path, store: Path, data: Path, split: str, chosen: dict) -> dic
 
 
 def step(work: Path, name: str, done: Path, *args: str) -> float:
-    """``dotcat ARGS`` unless ``done`` exists (a second run reuses it); its wall seconds."""
-    if done.exists():
+    """``dotcat ARGS`` unless ``done`` is there (a second run reuses it); its wall seconds.
+
+    A training record is there only once its run finished: an interrupted ``train`` leaves its
+    record (``status: running``) and a best-so-far model, which a rerun must not take as done.
+    """
+    if done.exists() and (done.name != RECORD_FILE or _finished(done)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
+    if done.name == RECORD_FILE and done.exists():
+        args = (*args, "--overwrite")
     return common.dotcat(*args)[1]
+
+
+def _finished(record: Path) -> bool:
+    """True when the training record says its run finished."""
+    data = read_json_or_none(record)
+    return isinstance(data, dict) and data.get("status") == "finished"
 
 
 def run_collection(name: str, data: Path, split: str, args) -> dict:
