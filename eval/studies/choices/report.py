@@ -6,6 +6,7 @@ Every choice is made here, on dev rows of a table, by argmax and by
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 from collections import Counter
@@ -475,15 +476,11 @@ def calibrate_prior_lines(work: Path, repeats: int = 100) -> list[str]:
             totals[n].append(delta)
             cells.append(f"{delta:+.4f} ({np.mean([fig[n][1] for fig in per_seed]):.2f})")
         lines.append(f"| {name} ({len(per_seed)} x {len(pool)}) | " + " | ".join(cells) + " |")
-    if not any(totals.values()):
-        return []
-    lines.append("| mean | " + " | ".join(f"{np.mean(v):+.4f}" for v in totals.values()) + " |")
-    return [
-        *lines,
-        "",
+    note = (
         "Cells: held-back pseudo-query nDCG@10 minus argmax's (agreement), mean over the "
-        "calibration seeds.",
-    ]
+        "calibration seeds."
+    )
+    return _with_mean(lines, totals, lambda v: f"{np.mean(v):+.4f}", note)
 
 
 def calibrate_dev_lines(work: Path) -> list[str]:
@@ -513,16 +510,70 @@ def calibrate_dev_lines(work: Path) -> list[str]:
             f"| {name} ({len(dev[0.0])}) | " + " | ".join(cells) + f" | {label(best)} "
             f"{mean(dev[best]):.4f} |"
         )
+    note = (
+        "Cells: dev nDCG@10 at the weight chosen on each seed's pseudo-queries, mean over the "
+        "calibration seeds, minus argmax's; last column: the best weight on those dev queries."
+    )
+    return _with_mean(
+        lines, totals, lambda v: f"{np.mean(v):+.4f} (worst {min(v):+.4f})", note, tail=" | |"
+    )
+
+
+def _pooled(seed_tables: Sequence[dict]) -> dict:
+    """Several calibration seeds' pseudo-queries as one larger set (a document drawn by two
+    seeds counts once, with the first seed's scores): what ``--queries`` that many would ask,
+    but for the documents each seed cut out of its own small index."""
+    pooled: dict = {}
+    for table in seed_tables:
+        for point, scores in _floats(table).items():
+            for qid, value in scores.items():
+                pooled.setdefault(point, {}).setdefault(qid, value)
+    return pooled
+
+
+def calibrate_count_lines(work: Path) -> list[str]:
+    """How many pseudo-queries ``dotcat calibrate`` asks, judged on the collections' real dev
+    queries: the weight chosen by argmax and by the rule (prior :data:`CALIBRATION_PRIOR`) on
+    one seed's pseudo-queries (the default ``--queries``), on two seeds' pooled (each pair) and
+    on all three pooled, and the dev nDCG@10 of the pipeline at that weight, mean over the
+    draws. No test query is read."""
+    counts = (1, 2, 3)
+    head = [f"{rule} {k} seed{'s' if k > 1 else ''}" for rule in ("rule", "argmax") for k in counts]
+    lines = ["| collection (dev queries) | pseudo-queries | " + " | ".join(head) + " |"]
+    lines.append("|" + " --- |" * (len(head) + 2))
+    totals: dict = {h: [] for h in head}
+    for name, table in _calibration_tables(work, with_dev=True):
+        dev = _floats(table["dev"])
+        order, seeds = list(dev), list(table["pseudo"].values())
+        cells, sizes = [], []
+        for rule in (_chooser(CALIBRATION_PRIOR), _chooser(None)):
+            for k in counts:
+                draws = [_pooled(c) for c in itertools.combinations(seeds, k)]
+                value = float(np.mean([mean(dev[rule(d, order)]) for d in draws]))
+                cells.append(value)
+                if len(sizes) < len(counts):
+                    sizes.append(round(np.mean([len(next(iter(d.values()))) for d in draws])))
+        for h, value in zip(head, cells, strict=True):
+            totals[h].append(value)
+        lines.append(
+            f"| {name} ({len(dev[0.0])}) | {' / '.join(map(str, sizes))} | "
+            + " | ".join(f"{v:.4f}" for v in cells) + " |"
+        )  # fmt: skip
+    note = (
+        "Cells: dev nDCG@10 at the weight chosen, mean over the draws (3 single seeds, 3 pairs, "
+        "1 triple); pseudo-queries: how many each draw asked, mean."
+    )
+    return _with_mean(lines, totals, lambda v: f"{np.mean(v):.4f}", note, lead="| mean | | ")
+
+
+def _with_mean(
+    lines: list[str], totals: dict, cell: Callable, note: str, lead="| mean | ", tail=" |"
+) -> list[str]:
+    """A table's ``lines`` closed by its mean row (``cell`` of each column's ``totals``) and
+    ``note``; nothing where no row was measured."""
     if not any(totals.values()):
         return []
-    cells = [f"{np.mean(v):+.4f} (worst {min(v):+.4f})" for v in totals.values()]
-    lines.append("| mean | " + " | ".join(cells) + " | |")
-    return [
-        *lines,
-        "",
-        "Cells: dev nDCG@10 at the weight chosen on each seed's pseudo-queries, mean over the "
-        "calibration seeds, minus argmax's; last column: the best weight on those dev queries.",
-    ]
+    return [*lines, lead + " | ".join(cell(v) for v in totals.values()) + tail, "", note]
 
 
 def _held_back(scores: dict, pool: list, cut: int, choosers: dict, repeats: int) -> list[str]:
@@ -669,6 +720,15 @@ def build(work: Path) -> list[str]:
             "",
             "The calibration's prior, chosen on the collections' dev queries: the weight "
             "`dotcat calibrate` chose on its pseudo-queries, judged on real dev queries:",
+            "",
+            *calibration,
+        ]
+    calibration = calibrate_count_lines(work)
+    if calibration:
+        lines += [
+            "",
+            "How many pseudo-queries: the weight chosen on one seed's (`--queries 200`, the "
+            "default) against two or three seeds' pooled, judged on the same dev queries:",
             "",
             *calibration,
         ]
