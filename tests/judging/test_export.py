@@ -300,3 +300,49 @@ def test_a_model_trained_on_an_export_is_known_to_fit_the_index_it_came_from(
     assert advice(record) == []
     (message,) = advice({**record, "source_corpus_sha256": None})  # as before this record
     assert "trained on another corpus" in message and f"dotcat calibrate {judge_index}" in message
+
+
+def test_an_index_rebuilt_from_an_index_stands_for_the_first_ones_corpus(
+    pooled_store, judge_index, tiny_bert_dir, tmp_path, caplog
+):
+    """The judge loop's way: export the judged index, train, then `dotcat index OLD NEW --model
+    M`. NEW reads OLD's document store, whose hash is not the corpus file's; its manifest keeps
+    the first corpus's sha256, so a BERT_CAT trained on the export is not said to come from
+    another corpus when it re-ranks NEW (nor is NEW's export another corpus)."""
+    from types import SimpleNamespace
+
+    from dotcat.data.index_source import corpus_shas, source_corpus_sha256
+    from dotcat.index import IndexConfig, build_index
+    from dotcat.index.manifest import Manifest
+    from dotcat.models import EncoderConfig
+    from dotcat.search.reranker import advise_calibration
+    from dotcat.training.config import TrainConfig
+    from dotcat.training.loop import data_record
+
+    _judge_some(pooled_store)
+    export_beir(pooled_store, judge_index, tmp_path / "mine", QrelsConfig(assessor="ann"))
+    first = Manifest.read(judge_index).corpus["sha256"]
+    rebuilt, again = tmp_path / "rebuilt", tmp_path / "again"
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_index(judge_index, rebuilt, encoder, IndexConfig(bm25=True), show_progress=False)
+    build_index(rebuilt, again, encoder, IndexConfig(bm25=True), show_progress=False)
+    manifest = Manifest.read(rebuilt)
+    assert manifest.corpus["kind"] == "index" and manifest.corpus["sha256"] != first
+    assert corpus_shas(manifest.corpus) == [manifest.corpus["sha256"], first]
+    assert source_corpus_sha256(rebuilt) == source_corpus_sha256(again) == first  # a chain too
+    assert "source_sha256" not in Manifest.read(judge_index).corpus  # a file stands for itself
+
+    model = tmp_path / "cat"
+    model.mkdir()
+    trained = data_record(TrainConfig(data=tmp_path / "mine", out_dir=model, split="test"), 30)
+    (model / "dotcat_training.json").write_text(json.dumps({"data": trained}))
+    reranker = SimpleNamespace(
+        alpha_source="dev-chosen", alpha=0.5, cross_encoder=SimpleNamespace(path=str(model))
+    )
+    with caplog.at_level(logging.WARNING, logger="dotcat.search.reranker"):
+        advise_calibration(reranker, manifest, rebuilt)
+        assert caplog.records == []
+        other = {**trained, "sha256": {"corpus": "0" * 64}, "source_corpus_sha256": "1" * 64}
+        (model / "dotcat_training.json").write_text(json.dumps({"data": other}))
+        advise_calibration(reranker, manifest, rebuilt)
+    assert "trained on another corpus" in caplog.records[0].getMessage()

@@ -42,16 +42,27 @@ def source_corpus_sha256(path: str | Path) -> str | None:
     from one (the index's, as ``dotcat judge export`` recorded it); else None.
 
     A model trained on either was trained on that index's corpus, though the file it read
-    (the document store, the exported ``corpus.jsonl``) hashes otherwise."""
+    (the document store, the exported ``corpus.jsonl``) hashes otherwise. An index built from
+    another index (``dotcat index OLD NEW --model M``) stands for the corpus the first was built
+    from (its manifest's ``corpus.source_sha256``)."""
     path = Path(path)
     if is_index_dir(path):
         record = read_json_or_none(path / INDEX_MANIFEST)
-        corpus = record.get("corpus") if isinstance(record, dict) else None
-    else:
-        record = read_json_or_none(path / EXPORT_RECORD) if path.is_dir() else None
-        corpus = record.get("source") if isinstance(record, dict) else None
+        shas = corpus_shas(record.get("corpus") if isinstance(record, dict) else None)
+        return shas[-1] if shas else None
+    record = read_json_or_none(path / EXPORT_RECORD) if path.is_dir() else None
+    corpus = record.get("source") if isinstance(record, dict) else None
     sha = corpus.get("sha256") if isinstance(corpus, dict) else None
     return sha if isinstance(sha, str) and sha else None
+
+
+def corpus_shas(corpus: Any) -> list[str]:
+    """The corpora an index manifest's ``corpus`` record stands for, as sha256s: its documents'
+    own, then, for an index built from another index, the corpus that one stood for."""
+    if not isinstance(corpus, dict):
+        return []
+    shas = (corpus.get("sha256"), corpus.get("source_sha256"))
+    return [sha for sha in shas if isinstance(sha, str) and sha]
 
 
 def is_index_dir(path: str | Path) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
+from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.index.chunks import plan_differences, read_plan
@@ -101,6 +102,8 @@ def corpus_entry(corpus: object, stats: CorpusStats, options: CorpusOptions | No
     }
     if stats.kind == "file":
         entry["file"] = str(Path(stats.path).resolve())
+    if stats.kind == "index" and is_path and (source := source_corpus_sha256(corpus)):
+        entry["source_sha256"] = source  # what a model trained on the first index knows
     if options is not None and options.to_json():
         entry["options"] = options.to_json()
     return entry

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dotcat.data.corpus import document_fields
+from dotcat.data.index_source import corpus_shas
 from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
 from dotcat.files import read_json_or_none
@@ -408,7 +409,7 @@ def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path) -> No
         trained_on = {data["sha256"]["corpus"], data.get("source_corpus_sha256")} - {None}
     except (TypeError, KeyError):  # not trained by dotcat, or an older record
         return
-    if trained_on and manifest.corpus.get("sha256") not in trained_on:
+    if trained_on and not trained_on & set(corpus_shas(manifest.corpus)):
         logger.warning(
             "%s was trained on another corpus: its dev-chosen interpolation weight %g may "
             "not suit this one; `dotcat calibrate %s --rerank %s` chooses one on it",
