@@ -15,6 +15,7 @@ root), when (UTC) and where (:func:`describe`), so that a figure can be traced a
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -165,3 +166,14 @@ def dotcat(*args: str, capture: bool = False, quiet: bool = True) -> tuple[str, 
             + (f":\n{done.stderr}" if capture else f" (exit status {done.returncode})")
         )
     return done.stdout or "", seconds
+
+
+def training_finished(model: str | Path) -> bool:
+    """True when ``model``'s training record (``dotcat_training.json``) says its run finished:
+    an interrupted ``dotcat train`` leaves its record (``status: running``) and a best-so-far
+    model, which a script must not take for the finished one."""
+    try:
+        record = json.loads((Path(model) / "dotcat_training.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") == "finished"

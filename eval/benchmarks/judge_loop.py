@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import common
-from dotcat.files import read_json_or_none
 from dotcat.training.loop import RECORD_FILE
 
 DEFAULT_COLLECTIONS = ("scifact=data/scifact:train", "pylib=runs/collections/pylib:dev")
@@ -84,18 +83,13 @@ def step(work: Path, name: str, done: Path, *args: str) -> float:
     A training record is there only once its run finished: an interrupted ``train`` leaves its
     record (``status: running``) and a best-so-far model, which a rerun must not take as done.
     """
-    if done.exists() and (done.name != RECORD_FILE or _finished(done)):
+    training = done.name == RECORD_FILE
+    if done.exists() and (not training or common.training_finished(done.parent)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
-    if done.name == RECORD_FILE and done.exists():
+    if training and done.exists():
         args = (*args, "--overwrite")
     return common.dotcat(*args)[1]
-
-
-def _finished(record: Path) -> bool:
-    """True when the training record says its run finished."""
-    data = read_json_or_none(record)
-    return isinstance(data, dict) and data.get("status") == "finished"
 
 
 def run_collection(name: str, data: Path, split: str, args) -> dict:

@@ -78,7 +78,7 @@ def systems(name: str, data: Path, args) -> dict[str, tuple[Path, bool]]:
     if dot.exists():
         others["trained dense"] = ("search", dot, *test, "--first-stage", "dense")
         others["trained hybrid"] = ("search", dot, *test)
-    if dot.exists() and (cat / "dotcat_training.json").exists():
+    if dot.exists() and common.training_finished(cat):
         others["trained hybrid + BERT_CAT"] = ("search", dot, *test, "--rerank", cat)
         others["BM25 + BERT_CAT"] = ("search", index, *test, "--first-stage", "bm25",
                                      "--rerank", cat)  # fmt: skip

@@ -43,7 +43,7 @@ def test_a_training_record_counts_as_done_only_when_its_run_finished(
 ):
     record = tmp_path / judge_loop.RECORD_FILE
     record.write_text(text, encoding="utf-8")
-    assert judge_loop._finished(record) is finished
+    assert judge_loop.common.training_finished(tmp_path) is finished
 
 
 def test_a_finished_step_is_reused_without_running_dotcat(judge_loop, tmp_path, capsys):
