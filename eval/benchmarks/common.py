@@ -15,7 +15,6 @@ root), when (UTC) and where (:func:`describe`), so that a figure can be traced a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shlex
@@ -168,12 +167,16 @@ def dotcat(*args: str, capture: bool = False, quiet: bool = True) -> tuple[str, 
     return done.stdout or "", seconds
 
 
+#: A trained model's record (``dotcat.training.loop.RECORD_FILE``, named here so that a script
+#: need not import the training code, and PyTorch with it, to read it).
+TRAINING_RECORD = "dotcat_training.json"
+
+
 def training_finished(model: str | Path) -> bool:
-    """True when ``model``'s training record (``dotcat_training.json``) says its run finished:
-    an interrupted ``dotcat train`` leaves its record (``status: running``) and a best-so-far
-    model, which a script must not take for the finished one."""
-    try:
-        record = json.loads((Path(model) / "dotcat_training.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    """True when ``model``'s training record says its run finished: an interrupted ``dotcat
+    train`` leaves its record (``status: running``) and a best-so-far model, which a script
+    must not take for the finished one."""
+    from dotcat.files import read_json_or_none
+
+    record = read_json_or_none(Path(model) / TRAINING_RECORD)
     return isinstance(record, dict) and record.get("status") == "finished"

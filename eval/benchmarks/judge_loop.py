@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import common
-from dotcat.training.loop import RECORD_FILE
 
 DEFAULT_COLLECTIONS = ("scifact=data/scifact:train", "pylib=runs/collections/pylib:dev")
 
@@ -83,7 +82,7 @@ def step(work: Path, name: str, done: Path, *args: str) -> float:
     A training record is there only once its run finished: an interrupted ``train`` leaves its
     record (``status: running``) and a best-so-far model, which a rerun must not take as done.
     """
-    training = done.name == RECORD_FILE
+    training = done.name == common.TRAINING_RECORD
     if done.exists() and (not training or common.training_finished(done.parent)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
@@ -121,10 +120,10 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
         store,
     )
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
-    times["train dot"] = step(work, name, dot / "dotcat_training.json", "train", "dot", judged, dot)
+    times["train dot"] = step(work, name, dot / common.TRAINING_RECORD, "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)
     if not args.no_cat:
-        times["train cat"] = step(work, name, cat / "dotcat_training.json", "train", "cat",
+        times["train cat"] = step(work, name, cat / common.TRAINING_RECORD, "train", "cat",
                                   judged, cat, "--first-stage", dot_index, "--first-stage",
                                   "bm25")  # fmt: skip
     runs = {

@@ -545,14 +545,13 @@ def calibrate_count_lines(work: Path) -> list[str]:
     for name, table in _calibration_tables(work, with_dev=True):
         dev = _floats(table["dev"])
         order, seeds = list(dev), list(table["pseudo"].values())
-        cells, sizes = [], []
-        for rule in (_chooser(CALIBRATION_PRIOR), _chooser(None)):
-            for k in counts:
-                draws = [_pooled(c) for c in itertools.combinations(seeds, k)]
-                value = float(np.mean([mean(dev[rule(d, order)]) for d in draws]))
-                cells.append(value)
-                if len(sizes) < len(counts):
-                    sizes.append(round(np.mean([len(next(iter(d.values()))) for d in draws])))
+        draws = [[_pooled(c) for c in itertools.combinations(seeds, k)] for k in counts]
+        sizes = [round(np.mean([len(next(iter(d.values()))) for d in ds])) for ds in draws]
+        cells = [
+            float(np.mean([mean(dev[rule(d, order)]) for d in ds]))
+            for rule in (_chooser(CALIBRATION_PRIOR), _chooser(None))
+            for ds in draws
+        ]
         for h, value in zip(head, cells, strict=True):
             totals[h].append(value)
         lines.append(
