@@ -264,3 +264,59 @@ def test_passage_settings_build_their_own_index_and_leave_the_others_cached(setu
     # The short windows split documents the cut index keeps whole.
     assert short.vector_count > cut.vector_count == cut.documents["count"]
     assert results["systems"]["dense"]["aggregate"] == first["systems"]["dense"]["aggregate"]
+
+
+def test_an_index_rebuilt_from_an_index_is_known_to_hold_the_datasets_corpus(
+    tmp_path, tiny_beir_dir, tiny_bert_dir, caplog
+):
+    """A system's `index` rebuilt from an index (`dotcat index OLD NEW --model M`, the judge
+    loop's way) reads OLD's document store, not the corpus file: its manifest's first corpus
+    still matches the dataset, so no "another corpus" warning; an index of other documents
+    still draws one."""
+    import gzip
+    import logging
+
+    from dotcat.index import IndexConfig, build_index
+    from dotcat.models import EncoderConfig
+
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    first, rebuilt, other = tmp_path / "first", tmp_path / "rebuilt", tmp_path / "other"
+    build_index(tiny_beir_dir, first, encoder, IndexConfig(), show_progress=False)
+    build_index(first, rebuilt, encoder, IndexConfig(), show_progress=False)
+    fewer = tmp_path / "fewer.jsonl"
+    with gzip.open(tiny_beir_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        fewer.write_text("".join(f.readlines()[:-1]), encoding="utf-8")
+    build_index(fewer, other, encoder, IndexConfig(), show_progress=False)
+
+    def warnings_for(index: Path) -> list[str]:
+        config = tmp_path / f"{index.name}.toml"
+        config.write_text(
+            textwrap.dedent(
+                f"""\
+                name = "given"
+                output = "{tmp_path / ("report-" + index.name)}"
+                baseline = "dense"
+                k = 5
+                precision = "fp32"
+                device = "cpu"
+
+                [dataset]
+                path = "{tiny_beir_dir}"
+
+                [[systems]]
+                name = "dense"
+                first_stage = "dense"
+                index = "{index}"
+                """
+            )
+        )
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dotcat.experiment.runner"):
+            result = runner.invoke(app, ["experiment", str(config)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return [r.getMessage() for r in caplog.records if "another corpus" in r.getMessage()]
+
+    assert warnings_for(first) == []
+    assert warnings_for(rebuilt) == []
+    (message,) = warnings_for(other)
+    assert str(other) in message and str(tiny_beir_dir) in message

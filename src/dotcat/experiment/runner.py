@@ -48,6 +48,7 @@ from dotcat.data import (
     write_run,
 )
 from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
+from dotcat.data.index_source import corpus_shas
 from dotcat.data.views import beir_view
 from dotcat.errors import DotcatError
 from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
@@ -186,14 +187,14 @@ class _Runner:
 
     def _existing_index(self, system: SystemConfig) -> str:
         index_dir = Path(system.index)
-        corpus = (Manifest.read(index_dir).corpus or {}).get("sha256")
-        if corpus and corpus != self.data.fingerprint["corpus"]:
+        shas = corpus_shas(Manifest.read(index_dir).corpus)
+        if shas and self.data.fingerprint["corpus"] not in shas:
             logger.warning(
                 "%s: the index was built from another corpus than %s's (sha256 %s...); its "
                 "results are evaluated against this dataset's qrels all the same",
                 index_dir,
                 self.data.path,
-                corpus[:12],
+                shas[-1][:12],
             )
         return index_fingerprint(index_dir)
 
