@@ -24,6 +24,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dotcat.models.resolve import TRAINING_RECORD  # torch-free: scripts read it before heavy work
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Where the maintained benchmarks write their current results.
 RESULTS = ROOT / "eval" / "benchmarks" / "results"
@@ -165,11 +167,6 @@ def dotcat(*args: str, capture: bool = False, quiet: bool = True) -> tuple[str, 
             + (f":\n{done.stderr}" if capture else f" (exit status {done.returncode})")
         )
     return done.stdout or "", seconds
-
-
-#: A trained model's record (``dotcat.training.loop.RECORD_FILE``, named here so that a script
-#: need not import the training code, and PyTorch with it, to read it).
-TRAINING_RECORD = "dotcat_training.json"
 
 
 def training_finished(model: str | Path) -> bool:

@@ -149,8 +149,8 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     table, _ = common.dotcat("eval", *files.values(), data, "--split", "test", "--baseline",
                              files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
                              capture=True)  # fmt: skip
-    record = json.loads((dot / "dotcat_training.json").read_text())
-    cat_file = cat / "dotcat_training.json"
+    record = json.loads((dot / common.TRAINING_RECORD).read_text())
+    cat_file = cat / common.TRAINING_RECORD
     cat_record = {} if args.no_cat else json.loads(cat_file.read_text())
     return {"name": name, "data": data, "split": split, "counts": counts, "times": times,
             "files": {k: v.name for k, v in files.items()}, "eval": json.loads(report),

@@ -9,49 +9,36 @@ out, so dev stays unseen. Test queries are not read.
     # QUERIES: the collection's queries file; DEV: make_dev.py's folder; OUT: the new folder
 """
 
-import csv
-import gzip
 import json
 import sys
 from pathlib import Path
 
-
-def tsv(path):
-    """A qrels file's rows as dicts."""
-    with open(path, encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-def top1(run):
-    """Each query's first document in a TREC run."""
-    first = {}
-    with open(run, encoding="utf-8") as f:
-        for line in f:
-            qid, _, doc, rank, *_ = line.split()
-            if int(rank) == 1:
-                first[qid] = doc
-    return first
+from dotcat.data import load_qrels, load_queries, read_run
+from dotcat.data.runs import ranked
 
 
 def main(judged, run, queries, dev, out):
     judged, out = Path(judged), Path(out)
-    rows = tsv(judged / "qrels" / "train.tsv")
-    held = {r["query-id"] for r in tsv(Path(dev) / "qrels" / "dev.tsv")}
-    have = {r["query-id"] for r in rows}
-    pseudo = {q: d for q, d in top1(run).items() if q not in have and q not in held}
+    qrels = load_qrels(judged, split="train")
+    held = set(load_qrels(dev, split="dev"))
+    pseudo = {
+        qid: docs[0][0]
+        for qid, docs in ranked(read_run(run)).items()
+        if docs and qid not in qrels and qid not in held
+    }
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     with open(out / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
-        f.writelines(f"{r['query-id']}\t{r['corpus-id']}\t{r['score']}\n" for r in rows)
-        f.writelines(f"{q}\t{d}\t1\n" for q, d in pseudo.items())
-    keep = have | set(pseudo)
-    opener = gzip.open if str(queries).endswith(".gz") else open
-    with opener(queries, "rt", encoding="utf-8") as f, open(out / "queries.jsonl", "w") as g:
-        g.writelines(line for line in f if json.loads(line)["_id"] in keep)
+        for qid, grades in qrels.items():
+            f.writelines(f"{qid}\t{doc}\t{grade}\n" for doc, grade in grades.items())
+        f.writelines(f"{qid}\t{doc}\t1\n" for qid, doc in pseudo.items())
+    texts = load_queries(queries)
+    with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": texts[q]}) + "\n" for q in [*qrels, *pseudo])
     corpus = out / "corpus.jsonl"
     if not corpus.exists():
         corpus.symlink_to((judged / "corpus.jsonl").resolve())
-    print(out, len(have), "judged queries,", len(pseudo), "pseudo-labelled")
+    print(out, len(qrels), "judged queries,", len(pseudo), "pseudo-labelled")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
+#: The record ``dotcat train`` writes into a model's directory (its data, settings, status),
+#: read back by training (resume), re-ranking (which corpus it was trained on) and scripts.
+TRAINING_RECORD = "dotcat_training.json"
+
 
 @dataclass(frozen=True)
 class PackagedModel:

@@ -38,7 +38,7 @@ from dotcat.files import read_json_or_none
 from dotcat.index import document_text
 from dotcat.models.config import CrossEncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder
-from dotcat.models.resolve import check_model
+from dotcat.models.resolve import TRAINING_RECORD, check_model
 from dotcat.models.runtime import store_linear_weights
 from dotcat.options import RERANK_DEPTH
 from dotcat.search.aggregation import Match, to_run
@@ -403,7 +403,7 @@ def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path) -> No
     calibrate`` chooses one on the index's own corpus."""
     if reranker.alpha_source != "dev-chosen":
         return
-    record = read_json_or_none(Path(reranker.cross_encoder.path) / "dotcat_training.json")
+    record = read_json_or_none(Path(reranker.cross_encoder.path) / TRAINING_RECORD)
     try:
         data = record["data"]
         trained_on = {data["sha256"]["corpus"], data.get("source_corpus_sha256")} - {None}

@@ -46,6 +46,7 @@ from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
 from dotcat.files import atomic_dir, read_json_or_none, write_json
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.training.config import (
     MIN_ADAPT_QUERIES,
     AdaptConfig,
@@ -279,7 +280,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         )
     else:
         train(DotConfig(**settings))
-    record = read_json_or_none(Path(config.out_dir) / "dotcat_training.json") or {}
+    record = read_json_or_none(Path(config.out_dir) / TRAINING_RECORD) or {}
     result = {
         "examples_per_second": record.get("examples_per_second"),
         "steps": record.get("steps"),
@@ -337,7 +338,7 @@ def _prepare(out: Path, config: AdaptConfig) -> Path:
     record = out / RECORD
     if out.exists() and not out.is_dir():
         raise DotcatError(f"{out}: exists and is not a directory")
-    earlier = record.exists() or (out / "dotcat_training.json").exists()
+    earlier = record.exists() or (out / TRAINING_RECORD).exists()
     if earlier and not config.resume:
         if not config.overwrite:
             raise DotcatError(

@@ -45,7 +45,7 @@ from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.files import write_json
-from dotcat.models.resolve import file_sha256
+from dotcat.models.resolve import TRAINING_RECORD, file_sha256
 from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
@@ -63,7 +63,6 @@ from dotcat.training.ddp import DistributedContext
 
 logger = logging.getLogger(__name__)
 
-RECORD_FILE = "dotcat_training.json"
 RECORD_FORMAT = "dotcat-training"
 DEV_MEASURE = "nDCG@10"
 #: Config fields that may differ on resume without changing what is trained.
@@ -223,7 +222,7 @@ def split_record(config: TrainConfig, recipe: Any, **extra: Any) -> dict[str, An
 def finished(out_dir: Path, kind: str, epochs: int) -> bool:
     """True when ``out_dir`` holds a finished run of this kind and number of epochs."""
     try:
-        record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
+        record = json.loads((out_dir / TRAINING_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return (
@@ -240,7 +239,7 @@ def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[st
         return
     if not out_dir.is_dir():
         raise DotcatError(f"{out_dir}: exists and is not a directory")
-    earlier = (out_dir / RECORD_FILE).exists() or (out_dir / CHECKPOINTS_DIR).exists()
+    earlier = (out_dir / TRAINING_RECORD).exists() or (out_dir / CHECKPOINTS_DIR).exists()
     if not earlier or config.resume:
         return
     if not config.overwrite:
@@ -250,7 +249,7 @@ def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[st
         )
     logger.warning("overwriting the training run in %s", out_dir)
     shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
-    for pattern in (*stale_files, RECORD_FILE):
+    for pattern in (*stale_files, TRAINING_RECORD):
         for stale in out_dir.glob(pattern):
             stale.unlink()
 
@@ -523,7 +522,7 @@ def _end_epoch(run: _Run) -> None:
     state.batches_done = 0
     state.partial = _fresh_partial()
     if run.ctx.is_main:
-        write_json(run.out_dir / RECORD_FILE, _record(run, "running"))
+        write_json(run.out_dir / TRAINING_RECORD, _record(run, "running"))
 
 
 def _save_state(run: _Run) -> None:
@@ -551,7 +550,7 @@ def _save_state(run: _Run) -> None:
             torch_rng,
             keep=run.config.keep_checkpoints,
         )
-        write_json(run.out_dir / RECORD_FILE, _record(run, "running"))
+        write_json(run.out_dir / TRAINING_RECORD, _record(run, "running"))
     ctx.barrier()
 
 
@@ -560,7 +559,8 @@ def _finish(run: _Run, stopped: bool) -> None:
     if run.ctx.is_main:
         if not stopped:
             run.recipe.finish(run.out_dir)
-        write_json(run.out_dir / RECORD_FILE, _record(run, "stopped" if stopped else "finished"))
+        status = "stopped" if stopped else "finished"
+        write_json(run.out_dir / TRAINING_RECORD, _record(run, status))
         if not stopped:
             best = run.state.best
             logger.info(

@@ -29,8 +29,8 @@ from dotcat.data.corpus import iter_corpus
 from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
 from dotcat.errors import DotcatError
 from dotcat.files import atomic_dir, read_json_or_none, write_json
+from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.training.config import AUTO, CatConfig
-from dotcat.training.loop import RECORD_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def resolve_pretrain_queries(config: CatConfig) -> int:
         made = read_json_or_none(out / PRETRAIN_DIR / "data" / SETTINGS_FILE)
         if isinstance(made, dict) and "pretrain_queries" in made:
             return int(made["pretrain_queries"])
-        if (out / RECORD_FILE).is_file():
+        if (out / TRAINING_RECORD).is_file():
             return 0
     available = len(pseudo_queries(iter_corpus(config.data), seed=config.seed).queries)
     n = min(AUTO_QUERIES, available) if available >= AUTO_MIN_QUERIES else 0
