@@ -100,7 +100,7 @@ def main() -> None:
 
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(args.cat_model)))
     alpha = ce.interpolation_alpha if ce.interpolation_alpha is not None else 1.0
-    record = json.loads((args.cat_model / "dotcat_training.json").read_text())
+    record = json.loads(common.training_record_path(args.cat_model).read_text())
     rows = []
     for spec in args.collection:
         name, rest = spec.split("=", 1)

@@ -185,7 +185,7 @@ def training_rows(models: dict[str, str]) -> tuple[list[str], dict[str, dict]]:
     """One line per trained model: what it cost and what dev chose."""
     rows, records = [], {}
     for name, model in models.items():
-        path = Path(model) / "dotcat_training.json"
+        path = common.training_record_path(model)
         if not path.is_file():
             continue
         record = records[name] = json.loads(path.read_text())

@@ -154,7 +154,7 @@ def main() -> None:
         rerank({qid: [(h.doc_id, h.score) for h in hits]}, {qid: queries[qid]}, hit_texts, ce, 20)
         pipeline_ms.append((time.perf_counter() - t0) * 1000)
 
-    training = json.loads((args.cat_model / "dotcat_training.json").read_text())
+    training = json.loads(common.training_record_path(args.cat_model).read_text())
     hp, timing = training["hyperparameters"], training["timings"]
     lines = [
         *common.header(

@@ -240,7 +240,7 @@ def main() -> None:
             print(f"zero-shot: {report.aggregate} (index {seconds:.0f} s)", flush=True)
             continue
         out = train(system, args, qrels_file)
-        record = json.loads((out / "dotcat_training.json").read_text())
+        record = json.loads(common.training_record_path(out).read_text())
         records[system] = record
         index = args.index_dir / f"scifact-dot-{system}"
         report, seconds = evaluate_dense(str(out), args.data, index, test_queries, test_qrels)

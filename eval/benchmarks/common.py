@@ -24,8 +24,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dotcat.models.resolve import TRAINING_RECORD  # torch-free: scripts read it before heavy work
-
 ROOT = Path(__file__).resolve().parents[2]
 #: Where the maintained benchmarks write their current results.
 RESULTS = ROOT / "eval" / "benchmarks" / "results"
@@ -169,11 +167,19 @@ def dotcat(*args: str, capture: bool = False, quiet: bool = True) -> tuple[str, 
     return done.stdout or "", seconds
 
 
+def training_record_path(model: str | Path) -> Path:
+    """The run record ``dotcat train`` writes into ``model`` (``dotcat_training.json``; the name
+    is dotcat's, imported here, not at import time: see the module's docstring)."""
+    from dotcat.models.resolve import TRAINING_RECORD
+
+    return Path(model) / TRAINING_RECORD
+
+
 def training_finished(model: str | Path) -> bool:
     """True when ``model``'s training record says its run finished: an interrupted ``dotcat
     train`` leaves its record (``status: running``) and a best-so-far model, which a script
     must not take for the finished one."""
     from dotcat.files import read_json_or_none
 
-    record = read_json_or_none(Path(model) / TRAINING_RECORD)
+    record = read_json_or_none(training_record_path(model))
     return isinstance(record, dict) and record.get("status") == "finished"

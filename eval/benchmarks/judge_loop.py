@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import common
+from dotcat.models.resolve import TRAINING_RECORD
 
 DEFAULT_COLLECTIONS = ("scifact=data/scifact:train", "pylib=runs/collections/pylib:dev")
 
@@ -82,7 +83,7 @@ def step(work: Path, name: str, done: Path, *args: str) -> float:
     A training record is there only once its run finished: an interrupted ``train`` leaves its
     record (``status: running``) and a best-so-far model, which a rerun must not take as done.
     """
-    training = done.name == common.TRAINING_RECORD
+    training = done.name == TRAINING_RECORD
     if done.exists() and (not training or common.training_finished(done.parent)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
@@ -120,10 +121,10 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
         store,
     )
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
-    times["train dot"] = step(work, name, dot / common.TRAINING_RECORD, "train", "dot", judged, dot)
+    times["train dot"] = step(work, name, dot / TRAINING_RECORD, "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)
     if not args.no_cat:
-        times["train cat"] = step(work, name, cat / common.TRAINING_RECORD, "train", "cat",
+        times["train cat"] = step(work, name, cat / TRAINING_RECORD, "train", "cat",
                                   judged, cat, "--first-stage", dot_index, "--first-stage",
                                   "bm25")  # fmt: skip
     runs = {
@@ -149,8 +150,8 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     table, _ = common.dotcat("eval", *files.values(), data, "--split", "test", "--baseline",
                              files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
                              capture=True)  # fmt: skip
-    record = json.loads((dot / common.TRAINING_RECORD).read_text())
-    cat_file = cat / common.TRAINING_RECORD
+    record = json.loads((dot / TRAINING_RECORD).read_text())
+    cat_file = cat / TRAINING_RECORD
     cat_record = {} if args.no_cat else json.loads(cat_file.read_text())
     return {"name": name, "data": data, "split": split, "counts": counts, "times": times,
             "files": {k: v.name for k, v in files.items()}, "eval": json.loads(report),

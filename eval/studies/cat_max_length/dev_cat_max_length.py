@@ -38,7 +38,7 @@ def main() -> None:
     from dotcat.training.data.pools import first_stage_run
     from dotcat.training.recipes.cat import dev_candidates, dev_score
 
-    record = json.loads((args.cat_model / "dotcat_training.json").read_text())
+    record = json.loads(common.training_record_path(args.cat_model).read_text())
     hp, split = record["hyperparameters"], record["split"]
     trained_length = json.loads((args.cat_model / "dotcat_cross_encoder.json").read_text())[
         "max_length"

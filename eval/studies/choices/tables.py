@@ -133,7 +133,7 @@ def rerank_table(work: Path, index: Path, cat: Path, fusions: dict[str, Fusion])
     from dotcat.training.data.pools import first_stage_run
 
     data = common.SCIFACT
-    training = json.loads((cat / "dotcat_training.json").read_text())
+    training = json.loads(common.training_record_path(cat).read_text())
     config = training["hyperparameters"]
     dev_depth = config["dev_depth"]
     train = load_training_data(data, "train", None, None)
