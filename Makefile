@@ -43,8 +43,8 @@ test-fast: $(STAMP)
 # precision `auto` chooses, an experiment's cached systems against fresh ones), run as an
 # AVX2-only Zen 3 under qemu; `make test-zen3 ZEN3_TESTS=tests` runs the whole suite (~8x
 # slower than native: about an hour on 2 cores).
-ZEN3_TESTS ?= tests/test_rankings.py tests/index/test_shards.py tests/models/test_precision.py \
-	tests/experiment/test_experiment.py
+ZEN3_TESTS ?= tests/test_rankings.py tests/index/test_shards.py tests/index/test_filtered.py \
+	tests/models/test_precision.py tests/experiment/test_experiment.py
 test-zen3: $(STAMP)
 	bash scripts/zen3-python.sh $(VENV)
 	DOTCAT_TEST_SLOWDOWN=10 $(BIN)/python-zen3 -m pytest -q -m "not ray" $(ZEN3_TESTS) $(PYTEST_ARGS)
