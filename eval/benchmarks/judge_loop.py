@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import common
-from dotcat.models.resolve import TRAINING_RECORD
 
 DEFAULT_COLLECTIONS = ("scifact=data/scifact:train", "pylib=runs/collections/pylib:dev")
 
@@ -83,7 +82,7 @@ def step(work: Path, name: str, done: Path, *args: str) -> float:
     A training record is there only once its run finished: an interrupted ``train`` leaves its
     record (``status: running``) and a best-so-far model, which a rerun must not take as done.
     """
-    training = done.name == TRAINING_RECORD
+    training = done == common.training_record_path(done.parent)
     if done.exists() and (not training or common.training_finished(done.parent)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
@@ -121,10 +120,11 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
         store,
     )
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
-    times["train dot"] = step(work, name, dot / TRAINING_RECORD, "train", "dot", judged, dot)
+    dot_record, cat_record_file = common.training_record_path(dot), common.training_record_path(cat)
+    times["train dot"] = step(work, name, dot_record, "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)
     if not args.no_cat:
-        times["train cat"] = step(work, name, cat / TRAINING_RECORD, "train", "cat",
+        times["train cat"] = step(work, name, cat_record_file, "train", "cat",
                                   judged, cat, "--first-stage", dot_index, "--first-stage",
                                   "bm25")  # fmt: skip
     runs = {
@@ -150,9 +150,8 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     table, _ = common.dotcat("eval", *files.values(), data, "--split", "test", "--baseline",
                              files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
                              capture=True)  # fmt: skip
-    record = json.loads((dot / TRAINING_RECORD).read_text())
-    cat_file = cat / TRAINING_RECORD
-    cat_record = {} if args.no_cat else json.loads(cat_file.read_text())
+    record = json.loads(dot_record.read_text())
+    cat_record = {} if args.no_cat else json.loads(cat_record_file.read_text())
     return {"name": name, "data": data, "split": split, "counts": counts, "times": times,
             "files": {k: v.name for k, v in files.items()}, "eval": json.loads(report),
             "table": table, "dot_split": record.get("split"), "cat_split": cat_record.get("split"),

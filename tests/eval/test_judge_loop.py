@@ -41,13 +41,13 @@ def judge_loop():
 def test_a_training_record_counts_as_done_only_when_its_run_finished(
     judge_loop, tmp_path, text, finished
 ):
-    record = tmp_path / judge_loop.TRAINING_RECORD
+    record = judge_loop.common.training_record_path(tmp_path)
     record.write_text(text, encoding="utf-8")
     assert judge_loop.common.training_finished(tmp_path) is finished
 
 
 def test_a_finished_step_is_reused_without_running_dotcat(judge_loop, tmp_path, capsys):
-    record = tmp_path / judge_loop.TRAINING_RECORD
+    record = judge_loop.common.training_record_path(tmp_path)
     record.write_text(json.dumps({"status": "finished"}), encoding="utf-8")
     seconds = judge_loop.step(tmp_path, "c", record, "no-such-command")
     assert seconds != seconds  # NaN: nothing ran (a run of the bad command would exit)
@@ -55,7 +55,7 @@ def test_a_finished_step_is_reused_without_running_dotcat(judge_loop, tmp_path, 
 
 
 def test_an_unfinished_training_step_runs_again_over_its_leftovers(judge_loop, tmp_path):
-    record = tmp_path / judge_loop.TRAINING_RECORD
+    record = judge_loop.common.training_record_path(tmp_path)
     record.write_text(json.dumps({"status": "running", "steps": 3}), encoding="utf-8")
     with pytest.raises(SystemExit, match=r"dotcat no-such-command --overwrite failed"):
         judge_loop.step(tmp_path, "c", record, "no-such-command")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dotcat.data import load_qrels, load_queries, read_run
 from dotcat.data.runs import ranked
+from dotcat.judging.export import write_qrels
 
 
 def main(judged, run, queries, dev, out):
@@ -27,11 +28,8 @@ def main(judged, run, queries, dev, out):
         if docs and qid not in qrels and qid not in held
     }
     (out / "qrels").mkdir(parents=True, exist_ok=True)
-    with open(out / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        for qid, grades in qrels.items():
-            f.writelines(f"{qid}\t{doc}\t{grade}\n" for doc, grade in grades.items())
-        f.writelines(f"{qid}\t{doc}\t1\n" for qid, doc in pseudo.items())
+    labels = {**qrels, **{qid: {doc: 1} for qid, doc in pseudo.items()}}
+    write_qrels(labels, out / "qrels" / "train.tsv")
     texts = load_queries(queries)
     with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"_id": q, "text": texts[q]}) + "\n" for q in [*qrels, *pseudo])
