@@ -29,4 +29,3 @@ def test_common_imports_without_dotcat():
 def test_st_onnx_compat_imports_without_dotcat():
     done = _imports_without_dotcat("st_onnx_compat")
     assert done.returncode == 0, done.stderr
-
