@@ -514,17 +514,19 @@ def build_from_docstore(
         store.close()
 
 
-def docstore_rows(store: DocStore, passages: bool | None = None) -> Iterator[dict[str, str]]:
+def docstore_rows(
+    store: DocStore, passages: bool | None = None, after: int = -1
+) -> Iterator[dict[str, str]]:
     """What BM25 indexes of a doc store: its documents, in position order, or its passages
     (an index built with them, unless ``passages`` is False), in FAISS id order, each row's
     id its FAISS id (as a string) and its text its document's title and the passage's text,
-    as the encoder reads it."""
+    as the encoder reads it; only those whose position (or FAISS id) is over ``after``."""
     if store.has_passages() if passages is None else passages and store.has_passages():
-        for rows in store.iter_passages():
+        for rows in store.iter_passages(after=after):
             for pid, _, title, text in rows:
                 yield {"id": str(pid), "title": title, "text": text}
         return
-    for rows in store.iter_rows():
+    for rows in store.iter_rows(after=after):
         for _, doc_id, title, text in rows:
             yield {"id": doc_id, "title": title, "text": text}
 

@@ -17,6 +17,11 @@ the counts it was computed from (:class:`~dotcat.index.bm25.TermCounts`) with N,
 of the collection (:func:`with_collection_statistics`), by bm25s' own formulas, in the same
 arithmetic, so that a shard's score of a document equals the merged index's.
 
+The same arithmetic updates one index in place of building it again
+(:func:`updated`): after ``dotcat add``, ``delete`` or a sync, the rows that stay keep their
+term counts, the new rows are tokenized and counted, and every score is computed again with
+the new N, df(t) and avgdl: the scores a build over the same rows gives.
+
 Term ids: each shard numbers its (stemmed) terms as it first meets them, ``""`` first; the
 collection numbers them as the merged index does, which is built over the shards' documents in
 shard order: the shards' vocabularies concatenated, each term at its first appearance
@@ -27,14 +32,15 @@ these ids, so that it too chooses the merged index's terms.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import bm25s
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Index, make_tokenizer
+from dotcat.index.bm25 import BM25Index, EmptyBM25, TermCounts, _iter_fields, _join, make_tokenizer
 from dotcat.index.config import BM25Config
 
 #: Score-matrix entries computed at a time (bounds the temporary arrays: ~24 bytes each).
@@ -156,7 +162,7 @@ def with_collection_statistics(
             whose scores are not ``idf * tf part``.
     """
     config, counts = bm25.config, _counts(bm25)
-    if config.method not in ("lucene", "robertson", "atire"):
+    if config.method not in _RESCORED:
         raise DotcatError(f"BM25 {config.method!r} cannot be scored across shards")
     idf_of = bm25s.scoring._select_idf_scorer(config.method)
     present = view.df > 0
@@ -175,6 +181,65 @@ def with_collection_statistics(
         order = sorted(range(len(names)), key=names.__getitem__)
         shard._id_rank[order] = np.arange(len(names))
     return shard
+
+
+def updated(bm25: BM25Index, drop: Collection[str], rows: Iterable[object]) -> BM25Index | None:
+    """``bm25`` with its rows whose ids are in ``drop`` removed and ``rows`` (documents as
+    :meth:`BM25Index.build` takes them) added after the others, every score computed again from
+    the term counts with the new collection's N, df(t) and avgdl (see the module docstring).
+
+    The vocabulary only grows: a term no row holds any more keeps its id and an empty column
+    (it scores nothing, as an unknown term). None where this cannot be done (an index without
+    term counts, a variant whose scores are not ``idf * tf part``, or none before): build it
+    again from the doc store instead.
+    """
+    config, counts = bm25.config, bm25.counts
+    if counts is None or isinstance(bm25, EmptyBM25) or config.method not in _RESCORED:
+        return None
+    old = bm25._retriever.scores
+    indptr, indices = np.asarray(old["indptr"]), np.asarray(old["indices"])
+    keep = np.fromiter((d not in drop for d in bm25.doc_ids), bool, count=len(bm25.doc_ids))
+    doc_ids = [d for d, kept in zip(bm25.doc_ids, keep, strict=True) if kept]
+    row_of = np.cumsum(keep) - 1  # an old row's number among those kept
+    entry_kept = keep[indices]
+    terms = [np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))[entry_kept]]
+    rows_of = [row_of[indices[entry_kept]]]
+    tf = [np.asarray(counts.tf)[entry_kept]]
+    lengths = [np.asarray(counts.lengths)[keep]]
+    tokenizer = bm25._tokenizer  # the index's vocabulary, grown by the new rows' terms
+    texts = (_join(title, text) for title, text in _iter_fields(rows, doc_ids))
+    stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
+    for row, ids in enumerate(stream, start=len(doc_ids)):  # (doc_ids grows as it goes)
+        found, counted = bm25s.scoring._get_counts_from_token_ids(
+            array("i", ids), np.float32, np.int32
+        )
+        terms.append(found)
+        rows_of.append(np.full(len(found), row))
+        tf.append(counted)
+        lengths.append(np.array([len(ids)], np.int32))
+    n_docs = len(doc_ids)
+    if n_docs == 0:
+        return EmptyBM25(config)
+    vocabulary = tokenizer.get_vocab_dict()
+    data, rows, pointers = bm25s.BM25._np_csc(
+        np.concatenate(tf).astype(np.int32), np.concatenate(rows_of).astype(np.int32),
+        np.concatenate(terms).astype(np.int64), (n_docs, len(vocabulary)),
+    )  # fmt: skip
+    new_counts = TermCounts(data, np.concatenate(lengths).astype(np.int32))
+    layout = {"indptr": pointers, "indices": rows, "num_docs": n_docs}
+    idf_of = bm25s.scoring._select_idf_scorer(config.method)
+    df = np.diff(pointers)
+    idf = np.array([idf_of(int(d), n_docs) if d else 0.0 for d in df], dtype=np.float32)
+    avgdl = np.float64(new_counts.tokens / n_docs)
+    retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+    retriever.scores = {**layout, "data": _scores(config, new_counts, layout, idf, avgdl)}
+    retriever.vocab_dict = vocabulary
+    retriever.nonoccurrence_array = None
+    return BM25Index(retriever, tokenizer, doc_ids, config, new_counts)
+
+
+#: The variants whose scores are ``idf * tf part`` (computed again from the counts).
+_RESCORED = ("lucene", "robertson", "atire")
 
 
 def _scores(

@@ -283,9 +283,12 @@ class DocStore:
                 f"manifest says {expected}; rebuild the index"
             )
 
-    def iter_rows(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
-        """Every ``(pos, id, title, text)`` row in position order, ``batch`` rows at a time."""
-        last = -1
+    def iter_rows(
+        self, batch: int = 10_000, after: int = -1
+    ) -> Iterator[list[tuple[int, str, str, str]]]:
+        """Every ``(pos, id, title, text)`` row in position order (of positions over
+        ``after``), ``batch`` rows at a time."""
+        last = after
         while True:
             rows = self._execute(
                 "SELECT pos, id, title, text FROM docs WHERE pos > ? ORDER BY pos LIMIT ?",
@@ -296,12 +299,14 @@ class DocStore:
             yield rows
             last = rows[-1][0]
 
-    def iter_passages(self, batch: int = 10_000) -> Iterator[list[tuple[int, str, str, str]]]:
-        """Every passage as ``(pid, doc id, title, passage text)``, in FAISS id order,
-        ``batch`` at a time, cut out of its document here: each document of a batch is read
-        once (SQLite's ``substr`` would read a 50 MB document again for each of its
-        thousands of passages, and count its characters from the start each time)."""
-        last = -1
+    def iter_passages(
+        self, batch: int = 10_000, after: int = -1
+    ) -> Iterator[list[tuple[int, str, str, str]]]:
+        """Every passage (of ids over ``after``) as ``(pid, doc id, title, passage text)``, in
+        FAISS id order, ``batch`` at a time, cut out of its document here: each document of a
+        batch is read once (SQLite's ``substr`` would read a 50 MB document again for each of
+        its thousands of passages, and count its characters from the start each time)."""
+        last = after
         while True:
             spans = self._execute(
                 "SELECT pid, pos, start, stop FROM passages WHERE pid > ? ORDER BY pid LIMIT ?",
@@ -397,6 +402,32 @@ class DocStore:
             )
             found.update((row[1], StoredDocument(*row)) for row in rows)
         return found
+
+    def of_file(self, doc_id: str) -> list[StoredDocument]:
+        """The documents of one file of a folder: ``doc_id`` itself (a document file) and the
+        records ``doc_id#...`` (a record file; ``$`` follows ``#``)."""
+        rows = self._execute(
+            "SELECT pos, id, title, text FROM docs WHERE id = ? OR (id > ? AND id < ?)",
+            (doc_id, f"{doc_id}#", f"{doc_id}$"),
+        )
+        return [StoredDocument(*row) for row in rows]
+
+    def all_ids(self) -> list[str]:
+        return [row[0] for row in self._execute("SELECT id FROM docs")]
+
+    def field_rows(self, positions: Sequence[int]) -> dict[int, list[tuple]]:
+        """Each document's ``fields`` rows ``(name, value, num, kind)``, sorted (none without
+        fields)."""
+        out: dict[int, list[tuple]] = {int(p): [] for p in positions}
+        if self.has_fields():
+            for pos, *row in self._select("pos, name, value, num, kind", positions, "fields"):
+                out[pos].append(tuple(row))
+        return {pos: sorted(rows) for pos, rows in out.items()}
+
+    def replace_fields(self, rows: Sequence[tuple[int, str]]) -> None:
+        """Give the documents of ``(position, fields as JSON)`` rows those fields instead."""
+        field_table.delete(self._conn, [pos for pos, _ in rows])
+        self.add_fields(field_table.batch_field_rows(*zip(*rows, strict=True)) if rows else [])
 
     def ids(self, positions: Sequence[int]) -> dict[int, str]:
         """Document ids at the given FAISS positions."""

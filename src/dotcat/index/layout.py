@@ -21,6 +21,13 @@ An index ``INDEX`` is only ever written beside itself and moved into place whole
   checks that it can change the whole index and create files beside it
   (:func:`check_writable`); a read-only or foreign-owned index is refused in one line before
   any work, and nothing is left beside it.
+* Generations: an update (``add``, ``delete``, a sync, an HTTP write) builds the next
+  generation in the build folder, every file hard-linked from the current one but those it
+  changes in place (:data:`IN_PLACE`, copied: :func:`copy_for_update`), fsyncs it and swaps it
+  in. Readers open a generation's files inside :func:`reading` (a shared ``flock`` on its
+  folder); the swap first takes that lock exclusively (:func:`swap_into_place`), so a reader
+  opens one generation whole, never files of two, and keeps what it opened (the old files are
+  unlinked, not changed) until it moves.
 
 Nothing here imports FAISS or torch: the CLI checks paths before paying for those imports.
 """
@@ -33,6 +40,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,6 +67,10 @@ INDEX_NAME = "index.faiss"
 DOCSTORE_NAME = INDEX_DOCSTORE
 #: The BM25 side index (:mod:`dotcat.index.bm25`), a directory, when the index has one.
 BM25_DIR = "bm25"
+#: Files an update changes in place (the doc store, FAISS's on-disk lists): copied into the
+#: next generation. Every other file is only ever replaced (written anew, renamed), so the next
+#: generation hard-links it.
+IN_PLACE = (DOCSTORE_NAME, "index.ivfdata")
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
@@ -234,6 +246,70 @@ def _filelock(path: Path, wait: float) -> Iterator[bool]:
         lock.release()
 
 
+@contextmanager
+def reading(index_dir: Path) -> Iterator[None]:
+    """Open an index's files inside this block to read one generation whole: a shared ``flock``
+    on its folder, which :func:`swap_into_place` takes exclusively before a swap, so no swap
+    comes between two opens. What was opened stays readable after the block and after later
+    swaps (a replaced file is unlinked, never changed). A no-op without ``flock`` (Windows) or
+    without the folder (the opener says so)."""
+    fd = None
+    while fcntl is not None and index_dir.is_dir():
+        fd = os.open(index_dir, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if _still_at(fd, index_dir):
+            break
+        os.close(fd)  # swapped while this waited: read the generation now in place
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+@contextmanager
+def _no_readers(index_dir: Path) -> Iterator[None]:
+    """Hold ``index_dir``'s folder lock exclusively: readers opening it (:func:`reading`)
+    finish first, and new ones wait for the swap, then open what replaced it."""
+    fd = os.open(index_dir, os.O_RDONLY) if fcntl is not None else None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def copy_for_update(index_dir: Path, new: Path) -> None:
+    """Make ``new``, the next generation of ``index_dir``: its files hard-linked (where the file
+    system has no links, copied) but those an update changes in place (:data:`IN_PLACE`),
+    copied. A write into the next generation replaces a linked file, never changes it."""
+
+    def link_or_copy(source: str, target: str) -> str:
+        if Path(source).name not in IN_PLACE:
+            with contextlib.suppress(OSError):
+                os.link(source, target)
+                return target
+        return shutil.copy2(source, target)
+
+    shutil.copytree(index_dir, new, copy_function=link_or_copy)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file and folder under ``folder`` to disk (before it is published: an
+    acknowledged write survives a power cut, not only kill -9)."""
+    for path, _, names in os.walk(folder):
+        for name in names:
+            fd = os.open(os.path.join(path, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(path))
+
+
 def recover(index_dir: Path, strict: bool = True) -> list[str]:
     """Restore or clean up after a killed build; call with the lock held.
 
@@ -321,19 +397,22 @@ def swap_into_place(new: Path, index_dir: Path) -> None:
 
     Atomic where ``renameat2(RENAME_EXCHANGE)`` works (Linux 3.15+ on ext4, xfs, btrfs,
     tmpfs...): the old index is in ``new``'s place afterwards and is removed. Elsewhere two
-    renames, with :func:`recover` covering a kill between them.
+    renames, with :func:`recover` covering a kill between them. Readers opening the old index
+    (:func:`reading`) finish before the swap; the files they opened stay theirs.
     """
     if not index_dir.exists():
         os.replace(new, index_dir)
-    elif _exchange(new, index_dir):
         _fsync_dir(index_dir.parent)
-        _remove_old(new)  # now the old index
-    else:
-        old = _old_path(index_dir)
-        os.replace(index_dir, old)
-        os.replace(new, index_dir)
+        return
+    with _no_readers(index_dir):
+        if _exchange(new, index_dir):
+            old = new  # the exchange left the old index there
+        else:
+            old = _old_path(index_dir)
+            os.replace(index_dir, old)
+            os.replace(new, index_dir)
         _fsync_dir(index_dir.parent)
-        _remove_old(old)
+    _remove_old(old)
     _fsync_dir(index_dir.parent)
 
 

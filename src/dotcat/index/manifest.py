@@ -8,6 +8,7 @@ parameters, the document count, the passage settings and count (an index built w
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
 from dotcat.files import replacing
 from dotcat.index.layout import (
@@ -76,6 +78,15 @@ class Manifest:
     #: ``stride``, ``sentence_aware``), ``count`` (the FAISS vectors) and ``next_pid``; None:
     #: one vector per document (an index built before passages, or with them off).
     passages: dict[str, Any] | None = None
+    #: This generation's number (a build is 1; each update, sync or manifest change makes the
+    #: next: :mod:`dotcat.index.layout`) and when it was made (ISO 8601; a build: ``created``).
+    generation: int = 1
+    made: str = ""
+
+    def next_generation(self) -> None:
+        """Make this the manifest of the next generation, made now."""
+        self.generation += 1
+        self.made = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
     @property
     def vector_count(self) -> int:
@@ -141,6 +152,7 @@ def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -
     with index_lock(directory, wait=30.0):
         manifest = Manifest.read(directory)
         change(manifest)
+        manifest.next_generation()  # a server over the index reloads it (dotcat.serve.live)
         manifest.write(directory)  # temp file, fsync, rename
     return manifest
 
@@ -217,7 +229,7 @@ def check_index(index_dir: str | Path, *, shards: bool = True) -> None:
     index_dir = Path(index_dir)
     recover_for_reading(index_dir)
     if shards and index_dir.is_dir() and not (index_dir / MANIFEST_NAME).exists():
-        found = [p for p in sorted(index_dir.iterdir()) if (p / MANIFEST_NAME).is_file()]
+        found = indexes_in(index_dir)
         for shard in found:
             Manifest.read(shard)
         if found:

@@ -16,20 +16,28 @@ IVF indexes keep explicit ids natively; other index types are wrapped in an ``In
 the first time they are updated (rebuilt from their own vectors, exact for flat storage).
 HNSW cannot remove a vector in place: a delete rebuilds its graph from the remaining vectors.
 
-Each update is atomic: it works on a copy of the index in the build folder and swaps it into
-place (:mod:`dotcat.index.layout`), so a crash at any point leaves the previous index whole
-and searchable. The manifest keeps the count and a log of updates; the BM25 side index, if
-any, is rebuilt over the new set of documents (BM25's statistics are global).
+Each update makes the next generation of the index (:class:`Generation`): a copy in the build
+folder (hard links of the files it only replaces, a copy of the doc store it changes),
+fsynced and swapped into place (:mod:`dotcat.index.layout`), so a crash at any point leaves
+the previous generation whole and searchable, and an update that returned is on disk. The
+manifest keeps the count and a log of updates; the BM25 side, if any, keeps its rows' term
+counts and is scored again with the new collection's statistics
+(:func:`dotcat.index.bm25_global.updated`: as a build over the same documents scores).
+A sync of a folder (:mod:`dotcat.index.sync`) and the server's document API
+(:mod:`dotcat.serve.live`) change an index through the same :func:`apply_change`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import faiss
 import numpy as np
@@ -38,9 +46,10 @@ from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
-from dotcat.files import replacing, writes
+from dotcat.files import replacing, write_json, writes
 from dotcat.index import faiss_index, layout
-from dotcat.index.bm25 import build_from_docstore
+from dotcat.index.bm25 import BM25Index, build_from_docstore, docstore_rows
+from dotcat.index.bm25_global import updated
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest
@@ -73,6 +82,26 @@ class UpdateResult:
     documents: int  # in the index afterwards
 
 
+@dataclass
+class Change:
+    """What one generation changes (:func:`apply_change`).
+
+    Attributes:
+        remove: ids of documents to delete.
+        add: documents to add (a dataset as :func:`dotcat.data.load_corpus` gives); an id the
+            index holds is replaced (its old document removed first).
+        fields: id -> fields (JSON, as the dataset holds them) for documents whose text stays.
+        files: the state of the folder's files as the index now holds them
+            (:func:`write_files`), or None: the state of the files whose documents change is
+            dropped (a sync reads them again).
+    """
+
+    remove: Sequence[str] = ()
+    add: Any = None
+    fields: Mapping[str, str] = field(default_factory=dict)
+    files: dict[str, Any] | None = None
+
+
 @writes("index_dir")
 def add_documents(
     index_dir: str | Path,
@@ -83,11 +112,15 @@ def add_documents(
     precision: str = "auto",
     show_progress: bool = True,
     corpus_options: CorpusOptions | None = None,
+    encoder: BiEncoder | None = None,
+    wait: float = 0.0,
 ) -> UpdateResult:
     """Encode the documents of ``corpus`` with the index's own encoder and add them.
 
     ``corpus`` is any source :func:`dotcat.index.build.build_index` takes (a corpus file, a folder
-    of files, documents in Python...), read with ``corpus_options``.
+    of files, documents in Python...), read with ``corpus_options``. ``encoder``: the index's
+    document encoder, loaded (else loaded here, on ``device`` at ``precision``); ``wait``:
+    seconds to wait for another writer of the index (0: refused at once).
 
     Raises:
         DotcatError: an id the index holds already (unless ``upsert``, which replaces it),
@@ -98,42 +131,29 @@ def add_documents(
     layout.check_writable(index_dir)  # before the corpus is read and encoded
     stats = CorpusStats()
     dataset = load_corpus(corpus, stats=stats, options=corpus_options)
-    with _updating(index_dir) as (tmp, manifest):
-        store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
+    with Generation(index_dir, wait) as generation:
+        store = DocStore(index_dir / DOCSTORE_NAME)
         try:
             existing = _existing(store, dataset)
-            if existing and not upsert:
-                sample = ", ".join(repr(i) for i in sorted(existing)[:5])
-                raise DotcatError(
-                    f"{stats.path}: {len(existing)} document(s) are in {index_dir} already "
-                    f"(e.g. {sample}); pass upsert=True to replace them",
-                    settings=("upsert",),
-                )
-            index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
-            positions = [doc.pos for doc in store.by_ids(sorted(existing)).values()]
-            _remove(index, _vector_ids(store, manifest, positions))
-            store.delete(positions)
-            first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
-            next_pid = _add(index, store, dataset, manifest, first, (device, precision),
-                            show_progress)  # fmt: skip
-            store.finish_fields()
-            store.commit()
-            documents = len(store)
         finally:
             store.close()
-        added = len(dataset)
-        _finish(tmp, manifest, index, first + added, documents, next_pid)
-        manifest.updates = _log(manifest, "add", added - len(existing), len(existing), 0,
-                                {"corpus": stats.path, "sha256": stats.sha256})  # fmt: skip
-        manifest.write(tmp)
-    result = UpdateResult(added - len(existing), len(existing), 0, manifest.documents["count"])
+        if existing and not upsert:
+            sample = ", ".join(repr(i) for i in sorted(existing)[:5])
+            raise DotcatError(
+                f"{stats.path}: {len(existing)} document(s) are in {index_dir} already "
+                f"(e.g. {sample}); pass upsert=True to replace them",
+                settings=("upsert",),
+            )
+        log = {"corpus": stats.path, "sha256": stats.sha256}
+        result = generation.apply(Change(add=dataset), encoder or (device, precision),
+                                  show_progress, ("add", log))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
 
 
 @writes("index_dir")
 def delete_documents(
-    index_dir: str | Path, doc_ids: Sequence[str], *, missing_ok: bool = False
+    index_dir: str | Path, doc_ids: Sequence[str], *, missing_ok: bool = False, wait: float = 0.0
 ) -> UpdateResult:
     """Remove documents (by id) from the FAISS index and the doc store.
 
@@ -146,84 +166,159 @@ def delete_documents(
     if not wanted:
         raise DotcatError("delete: no document id given")
     layout.check_writable(index_dir)
-    with _updating(index_dir) as (tmp, manifest):
-        next_pos = int(manifest.documents.get("next_pos", manifest.documents["count"]))
-        store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
+    with Generation(index_dir, wait) as generation:
+        store = DocStore(index_dir / DOCSTORE_NAME)
         try:
             found = store.by_ids(wanted)
-            missing = [i for i in wanted if i not in found]
-            if missing and not missing_ok:
-                sample = ", ".join(repr(i) for i in missing[:5])
-                raise DotcatError(
-                    f"{index_dir}: no document with id {sample}"
-                    + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-                    + "; pass missing_ok=True to delete the others",
-                    settings=("missing_ok",),
-                )
-            index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
-            positions = [doc.pos for doc in found.values()]
-            _remove(index, _vector_ids(store, manifest, positions))
-            store.delete(positions)
-            store.finish_fields()
-            store.commit()
-            documents = len(store)
         finally:
             store.close()
-        # A deleted position (or passage id) is never reused.
-        _finish(tmp, manifest, index, next_pos, documents, manifest.next_vector_id)
-        manifest.updates = _log(manifest, "delete", 0, 0, len(found), {"ids": sorted(found)[:20]})
-        manifest.write(tmp)
-    result = UpdateResult(0, 0, len(found), manifest.documents["count"])
+        missing = [i for i in wanted if i not in found]
+        if missing and not missing_ok:
+            sample = ", ".join(repr(i) for i in missing[:5])
+            raise DotcatError(
+                f"{index_dir}: no document with id {sample}"
+                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+                + "; pass missing_ok=True to delete the others",
+                settings=("missing_ok",),
+            )
+        result = generation.apply(Change(remove=sorted(found)), None, False,
+                                  ("delete", {"ids": sorted(found)[:20]}))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
 
 
-class _updating:
-    """Lock the index, copy it into the build folder, yield ``(copy, manifest)``; on a clean
-    exit swap the copy into place, on any error discard it (the index is untouched)."""
+class Generation:
+    """The next generation of an index, made beside it and published in one swap.
 
-    def __init__(self, index_dir: Path) -> None:
+    Entered: the index's writer lock held (waiting ``wait`` seconds for another writer), a
+    killed writer's leftovers restored or removed (:func:`dotcat.index.layout.recover`), and
+    :attr:`manifest` the current generation's. :meth:`apply` makes the next generation in the
+    build folder (:func:`dotcat.index.layout.copy_for_update`), changes it and writes its
+    manifest; a clean exit then fsyncs it and swaps it into place, any error discards it (the
+    index is untouched). A generation nothing was applied to publishes nothing.
+    """
+
+    def __init__(self, index_dir: Path, wait: float = 0.0) -> None:
         self.index_dir = index_dir
-        self.lock = layout.index_lock(index_dir)
+        self.lock = layout.index_lock(index_dir, wait)
+        self.tmp: Path | None = None
 
-    def __enter__(self) -> tuple[Path, Manifest]:
+    def __enter__(self) -> Generation:
         self.lock.__enter__()
-        copying = False
         try:
             layout.recover(self.index_dir)
-            Manifest.read(self.index_dir)  # a valid index, before copying it
+            self.manifest = Manifest.read(self.index_dir)
             layout.check_writable(self.index_dir)
-            self.tmp = layout.build_path(self.index_dir)
-            if layout.is_resumable(self.tmp):
+            building = layout.build_path(self.index_dir)
+            if layout.is_resumable(building):
                 raise DotcatError(
                     f"{self.index_dir}: an interrupted build of this path is waiting in "
-                    f"{self.tmp.name}; finish it (run the same `dotcat index` again) or remove "
+                    f"{building.name}; finish it (run the same `dotcat index` again) or remove "
                     "that folder before updating"
                 )
-            layout.clear(self.tmp, "an unusable build folder")
-            copying = True
-            shutil.copytree(self.index_dir, self.tmp)
-            return self.tmp, Manifest.read(self.tmp)
         except BaseException:
-            if copying:  # a part copy (a full disk, Ctrl-C) is no use to anyone
-                shutil.rmtree(self.tmp, ignore_errors=True)
             self.lock.__exit__(None, None, None)
             raise
+        return self
+
+    def apply(
+        self,
+        change: Change,
+        encoder: BiEncoder | tuple[str, str] | None,
+        show_progress: bool,
+        log: tuple[str, dict],
+    ) -> UpdateResult:
+        """Make the next generation with ``change`` applied (:func:`apply_change`), its
+        manifest written; published when the block ends."""
+        self.tmp = tmp = layout.build_path(self.index_dir)
+        layout.clear(tmp, "an unusable build folder")
+        layout.copy_for_update(self.index_dir, tmp)
+        manifest = Manifest.read(tmp)
+        manifest.next_generation()
+        result = apply_change(tmp, manifest, change, encoder, show_progress)
+        op, detail = log
+        manifest.updates = _log(manifest, op, result.added, result.replaced, result.deleted,
+                                detail)  # fmt: skip
+        manifest.write(tmp)
+        self.manifest = manifest
+        return result
 
     def __exit__(self, kind, value, traceback) -> None:
         try:
-            if kind is None:
+            if self.tmp is not None and kind is None:
+                layout.fsync_tree(self.tmp)
                 layout.swap_into_place(self.tmp, self.index_dir)
-            else:
+            elif self.tmp is not None:
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self.lock.__exit__(kind, value, traceback)
+
+
+def apply_change(
+    tmp: Path,
+    manifest: Manifest,
+    change: Change,
+    encoder: BiEncoder | tuple[str, str] | None,
+    show_progress: bool = False,
+) -> UpdateResult:
+    """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
+    state), encoding the added documents with ``encoder`` (loaded, or ``(device,
+    precision)`` to load the index's; unused without documents to add)."""
+    store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
+    try:
+        added_ids = _existing_ids(change.add)
+        found = store.by_ids(sorted({*change.remove, *added_ids}))
+        replaced = len(found.keys() & set(added_ids))
+        index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
+        positions = [doc.pos for doc in found.values()]
+        vector_ids = _vector_ids(store, manifest, positions)
+        _remove(index, vector_ids)
+        by_passage = bool(manifest.bm25 and "passages" in manifest.bm25)
+        dropped = {str(i) for i in vector_ids} if by_passage else set(found)
+        store.delete(positions)
+        first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
+        first_id = manifest.next_vector_id
+        next_id = first_id
+        if change.add is not None and len(change.add):
+            if not isinstance(encoder, BiEncoder):
+                encoder = document_encoder(manifest, *(encoder or ("auto", "auto")))
+            next_id = _add(index, store, change.add, manifest, first, encoder, show_progress)
+        store.replace_fields([(d.pos, change.fields[i]) for i, d in
+                              store.by_ids(sorted(change.fields)).items()])  # fmt: skip
+        store.finish_fields()
+        store.commit()
+        after = (first_id if by_passage else first) - 1
+        rows = list(docstore_rows(store, by_passage, after)) if manifest.bm25 else []
+        documents = len(store)
+    finally:
+        store.close()
+    added = len(added_ids)
+    _finish(tmp, manifest, index, first + added, documents, next_id)
+    if manifest.bm25:
+        _update_bm25(tmp, manifest, dropped, rows)
+    _files_after(tmp, change, found)
+    return UpdateResult(added - replaced, replaced, len(found) - replaced, documents)
+
+
+def document_encoder(manifest: Manifest, device: str = "auto", precision: str = "auto"):
+    """The index's document encoder (its vectors comparable with the index's), loaded."""
+    config = encoder_config_from_manifest(
+        manifest.encoder, None, device, precision, side="documents"
+    )
+    return BiEncoder.load(config)
 
 
 def _vector_ids(store: DocStore, manifest: Manifest, positions: list[int]) -> list[int]:
     """The FAISS ids of the documents at ``positions``: every passage of each, or (without
     passages) the positions themselves."""
     return store.passage_ids(positions) if manifest.passages else positions
+
+
+def _existing_ids(dataset) -> list[str]:
+    """Every id of ``dataset`` (none for None)."""
+    if dataset is None:
+        return []
+    return [i for _, batch in iter_row_batches(dataset, batch_size=10_000) for i in batch["id"]]
 
 
 def _existing(store: DocStore, dataset) -> set[str]:
@@ -285,19 +380,12 @@ def _add(
     dataset,
     manifest: Manifest,
     first: int,
-    runtime: tuple[str, str],
+    encoder: BiEncoder,
     show_progress: bool,
 ) -> int:
     """Encode the dataset's documents with the index's encoder (split into passages as the
     index's were), positions from ``first``; returns the next FAISS id never used."""
     next_id = manifest.next_vector_id
-    if len(dataset) == 0:
-        return next_id
-    device, precision = runtime
-    config = encoder_config_from_manifest(
-        manifest.encoder, None, device, precision, side="documents"
-    )
-    encoder = BiEncoder.load(config)
     check_encoder(manifest, encoder.manifest_entry(), store.path.parent, side="documents")
     config = PassageConfig.from_manifest(manifest.passages)
     splitter = Splitter.for_encoder(encoder, config, split_longer_than(manifest.passages))
@@ -350,19 +438,52 @@ def _finish(
         manifest.passages["count"] = int(index.ntotal)
         manifest.passages["next_pid"] = next_id
     (tmp / "vectors.npy").unlink(missing_ok=True)  # stale now: updates go to FAISS only
-    if manifest.bm25:
-        _rebuild_bm25(tmp, manifest)
 
 
-def _rebuild_bm25(tmp: Path, manifest: Manifest) -> None:
-    config = BM25Config(**manifest.bm25["config"])
-    shutil.rmtree(tmp / BM25_DIR, ignore_errors=True)
+def _update_bm25(tmp: Path, manifest: Manifest, dropped: set[str], rows: list[dict]) -> None:
+    """The BM25 side without the ``dropped`` rows and with ``rows``, scored with the new
+    collection's statistics (:func:`dotcat.index.bm25_global.updated`), or built again from
+    the doc store where it cannot be (an index saved without its term counts)."""
     by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress=False,
-                        passages=by_passage).save(tmp / BM25_DIR)  # fmt: skip
+    bm25 = updated(BM25Index.load(tmp / BM25_DIR), dropped, rows)
+    if bm25 is None:
+        config = BM25Config(**manifest.bm25["config"])
+        bm25 = build_from_docstore(tmp / DOCSTORE_NAME, config, False, passages=by_passage)
+    shutil.rmtree(tmp / BM25_DIR)  # its files are the current generation's too: unlinked
+    bm25.save(tmp / BM25_DIR)
     manifest.bm25["documents"] = manifest.documents["count"]
     if by_passage:
         manifest.bm25["passages"] = manifest.passages["count"]
+
+
+#: The folder's files whose documents an index holds, and their size and modification time
+#: when read (:mod:`dotcat.index.sync`).
+FILES_NAME = "files.json"
+
+
+def read_files(index_dir: Path) -> dict[str, Any] | None:
+    """The files' state an index keeps (``{"key": ..., "files": {rel: [size, mtime_ns]}}``),
+    or None (an index built before it was kept, or not from a folder)."""
+    try:
+        return json.loads((Path(index_dir) / FILES_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_files(index_dir: Path, state: dict[str, Any]) -> None:
+    write_json(Path(index_dir) / FILES_NAME, state, indent=None)
+
+
+def _files_after(tmp: Path, change: Change, found: Mapping[str, Any]) -> None:
+    """The files' state after ``change``: as a sync gives it, else without the files whose
+    documents changed (``dotcat add``, ``delete``, HTTP writes: the next sync reads them)."""
+    state = read_files(tmp)
+    if change.files is not None:
+        write_files(tmp, change.files)
+    elif state is not None:
+        touched = {unquote(i.split("#", 1)[0]) for i in [*found, *_existing_ids(change.add)]}
+        state["files"] = {k: v for k, v in state["files"].items() if k not in touched}
+        write_files(tmp, state)
 
 
 def _log(manifest: Manifest, op: str, added: int, replaced: int, deleted: int, detail: dict):
