@@ -135,11 +135,11 @@ def test_html_meta_becomes_fields():
 
 def test_text_in_another_encoding_is_detected_or_given():
     latin = "Résumé: le café ouvre à neuf heures, près de la gare.".encode("latin-1")
-    text, used = decode(latin)
-    assert "café" in text and used != "utf-8"
-    assert decode(latin, "cp1252") == (latin.decode("cp1252"), "cp1252")
+    text, used, guess = decode(latin)
+    assert "café" in text and used == "cp1252" and guess
+    assert decode(latin, "cp1252") == (latin.decode("cp1252"), "cp1252", "")
     assert decode("é".encode("utf-16"))[0] == "é"  # a byte-order mark says it
-    assert decode(b"plain", forced="latin-1") == ("plain", "iso8859-1")
+    assert decode(b"plain", forced="latin-1") == ("plain", "iso8859-1", "")
 
 
 def test_fields_option_parses_and_refuses_in_one_line():

@@ -136,8 +136,9 @@ def test_unreadable_files_are_skipped_and_named_in_one_warning(tmp_path, caplog)
     latin = next(d for d in docs if d.id == "latin1.txt")  # not UTF-8: read in its encoding
     assert latin.text == "café" and latin.fields["encoding"] == "cp1252"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1, warnings
+    assert len(warnings) == 2, warnings  # the files skipped; the encoding guessed
     assert warnings[0].startswith(f"{tmp_path}: skipped 4 of 16 files that cannot be read: ")
+    assert "latin1.txt (cp1252, unsure)" in warnings[1]
     for rel, reason in zip(
         [*bad, "locked.pdf"], ["binary", "corrupt PDF", "empty", "encrypted PDF"], strict=True
     ):

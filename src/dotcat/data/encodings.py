@@ -1,17 +1,35 @@
-"""Text in any encoding: UTF-8 first, then the one a user names, else the one detected.
+"""Text in any encoding: UTF-8 first, then the one a user names, else a named guess.
 
-Most files are UTF-8 (or ASCII, which is UTF-8), and a file in a legacy 8-bit encoding
-(Latin-1, Windows-1252) is almost never valid UTF-8 as soon as it holds one accented letter:
-so a file is read as UTF-8 when it decodes as UTF-8 (a byte-order mark honoured), and
-otherwise in the encoding given (``--encoding``, a folder's ``dotcat.toml``), else in the one
-charset-normalizer detects (Ousret's successor of chardet, which requests uses). A file given
-an encoding for itself (a ``dotcat.toml`` rule, ``--fields GLOB:encoding=...``) is read in
-that encoding, UTF-8 or not. The encoding used is recorded per file (the ``encoding`` field).
+A file is read in the first of:
+
+1. the encoding given for it (a ``dotcat.toml`` rule, ``--fields GLOB:encoding=...``);
+2. what a byte-order mark says (UTF-8, UTF-16, UTF-32);
+3. UTF-8, when it decodes as UTF-8 (ASCII does; a legacy 8-bit file almost never does as soon
+   as it holds one accented letter);
+4. ``--encoding`` (the folder's encoding for whatever is not UTF-8);
+5. a guess, named with the file in one warning per read (:func:`guess`).
+
+A guess prefers UTF-8, then Windows-1252, over what a detector says, because a detector is
+least sure on short texts: charset-normalizer (Ousret's successor of chardet, which requests
+uses) reads the Latin-1 line "Le modèle déjà entraîné" as Baltic cp1257, and short Latin-1,
+cp1252 and KOI8 messages as cp775, Big5 or Shift-JIS (figures in ``eval/studies/encoding/``).
+So a file that is mostly UTF-8 (a line
+pasted from elsewhere, a character cut at the end) is read as UTF-8 and its other bytes as
+Windows-1252; then the first of :data:`SCRIPTS` whose text looks as that script does is taken:
+Western text (:func:`western`) as Windows-1252, or Latin-9 where only that gives Western letters
+(``€`` and ``œ`` are elsewhere in Latin-9), Cyrillic text (:func:`cyrillic`) as Windows-1251,
+KOI8-R or KOI8-U; only other text (Greek, CJK, Central European...) goes to the detector. A
+guess is ``unsure`` where the detector found nothing or read the bytes otherwise; those come
+first in the warning. Latin-1 is read as Windows-1252: both give the same text but for C1
+control characters, which no text holds (the WHATWG encoding standard reads Latin-1 so). The
+encoding used is recorded per file (the ``encoding`` field).
 """
 
 from __future__ import annotations
 
 import codecs
+import re
+from typing import NamedTuple
 
 from dotcat.errors import SettingError
 
@@ -24,14 +42,35 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-#: The encoding chosen among equally likely ones (:func:`detect`).
-PREFERRED = "cp1252"
-#: How many bytes detection reads (charset-normalizer's own default sample is smaller).
+#: What Western European text (French, German, Spanish, Portuguese, Italian, Catalan, Dutch,
+#: Danish, Norwegian, Swedish, Finnish) holds beyond ASCII: its letters and the punctuation of
+#: Windows-1252. Left out: what other scripts' legacy bytes turn into when read as cp1252 (ð þ
+#: ý ÿ from Cyrillic, Turkish, Czech; ³ ¹ ± ¶ ¼ from Polish; ¤ ½ from Latin-9's € œ; ‚ from
+#: Shift-JIS).
+WESTERN = frozenset(
+    "ÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÑÒÓÔÕÖØÙÚÛÜßàáâãäåæçèéêëìíîïñòóôõöøùúûüŒœŠšŽžªº×\xa0«»¡¿°§©®·£€…–—‘’“”„•‹›™"
+)
+#: Punctuation of Cyrillic text beyond ASCII.
+CYRILLIC_PUNCTUATION = frozenset("\xa0«»„“”‘’–—…№•")
+#: How many bytes a guess reads.
 DETECT_BYTES = 1 << 20
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+_MIXED_WORD = re.compile(r"[A-Za-z][\u0400-\u04ff]|[\u0400-\u04ff][A-Za-z]")
+_NOT_WESTERN = re.compile(r"[^\W\d_\x00-\x7f]{3}|[^\W\d_][¿¡]")
+_CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 
 
 class NotDecodable(Exception):
     """Bytes that no encoding tried decodes; ``str()`` is the reason."""
+
+
+class Decoded(NamedTuple):
+    """A file's text, the encoding it was read in, and how that was known: ``""`` (given, a
+    byte-order mark or UTF-8), ``guessed``, or ``unsure`` (see the module docstring)."""
+
+    text: str
+    encoding: str
+    guess: str = ""
 
 
 def check_encoding(name: str, where: str = "--encoding") -> str:
@@ -48,45 +87,110 @@ def check_encoding(name: str, where: str = "--encoding") -> str:
         ) from None
 
 
-def decode(data: bytes, fallback: str | None = None, forced: str | None = None) -> tuple[str, str]:
-    """``(text, encoding used)`` of ``data``: ``forced`` if given, else UTF-8 (or what a
-    byte-order mark says), else ``fallback``, else the detected encoding.
+def decode(data: bytes, fallback: str | None = None, forced: str | None = None) -> Decoded:
+    """``data`` as text: ``forced`` if given, else what a byte-order mark says, else UTF-8,
+    else ``fallback``, else :func:`guess`.
 
     Raises:
-        NotDecodable: ``forced`` or ``fallback`` cannot decode it, or nothing was detected.
+        NotDecodable: ``forced`` or ``fallback`` cannot decode it, or no guess can.
     """
     if forced is not None:
-        return _decode(data, forced), codecs.lookup(forced).name
+        return Decoded(_decode(data, forced), codecs.lookup(forced).name)
     for mark, encoding in _BOMS:
         if data.startswith(mark):
-            return _decode(data, encoding), encoding.removesuffix("-sig")
+            return Decoded(_decode(data, encoding), encoding.removesuffix("-sig"))
     try:
-        return data.decode("utf-8"), "utf-8"
+        return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError as e:
         where = f"byte 0x{data[e.start]:02x} at offset {e.start}"
     if fallback is not None:
-        return _decode(data, fallback), codecs.lookup(fallback).name
-    detected = detect(data)
-    if detected is None:
-        raise NotDecodable(f"not UTF-8 ({where}) and no encoding detected: give --encoding")
-    return _decode(data, detected), detected
+        return Decoded(_decode(data, fallback), codecs.lookup(fallback).name)
+    guessed = guess(data)
+    if guessed is None:
+        raise NotDecodable(f"not UTF-8 ({where}) and no encoding found: give --encoding")
+    encoding, sure = guessed
+    text = data.decode("utf-8", "dotcat-cp1252") if encoding == "utf-8" else _decode(data, encoding)
+    return Decoded(text, encoding, "guessed" if sure else "unsure")
 
 
-def detect(data: bytes) -> str | None:
-    """The encoding charset-normalizer finds most likely for ``data`` (its first MiB), or
-    None. Among equally likely ones (a short text of a few accented letters fits several code
-    pages) Windows-1252 is preferred, the legacy encoding of most Western text (and what the
-    WHATWG encoding standard reads Latin-1 as)."""
+def guess(data: bytes) -> tuple[str, bool] | None:
+    """``(encoding, sure)`` for bytes that are not UTF-8 (their first MiB), or None: UTF-8
+    where most of what is not ASCII is UTF-8 (the rest then read as Windows-1252), else the
+    first of :data:`SCRIPTS` whose text looks as it must, else what
+    charset-normalizer finds most likely (see the module docstring). ``sure``: the detector
+    reads the bytes as the encoding chosen does."""
     from charset_normalizer import from_bytes  # only files that are not UTF-8 need it
 
-    matches = list(from_bytes(data[:DETECT_BYTES]))
-    if not matches:
-        return None
-    best = matches[0]
-    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
-    if any(PREFERRED in m.could_be_from_charset for m in tied):
-        return PREFERRED
-    return codecs.lookup(best.encoding).name
+    head = data[:DETECT_BYTES]
+    if _mostly_utf8(head):
+        return "utf-8", False
+    best = next(iter(from_bytes(head)), None)
+    detected = codecs.lookup(best.encoding).name if best is not None else None
+    for encoding, script in SCRIPTS:
+        try:
+            text = head.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if script(text):
+            return encoding, detected is not None and _same(head, detected, text)
+    return (detected, True) if detected is not None else None
+
+
+def western(text: str) -> bool:
+    """Whether ``text`` reads as Western European text: everything beyond ASCII is in
+    :data:`WESTERN`, no three letters beyond ASCII come in a row (a Cyrillic or Greek text read
+    in a Western code page is runs of accented letters), and ``¿ ¡`` open words (Polish ż in
+    Windows-1250 reads as ``¿`` inside them)."""
+    beyond = _NOT_ASCII.findall(text)
+    return bool(beyond) and WESTERN.issuperset(beyond) and not _NOT_WESTERN.search(text)
+
+
+def cyrillic(text: str) -> bool:
+    """Whether ``text`` reads as Cyrillic text: everything beyond ASCII is a Cyrillic letter or
+    :data:`CYRILLIC_PUNCTUATION`, no word mixes Cyrillic and Latin letters (what a Polish text
+    in Windows-1250 read as Windows-1251 does), and most Cyrillic letters are lower case (KOI8
+    and Windows-1251 hold the same letters with the cases swapped)."""
+    beyond = _NOT_ASCII.findall(text)
+    letters = _CYRILLIC.findall(text)
+    if not letters or not CYRILLIC_PUNCTUATION.issuperset(_CYRILLIC.sub("", "".join(beyond))):
+        return False
+    return not _MIXED_WORD.search(text) and 2 * sum(map(str.islower, letters)) > len(letters)
+
+
+#: The legacy code pages tried before the detector, in order, each with what a text read in
+#: it must look like to be taken.
+SCRIPTS = (
+    ("cp1252", western),
+    ("iso8859-15", western),
+    ("cp1251", cyrillic),
+    ("koi8-r", cyrillic),
+    ("koi8-u", cyrillic),
+)
+
+
+def _mostly_utf8(data: bytes) -> bool:
+    """Whether most characters beyond ASCII are well-formed UTF-8 (a line in another encoding
+    pasted in, or a character cut at the end, leaves a few bytes that are not)."""
+    replaced = data.decode("utf-8", "replace")
+    bad = replaced.count("\ufffd")
+    return len(_NOT_ASCII.findall(replaced)) - bad > bad
+
+
+def _same(data: bytes, encoding: str, text: str) -> bool:
+    try:
+        return data.decode(encoding) == text
+    except (UnicodeDecodeError, LookupError):
+        return False
+
+
+def _cp1252_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
+    """A codec error handler: the bytes that are not UTF-8 as Windows-1252 (Latin-1 for the
+    five it leaves undefined)."""
+    bad = error.object[error.start : error.end]
+    return "".join(bytes([b]).decode("cp1252", "ignore") or chr(b) for b in bad), error.end
+
+
+codecs.register_error("dotcat-cp1252", _cp1252_bytes)
 
 
 def _decode(data: bytes, encoding: str) -> str:

@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dotcat.data.encodings import NotDecodable, decode
+from dotcat.data.encodings import Decoded, NotDecodable, decode
 from dotcat.data.markup import front_matter, markdown_text, rst_text
 from dotcat.data.metadata import record_fields, scalar_value
 from dotcat.errors import DotcatError, first_line
@@ -78,11 +78,13 @@ class Unreadable(Exception):
 @dataclass(frozen=True)
 class Extracted:
     """What a document file holds: its title, its text, its other fields (typed,
-    :mod:`dotcat.data.metadata`)."""
+    :mod:`dotcat.data.metadata`), and whether its encoding was guessed (``guessed`` or
+    ``unsure``, :class:`dotcat.data.encodings.Decoded`)."""
 
     title: str
     text: str
     fields: dict[str, Any]
+    guess: str = ""
 
 
 def check_html_support() -> None:
@@ -115,28 +117,29 @@ def extract(
     """
     if not data.strip():
         raise Unreadable("empty")
+    guess = ""
     if kind == "pdf":
         title, text, fields = _pdf(data)
     elif kind == "html":
         title, text, fields = _html(data)
     else:
-        text, used = _text(data, encoding, forced)
+        text, used, guess = _text(data, encoding, forced)
         title, text, fields = _marked_up(text, kind, where)
         fields.setdefault("encoding", used)
     if not text.strip():
         raise Unreadable("no text")
-    return Extracted(title.strip() or stem, text, fields)
+    return Extracted(title.strip() or stem, text, fields, guess)
 
 
-def _text(data: bytes, encoding: str | None, forced: str | None) -> tuple[str, str]:
-    """A text file's text (CRLF as LF) and the encoding it was read in."""
+def _text(data: bytes, encoding: str | None, forced: str | None) -> Decoded:
+    """A text file's text (CRLF as LF), the encoding it was read in, and how."""
     if b"\0" in data[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
         raise Unreadable("binary")
     try:
-        text, used = decode(data, encoding, forced)
+        found = decode(data, encoding, forced)
     except NotDecodable as e:
         raise Unreadable(str(e)) from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n"), used
+    return found._replace(text=found.text.removeprefix("\ufeff").replace("\r\n", "\n"))
 
 
 def _marked_up(text: str, kind: str, where: str) -> tuple[str, str, dict[str, Any]]:

@@ -83,7 +83,7 @@ from dotcat.data.records import (
     iter_python_records,
     python_source_name,
 )
-from dotcat.data.rules import FileRule, Rules, pattern_matches
+from dotcat.data.rules import RULES_FILE, FileRule, Rules, pattern_matches
 from dotcat.errors import DataFormatError, DotcatError, SettingError
 from dotcat.options import Settings, setting
 
@@ -128,6 +128,10 @@ class CorpusStats:
         unreadable: a folder's files skipped because they cannot be read.
         unreadable_named: the first few of those, as ``relative/path (reason)``.
         other_kinds: a folder's files of kinds not read, by suffix.
+        guessed: a folder's text files not in UTF-8 read in a guessed encoding
+            (:func:`dotcat.data.encodings.guess`).
+        guessed_named: the first few of those, as ``relative/path (encoding)``, the unsure
+            ones first (``relative/path (encoding, unsure)``).
         sha256: the content's fingerprint: a file's bytes; for a folder, its files' paths and
             bytes; for Python objects, the documents.
     """
@@ -142,6 +146,8 @@ class CorpusStats:
     unreadable: int = 0
     unreadable_named: list[str] = field(default_factory=list)
     other_kinds: dict[str, int] = field(default_factory=dict)
+    guessed: int = 0
+    guessed_named: list[str] = field(default_factory=list)
     sha256: str = ""
 
     def reset(self) -> None:
@@ -393,24 +399,31 @@ class FolderSource:
             rule = self.options.rule_for(listed.rel, self.rules)
             try:
                 if listed.kind == "records":
-                    sha, encoding = _probe_records(listed, rule.encoding, self.options.encoding)
+                    sha, encoding, guess = _probe_records(
+                        listed, rule.encoding, self.options.encoding
+                    )
+                    _note_guess(stats, listed.rel, encoding, guess)
                     yield from self._file_records(listed, rule, encoding)
                 else:
                     data = _read_bytes(listed)
                     sha = hashlib.sha256(data).hexdigest()
-                    yield self._document(listed, _gunzip(listed, data), rule)
+                    record, guess = self._document(listed, _gunzip(listed, data), rule)
+                    _note_guess(stats, listed.rel, record.fields.get("encoding"), guess)
+                    yield record
             except Unreadable as e:
                 self._unreadable(stats, listed.rel, listed.path, str(e))
             digest.update(f"{listed.rel}\t{sha}\n".encode())
         stats.sha256 = digest.hexdigest()
 
-    def _document(self, listed: ListedFile, data: bytes, rule: FileRule) -> Record:
-        """A document file as one record: its title, text and fields, its file's fields."""
+    def _document(self, listed: ListedFile, data: bytes, rule: FileRule) -> tuple[Record, str]:
+        """A document file as one record (its title, text and fields, its file's fields), and
+        how its encoding was known (:class:`dotcat.data.encodings.Decoded`)."""
         found = extract(data, listed.kind, _stem(listed.rel), self.options.encoding,
                         rule.encoding, str(listed.path))  # fmt: skip
         fields = merged(found.fields, file_fields(listed.rel, listed.size, listed.mtime_ns))
-        return Record(str(listed.path), None, path_id(listed.rel), "path", found.title,
-                      found.text, fields)  # fmt: skip
+        record = Record(str(listed.path), None, path_id(listed.rel), "path", found.title,
+                        found.text, fields)  # fmt: skip
+        return record, found.guess
 
     def _file_records(
         self, listed: ListedFile, rule: FileRule, encoding: str | None
@@ -444,6 +457,20 @@ class FolderSource:
         if len(stats.unreadable_named) < UNREADABLE_NAMED:
             stats.unreadable_named.append(f"{rel} ({reason})")
         logger.debug("%s: skipped: %s", path, reason)
+
+
+def _note_guess(stats: CorpusStats, rel: str, encoding: str | None, guess: str) -> None:
+    """Count a file read in a guessed encoding; name the first few, the unsure ones first."""
+    if not guess:
+        return
+    stats.guessed += 1
+    named = stats.guessed_named
+    if guess == "unsure":
+        unsure = sum(entry.endswith(", unsure)") for entry in named)
+        named.insert(unsure, f"{rel} ({encoding}, unsure)")
+    else:
+        named.append(f"{rel} ({encoding})")
+    del named[UNREADABLE_NAMED:]
 
 
 class PythonSource:
@@ -614,6 +641,8 @@ def is_index_folder(folder: Path) -> bool:
 
 
 def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
+    if rel == RULES_FILE:  # the folder's own rules: configuration, never a document
+        return
     try:
         st = path.stat()
     except OSError as e:
@@ -710,16 +739,17 @@ def _gunzip(listed: ListedFile, data: bytes) -> bytes:
 
 def _probe_records(
     listed: ListedFile, forced: str | None, fallback: str | None
-) -> tuple[str, str | None]:
+) -> tuple[str, str | None, str]:
     """Check that a record file can be opened (not empty, not binary, a Parquet file that
-    pyarrow opens); return the sha256 of its bytes and its encoding: ``forced``, else None
-    (UTF-8) where its first MiB decodes as UTF-8, else ``fallback``, else the one detected."""
+    pyarrow opens); return the sha256 of its bytes, its encoding (``forced``, else None (UTF-8)
+    where its first MiB decodes as UTF-8, else ``fallback``, else a guess) and how it was
+    known (:class:`dotcat.data.encodings.Decoded`)."""
     if listed.size == 0:
         raise Unreadable("empty")
     try:
         if listed.path.name.lower().endswith(".parquet"):
             _open_parquet(listed.path)
-            return _sha256_file(listed.path), None
+            return _sha256_file(listed.path), None, ""
         opener = gzip.open if is_gzipped(listed.path) else open
         with opener(listed.path, "rb") as f:
             head = f.read(1 << 20)
@@ -727,23 +757,25 @@ def _probe_records(
             raise Unreadable("empty")
         if b"\0" in head[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
             raise Unreadable("binary")
-        return _sha256_file(listed.path), forced or _head_encoding(head, fallback)
+        encoding, guess = (forced, "") if forced else _head_encoding(head, fallback)
+        return _sha256_file(listed.path), encoding, guess
     except (OSError, EOFError, zlib.error) as e:
         raise Unreadable(f"cannot read: {e}") from None
 
 
-def _head_encoding(head: bytes, fallback: str | None) -> str | None:
-    """None where a file's head is UTF-8 (a character cut at its end allowed), else the
-    encoding :func:`dotcat.data.encodings.decode` finds for it."""
+def _head_encoding(head: bytes, fallback: str | None) -> tuple[str | None, str]:
+    """``(None, "")`` where a file's head is UTF-8 (a character cut at its end allowed), else
+    the encoding :func:`dotcat.data.encodings.decode` finds for it and how."""
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-        return None
+        return None, ""
     except UnicodeDecodeError:
         pass
     try:
-        return decode(head, fallback)[1]
+        found = decode(head, fallback)
     except NotDecodable as e:
         raise Unreadable(str(e)) from None
+    return found.encoding, found.guess
 
 
 def _open_parquet(path: Path) -> None:
