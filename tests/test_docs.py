@@ -25,13 +25,15 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import typer
+from tests.serve.conftest import free_port
 from tests.timing import within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,9 @@ PAGES = [
 ]
 README_MAX_LINES = 250
 RUN_LANGUAGES = ("bash", "python")
+#: A port a page names (``--port 8766``, ``127.0.0.1:8766``): each is replaced by a free one when
+#: the page's examples run, so a test run never fails on a port the docs name being taken.
+PORT = re.compile(r"(?:(?<=--port )|(?<=127\.0\.0\.1:)|(?<=localhost:))\d{4,5}\b")
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*,\s*(?P<reason>\S.*?)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
 BLOCK_TIMEOUT_S = within(600)  # one page's consecutive blocks of one language
@@ -161,9 +166,14 @@ def run_script(lang: str, code: str, cwd: Path, where: str) -> None:
 
 
 def _groups(page_blocks: list[Block]) -> list[tuple[str, str, str]]:
-    """Consecutive blocks of one language joined: ``(language, code, where)``."""
+    """Consecutive blocks of one language joined: ``(language, code, where)``, each port the
+    page names replaced by one free port (the same one throughout the page)."""
     groups: list[tuple[str, str, str]] = []
+    ports: dict[str, str] = {}
     for block in page_blocks:
+        block = replace(
+            block, code=PORT.sub(lambda m: ports.setdefault(m[0], str(free_port())), block.code)
+        )
         if groups and groups[-1][0] == block.lang:
             lang, code, where = groups[-1]
             groups[-1] = (lang, code + block.code, f"{where}, {block.line}")
@@ -175,16 +185,42 @@ def _groups(page_blocks: list[Block]) -> list[tuple[str, str, str]]:
 # -- the examples run ------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def named_ports_taken():
+    """Every port a page names, held by a listening socket while the examples run (those that
+    are free): an example that still used one would fail to listen, as on a busy machine."""
+    held = []
+    named = {int(port) for page in PAGES for b in runnable(page) for port in PORT.findall(b.code)}
+    for port in sorted(named):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+        except OSError:  # taken already: as good
+            s.close()
+    yield named
+    for s in held:
+        s.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if runnable(p)], ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_a_pages_examples_run(page, sandbox):
+def test_a_pages_examples_run(page, sandbox, named_ports_taken):
     page_blocks = runnable(page)
     if page != README and not (sandbox / "my-index").exists():
         run_script("bash", "dotcat index my-docs my-index\n", sandbox, "the README's index")
     for lang, code, where in _groups(page_blocks):
         run_script(lang, code, sandbox, where)
+
+
+def test_every_port_a_page_names_is_replaced_by_a_free_one(named_ports_taken):
+    assert {8765, 8766} <= named_ports_taken  # the pattern finds the ports the pages name
+    for page in PAGES:
+        for _, code, where in _groups(runnable(page)):
+            assert not {int(port) for port in PORT.findall(code)} & named_ports_taken, where
 
 
 @pytest.mark.slow

@@ -55,9 +55,9 @@ def index(
 
     A folder's documents have their relative paths as ids (a record file's records
     PATH#ID); files that cannot be read are skipped and named in one warning (--strict:
-    an error). An interrupted build (Ctrl-C, kill -9, power loss) resumes after its last
-    finished chunk when the same command runs again. With BM25 and a BEIR directory that has
-    dev or train qrels, the hybrid fusion is chosen on its dev queries.
+    an error). An interrupted build (Ctrl-C, kill -9, power loss) resumes where it stopped,
+    less at most a minute of encoding, when the same command runs again. With BM25 and a BEIR
+    directory that has dev or train qrels, the hybrid fusion is chosen on its dev queries.
     """
     from dotcat.index.preflight import check_build
 

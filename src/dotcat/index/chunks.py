@@ -6,12 +6,15 @@ A build folder holds:
   chunk size, shard); a re-run resumes only under the same plan, and names what differs;
 * ``vectors.npy``: float32 rows in position order, written with ``pwrite`` (no memory map, so
   the process's resident memory does not grow with the corpus);
-* ``chunks.jsonl``: one line per finished chunk, ``{"chunk", "start", "stop", "sha256"}``,
-  appended only after the chunk's rows are on disk (``fdatasync``), then synced itself.
+* ``chunks.jsonl``: one line per written part of a chunk, ``{"chunk", "start", "stop",
+  "sha256"}``, appended only after the part's rows are on disk (``fdatasync``), then synced
+  itself. A chunk is written whole (Ray) or in parts from its start (a local build writes one
+  part per minute or so of encoding, :func:`dotcat.index.build._encode_chunks`), so that a
+  chunk of thousands of long passages (one 20 MB document) keeps its work too.
 
-A kill at any moment loses at most the chunk being encoded: on resume every logged chunk is
-read back and its checksum compared, and a chunk that fails (a torn write after power loss)
-is encoded again.
+A kill at any moment loses at most the part being encoded: on resume every logged part is
+read back and its checksum compared, and what follows a part that fails (a torn write after
+power loss) is encoded again.
 """
 
 from __future__ import annotations
@@ -103,6 +106,10 @@ class ChunkStore:
         start = chunk * self.chunk_size
         return start, min(self.n, start + self.chunk_size)
 
+    def rows(self, chunk: int) -> int:
+        start, stop = self.chunk_range(chunk)
+        return stop - start
+
     def _create(self) -> None:
         """An .npy header and a sparse file of the full size (nothing written, nothing mapped)."""
         with replacing(self.path) as tmp, open(tmp, "wb") as f:
@@ -111,13 +118,16 @@ class ChunkStore:
             f.truncate(f.tell() + self.n * self.row_bytes)
         self.log_path.unlink(missing_ok=True)
 
-    def write(self, chunk: int, vectors: np.ndarray) -> None:
-        """Write a finished chunk's rows durably, then log it."""
-        start, stop = self.chunk_range(chunk)
+    def write(self, chunk: int, vectors: np.ndarray, offset: int = 0) -> None:
+        """Write rows of a chunk durably (its whole, or the part from its row ``offset`` on),
+        then log them."""
+        first, last = self.chunk_range(chunk)
+        start, stop = first + offset, first + offset + len(vectors)
         data = np.ascontiguousarray(vectors, dtype="<f4")
-        if data.shape != (stop - start, self.dim):
+        if data.shape != (stop - start, self.dim) or not first <= start < stop <= last:
             raise ValueError(
-                f"chunk {chunk}: expected {(stop - start, self.dim)}, got {data.shape}"
+                f"chunk {chunk}: rows {start}..{stop} of shape {data.shape} do not fit its rows "
+                f"{first}..{last} of {self.dim} dims"
             )
         raw = data.tobytes()
         with writing(self.path):  # a full disk names the file
@@ -149,31 +159,40 @@ class ChunkStore:
             yield self.read(start, min(self.n, start + block))
 
     def finished(self, verify: bool = True) -> set[int]:
-        """Chunks logged as written (and, with ``verify``, whose rows still match the log)."""
-        logged: dict[int, dict] = {}
+        """Chunks written whole (and, with ``verify``, whose rows still match the log)."""
+        return {c for c, rows in self.encoded(verify).items() if rows == self.rows(c)}
+
+    def encoded(self, verify: bool = True) -> dict[int, int]:
+        """``chunk -> rows written from its start`` (whole chunks, and the head of one being
+        encoded when the build stopped), with ``verify`` read back and checked: the parts
+        logged are chained from each chunk's start; a gap or a part whose checksum fails ends
+        its chunk's head there."""
         try:
             lines = self.log_path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return set()
+            return {}
+        parts = []
         for line in lines:
             try:
                 entry = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash: its chunk is simply encoded again
-            if (entry.get("start"), entry.get("stop")) == self.chunk_range(entry.get("chunk", -1)):
-                logged[entry["chunk"]] = entry
-        if not verify:
-            return set(logged)
-        good = set()
-        for chunk, entry in logged.items():
-            raw = self.read(entry["start"], entry["stop"]).tobytes()
-            if _sha(raw) == entry["sha256"]:
-                good.add(chunk)
-            else:
+                first, last = self.chunk_range(entry["chunk"])
+                if first <= entry["start"] < entry["stop"] <= last:
+                    parts.append((entry["chunk"], entry["start"], entry["stop"], entry["sha256"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash: its rows are simply encoded again
+        done: dict[int, int] = {}
+        for chunk, start, stop, sha in sorted(parts):
+            head = self.chunk_range(chunk)[0] + done.get(chunk, 0)
+            if not start <= head < stop:
+                continue  # a gap before it (or nothing new)
+            if verify and _sha(self.read(start, stop).tobytes()) != sha:
                 logger.warning(
-                    "chunk %d of %s failed its checksum; encoding it again", chunk, self.path
-                )
-        return good
+                    "rows %d..%d of %s failed their checksum; encoding them again",
+                    start, stop, self.path,
+                )  # fmt: skip
+                continue
+            done[chunk] = stop - self.chunk_range(chunk)[0]
+        return done
 
 
 def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:

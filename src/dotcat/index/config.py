@@ -66,7 +66,8 @@ class IndexConfig(Settings):
         faiss_spec: a FAISS factory string; ``Flat`` is exact search.
         device: ``auto`` (GPU when faiss-gpu sees one), ``cpu`` or ``cuda``.
         search_params: search-time defaults stored in the manifest (``nprobe``, ``efSearch``).
-        chunk_size: documents handed to the encoder at a time (bounds memory).
+        chunk_size: documents read and sorted by length for the encoder at a time (bounds
+            memory); their vectors are saved in parts (:mod:`dotcat.index.chunks`).
         keep_vectors: keep ``vectors.npy`` in the index directory (to re-index with another
             FAISS spec without encoding again).
         seed: seed of the training sample.
@@ -97,7 +98,9 @@ class IndexConfig(Settings):
             "cli": False,
         },
     )
-    chunk_size: int = setting(8192, help="Documents per chunk: the unit saved to disk and resumed.")
+    chunk_size: int = setting(
+        8192, help="Documents per chunk: the unit read and encoded (saved every minute or so)."
+    )
     keep_vectors: bool = setting(False, help="Keep vectors.npy in the index.")
     seed: int = setting(0, help="Seed of FAISS's training sample.")
     bm25: bool = setting(

@@ -173,7 +173,7 @@ def _encode(
     pending = [c for c in range(store.n_chunks) if c not in done]
     if done:
         logger.warning("%d of %d chunks already encoded and verified", len(done), store.n_chunks)
-    initial = sum(_rows_of(store, c) for c in done)
+    initial = sum(store.rows(c) for c in done)
     with progress_bar(
         total=store.n,
         initial=initial,
@@ -186,11 +186,6 @@ def _encode(
         for chunk, vectors in _run_pool(ray, corpus, rows, encoder_config, store, pending, workers):
             store.write(chunk, vectors)
             bar.update(len(vectors))
-
-
-def _rows_of(store: ChunkStore, chunk: int) -> int:
-    lo, hi = store.chunk_range(chunk)
-    return hi - lo
 
 
 def _run_pool(
@@ -327,7 +322,7 @@ def _cache_dir() -> str | None:
 def _checked(vectors: Any, chunk: int, store: ChunkStore) -> np.ndarray:
     """An actor's result as float32 ``(rows of chunk, dim)``, or a DotcatError naming it."""
     array = np.asarray(vectors)
-    expected = (_rows_of(store, chunk), store.dim)
+    expected = (store.rows(chunk), store.dim)
     if array.shape != expected or array.dtype != np.float32:
         raise DotcatError(
             f"chunk {chunk}: a Ray worker returned {array.dtype} {array.shape}, expected "
