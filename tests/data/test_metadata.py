@@ -83,7 +83,7 @@ def test_front_matter_yaml_toml_and_rst_fields():
     assert matter == {"date": "2025-01-02", "tags": ["a", "b"]}
     assert "Body." in body and ":date:" not in body
     broken = "---\ntitle: [unclosed\n---\ntext\n"
-    assert front_matter(broken, "markdown") == ({}, broken)  # left in the text, not lost
+    assert front_matter(broken, "markdown") == ({}, "text\n")  # no fields, and no prose
 
 
 def test_markdown_and_rst_lose_their_markup_but_not_their_words():

@@ -378,12 +378,12 @@ def test_a_pdf_encrypted_without_a_user_password_opens_as_in_a_viewer(tmp_path):
 
 
 def test_headings_that_are_titles_and_lines_that_are_not():
-    from dotcat.data.extract import markdown_title, rst_title
+    from dotcat.data.markup import markdown_text, rst_text
 
-    assert markdown_title("```\n# a shell comment\n```\n\nSetext title\n===\n") == "Setext title"
-    assert markdown_title("no heading at all\n") == ""
-    assert rst_title("Title\n=====\n\nbody\n") == "Title"
-    assert rst_title("Too long a title\n===\n") == ""  # the underline must cover the title
+    assert markdown_text("```\n# a shell comment\n```\n\nSetext title\n===\n")[0] == "Setext title"
+    assert markdown_text("no heading at all\n")[0] == ""
+    assert rst_text("Title\n=====\n\nbody\n")[0] == "Title"
+    assert rst_text("Too long a title\n===\n")[0] == ""  # the underline must cover the title
 
 
 def test_a_json_file_that_holds_no_records_is_skipped_like_an_unreadable_one(tmp_path, caplog):

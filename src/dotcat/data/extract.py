@@ -25,9 +25,9 @@ Libraries, chosen for being the maintained reference of their job:
   Encrypted files are opened with the empty password (as a viewer does); one that needs a real
   password is unreadable.
 - Markdown and reStructuredText (:mod:`dotcat.data.markup`): the front matter is split off
-  into fields (its ``title`` the title), the markup stripped (``#``, ``**``, link targets,
-  directives), and the first heading found (markdown-it-py, so that ``#`` lines in code
-  blocks are not mistaken for one).
+  into fields (its ``title`` the title), and the text rendered as a reader sees it
+  (markdown-it-py, docutils): no ``#``, ``**``, link targets, roles, directives or HTML; the
+  first heading is the title.
 
 Title: the front matter's, that heading, the HTML ``<title>`` or the PDF metadata title (a
 generic one that a producer writes, "Enscript Output", "Microsoft Word - report.docx" or a
@@ -58,7 +58,6 @@ HTML_EXTRA = "pip install 'dotcat[html]'"
 #: Document kinds that are text (read as UTF-8, may be gzipped).
 TEXT_KINDS = frozenset({"text", "markdown", "rst", "html"})
 _BINARY_PROBE = 8192  # bytes searched for a NUL, as git and grep decide "binary"
-_RST_ADORNMENT = re.compile(r"""^([!-/:-@\[-`{-~])\1{2,}\s*$""")
 
 
 #: PDF titles that name the program or the file, not the document (lower case, matched whole).
@@ -148,33 +147,10 @@ def _marked_up(text: str, kind: str, where: str) -> tuple[str, str, dict[str, An
     if kind not in ("markdown", "rst"):
         return "", text, {}
     matter, body = front_matter(text, kind, where)
-    heading, plain = (markdown_text if kind == "markdown" else rst_text)(body)
+    heading, plain = markdown_text(body) if kind == "markdown" else rst_text(body, where)
     title = matter.pop("title", None)
     title = scalar_value(title) if not isinstance(title, (dict, list)) else None
     return str(title) if title is not None else heading, plain, record_fields(matter)
-
-
-def markdown_title(text: str) -> str:
-    """The inline text of the first heading (ATX ``#`` or setext underline), or ``""``."""
-    from markdown_it import MarkdownIt  # only Markdown files need it; keeps `dotcat` fast
-
-    tokens = MarkdownIt("commonmark").parse(text)
-    for i, token in enumerate(tokens):
-        if token.type == "heading_open" and i + 1 < len(tokens):
-            return tokens[i + 1].content
-    return ""
-
-
-def rst_title(text: str) -> str:
-    """The first section title: a text line whose next line is an adornment of one repeated
-    punctuation character at least as long as the title (an overline may precede it)."""
-    lines = text.split("\n")
-    for i in range(len(lines) - 1):
-        title, under = lines[i].strip(), lines[i + 1].rstrip()
-        adorned = _RST_ADORNMENT.match(under) and not _RST_ADORNMENT.match(lines[i])
-        if title and adorned and len(under) >= len(title):
-            return title
-    return ""
 
 
 def _pdf(data: bytes) -> tuple[str, str, dict[str, Any]]:

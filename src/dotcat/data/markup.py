@@ -10,20 +10,29 @@ the document's title; a reStructuredText field named ``tags``, ``keywords``, ``c
 or ``authors`` is a comma-separated list. A block that does not parse (or is not a mapping)
 is left in the text, and the file read as if it had none.
 
+A block that does not parse (a template's, ``title: {{ page.title }}``) is left out of the
+text all the same: it is no prose, and a comment line in it must not become a heading.
+
 The **text** kept is the plain text a reader sees, not the markup (:func:`markdown_text`,
 :func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``,
-``**``, link targets or directives. Snippets are cut from the stored text, and the encoders
-and BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link target no
-part of what the note says).
-
-Markdown is parsed by markdown-it-py (CommonMark, with GitHub's tables), so that ``#`` in a code
-block is not taken for a heading; reStructuredText by regular expressions over its
-well-defined markup (adornments, directives, roles, hyperlink references): docutils would be
-a dependency for stripping it.
+``**``, link targets, directives, roles or HTML. Snippets are cut from the stored text, and the
+encoders and BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link
+target no part of what the note says). Markdown is parsed by markdown-it-py (CommonMark, with
+GitHub's tables): HTML blocks are left out (a sidebar's ``<div>``, a comment), inline HTML tags
+too (their text kept), code is kept as code, and diagrams (a ``mermaid``, ``plantuml`` or
+``dot`` fence) are left out: their source is arrows and node ids, neither words a person
+searches for nor text a snippet should show. reStructuredText is parsed by docutils, the
+reference parser, with file inclusion and raw content disabled (no ``.. raw:: html``, no
+``.. include::`` reaches the text) and its reports silenced; the roles and directives of Sphinx
+and its extensions, which docutils does not know, are read as their text (``:ref:`Title
+<label>``` gives "Title", ``.. versionadded:: 2.0`` its words, ``.. code-block::`` its code),
+but for tables of contents and diagrams, left out as in Markdown. Template tags outside code
+(Jinja's and Liquid's ``{% %}``, ``{{ }}``, ``{# #}``) are left out too.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -38,6 +47,15 @@ logger = logging.getLogger(__name__)
 
 #: reStructuredText fields read as comma-separated lists.
 RST_LIST_FIELDS = frozenset({"tags", "keywords", "categories", "authors"})
+#: Diagrams, left out of the text (a Markdown fence's language, a directive's name).
+DIAGRAMS = frozenset({"mermaid", "plantuml", "uml", "graphviz", "dot", "digraph", "graph", "ditaa"})
+#: Sphinx directives whose content is code, kept as code.
+CODE_DIRECTIVES = frozenset({"code-block", "sourcecode", "doctest", "testcode", "testoutput"})
+#: Directives whose content is no text: tables of contents, file inclusions, page settings.
+SKIPPED_DIRECTIVES = frozenset(
+    {"toctree", "contents", "literalinclude", "include", "highlight", "currentmodule",
+     "tabularcolumns", "index", "only-html", "raw", "meta"}
+)  # fmt: skip
 
 _YAML_BLOCK = re.compile(
     r"\A---[ \t]*\r?\n(?P<body>.*?)(?:\r?\n)?^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.M
@@ -47,16 +65,9 @@ _TOML_BLOCK = re.compile(
 )
 _RST_FIELD = re.compile(r"^:(?P<name>[^:\s][^:]*):(?:[ \t]+(?P<value>.*))?$")
 _RST_ADORNMENT = re.compile(r"""^([!-/:-@\[-`{-~])\1{2,}\s*$""")
-_RST_DIRECTIVE = re.compile(r"^\s*\.\.\s+(?:\|[^|]+\|\s+)?[\w:.+-]+::.*$")
-_RST_COMMENT = re.compile(r"^\s*\.\.(?:\s+(?!\w[\w:.+-]*::)(?!_).*)?$")
-_RST_TARGET = re.compile(r"^\s*\.\.\s+_[^:]*:.*$")
-_RST_ROLE = re.compile(r":[\w:.+-]+:`(?P<text>[^`]+?)(?:\s*<[^>`]*>)?`")
-_RST_LINK = re.compile(r"`(?P<text>[^`<]+?)\s*(?:<[^>`]*>)?`__?")
-_RST_LITERAL = re.compile(r"``(?P<text>.+?)``")
-_RST_STRONG = re.compile(r"(?<![\w*])\*\*(?P<text>[^*\s](?:[^*]*[^*\s])?)\*\*(?![\w*])")
-_RST_EMPHASIS = re.compile(r"(?<![\w*])\*(?P<text>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
-_RST_REFERENCE = re.compile(r"(?<![\w`])(?P<text>[^\W_](?:[\w.-]*[^\W_])?)__?(?!\w)")
-_TAG = re.compile(r"<[^>]*>")
+_RST_ROLE_NAME = re.compile(r"(?<![\w`]):(?P<name>[A-Za-z][\w.+-]*(?::[\w.+-]+)*):`")
+_RST_DIRECTIVE_NAME = re.compile(r"^[ \t]*\.\.[ \t]+(?P<name>[A-Za-z][\w.+:-]*?)::", re.M)
+_TEMPLATE = re.compile(r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}", re.DOTALL)
 
 
 def front_matter(text: str, kind: str, where: str = "") -> tuple[dict[str, Any], str]:
@@ -74,8 +85,11 @@ def front_matter(text: str, kind: str, where: str = "") -> tuple[dict[str, Any],
         try:
             data = parse(match["body"])
         except Exception as e:  # noqa: BLE001 - a YAML or TOML error of any kind: not parsed
-            logger.warning("%s: front matter not read (%s)", where, str(e).splitlines()[0])
-            return {}, text
+            template = _TEMPLATE.search(match["body"]) is not None  # a template's: expected
+            logger.log(logging.INFO if template else logging.WARNING,
+                       "%s: front matter not read (%s); left out of the text", where,
+                       str(e).splitlines()[0])  # fmt: skip
+            return {}, text[match.end() :]
         if isinstance(data, dict):
             return data, text[match.end() :]
         return {}, text
@@ -158,10 +172,10 @@ def markdown_text(text: str) -> tuple[str, str]:
             if line:
                 blocks.append(gap + line)
                 gap = "\n" if lists else "\n\n"
-        elif kind in ("fence", "code_block", "html_block"):
-            content = token.content if kind != "html_block" else _TAG.sub("", token.content)
-            if content.strip():
-                blocks.append(_blank(blocks) + content.strip("\n"))
+        elif kind in ("fence", "code_block"):
+            language = token.info.split()[0].lower() if token.info.strip() else ""
+            if language not in DIAGRAMS and token.content.strip():
+                blocks.append(_blank(blocks) + token.content.strip("\n"))
             gap = _blank(blocks)
     return title, "".join(blocks)
 
@@ -172,11 +186,14 @@ def _blank(blocks: list[str]) -> str:
 
 
 def _inline(token: Any) -> str:
-    """An inline token's text: words, code spans and image descriptions; no markup."""
+    """An inline token's text: words, code spans and image descriptions; no markup (inline
+    HTML tags and template tags left out)."""
     parts: list[str] = []
     for child in token.children or ():
-        if child.type in ("text", "code_inline"):
+        if child.type == "code_inline":
             parts.append(child.content)
+        elif child.type == "text":
+            parts.append(_TEMPLATE.sub("", child.content))
         elif child.type in ("softbreak", "hardbreak"):
             parts.append("\n")
         elif child.type == "image":
@@ -187,33 +204,98 @@ def _inline(token: Any) -> str:
 # -- reStructuredText ----------------------------------------------------------------------
 
 
-def rst_text(text: str) -> tuple[str, str]:
-    """``(first section title, plain text)`` of a reStructuredText text."""
-    lines = text.split("\n")
-    kept: list[str] = []
-    title = ""
-    for i, line in enumerate(lines):
-        if _RST_ADORNMENT.match(line):
-            if not title and i > 0 and len(line.rstrip()) >= len(lines[i - 1].strip()) > 0:
-                title = lines[i - 1].strip()
-            continue
-        directive = _RST_DIRECTIVE.match(line)
-        if directive is not None:
-            continue  # its arguments are a language, a path or options, rarely words
-        if _RST_TARGET.match(line) or _RST_COMMENT.match(line):
-            continue
-        kept.append(_rst_inline(line))
-    plain = "\n".join(kept)
-    plain = re.sub(r"::(\s*)$", r":\1", plain, flags=re.MULTILINE)
-    return title, re.sub(r"\n{3,}", "\n\n", plain).strip("\n")
+def rst_text(text: str, where: str = "") -> tuple[str, str]:
+    """``(first section title, plain text)`` of a reStructuredText text, parsed by docutils
+    (see the module docstring); text that docutils cannot parse at all is kept as it is."""
+    from docutils import nodes  # only reStructuredText files need it; keeps `dotcat` fast
+    from docutils.core import publish_doctree
+
+    _register_unknown(text)
+    settings = {"report_level": 5, "halt_level": 5, "warning_stream": False,
+                "file_insertion_enabled": False, "raw_enabled": False,
+                "_disable_config": True, "input_encoding": "unicode"}  # fmt: skip
+    try:
+        document = publish_doctree(text, settings_overrides=settings)
+    except Exception as e:  # noqa: BLE001 - a parser bug on odd input: the text as it is
+        logger.warning("%s: reStructuredText not parsed (%s); read as plain text", where, e)
+        return "", text
+    dropped = (nodes.comment, nodes.raw, nodes.system_message, nodes.problematic,
+               nodes.substitution_definition, nodes.footnote_reference,
+               nodes.citation_reference, nodes.label, nodes.docinfo, nodes.decoration)  # fmt: skip
+    for node in list(document.findall(lambda n: isinstance(n, dropped) or _is_contents(n))):
+        node.parent.remove(node)
+    blocks = []
+    for node in document.findall(nodes.TextElement):
+        if isinstance(node.parent, nodes.TextElement):
+            continue  # its text is its parent's
+        block = node.astext()
+        if not isinstance(node, nodes.literal_block):
+            block = _TEMPLATE.sub("", block)
+        if block.strip():
+            blocks.append(block.strip("\n"))
+    title = next(iter(document.findall(nodes.title)), None)
+    return (" ".join(title.astext().split()) if title else ""), "\n\n".join(blocks)
 
 
-def _rst_inline(line: str) -> str:
-    for pattern in (_RST_ROLE, _RST_LITERAL, _RST_LINK, _RST_STRONG, _RST_EMPHASIS):
-        line = pattern.sub(lambda m: m["text"], line)
-    return _RST_REFERENCE.sub(lambda m: m["text"], line)
+def _is_contents(node: Any) -> bool:
+    """A table of contents that ``.. contents::`` made: titles repeated, no text."""
+    return node.tagname == "topic" and "contents" in node.get("classes", ())
 
 
-def strip_tags(html: str) -> str:
-    """Text without HTML tags (an HTML block inside Markdown)."""
-    return _TAG.sub("", html)
+def _register_unknown(text: str) -> None:
+    """Register the roles and directives ``text`` uses that docutils does not know (Sphinx's,
+    its extensions'), so that they are read as their text (:func:`_role`, :class:`_Directive`)
+    rather than reported as errors with their source."""
+    from docutils.parsers.rst import directives, roles
+
+    for name in set(_RST_ROLE_NAME.findall(text)) - {"raw"}:
+        roles.register_local_role(name, _role)
+    for name in set(_RST_DIRECTIVE_NAME.findall(text)):
+        if name not in directives._directive_registry:  # noqa: SLF001 - docutils' own names
+            directives.register_directive(name, _directive())
+
+
+def _role(name, rawtext, text, lineno, inliner, options=None, content=None):  # noqa: ARG001
+    """A role docutils does not know, as its text: ``Title <target>`` its title, ``~a.b.c``
+    its last part (as Sphinx shows them)."""
+    from docutils import nodes, utils
+
+    shown = utils.unescape(text)
+    if shown.endswith(">") and "<" in shown:
+        shown = shown[: shown.rindex("<")].strip() or shown
+    if shown.startswith("~"):
+        shown = shown[1:].rsplit(".", 1)[-1]
+    return [nodes.Text(shown.lstrip("!"))], []
+
+
+@functools.cache
+def _directive() -> type:
+    """A directive docutils does not know: its arguments and content as text, code as code,
+    diagrams and tables of contents left out; any option accepted."""
+    from docutils import nodes
+    from docutils.parsers.rst import Directive, directives
+    from docutils.statemachine import StringList
+
+    class AnyOption(dict):
+        def __missing__(self, key: str):
+            return directives.unchanged
+
+    class Unknown(Directive):
+        optional_arguments = 1
+        final_argument_whitespace = True
+        has_content = True
+        option_spec = AnyOption(name=directives.unchanged)
+
+        def run(self) -> list:
+            name = self.name.rsplit(":", 1)[-1].lower()
+            if name in DIAGRAMS or name in SKIPPED_DIRECTIVES:
+                return []
+            if name in CODE_DIRECTIVES:
+                return [nodes.literal_block(text="\n".join(self.content))]
+            shown = self.arguments and name not in ("only", "ifconfig")  # not a condition
+            lines = StringList(self.arguments[0].splitlines() + [""] if shown else [])
+            body = nodes.container()
+            self.state.nested_parse(lines + self.content, self.content_offset, body)
+            return [body]
+
+    return Unknown
