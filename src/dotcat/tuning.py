@@ -2,8 +2,10 @@
 
 :func:`dotcat.index.build.build_index` writes the index directory (FAISS, BM25, documents);
 :func:`tune_fusion` then chooses its hybrid fusion on the data's dev queries and records it in
-the manifest, so a hybrid search of the index fuses as its data prefers. The tuning needs the
-search pipeline (dense and BM25 runs of the dev queries), so it sits above
+the manifest, so a hybrid search of the index fuses as its data prefers. On an index built from
+the same folder (or corpus file) it brings the index up to date instead
+(:func:`dotcat.index.sync.sync_index`), the fusion chosen when it was built kept. The tuning
+needs the search pipeline (dense and BM25 runs of the dev queries), so it sits above
 :mod:`dotcat.search`, beside the training that also uses it; the experiment runner and the
 command line call it.
 """
@@ -15,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dotcat.data.sources import open_source
 from dotcat.data.splits import find_dev_split
 from dotcat.index import build_index
 from dotcat.index.config import IndexConfig
-from dotcat.index.manifest import update_manifest
+from dotcat.index.manifest import Manifest, built_from, update_manifest
+from dotcat.index.sync import SyncResult, given_settings, record_files, sync_index
+from dotcat.models import BiEncoder
 from dotcat.models.config import EncoderConfig
 from dotcat.options import FUSION_DEPTH
 from dotcat.search.config import PipelineConfig
@@ -64,11 +69,13 @@ def tune_fusion(
 @dataclass(frozen=True)
 class BuiltIndex:
     """What :func:`build_and_tune` made: the index's manifest, and the hybrid fusion chosen on
-    the data's dev queries (None: no BM25 side, a shard, or no dev queries: linear 0.5 stays)."""
+    the data's dev queries (None: no BM25 side, a shard, or no dev queries: linear 0.5 stays);
+    ``sync``: what a sync did, where the index was brought up to date instead of built."""
 
     manifest: Any
     fusion: Fusion | None
     seconds: float
+    sync: SyncResult | None = None
 
     def __repr__(self) -> str:
         manifest = self.manifest
@@ -106,15 +113,30 @@ def build_and_tune(
         config, overwrite, fresh, corpus_options, show_progress: as
             :func:`dotcat.index.build.build_index`.
     """
+    if not overwrite and built_from(corpus, index_dir):
+        loaded = encoder if isinstance(encoder, BiEncoder) else None
+        settings = given_settings(config, None if loaded else encoder)
+        if isinstance(encoder, str):
+            settings["model"] = encoder
+        done = sync_index(corpus, index_dir, settings=settings, corpus_options=corpus_options,
+                          encoder=loaded, show_progress=show_progress)  # fmt: skip
+        manifest = Manifest.read(index_dir)
+        fusion = Fusion.from_json(manifest.fusion) if manifest.fusion else None
+        return BuiltIndex(manifest, fusion, done.seconds, done)
     config = config or IndexConfig()
     if encoder is None or isinstance(encoder, str):
         encoder = EncoderConfig(model=encoder or "default", device=config.device)
     start = time.perf_counter()
+    # The folder walked before the build: a file changed while it is read is read again by
+    # the next sync (record_files).
+    source = open_source(corpus, corpus_options) if isinstance(corpus, (str, Path)) else None
     manifest = build_index(
         corpus, index_dir, encoder, config, overwrite=overwrite, show_progress=show_progress,
         fresh=fresh, corpus_options=corpus_options,
     )  # fmt: skip
     seconds = time.perf_counter() - start
+    if config.shard is None:
+        record_files(index_dir, source, corpus_options)
     fusion = None
     if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
         settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig

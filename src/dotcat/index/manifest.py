@@ -157,6 +157,22 @@ def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -
     return manifest
 
 
+def built_from(corpus: object, index_dir: str | Path) -> bool:
+    """Whether ``index_dir`` holds an index (not a shard) built from ``corpus``, a folder or
+    a corpus file given by path: what ``dotcat index CORPUS INDEX`` brings up to date
+    (:func:`dotcat.index.sync.sync_index`) rather than refuses or replaces."""
+    index_dir = Path(index_dir)
+    if not isinstance(corpus, (str, os.PathLike)) or not (index_dir / MANIFEST_NAME).is_file():
+        return False
+    manifest = Manifest.read(index_dir)
+    entry = manifest.corpus
+    return (
+        entry.get("kind") in ("folder", "file")
+        and entry.get("path") == str(Path(corpus).resolve())
+        and not manifest.shard
+    )
+
+
 def check_encoder(
     manifest: Manifest, encoder_entry: dict[str, Any], index_dir: Path, *, side: str = "queries"
 ) -> None:
