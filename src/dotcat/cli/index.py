@@ -13,12 +13,13 @@ from pathlib import Path
 import typer
 
 from dotcat.cli.main import app
-from dotcat.cli.params import option, with_settings
+from dotcat.cli.params import given_settings, option, with_settings
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
 from dotcat.index.config import IndexConfig, MergeConfig
 from dotcat.index.layout import check_target
-from dotcat.index.manifest import check_index
+from dotcat.index.manifest import built_from, check_index
+from dotcat.index.passages import PassageConfig
 from dotcat.models.config import EncoderConfig, ExportConfig
 from dotcat.models.resolve import check_model
 from dotcat.search.cluster import is_shard_folder
@@ -39,7 +40,9 @@ def index(
     index_dir: Path = typer.Argument(
         ..., help="Where to write the index directory.", metavar="INDEX_DIR"
     ),
-    overwrite: bool = typer.Option(False, help="Replace an existing index."),
+    overwrite: bool = typer.Option(
+        False, help="Replace an existing index (else one built from CORPUS is brought up to date)."
+    ),
     fresh: bool = typer.Option(False, help="Start over instead of resuming an interrupted build."),
     encoder: EncoderConfig = None,
     config: IndexConfig = None,
@@ -58,7 +61,20 @@ def index(
     an error). An interrupted build (Ctrl-C, kill -9, power loss) resumes where it stopped,
     less at most a minute of encoding, when the same command runs again. With BM25 and a BEIR
     directory that has dev or train qrels, the hybrid fusion is chosen on its dev queries.
+
+    On an index built from CORPUS it brings the index up to date: files added, changed or
+    removed since are added, encoded again or deleted, the others left as they are (one
+    summary line); a setting that would change every vector is refused.
     """
+    if not overwrite and built_from(corpus, index_dir):
+        from dotcat.index.sync import sync_index
+
+        given = given_settings(EncoderConfig) | given_settings(IndexConfig)
+        settings = {n: getattr(encoder if hasattr(encoder, n) else config, n) for n in given}
+        settings |= {n: getattr(config.passages, n) for n in given_settings(PassageConfig)}
+        done = sync_index(corpus, index_dir, settings=settings, corpus_options=options)
+        typer.echo(done.line(corpus, index_dir))
+        return
     from dotcat.index.preflight import check_build
 
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
