@@ -155,7 +155,7 @@ def markdown_text(text: str) -> tuple[str, str]:
         elif kind in ("bullet_list_close", "ordered_list_close"):
             lists -= 1
             gap = _blank(blocks)
-        elif kind == "table_open":
+        elif kind in ("table_open", "table_close"):
             gap = _blank(blocks)
         elif kind == "tr_open":
             row = []
