@@ -10,6 +10,7 @@ import typer
 from dotcat.cli.main import app
 from dotcat.cli.params import given_settings, refuse_with, with_settings
 from dotcat.errors import DotcatError
+from dotcat.index.manifest import Manifest
 from dotcat.search.cluster import ServeClusterConfig, is_shard_folder
 from dotcat.search.config import PipelineConfig, check_pipeline
 from dotcat.serve.config import ServeConfig
@@ -40,6 +41,8 @@ def serve(
         check_pipeline(index_dir, pipeline_config)
     sharded = len(index_dirs) > 1 or is_shard_folder(index_dirs[0])
     cluster = _cluster(sharded, cluster, config)
+    if config.watch:
+        _check_watch(index_dirs[0])
     target = index_dirs[0] if len(index_dirs) == 1 else index_dirs
     shown = " ".join(map(str, index_dirs))
     workers = config.workers
@@ -71,8 +74,26 @@ def serve(
     typer.echo("dotcat: server stopped", err=True)
 
 
+def _check_watch(index_dir: Path) -> None:
+    """``--watch`` follows the folder (or corpus file) the index was built from: it must be
+    one, and be there."""
+    entry = Manifest.read(index_dir).corpus
+    if entry.get("kind") not in ("folder", "file"):
+        raise DotcatError(
+            f"--watch: {index_dir} was built from {entry.get('path')!r} ({entry.get('kind')}), "
+            "not a folder or a corpus file: there is nothing to follow"
+        )
+    if not Path(entry["path"]).exists():
+        raise DotcatError(f"--watch: {entry['path']}, which {index_dir} was built from, is gone")
+
+
 def _cluster(sharded: bool, cluster: ServeClusterConfig, config: ServeConfig):
     """Where the shards run (None for one index); what only applies to shards refused."""
+    if sharded and (config.writable or config.watch):
+        raise DotcatError(
+            "--writable and --watch serve one index; shards are updated with `dotcat add` "
+            "and `dotcat delete` (each document in the shard that holds it)"
+        )
     if not sharded:
         why = "they place the shards of a folder of shards (this is one index)"
         refuse_with("one index", given_settings(ServeClusterConfig), why)

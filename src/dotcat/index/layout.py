@@ -75,6 +75,10 @@ _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
 
+class IndexBusy(DotcatError):
+    """Another process holds an index's writer lock (a build, an update, a sync)."""
+
+
 def lock_path(index_dir: Path) -> Path:
     return index_dir.with_name(f".{index_dir.name}.lock")
 
@@ -189,7 +193,7 @@ def index_lock(index_dir: Path, wait: float = 0.0) -> Iterator[None]:
     holder = _flock if fcntl is not None else _filelock
     with holder(path, wait) as acquired:
         if not acquired:
-            raise DotcatError(
+            raise IndexBusy(
                 f"{index_dir}: another dotcat process is building or updating this index "
                 f"(it holds {path}); wait for it to finish"
             )
@@ -246,13 +250,24 @@ def _filelock(path: Path, wait: float) -> Iterator[bool]:
         lock.release()
 
 
+def generation_id(index_dir: Path) -> tuple[int, ...] | None:
+    """What tells one generation of an index from the next: its manifest file's identity
+    (device, inode, modification time, size; every writer writes a new manifest), or None."""
+    try:
+        st = os.stat(Path(index_dir) / MANIFEST_NAME)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
 @contextmanager
-def reading(index_dir: Path) -> Iterator[None]:
+def reading(index_dir: Path) -> Iterator[tuple[int, ...] | None]:
     """Open an index's files inside this block to read one generation whole: a shared ``flock``
     on its folder, which :func:`swap_into_place` takes exclusively before a swap, so no swap
     comes between two opens. What was opened stays readable after the block and after later
-    swaps (a replaced file is unlinked, never changed). A no-op without ``flock`` (Windows) or
-    without the folder (the opener says so)."""
+    swaps (a replaced file is unlinked, never changed). Yields the generation's
+    :func:`generation_id`. Without ``flock`` (Windows) or without the folder (the opener says
+    so), nothing is locked."""
     fd = None
     while fcntl is not None and index_dir.is_dir():
         fd = os.open(index_dir, os.O_RDONLY)
@@ -262,7 +277,7 @@ def reading(index_dir: Path) -> Iterator[None]:
         os.close(fd)  # swapped while this waited: read the generation now in place
         fd = None
     try:
-        yield
+        yield generation_id(index_dir)
     finally:
         if fd is not None:
             os.close(fd)

@@ -29,12 +29,13 @@ A sync of a folder (:mod:`dotcat.index.sync`) and the server's document API
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -63,7 +64,7 @@ from dotcat.index.manifest import (
     check_encoder,
 )
 from dotcat.index.passages import PassageConfig, Splitter, split_longer_than, store_passages
-from dotcat.models import BiEncoder
+from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -145,8 +146,9 @@ def add_documents(
                 settings=("upsert",),
             )
         log = {"corpus": stats.path, "sha256": stats.sha256}
-        result = generation.apply(Change(add=dataset), encoder or (device, precision),
-                                  show_progress, ("add", log))  # fmt: skip
+        runtime = {"device": device, "precision": precision}
+        result = generation.apply(Change(add=dataset), encoder or runtime, show_progress,
+                                  ("add", log))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
 
@@ -181,6 +183,8 @@ def delete_documents(
                 + "; pass missing_ok=True to delete the others",
                 settings=("missing_ok",),
             )
+        if not found:  # nothing to delete: no new generation
+            return UpdateResult(0, 0, 0, generation.manifest.documents["count"])
         result = generation.apply(Change(remove=sorted(found)), None, False,
                                   ("delete", {"ids": sorted(found)[:20]}))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
@@ -224,7 +228,7 @@ class Generation:
     def apply(
         self,
         change: Change,
-        encoder: BiEncoder | tuple[str, str] | None,
+        encoder: BiEncoder | Mapping[str, Any] | None,
         show_progress: bool,
         log: tuple[str, dict],
     ) -> UpdateResult:
@@ -258,12 +262,12 @@ def apply_change(
     tmp: Path,
     manifest: Manifest,
     change: Change,
-    encoder: BiEncoder | tuple[str, str] | None,
+    encoder: BiEncoder | Mapping[str, Any] | None,
     show_progress: bool = False,
 ) -> UpdateResult:
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
-    state), encoding the added documents with ``encoder`` (loaded, or ``(device,
-    precision)`` to load the index's; unused without documents to add)."""
+    state), encoding the added documents with ``encoder`` (loaded, or the settings to load the
+    index's with, :func:`document_config`; unused without documents to add)."""
     store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
     try:
         added_ids = _existing_ids(change.add)
@@ -281,7 +285,7 @@ def apply_change(
         next_id = first_id
         if change.add is not None and len(change.add):
             if not isinstance(encoder, BiEncoder):
-                encoder = document_encoder(manifest, *(encoder or ("auto", "auto")))
+                encoder = BiEncoder.load(document_config(manifest, encoder or {}))
             next_id = _add(index, store, change.add, manifest, first, encoder, show_progress)
         store.replace_fields([(d.pos, change.fields[i]) for i, d in
                               store.by_ids(sorted(change.fields)).items()])  # fmt: skip
@@ -300,12 +304,15 @@ def apply_change(
     return UpdateResult(added - replaced, replaced, len(found) - replaced, documents)
 
 
-def document_encoder(manifest: Manifest, device: str = "auto", precision: str = "auto"):
-    """The index's document encoder (its vectors comparable with the index's), loaded."""
+def document_config(manifest: Manifest, runtime: Mapping[str, Any]) -> EncoderConfig:
+    """The config of the index's document encoder (its vectors comparable with the index's),
+    run as ``runtime`` says (``device``, ``precision``, ``batch_size``...)."""
+    device, precision = runtime.get("device", "auto"), runtime.get("precision", "auto")
     config = encoder_config_from_manifest(
         manifest.encoder, None, device, precision, side="documents"
     )
-    return BiEncoder.load(config)
+    names = {f.name for f in dataclasses.fields(EncoderConfig)} - {"device", "precision"}
+    return replace(config, **{k: v for k, v in runtime.items() if k in names})
 
 
 def _vector_ids(store: DocStore, manifest: Manifest, positions: list[int]) -> list[int]:

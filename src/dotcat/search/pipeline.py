@@ -33,6 +33,7 @@ document's fields.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import OrderedDict
@@ -42,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.index import document_text
+from dotcat.index import document_text, layout
+from dotcat.index.manifest import ENCODER_KEYS
 from dotcat.options import RUN_K, SHOWN_K
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.cluster import ClusterConfig
@@ -112,6 +114,42 @@ class SearchPipeline:
             if advise:
                 advise_calibration(self.reranker, self.manifest, self.index_dir)
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
+
+    def reload(self) -> bool:
+        """Move to the generation of the index now in place (an index updated since it was
+        opened: ``dotcat add``, ``delete``, a sync, an HTTP write, a rebuild), if it is another.
+
+        The new generation is opened and its first stage built while calls go on over the old
+        one; then, between two calls, the pipeline swaps to it whole (a call runs over one
+        generation). The models stay: the query encoder where the index's encoder is the same,
+        the re-ranker always. Over shards: nothing (False).
+
+        Returns:
+            Whether it moved.
+
+        Raises:
+            DotcatError: the new generation cannot be opened; the old one keeps answering.
+        """
+        old = self.stages
+        if old.generation_id is None or layout.generation_id(self.index_dir) == old.generation_id:
+            return False
+        stages = open_stages(self.index_dir, self.config)
+        retriever = old.made("dense")
+        same = all(stages.manifest.encoder.get(k) == self.manifest.encoder.get(k)
+                   for k in ENCODER_KEYS)  # fmt: skip
+        if retriever is not None and same:  # the loaded query encoder, over the new index
+            moved = copy.copy(retriever)
+            moved.index = stages.index
+            stages.shared("dense", lambda: moved)
+        stages.small_call_threads = old.small_call_threads
+        stages.stage(stages.resolve(self.config.first_stage))  # built before the swap
+        with self._lock:
+            self.stages, self.index, self.manifest = stages, stages.index, stages.manifest
+            self.bm25, self.fusion = stages.bm25, index_fusion(stages.manifest.fusion, self.config)
+            self.first_stage = stages.resolve(self.config.first_stage)
+            self._admitted.clear()
+        logger.info("%s: now serving generation %d", self.index_dir, self.manifest.generation)
+        return True
 
     def __repr__(self) -> str:
         reranker = self.reranker.cross_encoder.name if self.reranker else None
@@ -291,14 +329,14 @@ class SearchPipeline:
         """:meth:`run` with each document's passages that matched (best first)."""
         if k < 1:
             raise DotcatError(f"k must be >= 1, got {k}")
-        stage = self.stage(first_stage)
         reranker = self._reranker(rerank)
         depth = depth if depth is not None else (self.reranker.depth if self.reranker else 0)
         if reranker is not None and depth < 1:
             raise DotcatError(f"depth must be >= 1, got {depth}")
         wanted = max(k, depth) if reranker is not None else k
         text = self.config.filter if filter is None else filter
-        with self._lock:
+        with self._lock:  # one generation of the index for the whole call (reload)
+            stage = self.stage(first_stage)
             self.stages.begin_call()
             found = self._first_stage(stage, queries, wanted, show_progress, text or None)
             if reranker is not None:

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dotcat.errors import DotcatError
+from dotcat.index import layout
 from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef, StoredDocument
@@ -281,9 +282,13 @@ def open_stages(
         if cluster is not None and cluster.on_ray:
             raise DotcatError(f"{index}: one index, not a folder of shards; Ray runs shards")
         index_dir = Path(index)
-        opened = open_index(index_dir, device=config.device,
-                            search_params=dict(config.search_params or {}))  # fmt: skip
-        return StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
+        layout.recover_for_reading(index_dir)
+        with layout.reading(index_dir) as seen:  # one generation's files, whole
+            opened = open_index(index_dir, device=config.device,
+                                search_params=dict(config.search_params or {}))  # fmt: skip
+            context = StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
+        context.generation_id = seen
+        return context
     paths = shard_paths(index)
     for path in paths:
         check_pipeline(path, config)

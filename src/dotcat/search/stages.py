@@ -193,6 +193,8 @@ class StageContext:
         self.index_dir, self.index, self.bm25, self.config = index_dir, index, bm25, config
         self.manifest = index.manifest
         self.small_call_threads: int | None = None  # see SearchPipeline.one_thread_small_calls
+        #: The generation opened (:func:`dotcat.index.layout.generation_id`; None: shards).
+        self.generation_id: tuple[int, ...] | None = None
         self._lock = threading.RLock()
         self._shared: dict[str, Any] = {}
         self._stages: dict[str, FirstStage] = {}

@@ -4,7 +4,9 @@ Endpoints (described at ``/docs``, Swagger UI, and ``/redoc``, both served from 
 so they work with no network):
 ``GET /search?q=&k=&rerank=&depth=&first_stage=&full_text=&filter=&facets=``,
 ``POST /search`` (one query or many), ``GET /documents/{id}``, ``GET /healthz``, ``GET /info``;
-the search page at ``/``. The request and answer types are in :mod:`dotcat.serve.protocol`.
+the search page at ``/``; with ``--writable``, ``PUT``/``DELETE /documents/{id}`` and ``POST
+/documents``. The index served stays current (:mod:`dotcat.serve.live`). The request and
+answer types are in :mod:`dotcat.serve.protocol`.
 
 An answer's hits carry a snippet (:mod:`dotcat.serve.snippet`: at most 300 characters of the
 text around the query's words, and where those words are in it), the document's fields, and
@@ -60,6 +62,7 @@ from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
 from dotcat.serve.config import is_loopback as is_loopback
 from dotcat.serve.judging import QueryLog, add_judging_routes, open_judgments
+from dotcat.serve.live import Live, add_document_routes
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
     DEFAULT_K,
@@ -115,10 +118,14 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     config.check()
     service = SearchService(pipeline, config)
 
+    live = Live(pipeline, config)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await service.batcher.start()
+        await live.start()
         yield
+        await live.stop()
         await service.batcher.stop()
 
     app = FastAPIOffline(
@@ -139,6 +146,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     add_error_handlers(app, body_fields=service.SearchBody.model_fields)
     _add_search_routes(app, service)
     _add_index_routes(app, service)
+    add_document_routes(app, service, live, Depends(only()))
     if config.judge:
         add_judging_routes(app, service, open_judgments(pipeline.index_dir, config.judgments))
     _add_page(app)
@@ -257,6 +265,8 @@ class SearchService:
                 faiss=str(pipeline.manifest.faiss.get("spec", "")),
                 precision=encoder.get("precision") or "fp32",
                 bm25="bm25" in self.stages,
+                generation=pipeline.manifest.generation,
+                made=pipeline.manifest.made or pipeline.manifest.created,
             ),
             encoder=EncoderInfo(
                 name=public_name(encoder.get("name", "")),
@@ -275,6 +285,8 @@ class SearchService:
                 for name, f in pipeline.index.field_kinds().items()
             ],  # fmt: skip
             auth=bool(config.api_key),
+            writable=config.writable,
+            watch=config.watch,
             limits=LimitsInfo(
                 **{k: v for k, v in asdict(config).items() if k in LimitsInfo.model_fields},
                 max_url_bytes=MAX_URL_BYTES,

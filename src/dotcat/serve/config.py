@@ -42,6 +42,9 @@ class ServeConfig(Settings):
         judge, judgments: serve the judging page and its API over this judgements file
             (:mod:`dotcat.serve.judging`; default: beside the index).
         query_log: append each query asked (opt-in: queries can be private).
+        writable: accept document writes (``/documents``; needs ``api_key``).
+        watch: sync the index with the folder it was built from when its files change
+            (:mod:`dotcat.serve.live`).
     """
 
     host: str = setting(
@@ -77,14 +80,35 @@ class ServeConfig(Settings):
         "`dotcat judge pool --query-log`.",
     )
 
+    writable: bool = setting(
+        False,
+        help="Accept document writes (PUT/POST/DELETE /documents; needs an API key): each one "
+        "is on disk and searchable when answered.",
+    )
+    watch: bool = setting(
+        False,
+        help="Follow the folder the index was built from: sync it when its files change.",
+    )
+
     def checks(self) -> list[Check]:
-        """An open address needs an API key; the limits must make sense."""
+        """An open address and writes need an API key; the limits must make sense."""
         return [
             (
                 is_loopback(self.host) or bool(self.api_key),
                 "host",
                 f"host {self.host}: serving beyond this machine needs an API key "
                 f"(--api-key or ${API_KEY_ENV})",
+            ),
+            (
+                not self.writable or bool(self.api_key),
+                "writable",
+                f"writable: writes change the index; they need an API key (--api-key or "
+                f"${API_KEY_ENV})",
+            ),
+            (
+                not self.watch or self.workers == 1,
+                "watch",
+                "watch: one server process follows the folder; use workers=1",
             ),
             within("port", self.port, 1, 65535),
             *(

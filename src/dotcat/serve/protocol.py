@@ -193,6 +193,9 @@ class IndexInfo(BaseModel):
     faiss: str = Field(description="The FAISS index type (e.g. Flat, HNSW32, IVF1024,PQ64).")
     precision: str = Field(description="The precision its vectors were encoded at.")
     bm25: bool = Field(description="Whether it has a BM25 index (bm25 and hybrid first stages).")
+    generation: int = Field(1, description="The generation served (1: as built; each update "
+                            "makes the next, and the server moves to it).")  # fmt: skip
+    made: str = Field("", description="When that generation was made (ISO 8601).")
 
 
 class EncoderInfo(BaseModel):
@@ -300,6 +303,9 @@ class InfoOut(BaseModel):
         default_factory=list, description="The documents' fields, by name (for `filter`)."
     )
     auth: bool = Field(description="Whether requests need the API key.")
+    writable: bool = Field(False, description="Whether documents may be written (/documents).")
+    watch: bool = Field(False, description="Whether the index follows the folder it was built "
+                        "from (synced when its files change).")  # fmt: skip
     limits: LimitsInfo
     server: ServerInfo
     shards: list[ShardInfo] | None = Field(
@@ -307,16 +313,57 @@ class InfoOut(BaseModel):
     )
 
 
+#: What a document's field may hold (:mod:`dotcat.data.metadata`: text, a number, a date
+#: written in ISO 8601, a list of strings; nested objects flatten into dotted names).
+FieldValue = str | int | float | bool | list[str] | dict[str, Any] | None
+
+
+class DocumentIn(BaseModel):
+    """A document to write (``PUT /documents/{doc_id}``): its title, text and fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field("", description="Its title ('' if none).")
+    text: str = Field("", description="Its text: a title or a text is needed.")
+    fields: dict[str, FieldValue] = Field(
+        default_factory=dict, description="Its fields (filters and facets read them)."
+    )
+
+
+class IdentifiedDocument(DocumentIn):
+    """A document to write with its id (``POST /documents``)."""
+
+    doc_id: str = Field(min_length=1, pattern=NON_BLANK, description="The document's id.")
+
+
+class DocumentsIn(BaseModel):
+    """Documents to write in one generation (``POST /documents``): new ids are added, the
+    ids the index holds replaced."""
+
+    model_config = ConfigDict(extra="forbid")
+    documents: list[IdentifiedDocument] = Field(min_length=1, description="The documents.")
+
+
+class WriteOut(BaseModel):
+    """A write, done: on disk (fsynced and published) and served."""
+
+    generation: int = Field(description="The generation the write made (now served).")
+    added: int = Field(description="Documents added.")
+    replaced: int = Field(description="Documents replaced.")
+    deleted: int = Field(description="Documents deleted.")
+    documents: int = Field(description="Documents the index holds now.")
+
+
 # -- errors, by status ----------------------------------------------------------------------
 
 ERRORS: dict[int, str] = {
     400: "A request this server cannot serve, or an answer over its size limit",
     401: "Missing or wrong API key (send X-API-Key or Authorization: Bearer)",
+    403: "A write to a server not started writable (--writable)",
     404: "No document with that id",
     413: "Body over the size limit",
     414: "URL over the size limit (send long queries with POST /search)",
     422: "Invalid parameters or body: the error names the field",
-    503: "Queue full: retry after Retry-After seconds",
+    503: "Queue full, or the index busy with another writer: retry after Retry-After seconds",
     504: "Over the per-request time limit",
 }
 
