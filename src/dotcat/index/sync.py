@@ -53,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 #: Encoder settings a sync may take (how the document encoder runs, not what it computes).
 RUNTIME_SETTINGS = ("device", "precision", "batch_size", "fast", "max_batch_tokens", "backend",
-                    "cpu_workers", "num_threads", "chunk_size", "seed", "keep_vectors")  # fmt: skip
+                    "cpu_workers", "num_threads", "chunk_size", "seed", "keep_vectors", "ray",
+                    "ray_workers")  # fmt: skip
 
 
 @dataclass(frozen=True)
