@@ -4,6 +4,7 @@ query log that `dotcat judge pool --query-log` pools."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -56,6 +57,39 @@ def test_grades_undo_and_the_assessors_agreement(served):
     assert {(j.doc_id, j.grade) for j in store.current("bob")} == set(
         zip(docs[:3], [0, 1, 2], strict=True)
     )
+
+
+def test_a_repeated_or_late_grade_request_changes_nothing(served):
+    """The page's requests name its client and a number: the answer is the row that stands,
+    the same for a repeat (eight at once among them), the newer one for a late request; the
+    number used again for another document is refused."""
+    url, store, _ = served
+    a, b = (e.doc_id for e in store.pooled("q1")[:2])
+
+    def post(doc, grade, seq):
+        body = {"qid": "q1", "doc_id": doc, "assessor": "ann", "grade": grade,
+                "client": "c0ffee", "seq": seq}  # fmt: skip
+        return httpx.post(f"{url}/judge/api/judgments", json=body)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = [r.json() for r in pool.map(lambda _: post(a, 2, 1), range(8))]
+    first = answers[0]
+    assert (first["doc_id"], first["grade"], first["seq"], first["client"]) == (a, 2, 1, "c0ffee")
+    assert first["judged"] == 1 and all(answer == first for answer in answers)
+    newer = post(a, 0, 3).json()
+    late = post(a, 3, 2).json()
+    assert (late["id"], late["grade"], late["seq"]) == (newer["id"], 0, 3)
+    clash = post(b, 1, 3)
+    assert clash.status_code == 400
+    assert "request 3 of client 'c0ffee' was saved for another judgement" in clash.json()["error"]
+    assert [(j.doc_id, j.grade) for j in store.log()] == [(a, 2), (a, 0)]
+    undo = {"assessor": "ann", "client": "c0ffee", "seq": 4}
+    undone = [httpx.post(f"{url}/judge/api/undo", json=undo).json() for _ in range(2)]
+    assert undone[0] == undone[1] and undone[0]["id"] == newer["id"]  # one row withdrawn
+    assert [(j.doc_id, j.grade) for j in store.current("ann")] == [(a, 2)]
+    bad = httpx.post(f"{url}/judge/api/judgments", json={"qid": "q1", "doc_id": a,
+                     "assessor": "ann", "grade": 1, "client": "c0ffee", "seq": -1})  # fmt: skip
+    assert bad.status_code == 422 and "seq" in bad.json()["error"]
 
 
 @pytest.mark.parametrize(

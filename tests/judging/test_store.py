@@ -72,3 +72,48 @@ def test_a_query_keeps_the_text_it_was_judged_for(pooled_store, tmp_path):
     (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
     with pytest.raises(DotcatError, match="not a judgements file"):
         JudgmentStore(tmp_path / "junk.sqlite")
+
+
+def test_a_repeated_or_late_request_never_lands_on_another_document(pooled_store):
+    """A page names each request (its client, a rising number): sent again after a lost
+    answer it is stored once; overtaken by a newer grade of the same document it changes
+    nothing; its number reused for another judgement is refused."""
+    store = pooled_store
+    a, b = (e.doc_id for e in store.pooled("q1")[:2])
+    first = store.judge("q1", a, "ann", 2, client="tab", seq=1)
+    assert store.judge("q1", a, "ann", 2, client="tab", seq=1) == first  # the answer was lost
+    newer = store.judge("q1", a, "ann", 0, client="tab", seq=3)
+    assert store.judge("q1", a, "ann", 3, client="tab", seq=2) == newer  # late: not stored
+    assert store.judge("q1", a, "ann", 2, client="tab", seq=1) == newer  # late, and repeated
+    store.judge("q1", b, "ann", 1, client="tab", seq=4)
+    for doc, grade in ((a, 1), (b, 3)):  # request 4 again, for another judgement
+        with pytest.raises(DotcatError, match="request 4 of client 'tab' was saved for another"):
+            store.judge("q1", doc, "ann", grade, client="tab", seq=4)
+    assert {(j.doc_id, j.grade) for j in store.current("ann")} == {(a, 0), (b, 1)}
+    assert [(j.doc_id, j.grade, j.seq) for j in store.log()] == [(a, 2, 1), (a, 0, 3), (b, 1, 4)]
+    other = store.judge("q1", a, "ann", 3, client="tab2", seq=1)  # another page load
+    assert (other.grade, other.client) == (3, "tab2")
+    undone = store.undo("ann", client="tab2", seq=2)
+    assert store.undo("ann", client="tab2", seq=2) == undone == other  # withdrew one row only
+    assert {(j.doc_id, j.grade) for j in store.current("ann")} == {(a, 0), (b, 1)}
+    with pytest.raises(DotcatError, match="client and seq name a request together"):
+        store.judge("q1", a, "ann", 1, seq=5)
+    with pytest.raises(DotcatError, match="seq -1: a request number is a whole number"):
+        store.judge("q1", a, "ann", 1, client="tab", seq=-1)
+
+
+def test_a_file_from_before_request_numbers_opens_and_keeps_its_judgements(pooled_store):
+    store = pooled_store
+    doc = store.pooled("q1")[0].doc_id
+    store.judge("q1", doc, "ann", 2)
+    path = store.path
+    store.close()
+    with sqlite3.connect(path) as old:  # the judgments table as its first files had it
+        old.execute("DROP INDEX judgments_request")
+        for column in ("client", "seq", "undone_by"):
+            old.execute(f"ALTER TABLE judgments DROP COLUMN {column}")
+    with JudgmentStore(path) as reopened:
+        assert [(j.doc_id, j.grade, j.client) for j in reopened.current()] == [(doc, 2, None)]
+        again = reopened.judge("q1", doc, "ann", 3, client="tab", seq=1)
+        assert reopened.judge("q1", doc, "ann", 3, client="tab", seq=1) == again
+        assert len(reopened.log()) == 2

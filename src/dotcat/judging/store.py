@@ -6,7 +6,9 @@ systems, depth and order, as JSON: the pool's provenance), ``pooled`` (a topic's
 documents: each system's rank of it, its priority, the passage that matched) and
 ``judgments``, an append-only log: one row per grade given or document skipped, with the
 assessor's name and the time (UTC). An undo marks the assessor's latest row undone; an
-assessor's judgement of a document is their latest row not undone.
+assessor's judgement of a document is their latest row not undone. A row may name the request
+that wrote it (``client``, ``seq``: a page load and its n-th request), which makes the request
+idempotent (:meth:`JudgmentStore.judge`).
 
 Each judgement is its own transaction, committed before the call returns, in WAL mode with
 ``synchronous=FULL``: once the page has been told a grade is saved, neither a killed server
@@ -58,6 +60,15 @@ CREATE TABLE IF NOT EXISTS judgments (
 CREATE INDEX IF NOT EXISTS judgments_pair ON judgments (qid, doc_id, assessor, id);
 CREATE INDEX IF NOT EXISTS judgments_assessor ON judgments (assessor, id);
 """
+#: Columns of ``judgments`` newer than its first files, added in place when one is opened: the
+#: request that wrote a row (its client and sequence number) and the undo request that withdrew it.
+_ADDED = {"client": "TEXT", "seq": "INTEGER", "undone_by": "TEXT"}
+_REQUEST = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS judgments_request ON judgments (client, seq) "
+    "WHERE client IS NOT NULL"
+)
+#: A row of ``judgments`` as :class:`Judgment` holds it, after its id.
+_FIELDS = "qid, doc_id, assessor, grade, time, source, client, seq"
 #: The orders :meth:`JudgmentStore.pooled` returns a topic's documents in (config.ORDERS).
 _ORDER_BY = {
     "weight": "weight DESC, best_rank, doc_id",
@@ -110,6 +121,8 @@ class Judgment:
     grade: int | None
     time: str
     source: str = "page"
+    client: str | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -175,6 +188,11 @@ class JudgmentStore:
             self._db.execute("PRAGMA synchronous=FULL")
             with self._db:
                 self._db.executescript(_SCHEMA)
+                have = {row[1] for row in self._db.execute("PRAGMA table_info(judgments)")}
+                for name, kind in _ADDED.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE judgments ADD COLUMN {name} {kind}")
+                self._db.execute(_REQUEST)
             self._init_meta(index_dir)
         except sqlite3.DatabaseError as e:
             raise DotcatError(f"{self.path}: not a judgements file ({e})") from None
@@ -336,28 +354,41 @@ class JudgmentStore:
 
     def judge(
         self, qid: str, doc_id: str, assessor: str, grade: int | None, *, source: str = "page",
-        pooled_only: bool = True,
+        pooled_only: bool = True, client: str | None = None, seq: int | None = None,
     ) -> Judgment:  # fmt: skip
         """Save one grade (None: a skip) by ``assessor``, durably, before returning.
 
+        ``client`` and ``seq`` name the request: a page load (any id unique to it) and the
+        number of its request, rising. A request already stored is answered with its row and
+        stored again not at all; a request older than a stored one of the same client for the
+        same document (it arrived late) is answered with that newer row and not stored. So a
+        repeated or late request never lands twice, never on another document, and never
+        overwrites a newer grade; the caller compares the row answered with what it sent.
+
+        Returns:
+            the row that stands for this request: the one stored, or the newer one.
+
         Raises:
             DotcatError: an unknown query, a document outside its pool (``pooled_only``), a
-                grade outside the scale or a bad assessor name.
+                grade outside the scale, a bad assessor name, or a request (``client``,
+                ``seq``) stored before for another judgement.
         """
         grade = check_grade(grade, self.scale)
         assessor = check_assessor(assessor)
+        _check_request(client, seq)
         if self.topic(qid) is None:
             raise DotcatError(f"unknown query id {qid!r}: it is not one of the pooled queries")
         if pooled_only and self.pooled_entry(qid, doc_id) is None:
             raise DotcatError(f"document {doc_id!r} is not in the pool of query {qid!r}")
-        time = now()
+        row = (qid, doc_id, assessor, grade, now(), source, client, seq)
         with self._write() as db:
+            stored = None if client is None else _answered(db, row)
+            if stored is not None:
+                return stored
             cursor = db.execute(
-                "INSERT INTO judgments (qid, doc_id, assessor, grade, time, source) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (qid, doc_id, assessor, grade, time, source),
+                f"INSERT INTO judgments ({_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
             )
-            return Judgment(int(cursor.lastrowid), qid, doc_id, assessor, grade, time, source)
+            return Judgment(int(cursor.lastrowid), *row)
 
     def judge_many(self, rows: Iterable[tuple[str, str, str, int | None]], source: str) -> int:
         """Save many ``(qid, doc_id, assessor, grade)`` at once (one transaction): an import.
@@ -371,18 +402,30 @@ class JudgmentStore:
             )
             return cursor.rowcount
 
-    def undo(self, assessor: str) -> Judgment | None:
-        """Withdraw ``assessor``'s latest judgement (or skip) not yet undone; None if none."""
+    def undo(
+        self, assessor: str, *, client: str | None = None, seq: int | None = None
+    ) -> Judgment | None:
+        """Withdraw ``assessor``'s latest judgement (or skip) not yet undone; None if none.
+
+        ``client`` and ``seq`` name the request as :meth:`judge`'s do: a repeated undo request
+        is answered with the row it withdrew, and withdraws no other.
+        """
         assessor = check_assessor(assessor)
+        _check_request(client, seq)
+        name = None if client is None else f"{client} {seq}"
         with self._write() as db:
+            select = f"SELECT id, {_FIELDS} FROM judgments WHERE "
+            done = name and db.execute(select + "undone_by = ?", (name,)).fetchone()
+            if done:
+                return Judgment(*done)
             row = db.execute(
-                "SELECT id, qid, doc_id, assessor, grade, time, source FROM judgments "
-                "WHERE assessor = ? AND undone = 0 ORDER BY id DESC LIMIT 1",
-                (assessor,),
+                select + "assessor = ? AND undone = 0 ORDER BY id DESC LIMIT 1", (assessor,)
             ).fetchone()
             if row is None:
                 return None
-            db.execute("UPDATE judgments SET undone = 1 WHERE id = ?", (row[0],))
+            db.execute(
+                "UPDATE judgments SET undone = 1, undone_by = ? WHERE id = ?", (name, row[0])
+            )
             return Judgment(*row)
 
     def current(self, assessor: str | None = None, qid: str | None = None) -> list[Judgment]:
@@ -396,7 +439,7 @@ class JudgmentStore:
             where.append("qid = ?")
             params.append(qid)
         rows = self._rows(
-            "SELECT j.id, j.qid, j.doc_id, j.assessor, j.grade, j.time, j.source FROM judgments j "
+            f"SELECT j.id, {_FIELDS} FROM judgments j "
             "JOIN (SELECT MAX(id) AS id FROM judgments WHERE " + " AND ".join(where) +
             " GROUP BY qid, doc_id, assessor) last ON j.id = last.id ORDER BY j.id",
             tuple(params),
@@ -405,9 +448,7 @@ class JudgmentStore:
 
     def log(self) -> list[Judgment]:
         """Every row ever written, undone ones included, oldest first."""
-        rows = self._rows(
-            "SELECT id, qid, doc_id, assessor, grade, time, source FROM judgments ORDER BY id"
-        )
+        rows = self._rows(f"SELECT id, {_FIELDS} FROM judgments ORDER BY id")
         return [Judgment(*row) for row in rows]
 
     def assessors(self) -> list[str]:
@@ -432,6 +473,42 @@ class JudgmentStore:
                 progress.judged += 1
                 progress.grades[j.grade] = progress.grades.get(j.grade, 0) + 1
         return out
+
+
+def _check_request(client: str | None, seq: int | None) -> None:
+    """A request's name: a client and its request number, both or neither."""
+    if (client is None) != (seq is None):
+        raise DotcatError("client and seq name a request together: give both or neither")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
+        raise DotcatError(f"seq {seq!r}: a request number is a whole number, 0 or more")
+
+
+def _answered(db: sqlite3.Connection, row: tuple) -> Judgment | None:
+    """The stored row that answers the request writing ``row`` (in ``_FIELDS`` order), if
+    any: the request itself, stored before (a repeat), or a later request of its client for
+    the same document (this one came late).
+
+    Raises:
+        DotcatError: the request was stored for another judgement.
+    """
+    qid, doc_id, assessor, grade, _, _, client, seq = row
+    found = db.execute(
+        f"SELECT id, {_FIELDS} FROM judgments WHERE client = ? AND (seq = ? OR (seq > ? "
+        "AND qid = ? AND doc_id = ? AND assessor = ?)) ORDER BY seq DESC LIMIT 1",
+        (client, seq, seq, qid, doc_id, assessor),
+    ).fetchone()
+    if found is None:
+        return None
+    stored = Judgment(*found)
+    if stored.seq == seq and (stored.qid, stored.doc_id, stored.assessor, stored.grade) != (
+        qid, doc_id, assessor, grade
+    ):  # fmt: skip
+        raise DotcatError(
+            f"request {seq} of client {client!r} was saved for another judgement (query "
+            f"{stored.qid!r}, document {stored.doc_id!r}, grade {stored.grade}); a request "
+            "number names one request"
+        )
+    return stored
 
 
 def _merged(entry: PoolEntry, row: tuple) -> PoolEntry:

@@ -9,9 +9,13 @@ keyboard, each grade saved before the page moves on.
   pooled documents in judging order with this assessor's grades;
 - ``GET document?qid=&doc_id=``: the document whole, and the passage to read first
   (the one the pooled systems matched, else the window with the most query terms);
-- ``POST judgments`` ``{qid, doc_id, assessor, grade}`` (grade null: skip): saved durably
-  (:class:`dotcat.judging.store.JudgmentStore`) before the answer;
-- ``POST undo`` ``{assessor}``: that assessor's latest judgement withdrawn, and named;
+- ``POST judgments`` ``{qid, doc_id, assessor, grade, client, seq}`` (grade null: skip):
+  saved durably (:class:`dotcat.judging.store.JudgmentStore`) before the answer, which is the
+  row that stands. ``client`` and ``seq`` (optional; the page sends them) name the request,
+  which makes it idempotent: a repeated or late one is answered with what is stored and never
+  lands on another document (:meth:`~dotcat.judging.store.JudgmentStore.judge`);
+- ``POST undo`` ``{assessor, client, seq}``: that assessor's latest judgement withdrawn, and
+  named (a repeated request withdraws no other);
 - ``POST topics`` ``{text, description}``: a query typed in the page, pooled at once over the
   server's systems (:func:`dotcat.judging.pool.build_pool`);
 - ``GET agreement``: Cohen's kappa for each pair of assessors.
@@ -31,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import PoolConfig
-from dotcat.judging.store import JudgmentStore, Topic, now
+from dotcat.judging.store import Judgment, JudgmentStore, Topic, now
 from dotcat.judging.topics import log_record
 from dotcat.serve.snippet import TITLE_CHARS, best_window, query_terms, shorten
 
@@ -40,6 +44,8 @@ WINDOW_CHARS = 1200
 _ASSESSOR = Query(min_length=1, max_length=100, description="The assessor's name.")
 _QID = Annotated[str, Query(min_length=1, description="The query's id.")]
 _DOC = Annotated[str, Query(min_length=1, description="The pooled document's id.")]
+_CLIENT = "Who sends (a page load's random id): with seq, names the request."
+_SEQ = "The client's request number, rising; a repeated or late request changes nothing."
 
 
 class _In(BaseModel):
@@ -53,10 +59,14 @@ class JudgmentIn(_In):
     doc_id: str = Field(min_length=1, description="The pooled document's id.")
     assessor: str = Field(min_length=1, max_length=100, description="Who grades.")
     grade: int | None = Field(description="A grade of the scale (`GET state`); null: skip.")
+    client: str | None = Field(None, min_length=1, max_length=100, description=_CLIENT)
+    seq: int | None = Field(None, ge=0, description=_SEQ)
 
 
 class UndoIn(_In):
     assessor: str = Field(min_length=1, max_length=100, description="Whose last judgement.")
+    client: str | None = Field(None, min_length=1, max_length=100, description=_CLIENT)
+    seq: int | None = Field(None, ge=0, description=_SEQ)
 
 
 class TopicIn(_In):
@@ -120,7 +130,10 @@ class JudgmentOut(BaseModel):
     assessor: str
     grade: int | None
     time: str
+    client: str | None = Field(description="The request that stored this row (null: none named).")
+    seq: int | None
     judged: int = Field(description="This assessor's judged documents of the query, now.")
+    skipped: int
     pooled: int
 
 
@@ -199,23 +212,26 @@ def add_judging_routes(app: FastAPI, svc: Any, store: JudgmentStore) -> None:
               summary="Save a grade (or a skip), durably", responses=svc.errors(400, 422),
               dependencies=deps)  # fmt: skip
     def judge(body: JudgmentIn) -> JudgmentOut:
-        saved = store.judge(body.qid, body.doc_id, body.assessor, body.grade)
-        progress = store.progress(saved.assessor)[saved.qid]
-        return JudgmentOut(**saved.__dict__ | {"judged": progress.judged,
-                                               "pooled": progress.pooled})  # fmt: skip
+        return _answer(store, store.judge(body.qid, body.doc_id, body.assessor, body.grade,
+                                          client=body.client, seq=body.seq))  # fmt: skip
 
     @app.post("/judge/api/undo", tags=["judging"], response_model=JudgmentOut,
               summary="Withdraw the assessor's latest judgement",
               responses=svc.errors(404, 422), dependencies=deps)  # fmt: skip
     def undo(body: UndoIn) -> JudgmentOut:
-        undone = store.undo(body.assessor)
+        undone = store.undo(body.assessor, client=body.client, seq=body.seq)
         if undone is None:
             raise StarletteHTTPException(404, f"nothing to undo: {body.assessor!r} judged nothing")
-        progress = store.progress(undone.assessor)[undone.qid]
-        return JudgmentOut(**undone.__dict__ | {"judged": progress.judged,
-                                                "pooled": progress.pooled})  # fmt: skip
+        return _answer(store, undone)
 
     _add_topic_routes(app, svc, store, deps)
+
+
+def _answer(store: JudgmentStore, row: Judgment) -> JudgmentOut:
+    """``row`` and its query's progress for its assessor, now."""
+    progress = store.progress(row.assessor)[row.qid]
+    return JudgmentOut(**row.__dict__, judged=progress.judged, skipped=progress.skipped,
+                       pooled=progress.pooled)  # fmt: skip
 
 
 def _topic(store: JudgmentStore, qid: str) -> Topic:
