@@ -1,13 +1,18 @@
-"""`dotcat eval RUN... QRELS --baseline RUN`: differences, p-values, marks, JSON."""
+"""`dotcat eval RUN... QRELS --baseline RUN`: marks, one verdict per comparison, JSON; over
+random runs (hypothesis), no interval excludes 0 without the mark, nor the reverse."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
+from tests.evaluation.test_verdicts import LINE, _number
 from typer.testing import CliRunner
 
 from dotcat.cli import app
@@ -59,17 +64,32 @@ def test_baseline_table_marks_significant_differences(runs):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    header = _cells(lines[0])
-    assert header == ["system", "RR@10", "Δ", "p", "W/T/L", "nDCG@10", "Δ", "p", "W/T/L",
-                      "queries"]  # fmt: skip
+    assert _cells(lines[0]) == ["system", "RR@10", "nDCG@10", "queries"]
     rows = {_cells(line)[0]: _cells(line) for line in lines[2:5]}
-    assert rows["base.trec (baseline)"][2:5] == ["", "", ""]
-    better, similar = rows["better.trec"], rows["similar.trec"]
-    assert better[1].endswith("†") and better[2].startswith("+")
-    assert better[4] == "25/0/5"  # rank 1 on 25 queries, rank 8 (below any baseline) on 5
-    assert not similar[1].endswith("†")
+    assert not rows["base.trec (baseline)"][1].endswith("†")
+    assert rows["better.trec"][1].endswith("†") and rows["better.trec"][2].endswith("†")
+    assert not rows["similar.trec"][1].endswith("†")
+    verdicts = [line for line in lines if " vs base.trec: " in line]
+    assert len(verdicts) == 4  # two systems x two measures
+    better = next(v for v in verdicts if v.startswith("better.trec vs base.trec: RR@10 +"))
+    # rank 1 on 25 queries, rank 8 (below any baseline) on 5
+    assert better.endswith(", significantly higher over 30 queries (97.5% interval, paired "
+                           "t-test, Holm over 2: p <0.001; won 25, tied 0, lost 5)")  # fmt: skip
+    similar = next(v for v in verdicts if v.startswith("similar.trec vs base.trec: RR@10 +"))
+    assert ", not significant over 30 queries (95% interval, paired t-test, Holm over 2: p " in (
+        similar
+    )
     note = next(line for line in lines if line.startswith("†"))
-    assert "Holm-Bonferroni" in note and "paired t-test" in note and "base.trec" in note
+    assert "Holm's correction" in note and "paired t-test" in note and "base.trec" in note
+
+
+def test_the_default_table_has_at_most_8_columns(runs):
+    result = invoke("eval", runs["base"], runs["better"], runs["similar"], runs["qrels"],
+                    "--baseline", "base.trec")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    header = _cells(result.output.splitlines()[0])
+    assert header == ["system", "nDCG@10", "RR@10", "R@100", "AP@100", "queries"]
+    assert len(header) <= 8
 
 
 def test_baseline_json_has_corrected_pvalues_equal_to_scipy(runs):
@@ -83,16 +103,19 @@ def test_baseline_json_has_corrected_pvalues_equal_to_scipy(runs):
     per_query = {n: data[f"{n}.trec"]["per_query"] for n in ("base", "better", "similar")}
     queries = sorted(per_query["base"])
     values = {n: [per_query[n][q]["RR@10"] for q in queries] for n in per_query}
-    raw = [stats.ttest_rel(values[n], values["base"]).pvalue for n in ("better", "similar")]
-    corrected = holm_bonferroni(raw)
-    for name, p, p_holm in zip(("better", "similar"), raw, corrected, strict=True):
+    raw = [stats.ttest_rel(values[n], values["base"]) for n in ("better", "similar")]
+    corrected = holm_bonferroni([t.pvalue for t in raw])
+    for name, t, p_holm in zip(("better", "similar"), raw, corrected, strict=True):
         vs = data[f"{name}.trec"]["vs_baseline"]
         assert vs["baseline"] == "base.trec" and vs["test"] == "t"
         assert vs["correction"] == "holm-bonferroni" and vs["alpha"] == 0.05
         c = vs["measures"]["RR@10"]
-        assert c["pvalue"] == pytest.approx(p, rel=1e-12)
-        assert c["pvalue_holm"] == pytest.approx(p_holm, rel=1e-12)
-        assert c["significant"] == (p_holm < 0.05)
+        assert c["pvalue"] == pytest.approx(t.pvalue, rel=1e-9)
+        assert c["pvalue_holm"] == pytest.approx(p_holm, rel=1e-9)
+        assert c["significant"] == (p_holm <= 0.05) == (not c["low"] <= 0 <= c["high"])
+        # The t interval at the level of the comparison's Holm step (scipy's own).
+        interval = t.confidence_interval(c["confidence"])
+        assert (c["low"], c["high"]) == pytest.approx((interval.low, interval.high), rel=1e-9)
         assert c["wins"] + c["ties"] + c["losses"] == N_QUERIES
     assert data["better.trec"]["vs_baseline"]["measures"]["RR@10"]["significant"]
 
@@ -106,6 +129,7 @@ def test_baseline_randomisation_test_in_json(runs):
     vs = json.loads(result.stdout)["better.trec"]["vs_baseline"]
     assert vs["test"] == "randomisation" and vs["permutations"] == 2000 and vs["seed"] == 3
     assert vs["measures"]["nDCG@10"]["pvalue"] == pytest.approx(1 / 2001)
+    assert vs["measures"]["nDCG@10"]["low"] > 0 and vs["bootstrap"] is None
 
 
 def test_without_baseline_the_output_is_unchanged(runs):
@@ -123,6 +147,10 @@ def test_without_baseline_the_output_is_unchanged(runs):
     [
         (["--baseline", "nope.trec"], "--baseline 'nope.trec' is not one of the runs"),
         (["--baseline", "base.trec", "--test", "wilcoxon"], "--test must be one of t, rand"),
+        (
+            ["--baseline", "base.trec", "--test", "bootstrap", "--bootstrap", "0"],
+            "--bootstrap must be >= 1",
+        ),
         (["--baseline", "base.trec", "--alpha", "2"], "--alpha must be in (0, 1)"),
         (["--baseline", "base.trec", "--permutations", "0"], "--permutations must be >= 1"),
     ],
@@ -132,3 +160,62 @@ def test_baseline_errors_are_one_line(runs, extra, message):
     assert result.exit_code == 2
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@st.composite
+def judged_runs(draw) -> tuple[dict, dict]:
+    """Qrels of 2-25 queries over six documents graded 0-2, and a baseline and two systems:
+    each query ranked in the ideal order or at random, each system as often as it draws (from
+    never to always), so that some systems differ significantly and some do not."""
+    n = draw(st.integers(2, 25))
+    qrels = {f"q{q}": {f"d{d}": draw(st.integers(0, 2)) for d in range(6)} for q in range(n)}
+    runs = {}
+    for name in ("base", "one", "two"):
+        quality = draw(st.integers(0, 10))
+        run = {}
+        for qid, grades in qrels.items():
+            if draw(st.integers(0, 9)) < quality:
+                order = sorted(grades, key=lambda d: -grades[d])
+            else:
+                order = [f"d{d}" for d in draw(st.permutations(range(6)))]
+            run[qid] = [(doc, 10.0 - rank) for rank, doc in enumerate(order)]
+        runs[name] = run
+    return qrels, runs
+
+
+@pytest.mark.parametrize("test", ["t", "randomisation", "bootstrap"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=judged_runs(), alpha=st.sampled_from(["0.05", "0.3"]))
+def test_no_interval_excludes_0_without_the_mark_nor_the_reverse(test, case, alpha):
+    qrels, runs = case
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "qrels.txt").write_text(
+            "".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items())
+        )
+        for name, run in runs.items():
+            write_run(run, root / f"{name}.trec", tag=name)
+        result = invoke(
+            "eval", *(root / f"{name}.trec" for name in runs), root / "qrels.txt",
+            "--baseline", "base.trec", "--test", test, "--alpha", alpha, "-m", "nDCG@10",
+            "-m", "RR@10",
+            *{"randomisation": ["--permutations", "499"], "bootstrap": ["--bootstrap", "499"]}.get(
+                test, []),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = _cells(lines[0])
+    marked = {}
+    for line in lines[2:5]:
+        cells = _cells(line)
+        for measure, cell in zip(header[1:3], cells[1:3], strict=True):
+            marked[cells[0], measure] = cell.endswith("†")
+    shown = [m for m in map(LINE.match, lines) if m]
+    assert len(shown) == 4, result.output
+    for verdict in shown:
+        excludes = _number(verdict["low"]) > 0 or _number(verdict["high"]) < 0
+        significant = verdict["decision"] != "not significant"
+        assert excludes == significant == marked[verdict["system"], verdict["measure"]], (
+            result.output
+        )
+    assert not marked["base.trec (baseline)", "nDCG@10"]

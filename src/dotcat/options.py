@@ -51,8 +51,8 @@ ON_DISK = ("auto", "yes", "no")
 EXPORT_PRECISIONS = ("int8", "fp32")
 KEEP_FP32 = ("none", "ffn_output")
 INT8_VARIANTS = ("avx512_vnni", "avx2")
-#: Paired significance tests (:mod:`dotcat.evaluation.significance`).
-SIGNIFICANCE_TESTS = ("t", "randomisation")
+#: Paired significance tests, each with its interval (:mod:`dotcat.evaluation.significance`).
+SIGNIFICANCE_TESTS = ("t", "randomisation", "bootstrap")
 
 # -- defaults ----------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ the report folder, reuses everything on a second run and recomputes only what ch
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -111,7 +112,8 @@ def test_an_experiment_builds_reports_and_reuses(setup):
     assert first["systems"]["hybrid + cat"]["stages"][2]["details"]["pairs"] == 9
 
     report = (out / "report.md").read_text()
-    assert "| BM25 (baseline) |" in report and "Holm-Bonferroni" in report
+    assert "| BM25 (baseline) |" in report and "Holm's correction" in report
+    assert re.search(r"^- dense vs BM25: nDCG@10 [+-]\d\.\d{4} \[", report, re.MULTILINE)
     assert "![recall](recall.png)" in report and "```toml" in report
     assert "hybrid + cat | hybrid over model" in report
 

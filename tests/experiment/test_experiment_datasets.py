@@ -125,8 +125,9 @@ def test_every_system_on_every_dataset_then_every_run_reused(setup):
 
     report = (out / "report.md").read_text()
     assert re.search(r"\| system +\| +first \| +other \| +tiny \| +mean \|", report)
-    assert "| BM25 (baseline) |" in report and "| hybrid | +" in report  # the differences
-    assert "Holm-Bonferroni correction over the 6 system x dataset cells" in report
+    assert "| BM25 (baseline) |" in report
+    assert re.search(r"^- hybrid vs BM25 on other: nDCG@10 [+-]\d\.\d{4} \[", report, re.MULTILINE)
+    assert "Holm's correction over the 6 system x dataset cells" in report
     assert "![summary_nDCG-10](summary_nDCG-10.png)" in report
     with Image.open(out / "summary_nDCG-10.png") as image:
         assert image.format == "PNG" and image.size[0] >= 900

@@ -93,9 +93,11 @@ def test_eval_on_an_export_equals_eval_on_the_index_and_files(
     assert exported.exit_code == own.exit_code == 0, exported.output + own.output
     a, b = json.loads(exported.stdout), json.loads(own.stdout)
     assert a == b
-    assert a["dense.trec"]["intervals"]["vs_baseline"]["nDCG@10"]["mean"] == pytest.approx(
+    vs = a["dense.trec"]["vs_baseline"]["measures"]["nDCG@10"]
+    assert vs["diff"] == pytest.approx(
         a["dense.trec"]["aggregate"]["nDCG@10"] - a["bm25.trec"]["aggregate"]["nDCG@10"]
     )
+    assert vs["significant"] == (not vs["low"] <= 0 <= vs["high"])
     assert 0 <= a["bm25.trec"]["judged@10"] <= 1
 
 

@@ -13,16 +13,14 @@ from dotcat.data import load_judgements, read_run
 from dotcat.errors import DotcatError
 from dotcat.evaluation import (
     DEFAULT_MEASURES,
-    compare_to_baseline,
-    comparison_note,
+    compare,
+    comparison_text,
     comparison_to_json,
     evaluate_runs,
-    format_comparison_table,
     format_per_query,
     format_table,
     to_json,
 )
-from dotcat.evaluation.intervals import IntervalConfig
 from dotcat.evaluation.significance import ComparisonConfig
 from dotcat.evaluation.uncertainty import Uncertainty, uncertainty
 from dotcat.files import check_can_create_in
@@ -30,7 +28,6 @@ from dotcat.files import check_can_create_in
 
 @app.command("eval")
 @with_settings(ComparisonConfig, "comparison")
-@with_settings(IntervalConfig, "intervals")
 def eval_runs(
     paths: list[Path] = typer.Argument(
         ...,
@@ -48,8 +45,8 @@ def eval_runs(
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     baseline: str | None = typer.Option(
         None,
-        help="Compare every run with this one (one of the RUNs, by path or file name): "
-        "difference, paired p-value (Holm-corrected), wins/ties/losses per measure.",
+        help="Compare every run with this one (one of the RUNs, by path or file name): per "
+        "measure the difference, its interval and one verdict (--test, Holm-corrected).",
     ),
     queries: Path | None = typer.Option(
         None, help="The queries the runs answer (a file): qrels of others are left out."
@@ -60,17 +57,17 @@ def eval_runs(
         "are counted.",
     ),
     comparison: ComparisonConfig = None,
-    intervals: IntervalConfig = None,
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
     Queries with judgements but no results count as 0; qrels naming unknown queries or
     documents (checked when QRELS is a BEIR directory) are counted and reported; a run with
     fewer results per query than a measure's cutoff is named in a warning. With --baseline,
-    each measure gets the difference to the baseline, a paired t-test (or randomisation test)
-    p-value with Holm-Bonferroni correction across the runs, and the queries won/tied/lost; a
-    dagger marks significant differences. Every measure, and every difference to the
-    baseline, gets a bootstrap confidence interval (--bootstrap resamples of the queries,
+    one line per run and measure gives the difference to the baseline, its interval and one
+    verdict: the paired test (--test: t, randomisation or bootstrap) gives both the p-value
+    and the interval, Holm-corrected across the runs, each interval at the level its
+    comparison is tested at, so it excludes 0 exactly when a dagger marks the value; and the
+    queries won/tied/lost. Each run's means get a bootstrap interval (--bootstrap resamples,
     --seed). Each run's judged@10 is reported: under 80%, its figures count unjudged
     documents as not relevant (Bpref and nDCG(judged_only=True)@10 tolerate them).
     """
@@ -88,7 +85,7 @@ def eval_runs(
         judged.known_queries,
         judged.known_docs,
     )
-    extra = uncertainty(read, judged.qrels, reports, baseline_name, intervals, comparison.seed)
+    extra = uncertainty(read, judged.qrels, reports, comparison)
     if baseline_name is not None:
         _print_comparison(reports, baseline_name, comparison, as_json, extra)
     elif as_json:
@@ -126,28 +123,18 @@ def _baseline_name(baseline: str, runs: list[Path]) -> str:
 def _print_comparison(
     reports, baseline: str, config: ComparisonConfig, as_json: bool, extra: Uncertainty
 ) -> None:
-    """``dotcat eval --baseline``: the marked table and its note, or JSON with comparisons."""
-    test, alpha, permutations, seed = config.test, config.alpha, config.permutations, config.seed
-    comparisons = compare_to_baseline(
-        reports, baseline, test=test, alpha=alpha, permutations=permutations, seed=seed
-    )
-    if as_json:
-        out = {}
-        for name, report in reports.items():
-            vs = comparisons.get(name)
-            out[name] = (
-                to_json(report)
-                | {
-                    "vs_baseline": None
-                    if vs is None
-                    else comparison_to_json(vs, baseline, test, alpha, permutations, seed)
-                }
-                | extra.to_json(name)
-            )
-        typer.echo(json.dumps(out, indent=2))
+    """``dotcat eval --baseline``: the marked table, one verdict per comparison and the note,
+    or JSON with the comparisons."""
+    comparisons = compare(reports, baseline, config)
+    if not as_json:
+        typer.echo(comparison_text(reports, comparisons, baseline, config) + "\n")
         return
-    typer.echo(format_comparison_table(reports, comparisons, baseline))
-    typer.echo("\n" + comparison_note(baseline, len(reports), test, alpha, permutations))
+    out = {}
+    for name, report in reports.items():
+        vs = comparisons.get(name)
+        vs = None if vs is None else comparison_to_json(vs, baseline, config)
+        out[name] = to_json(report) | {"vs_baseline": vs} | extra.to_json(name)
+    typer.echo(json.dumps(out, indent=2))
 
 
 @app.command()

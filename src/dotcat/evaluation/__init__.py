@@ -3,7 +3,7 @@
 >>> report = evaluate(run, qrels)                      # nDCG@10, RR@10, R@100, AP@100
 >>> print(format_table({"BM25": report}))
 >>> comparisons = compare_to_baseline({"BM25": report, "dense": other}, "BM25")
->>> print(format_comparison_table({"BM25": report, "dense": other}, comparisons, "BM25"))
+>>> print(verdict(comparisons["dense"]["nDCG@10"]))   # dense vs BM25: nDCG@10 +0.0280 [...]
 """
 
 from dotcat.exports import lazy_exports
@@ -16,15 +16,18 @@ _EXPORTS = {
     "parse_measures": "dotcat.evaluation.metrics",
     "qid_sort_key": "dotcat.evaluation.metrics",
     "comparison_note": "dotcat.evaluation.tables",
+    "comparison_text": "dotcat.evaluation.tables",
     "comparison_to_json": "dotcat.evaluation.tables",
-    "format_comparison_table": "dotcat.evaluation.tables",
+    "verdict": "dotcat.evaluation.tables",
     "format_per_query": "dotcat.evaluation.tables",
     "format_table": "dotcat.evaluation.tables",
     "to_json": "dotcat.evaluation.tables",
     "Comparison": "dotcat.evaluation.significance",
     "PairedTestResult": "dotcat.evaluation.significance",
     "TTestResult": "dotcat.evaluation.significance",
+    "compare": "dotcat.evaluation.significance",
     "compare_to_baseline": "dotcat.evaluation.significance",
+    "holm": "dotcat.evaluation.significance",
     "holm_across": "dotcat.evaluation.significance",
     "holm_bonferroni": "dotcat.evaluation.significance",
     "paired_randomisation_test": "dotcat.evaluation.significance",

@@ -7,12 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dotcat.evaluation.metrics import EvalReport, qid_sort_key
-from dotcat.evaluation.significance import Comparison
+from dotcat.evaluation.significance import TEST_NAMES, Comparison
 
 #: The mark of a value significantly different from the baseline's (after correction).
 SIGNIFICANT_MARK = "†"  # dagger
-#: How reports name the paired tests.
-TEST_NAMES = {"t": "paired t-test", "randomisation": "paired randomisation test"}
 
 
 def format_table(
@@ -21,6 +19,8 @@ def format_table(
     digits: int = 4,
     name: str = "run",
     show_queries: bool = False,
+    comparisons: Mapping[str, Mapping[str, Comparison]] | None = None,
+    baseline: str | None = None,
 ) -> str:
     """A Markdown table: one row per system, one column per measure.
 
@@ -30,6 +30,8 @@ def format_table(
         digits: decimals per value.
         name: the row label when a single report is given.
         show_queries: add a column with the number of evaluated queries.
+        comparisons, baseline: :func:`compare_to_baseline`'s output and its baseline: values
+            significantly different from the baseline's get :data:`SIGNIFICANT_MARK`.
 
     A measure a report lacks is shown as ``n/a``.
     """
@@ -39,8 +41,11 @@ def format_table(
     header = ["system", *columns] + (["queries"] if show_queries else [])
     rows = []
     for system, report in reports.items():
-        row = [_escape(system)]
-        row += [_fmt(report.aggregate.get(m), digits) for m in columns]
+        row = [_escape(system) + (" (baseline)" if system == baseline else "")]
+        for m in columns:
+            c = (comparisons or {}).get(system, {}).get(m)
+            mark = SIGNIFICANT_MARK if c is not None and c.significant else ""
+            row.append(_fmt(report.aggregate.get(m), digits) + mark)
         if show_queries:
             row.append(str(report.n_queries))
         rows.append(row)
@@ -64,82 +69,73 @@ def format_per_query(
     return markdown_table(["query", *columns], rows)
 
 
-def format_comparison_table(
-    reports: Mapping[str, EvalReport],
-    comparisons: Mapping[str, Mapping[str, Comparison]],
-    baseline: str,
-    measures: Sequence[str] | None = None,
-    digits: int = 4,
-    show_queries: bool = True,
-) -> str:
-    """A Markdown table of systems against a baseline (:func:`compare_to_baseline`'s output).
+def verdict(c: Comparison, digits: int = 4, where: str = "") -> str:
+    """One comparison in one line: the difference, its interval, the decision and how it was
+    reached (``where``: e.g. " on scifact")::
 
-    Per measure four columns: the value (marked with :data:`SIGNIFICANT_MARK` where the
-    corrected p-value is below alpha), ``Δ`` (the difference to the baseline), ``p`` (the
-    Holm-corrected p-value) and ``W/T/L`` (queries won, tied, lost against the baseline).
-    The baseline's row shows its values only; :func:`comparison_note` explains the marks.
+        hybrid vs bm25: nDCG@10 +0.0280 [-0.0220, +0.0790], not significant over 18 queries
+        (97.5% interval, paired t-test, Holm over 2: p 0.310; won 8, tied 4, lost 6)
     """
-    columns = list(measures) if measures is not None else reports[baseline].measures
-    header = ["system"]
-    for measure in columns:
-        header += [measure, "Δ", "p", "W/T/L"]
-    header += ["queries"] if show_queries else []
-    rows = []
-    for system, report in reports.items():
-        label = _escape(system) + (" (baseline)" if system == baseline else "")
-        row = [label]
-        for measure in columns:
-            value = _fmt(report.aggregate.get(measure), digits)
-            c = comparisons.get(system, {}).get(measure)
-            if c is None:
-                row += [value, "", "", ""]
-                continue
-            mark = SIGNIFICANT_MARK if c.significant else ""
-            row += [
-                value + mark,
-                f"{c.diff:+.{digits}f}",
-                _fmt_p(c.pvalue_holm),
-                f"{c.wins}/{c.ties}/{c.losses}",
-            ]
-        if show_queries:
-            row.append(str(report.n_queries))
-        rows.append(row)
-    return markdown_table(header, rows)
-
-
-def comparison_note(
-    baseline: str, n_systems: int, test: str, alpha: float, permutations: int | None = None
-) -> str:
-    """The lines under a :func:`format_comparison_table` saying what its marks mean."""
-    name = TEST_NAMES.get(test, test)
-    if test == "randomisation" and permutations:
-        name += f" ({permutations} permutations)"
-    others = max(n_systems - 1, 0)
+    if not c.significant:
+        decision = "not significant"
+    else:
+        decision = "significantly " + ("higher" if c.diff > 0 else "lower")
+    holm = f", Holm over {c.family}" if c.family > 1 else ""
     return (
-        f"{SIGNIFICANT_MARK} significantly different from the baseline {baseline} "
-        f"(p < {alpha:g} after Holm-Bonferroni correction over the {others} system"
-        f"{'' if others == 1 else 's'} compared with it, per measure). "
-        f"Δ: difference to the baseline; p: two-sided {name} p-value, Holm-corrected; "
-        "W/T/L: queries where the system scores higher / the same / lower than the baseline."
+        f"{c.system} vs {c.baseline}{where}: {c.measure} {_signed(c.diff, digits)} "
+        f"[{_signed(c.low, digits)}, {_signed(c.high, digits)}], {decision} over {c.n} queries "
+        f"({100 * c.confidence:.4g}% interval, {c.method.name}{holm}: p {_fmt_p(c.pvalue_holm)}; "
+        f"won {c.wins}, tied {c.ties}, lost {c.losses})"
     )
 
 
-def comparison_to_json(
-    comparisons: Mapping[str, Comparison],
+def comparison_note(config: Any, family: str) -> str:
+    """What the marks, verdicts and intervals mean; ``config`` has ``test``, ``alpha``,
+    ``permutations``, ``bootstrap`` (a :class:`ComparisonConfig` or an experiment's), and
+    ``family`` says what one Holm family is ("the 2 systems compared with it, per measure")."""
+    method = {"randomisation": f" ({config.permutations} sign draws, seed {config.seed})",
+              "bootstrap": f" ({config.bootstrap} resamples, seed {config.seed})"}  # fmt: skip
+    return (
+        f"{SIGNIFICANT_MARK} significant: p <= {config.alpha:g} after Holm's correction over "
+        f"{family} (p as shown: Holm-adjusted, two-sided {TEST_NAMES[config.test]}"
+        f"{method.get(config.test, '')}). Each interval is that test's, at the level Holm's "
+        "procedure tests the comparison at, so it excludes 0 exactly when the comparison is "
+        "significant. Won/tied/lost: queries where the system scores higher, the same, lower."
+    )
+
+
+def comparison_text(
+    reports: Mapping[str, EvalReport],
+    comparisons: Mapping[str, Mapping[str, Comparison]],
     baseline: str,
-    test: str,
-    alpha: float,
-    permutations: int | None = None,
-    seed: int | None = None,
+    config: Any,
+    bullet: str = "",
+) -> str:
+    """The marked table, one :func:`verdict` per system and measure (each after ``bullet``:
+    ``"- "`` makes a Markdown list), and the note: what ``dotcat eval --baseline`` prints and
+    an experiment's report shows."""
+    table = format_table(reports, reports[baseline].measures, show_queries=True,
+                         comparisons=comparisons, baseline=baseline)  # fmt: skip
+    lines = [bullet + verdict(c) for measures in comparisons.values() for c in measures.values()]
+    others = len(reports) - 1
+    family = f"the {others} system{'s' * (others != 1)} compared with {baseline}, per measure"
+    return "\n".join([table, "", *lines, "", comparison_note(config, family)])
+
+
+def comparison_to_json(
+    comparisons: Mapping[str, Comparison], baseline: str, config: Any
 ) -> dict[str, Any]:
-    """A JSON-ready dict of one system's comparisons (measure -> :class:`Comparison`)."""
+    """A JSON-ready dict of one system's comparisons (measure -> :class:`Comparison`);
+    ``config`` as :func:`comparison_note`'s."""
+    test = config.test
     return {
         "baseline": baseline,
         "test": test,
         "correction": "holm-bonferroni",
-        "alpha": alpha,
-        "permutations": permutations if test == "randomisation" else None,
-        "seed": seed if test == "randomisation" else None,
+        "alpha": config.alpha,
+        "permutations": config.permutations if test == "randomisation" else None,
+        "bootstrap": config.bootstrap if test == "bootstrap" else None,
+        "seed": config.seed if test != "t" else None,
         "measures": {m: c.to_json() for m, c in comparisons.items()},
     }
 
@@ -173,6 +169,14 @@ def _fmt(value: float | None, digits: int) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:.{digits}f}"
+
+
+def _signed(value: float, digits: int) -> str:
+    """``value`` with its sign; more digits where rounding would show a bound beside 0 as 0
+    (the side of 0 is what an interval says)."""
+    value += 0.0  # -0.0 -> 0.0
+    text = f"{value:+.{digits}f}"
+    return f"{value:+.2g}" if value and not float(text) else text
 
 
 def _fmt_p(p: float) -> str:

@@ -1,12 +1,13 @@
 """What a table of means leaves out: how much of each run the judgements cover, and how far
-each mean (and each difference to a baseline) could move on other queries.
+each mean could move on other queries.
 
 ``dotcat eval`` prints both under its table: judged@10 per run, with a warning under 80%
-(:mod:`dotcat.evaluation.judged`), and bootstrap confidence intervals
-(:mod:`dotcat.evaluation.intervals`). Judged@10 is shown for qrels that judge documents not
-relevant too (grade 0: a judged pool, TREC's qrels); qrels that only list relevant documents
-(most BEIR sets) leave every other document unjudged by construction,
-and say nothing of coverage.
+(:mod:`dotcat.evaluation.judged`), and the bootstrap interval of each run's means
+(:mod:`dotcat.evaluation.intervals`; the differences to a baseline carry their own, from
+their test: :mod:`dotcat.evaluation.significance`). Judged@10 is shown for qrels that judge
+documents not relevant too (grade 0: a judged pool, TREC's qrels); qrels that only list
+relevant documents (most BEIR sets) leave every other document unjudged by construction, and
+say nothing of coverage.
 """
 
 from __future__ import annotations
@@ -15,35 +16,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dotcat.evaluation.intervals import IntervalConfig, RunIntervals, format_intervals, intervals
+from dotcat.evaluation.intervals import Interval, format_intervals, intervals
 from dotcat.evaluation.judged import JUDGED_DEPTH, judged_notes
 from dotcat.evaluation.metrics import EvalReport
+from dotcat.evaluation.significance import ComparisonConfig
 from dotcat.types import Qrels, RunLike
 
 
 @dataclass
 class Uncertainty:
     """Each run's judged@10 and the warnings it gives (``pooled``: the qrels judge documents not
-    relevant too, so judged@10 means something); the bootstrap intervals (empty with
-    ``bootstrap`` 0)."""
+    relevant too, so judged@10 means something); the bootstrap intervals of the means, at
+    1 - alpha (empty with ``bootstrap`` 0)."""
 
     judged: dict[str, float]
     notes: list[str]
     pooled: bool = True
-    intervals: dict[str, RunIntervals] = field(default_factory=dict)
-    baseline: str | None = None
-    config: IntervalConfig = field(default_factory=IntervalConfig)
-    seed: int = 0
+    intervals: dict[str, dict[str, Interval]] = field(default_factory=dict)
+    config: ComparisonConfig = field(default_factory=ComparisonConfig)
 
     def to_json(self, name: str) -> dict[str, Any]:
         """One run's entries of ``dotcat eval --json``."""
         out: dict[str, Any] = {f"judged@{JUDGED_DEPTH}": self.judged.get(name)}
         if name in self.intervals:
             out["intervals"] = {
-                "confidence": self.config.confidence,
+                "confidence": 1.0 - self.config.alpha,
                 "bootstrap": self.config.bootstrap,
-                "seed": self.seed,
-                **self.intervals[name].to_json(),
+                "seed": self.config.seed,
+                "measures": {m: i.to_json() for m, i in self.intervals[name].items()},
             }
         return out
 
@@ -54,11 +54,7 @@ class Uncertainty:
         lines += [f"warning: {note}" for note in self.notes]
         if self.intervals:
             c = self.config
-            lines.append(
-                format_intervals(
-                    self.intervals, self.baseline, c.bootstrap, c.confidence, self.seed
-                )
-            )
+            lines.append(format_intervals(self.intervals, c.bootstrap, 1.0 - c.alpha, c.seed))
         return "\n".join(lines)
 
 
@@ -66,18 +62,16 @@ def uncertainty(
     runs: Mapping[str, RunLike],
     qrels: Qrels,
     reports: Mapping[str, EvalReport],
-    baseline: str | None,
-    config: IntervalConfig,
-    seed: int,
+    config: ComparisonConfig,
 ) -> Uncertainty:
     """Judged@10 of every run (against the qrels evaluated: unknown queries left out; warned
     of only for qrels with judged non-relevant documents) and, unless ``config.bootstrap`` is
-    0, the intervals of every report."""
+    0, the intervals of every report's means at ``1 - config.alpha``."""
     evaluated = {q: qrels[q] for q in next(iter(reports.values())).per_query} if reports else {}
     shares, notes = judged_notes(runs, evaluated or qrels)
     pooled = any(grade <= 0 for docs in qrels.values() for grade in docs.values())
     notes = notes if pooled else []
     found = {}
     if config.bootstrap > 0 and reports:
-        found = intervals(reports, baseline, config.bootstrap, config.confidence, seed)
-    return Uncertainty(shares, notes, pooled, found, baseline, config, seed)
+        found = intervals(reports, config.bootstrap, 1.0 - config.alpha, config.seed)
+    return Uncertainty(shares, notes, pooled, found, config)

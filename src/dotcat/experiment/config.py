@@ -291,6 +291,7 @@ class ExperimentConfig(_Strict):
         "t", description=_one_of(options.SIGNIFICANCE_TESTS)
     )
     permutations: int = Field(10_000, ge=1, description="an integer >= 1")
+    bootstrap: int = Field(10_000, ge=1, description="an integer >= 1 (test bootstrap)")
     seed: int = Field(0, description="an integer")
     alpha: float = Field(0.05, gt=0, lt=1, description="a number in (0, 1)")
     precision: Literal[options.PRECISIONS] = Field("auto", description=_one_of(options.PRECISIONS))

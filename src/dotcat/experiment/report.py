@@ -3,7 +3,8 @@
 ``results.json`` holds everything a program needs (per system: aggregate and per-query
 values, the comparison with the baseline, the stages with their fingerprints, timings and
 whether they were reused; the recall curves; the configuration; the machine).
-``report.md`` is the same for a person: the table with significance marks, the plots, the
+``report.md`` is the same for a person: the table with significance marks and one verdict per
+comparison (:func:`dotcat.evaluation.tables.verdict`), the plots, the
 systems with their timings, the configuration file.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat import __version__
-from dotcat.evaluation import comparison_note, comparison_to_json, format_comparison_table
+from dotcat.evaluation import comparison_text, comparison_to_json
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
@@ -35,13 +36,9 @@ def plot_measure(result: ExperimentResult) -> str:
 
 
 def comparison_table(result: ExperimentResult) -> str:
-    """The Markdown table against the baseline and the note under it."""
+    """The marked table, one verdict per comparison with the baseline, and the note."""
     config = result.config
-    table = format_comparison_table(result.reports, result.comparisons, config.baseline)
-    note = comparison_note(
-        config.baseline, len(result.reports), config.test, config.alpha, config.permutations
-    )
-    return f"{table}\n\n{note}"
+    return comparison_text(result.reports, result.comparisons, config.baseline, config, "- ")
 
 
 def write_report(
@@ -82,11 +79,7 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
             "seconds_this_run": round(outcome.seconds, 3),
             **to_json(report),
             "notes": report.notes(),
-            "vs_baseline": None
-            if vs is None
-            else comparison_to_json(
-                vs, config.baseline, config.test, config.alpha, config.permutations, config.seed
-            ),
+            "vs_baseline": None if vs is None else comparison_to_json(vs, config.baseline, config),
         }
     return {
         "format": "dotcat-experiment",

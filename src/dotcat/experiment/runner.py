@@ -51,7 +51,7 @@ from dotcat.data.catalog import cached_dir, looks_like_name, resolve_data_path
 from dotcat.data.index_source import corpus_shas
 from dotcat.data.views import beir_view
 from dotcat.errors import DotcatError
-from dotcat.evaluation import EvalReport, compare_to_baseline, evaluate_runs, holm_across
+from dotcat.evaluation import EvalReport, compare, evaluate_runs, holm_across
 from dotcat.evaluation.metrics import recall_curve
 from dotcat.experiment.artifacts import (
     Cache,
@@ -502,14 +502,7 @@ def run_experiment(
     run_files = _copy_runs(outcomes, output / "runs")
     runs = {name: read_run(path) for name, path in run_files.items()}
     reports = _evaluate(config, data, runs)
-    comparisons = compare_to_baseline(
-        reports,
-        config.baseline,
-        test=config.test,
-        alpha=config.alpha,
-        permutations=config.permutations,
-        seed=config.seed,
-    )
+    comparisons = compare(reports, config.baseline, config)
     recall = {name: _recall_curve(run, data.qrels, config.k) for name, run in runs.items()}
     result = ExperimentResult(
         config=config,
@@ -561,14 +554,7 @@ def run_datasets(
         folder = output / "runs" / slug(spec.label)
         columns.append(_run_dataset(config, env, cache, spec, folder, compute, on_system))
     raw = {
-        column.name: compare_to_baseline(
-            column.reports,
-            config.baseline,
-            test=config.test,
-            alpha=config.alpha,
-            permutations=config.permutations,
-            seed=config.seed,
-        )
+        column.name: compare(column.reports, config.baseline, config)
         for column in columns
         if column.complete
     }

@@ -2,8 +2,9 @@
 
 ``report.md``: per measure, the systems x datasets table with each system's mean over the
 datasets, daggers where a system differs from the baseline on a dataset (paired test on that
-dataset's queries, Holm-corrected over every cell of the table); the differences, p-values
-and wins/ties/losses of the first measure; one summary plot; each system's stages and times
+dataset's queries, Holm-corrected over every cell of the table); one verdict per system and
+dataset on the first measure (:func:`dotcat.evaluation.tables.verdict`); one summary plot;
+each system's stages and times
 per dataset; the configuration. ``results.json``: the same for a program, with every
 per-query value. Each dataset's runs are in ``runs/<dataset>/<system>.trec``.
 """
@@ -14,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotcat.evaluation import comparison_to_json
+from dotcat.evaluation import comparison_note, comparison_to_json, verdict
 from dotcat.evaluation.plots import datasets_plot
-from dotcat.evaluation.tables import SIGNIFICANT_MARK, TEST_NAMES, markdown_table, to_json
+from dotcat.evaluation.tables import SIGNIFICANT_MARK, markdown_table, to_json
 from dotcat.experiment.report import (
     REPORT_NAME,
     RESULTS_NAME,
@@ -89,46 +90,38 @@ def measure_table(result: SuiteResult, measure: str, digits: int = 4) -> str:
     return markdown_table(["system", *names, "mean"], rows)
 
 
-def differences_table(result: SuiteResult, measure: str, digits: int = 4) -> str:
-    """Each system against the baseline on each dataset: Δ, corrected p, wins/ties/losses."""
-    names = [d.name for d in result.datasets if d.complete]
-    rows = []
-    for system in _systems(result):
-        if system == result.config.baseline:
-            continue
-        row = [system]
-        for name in names:
-            c = result.comparisons[name][system][measure]
-            p = "<0.001" if c.pvalue_holm < 0.001 else f"{c.pvalue_holm:.3f}"
-            row.append(f"{c.diff:+.{digits}f} (p {p}; {c.wins}/{c.ties}/{c.losses})")
-        base_mean = result.mean(result.config.baseline, measure)[0]
-        mean = result.mean(system, measure)[0]
-        row.append("-" if None in (mean, base_mean) else f"{mean - base_mean:+.{digits}f}")
-        rows.append(row)
-    return markdown_table(["system", *names, "mean"], rows)
+def verdicts(result: SuiteResult, measure: str) -> list[str]:
+    """One verdict per system and dataset against the baseline on ``measure``, as a Markdown
+    list."""
+    return [
+        "- " + verdict(result.comparisons[d.name][system][measure], where=f" on {d.name}")
+        for system in _systems(result)
+        if system != result.config.baseline
+        for d in result.datasets
+        if d.complete
+    ]
 
 
 def table_note(result: SuiteResult) -> str:
-    """What the marks and the mean column mean."""
+    """What the marks, the verdicts and the mean column mean."""
     config = result.config
     cells = (len(config.systems) - 1) * sum(d.complete for d in result.datasets)
-    test = TEST_NAMES.get(config.test, config.test)
-    if config.test == "randomisation":
-        test += f" ({config.permutations} permutations)"
+    family = (f"the {cells} system x dataset cells of the table, per measure (each on that "
+              f"dataset's queries, against the baseline {config.baseline})")  # fmt: skip
     return (
-        f"{SIGNIFICANT_MARK} significantly different from the baseline {config.baseline} on "
-        f"that dataset's queries (two-sided {test}, p < {config.alpha:g} after Holm-Bonferroni "
-        f"correction over the {cells} system x dataset cells of the table, per measure). "
-        "mean: the unweighted mean of the per-dataset figures (as BEIR averages its datasets)."
+        f"{comparison_note(config, family)} mean: the unweighted mean of the per-dataset "
+        "figures (as BEIR averages its datasets)."
     )
 
 
 def suite_tables(result: SuiteResult) -> str:
-    """The tables of every measure and the note, as the command line prints them."""
+    """The tables of every measure, the first measure's verdicts and the note, as the command
+    line prints them."""
     parts = []
     for measure in result.config.measures:
         parts += [f"{measure}:", measure_table(result, measure), ""]
-    return "\n".join([*parts, table_note(result)])
+    verdicts_ = verdicts(result, result.config.measures[0])
+    return "\n".join([*parts, *verdicts_, *([""] if verdicts_ else []), table_note(result)])
 
 
 def suite_markdown(
@@ -162,8 +155,7 @@ def suite_markdown(
             ]
             lines += [*notes, ""] if notes else []
             if len(config.systems) > 1:
-                lines += [f"Against the baseline ({measure}): Δ (corrected p; queries won/tied/"
-                          "lost):", "", differences_table(result, measure), ""]  # fmt: skip
+                lines += [f"Against the baseline ({measure}):", "", *verdicts(result, measure), ""]
     lines += ["## Plot", "", f"![{plot.stem}]({plot.name})", ""]
     lines += ["## Systems and timings", "", _timings_table(result), ""]
     return "\n".join([*lines, *closing_lines(result, source_text, seconds)])
@@ -251,8 +243,6 @@ def _system_json(result: SuiteResult, d, outcome) -> dict[str, Any]:
         "notes": d.reports[outcome.name].notes(),
         "vs_baseline": None
         if vs is None
-        else comparison_to_json(
-            vs, config.baseline, config.test, config.alpha, config.permutations, config.seed
-        )
+        else comparison_to_json(vs, config.baseline, config)
         | {"correction": "holm-bonferroni over the systems x datasets table"},
     }
