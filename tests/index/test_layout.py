@@ -290,8 +290,8 @@ _KILL_AFTER_CHUNKS = textwrap.dedent(
     model, corpus, index, after = sys.argv[1:]
     real_write, written = ChunkStore.write, []
 
-    def write(self, chunk, vectors):
-        real_write(self, chunk, vectors)
+    def write(self, chunk, vectors, offset=0):
+        real_write(self, chunk, vectors, offset)
         written.append(chunk)
         if len(written) == int(after):
             os.kill(os.getpid(), signal.SIGKILL)

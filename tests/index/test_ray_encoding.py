@@ -140,10 +140,10 @@ def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
     out = tmp_path / "idx"
     real_write = ChunkStore.write
 
-    def write_two_then_stop(store, chunk, vectors):
+    def write_two_then_stop(store, chunk, vectors, offset=0):
         if len(store.finished(verify=False)) == 2:
             raise KeyboardInterrupt  # the user presses Ctrl-C in the third chunk
-        real_write(store, chunk, vectors)
+        real_write(store, chunk, vectors, offset)
 
     monkeypatch.setattr(ChunkStore, "write", write_two_then_stop)
     with pytest.raises(KeyboardInterrupt):
@@ -153,7 +153,7 @@ def test_an_interrupted_build_resumes_on_ray_encoding_only_the_missing_chunks(
 
     written = []
     monkeypatch.setattr(
-        ChunkStore, "write", lambda s, c, v: written.append(c) or real_write(s, c, v)
+        ChunkStore, "write", lambda s, c, v, o=0: written.append(c) or real_write(s, c, v, o)
     )
     log = tmp_path / "encoded.txt"
     log_chunks_encoded_by_actors(monkeypatch, log)
