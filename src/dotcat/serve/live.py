@@ -8,9 +8,10 @@ was built from followed, documents written over HTTP.
   (:meth:`dotcat.search.pipeline.SearchPipeline.reload`): the old one answers until the new
   one is ready, and no call sees two.
 * **--watch**: the folder (or corpus file) the index was built from is watched
-  (``watchfiles``: inotify on Linux, changes gathered over :data:`DEBOUNCE_MS`); each batch of
-  changes runs a sync (:func:`dotcat.index.sync.sync_index`) in a worker thread, then the
-  server moves to the generation it made.
+  (``watchfiles``: inotify on Linux, changes gathered over :data:`DEBOUNCE_MS`); once the
+  watch is on, and then after each batch of changes, a sync
+  (:func:`dotcat.index.sync.sync_index`) runs in a worker thread, and the server moves to the
+  generation it made. (The first sync catches what changed while no server watched.)
 * **--writable**: ``PUT /documents/{id}``, ``POST /documents`` (several in one generation) and
   ``DELETE /documents/{id}``, behind the API key (a writable server needs one); each write
   is one generation, answered once it is on disk (fsynced and swapped in: it survives kill
@@ -104,15 +105,22 @@ class Live:
         where = corpus if corpus.is_dir() else corpus.parent
         index = self.index_dir.resolve()
 
+        usual = watchfiles.DefaultFilter()  # .git, editors' swap files...
+
         def wanted(change: watchfiles.Change, path: str) -> bool:
             p = FilePath(path)
             if index == p or index in p.parents or p.name.startswith(f".{index.name}."):
                 return False  # the index's own writes (an index kept inside its folder)
-            return corpus.is_dir() or p == corpus
+            return (corpus.is_dir() or p == corpus) and usual(change, path)
 
         logger.info("%s: following %s", self.index_dir, corpus)
-        async for _ in watchfiles.awatch(where, watch_filter=wanted, debounce=DEBOUNCE_MS,
-                                         stop_event=self._stop):  # fmt: skip
+        first = True  # once the watch is on: a sync for what changed while none watched
+        async for changes in watchfiles.awatch(where, watch_filter=wanted, debounce=DEBOUNCE_MS,
+                                               stop_event=self._stop, yield_on_timeout=True,
+                                               rust_timeout=1000):  # fmt: skip
+            if not changes and not first:
+                continue
+            first = False
             try:
                 await asyncio.to_thread(self._sync, corpus, options)
             except DotcatError as e:  # a bad file, a busy index: the next change tries again
