@@ -238,8 +238,8 @@ class Generation:
         layout.clear(tmp, "an unusable build folder")
         layout.copy_for_update(self.index_dir, tmp)
         manifest = Manifest.read(tmp)
-        manifest.next_generation()
         result = apply_change(tmp, manifest, change, encoder, show_progress)
+        manifest.next_generation()  # made now: only fsync and the swap come after
         op, detail = log
         manifest.updates = _log(manifest, op, result.added, result.replaced, result.deleted,
                                 detail)  # fmt: skip
