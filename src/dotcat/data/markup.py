@@ -51,11 +51,10 @@ RST_LIST_FIELDS = frozenset({"tags", "keywords", "categories", "authors"})
 DIAGRAMS = frozenset({"mermaid", "plantuml", "uml", "graphviz", "dot", "digraph", "graph", "ditaa"})
 #: Sphinx directives whose content is code, kept as code.
 CODE_DIRECTIVES = frozenset({"code-block", "sourcecode", "doctest", "testcode", "testoutput"})
-#: Directives whose content is no text: tables of contents, file inclusions, page settings.
+#: Sphinx directives whose content is no text: tables of contents, file inclusions, settings.
 SKIPPED_DIRECTIVES = frozenset(
-    {"toctree", "contents", "literalinclude", "include", "highlight", "currentmodule",
-     "tabularcolumns", "index", "only-html", "raw", "meta"}
-)  # fmt: skip
+    {"toctree", "literalinclude", "highlight", "currentmodule", "tabularcolumns", "index"}
+)
 
 _YAML_BLOCK = re.compile(
     r"\A---[ \t]*\r?\n(?P<body>.*?)(?:\r?\n)?^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.M
