@@ -24,13 +24,11 @@ _EXPORTS = {
     "to_json": "dotcat.evaluation.tables",
     "Comparison": "dotcat.evaluation.significance",
     "PairedTestResult": "dotcat.evaluation.significance",
-    "TTestResult": "dotcat.evaluation.significance",
     "compare": "dotcat.evaluation.significance",
     "compare_to_baseline": "dotcat.evaluation.significance",
     "holm": "dotcat.evaluation.significance",
     "holm_across": "dotcat.evaluation.significance",
     "holm_bonferroni": "dotcat.evaluation.significance",
-    "paired_randomisation_test": "dotcat.evaluation.significance",
     "paired_ttest": "dotcat.evaluation.significance",
     "wins_ties_losses": "dotcat.evaluation.significance",
 }

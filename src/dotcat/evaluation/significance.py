@@ -38,7 +38,7 @@ Bonferroni's at ``alpha / m`` would disagree with Holm's decisions.
 - :func:`compare_to_baseline`: every system against a baseline, per measure, as ``dotcat eval
   --baseline`` and ``dotcat experiment`` report it; :func:`holm_across`: Holm over several
   such evaluations at once (one per dataset of an experiment).
-- :func:`paired_ttest`, :func:`paired_randomisation_test`: one pair of reports.
+- :func:`paired_ttest`: one pair of reports.
 """
 
 from __future__ import annotations
@@ -206,11 +206,7 @@ TEST_NAMES = {"t": TTest.name, "randomisation": Randomisation.name, "bootstrap":
 
 @dataclass(frozen=True)
 class PairedTestResult:
-    """Outcome of a paired test of one measure; ``diff = mean_b - mean_a``.
-
-    ``statistic`` is the t statistic for the t-test and the observed mean difference for the
-    randomisation test; ``permutations`` is the number of random permutations (None for t).
-    """
+    """Outcome of :func:`paired_ttest` on one measure; ``diff = mean_b - mean_a``."""
 
     measure: str
     n: int
@@ -218,16 +214,10 @@ class PairedTestResult:
     mean_b: float
     statistic: float
     pvalue: float
-    test: str = "t"
-    permutations: int | None = None
 
     @property
     def diff(self) -> float:
         return self.mean_b - self.mean_a
-
-
-#: The t-test's result (the name earlier versions used).
-TTestResult = PairedTestResult
 
 
 def paired_values(
@@ -268,24 +258,6 @@ def paired_ttest(report_a: EvalReport, report_b: EvalReport, measure: str) -> Pa
     name, a, b = paired_values(report_a, report_b, measure)
     statistic, pvalue = ttest_pvalue(a, b)
     return PairedTestResult(name, len(a), float(a.mean()), float(b.mean()), statistic, pvalue)
-
-
-def paired_randomisation_test(
-    report_a: EvalReport,
-    report_b: EvalReport,
-    measure: str,
-    permutations: int = DEFAULT_PERMUTATIONS,
-    seed: int = DEFAULT_SEED,
-) -> PairedTestResult:
-    """Two-sided paired randomisation test (:class:`Randomisation`) of one measure.
-
-    Raises:
-        DotcatError: as :func:`paired_ttest`, or ``permutations`` < 1.
-    """
-    name, a, b = paired_values(report_a, report_b, measure)
-    test = Randomisation(b - a, permutations, seed)
-    return PairedTestResult(name, len(a), float(a.mean()), float(b.mean()), test.mean,
-                            test.pvalue, "randomisation", permutations)  # fmt: skip
 
 
 def holm_bonferroni(pvalues: Sequence[float]) -> list[float]:
