@@ -513,7 +513,7 @@ ARGUMENT_CASES = [
             case(*IX, "--device", "cuda:1", expect="no CUDA GPU is visible"),
         ]
     ),
-    case("index", "{corpus}", "{idx}", "--model", "{model}", expect="pass --overwrite"),
+    case("index", "{new}", "{idx}", "--model", "{model}", expect="pass --overwrite"),
     case("index", "{corpus}", "{a_file}/i", "--model", "{model}", expect="is a file, not a dir"),
     case("index", "{corpus}", "{out}/i", "--model", "{not_model}", expect="not a model dir"),
     case("index", "{corpus}", "{out}/i", "--model", "org/no-such-model", expect="no-such-model"),
