@@ -162,7 +162,10 @@ def built_from(corpus: object, index_dir: str | Path) -> bool:
     a corpus file given by path: what ``dotcat index CORPUS INDEX`` brings up to date
     (:func:`dotcat.index.sync.sync_index`) rather than refuses or replaces."""
     index_dir = Path(index_dir)
-    if not isinstance(corpus, (str, os.PathLike)) or not (index_dir / MANIFEST_NAME).is_file():
+    if not isinstance(corpus, (str, os.PathLike)):
+        return False
+    recover_for_reading(index_dir)  # a swap a killed writer left half done
+    if not (index_dir / MANIFEST_NAME).is_file():
         return False
     manifest = Manifest.read(index_dir)
     entry = manifest.corpus

@@ -33,7 +33,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
 from dotcat.data.sources import CorpusOptions
-from dotcat.errors import DotcatError
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, document_config
@@ -61,6 +60,7 @@ class Live:
         self._write = threading.Lock()  # one writer (write or sync) of this server at a time
         self._reload = threading.Lock()
         self._encoder: BiEncoder | None = None
+        self._failed: tuple[int, ...] | None = None  # a generation that could not be opened
         self._tasks: list[asyncio.Task] = []
         self._stop: asyncio.Event | None = None
 
@@ -82,19 +82,23 @@ class Live:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def reload(self) -> bool:
-        """Move to the generation in place if it is new (one reload at a time); a generation
-        that cannot be opened is logged and the old one kept."""
+        """Move to the generation in place if it is new (one reload at a time); one that
+        cannot be opened is logged once, and the old one kept."""
         with self._reload:
+            seen = generation_id(self.index_dir)
             try:
                 return self.pipeline.reload()
-            except DotcatError as e:
-                logger.error("%s: kept the generation served: %s", self.index_dir, e)
+            except Exception as e:  # noqa: BLE001 - whatever it is, the old one answers on
+                if seen != self._failed:
+                    logger.error("%s: kept the generation served: %s", self.index_dir, e)
+                self._failed = seen
                 return False
 
     async def _follow(self) -> None:
         while True:
             await asyncio.sleep(POLL_S)
-            if generation_id(self.index_dir) != self.pipeline.stages.generation_id:
+            seen = generation_id(self.index_dir)
+            if seen not in (self.pipeline.stages.generation_id, self._failed):
                 await asyncio.to_thread(self.reload)
 
     async def _watch(self) -> None:
@@ -123,8 +127,8 @@ class Live:
             first = False
             try:
                 await asyncio.to_thread(self._sync, corpus, options)
-            except DotcatError as e:  # a bad file, a busy index: the next change tries again
-                logger.error("%s: sync failed: %s", self.index_dir, e)
+            except Exception as e:  # noqa: BLE001 - a bad file, a busy index: the next change
+                logger.error("%s: sync failed: %s", self.index_dir, e)  # tries again
 
     def _sync(self, corpus: FilePath, options: CorpusOptions) -> None:
         with self._write:
