@@ -24,6 +24,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,106 @@ def check_can_create_in(path: Path) -> None:
         raise DotcatError(f"{path}: cannot write in {ancestor} ({e.strerror})") from None
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A file or folder met by :func:`walk_tree`.
+
+    Attributes:
+        rel: its path relative to the walk's root, ``/``-separated (a name that is not UTF-8
+            shown with ``\\xNN`` escapes).
+        path: its path.
+        info: its ``stat`` (a link's target's); None where it could not be looked at.
+        problem: why it is not read, ``""`` where it can be.
+    """
+
+    rel: str
+    path: Path
+    info: os.stat_result | None = None
+    problem: str = ""
+
+    @property
+    def is_folder(self) -> bool:
+        """A folder (not a link to one), listed or not (``problem``)."""
+        return self.info is not None and stat.S_ISDIR(self.info.st_mode)
+
+    @property
+    def is_file(self) -> bool:
+        return not self.problem and stat.S_ISREG(self.info.st_mode)
+
+
+#: Entries that are neither files nor folders: never opened (reading a FIFO waits for a writer).
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))  # fmt: skip
+_REASONS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+            errno.ENAMETOOLONG: "path longer than the system allows (PATH_MAX)",
+            errno.ELOOP: "a loop of symbolic links"}  # fmt: skip
+
+
+def walk_tree(root: Path, enter: Callable[[Entry], bool] | None = None) -> Iterator[Entry]:
+    """Every file and folder under ``root``, depth first, names sorted at each level (the
+    order of their path components), each folder before what it holds.
+
+    The one walk of a folder in dotcat (a corpus, an index, a model): whatever it meets is an
+    entry, never an exception. A link to a file is followed (``info`` is the file's); a link
+    to a folder is not, and not yielded (no cycles). Entries not read say why in ``problem``:
+    a folder that cannot be listed (a second entry for its path, after its own; ``.`` for
+    ``root`` itself), a file that cannot be looked at, a broken link or a loop of links, a
+    path past PATH_MAX, a name that is not UTF-8 (it could be no document id), a FIFO, socket
+    or device (never opened).
+
+    Args:
+        enter: called with each folder before it is listed; False leaves it out.
+    """
+    stack = [_listed(Path(root), "", None)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        yield entry
+        if entry.is_folder and not entry.problem and (enter is None or enter(entry)):
+            stack.append(_listed(entry.path, entry.rel + "/", entry.info))
+
+
+def _listed(folder: Path, prefix: str, info: os.stat_result | None) -> Iterator[Entry]:
+    """The entries of ``folder``, or one entry for it saying why it cannot be listed (``.``
+    for the root)."""
+    try:
+        with os.scandir(folder) as found:
+            items = sorted(found, key=lambda item: item.name)
+    except OSError as e:
+        yield Entry(prefix.rstrip("/") or ".", folder, info, _reason(e))
+        return
+    for item in items:
+        entry = entry_of(Path(item.path), prefix + item.name)
+        if entry is not None:
+            yield entry
+
+
+def entry_of(path: Path, rel: str) -> Entry | None:
+    """What :func:`walk_tree` says of ``path`` (None: a link to a folder, not followed)."""
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        broken = e.errno == errno.ENOENT and os.path.islink(path)
+        return Entry(printable(rel), path, None, "a broken symbolic link" if broken else _reason(e))
+    if stat.S_ISDIR(info.st_mode) and os.path.islink(path):
+        return None
+    special = next((what for test, what in _SPECIAL if test(info.st_mode)), "")
+    if printable(rel) != rel:
+        special = "a name that is not UTF-8"
+    return Entry(printable(rel), path, info, special)
+
+
+def printable(path: str | os.PathLike) -> str:
+    """A path as text: bytes that are not UTF-8 (surrogate escapes) as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _reason(error: OSError) -> str:
+    return _REASONS.get(error.errno) or error.strerror or str(error)
+
+
 def unwritable(directory: Path) -> tuple[Path, str] | None:
     """The first entry of ``directory`` (itself included, then everything under it) that this
     process cannot change, and why (``is read-only``, ``belongs to user NAME``, ``is on a
@@ -79,18 +180,12 @@ def unwritable(directory: Path) -> tuple[Path, str] | None:
     root without ``CAP_DAC_OVERRIDE`` is answered as it will be treated, and root with it
     is not refused what it can do.
     """
-    found: list[tuple[Path, str]] = []
-
-    def unreadable(error: OSError) -> None:
-        found.append((Path(error.filename or directory), "cannot be read"))
-
-    for folder, _, names in os.walk(directory, onerror=unreadable):
-        for path in (Path(folder), *(Path(folder) / name for name in names)):
-            if not _access(path, os.W_OK):
-                return path, _why_unwritable(path)
-        if found:
-            return found[0]
-    return found[0] if found else None
+    for entry in (Entry(".", Path(directory)), *walk_tree(directory)):
+        if entry.problem:
+            return entry.path, "cannot be read"
+        if not _access(entry.path, os.W_OK):
+            return entry.path, _why_unwritable(entry.path)
+    return None
 
 
 def _access(path: Path, mode: int) -> bool:
@@ -142,16 +237,15 @@ def remove_tree(path: str | os.PathLike) -> None:
 def _own_folders_writable(top: Path) -> None:
     """Give every folder of this process's own under ``top`` its owner's bits: removing an
     entry takes a folder one can write and search (a file's own bits do not matter)."""
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        if not _access(folder, os.R_OK | os.W_OK | os.X_OK):
-            _own_writable(folder)
-        try:
-            with os.scandir(folder) as entries:
-                stack += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            continue  # rmtree says what it cannot do
+
+    def enter(folder: Entry) -> bool:
+        if not _access(folder.path, os.R_OK | os.W_OK | os.X_OK):
+            _own_writable(folder.path)
+        return True
+
+    enter(Entry(".", top))
+    for _ in walk_tree(top, enter):  # rmtree says what it cannot do
+        pass
 
 
 def _own_writable(path: str) -> bool:
@@ -351,12 +445,7 @@ def _file_sizes(path: Path) -> Iterator[int]:
     if path.is_file():
         yield path.stat().st_size
     elif path.is_dir():
-        for folder, _, names in os.walk(path):
-            for name in names:
-                try:
-                    yield os.stat(os.path.join(folder, name)).st_size
-                except OSError:
-                    continue
+        yield from (entry.info.st_size for entry in walk_tree(path) if entry.is_file)
 
 
 def _free_bytes(path: str | os.PathLike | None) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,8 +68,19 @@ def corpus_shas(corpus: Any) -> list[str]:
 
 def is_index_dir(path: str | Path) -> bool:
     """Whether ``path`` is a dotcat index directory (a manifest and a document store)."""
-    path = Path(path)
-    return (path / INDEX_MANIFEST).is_file() and (path / INDEX_DOCSTORE).is_file()
+    path = Path(path)  # (os.path.isfile: False, not an error, where it cannot be looked at)
+    return os.path.isfile(path / INDEX_MANIFEST) and os.path.isfile(path / INDEX_DOCSTORE)
+
+
+def indexes_in(folder: str | Path) -> list[Path]:
+    """The folders inside ``folder`` (links to them too) that hold an index manifest, by
+    name: a folder of shards. None where ``folder`` cannot be listed, and a folder that cannot
+    be looked at is not one, never an error."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [Path(folder) / n for n in names if os.path.isfile(Path(folder) / n / INDEX_MANIFEST)]
 
 
 def _connect(file: Path) -> sqlite3.Connection:

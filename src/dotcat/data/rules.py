@@ -28,6 +28,7 @@ Ids keep their ``PATH#ID`` shape whatever names a file's ids come from.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -131,7 +132,7 @@ def read_rules_file(folder: Path) -> list[FileRule]:
             tables of known keys, naming the file and what is wrong.
     """
     path = Path(folder) / RULES_FILE
-    if not path.is_file():
+    if not os.path.isfile(path):  # (False, never an error, where it cannot be looked at)
         return []
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

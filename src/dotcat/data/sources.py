@@ -61,7 +61,6 @@ import json
 import logging
 import os
 import re
-import stat
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -85,6 +84,7 @@ from dotcat.data.records import (
 )
 from dotcat.data.rules import RULES_FILE, FileRule, Rules, pattern_matches
 from dotcat.errors import DataFormatError, DotcatError, SettingError
+from dotcat.files import Entry, entry_of, printable, walk_tree
 from dotcat.options import Settings, setting
 
 logger = logging.getLogger(__name__)
@@ -358,7 +358,7 @@ class FolderSource:
     def _walk(self) -> Listing:
         if self.only is not None:
             listing = Listing()
-            _list_file(listing, self.only.name, self.only, self.only.name)
+            _list_file(listing, entry_of(self.only, self.only.name))
             _refuse_record_fields(self.only, listing, self.options)
             return listing
         listing = walk(self.root, self.options)
@@ -451,11 +451,12 @@ class FolderSource:
 
     def _unreadable(self, stats: CorpusStats, rel: str, path: Path, reason: str) -> None:
         if self.options.strict:
-            raise DataFormatError(path, None, f"cannot read: {reason} (strict)",
+            raise DataFormatError(printable(path), None, f"cannot read: {reason} (strict)",
                                   settings=("strict",))  # fmt: skip
         stats.unreadable += 1
         if len(stats.unreadable_named) < UNREADABLE_NAMED:
-            stats.unreadable_named.append(f"{rel} ({reason})")
+            shown = rel if len(rel) <= 120 else f"{rel[:60]}...{rel[-40:]}"  # past PATH_MAX
+            stats.unreadable_named.append(f"{shown} ({reason})")
         logger.debug("%s: skipped: %s", path, reason)
 
 
@@ -525,7 +526,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
         if is_index_dir(path):  # a dotcat index: the documents its store keeps
             _refuse_folder_options(options, path, "a dotcat index")
             return IndexSource(path, options)
-        if any((path / name).is_file() for name in CORPUS_FILE_NAMES):
+        if any(os.path.isfile(path / name) for name in CORPUS_FILE_NAMES):
             _refuse_folder_options(options, path, "a BEIR directory")
             return FileSource(find_one(path, CORPUS_FILE_NAMES, "corpus"), options)
         if is_index_folder(path):
@@ -557,40 +558,39 @@ def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> 
 
 
 def walk(root: Path, options: CorpusOptions) -> Listing:
-    """The files of ``root`` to read, sorted by path components (see the module docstring)."""
+    """The files of ``root`` to read, sorted by path components (see the module docstring);
+    what cannot be read (:func:`dotcat.files.walk_tree`) is in ``problems``.
+
+    Raises:
+        DataFormatError: ``root`` itself cannot be listed.
+    """
     listing = Listing()
-    found: list[tuple[tuple[str, ...], str, Path]] = []
 
-    def unlistable(error: OSError) -> None:
-        rel = Path(error.filename).relative_to(root).as_posix() if error.filename else "."
-        listing.problems.append((rel, Path(error.filename or root), error.strerror or str(error)))
+    def enter(folder: Entry) -> bool:
+        if folder.path.name.startswith(".") and not options.hidden:
+            listing.hidden += 1
+        elif is_index_folder(folder.path):
+            listing.indexes.append(folder.rel)
+        elif _excluded_dir(folder.rel, folder.path.name, options):
+            listing.excluded["(folder)"] += 1
+        else:
+            return True
+        return False
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
-        base = Path(dirpath).relative_to(root)
-        kept = []
-        for name in dirnames:
-            rel = (base / name).as_posix()
-            if name.startswith(".") and not options.hidden:
-                listing.hidden += 1
-            elif is_index_folder(Path(dirpath) / name):
-                listing.indexes.append(rel)
-            elif _excluded_dir(rel, name, options):
-                listing.excluded["(folder)"] += 1
-            else:
-                kept.append(name)
-        dirnames[:] = sorted(kept)
-        for name in filenames:
-            rel_path = base / name
-            found.append((rel_path.parts, rel_path.as_posix(), Path(dirpath) / name))
-    for _, rel, path in sorted(found):
-        name = path.name
+    for entry in walk_tree(root, enter):
+        name = entry.path.name
+        if entry.rel == ".":  # the root cannot be listed
+            raise DataFormatError(root, None, f"cannot be read: {entry.problem}")
+        if entry.is_folder:
+            if entry.problem:  # one that cannot be listed, or whose name is not UTF-8
+                listing.problems.append((entry.rel, entry.path, entry.problem))
+            continue
         if name.startswith(".") and not options.hidden:
             listing.hidden += 1
-            continue
-        if not _selected(rel, name, options):
+        elif not _selected(entry.rel, name, options):
             listing.excluded[_suffix(name)] += 1
-            continue
-        _list_file(listing, rel, path, name)
+        else:
+            _list_file(listing, entry)
     return listing
 
 
@@ -635,29 +635,28 @@ def _say_kinds_not_read(root: Path, listing: Listing) -> None:
 
 def is_index_folder(folder: Path) -> bool:
     """Whether ``folder`` holds a dotcat index or an index's build folder: never documents."""
-    return any((folder / m).is_file() for m in INDEX_MARKERS) and any(
-        (folder / p).is_file() for p in INDEX_PARTS
+    isfile = os.path.isfile  # False, never an error, where a path cannot be looked at
+    return any(isfile(folder / m) for m in INDEX_MARKERS) and any(
+        isfile(folder / p) for p in INDEX_PARTS
     )
 
 
-def _list_file(listing: Listing, rel: str, path: Path, name: str) -> None:
-    if rel == RULES_FILE:  # the folder's own rules: configuration, never a document
+def _list_file(listing: Listing, entry: Entry) -> None:
+    """``entry`` read, named as not read (:attr:`Entry.problem`), or counted as a kind not read."""
+    kind = file_kind(entry.path.name)
+    if entry.rel == RULES_FILE:  # the folder's own rules: configuration, never a document
         return
-    try:
-        st = path.stat()
-    except OSError as e:
-        listing.problems.append((rel, path, e.strerror or str(e)))
-        return
-    if not stat.S_ISREG(st.st_mode):
-        listing.other_kinds["(not a regular file)"] += 1
-        return
-    kind = file_kind(name)
-    if kind is None:
-        listing.other_kinds[_suffix(name)] += 1
+    if entry.problem:
+        listing.problems.append((entry.rel, entry.path, entry.problem))
+    elif kind is None:
+        listing.other_kinds[_suffix(entry.path.name)] += 1
         if len(listing.other_named) < UNREADABLE_NAMED:
-            listing.other_named.append(rel)
-        return
-    listing.files.append(ListedFile(rel, path, st.st_size, st.st_mtime_ns, kind))
+            listing.other_named.append(entry.rel)
+    else:
+        info = entry.info
+        listing.files.append(
+            ListedFile(entry.rel, entry.path, info.st_size, info.st_mtime_ns, kind)
+        )
 
 
 def _suffix(name: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat import __version__
-from dotcat.files import write_json
+from dotcat.files import walk_tree, write_json
 from dotcat.models.resolve import file_sha256, resolve_model
 
 logger = logging.getLogger(__name__)
@@ -54,10 +54,9 @@ def model_fingerprint(model: str) -> str:
     """
     root = resolve_model(model)
     lines = []
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if path.is_file() and relative.parts[0] not in _MODEL_SKIP:
-            lines.append(f"{relative.as_posix()} {file_digest(path)}")
+    for entry in walk_tree(root):
+        if entry.is_file and entry.rel.split("/")[0] not in _MODEL_SKIP:
+            lines.append(f"{entry.rel} {file_digest(entry.path)}")
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
@@ -70,10 +69,9 @@ def index_fingerprint(index_dir: str | os.PathLike) -> str:
     """
     root = Path(index_dir)
     lines = [hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()]
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            stat = path.stat()
-            lines.append(f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}")
+    for entry in walk_tree(root):
+        if entry.is_file:
+            lines.append(f"{entry.rel} {entry.info.st_size} {entry.info.st_mtime_ns}")
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat import __version__
+from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
 from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
@@ -64,8 +65,7 @@ ON_DISK_SHARE = 0.5
 
 def shard_dirs(folder: Path) -> list[Path]:
     """The index directories inside ``folder`` (not ``folder`` itself), in shard order."""
-    found = [p for p in sorted(Path(folder).iterdir()) if (p / MANIFEST_NAME).is_file()]
-    return _in_order([(p, Manifest.read(p)) for p in found])
+    return _in_order([(p, Manifest.read(p)) for p in indexes_in(folder)])
 
 
 def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:

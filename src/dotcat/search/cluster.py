@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dotcat.data.index_source import indexes_in
 from dotcat.index.manifest import MANIFEST_NAME
 from dotcat.options import Applies, Check, Settings, at_least, first_failure, setting
 
@@ -95,4 +96,4 @@ def is_shard_folder(path: str | Path) -> bool:
     path = Path(path)
     if not path.is_dir() or (path / MANIFEST_NAME).exists():
         return False
-    return any((p / MANIFEST_NAME).is_file() for p in path.iterdir() if p.is_dir())
+    return bool(indexes_in(path))

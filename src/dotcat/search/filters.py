@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dotcat.data.index_source import indexes_in
 from dotcat.data.metadata import parse_date
 from dotcat.errors import SettingError
 from dotcat.index.docstore import DocStore
@@ -368,9 +369,7 @@ def check_filter(index_dir: str | Path, text: str) -> None:
 def index_field_kinds(index_dir: str | Path) -> dict[str, Any]:
     """The fields of an index directory, or of a folder of shard indexes (merged)."""
     root = Path(index_dir)
-    dirs = [root] if (root / MANIFEST_NAME).is_file() else sorted(
-        p for p in root.iterdir() if (p / MANIFEST_NAME).is_file()
-    )  # fmt: skip
+    dirs = [root] if (root / MANIFEST_NAME).is_file() else indexes_in(root)
     kinds = []
     for directory in dirs:
         store = DocStore(directory / DOCSTORE_NAME)
