@@ -94,3 +94,21 @@ def test_bad_archives_fail_in_one_line(served, tmp_path, name, problem):
     assert len(lines) == 1 and lines[0].startswith("dotcat: error: ") and problem in lines[0]
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["catalog.json"]
+
+
+@pytest.mark.parametrize(
+    ("held", "kind"),
+    [([{"beir/tiny": {"file": "tiny.zip"}}], "a list"), ("beir/tiny", "a string"), (None, "null")],
+)
+def test_a_catalogue_that_is_no_json_object_is_one_line_not_ignored(
+    tmp_path, monkeypatch, held, kind
+):
+    """A list of entries was read as no entry at all, without a word (issue 64)."""
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(held))
+    monkeypatch.setenv(CATALOG_ENV, str(path))
+    result = invoke("datasets", "list")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    expected = f"{path} ({CATALOG_ENV}): holds {kind}, expected an object of entries"
+    assert expected in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -132,7 +132,8 @@ def catalog() -> dict[str, Entry]:
     """:data:`BEIR` and the entries of the :data:`CATALOG_ENV` file (which win on a name).
 
     Raises:
-        DotcatError: the file is unreadable or an entry lacks its ``file``.
+        DotcatError: the file is unreadable, holds no JSON object, or an entry lacks its
+            ``file``.
     """
     path = os.environ.get(CATALOG_ENV, "").strip()
     if not path:
@@ -141,8 +142,14 @@ def catalog() -> dict[str, Entry]:
         extra = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise DotcatError(f"{path} ({CATALOG_ENV}): cannot read the catalogue: {e}") from None
+    if not isinstance(extra, dict):
+        kind = {list: "a list", str: "a string", type(None): "null"}.get(type(extra), "a value")
+        raise DotcatError(
+            f'{path} ({CATALOG_ENV}): holds {kind}, expected an object of entries: {{"NAME": '
+            '{"file": "NAME.zip", "md5": "...", "description": "..."}, ...}'
+        )
     entries = dict(BEIR)
-    for name, spec in extra.items() if isinstance(extra, dict) else ():
+    for name, spec in extra.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("file"), str):
             raise DotcatError(f"{path} ({CATALOG_ENV}): {name}: needs a 'file' (the zip's name)")
         entries[name] = Entry(name, spec["file"], spec.get("md5"), spec.get("description", ""),
