@@ -71,7 +71,7 @@ def resample_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
         block = min(rows, samples - start)
         drawn = rng.integers(0, n, size=(block, n)) + n * np.arange(block)[:, None]
         counts = np.bincount(drawn.ravel(), minlength=block * n).reshape(block, n)
-        out[:, start : start + block] = values @ counts.T / n
+        out[:, start : start + block] = (counts.astype(np.float64) @ values.T).T / n
     return out
 
 

@@ -163,25 +163,17 @@ class Randomisation:
 
     name = "paired randomisation test"
 
-    def __init__(self, d: np.ndarray, permutations: int, seed: int) -> None:
-        if permutations < 1:
-            raise DotcatError(f"permutations must be >= 1, got {permutations}")
+    def __init__(
+        self, d: np.ndarray, permutations: int, seed: int, drawn: Sequence | None = None
+    ) -> None:
+        """``drawn``: d's sorted thresholds, where :func:`_thresholds` drew them for several
+        differences at once (the same sign draws)."""
         d = np.asarray(d, dtype=np.float64)
-        n, self.mean, self.permutations = len(d), float(np.mean(d)), permutations
+        self.mean, self.permutations = float(np.mean(d)), permutations
         self.slack = 1e-9 * float(np.max(np.abs(d), initial=0.0))
-        rng = np.random.default_rng(seed)
-        rows = max(1, _BLOCK_ENTRIES // n)
-        above, below = [], []
-        for start in range(0, permutations, rows):
-            signs = np.where(rng.random((min(rows, permutations - start), n)) < 0.5, -1.0, 1.0)
-            k, b = signs.sum(axis=1), signs @ (d - self.mean)
-            whole = np.abs(k) == n
-            with np.errstate(divide="ignore", invalid="ignore"):
-                above.append(np.where(whole, np.inf, np.maximum(b / (n + k), -b / (n - k))))
-                below.append(np.where(whole, np.inf, np.maximum(b / (n - k), -b / (n + k))))
-        self.above = -np.sort(-np.concatenate(above))  # largest first
-        self.below = -np.sort(-np.concatenate(below))
-        side = self.below if self.mean > 0 else self.above
+        above, below = drawn or [t[0] for t in _thresholds(d[None, :], permutations, seed)]
+        self.above, self.below = above, below  # largest first
+        side = below if self.mean > 0 else above
         reached = int(np.count_nonzero(side >= abs(self.mean) - self.slack))
         self.pvalue = float(self._pvalues()[reached])
 
@@ -198,6 +190,29 @@ class Randomisation:
             return -math.inf, math.inf
         return (self.mean - (float(self.below[need - 1]) + self.slack),
                 self.mean + (float(self.above[need - 1]) + self.slack))  # fmt: skip
+
+
+def _thresholds(
+    differences: np.ndarray, permutations: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's thresholds above and below its mean (:class:`Randomisation`), each sorted
+    largest first: two m x permutations arrays from one set of sign draws."""
+    if permutations < 1:
+        raise DotcatError(f"permutations must be >= 1, got {permutations}")
+    m, n = differences.shape
+    centred = (differences - differences.mean(axis=1, keepdims=True)).T
+    rng = np.random.default_rng(seed)
+    rows = max(1, _BLOCK_ENTRIES // n)
+    above, below = np.empty((m, permutations)), np.empty((m, permutations))
+    for start in range(0, permutations, rows):
+        signs = np.where(rng.random((min(rows, permutations - start), n)) < 0.5, -1.0, 1.0)
+        k, b = signs.sum(axis=1, keepdims=True), signs @ centred
+        whole = np.abs(k) == n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            up = np.where(whole, np.inf, np.maximum(b / (n + k), -b / (n - k)))
+            down = np.where(whole, np.inf, np.maximum(b / (n - k), -b / (n + k)))
+        above[:, start : start + len(signs)], below[:, start : start + len(signs)] = up.T, down.T
+    return -np.sort(-above, axis=1), -np.sort(-below, axis=1)
 
 
 #: How reports name the methods.
@@ -366,7 +381,9 @@ def _methods(differences: list[np.ndarray], config: ComparisonConfig) -> list[An
     if config.test == "t":
         return [TTest(d) for d in differences]
     if config.test == "randomisation":
-        return [Randomisation(d, config.permutations, config.seed) for d in differences]
+        above, below = _thresholds(np.array(differences), config.permutations, config.seed)
+        return [Randomisation(d, config.permutations, config.seed, drawn)
+                for d, *drawn in zip(differences, above, below, strict=True)]  # fmt: skip
     resampled = resample_means(np.array(differences), config.bootstrap, config.seed)
     return [Bootstrap(d.mean(), r) for d, r in zip(differences, resampled, strict=True)]
 
