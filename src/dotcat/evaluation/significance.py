@@ -166,7 +166,7 @@ class Randomisation:
     def __init__(
         self, d: np.ndarray, permutations: int, seed: int, drawn: Sequence | None = None
     ) -> None:
-        """``drawn``: d's sorted thresholds, where :func:`_thresholds` drew them for several
+        """``drawn``: d's sorted thresholds, where ``_thresholds`` drew them for several
         differences at once (the same sign draws)."""
         d = np.asarray(d, dtype=np.float64)
         self.mean, self.permutations = float(np.mean(d)), permutations
