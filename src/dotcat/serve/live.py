@@ -71,6 +71,8 @@ class Live:
             return
         self._stop = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._follow()))
+        if self.config.watch or self.config.writable:  # the first write need not wait for it
+            self._tasks.append(asyncio.create_task(asyncio.to_thread(self._load_encoder)))
         if self.config.watch:
             self._tasks.append(asyncio.create_task(self._watch()))
 
@@ -138,8 +140,12 @@ class Live:
         self.reload()
         logger.info("%s", done.line(corpus, self.index_dir))
 
+    def _load_encoder(self) -> None:
+        with self._write:
+            self.encoder()
+
     def encoder(self) -> BiEncoder:
-        """The index's document encoder, loaded on the first write and kept."""
+        """The index's document encoder, loaded once (as the server starts) and kept."""
         if self._encoder is None:
             runtime = {"device": self.pipeline.config.device}
             self._encoder = BiEncoder.load(document_config(self.pipeline.manifest, runtime))
