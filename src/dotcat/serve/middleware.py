@@ -12,6 +12,9 @@ from typing import Any
 
 access_log = logging.getLogger("dotcat.serve.access")
 
+#: The most of a refused body read and dropped so that its client gets the answer (16 MiB).
+DRAIN_BYTES = 16 * 2**20
+
 
 class BodyLimit:
     """Refuse POST bodies over ``max_bytes`` with 413, whether declared or streamed, and
@@ -19,7 +22,11 @@ class BodyLimit:
 
     A declared ``Content-Length`` over the cap is refused before reading; otherwise the body
     is read here (it is small: the cap) and handed on whole, so a chunked upload that grows
-    past the cap is refused too, with the same 413 rather than a parse error. A client that
+    past the cap is refused too, with the same 413 rather than a parse error. The answer is
+    sent at once, then the rest of a refused body (up to :data:`DRAIN_BYTES`) is read and
+    dropped before the response ends: a client that sends its whole body before it reads
+    (Python's urllib, any with ``Connection: close``) would otherwise find the connection
+    reset, its 413 lost (a "lingering close", as web servers do). A client that
     sends less than it declared (or stalls) would hold the connection and a worker forever:
     the whole body must arrive within the request's time limit. Only POST routes read a body;
     the body of any other request is never read, so it is not checked.
@@ -42,7 +49,7 @@ class BodyLimit:
                 await send_json(send, 400, {"error": "bad Content-Length"})
                 return
             if too_big:
-                await send_json(send, 413, {"error": f"body over {self.max_bytes} bytes"})
+                await self._too_large(receive, send, int(declared))
                 return
         messages, size = [], 0
         deadline = time.monotonic() + self.timeout_s
@@ -61,7 +68,8 @@ class BodyLimit:
                 break  # a disconnect: let the app see it
             size += len(message.get("body", b""))
             if size > self.max_bytes:
-                await send_json(send, 413, {"error": f"body over {self.max_bytes} bytes"})
+                more = message.get("more_body", False)
+                await self._too_large(receive, send, DRAIN_BYTES if more else 0)
                 return
             if not message.get("more_body", False):
                 break
@@ -71,6 +79,23 @@ class BodyLimit:
             return next(replay, None) or await receive()
 
         await self.app(scope, buffered, send)
+
+    async def _too_large(self, receive: Any, send: Any, left: int) -> None:
+        """413 now; then up to ``left`` bytes still coming (at most :data:`DRAIN_BYTES`,
+        within the time limit) read and dropped before the response ends. More than that:
+        the connection is closed."""
+        error = {"error": f"body over {self.max_bytes} bytes"}
+        await send_json(send, 413, error, close=left > DRAIN_BYTES, more_body=True)
+        deadline = time.monotonic() + self.timeout_s
+        while 0 < left <= DRAIN_BYTES:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+            left -= len(message.get("body", b""))
+        await send({"type": "http.response.body", "body": b""})
 
 
 class Utf8Query:
@@ -102,8 +127,11 @@ def _not_utf8(raw: bytes) -> str | None:
     return None
 
 
-async def send_json(send: Any, status: int, body: dict, close: bool = False) -> None:
-    """A whole JSON response, sent from ASGI middleware (``close``: then the connection)."""
+async def send_json(
+    send: Any, status: int, body: dict, close: bool = False, more_body: bool = False
+) -> None:
+    """A whole JSON response, sent from ASGI middleware (``close``: then the connection;
+    ``more_body``: the response is ended later, by an empty body)."""
     payload = json.dumps(body).encode()
     headers = [
         (b"content-type", b"application/json"),
@@ -112,7 +140,7 @@ async def send_json(send: Any, status: int, body: dict, close: bool = False) -> 
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": "http.response.body", "body": payload, "more_body": more_body})
 
 
 class AccessLog:

@@ -37,6 +37,9 @@ access_log = logging.getLogger("dotcat.serve.access")
 #: (``max_query_chars``, 2000 by default) takes at most 12 bytes a character once encoded
 #: (4 UTF-8 bytes, each ``%XX``): 24,000 bytes; httptools cannot parse URLs over 64 KiB.
 MAX_URL_BYTES = 32 * 1024
+#: The most bytes of header fields (names and values) a request may carry: h11's and Node's
+#: default (nginx's takes 8 KiB a line); httptools has no limit, and uvicorn sets none on it.
+MAX_HEADER_BYTES = 16 * 1024
 
 #: pydantic's error types, in the words a client of this API uses.
 _MESSAGES = {
@@ -162,13 +165,18 @@ class _URLTooLong(Exception):
     """Raised inside the parser's URL callback: the parser stops and reports an error."""
 
 
+class _HeadersTooLarge(Exception):
+    """Raised inside the parser's header callback, as :class:`_URLTooLong`."""
+
+
 class JSONHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, whose own refusals are JSON like the app's.
 
     uvicorn answers a request its parser refuses with a plain-text 400 ("Invalid HTTP request
-    received."); here it is ``{"error": ...}``, and a URL is refused with 414 as soon as it
-    grows past :data:`MAX_URL_BYTES` (before that, httptools' 64 KiB limit gave the plain
-    400). These refusals never reach the app, so their access-log line is written here.
+    received."); here it is ``{"error": ...}``, a URL is refused with 414 as soon as it grows
+    past :data:`MAX_URL_BYTES` (before that, httptools' 64 KiB limit gave the plain 400), and
+    header fields past :data:`MAX_HEADER_BYTES` with 431 (before, a 64 KiB header was read).
+    These refusals never reach the app, so their access-log line is written here.
     """
 
     #: Seconds a refused connection stays open, reading and dropping what the client still
@@ -178,6 +186,7 @@ class JSONHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._started = time.perf_counter()
+        self._header_bytes = 0
         super().on_message_begin()
 
     def data_received(self, data: bytes) -> None:
@@ -190,9 +199,20 @@ class JSONHttpProtocol(HttpToolsProtocol):
         if len(self.url) > MAX_URL_BYTES:
             raise _URLTooLong  # the parser stops here: data_received sends the 400 below
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise _HeadersTooLarge  # the parser stops here: data_received sends the 431 below
+
     def send_400_response(self, msg: str) -> None:
         url = getattr(self, "url", b"")
-        if len(url) > MAX_URL_BYTES:
+        if getattr(self, "_header_bytes", 0) > MAX_HEADER_BYTES:
+            status, error = (
+                431,
+                f"the header fields are over {MAX_HEADER_BYTES} bytes, this server's limit",
+            )
+        elif len(url) > MAX_URL_BYTES:
             status, error = (
                 414,
                 (
