@@ -119,3 +119,9 @@ def test_the_graph_sees_imports_inside_functions():
 
 def test_no_module_imports_one_that_imports_it_back():
     assert cycles(import_graph()) == []
+
+
+def test_no_module_reads_through_the_package_facade():
+    # dotcat/__init__.py sits above every layer (it re-exports from all of them): a module that
+    # imports it runs up (its version is the leaf dotcat.version).
+    assert not [name for name, imported in import_graph().items() if "dotcat" in imported]

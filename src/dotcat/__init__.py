@@ -50,16 +50,10 @@ that needs them is first used, so a program that only reads runs starts fast.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from dotcat.exports import lazy_exports
-
-try:
-    #: The installed package's version (semantic versioning), from its metadata.
-    __version__ = version("dotcat")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+from dotcat.version import __version__
 
 _EXPORTS = {
     "build_and_tune": "dotcat.tuning",

@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.cli.params import current_context
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.files import walk_tree, write_json
 from dotcat.models.resolve import file_sha256, resolve_model
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.evaluation import comparison_text, comparison_to_json
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json

@@ -36,7 +36,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource

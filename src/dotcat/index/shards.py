@@ -35,7 +35,7 @@ import faiss
 import numpy as np
 from faiss.contrib.ondisk import merge_ondisk
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
 from dotcat.files import writes, writing

@@ -53,7 +53,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.errors import DotcatError
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS

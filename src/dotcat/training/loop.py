@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from dotcat import __version__
+from dotcat.version import __version__
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
