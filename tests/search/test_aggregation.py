@@ -100,8 +100,8 @@ def test_hybrid_fuses_document_scores_and_keeps_the_larger_side_s_passage_first(
     dense = [Match("a", 0.9, ((ref(2, "a", 2), 0.9),)), Match("b", 0.5, ((ref(5, "b", 0), 0.5),))]
     bm25 = [Match("b", 12.0, ((ref(6, "b", 1), 12.0),)), Match("a", 1.0, ((ref(0, "a", 0), 1.0),))]
     fused = fuse_matches(Fusion("linear", weight=0.5), dense, bm25)
-    # each is first on one side and last on the other: 0.5 each, ties by id
-    assert [(m.doc_id, m.score) for m in fused] == [("a", 0.5), ("b", 0.5)]
+    # each is first on one side and last on the other: 0.5 each (2/3 on [1/3, 1]), ties by id
+    assert [(m.doc_id, m.score) for m in fused] == [("a", 2 / 3), ("b", 2 / 3)]
     by_id = {m.doc_id: m for m in fused}
     # a: all its share from dense (its BM25 is the list's minimum), b: all from BM25
     assert [r.pid for r, _ in by_id["a"].passages] == [2, 0]

@@ -124,6 +124,20 @@ def test_the_filtered_hybrid_fuses_the_filtered_sides(pipeline, filter):
         assert [(m.doc_id, m.score) for m in found[q]] == [(m.doc_id, m.score) for m in fused]
 
 
+def test_a_filter_of_two_documents_shows_no_hit_at_zero(pipeline):
+    """The second of two admitted documents, the last of each list it is in, showed 0.0000
+    (issue 64): now 1/3 (the ranking is min-max's: tests/search/test_fusion.py)."""
+    lowest = 0
+    for first in range(0, 20, 2):
+        for text in QUERIES.values():
+            where = f"n >= {first} and n < {first + 2}"
+            hits = pipeline.search(text, k=10, first_stage="hybrid", filter=where)
+            assert len(hits) == 2 and hits[0].score_kind == "fused", where
+            assert hits[0].score >= hits[1].score >= 1 / 3 - 1e-9
+            lowest += hits[1].score == pytest.approx(1 / 3)
+    assert lowest  # some second hits were the last of every list they are in
+
+
 def test_the_settings_filter_applies_unless_a_call_gives_its_own(pipeline, docs):
     config = PipelineConfig(device="cpu", filter='group = "a"')
     filtered = SearchPipeline(pipeline.index_dir, config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -27,13 +28,19 @@ def test_rrf_sums_reciprocal_ranks():
     assert order == ["a", "c", "b", "d"]  # ties broken by id
 
 
+def smoothed(scores: dict[str, float]) -> dict[str, float]:
+    """Min-max fused scores of ``n`` candidates put on [1 / (n + 1), 1]."""
+    n = len(scores)
+    return {d: (n * s + 1) / (n + 1) for d, s in scores.items()}
+
+
 def test_linear_fusion_normalises_each_side_and_counts_a_missing_side_as_zero():
     fused = dict(linear_fusion(DENSE, BM25, weight=0.7))
     # dense: a 1, b 0.5, c 0; bm25: c 1, d 0.5, a 0
-    assert fused == pytest.approx({"a": 0.7, "b": 0.35, "c": 0.3, "d": 0.15})
+    assert fused == pytest.approx(smoothed({"a": 0.7, "b": 0.35, "c": 0.3, "d": 0.15}))
     assert [d for d, _ in linear_fusion(DENSE, BM25, 0.0)][:2] == ["c", "d"]  # BM25 only
     assert [d for d, _ in linear_fusion(DENSE, BM25, 1.0)][:2] == ["a", "b"]  # dense only
-    assert linear_fusion([("x", 3.0), ("y", 3.0)], [], 0.5) == [("x", 0.5), ("y", 0.5)]
+    assert linear_fusion([("x", 3.0), ("y", 3.0)], [], 0.5) == [("x", 2 / 3), ("y", 2 / 3)]
 
 
 def test_a_lone_bm25_match_keeps_its_side_s_full_share():
@@ -41,7 +48,31 @@ def test_a_lone_bm25_match_keeps_its_side_s_full_share():
     # ranks first; scaled to 0 it would fall below a.
     dense = [("a", 0.9), ("b", 0.8), ("c", 0.1)]
     fused = dict(linear_fusion(dense, [("b", 3.2)], 0.5))
-    assert fused == pytest.approx({"a": 0.5, "b": 0.9375, "c": 0.0})
+    assert fused == pytest.approx(smoothed({"a": 0.5, "b": 0.9375, "c": 0.0}))
+
+
+def test_no_candidate_scores_zero_and_the_ranking_is_min_max_s_own():
+    """The lowest of two filtered hits scored 0.0000 (issue 64): the last of every list it was
+    in, as a document no side found. Over random lists (ties and lone matches included), the
+    order is the plain min-max fusion's and every score lies in [1 / (n + 1), 1]."""
+    rng = random.Random(64)
+    for _ in range(500):
+        docs = [f"d{i}" for i in range(rng.randint(1, 12))]
+        sides = [
+            [(d, float(rng.choice([0.5, 1.0, rng.random() * 10]))) for d in rng.sample(docs, m)]
+            for m in (rng.randint(0, len(docs)), rng.randint(0, len(docs)))
+        ]
+        weight = rng.choice([0.0, 0.3, 0.5, 1.0])
+        plain = {}
+        for side, share in zip(sides, (weight, 1 - weight), strict=True):
+            low, high = min((s for _, s in side), default=0), max((s for _, s in side), default=0)
+            for d, s in side:
+                norm = (s - low) / (high - low) if high > low else 1.0
+                plain[d] = plain.get(d, 0.0) + share * norm
+        fused = linear_fusion(*sides, weight)
+        expected = sorted(plain, key=lambda d: (-round(plain[d], 12), d))
+        assert [d for d, _ in fused] == expected
+        assert all(1 / (len(plain) + 1) - 1e-12 <= s <= 1 + 1e-12 for _, s in fused)
 
 
 def test_fusion_settings_are_checked_and_round_trip():

@@ -15,6 +15,11 @@ Two fusions, both over each first stage's top ``depth``:
 
   with ``norm`` the min-max normalisation over the query's list (a list of equal scores, e.g.
   BM25's one match, is its own best: 1); a document missing from one list scores 0 on that side.
+  The lowest candidate of every list it is in would then score 0, as one no side found: with a
+  filter of few documents, a shown hit (the second of two showed 0.0000). So the ``n``
+  candidates' scores are put on ``[1 / (n + 1), 1]`` (``(n * s + 1) / (n + 1)``, add-one
+  smoothing of their place between the lists' lowest and best): an increasing map, the ranking
+  min-max's own, and a hit never scores 0.
   Linear 0.5 (:data:`PRIOR`, :func:`default_fusion`) is what a hybrid search runs where nothing
   was chosen on dev.
 
@@ -91,7 +96,8 @@ class Fusion:
 
     def shares(self, dense: Ranking, bm25: Ranking) -> dict[str, tuple[float, float]]:
         """Each document's part of its fused score from each side: ``(dense, bm25)``
-        (``1 / (k + rank)`` each for RRF, ``w * norm`` and ``(1 - w) * norm`` for linear)."""
+        (``1 / (k + rank)`` each for RRF, ``w * norm`` and ``(1 - w) * norm`` for linear,
+        before the linear score is put on ``[1 / (n + 1), 1]``)."""
         if self.method == "rrf":
             a = {d: 1.0 / (self.k + r) for r, (d, _) in enumerate(dense, start=1)}
             b = {d: 1.0 / (self.k + r) for r, (d, _) in enumerate(bm25, start=1)}
@@ -142,9 +148,12 @@ def _minmax(ranking: Ranking) -> dict[str, float]:
 
 
 def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[str, float]]:
-    """``w * norm(dense) + (1 - w) * norm(bm25)``, a missing side counting 0."""
+    """``w * norm(dense) + (1 - w) * norm(bm25)``, a missing side counting 0, put on
+    ``[1 / (n + 1), 1]`` over the ``n`` candidates (module docstring)."""
     a, b = _minmax(dense), _minmax(bm25)
-    return _ranked({d: weight * a.get(d, 0.0) + (1 - weight) * b.get(d, 0.0) for d in {**a, **b}})
+    n = len({**a, **b})
+    fused = {d: weight * a.get(d, 0.0) + (1 - weight) * b.get(d, 0.0) for d in {**a, **b}}
+    return _ranked({d: (n * s + 1) / (n + 1) for d, s in fused.items()})
 
 
 def fusion_grid() -> dict[str, Fusion]:

@@ -9,7 +9,7 @@ from dotcat.reprs import short_repr
 
 #: What a score is, by the stage that gave it: a BM25 score; the bi-encoder's cosine or dot
 #: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
-#: the linear fusion's min-max normalised mix (in [0, 1]); the cross-encoder's logit; the
+#: the linear fusion's min-max normalised mix (in (0, 1]); the cross-encoder's logit; the
 #: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]).
 SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
 
