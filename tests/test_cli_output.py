@@ -123,3 +123,28 @@ def test_a_log_file_gets_each_state_once(tmp_path, monkeypatch):
             bar.update()
     lines = _bar_lines(log.read_text())
     assert sum("3/3" in line for line in lines) == 1, lines
+
+
+def test_a_log_gets_a_line_a_minute_of_long_work_and_none_of_short(tmp_path, monkeypatch):
+    """`train dot` wrote nothing for 10 minutes where stderr was no terminal (issue 64); a
+    fake clock drives tqdm (50 s of short work, then 10 minutes of steps)."""
+    import tqdm.std
+
+    monkeypatch.delenv("DOTCAT_PROGRESS", raising=False)  # not asked
+    now = [1_000.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:
+        with progress_bar(total=100, desc="short", unit="step", file=f) as bar:
+            for _ in range(100):
+                now[0] += 0.5
+                bar.update()
+        with progress_bar(total=600, desc="training", unit="step", file=f) as bar:
+            for _ in range(600):
+                now[0] += 1.0
+                bar.update()
+    lines = _bar_lines(log.read_text())
+    assert not any(line.startswith("short") for line in lines), lines
+    training = [line for line in lines if line.startswith("training")]
+    assert 9 <= len(training) <= 11 and "600/600" in training[-1], training
+    assert "60/600" in training[0]  # the first after a minute

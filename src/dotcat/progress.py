@@ -3,11 +3,12 @@
 Every bar in dotcat comes from :func:`progress_bar`, so one switch silences them all:
 :func:`set_quiet` (the CLI's ``-q``), or ``DOTCAT_QUIET=1`` in the environment (inherited by
 child processes, e.g. torchrun workers). A bar is drawn where its stream (stderr) is a
-terminal, redrawn in place ten times a second; written to a file or a pipe (a log, CI, a
-program reading dotcat's output) nothing is drawn unless asked: ``DOTCAT_PROGRESS=1`` (the
-CLI's ``--progress``), and then a bar adds a line at most every ``LOG_INTERVAL`` seconds, no
-state printed twice (tqdm re-prints the last one when a bar closes, which in a log file is a
-duplicate line).
+terminal, redrawn in place ten times a second. Written to a file or a pipe (a log, CI, a
+program reading dotcat's output) a bar adds a line every :data:`HEARTBEAT` seconds once its
+work has lasted that long (a sign of life from a long training or encoding; short work writes
+none), or every :data:`LOG_INTERVAL` seconds from the start where asked: ``DOTCAT_PROGRESS=1``
+(the CLI's ``--progress``); no state printed twice (tqdm re-prints the last one when a bar
+closes, which in a log file is a duplicate line).
 
 :func:`quiet_logger` holds a chatty library's logger to errors for a while (pypdf on a damaged
 file, NNCF's tables): what it would say, dotcat says once in its own words.
@@ -27,8 +28,10 @@ from tqdm import tqdm
 QUIET_ENV = "DOTCAT_QUIET"
 #: ``1``: draw bars also where the stream is not a terminal (a log file).
 PROGRESS_ENV = "DOTCAT_PROGRESS"
-#: Seconds between two lines of a bar written to a file or a pipe.
+#: Seconds between two lines of a bar written to a file or a pipe, where asked.
 LOG_INTERVAL = 10.0
+#: ... where not asked: the first line after this long, then one as often.
+HEARTBEAT = 60.0
 
 _quiet = False
 
@@ -101,20 +104,23 @@ def progress_bar(
         desc: what is being done ("encoding documents").
         total: expected count (None: a counter with a rate, no percentage).
         unit: what is counted (the rate shows as ``unit/s``).
-        enabled: the caller's own switch (``show_progress``); ``-q`` overrides it, and so
-            does a stream that is not a terminal (unless ``DOTCAT_PROGRESS=1``).
+        enabled: the caller's own switch (``show_progress``); ``-q`` overrides it. Where
+            the stream is not a terminal, a line every :data:`HEARTBEAT` seconds of work
+            (every :data:`LOG_INTERVAL` from the start with ``DOTCAT_PROGRESS=1``).
     """
     stream = kwargs.pop("file", sys.stderr)
     terminal = hasattr(stream, "isatty") and stream.isatty()
-    drawn = terminal or _asked_anywhere()
+    every = 0.1 if terminal else LOG_INTERVAL if _asked_anywhere() else HEARTBEAT
     return _Bar(
         iterable,
         desc=desc,
         total=total,
         unit=unit,
         file=stream,
-        disable=not (enabled and progress_enabled() and drawn),
-        mininterval=0.1 if terminal else LOG_INTERVAL,
+        disable=not (enabled and progress_enabled()),
+        mininterval=every,
+        maxinterval=max(every, 10.0),  # (tqdm's monitor would draw every 10 s)
+        delay=HEARTBEAT if every == HEARTBEAT else 0.0,
         dynamic_ncols=terminal,
         **kwargs,
     )
