@@ -36,7 +36,10 @@ fields, and any file its encoding, in the folder's ``dotcat.toml`` or with ``--f
 encoding detected (:mod:`dotcat.data.encodings`).
 
 A file of a folder that cannot be read (empty, binary, text in no encoding tried, an encrypted
-or corrupt PDF, a corrupt gzip or Parquet file) is skipped and counted in :class:`CorpusStats`;
+or corrupt PDF, a corrupt gzip or Parquet file), and whatever the walk cannot read
+(:func:`dotcat.files.walk_tree`: a folder or file without permission, a path past PATH_MAX, a
+loop of links or a broken one, a name that is not UTF-8, a FIFO, socket or device, never
+opened) is skipped and counted in :class:`CorpusStats`;
 :func:`dotcat.data.corpus.iter_corpus` names the first few in one summary line.
 With ``strict`` the first one stops the read with a :class:`~dotcat.errors.DataFormatError`
 naming it. A record file whose first record is not one (a pretty-printed settings ``.json``)
