@@ -1,24 +1,44 @@
 // dotcat's judging page: one query, one pooled document at a time, graded by keyboard.
-// Every grade is sent to the server and saved there (SQLite, committed) before the page moves
-// on: a closed tab or a killed server loses at most the grade being given. Plain JavaScript,
-// no build step; document text goes in as text nodes only (highlight.js marks the terms).
+//
+// A key is applied the moment it is pressed, to the document on screen, and the page moves on
+// at once: typing ahead never waits for the server. Each grade becomes a request naming its
+// query, document, this page load (`client`) and a number (`seq`); an outbox sends them one at
+// a time, in key order, and sends a request again (the same one) until it is answered. The
+// server stores a request once and answers with the row that stands, so a repeated or late
+// request never lands on another document; a document shows as graded only when that answer
+// agrees. A query switch or an undo needs the server: keys pressed meanwhile wait, in order.
+// Plain JavaScript, no build step; document text goes in as text nodes only (highlight.js).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const ASSESSOR_KEY = "dotcat-assessor";
+// Keys waiting for a query or an undo; more than this many is a stuck server, not typing.
+const MAX_WAITING = 20;
+const RETRY_MS = [500, 1000, 2000]; // then every 2 s, until answered or dropped
 
 const view = {
   assessor: "",
+  client: randomId(), // this page load: the server tells its requests from another tab's
+  seq: 0, // the number of this page's latest request
   state: null, // GET /judge/api/state
   topic: null, // GET /judge/api/topic: the query and its pooled documents in judging order
-  position: 0, // the document shown, an index into topic.docs
-  documents: new Map(), // "qid\ndoc_id" -> GET /judge/api/document
-  busy: false, // a grade is being saved: keys wait for it
-  waiting: [], // keys pressed while busy, replayed in order once the save is done
+  position: null, // the document on screen, an index into topic.docs; null: none
+  documents: new Map(), // "qid\ndoc_id" -> a promise of GET /judge/api/document
+  given: new Map(), // "qid\ndoc_id" -> this page's latest grade of it: {seq, grade, saved}
+  outbox: [], // requests not answered yet, in key order; the first is the one being sent
+  sending: false,
+  failures: 0, // the first request's failed tries in a row
+  timer: null, // the next try
+  alert: "", // the sticky banner's text: a grade not saved
+  note: "", // the status line's latest event
+  blocked: "", // what keys wait for (a query, an undo); "" when they apply at once
+  waiting: [], // keys pressed while blocked, applied in order once it is done
 };
 
-// A fast assessor types ahead; more than this many keys waiting is a stuck server, not typing.
-const MAX_WAITING = 20;
+function randomId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12)); // also where randomUUID is not
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
 
 function headers(json) {
   const out = { Accept: "application/json" };
@@ -28,6 +48,7 @@ function headers(json) {
   return out;
 }
 
+// The answer of a request; an Error with `status` (0: no answer at all) otherwise.
 async function request(method, url, body) {
   let response;
   try {
@@ -37,29 +58,113 @@ async function request(method, url, body) {
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {
-    throw new Error("the server does not answer (is it running?)");
+    throw Object.assign(new Error("the server does not answer (is it running?)"), { status: 0 });
   }
   const answer = await response.json().catch(() => ({}));
   if (response.status === 401) $("key-row").hidden = false;
-  if (!response.ok) throw new Error(answer.error || `${response.status} ${response.statusText}`);
+  if (!response.ok) {
+    const message = answer.error || `${response.status} ${response.statusText}`;
+    throw Object.assign(new Error(message), { status: response.status });
+  }
   if ($("api-key").value) sessionStorage.setItem("dotcat-api-key", $("api-key").value);
   return answer;
 }
 
-// While a grade is saved (and the next document loads), keys wait; the document says so.
-function setBusy(flag) {
-  view.busy = flag;
-  $("doc").setAttribute("aria-busy", String(flag));
-  if (!flag && view.waiting.length) setTimeout(() => runKey(view.waiting.shift()), 0);
-}
-
-function say(text, error = false) {
-  $("status").textContent = text;
-  $("status").className = error ? "error" : "";
-}
-
 function query(params) {
   return new URLSearchParams(params).toString();
+}
+
+function docKey(qid, docId) {
+  return `${qid}\n${docId}`;
+}
+
+function gradeName(grade) {
+  return grade === null ? "skipped" : `graded ${grade}`;
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+// -- what the page says: always derived from the state, never appended to -------------------
+
+function say(note) {
+  view.note = note;
+  renderStatus();
+}
+
+function unsaved(qid = null) {
+  let n = 0;
+  for (const [key, given] of view.given) {
+    if (!given.saved && (qid === null || key.startsWith(`${qid}\n`))) n += 1;
+  }
+  return n;
+}
+
+// A pooled document's standing on this page: this page's latest grade, else the server's.
+function standing(entry) {
+  const given = view.given.get(docKey(view.topic.qid, entry.doc_id));
+  return given || { grade: entry.grade, skipped: entry.skipped, saved: true };
+}
+
+// Not graded nor skipped, here or on the server: where the page moves on to.
+function isOpen(entry) {
+  const s = standing(entry);
+  return s.grade === null && !s.skipped;
+}
+
+// After grades changed: the status, and the badge (or the summary shown instead of a document).
+function refresh() {
+  renderStatus();
+  if (view.blocked || !view.topic) return;
+  if (onScreen()) renderBadge(onScreen());
+  else renderHead(null);
+}
+
+function renderStatus() {
+  const parts = [view.note];
+  const pending = unsaved();
+  if (pending && !view.alert) parts.push(`Saving ${plural(pending, "grade")}…`);
+  if (view.topic && view.topic.docs.length && !view.blocked) {
+    const all = view.topic.docs.every((d) => !isOpen(d));
+    const here = unsaved(view.topic.qid);
+    if (all && !here) parts.push("Every document of this query is judged; ] for the next query.");
+    else if (all) parts.push(`Every document of this query has a grade, ${here} not saved yet.`);
+  }
+  $("status").textContent = parts.filter(Boolean).join(" ");
+  renderAlert();
+}
+
+// A grade not saved is a banner fixed in view; it stays until the grade is saved or dropped.
+function renderAlert() {
+  const failing = view.outbox.length > 0 && view.failures > 0;
+  $("alert").hidden = !view.alert;
+  $("alert-text").textContent = view.alert;
+  $("alert-retry").hidden = !failing;
+  const unsent = plural(view.outbox.length, "unsaved request");
+  $("alert-drop").textContent = failing ? `Drop ${unsent}` : "Close";
+  $("alert-drop").onclick = failing ? drop : () => ((view.alert = ""), renderStatus());
+}
+
+function setBlocked(what) {
+  view.blocked = what;
+  $("doc").setAttribute("aria-busy", String(Boolean(what)));
+  if (what) {
+    view.position = null;
+    renderHead(null, what);
+  }
+  renderStatus();
+}
+
+// Keys typed while blocked, applied in order once the page is no longer blocked; dropped (and
+// counted) when what they waited for failed: they were meant for another screen.
+function unblock(ok) {
+  setBlocked("");
+  if (!ok && view.waiting.length) {
+    say(`${view.note} ${view.waiting.length} key(s) typed meanwhile were not applied.`);
+    view.waiting = [];
+  }
+  while (!view.blocked && view.waiting.length) runKey(view.waiting.shift());
 }
 
 // -- the queries ------------------------------------------------------------------------------
@@ -90,45 +195,68 @@ function renderTopics() {
   const pooled = view.state.topics.reduce((n, t) => n + t.pooled, 0);
   $("overall").textContent =
     `${view.assessor}: ${judged} of ${pooled} judged · ${view.state.topics.length} queries`;
+  if (view.topic) {
+    const t = topicState(view.topic.qid);
+    $("topic-progress").textContent =
+      `${t.judged}/${t.pooled} judged` + (t.skipped ? `, ${t.skipped} skipped` : "");
+  }
 }
 
 function topicState(qid) {
   return view.state.topics.find((t) => t.qid === qid);
 }
 
-function renderProgress() {
-  const t = topicState(view.topic.qid);
-  $("topic-progress").textContent =
-    `${t.judged}/${t.pooled} judged` + (t.skipped ? `, ${t.skipped} skipped` : "");
-  const option = [...$("topic").options].find((o) => o.value === t.qid);
-  if (option) option.textContent = topicLabel(t);
-  renderTopics();
-}
-
-// The first document not graded or skipped at or after `from` (wrapping), else `from`.
+// The first open document at or after `from` (wrapping); null when none is open.
 function nextOpen(from) {
   const docs = view.topic.docs;
   for (let i = 0; i < docs.length; i++) {
     const at = (from + i) % docs.length;
-    if (docs[at].grade === null && !docs[at].skipped) return at;
+    if (isOpen(docs[at])) return at;
   }
-  return Math.min(from, docs.length - 1);
+  return null;
 }
 
+// Open a query (a document of it, else its first open one). Keys wait meanwhile; false when
+// the server did not answer (the page stays where it was).
 async function openTopic(qid, docId = null) {
-  view.topic = await request("GET", `/judge/api/topic?${query({ qid, assessor: view.assessor })}`);
-  $("query-text").textContent = view.topic.text;
-  $("query-description").textContent = view.topic.description;
-  $("query-description").hidden = !view.topic.description;
+  const before = view.topic ? { topic: view.topic, position: view.position } : null;
+  setBlocked(`Loading ${qid}…`);
+  let topic;
+  try {
+    topic = await request("GET", `/judge/api/topic?${query({ qid, assessor: view.assessor })}`);
+  } catch (error) {
+    say(`Query ${qid} not opened: ${error.message}`);
+    setBlocked("");
+    if (before) show(before.position);
+    unblock(false);
+    return false;
+  }
+  view.topic = topic;
+  $("query-text").textContent = topic.text;
+  $("query-description").textContent = topic.description;
+  $("query-description").hidden = !topic.description;
   $("topic").value = qid;
   history.replaceState(null, "", `/judge?${query({ q: qid })}`);
-  const at = docId === null ? -1 : view.topic.docs.findIndex((d) => d.doc_id === docId);
-  renderProgress();
-  if (!view.topic.docs.length) {
-    say("Nothing pooled for this query.");
-    return;
-  }
-  await show(at >= 0 ? at : nextOpen(0));
+  renderTopics();
+  setBlocked("");
+  const at = topic.docs.findIndex((d) => d.doc_id === docId);
+  show(at >= 0 ? at : nextOpen(0));
+  if (!topic.docs.length) say("Nothing pooled for this query.");
+  unblock(true);
+  return true;
+}
+
+function switchTopic(step) {
+  const topics = view.state ? view.state.topics : [];
+  if (!topics.length) return;
+  const at = topics.findIndex((t) => view.topic && t.qid === view.topic.qid);
+  const to = at + step;
+  const next = topics[(to + topics.length) % topics.length];
+  openTopic(next.qid).then((opened) => {
+    if (!opened) return;
+    if (to >= topics.length) say(`That was the last query: back to the first, ${next.qid}.`);
+    if (to < 0) say(`That was the first query: on to the last, ${next.qid}.`);
+  });
 }
 
 // -- one document -----------------------------------------------------------------------------
@@ -136,8 +264,7 @@ async function openTopic(qid, docId = null) {
 function renderGrades() {
   const row = $("grades");
   if (row.childElementCount) return;
-  const entries = Object.entries(view.state.scale);
-  for (const [grade, meaning] of entries) {
+  for (const [grade, meaning] of Object.entries(view.state.scale)) {
     row.append(gradeButton(grade, meaning, Number(grade)));
   }
   row.append(gradeButton("s", "skip: not now", null));
@@ -150,47 +277,75 @@ function gradeButton(key, meaning, value) {
   const kbd = document.createElement("kbd");
   kbd.textContent = key;
   button.append(kbd, ` ${meaning}`);
-  button.addEventListener("click", () => grade(value));
+  button.addEventListener("click", () => give(value));
   return button;
 }
 
-async function fetchDocument(qid, docId) {
-  const key = `${qid}\n${docId}`;
+function fetchDocument(qid, docId) {
+  const key = docKey(qid, docId);
   if (!view.documents.has(key)) {
     const url = `/judge/api/document?${query({ qid, doc_id: docId })}`;
-    view.documents.set(key, await request("GET", url));
+    const loading = request("GET", url);
+    loading.catch(() => view.documents.delete(key)); // asked again when shown again
+    view.documents.set(key, loading);
   }
   return view.documents.get(key);
 }
 
-async function show(position) {
+function onScreen() {
+  return view.topic && view.position !== null ? view.topic.docs[view.position] : null;
+}
+
+// Put the document at `position` on screen at once (its text follows when it arrives); null:
+// no document, the query's summary instead.
+function show(position) {
   const docs = view.topic.docs;
-  view.position = Math.max(0, Math.min(docs.length - 1, position));
-  const entry = docs[view.position];
-  $("position").textContent = `${view.position + 1} of ${docs.length}`;
-  $("doc-id").textContent = `id ${entry.doc_id}`;
-  renderBadge(entry);
-  let doc;
-  try {
-    doc = await fetchDocument(view.topic.qid, entry.doc_id);
-  } catch (error) {
-    $("doc-title").textContent = entry.title || "(no title)";
-    $("doc-text").replaceChildren();
-    say(`Cannot show ${entry.doc_id}: ${error.message}`, true);
-    return;
+  const last = docs.length - 1;
+  view.position = position === null || last < 0 ? null : Math.max(0, Math.min(last, position));
+  const entry = onScreen();
+  renderHead(entry);
+  renderStatus();
+  if (!entry) return;
+  const qid = view.topic.qid;
+  fetchDocument(qid, entry.doc_id).then(
+    (doc) => onScreen() === entry && renderDocument(doc),
+    (error) => onScreen() === entry && say(`Cannot show ${entry.doc_id}'s text: ${error.message}`),
+  );
+  const next = nextOpen(view.position + 1);
+  if (next !== null) fetchDocument(qid, docs[next].doc_id).catch(() => {}); // read next
+}
+
+// The document's head (position, id, grade) and title; without a document, what is instead.
+function renderHead(entry, instead = "") {
+  const docs = view.topic ? view.topic.docs : [];
+  $("position").textContent = entry ? `${view.position + 1} of ${docs.length}` : "";
+  $("doc-id").textContent = entry ? `id ${entry.doc_id}` : "";
+  $("doc-title").textContent = entry ? entry.title || "(no title)" : instead || summary();
+  $("doc-text").replaceChildren();
+  if (!entry && !instead && docs.length) {
+    $("doc-text").textContent = "] next query · p the last document · n the first";
   }
-  if (view.topic.docs[view.position] !== entry) return; // moved on meanwhile
-  renderDocument(doc);
+  renderBadge(entry);
+}
+
+function summary() {
+  if (!view.topic || !view.topic.docs.length) return "";
+  const here = unsaved(view.topic.qid);
+  if (here) return `Every document of this query has a grade; ${here} not saved yet.`;
+  return "Every document of this query is judged.";
 }
 
 function renderBadge(entry) {
   const badge = $("doc-grade");
-  const meaning = entry.grade === null ? "" : view.state.scale[String(entry.grade)];
-  badge.textContent = entry.skipped ? "skipped" : meaning ? `graded ${entry.grade}: ${meaning}` : "";
-  badge.className = `grade-badge${entry.grade !== null ? " saved" : ""}`;
+  const s = entry ? standing(entry) : { grade: null, skipped: false, saved: false };
+  const given = s.skipped || s.grade === null ? (s.skipped ? "skipped" : "") : gradeName(s.grade);
+  const meaning = s.grade === null ? "" : `: ${view.state.scale[String(s.grade)]}`;
+  const failing = view.failures > 0 ? "not saved yet" : "saving…";
+  badge.textContent = !given ? "" : s.saved ? `${given}${meaning}` : `${given}, ${failing}`;
+  badge.className = `grade-badge${s.saved ? " saved" : ""}`;
+  const current = s.skipped ? "skip" : String(s.grade);
   for (const button of $("grades").children) {
-    const current = entry.skipped ? "skip" : String(entry.grade);
-    button.classList.toggle("current", button.dataset.grade === current);
+    button.classList.toggle("current", Boolean(entry) && button.dataset.grade === current);
   }
 }
 
@@ -213,76 +368,146 @@ function renderDocument(doc) {
   text.scrollTop = Math.max(0, passage.offsetTop - text.offsetTop - 24);
 }
 
-// -- grading ----------------------------------------------------------------------------------
+// -- grading: applied at once on the page, saved through the outbox ---------------------------
 
-async function grade(value) {
-  if (view.busy || !view.topic || !view.topic.docs.length) return;
+function give(value) {
   if (!view.assessor) {
-    say("Type your name first (top right), then Enter.", true);
+    say("Type your name first (top right), then Enter.");
     $("assessor").focus();
     return;
   }
-  const entry = view.topic.docs[view.position];
-  setBusy(true);
-  say("Saving…");
-  try {
-    const saved = await request("POST", "/judge/api/judgments", {
-      qid: view.topic.qid,
-      doc_id: entry.doc_id,
-      assessor: view.assessor,
-      grade: value,
-    });
-    entry.grade = saved.grade;
-    entry.skipped = saved.grade === null;
-    Object.assign(topicState(saved.qid), { judged: saved.judged, pooled: saved.pooled });
-    topicState(saved.qid).skipped = view.topic.docs.filter((d) => d.skipped).length;
-    renderProgress();
-    const what = value === null ? "skipped" : `graded ${value}`;
-    say(`Saved: ${entry.doc_id} ${what}.`);
-    await advance();
-  } catch (error) {
-    say(`Not saved: ${error.message}. Give the grade again.`, true);
-  } finally {
-    setBusy(false);
-  }
-}
-
-async function advance() {
-  const docs = view.topic.docs;
-  const next = nextOpen((view.position + 1) % docs.length);
-  if (docs[next].grade !== null || docs[next].skipped) {
-    say(`${$("status").textContent} Every document of this query is judged; ] for the next query.`);
-    renderBadge(docs[view.position]);
+  const entry = onScreen();
+  if (!entry) {
+    say("No document on screen: ] for the next query, p to look back.");
     return;
   }
-  await show(next);
+  const seq = ++view.seq;
+  const qid = view.topic.qid;
+  const body = { qid, doc_id: entry.doc_id, assessor: view.assessor, grade: value, seq };
+  body.client = view.client;
+  const given = { seq, grade: value, skipped: value === null, saved: false };
+  view.given.set(docKey(qid, entry.doc_id), given);
+  send({
+    path: "judgments",
+    body,
+    done: (answer) => saved(body, answer),
+    refused: (error) => {
+      forget(body);
+      view.alert = `Not saved: ${entry.doc_id} ${gradeName(value)}: ${error.message}`;
+    },
+  });
+  say(`${entry.doc_id} ${gradeName(value)}.`);
+  show(nextOpen(view.position + 1));
 }
 
-async function undo() {
-  if (view.busy || !view.assessor) return;
-  setBusy(true);
-  try {
-    const undone = await request("POST", "/judge/api/undo", { assessor: view.assessor });
-    await loadState();
-    await openTopic(undone.qid, undone.doc_id);
-    say(`Undone: ${undone.doc_id} (${undone.grade === null ? "skip" : `grade ${undone.grade}`}).`);
-  } catch (error) {
-    say(`Nothing undone: ${error.message}`, true);
-  } finally {
-    setBusy(false);
+// The server's answer to a grade: the document shows as graded only when it agrees.
+function saved(body, answer) {
+  const same = answer.client === view.client && answer.qid === body.qid;
+  const agrees = answer.seq === body.seq && answer.grade === body.grade; // stored as sent
+  const newer = answer.seq > body.seq; // a later grade of it stands: that one's answer follows
+  if (!same || answer.doc_id !== body.doc_id || !(agrees || newer)) {
+    forget(body);
+    view.alert =
+      `The server holds ${gradeName(answer.grade)} for ${answer.doc_id}, not ` +
+      `${gradeName(body.grade)} for ${body.doc_id}: look at it again.`;
+    return;
   }
+  const { judged, skipped, pooled } = answer;
+  Object.assign(topicState(answer.qid), { judged, skipped, pooled });
+  const given = view.given.get(docKey(body.qid, body.doc_id));
+  if (given && given.seq === answer.seq) given.saved = true;
+  renderTopics();
+  refresh();
+}
+
+// A grade that will not be saved: its document is open again (unless graded since).
+function forget(body) {
+  const key = docKey(body.qid, body.doc_id);
+  if (view.given.has(key) && view.given.get(key).seq === body.seq) view.given.delete(key);
+  refresh();
+}
+
+function send(item) {
+  view.outbox.push(item);
+  pump();
+}
+
+// Send the outbox's first request; again after a failure (the same request: the server
+// stores it once); the next once it is answered. A refusal (4xx) is final: said, and dropped.
+async function pump() {
+  if (view.sending || !view.outbox.length) return;
+  view.sending = true;
+  clearTimeout(view.timer);
+  const item = view.outbox[0];
+  try {
+    const answer = await request("POST", `/judge/api/${item.path}`, item.body);
+    view.outbox.shift();
+    view.failures = 0;
+    if (view.alert.startsWith("Not saved")) view.alert = "";
+    item.done(answer);
+  } catch (error) {
+    const retry = [401, 408, 429].includes(error.status);
+    if (error.status >= 400 && error.status < 500 && !retry) {
+      view.outbox.shift();
+      view.failures = 0;
+      item.refused(error);
+    } else {
+      view.failures += 1;
+      const waiting = plural(view.outbox.length, "request");
+      view.alert = `Not saved: ${error.message}. ${waiting} waiting; trying again.`;
+      view.timer = setTimeout(pump, RETRY_MS[Math.min(view.failures, RETRY_MS.length) - 1]);
+    }
+  } finally {
+    view.sending = false;
+    refresh();
+  }
+  if (!view.failures) pump();
+}
+
+// Drop the requests not answered yet (the banner's button): their documents are open again.
+function drop() {
+  clearTimeout(view.timer);
+  view.failures = 0;
+  for (const item of view.outbox.splice(0)) item.refused(new Error("dropped"));
+  view.alert = "";
+  refresh();
+}
+
+// Undo waits for the grades before it (it is in the outbox after them), then shows the
+// document it withdrew the grade of; keys wait meanwhile.
+function undo() {
+  if (!view.assessor) return;
+  setBlocked("Undoing…");
+  const seq = ++view.seq;
+  const body = { assessor: view.assessor, client: view.client, seq };
+  const failed = (error) => {
+    say(`Nothing undone: ${error.message}`);
+    setBlocked("");
+    if (view.topic) show(nextOpen(0));
+    unblock(false);
+  };
+  send({
+    path: "undo",
+    body,
+    refused: failed,
+    done: async (undone) => {
+      view.given.delete(docKey(undone.qid, undone.doc_id));
+      try {
+        await loadState();
+      } catch (error) {
+        return failed(error);
+      }
+      if (await openTopic(undone.qid, undone.doc_id)) {
+        say(`Undone: ${undone.doc_id} ${gradeName(undone.grade)}.`);
+      }
+    },
+  });
 }
 
 function move(step) {
-  if (view.topic && view.topic.docs.length) show(view.position + step);
-}
-
-function switchTopic(step) {
-  const topics = view.state ? view.state.topics : [];
-  if (!topics.length) return;
-  const at = topics.findIndex((t) => view.topic && t.qid === view.topic.qid);
-  const next = topics[(at + step + topics.length) % topics.length];
-  openTopic(next.qid).catch((error) => say(error.message, true));
+  if (!view.topic || !view.topic.docs.length) return;
+  if (view.position === null) show(step > 0 ? 0 : view.topic.docs.length - 1);
+  else show(view.position + step);
 }
 
 async function addTopic(event) {
@@ -300,14 +525,14 @@ async function addTopic(event) {
     await openTopic(added.qid);
     say(`Pooled ${added.qid}: ${added.pooled} documents.`);
   } catch (error) {
-    say(`Not pooled: ${error.message}`, true);
+    say(`Not pooled: ${error.message}`);
   }
 }
 
 // -- the keyboard and start-up ----------------------------------------------------------------
 
 const KEYS = {
-  s: () => grade(null),
+  s: () => give(null),
   u: undo,
   z: undo,
   n: () => move(1),
@@ -326,17 +551,17 @@ function onKey(event) {
   const known = (view.state && event.key in view.state.scale) || event.key in KEYS;
   if (!known) return;
   event.preventDefault();
-  if (!view.busy) {
+  if (!view.blocked) {
     runKey(event.key);
   } else if (view.waiting.length < MAX_WAITING) {
-    view.waiting.push(event.key); // not dropped: graded in order once the save is done
+    view.waiting.push(event.key); // applied in order once the query or the undo is done
   } else {
-    say(`${MAX_WAITING} keys are waiting for the server; this one was not kept.`, true);
+    say(`${MAX_WAITING} keys are waiting for the server; this one was not kept.`);
   }
 }
 
 function runKey(key) {
-  if (view.state && key in view.state.scale) grade(Number(key));
+  if (view.state && key in view.state.scale) give(Number(key));
   else KEYS[key]();
 }
 
@@ -348,7 +573,7 @@ async function start(assessor) {
   try {
     await loadState();
   } catch (error) {
-    say(error.message, true);
+    say(error.message);
     return;
   }
   if (!view.state.topics.length) {
@@ -357,8 +582,7 @@ async function start(assessor) {
   }
   const wanted = new URLSearchParams(location.search).get("q");
   const first = view.state.topics.find((t) => t.judged + t.skipped < t.pooled);
-  const qid = topicState(wanted) ? wanted : (first || view.state.topics[0]).qid;
-  await openTopic(qid).catch((error) => say(error.message, true));
+  await openTopic(topicState(wanted) ? wanted : (first || view.state.topics[0]).qid);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -369,13 +593,17 @@ document.addEventListener("DOMContentLoaded", () => {
     if (name) start(name);
   });
   $("topic").addEventListener("change", () => {
-    openTopic($("topic").value).catch((error) => say(error.message, true));
+    openTopic($("topic").value);
     $("topic").blur();
   });
   $("topic-form").addEventListener("submit", addTopic);
   $("previous").addEventListener("click", () => move(-1));
   $("next").addEventListener("click", () => move(1));
   $("undo").addEventListener("click", undo);
+  $("alert-retry").addEventListener("click", pump);
+  window.addEventListener("beforeunload", (event) => {
+    if (view.outbox.length) event.preventDefault(); // grades not saved yet: ask first
+  });
   const given = new URLSearchParams(location.search).get("assessor");
   const name = (given || localStorage.getItem(ASSESSOR_KEY) || "").trim();
   if (name) {
