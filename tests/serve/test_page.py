@@ -99,14 +99,14 @@ def test_keyboard_only(browser, page_pipeline):
         page.keyboard.type("insulin blood sugar")
         page.keyboard.press("Enter")
         page.wait_for_selector(".hit")
-        page.locator("body").click(position={"x": 5, "y": 5})
-        page.keyboard.press("j")  # first result
+        page.keyboard.press("j")  # first result: the search left the box (no click needed)
         assert page.evaluate("document.activeElement.dataset.docId") == page.locator(
             ".hit"
         ).first.get_attribute("data-doc-id")
         page.keyboard.press("j")
         page.keyboard.press("k")
         assert page.evaluate("document.activeElement.querySelector('.rank').textContent") == "1."
+        assert page.input_value("#q") == "insulin blood sugar"  # no j or k typed into it
 
 
 def test_document_text_is_never_markup(browser, page_pipeline):

@@ -254,7 +254,9 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("search-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const query = $("q").value.trim();
-    if (query) search(query);
+    if (!query) return;
+    $("q").blur(); // the keys are the page's again: j, k walk the results, / comes back
+    search(query);
   });
   document.addEventListener("keydown", (event) => {
     const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
