@@ -177,7 +177,7 @@ def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_di
     result = invoke(
         "-q", "train", "dot", tiny_beir_dir, out, "--base", tiny_bert_dir, "--epochs", "1",
         "--batch-size", "2", "--negatives", "none", "--max-length", "32",
-        "--dev-fraction", "0.3",
+        "--dev-fraction", "0.3", "--no-check",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (out / "modules.json").is_file() and (out / "dotcat_training.json").is_file()

@@ -18,13 +18,18 @@ are drawn from, never ``test``), as a user with their own documents would:
    of the labels is used: a relevant document outside the pool stays unknown. The number of
    judgements is what a person would have made.
 4. ``dotcat judge export`` (BEIR layout, the judged queries as ``train``); ``dotcat train dot``
-   on it (defaults: a dev split of the judged queries held out when there are enough), the
-   index rebuilt from the zero-shot one with the trained model; ``dotcat train cat`` behind it
-   (negatives from the trained index and BM25, as the training docs' recipe).
-5. The test split searched with the default pipeline before (zero-shot hybrid) and after
-   (trained hybrid, then re-ranked by the trained BERT_CAT at the default depth and
-   interpolation), evaluated by ``dotcat eval`` against the zero-shot hybrid: nDCG@10, paired
-   t-test p (Holm over the systems), bootstrap 95% intervals of the differences.
+   on it with its defaults, held-out check included (k-fold under 100 judged queries, else the
+   dev split: where it shows no gain the output folder holds the base model, the trained one in
+   ``dot/trained``), the index rebuilt from the zero-shot one with ``--model dot`` (what the
+   check kept); ``dotcat train cat`` behind it (negatives from the trained index and BM25, as
+   the training docs' recipe; its check records weight 0 where it shows no gain).
+5. The test split searched with the default pipeline before (zero-shot hybrid) and after (the
+   trained hybrid, then re-ranked by the trained BERT_CAT at the default depth and its recorded
+   weight: the pipeline the defaults give), evaluated by ``dotcat eval`` against the zero-shot
+   hybrid: nDCG@10, each difference with its interval from the same paired test that marks
+   it significant (Holm over the systems). Where a check kept a model out, the pipeline
+   without the check is searched too (the trained weights indexed, the BERT_CAT at the weight
+   it chose): what the check protected from, or cost.
 """
 
 from __future__ import annotations
@@ -76,18 +81,28 @@ def judge(index: Path, store: Path, data: Path, split: str, chosen: dict) -> dic
             "pool_mean": sum(sizes.values()) / len(sizes)}  # fmt: skip
 
 
+def trained(model: Path) -> bool:
+    """Whether ``model`` holds a finished training run whose held-out check is done (or off)."""
+    from dotcat.files import read_json_or_none
+
+    record = read_json_or_none(common.training_record_path(model)) or {}
+    checked = "heldout_check" in record or not record.get("hyperparameters", {}).get("check")
+    return common.training_finished(model) and checked
+
+
 def step(work: Path, name: str, done: Path, *args: str) -> float:
     """``dotcat ARGS`` unless ``done`` is there (a second run reuses it); its wall seconds.
 
     A training record is there only once its run finished: an interrupted ``train`` leaves its
-    record (``status: running``) and a best-so-far model, which a rerun must not take as done.
+    record (``status: running``) and a best-so-far model, which a rerun must not take as done
+    (nor a finished run whose held-out check was interrupted: ``--resume`` runs the check).
     """
     training = done == common.training_record_path(done.parent)
-    if done.exists() and (not training or common.training_finished(done.parent)):
+    if done.exists() and (not training or trained(done.parent)):
         print(f"reusing {common.shown(done)}", flush=True)
         return float("nan")
     if training and done.exists():
-        args = (*args, "--overwrite")
+        args = (*args, "--resume" if common.training_finished(done.parent) else "--overwrite")
     return common.dotcat(*args)[1]
 
 
@@ -97,6 +112,7 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
     index, store = work / "index", work / "judgments.sqlite"
     times = {}
     from dotcat.data import find_corpus_file
+    from dotcat.files import read_json_or_none
 
     corpus = find_corpus_file(data)  # the corpus file alone: no qrels beside it
     times["index"] = step(work, name, index, "index", corpus, index)
@@ -106,77 +122,93 @@ def run_collection(name: str, data: Path, split: str, args) -> dict:
                          "--judgments", store)  # fmt: skip
     counts = judge(index, store, data, split, chosen)
     judged = work / "judged"
-    step(
-        work,
-        name,
-        judged,
-        "judge",
-        "export",
-        index,
-        judged,
-        "--split",
-        "train",
-        "--judgments",
-        store,
-    )
+    step(work, name, judged, "judge", "export", index, judged, "--split", "train",
+         "--judgments", store)  # fmt: skip
     dot, dot_index, cat = work / "dot", work / "index-dot", work / "cat"
     dot_record, cat_record_file = common.training_record_path(dot), common.training_record_path(cat)
     times["train dot"] = step(work, name, dot_record, "train", "dot", judged, dot)
     times["index dot"] = step(work, name, dot_index, "index", index, dot_index, "--model", dot)
+    record = json.loads(dot_record.read_text())
+    dot_check = record.get("heldout_check") or {}
+    runs = {
+        "zero-shot hybrid": ("search", index),
+        "trained hybrid": ("search", dot_index),
+    }
+    cat_record, cat_check = {}, {}
     if not args.no_cat:
         times["train cat"] = step(work, name, cat_record_file, "train", "cat",
                                   judged, cat, "--first-stage", dot_index, "--first-stage",
                                   "bm25")  # fmt: skip
-    runs = {
-        "zero-shot hybrid": ("search", index),
-        "trained hybrid": ("search", dot_index),
-        "trained hybrid + BERT_CAT": ("search", dot_index, "--rerank", cat),
-        "zero-shot dense": ("search", index, "--first-stage", "dense"),
-        "trained dense": ("search", dot_index, "--first-stage", "dense"),
-    }
-    if args.no_cat:
-        del runs["trained hybrid + BERT_CAT"]
+        cat_record = json.loads(cat_record_file.read_text())
+        cat_check = cat_record.get("heldout_check") or {}
+        runs["trained hybrid + BERT_CAT"] = ("search", dot_index, "--rerank", cat)
+    # What the checks kept out: the trained weights indexed, the BERT_CAT at its chosen weight.
+    unchecked_index = dot_index
+    if dot_check.get("kept") == "base":
+        unchecked_index = work / "index-dot-unchecked"
+        times["index dot (unchecked)"] = step(
+            work, name, unchecked_index, "index", index, unchecked_index, "--model", dot / "trained"
+        )
+        runs["unchecked trained hybrid"] = ("search", unchecked_index)
+    choice = (cat_record.get("interpolation") or {}).get("choice") or {}
+    weight = choice.get("chosen")
+    if cat_check and not cat_check.get("shown_better") and weight not in (None, "0.0"):
+        runs[f"unchecked + BERT_CAT (weight {weight})"] = (
+            "search", unchecked_index, "--rerank", cat, "--interpolate", weight,
+        )  # fmt: skip
+    runs["zero-shot dense"] = ("search", index, "--first-stage", "dense")
+    runs["trained dense"] = ("search", dot_index, "--first-stage", "dense")
     files = {}
     for label, command in runs.items():
-        out = work / (label.replace(" ", "-").replace("+", "plus") + ".trec")
+        slug = "".join(c if c.isalnum() or c in ".-" else "-" for c in label.replace("+", "plus"))
+        out = work / (slug + ".trec")
         started = time.perf_counter()
         if not out.exists():
             common.dotcat(*command, "--queries", data, "--split", "test", "--output", out)
         times[f"search: {label}"] = time.perf_counter() - started
         files[label] = out
-    report, _ = common.dotcat("eval", *files.values(), data, "--split", "test", "--baseline",
-                              files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
-                              "--json", capture=True)  # fmt: skip
-    table, _ = common.dotcat("eval", *files.values(), data, "--split", "test", "--baseline",
-                             files["zero-shot hybrid"].name, "-m", "nDCG@10", "-m", "R@100",
-                             capture=True)  # fmt: skip
-    record = json.loads(dot_record.read_text())
-    cat_record = {} if args.no_cat else json.loads(cat_record_file.read_text())
+    evaluated = [data, "--split", "test", "--baseline", files["zero-shot hybrid"].name,
+                 "-m", "nDCG@10", "-m", "R@100"]  # fmt: skip
+    report, _ = common.dotcat("eval", *files.values(), *evaluated, "--json", capture=True)
+    table, _ = common.dotcat("eval", *files.values(), *evaluated, capture=True)
+    (work / "eval.json").write_text(report)
     return {"name": name, "data": data, "split": split, "counts": counts, "times": times,
             "files": {k: v.name for k, v in files.items()}, "eval": json.loads(report),
             "table": table, "dot_split": record.get("split"), "cat_split": cat_record.get("split"),
-            "cat_alpha": cat_record.get("interpolation")}  # fmt: skip
+            "dot_check": dot_check, "cat_check": cat_check,
+            "cat_alpha": read_json_or_none(cat / "dotcat_cross_encoder.json") or {}}  # fmt: skip
 
 
 def rows(result: dict) -> list[str]:
     ev, files = result["eval"], result["files"]
     lines = [
-        "| system | nDCG@10 | diff [95% CI] | p (Holm) | R@100 |",
+        "| system | nDCG@10 | diff [interval] | p (Holm) | R@100 |",
         "| --- | ---: | --- | ---: | ---: |",
     ]
     for label, file in files.items():
         entry = ev[file]
         agg = entry["aggregate"]
-        vs = entry.get("vs_baseline") or {}
-        ci = (entry.get("intervals") or {}).get("vs_baseline") or {}
+        vs = (entry.get("vs_baseline") or {}).get("measures", {}).get("nDCG@10")
         if vs:
-            d = ci["nDCG@10"]
-            diff = f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
-            p = f"{vs['measures']['nDCG@10']['pvalue_holm']:.2g}"
+            low, high = (f"{v:+.4f}" if v is not None else "inf" for v in (vs["low"], vs["high"]))
+            mark = " (significant)" if vs["significant"] else ""
+            diff, p = f"{vs['diff']:+.4f} [{low}, {high}]{mark}", f"{vs['pvalue_holm']:.2g}"
         else:
             diff, p = "baseline", ""
         lines.append(f"| {label} | {agg['nDCG@10']:.4f} | {diff} | {p} | {agg['R@100']:.4f} |")
     return lines
+
+
+def check_line(what: str, check: dict) -> str:
+    """A training run's held-out verdict, as its record holds it."""
+    if not check:
+        return f"{what}: no held-out check recorded"
+    low, high = (f"{v:+.4f}" if v is not None else "inf" for v in (check["low"], check["high"]))
+    verdict = "shown better" if check["shown_better"] else "not shown better"
+    kept = {k: v for k, v in check.items() if k in ("kept", "interpolation_alpha")}
+    return (f"{what}: {check['measure']} {check['trained']:.4f} against {check['first']:.4f}, "
+            f"{check['diff']:+.4f} [{low}, {high}] over {check['queries']} held-out queries "
+            f"({check['method']}): {verdict}; kept {kept}")  # fmt: skip
 
 
 def main() -> None:
@@ -209,8 +241,10 @@ def main() -> None:
             f"{c['relevant_found']} of the {c['relevant_all']} relevant documents the qrels "
             f"name are in the pool; {c['queries_with_positive']} queries have a positive.", "",
             *rows(r), "",
+            check_line("train dot, held-out check", r["dot_check"]), "",
+            check_line("train cat, held-out check", r["cat_check"]), "",
             f"train dot split: {r['dot_split']}; train cat split: {r['cat_split']}; "
-            f"interpolation chosen: {r['cat_alpha']}", "",
+            f"cat record's weight: {r['cat_alpha'].get('interpolation_alpha')}", "",
             "Times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in r["times"].items()), "",
             "`dotcat eval` as printed:", "", "```", r["table"].rstrip(), "```", "",
         ]  # fmt: skip

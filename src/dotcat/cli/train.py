@@ -14,8 +14,10 @@ import typer
 
 from dotcat.cli.main import app, train_app
 from dotcat.cli.params import with_settings
+from dotcat.files import read_json_or_none
 from dotcat.index.layout import check_writable
 from dotcat.index.manifest import check_index
+from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.search.config import CalibrationConfig, PipelineConfig, check_pipeline
 from dotcat.training.config import AdaptConfig, CatConfig, DistillConfig, DotConfig
 
@@ -33,11 +35,27 @@ def _index_hint(what: str, path: Path) -> str:
     return f"{what} written to {path}; index with: dotcat index CORPUS INDEX --model {path}"
 
 
+def _check(path: Path) -> dict:
+    """The run's held-out check, as its record holds it (empty: none)."""
+    return (read_json_or_none(path / TRAINING_RECORD) or {}).get("heldout_check") or {}
+
+
+def _gain(check: dict) -> str:
+    """The check's line where it showed a gain (where it did not, its warning said so)."""
+    return check["line"] + "\n" if check.get("shown_better") else ""
+
+
 @train_app.command("dot")
 @with_settings(DotConfig, "config")
 def train_dot(config: DotConfig) -> None:
-    """Train a BERT_DOT bi-encoder on relevance labels (works under torchrun for DDP)."""
-    typer.echo(_index_hint("trained model", _train(config)))
+    """Train a BERT_DOT bi-encoder on relevance labels (works under torchrun for DDP), then
+    check it on held-out judged queries (--no-check: not)."""
+    path = _train(config)
+    check = _check(path)
+    if check.get("kept") == "base":
+        typer.echo(f"{path} holds the base model; the trained one is in {check['trained_model']}")
+        return
+    typer.echo(_gain(check) + _index_hint("trained model", path))
 
 
 @train_app.command("distill")
@@ -51,10 +69,11 @@ def train_distill(config: DistillConfig) -> None:
 @train_app.command("cat")
 @with_settings(CatConfig, "config")
 def train_cat(config: CatConfig) -> None:
-    """Train a BERT_CAT cross-encoder (re-ranker) on relevance labels."""
+    """Train a BERT_CAT cross-encoder (re-ranker) on relevance labels, then check it on
+    held-out judged queries (--no-check: not)."""
     path = _train(config)
     typer.echo(
-        f"trained cross-encoder written to {path}; re-rank with: "
+        f"{_gain(_check(path))}trained cross-encoder written to {path}; re-rank with: "
         f"dotcat rerank RUN DATA {path} --output RUN2"
     )
 

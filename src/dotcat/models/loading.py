@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.runtime import quiet_transformers
+from dotcat.progress import quiet_logger
 
 logger = logging.getLogger(__name__)
 
@@ -21,20 +22,31 @@ logger = logging.getLogger(__name__)
 def load_hf_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.Module:
     """AutoModel with SDPA attention where the architecture has it (the eager one is slower).
 
+    transformers' own load report (a table of the weights the checkpoint lacks or has beyond
+    the model, which a new classification head always prints) is silenced; one line says
+    instead what was initialised at random (:func:`_report`).
+
     Raises:
         DotcatError: one line naming the directory: unloadable weights, or a PyTorch pickle
             holding more than tensors (refused by torch's ``weights_only`` loader: loading it
             could run arbitrary code).
     """
+    kwargs["output_loading_info"] = True
     try:
-        with quiet_transformers(), warnings.catch_warnings():
+        with (
+            quiet_transformers(),
+            quiet_logger("transformers"),  # its load report: _report's line instead
+            warnings.catch_warnings(),
+        ):
             # torch warns about the pickle protocol of old .bin files before refusing them.
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             try:
-                return auto_model.from_pretrained(model_dir, attn_implementation="sdpa", **kwargs)
+                model, info = auto_model.from_pretrained(
+                    model_dir, attn_implementation="sdpa", **kwargs
+                )
             except (ValueError, ImportError) as e:
                 logger.debug("no SDPA attention for %s (%s); using the default", model_dir, e)
-                return auto_model.from_pretrained(model_dir, **kwargs)
+                model, info = auto_model.from_pretrained(model_dir, **kwargs)
     except pickle.UnpicklingError:
         raise DotcatError(
             f"{model_dir}: refused pytorch_model.bin: it holds Python objects, not only tensors, "
@@ -42,6 +54,26 @@ def load_hf_model(auto_model: Any, model_dir: Path, **kwargs: Any) -> torch.nn.M
         ) from None
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # e.g. truncated
         raise DotcatError(f"{model_dir}: cannot load the model weights ({first_line(e)})") from None
+    _report(model_dir, info)
+    return model
+
+
+def _report(model_dir: Path, info: dict[str, Any]) -> None:
+    """One line for the weights the checkpoint lacked, which transformers initialised at
+    random: a new classification head (a bi-encoder loaded to train a cross-encoder), or other
+    weights (the model is not the checkpoint's). Weights beyond the model are dropped, as meant
+    (a cross-encoder's head, read as an encoder)."""
+    missing = sorted(info.get("missing_keys") or ())
+    if all(key.startswith(("classifier.", "score.")) for key in missing) and missing:
+        logger.warning(
+            "%s has no classification head: a new one is initialised at random (%s); "
+            "`dotcat train cat` trains it", model_dir, ", ".join(missing),
+        )  # fmt: skip
+    elif missing:
+        logger.warning(
+            "%s: %d weights are not in the checkpoint and were initialised at random (%s)",
+            model_dir, len(missing), ", ".join(missing[:5]) + (", ..." if missing[5:] else ""),
+        )  # fmt: skip
 
 
 def check_max_length(max_length: int | None, minimum: int) -> None:

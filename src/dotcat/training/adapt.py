@@ -260,6 +260,7 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         max_length=config.max_length,
         query_max_length=config.query_max_length,
         dev_fraction=0.0,  # no labels: nothing to select on
+        check=False,  # nor to check on
         seed=config.seed,
         bf16=config.bf16,
         device=config.device,

@@ -69,6 +69,9 @@ LEXICAL_ALPHA = 0.5
 AUTO = "auto"
 #: ``adapt``: where a document's pseudo-query comes from first.
 PSEUDO_QUERY_SOURCES = ("title", "sentence")
+#: Fewer training queries than this: the held-out check is k-fold over them, and every one of
+#: them trains (no dev split); this many or more: the check is the run's dev split.
+KFOLD_BELOW = 100
 #: ``adapt``: the fewest pseudo-queries worth a training run.
 MIN_ADAPT_QUERIES = 64
 #: ``adapt`` with a teacher: negatives per pseudo-query, GPL's (query, positive, negative)
@@ -184,6 +187,21 @@ class TrainConfig(Settings):
         "would (the schedule still spans all epochs); resume later.",
     )
     show_progress: bool = setting(True, help="Progress bars (rank 0 only).", cli=False)
+    check: bool = setting(
+        True,
+        help="Check the trained model on held-out judged queries (k-fold under 100 queries, "
+        "else the dev split); where no gain shows, the first stage stays the default.",
+        flags=("--check/--no-check",),
+    )
+    check_folds: int = setting(5, help="Folds of the held-out check (k-fold).")
+    held_out: tuple[str, ...] = setting(
+        (), help="Queries this run must not train on (a fold of the held-out check).", cli=False
+    )
+
+    def kfold(self, n_queries: int) -> bool:
+        """Whether the held-out check of a run on ``n_queries`` is k-fold (then every query
+        trains: no dev split) rather than the dev split."""
+        return self.check and n_queries < KFOLD_BELOW
 
     def checks(self) -> list[Check]:
         """Every shared setting's check; subclasses add theirs."""
@@ -204,6 +222,7 @@ class TrainConfig(Settings):
             at_least("checkpoint_every", self.checkpoint_every, 0),
             at_least("keep_checkpoints", self.keep_checkpoints, 0),
             at_least("stop_after_steps", self.stop_after_steps, 1),
+            at_least("check_folds", self.check_folds, 2),
         ]
 
     def check_files(self) -> None:
@@ -427,6 +446,8 @@ class DistillConfig(DotConfig):
     recipe: ClassVar[str] = "distill"
 
     out_dir: str | Path = setting(help="Where the distilled BERT_DOT goes.", argument=True)
+    check: bool = setting(False, help="No held-out check (its dev split chooses).", cli=False)
+    check_folds: int = setting(5, help="Not used.", cli=False)
     base: str = setting(
         "default", help="BERT_DOT to start from: dir, hub name, 'default'.", flags=("--student",)
     )

@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from dotcat.version import __version__
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
@@ -60,10 +59,13 @@ from dotcat.training.checkpoint import (
 )
 from dotcat.training.config import TrainConfig
 from dotcat.training.ddp import DistributedContext
+from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
 
 RECORD_FORMAT = "dotcat-training"
+#: Where the held-out check keeps its folds' work (:mod:`dotcat.training.heldout`).
+HELDOUT_DIR = "heldout"
 DEV_MEASURE = "nDCG@10"
 #: Config fields that may differ on resume without changing what is trained.
 RESUME_FREE = frozenset(
@@ -249,6 +251,7 @@ def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[st
         )
     logger.warning("overwriting the training run in %s", out_dir)
     shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
+    shutil.rmtree(out_dir / HELDOUT_DIR, ignore_errors=True)
     for pattern in (*stale_files, TRAINING_RECORD):
         for stale in out_dir.glob(pattern):
             stale.unlink()

@@ -1,10 +1,11 @@
 """``train(config)``: the one entry point of ``dotcat train dot|cat|distill`` (and ``adapt``).
 
-The config's type names the recipe (:data:`RECIPES`). A run that a resume finds finished is
-left alone; otherwise the recipe's first steps run (the ``cat`` recipe's optional
+The config's type names the recipe (:data:`RECIPES`). A run that a resume finds finished (and
+checked) is left alone; otherwise the recipe's first steps run (the ``cat`` recipe's optional
 pre-training), then the loop (:func:`dotcat.training.loop.train`) in the recipe's process
 context: under ``torchrun`` (``WORLD_SIZE > 1``) every process calls :func:`train` and the
 ``dot`` and ``distill`` recipes train their share of each batch with DDP; only rank 0 writes.
+Last, the held-out check of ``train dot`` and ``train cat`` (:mod:`dotcat.training.heldout`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dotcat.training import loop
+from dotcat.training import heldout, loop
 from dotcat.training.config import CatConfig, DistillConfig, DotConfig, TrainConfig
 from dotcat.training.recipes.cat import CatRecipe
 from dotcat.training.recipes.distill import DistillRecipe
@@ -29,7 +30,10 @@ RECIPES: dict[type[TrainConfig], type[DotRecipe] | type[CatRecipe]] = {
 
 
 def train(config: TrainConfig) -> Path:
-    """Train the model ``config`` describes; returns its output directory (the best model).
+    """Train the model ``config`` describes, then (``check``) its held-out check
+    (:func:`dotcat.training.heldout.check`); returns its output directory (the model kept).
+
+    A resumed run that finished before its check was done runs the check alone.
 
     Raises:
         DotcatError: bad settings or data, an output directory holding another run (without
@@ -39,7 +43,8 @@ def train(config: TrainConfig) -> Path:
     config.check_files()
     recipe = RECIPES[type(config)]
     out_dir = Path(config.out_dir)
-    if config.resume and loop.finished(out_dir, recipe.kind, config.epochs):
+    done = config.resume and loop.finished(out_dir, recipe.kind, config.epochs)
+    if done and not heldout.pending(out_dir, config):
         logger.info("%s: this training run has already finished; nothing to resume", out_dir)
         return out_dir
     ready = recipe.first_steps(config)
@@ -47,6 +52,13 @@ def train(config: TrainConfig) -> Path:
         return out_dir
     ctx = recipe.context(ready.device)
     try:
-        return loop.train(recipe(ready, ctx), ready, ctx)
+        run = recipe(ready, ctx)
+        if done:
+            run.prepare()
+        else:
+            loop.train(run, ready, ctx)
+        if loop.finished(out_dir, recipe.kind, ready.epochs) and heldout.pending(out_dir, ready):
+            heldout.check(run, ready, ctx)
+        return out_dir
     finally:
         ctx.close()

@@ -14,7 +14,10 @@ A dev split of a handful of queries chooses an epoch (or a re-ranker's weight) b
 re-ranker's interpolation weight needs more (``at_least``: 20, the rule's minimum, where the
 set has 40 or more): 50 judged queries held out 6-7 by the fraction, too few for the rule, which
 then kept the plain cross-encoder; trained on 44 queries, it lost 0.08 and 0.17 nDCG@10 to its
-first stage on SciFact and pylib (``eval/benchmarks/results/judge_loop.md``).
+first stage on SciFact and pylib (``eval/benchmarks/results/judge_loop.md``). A run whose
+held-out check is k-fold (under :data:`~dotcat.training.config.KFOLD_BELOW` queries) holds out
+no dev split at all: its folds judge it (:mod:`dotcat.training.heldout`), and every query
+trains (:func:`split_queries`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from dotcat.data.splits import DEV_SEED, split_dev
+from dotcat.training.config import TrainConfig
 from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
@@ -69,3 +73,22 @@ def dev_split(
         )  # fmt: skip
         return list(qids), []
     return split_dev(list(qids), dev_fraction, DEV_SEED, at_least=at_least)
+
+
+def split_queries(
+    config: TrainConfig, qids: Sequence[str], at_least: int = 0
+) -> tuple[list[str], list[str]]:
+    """A run's ``(train, dev)`` query ids: without its ``held_out`` queries (a fold of the
+    held-out check trains on the others, and holds out nothing else), every query trains where
+    the check is k-fold, else :func:`dev_split`."""
+    held = set(config.held_out)
+    qids = [q for q in qids if q not in held]
+    if held:
+        return qids, []
+    if config.kfold(len(qids)):
+        logger.info(
+            "%d judged queries: every one trains, and a %d-fold check judges the run",
+            len(qids), config.check_folds,
+        )  # fmt: skip
+        return qids, []
+    return dev_split(qids, config.dev_fraction, config.min_dev_queries, at_least)

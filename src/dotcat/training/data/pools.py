@@ -23,8 +23,8 @@ import numpy as np
 
 from dotcat.data import read_run
 from dotcat.errors import DotcatError
-from dotcat.search.dense import DenseRetriever
 from dotcat.search.lexical import bm25_search
+from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import minmax, ranked
 from dotcat.training.data.examples import seeded_rng
 from dotcat.types import Qrels, Run
@@ -33,12 +33,14 @@ logger = logging.getLogger(__name__)
 
 
 def first_stage_run(source: str, data: Any, queries: Mapping[str, str], k: int) -> Run:
-    """The top ``k`` of one first stage for ``queries``: ``bm25``, an index dir or a run file."""
+    """The top ``k`` of one first stage for ``queries``: ``bm25``, an index dir (ranked as
+    ``dotcat search`` ranks it: hybrid where it has BM25, which a re-ranker then sits behind) or
+    a run file."""
     if source == "bm25":
         return bm25_search(data.corpus, dict(queries), k=k)
     path = Path(source)
     if (path / "manifest.json").is_file():
-        return DenseRetriever(path).batch_search(dict(queries), k=k)
+        return SearchPipeline(path).run(dict(queries), k=k)
     if path.is_file():
         run = ranked(read_run(path))
         missing = [q for q in queries if q not in run]

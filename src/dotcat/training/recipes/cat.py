@@ -6,11 +6,11 @@
    title or a cut sentence as the query, its document as the positive), from which the
    fine-tuning on the qrels starts (:meth:`CatRecipe.first_steps`,
    :mod:`dotcat.training.recipes.cat_pretrain`);
-2. load the queries, qrels and corpus; carve a dev split out of the training queries
-   (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``; where that
-   makes fewer than the interpolation rule's 20 queries and there are 40 or more, the 20 of
-   smallest hash, so a re-ranker trained on a few judged queries is judged before it replaces
-   its first stage);
+2. load the queries, qrels and corpus; from 100 training queries, carve a dev split out of
+   them (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``; where that
+   makes fewer than the interpolation rule's 20 queries, the 20 of smallest hash); under 100,
+   every query trains and the held-out check's folds judge the run
+   (:func:`dotcat.training.data.judged.split_queries`);
 3. run the first stage(s) the re-ranker will sit behind (BM25, a dotcat index of a trained
    BERT_DOT, or a TREC run file) over the train and dev queries; a query's negative pool is
    its top ``depth`` of every first stage minus the documents judged relevant, saved to
@@ -32,7 +32,10 @@
    re-ranking depth (100): min-max normalisation and the documents a weak re-ranker lifts
    both depend on the list's length, so a weight chosen on the top 20 is another weight at
    100 (the judge loop's SciFact re-ranker: -0.042 re-ranking 20, -0.058 re-ranking 100,
-   ``eval/benchmarks/results/judge_loop_rerank.md``).
+   ``eval/benchmarks/results/judge_loop_rerank.md``);
+7. the held-out check (:mod:`dotcat.training.heldout`; :meth:`CatRecipe.judge`): the re-ranked
+   lists of queries the model never trained on against the first stage's; the weight is
+   recorded only where that shows a gain, else 0 (until then, 0 too).
 
 References:
     - Nogueira & Cho (2019), "Passage Re-ranking with BERT", arXiv:1901.04085 (monoBERT).
@@ -65,7 +68,7 @@ from dotcat.models.runtime import resolve_device
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
 from dotcat.training.data.examples import load_training_data
-from dotcat.training.data.judged import dev_split, with_judged_negatives
+from dotcat.training.data.judged import split_queries, with_judged_negatives
 from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.data.pools import (
     build_cat_examples,
@@ -76,6 +79,7 @@ from dotcat.training.data.pools import (
     teacher_scores,
 )
 from dotcat.training.ddp import DistributedContext
+from dotcat.training.heldout import compare
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,
@@ -121,6 +125,9 @@ class CatRecipe:
     stale_files = (NEGATIVES_FILE, TEACHER_FILE)
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
+    #: What the held-out check's folds reuse of the run (:mod:`dotcat.training.heldout`).
+    negatives_name = NEGATIVES_FILE
+    fold_files = (TEACHER_FILE,)
 
     @staticmethod
     def context(device: str) -> DistributedContext:
@@ -180,9 +187,7 @@ class CatRecipe:
         # DEV_SEED, not the run's seed: the same held-out queries as every other stage. The
         # interpolation weight's rule needs MIN_QUERIES dev queries to judge the re-ranker
         # against its first stage: a small judged set holds out that many where it can.
-        train_qids, dev_qids = dev_split(
-            list(data.queries), config.dev_fraction, config.min_dev_queries, MIN_QUERIES
-        )
+        train_qids, dev_qids = split_queries(config, list(data.queries), MIN_QUERIES)
         self.data = data
         self.data_info = data_record(config, len(data.corpus))
         self.train_queries = {q: data.queries[q] for q in train_qids}
@@ -196,10 +201,10 @@ class CatRecipe:
 
         t0 = time.perf_counter()
         self.pools, self.pools_meta, first_run, self.teacher = self._pools(data.queries)
-        if self.dev_queries and first_run is None:  # pools read back: the dev first stage again
-            first_run = first_stage_run(
-                config.first_stages[0], data, self.dev_queries, config.dev_depth
-            )
+        # The first stage's lists re-ranked on dev, or by the k-fold check's folds: every query.
+        ranked = data.queries if config.kfold(len(data.queries)) else self.dev_queries
+        if ranked and first_run is None:  # pools read back: the first stage again
+            first_run = first_stage_run(config.first_stages[0], data, ranked, config.dev_depth)
         self.mining_seconds = time.perf_counter() - t0
         self.pools = with_judged_negatives(self.pools, data.qrels, list(data.queries)) or {}
         self.examples = build_cat_examples(
@@ -207,7 +212,8 @@ class CatRecipe:
         )
         if not self.examples:
             raise DotcatError("no training examples (no judged query with first-stage negatives)")
-        self.dev_first = {q: first_run.get(q, []) for q in self.dev_queries} if first_run else {}
+        self.first_lists = {q: first_run.get(q, []) for q in ranked} if ranked else {}
+        self.dev_first = {q: self.first_lists[q] for q in self.dev_queries}
         self.doc_texts = self._texts()
 
     def _pools(
@@ -253,7 +259,7 @@ class CatRecipe:
         needed = {e.positive_id for e in self.examples}
         needed |= {d for q in self.train_queries for d in self.pools.get(q, [])}
         depth = self.config.dev_depth
-        needed |= {d for docs in self.dev_first.values() for d, _ in docs[:depth]}
+        needed |= {d for docs in self.first_lists.values() for d, _ in docs[:depth]}
         return corpus_texts(self.data.corpus, needed)
 
     def param_groups(self) -> list[dict[str, Any]]:
@@ -334,19 +340,76 @@ class CatRecipe:
         }
 
     def finish(self, out_dir: Path) -> None:
-        """Choose the interpolation weight of first-stage and cross-encoder scores on dev."""
+        """Choose the interpolation weight of first-stage and cross-encoder scores on dev; with
+        the held-out check to come, weight 0 (the first stage alone) until it shows a gain."""
         self.interpolation: dict[str, Any] = {}
-        if not self.best_candidates:
-            return
+        if self.config.check and not self.config.held_out:
+            self.interpolation = record_alpha(out_dir, 0.0) | {"pending": "the held-out check"}
+        elif self.best_candidates:
+            choice = choose_alpha(self.best_candidates, self.data.qrels)
+            self.interpolation = record_alpha(out_dir, choice.chosen, choice)
+
+    # -- the held-out check (dotcat.training.heldout) ----------------------------------------
+
+    @property
+    def trained(self) -> CrossEncoder:
+        """What a fold of the held-out check re-ranks its held-out queries with."""
+        return self.cross_encoder
+
+    def heldout_lists(self, cross_encoder: CrossEncoder, qids: Sequence[str]) -> dict[str, Any]:
+        """The first stage's lists for ``qids``, their top ``dev_depth`` scored by
+        ``cross_encoder``."""
+        first = {q: self.first_lists[q] for q in qids}
+        candidates = dev_candidates(
+            cross_encoder, first, self.data.queries, self.doc_texts, self.config.dev_depth
+        )
+        return {q: c.to_json() for q, c in candidates.items()}
+
+    def dev_lists(self) -> dict[str, Any]:
+        """The kept model's dev lists (a check on the dev split): the best epoch's, or scored
+        again by the saved model (a resumed check)."""
+        if self.best_candidates:
+            return {q: c.to_json() for q, c in self.best_candidates.items()}
+        kept = CrossEncoder.load(
+            CrossEncoderConfig(model=str(self.out_dir), device=self.config.device, precision="fp32")
+        )
+        return self.heldout_lists(kept, list(self.dev_queries))
+
+    def judge(self, lists: Mapping[str, Any], parts: Sequence[Sequence[str]], method: str) -> Any:
+        """The re-ranked lists against the first stage's, on the held-out queries.
+
+        The weight (:func:`choose_alpha`) of each part's queries (a fold, or a share of the dev
+        split) is chosen on the other parts' alone, so no query is re-ranked with a weight it
+        helped choose (the choice is part of what the run does: nested cross-validation, Varma
+        and Simon, BMC Bioinformatics, 2006); the weight recorded is chosen on them all.
+        """
+        candidates = {q: Candidates.from_json(c) for q, c in lists.items()}
         qrels = self.data.qrels
-        per_query = {a: dev_per_query(self.best_candidates, qrels, a) for a in ALPHAS}
-        choice = choose(per_query, PRIOR_ALPHA, ALPHAS)
-        self.interpolation = {
-            "alpha": choice.chosen,
-            "dev_scores": {str(a): round(s, 6) for a, s in choice.means.items()},
-            "choice": choice.to_json(),
-        }
-        record_alpha(out_dir, choice)
+        self.choice = choose_alpha(candidates, qrels)
+        reranked: Run = {}
+        for part in parts:
+            others = {q: c for q, c in candidates.items() if q not in part}
+            alpha = choose_alpha(others, qrels).chosen if others else PRIOR_ALPHA
+            reranked.update(fuse({q: candidates[q] for q in part}, alpha))
+        return compare(fuse(candidates, 0.0), reranked, qrels, method)
+
+    def keep(self, verdict: Any) -> dict[str, Any]:
+        """The weight chosen where a gain shows, else 0: search, rerank and serve then keep the
+        first stage's ranking (and do not run the cross-encoder)."""
+        first = self.config.first_stages[0]
+        figures = verdict.figures("re-ranked", f"for the first stage alone ({first})")
+        alpha = self.choice.chosen if verdict.shown_better else 0.0
+        entry = record_alpha(self.out_dir, alpha, self.choice, verdict.to_json())
+        if verdict.shown_better:
+            line = f"held-out check: {figures}: shown better; interpolation weight {alpha:g}"
+        else:
+            line = (
+                f"held-out check: {figures}: not shown better, so {self.out_dir} records "
+                "interpolation weight 0 (re-ranking keeps the first stage's ranking; "
+                "--interpolate W to use it anyway)"
+            )
+        logger.log(logging.INFO if verdict.shown_better else logging.WARNING, line)
+        return {"check": {"interpolation_alpha": alpha, "line": line}, "interpolation": entry}
 
     def record(self) -> dict[str, Any]:
         config, out = self.config, self.out_dir
@@ -486,15 +549,30 @@ def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
     )
 
 
-def record_alpha(out_dir: Path, choice: Choice) -> None:
-    """Add the dev-chosen interpolation weight (and how it was chosen) to the model's
-    ``dotcat_cross_encoder.json``."""
+def choose_alpha(candidates: Mapping[str, Candidates], qrels: Qrels) -> Choice:
+    """The interpolation weight of :data:`ALPHAS` the paired one-standard-error rule chooses
+    (:func:`dotcat.evaluation.choice.choose`, prior :data:`PRIOR_ALPHA`) on re-ranked lists."""
+    per_query = {a: dev_per_query(candidates, qrels, a) for a in ALPHAS}
+    return choose(per_query, PRIOR_ALPHA, ALPHAS)
+
+
+def record_alpha(
+    out_dir: Path, alpha: float, choice: Choice | None = None, check: Any = None
+) -> dict[str, Any]:
+    """Write the interpolation weight (how it was chosen, and the held-out check's verdict,
+    where there are) into the model's ``dotcat_cross_encoder.json``, which ``--interpolate
+    auto`` reads; returns the run record's ``interpolation`` entry."""
+    entry: dict[str, Any] = {"alpha": alpha}
+    if choice is not None:
+        entry["dev_scores"] = {str(a): round(s, 6) for a, s in choice.means.items()}
+        entry["choice"] = choice.to_json()
+        curve = ", ".join(f"{a:g} {s:.4f}" for a, s in choice.means.items())
+        logger.info("interpolation, %s: %s", DEV_MEASURE, curve)
+        logger.info("interpolation: alpha %g; %s", choice.chosen, choice.reason)
     path = out_dir / "dotcat_cross_encoder.json"
     record = json.loads(path.read_text()) if path.is_file() else {}
-    record["interpolation_alpha"] = choice.chosen
-    record["interpolation_dev_scores"] = {str(a): round(s, 6) for a, s in choice.means.items()}
-    record["interpolation_choice"] = choice.to_json()
+    record.update({f"interpolation_{k}": v for k, v in entry.items()})
+    if check is not None:
+        record["heldout_check"] = check
     write_json(path, record)
-    curve = ", ".join(f"{a:g} {s:.4f}" for a, s in choice.means.items())
-    logger.info("interpolation on dev, %s: %s", DEV_MEASURE, curve)
-    logger.info("interpolation: alpha %g; %s", choice.chosen, choice.reason)
+    return entry

@@ -73,6 +73,7 @@ def pretrain_config(config: CatConfig) -> CatConfig:
         epochs=1,
         dev_fraction=PRETRAIN_DEV_FRACTION,
         pretrain_queries=0,
+        check=False,  # label-free: the fine-tuning is what the check judges
     )
     logger.info("pre-training on %s (%s), then fine-tuning on the qrels", data, ", ".join(stages))
     return pre

@@ -2,8 +2,9 @@
 
 The run, driven by the loop (:func:`dotcat.training.loop.train`):
 
-1. load the queries, qrels and corpus; carve a dev split out of the training queries by a hash
-   of their ids (:func:`dotcat.data.splits.split_dev`);
+1. load the queries, qrels and corpus; from 100 training queries, carve a dev split out of them
+   by a hash of their ids (:func:`dotcat.data.splits.split_dev`); under 100, every query trains
+   and the held-out check's folds judge the run;
 2. mine hard negatives (BM25 by default, or the base model's own dense ranking, from a rank
    window) or load them from a file, and save them to ``OUT_DIR/negatives.jsonl.gz`` so the
    run can be repeated exactly;
@@ -15,7 +16,11 @@ The run, driven by the loop (:func:`dotcat.training.loop.train`):
    of examples fits in the memory of a few;
 5. evaluate nDCG@10 (and R@100) on the dev split before training (epoch 0, the base model) and
    after every epoch (:func:`evaluate_dev`), keeping the best model as ``OUT_DIR`` itself (a
-   sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`).
+   sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`);
+6. the held-out check (:mod:`dotcat.training.heldout`; :meth:`DotRecipe.judge`): the hybrid with
+   the trained model against the hybrid with the base model on queries it never trained on;
+   where no gain shows, ``OUT_DIR`` gets the base model back and the trained one moves to
+   ``OUT_DIR/trained``.
 
 The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et al.
 2020; :func:`dotcat.losses.contrastive.contrastive_loss`) or the triplet margin loss of
@@ -28,7 +33,7 @@ Output directory::
     OUT_DIR/  model.safetensors config.json tokenizer* modules.json 1_Pooling/ [2_Normalize/]
               sentence_bert_config.json config_sentence_transformers.json   <- the best model
               dotcat_training.json    negatives.jsonl.gz [negatives-epoch-N.jsonl.gz]
-              checkpoints/step-XXXXXXXX/
+              checkpoints/step-XXXXXXXX/   [trained/: a model the check did not keep]
 
 References:
     - Karpukhin et al. (2020), "Dense Passage Retrieval for Open-Domain Question Answering",
@@ -60,6 +65,8 @@ from dotcat.errors import DotcatError
 from dotcat.evaluation import evaluate
 from dotcat.losses import LossConfig, grad_cache_backward, pick_loss, split_batch
 from dotcat.models import resolve_model, weights_fingerprint
+from dotcat.search.fusion import default_fusion
+from dotcat.search.lexical import bm25_search
 from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import (
     TrainingExample,
@@ -68,7 +75,7 @@ from dotcat.training.data.examples import (
     document_texts,
     load_training_data,
 )
-from dotcat.training.data.judged import dev_split, with_judged_negatives
+from dotcat.training.data.judged import split_queries, with_judged_negatives
 from dotcat.training.data.mining import (
     exact_search,
     load_negatives,
@@ -78,6 +85,7 @@ from dotcat.training.data.mining import (
 )
 from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
 from dotcat.training.ddp import DistributedContext, init_distributed, shard_sizes
+from dotcat.training.heldout import compare
 from dotcat.training.loop import (
     DEV_MEASURE,
     data_record,
@@ -92,6 +100,9 @@ logger = logging.getLogger(__name__)
 
 
 NEGATIVES_FILE = "negatives.jsonl.gz"
+#: Where a model the held-out check did not show better than its base goes (``OUT_DIR`` then
+#: holds the base model).
+TRAINED_DIR = "trained"
 #: Dev retrieval depth and what is measured there: nDCG@10 selects the kept model; R@100 is
 #: recorded beside it (what a re-ranker's top 100 can hold).
 DEV_DEPTH = 100
@@ -108,6 +119,9 @@ class DotRecipe:
     kind = "dot"
     stale_files = ("negatives*.jsonl.gz",)
     base_is_candidate = True
+    #: What the held-out check's folds reuse of the run (:mod:`dotcat.training.heldout`).
+    negatives_name = NEGATIVES_FILE
+    fold_files: tuple[str, ...] = ()
 
     @staticmethod
     def context(device: str) -> DistributedContext:
@@ -126,6 +140,7 @@ class DotRecipe:
         self.mining_seconds = 0.0
         self.negatives_meta: dict[str, Any] = {}
         self._negatives_epoch: int | None = None
+        self._check_corpus: Any = None
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -135,9 +150,7 @@ class DotRecipe:
         self.data = load_training_data(config.data, config.split, config.queries, config.qrels)
         # DEV_SEED, not the run's seed: every stage (train dot/cat/distill, calibrate, the
         # index's fusion weight) then holds out the same queries, whatever --seed a run takes.
-        train_qids, dev_qids = dev_split(
-            list(self.data.queries), config.dev_fraction, config.min_dev_queries
-        )
+        train_qids, dev_qids = split_queries(config, list(self.data.queries))
         self.train_queries = {q: self.data.queries[q] for q in train_qids}
         self.dev_queries = {q: self.data.queries[q] for q in dev_qids}
         self.evaluating = bool(self.dev_queries) and config.dev_eval != "none"
@@ -376,6 +389,68 @@ class DotRecipe:
             "timings": {"mining_seconds": round(self.mining_seconds, 3)},
         }
 
+    # -- the held-out check (dotcat.training.heldout) ----------------------------------------
+
+    @property
+    def trained(self) -> TrainableBiEncoder:
+        """The model a fold of the held-out check ranks its held-out queries with."""
+        return self.model
+
+    def heldout_lists(self, model: TrainableBiEncoder, qids: Sequence[str]) -> dict[str, Any]:
+        """``model``'s dense top ``DEV_DEPTH`` for ``qids``, over the dev corpus of the
+        check's queries (:func:`~dotcat.training.data.examples.dev_subset`)."""
+        if self._check_corpus is None:
+            checked = self.dev_queries or self.data.queries
+            qrels = {q: self.data.qrels[q] for q in checked}
+            self._check_corpus = dev_subset(
+                self.data.corpus, qrels, self.config.dev_max_docs, self.config.seed
+            )
+        queries = {q: self.data.queries[q] for q in qids}
+        return dense_run(
+            model, self._check_corpus, queries, query_max_length=self.config.query_max_length,
+            bf16=self.bf16, show_progress=self.config.show_progress,
+        )  # fmt: skip
+
+    def dev_lists(self) -> dict[str, Any]:
+        """The kept model's lists for the dev queries (a check on the dev split)."""
+        return self.heldout_lists(self._load(self.out_dir), list(self.dev_queries))
+
+    def judge(self, lists: Mapping[str, Any], parts: Sequence[Sequence[str]], method: str) -> Any:
+        """The hybrid a new index searches with (dense fused with BM25 by
+        :func:`~dotcat.search.fusion.default_fusion`) with the trained model's dense lists,
+        against the same with the base model's, on the held-out queries."""
+        queries = {q: self.data.queries[q] for q in lists}
+        base = self.heldout_lists(self._load(self.base_path), list(lists))
+        bm25 = bm25_search(self._check_corpus, queries, k=DEV_DEPTH, show_progress=False)
+        fusion = default_fusion()
+        trained = fusion.fuse_runs(lists, bm25)
+        return compare(fusion.fuse_runs(base, bm25), trained, self.data.qrels, method)
+
+    def keep(self, verdict: Any) -> dict[str, Any]:
+        """Where no gain shows, ``OUT_DIR`` holds the base model (the default every command
+        naming ``OUT_DIR`` then takes) and the trained one moves to ``OUT_DIR/trained``."""
+        out = self.out_dir
+        figures = verdict.figures("for the hybrid with the trained model", "with the base model")
+        if verdict.shown_better:
+            line = f"held-out check: {figures}: shown better; {out} holds the trained model"
+            logger.info(line)
+            return {"check": {"kept": "trained", "line": line}}
+        self._load(out).save(out / TRAINED_DIR)
+        self._load(self.base_path).save(out)
+        line = (
+            f"held-out check: {figures}: not shown better, so {out} holds the base model; the "
+            f"trained one is in {out / TRAINED_DIR}"
+        )
+        logger.warning(line)
+        return {"check": {"kept": "base", "trained_model": str(out / TRAINED_DIR), "line": line}}
+
+    def _load(self, path: str | Path) -> TrainableBiEncoder:
+        model = TrainableBiEncoder.from_pretrained(
+            path, pooling=self.model.pooling, similarity=self.model.similarity,
+            max_length=self.model.max_length,
+        )  # fmt: skip
+        return model.to(self.ctx.device)
+
 
 # -- one batch ------------------------------------------------------------------------------
 
@@ -542,15 +617,33 @@ def evaluate_dev(
     chunk_size: int = 8192,
     show_progress: bool = False,
 ) -> dict[str, float]:
-    """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of exact inner-product
-    retrieval over ``corpus`` with the current model.
+    """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of :func:`dense_run`.
 
-    The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
-    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
     Scored with :func:`dotcat.evaluation.metrics.evaluate` (ir-measures). Over a sampled dev corpus
     (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
     corpus: fewer documents compete.
     """
+    run = dense_run(
+        model, corpus, queries, query_max_length=query_max_length, bf16=bf16,
+        chunk_size=chunk_size, show_progress=show_progress,
+    )  # fmt: skip
+    report = evaluate(run, {q: dict(qrels[q]) for q in queries}, measures=list(DEV_MEASURES))
+    return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
+
+
+def dense_run(
+    model: TrainableBiEncoder,
+    corpus: Any,
+    queries: Mapping[str, str],
+    *,
+    query_max_length: int,
+    bf16: bool = False,
+    chunk_size: int = 8192,
+    show_progress: bool = False,
+) -> dict[str, list[tuple[str, float]]]:
+    """Each query's top ``DEV_DEPTH`` by exact inner-product retrieval over ``corpus`` (a
+    ``datasets.Dataset``) with the current model, encoded and searched in chunks, the per-chunk
+    top 100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`)."""
     qids = list(queries)
     query_vectors = model.encode(
         model.query_texts([queries[q] for q in qids]), query_max_length, bf16=bf16
@@ -564,11 +657,9 @@ def evaluate_dev(
         desc="dev eval",
         show_progress=show_progress,
     )
-    run = {
+    return {
         qid: [
             (doc_ids[p], float(s)) for s, p in zip(heap.D[row], heap.I[row], strict=True) if p >= 0
         ]
         for row, qid in enumerate(qids)
     }
-    report = evaluate(run, {q: dict(qrels[q]) for q in qids}, measures=list(DEV_MEASURES))
-    return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
