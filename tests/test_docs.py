@@ -45,9 +45,18 @@ PAGES = [
 ]
 README_MAX_LINES = 250
 RUN_LANGUAGES = ("bash", "python")
-#: A port a page names (``--port 8766``, ``127.0.0.1:8766``): each is replaced by a free one when
-#: the page's examples run, so a test run never fails on a port the docs name being taken.
+#: How a page names a port (``--port 8766``, ``127.0.0.1:8766``). Every mention of such a port in
+#: a page's examples (``${PORT:-8766}`` too) is replaced by a free one when they run, so a test
+#: run never fails on a port the docs name being taken.
 PORT = re.compile(r"(?:(?<=--port )|(?<=127\.0\.0\.1:)|(?<=localhost:))\d{4,5}\b")
+NUMBER = re.compile(r"\b\d{4,5}\b")
+
+
+def named_ports() -> set[str]:
+    """The ports the pages' examples name."""
+    return {port for page in PAGES for block in runnable(page) for port in PORT.findall(block.code)}
+
+
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*,\s*(?P<reason>\S.*?)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
 BLOCK_TIMEOUT_S = within(600)  # one page's consecutive blocks of one language
@@ -169,11 +178,13 @@ def _groups(page_blocks: list[Block]) -> list[tuple[str, str, str]]:
     """Consecutive blocks of one language joined: ``(language, code, where)``, each port the
     page names replaced by one free port (the same one throughout the page)."""
     groups: list[tuple[str, str, str]] = []
-    ports: dict[str, str] = {}
+    named, ports = named_ports(), {}
+
+    def free(number: re.Match) -> str:
+        return ports.setdefault(number[0], str(free_port())) if number[0] in named else number[0]
+
     for block in page_blocks:
-        block = replace(
-            block, code=PORT.sub(lambda m: ports.setdefault(m[0], str(free_port())), block.code)
-        )
+        block = replace(block, code=NUMBER.sub(free, block.code))
         if groups and groups[-1][0] == block.lang:
             lang, code, where = groups[-1]
             groups[-1] = (lang, code + block.code, f"{where}, {block.line}")
@@ -190,7 +201,7 @@ def named_ports_taken():
     """Every port a page names, held by a listening socket while the examples run (those that
     are free): an example that still used one would fail to listen, as on a busy machine."""
     held = []
-    named = {int(port) for page in PAGES for b in runnable(page) for port in PORT.findall(b.code)}
+    named = {int(port) for port in named_ports()}
     for port in sorted(named):
         s = socket.socket()
         try:
@@ -220,7 +231,7 @@ def test_every_port_a_page_names_is_replaced_by_a_free_one(named_ports_taken):
     assert {8765, 8766} <= named_ports_taken  # the pattern finds the ports the pages name
     for page in PAGES:
         for _, code, where in _groups(runnable(page)):
-            assert not {int(port) for port in PORT.findall(code)} & named_ports_taken, where
+            assert not {int(n) for n in NUMBER.findall(code)} & named_ports_taken, where
 
 
 @pytest.mark.slow
