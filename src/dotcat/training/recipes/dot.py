@@ -18,7 +18,8 @@ The run, driven by the loop (:func:`dotcat.training.loop.train`):
    after every epoch (:func:`evaluate_dev`), keeping the best model as ``OUT_DIR`` itself (a
    sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`);
 6. the held-out check (:mod:`dotcat.training.heldout`; :meth:`DotRecipe.judge`): the hybrid with
-   the trained model against the hybrid with the base model on queries it never trained on;
+   the trained model against the hybrid with the base model on queries it never trained on
+   (over each query's BM25 top 100);
    where no gain shows, ``OUT_DIR`` gets the base model back and the trained one moves to
    ``OUT_DIR/trained``.
 
@@ -140,7 +141,7 @@ class DotRecipe:
         self.mining_seconds = 0.0
         self.negatives_meta: dict[str, Any] = {}
         self._negatives_epoch: int | None = None
-        self._check_corpus: Any = None
+        self._pool: dict[str, list[tuple[str, float]]] | None = None
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -397,31 +398,32 @@ class DotRecipe:
         return self.model
 
     def heldout_lists(self, model: TrainableBiEncoder, qids: Sequence[str]) -> dict[str, Any]:
-        """``model``'s dense top ``DEV_DEPTH`` for ``qids``, over the dev corpus of the
-        check's queries (:func:`~dotcat.training.data.examples.dev_subset`)."""
-        if self._check_corpus is None:
-            checked = self.dev_queries or self.data.queries
-            qrels = {q: self.data.qrels[q] for q in checked}
-            self._check_corpus = dev_subset(
-                self.data.corpus, qrels, self.config.dev_max_docs, self.config.seed
-            )
-        queries = {q: self.data.queries[q] for q in qids}
-        return dense_run(
-            model, self._check_corpus, queries, query_max_length=self.config.query_max_length,
-            bf16=self.bf16, show_progress=self.config.show_progress,
-        )  # fmt: skip
+        """``model``'s ranking of each query's BM25 top ``DEV_DEPTH``, by its dense score: the
+        pool the check's hybrids fuse (a corpus encoded per fold would cost k + 1 passes)."""
+        pool = self._bm25_pool()
+        docs = sorted({d for q in qids for d, _ in pool[q]})
+        texts = document_texts(self.data.corpus, set(docs))
+        vectors = model.encode(model.document_texts([texts[d] for d in docs]), bf16=self.bf16)
+        queries = model.query_texts([self.data.queries[q] for q in qids])
+        asked = model.encode(queries, self.config.query_max_length, bf16=self.bf16)
+        row = {d: i for i, d in enumerate(docs)}
+        out = {}
+        for q, vector in zip(qids, asked, strict=True):
+            ids = [d for d, _ in pool[q]]
+            scores = vectors[[row[d] for d in ids]] @ vector
+            out[q] = sorted(zip(ids, map(float, scores), strict=True), key=lambda x: -x[1])
+        return out
 
     def dev_lists(self) -> dict[str, Any]:
         """The kept model's lists for the dev queries (a check on the dev split)."""
         return self.heldout_lists(self._load(self.out_dir), list(self.dev_queries))
 
     def judge(self, lists: Mapping[str, Any], parts: Sequence[Sequence[str]], method: str) -> Any:
-        """The hybrid a new index searches with (dense fused with BM25 by
-        :func:`~dotcat.search.fusion.default_fusion`) with the trained model's dense lists,
-        against the same with the base model's, on the held-out queries."""
-        queries = {q: self.data.queries[q] for q in lists}
+        """Each held-out query's BM25 top ``DEV_DEPTH`` ranked by the hybrid a new index
+        searches with (dense and BM25 fused by :func:`~dotcat.search.fusion.default_fusion`),
+        the dense score the trained model's, against the same with the base model's."""
         base = self.heldout_lists(self._load(self.base_path), list(lists))
-        bm25 = bm25_search(self._check_corpus, queries, k=DEV_DEPTH, show_progress=False)
+        bm25 = {q: self._bm25_pool()[q] for q in lists}
         fusion = default_fusion()
         trained = fusion.fuse_runs(lists, bm25)
         return compare(fusion.fuse_runs(base, bm25), trained, self.data.qrels, method)
@@ -443,6 +445,13 @@ class DotRecipe:
         )
         logger.warning(line)
         return {"check": {"kept": "base", "trained_model": str(out / TRAINED_DIR), "line": line}}
+
+    def _bm25_pool(self) -> dict[str, list[tuple[str, float]]]:
+        """BM25's top ``DEV_DEPTH`` of the checked queries (all, or the dev split's)."""
+        if self._pool is None:
+            checked = self.dev_queries or self.data.queries
+            self._pool = bm25_search(self.data.corpus, checked, k=DEV_DEPTH, show_progress=False)
+        return self._pool
 
     def _load(self, path: str | Path) -> TrainableBiEncoder:
         model = TrainableBiEncoder.from_pretrained(
@@ -617,33 +626,15 @@ def evaluate_dev(
     chunk_size: int = 8192,
     show_progress: bool = False,
 ) -> dict[str, float]:
-    """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of :func:`dense_run`.
+    """``DEV_MEASURES`` (nDCG@10, which selects the model, and R@100) of exact inner-product
+    retrieval over ``corpus`` with the current model.
 
+    The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
+    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
     Scored with :func:`dotcat.evaluation.metrics.evaluate` (ir-measures). Over a sampled dev corpus
     (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
     corpus: fewer documents compete.
     """
-    run = dense_run(
-        model, corpus, queries, query_max_length=query_max_length, bf16=bf16,
-        chunk_size=chunk_size, show_progress=show_progress,
-    )  # fmt: skip
-    report = evaluate(run, {q: dict(qrels[q]) for q in queries}, measures=list(DEV_MEASURES))
-    return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
-
-
-def dense_run(
-    model: TrainableBiEncoder,
-    corpus: Any,
-    queries: Mapping[str, str],
-    *,
-    query_max_length: int,
-    bf16: bool = False,
-    chunk_size: int = 8192,
-    show_progress: bool = False,
-) -> dict[str, list[tuple[str, float]]]:
-    """Each query's top ``DEV_DEPTH`` by exact inner-product retrieval over ``corpus`` (a
-    ``datasets.Dataset``) with the current model, encoded and searched in chunks, the per-chunk
-    top 100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`)."""
     qids = list(queries)
     query_vectors = model.encode(
         model.query_texts([queries[q] for q in qids]), query_max_length, bf16=bf16
@@ -657,9 +648,11 @@ def dense_run(
         desc="dev eval",
         show_progress=show_progress,
     )
-    return {
+    run = {
         qid: [
             (doc_ids[p], float(s)) for s, p in zip(heap.D[row], heap.I[row], strict=True) if p >= 0
         ]
         for row, qid in enumerate(qids)
     }
+    report = evaluate(run, {q: dict(qrels[q]) for q in qids}, measures=list(DEV_MEASURES))
+    return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
