@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from dotcat.index import DenseIndex, IndexConfig, build_index
+from dotcat.index.docstore import DocStore
 from dotcat.index.layout import build_path
 from dotcat.index.passages import PassageConfig
 from dotcat.models import BiEncoder, EncoderConfig
@@ -110,3 +111,12 @@ def test_a_stop_inside_one_long_document_keeps_its_encoded_passages(
     build_index(long_text, fresh, encoder, config, show_progress=False)
     np.testing.assert_allclose(_vectors(index), _vectors(fresh), atol=1e-5)
     assert DenseIndex(fresh, device="cpu").doc_ids(range(1)) == passages.doc_ids(range(1))
+    assert _spans(index, total) == _spans(fresh, total)  # every passage where it was
+
+
+def _spans(index_dir, count: int) -> list:
+    store = DocStore(index_dir / "docstore.sqlite")
+    try:
+        return store.passage_spans(0, count)
+    finally:
+        store.close()
