@@ -17,11 +17,11 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from dotcat.version import __version__
 from dotcat.cli.params import current_context
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room
 from dotcat.progress import set_progress_anywhere, set_quiet
+from dotcat.version import __version__
 
 #: The global flags, accepted before or after the command.
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose", "--progress")

@@ -45,10 +45,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dotcat.version import __version__
 from dotcat.errors import DotcatError
 from dotcat.files import atomic_dir
 from dotcat.progress import progress_bar
+from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dotcat.version import __version__
 from dotcat.files import walk_tree, write_json
 from dotcat.models.resolve import file_sha256, resolve_model
+from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
 

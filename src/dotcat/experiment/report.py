@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotcat.version import __version__
 from dotcat.evaluation import comparison_text, comparison_to_json
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
 from dotcat.search.feedback import RM3, Rocchio
+from dotcat.version import __version__
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.md"

@@ -36,7 +36,6 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dotcat.version import __version__
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import iter_row_batches
 from dotcat.data.sources import CorpusSource
@@ -54,6 +53,7 @@ from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, sto
 from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.progress import progress_bar
+from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
 

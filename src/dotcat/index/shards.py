@@ -35,7 +35,6 @@ import faiss
 import numpy as np
 from faiss.contrib.ondisk import merge_ondisk
 
-from dotcat.version import __version__
 from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
 from dotcat.files import writes, writing
@@ -55,6 +54,7 @@ from dotcat.index.manifest import (
     Manifest,
     int8_runtime,
 )
+from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,6 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dotcat.version import __version__
 from dotcat.errors import DotcatError
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS
@@ -92,6 +91,7 @@ from dotcat.serve.protocol import (
 )
 from dotcat.serve.refusals import MAX_URL_BYTES, add_error_handlers
 from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS, hit_snippet, query_terms, shorten
+from dotcat.version import __version__
 
 DESCRIPTION = f"""
 Search an index built by `dotcat index`: a BERT_DOT bi-encoder with FAISS, BM25, or both fused
