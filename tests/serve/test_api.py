@@ -339,7 +339,8 @@ def test_info_carries_the_serve_limits(pipeline):
             "max_url_bytes": MAX_URL_BYTES,
             "snippet_chars": SNIPPET_CHARS,
         }
-        not_limits = {"host", "port", "api_key", "judge", "judgments", "query_log"}
+        not_limits = {"host", "port", "api_key", "judge", "judgments", "query_log", "writable",
+                      "watch"}  # fmt: skip
         assert set(config) - set(info["limits"]) == not_limits
         assert httpx.get(f"{url}/search", params={"q": "x", "k": 51}).status_code == 422
 

@@ -30,6 +30,7 @@ def test_every_endpoint_is_summarised_and_described_by_hand(spec):
     operations = dict(_operations(spec))
     assert set(operations) == {
         "GET /search", "POST /search", "GET /documents/{doc_id}", "GET /healthz", "GET /info",
+        "PUT /documents/{doc_id}", "POST /documents", "DELETE /documents/{doc_id}",
     }  # fmt: skip
     for name, operation in operations.items():
         summary = operation.get("summary", "")
@@ -64,6 +65,9 @@ def test_each_endpoint_lists_only_the_errors_it_can_answer(spec):
         "GET /documents/{doc_id}": [404, 422],
         "GET /healthz": [422],  # unknown query parameters only: no body, no key, no queue
         "GET /info": [422],
+        "PUT /documents/{doc_id}": [403, 413, 422],  # a read-only server (not --writable)
+        "POST /documents": [403, 413, 422],
+        "DELETE /documents/{doc_id}": [403, 422],
     }
     for name, operation in _operations(spec):
         for status, response in operation["responses"].items():
@@ -113,6 +117,8 @@ def test_info_tells_a_client_what_it_needs_and_no_machine_paths(reranking_pipeli
         "faiss": "Flat",
         "precision": "fp32",
         "bm25": True,
+        "generation": reranking_pipeline.manifest.generation,
+        "made": reranking_pipeline.manifest.made or reranking_pipeline.manifest.created,
     }
     encoder = reranking_pipeline.manifest.encoder
     assert info["encoder"]["name"] == os.path.basename(encoder["name"])  # a folder: its name

@@ -47,6 +47,7 @@ POLL_S = 0.5
 DEBOUNCE_MS = 500
 #: Seconds a write waits for another process writing the index (then 503).
 WRITE_WAIT_S = 30.0
+DONE = "Done: on disk and served"
 #: Field names a document's own id, title and text take (a field may not be named so).
 _RESERVED = {*DEFAULT_ID_FIELDS, *DEFAULT_TITLE_FIELDS, *DEFAULT_TEXT_FIELDS}
 
@@ -202,26 +203,30 @@ def add_document_routes(app: FastAPI, svc: Any, live: Live, no_parameters: Any) 
 
     deps = [*svc.auth, Depends(writable), no_parameters]
     doc_id_path = Path(description="The document's id (new: added; held: replaced).")
-    answers = svc.errors(400, 403, 413, 422, 503)
+    # What each can answer: a read-only server refuses every write before reading it.
+    writes = svc.config.writable
+    answers = svc.errors(400, 413, 422, 503) if writes else svc.errors(403, 413, 422)
+    deletes = svc.errors(400, 404, 422, 503) if writes else svc.errors(403, 422)
 
-    @app.put("/documents/{doc_id:path}", tags=["documents"], summary="Write one document",
-             description="Add the document (or replace the one with this id); answered once "
-             "it is on disk and searchable.", operation_id="put_document",
-             response_model=WriteOut, responses=answers, dependencies=deps)  # fmt: skip
+    shared = {"tags": ["documents"], "response_model": WriteOut, "response_description": DONE,
+              "dependencies": deps}  # fmt: skip
+    searchable = "answered once it is on disk and searchable"
+
+    @app.put("/documents/{doc_id:path}", summary="Write one document", responses=answers,
+             description=f"Add the document (or replace the one with this id); {searchable}.",
+             operation_id="put_document", **shared)  # fmt: skip
     async def put_document(doc_id: Annotated[str, doc_id_path], body: DocumentIn) -> WriteOut:
         return await live.write([IdentifiedDocument(doc_id=doc_id, **body.model_dump())], None)
 
-    @app.post("/documents", tags=["documents"], summary="Write several documents",
-              description="Add (or replace) the documents in one generation of the index; "
-              "answered once it is on disk and searchable.", operation_id="post_documents",
-              response_model=WriteOut, responses=answers, dependencies=deps)  # fmt: skip
+    @app.post("/documents", summary="Write several documents", responses=answers,
+              description=f"Add (or replace) the documents in one generation; {searchable}.",
+              operation_id="post_documents", **shared)  # fmt: skip
     async def post_documents(body: DocumentsIn) -> WriteOut:
         return await live.write(body.documents, None)
 
-    @app.delete("/documents/{doc_id:path}", tags=["documents"], summary="Delete one document",
-                description="Delete the document; answered once it is gone from disk and "
-                "from the answers.", operation_id="delete_document", response_model=WriteOut,
-                responses={**answers, **svc.errors(404)}, dependencies=deps)  # fmt: skip
+    @app.delete("/documents/{doc_id:path}", summary="Delete one document", responses=deletes,
+                description="Delete the document; answered once it is gone from disk and from "
+                "the answers.", operation_id="delete_document", **shared)  # fmt: skip
     async def delete_document(
         doc_id: Annotated[str, Path(description="The document's id.")],
     ) -> WriteOut:
