@@ -219,16 +219,15 @@ function nextOpen(from) {
 // Open a query (a document of it, else its first open one). Keys wait meanwhile; false when
 // the server did not answer (the page stays where it was).
 async function openTopic(qid, docId = null) {
-  const before = view.topic ? { topic: view.topic, position: view.position } : null;
+  const was = view.position;
   setBlocked(`Loading ${qid}…`);
   let topic;
   try {
     topic = await request("GET", `/judge/api/topic?${query({ qid, assessor: view.assessor })}`);
   } catch (error) {
     say(`Query ${qid} not opened: ${error.message}`);
-    setBlocked("");
-    if (before) show(before.position);
     unblock(false);
+    if (view.topic) show(was);
     return false;
   }
   view.topic = topic;
@@ -338,10 +337,10 @@ function summary() {
 function renderBadge(entry) {
   const badge = $("doc-grade");
   const s = entry ? standing(entry) : { grade: null, skipped: false, saved: false };
-  const given = s.skipped || s.grade === null ? (s.skipped ? "skipped" : "") : gradeName(s.grade);
   const meaning = s.grade === null ? "" : `: ${view.state.scale[String(s.grade)]}`;
-  const failing = view.failures > 0 ? "not saved yet" : "saving…";
-  badge.textContent = !given ? "" : s.saved ? `${given}${meaning}` : `${given}, ${failing}`;
+  const what = `${s.skipped ? "skip" : s.grade}: ${view.failures ? "not saved yet" : "saving…"}`;
+  const shown = s.saved ? `${gradeName(s.grade)}${meaning}` : what; // graded: the server agreed
+  badge.textContent = s.grade === null && !s.skipped ? "" : shown;
   badge.className = `grade-badge${s.saved ? " saved" : ""}`;
   const current = s.skipped ? "skip" : String(s.grade);
   for (const button of $("grades").children) {
@@ -396,7 +395,7 @@ function give(value) {
       view.alert = `Not saved: ${entry.doc_id} ${gradeName(value)}: ${error.message}`;
     },
   });
-  say(`${entry.doc_id} ${gradeName(value)}.`);
+  say(`${entry.doc_id}: ${value === null ? "skip" : value} given.`);
   show(nextOpen(view.position + 1));
 }
 
@@ -416,6 +415,7 @@ function saved(body, answer) {
   Object.assign(topicState(answer.qid), { judged, skipped, pooled });
   const given = view.given.get(docKey(body.qid, body.doc_id));
   if (given && given.seq === answer.seq) given.saved = true;
+  if (answer.seq === view.seq) view.note = `Saved: ${answer.doc_id} ${gradeName(answer.grade)}.`;
   renderTopics();
   refresh();
 }
@@ -477,14 +477,14 @@ function drop() {
 // document it withdrew the grade of; keys wait meanwhile.
 function undo() {
   if (!view.assessor) return;
+  const was = view.position;
   setBlocked("Undoing…");
   const seq = ++view.seq;
   const body = { assessor: view.assessor, client: view.client, seq };
   const failed = (error) => {
     say(`Nothing undone: ${error.message}`);
-    setBlocked("");
-    if (view.topic) show(nextOpen(0));
     unblock(false);
+    if (view.topic) show(was);
   };
   send({
     path: "undo",
