@@ -84,7 +84,9 @@ def test_a_stage_the_index_lacks_is_one_clear_error(judge_pipeline, tmp_path, to
         build_pool(judge_pipeline, store, [], PoolConfig())
     with pytest.raises(DotcatError, match="pool_depth must be >= 1"):
         PoolConfig(pool_depth=0).validate()
-    with pytest.raises(DotcatError, match="systems: 'splade'"):
+    with pytest.raises(
+        DotcatError, match="systems must be one of auto, dense, bm25, hybrid, got 'splade'"
+    ):
         PoolConfig(systems=("splade",)).validate()
     assert read_topics(topics_file)[0].description == "Where dogs come from."
 

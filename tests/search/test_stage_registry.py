@@ -152,3 +152,17 @@ def test_an_experiment_runs_a_registered_stage(index, data, registered, tmp_path
     first_query = lines[0].split()[0]
     ranked = [line.split()[2] for line in lines if line.split()[0] == first_query]
     assert ranked == _ids(index)[:5]
+
+
+def test_a_judging_pool_takes_a_registered_stage(index, registered, tmp_path):
+    from dotcat.judging import JudgmentStore, PoolConfig, Topic, build_pool
+
+    pipeline = SearchPipeline(index, device="cpu", precision="fp32")
+    store = JudgmentStore(tmp_path / "j.sqlite", create=True)
+    config = PoolConfig(pool_depth=3, systems=("id_order", "bm25"))
+    build_pool(pipeline, store, [Topic("q1", "insulin and blood sugar")], config)
+    ranked_by_id_order = sorted(
+        (e for e in store.pooled("q1") if "id_order" in e.ranks), key=lambda e: e.ranks["id_order"]
+    )
+    assert [e.doc_id for e in ranked_by_id_order] == _ids(index)[:3]
+    assert any("bm25" in e.ranks for e in store.pooled("q1"))

@@ -18,8 +18,10 @@ from dotcat.options import (
     Check,
     Settings,
     at_least,
+    one_of,
     setting,
 )
+from dotcat.search.stages import first_stage_choices
 
 #: The graded scale of the page, four levels as TREC's graded tracks use: grade -> what it
 #: means to the assessor. Every grade above 0 is relevant to the binary measures (RR, R, AP:
@@ -30,9 +32,6 @@ GRADES = {
     2: "relevant: answers it",
     3: "highly relevant: the answer, fully",
 }
-#: The systems a pool can run over an index (:mod:`dotcat.judging.pool`); ``auto``: every
-#: first stage the index serves (dense, and BM25 and hybrid where it has BM25).
-POOL_SYSTEMS = ("auto", "dense", "bm25", "hybrid")
 #: The judging orders (:func:`dotcat.judging.priority.priority`): ``weight``, the summed nDCG
 #: discount over the pooled systems; ``rank``, best rank first; ``docid``, TREC's order.
 ORDERS = ("weight", "rank", "docid")
@@ -56,7 +55,8 @@ class PoolConfig(Settings):
 
     Attributes:
         pool_depth: documents taken from the top of each system's ranking (TREC's pool depth).
-        systems: first stages run over the index (:data:`POOL_SYSTEMS`).
+        systems: first stages run over the index: any registered one
+            (:func:`dotcat.search.stages.first_stage_choices`); ``auto``: every one it serves.
         rerank: a BERT_CAT; with it the default first stage re-ranked is pooled too.
         runs: TREC run files pooled beside the systems (each a system named by its file).
         order: the order documents are shown in (:data:`ORDERS`).
@@ -68,7 +68,8 @@ class PoolConfig(Settings):
     )
     systems: tuple[str, ...] = setting(
         ("auto",),
-        help="First stages pooled (repeat): dense, bm25, hybrid; auto: every one the index has.",
+        help="First stages pooled (repeat): any first stage (dense, bm25, hybrid...); auto: "
+        "every one the index serves.",
         flags=("--system",),
     )
     rerank: str | None = setting(
@@ -94,14 +95,7 @@ class PoolConfig(Settings):
     def checks(self) -> list[Check]:
         return [
             at_least("pool_depth", self.pool_depth, 1),
-            *(
-                (
-                    s in POOL_SYSTEMS,
-                    "systems",
-                    f"systems: {s!r} is not one of {', '.join(POOL_SYSTEMS)}",
-                )
-                for s in self.systems
-            ),  # fmt: skip
+            *(one_of("systems", s, first_stage_choices()) for s in self.systems),
             (
                 bool(self.systems) or bool(self.runs) or self.rerank is not None,
                 "systems",

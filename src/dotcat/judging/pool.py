@@ -105,8 +105,9 @@ def run_systems(
         )
         info = {"kind": "first stage", "first_stage": stage, "passages": described["passages"],
                 "aggregation": described["aggregation"]}  # fmt: skip
-        if stage == "hybrid":
-            info["fusion"] = described["fusion"]["description"]
+        fusion = getattr(pipeline.stage(stage), "fusion", None)  # a stage that fuses two
+        if fusion is not None:
+            info["fusion"] = fusion.describe()
         out.append(SystemRanking(stage, info, _matches_ranked(found)))
     if pipeline.reranker is not None:
         found = pipeline.matches(
