@@ -1,4 +1,4 @@
-"""The toy training data of the training tests (and of ``eval/training_parity.py``)."""
+"""The toy training data of the training tests (and of ``eval/studies/training_parity``)."""
 
 from __future__ import annotations
 
