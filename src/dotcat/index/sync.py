@@ -1,29 +1,21 @@
 """Bring an index up to date with the folder it was built from (:func:`sync_index`): what
 ``dotcat index FOLDER INDEX`` does when INDEX holds an index built from FOLDER.
 
-The folder is compared with what the index holds, file by file. A file whose size and
-modification time (ns) are those the index recorded when it read the file (``files.json``,
-:func:`dotcat.index.updates.read_files`) is not read again. Any other file is read, and each
-of its documents compared with the stored one (the content itself: title and text, then
-fields): a new document is encoded and added, a changed text encoded again, new fields alone
-(a file touched, its ``mtime`` field new) written without encoding; a record file (JSONL,
-CSV, Parquet...) is compared record by record, by id. The documents of a file gone (removed,
-renamed, now excluded or unreadable) are deleted. A corpus file (a JSONL or CSV corpus, a BEIR
-directory's ``corpus.jsonl``) is one such file: when its size or time changed, its records are
-compared with the stored documents by id.
+A file whose size and modification time (ns) are those the index recorded when it read it
+(``files.json``, :func:`dotcat.index.updates.read_files`) is not read again. Any other file is
+read and each of its documents compared with the stored one, record by record for a record
+file: a new document is encoded and added, a changed text encoded again, new fields alone (a
+file touched: its ``mtime`` field) written without encoding. The documents of a file gone
+(removed, renamed, now excluded or unreadable) are deleted. A corpus file (JSONL, CSV, a BEIR
+directory's ``corpus.jsonl``) is one such file, compared record by record when it changed.
 
-Everything a sync changes is one generation of the index (:class:`~dotcat.index.updates.
-Generation`): a sync killed at any point leaves the index as it was, and the next one does the
-whole job again (nothing is kept of a killed one: the files it read are read again). Only what
-changed is encoded; the BM25 side is scored again with the new collection's statistics (the
-scores a build of the folder gives: :func:`dotcat.index.bm25_global.updated`).
-
-What a sync keeps as the index was built: the encoder and its settings, the passage settings
-(and the per-document split rule chosen on the first build's sample), the FAISS spec, BM25 on
-or off, and the hybrid fusion chosen on dev queries when it was built (a folder has no dev
-queries to choose again on; the choice stays until the index is built again with
-``overwrite``). A setting given that differs from the index's is refused, with the command
-that rebuilds the index with it.
+A sync is one generation of the index (:class:`~dotcat.index.updates.Generation`): killed at
+any point, it leaves the index as it was, and the next one does the whole job again. The BM25
+side is scored again with the new collection's statistics, as a build of the folder scores it
+(:func:`dotcat.index.bm25_global.updated`). What the index was built with stays: the encoder,
+the passage settings (the per-document split rule too), the FAISS spec, BM25 on or off, and
+the hybrid fusion chosen on dev queries (a folder has none to choose again on: the choice
+stays until a rebuild). A setting given that differs is refused with the command that rebuilds.
 """
 
 from __future__ import annotations
@@ -32,13 +24,14 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, Document, iter_corpus
-from dotcat.data.corpus import CACHE_FORMAT_VERSION, fields_json
+from dotcat.data.corpus import CACHE_FORMAT_VERSION, COLUMNS, fields_json
 from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id
 from dotcat.errors import DotcatError
 from dotcat.index import layout
@@ -222,35 +215,24 @@ def _compare(
         reader.listing = Listing(files=[f for f in source.listing.files
                                         if path_id(f.rel) in wanted])  # fmt: skip
     added, fields, changed, seen = [], {}, 0, set()
-    if stale:
-        for batch in _batches(iter_corpus(reader, CorpusStats())):
-            stored = store.by_ids([d.id for d in batch])
-            rows = store.field_rows([d.pos for d in stored.values()])
-            for doc in batch:
-                seen.add(doc.id.split("#", 1)[0])
-                old = stored.get(doc.id)
-                held.discard(doc.id)
-                if old is None or (old.title, old.text) != (doc.title, doc.text):
-                    added.append(doc)
-                    changed += old is not None
-                elif rows[old.pos] != sorted(r[1:] for r in field_rows(old.pos, doc.fields or {})):
-                    fields[doc.id] = fields_json(doc.fields)
+    documents = iter_corpus(reader, CorpusStats()) if stale else iter(())
+    while batch := list(islice(documents, 1000)):
+        stored = store.by_ids([d.id for d in batch])
+        rows = store.field_rows([d.pos for d in stored.values()])
+        for doc in batch:
+            seen.add(doc.id.split("#", 1)[0])
+            old = stored.get(doc.id)
+            held.discard(doc.id)
+            if old is None or (old.title, old.text) != (doc.title, doc.text):
+                added.append(doc)
+                changed += old is not None
+            elif rows[old.pos] != sorted(r[1:] for r in field_rows(old.pos, doc.fields or {})):
+                fields[doc.id] = fields_json(doc.fields)
     # A file's record is kept where it gave documents (one that gave none is read again).
     files = {k: v for k, v in now.items() if k not in stale and before.get(k) is not None}
     files.update({k: now[k] for k in stale if k in seen or k == ""})
     change = Change(sorted(held), _dataset(added), fields, {"key": state["key"], "files": files})
     return change, (len(added) - changed, changed, len(fields), len(stale))
-
-
-def _batches(documents: Iterator[Document], size: int = 1000) -> Iterator[list[Document]]:
-    batch: list[Document] = []
-    for doc in documents:
-        batch.append(doc)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def _dataset(documents: list[Document]):
@@ -260,12 +242,8 @@ def _dataset(documents: list[Document]):
         return None
     import datasets
 
-    return datasets.Dataset.from_dict({
-        "id": [d.id for d in documents],
-        "title": [d.title for d in documents],
-        "text": [d.text for d in documents],
-        "fields": [fields_json(d.fields) for d in documents],
-    })  # fmt: skip
+    rows = zip(*[(d.id, d.title, d.text, fields_json(d.fields)) for d in documents], strict=True)
+    return datasets.Dataset.from_dict({k: list(v) for k, v in zip(COLUMNS, rows, strict=True)})
 
 
 def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> BiEncoder | None:

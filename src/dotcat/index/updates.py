@@ -330,10 +330,7 @@ def _existing_ids(dataset) -> list[str]:
 
 def _existing(store: DocStore, dataset) -> set[str]:
     """Ids of ``dataset`` that the doc store already holds."""
-    existing: set[str] = set()
-    for _, batch in iter_row_batches(dataset, batch_size=10_000):
-        existing.update(store.by_ids(batch["id"]))
-    return existing
+    return set(store.by_ids(_existing_ids(dataset)))
 
 
 def _updatable(index: faiss.Index) -> faiss.Index:
