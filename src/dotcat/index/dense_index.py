@@ -44,6 +44,10 @@ class DenseIndex:
     ) -> None:
         self.dir = Path(index_dir)
         layout.recover_for_reading(self.dir)  # a build killed while swapping left it aside
+        with layout.reading(self.dir):  # one generation's files (an update may be swapping)
+            self._open(device, search_params)
+
+    def _open(self, device: str, search_params: dict[str, float] | None) -> None:
         self.manifest = Manifest.read(self.dir)
         self.device = faiss_index.resolve_faiss_device(device)
         index_path = self.dir / self.manifest.files["index"]
