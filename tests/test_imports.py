@@ -10,6 +10,7 @@ as import-linter leaves them (annotations only: they never run).
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import dotcat
@@ -125,3 +126,90 @@ def test_no_module_reads_through_the_package_facade():
     # dotcat/__init__.py sits above every layer (it re-exports from all of them): a module that
     # imports it runs up (its version is the leaf dotcat.version).
     assert not [name for name, imported in import_graph().items() if "dotcat" in imported]
+
+
+# -- the query path: `dotcat search INDEX "query"` without PyTorch (issue 66) -----------------
+
+#: Where a search starts (the first stages are loaded by name, from the stage registry).
+QUERY_PATH = (
+    "dotcat.cli.search",
+    "dotcat.search.pipeline",
+    "dotcat.search.dense",
+    "dotcat.search.hybrid",
+    "dotcat.search.lexical",
+    "dotcat.index.encoder",
+    "dotcat.models.exported_encoder",
+)
+#: Packages a search must not load: importing PyTorch alone takes longer than the search.
+MODEL_LIBRARIES = {"torch", "transformers", "sentence_transformers"}
+#: The doors to them the query path keeps (not followed): each opens only where it must.
+DOORS = {
+    ("dotcat.index.encoder", "dotcat.models.bi_encoder"): "no export gives the vectors (GPU, bf16)",
+    ("dotcat.search.reranker", "dotcat.models.cross_encoder"): "re-ranking (--rerank)",
+    ("dotcat.models.onnx_backend", "torch"): "the export, made once when missing",
+    ("dotcat.models.onnx_backend", "transformers"): "the export, made once when missing",
+    ("dotcat.models.runtime", "torch"): "functions of the PyTorch paths",
+    ("dotcat.models.runtime", "transformers"): "quiet_transformers, around a model load",
+    ("dotcat.models.batching", "torch"): "batches that PyTorch runs",
+}
+
+
+def external_imports() -> dict[str, set[str]]:
+    """Module -> the top-level packages outside dotcat it imports (at any depth, as
+    :func:`import_graph` reads them)."""
+    out = {}
+    for name, (path, _) in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = set()
+        for node in _imports(tree):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif not node.level and node.module:
+                found.add(node.module.split(".")[0])
+        out[name] = found - {"dotcat"}
+    return out
+
+
+def test_the_query_path_imports_no_model_library_but_through_its_doors():
+    graph, external = import_graph(), external_imports()
+    seen, todo = set(), list(QUERY_PATH)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += [m for m in graph[module] if (module, m) not in DOORS]
+    reached = {
+        (module, package)
+        for module in seen
+        for package in external[module] & MODEL_LIBRARIES
+        if (module, package) not in DOORS
+    }
+    assert reached == set()
+    assert {m for m, _ in DOORS} <= seen  # every door is on the path (none left stale)
+
+
+def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from dotcat.cli import app
+
+    index = tmp_path / "index"
+    model = ["--model", str(tiny_bert_dir), "--device", "cpu", "--precision", "fp32"]
+    done = CliRunner().invoke(app, ["-q", "index", str(tiny_beir_dir), str(index), *model])
+    assert done.exit_code == 0, done.output
+    query = [str(index), "blood sugar", "--device", "cpu", "--json"]
+    first = CliRunner().invoke(app, ["search", *query])  # (the query export, made once)
+    assert first.exit_code == 0, first.output
+    code = (
+        "import sys\n"
+        "from dotcat.cli import app\n"
+        f"app(['search', *{query!r}], standalone_mode=False)\n"
+        "print('loaded:', sorted({'torch', 'transformers'} & set(sys.modules)), file=sys.stderr)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "loaded: []" in run.stderr
+    assert json.loads(run.stdout) == json.loads(first.stdout)  # the same hits

@@ -139,3 +139,63 @@ def test_save_load_round_trip(tmp_path):
         index.save(tmp_path / "bm25")
     with pytest.raises(DotcatError, match="not a dotcat BM25 index"):
         BM25Index.load(tmp_path)
+
+
+#: Queries whose words reach every branch of the query tokenizer: indexed words, stop words,
+#: unseen forms of indexed stems, unknown words, one-letter words, digits, case, punctuation.
+ANALYSED = [
+    "domesticated wolves", "The cats are running!", "Running runs ran", "ATP-producing cells",
+    "blood sugar insulin", "a b c", "zzz unknownword", "", "Photosynthesis 2024 in mammals",
+    "WHAT IS THE CELL'S ENERGY", "glucose, glucose and GLUCOSE", "éléphants über",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "config",
+    [BM25Config(), BM25Config(stopwords=None), BM25Config(stemmer=None),
+     BM25Config(stopwords=["cats", "the"]), BM25Config(method="robertson")],
+    ids=["default", "no-stopwords", "no-stemmer", "own-stopwords", "robertson"],
+)  # fmt: skip
+def test_a_search_reads_the_index_without_bm25s_and_scores_as_bm25s(tmp_path, config):
+    index = BM25Index.build(DOCS, config=config, show_progress=False)
+    index.save(tmp_path / "bm25")
+    light = BM25Index.load(tmp_path / "bm25", mmap=True, search_only=True)
+    full = BM25Index.load(tmp_path / "bm25", mmap=True)
+    assert type(light._retriever).__name__ == "_SavedScores"  # bm25s not used
+    for text in ANALYSED:
+        assert light.query_token_ids(text) == full.query_token_ids(text), text
+        assert light.search_one(text, k=10) == full.search_one(text, k=10)
+    ids = light.query_token_ids("blood insulin mammals")
+    got, want = light._retriever.get_scores_from_ids(ids), full._retriever.get_scores_from_ids(ids)
+    assert got.dtype == want.dtype and (got == want).all()  # the same float32 sums
+    assert light._retriever.vocab_dict == full._retriever.vocab_dict
+    assert light.vocabulary == full.vocabulary
+    assert light.term_frequencies(0) == full.term_frequencies(0)  # what RM3 reads
+
+
+def test_another_stop_word_language_searches_with_bm25s(tmp_path):
+    index = BM25Index.build(DOCS, config=BM25Config(stopwords="de"), show_progress=False)
+    index.save(tmp_path / "bm25")
+    loaded = BM25Index.load(tmp_path / "bm25", mmap=True, search_only=True)
+    assert type(loaded._retriever).__name__ == "BM25"  # only bm25s knows its list
+    assert loaded.search_one("domesticated wolves") == index.search_one("domesticated wolves")
+
+
+def test_stop_words_read_without_bm25s_are_bm25s_lists():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dotcat.index.bm25 import bm25s_stopwords\n"
+        "print(len(bm25s_stopwords('STOPWORDS_EN')), len(bm25s_stopwords('STOPWORDS_EN_PLUS')))\n"
+        "assert 'bm25s' not in sys.modules and 'scipy' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS
+
+    assert done.stdout.split() == [str(len(STOPWORDS_EN)), str(len(STOPWORDS_EN_PLUS))]
+    from dotcat.index.bm25 import bm25s_stopwords
+
+    assert bm25s_stopwords("STOPWORDS_EN") == tuple(STOPWORDS_EN)

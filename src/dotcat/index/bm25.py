@@ -22,25 +22,32 @@ words removed, then stemmed. A document is ``title + " " + text``, as in Pyserin
 Results: only documents matching at least one query term are returned (as Lucene does), so a
 query may get fewer than k results; sorted by score (descending) then document id
 (ascending), so equal scores always come out in the same order.
+
+A search reads a saved index without importing bm25s (``load(..., search_only=True)``): the
+bm25s package imports SciPy, a third of ``dotcat search``'s start-up (issue 66); a query needs
+only the saved vocabulary and score matrix, read by :class:`_QueryTokenizer` and
+:class:`_SavedScores` as bm25s reads them. Building, saving and updates use bm25s itself.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import logging
 import os
+import re
+import sys
 import tempfile
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import bm25s
 import numpy as np
 import Stemmer
-from scipy.sparse import csc_matrix
 
 from dotcat.data.corpus import document_fields
 from dotcat.errors import DotcatError, first_line
@@ -50,10 +57,10 @@ from dotcat.index.docstore import DocStore
 from dotcat.progress import progress_bar
 from dotcat.types import Run
 
+if TYPE_CHECKING:
+    import bm25s
+
 logger = logging.getLogger(__name__)
-# bm25s sets its own logger to DEBUG when imported, so its debug lines ("Building index from
-# IDs") reach the terminal whatever the application asked for; let it inherit the app's level.
-logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 FORMAT_VERSION = 1
 _MANIFEST = "dotcat_bm25.json"
@@ -65,13 +72,38 @@ _TERM_COUNTS = "counts.tf.npy"
 _LENGTHS = "counts.lengths.npy"
 
 
+def _bm25s():
+    """bm25s, imported where it is used (see the module docstring)."""
+    import bm25s
+
+    # bm25s sets its own logger to DEBUG when imported, so its debug lines ("Building index
+    # from IDs") reach the terminal whatever the application asked for: inherit the app's level.
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
+
+
 def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
     stopwords = list(config.stopwords) if config.stopwords is not None else None
     if isinstance(config.stopwords, str):
         stopwords = config.stopwords
-    return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
+    return _bm25s().tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
+
+
+@functools.cache
+def bm25s_stopwords(name: str) -> tuple[str, ...]:
+    """bm25s' stop-word list ``name`` (``STOPWORDS_EN``, ``STOPWORDS_EN_PLUS``...), read from
+    its module without importing the bm25s package (see the module docstring): the module
+    holds only the lists."""
+    module = sys.modules.get("bm25s.stopwords")
+    if module is None:
+        package = importlib.util.find_spec("bm25s")  # found, not imported
+        path = Path(package.origin).with_name("stopwords.py")
+        spec = importlib.util.spec_from_file_location("bm25s_stopwords", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return tuple(getattr(module, name))
 
 
 class TermCounts:
@@ -99,6 +131,7 @@ class TermCounts:
         fed the same entries in the same order); None, with a warning, where the layout
         differs (a bm25s that builds its matrix otherwise than this code knows)."""
         n_docs, n_vocab = len(token_ids), len(scores["indptr"]) - 1
+        bm25s = _bm25s()
         counted = [
             bm25s.scoring._get_counts_from_token_ids(ids, np.float32, np.int32) for ids in token_ids
         ]
@@ -197,7 +230,7 @@ class BM25Index:
             raise DotcatError("the corpus has no documents: nothing to index")
         _check_unique(doc_ids)
 
-        retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+        retriever = _bm25s().BM25(k1=config.k1, b=config.b, method=config.method)
         retriever.index(
             (token_ids, tokenizer.get_vocab_dict()),
             create_empty_token=True,
@@ -336,7 +369,7 @@ class BM25Index:
 
     @cached_property
     def _idf(self) -> np.ndarray:
-        idf = bm25s.scoring._select_idf_scorer(self.config.method)
+        idf = _bm25s().scoring._select_idf_scorer(self.config.method)
         n = len(self.doc_ids)
         return np.array([idf(int(df), n) for df in self.document_frequencies], dtype=np.float64)
 
@@ -389,7 +422,7 @@ class BM25Index:
             manifest = {
                 "format": "dotcat-bm25",
                 "format_version": FORMAT_VERSION,
-                "bm25s_version": bm25s.__version__,
+                "bm25s_version": _bm25s().__version__,
                 "n_docs": len(self.doc_ids),
                 "config": self.config.to_dict(),
             }
@@ -401,8 +434,13 @@ class BM25Index:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, mmap: bool = False) -> BM25Index:
+    def load(cls, path: str | os.PathLike, mmap: bool = False, search_only: bool = False
+             ) -> BM25Index:  # fmt: skip
         """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays.
+        ``search_only``: read what a search needs, without bm25s where the index allows it
+        (stop words ``en``, a list or none; each of dotcat's variants keeps all its scores in
+        the saved matrix): such an index searches and feeds back as any, and cannot be saved
+        or updated.
 
         Raises:
             DotcatError: no BM25 index there, another format version, or a damaged file.
@@ -421,9 +459,14 @@ class BM25Index:
             config = BM25Config(**manifest["config"])
             if manifest.get("n_docs") == 0:
                 return EmptyBM25(config)
-            retriever = bm25s.BM25.load(path, mmap=mmap, load_corpus=False)
-            tokenizer = make_tokenizer(config)
-            tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
+            stopwords = _QueryTokenizer.stopwords_of(config)
+            if search_only and stopwords is not None:
+                retriever = _SavedScores(path, mmap)
+                tokenizer: Any = _QueryTokenizer(path, config, stopwords)
+            else:
+                retriever = _bm25s().BM25.load(path, mmap=mmap, load_corpus=False)
+                tokenizer = make_tokenizer(config)
+                tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
             counts = TermCounts.load(path, mmap)
         except DotcatError:
@@ -439,12 +482,84 @@ class BM25Index:
         return cls(retriever, tokenizer, doc_ids, config, counts)
 
 
+class _SavedScores:
+    """bm25s' saved score matrix and vocabulary, read without bm25s: what a search asks of a
+    ``bm25s.BM25`` (``scores``, ``vocab_dict``, ``get_scores_from_ids``)."""
+
+    def __init__(self, path: Path, mmap: bool) -> None:
+        params = json.loads((path / "params.index.json").read_text("utf-8"))
+        mode = "r" if mmap else None
+        self.scores: dict[str, Any] = {
+            name: np.load(path / f"{name}.csc.index.npy", mmap_mode=mode, allow_pickle=False)
+            for name in ("data", "indices", "indptr")
+        }
+        self.scores["num_docs"] = int(params["num_docs"])
+        self.dtype = np.dtype(params["dtype"])
+        self._path = path
+
+    @cached_property
+    def vocab_dict(self) -> dict[str, int]:
+        """term -> column (read on first use: a query does not need it)."""
+        return json.loads((self._path / "vocab.index.json").read_text("utf-8"))
+
+    def get_scores_from_ids(self, ids: Sequence[int]) -> np.ndarray:
+        """Every document's score for the query's term ids: their columns added term by term
+        in the matrix's dtype, as ``bm25s.BM25.get_scores_from_ids`` adds them."""
+        data, indices, indptr = (self.scores[k] for k in ("data", "indices", "indptr"))
+        ids = np.asarray(ids, dtype=np.int64)
+        scores = np.zeros(self.scores["num_docs"], dtype=self.dtype)
+        for start, end in zip(indptr[ids], indptr[ids + 1], strict=True):
+            np.add.at(scores, indices[start:end], data[start:end])
+        return scores
+
+
+class _QueryTokenizer:
+    """bm25s' tokenizer as a search runs it (``streaming_tokenize(update_vocab=False,
+    allow_empty=False)``) over a saved vocabulary, without bm25s: lower case, words of two or
+    more characters; a word the vocabulary holds is its term, a stop word is dropped, another
+    word is stemmed and kept where its stem is a term."""
+
+    #: bm25s' splitter (its default, which :func:`make_tokenizer` keeps).
+    WORDS = re.compile(r"(?u)\b\w\w+\b").findall
+
+    def __init__(self, path: Path, config: BM25Config, stopwords: Sequence[str]) -> None:
+        vocab = json.loads((path / _TOKENIZER_VOCAB).read_text("utf-8"))
+        self.word_to_id, self.stem_to_sid = vocab["word_to_id"], vocab["stem_to_sid"]
+        self.stopwords = frozenset(stopwords)
+        self.stem = Stemmer.Stemmer(config.stemmer).stemWord if config.stemmer else None
+
+    @staticmethod
+    def stopwords_of(config: BM25Config) -> tuple[str, ...] | None:
+        """The stop words bm25s takes for ``config``'s setting, or None where only bm25s knows
+        them (a language other than English)."""
+        if config.stopwords is None:
+            return ()
+        if not isinstance(config.stopwords, str):
+            return tuple(config.stopwords)
+        return bm25s_stopwords("STOPWORDS_EN") if config.stopwords in ("en", "english") else None
+
+    def streaming_tokenize(self, texts: Iterable[str], **_: Any) -> Iterator[list[int]]:
+        """Each text's term ids."""
+        for text in texts:
+            ids = []
+            for word in self.WORDS(text.lower()):
+                if word in self.word_to_id:
+                    ids.append(self.word_to_id[word])
+                elif word not in self.stopwords and self.stem is not None:
+                    sid = self.stem_to_sid.get(self.stem(word))
+                    if sid is not None:
+                        ids.append(sid)
+            yield ids
+
+
 class _Rows:
     """bm25s' term-major score matrix turned document-major once (scipy CSR, built on the first
     feedback query: a copy of the matrix in memory, 8 bytes per stored score): a document's
     term ids and stored scores."""
 
     def __init__(self, matrix: Mapping[str, Any], n_docs: int) -> None:
+        from scipy.sparse import csc_matrix
+
         data = np.asarray(matrix["data"])
         indptr = np.asarray(matrix["indptr"])
         csc = csc_matrix((data, np.asarray(matrix["indices"]), indptr),
@@ -487,7 +602,7 @@ class EmptyBM25(BM25Index):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         manifest = {"format": "dotcat-bm25", "format_version": FORMAT_VERSION,
-                    "bm25s_version": bm25s.__version__, "n_docs": 0,
+                    "bm25s_version": _bm25s().__version__, "n_docs": 0,
                     "config": self.config.to_dict()}  # fmt: skip
         with writing(path / _MANIFEST):
             (path / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")

@@ -35,13 +35,24 @@ import copy
 from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.index.bm25 import BM25Index, EmptyBM25, TermCounts, _iter_fields, _join, make_tokenizer
+from dotcat.index.bm25 import (
+    BM25Index,
+    EmptyBM25,
+    TermCounts,
+    _bm25s,
+    _iter_fields,
+    _join,
+    make_tokenizer,
+)
 from dotcat.index.config import BM25Config
+
+if TYPE_CHECKING:
+    import bm25s
 
 #: Score-matrix entries computed at a time (bounds the temporary arrays: ~24 bytes each).
 _BLOCK = 1 << 22
@@ -164,7 +175,7 @@ def with_collection_statistics(
     config, counts = bm25.config, _counts(bm25)
     if config.method not in _RESCORED:
         raise DotcatError(f"BM25 {config.method!r} cannot be scored across shards")
-    idf_of = bm25s.scoring._select_idf_scorer(config.method)
+    idf_of = _bm25s().scoring._select_idf_scorer(config.method)
     present = view.df > 0
     idf64 = np.zeros(len(view.df), dtype=np.float64)
     idf64[present] = [idf_of(int(df), view.documents) for df in view.df[present]]
@@ -196,6 +207,7 @@ def updated(bm25: BM25Index, drop: Collection[str], rows: Iterable[object]) -> B
     config, counts = bm25.config, bm25.counts
     if counts is None or isinstance(bm25, EmptyBM25) or config.method not in _RESCORED:
         return None
+    bm25s = _bm25s()
     old = bm25._retriever.scores
     indptr, indices = np.asarray(old["indptr"]), np.asarray(old["indices"])
     keep = np.fromiter((d not in drop for d in bm25.doc_ids), bool, count=len(bm25.doc_ids))
@@ -251,7 +263,7 @@ def _scores(
 ) -> np.ndarray:
     """bm25s' score of every stored entry, ``idf(t) * tfc(tf, |d|, avgdl)``, in its dtypes
     (float32 counts and idf, float64 lengths ratio, float32 result), block by block."""
-    tfc_of = bm25s.scoring._select_tfc_scorer(config.method)
+    tfc_of = _bm25s().scoring._select_tfc_scorer(config.method)
     indptr = np.asarray(scores["indptr"])
     indices = np.asarray(scores["indices"])
     terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))

@@ -90,7 +90,8 @@ def build_index(
             (a list of strings or dicts, a pandas DataFrame, a ``datasets.Dataset``); see
             :mod:`dotcat.data.sources`.
         index_dir: where the index goes; swapped into place when complete.
-        encoder: a loaded :class:`BiEncoder` or the config to load one (default model).
+        encoder: a loaded :class:`BiEncoder` or the config to load one (default model); a
+            search's query encoder gives its config.
         config: the FAISS side and the build settings (:class:`IndexConfig`).
         overwrite: replace an existing dotcat index at ``index_dir``.
         fresh: discard an interrupted build of ``index_dir`` instead of resuming it.
@@ -109,6 +110,8 @@ def build_index(
     config = config or IndexConfig()
     index_dir = Path(index_dir)
     encoder = encoder or EncoderConfig(device=config.device)
+    if not isinstance(encoder, BiEncoder | EncoderConfig):  # a search's exported query encoder
+        encoder = encoder.config  # (documents are split with the model's own tokenizer)
     loaded = isinstance(encoder, BiEncoder)
     if not loaded:
         encoder.validate()

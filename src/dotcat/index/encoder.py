@@ -9,12 +9,16 @@ refuses a loaded encoder whose weights or settings differ.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
 from dotcat.index.manifest import int8_runtime
 from dotcat.models import EncoderConfig
-from dotcat.models.runtime import cpu_kind, precision_name, resolve_device, resolve_precision
+from dotcat.models.exported_encoder import try_load
+from dotcat.models.runtime import autocast_rule, cpu_kind, runs_on_cpu
+
+logger = logging.getLogger(__name__)
 
 
 def encoder_config_from_manifest(
@@ -54,6 +58,19 @@ def encoder_config_from_manifest(
     )
 
 
+def load_query_encoder(config: EncoderConfig):
+    """The encoder of a search's queries: an exported one where it gives the vectors ``config``
+    asks for without PyTorch (:mod:`dotcat.models.exported_encoder`: a search from the shell
+    then answers in a fraction of the time), else a :class:`~dotcat.models.BiEncoder`."""
+    encoder, why = try_load(config)
+    if encoder is not None:
+        return encoder
+    logger.info("query encoder in PyTorch: %s", why)
+    from dotcat.models.bi_encoder import BiEncoder  # PyTorch and transformers: seconds
+
+    return BiEncoder.load(config)
+
+
 def recorded_precision(encoder_entry: Mapping, side: str = "queries") -> str | None:
     """The precision an index records for one side: its documents' (``precision``), or the
     one its build chose for its queries (``queries``; indexes from before the choice was
@@ -69,10 +86,9 @@ def _follow_index(requested: str, built: str | None, device: str) -> str:
     before int8 record no precision: their vectors are fp32 or bf16."""
     if requested != "auto":
         return requested
-    resolved = resolve_device(device)
     if built == "int8":
-        return "int8" if resolved.type == "cpu" else requested
-    return precision_name(resolve_precision("auto", resolved))
+        return "int8" if runs_on_cpu(device) else requested
+    return autocast_rule(device)
 
 
 def describe_precision(encoder_entry: Mapping, requested: str = "auto") -> str:

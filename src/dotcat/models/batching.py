@@ -17,10 +17,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # PyTorch is imported where batches run on it (not by the exported encoders)
+    import torch
 
 #: Padded tokens per forward pass on CPU (see :mod:`dotcat.models.bi_encoder` and the
 #: benchmark): a batch's activations then stay in cache.
@@ -33,6 +35,9 @@ CPU_MAX_BATCH_TOKENS = 2048
 CPU_BATCH_SIZE = 32
 GPU_BATCH_SIZE = 256
 GPU_MAX_BATCH_TOKENS = 65_536
+#: Queries are padded to a multiple of this many tokens and batched by width, so a query's
+#: vector does not depend on the queries it is batched with (see the module docstring).
+QUERY_PAD_MULTIPLE = 8
 #: Most automatic CPU workers; beyond, each worker gets several intra-op threads (measured on
 #: 2 cores only; many Python threads would contend for the GIL between ops).
 MAX_AUTO_WORKERS = 8
@@ -105,6 +110,8 @@ def cpu_workers(device: torch.device, fast: bool, configured: int | None) -> int
         return 1  # a GPU runs one batch at a time
     if configured is not None:
         return max(1, configured)
+    import torch
+
     return min(torch.get_num_threads(), MAX_AUTO_WORKERS)
 
 
@@ -116,17 +123,10 @@ def run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None
     first error stops the other workers and is raised here. Inline, ``threads`` (if given)
     is the intra-op thread count for these jobs, the caller's restored afterwards.
     """
+    import torch
+
     if workers <= 1 or len(jobs) <= 1:
-        before = torch.get_num_threads()
-        if threads is not None and threads != before:
-            torch.set_num_threads(threads)
-        try:
-            with torch.inference_mode():
-                for job in jobs:
-                    run(job)
-        finally:
-            if threads is not None and threads != before:
-                torch.set_num_threads(before)
+        _run_inline(jobs, run, threads)
         return
     total_threads = torch.get_num_threads()
     per_worker = max(1, total_threads // workers)
@@ -160,3 +160,19 @@ def run_jobs(jobs: list[np.ndarray], run: Any, workers: int, threads: int | None
     finally:
         # The caller's count again, in case a worker's setting reached a process-wide pool.
         torch.set_num_threads(total_threads)
+
+
+def _run_inline(jobs: list[np.ndarray], run: Any, threads: int | None) -> None:
+    """:func:`run_jobs` in the calling thread, on ``threads`` intra-op threads (if given)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            for job in jobs:
+                run(job)
+    finally:
+        if threads is not None and threads != before:
+            torch.set_num_threads(before)

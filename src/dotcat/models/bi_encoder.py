@@ -43,6 +43,7 @@ import torch
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
+    QUERY_PAD_MULTIPLE,
     cpu_workers,
     default_batch,
     length_sorted_batches,
@@ -50,6 +51,7 @@ from dotcat.models.batching import (
     run_jobs,
 )
 from dotcat.models.config import EncoderConfig, make_config
+from dotcat.models.exported_encoder import embed, encoder_record, prefixed
 from dotcat.models.int8 import int8_runner
 from dotcat.models.loading import load_hf_model, max_positions
 from dotcat.models.pooling import l2_normalize, pool
@@ -64,7 +66,7 @@ from dotcat.models.runtime import (
     resolve_device,
     store_linear_weights,
 )
-from dotcat.models.st_config import StSettings, read_st_settings
+from dotcat.models.st_config import or_prompt, read_st_settings
 from dotcat.models.tokens import truncated
 from dotcat.progress import progress_bar
 
@@ -81,9 +83,6 @@ TOKENIZE_SLICE = 512
 #: it. Calls of several batches run data-parallel (a worker thread per core, one intra-op thread
 #: each).
 SMALL_CALL_TOKENS = 1024
-#: Queries are padded to a multiple of this many tokens and batched by width, so a query's
-#: vector does not depend on the queries it is batched with (see :mod:`.batching`).
-QUERY_PAD_MULTIPLE = 8
 
 
 class BiEncoder:
@@ -166,7 +165,7 @@ class BiEncoder:
         path = resolve_model(config.model)
         st = read_st_settings(path)
         read_model_config(path, st.transformer_dir)
-        pooling, similarity = _pooling_and_similarity(config, st)
+        pooling, similarity = st.pooling_and_similarity(config.pooling, config.similarity)
 
         device = resolve_device(config.device)
         if device.type == "cpu":
@@ -194,8 +193,8 @@ class BiEncoder:
             max_length=int(max_length),
             fingerprint=weights_fingerprint(path),
             device=device,
-            query_prefix=_or_default(config.query_prefix, st.query_prompt),
-            document_prefix=_or_default(config.document_prefix, st.document_prompt),
+            query_prefix=or_prompt(config.query_prefix, st.query_prompt),
+            document_prefix=or_prompt(config.document_prefix, st.document_prompt),
             lowercase=st.lowercase,
         )
         if encoder.int8:
@@ -315,7 +314,7 @@ class BiEncoder:
         """Encode queries: :meth:`encode` on ``query_prefix + text``, padded to multiples of
         :data:`QUERY_PAD_MULTIPLE` (a query's vector never depends on its batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
-        return self.encode(_prefixed(self.query_prefix, texts), **kwargs)
+        return self.encode(prefixed(self.query_prefix, texts), **kwargs)
 
     #: sentence-transformers' name (``SentenceTransformer.encode_query``).
     encode_query = encode_queries
@@ -331,34 +330,14 @@ class BiEncoder:
 
     def encode_documents(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
-        return self.encode(_prefixed(self.document_prefix, texts), **kwargs)
+        return self.encode(prefixed(self.document_prefix, texts), **kwargs)
 
     #: sentence-transformers' name (``SentenceTransformer.encode_document``).
     encode_document = encode_documents
 
     def manifest_entry(self) -> dict[str, Any]:
         """What an index records about the encoder that made its vectors."""
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "fingerprint": self.fingerprint,
-            "pooling": self.pooling,
-            "similarity": self.similarity,
-            "normalize": self.similarity == "cos",
-            "max_length": self.max_length,
-            "dim": self.dim,
-            "query_prefix": self.query_prefix,
-            "document_prefix": self.document_prefix,
-            # bf16 and fp32 vectors agree to cosine >= 0.999: an index built at one is searched
-            # at the other; int8 documents meet float queries and int8 ones of their runtime
-            # (index.manifest.check_encoder).
-            "precision": self.precision,
-            # Two int8 runtimes give vectors that do not rank alike; older int8 indexes lack
-            # the key and are ONNX Runtime's (index.manifest.check_encoder).
-            "backend": self.backend,
-            # What searches of an index built with this encoder run at under ``auto``.
-            "queries": dict(zip(("precision", "backend"), self.query_path(), strict=True)),
-        }
+        return encoder_record(self, self.query_path())
 
     def query_path(self) -> tuple[str, str]:
         """(precision, runtime) of the queries that an index built by this encoder records,
@@ -431,16 +410,11 @@ class BiEncoder:
         )
 
     def _embed(self, input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-        if self.onnx is not None:
-            rows = []  # ONNX Runtime: one text per call; OpenVINO: the batch in one call
-            for feeds in self.onnx.calls({"input_ids": input_ids, "attention_mask": mask}):
-                hidden = torch.from_numpy(self.onnx(feeds))
-                rows.append(pool(self.pooling, hidden, torch.from_numpy(feeds["attention_mask"])))
-            vectors = torch.cat(rows)
-        else:
-            with autocast(self.device, self.autocast_dtype):
-                output = self.model(input_ids=input_ids, attention_mask=mask)
-            vectors = pool(self.pooling, output[0].float(), mask)
+        if self.onnx is not None:  # ONNX Runtime: one text per call; OpenVINO: a batch
+            return embed(self.onnx, self.pooling, self.similarity, input_ids, mask)
+        with autocast(self.device, self.autocast_dtype):
+            output = self.model(input_ids=input_ids, attention_mask=mask)
+        vectors = pool(self.pooling, output[0].float(), mask)
         if self.similarity == "cos":
             vectors = l2_normalize(vectors)
         return vectors.cpu().numpy()
@@ -459,29 +433,6 @@ class BiEncoder:
     def _workers(self) -> int:
         """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
         return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
-
-
-def _pooling_and_similarity(config: EncoderConfig, st: StSettings) -> tuple[str, str]:
-    """The config's pooling and similarity (checked by :meth:`EncoderConfig.validate`), else
-    the model's sentence-transformers files' (:mod:`.st_config` reads only those it supports),
-    else ``cls`` and ``dot`` (DPR's)."""
-    pooling = config.pooling or st.pooling
-    if pooling is None:
-        if st.pooling_error:
-            raise DotcatError(f"{st.pooling_error}; pass an explicit pooling (cls or mean)")
-        pooling = "cls"
-    return pooling, config.similarity or st.similarity or "dot"
-
-
-def _or_default(prefix: str | None, prompt: str | None) -> str:
-    """A prefix given in the config (``""``: none), else the model's recorded prompt."""
-    return (prompt or "") if prefix is None else prefix
-
-
-def _prefixed(prefix: str, texts: str | Sequence[str]) -> str | Sequence[str]:
-    if isinstance(texts, str):
-        return prefix + texts
-    return [prefix + t for t in texts] if prefix else texts
 
 
 def _converted(vectors: np.ndarray, to_numpy: bool, to_tensor: bool) -> Any:

@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-import torch
 
 from dotcat.errors import DotcatError
 from dotcat.models import export_files
@@ -160,16 +159,23 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str) -> OnnxRunner:
     return OnnxRunner(find_or_export(weights_dir, kind, "int8", fingerprint))
 
 
+def fp32_runner(weights_dir: Path, kind: str, fingerprint: str) -> OnnxRunner:
+    """The fp32 :class:`OnnxRunner` of a model (its export made first if missing or stale): a
+    batch in one call, nothing quantised per call to depend on the batch."""
+    return OnnxRunner(find_or_export(weights_dir, kind, "fp32", fingerprint), per_text=False)
+
+
 class OnnxRunner:
     """One ONNX Runtime session on CPU, called like a model: feeds -> first output.
 
     One intra-op thread per session: dotcat's encoders already run batches in parallel worker
     threads (data parallel; ``InferenceSession.run`` releases the GIL and may be called from
     several threads at once), and one query is too small to split. Spinning is off, so a
-    finished call leaves the core to the server's event loop.
+    finished call leaves the core to the server's event loop. ``per_text``: each text of a
+    batch in its own call (:meth:`one_by_one`, for int8), else the batch in one call.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, per_text: bool = True) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -181,6 +187,7 @@ class OnnxRunner:
         except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
             raise DotcatError(f"{path}: ONNX Runtime cannot load it ({e})") from None
         self.path = path
+        self.per_text = per_text
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     #: The runtime's name (``CrossEncoder.backend``).
@@ -189,8 +196,11 @@ class OnnxRunner:
     concurrent = True
 
     def calls(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-        """The feeds to run for a right-padded batch: one per text (:meth:`one_by_one`)."""
-        return self.one_by_one(batch)
+        """The feeds to run for a right-padded batch: one per text (:meth:`one_by_one`), or
+        the batch whole (``per_text=False``)."""
+        if self.per_text:
+            return self.one_by_one(batch)
+        return [{k: np.asarray(v) for k, v in batch.items()}]
 
     @staticmethod
     def one_by_one(batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
@@ -238,7 +248,8 @@ def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint
 
 
 def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
-    # transformers takes ~1 s to import; only an export (not a runner) needs it.
+    # PyTorch and transformers take seconds to import; only an export (not a runner) needs them.
+    import torch
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
     auto = AutoModel if kind == "encoder" else AutoModelForSequenceClassification

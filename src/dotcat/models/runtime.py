@@ -9,6 +9,10 @@ The detection can be overridden with the environment variable ``DOTCAT_NATIVE_BF
 makes ``auto`` choose bf16 (emulated, slow, but the numbers a bf16 CPU gives), ``off`` makes
 it choose fp32 (what an AVX2-only CPU gives). CI runs the tests under both, so neither kind of
 CPU can hide a failure of the other.
+
+PyTorch is imported by the functions that need it, not by this module: a search from the shell
+chooses its query path here and runs it without PyTorch (:mod:`.exported_encoder`); importing
+PyTorch alone takes longer than that whole search.
 """
 
 from __future__ import annotations
@@ -19,19 +23,20 @@ import importlib.util
 import logging
 import os
 import platform
-
-import torch
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dotcat import options
 from dotcat.errors import DotcatError
 
+if TYPE_CHECKING:
+    import torch
+
 logger = logging.getLogger(__name__)
 
-PRECISIONS: dict[str, torch.dtype | None] = {
-    "fp32": None,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+#: Autocast precisions: name -> the ``torch`` dtype's name (None: plain fp32).
+PRECISIONS: dict[str, str | None] = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 _X86_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 #: Environment variable that overrides the native-bf16 detection (``auto``, ``on``, ``off``).
 NATIVE_BF16_ENV = "DOTCAT_NATIVE_BF16"
@@ -41,6 +46,8 @@ _interop_done = False
 
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` -> ``cuda`` when a GPU is visible, else ``cpu``; other names checked."""
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -50,6 +57,29 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise DotcatError(f"device {device!r} requested but no CUDA GPU is available")
     return resolved
+
+
+#: Where an NVIDIA driver shows itself on Linux (PyTorch's CUDA needs it loaded).
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+
+
+def runs_on_cpu(device: str) -> bool:
+    """Whether ``device`` resolves to the CPU (:func:`resolve_device`), answered without
+    importing PyTorch where it can be: ``cpu``, and ``auto`` on a machine without an NVIDIA
+    driver loaded (:data:`NVIDIA_DRIVER`) while PyTorch is not imported yet."""
+    if device == "cpu":
+        return True
+    if device == "auto" and "torch" not in sys.modules and not NVIDIA_DRIVER.exists():
+        return True
+    return resolve_device(device).type == "cpu"
+
+
+def autocast_rule(device: str) -> str:
+    """The precision ``auto`` gives a PyTorch model on ``device`` (:func:`resolve_precision`):
+    on a CPU bf16 where native, else fp32, found without importing PyTorch on most CPUs."""
+    if runs_on_cpu(device):
+        return "bf16" if cpu_has_native_bf16() else "fp32"
+    return precision_name(resolve_precision("auto", resolve_device(device)))
 
 
 #: x86 flags checked against CPUID as PyTorch's cpuinfo reads it: the flag is dropped when the
@@ -92,6 +122,8 @@ def _proc_cpuinfo_flags() -> frozenset[str]:
 
 def _cpuid_says(check: str) -> bool:
     """PyTorch's CPUID check ``torch.cpu.<check>()``; True where this torch lacks it."""
+    import torch
+
     probe = getattr(torch.cpu, check, None)
     return True if probe is None else bool(probe())
 
@@ -129,6 +161,8 @@ def detect_native_bf16() -> bool:
         return "bf16" in flags
     if not flags & _X86_BF16_FLAGS:
         return False
+    import torch
+
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -288,6 +322,8 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     bf16 instructions (see :func:`cpu_has_native_bf16`), else fp32. ``fp32``, ``bf16``,
     ``fp16`` force a choice (forced bf16 on a CPU without it works, emulated and slow).
     """
+    import torch
+
     if precision == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -296,7 +332,8 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
         return None
     if precision not in PRECISIONS:
         raise DotcatError(f"unknown precision {precision!r} ({', '.join(ALL_PRECISIONS)})")
-    dtype = PRECISIONS[precision]
+    name = PRECISIONS[precision]
+    dtype = None if name is None else getattr(torch, name)
     if dtype is torch.bfloat16 and device.type == "cpu" and not detect_native_bf16():
         _warn_once("bf16 on a CPU without native bf16: emulated, slower than fp32")
     return dtype
@@ -324,6 +361,8 @@ def store_linear_weights(model: torch.nn.Module, dtype: torch.dtype | None) -> i
     Returns:
         how many linear layers were changed.
     """
+    import torch
+
     if dtype != torch.bfloat16:
         return 0
     changed = 0
@@ -338,13 +377,16 @@ def store_linear_weights(model: torch.nn.Module, dtype: torch.dtype | None) -> i
 
 def precision_name(dtype: torch.dtype | None) -> str:
     """``fp32``, ``bf16`` or ``fp16``: the name an index manifest or a record stores."""
-    return next(name for name, value in PRECISIONS.items() if value is dtype)
+    wanted = None if dtype is None else str(dtype).removeprefix("torch.")
+    return next(name for name, value in PRECISIONS.items() if value == wanted)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
     """``torch.autocast`` for ``dtype`` on ``device``, or a no-op context for fp32."""
     if dtype is None:
         return contextlib.nullcontext()
+    import torch
+
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
@@ -431,6 +473,8 @@ def configure_threads(num_threads: int | None = None) -> int:
         the intra-op thread count now in effect.
     """
     global _interop_done
+    import torch
+
     if num_threads is None:
         if os.environ.get("OMP_NUM_THREADS"):
             return torch.get_num_threads()

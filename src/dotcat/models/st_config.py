@@ -53,6 +53,24 @@ class StSettings:
     query_prompt: str | None = None
     document_prompt: str | None = None
 
+    def pooling_and_similarity(
+        self, pooling: str | None, similarity: str | None
+    ) -> tuple[str, str]:
+        """The pooling and similarity asked for (checked by ``EncoderConfig.validate``), else
+        the model's sentence-transformers files' (only those dotcat supports are read), else
+        ``cls`` and ``dot`` (DPR's)."""
+        pooling = pooling or self.pooling
+        if pooling is None:
+            if self.pooling_error:
+                raise DotcatError(f"{self.pooling_error}; pass an explicit pooling (cls or mean)")
+            pooling = "cls"
+        return pooling, similarity or self.similarity or "dot"
+
+
+def or_prompt(prefix: str | None, prompt: str | None) -> str:
+    """A prefix given in the config (``""``: none), else the model's recorded prompt."""
+    return (prompt or "") if prefix is None else prefix
+
 
 def _read_json(path: Path) -> Any:
     try:

@@ -27,10 +27,9 @@ import numpy as np
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, check_encoder, document_text
 from dotcat.index.docstore import StoredDocument
-from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
 from dotcat.index.filtered import Admitted
 from dotcat.index.shards import ShardSet, open_index
-from dotcat.models import BiEncoder
 from dotcat.options import AGGREGATE_TOP, AGGREGATION
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
@@ -72,7 +71,8 @@ class DenseRetriever:
         check_aggregation(aggregation, aggregate_top)
         self.index = index or open_index(index_dir, device=device, search_params=search_params)
         entry = self.index.manifest.encoder
-        self.encoder = BiEncoder.load(encoder_config_from_manifest(entry, model, device, precision))
+        config = encoder_config_from_manifest(entry, model, device, precision)
+        self.encoder = load_query_encoder(config)  # without PyTorch where it can
         check_encoder(self.index.manifest, self.encoder.manifest_entry(), self.index.dir)
         self.aggregation, self.aggregate_top = aggregation, aggregate_top
         #: The scale of the scores: the encoder's similarity.

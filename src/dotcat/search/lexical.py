@@ -39,7 +39,7 @@ def load_bm25(index_dir: Path, index: Any) -> BM25Index | None:
     entry = index.manifest.bm25
     if not entry:
         return None
-    bm25 = BM25Index.load(index_dir / entry["dir"], mmap=True)
+    bm25 = BM25Index.load(index_dir / entry["dir"], mmap=True, search_only=True)
     # Its rows: the passages (FAISS's vectors), or the documents whole (an index without
     # passages, or one splitting only its longest documents).
     rows = len(index) if "passages" in entry else index.document_count

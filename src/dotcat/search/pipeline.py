@@ -176,8 +176,9 @@ class SearchPipeline:
 
     @property
     def encoder(self):
-        """The index's BERT_DOT query encoder (a loaded
-        :class:`dotcat.models.bi_encoder.BiEncoder`)."""
+        """The index's BERT_DOT query encoder: run from an export without PyTorch where it
+        gives the index's query vectors (:mod:`dotcat.models.exported_encoder`), else a loaded
+        :class:`dotcat.models.bi_encoder.BiEncoder`."""
         return self.stage("dense").retriever.encoder
 
     def one_thread_small_calls(self) -> None:

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,13 +37,14 @@ from dotcat.errors import DotcatError
 from dotcat.files import read_json_or_none
 from dotcat.index import document_text
 from dotcat.models.config import CrossEncoderConfig
-from dotcat.models.cross_encoder import CrossEncoder
 from dotcat.models.resolve import TRAINING_RECORD, check_model
-from dotcat.models.runtime import store_linear_weights
 from dotcat.options import RERANK_DEPTH
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.config import parse_interpolate
 from dotcat.types import Run, RunLike
+
+if TYPE_CHECKING:  # loaded only where a pipeline re-ranks: PyTorch takes seconds to import
+    from dotcat.models.cross_encoder import CrossEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +291,9 @@ class Reranker:
         # Refused before loading: a bi-encoder would get an untrained head (and transformers
         # would print its load report first).
         check_model(model, cross_encoder=True)
+        from dotcat.models.cross_encoder import CrossEncoder
+        from dotcat.models.runtime import store_linear_weights
+
         config = CrossEncoderConfig(
             model=model, device=device, precision=precision, backend=backend, batch_size=batch_size
         )

@@ -54,7 +54,7 @@ from dotcat.index import layout
 from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef, StoredDocument
-from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
 from dotcat.index.fields import FieldInfo, merged_kinds, with_distinct
 from dotcat.index.manifest import Manifest, check_encoder
 from dotcat.index.shards import (
@@ -64,7 +64,6 @@ from dotcat.index.shards import (
     shard_dirs,
     shard_order,
 )
-from dotcat.models import BiEncoder
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match
 from dotcat.search.cluster import ClusterConfig, is_shard_folder
@@ -538,7 +537,7 @@ class FrontEncoder:
     def __init__(self, context: ShardedStages) -> None:
         c, manifest = context.config, context.index.manifest
         config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
-        self.encoder = BiEncoder.load(config)
+        self.encoder = load_query_encoder(config)
         check_encoder(manifest, self.encoder.manifest_entry(), context.index_dir)
         self.encoder.single_query_threads = context.small_call_threads
         self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"

@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from bm25s.stopwords import STOPWORDS_EN_PLUS
+from dotcat.index.bm25 import bm25s_stopwords  # (without importing bm25s: SciPy)
 
 #: The most characters of document text in a snippet (a cut adds "… " or " …").
 SNIPPET_CHARS = 300
@@ -39,7 +39,7 @@ LEAD = 0.2
 
 _TERM = re.compile(r"[^\W_]{2,}")
 _SPACE = re.compile(r"\s")
-_STOP = frozenset(STOPWORDS_EN_PLUS)
+_STOP = frozenset(bm25s_stopwords("STOPWORDS_EN_PLUS"))
 ELLIPSIS = "…"
 
 
