@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from tests.rankings import assert_same_ranking
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 
 def test_tied_documents_may_swap_and_trade_places_at_the_cut():
     a = [("d1", 3.0), ("d2", 2.00001), ("d3", 2.0), ("d4", 1.0), ("d5", 0.99999)]

@@ -19,6 +19,8 @@ from dotcat.evaluation.plots import DPI, PANEL_INCHES, WIDTH_INCHES
 from dotcat.search.feedback import RM3
 from dotcat.search.lexical import bm25_search
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 runner = CliRunner()
 
 

@@ -10,6 +10,8 @@ import pytest
 from dotcat.index import filtered
 from dotcat.index.filtered import Admitted, search_admitted
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 N, DIM, K = 3000, 16, 20
 
 

@@ -20,6 +20,8 @@ from dotcat.index.shards import ShardSet, merge_indexes, open_index
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 
 def _corpus(path: Path, n: int, prefix: str = "d") -> Path:
     """Every document a different text (no near-ties whose order is arbitrary)."""

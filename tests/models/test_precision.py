@@ -16,6 +16,8 @@ from dotcat.errors import DotcatError
 from dotcat.models import BiEncoder, EncoderConfig, runtime
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 TEXTS = [
     "Cats are small domesticated carnivorous mammals.",
     "Dogs were domesticated from wolves long ago, probably more than fifteen thousand years.",
