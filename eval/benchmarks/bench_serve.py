@@ -45,13 +45,15 @@ def free_port() -> int:
 
 
 class Server:
-    """``dotcat serve`` as a child process."""
+    """``dotcat serve`` as a child process; its stderr to ``log`` (a long run's warnings
+    would fill a pipe nobody reads), else kept to say why it did not start."""
 
-    def __init__(self, index: Path, *options: str) -> None:
+    def __init__(self, index: Path, *options: str, log: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [*DOTCAT, "-q", "serve", str(index), "--port", str(self.port), "--no-access-log"]
-        self.process = subprocess.Popen([*command, *options], stderr=subprocess.PIPE, text=True)
+        self.log = open(log, "w") if log else subprocess.PIPE  # noqa: SIM115 - until stop()
+        self.process = subprocess.Popen([*command, *options], stderr=self.log, text=True)
         deadline = time.monotonic() + 300
         while True:
             try:
@@ -60,7 +62,8 @@ class Server:
             except httpx.HTTPError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"dotcat serve did not start: {self.process.stderr.read()}")
+                why = Path(log).read_text() if log else self.process.stderr.read()
+                raise SystemExit(f"dotcat serve did not start: {why}")
             time.sleep(0.2)
 
     def peak_rss_mib(self) -> float:
@@ -73,6 +76,8 @@ class Server:
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=60)
+        if self.log is not subprocess.PIPE:
+            self.log.close()
 
 
 def _peak_rss_kib(pid: int) -> int:

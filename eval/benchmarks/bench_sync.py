@@ -32,9 +32,7 @@ import logging
 import os
 import resource
 import shutil
-import signal
 import statistics
-import subprocess
 import threading
 import time
 from datetime import datetime
@@ -43,8 +41,7 @@ from pathlib import Path
 import httpx
 
 import common
-from bench_serve import Tally, free_port, load
-from common import DOTCAT
+from bench_serve import Server, Tally, load
 
 STAGES = ("dense", "bm25", "hybrid")
 TOLERANCE = 1e-5
@@ -177,33 +174,6 @@ def breakdown(folder: Path, index: Path, docs: list[dict], n: int) -> list[str]:
     return rows
 
 
-class Served:
-    """``dotcat serve INDEX --watch`` in a child process, its log in a file."""
-
-    def __init__(self, index: Path, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        port = self.url.rsplit(":", 1)[1]
-        command = [*DOTCAT, "-q", "serve", str(index), "--port", port, "--watch",
-                   "--no-access-log"]  # fmt: skip
-        self.log = open(log, "w")  # noqa: SIM115 - the child writes to it until stopped
-        self.process = subprocess.Popen(command, stderr=self.log, stdout=self.log)
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"dotcat serve did not start (see {log})")
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=60)
-        self.log.close()
-
-
 def served_rounds(url: str, folder: Path, rounds: int) -> list[dict]:
     """``rounds`` changes (add, edit, remove in turn), each waited for until searchable."""
     live = folder / "live"
@@ -271,7 +241,7 @@ def main() -> None:
     rows = compare(index, fresh, topics)
     parts = breakdown(folder, index, docs, args.files)
 
-    server = Served(index, args.work / "serve.log")
+    server = Server(index, "--watch", log=args.work / "serve.log")
     try:
         params = {"k": 10}
         queries = list(topics.values())
