@@ -1,12 +1,17 @@
 """``dotcat search INDEX "query"`` from a cold process: wall seconds before and after, where
 they go, and whether the results are the same.
 
-    python eval/benchmarks/bench_cli_search.py --before-ref 2fb7140 [--index indexes/scifact-minilm]
+    python eval/benchmarks/bench_cli_search.py --before-undo 700d611,... [--index INDEX]
+    python eval/benchmarks/bench_cli_search.py --before-ref 2fb7140
     python eval/benchmarks/bench_cli_search.py --before-src /path/to/an/older/checkout/src
 
-*Before* is another tree of dotcat's sources (``--before-ref``: a commit, extracted with ``git
-archive``; ``--before-src``: a ``src`` folder), run by the same interpreter and packages
-(``PYTHONPATH``); *after* is this checkout. The index is built beforehand (``make scifact``).
+*Before* is another tree of dotcat's sources: this checkout's with commits undone
+(``--before-undo``: their diffs reversed, so other work since is in both), a commit's
+(``--before-ref``, extracted with ``git archive``) or a ``src`` folder (``--before-src``), run by
+the same interpreter and packages (``PYTHONPATH``); *after* is this checkout. The index is built
+beforehand (``make scifact``). Bytecode caches are written and read as a user's Python does
+(``PYTHONDONTWRITEBYTECODE`` is left out of the runs' environment; the untimed first runs
+write them).
 
 - **Wall**: each run starts the ``dotcat`` console script in a new process, the default
   (hybrid) search of one query, as a user types it; the page cache is warm (one untimed run of
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,6 +105,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--tolerance", type=float, default=1e-5)
     before = parser.add_mutually_exclusive_group(required=True)
+    before.add_argument("--before-undo", help="commits (comma-separated) undone from this tree")
     before.add_argument("--before-ref", help="a commit of this repository")
     before.add_argument("--before-src", type=Path, help="a folder of dotcat's sources")
     parser.add_argument("--skip-results", action="store_true", help="no --queries runs")
@@ -120,6 +127,16 @@ def before_tree(args) -> Path:
     """The ``src`` folder of the sources to compare with."""
     if args.before_src is not None:
         return args.before_src.resolve()
+    if args.before_undo is not None:  # outside the repository: git apply works as patch there
+        out = Path(tempfile.mkdtemp(prefix="dotcat-before-"))
+        shutil.copytree(common.ROOT / "src", out / "src",
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        for commit in reversed(args.before_undo.split(",")):
+            diff = subprocess.run(["git", "diff", f"{commit}^", commit, "--", "src"],
+                                  cwd=common.ROOT, capture_output=True, check=True)  # fmt: skip
+            diff = diff.stdout
+            subprocess.run(["git", "apply", "-R", "-"], input=diff, cwd=out, check=True)
+        return out / "src"
     out = args.work / f"before-{args.before_ref}"
     if not (out / "src" / "dotcat").is_dir():
         out.mkdir(parents=True, exist_ok=True)
@@ -130,8 +147,9 @@ def before_tree(args) -> Path:
 
 
 def env(src: Path) -> dict[str, str]:
-    """The environment that runs ``dotcat`` from the sources in ``src``."""
-    return {**os.environ, "PYTHONPATH": str(src)}
+    """The environment that runs ``dotcat`` from the sources in ``src`` (bytecode cached)."""
+    kept = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**kept, "PYTHONPATH": str(src)}
 
 
 def dotcat(src: Path, args: list[str], probe: bool = False) -> tuple[float, str, str]:
@@ -229,7 +247,8 @@ def median(values: list) -> float:
 def write_report(args, wall, phases, same, runs) -> None:
     lines = common.header('`dotcat search INDEX "query"` from a cold process')
     ratios = [a / b for a, b in zip(wall["after"], wall["before"], strict=True)]
-    before_name = args.before_ref or common.shown(args.before_src)
+    before_name = (f"this tree less {args.before_undo}" if args.before_undo else
+                   args.before_ref or common.shown(args.before_src))  # fmt: skip
     lines += [
         f"Index: `{common.shown(args.index)}`; query: `{args.query}`; the default (hybrid) "
         f"search, 10 results printed. Before: `{before_name}`; after: this checkout. "

@@ -34,6 +34,8 @@ def test_fp32_vectors_are_pytorchs(tiny_bert_dir, pooling, similarity):
     config = _config(tiny_bert_dir, pooling=pooling, similarity=similarity)
     exported, torch_encoder = ExportedEncoder.load(config), BiEncoder.load(config)
     assert exported.backend == "onnxruntime" and exported.precision == "fp32"
+    graph, weights = exported.runner.path, exported.runner.path.with_suffix(".onnx_data")
+    assert weights.stat().st_size > 10 * graph.stat().st_size  # mapped, not parsed (startup)
     for encode in ("encode_queries", "encode_documents"):
         texts = [*QUERIES, *DOCS, LONG]
         got = getattr(exported, encode)(texts)

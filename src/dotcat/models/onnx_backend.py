@@ -21,6 +21,8 @@ inside the directory that holds the transformer's weights::
 
     onnx/model.onnx                       fp32 export (inputs input_ids, attention_mask,
                                           token_type_ids; output last_hidden_state or logits)
+    onnx/model.onnx_data                  its weights (ONNX external data: ONNX Runtime maps
+                                          them, a session starts in 0.1 s, not 0.3 s)
     onnx/model_qint8_avx512_vnni.onnx     int8, for CPUs with VNNI
     onnx/model_qint8_avx2.onnx            int8, 7-bit weights, for AVX2 without VNNI
     onnx/dotcat_export.json               per file: the weights' fingerprint, the recipe
@@ -34,7 +36,9 @@ weights; an export made on first use goes to ``$DOTCAT_CACHE/onnx/<fingerprint>/
 from __future__ import annotations
 
 import logging
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,14 +47,17 @@ import numpy as np
 import onnxruntime as ort
 
 from dotcat.errors import DotcatError
+from dotcat.files import writing
 from dotcat.models import export_files
-from dotcat.models.export_files import atomic_file, quiet_export, record, recorded
+from dotcat.models.export_files import atomic_file, quiet_export, record
 from dotcat.models.runtime import cpu_flags, quiet_transformers
 
 logger = logging.getLogger(__name__)
 
 ONNX_DIR = "onnx"
 OPSET = 17
+#: The fp32 export's weights file, beside it (``model.onnx_data``, Optimum's name).
+DATA_SUFFIX = ".onnx_data"
 #: What each kind of model outputs (Optimum's names: ``ORTModelForFeatureExtraction`` reads
 #: ``last_hidden_state``, ``ORTModelForSequenceClassification`` reads ``logits``).
 OUTPUTS = {"encoder": "last_hidden_state", "cross-encoder": "logits"}
@@ -100,7 +107,7 @@ def find_or_export(
     name = export_name(precision, variant)
     recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
-    found = export_files.current_export(homes, name, recipe)
+    found = export_files.current_export(homes, name, recipe, *_companions(precision))
     if found is not None:
         return found
     return export(
@@ -139,10 +146,9 @@ def export(
     name = export_name(precision, variant)
     fp32 = home / export_name("fp32")
     fp32_recipe = _recipe(kind, "fp32", variant, keep_fp32, fingerprint)
-    if not (fp32.is_file() and recorded(home, fp32.name) == fp32_recipe):
+    if export_files.current_export([home], fp32.name, fp32_recipe, DATA_SUFFIX) is None:
         logger.info("exporting %s to ONNX: %s", weights_dir, fp32)
-        with atomic_file(fp32) as tmp:
-            _export_fp32(weights_dir, kind, tmp)
+        _write_fp32(weights_dir, kind, fp32)
         record(home, fp32.name, fp32_recipe)
     if precision == "fp32":
         return fp32
@@ -244,7 +250,31 @@ def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint
     recipe = {"kind": kind, "precision": precision, "weights_sha256": fingerprint, "opset": OPSET}
     if precision == "int8":
         recipe |= {"variant": variant, "keep_fp32": keep_fp32, "per_channel": True}
+    else:
+        recipe["weights_file"] = Path(export_name("fp32")).with_suffix(DATA_SUFFIX).name
     return recipe
+
+
+def _companions(precision: str) -> tuple[str, ...]:
+    """The suffixes of the files an export has beside it: fp32's weights."""
+    return (DATA_SUFFIX,) if precision == "fp32" else ()
+
+
+def _write_fp32(weights_dir: Path, kind: str, target: Path) -> None:
+    """The fp32 export at ``target`` (:func:`_export_fp32`), its weights in the external data
+    file beside it; both written in a temporary folder and renamed into place, the weights
+    first, so a crash leaves an export whose record does not match (made again)."""
+    import onnx  # only an export needs it
+
+    data = target.with_suffix(DATA_SUFFIX)
+    with writing(target), tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp:
+        whole = Path(tmp) / "whole.onnx"
+        _export_fp32(weights_dir, kind, whole)
+        model = onnx.load(str(whole))
+        onnx.save_model(model, str(Path(tmp) / target.name), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=data.name)  # fmt: skip
+        os.replace(Path(tmp) / data.name, data)
+        os.replace(Path(tmp) / target.name, target)
 
 
 def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
