@@ -80,11 +80,12 @@ def index(
     check_build(corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
                 model=encoder.model, options=options, max_length=encoder.max_length)  # fmt: skip
 
-    from dotcat.index.encoder import describe_precision
+    from dotcat.index.encoder import describe_precision, prepare_queries
     from dotcat.tuning import build_and_tune
 
     built = build_and_tune(corpus, index_dir, encoder, config, overwrite=overwrite, fresh=fresh,
                            corpus_options=options)  # fmt: skip
+    prepare_queries(built.manifest.encoder, encoder.device)  # `dotcat search` starts fast
     manifest, n = built.manifest, built.manifest.documents["count"]
     entry, split = manifest.encoder, manifest.passages
     passages = f" as {split['count']} passages of {split['window']} tokens" if split else ""

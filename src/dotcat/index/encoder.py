@@ -71,6 +71,14 @@ def load_query_encoder(config: EncoderConfig):
     return BiEncoder.load(config)
 
 
+def prepare_queries(encoder_entry: Mapping, device: str = "auto") -> None:
+    """Make now what a search of an index with this encoder runs its queries on (the export
+    of :func:`load_query_encoder`), so that its first search does not (``dotcat index``)."""
+    encoder, why = try_load(encoder_config_from_manifest(encoder_entry, device=device))
+    if encoder is None:
+        logger.info("queries of this index run in PyTorch: %s", why)
+
+
 def recorded_precision(encoder_entry: Mapping, side: str = "queries") -> str | None:
     """The precision an index records for one side: its documents' (``precision``), or the
     one its build chose for its queries (``queries``; indexes from before the choice was
