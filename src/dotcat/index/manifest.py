@@ -25,6 +25,8 @@ from dotcat.index.layout import (
     MANIFEST_NAME,
     check_writable,
     index_lock,
+    is_complete,
+    leftovers,
     recover_for_reading,
 )
 
@@ -164,9 +166,12 @@ def built_from(corpus: object, index_dir: str | Path) -> bool:
     index_dir = Path(index_dir)
     if not isinstance(corpus, (str, os.PathLike)):
         return False
-    recover_for_reading(index_dir)  # a swap a killed writer left half done
     if not (index_dir / MANIFEST_NAME).is_file():
-        return False
+        if not any(is_complete(p) for p in leftovers(index_dir)):
+            return False
+        recover_for_reading(index_dir)  # a swap a killed writer left half done
+        if not (index_dir / MANIFEST_NAME).is_file():
+            return False
     manifest = Manifest.read(index_dir)
     entry = manifest.corpus
     return (
