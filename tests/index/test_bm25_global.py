@@ -12,6 +12,7 @@ from dotcat.index.bm25 import BM25Index
 from dotcat.index.bm25_global import (
     CollectionStatistics,
     shard_statistics,
+    updated,
     with_collection_statistics,
 )
 from dotcat.index.config import BM25Config
@@ -111,3 +112,24 @@ def test_term_counts_are_saved_and_counted_again_for_an_older_index(tmp_path):
     np.testing.assert_array_equal(counted.lengths, index.counts.lengths)
     with pytest.raises(DotcatError, match="not the ones"):
         older.count_terms(documents(60, seed=2))
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
+def test_an_index_updated_from_its_counts_scores_as_a_build_of_its_rows(method, tmp_path):
+    docs, config = documents(), BM25Config(method=method)
+    build(docs[:200], config).save(tmp_path / "old")
+    dropped = {d["id"] for d in docs[:200:7]}
+    new = updated(BM25Index.load(tmp_path / "old"), dropped, docs[200:])
+    new.save(tmp_path / "new")  # as an update saves it, then a search loads it
+    new = BM25Index.load(tmp_path / "new", mmap=True)
+    whole = build([d for d in docs[:200] if d["id"] not in dropped] + docs[200:], config)
+    assert new.doc_ids == whole.doc_ids
+    frequencies = [
+        {t: int(df) for t, df in zip(b.vocabulary, b.document_frequencies, strict=True) if df}
+        for b in (new, whole)
+    ]
+    assert frequencies[0] == frequencies[1]  # a term no row holds any more: an empty column
+    for query in QUERIES:
+        got, want = new.search_one(query, 10_000), whole.search_one(query, 10_000)
+        assert got == want  # the same arithmetic: the same floats
+    assert updated(new, {d["id"] for d in docs}, []).search_one(QUERIES[0]) == []  # all gone
