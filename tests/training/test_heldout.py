@@ -192,3 +192,21 @@ def test_a_finished_run_owing_its_check_runs_it_on_resume(toy_data, tiny_bert_di
     train(_cat(toy_data, unchecked, tiny_bert_dir, epochs=1, resume=True))
     record = _record(unchecked)
     assert record["heldout_check"]["queries"] == 16 and record["steps"] == steps  # not retrained
+
+
+def test_a_fold_that_cannot_train_leaves_its_queries_out(toy_data, tiny_bert_dir, tmp_path, caplog):
+    """No BM25 negative in the window: only q0, judged irrelevant documents beside its answer,
+    makes an example; the fold that holds q0 out has nothing to train on."""
+    qrels = tmp_path / "qrels.tsv"
+    lines = [f"q{i}\td{i}\t1" for i in range(len(TOPICS))] + ["q0\tx0\t0", "q0\tx1\t0"]
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
+    out = train(DotConfig(
+        data=toy_data, qrels=qrels, queries=toy_data / "queries.jsonl", out_dir=tmp_path / "dot",
+        base=str(tiny_bert_dir), window=(50, 60), n_negatives=1, epochs=1, batch_size=4,
+        max_length=32, query_max_length=16, bf16="off", device="cpu", show_progress=False,
+    ))  # fmt: skip
+    left_out = next(part for part in folds(QIDS, 5) if "q0" in part)
+    warned = [r.getMessage() for r in caplog.records if "are left out" in r.getMessage()]
+    assert len(warned) == 1 and f"its {len(left_out)} queries are left out" in warned[0]
+    check = _record(out)["heldout_check"]
+    assert check["queries"] == len(QIDS) - len(left_out) and check["shown_better"] is False

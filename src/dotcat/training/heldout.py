@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.data.splits import DEV_SEED, unit_hash
+from dotcat.errors import DotcatError
 from dotcat.evaluation import compare_to_baseline, evaluate_runs
 from dotcat.files import read_json_or_none, write_json
 from dotcat.models.resolve import TRAINING_RECORD, weights_fingerprint
@@ -82,6 +83,8 @@ class Verdict:
     def figures(self, trained: str, first: str) -> str:
         """``MEASURE T for TRAINED against F for FIRST: +d [low, high] over n held-out queries
         (method)``."""
+        if self.queries < 2:
+            return f"{self.queries} held-out judged queries ranked ({self.method}): too few"
         return (
             f"{MEASURE} {self.trained:.4f} {trained} against {self.first:.4f} {first}: "
             f"{self.diff:+.4f} [{self.low:+.4f}, {self.high:+.4f}] over {self.queries} held-out "
@@ -90,7 +93,8 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         out = {"measure": MEASURE, **dataclasses.asdict(self), "shown_better": self.shown_better}
-        return out | {k: out[k] if math.isfinite(out[k]) else None for k in ("low", "high")}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in out.items()}  # fmt: skip
 
 
 def folds(qids: Sequence[str], k: int) -> list[list[str]]:
@@ -108,11 +112,11 @@ def compare(first: RunLike, trained: RunLike, qrels: Qrels, method: str) -> Verd
     that inverts it: the interval excludes 0 exactly where the difference is significant)."""
     queries = set(first) | set(trained)
     judged = {q: dict(qrels[q]) for q in queries if q in qrels}
+    if len(judged) < 2:  # a paired comparison needs two queries: nothing is shown
+        return Verdict(method, len(judged), math.nan, math.nan, 0.0, -math.inf, math.inf, 1.0)
     with quiet_logger("dotcat.evaluation"):  # e.g. lists shorter than 10 on a tiny corpus
         reports = evaluate_runs({FIRST: first, TRAINED: trained}, judged, measures=[MEASURE])
     a, b = reports[FIRST].aggregate[MEASURE], reports[TRAINED].aggregate[MEASURE]
-    if len(judged) < 2:  # a paired comparison needs two queries: nothing is shown
-        return Verdict(method, len(judged), a, b, b - a, -math.inf, math.inf, 1.0)
     paired = compare_to_baseline(reports, FIRST, [MEASURE])[TRAINED][MEASURE]
     return Verdict(method, paired.n, a, b, paired.diff, paired.low, paired.high, paired.pvalue)
 
@@ -140,12 +144,14 @@ def check(recipe: Any, config: TrainConfig, ctx: DistributedContext) -> Verdict 
         lists: dict[str, Any] = {}
         for i, part in enumerate(parts):
             lists.update(_fold_lists(recipe, config, ctx, i, len(parts), part))
+        parts = [[q for q in part if q in lists] for part in parts]
         method = f"{len(parts)}-fold cross-validation"
     else:
         parts = folds(list(recipe.dev_queries), config.check_folds)
         lists = recipe.dev_lists()
         method = "the dev split"
-    verdict = recipe.judge(lists, parts, method)
+    # Fewer than two queries ranked (every fold failed to train): nothing can be shown.
+    verdict = recipe.judge(lists, parts, method) if len(lists) > 1 else compare({}, {}, {}, method)
     updates = recipe.keep(verdict)
     record = read_json_or_none(out_dir / TRAINING_RECORD) or {}
     record[RECORD_KEY] = {**verdict.to_json(), **updates.pop("check", {})}
@@ -185,9 +191,14 @@ def _fold_lists(
         i + 1, k, len(recipe.data.queries) - len(held), len(held),
     )  # fmt: skip
     fold = type(recipe)(fold_config, ctx)
-    with quiet_logger("dotcat"):
-        loop.train(fold, fold_config, ctx)
-    lists = recipe.heldout_lists(fold.trained, held)
+    try:
+        with quiet_logger("dotcat"):
+            loop.train(fold, fold_config, ctx)
+        lists = recipe.heldout_lists(fold.trained, held)
+    except DotcatError as e:  # e.g. the other folds hold no example: nothing to judge with
+        logger.warning("held-out check, fold %d of %d: %s; its %d queries are left out",
+                       i + 1, k, e, len(held))  # fmt: skip
+        lists = {}
     del fold
     write_json(saved, {"held_out": sorted(held), "lists": lists}, indent=None)
     shutil.rmtree(fold_dir, ignore_errors=True)

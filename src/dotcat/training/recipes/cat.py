@@ -168,6 +168,7 @@ class CatRecipe:
         self.mining_seconds = 0.0
         self.best_score: float | None = None
         self.best_candidates: dict[str, Any] = {}
+        self.choice: Choice | None = None  # the weight the held-out check's lists choose
 
     def prepare(self) -> None:
         """Data and dev split, the model's training settings, pools and examples."""
