@@ -1,0 +1,51 @@
+"""`auto` picks only paths whose recorded retention keeps the bar (issue 66): of fp32's
+default-pipeline nDCG@10, >= 99.8% on the mean of the collections, >= 98.5% on each, none
+significantly below fp32 (paired t-test, p < 0.05).
+
+The record (``eval/benchmarks/results/precision_auto.json``) holds what the results files
+measured, path by path; fp32 is the reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dotcat.models import runtime
+
+RECORD = Path(__file__).resolve().parents[2] / "eval/benchmarks/results/precision_auto.json"
+
+
+def _path(precision: str) -> str:
+    """The record's name for what ``auto`` runs a bi-encoder side at."""
+    if precision == "int8":
+        return f"int8 {runtime.INT8_BY_DEFAULT['encoder'][0]}"
+    return f"{precision} torch"
+
+
+def _keeps(found: dict, bar: dict) -> bool:
+    return (
+        found["mean"] >= bar["mean"]
+        and found["lowest"] >= bar["floor"]
+        and not found["significantly_below"]
+    )
+
+
+def test_auto_picks_no_path_whose_recorded_retention_is_under_the_bar():
+    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    bar, paths = record["bar"], record["paths"]
+    assert (bar["mean"], bar["floor"], bar["p"]) == (0.998, 0.985, 0.05)
+    for kind, sides in runtime.AUTO_ENCODER.items():
+        for precision in set(sides) - {"fp32"}:
+            found = paths.get(_path(precision))
+            assert found is not None, f"{kind}: {precision} has no recorded retention"
+            assert _keeps(found, bar), f"{kind}: {_path(precision)} is under the bar: {found}"
+
+
+def test_the_record_is_what_its_results_files_say():
+    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    root = RECORD.parents[3]
+    for name, found in record["paths"].items():
+        text = (root / found["source"]).read_text(encoding="utf-8")
+        assert f"{found['mean']:.2%}" in text, name
+        assert f"{found['lowest']:.2%}" in text, name
