@@ -30,8 +30,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from dotcat.data import CorpusOptions, CorpusStats, Document, iter_corpus
-from dotcat.data.corpus import CACHE_FORMAT_VERSION, COLUMNS, fields_json
+from dotcat.data import CorpusOptions, CorpusStats, iter_corpus
+from dotcat.data.corpus import CACHE_FORMAT_VERSION, fields_json
 from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id
 from dotcat.errors import DotcatError
 from dotcat.index import layout
@@ -231,19 +231,8 @@ def _compare(
     # A file's record is kept where it gave documents (one that gave none is read again).
     files = {k: v for k, v in now.items() if k not in stale and before.get(k) is not None}
     files.update({k: now[k] for k in stale if k in seen or k == ""})
-    change = Change(sorted(held), _dataset(added), fields, {"key": state["key"], "files": files})
+    change = Change(sorted(held), added or None, fields, {"key": state["key"], "files": files})
     return change, (len(added) - changed, changed, len(fields), len(stale))
-
-
-def _dataset(documents: list[Document]):
-    """The documents to add as a dataset (:func:`dotcat.data.load_corpus`'s columns), or
-    None when there are none."""
-    if not documents:
-        return None
-    import datasets
-
-    rows = zip(*[(d.id, d.title, d.text, fields_json(d.fields)) for d in documents], strict=True)
-    return datasets.Dataset.from_dict({k: list(v) for k, v in zip(COLUMNS, rows, strict=True)})
 
 
 def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> BiEncoder | None:

@@ -44,7 +44,7 @@ import faiss
 import numpy as np
 
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
-from dotcat.data.corpus import iter_row_batches
+from dotcat.data.corpus import fields_json, iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, write_json, writes
@@ -89,8 +89,9 @@ class Change:
 
     Attributes:
         remove: ids of documents to delete.
-        add: documents to add (a dataset as :func:`dotcat.data.load_corpus` gives); an id the
-            index holds is replaced (its old document removed first).
+        add: documents to add (a dataset as :func:`dotcat.data.load_corpus` gives, or a list of
+            :class:`~dotcat.data.Document`); an id the index holds is replaced (its old document
+            removed first).
         fields: id -> fields (JSON, as the dataset holds them) for documents whose text stays.
         files: the state of the folder's files as the index now holds them
             (:func:`write_files`), or None: the state of the files whose documents change is
@@ -323,9 +324,20 @@ def _vector_ids(store: DocStore, manifest: Manifest, positions: list[int]) -> li
 
 def _existing_ids(dataset) -> list[str]:
     """Every id of ``dataset`` (none for None)."""
-    if dataset is None:
-        return []
-    return [i for _, batch in iter_row_batches(dataset, batch_size=10_000) for i in batch["id"]]
+    return [i for batch in _batches(dataset, 10_000) for i in batch["id"]] if dataset else []
+
+
+def _batches(documents, size: int):
+    """Batches of columns (``id``, ``title``, ``text``, ``fields``) of a dataset (as
+    :func:`dotcat.data.load_corpus` gives) or of a list of :class:`~dotcat.data.Document` (a
+    sync's few: no Arrow needed)."""
+    if not isinstance(documents, list):
+        yield from (batch for _, batch in iter_row_batches(documents, batch_size=size))
+        return
+    for start in range(0, len(documents), size):
+        part = documents[start : start + size]
+        rows = zip(*((d.id, d.title, d.text, fields_json(d.fields)) for d in part), strict=True)
+        yield dict(zip(("id", "title", "text", "fields"), map(list, rows), strict=True))
 
 
 def _existing(store: DocStore, dataset) -> set[str]:
@@ -397,7 +409,7 @@ def _add(
     with progress_bar(
         total=len(dataset), desc="encoding documents", unit="doc", enabled=show_progress
     ) as bar:
-        for _, batch in iter_row_batches(dataset, batch_size=8192):
+        for batch in _batches(dataset, 8192):
             positions = range(position, position + len(batch["id"]))
             store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
             store.add_fields(batch_field_rows(positions, batch["fields"]))
