@@ -228,16 +228,33 @@ def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
 
 
 def compare(after: dict, before: dict, tolerance: float) -> str:
-    """Queries whose ranking differs (ids, order) and the largest score difference."""
-    differ = [q for q in before if [d for d, _ in after.get(q, [])] != [d for d, _ in before[q]]]
-    worst = max(
-        (abs(a - b) for q in before for (_, a), (_, b) in zip(after.get(q, []), before[q],
-                                                            strict=False)),
-        default=0.0,
-    )  # fmt: skip
+    """Queries whose ranking differs beyond ties (two documents within ``tolerance`` of each
+    other may come in either order, also across the cut at k), queries reordered within ties,
+    and the largest difference of a document's score."""
+    differ = [q for q in before if not same_ranking(after.get(q, []), before[q], tolerance)]
+    reordered = [q for q in before if [d for d, _ in after.get(q, [])] != [d for d, _ in before[q]]]
+    worst = max((abs(s - dict(before[q])[d]) for q in before for d, s in after.get(q, [])
+                 if d in dict(before[q])), default=0.0)  # fmt: skip
     verdict = "the same" if not differ and worst <= tolerance else "DIFFERENT"
-    return (f"{verdict}: {len(before)} queries, {len(differ)} with another ranking (ids, "
-            f"order) {differ[:5]}, largest score difference {worst:.2e}")  # fmt: skip
+    return (f"{verdict}: {len(before)} queries, {len(differ)} ranked otherwise beyond ties "
+            f"{differ[:5]}, {len(reordered) - len(differ)} with documents within {tolerance:g} "
+            f"of each other in another order {sorted(set(reordered) - set(differ))[:5]}; "
+            f"largest score difference {worst:.2e}")  # fmt: skip
+
+
+def same_ranking(after: list, before: list, tolerance: float) -> bool:
+    """Whether ``after`` ranks as ``before`` with ties allowed: every document scores within
+    ``tolerance`` of its score there (one found by only one of them within ``tolerance`` of the
+    other's last), and no two are in an order that ``before``'s scores contradict by more."""
+    a, b = dict(after), dict(before)
+    last_a, last_b = (after[-1][1] if after else 0.0), (before[-1][1] if before else 0.0)
+    for doc, score in after:
+        if abs(score - b.get(doc, last_b)) > tolerance and (doc in b or score > last_b):
+            return False
+    if any(doc not in a and score > last_a + tolerance for doc, score in before):
+        return False
+    scores = [b.get(doc, last_b) for doc, _ in after]
+    return all(x >= y - tolerance for x, y in zip(scores, scores[1:], strict=False))
 
 
 def median(values: list) -> float:

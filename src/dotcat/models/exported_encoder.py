@@ -157,7 +157,7 @@ class ExportedEncoder:
 
     # -- encoding -------------------------------------------------------------------------
 
-    def encode(self, texts: str | Sequence[str], pad_multiple: int = 1, **_: Any) -> np.ndarray:
+    def encode(self, texts: str | Sequence[str], pad_multiple: int = 1) -> np.ndarray:
         """Vectors of texts as they are (no prefix): one string gives a ``(dim,)`` vector, a
         sequence a float32 ``(len(texts), dim)`` array. Texts are sorted by length and batched
         as :class:`~dotcat.models.bi_encoder.BiEncoder` batches them (``pad_multiple``: each
