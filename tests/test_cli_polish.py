@@ -256,7 +256,8 @@ def test_bm25_reads_the_corpus_sources_index_reads(ws, tmp_path):
 def test_no_lock_file_stays_beside_an_index(ws, tmp_path, tiny_bert_dir):
     index = tmp_path / "idx"
     assert invoke("-q", "index", ws["data"], index, "--model", tiny_bert_dir).exit_code == 0
-    assert invoke("-q", "index", ws["data"], index, "--model", tiny_bert_dir).exit_code == 2
+    assert invoke("-q", "index", ws["data"], index, "--model", tiny_bert_dir).exit_code == 0
+    assert invoke("-q", "index", ws["data"], index, "--no-bm25").exit_code == 2  # (refused)
     assert invoke("-q", "add", index, ws["notes"]).exit_code == 0
     assert invoke("-q", "delete", index, "cats.md").exit_code == 0
     assert invoke("-q", "delete", index, "cats.md").exit_code == 2

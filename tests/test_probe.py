@@ -537,7 +537,7 @@ ARGUMENT_CASES = [
         "{qrels}",
         "--test",
         "anova",
-        expect="--test must be one of t, randomisation, got 'anova'",
+        expect="--test must be one of t, randomisation, bootstrap, got 'anova'",
     ),  # fmt: skip
     case(EVAL, "{run}", "{qrels}", "--baseline", "other.trec", expect="other.trec"),
     case(EVAL, "{qrels}", expect="RUN"),

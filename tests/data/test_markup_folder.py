@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.serve.conftest import live_server
+from typer.main import get_command
 from typer.testing import CliRunner
 
 from dotcat.cli import app
+from dotcat.cli.main import spell_options
 from dotcat.data import iter_corpus
 from dotcat.data.encodings import decode
 
@@ -156,9 +158,12 @@ def test_guessed_files_are_named_with_what_fixes_them(tmp_path, caplog):
         docs = {d.id: d for d in iter_corpus(tmp_path)}
     assert docs["note.txt"].text == NOTE and docs["ru.txt"].fields["encoding"] == "cp1251"
     (line,) = [r.getMessage() for r in caplog.records]  # no "not read: 1 file(s) (.toml)"
-    assert "2 file(s) not in UTF-8 read in a guessed encoding" in line
+    assert "2 file(s) not in UTF-8 read as a guess" in line
     assert line.index("note.txt (cp1252, unsure)") < line.index("ru.txt (cp1251)")
-    assert "--encoding NAME" in line and "--fields 'GLOB:encoding=NAME'" in line
+    assert "encoding=NAME" in line and "file_rules='GLOB:encoding=NAME'" in line
+    spelled = spell_options(line, {"encoding", "file_rules"}, get_command(app).commands["index"])
+    assert "name it: --encoding NAME, or for some files --fields 'GLOB:encoding=NAME'" in spelled
+    assert "the field 'encoding' says" in spelled
     caplog.clear()
     (tmp_path / "dotcat.toml").write_text('[files."*.txt"]\nencoding = "latin-1"\n', "utf-8")
     (tmp_path / "ru.txt").unlink()

@@ -135,13 +135,14 @@ def as_option(error: DotcatError, command) -> str:
 def spell_options(text: str, names, command) -> str:
     """``text`` with each setting of ``names`` that ``command`` has as an option written as
     that option: ``name=True`` as the flag, ``name=False`` as its ``--no-`` form, ``name=V``
-    as ``--flag V``, a bare ``name`` as the flag."""
+    as ``--flag V``, a bare ``name`` as the flag (not after ``:`` or a quote: a rule's key or
+    a field's name)."""
     for param in command.params:
         if param.param_type_name != "option" or param.name not in names:
             continue
         flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
         off = next(iter(param.secondary_opts), flag)
-        name = rf"(?<![\w.-]){re.escape(param.name)}"
+        name = rf"(?<![\w.:'-]){re.escape(param.name)}"
         text = re.sub(rf"{name}=True(?![\w-])", flag, text)
         text = re.sub(rf"{name}=False(?![\w-])", off, text)
         text = re.sub(rf"{name}=(?=\S)", f"{flag} ", text)

@@ -42,7 +42,9 @@ def serve(
     sharded = len(index_dirs) > 1 or is_shard_folder(index_dirs[0])
     cluster = _cluster(sharded, cluster, config)
     if config.watch:
-        _check_watch(index_dirs[0])
+        from dotcat.serve.live import watched_corpus  # (watchfiles: only when asked)
+
+        watched_corpus(Manifest.read(index_dirs[0]).corpus, index_dirs[0])
     target = index_dirs[0] if len(index_dirs) == 1 else index_dirs
     shown = " ".join(map(str, index_dirs))
     workers = config.workers
@@ -72,19 +74,6 @@ def serve(
         run_server(target, pipeline_config, config, access_log=access_log, on_ready=ready,
                    cluster=cluster)  # fmt: skip
     typer.echo("dotcat: server stopped", err=True)
-
-
-def _check_watch(index_dir: Path) -> None:
-    """``--watch`` follows the folder (or corpus file) the index was built from: it must be
-    one, and be there."""
-    entry = Manifest.read(index_dir).corpus
-    if entry.get("kind") not in ("folder", "file"):
-        raise DotcatError(
-            f"--watch: {index_dir} was built from {entry.get('path')!r} ({entry.get('kind')}), "
-            "not a folder or a corpus file: there is nothing to follow"
-        )
-    if not Path(entry["path"]).exists():
-        raise DotcatError(f"--watch: {entry['path']}, which {index_dir} was built from, is gone")
 
 
 def _cluster(sharded: bool, cluster: ServeClusterConfig, config: ServeConfig):

@@ -261,10 +261,10 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
         more = stats.guessed - len(stats.guessed_named)
         named = ", ".join(stats.guessed_named) + (f" and {more} more" if more > 0 else "")
         logger.warning(
-            "%s: %d file(s) not in UTF-8 read in a guessed encoding (the field 'encoding' says "
-            "which): %s; where one reads wrong, give its encoding: --encoding NAME, or for "
-            "some files --fields 'GLOB:encoding=NAME' or a dotcat.toml rule",
-            stats.path, stats.guessed, named,
+            "%s: %d file(s) not in UTF-8 read as a guess (the field 'encoding' says in what): "
+            "%s; where one reads wrong, name it: encoding=NAME, or for some files "
+            "file_rules='GLOB:encoding=NAME' or a dotcat.toml rule",
+            stats.path, stats.guessed, named, extra={"settings": ("encoding", "file_rules")},
         )  # fmt: skip
 
 

@@ -22,8 +22,8 @@ dates a date field, any list makes it a list field, and anything else a string f
 
 A folder's file gives ``path`` (its path in the folder), ``folder``, ``extension`` (lower
 case, no dot, ``.gz`` left out), ``size`` (bytes) and ``mtime`` (its modification time); a
-text file also ``encoding``, the one it was read in (:mod:`dotcat.data.encodings`). A field the document itself
-names (a record's column, a front matter key) keeps the document's value.
+text file also ``encoding``, the one it was read in (:mod:`dotcat.data.encodings`). A field
+the document itself names (a record's column, a front matter key) keeps the document's value.
 """
 
 from __future__ import annotations

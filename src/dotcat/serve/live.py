@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
 from dotcat.data.sources import CorpusOptions
+from dotcat.errors import DotcatError
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, document_config
@@ -107,7 +108,7 @@ class Live:
     async def _watch(self) -> None:
         """Sync after each batch of changes to the folder (or corpus file) it was built from."""
         entry = self.pipeline.manifest.corpus
-        corpus = FilePath(entry["path"])
+        corpus = watched_corpus(entry, self.index_dir)
         options = CorpusOptions(**entry.get("options", {}))
         where = corpus if corpus.is_dir() else corpus.parent
         index = self.index_dir.resolve()
@@ -176,6 +177,19 @@ class Live:
         return WriteOut(generation=self.pipeline.manifest.generation, added=done.added,
                         replaced=done.replaced, deleted=done.deleted,
                         documents=done.documents)  # fmt: skip
+
+
+def watched_corpus(entry: dict[str, Any], index_dir: FilePath) -> FilePath:
+    """The folder (or corpus file) a watch follows: the one the index was built from (its
+    manifest's ``corpus`` ``entry``); an index built otherwise, or from what is gone, refused."""
+    if entry.get("kind") not in ("folder", "file"):
+        raise DotcatError(
+            f"watch: {index_dir} was built from {entry.get('path')!r} ({entry.get('kind')}), "
+            "not a folder or a corpus file: there is nothing to follow"
+        )
+    if not FilePath(entry["path"]).exists():
+        raise DotcatError(f"watch: {entry['path']}, which {index_dir} was built from, is gone")
+    return FilePath(entry["path"])
 
 
 def _record(document: IdentifiedDocument) -> dict[str, Any]:
