@@ -209,23 +209,26 @@ def exported_fp32(side: Side, work: Path):
     st, fingerprint = read_st_settings(path), weights_fingerprint(path)
     model = onnx_backend.find_or_export(st.transformer_dir, "encoder", "fp32", fingerprint)
     if side.variant == "fused":
-        model = fused(model, work / "exports" / f"{fingerprint[:16]}-encoder-fused")
+        model = fused(model, work / "exports" / f"{fingerprint[:16]}-encoder-fused",
+                      st.transformer_dir)  # fmt: skip
     config = EncoderConfig(max_length=256, precision="fp32")
     tokenizer = Tokenizer.from_file(str(st.transformer_dir / "tokenizer.json"))
     runner = onnx_backend.OnnxRunner(model, per_text=False)
     return ExportedEncoder(config, path, runner, tokenizer, st, dim=384, fingerprint=fingerprint)
 
 
-def fused(fp32: Path, home: Path) -> Path:
+def fused(fp32: Path, home: Path, model_dir: Path) -> Path:
     """``fp32`` with onnxruntime.transformers' BERT fusions (:data:`VARIANTS`), made once."""
     out = home / "model_fused.onnx"
     if not out.exists():
         from onnxruntime.transformers.optimizer import optimize_model
 
         home.mkdir(parents=True, exist_ok=True)
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
         # Its own fusions only (opt_level 0): ONNX Runtime applies its optimisations at load.
-        model = optimize_model(str(fp32), model_type="bert", num_heads=0, hidden_size=0,
-                               opt_level=0)  # fmt: skip
+        model = optimize_model(str(fp32), model_type="bert", opt_level=0,
+                               num_heads=config["num_attention_heads"],
+                               hidden_size=config["hidden_size"])  # fmt: skip
         print(f"fused {fp32}: {model.get_fused_operator_statistics()}", flush=True)
         model.save_model_to_file(str(out), use_external_data_format=True)
     return out
@@ -517,7 +520,7 @@ def load_cat(model: Path, precision: str, backend: str, work: Path):
         fingerprint = weights_fingerprint(model)
         path = onnx_backend.find_or_export(model, "cross-encoder", "fp32", fingerprint)
         if backend.endswith("fused"):
-            path = fused(path, work / "exports" / f"{fingerprint[:16]}-cat-fused")
+            path = fused(path, work / "exports" / f"{fingerprint[:16]}-cat-fused", model)
         cat.onnx = onnx_backend.OnnxRunner(path, per_text=False)
     return cat
 
