@@ -106,6 +106,6 @@ def test_hybrid_fuses_document_scores_and_keeps_the_larger_side_s_passage_first(
     # a: all its share from dense (its BM25 is the list's minimum), b: all from BM25
     assert [r.pid for r, _ in by_id["a"].passages] == [2, 0]
     assert [r.pid for r, _ in by_id["b"].passages] == [6, 5]
-    whole = [Match("a", 3.0, ((PassageRef(-1, "a"), 3.0),))]
+    whole = [Match.whole("a", 3.0)]
     fused = fuse_matches(Fusion("rrf"), dense[:1], whole)
     assert fused[0].passages[0][0].pid == 2  # a passage before the whole document

@@ -27,7 +27,6 @@ from dotcat.search.stages import REGISTRY, register_stage, stage_names
 PLUGIN = '''
 """Every document, in id order: a first stage that reads no side of the index."""
 
-from dotcat.index.docstore import PassageRef
 from dotcat.search.aggregation import Match
 
 
@@ -43,13 +42,12 @@ class IdOrder:
 
     @classmethod
     def create(cls, context):
-        rows = context.index.store.iter_rows()
-        return cls(sorted(doc_id for batch in rows for _, doc_id, _, _ in batch))
+        return cls(sorted(context.doc_ids()))
 
     def search(self, queries, k, *, show_progress=False):
         n = len(self.ids)
         top = [(d, float(n - i)) for i, d in enumerate(self.ids[:k])]
-        return {q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in top] for q in queries}
+        return {q: [Match.whole(d, s) for d, s in top] for q in queries}
 '''
 
 

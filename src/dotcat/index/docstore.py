@@ -413,7 +413,8 @@ class DocStore:
         return [StoredDocument(*row) for row in rows]
 
     def all_ids(self) -> list[str]:
-        return [row[0] for row in self._execute("SELECT id FROM docs")]
+        """Every document's id, in the order indexed."""
+        return [row[0] for row in self._execute("SELECT id FROM docs ORDER BY pos")]
 
     def field_rows(self, positions: Sequence[int]) -> dict[int, list[tuple]]:
         """Each document's ``fields`` rows ``(name, value, num, kind)``, sorted (none without

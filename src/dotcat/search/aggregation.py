@@ -50,6 +50,12 @@ class Match:
     score: float
     passages: tuple[tuple[PassageRef, float], ...]
 
+    @classmethod
+    def whole(cls, doc_id: str, score: float) -> Match:
+        """A document matched as a whole, by no passage of the index (BM25's rows, a
+        stage of one's own): its one "passage" is the whole text, with no FAISS id (-1)."""
+        return cls(doc_id, score, ((PassageRef(-1, doc_id), score),))
+
 
 def check_aggregation(method: str, top: int) -> None:
     """Raise :class:`~dotcat.errors.SettingError` for an unknown rule or a ``top`` below 1."""

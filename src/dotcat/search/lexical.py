@@ -20,7 +20,6 @@ from typing import Any
 from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
 from dotcat.index.config import BM25Config
-from dotcat.index.docstore import PassageRef
 from dotcat.index.filtered import Admitted
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, rank_documents
@@ -105,10 +104,7 @@ class BM25Stage:
             mask = None if admitted is None else admitted.document_mask
             run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,
                                                  mask=mask)  # fmt: skip
-            return {
-                q: [Match(d, s, ((PassageRef(-1, d), s),)) for d, s in docs]
-                for q, docs in run.items()
-            }
+            return {q: [Match.whole(d, s) for d, s in docs] for q, docs in run.items()}
         if admitted is not None and admitted.vectors == 0:
             return {q: [] for q in queries}
         return self._from_passages(queries, k, show_progress, admitted)

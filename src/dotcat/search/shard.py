@@ -208,7 +208,7 @@ class ShardSearcher:
         if not stage.passages:  # (BM25Index.search would warn of each shard's misses)
             mask = None if admitted is None else admitted.document_mask
             top = (self.bm25_index.search_one(q, k, mask) for q in queries)
-            return [[Match(d, s, ((PassageRef(-1, d), s),)) for d, s in hits] for hits in top]
+            return [[Match.whole(d, s) for d, s in hits] for hits in top]
         found = stage.search({str(i): q for i, q in enumerate(queries)}, k, admitted=admitted)
         return [found[str(i)] for i in range(len(queries))]
 
@@ -225,11 +225,7 @@ class ShardSearcher:
         local = [self._local_weights(w) for w in queries]
         if not stage.passages:
             ids = self.bm25_index.doc_ids
-            return [
-                [Match(ids[r], s, ((PassageRef(-1, ids[r]), s),))
-                 for r, s in self._top(w, k, mask)]
-                for w in local
-            ]  # fmt: skip
+            return [[Match.whole(ids[r], s) for r, s in self._top(w, k, mask)] for w in local]
         if admitted is not None and admitted.vectors == 0:
             return [[] for _ in local]
 

@@ -33,9 +33,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dotcat.errors import DotcatError
+
+if TYPE_CHECKING:
+    from dotcat.index.bm25 import BM25Index
+    from dotcat.index.dense_index import DenseIndex
+    from dotcat.index.shards import ShardSet
+    from dotcat.search.config import PipelineConfig
 
 #: The entry-point group through which other packages register first stages.
 ENTRY_POINT_GROUP = "dotcat.first_stages"
@@ -189,7 +195,13 @@ class StageContext:
         config: the pipeline's :class:`~dotcat.search.config.PipelineConfig`.
     """
 
-    def __init__(self, index_dir: Path, index: Any, bm25: Any, config: Any) -> None:
+    def __init__(
+        self,
+        index_dir: Path,
+        index: DenseIndex | ShardSet,
+        bm25: BM25Index | None,
+        config: PipelineConfig,
+    ) -> None:
         self.index_dir, self.index, self.bm25, self.config = index_dir, index, bm25, config
         self.manifest = index.manifest
         self.small_call_threads: int | None = None  # see SearchPipeline.one_thread_small_calls
@@ -198,6 +210,11 @@ class StageContext:
         self._lock = threading.RLock()
         self._shared: dict[str, Any] = {}
         self._stages: dict[str, FirstStage] = {}
+
+    def doc_ids(self) -> list[str]:
+        """Every document's id, in the order indexed (for a stage that ranks whole documents:
+        each one a :meth:`Match.whole <dotcat.search.aggregation.Match.whole>`)."""
+        return self.index.store.all_ids()
 
     @property
     def has(self) -> dict[str, bool]:
