@@ -64,6 +64,8 @@ RUN_K = 100
 RERANK_DEPTH = 100
 #: Candidates each first stage contributes before a hybrid fusion (at least k).
 FUSION_DEPTH = 100
+#: A linear fusion's dense weight where none was chosen (1 - it goes to BM25): equal trust.
+FUSION_WEIGHT = 0.5
 #: Pseudo-relevance feedback's defaults: RM3 as Anserini and Pyserini run it (10 feedback
 #: documents, 10 terms, original query weight 0.5); Rocchio on query vectors as Li et al. (2022)
 #: run it over the top 3 documents (alpha 1, beta 0.5; Pyserini's dense PRF defaults too).

@@ -54,6 +54,7 @@ from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore
+from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.types import Run
 
@@ -267,7 +268,7 @@ class BM25Index:
     def search(
         self,
         queries: Mapping[str, str],
-        k: int = 100,
+        k: int = RUN_K,
         show_progress: bool = True,
         mask: np.ndarray | None = None,
     ) -> Run:

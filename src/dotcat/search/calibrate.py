@@ -15,7 +15,7 @@ built with the index's own encoder, passage settings, BM25 and fusion settings; 
 first stage ranks it for each pseudo-query; the cross-encoder scores each top ``depth`` (a long
 document by its best passages, as the pipeline re-ranks it); and ``alpha`` in 0, 0.1,
 ..., 1 is judged by nDCG@10 against the known answers, and chosen by the paired
-one-standard-error rule (:func:`dotcat.evaluation.choice.choose`) with :data:`PRIOR` (0.2) as
+one-standard-error rule (:func:`dotcat.evaluation.choice.choose`) with :data:`PSEUDO_PRIOR` (0.2) as
 the prior default: kept unless the best weight beats it by more than a standard error of
 their per-query differences, else the weight nearest it among those within a standard error
 of the best (a re-ranker the pseudo-queries show to hurt is weighted down, to 0 at the least).
@@ -67,7 +67,7 @@ MEASURE = "nDCG@10"
 #: collections (``eval/studies/choices``), each judging the weight chosen on its pseudo-queries
 #: with priors 0, 0.1, ..., 0.5: 0.2 was the best on the mean (+0.0024 nDCG@10 over 0, the first
 #: stage alone, the prior before; its worst collection -0.0073 against argmax, 0's -0.0171).
-PRIOR = 0.2
+PSEUDO_PRIOR = 0.2
 
 
 @dataclass
@@ -219,7 +219,7 @@ def calibrate_reranker(
             :data:`~dotcat.evaluation.choice.MIN_QUERIES` pseudo-queries.
     """
     found = pseudo_scores(pipeline, queries, max_documents, seed, show_progress)
-    choice = choose(found.per_query, PRIOR, WEIGHTS)
+    choice = choose(found.per_query, PSEUDO_PRIOR, WEIGHTS)
     scores = choice.means
     ce = pipeline.reranker.cross_encoder
     logger.info(

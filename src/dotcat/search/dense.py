@@ -30,7 +30,7 @@ from dotcat.index.docstore import StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
 from dotcat.index.filtered import Admitted
 from dotcat.index.shards import ShardSet, open_index
-from dotcat.options import AGGREGATE_TOP, AGGREGATION
+from dotcat.options import AGGREGATE_TOP, AGGREGATION, RUN_K
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
 from dotcat.search.feedback import Rocchio, rocchio_expand, rocchio_of
@@ -98,7 +98,7 @@ class DenseRetriever:
     def batch_search(
         self,
         queries: Mapping[str, str],
-        k: int = 100,
+        k: int = RUN_K,
         batch_size: int = 256,
         show_progress: bool = True,
         rocchio: Rocchio | None = None,
@@ -109,7 +109,7 @@ class DenseRetriever:
     def batch_matches(
         self,
         queries: Mapping[str, str],
-        k: int = 100,
+        k: int = RUN_K,
         batch_size: int = 256,
         show_progress: bool = True,
         rocchio: Rocchio | None = None,

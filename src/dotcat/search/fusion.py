@@ -60,7 +60,7 @@ DEV_MEASURE = "nDCG@10"
 #: never within a standard error of the best (``eval/studies/choices``); Bruch et al. ("An
 #: Analysis of Fusion Functions for Hybrid Retrieval", TOIS 2023) found the normalised convex
 #: combination above RRF in and out of domain.
-PRIOR = "linear 0.5"
+PRIOR = f"linear {options.FUSION_WEIGHT:g}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Fusion:
     """
 
     method: str = "rrf"
-    weight: float = 0.5
+    weight: float = options.FUSION_WEIGHT
     k: int = RRF_K
     dev: dict = field(default_factory=dict, compare=False)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dotcat.index.docstore import PassageRef
+from dotcat.options import FUSION_WEIGHT
 from dotcat.search.aggregation import Match
 from dotcat.search.fusion import Fusion, default_fusion
 
@@ -28,14 +29,15 @@ __all__ = ["HybridStage", "fuse_matches", "index_fusion"]
 def index_fusion(recorded: Mapping[str, Any] | None, config: Any) -> Fusion:
     """The fusion a pipeline runs: its ``fusion`` setting, ``auto`` meaning the one the index
     recorded (``recorded``: its manifest's entry) else :func:`default_fusion` (linear 0.5); a
-    linear fusion without a weight takes the recorded linear weight, else 0.5."""
+    linear fusion without a weight takes the recorded linear weight, else
+    :data:`~dotcat.options.FUSION_WEIGHT`."""
     chosen = Fusion.from_json(recorded) if recorded else None
     method = config.fusion
     if method == "auto":
         return chosen or default_fusion()
     weight = config.fusion_weight
     if weight is None:
-        weight = chosen.weight if chosen and chosen.method == method else 0.5
+        weight = chosen.weight if chosen and chosen.method == method else FUSION_WEIGHT
     return Fusion(method, weight)
 
 

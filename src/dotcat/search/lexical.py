@@ -21,6 +21,7 @@ from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
 from dotcat.index.config import BM25Config
 from dotcat.index.filtered import Admitted
+from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match, rank_documents
 from dotcat.search.feedback import RM3, RM3Expander, rm3_of, rm3_search
@@ -152,7 +153,7 @@ class BM25Stage:
 def bm25_search(
     corpus: Iterable[Any],
     queries: Mapping[str, str],
-    k: int = 100,
+    k: int = RUN_K,
     config: BM25Config = BM25Config(),
     show_progress: bool = True,
     rm3: RM3 | None = None,

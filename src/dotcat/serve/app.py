@@ -54,6 +54,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.errors import DotcatError
+from dotcat.options import SHOWN_K
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS
 from dotcat.serve.batcher import Job, MicroBatcher
@@ -64,7 +65,6 @@ from dotcat.serve.judging import QueryLog, add_judging_routes, open_judgments
 from dotcat.serve.live import Live, add_document_routes
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
-    DEFAULT_K,
     NON_BLANK,
     CoverageOut,
     DocumentOut,
@@ -433,7 +433,7 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
                 description=d["query"],
             ),
         ],  # fmt: skip
-        k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = DEFAULT_K,
+        k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = SHOWN_K,
         rerank: Annotated[Rerank | None, Query(description=d["rerank"])] = None,  # type: ignore[valid-type]
         depth: Annotated[int | None, Query(ge=1, le=c.max_depth, description=d["depth"])] = None,
         first_stage: Annotated[Stage | None, Query(description=d["first_stage"])] = None,  # type: ignore[valid-type]

@@ -18,6 +18,7 @@ from typing import Any
 
 from dotcat.data.download import TIMEOUT_ENV, network_timeout
 from dotcat.errors import DotcatError
+from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.search.hits import Hit
 from dotcat.types import Run
@@ -88,7 +89,7 @@ class ServerClient:
     def run(
         self,
         queries: Mapping[str, str],
-        k: int = 100,
+        k: int = RUN_K,
         *,
         first_stage: str | None = None,
         filter: str | None = None,

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from dotcat.options import DEPTH_HELP
+from dotcat.options import DEPTH_HELP, SHOWN_K
 from dotcat.search.config import CONTROL_CLASS
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS
@@ -35,7 +35,6 @@ from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 # A query holds no control character either (dotcat.search.config.CONTROL): said in the
 # schema's pattern, so that a client (or a schema-driven test) knows the rule.
 NON_BLANK = rf"^[^{CONTROL_CLASS}]*[^\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
-DEFAULT_K = 10
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -391,7 +390,7 @@ def descriptions(
     )
     return {
         "query": f"The query text: 1 to {c.max_query_chars} characters, not only spaces.",
-        "k": f"How many results, 1 to {c.max_k}; default {DEFAULT_K}.",
+        "k": f"How many results, 1 to {c.max_k}; default {SHOWN_K}.",
         "first_stage": f"The first stage: {listed}; default {default_stage}.",
         "rerank": (
             "Re-rank the top `depth` results with the BERT_CAT cross-encoder; default true."
@@ -474,7 +473,7 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
         # (Field before the validator, inside the Optional: that keeps minimum/maximum in
         # the schema and never compares None with a bound.)
         k: Annotated[int, Field(ge=1, le=max_k), _JSON_INT] = Field(
-            DEFAULT_K, description=described["k"]
+            SHOWN_K, description=described["k"]
         )
         first_stage: Stage | None = Field(None, description=described["first_stage"])  # type: ignore[valid-type]
         rerank: Annotated[Rerank, Strict()] | None = Field(  # type: ignore[valid-type]
