@@ -187,7 +187,7 @@ def merge_costs() -> dict:
     """The k-way merge of N lists of 100 matches (µs)."""
     from dotcat.index.docstore import PassageRef
     from dotcat.search.aggregation import Match
-    from dotcat.search.sharded import dense_key, merge
+    from dotcat.search.fan_out import dense_key, merge
 
     rng = np.random.default_rng(0)
     out = {}

@@ -30,8 +30,8 @@ from dotcat.index.passages import PassageConfig
 from dotcat.index.shard_updates import home_shard, owners
 from dotcat.search.aggregation import Match
 from dotcat.search.cluster import ClusterConfig
+from dotcat.search.fan_out import bm25_key, dense_key, merge
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
-from dotcat.search.sharded import bm25_key, dense_key, merge
 from dotcat.search.stages import REGISTRY, register_stage
 
 #: Scores of the sharded search and of the merged index (the acceptance's tolerance).

@@ -55,8 +55,9 @@ from dotcat.search.feedback import rm3_of, rocchio_of
 from dotcat.search.filters import parse_filter
 from dotcat.search.hits import Hit
 from dotcat.search.hybrid import index_fusion
+from dotcat.search.opening import open_stages
 from dotcat.search.reranker import Reranker, advise_calibration, candidate_texts
-from dotcat.search.sharded import HitList, open_stages
+from dotcat.search.sharded import HitList
 from dotcat.search.stages import FirstStage, entry, filters
 from dotcat.types import Run
 

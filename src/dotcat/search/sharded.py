@@ -5,7 +5,8 @@ documents (with their passages). :class:`ShardedStages` is what
 :class:`~dotcat.search.pipeline.SearchPipeline` searches over such a folder (or a list of
 shard directories): the query-time parts of one index, with each shard's part done where
 the shard is (:class:`~dotcat.search.shard.ShardSearcher`; in this process, or by Ray actors
-on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once:
+on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once (the fan-out
+stages: :mod:`dotcat.search.fan_out`):
 
 * **dense**: the query encoded here, once; each shard returns its top-k documents (ranked
   from its passages), and the lists are merged by score, ties by shard then rank, which is
@@ -35,14 +36,9 @@ answers fails the search instead.
 
 from __future__ import annotations
 
-import functools
-import heapq
-import itertools
 import logging
-import os
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,35 +46,22 @@ from typing import Any, Protocol
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.index import layout
 from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef, StoredDocument
-from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
 from dotcat.index.fields import FieldInfo, merged_kinds, with_distinct
-from dotcat.index.manifest import Manifest, check_encoder
+from dotcat.index.manifest import Manifest
 from dotcat.index.shards import (
     check_compatible,
     collection_manifest,
-    open_index,
-    shard_dirs,
-    shard_order,
 )
-from dotcat.progress import progress_bar
-from dotcat.search.aggregation import Match
-from dotcat.search.cluster import ClusterConfig, is_shard_folder
-from dotcat.search.config import check_pipeline
+from dotcat.search.cluster import ClusterConfig
+from dotcat.search.fan_out import FanOutBM25, FanOutDense, FrontEncoder
 from dotcat.search.feedback import (
-    RM3,
-    Rocchio,
-    expanded_query,
-    relevance_model,
     rm3_of,
     rocchio_of,
-    rocchio_vectors,
 )
 from dotcat.search.hybrid import HybridStage
-from dotcat.search.lexical import load_bm25
 from dotcat.search.shard import (
     FilterQuery,
     ShardSearcher,
@@ -94,14 +77,10 @@ __all__ = [
     "LocalShards",
     "ShardedAdmitted",
     "ShardedStages",
-    "open_stages",
-    "shard_paths",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Queries sent to the shards per call (one progress step; the encoder's batch).
-BATCH = 256
 #: The least time a call for documents' texts gets, even past the search's budget (the shards
 #: that hold them answered the search a moment before).
 FETCH_GRACE_S = 1.0
@@ -154,39 +133,6 @@ class ShardedAdmitted:
     documents: int
     vectors: int
     complete: bool = True
-
-
-def _filter_query(admitted: ShardedAdmitted | None) -> FilterQuery | None:
-    return None if admitted is None else admitted.query
-
-
-def _empty(admitted: ShardedAdmitted | None) -> bool:
-    """Whether a filter admits nothing (no search then: every query gets no document)."""
-    return admitted is not None and admitted.documents == 0
-
-
-def _fan_out(
-    queries: Mapping[str, str],
-    ask: Callable[[list[str]], list],
-    k: int,
-    key,
-    index: ShardedIndex,
-    desc: str,
-    show_progress: bool,
-) -> dict[str, list[Match]]:
-    """Each query's top ``k`` of the collection: the queries asked of every shard in batches
-    of :data:`BATCH` (``ask``: texts -> each shard's answers), each query's lists merged
-    exactly by ``key``."""
-    qids, out = list(queries), {}
-    with progress_bar(total=len(qids), desc=desc, unit="query",
-                      enabled=show_progress) as bar:  # fmt: skip
-        for start in range(0, len(qids), BATCH):
-            chunk = qids[start : start + BATCH]
-            answers = ask([queries[q] for q in chunk])
-            for i, qid in enumerate(chunk):
-                out[qid] = _kept(index, merge(_per_query(answers, i), k, key))
-            bar.update(len(chunk))
-    return out
 
 
 class HitList(list):
@@ -249,50 +195,6 @@ class LocalShards:
     def close(self) -> None:
         for searcher in self.searchers:
             searcher.index.store.close()
-
-
-def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The shard directories of a folder of shards, or of a list of index directories, in
-    shard order."""
-    if isinstance(index, str | Path):
-        paths = shard_dirs(Path(index))
-        if not paths:
-            raise DotcatError(f"{index}: no index and no shard indexes inside")
-        return paths
-    paths = shard_order([Path(p) for p in index])
-    if not paths:
-        raise DotcatError("no shard index given")
-    return paths
-
-
-def open_stages(
-    index: str | Path | Sequence[str | Path], config: Any, cluster: ClusterConfig | None = None
-) -> StageContext:
-    """What a pipeline's stages are built from: one index directory's
-    (:class:`~dotcat.search.stages.StageContext`), or shards' (a folder of them, or a list:
-    :class:`ShardedStages`), checked before anything loads.
-
-    Raises:
-        DotcatError: the settings, an index or a model named cannot work; ``cluster`` set to
-            run on Ray for one index (Ray runs shards).
-    """
-    if isinstance(index, str | Path) and not is_shard_folder(index):
-        check_pipeline(index, config)
-        if cluster is not None and cluster.on_ray:
-            raise DotcatError(f"{index}: one index, not a folder of shards; Ray runs shards")
-        index_dir = Path(index)
-        layout.recover_for_reading(index_dir)
-        with layout.reading(index_dir) as seen:  # one generation's files, whole
-            opened = open_index(index_dir, device=config.device,
-                                search_params=dict(config.search_params or {}))  # fmt: skip
-            context = StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
-        context.generation_id = seen
-        return context
-    paths = shard_paths(index)
-    for path in paths:
-        check_pipeline(path, config)
-    folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
-    return ShardedStages(folder, paths, config, cluster or ClusterConfig())
 
 
 def plan(paths: Sequence[Path], device: str, config: Any) -> tuple[list[ShardSpec], list]:
@@ -528,216 +430,3 @@ def _fetch(group: ShardGroup, method: str, asked: Mapping[int, tuple]) -> list[A
         return group.call(method, only=asked)
     finally:
         group.deadline = deadline
-
-
-class FrontEncoder:
-    """The collection's query encoder, loaded once in the front (the shards hold no model):
-    the shards' encoder as their manifests record it, checked as an index checks it."""
-
-    def __init__(self, context: ShardedStages) -> None:
-        c, manifest = context.config, context.index.manifest
-        config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
-        self.encoder = load_query_encoder(config)
-        check_encoder(manifest, self.encoder.manifest_entry(), context.index_dir)
-        self.encoder.single_query_threads = context.small_call_threads
-        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
-
-
-# -- merging ----------------------------------------------------------------------------------
-
-
-def merge(
-    answers: Sequence[Sequence[Match] | None],
-    k: int,
-    key: Callable[[int, int, Match], tuple],
-) -> list[tuple[int, Match]]:
-    """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``, each with
-    its shard: a k-way merge, ``O(k log shards)``."""
-    ranked = [_keyed(shard, found, key) for shard, found in enumerate(answers) if found]
-    merged = heapq.merge(*ranked, key=lambda entry: entry[0])
-    return [(shard, m) for _, shard, m in itertools.islice(merged, k)]
-
-
-def _keyed(shard: int, found: Sequence[Match], key: Callable) -> Iterator[tuple]:
-    """One shard's ranking as ``(key, shard, match)`` (a function: each generator keeps
-    its own shard)."""
-    return ((key(shard, rank, m), shard, m) for rank, m in enumerate(found))
-
-
-def dense_key(shard: int, rank: int, match: Match) -> tuple:
-    """Score, then shard, then rank: FAISS orders equal scores by id, and ids rise with the
-    shards."""
-    return (-match.score, shard, rank)
-
-
-def bm25_key(firsts: Sequence[int]) -> Callable[[int, int, Match], tuple]:
-    """Score, then the best row's name (the document's id, or its best passage's collection
-    id, ``firsts[shard]`` + its own, as a string): BM25 orders equal scores by it."""
-
-    def key(shard: int, rank: int, match: Match) -> tuple:
-        ref = match.passages[0][0] if match.passages else None
-        passage = ref is not None and ref.stop is not None
-        return (-match.score, str(ref.pid + firsts[shard]) if passage else match.doc_id)
-
-    return key
-
-
-def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
-    return [a[i] if a is not None else None for a in answers]
-
-
-@dataclass(frozen=True)
-class FanOutDense:
-    """The ``dense`` stage over shards: queries encoded here, searched by every shard, their
-    documents merged (Rocchio first, on the collection's top vectors, where asked).
-
-    Attributes:
-        retriever: the front's encoder (``retriever.encoder``, as the one-index stage's).
-    """
-
-    retriever: FrontEncoder
-    group: ShardGroup
-    index: ShardedIndex
-    rocchio: Rocchio | None = None
-    name: str = "dense"
-
-    @property
-    def score_kind(self) -> str:
-        return self.retriever.score_kind
-
-    def search(
-        self,
-        queries: Mapping[str, str],
-        k: int,
-        *,
-        show_progress: bool = False,
-        admitted: ShardedAdmitted | None = None,
-    ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection (of those a filter admits,
-        where ``admitted`` is given)."""
-        if _empty(admitted):
-            return {q: [] for q in queries}
-        within = _filter_query(admitted)
-
-        def ask(texts: list[str]) -> list:
-            vectors = self.retriever.encoder.encode_queries(texts)
-            if self.rocchio is not None:
-                vectors = self._rocchio(vectors, within)
-            return self.group.call("dense", (vectors, k, within))
-
-        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress)
-
-    def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
-        """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
-        shards' tops merged by score, then id: :func:`dotcat.search.feedback.rocchio_expand`
-        over one index; a filter's documents only, ``within``)."""
-        n = self.rocchio.docs
-        answers = self.group.call("nearest", (vectors, n, within))
-        answers = [a for a in answers if a is not None]
-        dim = vectors.shape[1]
-        found = np.zeros((len(vectors), n, dim), dtype=np.float32)
-        present = np.zeros((len(vectors), n), dtype=bool)
-        for row in range(len(vectors)):
-            pooled = [
-                (-float(s), int(i), shard, j)
-                for shard, (scores, ids, _) in enumerate(answers)
-                for j, (s, i) in enumerate(zip(scores[row], ids[row], strict=True))
-                if i >= 0
-            ]
-            for slot, (_, _, shard, j) in enumerate(sorted(pooled)[:n]):
-                found[row, slot], present[row, slot] = answers[shard][2][row, j], True
-        expanded = rocchio_vectors(np.asarray(vectors, np.float32), found, present, self.rocchio)
-        if self.score_kind == "cosine":
-            expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
-        return expanded
-
-
-@dataclass(frozen=True)
-class FanOutBM25:
-    """The ``bm25`` stage over shards: each shard scores with the collection's statistics,
-    the documents are merged (RM3 first, on the collection's top rows, where asked)."""
-
-    group: ShardGroup
-    index: ShardedIndex
-    statistics: CollectionStatistics
-    config: BM25Config
-    rm3: RM3 | None = None
-    name: str = "bm25"
-    score_kind: str = "bm25"
-
-    def search(
-        self,
-        queries: Mapping[str, str],
-        k: int,
-        *,
-        show_progress: bool = False,
-        admitted: ShardedAdmitted | None = None,
-    ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection (of those a filter admits,
-        where ``admitted`` is given)."""
-        if _empty(admitted):
-            return {q: [] for q in queries}
-        within = _filter_query(admitted)
-
-        def ask(texts: list[str]) -> list:
-            if self.rm3 is None:
-                return self.group.call("bm25", (texts, k, within))
-            expanded = self._expand(texts, within)
-            return self.group.call("bm25_weighted", (expanded, k, within))
-
-        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress)
-        empty = sum(not found for found in out.values())
-        if empty:
-            logger.warning("%d of %d queries matched no document", empty, len(out))
-        return out
-
-    def _expand(
-        self, texts: list[str], within: FilterQuery | None = None
-    ) -> list[dict[int, float]]:
-        """RM3's expanded queries (collection term ids -> weights): the collection's top
-        ``fb_docs`` rows of each query (the shards' merged, by score then name; a filter's
-        documents only, ``within``), their terms' relevance model, mixed with the query
-        (:mod:`dotcat.search.feedback`)."""
-        ids = [self.query_ids(t) for t in texts]
-        counts = [dict(Counter(i)) for i in ids]
-        answers = self.group.call("feedback", (counts, self.rm3.fb_docs, within))
-        out = []
-        for row, query in enumerate(ids):
-            pooled = sorted(
-                (row_ for answer in answers if answer is not None for row_ in answer[row]),
-                key=lambda r: (-r[1], r[0]),
-            )[: self.rm3.fb_docs]
-            model = relevance_model([(t, s) for _, s, t in pooled], self.rm3.fb_terms)
-            out.append(expanded_query(query, model, self.rm3) if query else {})
-        return out
-
-    @functools.cached_property
-    def key(self) -> Callable[[int, int, Match], tuple]:
-        """How the shards' documents are merged (:func:`bm25_key`)."""
-        return bm25_key([spec.first_vector for spec in self.group.specs])
-
-    @functools.cached_property
-    def tokenizer(self):
-        """A tokenizer numbering terms as the collection does (made on first use)."""
-        return self.statistics.tokenizer(self.config)
-
-    def query_ids(self, query: str) -> list[int]:
-        """The query's terms as collection term ids (repeats kept; unknown terms dropped)."""
-        stream = self.tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
-        return next(stream)
-
-
-def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:
-    """The merged documents, their passages' FAISS ids shifted into the collection's
-    numbering, each document's shard noted (its texts are fetched from there)."""
-    out = []
-    for shard, m in merged:
-        index.owners[m.doc_id] = shard
-        shift = index.group.specs[shard].first_vector
-        if shift and any(r.pid >= 0 for r, _ in m.passages):  # (BM25's whole documents: -1)
-            m = Match(m.doc_id, m.score, tuple(
-                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
-                 if r.pid >= 0 else r, s) for r, s in m.passages
-            ))  # fmt: skip
-        out.append(m)
-    return out

@@ -1,0 +1,293 @@
+"""The fan-out stages over shards: ``dense`` and ``bm25`` asked of every shard and merged.
+
+What :class:`~dotcat.search.sharded.ShardedStages` builds for a folder of shards (see
+:mod:`dotcat.search.sharded` for why each merge is the merged index's ranking): the queries are
+sent in batches of :data:`BATCH`, each shard answers with its top ``k`` documents, and the lists
+are merged by a key that orders them as one index would (:func:`dense_key`, :func:`bm25_key`).
+Feedback reads the collection's top documents (each shard's, merged) before the search.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dotcat.index.bm25_global import CollectionStatistics
+from dotcat.index.config import BM25Config
+from dotcat.index.docstore import PassageRef
+from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
+from dotcat.index.manifest import check_encoder
+from dotcat.progress import progress_bar
+from dotcat.search.aggregation import Match
+from dotcat.search.feedback import (
+    RM3,
+    Rocchio,
+    expanded_query,
+    relevance_model,
+    rocchio_vectors,
+)
+from dotcat.search.shard import FilterQuery
+
+if TYPE_CHECKING:
+    from dotcat.search.sharded import ShardedAdmitted, ShardedIndex, ShardedStages, ShardGroup
+
+__all__ = ["FanOutBM25", "FanOutDense", "FrontEncoder", "bm25_key", "dense_key", "merge"]
+
+logger = logging.getLogger(__name__)
+
+#: Queries sent to the shards per call (one progress step; the encoder's batch).
+BATCH = 256
+
+
+def _filter_query(admitted: ShardedAdmitted | None) -> FilterQuery | None:
+    return None if admitted is None else admitted.query
+
+
+def _empty(admitted: ShardedAdmitted | None) -> bool:
+    """Whether a filter admits nothing (no search then: every query gets no document)."""
+    return admitted is not None and admitted.documents == 0
+
+
+def _fan_out(
+    queries: Mapping[str, str],
+    ask: Callable[[list[str]], list],
+    k: int,
+    key,
+    index: ShardedIndex,
+    desc: str,
+    show_progress: bool,
+) -> dict[str, list[Match]]:
+    """Each query's top ``k`` of the collection: the queries asked of every shard in batches
+    of :data:`BATCH` (``ask``: texts -> each shard's answers), each query's lists merged
+    exactly by ``key``."""
+    qids, out = list(queries), {}
+    with progress_bar(total=len(qids), desc=desc, unit="query",
+                      enabled=show_progress) as bar:  # fmt: skip
+        for start in range(0, len(qids), BATCH):
+            chunk = qids[start : start + BATCH]
+            answers = ask([queries[q] for q in chunk])
+            for i, qid in enumerate(chunk):
+                out[qid] = _kept(index, merge(_per_query(answers, i), k, key))
+            bar.update(len(chunk))
+    return out
+
+
+class FrontEncoder:
+    """The collection's query encoder, loaded once in the front (the shards hold no model):
+    the shards' encoder as their manifests record it, checked as an index checks it."""
+
+    def __init__(self, context: ShardedStages) -> None:
+        c, manifest = context.config, context.index.manifest
+        config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
+        self.encoder = load_query_encoder(config)
+        check_encoder(manifest, self.encoder.manifest_entry(), context.index_dir)
+        self.encoder.single_query_threads = context.small_call_threads
+        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
+
+
+# -- merging ----------------------------------------------------------------------------------
+
+
+def merge(
+    answers: Sequence[Sequence[Match] | None],
+    k: int,
+    key: Callable[[int, int, Match], tuple],
+) -> list[tuple[int, Match]]:
+    """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``, each with
+    its shard: a k-way merge, ``O(k log shards)``."""
+    ranked = [_keyed(shard, found, key) for shard, found in enumerate(answers) if found]
+    merged = heapq.merge(*ranked, key=lambda entry: entry[0])
+    return [(shard, m) for _, shard, m in itertools.islice(merged, k)]
+
+
+def _keyed(shard: int, found: Sequence[Match], key: Callable) -> Iterator[tuple]:
+    """One shard's ranking as ``(key, shard, match)`` (a function: each generator keeps
+    its own shard)."""
+    return ((key(shard, rank, m), shard, m) for rank, m in enumerate(found))
+
+
+def dense_key(shard: int, rank: int, match: Match) -> tuple:
+    """Score, then shard, then rank: FAISS orders equal scores by id, and ids rise with the
+    shards."""
+    return (-match.score, shard, rank)
+
+
+def bm25_key(firsts: Sequence[int]) -> Callable[[int, int, Match], tuple]:
+    """Score, then the best row's name (the document's id, or its best passage's collection
+    id, ``firsts[shard]`` + its own, as a string): BM25 orders equal scores by it."""
+
+    def key(shard: int, rank: int, match: Match) -> tuple:
+        ref = match.passages[0][0] if match.passages else None
+        passage = ref is not None and ref.stop is not None
+        return (-match.score, str(ref.pid + firsts[shard]) if passage else match.doc_id)
+
+    return key
+
+
+def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
+    return [a[i] if a is not None else None for a in answers]
+
+
+@dataclass(frozen=True)
+class FanOutDense:
+    """The ``dense`` stage over shards: queries encoded here, searched by every shard, their
+    documents merged (Rocchio first, on the collection's top vectors, where asked).
+
+    Attributes:
+        retriever: the front's encoder (``retriever.encoder``, as the one-index stage's).
+    """
+
+    retriever: FrontEncoder
+    group: ShardGroup
+    index: ShardedIndex
+    rocchio: Rocchio | None = None
+    name: str = "dense"
+
+    @property
+    def score_kind(self) -> str:
+        return self.retriever.score_kind
+
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        within = _filter_query(admitted)
+
+        def ask(texts: list[str]) -> list:
+            vectors = self.retriever.encoder.encode_queries(texts)
+            if self.rocchio is not None:
+                vectors = self._rocchio(vectors, within)
+            return self.group.call("dense", (vectors, k, within))
+
+        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress)
+
+    def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
+        """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
+        shards' tops merged by score, then id: :func:`dotcat.search.feedback.rocchio_expand`
+        over one index; a filter's documents only, ``within``)."""
+        n = self.rocchio.docs
+        answers = self.group.call("nearest", (vectors, n, within))
+        answers = [a for a in answers if a is not None]
+        dim = vectors.shape[1]
+        found = np.zeros((len(vectors), n, dim), dtype=np.float32)
+        present = np.zeros((len(vectors), n), dtype=bool)
+        for row in range(len(vectors)):
+            pooled = [
+                (-float(s), int(i), shard, j)
+                for shard, (scores, ids, _) in enumerate(answers)
+                for j, (s, i) in enumerate(zip(scores[row], ids[row], strict=True))
+                if i >= 0
+            ]
+            for slot, (_, _, shard, j) in enumerate(sorted(pooled)[:n]):
+                found[row, slot], present[row, slot] = answers[shard][2][row, j], True
+        expanded = rocchio_vectors(np.asarray(vectors, np.float32), found, present, self.rocchio)
+        if self.score_kind == "cosine":
+            expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
+        return expanded
+
+
+@dataclass(frozen=True)
+class FanOutBM25:
+    """The ``bm25`` stage over shards: each shard scores with the collection's statistics,
+    the documents are merged (RM3 first, on the collection's top rows, where asked)."""
+
+    group: ShardGroup
+    index: ShardedIndex
+    statistics: CollectionStatistics
+    config: BM25Config
+    rm3: RM3 | None = None
+    name: str = "bm25"
+    score_kind: str = "bm25"
+
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        within = _filter_query(admitted)
+
+        def ask(texts: list[str]) -> list:
+            if self.rm3 is None:
+                return self.group.call("bm25", (texts, k, within))
+            expanded = self._expand(texts, within)
+            return self.group.call("bm25_weighted", (expanded, k, within))
+
+        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress)
+        empty = sum(not found for found in out.values())
+        if empty:
+            logger.warning("%d of %d queries matched no document", empty, len(out))
+        return out
+
+    def _expand(
+        self, texts: list[str], within: FilterQuery | None = None
+    ) -> list[dict[int, float]]:
+        """RM3's expanded queries (collection term ids -> weights): the collection's top
+        ``fb_docs`` rows of each query (the shards' merged, by score then name; a filter's
+        documents only, ``within``), their terms' relevance model, mixed with the query
+        (:mod:`dotcat.search.feedback`)."""
+        ids = [self.query_ids(t) for t in texts]
+        counts = [dict(Counter(i)) for i in ids]
+        answers = self.group.call("feedback", (counts, self.rm3.fb_docs, within))
+        out = []
+        for row, query in enumerate(ids):
+            pooled = sorted(
+                (row_ for answer in answers if answer is not None for row_ in answer[row]),
+                key=lambda r: (-r[1], r[0]),
+            )[: self.rm3.fb_docs]
+            model = relevance_model([(t, s) for _, s, t in pooled], self.rm3.fb_terms)
+            out.append(expanded_query(query, model, self.rm3) if query else {})
+        return out
+
+    @functools.cached_property
+    def key(self) -> Callable[[int, int, Match], tuple]:
+        """How the shards' documents are merged (:func:`bm25_key`)."""
+        return bm25_key([spec.first_vector for spec in self.group.specs])
+
+    @functools.cached_property
+    def tokenizer(self):
+        """A tokenizer numbering terms as the collection does (made on first use)."""
+        return self.statistics.tokenizer(self.config)
+
+    def query_ids(self, query: str) -> list[int]:
+        """The query's terms as collection term ids (repeats kept; unknown terms dropped)."""
+        stream = self.tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
+        return next(stream)
+
+
+def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:
+    """The merged documents, their passages' FAISS ids shifted into the collection's
+    numbering, each document's shard noted (its texts are fetched from there)."""
+    out = []
+    for shard, m in merged:
+        index.owners[m.doc_id] = shard
+        shift = index.group.specs[shard].first_vector
+        if shift and any(r.pid >= 0 for r, _ in m.passages):  # (BM25's whole documents: -1)
+            m = Match(m.doc_id, m.score, tuple(
+                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
+                 if r.pid >= 0 else r, s) for r, s in m.passages
+            ))  # fmt: skip
+        out.append(m)
+    return out

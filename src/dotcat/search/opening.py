@@ -1,0 +1,70 @@
+"""What a pipeline's stages are built from: one index directory, or a folder (or list) of shards.
+
+:func:`open_stages` is where :class:`~dotcat.search.pipeline.SearchPipeline` starts: it checks
+the settings against each index (:func:`~dotcat.search.config.check_pipeline`) before anything
+loads, then opens one generation of one index under its reading lock
+(:class:`~dotcat.search.stages.StageContext`), or the shards
+(:class:`~dotcat.search.sharded.ShardedStages`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dotcat.errors import DotcatError
+from dotcat.index import layout
+from dotcat.index.shards import open_index, shard_dirs, shard_order
+from dotcat.search.cluster import ClusterConfig, is_shard_folder
+from dotcat.search.config import check_pipeline
+from dotcat.search.lexical import load_bm25
+from dotcat.search.sharded import ShardedStages
+from dotcat.search.stages import StageContext
+
+__all__ = ["open_stages", "shard_paths"]
+
+
+def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The shard directories of a folder of shards, or of a list of index directories, in
+    shard order."""
+    if isinstance(index, str | Path):
+        paths = shard_dirs(Path(index))
+        if not paths:
+            raise DotcatError(f"{index}: no index and no shard indexes inside")
+        return paths
+    paths = shard_order([Path(p) for p in index])
+    if not paths:
+        raise DotcatError("no shard index given")
+    return paths
+
+
+def open_stages(
+    index: str | Path | Sequence[str | Path], config: Any, cluster: ClusterConfig | None = None
+) -> StageContext:
+    """What a pipeline's stages are built from: one index directory's
+    (:class:`~dotcat.search.stages.StageContext`), or shards' (a folder of them, or a list:
+    :class:`ShardedStages`), checked before anything loads.
+
+    Raises:
+        DotcatError: the settings, an index or a model named cannot work; ``cluster`` set to
+            run on Ray for one index (Ray runs shards).
+    """
+    if isinstance(index, str | Path) and not is_shard_folder(index):
+        check_pipeline(index, config)
+        if cluster is not None and cluster.on_ray:
+            raise DotcatError(f"{index}: one index, not a folder of shards; Ray runs shards")
+        index_dir = Path(index)
+        layout.recover_for_reading(index_dir)
+        with layout.reading(index_dir) as seen:  # one generation's files, whole
+            opened = open_index(index_dir, device=config.device,
+                                search_params=dict(config.search_params or {}))  # fmt: skip
+            context = StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
+        context.generation_id = seen
+        return context
+    paths = shard_paths(index)
+    for path in paths:
+        check_pipeline(path, config)
+    folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
+    return ShardedStages(folder, paths, config, cluster or ClusterConfig())
