@@ -117,15 +117,40 @@ def test_what_only_shards_take_is_refused_elsewhere(collection, tmp_path):
         SearchPipeline(collection["merged"], cluster=ClusterConfig(ray="local"))
 
 
-def test_a_stage_that_reads_one_index_directory_is_refused_over_shards(collection):
-    register_stage("everything", lambda context: None, sides=(), help="a test stage")
+class ByNumber:
+    """Documents by the number in their id, highest first: a registered stage whose scores
+    mean the same in every shard (as BM25's do in the collection's statistics)."""
+
+    name, score_kind, sides = "by_number", "rank", ()
+
+    def __init__(self, ids):
+        self.ids = sorted(ids, key=lambda d: -int(d[1:]))
+
+    @classmethod
+    def create(cls, context):
+        return cls(context.doc_ids())
+
+    def search(self, queries, k, *, show_progress=False):
+        return {q: [Match.whole(d, float(d[1:])) for d in self.ids[:k]] for q in queries}
+
+
+def test_a_registered_stage_is_fanned_out_over_shards(collection):
+    """Built on each shard as on one index, merged by score: the merged index's ranking; a
+    registered stage that reads BM25 is refused, with why."""
+    register_stage("by_number", ByNumber.create, help="a test stage")
+    register_stage("lexical_plugin", ByNumber.create, sides=("bm25",), help="a test stage")
     try:
-        shards = pipeline(collection["parts"])
-        assert "everything" not in shards.describe()["stages_available"]
-        with pytest.raises(DotcatError, match="reads one index directory"):
-            shards.search("insulin", first_stage="everything")
+        merged, shards = pipeline(collection["merged"]), pipeline(collection["parts"])
+        assert "by_number" in shards.describe()["stages_available"]
+        one = merged.search("insulin", k=7, first_stage="by_number")
+        many = shards.search("insulin", k=7, first_stage="by_number")
+        top = [f"d{i}" for i in range(159, 152, -1)]
+        assert [h.doc_id for h in many] == [h.doc_id for h in one] == top
+        assert [h.score for h in many] == [h.score for h in one]
+        with pytest.raises(DotcatError, match="reads BM25, which a folder of shards"):
+            shards.search("insulin", first_stage="lexical_plugin")
     finally:
-        del REGISTRY["everything"]
+        del REGISTRY["by_number"], REGISTRY["lexical_plugin"]
 
 
 def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_path):

@@ -39,7 +39,15 @@ from dotcat.search.shard import FilterQuery
 if TYPE_CHECKING:
     from dotcat.search.sharded import ShardedAdmitted, ShardedIndex, ShardedStages, ShardGroup
 
-__all__ = ["FanOutBM25", "FanOutDense", "FrontEncoder", "bm25_key", "dense_key", "merge"]
+__all__ = [
+    "FanOutBM25",
+    "FanOutDense",
+    "FanOutStage",
+    "FrontEncoder",
+    "bm25_key",
+    "dense_key",
+    "merge",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +283,43 @@ class FanOutBM25:
         """The query's terms as collection term ids (repeats kept; unknown terms dropped)."""
         stream = self.tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
         return next(stream)
+
+
+@dataclass(frozen=True)
+class FanOutStage:
+    """Any other registered first stage over shards: built on each shard as on one index
+    (:meth:`dotcat.search.shard.ShardSearcher.stage`), each shard's top ``k`` merged by score,
+    ties by shard then rank (:func:`dense_key`). Where the stage's scores mean the same in
+    every shard, that is the merged index's ranking."""
+
+    name: str
+    score_kind: str
+    group: ShardGroup
+    index: ShardedIndex
+
+    @classmethod
+    def create(cls, context: ShardedStages, name: str) -> FanOutStage:
+        kinds = [kind for kind in context.group.call("score_kind", (name,)) if kind]
+        return cls(name, kinds[0] if kinds else "rank", context.group, context.index)
+
+    def search(
+        self,
+        queries: Mapping[str, str],
+        k: int,
+        *,
+        show_progress: bool = False,
+        admitted: ShardedAdmitted | None = None,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents of the collection (of those a filter admits,
+        where ``admitted`` is given and the stage takes a filter)."""
+        if _empty(admitted):
+            return {q: [] for q in queries}
+        within = _filter_query(admitted)
+
+        def ask(texts: list[str]) -> list:
+            return self.group.call("stage", (self.name, texts, k, within))
+
+        return _fan_out(queries, ask, k, dense_key, self.index, self.name, show_progress)
 
 
 def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index, docstore_rows
 from dotcat.index.bm25_global import (
     CollectionStatistics,
@@ -56,8 +57,10 @@ from dotcat.index.filtered import Admitted
 from dotcat.index.manifest import DOCSTORE_NAME, Manifest
 from dotcat.options import AGGREGATE_TOP, AGGREGATION
 from dotcat.search.aggregation import Match, rank_documents
+from dotcat.search.config import PipelineConfig
 from dotcat.search.feedback import eligible_terms
 from dotcat.search.lexical import BM25Stage, load_bm25
+from dotcat.search.stages import FirstStage, StageContext, filters
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +133,7 @@ class ShardSearcher:
         self.index = DenseIndex(spec.path, device=spec.device, search_params=spec.search_params)
         self.bm25_index: BM25Index | None = None
         self._admitted: OrderedDict[str, Admitted] = OrderedDict()  # filter -> its documents
+        self._context: StageContext | None = None  # (a registered stage's, made on first use)
         if view is not None:
             self._use_statistics(view)
         logger.info("shard %s loaded: %d documents, %d vectors", spec.name,
@@ -287,6 +291,37 @@ class ShardSearcher:
             raise RuntimeError(f"shard {self.spec.name}: BM25 was not set up")
         return BM25Stage(self.bm25_index, self.index, self._passages, self.spec.aggregation,
                          self.spec.aggregate_top)  # fmt: skip
+
+    # -- a registered stage ---------------------------------------------------------------------
+
+    def stage(
+        self, name: str, texts: list[str], k: int, query: FilterQuery | None = None
+    ) -> list[list[Match]]:
+        """Each text's top ``k`` documents of this shard by the registered first stage
+        ``name``, built on this shard as on one index (its own
+        :class:`~dotcat.search.stages.StageContext`, the shard's settings); among those the
+        filter ``query`` admits where given, if the stage takes a filter."""
+        stage = self._registered(name)
+        queries = {str(i): text for i, text in enumerate(texts)}
+        admitted = self._within(query)
+        if admitted is None:
+            found = stage.search(queries, k)
+        elif filters(stage):
+            found = stage.search(queries, k, admitted=admitted)
+        else:
+            raise DotcatError(f"first stage {name!r} cannot search within a filter (its "
+                              "search takes no `admitted`)")  # fmt: skip
+        return [found.get(q, []) for q in queries]
+
+    def score_kind(self, name: str) -> str:
+        """The scale of the registered stage ``name``'s scores, built here."""
+        return self._registered(name).score_kind
+
+    def _registered(self, name: str) -> FirstStage:
+        if self._context is None:
+            config = PipelineConfig(device=self.spec.device, first_stage=name)
+            self._context = StageContext(Path(self.spec.path), self.index, None, config)
+        return self._context.stage(name)
 
     # -- fields and filters --------------------------------------------------------------------
 

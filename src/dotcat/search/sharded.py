@@ -56,7 +56,7 @@ from dotcat.index.shards import (
     collection_manifest,
 )
 from dotcat.search.cluster import ClusterConfig
-from dotcat.search.fan_out import FanOutBM25, FanOutDense, FrontEncoder
+from dotcat.search.fan_out import FanOutBM25, FanOutDense, FanOutStage, FrontEncoder
 from dotcat.search.feedback import (
     rm3_of,
     rocchio_of,
@@ -69,7 +69,7 @@ from dotcat.search.shard import (
     collection_statistics,
     statistics_of,
 )
-from dotcat.search.stages import FirstStage, StageContext
+from dotcat.search.stages import FirstStage, StageContext, entry
 
 __all__ = [
     "Coverage",
@@ -87,8 +87,9 @@ FETCH_GRACE_S = 1.0
 #: Fields with at most this many distinct values in every shard have them counted exactly
 #: across the shards (their values' union); others, summed (an upper bound).
 EXACT_DISTINCT = 1000
-#: The stages a folder of shards serves (a registered stage reads one index directory).
-SHARDED_STAGES = ("dense", "bm25", "hybrid")
+#: The stages searched in the collection's terms over shards (dense and BM25 fanned out, their
+#: hybrid fused here); any other registered stage is built on each shard (:class:`FanOutStage`).
+FANNED_OUT = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -251,17 +252,20 @@ class ShardedStages(StageContext):
         super().__init__(index_dir, index, stats, config)
         self.bm25_config = _bm25_config(manifests) if stats is not None else None
 
-    def available(self) -> list[str]:
-        return [name for name in super().available() if name in SHARDED_STAGES]
+    def missing(self, name: str) -> str | None:
+        """Why the shards cannot serve ``name``: as one index, and a registered stage that
+        reads BM25 (only dense, BM25 and hybrid score in the collection's BM25 statistics)."""
+        reason = super().missing(name)
+        if reason is None and name not in FANNED_OUT and "bm25" in entry(name).sides:
+            only = ", ".join(FANNED_OUT)
+            return (f"{self.index_dir}: first stage {name!r} reads BM25, which a folder of "
+                    f"shards scores in the collection's terms for {only} only")  # fmt: skip
+        return reason
 
     def stage(self, name: str) -> FirstStage:
-        """The sharded stage ``name``: dense, BM25 (both fanned out) or their hybrid."""
+        """The sharded stage ``name``: dense, BM25 (both fanned out), their hybrid, or any
+        other registered stage built on each shard."""
         name = self.resolve(name)
-        if name not in SHARDED_STAGES:
-            raise DotcatError(
-                f"{self.index_dir}: first stage {name!r} reads one index directory; a folder "
-                f"of shards serves {', '.join(SHARDED_STAGES)}"
-            )
         with self._lock:
             if name not in self._stages:
                 self._stages[name] = self._build(name)
@@ -274,7 +278,9 @@ class ShardedStages(StageContext):
         if name == "bm25":
             return FanOutBM25(self.group, self.index, self.bm25, self.bm25_config,
                               rm3_of(self.config))  # fmt: skip
-        return HybridStage.create(self)
+        if name == "hybrid":
+            return HybridStage.create(self)
+        return FanOutStage.create(self, name)
 
     # -- one search at a time: its deadline and what it covered ---------------------------
 
