@@ -78,7 +78,7 @@ from dotcat.index.passages import PassageConfig
 from dotcat.models.config import EncoderConfig
 from dotcat.models.resolve import check_model
 from dotcat.search.config import PRF_SIDES, RM3_SETTINGS, ROCCHIO_SETTINGS, PipelineConfig
-from dotcat.search.stages import first_stage_choices
+from dotcat.search.stages import entry, first_stage_choices
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -214,8 +214,8 @@ class _System(_Strict):
              "applies only to a system with an index (`model` or `index`)"),
             (set(_BM25_FIELDS), self.first_stage == "bm25" and self.index is None,
              "applies only to first_stage 'bm25' over the dataset (no `index`)"),
-            ({"fusion", "fusion_weight", "fusion_depth"}, self.first_stage == "hybrid",
-             "applies only to first_stage 'hybrid'"),
+            ({"fusion", "fusion_weight", "fusion_depth"}, fuses(self.first_stage),
+             "applies only to a first stage that fuses dense and BM25 (e.g. 'hybrid')"),
         ]  # fmt: skip
 
     @model_validator(mode="after")
@@ -550,9 +550,15 @@ def _check_dataset(dataset: DatasetConfig, where: str) -> None:
             raise DotcatError(f"{where}.{field}: {e}") from None
 
 
+def fuses(first_stage: str) -> bool:
+    """Whether a registered first stage fuses dense and BM25 (it reads both sides)."""
+    stages = first_stage_choices()[1:]
+    return first_stage in stages and {"dense", "bm25"} <= set(entry(first_stage).sides)
+
+
 def _check_index(index_dir: Path, first_stage: str) -> None:
     manifest = Manifest.read(index_dir)
-    if first_stage in ("bm25", "hybrid") and not manifest.bm25:
+    if "bm25" in entry(first_stage).sides and not manifest.bm25:
         raise DotcatError(
             f"{index_dir} has no BM25 index, which first_stage '{first_stage}' needs "
             "(build it with `dotcat index ... --bm25`)"

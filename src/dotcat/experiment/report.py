@@ -19,6 +19,7 @@ from typing import Any
 from dotcat.evaluation import comparison_text, comparison_to_json
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json
+from dotcat.experiment.config import fuses
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
 from dotcat.files import write_json
 from dotcat.search.feedback import RM3, Rocchio
@@ -219,7 +220,7 @@ def describe_system(outcome: SystemOutcome) -> str:
     else:
         source = f"index `{s.index}`" if s.index else f"model `{s.model}` (index built)"
         text = f"{s.first_stage} over {source}"
-        if s.first_stage == "hybrid" and s.fusion != "auto":
+        if fuses(s.first_stage) and s.fusion != "auto":
             weight = f" {s.fusion_weight:g}" if s.fusion_weight is not None else ""
             text += f", fusion {s.fusion}{weight}"
     feedback = s.feedback
