@@ -34,9 +34,10 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The tests whose result can depend on the CPU: on the kernels FAISS, PyTorch, ONNX Runtime,
-# OpenVINO and BLAS pick, or on the precision dotcat's `auto` picks (marked `kernels`; the
-# suite's conftest says how they were found). .ci/run runs them again with dotcat's other
-# precision choice (DOTCAT_NATIVE_BF16=on/off).
+# OpenVINO and BLAS pick, or on the precision dotcat's `auto` picks (marked `kernels`: those
+# whose run consults dotcat's CPU and precision choice, found by tracing the suite, and that
+# compare vectors, scores or rankings; not those that only check messages, pages or files).
+# .ci/run runs them again with dotcat's other precision choice (DOTCAT_NATIVE_BF16=on/off).
 test-kernels: $(STAMP)
 	$(BIN)/python -m pytest -q -m kernels $(PYTEST_ARGS)
 
@@ -50,9 +51,10 @@ test-floors: $(STAMP)
 # BLAS pick their AVX2 kernels (DOTCAT_NATIVE_BF16=off changes dotcat's choice, not theirs).
 # About 5-10x slower than native: the tests' wall-clock bounds are scaled by
 # DOTCAT_TEST_SLOWDOWN (tests/timing.py); the Ray tests are left out (Ray's native processes
-# run outside the emulator). Needs qemu-user (QEMU >= 10: 7.2 crashed in NumPy's AVX2 sort).
+# run outside the emulator), and the real-model ones (minutes each there). Needs qemu-user
+# (QEMU >= 10: 7.2 crashed in NumPy's AVX2 sort).
 # `make test-zen3 ZEN3_MARK="not ray"` runs the whole suite (~8x slower than native).
-ZEN3_MARK ?= kernels and not ray
+ZEN3_MARK ?= kernels and not ray and not slow
 test-zen3: $(STAMP)
 	bash scripts/zen3-python.sh $(VENV)
 	DOTCAT_TEST_SLOWDOWN=10 $(BIN)/python-zen3 -m pytest -q -m "$(ZEN3_MARK)" $(PYTEST_ARGS)

@@ -45,6 +45,7 @@ def _top(index, query, *extra):
     return json.loads(result.output[result.output.index("[") :])
 
 
+@pytest.mark.kernels
 def test_an_int8_index_records_int8_and_is_searched_at_int8(tiny_beir_dir, tiny_bert_dir, tmp_path):
     manifest = _index(tiny_beir_dir, tiny_bert_dir, tmp_path / "int8", "int8")
     assert manifest["encoder"]["precision"] == "int8"
@@ -57,6 +58,7 @@ def test_an_int8_index_records_int8_and_is_searched_at_int8(tiny_beir_dir, tiny_
     assert _top(tmp_path / "int8", query, "--precision", "int8") == hits
 
 
+@pytest.mark.kernels
 def test_queries_follow_the_int8_runtime_the_index_records(tiny_beir_dir, tiny_bert_dir, tmp_path):
     pytest.importorskip("openvino")
     query = "Dogs Dogs were domesticated from wolves long ago."  # d2's indexed text
@@ -82,6 +84,7 @@ def test_queries_follow_the_int8_runtime_the_index_records(tiny_beir_dir, tiny_b
     check_encoder(manifest, manifest.encoder, tmp_path / "openvino")  # the same runtime meets
 
 
+@pytest.mark.kernels
 def test_float_queries_meet_int8_documents_but_int8_queries_not_float_ones(
     tiny_beir_dir, tiny_bert_dir, tmp_path
 ):
@@ -107,6 +110,7 @@ def test_float_queries_meet_int8_documents_but_int8_queries_not_float_ones(
     assert invoke("search", tmp_path / "fp32", "cats", "--precision", "bf16").exit_code == 0
 
 
+@pytest.mark.kernels
 def test_the_index_records_the_queries_precision_auto_chose_and_searches_follow_it(
     tiny_beir_dir, tiny_bert_dir, tmp_path, monkeypatch
 ):
@@ -149,6 +153,7 @@ def test_a_bad_precision_is_one_line(tiny_beir_dir, tiny_bert_dir, tmp_path):
     assert "--precision must be one of auto, fp32, bf16, fp16, int8" in result.output
 
 
+@pytest.mark.kernels
 def test_added_documents_follow_the_index_precision(tiny_beir_dir, tiny_bert_dir, tmp_path):
     _index(tiny_beir_dir, tiny_bert_dir, tmp_path / "int8", "int8")
     new = tmp_path / "new.jsonl"

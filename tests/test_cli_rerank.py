@@ -13,6 +13,8 @@ from dotcat.cli import app
 from dotcat.data import read_run
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 runner = CliRunner()
 
 

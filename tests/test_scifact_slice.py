@@ -38,6 +38,7 @@ def scifact_slice(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 def test_default_model_retrieves_scifact(scifact_slice, tmp_path):
     from dotcat.data import load_qrels, load_queries

@@ -96,6 +96,7 @@ def setup(tmp_path, tiny_beir_dir, tiny_bert_dir, monkeypatch):
     server.close()
 
 
+@pytest.mark.kernels
 def test_every_system_on_every_dataset_then_every_run_reused(setup):
     first = setup["run"]()
     out = setup["out"]
@@ -138,6 +139,7 @@ def test_every_system_on_every_dataset_then_every_run_reused(setup):
     assert second["table"] == first["table"]
 
 
+@pytest.mark.kernels
 def test_only_reruns_one_column_and_the_others_come_from_the_cache(setup):
     setup["run"]()
     changed = setup["run"]("--only", "other", k1=1.2)

@@ -11,6 +11,8 @@ from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, Manifest, build_index, check_encoder, faiss_index
 from dotcat.models import BiEncoder, EncoderConfig
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny_bert_dir):

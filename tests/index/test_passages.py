@@ -226,6 +226,7 @@ def _old_layout(path):
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
+@pytest.mark.kernels
 def test_an_index_from_before_passages_loads_and_searches_as_before(encoder, tmp_path):
     """Built with passages off and its manifest written as before (no passage key): one vector
     per document, FAISS ids are positions, and every result is what FAISS ranks."""
@@ -253,6 +254,7 @@ def test_an_index_from_before_passages_loads_and_searches_as_before(encoder, tmp
     assert hits[0].start is None and hits[0].passage == hits[0].text  # matched whole
 
 
+@pytest.mark.kernels
 def test_the_answer_beyond_the_first_window_is_found_with_passages_only(encoder, tmp_path):
     """A guide whose answer sits in its third passage, and a short near-copy of that passage:
     with passages the guide's own passage matches the question exactly; cut at the window, the
@@ -286,6 +288,7 @@ def test_the_answer_beyond_the_first_window_is_found_with_passages_only(encoder,
     assert found["cut"][0].score > next(h.score for h in found["cut"] if h.doc_id == "guide")
 
 
+@pytest.mark.kernels
 def test_bm25_and_the_hybrid_point_at_the_passage_bm25_matched(encoder, tmp_path):
     """BM25 ranks the long document by the passage that holds the word; in a hybrid where
     BM25 gave the document most of its score, that passage comes first too."""
@@ -305,6 +308,7 @@ def test_bm25_and_the_hybrid_point_at_the_passage_bm25_matched(encoder, tmp_path
 # -- the command line and the Python API ----------------------------------------------------
 
 
+@pytest.mark.kernels
 def test_the_command_line_and_python_set_the_passages_and_the_aggregation(tiny_bert_dir, tmp_path):
     """``dotcat index --passage-window/--passage-stride/--no-passages`` are the manifest's
     record; ``dotcat search --aggregation`` ranks by it; ``IndexConfig(passages=False)`` is

@@ -65,6 +65,7 @@ def exact_passage_query(encoder, d: dict, part: int) -> str:
     return document_text(d["title"], d["text"][start:stop])
 
 
+@pytest.mark.kernels
 def test_add_and_delete_take_a_document_s_passages_with_it(encoder, tmp_path):
     base = [doc(i, 6 + i) for i in range(4)]
     index = tmp_path / "idx"
@@ -126,6 +127,7 @@ def sharded(tmp_path_factory, encoder):
     return root
 
 
+@pytest.mark.kernels
 def test_shards_split_by_documents_and_merge_into_the_whole_index(sharded):
     whole, folder = sharded / "whole", sharded / "shards"
     shard_docs = [set(passages_of(folder / f"s{i}")) for i in range(2)]
@@ -153,6 +155,7 @@ def test_shards_split_by_documents_and_merge_into_the_whole_index(sharded):
         }
 
 
+@pytest.mark.kernels
 def test_shards_searched_unmerged_rank_as_the_whole_index(sharded, encoder):
     whole = DenseIndex(sharded / "whole", device="cpu")
     shards = ShardSet(sharded / "shards", device="cpu")

@@ -129,6 +129,7 @@ def test_add_documents_from_a_folder_and_from_python(encoder, tmp_path, tiny_ber
     assert log[1]["corpus"] == "<list>"
 
 
+@pytest.mark.kernels
 def test_cli_indexes_a_folder_in_one_command_and_search_finds_a_word(tiny_bert_dir, tmp_path):
     folder = tmp_path / "mydocs"
     words = write_every_kind(folder)
@@ -155,6 +156,7 @@ def test_cli_indexes_a_folder_in_one_command_and_search_finds_a_word(tiny_bert_d
         assert [hit["doc_id"] for hit in json.loads(result.stdout)] == [doc_id]
 
 
+@pytest.mark.kernels
 def test_cli_add_takes_the_same_sources(tiny_bert_dir, tmp_path):
     corpus = tmp_path / "c.jsonl"
     lines = [json.dumps({"_id": f"d{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)]

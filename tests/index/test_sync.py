@@ -102,6 +102,7 @@ def test_a_sync_reads_and_encodes_only_what_changed(synced):
     assert [u["op"] for u in manifest.updates] == ["sync"]
 
 
+@pytest.mark.kernels
 def test_the_synced_index_searches_as_a_fresh_build_of_the_folder(synced):
     root, _ = synced
     config = PipelineConfig(device="cpu", precision="fp32")
@@ -140,6 +141,7 @@ def test_a_folder_unchanged_makes_no_new_generation(synced, encoder):
     assert layout.generation_id(root / "idx") == before
 
 
+@pytest.mark.kernels
 def test_a_setting_that_changes_the_vectors_is_refused_with_the_rebuild(synced, tmp_path):
     root, _ = synced
     before = layout.generation_id(root / "idx")
@@ -161,6 +163,7 @@ def test_a_second_writer_is_refused_with_a_clear_line(synced):
     assert "another dotcat process is building or updating this index" in result.output
 
 
+@pytest.mark.kernels
 def test_a_corpus_file_is_compared_record_by_record(tmp_path, encoder):
     corpus = tmp_path / "tickets.csv"
     corpus.write_text("id,title,text\n1,a,cats here\n2,b,dogs there\n3,c,light\n")
@@ -204,6 +207,7 @@ def test_an_update_links_what_it_does_not_change(synced):
     shutil.rmtree(copy)
 
 
+@pytest.mark.kernels
 def test_python_build_and_tune_refuses_a_changed_model(synced, tiny_cat_dir):
     root, _ = synced
     with pytest.raises(DotcatError, match="would change what the index holds"):

@@ -133,6 +133,7 @@ def test_unknown_ids_are_refused_unless_missing_ok(encoder, tmp_path):
     assert delete_documents(index, ["d1", "nope"], missing_ok=True).deleted == 1
 
 
+@pytest.mark.kernels
 def test_bm25_follows_the_updates(encoder, tmp_path):
     index = _build(tmp_path, encoder, bm25=True)
     rare = tmp_path / "rare.jsonl.gz"

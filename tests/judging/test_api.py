@@ -128,6 +128,7 @@ def test_a_typed_query_is_pooled_at_once(served, judge_pipeline):
     assert httpx.post(f"{url}/judge/api/topics", json={"text": "  "}).status_code == 422
 
 
+@pytest.mark.kernels
 def test_the_query_log_is_pooled_by_judge_pool(served, judge_index, tmp_path):
     url, _, log = served
     for q in ("insulin and blood sugar", "wolves", "Insulin  and blood sugar", "wolves"):

@@ -188,6 +188,7 @@ def test_a_simulated_assessor_grades_the_whole_pool(pooled_store):
     assert set(qrels["q1"].values()) == {0}
 
 
+@pytest.mark.kernels
 def test_the_judge_commands_pool_status_and_write_qrels(judge_index, topics_file, tmp_path):
     store = tmp_path / "j.sqlite"
     result = runner.invoke(app, ["judge", "pool", str(judge_index), "--queries", str(topics_file),
@@ -219,6 +220,7 @@ def _bm25_experiment(tmp_path, name: str, dataset: str) -> dict:
     return json.loads((tmp_path / name / "results.json").read_text())
 
 
+@pytest.mark.kernels
 def test_an_experiment_on_the_index_and_files_equals_one_on_the_export(
     pooled_store, judge_index, tmp_path
 ):

@@ -91,6 +91,7 @@ def test_a_stage_the_index_lacks_is_one_clear_error(judge_pipeline, tmp_path, to
     assert read_topics(topics_file)[0].description == "Where dogs come from."
 
 
+@pytest.mark.kernels
 def test_a_reranker_is_pooled_as_a_system_of_its_own(judge_index, tiny_cat_dir, tmp_path):
     from dotcat.judging import Topic
     from dotcat.search.pipeline import PipelineConfig, SearchPipeline

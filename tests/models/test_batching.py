@@ -36,6 +36,7 @@ def test_padded_widths_round_up_within_the_cap():
     assert padded_widths(np.array([300]), 32, 256).tolist() == [300]  # never below the length
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_query_vector_is_the_same_alone_or_in_any_batch(tiny_bert_dir, precision):
     config = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision=precision)
@@ -46,6 +47,7 @@ def test_a_query_vector_is_the_same_alone_or_in_any_batch(tiny_bert_dir, precisi
     assert np.array_equal(alone, together) and np.array_equal(alone, reversed_)  # bit for bit
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_pair_logit_is_the_same_alone_or_in_any_batch(tiny_cat_dir, precision):
     config = CrossEncoderConfig(model=str(tiny_cat_dir), device="cpu", precision=precision)

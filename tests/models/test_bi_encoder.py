@@ -337,6 +337,7 @@ def test_show_progress_runs(tiny):
 # -- precision and threads ------------------------------------------------------------------
 
 
+@pytest.mark.kernels
 def test_auto_precision_uses_bf16_only_with_native_support(monkeypatch):
     """The detection itself (the DOTCAT_NATIVE_BF16 switch is tested in test_precision.py)."""
     monkeypatch.delenv(runtime.NATIVE_BF16_ENV, raising=False)
@@ -385,6 +386,7 @@ def test_threads_use_every_available_core(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.kernels
 def test_model_loading_hides_transformers_bars_and_restores_them(tiny_bert_dir, capsys):
     """transformers 5 draws a "Loading weights" bar per load; dotcat's loads draw none."""
     from transformers.utils import logging as hf_logging

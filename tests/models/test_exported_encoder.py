@@ -29,6 +29,7 @@ def _config(model, **settings) -> EncoderConfig:
     return EncoderConfig(**{**defaults, **settings})
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("pooling,similarity", [("mean", "cos"), ("cls", "dot")])
 def test_fp32_vectors_are_pytorchs(tiny_bert_dir, pooling, similarity):
     config = _config(tiny_bert_dir, pooling=pooling, similarity=similarity)
@@ -47,6 +48,7 @@ def test_fp32_vectors_are_pytorchs(tiny_bert_dir, pooling, similarity):
     assert np.abs(one - exported.encode_queries(QUERIES)[0]).max() <= 1e-6  # batch-independent
 
 
+@pytest.mark.kernels
 def test_token_ids_and_counts_are_transformers(tiny_bert_dir):
     config = _config(tiny_bert_dir, max_length=16)
     exported, torch_encoder = ExportedEncoder.load(config), BiEncoder.load(config)
@@ -58,6 +60,7 @@ def test_token_ids_and_counts_are_transformers(tiny_bert_dir):
         assert exported.query_tokens(text) == torch_encoder.query_tokens(text)
 
 
+@pytest.mark.kernels
 def test_int8_vectors_are_the_int8_bi_encoders(tiny_bert_dir):
     config = _config(tiny_bert_dir, precision="int8", backend="onnxruntime")
     exported, torch_encoder = ExportedEncoder.load(config), BiEncoder.load(config)
@@ -68,6 +71,7 @@ def test_int8_vectors_are_the_int8_bi_encoders(tiny_bert_dir):
     assert np.abs(got - want).max() <= 1e-6
 
 
+@pytest.mark.kernels
 def test_manifest_entry_is_the_bi_encoders_with_its_runtime(tiny_bert_dir):
     config = _config(tiny_bert_dir)
     entry, expected = ExportedEncoder.load(config).manifest_entry(), BiEncoder.load(config)
@@ -76,6 +80,7 @@ def test_manifest_entry_is_the_bi_encoders_with_its_runtime(tiny_bert_dir):
                      "queries": {"precision": "fp32", "backend": "onnxruntime"}}  # fmt: skip
 
 
+@pytest.mark.kernels
 def test_a_search_gets_it_where_it_gives_the_vectors(tiny_bert_dir, tmp_path):
     assert isinstance(load_query_encoder(_config(tiny_bert_dir)), ExportedEncoder)
     for settings, why in [
@@ -92,6 +97,7 @@ def test_a_search_gets_it_where_it_gives_the_vectors(tiny_bert_dir, tmp_path):
     assert encoder is None and "tokenizer.json" in reason
 
 
+@pytest.mark.kernels
 def test_an_export_that_cannot_be_made_falls_back_to_pytorch(tiny_bert_dir, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     cache.write_text("a file where the cache folder should be")
@@ -101,6 +107,7 @@ def test_an_export_that_cannot_be_made_falls_back_to_pytorch(tiny_bert_dir, tmp_
     assert isinstance(load_query_encoder(_config(tiny_bert_dir)), BiEncoder)
 
 
+@pytest.mark.kernels
 def test_loading_it_imports_no_pytorch(tiny_bert_dir):
     import subprocess
 

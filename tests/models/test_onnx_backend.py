@@ -39,6 +39,7 @@ def bert_copy(tiny_bert_dir, tmp_path):
     return shutil.copytree(tiny_bert_dir, tmp_path / "bert")
 
 
+@pytest.mark.kernels
 def test_the_fp32_export_reproduces_pytorch(bert_copy, tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
@@ -61,6 +62,7 @@ def _similarities(encoder: BiEncoder) -> np.ndarray:
     return encoder.encode_queries(QUERIES) @ encoder.encode_documents(DOCS).T
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_int8_encoder_ranks_like_fp32(tiny_bert_dir, backend):
     if backend == "openvino":
@@ -83,6 +85,7 @@ def test_int8_encoder_ranks_like_fp32(tiny_bert_dir, backend):
     np.testing.assert_allclose(alone[0], int8.encode_queries(QUERIES)[0], atol=1e-6)
 
 
+@pytest.mark.kernels
 def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
     def scores(precision: str) -> np.ndarray:
         config = CrossEncoderConfig(model=str(tiny_cat_dir), device="cpu", precision=precision)
@@ -94,6 +97,7 @@ def test_int8_cross_encoder_ranks_like_fp32(tiny_cat_dir):
     assert np.argmax(a) == np.argmax(b)
 
 
+@pytest.mark.kernels
 def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
     BiEncoder.load(
         EncoderConfig(model=str(bert_copy), device="cpu", precision="int8", backend="onnxruntime")
@@ -116,6 +120,7 @@ def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
     assert encoder.onnx.path == home / name
 
 
+@pytest.mark.kernels
 def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
     result = CliRunner().invoke(
         app, ["export", str(bert_copy), "--precision", "int8", "--backend", "onnxruntime"]
@@ -131,6 +136,7 @@ def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
     assert encoder.onnx.path == bert_copy / "onnx" / name
 
 
+@pytest.mark.kernels
 def test_a_stale_export_is_never_used(bert_copy, caplog):
     runner = CliRunner()
     assert runner.invoke(app, ["export", str(bert_copy), "--backend", "onnxruntime"]).exit_code == 0
@@ -159,6 +165,7 @@ def test_a_stale_export_is_never_used(bert_copy, caplog):
         assert spearmanr(row_a, row_b).statistic >= 0.95
 
 
+@pytest.mark.kernels
 def test_another_recipe_is_another_export(bert_copy, tmp_path):
     fingerprint = weights_fingerprint(bert_copy)
     home = tmp_path / "exports"
@@ -191,6 +198,7 @@ def test_the_avx2_variant_uses_7_bit_weights(bert_copy, tmp_path):
     assert weights and max(int(np.abs(w).max()) for w in weights) <= 64  # reduce_range
 
 
+@pytest.mark.kernels
 def test_a_failed_export_leaves_no_file(bert_copy, tmp_path, monkeypatch):
     def broken(weights_dir, kind, out):
         out.write_bytes(b"half a model")
@@ -202,6 +210,7 @@ def test_a_failed_export_leaves_no_file(bert_copy, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path / "out")) == []
 
 
+@pytest.mark.kernels
 def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path):
     import shutil
 

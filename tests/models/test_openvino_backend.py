@@ -45,6 +45,7 @@ def _load(model, precision="int8", backend="openvino") -> CrossEncoder:
     return CrossEncoder.load(config)
 
 
+@pytest.mark.kernels
 def test_openvino_int8_ranks_like_fp32(tiny_cat_dir):
     fp32 = _load(tiny_cat_dir, "fp32")
     int8 = _load(tiny_cat_dir)
@@ -56,6 +57,7 @@ def test_openvino_int8_ranks_like_fp32(tiny_cat_dir):
     assert np.argmax(a) == np.argmax(b)
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("hidden", [64, 100])
 def test_two_workers_score_like_fp32_whatever_the_hidden_size(tmp_path, hidden):
     """Batches scored by two worker threads at once agree with fp32. Several OpenVINO streams
@@ -78,6 +80,7 @@ def test_two_workers_score_like_fp32_whatever_the_hidden_size(tmp_path, hidden):
     assert spearmanr(fp32, scores).statistic >= 0.95
 
 
+@pytest.mark.kernels
 def test_one_querys_pairs_are_not_cut_in_parts_for_calls_that_take_turns(tiny_cat_dir,
                                                                         monkeypatch):  # fmt: skip
     """OpenVINO's calls take turns on one request: splitting a width's pairs over the two
@@ -101,6 +104,7 @@ def test_one_querys_pairs_are_not_cut_in_parts_for_calls_that_take_turns(tiny_ca
     assert _load(tiny_cat_dir, backend="onnxruntime")._concurrent_calls()
 
 
+@pytest.mark.kernels
 def test_a_pairs_logit_does_not_depend_on_its_batch(tiny_cat_dir):
     int8 = _load(tiny_cat_dir)
     together = int8.score_query(QUERY, DOCS)
@@ -110,6 +114,7 @@ def test_a_pairs_logit_does_not_depend_on_its_batch(tiny_cat_dir):
     np.testing.assert_allclose(reversed_, together, atol=1e-5)
 
 
+@pytest.mark.kernels
 def test_first_use_exports_into_the_cache_once(cat_copy, monkeypatch):
     int8 = _load(cat_copy)
     home = ovb.cache_home(weights_fingerprint(cat_copy))
@@ -125,6 +130,7 @@ def test_first_use_exports_into_the_cache_once(cat_copy, monkeypatch):
     assert _load(cat_copy).onnx.path == home / ovb.INT8_NAME
 
 
+@pytest.mark.kernels
 def test_dotcat_export_writes_beside_the_weights(cat_copy, monkeypatch):
     result = CliRunner().invoke(app, ["export", str(cat_copy), "--backend", "openvino"])
     assert result.exit_code == 0, result.output
@@ -136,6 +142,7 @@ def test_dotcat_export_writes_beside_the_weights(cat_copy, monkeypatch):
     assert _load(cat_copy).onnx.path == target
 
 
+@pytest.mark.kernels
 def test_a_stale_export_is_never_used(cat_copy, caplog):
     result = CliRunner().invoke(app, ["export", str(cat_copy), "--backend", "openvino"])
     assert result.exit_code == 0
@@ -150,6 +157,7 @@ def test_a_stale_export_is_never_used(cat_copy, caplog):
     assert int8.onnx.path == ovb.cache_home(weights_fingerprint(cat_copy)) / ovb.INT8_NAME
 
 
+@pytest.mark.kernels
 def test_a_failed_export_keeps_the_old_one(cat_copy, monkeypatch):
     runner = CliRunner()
     assert runner.invoke(app, ["export", str(cat_copy), "--backend", "openvino"]).exit_code == 0
@@ -168,6 +176,7 @@ def test_a_failed_export_keeps_the_old_one(cat_copy, monkeypatch):
     assert {p: (home / p).read_bytes() for p in os.listdir(home)} == before
 
 
+@pytest.mark.kernels
 def test_the_runtime_choice(tiny_cat_dir, tiny_bert_dir, monkeypatch):
     # auto: OpenVINO for both kinds where installed; ONNX Runtime when asked.
     assert runtime.int8_backend("cross-encoder") == "openvino"

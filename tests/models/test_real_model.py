@@ -60,6 +60,7 @@ def test_vectors_agree_with_sentence_transformers(default_encoder, default_model
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 def test_bf16_autocast_agrees_with_fp32_on_the_real_model(default_encoder):
     """The bf16 path that CPUs with native bf16 take by default (emulated, slow, here)."""
@@ -69,6 +70,7 @@ def test_bf16_autocast_agrees_with_fp32_on_the_real_model(default_encoder):
     assert cos.mean() >= 0.999
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 def test_int8_on_the_real_model_ranks_like_fp32(default_encoder):
     """The int8 path that CPUs with VNNI take by default (ONNX Runtime; AVX2 kernels elsewhere).

@@ -141,6 +141,7 @@ def test_predict_gives_logits_or_sentence_transformers_probabilities(cat, st_cat
     assert np.ndim(st_cat.predict(pairs[1])) == 0
 
 
+@pytest.mark.kernels
 def test_rank_refuses_an_untrained_head(tiny_bert_dir):
     untrained = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
     with pytest.raises(DotcatError, match="not a cross-encoder"):

@@ -71,6 +71,7 @@ def _pipeline(index, cat=None, **settings) -> SearchPipeline:
     return SearchPipeline(index, config)
 
 
+@pytest.mark.kernels
 def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     index, tiny_cat_dir, tmp_path
 ):
@@ -106,6 +107,7 @@ def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     assert weight.alpha <= 0.5
 
 
+@pytest.mark.kernels
 def test_the_recorded_weight_is_followed_before_the_dev_weight(index, tiny_cat_dir, tmp_path):
     pipeline = _pipeline(index, tiny_cat_dir, depth=10)
     before = pipeline.run({"q": "insulin glucose"}, 5, rerank=False)
@@ -137,6 +139,7 @@ def test_the_recorded_weight_is_followed_before_the_dev_weight(index, tiny_cat_d
     assert Manifest.read(index).rerank[weight.fingerprint]["alpha"] == again.alpha
 
 
+@pytest.mark.kernels
 def test_a_corpus_without_pseudo_queries_is_refused(tiny_bert_dir, tiny_cat_dir, tmp_path):
     corpus = tmp_path / "short.jsonl"
     corpus.write_text(
@@ -150,6 +153,7 @@ def test_a_corpus_without_pseudo_queries_is_refused(tiny_bert_dir, tiny_cat_dir,
         calibrate_reranker(_pipeline(out, tiny_cat_dir), show_progress=False)
 
 
+@pytest.mark.kernels
 def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path):
     copy = tmp_path / "index"
     shutil.copytree(index, copy)
@@ -181,6 +185,7 @@ def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path)
         assert "has weight 0 here (corpus-chosen)" in search.output
 
 
+@pytest.mark.kernels
 def test_at_weight_0_the_first_stage_answers_and_the_cross_encoder_is_not_run(
     index, tiny_cat_dir, monkeypatch
 ):

@@ -161,6 +161,7 @@ def doc_index(data, tiny_bert_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.kernels
 def test_rocchio_is_alpha_q_plus_beta_mean_of_the_top_documents(doc_index):
     retriever = DenseRetriever(doc_index, device="cpu", precision="fp32")
     params = Rocchio(docs=2, alpha=1.0, beta=0.7)
@@ -183,6 +184,7 @@ def test_rocchio_is_alpha_q_plus_beta_mean_of_the_top_documents(doc_index):
             )
 
 
+@pytest.mark.kernels
 def test_feedback_through_the_pipeline(doc_index):
     index = doc_index
     bm25 = _pipeline(index, first_stage="bm25")
@@ -237,6 +239,7 @@ def passage_index(data, tiny_bert_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.kernels
 def test_feedback_on_passages_ranks_documents(passage_index):
     """Over an index with passages (documents longer than the tiny encoder's window), RM3's
     feedback documents and Rocchio's feedback vectors are the top passages (BM25 rows, FAISS

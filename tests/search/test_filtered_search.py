@@ -19,6 +19,8 @@ from dotcat.search.aggregation import to_run
 from dotcat.search.hybrid import fuse_matches
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 WORDS = [
     "alpha",
     "beta",

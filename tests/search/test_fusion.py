@@ -131,6 +131,7 @@ def _beir_with_dev(root):
     return root
 
 
+@pytest.mark.kernels
 def test_dotcat_index_records_and_prints_the_curve_the_tied_set_and_why(tiny_bert_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -35,6 +35,7 @@ def _pipeline(index, **settings) -> SearchPipeline:
     return SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32", **settings))
 
 
+@pytest.mark.kernels
 def test_dense_first_stage_is_the_dense_retriever(index):
     run = _pipeline(index, first_stage="dense").run(QUERIES, 5)
     reference = DenseRetriever(index, device="cpu", precision="fp32").batch_search(QUERIES, 5)
@@ -46,6 +47,7 @@ def test_bm25_first_stage_is_bm25_over_the_corpus(index, data):
     assert run == bm25_search(load_corpus(data), QUERIES, k=5, show_progress=False)
 
 
+@pytest.mark.kernels
 def test_hybrid_is_the_recorded_fusion_of_both(index):
     hybrid = _pipeline(index)
     assert hybrid.first_stage == "hybrid"  # auto: the index has BM25
@@ -59,6 +61,7 @@ def test_hybrid_is_the_recorded_fusion_of_both(index):
     assert rrf == {q: docs[:5] for q, docs in Fusion("rrf").fuse_runs(dense, bm25).items()}
 
 
+@pytest.mark.kernels
 def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert_dir, tmp_path):
     out = tmp_path / "dense_only"
     build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=False), show_progress=False)
@@ -67,6 +70,7 @@ def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert
         _pipeline(out, first_stage="hybrid")
 
 
+@pytest.mark.kernels
 def test_search_returns_hits_with_texts(index):
     pipeline = _pipeline(index, first_stage="dense")
     hits = pipeline.search(QUERIES["q2"], 3)
@@ -81,6 +85,7 @@ def test_search_returns_hits_with_texts(index):
     ]
 
 
+@pytest.mark.kernels
 def test_reranking_through_the_pipeline(index, tiny_cat_dir):
     pipeline = _pipeline(index, rerank=str(tiny_cat_dir), depth=4)
     assert pipeline.reranker.alpha == 1.0 and pipeline.reranker.alpha_source == "plain"
@@ -93,6 +98,7 @@ def test_reranking_through_the_pipeline(index, tiny_cat_dir):
         _pipeline(index).run(QUERIES, 5, rerank=True)
 
 
+@pytest.mark.kernels
 def test_the_recorded_interpolation_weight_is_the_default(tiny_cat_dir, tmp_path):
     import shutil
 
@@ -110,6 +116,7 @@ def test_the_recorded_interpolation_weight_is_the_default(tiny_cat_dir, tmp_path
     assert Reranker(ce, interpolate="0.6").alpha_source == "given"
 
 
+@pytest.mark.kernels
 def test_concurrent_callers_get_what_a_lone_caller_gets(index):
     pipeline = _pipeline(index)
     texts = list(QUERIES.values()) * 8
@@ -119,6 +126,7 @@ def test_concurrent_callers_get_what_a_lone_caller_gets(index):
     assert together == alone
 
 
+@pytest.mark.kernels
 def test_tune_fusion_records_the_dev_choice_and_the_pipeline_follows_it(index, data):
     fusion = tune_fusion(index, data, device="cpu", precision="fp32")
     assert fusion is not None and fusion.dev["source"] == "10% of qrels/train.tsv (seed 42)"
@@ -150,6 +158,7 @@ def test_bad_settings(settings, message):
         PipelineConfig(**settings)
 
 
+@pytest.mark.kernels
 def test_bad_calls(index):
     pipeline = _pipeline(index)
     with pytest.raises(DotcatError, match="k must be >= 1"):
@@ -158,6 +167,7 @@ def test_bad_calls(index):
         pipeline.search("   ", 3)
 
 
+@pytest.mark.kernels
 def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
     pipeline = _pipeline(index, first_stage="bm25")  # no dense retriever loaded yet
     pipeline.one_thread_small_calls()
@@ -169,6 +179,7 @@ def test_one_thread_small_calls_reaches_a_dense_retriever_loaded_later(index):
     assert loaded.encoder.single_query_threads == 1
 
 
+@pytest.mark.kernels
 def test_build_and_tune_builds_then_records_the_dev_fusion(data, tiny_bert_dir, tmp_path):
     """What `dotcat index` and `dotcat experiment` both do: the index, then its fusion chosen
     on the data's dev queries and recorded (a shard, or no BM25, is not tuned)."""

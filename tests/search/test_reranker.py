@@ -17,6 +17,8 @@ from dotcat.search.reranker import (
     score_candidates,
 )
 
+pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
+
 
 @pytest.fixture(scope="module")
 def trained_tiny(tiny_bert_dir, tmp_path_factory):

@@ -54,6 +54,7 @@ def pipeline(index, prf: str = "none", **settings) -> SearchPipeline:
     return SearchPipeline(index, PipelineConfig(device="cpu", prf=prf, **settings))
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize(("stage", "prf"), CASES)
 def test_shards_rank_as_their_merged_index(collection, stage, prf):
     merged, shards = pipeline(collection["merged"], prf), pipeline(collection["parts"], prf)
@@ -63,6 +64,7 @@ def test_shards_rank_as_their_merged_index(collection, stage, prf):
     assert one["q7"] == [] or stage != "bm25"  # a word no shard holds matches nothing
 
 
+@pytest.mark.kernels
 def test_linear_fusion_and_re_ranking_follow_the_merge(collection, tiny_cat_dir):
     settings = {"fusion": "linear", "fusion_weight": 0.3, "rerank": str(tiny_cat_dir),
                 "depth": 12, "rerank_passages": 2}  # fmt: skip
@@ -71,6 +73,7 @@ def test_linear_fusion_and_re_ranking_follow_the_merge(collection, tiny_cat_dir)
     assert_same_runs(merged.run(QUERIES, 20), shards.run(QUERIES, 20), atol=ATOL)
 
 
+@pytest.mark.kernels
 def test_hits_come_with_their_texts_passages_and_coverage(collection):
     merged, shards = pipeline(collection["merged"]), pipeline(collection["parts"])
     texts = list(QUERIES.values())
@@ -88,6 +91,7 @@ def test_hits_come_with_their_texts_passages_and_coverage(collection):
     assert sum(s["documents"] for s in status) == 160 and {s["state"] for s in status} == {"ok"}
 
 
+@pytest.mark.kernels
 def test_dotcat_search_over_a_folder_of_shards_writes_the_merged_index_s_run(collection, tmp_path):
     topics = tmp_path / "queries.tsv"
     topics.write_text("".join(f"{q}\t{t}\n" for q, t in QUERIES.items()), encoding="utf-8")
@@ -153,6 +157,7 @@ def test_a_registered_stage_is_fanned_out_over_shards(collection):
         del REGISTRY["by_number"], REGISTRY["lexical_plugin"]
 
 
+@pytest.mark.kernels
 def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_path):
     parts = tmp_path / "parts"
     shutil.copytree(collection["parts"], parts)

@@ -116,6 +116,7 @@ def test_the_command_line_offers_a_stage_registered_by_entry_point(index, plugin
     assert [h["doc_id"] for h in hits] == _ids(index)[:4]
 
 
+@pytest.mark.kernels
 def test_the_server_serves_a_registered_stage(index, registered):
     pipeline = SearchPipeline(index, device="cpu", precision="fp32")
     with live_server(pipeline) as url:
@@ -127,6 +128,7 @@ def test_the_server_serves_a_registered_stage(index, registered):
     assert [h["doc_id"] for h in answer["hits"]] == _ids(index)[:3]
 
 
+@pytest.mark.kernels
 def test_an_experiment_runs_a_registered_stage(index, data, registered, tmp_path):
     from dotcat.experiment import parse_config, run_experiment
 
@@ -152,6 +154,7 @@ def test_an_experiment_runs_a_registered_stage(index, data, registered, tmp_path
     assert ranked == _ids(index)[:5]
 
 
+@pytest.mark.kernels
 def test_a_judging_pool_takes_a_registered_stage(index, registered, tmp_path):
     from dotcat.judging import JudgmentStore, PoolConfig, Topic, build_pool
 
