@@ -61,7 +61,7 @@ def encoder_config_from_manifest(
 def load_query_encoder(config: EncoderConfig):
     """The encoder of a search's queries: an exported one where it gives the vectors ``config``
     asks for without PyTorch (:mod:`dotcat.models.exported_encoder`: a search from the shell
-    then answers in a fraction of the time), else a :class:`~dotcat.models.BiEncoder`."""
+    then answers in a fraction of the time), else a :class:`~dotcat.models.bi_encoder.BiEncoder`."""
     encoder, why = try_load(config)
     if encoder is not None:
         return encoder

@@ -89,9 +89,9 @@ class Change:
 
     Attributes:
         remove: ids of documents to delete.
-        add: documents to add (a dataset as :func:`dotcat.data.load_corpus` gives, or a list of
-            :class:`~dotcat.data.Document`); an id the index holds is replaced (its old document
-            removed first).
+        add: documents to add (a dataset as :func:`dotcat.data.corpus.load_corpus` gives, or a
+            list of :class:`~dotcat.data.corpus.Document`); an id the index holds is replaced
+            (its old document removed first).
         fields: id -> fields (JSON, as the dataset holds them) for documents whose text stays.
         files: the state of the folder's files as the index now holds them
             (:func:`write_files`), or None: the state of the files whose documents change is
@@ -329,8 +329,8 @@ def _existing_ids(dataset) -> list[str]:
 
 def _batches(documents, size: int):
     """Batches of columns (``id``, ``title``, ``text``, ``fields``) of a dataset (as
-    :func:`dotcat.data.load_corpus` gives) or of a list of :class:`~dotcat.data.Document` (a
-    sync's few: no Arrow needed)."""
+    :func:`dotcat.data.corpus.load_corpus` gives) or of a list of
+    :class:`~dotcat.data.corpus.Document` (a sync's few: no Arrow needed)."""
     if not isinstance(documents, list):
         yield from (batch for _, batch in iter_row_batches(documents, batch_size=size))
         return

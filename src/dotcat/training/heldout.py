@@ -108,8 +108,9 @@ def folds(qids: Sequence[str], k: int) -> list[list[str]]:
 
 def compare(first: RunLike, trained: RunLike, qrels: Qrels, method: str) -> Verdict:
     """Both runs evaluated on ``qrels`` (their queries only) and compared query by query by
-    :func:`dotcat.evaluation.compare_to_baseline` (its default paired test, and the interval
-    that inverts it: the interval excludes 0 exactly where the difference is significant)."""
+    :func:`dotcat.evaluation.significance.compare_to_baseline` (its default paired test, and the
+    interval that inverts it: the interval excludes 0 exactly where the difference is
+    significant)."""
     queries = set(first) | set(trained)
     judged = {q: dict(qrels[q]) for q in queries if q in qrels}
     if len(judged) < 2:  # a paired comparison needs two queries: nothing is shown
