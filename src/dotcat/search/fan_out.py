@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +36,7 @@ from dotcat.search.feedback import (
 )
 from dotcat.search.shard import FilterQuery
 
-if TYPE_CHECKING:
-    from dotcat.search.sharded import ShardedAdmitted, ShardedIndex, ShardedStages, ShardGroup
-
+# (The front's types live in dotcat.search.sharded, which imports this module: annotated Any.)
 __all__ = [
     "FanOutBM25",
     "FanOutDense",
@@ -55,33 +53,36 @@ logger = logging.getLogger(__name__)
 BATCH = 256
 
 
-def _filter_query(admitted: ShardedAdmitted | None) -> FilterQuery | None:
+def _filter_query(admitted: Any) -> FilterQuery | None:
     return None if admitted is None else admitted.query
 
 
-def _empty(admitted: ShardedAdmitted | None) -> bool:
+def _empty(admitted: Any) -> bool:
     """Whether a filter admits nothing (no search then: every query gets no document)."""
     return admitted is not None and admitted.documents == 0
 
 
 def _fan_out(
     queries: Mapping[str, str],
-    ask: Callable[[list[str]], list],
+    ask: Callable[[list[str], FilterQuery | None], list],
     k: int,
     key,
-    index: ShardedIndex,
+    index: Any,
     desc: str,
     show_progress: bool,
+    admitted: Any = None,
 ) -> dict[str, list[Match]]:
     """Each query's top ``k`` of the collection: the queries asked of every shard in batches
-    of :data:`BATCH` (``ask``: texts -> each shard's answers), each query's lists merged
-    exactly by ``key``."""
-    qids, out = list(queries), {}
+    of :data:`BATCH` (``ask``: texts and the filter's query -> each shard's answers), each
+    query's lists merged exactly by ``key``; none where the filter ``admitted`` admits nothing."""
+    if _empty(admitted):
+        return {q: [] for q in queries}
+    within, qids, out = _filter_query(admitted), list(queries), {}
     with progress_bar(total=len(qids), desc=desc, unit="query",
                       enabled=show_progress) as bar:  # fmt: skip
         for start in range(0, len(qids), BATCH):
             chunk = qids[start : start + BATCH]
-            answers = ask([queries[q] for q in chunk])
+            answers = ask([queries[q] for q in chunk], within)
             for i, qid in enumerate(chunk):
                 out[qid] = _kept(index, merge(_per_query(answers, i), k, key))
             bar.update(len(chunk))
@@ -92,7 +93,7 @@ class FrontEncoder:
     """The collection's query encoder, loaded once in the front (the shards hold no model):
     the shards' encoder as their manifests record it, checked as an index checks it."""
 
-    def __init__(self, context: ShardedStages) -> None:
+    def __init__(self, context: Any) -> None:
         c, manifest = context.config, context.index.manifest
         config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
         self.encoder = load_query_encoder(config)
@@ -154,8 +155,8 @@ class FanOutDense:
     """
 
     retriever: FrontEncoder
-    group: ShardGroup
-    index: ShardedIndex
+    group: Any
+    index: Any
     rocchio: Rocchio | None = None
     name: str = "dense"
 
@@ -169,21 +170,19 @@ class FanOutDense:
         k: int,
         *,
         show_progress: bool = False,
-        admitted: ShardedAdmitted | None = None,
+        admitted: Any = None,
     ) -> dict[str, list[Match]]:
         """Each query's top ``k`` documents of the collection (of those a filter admits,
         where ``admitted`` is given)."""
-        if _empty(admitted):
-            return {q: [] for q in queries}
-        within = _filter_query(admitted)
 
-        def ask(texts: list[str]) -> list:
+        def ask(texts: list[str], within: FilterQuery | None) -> list:
             vectors = self.retriever.encoder.encode_queries(texts)
             if self.rocchio is not None:
                 vectors = self._rocchio(vectors, within)
             return self.group.call("dense", (vectors, k, within))
 
-        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress)
+        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress,
+                        admitted)  # fmt: skip
 
     def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
         """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
@@ -215,8 +214,8 @@ class FanOutBM25:
     """The ``bm25`` stage over shards: each shard scores with the collection's statistics,
     the documents are merged (RM3 first, on the collection's top rows, where asked)."""
 
-    group: ShardGroup
-    index: ShardedIndex
+    group: Any
+    index: Any
     statistics: CollectionStatistics
     config: BM25Config
     rm3: RM3 | None = None
@@ -229,23 +228,21 @@ class FanOutBM25:
         k: int,
         *,
         show_progress: bool = False,
-        admitted: ShardedAdmitted | None = None,
+        admitted: Any = None,
     ) -> dict[str, list[Match]]:
         """Each query's top ``k`` documents of the collection (of those a filter admits,
         where ``admitted`` is given)."""
-        if _empty(admitted):
-            return {q: [] for q in queries}
-        within = _filter_query(admitted)
 
-        def ask(texts: list[str]) -> list:
+        def ask(texts: list[str], within: FilterQuery | None) -> list:
             if self.rm3 is None:
                 return self.group.call("bm25", (texts, k, within))
             expanded = self._expand(texts, within)
             return self.group.call("bm25_weighted", (expanded, k, within))
 
-        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress)
+        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress,
+                       admitted)  # fmt: skip
         empty = sum(not found for found in out.values())
-        if empty:
+        if empty and not _empty(admitted):  # (a filter that admits nothing: no search)
             logger.warning("%d of %d queries matched no document", empty, len(out))
         return out
 
@@ -294,11 +291,11 @@ class FanOutStage:
 
     name: str
     score_kind: str
-    group: ShardGroup
-    index: ShardedIndex
+    group: Any
+    index: Any
 
     @classmethod
-    def create(cls, context: ShardedStages, name: str) -> FanOutStage:
+    def create(cls, context: Any, name: str) -> FanOutStage:
         kinds = [kind for kind in context.group.call("score_kind", (name,)) if kind]
         return cls(name, kinds[0] if kinds else "rank", context.group, context.index)
 
@@ -308,21 +305,19 @@ class FanOutStage:
         k: int,
         *,
         show_progress: bool = False,
-        admitted: ShardedAdmitted | None = None,
+        admitted: Any = None,
     ) -> dict[str, list[Match]]:
         """Each query's top ``k`` documents of the collection (of those a filter admits,
         where ``admitted`` is given and the stage takes a filter)."""
-        if _empty(admitted):
-            return {q: [] for q in queries}
-        within = _filter_query(admitted)
 
-        def ask(texts: list[str]) -> list:
+        def ask(texts: list[str], within: FilterQuery | None) -> list:
             return self.group.call("stage", (self.name, texts, k, within))
 
-        return _fan_out(queries, ask, k, dense_key, self.index, self.name, show_progress)
+        return _fan_out(queries, ask, k, dense_key, self.index, self.name, show_progress,
+                        admitted)  # fmt: skip
 
 
-def _kept(index: ShardedIndex, merged: list[tuple[int, Match]]) -> list[Match]:
+def _kept(index: Any, merged: list[tuple[int, Match]]) -> list[Match]:
     """The merged documents, their passages' FAISS ids shifted into the collection's
     numbering, each document's shard noted (its texts are fetched from there)."""
     out = []

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from dotcat.index.bm25 import BM25Index
     from dotcat.index.dense_index import DenseIndex
     from dotcat.index.shards import ShardSet
-    from dotcat.search.config import PipelineConfig
 
 #: The entry-point group through which other packages register first stages.
 ENTRY_POINT_GROUP = "dotcat.first_stages"
@@ -200,7 +199,7 @@ class StageContext:
         index_dir: Path,
         index: DenseIndex | ShardSet,
         bm25: BM25Index | None,
-        config: PipelineConfig,
+        config: Any,
     ) -> None:
         self.index_dir, self.index, self.bm25, self.config = index_dir, index, bm25, config
         self.manifest = index.manifest
