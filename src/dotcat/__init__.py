@@ -81,36 +81,10 @@ _EXPORTS = {
     "EvalReport": "dotcat.evaluation.metrics",
     "DotcatError": "dotcat.errors",
 }
-__all__ = [
-    "__version__",
-    "BiEncoder",
-    "CatConfig",
-    "CorpusOptions",
-    "CrossEncoder",
-    "CrossEncoderConfig",
-    "DistillConfig",
-    "Document",
-    "DotConfig",
-    "DotcatError",
-    "EncoderConfig",
-    "EvalReport",
-    "Hit",
-    "IndexConfig",
-    "PassageConfig",
-    "PipelineConfig",
-    "SearchPipeline",
-    "build_and_tune",
-    "build_index",
-    "evaluate",
-    "load_qrels",
-    "load_queries",
-    "read_run",
-    "train",
-    "write_run",
-]
+__all__ = ["__version__", *sorted(_EXPORTS)]  # the one list: _EXPORTS
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:  # what type checkers and editors see; never run
+if TYPE_CHECKING:  # what type checkers and editors see (tests/test_api.py keeps it whole)
     from dotcat.data.corpus import Document
     from dotcat.data.qrels import load_qrels
     from dotcat.data.queries import load_queries

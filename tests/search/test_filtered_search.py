@@ -159,7 +159,7 @@ def test_feedback_reads_only_admitted_documents(pipeline, docs):
     run = prf.run(QUERIES, 10, filter='group = "a"')
     assert all({d for d, _ in found} <= keep for found in run.values())
     stage = prf.stage("bm25")
-    admitted = prf.admitted('group = "a"')
+    admitted = prf.stages.admitted('group = "a"')
     index, query = stage.bm25, QUERIES["q1"]
     ids = index.query_token_ids(query)
     counts = {t: ids.count(t) for t in ids}

@@ -9,6 +9,7 @@ loads, then opens one generation of one index under its reading lock
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,14 +17,15 @@ from typing import Any
 
 from dotcat.errors import DotcatError
 from dotcat.index import layout
+from dotcat.index.manifest import ENCODER_KEYS
 from dotcat.index.shards import open_index, shard_dirs, shard_order
 from dotcat.search.cluster import ClusterConfig, is_shard_folder
-from dotcat.search.config import check_pipeline
+from dotcat.search.config import PRF_SIDES, check_pipeline
 from dotcat.search.lexical import load_bm25
 from dotcat.search.sharded import ShardedStages
-from dotcat.search.stages import StageContext
+from dotcat.search.stages import StageContext, entry
 
-__all__ = ["open_stages", "shard_paths"]
+__all__ = ["open_stages", "reopen", "shard_paths"]
 
 
 def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -55,16 +57,56 @@ def open_stages(
         check_pipeline(index, config)
         if cluster is not None and cluster.on_ray:
             raise DotcatError(f"{index}: one index, not a folder of shards; Ray runs shards")
-        index_dir = Path(index)
-        layout.recover_for_reading(index_dir)
-        with layout.reading(index_dir) as seen:  # one generation's files, whole
-            opened = open_index(index_dir, device=config.device,
-                                search_params=dict(config.search_params or {}))  # fmt: skip
-            context = StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
-        context.generation_id = seen
-        return context
-    paths = shard_paths(index)
-    for path in paths:
-        check_pipeline(path, config)
-    folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
-    return ShardedStages(folder, paths, config, cluster or ClusterConfig())
+        context = _open_one(Path(index), config)
+    else:
+        paths = shard_paths(index)
+        for path in paths:
+            check_pipeline(path, config)
+        folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
+        context = ShardedStages(folder, paths, config, cluster or ClusterConfig())
+    _check_feedback(context, config)
+    return context
+
+
+def _open_one(index_dir: Path, config: Any) -> StageContext:
+    """One generation of one index, opened whole under its reading lock."""
+    layout.recover_for_reading(index_dir)
+    with layout.reading(index_dir) as seen:
+        opened = open_index(index_dir, device=config.device,
+                            search_params=dict(config.search_params or {}))  # fmt: skip
+        context = StageContext(index_dir, opened, load_bm25(index_dir, opened), config)
+    context.generation_id = seen
+    return context
+
+
+def _check_feedback(context: StageContext, config: Any) -> None:
+    """Feedback rewrites one side (:data:`~dotcat.search.config.PRF_SIDES`); the first stage
+    must read it."""
+    first_stage = context.resolve(config.first_stage)
+    missing = [s for s in PRF_SIDES[config.prf] if s not in entry(first_stage).sides]
+    if missing:
+        raise DotcatError(
+            f"{context.index_dir}: prf {config.prf!r} rewrites the {' and '.join(missing)} "
+            f"side, and this index's first stage is {first_stage!r}"
+        )
+
+
+def reopen(old: StageContext, config: Any) -> StageContext | None:
+    """The generation of ``old``'s index now in place, opened and its first stage built, if it
+    is another (None: the same one, or shards).
+
+    The loaded query encoder moves to the new generation where the index's encoder is the same.
+    """
+    if old.generation_id is None or layout.generation_id(old.index_dir) == old.generation_id:
+        return None
+    context = open_stages(old.index_dir, config)
+    retriever = old.made("dense")
+    same = all(context.manifest.encoder.get(k) == old.manifest.encoder.get(k)
+               for k in ENCODER_KEYS)  # fmt: skip
+    if retriever is not None and same:
+        moved = copy.copy(retriever)
+        moved.index = context.index
+        context.shared("dense", lambda: moved)
+    context.small_call_threads = old.small_call_threads
+    context.stage(context.resolve(config.first_stage))  # built before the swap
+    return context

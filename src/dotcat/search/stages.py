@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -203,12 +204,13 @@ class StageContext:
     ) -> None:
         self.index_dir, self.index, self.bm25, self.config = index_dir, index, bm25, config
         self.manifest = index.manifest
-        self.small_call_threads: int | None = None  # see SearchPipeline.one_thread_small_calls
+        self.small_call_threads: int | None = None  # see one_thread_small_calls
         #: The generation opened (:func:`dotcat.index.layout.generation_id`; None: shards).
         self.generation_id: tuple[int, ...] | None = None
         self._lock = threading.RLock()
         self._shared: dict[str, Any] = {}
         self._stages: dict[str, FirstStage] = {}
+        self._admitted: OrderedDict[str, Any] = OrderedDict()  # filter -> its documents
 
     def doc_ids(self) -> list[str]:
         """Every document's id, in the order indexed (for a stage that ranks whole documents:
@@ -253,6 +255,52 @@ class StageContext:
                 self._stages[name] = entry(name).load()(self)
             return self._stages[name]
 
+    def admitted(self, filter: str) -> Any:
+        """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`; over
+        shards, :class:`dotcat.search.sharded.ShardedAdmitted`: each shard admits its own),
+        found once per filter (the last 32 kept).
+
+        Raises:
+            FilterError: a syntax error, a field the index does not have or a value of the
+                wrong kind, naming the column and the token.
+        """
+        from dotcat.search.filters import parse_filter
+
+        with self._lock:
+            if filter in self._admitted:
+                self._admitted.move_to_end(filter)
+                return self._admitted[filter]
+            sql, params = parse_filter(filter).sql(self.index.field_kinds())
+            admitted = self.index.admit(sql, params)
+            if not getattr(admitted, "complete", True):  # a shard left out: count it again
+                return admitted
+            self._admitted[filter] = admitted
+            if len(self._admitted) > 32:
+                self._admitted.popitem(last=False)
+            return admitted
+
+    def search(
+        self,
+        stage: FirstStage,
+        queries: Mapping[str, str],
+        k: int,
+        show_progress: bool = False,
+        filter: str | None = None,
+    ) -> dict[str, list[Any]]:
+        """``stage``'s matches, within the documents ``filter`` admits where given (none
+        admitted: no match, and no search)."""
+        if not filter:
+            return stage.search(queries, k, show_progress=show_progress)
+        admitted = self.admitted(filter)
+        if admitted.documents == 0:
+            return {q: [] for q in queries}
+        if not filters(stage):
+            raise DotcatError(
+                f"first stage {stage.name!r} cannot search within a filter (its search takes "
+                "no `admitted`)"
+            )
+        return stage.search(queries, k, show_progress=show_progress, admitted=admitted)
+
     def shared(self, key: str, make: Callable[[], Any]) -> Any:
         """What several stages share, made once (the query encoder: ``dense`` and a hybrid's
         dense side search with one)."""
@@ -264,6 +312,19 @@ class StageContext:
     def made(self, key: str) -> Any:
         """What :meth:`shared` made under ``key``, or None."""
         return self._shared.get(key)
+
+    def one_thread_small_calls(self) -> None:
+        """Encode single queries (and other small calls) on one intra-op thread.
+
+        For a server: its event loop, and on a shared machine its clients, need a core the
+        moment an answer is ready, and OpenMP workers spin-waiting after a two-thread call
+        take it (one client's p50 17.6 ms with two threads on a quiet 2-core Zen 4, 14.9 ms
+        with one thread while another process held a core).
+        """
+        self.small_call_threads = 1
+        retriever = self.made("dense")
+        if retriever is not None:
+            retriever.encoder.single_query_threads = 1
 
     # What a context over shards (:class:`dotcat.search.sharded.ShardedStages`) does more:
     # one index answers whole, at once, in this process.
