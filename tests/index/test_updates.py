@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index
+from dotcat.index.encoder import prepare_queries
 from dotcat.index.manifest import Manifest
 from dotcat.index.updates import add_documents, delete_documents
 from dotcat.models import BiEncoder, EncoderConfig
@@ -113,6 +114,39 @@ def test_add_then_delete_for_every_kind_of_index(encoder, tmp_path, spec):
     assert Manifest.read(index).documents == {"count": 152, "next_pos": 155}  # no reuse
 
 
+_ADD_WITHOUT_TORCH = (
+    "import sys\n"
+    "from dotcat.index.updates import add_documents\n"
+    "add_documents(sys.argv[1], sys.argv[2], device='cpu', precision='fp32', show_progress=False)\n"
+    "print('torch' in sys.modules)\n"
+)
+
+
+def test_an_add_loads_no_pytorch_and_scores_as_a_fresh_build(encoder, tmp_path):
+    """Added documents are encoded by the index's exported encoder (no PyTorch to load: a sync
+    of a few files takes seconds), and the index then ranks as one built whole in PyTorch."""
+    index = _build(tmp_path, encoder)
+    prepare_queries(Manifest.read(index).encoder, "cpu")  # the export, made as `dotcat index` does
+    new = _corpus(tmp_path / "new.jsonl.gz", range(120, 140))
+    done = subprocess.run([sys.executable, "-c", _ADD_WITHOUT_TORCH, str(index), str(new)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr
+    whole = tmp_path / "whole"
+    corpus = _corpus(tmp_path / "all.jsonl.gz", range(0, 120))
+    with gzip.open(corpus, "at", encoding="utf-8") as f, gzip.open(new, "rt") as more:
+        f.write(more.read())
+    build_index(corpus, whole, encoder, IndexConfig(faiss_spec="Flat"), show_progress=False)
+    probe = encoder.encode_queries([f"t{i} glucose" for i in range(0, 140, 9)])
+    (got, at), (want, expected) = (DenseIndex(p, device="cpu").search(probe, 140)
+                                   for p in (index, whole))  # fmt: skip
+    for row in range(len(probe)):  # every document's score, whatever the order of ties
+        mine = np.zeros(140, dtype=np.float32)
+        theirs = np.zeros(140, dtype=np.float32)
+        mine[at[row]], theirs[expected[row]] = got[row], want[row]
+        assert sorted(at[row]) == sorted(expected[row]) == list(range(140))
+        np.testing.assert_allclose(mine, theirs, atol=1e-5)
+
+
 def test_an_existing_id_is_refused_or_replaced_with_upsert(encoder, tmp_path):
     index = _build(tmp_path, encoder)
     changed = _corpus(tmp_path / "changed.jsonl.gz", range(10, 12), tag=" glucose glucose")
@@ -154,16 +188,16 @@ _KILLED_ADD = textwrap.dedent(
     """
     import os, signal, sys
     from dotcat.index import updates
-    from dotcat.models import BiEncoder
+    from dotcat.models.exported_encoder import ExportedEncoder
 
     index, corpus = sys.argv[1:]
-    real = BiEncoder.encode_documents
+    real = ExportedEncoder.encode_documents  # what an add encodes with on a CPU
 
     def encode_then_die(self, texts, **kwargs):
         real(self, texts, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    BiEncoder.encode_documents = encode_then_die
+    ExportedEncoder.encode_documents = encode_then_die
     updates.add_documents(index, corpus, device="cpu", precision="fp32", show_progress=False)
     """
 )

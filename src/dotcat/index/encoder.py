@@ -62,10 +62,21 @@ def load_query_encoder(config: EncoderConfig):
     """The encoder of a search's queries: an exported one where it gives the vectors ``config``
     asks for without PyTorch (:mod:`dotcat.models.exported_encoder`: a search from the shell
     then answers in a fraction of the time), else a :class:`~dotcat.models.bi_encoder.BiEncoder`."""
+    return _exported_or_torch(config, "queries")
+
+
+def load_document_encoder(config: EncoderConfig):
+    """The encoder of documents added to an index (a sync, ``dotcat add``, an HTTP write): as
+    :func:`load_query_encoder`, so a sync of a few files loads no PyTorch
+    (eval/benchmarks/results/sync.md)."""
+    return _exported_or_torch(config, "documents")
+
+
+def _exported_or_torch(config: EncoderConfig, side: str):
     encoder, why = try_load(config)
     if encoder is not None:
         return encoder
-    logger.info("query encoder in PyTorch: %s", why)
+    logger.info("%s encoder in PyTorch: %s", side, why)
     from dotcat.models.bi_encoder import BiEncoder  # PyTorch and transformers: seconds
 
     return BiEncoder.load(config)

@@ -296,6 +296,8 @@ class Splitter:
     ) -> None:
         if config.window is None:
             raise ValueError("resolve the window first (PassageConfig.resolved)")
+        if hasattr(tokenizer, "encode_batch"):  # `tokenizers` (an exported encoder's)
+            tokenizer = _Offsets(tokenizer)
         if not getattr(tokenizer, "is_fast", False):
             raise DotcatError(
                 "splitting documents into passages needs a fast tokenizer (character offsets); "
@@ -419,6 +421,22 @@ class Splitter:
             lower = text.lower()
             return lower if len(lower) == len(text) else text
         return text
+
+
+class _Offsets:
+    """A ``tokenizers.Tokenizer`` called as :class:`Splitter` calls transformers' fast tokenizer
+    (which runs the same ``tokenizer.json``): the same ids and character offsets."""
+
+    is_fast = True
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(
+        self, text: str, *, add_special_tokens: bool, return_offsets_mapping: bool = False, **_
+    ) -> dict[str, list]:
+        encoded = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return {"input_ids": encoded.ids, "offset_mapping": encoded.offsets}
 
 
 def store_passages(

@@ -36,11 +36,11 @@ from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, 
 from dotcat.errors import DotcatError
 from dotcat.index import layout
 from dotcat.index.docstore import DocStore
+from dotcat.index.encoder import load_document_encoder
 from dotcat.index.fields import field_rows
 from dotcat.index.manifest import DOCSTORE_NAME, ENCODER_KEYS, Manifest
 from dotcat.index.passages import PassageConfig
 from dotcat.index.updates import Change, Generation, document_config, read_files, write_files
-from dotcat.models import BiEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def sync_index(
     *,
     settings: Mapping[str, Any] | None = None,
     corpus_options: CorpusOptions | None = None,
-    encoder: BiEncoder | None = None,
+    encoder: Any = None,
     show_progress: bool = True,
     wait: float = 0.0,
 ) -> SyncResult:
@@ -235,7 +235,7 @@ def _compare(
     return change, (len(added) - changed, changed, len(fields), len(stale))
 
 
-def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> BiEncoder | None:
+def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> Any:
     """The document encoder the given settings ask for (None: the index's, loaded when a
     document needs encoding); a setting that would change what the index holds is refused."""
     manifest = Manifest.read(index_dir)
@@ -252,7 +252,7 @@ def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> BiEnc
     vectors = {k: v for k, v in settings.items() if k in ENCODER_FIELDS}
     encoder = None
     if vectors:
-        encoder = BiEncoder.load(replace(document_config(manifest, settings), **vectors))
+        encoder = load_document_encoder(replace(document_config(manifest, settings), **vectors))
         entry = encoder.manifest_entry()
         differs.update({k: settings.get(k, entry.get(k)) for k in ENCODER_KEYS
                         if entry.get(k) != manifest.encoder.get(k)})  # fmt: skip

@@ -53,7 +53,7 @@ from dotcat.index.bm25 import BM25Index, build_from_docstore, docstore_rows
 from dotcat.index.bm25_global import updated
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore, document_text
-from dotcat.index.encoder import encoder_config_from_manifest
+from dotcat.index.encoder import encoder_config_from_manifest, load_document_encoder
 from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
 from dotcat.index.manifest import (
@@ -64,7 +64,7 @@ from dotcat.index.manifest import (
     check_encoder,
 )
 from dotcat.index.passages import PassageConfig, Splitter, split_longer_than, store_passages
-from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.models.config import EncoderConfig
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def add_documents(
     precision: str = "auto",
     show_progress: bool = True,
     corpus_options: CorpusOptions | None = None,
-    encoder: BiEncoder | None = None,
+    encoder: Any = None,
     wait: float = 0.0,
 ) -> UpdateResult:
     """Encode the documents of ``corpus`` with the index's own encoder and add them.
@@ -229,7 +229,7 @@ class Generation:
     def apply(
         self,
         change: Change,
-        encoder: BiEncoder | Mapping[str, Any] | None,
+        encoder: Any,
         show_progress: bool,
         log: tuple[str, dict],
     ) -> UpdateResult:
@@ -263,7 +263,7 @@ def apply_change(
     tmp: Path,
     manifest: Manifest,
     change: Change,
-    encoder: BiEncoder | Mapping[str, Any] | None,
+    encoder: Any,
     show_progress: bool = False,
 ) -> UpdateResult:
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
@@ -285,8 +285,8 @@ def apply_change(
         first_id = manifest.next_vector_id
         next_id = first_id
         if change.add is not None and len(change.add):
-            if not isinstance(encoder, BiEncoder):
-                encoder = BiEncoder.load(document_config(manifest, encoder or {}))
+            if encoder is None or isinstance(encoder, Mapping):
+                encoder = load_document_encoder(document_config(manifest, encoder or {}))
             next_id = _add(index, store, change.add, manifest, first, encoder, show_progress)
         store.replace_fields([(d.pos, change.fields[i]) for i, d in
                               store.by_ids(sorted(change.fields)).items()])  # fmt: skip
@@ -396,7 +396,7 @@ def _add(
     dataset,
     manifest: Manifest,
     first: int,
-    encoder: BiEncoder,
+    encoder: Any,
     show_progress: bool,
 ) -> int:
     """Encode the dataset's documents with the index's encoder (split into passages as the
