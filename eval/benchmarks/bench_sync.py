@@ -122,7 +122,7 @@ def breakdown(folder: Path, index: Path, docs: list[dict], n: int) -> list[str]:
     import dotcat.index.layout as layout
     import dotcat.index.sync as sync
     import dotcat.index.updates as updates
-    from dotcat.models import BiEncoder
+    from dotcat.index.encoder import load_document_encoder
 
     spent: dict[str, float] = {}
 
@@ -152,7 +152,7 @@ def breakdown(folder: Path, index: Path, docs: list[dict], n: int) -> list[str]:
         clock(owner, name, label)
     load_start = time.perf_counter()
     manifest = updates.Manifest.read(index)
-    encoder = BiEncoder.load(updates.document_config(manifest, {}))
+    encoder = load_document_encoder(updates.document_config(manifest, {}))
     loading = time.perf_counter() - load_start
     write_file(folder, {**docs[0], "text": docs[0]["text"] + " Edited twice."})
     write_file(folder, docs[n + 10])
