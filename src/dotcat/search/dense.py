@@ -69,7 +69,9 @@ class DenseRetriever:
         aggregate_top: int = AGGREGATE_TOP,
     ) -> None:
         check_aggregation(aggregation, aggregate_top)
-        self.index = index or open_index(index_dir, device=device, search_params=search_params)
+        if index is None:
+            index = open_index(index_dir, device=device, search_params=search_params)
+        self.index = index
         entry = self.index.manifest.encoder
         config = encoder_config_from_manifest(entry, model, device, precision)
         self.encoder = load_query_encoder(config)  # without PyTorch where it can
@@ -125,8 +127,6 @@ class DenseRetriever:
         qids = list(queries)
         if admitted is not None and admitted.vectors == 0:
             return {q: [] for q in qids}
-        vectors = len(self.index) if admitted is None else admitted.vectors
-        documents = self.index.document_count if admitted is None else admitted.documents
         out: dict[str, list[Match]] = {}
         with progress_bar(
             total=len(qids), desc="searching", unit="query", enabled=show_progress
@@ -138,35 +138,38 @@ class DenseRetriever:
                     encoded = rocchio_expand(self.index, encoded, rocchio, self.score_kind,
                                              admitted)  # fmt: skip
                 rows = dict(zip(chunk, encoded, strict=True))
-                out.update(
-                    rank_documents(
-                        functools.partial(self._passages, rows=rows, admitted=admitted),
-                        self.index.locate,
-                        chunk,
-                        k,
-                        vectors=vectors,
-                        documents=documents,
-                        method=self.aggregation,
-                        top=self.aggregate_top,
-                    )
-                )
+                out.update(rank_vectors(self.index, rows, k, admitted, self.aggregation,
+                                        self.aggregate_top))  # fmt: skip
                 bar.update(len(chunk))
         return out
 
-    def _passages(
-        self, qids: list[str], n: int, rows: dict, admitted: Admitted | None = None
-    ) -> dict[str, list[tuple[int, float]]]:
-        """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``),
-        among the ``admitted`` vectors where a filter is given."""
-        matrix = np.stack([rows[q] for q in qids])
-        if admitted is None:
-            scores, ids = self.index.search(matrix, n)
-        else:
-            scores, ids = self.index.search(matrix, n, admitted)
-        return {
-            qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
-            for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
-        }
+
+def rank_vectors(
+    index, rows: dict[str, np.ndarray], k: int, admitted, method: str, top: int
+) -> dict[str, list[Match]]:
+    """Each query vector's (``rows``: qid -> vector) top ``k`` documents of ``index``, ranked
+    from FAISS's passages (:func:`rank_documents`, by ``method`` and ``top``), among the
+    ``admitted`` ones where a filter is given."""
+    return rank_documents(
+        functools.partial(_nearest, index, rows=rows, admitted=admitted), index.locate,
+        list(rows), k,
+        vectors=len(index) if admitted is None else admitted.vectors,
+        documents=index.document_count if admitted is None else admitted.documents,
+        method=method, top=top,
+    )  # fmt: skip
+
+
+def _nearest(
+    index, qids: list[str], n: int, rows: dict, admitted: Admitted | None = None
+) -> dict[str, list[tuple[int, float]]]:
+    """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``),
+    among the ``admitted`` vectors where a filter is given."""
+    matrix = np.stack([rows[q] for q in qids])
+    scores, ids = index.search(matrix, n) if admitted is None else index.search(matrix, n, admitted)
+    return {
+        qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
+        for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
+    }
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ class DenseStage:
         """The stage over a :class:`~dotcat.search.stages.StageContext`'s index (its query
         encoder loaded once, shared with a hybrid's dense side), with the Rocchio feedback its
         settings ask for."""
-        retriever = context.shared("dense", lambda: _retriever(context))
+        retriever = context.shared("dense", lambda: dense_retriever(context))
         return cls(retriever).with_feedback(rocchio_of(context.config))
 
     def with_feedback(self, rocchio: Rocchio | None) -> DenseStage:
@@ -214,8 +217,9 @@ class DenseStage:
         )
 
 
-def _retriever(context) -> DenseRetriever:
-    """The index's dense retriever, as the pipeline's settings ask for it."""
+def dense_retriever(context) -> DenseRetriever:
+    """The index's dense retriever (over shards: the collection's, its query encoder loaded
+    in the front as the shards' manifests record it), as the pipeline's settings ask for it."""
     c = context.config
     retriever = DenseRetriever(
         context.index_dir, model=c.model, device=c.device, precision=c.precision,

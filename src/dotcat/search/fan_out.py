@@ -23,10 +23,9 @@ import numpy as np
 from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef
-from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
-from dotcat.index.manifest import check_encoder
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match
+from dotcat.search.dense import DenseRetriever, dense_retriever
 from dotcat.search.feedback import (
     RM3,
     Rocchio,
@@ -53,53 +52,10 @@ logger = logging.getLogger(__name__)
 BATCH = 256
 
 
-def _filter_query(admitted: Any) -> FilterQuery | None:
-    return None if admitted is None else admitted.query
-
-
-def _empty(admitted: Any) -> bool:
-    """Whether a filter admits nothing (no search then: every query gets no document)."""
-    return admitted is not None and admitted.documents == 0
-
-
-def _fan_out(
-    queries: Mapping[str, str],
-    ask: Callable[[list[str], FilterQuery | None], list],
-    k: int,
-    key,
-    index: Any,
-    desc: str,
-    show_progress: bool,
-    admitted: Any = None,
-) -> dict[str, list[Match]]:
-    """Each query's top ``k`` of the collection: the queries asked of every shard in batches
-    of :data:`BATCH` (``ask``: texts and the filter's query -> each shard's answers), each
-    query's lists merged exactly by ``key``; none where the filter ``admitted`` admits nothing."""
-    if _empty(admitted):
-        return {q: [] for q in queries}
-    within, qids, out = _filter_query(admitted), list(queries), {}
-    with progress_bar(total=len(qids), desc=desc, unit="query",
-                      enabled=show_progress) as bar:  # fmt: skip
-        for start in range(0, len(qids), BATCH):
-            chunk = qids[start : start + BATCH]
-            answers = ask([queries[q] for q in chunk], within)
-            for i, qid in enumerate(chunk):
-                out[qid] = _kept(index, merge(_per_query(answers, i), k, key))
-            bar.update(len(chunk))
-    return out
-
-
-class FrontEncoder:
-    """The collection's query encoder, loaded once in the front (the shards hold no model):
-    the shards' encoder as their manifests record it, checked as an index checks it."""
-
-    def __init__(self, context: Any) -> None:
-        c, manifest = context.config, context.index.manifest
-        config = encoder_config_from_manifest(manifest.encoder, c.model, c.device, c.precision)
-        self.encoder = load_query_encoder(config)
-        check_encoder(manifest, self.encoder.manifest_entry(), context.index_dir)
-        self.encoder.single_query_threads = context.small_call_threads
-        self.score_kind = "cosine" if self.encoder.similarity == "cos" else "dot"
+#: The collection's query encoder, loaded once in the front (the shards hold no model): a
+#: :class:`~dotcat.search.dense.DenseRetriever` over the collection, its encoder the shards'
+#: as their manifests record it, checked as an index checks it.
+FrontEncoder = dense_retriever
 
 
 # -- merging ----------------------------------------------------------------------------------
@@ -145,24 +101,18 @@ def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
     return [a[i] if a is not None else None for a in answers]
 
 
-@dataclass(frozen=True)
-class FanOutDense:
-    """The ``dense`` stage over shards: queries encoded here, searched by every shard, their
-    documents merged (Rocchio first, on the collection's top vectors, where asked).
+class _FanOut:
+    """What the fan-out stages share: :meth:`search` asks every shard (:meth:`ask`: texts,
+    ``k`` and the filter's query -> each shard's answers) and merges each query's lists
+    exactly by ``key``; its progress bar says ``desc``."""
 
-    Attributes:
-        retriever: the front's encoder (``retriever.encoder``, as the one-index stage's).
-    """
-
-    retriever: FrontEncoder
-    group: Any
-    index: Any
-    rocchio: Rocchio | None = None
-    name: str = "dense"
+    key: Callable[[int, int, Match], tuple] = staticmethod(dense_key)
+    #: Whether queries that match no document are logged (as BM25 over one index does).
+    warn_unmatched = False
 
     @property
-    def score_kind(self) -> str:
-        return self.retriever.score_kind
+    def desc(self) -> str:
+        return self.name
 
     def search(
         self,
@@ -173,16 +123,50 @@ class FanOutDense:
         admitted: Any = None,
     ) -> dict[str, list[Match]]:
         """Each query's top ``k`` documents of the collection (of those a filter admits,
-        where ``admitted`` is given)."""
+        where ``admitted`` is given), asked of the shards in batches of :data:`BATCH`; none
+        where the filter admits nothing."""
+        if admitted is not None and admitted.documents == 0:
+            return {q: [] for q in queries}
+        within, qids, out = None if admitted is None else admitted.query, list(queries), {}
+        with progress_bar(total=len(qids), desc=self.desc, unit="query",
+                          enabled=show_progress) as bar:  # fmt: skip
+            for start in range(0, len(qids), BATCH):
+                chunk = qids[start : start + BATCH]
+                answers = self.ask([queries[q] for q in chunk], k, within)
+                for i, qid in enumerate(chunk):
+                    out[qid] = _kept(self.index, merge(_per_query(answers, i), k, self.key))
+                bar.update(len(chunk))
+        empty = sum(not found for found in out.values())
+        if empty and self.warn_unmatched:
+            logger.warning("%d of %d queries matched no document", empty, len(out))
+        return out
 
-        def ask(texts: list[str], within: FilterQuery | None) -> list:
-            vectors = self.retriever.encoder.encode_queries(texts)
-            if self.rocchio is not None:
-                vectors = self._rocchio(vectors, within)
-            return self.group.call("dense", (vectors, k, within))
 
-        return _fan_out(queries, ask, k, dense_key, self.index, "searching", show_progress,
-                        admitted)  # fmt: skip
+@dataclass(frozen=True)
+class FanOutDense(_FanOut):
+    """The ``dense`` stage over shards: queries encoded here, searched by every shard, their
+    documents merged (Rocchio first, on the collection's top vectors, where asked).
+
+    Attributes:
+        retriever: the front's retriever (its ``encoder``, as the one-index stage's).
+    """
+
+    retriever: DenseRetriever
+    group: Any
+    index: Any
+    rocchio: Rocchio | None = None
+    name: str = "dense"
+    desc = "searching"
+
+    @property
+    def score_kind(self) -> str:
+        return self.retriever.score_kind
+
+    def ask(self, texts: list[str], k: int, within: FilterQuery | None) -> list:
+        vectors = self.retriever.encoder.encode_queries(texts)
+        if self.rocchio is not None:
+            vectors = self._rocchio(vectors, within)
+        return self.group.call("dense", (vectors, k, within))
 
     def _rocchio(self, vectors: np.ndarray, within: FilterQuery | None = None) -> np.ndarray:
         """Rocchio's ``q'`` from the collection's top ``docs`` vectors of each query (the
@@ -191,8 +175,7 @@ class FanOutDense:
         n = self.rocchio.docs
         answers = self.group.call("nearest", (vectors, n, within))
         answers = [a for a in answers if a is not None]
-        dim = vectors.shape[1]
-        found = np.zeros((len(vectors), n, dim), dtype=np.float32)
+        found = np.zeros((len(vectors), n, vectors.shape[1]), dtype=np.float32)
         present = np.zeros((len(vectors), n), dtype=bool)
         for row in range(len(vectors)):
             pooled = [
@@ -203,14 +186,12 @@ class FanOutDense:
             ]
             for slot, (_, _, shard, j) in enumerate(sorted(pooled)[:n]):
                 found[row, slot], present[row, slot] = answers[shard][2][row, j], True
-        expanded = rocchio_vectors(np.asarray(vectors, np.float32), found, present, self.rocchio)
-        if self.score_kind == "cosine":
-            expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
-        return expanded
+        return rocchio_vectors(np.asarray(vectors, np.float32), found, present, self.rocchio,
+                               self.score_kind)  # fmt: skip
 
 
 @dataclass(frozen=True)
-class FanOutBM25:
+class FanOutBM25(_FanOut):
     """The ``bm25`` stage over shards: each shard scores with the collection's statistics,
     the documents are merged (RM3 first, on the collection's top rows, where asked)."""
 
@@ -221,30 +202,13 @@ class FanOutBM25:
     rm3: RM3 | None = None
     name: str = "bm25"
     score_kind: str = "bm25"
+    desc = "BM25 search"
+    warn_unmatched = True
 
-    def search(
-        self,
-        queries: Mapping[str, str],
-        k: int,
-        *,
-        show_progress: bool = False,
-        admitted: Any = None,
-    ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection (of those a filter admits,
-        where ``admitted`` is given)."""
-
-        def ask(texts: list[str], within: FilterQuery | None) -> list:
-            if self.rm3 is None:
-                return self.group.call("bm25", (texts, k, within))
-            expanded = self._expand(texts, within)
-            return self.group.call("bm25_weighted", (expanded, k, within))
-
-        out = _fan_out(queries, ask, k, self.key, self.index, "BM25 search", show_progress,
-                       admitted)  # fmt: skip
-        empty = sum(not found for found in out.values())
-        if empty and not _empty(admitted):  # (a filter that admits nothing: no search)
-            logger.warning("%d of %d queries matched no document", empty, len(out))
-        return out
+    def ask(self, texts: list[str], k: int, within: FilterQuery | None) -> list:
+        if self.rm3 is None:
+            return self.group.call("bm25", (texts, k, within))
+        return self.group.call("bm25_weighted", (self._expand(texts, within), k, within))
 
     def _expand(
         self, texts: list[str], within: FilterQuery | None = None
@@ -283,7 +247,7 @@ class FanOutBM25:
 
 
 @dataclass(frozen=True)
-class FanOutStage:
+class FanOutStage(_FanOut):
     """Any other registered first stage over shards: built on each shard as on one index
     (:meth:`dotcat.search.shard.ShardSearcher.stage`), each shard's top ``k`` merged by score,
     ties by shard then rank (:func:`dense_key`). Where the stage's scores mean the same in
@@ -299,22 +263,8 @@ class FanOutStage:
         kinds = [kind for kind in context.group.call("score_kind", (name,)) if kind]
         return cls(name, kinds[0] if kinds else "rank", context.group, context.index)
 
-    def search(
-        self,
-        queries: Mapping[str, str],
-        k: int,
-        *,
-        show_progress: bool = False,
-        admitted: Any = None,
-    ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents of the collection (of those a filter admits,
-        where ``admitted`` is given and the stage takes a filter)."""
-
-        def ask(texts: list[str], within: FilterQuery | None) -> list:
-            return self.group.call("stage", (self.name, texts, k, within))
-
-        return _fan_out(queries, ask, k, dense_key, self.index, self.name, show_progress,
-                        admitted)  # fmt: skip
+    def ask(self, texts: list[str], k: int, within: FilterQuery | None) -> list:
+        return self.group.call("stage", (self.name, texts, k, within))
 
 
 def _kept(index: Any, merged: list[tuple[int, Match]]) -> list[Match]:

@@ -133,11 +133,9 @@ class RM3Expander:
     def __init__(self, index: BM25Index, params: RM3 = RM3(), max_df_ratio: float = MAX_DF_RATIO):
         self.index = index
         self.params = params
-        common = index.document_frequencies > max_df_ratio * len(index)
-        shaped = np.array(
-            [TERM_PATTERN.fullmatch(t) is not None for t in index.vocabulary], dtype=bool
-        )  # (an index of no document has no term)
-        self._eligible = shaped & ~common
+        self._eligible = eligible_terms(
+            index.vocabulary, index.document_frequencies, len(index), max_df_ratio
+        )
 
     def expand(self, query: str, mask: np.ndarray | None = None) -> dict[int, float]:
         """The expanded query ``q'``: term id -> weight (empty: no indexed term); with
@@ -215,11 +213,13 @@ def expanded_query(ids: Sequence[int], model: Mapping[int, float], params: RM3) 
     return {t: lam * original.get(t, 0.0) + (1 - lam) * model.get(t, 0.0) for t in terms}
 
 
-def eligible_terms(vocabulary: Sequence[str], df: np.ndarray, documents: int) -> np.ndarray:
+def eligible_terms(
+    vocabulary: Sequence[str], df: np.ndarray, documents: int, max_df_ratio: float = MAX_DF_RATIO
+) -> np.ndarray:
     """Which terms may expand a query: Anserini's shape (:data:`TERM_PATTERN`), in at most
-    :data:`MAX_DF_RATIO` of the ``documents``."""
+    ``max_df_ratio`` of the ``documents``."""
     shaped = np.array([TERM_PATTERN.fullmatch(t) is not None for t in vocabulary], dtype=bool)
-    return shaped & ~(np.asarray(df) > MAX_DF_RATIO * documents)
+    return shaped & ~(np.asarray(df) > max_df_ratio * documents)
 
 
 def rm3_search(
@@ -234,9 +234,14 @@ def rm3_search(
 
 
 def rocchio_vectors(
-    queries: np.ndarray, documents: np.ndarray, present: np.ndarray, params: Rocchio
+    queries: np.ndarray,
+    documents: np.ndarray,
+    present: np.ndarray,
+    params: Rocchio,
+    score_kind: str = "dot",
 ) -> np.ndarray:
-    """``alpha * q + beta * mean(d_i)`` per query.
+    """``alpha * q + beta * mean(d_i)`` per query, unit length again where the index compares
+    cosines (``score_kind``).
 
     Args:
         queries: ``(n, dim)`` query vectors.
@@ -246,7 +251,10 @@ def rocchio_vectors(
     counts = present.sum(axis=1, keepdims=True)
     summed = (documents * present[..., None]).sum(axis=1)
     mean = np.divide(summed, counts, out=np.zeros_like(summed), where=counts > 0)
-    return (params.alpha * queries + params.beta * mean).astype(np.float32)
+    expanded = (params.alpha * queries + params.beta * mean).astype(np.float32)
+    if score_kind == "cosine":
+        expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
+    return expanded
 
 
 def rocchio_expand(
@@ -255,17 +263,13 @@ def rocchio_expand(
     """``q'`` for each row of ``vectors``: the index's top ``params.docs`` vectors for it (its
     passages' on an index with passages, FAISS ids as :meth:`DenseIndex.search` returns them;
     among the ``admitted`` ones, a filter's) read back (:meth:`DenseIndex.vectors`), mixed in
-    by :func:`rocchio_vectors`, unit length again where the index compares cosines."""
+    by :func:`rocchio_vectors`."""
     vectors = np.asarray(vectors, dtype=np.float32)
     if admitted is None:
         _, ids = index.search(vectors, params.docs)
     else:
         _, ids = index.search(vectors, params.docs, admitted)
-    expanded = rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params)
-    if score_kind == "cosine":
-        norms = np.linalg.norm(expanded, axis=1, keepdims=True)
-        expanded = expanded / np.maximum(norms, 1e-12)
-    return expanded
+    return rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params, score_kind)
 
 
 def rocchio_search(

@@ -12,7 +12,7 @@ is :class:`dotcat.index.bm25.BM25Index`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -106,17 +106,6 @@ class BM25Stage:
             run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,
                                                  mask=mask)  # fmt: skip
             return {q: [Match.whole(d, s) for d, s in docs] for q, docs in run.items()}
-        if admitted is not None and admitted.vectors == 0:
-            return {q: [] for q in queries}
-        return self._from_passages(queries, k, show_progress, admitted)
-
-    def _from_passages(
-        self,
-        queries: Mapping[str, str],
-        k: int,
-        show_progress: bool,
-        admitted: Admitted | None = None,
-    ) -> dict[str, list[Match]]:
         expanded: dict[str, dict[int, float]] = {}
         mask = None if admitted is None else admitted.mask
 
@@ -127,11 +116,29 @@ class BM25Stage:
                 expanded[qid] = self.rm3.expand(queries[qid], mask)
             return self.rm3.search_expanded(expanded[qid], n, mask)
 
-        def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
-            return {q: [(int(i), s) for i, s in rows(q, n)] for q in qids}
+        return self.rank(rows, list(queries), k, admitted, show_progress)
+
+    def rank(
+        self,
+        rows: Callable[[str, int], list[tuple[str, float]]],
+        qids: list[str],
+        k: int,
+        admitted: Admitted | None = None,
+        show_progress: bool = False,
+    ) -> dict[str, list[Match]]:
+        """Each query's top ``k`` documents from its top rows (``rows(qid, n)``: the top ``n``
+        ``(row name, score)``, of the rows a filter ``admitted`` where given): ranked from its
+        passages (an index with passages: rows named by their FAISS ids), or the rows
+        themselves (each document matched whole)."""
+        if not self.passages:
+            return {q: [Match.whole(d, s) for d, s in rows(q, k)] for q in qids}
+        if admitted is not None and admitted.vectors == 0:
+            return {q: [] for q in qids}
+
+        def search(chunk: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
+            return {q: [(int(i), s) for i, s in rows(q, n)] for q in chunk}
 
         out: dict[str, list[Match]] = {}
-        qids = list(queries)
         with progress_bar(
             total=len(qids), desc="BM25 search", unit="query", enabled=show_progress
         ) as bar:

@@ -29,7 +29,6 @@ takes and gives is plain data (NumPy arrays, lists, dicts, dataclasses), which p
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -56,8 +55,9 @@ from dotcat.index.fields import FieldInfo
 from dotcat.index.filtered import Admitted
 from dotcat.index.manifest import DOCSTORE_NAME, Manifest
 from dotcat.options import AGGREGATE_TOP, AGGREGATION
-from dotcat.search.aggregation import Match, rank_documents
+from dotcat.search.aggregation import Match
 from dotcat.search.config import PipelineConfig
+from dotcat.search.dense import rank_vectors
 from dotcat.search.feedback import eligible_terms
 from dotcat.search.lexical import BM25Stage, load_bm25
 from dotcat.search.stages import FirstStage, StageContext, filters
@@ -160,28 +160,10 @@ class ShardSearcher:
         """Each query vector's top ``k`` documents of this shard (as
         :meth:`dotcat.search.dense.DenseRetriever.batch_matches` ranks them), among those
         the filter ``query`` admits where given."""
-        qids = [str(i) for i in range(len(vectors))]
-        admitted = self._within(query)
-        if len(self.index) == 0 or (admitted is not None and admitted.vectors == 0):
-            return [[] for _ in qids]
-        rows = dict(zip(qids, vectors, strict=True))
-        found = rank_documents(
-            functools.partial(self._nearest_ids, rows=rows, admitted=admitted),
-            self.index.locate, qids, k,
-            vectors=len(self.index) if admitted is None else admitted.vectors,
-            documents=self.index.document_count if admitted is None else admitted.documents,
-            method=self.spec.aggregation, top=self.spec.aggregate_top,
-        )  # fmt: skip
-        return [found[q] for q in qids]
-
-    def _nearest_ids(
-        self, qids: list[str], n: int, rows: dict, admitted: Admitted | None = None
-    ) -> dict[str, list]:
-        scores, ids = self.index.search(np.stack([rows[q] for q in qids]), n, admitted)
-        return {
-            qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
-            for qid, row_s, row_i in zip(qids, scores, ids, strict=True)
-        }
+        rows = {str(i): vector for i, vector in enumerate(vectors)}
+        found = rank_vectors(self.index, rows, k, self._within(query), self.spec.aggregation,
+                             self.spec.aggregate_top)  # fmt: skip
+        return list(found.values())
 
     def nearest(
         self, vectors: np.ndarray, n: int, query: FilterQuery | None = None
@@ -207,14 +189,8 @@ class ShardSearcher:
         """Each query's top ``k`` documents by BM25 (the query read with this shard's terms:
         a term it lacks scores nothing here anyway), among those the filter ``query`` admits
         where given."""
-        stage = self._bm25_stage()
-        admitted = self._within(query)
-        if not stage.passages:  # (BM25Index.search would warn of each shard's misses)
-            mask = None if admitted is None else admitted.document_mask
-            top = (self.bm25_index.search_one(q, k, mask) for q in queries)
-            return [[Match.whole(d, s) for d, s in hits] for hits in top]
-        found = stage.search({str(i): q for i, q in enumerate(queries)}, k, admitted=admitted)
-        return [found[str(i)] for i in range(len(queries))]
+        return self._ranked(lambda i, n, mask: self.bm25_index.search_one(queries[i], n, mask),
+                            len(queries), k, query)  # fmt: skip
 
     def bm25_weighted(
         self, queries: Sequence[Mapping[int, float]], k: int, query: FilterQuery | None = None
@@ -223,30 +199,22 @@ class ShardSearcher:
         ``k`` documents: ``sum_t w_t * bm25(t, d)``, as
         :meth:`dotcat.search.feedback.RM3Expander.search_expanded` ranks them (among those
         the filter ``query`` admits, where given)."""
-        stage = self._bm25_stage()
-        admitted = self._within(query)
+
+        def rows(i: int, n: int, mask: np.ndarray | None) -> list[tuple[str, float]]:
+            top = self._top(self._local_weights(queries[i]), n, mask)
+            return [(self.bm25_index.doc_ids[row], score) for row, score in top]
+
+        return self._ranked(rows, len(queries), k, query)
+
+    def _ranked(self, rows, count: int, k: int, query: FilterQuery | None) -> list[list[Match]]:
+        """The top ``k`` documents of each of ``count`` queries, ranked by this shard's BM25
+        stage (:meth:`dotcat.search.lexical.BM25Stage.rank`) from their rows (``rows(i, n,
+        mask)``: query ``i``'s top ``n`` ``(row name, score)`` among the rows ``mask`` admits,
+        the filter ``query``'s)."""
+        stage, admitted = self._bm25_stage(), self._within(query)
         mask = self._row_mask(admitted)
-        local = [self._local_weights(w) for w in queries]
-        if not stage.passages:
-            ids = self.bm25_index.doc_ids
-            return [[Match.whole(ids[r], s) for r, s in self._top(w, k, mask)] for w in local]
-        if admitted is not None and admitted.vectors == 0:
-            return [[] for _ in local]
-
-        def search(qids: list[str], n: int) -> dict[str, list[tuple[int, float]]]:
-            return {
-                q: [(int(self.bm25_index.doc_ids[r]), s)
-                    for r, s in self._top(local[int(q)], n, mask)]
-                for q in qids
-            }  # fmt: skip
-
-        qids = [str(i) for i in range(len(local))]
-        found = rank_documents(
-            search, self.index.locate, qids, k,
-            vectors=len(self.bm25_index) if admitted is None else admitted.vectors,
-            documents=self.index.document_count if admitted is None else admitted.documents,
-            method=self.spec.aggregation, top=self.spec.aggregate_top,
-        )  # fmt: skip
+        qids = [str(i) for i in range(count)]
+        found = stage.rank(lambda q, n: rows(int(q), n, mask), qids, k, admitted)
         return [found[q] for q in qids]
 
     def feedback(
