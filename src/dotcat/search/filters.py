@@ -204,6 +204,13 @@ class _Parser:
         token = self.peek()
         return token.kind == "keyword" and token.value == word
 
+    def skip(self, word: str) -> bool:
+        """Take the keyword ``word`` if it comes next."""
+        if not self.is_word(word):
+            return False
+        self.at += 1
+        return True
+
     def expect(self, text: str, what: str) -> Token:
         token = self.take()
         if token.text != text:
@@ -218,22 +225,20 @@ class _Parser:
         return node
 
     def either(self) -> Node:
-        node = self.both()
-        while self.is_word("or"):
-            self.take()
-            node = Either(node, self.both())
-        return node
+        return self.chain("or", Either, self.both)
 
     def both(self) -> Node:
-        node = self.negation()
-        while self.is_word("and"):
-            self.take()
-            node = Both(node, self.negation())
+        return self.chain("and", Both, self.negation)
+
+    def chain(self, word: str, join: type, operand) -> Node:
+        """``operand (word operand)*``, joined from the left."""
+        node = operand()
+        while self.skip(word):
+            node = join(node, operand())
         return node
 
     def negation(self) -> Node:
-        if self.is_word("not"):
-            self.take()
+        if self.skip("not"):
             return Not(self.negation())
         if self.peek().text == "(":
             self.take()
@@ -254,13 +259,10 @@ class _Parser:
         self.comparisons += 1
         if self.comparisons > MAX_COMPARISONS:
             raise FilterError(field.column, field.text, f"more than {MAX_COMPARISONS} conditions")
-        negated = False
-        if self.is_word("not"):
-            self.take()
-            negated = True
-            if not self.is_word("in"):
-                token = self.peek()
-                raise FilterError(token.column, token.text, "expected 'in' after 'not'")
+        negated = self.skip("not")
+        if negated and not self.is_word("in"):
+            token = self.peek()
+            raise FilterError(token.column, token.text, "expected 'in' after 'not'")
         op = self.take()
         if op.kind == "keyword" and op.value == "in":
             node: Node = Comparison(field, "in", self.values())
@@ -303,22 +305,6 @@ class Filter:
 
     text: str
     tree: Node
-
-    def fields(self) -> list[Token]:
-        """The field names it compares, in order (tokens: they say where)."""
-        found: list[Token] = []
-
-        def visit(node: Node) -> None:
-            if isinstance(node, Comparison):
-                found.append(node.field)
-            elif isinstance(node, Not):
-                visit(node.inner)
-            else:
-                visit(node.left)
-                visit(node.right)
-
-        visit(self.tree)
-        return found
 
     def check(self, kinds: Mapping[str, Any]) -> None:
         """Refuse a field the index does not have or a value of the wrong kind.
@@ -446,11 +432,15 @@ def _as_text(token: Token, field: str, kind: str) -> str:
     raise FilterError(token.column, token.text, problem)
 
 
-def _number(node: Comparison, kind: str, params: list[Any]) -> str:
+def _refuse_text_ops(node: Comparison, holds: str) -> None:
     if node.op in ("contains", "startswith"):
         token = node.values[0]
-        problem = f"{node.op} compares text; field {node.field.value!r} holds numbers"
+        problem = f"{node.op} compares text; field {node.field.value!r} holds {holds}"
         raise FilterError(token.column, token.text, problem)
+
+
+def _number(node: Comparison, kind: str, params: list[Any]) -> str:
+    _refuse_text_ops(node, "numbers")
     values = []
     for token in node.values:
         if token.kind != "number":
@@ -465,10 +455,7 @@ def _number(node: Comparison, kind: str, params: list[Any]) -> str:
 
 def _date(node: Comparison, kind: str, params: list[Any]) -> str:
     """A date field: a date stands for its whole day, a date-time for its instant."""
-    if node.op in ("contains", "startswith"):
-        token = node.values[0]
-        problem = f"{node.op} compares text; field {node.field.value!r} holds dates"
-        raise FilterError(token.column, token.text, problem)
+    _refuse_text_ops(node, "dates")
     spans = [_day_span(token, node.field.value) for token in node.values]
     if node.op == "in":
         parts = []
