@@ -333,17 +333,8 @@ class Reranker:
         """
         if self.alpha == 0.0:
             return {q: list(docs) for q, docs in run.items()}
-
-        return rerank(
-            run,
-            queries,
-            texts,
-            self.cross_encoder,
-            depth or self.depth,
-            self.alpha,
-            show_progress=show_progress,
-            pair_texts=pair_texts,
-        )
+        return rerank(run, queries, texts, self.cross_encoder, depth or self.depth, self.alpha,
+                      show_progress=show_progress, pair_texts=pair_texts)  # fmt: skip
 
     def rerank_matches(
         self,
