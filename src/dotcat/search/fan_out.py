@@ -25,7 +25,7 @@ from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match
-from dotcat.search.dense import DenseRetriever, dense_retriever
+from dotcat.search.dense import DenseRetriever
 from dotcat.search.feedback import (
     RM3,
     Rocchio,
@@ -40,7 +40,6 @@ __all__ = [
     "FanOutBM25",
     "FanOutDense",
     "FanOutStage",
-    "FrontEncoder",
     "bm25_key",
     "dense_key",
     "merge",
@@ -50,12 +49,6 @@ logger = logging.getLogger(__name__)
 
 #: Queries sent to the shards per call (one progress step; the encoder's batch).
 BATCH = 256
-
-
-#: The collection's query encoder, loaded once in the front (the shards hold no model): a
-#: :class:`~dotcat.search.dense.DenseRetriever` over the collection, its encoder the shards'
-#: as their manifests record it, checked as an index checks it.
-FrontEncoder = dense_retriever
 
 
 # -- merging ----------------------------------------------------------------------------------

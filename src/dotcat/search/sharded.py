@@ -56,7 +56,8 @@ from dotcat.index.shards import (
     collection_manifest,
 )
 from dotcat.search.cluster import ClusterConfig
-from dotcat.search.fan_out import FanOutBM25, FanOutDense, FanOutStage, FrontEncoder
+from dotcat.search.dense import dense_retriever
+from dotcat.search.fan_out import FanOutBM25, FanOutDense, FanOutStage
 from dotcat.search.feedback import (
     rm3_of,
     rocchio_of,
@@ -273,7 +274,7 @@ class ShardedStages(StageContext):
 
     def _build(self, name: str) -> FirstStage:
         if name == "dense":
-            front = self.shared("dense", lambda: FrontEncoder(self))
+            front = self.shared("dense", lambda: dense_retriever(self))
             return FanOutDense(front, self.group, self.index, rocchio_of(self.config))
         if name == "bm25":
             return FanOutBM25(self.group, self.index, self.bm25, self.bm25_config,
