@@ -42,7 +42,7 @@ def _index(beir, model, out, precision, *extra):
 def _top(index, query, *extra):
     result = invoke("search", index, query, "-k", "3", "--json", "--first-stage", "dense", *extra)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("[") :])
+    return json.loads(result.stdout[result.stdout.index("[") :])  # stderr may hold a warning
 
 
 @pytest.mark.kernels
