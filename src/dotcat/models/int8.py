@@ -16,8 +16,9 @@ from typing import Any
 
 from dotcat.errors import DotcatError
 from dotcat.models import onnx_backend, openvino_backend
+from dotcat.models.batching import cpu_workers
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-from dotcat.models.runtime import int8_backend
+from dotcat.models.runtime import int8_backend, precision_name
 from dotcat.models.st_config import read_st_settings
 
 
@@ -29,6 +30,41 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str, backend: str, wo
     if int8_backend(kind, backend) == "openvino":
         return openvino_backend.int8_runner(weights_dir, kind, fingerprint, workers)
     return onnx_backend.int8_runner(weights_dir, kind, fingerprint)
+
+
+class Int8Capable:
+    """What a PyTorch model that may run at int8 says of its runtime (BiEncoder and
+    CrossEncoder): ``onnx`` is its int8 runner, None where PyTorch runs it under the autocast
+    ``autocast_dtype``; ``KIND`` is ``encoder`` or ``cross-encoder``."""
+
+    KIND: str
+    onnx: Any
+    autocast_dtype: Any
+    config: Any
+    device: Any
+    fingerprint: str
+
+    @property
+    def precision(self) -> str:
+        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
+        ``fp16``."""
+        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
+
+    @property
+    def backend(self) -> str:
+        """What runs the model: ``torch``, or the int8 runtime (``openvino``, ``onnxruntime``)."""
+        return "torch" if self.onnx is None else self.onnx.backend
+
+    def _int8_runner(self, weights_dir: Path) -> Any:
+        """The int8 runner of the weights in ``weights_dir``, on the runtime ``config.backend``
+        resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
+        return int8_runner(
+            weights_dir, self.KIND, self.fingerprint, self.config.backend, self._workers()
+        )
+
+    def _workers(self) -> int:
+        """Batches run at once on CPU, each by one thread (see ``EncoderConfig``)."""
+        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
 def export_model(

@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dotcat import options
 from dotcat.errors import DotcatError
@@ -57,6 +57,15 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise DotcatError(f"device {device!r} requested but no CUDA GPU is available")
     return resolved
+
+
+def model_device(config: Any) -> torch.device:
+    """The device a model's ``config`` names; on a CPU, PyTorch's intra-op threads set to its
+    ``num_threads`` (:func:`configure_threads`)."""
+    device = resolve_device(config.device)
+    if device.type == "cpu":
+        configure_threads(config.num_threads)
+    return device
 
 
 #: Where an NVIDIA driver shows itself on Linux (PyTorch's CUDA needs it loaded).
