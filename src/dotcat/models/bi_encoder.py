@@ -51,14 +51,13 @@ from dotcat.models.batching import (
 )
 from dotcat.models.config import EncoderConfig, make_config
 from dotcat.models.exported_encoder import embed, encoder_record, encoder_repr, prefixed
-from dotcat.models.int8 import Int8Capable
+from dotcat.models.int8 import LoadedModel
 from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     auto_precision,
     autocast,
-    choose_precision,
     free_threads,
     model_device,
     store_linear_weights,
@@ -82,7 +81,7 @@ TOKENIZE_SLICE = 512
 SMALL_CALL_TOKENS = 1024
 
 
-class BiEncoder(Int8Capable):
+class BiEncoder(LoadedModel):
     """A BERT_DOT encoder: transformers ``AutoModel`` + cls/mean pooling + dot/cos.
 
     Build with :meth:`load`. Vectors agree with ``sentence_transformers.SentenceTransformer``
@@ -107,36 +106,25 @@ class BiEncoder(Int8Capable):
         document_prefix: str = "",
         lowercase: bool = False,
     ) -> None:
-        self.config = config
-        self.name = config.model
-        self.path = path
-        self.model = model
-        self.tokenizer = tokenizer
+        super().__init__(config, path, model, tokenizer, device, fingerprint=fingerprint,
+                         max_length=max_length)  # fmt: skip
         self.pooling = pooling
         self.similarity = similarity
-        self.max_length = max_length
         self.dim = int(model.config.hidden_size)
-        self.fingerprint = fingerprint
-        self.device = device
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.lowercase = lowercase
-        fast = config.fast
-        self.int8, self.autocast_dtype = choose_precision(config.precision, self.KIND, device, fast)
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
-        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` for int8.
-        self.onnx: Any = None
         texts, tokens = default_batch(device)
         #: texts per forward pass (``config.batch_size`` or the device's default)
         self.batch_size = config.batch_size or texts
         if config.max_batch_tokens is not None:
             tokens = config.max_batch_tokens
-        self.max_batch_tokens = tokens if fast else 0
+        self.max_batch_tokens = tokens if config.fast else 0
         #: intra-op threads of small calls (None: the free cores, see SMALL_CALL_TOKENS); the
         #: latency benchmark sets it to compare fixed settings.
         self.single_query_threads: int | None = None
-        self._pad_id = int(tokenizer.pad_token_id or 0)
 
     @classmethod
     def load(cls, config: EncoderConfig | str | None = None, **settings: Any) -> BiEncoder:

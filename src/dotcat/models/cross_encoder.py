@@ -40,12 +40,11 @@ from dotcat.models.batching import (
     run_jobs,
 )
 from dotcat.models.config import CrossEncoderConfig, make_config
-from dotcat.models.int8 import Int8Capable
+from dotcat.models.int8 import LoadedModel
 from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     autocast,
-    choose_precision,
     model_device,
     quiet_transformers,
 )
@@ -124,7 +123,7 @@ def _single_token(tokenizer: Any, text: str) -> int:
     return int(ids[0])
 
 
-class CrossEncoder(Int8Capable):
+class CrossEncoder(LoadedModel):
     """A BERT_CAT re-ranker: ``AutoModelForSequenceClassification`` with one logit.
 
     Build with :meth:`load`; score with :meth:`score` (logits, higher = more relevant).
@@ -144,27 +143,15 @@ class CrossEncoder(Int8Capable):
         device: torch.device,
         trained_head: bool,
     ) -> None:
-        self.config = config
-        self.name = config.model
-        self.path = path
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.device = device
+        # A new head is for training: ``auto`` keeps to the autocast rule for it.
+        super().__init__(config, path, model, tokenizer, device, max_length=max_length,
+                         fingerprint=weights_fingerprint(path), auto_int8=trained_head)  # fmt: skip
         self.trained_head = trained_head
         self.template = PairTemplate(tokenizer)
-        self.fingerprint = weights_fingerprint(path)
-        # A new head is for training: ``auto`` keeps to the autocast rule for it.
-        self.int8, self.autocast_dtype = choose_precision(
-            config.precision, self.KIND, device, config.fast, auto_int8=trained_head
-        )
-        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` at int8.
-        self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
         self.max_batch_tokens = tokens if config.fast else 0
-        self._pad_id = int(tokenizer.pad_token_id or 0)
 
     @classmethod
     def load(

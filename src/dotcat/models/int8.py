@@ -1,4 +1,5 @@
-"""The int8 path's two entry points: a model's int8 runner, and ``dotcat export``.
+"""The int8 path's entry points: a model's int8 runner (:class:`LoadedModel`, what the
+PyTorch models share of it), and ``dotcat export``.
 
 Two runtimes run models at int8 on CPU, each from its own export of the weights: ONNX Runtime
 (:mod:`dotcat.models.onnx_backend`) and OpenVINO (:mod:`dotcat.models.openvino_backend`,
@@ -18,7 +19,7 @@ from dotcat.errors import DotcatError
 from dotcat.models import onnx_backend, openvino_backend
 from dotcat.models.batching import cpu_workers
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-from dotcat.models.runtime import int8_backend, precision_name
+from dotcat.models.runtime import choose_precision, int8_backend, precision_name
 from dotcat.models.st_config import read_st_settings
 
 
@@ -32,17 +33,27 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str, backend: str, wo
     return onnx_backend.int8_runner(weights_dir, kind, fingerprint)
 
 
-class Int8Capable:
-    """What a PyTorch model that may run at int8 says of its runtime (BiEncoder and
-    CrossEncoder): ``onnx`` is its int8 runner, None where PyTorch runs it under the autocast
-    ``autocast_dtype``; ``KIND`` is ``encoder`` or ``cross-encoder``."""
+class LoadedModel:
+    """What BiEncoder and CrossEncoder share: a Hugging Face model loaded in PyTorch, run under
+    the autocast ``autocast_dtype``, or at int8 by its runner ``onnx`` (None: PyTorch runs it);
+    ``KIND`` is ``encoder`` or ``cross-encoder`` (:func:`dotcat.models.runtime.choose_precision`).
+    """
 
     KIND: str
-    onnx: Any
-    autocast_dtype: Any
-    config: Any
-    device: Any
-    fingerprint: str
+
+    def __init__(
+        self, config: Any, path: Path, model: Any, tokenizer: Any, device: Any, *,
+        fingerprint: str, max_length: int, auto_int8: bool = True,
+    ) -> None:  # fmt: skip
+        self.config, self.name, self.path = config, config.model, path
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.fingerprint, self.max_length = fingerprint, max_length
+        self.int8, self.autocast_dtype = choose_precision(
+            config.precision, self.KIND, device, config.fast, auto_int8=auto_int8
+        )
+        #: the int8 runner (OpenVINO or ONNX Runtime), set by ``load`` for int8.
+        self.onnx: Any = None
+        self._pad_id = int(tokenizer.pad_token_id or 0)
 
     @property
     def precision(self) -> str:
