@@ -44,6 +44,7 @@ import torch
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
     QUERY_PAD_MULTIPLE,
+    WINDOW,
     default_batch,
     length_sorted_batches,
     pad_ids,
@@ -68,8 +69,6 @@ from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-#: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
-WINDOW = 16_384
 #: Texts per tokenizer call (its results are large Python objects; see ``_tokenize``).
 TOKENIZE_SLICE = 512
 #: A one-batch call with at most this many tokens (one query, a few short ones) runs on the cores

@@ -35,6 +35,7 @@ from dotcat.errors import DotcatError, first_line
 from dotcat.files import move_into, writing
 from dotcat.models.batching import (
     CPU_MAX_BATCH_TOKENS,
+    WINDOW,
     length_sorted_batches,
     pad_ids,
     run_jobs,
@@ -43,11 +44,7 @@ from dotcat.models.config import CrossEncoderConfig, make_config
 from dotcat.models.int8 import LoadedModel
 from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-from dotcat.models.runtime import (
-    autocast,
-    model_device,
-    quiet_transformers,
-)
+from dotcat.models.runtime import autocast, model_device, quiet_transformers
 from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
 from dotcat.models.tokens import truncated
 from dotcat.progress import progress_bar
@@ -58,8 +55,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_LENGTH = 256
 #: Calls with at most this many pairs are split evenly over the workers (one query's re-ranking).
 SMALL_CALL = 64
-#: Pairs tokenized, sorted and scored together; bounds the token lists held in memory.
-WINDOW = 16_384
 #: Pairs are padded to a multiple of this many tokens and batched by width, so a pair's logit
 #: does not depend on the pairs it is batched with (see :mod:`.batching`).
 PAIR_PAD_MULTIPLE = 32
