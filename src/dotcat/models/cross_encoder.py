@@ -375,8 +375,9 @@ class CrossEncoder(LoadedModel):
         )
         order = np.argsort(-scores, kind="stable")[:top_k]
         results = [{"corpus_id": int(i), "score": float(scores[i])} for i in order]
-        for result in results if return_documents else ():
-            result["text"] = documents[result["corpus_id"]]
+        if return_documents:
+            for result in results:
+                result["text"] = documents[result["corpus_id"]]
         return results
 
     # -- saving -----------------------------------------------------------------------------
