@@ -158,9 +158,7 @@ def cpu_has_native_bf16() -> bool:
     ``DOTCAT_NATIVE_BF16=on|off`` overrides the detection (see the module docstring).
     """
     forced = native_bf16_override()
-    if forced is not None:
-        return forced
-    return detect_native_bf16()
+    return detect_native_bf16() if forced is None else forced
 
 
 def detect_native_bf16() -> bool:
@@ -214,10 +212,8 @@ SIDES = ("documents", "queries")
 def cpu_has_vnni() -> bool:
     """Whether int8 dot products are native here (AVX512-VNNI or AVX-VNNI). ``DOTCAT_NATIVE_BF16
     =off`` (behave as an AVX2-only CPU) says no, ``=on`` (behave as a Zen 4-class CPU) yes."""
-    override = native_bf16_override()
-    if override is not None:
-        return override
-    return bool(cpu_flags() & _VNNI_FLAGS)
+    forced = native_bf16_override()
+    return bool(cpu_flags() & _VNNI_FLAGS) if forced is None else forced
 
 
 def cpu_kind() -> str:
