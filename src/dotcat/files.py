@@ -13,6 +13,7 @@ how much room is left, and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -29,15 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DiskFullError, DotcatError
-
-try:
-    import resource
-except ImportError:  # Windows: no file-size limit to look at
-    resource = None
-try:
-    import pwd
-except ImportError:  # Windows: no user database to name an owner from
-    pwd = None
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -209,11 +201,11 @@ def _why_unwritable(path: Path) -> str:
 
 def owner_name(uid: int) -> str:
     """A user's name (its number where the user database has none)."""
-    if pwd is None:
-        return str(uid)
     try:
+        import pwd  # (none on Windows)
+
         return pwd.getpwuid(uid).pw_name
-    except KeyError:
+    except (ImportError, KeyError):
         return str(uid)
 
 
@@ -230,35 +222,21 @@ def remove_tree(path: str | os.PathLike) -> None:
     if not path.is_dir() or path.is_symlink():
         path.unlink(missing_ok=True)
         return
-    _own_folders_writable(path)
-    shutil.rmtree(path)
 
-
-def _own_folders_writable(top: Path) -> None:
-    """Give every folder of this process's own under ``top`` its owner's bits: removing an
-    entry takes a folder one can write and search (a file's own bits do not matter)."""
-
-    def enter(folder: Entry) -> bool:
+    def own_bits(folder: Entry) -> bool:
+        """Give a folder of this process's own its owner's bits: removing an entry takes a
+        folder one can write and search (a file's own bits do not matter)."""
         if not _access(folder.path, os.R_OK | os.W_OK | os.X_OK):
-            _own_writable(folder.path)
+            with contextlib.suppress(OSError):  # rmtree says what it cannot do
+                info = os.lstat(folder.path)
+                if not hasattr(os, "geteuid") or info.st_uid == os.geteuid():
+                    os.chmod(folder.path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
         return True
 
-    enter(Entry(".", top))
-    for _ in walk_tree(top, enter):  # rmtree says what it cannot do
+    own_bits(Entry(".", path))
+    for _ in walk_tree(path, own_bits):
         pass
-
-
-def _own_writable(path: str) -> bool:
-    """Give this process's own folder (or file) its owner's read, write and search bits;
-    False where it is not this process's or the change fails."""
-    try:
-        info = os.lstat(path)
-        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-            return False
-        os.chmod(path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
-        return True
-    except OSError:
-        return False
+    shutil.rmtree(path)
 
 
 #: The errors of a write that found no room, by errno: what happened, and what to do.
@@ -320,7 +298,9 @@ def _mib(size: int) -> str:
 
 def _file_size_limit() -> int | None:
     """This process's file-size limit (``ulimit -f``) in bytes, None when unlimited."""
-    if resource is None:
+    try:
+        import resource
+    except ImportError:  # Windows: no file-size limit to look at
         return None
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     return None if limit == resource.RLIM_INFINITY else limit
@@ -394,18 +374,20 @@ def writes(parameter: str, advice: str | None = None) -> Callable:
     return decorate
 
 
+def causes(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then each error it was raised from or during (``__cause__``, else
+    ``__context__``), each once."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def _no_room_cause(error: BaseException) -> tuple[int, str | None] | None:
     """``(errno, the file it names or None)`` for the first error in ``error``'s chain of
     causes that reports no room, else None."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        found = _no_room_in(current)
-        if found is not None:
-            return found
-        current = current.__cause__ or current.__context__
-    return None
+    return next((found for e in causes(error) if (found := _no_room_in(e))), None)
 
 
 def _no_room_in(error: BaseException) -> tuple[int, str | None] | None:

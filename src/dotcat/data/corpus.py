@@ -19,14 +19,12 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from filelock import FileLock
 
@@ -43,10 +41,11 @@ from dotcat.data.sources import (
     FolderSource,
     PythonSource,
     Source,
+    named_first,
     open_source,
 )
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.files import writing
+from dotcat.files import causes, write_json, writing
 from dotcat.progress import progress_bar
 from dotcat.reprs import short_repr
 
@@ -137,15 +136,6 @@ def _location(record: Record, corpus: str) -> str:
     return f"line {record.line}" if record.path == corpus else f"{record.path}:{record.line}"
 
 
-def _where(record: Record, other: Record | None) -> str:
-    """Where ``other`` is, said from ``record``'s file: ``line 3``, or ``b.jsonl:3``."""
-    if other is None:
-        return "not found again"
-    if other.path == record.path and other.line is not None:
-        return f"line {other.line}"
-    return other.path if other.line is None else f"{other.path}:{other.line}"
-
-
 def _duplicate_error(
     source: Source, record: Record, seen: set[str], rest: Iterator[Record]
 ) -> DataFormatError:
@@ -165,13 +155,11 @@ def _duplicate_error(
     except DataFormatError:
         pass
     first = next((r for r in source.records(CorpusStats()) if r.id == record.id), None)
-    problem = f"duplicate id {record.id!r} (first at {_where(record, first)})"
+    where = "not found again" if first is None else _location(first, record.path)
+    problem = f"duplicate id {record.id!r} (first at {where})"
     if len(repeated) > 1:
-        named = ", ".join(repr(i) for i in list(repeated)[:_DUPLICATES_NAMED])
-        more = len(repeated) - _DUPLICATES_NAMED
+        named = named_first(map(repr, list(repeated)[:_DUPLICATES_NAMED]), len(repeated))
         problem += f"; {len(repeated)} ids occur more than once: {named}"
-        if more > 0:
-            problem += f" and {more} more"
     return DataFormatError(record.path, record.line, problem, record.id_field)
 
 
@@ -235,31 +223,22 @@ def _log_summary(stats: CorpusStats, first_skipped: str | None = None) -> None:
     if stats.title_only:
         logger.warning(
             "%s: %d document(s) have no text and are indexed on their title only",
-            stats.path,
-            stats.title_only,
-        )
+            stats.path, stats.title_only,
+        )  # fmt: skip
     if stats.skipped_empty:
         first = f" (first at {first_skipped})" if first_skipped else ""
         logger.warning(
             "%s: skipped %d record(s) with neither title nor text%s",
-            stats.path,
-            stats.skipped_empty,
-            first,
-        )
+            stats.path, stats.skipped_empty, first,
+        )  # fmt: skip
     if stats.unreadable:
-        more = stats.unreadable - len(stats.unreadable_named)
-        named = ", ".join(stats.unreadable_named) + (f" and {more} more" if more > 0 else "")
+        named = named_first(stats.unreadable_named, stats.unreadable)
         logger.warning(
             "%s: skipped %d of %d files that cannot be read: %s; strict=True stops at the first",
-            stats.path,
-            stats.unreadable,
-            stats.files,
-            named,
-            extra={"settings": ("strict",)},
-        )
+            stats.path, stats.unreadable, stats.files, named, extra={"settings": ("strict",)},
+        )  # fmt: skip
     if stats.guessed:
-        more = stats.guessed - len(stats.guessed_named)
-        named = ", ".join(stats.guessed_named) + (f" and {more} more" if more > 0 else "")
+        named = named_first(stats.guessed_named, stats.guessed)
         logger.warning(
             "%s: %d file(s) not in UTF-8 read as a guess (the field 'encoding' says in what): "
             "%s; where one reads wrong, name it: encoding=NAME, or for some files "
@@ -276,19 +255,6 @@ def default_cache_dir() -> Path:
 
 def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
-
-
-def _find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """The first exception of type ``kind`` in ``exc``'s cause/context chain (datasets wraps
-    errors raised inside a generator in a ``DatasetGenerationError``)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 class _CacheMiss(Exception):
@@ -319,14 +285,6 @@ def _from_generator(generator, entry: Path, fingerprint: str) -> datasets.Datase
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
-
-
-def _write_json_atomically(path: Path, value: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with writing(path, remove=[tmp]):
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=1)
-        os.replace(tmp, path)
 
 
 def load_corpus(
@@ -364,7 +322,7 @@ def load_corpus(
     result = stats if stats is not None else CorpusStats()
     if isinstance(source, PythonSource):
         dataset, recorded = _in_memory(source)
-        _copy_stats(recorded, result)
+        result.reset(recorded)
         return dataset
     identity = source.identity()
     located = Path(identity.get("file") or identity["folder"])
@@ -391,13 +349,8 @@ def load_corpus(
                     logger.info("removing stale corpus cache %s", stale)
                     shutil.rmtree(stale, ignore_errors=True)
     _summarised.add(entry)
-    _copy_stats(recorded, result)
+    result.reset(recorded)
     return dataset
-
-
-def _copy_stats(source: CorpusStats, target: CorpusStats) -> None:
-    for name, value in dataclasses.asdict(source).items():
-        setattr(target, name, value)
 
 
 def _load_cached(entry: Path, fingerprint: str) -> tuple[datasets.Dataset, CorpusStats] | None:
@@ -459,10 +412,11 @@ def _build(
                 "format_version": CACHE_FORMAT_VERSION,
                 "stats": dataclasses.asdict(build_stats),
             }
-            _write_json_atomically(entry / "stats.json", record)
+            write_json(entry / "stats.json", record, indent=1)
     except BaseException as e:
         shutil.rmtree(entry, ignore_errors=True)
-        cause = _find_cause(e, DataFormatError)
+        # datasets wraps an error raised inside a generator in a DatasetGenerationError
+        cause = next((c for c in causes(e) if isinstance(c, DataFormatError)), None)
         if cause is not None and cause is not e:
             raise cause from None
         raise
@@ -481,10 +435,9 @@ def _in_memory(source: PythonSource) -> tuple[datasets.Dataset, CorpusStats]:
     return datasets.Dataset.from_dict(columns, features=_features()), stats
 
 
-def _cached_only() -> Iterator[dict[str, str]]:
+def _cached_only() -> NoReturn:
     """Placeholder generator for a cache hit: datasets must not call it."""
     raise _CacheMiss("the cached Arrow file is missing")
-    yield {}  # pragma: no cover - makes this a generator
 
 
 def fields_json(fields: Mapping[str, Any] | None) -> str:
@@ -492,17 +445,12 @@ def fields_json(fields: Mapping[str, Any] | None) -> str:
     return json.dumps(fields, ensure_ascii=False) if fields else ""
 
 
-def read_fields(value: str | None) -> dict[str, Any]:
-    """The fields an Arrow row holds (:func:`fields_json`)."""
-    return json.loads(value) if value else {}
-
-
 def iter_row_batches(
     dataset: datasets.Dataset, start: int = 0, stop: int | None = None, batch_size: int = 1000
 ) -> Iterator[tuple[int, dict[str, list[str]]]]:
     """Rows ``[start, stop)`` of a corpus from :func:`load_corpus`, read sequentially without
     memory-mapping: ``(position of the first row, {"id": [...], "title": [...], "text": [...],
-    "fields": [...]})`` (``fields``: JSON, :func:`read_fields`; empty for a dataset without
+    "fields": [...]})`` (``fields``: JSON, :func:`fields_json`; empty for a dataset without
     that column).
 
     ``Dataset[...]`` reads through a memory map, and every page touched stays counted in the
@@ -537,12 +485,8 @@ def iter_row_batches(
                 )
                 if sum(b.num_rows for b in pending) >= batch_size:
                     table = pa.Table.from_batches(pending)
-                    yield (
-                        pending_start,
-                        _complete({k: table.column(k).to_pylist() for k in names}),
-                    )
-                    pending_start += table.num_rows
-                    pending = []
+                    yield pending_start, _complete({k: table.column(k).to_pylist() for k in names})
+                    pending_start, pending = pending_start + table.num_rows, []
     if pending:
         table = pa.Table.from_batches(pending)
         yield pending_start, _complete({k: table.column(k).to_pylist() for k in names})
@@ -550,6 +494,5 @@ def iter_row_batches(
 
 def _complete(batch: dict[str, list]) -> dict[str, list]:
     """A batch with every column (a dataset made elsewhere may lack ``fields``)."""
-    if "fields" not in batch:
-        batch["fields"] = [""] * len(batch["id"])
+    batch.setdefault("fields", [""] * len(batch["id"]))
     return batch

@@ -83,6 +83,12 @@ def indexes_in(folder: str | Path) -> list[Path]:
     return [Path(folder) / n for n in names if os.path.isfile(Path(folder) / n / INDEX_MANIFEST)]
 
 
+def file_identity(file: Path) -> dict[str, Any]:
+    """What a cached copy of a file's documents depends on: its real path, size and mtime."""
+    st = file.stat()
+    return {"file": str(file.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def _connect(file: Path) -> sqlite3.Connection:
     uri = f"file:{quote(str(file.resolve()))}?mode=ro"
     return sqlite3.connect(uri, uri=True)
@@ -103,9 +109,7 @@ class IndexSource:
     def identity(self, again: bool = False) -> dict[str, Any]:
         """The store's real path, size and mtime (a cached copy is read again when the index
         changes: ``dotcat add``/``delete`` rewrite it)."""
-        st = self.file.stat()
-        return {"file": str(self.file.resolve()), "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns, "kind": self.kind}  # fmt: skip
+        return {**file_identity(self.file), "kind": self.kind}
 
     def records(self, stats: Any) -> Iterator[Record]:
         """Every stored document; ``stats.sha256`` becomes the sha256 of their ids, titles and

@@ -37,8 +37,6 @@ from typing import Any
 
 #: The kinds of value a field holds.
 KINDS = ("string", "number", "date", "list")
-#: The fields every file of a folder gets.
-FILE_FIELDS = ("path", "folder", "extension", "size", "mtime")
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _DATE = re.compile(

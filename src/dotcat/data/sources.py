@@ -58,6 +58,7 @@ entered (``--exclude node_modules``).
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -66,7 +67,7 @@ import os
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ from dotcat.data._io import find_one, is_gzipped, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.encodings import NotDecodable, check_encoding, decode
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
-from dotcat.data.index_source import IndexSource, is_index_dir
+from dotcat.data.index_source import IndexSource, file_identity, is_index_dir
 from dotcat.data.metadata import file_fields, merged
 from dotcat.data.records import (
     FieldNames,
@@ -153,11 +154,10 @@ class CorpusStats:
     guessed_named: list[str] = field(default_factory=list)
     sha256: str = ""
 
-    def reset(self) -> None:
-        """Back to zero, for a new pass."""
-        fresh = CorpusStats()
-        for f in fields(self):
-            setattr(self, f.name, getattr(fresh, f.name))
+    def reset(self, to: CorpusStats | None = None) -> None:
+        """Back to zero, for a new pass (or to a copy of ``to``'s counts)."""
+        for name, value in dataclasses.asdict(to or CorpusStats()).items():
+            setattr(self, name, value)
 
 
 @dataclass(frozen=True, repr=False)
@@ -310,9 +310,7 @@ class FileSource:
     def identity(self, again: bool = False) -> dict[str, Any]:
         """What the cached copy depends on: the file's real path, size and mtime, the options
         (``again``: for the folder source's sake; a file is looked at every time)."""
-        st = self.file.stat()
-        return {"file": str(self.file.resolve()), "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns, "options": self.options.to_json()}  # fmt: skip
+        return {**file_identity(self.file), "options": self.options.to_json()}
 
     def records(self, stats: CorpusStats) -> Iterator[Record]:
         rule = self.options.rule_for(self.file.name)
@@ -341,7 +339,6 @@ class Listing:
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not read
     other_named: list[str] = field(default_factory=list)  # the first few of those
     excluded: Counter = field(default_factory=Counter)  # suffix -> files left out by patterns
-    hidden: int = 0  # hidden files and folders skipped
     indexes: list[str] = field(default_factory=list)  # folders skipped: dotcat indexes
 
 
@@ -571,8 +568,8 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
 
     def enter(folder: Entry) -> bool:
         if folder.path.name.startswith(".") and not options.hidden:
-            listing.hidden += 1
-        elif is_index_folder(folder.path):
+            return False
+        if is_index_folder(folder.path):
             listing.indexes.append(folder.rel)
         elif _excluded_dir(folder.rel, folder.path.name, options):
             listing.excluded["(folder)"] += 1
@@ -589,8 +586,8 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
                 listing.problems.append((entry.rel, entry.path, entry.problem))
             continue
         if name.startswith(".") and not options.hidden:
-            listing.hidden += 1
-        elif not _selected(entry.rel, name, options):
+            continue
+        if not _selected(entry.rel, name, options):
             listing.excluded[_suffix(name)] += 1
         else:
             _list_file(listing, entry)
@@ -627,8 +624,7 @@ def _say_kinds_not_read(root: Path, listing: Listing) -> None:
     if not total or key in _NAMED:
         return
     _NAMED.add(key)
-    more = total - len(listing.other_named)
-    named = ", ".join(listing.other_named) + (f" and {more} more" if more > 0 else "")
+    named = named_first(listing.other_named, total)
     logger.warning(
         "%s: not read: %d file(s) of kinds dotcat does not index (%s): %s; convert them to "
         "text, Markdown, HTML or PDF to index them, or leave them out with exclude patterns",
@@ -666,22 +662,26 @@ def _suffix(name: str) -> str:
     return os.path.splitext(name)[1].lower() or "(no suffix)"
 
 
+def named_first(names: Iterable[str], total: int) -> str:
+    """The first few of ``total`` things, named: ``a, b and 3 more``."""
+    names = list(names)
+    more = total - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
 def _counts(counter: Counter) -> str:
     shown = ", ".join(f"{n} {suffix}" for suffix, n in counter.most_common(5))
     return shown + (", ..." if len(counter) > 5 else "")
 
 
-_matches = pattern_matches
-
-
 def _selected(rel: str, name: str, options: CorpusOptions) -> bool:
-    if options.include and not any(_matches(rel, name, p) for p in options.include):
+    if options.include and not any(pattern_matches(rel, name, p) for p in options.include):
         return False
-    return not any(_matches(rel, name, p) for p in options.exclude)
+    return not any(pattern_matches(rel, name, p) for p in options.exclude)
 
 
 def _excluded_dir(rel: str, name: str, options: CorpusOptions) -> bool:
-    return any(_matches(rel, name, p.rstrip("/")) for p in options.exclude)
+    return any(pattern_matches(rel, name, p.rstrip("/")) for p in options.exclude)
 
 
 def _check_listing(root: Path, listing: Listing, options: CorpusOptions) -> None:

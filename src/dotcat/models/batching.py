@@ -35,6 +35,8 @@ CPU_MAX_BATCH_TOKENS = 2048
 CPU_BATCH_SIZE = 32
 GPU_BATCH_SIZE = 256
 GPU_MAX_BATCH_TOKENS = 65_536
+#: Texts (or pairs) tokenized, sorted and run together; bounds the token lists held in memory.
+WINDOW = 16_384
 #: Queries are padded to a multiple of this many tokens and batched by width, so a query's
 #: vector does not depend on the queries it is batched with (see the module docstring).
 QUERY_PAD_MULTIPLE = 8

@@ -44,26 +44,23 @@ import torch
 from dotcat.errors import DotcatError, first_line
 from dotcat.models.batching import (
     QUERY_PAD_MULTIPLE,
-    cpu_workers,
+    WINDOW,
     default_batch,
     length_sorted_batches,
     pad_ids,
     run_jobs,
 )
 from dotcat.models.config import EncoderConfig, make_config
-from dotcat.models.exported_encoder import embed, encoder_record, prefixed
-from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import load_hf_model, max_positions
+from dotcat.models.exported_encoder import embed, encoder_record, encoder_repr, prefixed
+from dotcat.models.int8 import LoadedModel
+from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.pooling import l2_normalize, pool
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import (
     auto_precision,
     autocast,
-    choose_precision,
-    configure_threads,
     free_threads,
-    precision_name,
-    resolve_device,
+    model_device,
     store_linear_weights,
 )
 from dotcat.models.st_config import or_prompt, read_st_settings
@@ -72,8 +69,6 @@ from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-#: Texts tokenized, sorted and encoded together; bounds the token lists held in memory.
-WINDOW = 16_384
 #: Texts per tokenizer call (its results are large Python objects; see ``_tokenize``).
 TOKENIZE_SLICE = 512
 #: A one-batch call with at most this many tokens (one query, a few short ones) runs on the cores
@@ -85,12 +80,14 @@ TOKENIZE_SLICE = 512
 SMALL_CALL_TOKENS = 1024
 
 
-class BiEncoder:
+class BiEncoder(LoadedModel):
     """A BERT_DOT encoder: transformers ``AutoModel`` + cls/mean pooling + dot/cos.
 
     Build with :meth:`load`. Vectors agree with ``sentence_transformers.SentenceTransformer``
     on the same model directory (mean cosine >= 0.999, checked in the tests and benchmark).
     """
+
+    KIND = "encoder"
 
     def __init__(
         self,
@@ -108,37 +105,25 @@ class BiEncoder:
         document_prefix: str = "",
         lowercase: bool = False,
     ) -> None:
-        self.config = config
-        self.name = config.model
-        self.path = path
-        self.model = model
-        self.tokenizer = tokenizer
+        super().__init__(config, path, model, tokenizer, device, fingerprint=fingerprint,
+                         max_length=max_length)  # fmt: skip
         self.pooling = pooling
         self.similarity = similarity
-        self.max_length = max_length
         self.dim = int(model.config.hidden_size)
-        self.fingerprint = fingerprint
-        self.device = device
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.lowercase = lowercase
-        fast = config.fast
-        self.int8, self.autocast_dtype = choose_precision(config.precision, "encoder", device, fast)
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
-        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` for int8.
-        self.onnx: Any = None
         texts, tokens = default_batch(device)
         #: texts per forward pass (``config.batch_size`` or the device's default)
         self.batch_size = config.batch_size or texts
         if config.max_batch_tokens is not None:
             tokens = config.max_batch_tokens
-        self.max_batch_tokens = tokens if fast else 0
+        self.max_batch_tokens = tokens if config.fast else 0
         #: intra-op threads of small calls (None: the free cores, see SMALL_CALL_TOKENS); the
         #: latency benchmark sets it to compare fixed settings.
         self.single_query_threads: int | None = None
-        pad = tokenizer.pad_token_id
-        self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
     def load(cls, config: EncoderConfig | str | None = None, **settings: Any) -> BiEncoder:
@@ -167,9 +152,7 @@ class BiEncoder:
         read_model_config(path, st.transformer_dir)
         pooling, similarity = st.pooling_and_similarity(config.pooling, config.similarity)
 
-        device = resolve_device(config.device)
-        if device.type == "cpu":
-            configure_threads(config.num_threads)
+        device = model_device(config)
         try:
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
         except (OSError, ValueError) as e:
@@ -177,12 +160,8 @@ class BiEncoder:
         model = load_hf_model(AutoModel, st.transformer_dir)
         model.eval().requires_grad_(False).to(device)
 
-        positions = max_positions(model.config)
-        max_length = config.max_length or st.max_length or min(512, positions)
-        if max_length < 2 or max_length > positions:
-            raise DotcatError(
-                f"max_length {max_length} is outside 2..{positions} (the model's positions)"
-            )
+        max_length = config.max_length or st.max_length or min(512, max_positions(model.config))
+        max_length = within_positions(max_length, 2, model.config)
         encoder = cls(
             config,
             path,
@@ -190,7 +169,7 @@ class BiEncoder:
             tokenizer,
             pooling=pooling,
             similarity=similarity,
-            max_length=int(max_length),
+            max_length=max_length,
             fingerprint=weights_fingerprint(path),
             device=device,
             query_prefix=or_prompt(config.query_prefix, st.query_prompt),
@@ -351,23 +330,8 @@ class BiEncoder:
         # int8 queries meet int8 documents only (of their runtime): those are ``own``.
         return own if precision in (self.precision, "int8") else (precision, "torch")
 
-    @property
-    def precision(self) -> str:
-        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
-        ``fp16``."""
-        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
-
-    @property
-    def backend(self) -> str:
-        """What runs the model: ``torch``, or the int8 runtime (``openvino``, ``onnxruntime``)."""
-        return "torch" if self.onnx is None else self.onnx.backend
-
     def __repr__(self) -> str:
-        return (
-            f"BiEncoder({self.name!r}, pooling={self.pooling!r}, similarity={self.similarity!r}"
-            f", max_length={self.max_length}, dim={self.dim}, device={self.device}"
-            f", precision={self.precision!r})"
-        )
+        return encoder_repr(self, device=self.device, precision=repr(self.precision))
 
     # -- internals ------------------------------------------------------------------------
 
@@ -419,20 +383,9 @@ class BiEncoder:
             vectors = l2_normalize(vectors)
         return vectors.cpu().numpy()
 
-    def _int8_runner(self, weights_dir: Path) -> Any:
-        """The int8 runner of the transformer weights, on the runtime ``config.backend``
-        resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
-        return int8_runner(
-            weights_dir, "encoder", self.fingerprint, self.config.backend, self._workers()
-        )
-
     def _is_small(self, tokens: int) -> bool:
         """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""
         return self.device.type == "cpu" and self.config.fast and tokens <= SMALL_CALL_TOKENS
-
-    def _workers(self) -> int:
-        """Batches encoded at once on CPU, each by one thread (see ``EncoderConfig``)."""
-        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
 def _converted(vectors: np.ndarray, to_numpy: bool, to_tensor: bool) -> Any:

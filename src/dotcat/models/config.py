@@ -108,15 +108,7 @@ class EncoderConfig(Settings):
     num_threads: int | None = setting(None, help="Intra-op threads (default: every core).")
 
     def checks(self) -> list[Check]:
-        return [
-            at_least("max_length", self.max_length, 2),
-            at_least("batch_size", self.batch_size, 1),
-            at_least("max_batch_tokens", self.max_batch_tokens, 0),
-            at_least("cpu_workers", self.cpu_workers, 1),
-            at_least("num_threads", self.num_threads, 1),
-            *device_checks("device", self.device),
-            *precision_checks("precision", self.precision, self.device),
-        ]
+        return _model_checks(self, shortest=2)
 
 
 @dataclass(repr=False)
@@ -162,15 +154,7 @@ class CrossEncoderConfig(Settings):
     num_threads: int | None = setting(None, help="Intra-op threads (default: every core).")
 
     def checks(self) -> list[Check]:
-        return [
-            at_least("max_length", self.max_length, 8),
-            at_least("batch_size", self.batch_size, 1),
-            at_least("max_batch_tokens", self.max_batch_tokens, 0),
-            at_least("cpu_workers", self.cpu_workers, 1),
-            at_least("num_threads", self.num_threads, 1),
-            *device_checks("device", self.device),
-            *precision_checks("precision", self.precision, self.device),
-        ]
+        return _model_checks(self, shortest=8)
 
 
 @dataclass(frozen=True, repr=False)
@@ -194,6 +178,19 @@ class ExportConfig(Settings):
         "onnxruntime), onnxruntime or openvino.",
         choices=INT8_BACKENDS,
     )
+
+
+def _model_checks(config: EncoderConfig | CrossEncoderConfig, shortest: int) -> list[Check]:
+    """The checks both models' settings make (``shortest``: the least ``max_length``)."""
+    return [
+        at_least("max_length", config.max_length, shortest),
+        at_least("batch_size", config.batch_size, 1),
+        at_least("max_batch_tokens", config.max_batch_tokens, 0),
+        at_least("cpu_workers", config.cpu_workers, 1),
+        at_least("num_threads", config.num_threads, 1),
+        *device_checks("device", config.device),
+        *precision_checks("precision", config.precision, config.device),
+    ]
 
 
 def make_config(kind: type[_C], config: _C | str | None, settings: dict[str, Any]) -> _C:

@@ -35,36 +35,26 @@ from dotcat.errors import DotcatError, first_line
 from dotcat.files import move_into, writing
 from dotcat.models.batching import (
     CPU_MAX_BATCH_TOKENS,
-    cpu_workers,
+    WINDOW,
     length_sorted_batches,
     pad_ids,
     run_jobs,
 )
 from dotcat.models.config import CrossEncoderConfig, make_config
-from dotcat.models.int8 import int8_runner
-from dotcat.models.loading import load_hf_model, max_positions
+from dotcat.models.int8 import LoadedModel
+from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-from dotcat.models.runtime import (
-    autocast,
-    choose_precision,
-    configure_threads,
-    precision_name,
-    quiet_transformers,
-    resolve_device,
-)
+from dotcat.models.runtime import autocast, model_device, quiet_transformers
 from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
 from dotcat.models.tokens import truncated
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
-#: Padded tokens per forward pass on CPU (the bi-encoder's measured sweet spot).
 #: Default max length of a (query, document) pair when the model does not record one.
 DEFAULT_MAX_LENGTH = 256
 #: Calls with at most this many pairs are split evenly over the workers (one query's re-ranking).
 SMALL_CALL = 64
-#: Pairs tokenized, sorted and scored together; bounds the token lists held in memory.
-WINDOW = 16_384
 #: Pairs are padded to a multiple of this many tokens and batched by width, so a pair's logit
 #: does not depend on the pairs it is batched with (see :mod:`.batching`).
 PAIR_PAD_MULTIPLE = 32
@@ -116,13 +106,8 @@ class PairTemplate:
     def build(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
         """``(input_ids, token_type_ids)`` of one pair, special tokens included."""
         ids = self.prefix + query + self.middle + doc + self.suffix
-        types = (
-            self.prefix_types
-            + [self.query_type] * len(query)
-            + self.middle_types
-            + [self.doc_type] * len(doc)
-            + self.suffix_types
-        )
+        types = self.prefix_types + [self.query_type] * len(query) + self.middle_types
+        types += [self.doc_type] * len(doc) + self.suffix_types
         return ids, types
 
 
@@ -133,12 +118,14 @@ def _single_token(tokenizer: Any, text: str) -> int:
     return int(ids[0])
 
 
-class CrossEncoder:
+class CrossEncoder(LoadedModel):
     """A BERT_CAT re-ranker: ``AutoModelForSequenceClassification`` with one logit.
 
     Build with :meth:`load`; score with :meth:`score` (logits, higher = more relevant).
     ``model`` is a plain ``torch.nn.Module``: training calls it on :meth:`collate` output.
     """
+
+    KIND = "cross-encoder"
 
     def __init__(
         self,
@@ -151,28 +138,15 @@ class CrossEncoder:
         device: torch.device,
         trained_head: bool,
     ) -> None:
-        self.config = config
-        self.name = config.model
-        self.path = path
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.device = device
+        # A new head is for training: ``auto`` keeps to the autocast rule for it.
+        super().__init__(config, path, model, tokenizer, device, max_length=max_length,
+                         fingerprint=weights_fingerprint(path), auto_int8=trained_head)  # fmt: skip
         self.trained_head = trained_head
         self.template = PairTemplate(tokenizer)
-        self.fingerprint = weights_fingerprint(path)
-        # A new head is for training: ``auto`` keeps to the autocast rule for it.
-        self.int8, self.autocast_dtype = choose_precision(
-            config.precision, "cross-encoder", device, config.fast, auto_int8=trained_head
-        )
-        #: the int8 runner (OpenVINO or ONNX Runtime), set by :meth:`load` at int8.
-        self.onnx: Any = None
         tokens = config.max_batch_tokens
         if tokens is None:
             tokens = CPU_MAX_BATCH_TOKENS if device.type == "cpu" else 0
         self.max_batch_tokens = tokens if config.fast else 0
-        pad = tokenizer.pad_token_id
-        self._pad_id = int(pad) if pad is not None else 0
 
     @classmethod
     def load(
@@ -198,9 +172,7 @@ class CrossEncoder:
         config.validate()
         path = resolve_model(config.model)
         read_model_config(path)
-        device = resolve_device(config.device)
-        if device.type == "cpu":
-            configure_threads(config.num_threads)
+        device = model_device(config)
         try:
             model_config = AutoConfig.from_pretrained(path)
             tokenizer = AutoTokenizer.from_pretrained(path)
@@ -223,23 +195,20 @@ class CrossEncoder:
         max_length = config.max_length or _recorded_max_length(
             path, tokenizer, positions, trained_head
         )
-        if max_length < 8 or max_length > positions:
-            raise DotcatError(
-                f"max_length {max_length} is outside 8..{positions} (the model's positions)"
-            )
+        max_length = within_positions(max_length, 8, model.config)
         encoder = cls(
             config,
             path,
             model,
             tokenizer,
-            max_length=int(max_length),
+            max_length=max_length,
             device=device,
             trained_head=trained_head,
         )
         if encoder.int8:
             # The export is of the saved weights: a new, untrained head would not be in it.
             encoder.require_trained()
-            encoder.onnx = encoder._int8_runner()
+            encoder.onnx = encoder._int8_runner(path)
         logger.info(
             "cross-encoder %s: max_length %d, %s, %s (%s)%s",
             config.model,
@@ -250,17 +219,6 @@ class CrossEncoder:
             "" if trained_head else ", new classification head (untrained)",
         )
         return encoder
-
-    @property
-    def precision(self) -> str:
-        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
-        ``fp16``."""
-        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
-
-    @property
-    def backend(self) -> str:
-        """What runs the model: ``openvino`` or ``onnxruntime`` (int8), else ``torch``."""
-        return "torch" if self.onnx is None else self.onnx.backend
 
     @property
     def interpolation_alpha(self) -> float | None:
@@ -278,27 +236,16 @@ class CrossEncoder:
 
     # -- tokenization -----------------------------------------------------------------------
 
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, no special tokens, at most ``max_length`` (pairs are cut
-        later, and never use more); a long text tokenized only that far
-        (:func:`dotcat.models.tokens.truncated`)."""
-
-        def tokenize(batch: list[str]) -> list[list[int]]:
-            return self.tokenizer(
-                batch,
-                add_special_tokens=False,
-                truncation=True,
-                max_length=self.max_length,
-                return_attention_mask=False,
-                return_token_type_ids=False,
-            )["input_ids"]
-
-        return [list(ids) for ids in truncated(tokenize, list(texts), self.max_length)]
-
-    def build_pair(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
-        """One pair's ``(input_ids, token_type_ids)``, cut by :func:`pair_lengths`."""
-        lq, ld = pair_lengths(len(query), len(doc), self.max_length - self.template.n_special)
-        return self.template.build(query[:lq], doc[:ld])
+    def _pairs(self, queries: Sequence[str], documents: Sequence[str]) -> list[tuple]:
+        """Each ``(queries[i], documents[i])``'s ``(input_ids, token_type_ids)``, cut by
+        :func:`pair_lengths`."""
+        q_ids, d_ids = self._tokenize_unique(queries), self._tokenize_unique(documents)
+        budget = self.max_length - self.template.n_special
+        pairs = []
+        for q, d in zip(q_ids, d_ids, strict=True):
+            lq, ld = pair_lengths(len(q), len(d), budget)
+            pairs.append(self.template.build(q[:lq], d[:ld]))
+        return pairs
 
     def collate(
         self, pairs: Sequence[tuple[list[int], list[int]]], width: int | None = None
@@ -316,8 +263,7 @@ class CrossEncoder:
 
     def features(self, queries: Sequence[str], documents: Sequence[str]) -> dict[str, torch.Tensor]:
         """Model inputs for ``(queries[i], documents[i])`` pairs (training uses this)."""
-        q_ids, d_ids = self._tokenize_unique(queries), self._tokenize_unique(documents)
-        return self.collate([self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)])
+        return self.collate(self._pairs(queries, documents))
 
     def logits(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[n]`` relevance logits, with autograd when the caller allows it."""
@@ -352,9 +298,7 @@ class CrossEncoder:
         with progress_bar(total=n, desc="re-ranking", unit="pair", enabled=show_progress) as bar:
             for start in range(0, n, WINDOW):
                 stop = min(n, start + WINDOW)
-                q_ids = self._tokenize_unique(queries[start:stop])
-                d_ids = self._tokenize_unique(documents[start:stop])
-                pairs = [self.build_pair(q, d) for q, d in zip(q_ids, d_ids, strict=True)]
+                pairs = self._pairs(queries[start:stop], documents[start:stop])
                 lengths = np.fromiter((len(p[0]) for p in pairs), dtype=np.int64, count=len(pairs))
                 widths, jobs = length_sorted_batches(
                     lengths, batch_size, self.max_batch_tokens, PAIR_PAD_MULTIPLE, self.max_length
@@ -429,12 +373,11 @@ class CrossEncoder:
         scores = self.predict(
             [(query, d) for d in documents], batch_size, show_progress_bar, activation_fn
         )
-        results: list[dict[str, Any]] = []
-        for i in np.argsort(-scores, kind="stable")[:top_k]:
-            result = {"corpus_id": int(i), "score": float(scores[i])}
-            if return_documents:
-                result["text"] = documents[i]
-            results.append(result)
+        order = np.argsort(-scores, kind="stable")[:top_k]
+        results = [{"corpus_id": int(i), "score": float(scores[i])} for i in order]
+        if return_documents:
+            for result in results:
+                result["text"] = documents[result["corpus_id"]]
         return results
 
     # -- saving -----------------------------------------------------------------------------
@@ -490,21 +433,26 @@ class CrossEncoder:
             logits = self.logits(features)
         return logits.float().cpu().numpy()
 
-    def _int8_runner(self) -> Any:
-        """The int8 runner of the saved weights, on the runtime ``config.backend`` resolves to."""
-        return int8_runner(
-            self.path, "cross-encoder", self.fingerprint, self.config.backend, self._workers()
-        )
-
     def _tokenize_unique(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`tokenize` each distinct text once (a run repeats its query per document)."""
+        """Token ids of each text, no special tokens, at most ``max_length`` (pairs are cut
+        later, and never use more); each distinct text tokenized once (a run repeats its query
+        per document), a long one only that far (:func:`dotcat.models.tokens.truncated`)."""
+
+        def tokenize(batch: list[str]) -> list[list[int]]:
+            return self.tokenizer(
+                batch,
+                add_special_tokens=False,
+                truncation=True,
+                max_length=self.max_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
+
         texts = list(texts)
         unique = list(dict.fromkeys(texts))
-        ids = dict(zip(unique, self.tokenize(unique), strict=True)) if unique else {}
-        return [ids[t] for t in texts]
-
-    def _workers(self) -> int:
-        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
+        got = truncated(tokenize, unique, self.max_length) if unique else []
+        ids = dict(zip(unique, got, strict=True))
+        return [list(ids[t]) for t in texts]
 
     def _concurrent_calls(self) -> bool:
         """Whether batches given to several worker threads are scored at the same time."""

@@ -206,11 +206,7 @@ class ExportedEncoder:
         return encoder_record(self, (self.precision, self.backend))
 
     def __repr__(self) -> str:
-        return (
-            f"ExportedEncoder({self.name!r}, pooling={self.pooling!r}, "
-            f"similarity={self.similarity!r}, max_length={self.max_length}, dim={self.dim}, "
-            f"precision={self.precision!r}, backend={self.backend!r})"
-        )
+        return encoder_repr(self, precision=repr(self.precision), backend=repr(self.backend))
 
     def _tokenize(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text, cut at :attr:`max_length` as transformers' tokenizer cuts:
@@ -276,6 +272,14 @@ def encoder_record(encoder: Any, queries: tuple[str, str]) -> dict[str, Any]:
         # What searches of an index built with this encoder run at under ``auto``.
         "queries": dict(zip(("precision", "backend"), queries, strict=True)),
     }
+
+
+def encoder_repr(encoder: Any, **more: Any) -> str:
+    """``Class('model', pooling=..., similarity=..., max_length=..., dim=..., more...)``."""
+    shown = {"pooling": repr(encoder.pooling), "similarity": repr(encoder.similarity),
+             "max_length": encoder.max_length, "dim": encoder.dim, **more}  # fmt: skip
+    settings = ", ".join(f"{key}={value}" for key, value in shown.items())
+    return f"{type(encoder).__name__}({encoder.name!r}, {settings})"
 
 
 def prefixed(prefix: str, texts: str | Sequence[str]) -> str | Sequence[str]:

@@ -1,4 +1,5 @@
-"""The int8 path's two entry points: a model's int8 runner, and ``dotcat export``.
+"""The int8 path's entry points: a model's int8 runner (:class:`LoadedModel`, what the
+PyTorch models share of it), and ``dotcat export``.
 
 Two runtimes run models at int8 on CPU, each from its own export of the weights: ONNX Runtime
 (:mod:`dotcat.models.onnx_backend`) and OpenVINO (:mod:`dotcat.models.openvino_backend`,
@@ -16,8 +17,9 @@ from typing import Any
 
 from dotcat.errors import DotcatError
 from dotcat.models import onnx_backend, openvino_backend
+from dotcat.models.batching import cpu_workers
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
-from dotcat.models.runtime import int8_backend
+from dotcat.models.runtime import choose_precision, int8_backend, precision_name
 from dotcat.models.st_config import read_st_settings
 
 
@@ -29,6 +31,51 @@ def int8_runner(weights_dir: Path, kind: str, fingerprint: str, backend: str, wo
     if int8_backend(kind, backend) == "openvino":
         return openvino_backend.int8_runner(weights_dir, kind, fingerprint, workers)
     return onnx_backend.int8_runner(weights_dir, kind, fingerprint)
+
+
+class LoadedModel:
+    """What BiEncoder and CrossEncoder share: a Hugging Face model loaded in PyTorch, run under
+    the autocast ``autocast_dtype``, or at int8 by its runner ``onnx`` (None: PyTorch runs it);
+    ``KIND`` is ``encoder`` or ``cross-encoder`` (:func:`dotcat.models.runtime.choose_precision`).
+    """
+
+    KIND: str
+
+    def __init__(
+        self, config: Any, path: Path, model: Any, tokenizer: Any, device: Any, *,
+        fingerprint: str, max_length: int, auto_int8: bool = True,
+    ) -> None:  # fmt: skip
+        self.config, self.name, self.path = config, config.model, path
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.fingerprint, self.max_length = fingerprint, max_length
+        self.int8, self.autocast_dtype = choose_precision(
+            config.precision, self.KIND, device, config.fast, auto_int8=auto_int8
+        )
+        #: the int8 runner (OpenVINO or ONNX Runtime), set by ``load`` for int8.
+        self.onnx: Any = None
+        self._pad_id = int(tokenizer.pad_token_id or 0)
+
+    @property
+    def precision(self) -> str:
+        """``int8`` (see :attr:`backend`), else the autocast precision: ``fp32``, ``bf16``,
+        ``fp16``."""
+        return "int8" if self.onnx is not None else precision_name(self.autocast_dtype)
+
+    @property
+    def backend(self) -> str:
+        """What runs the model: ``torch``, or the int8 runtime (``openvino``, ``onnxruntime``)."""
+        return "torch" if self.onnx is None else self.onnx.backend
+
+    def _int8_runner(self, weights_dir: Path) -> Any:
+        """The int8 runner of the weights in ``weights_dir``, on the runtime ``config.backend``
+        resolves to (:func:`dotcat.models.runtime.int8_backend`)."""
+        return int8_runner(
+            weights_dir, self.KIND, self.fingerprint, self.config.backend, self._workers()
+        )
+
+    def _workers(self) -> int:
+        """Batches run at once on CPU, each by one thread (see ``EncoderConfig``)."""
+        return cpu_workers(self.device, self.config.fast, self.config.cpu_workers)
 
 
 def export_model(

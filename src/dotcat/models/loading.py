@@ -88,3 +88,13 @@ def max_positions(model_config: Any) -> int:
     if getattr(model_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
         positions -= 2  # positions start after the padding index
     return int(positions)
+
+
+def within_positions(max_length: int, shortest: int, model_config: Any) -> int:
+    """``max_length``, refused outside ``shortest`` .. the model's :func:`max_positions`."""
+    positions = max_positions(model_config)
+    if not shortest <= max_length <= positions:
+        raise DotcatError(
+            f"max_length {max_length} is outside {shortest}..{positions} (the model's positions)"
+        )
+    return int(max_length)

@@ -87,32 +87,22 @@ def export_name(precision: str, variant: str | None = None) -> str:
     raise DotcatError(f"no ONNX export at precision {precision!r} (fp32 or int8)")
 
 
-def find_or_export(
-    weights_dir: Path,
-    kind: str,
-    precision: str,
-    fingerprint: str,
-    *,
-    keep_fp32: str = DEFAULT_KEEP_FP32,
-    variant: str | None = None,
-) -> Path:
-    """The current ONNX export of the model in ``weights_dir``; made first if missing or stale
-    (its recorded fingerprint or recipe differs from ``fingerprint``/``keep_fp32``).
+def find_or_export(weights_dir: Path, kind: str, precision: str, fingerprint: str) -> Path:
+    """The current ONNX export of the model in ``weights_dir``, for this CPU and the default
+    recipe; made first if missing or stale (its recorded fingerprint or recipe differs).
 
     Looks beside the weights (where ``dotcat export`` writes), then in the cache, where an
     export made on first use goes: a model directory is not written to behind the user's
     back (it may be a packaged model, or shared).
     """
-    variant = variant or int8_variant()
+    variant = int8_variant()
     name = export_name(precision, variant)
-    recipe = _recipe(kind, precision, variant, keep_fp32, fingerprint)
+    recipe = _recipe(kind, precision, variant, DEFAULT_KEEP_FP32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
     found = export_files.current_export(homes, name, recipe, *_companions(precision))
     if found is not None:
         return found
-    return export(
-        weights_dir, kind, precision, homes[1], fingerprint, keep_fp32=keep_fp32, variant=variant
-    )
+    return export(weights_dir, kind, precision, homes[1], fingerprint, variant=variant)
 
 
 def cache_home(fingerprint: str) -> Path:

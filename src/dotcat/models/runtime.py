@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dotcat import options
 from dotcat.errors import DotcatError
@@ -57,6 +57,15 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise DotcatError(f"device {device!r} requested but no CUDA GPU is available")
     return resolved
+
+
+def model_device(config: Any) -> torch.device:
+    """The device a model's ``config`` names; on a CPU, PyTorch's intra-op threads set to its
+    ``num_threads`` (:func:`configure_threads`)."""
+    device = resolve_device(config.device)
+    if device.type == "cpu":
+        configure_threads(config.num_threads)
+    return device
 
 
 #: Where an NVIDIA driver shows itself on Linux (PyTorch's CUDA needs it loaded).
@@ -149,9 +158,7 @@ def cpu_has_native_bf16() -> bool:
     ``DOTCAT_NATIVE_BF16=on|off`` overrides the detection (see the module docstring).
     """
     forced = native_bf16_override()
-    if forced is not None:
-        return forced
-    return detect_native_bf16()
+    return detect_native_bf16() if forced is None else forced
 
 
 def detect_native_bf16() -> bool:
@@ -205,10 +212,8 @@ SIDES = ("documents", "queries")
 def cpu_has_vnni() -> bool:
     """Whether int8 dot products are native here (AVX512-VNNI or AVX-VNNI). ``DOTCAT_NATIVE_BF16
     =off`` (behave as an AVX2-only CPU) says no, ``=on`` (behave as a Zen 4-class CPU) yes."""
-    override = native_bf16_override()
-    if override is not None:
-        return override
-    return bool(cpu_flags() & _VNNI_FLAGS)
+    forced = native_bf16_override()
+    return bool(cpu_flags() & _VNNI_FLAGS) if forced is None else forced
 
 
 def cpu_kind() -> str:

@@ -44,7 +44,6 @@ class StSettings:
     """What a model directory says about itself; None where it says nothing."""
 
     transformer_dir: Path
-    is_sentence_transformer: bool = False
     pooling: str | None = None
     similarity: str | None = None
     max_length: int | None = None
@@ -137,7 +136,6 @@ def read_st_settings(model_dir: Path) -> StSettings:
     document_prompt = next((prompts[k] for k in _DOCUMENT_PROMPTS if k in prompts), None)
     settings = StSettings(
         transformer_dir=transformer_dir,
-        is_sentence_transformer=True,
         pooling=pooling,
         pooling_error=pooling_error,
         similarity=similarity,
