@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dotcat.losses.contrastive import Similarity, _float32, check_similarity
+from dotcat.losses.contrastive import Similarity, _float32, check_settings
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,7 @@ def triplet_loss(
         q, p, n = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 3, 8)
         loss = triplet_loss(q, p, n, margin=0.1)
     """
-    if not margin > 0:
-        raise ValueError(f"margin must be > 0, got {margin}")
-    check_similarity(similarity)
+    check_settings(similarity, margin=margin)
     if query.ndim != 2 or positive.shape != query.shape:
         raise ValueError(
             f"query and positive must both be [batch, dim], got {tuple(query.shape)} and "
@@ -123,9 +121,7 @@ class TripletLoss(nn.Module):
 
     def __init__(self, margin: float = DEFAULT_MARGIN, similarity: Similarity = "cos") -> None:
         super().__init__()
-        if not margin > 0:
-            raise ValueError(f"margin must be > 0, got {margin}")
-        check_similarity(similarity)
+        check_settings(similarity, margin=margin)
         self.margin = float(margin)
         self.similarity: Similarity = similarity
 
