@@ -30,6 +30,7 @@ import platform
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -379,13 +380,14 @@ class _Runner:
 
 def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     """id -> the text the models read, from an index's doc store (as the pipeline reads it)."""
-    manifest = Manifest.read(index_dir)
-    store = DocStore(index_dir / manifest.files["docstore"])
-    try:
+    with _docstore(index_dir) as store:
         docs = store.by_ids(sorted(ids))
-    finally:
-        store.close()
     return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def _docstore(index_dir: Path) -> closing[DocStore]:
+    """An index's doc store, closed at the end of a ``with``."""
+    return closing(DocStore(index_dir / Manifest.read(index_dir).files["docstore"]))
 
 
 def _passage_description(system: SystemConfig) -> dict[str, Any]:
@@ -426,13 +428,9 @@ def _passage_texts(
         return None
     found = json.loads(sidecar.read_text(encoding="utf-8"))
     read = {qid: {doc: pids[:best] for doc, pids in docs.items()} for qid, docs in found.items()}
-    manifest = Manifest.read(index_dir)
-    store = DocStore(index_dir / manifest.files["docstore"])
-    try:
-        texts = store.passage_texts(sorted({p for docs in read.values() for ps in docs.values()
-                                            for p in ps}))  # fmt: skip
-    finally:
-        store.close()
+    pids = sorted({p for docs in read.values() for ps in docs.values() for p in ps})
+    with _docstore(index_dir) as store:
+        texts = store.passage_texts(pids)
     return {
         (qid, doc): [document_text(*texts[p]) for p in pids]
         for qid, docs in read.items()

@@ -38,11 +38,14 @@ def check_settings(similarity: str, **positive: float) -> None:
         raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
 
 
-def _float32(x: Tensor) -> Tensor:
+def scored(x: Tensor, similarity: Similarity) -> Tensor:
+    """``x`` as scores are formed from it: float32, L2-normalised for ``"cos"`` (inside a
+    disabled autocast, so the product of two of them is float32 too)."""
     # Scores are formed in float32 even under bf16/fp16 autocast: at tau = 0.05 a bf16 cosine's
     # rounding error (about 4e-3) would become about 0.08 in the logits. The cast is cheap (a few
     # B x d matrices) and gradients still flow back to the low-precision embeddings.
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return F.normalize(x, p=2, dim=-1) if similarity == "cos" else x
 
 
 def similarity_matrix(a: Tensor, b: Tensor, similarity: Similarity = "cos") -> Tensor:
@@ -53,11 +56,7 @@ def similarity_matrix(a: Tensor, b: Tensor, similarity: Similarity = "cos") -> T
     """
     check_settings(similarity)
     with torch.autocast(device_type=a.device.type, enabled=False):
-        a, b = _float32(a), _float32(b)
-        if similarity == "cos":
-            a = F.normalize(a, p=2, dim=-1)
-            b = F.normalize(b, p=2, dim=-1)
-        return a @ b.T
+        return scored(a, similarity) @ scored(b, similarity).T
 
 
 def _check_shapes(

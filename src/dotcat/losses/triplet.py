@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dotcat.losses.contrastive import Similarity, _float32, check_settings
+from dotcat.losses.contrastive import Similarity, check_settings, scored
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +25,7 @@ DEFAULT_MARGIN = 0.1
 def _pairwise(a: Tensor, b: Tensor, similarity: Similarity) -> Tensor:
     """``f(a[..., :], b[..., :])`` along the last axis (broadcasting), in float32."""
     with torch.autocast(device_type=a.device.type, enabled=False):
-        a, b = _float32(a), _float32(b)
-        if similarity == "cos":
-            a = F.normalize(a, p=2, dim=-1)
-            b = F.normalize(b, p=2, dim=-1)
-        return (a * b).sum(dim=-1)
+        return (scored(a, similarity) * scored(b, similarity)).sum(dim=-1)
 
 
 def triplet_loss(
