@@ -110,7 +110,7 @@ class Recipe:
         split: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """:meth:`record`'s entries every recipe has: ``base`` is the starting model's (path,
+        """The entries of ``record()`` every recipe has: ``base`` is the starting model's (path,
         fingerprint); ``model`` gets the fingerprint of the model ``OUT_DIR`` holds."""
         config, out = self.config, self.out_dir
         saved = (out / "model.safetensors").exists()
@@ -168,8 +168,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
     ]
 
 
-def data_fingerprint(config: TrainConfig) -> dict[str, Any]:
-    """The files a run reads and the sha256 of their bytes, plus one combined fingerprint."""
+def data_record(config: TrainConfig, corpus_documents: int) -> dict[str, Any]:
+    """The run record's ``data`` entry: where the data is, the files a run reads and the sha256
+    of their bytes (and one combined fingerprint), the corpus's size."""
     data = Path(config.data)
     files = {
         "corpus": find_corpus_file(data),
@@ -181,18 +182,11 @@ def data_fingerprint(config: TrainConfig) -> dict[str, Any]:
         "\n".join(f"{name}:{h}" for name, h in sorted(hashes.items())).encode()
     ).hexdigest()
     return {
+        "path": str(data.resolve()),
+        "split": config.split,
         "files": {name: str(path.resolve()) for name, path in files.items()},
         "sha256": hashes,
         "fingerprint": combined,
-    }
-
-
-def data_record(config: TrainConfig, corpus_documents: int) -> dict[str, Any]:
-    """The run record's ``data`` entry: where the data is, its files' sha256, its size."""
-    return {
-        "path": str(Path(config.data).resolve()),
-        "split": config.split,
-        **data_fingerprint(config),
         "corpus_documents": corpus_documents,
         # an index, or a folder exported from one: that index's corpus, though the file read
         # (its document store, the exported corpus) hashes otherwise
