@@ -24,7 +24,7 @@ from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.runtime import resolve_device
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
-from dotcat.training.loop import resolve_bf16
+from dotcat.training.recipe import resolve_bf16
 from dotcat.training.run import train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -274,7 +274,7 @@ def test_a_model_trained_on_an_export_is_known_to_fit_the_index_it_came_from(
     from dotcat.index.manifest import Manifest
     from dotcat.search.reranker import advise_calibration
     from dotcat.training.config import TrainConfig
-    from dotcat.training.loop import data_record
+    from dotcat.training.recipe import data_record
 
     _judge_some(pooled_store)
     export_beir(pooled_store, judge_index, tmp_path / "mine", QrelsConfig(assessor="ann"))
@@ -321,7 +321,7 @@ def test_an_index_rebuilt_from_an_index_stands_for_the_first_ones_corpus(
     from dotcat.models import EncoderConfig
     from dotcat.search.reranker import advise_calibration
     from dotcat.training.config import TrainConfig
-    from dotcat.training.loop import data_record
+    from dotcat.training.recipe import data_record
 
     _judge_some(pooled_store)
     export_beir(pooled_store, judge_index, tmp_path / "mine", QrelsConfig(assessor="ann"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dotcat.models.runtime import cpu_has_native_bf16
-from dotcat.training.loop import resolve_bf16
+from dotcat.training.recipe import resolve_bf16
 
 
 def test_bf16_auto_follows_the_hardware():

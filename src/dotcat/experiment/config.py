@@ -13,7 +13,7 @@ Relative paths are taken from the current directory, as on the command line. A d
 
 Several collections: ``[[datasets]]`` tables instead of ``[dataset]``, each with its ``path``,
 ``split`` and a short ``name`` (default: the path's last part), and every system runs on
-every one of them (:func:`dotcat.experiment.runner.run_datasets`)::
+every one of them (:func:`dotcat.experiment.runner.run_experiment`)::
 
     [[datasets]]
     name = "scifact"
@@ -52,17 +52,11 @@ import difflib
 import re
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from dotcat import options
@@ -489,65 +483,46 @@ def check_paths(
             unusable (a dataset without the split, a directory that is not a model, an index
             without the BM25 side a first stage needs).
     """
-
-    def fail(where: str, error: Exception) -> None:
-        raise DotcatError(f"{source}: {where}: {error}") from None
-
     labels = [d.label for d in config.dataset_list]
     if only is not None and only not in labels:
         raise DotcatError(f"--only {only!r}: the experiment's datasets are {', '.join(labels)}")
     for i, dataset in enumerate(config.dataset_list):
-        if only is not None and dataset.label != only:
-            continue
-        where = "dataset" if config.dataset is not None else f"datasets[{i}]"
-        try:
-            _check_dataset(dataset, where)
-        except DotcatError as e:
-            raise DotcatError(f"{source}: {e}") from None
+        if only is None or dataset.label == only:
+            where = "dataset" if config.dataset is not None else f"datasets[{i}]"
+            _checked(source, _check_dataset, dataset, where)
     for i, system in enumerate(config.systems):
         for field in ("model", "rerank"):
             value = getattr(system, field)
             if value is not None:
-                try:
-                    check_model(value, cross_encoder=field == "rerank")
-                except DotcatError as e:
-                    fail(f"systems[{i}].{field}", e)
+                cross = field == "rerank"
+                _checked(f"{source}: systems[{i}].{field}", check_model, value, cross_encoder=cross)
         if system.index is not None:
-            try:
-                _check_index(Path(system.index), system.first_stage)
-            except DotcatError as e:
-                fail(f"systems[{i}].index", e)
+            index = Path(system.index)
+            _checked(f"{source}: systems[{i}].index", _check_index, index, system.first_stage)
+
+
+def _checked(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``check(*args, **kwargs)``, its :class:`DotcatError` prefixed with ``where: ``."""
+    try:
+        return check(*args, **kwargs)
+    except DotcatError as e:
+        raise DotcatError(f"{where}: {e}") from None
 
 
 def _check_dataset(dataset: DatasetConfig, where: str) -> None:
     """A dataset's corpus, queries and split (a name is fetched into the cache first); with
     its own ``queries`` and ``qrels`` files, those and the corpus they go with."""
     if dataset.queries is not None:
-        for field, check in (
-            ("path", lambda: open_source(dataset.path)),
-            ("queries", lambda: find_queries_file(dataset.queries)),
-            ("qrels", lambda: find_qrels_file(dataset.qrels)),
-        ):
-            try:
-                check()
-            except DotcatError as e:
-                raise DotcatError(f"{where}.{field}: {e}") from None
+        _checked(f"{where}.path", open_source, dataset.path)
+        _checked(f"{where}.queries", find_queries_file, dataset.queries)
+        _checked(f"{where}.qrels", find_qrels_file, dataset.qrels)
         return
-    try:
-        data = resolve_data_path(dataset.path)
-    except DotcatError as e:
-        raise DotcatError(f"{where}.path: {e}") from None
+    data = _checked(f"{where}.path", resolve_data_path, dataset.path)
     if not data.is_dir():
         raise DotcatError(f"{where}.path: {data}: no such directory")
-    for field, check in (
-        ("path", lambda: find_corpus_file(data)),
-        ("path", lambda: find_queries_file(data)),
-        ("split", lambda: find_qrels_file(data, dataset.split)),
-    ):
-        try:
-            check()
-        except DotcatError as e:
-            raise DotcatError(f"{where}.{field}: {e}") from None
+    _checked(f"{where}.path", find_corpus_file, data)
+    _checked(f"{where}.path", find_queries_file, data)
+    _checked(f"{where}.split", find_qrels_file, data, dataset.split)
 
 
 def fuses(first_stage: str) -> bool:

@@ -57,31 +57,25 @@ def write_report(
     recall = recall_plot(result.recall, out / RECALL_PLOT)
     result.files |= {per_query.name: per_query, recall.name: recall}
     seconds = time.perf_counter() - started
-    write_json(out / RESULTS_NAME, results_json(result, source_name, seconds))
-    result.files[RESULTS_NAME] = out / RESULTS_NAME
     text = report_markdown(result, source_text, source_name, seconds, [per_query, recall])
+    write_outputs(result, results_json(result, source_name, seconds), text)
+
+
+def write_outputs(result: ExperimentResult | SuiteResult, record: dict, text: str) -> None:
+    """``results.json`` and ``report.md`` into ``result.output``, named in ``result.files``."""
+    out = result.output
+    write_json(out / RESULTS_NAME, record)
     (out / REPORT_NAME).write_text(text, encoding="utf-8")
-    result.files[REPORT_NAME] = out / REPORT_NAME
+    result.files |= {RESULTS_NAME: out / RESULTS_NAME, REPORT_NAME: out / REPORT_NAME}
 
 
 def results_json(result: ExperimentResult, source_name: str | None, seconds: float) -> dict:
     """The machine-readable record of an experiment (see the module docstring)."""
     config = result.config
     systems = {}
-    runs = result.run_files
-    for outcome in result.outcomes:
-        report = result.reports[outcome.name]
-        vs = result.comparisons.get(outcome.name)
-        systems[outcome.name] = {
-            "run": f"runs/{runs[outcome.name].name}",
-            "settings": outcome.config.model_dump(exclude_defaults=True),
-            "stages": [stage.to_json() for stage in outcome.stages],
-            "reused": outcome.reused,
-            "seconds_this_run": round(outcome.seconds, 3),
-            **to_json(report),
-            "notes": report.notes(),
-            "vs_baseline": None if vs is None else comparison_to_json(vs, config.baseline, config),
-        }
+    for o in result.outcomes:
+        run, vs = f"runs/{result.run_files[o.name].name}", result.comparisons.get(o.name)
+        systems[o.name] = system_json(result, o, run, result.reports[o.name], vs)
     return {
         "format": "dotcat-experiment",
         "format_version": 1,
@@ -100,6 +94,24 @@ def results_json(result: ExperimentResult, source_name: str | None, seconds: flo
         },
         "computed": [f"{s.kind} {Path(s.path).name}" for s in result.computed],
         "seconds": round(seconds, 3),
+    }
+
+
+def system_json(
+    result: ExperimentResult | SuiteResult, outcome: SystemOutcome, run: str, report: Any, vs: Any
+) -> dict:
+    """A system's entry of ``results.json``: its run, settings, stages, measures and its
+    comparison ``vs`` with the baseline."""
+    config = result.config
+    return {
+        "run": run,
+        "settings": outcome.config.model_dump(exclude_defaults=True),
+        "stages": [stage.to_json() for stage in outcome.stages],
+        "reused": outcome.reused,
+        "seconds_this_run": round(outcome.seconds, 3),
+        **to_json(report),
+        "notes": report.notes(),
+        "vs_baseline": None if vs is None else comparison_to_json(vs, config.baseline, config),
     }
 
 
@@ -189,21 +201,15 @@ def closing_lines(
 
 def _timings_table(result: ExperimentResult) -> str:
     header = ["system", "what", "index", "first stage", "re-ranking", "this run"]
-    rows = []
-    for outcome in result.outcomes:
-        stages = {s.kind: s for s in outcome.stages}
-        index = "existing" if outcome.config.index else stage_time(stages.get("index"))
-        rows.append(
-            [
-                outcome.name,
-                describe_system(outcome),
-                index,
-                stage_time(stages.get("first_stage")),
-                stage_time(stages.get("rerank")),
-                f"{outcome.seconds:.1f} s",
-            ]
-        )
-    return markdown_table(header, rows, left=2)
+    return markdown_table(header, [timing_row(o) for o in result.outcomes], left=2)
+
+
+def timing_row(outcome: SystemOutcome) -> list[str]:
+    """A system's row of the timings table: what it is, its stages' times, this run's."""
+    stages = {s.kind: s for s in outcome.stages}
+    index = "existing" if outcome.config.index else stage_time(stages.get("index"))
+    times = [stage_time(stages.get(kind)) for kind in ("first_stage", "rerank")]
+    return [outcome.name, describe_system(outcome), index, *times, f"{outcome.seconds:.1f} s"]
 
 
 def stage_time(stage: Any) -> str:

@@ -78,7 +78,6 @@ class ExperimentResult:
     run_files: dict[str, Path]
     output: Path
     seconds: float
-    evaluation_seconds: float
     files: dict[str, Path] = field(default_factory=dict)
 
     @property

@@ -14,7 +14,7 @@ code the commands use:
    index with passages the cross-encoder reads each document's best passage as the first
    stage found it (kept beside the run, ``*.passages.json``), as ``search --rerank`` does.
 
-With ``[[datasets]]`` the same runs for each dataset in turn (:func:`run_datasets`); the
+With ``[[datasets]]`` the same runs for each dataset in turn (:func:`run_experiment`); the
 cache is shared, so datasets with the same corpus share an index.
 
 Stages that only differ in a later setting share the earlier ones (a hybrid system and the
@@ -30,6 +30,7 @@ import platform
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -76,11 +77,7 @@ from dotcat.experiment.suite_report import write_suite_report
 from dotcat.files import write_json
 from dotcat.index import DocStore, IndexConfig, document_text
 from dotcat.index.manifest import Manifest
-from dotcat.index.passages import (
-    AUTO_LENGTH_FACTOR,
-    AUTO_LONG_SHARE,
-    DEFAULT_WINDOW,
-)
+from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_LONG_SHARE, DEFAULT_WINDOW
 from dotcat.models import EncoderConfig
 from dotcat.models.runtime import (
     available_cpus,
@@ -383,13 +380,14 @@ class _Runner:
 
 def _index_texts(index_dir: Path, ids: set[str]) -> dict[str, str]:
     """id -> the text the models read, from an index's doc store (as the pipeline reads it)."""
-    manifest = Manifest.read(index_dir)
-    store = DocStore(index_dir / manifest.files["docstore"])
-    try:
+    with _docstore(index_dir) as store:
         docs = store.by_ids(sorted(ids))
-    finally:
-        store.close()
     return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
+
+
+def _docstore(index_dir: Path) -> closing[DocStore]:
+    """An index's doc store, closed at the end of a ``with``."""
+    return closing(DocStore(index_dir / Manifest.read(index_dir).files["docstore"]))
 
 
 def _passage_description(system: SystemConfig) -> dict[str, Any]:
@@ -430,13 +428,9 @@ def _passage_texts(
         return None
     found = json.loads(sidecar.read_text(encoding="utf-8"))
     read = {qid: {doc: pids[:best] for doc, pids in docs.items()} for qid, docs in found.items()}
-    manifest = Manifest.read(index_dir)
-    store = DocStore(index_dir / manifest.files["docstore"])
-    try:
-        texts = store.passage_texts(sorted({p for docs in read.values() for ps in docs.values()
-                                            for p in ps}))  # fmt: skip
-    finally:
-        store.close()
+    pids = sorted({p for docs in read.values() for ps in docs.values() for p in ps})
+    with _docstore(index_dir) as store:
+        texts = store.passage_texts(pids)
     return {
         (qid, doc): [document_text(*texts[p]) for p in pids]
         for qid, docs in read.items()
@@ -453,7 +447,11 @@ def run_experiment(
 ) -> ExperimentResult | SuiteResult:
     """Build what is missing, run every system, evaluate, and write the report folder.
 
-    With ``[[datasets]]``, every system runs on every dataset (:func:`run_datasets`).
+    With ``[[datasets]]``, every system runs on every dataset, each dataset's runs under
+    ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected
+    over the whole systems x datasets table (:func:`dotcat.evaluation.significance.holm_across`);
+    the report with the table, the means and one summary plot
+    (:mod:`dotcat.experiment.suite_report`).
 
     Args:
         config: a validated experiment (:func:`dotcat.experiment.config.load_config`).
@@ -474,12 +472,40 @@ def run_experiment(
     labels = [d.label for d in config.dataset_list]
     if only is not None and only not in labels:
         raise DotcatError(f"--only {only!r}: the experiment's datasets are {', '.join(labels)}")
-    if config.datasets is not None:
-        return run_datasets(config, source_text, source_name, on_system, only)
     start = time.perf_counter()
     output = Path(config.output)
     cache = Cache(config.cache if config.cache is not None else output / "cache")
     env = resolve_environment(config)
+    result: ExperimentResult | SuiteResult
+    if config.datasets is None:
+        result = _run_single(config, env, cache, on_system)
+        write_report(result, source_text, source_name, started=start)
+    else:
+        logger.info(
+            "experiment: %d systems on %d datasets, precision %s on %s",
+            len(config.systems),
+            len(config.datasets),
+            env.precision,
+            env.device,
+        )
+        columns = [
+            _run_dataset(config, env, cache, spec, only is None or spec.label == only, on_system)
+            for spec in config.datasets
+        ]
+        raw = {c.name: compare(c.reports, config.baseline, config) for c in columns if c.complete}
+        result = SuiteResult(config, env, columns, holm_across(raw, config.alpha), output)
+        write_suite_report(result, source_text, source_name, only, started=start)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_single(
+    config: ExperimentConfig,
+    env: Environment,
+    cache: Cache,
+    on_system: Callable[[SystemOutcome], None] | None,
+) -> ExperimentResult:
+    """The ``[dataset]`` of the experiment: every system, its runs under ``runs/``."""
     data = load_dataset(config.dataset)
     logger.info(
         "experiment: %d systems, %d queries of %s (%s), precision %s on %s",
@@ -490,78 +516,40 @@ def run_experiment(
         env.precision,
         env.device,
     )
-    runner = _Runner(config, env, data, cache)
-    outcomes = []
-    for system in config.systems:
-        outcomes.append(runner.run_system(system))
-        if on_system is not None:
-            on_system(outcomes[-1])
-    runner = None  # let the models go before evaluating
-
-    evaluation_start = time.perf_counter()
-    run_files = _copy_runs(outcomes, output / "runs")
-    runs = {name: read_run(path) for name, path in run_files.items()}
-    reports = _evaluate(config, data, runs)
-    comparisons = compare(reports, config.baseline, config)
-    recall = {name: _recall_curve(run, data.qrels, config.k) for name, run in runs.items()}
-    result = ExperimentResult(
+    output = Path(config.output)
+    outcomes, run_files, runs, reports = _run_systems(
+        _Runner(config, env, data, cache), output / "runs", on_system
+    )
+    return ExperimentResult(
         config=config,
         environment=env,
         dataset=data,
         outcomes=outcomes,
         reports=reports,
-        comparisons=comparisons,
-        recall=recall,
+        comparisons=compare(reports, config.baseline, config),
+        recall={name: _recall_curve(run, data.qrels, config.k) for name, run in runs.items()},
         run_files=run_files,
         output=output,
         seconds=0.0,
-        evaluation_seconds=0.0,
         files={f"runs/{p.name}": p for p in run_files.values()},
     )
-    write_report(result, source_text, source_name, started=start)
-    result.evaluation_seconds = time.perf_counter() - evaluation_start
-    result.seconds = time.perf_counter() - start
-    return result
 
 
-def run_datasets(
-    config: ExperimentConfig,
-    source_text: str | None = None,
-    source_name: str | None = None,
-    on_system: Callable[[SystemOutcome], None] | None = None,
-    only: str | None = None,
-) -> SuiteResult:
-    """Every system on every dataset of ``[[datasets]]``, each dataset's runs under
-    ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected
-    over the whole systems x datasets table (:func:`dotcat.evaluation.significance.holm_across`);
-    the report with the table, the means and one summary plot
-    (:mod:`dotcat.experiment.suite_report`). Arguments as :func:`run_experiment`'s.
-    """
-    start = time.perf_counter()
-    output = Path(config.output)
-    cache = Cache(config.cache if config.cache is not None else output / "cache")
-    env = resolve_environment(config)
-    logger.info(
-        "experiment: %d systems on %d datasets, precision %s on %s",
-        len(config.systems),
-        len(config.datasets),
-        env.precision,
-        env.device,
-    )
-    columns = []
-    for spec in config.datasets:
-        compute = only is None or spec.label == only
-        folder = output / "runs" / slug(spec.label)
-        columns.append(_run_dataset(config, env, cache, spec, folder, compute, on_system))
-    raw = {
-        column.name: compare(column.reports, config.baseline, config)
-        for column in columns
-        if column.complete
-    }
-    result = SuiteResult(config, env, columns, holm_across(raw, config.alpha), output)
-    write_suite_report(result, source_text, source_name, only, started=start)
-    result.seconds = time.perf_counter() - start
-    return result
+def _run_systems(
+    runner: _Runner, folder: Path, on_system: Callable[[SystemOutcome], None] | None
+) -> tuple[list[SystemOutcome], dict[str, Path], dict[str, Any], dict[str, EvalReport]]:
+    """Every system's outcome, its final run copied into ``folder`` and read back, and the
+    runs' evaluation; the runner's models are let go before evaluating."""
+    outcomes = []
+    for system in runner.config.systems:
+        outcomes.append(runner.run_system(system))
+        if on_system is not None:
+            on_system(outcomes[-1])
+    config, data = runner.config, runner.data
+    del runner
+    run_files = _copy_runs(outcomes, folder)
+    runs = {name: read_run(path) for name, path in run_files.items()}
+    return outcomes, run_files, runs, _evaluate(config, data, runs)
 
 
 def _run_dataset(
@@ -569,11 +557,10 @@ def _run_dataset(
     env: Environment,
     cache: Cache,
     spec: DatasetConfig,
-    folder: Path,
     compute: bool,
     on_system: Callable[[SystemOutcome], None] | None,
 ) -> DatasetOutcome:
-    """One dataset's systems, runs copied into ``folder`` and evaluated; with ``compute``
+    """One dataset's systems, runs copied into ``runs/<dataset>/`` and evaluated; with ``compute``
     False, only what the cache holds (the outcome has no systems if any stage is missing)."""
     if not compute and not _fetched(spec.path):
         logger.warning("%s: not run (%s is not fetched yet)", spec.label, spec.path)
@@ -581,20 +568,15 @@ def _run_dataset(
         return DatasetOutcome(spec.label, data, None, computed_here=False)
     data = load_dataset(spec)
     logger.info("%s: %d queries of %s (%s)", spec.label, len(data.queries), data.path, data.split)
-    runner = _Runner(config, env, data, cache, compute)
-    outcomes = []
     try:
-        for system in config.systems:
-            outcomes.append(runner.run_system(system))
-            if on_system is not None:
-                on_system(outcomes[-1])
+        outcomes, run_files, _, reports = _run_systems(
+            _Runner(config, env, data, cache, compute),
+            Path(config.output) / "runs" / slug(spec.label),
+            on_system,
+        )
     except _NotCached as e:
         logger.warning("%s: not run (%s is not in the cache: run without --only)", spec.label, e)
         return DatasetOutcome(spec.label, data, None, computed_here=False)
-    runner = None  # let the models go before the next dataset
-    run_files = _copy_runs(outcomes, folder)
-    runs = {name: read_run(path) for name, path in run_files.items()}
-    reports = _evaluate(config, data, runs)
     return DatasetOutcome(spec.label, data, outcomes, reports, run_files, compute)
 
 

@@ -15,20 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dotcat.evaluation import comparison_note, comparison_to_json, verdict
+from dotcat.evaluation import comparison_note, verdict
 from dotcat.evaluation.plots import datasets_plot
-from dotcat.evaluation.tables import SIGNIFICANT_MARK, markdown_table, to_json
+from dotcat.evaluation.tables import SIGNIFICANT_MARK, markdown_table
 from dotcat.experiment.report import (
-    REPORT_NAME,
-    RESULTS_NAME,
     closing_lines,
-    describe_system,
     header_lines,
     run_json,
-    stage_time,
+    system_json,
+    timing_row,
+    write_outputs,
 )
 from dotcat.experiment.results import SuiteResult, slug
-from dotcat.files import write_json
 
 
 def write_suite_report(
@@ -45,11 +43,8 @@ def write_suite_report(
     plot = summary_plot(result, measure, out / f"summary_{slug(measure)}.png")
     result.files[plot.name] = plot
     seconds = time.perf_counter() - started
-    write_json(out / RESULTS_NAME, suite_json(result, source_name, only, seconds))
-    result.files[RESULTS_NAME] = out / RESULTS_NAME
     text = suite_markdown(result, source_text, source_name, only, seconds, plot)
-    (out / REPORT_NAME).write_text(text, encoding="utf-8")
-    result.files[REPORT_NAME] = out / REPORT_NAME
+    write_outputs(result, suite_json(result, source_name, only, seconds), text)
 
 
 def summary_plot(result: SuiteResult, measure: str, path: Path) -> Path:
@@ -178,16 +173,7 @@ def _datasets_table(result: SuiteResult) -> str:
 
 def _timings_table(result: SuiteResult) -> str:
     header = ["dataset", "system", "what", "index", "first stage", "re-ranking", "this run"]
-    rows = []
-    for d in result.datasets:
-        for outcome in d.outcomes or ():
-            stages = {s.kind: s for s in outcome.stages}
-            index = "existing" if outcome.config.index else stage_time(stages.get("index"))
-            rows.append([
-                d.name, outcome.name, describe_system(outcome), index,
-                stage_time(stages.get("first_stage")), stage_time(stages.get("rerank")),
-                f"{outcome.seconds:.1f} s",
-            ])  # fmt: skip
+    rows = [[d.name, *timing_row(o)] for d in result.datasets for o in d.outcomes or ()]
     return markdown_table(header, rows, left=3)
 
 
@@ -231,18 +217,9 @@ def suite_json(
 
 
 def _system_json(result: SuiteResult, d, outcome) -> dict[str, Any]:
-    config = result.config
     vs = result.comparisons.get(d.name, {}).get(outcome.name)
-    return {
-        "run": f"runs/{slug(d.name)}/{d.run_files[outcome.name].name}",
-        "settings": outcome.config.model_dump(exclude_defaults=True),
-        "stages": [stage.to_json() for stage in outcome.stages],
-        "reused": outcome.reused,
-        "seconds_this_run": round(outcome.seconds, 3),
-        **to_json(d.reports[outcome.name]),
-        "notes": d.reports[outcome.name].notes(),
-        "vs_baseline": None
-        if vs is None
-        else comparison_to_json(vs, config.baseline, config)
-        | {"correction": "holm-bonferroni over the systems x datasets table"},
-    }
+    run = f"runs/{slug(d.name)}/{d.run_files[outcome.name].name}"
+    out = system_json(result, outcome, run, d.reports[outcome.name], vs)
+    if vs is not None:
+        out["vs_baseline"] |= {"correction": "holm-bonferroni over the systems x datasets table"}
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -28,17 +28,24 @@ SIMILARITIES: tuple[str, ...] = options.SIMILARITIES
 DEFAULT_TEMPERATURE = 0.05
 
 
-def check_similarity(similarity: str) -> None:
-    """Raise ``ValueError`` unless ``similarity`` is one of :data:`SIMILARITIES`."""
+def check_settings(similarity: str, **positive: float) -> None:
+    """Raise ``ValueError`` unless each ``positive`` setting (e.g. ``temperature``) is > 0 and
+    ``similarity`` is one of :data:`SIMILARITIES`."""
+    for name, value in positive.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
     if similarity not in SIMILARITIES:
         raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
 
 
-def _float32(x: Tensor) -> Tensor:
+def scored(x: Tensor, similarity: Similarity) -> Tensor:
+    """``x`` as scores are formed from it: float32, L2-normalised for ``"cos"`` (inside a
+    disabled autocast, so the product of two of them is float32 too)."""
     # Scores are formed in float32 even under bf16/fp16 autocast: at tau = 0.05 a bf16 cosine's
     # rounding error (about 4e-3) would become about 0.08 in the logits. The cast is cheap (a few
     # B x d matrices) and gradients still flow back to the low-precision embeddings.
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return F.normalize(x, p=2, dim=-1) if similarity == "cos" else x
 
 
 def similarity_matrix(a: Tensor, b: Tensor, similarity: Similarity = "cos") -> Tensor:
@@ -47,13 +54,9 @@ def similarity_matrix(a: Tensor, b: Tensor, similarity: Similarity = "cos") -> T
     ``"dot"`` is the inner product (DPR, BERT_DOT); ``"cos"`` is the inner product of the
     L2-normalised vectors (as ``sentence_transformers.util.cos_sim``). Computed in float32.
     """
-    check_similarity(similarity)
+    check_settings(similarity)
     with torch.autocast(device_type=a.device.type, enabled=False):
-        a, b = _float32(a), _float32(b)
-        if similarity == "cos":
-            a = F.normalize(a, p=2, dim=-1)
-            b = F.normalize(b, p=2, dim=-1)
-        return a @ b.T
+        return scored(a, similarity) @ scored(b, similarity).T
 
 
 def _check_shapes(
@@ -100,9 +103,7 @@ def contrastive_logits(
     (``negatives.reshape(P*n, d)``). Query ``i``'s target is column ``offset + i``.
     Masked candidates (``mask`` True) get logit ``-inf``.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    check_similarity(similarity)
+    check_settings(similarity, temperature=temperature)
     negatives = _check_shapes(query, positive, negatives, offset)
     candidates = positive
     if negatives is not None and negatives.shape[1] > 0:
@@ -124,14 +125,7 @@ def contrastive_logits(
 
 
 def contrastive_loss(
-    query: Tensor,
-    positive: Tensor,
-    negatives: Tensor | None = None,
-    *,
-    temperature: float = DEFAULT_TEMPERATURE,
-    similarity: Similarity = "cos",
-    mask: Tensor | None = None,
-    offset: int = 0,
+    query: Tensor, positive: Tensor, negatives: Tensor | None = None, **options: Any
 ) -> Tensor:
     """InfoNCE with in-batch negatives and hard negatives; mean over the queries.
 
@@ -145,6 +139,9 @@ def contrastive_loss(
     and ``L = cross_entropy(logits, arange(B))``. This is the loss of DPR (in-batch plus BM25
     negatives) and of sentence-transformers' ``MultipleNegativesRankingLoss`` (which orders the
     negative columns differently; the softmax does not depend on column order).
+
+    The keywords (``options``: ``temperature``, ``similarity``, ``mask``, ``offset``) go to
+    :func:`contrastive_logits`.
 
     Args:
         query: ``[B, d]`` query embeddings.
@@ -188,16 +185,7 @@ def contrastive_loss(
         n = torch.randn(4, 2, 8)
         loss = contrastive_loss(q, p, n, temperature=0.05)
     """
-    logits, targets = contrastive_logits(
-        query,
-        positive,
-        negatives,
-        temperature=temperature,
-        similarity=similarity,
-        mask=mask,
-        offset=offset,
-    )
-    return F.cross_entropy(logits, targets)
+    return F.cross_entropy(*contrastive_logits(query, positive, negatives, **options))
 
 
 def false_negative_mask(
@@ -261,9 +249,7 @@ class ContrastiveLoss(nn.Module):
         self, temperature: float = DEFAULT_TEMPERATURE, similarity: Similarity = "cos"
     ) -> None:
         super().__init__()
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        check_similarity(similarity)
+        check_settings(similarity, temperature=temperature)
         self.temperature = float(temperature)
         self.similarity: Similarity = similarity
 

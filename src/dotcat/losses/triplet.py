@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dotcat.losses.contrastive import Similarity, _float32, check_similarity
+from dotcat.losses.contrastive import Similarity, check_settings, scored
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +25,7 @@ DEFAULT_MARGIN = 0.1
 def _pairwise(a: Tensor, b: Tensor, similarity: Similarity) -> Tensor:
     """``f(a[..., :], b[..., :])`` along the last axis (broadcasting), in float32."""
     with torch.autocast(device_type=a.device.type, enabled=False):
-        a, b = _float32(a), _float32(b)
-        if similarity == "cos":
-            a = F.normalize(a, p=2, dim=-1)
-            b = F.normalize(b, p=2, dim=-1)
-        return (a * b).sum(dim=-1)
+        return (scored(a, similarity) * scored(b, similarity)).sum(dim=-1)
 
 
 def triplet_loss(
@@ -76,9 +72,7 @@ def triplet_loss(
         q, p, n = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 3, 8)
         loss = triplet_loss(q, p, n, margin=0.1)
     """
-    if not margin > 0:
-        raise ValueError(f"margin must be > 0, got {margin}")
-    check_similarity(similarity)
+    check_settings(similarity, margin=margin)
     if query.ndim != 2 or positive.shape != query.shape:
         raise ValueError(
             f"query and positive must both be [batch, dim], got {tuple(query.shape)} and "
@@ -123,9 +117,7 @@ class TripletLoss(nn.Module):
 
     def __init__(self, margin: float = DEFAULT_MARGIN, similarity: Similarity = "cos") -> None:
         super().__init__()
-        if not margin > 0:
-            raise ValueError(f"margin must be > 0, got {margin}")
-        check_similarity(similarity)
+        check_settings(similarity, margin=margin)
         self.margin = float(margin)
         self.similarity: Similarity = similarity
 

@@ -54,11 +54,7 @@ from dotcat.training.config import (
     DotConfig,
     is_lexical,
 )
-from dotcat.training.data.mining import (
-    mine_bm25_negatives,
-    mine_dense_negatives,
-    save_negatives,
-)
+from dotcat.training.data.mining import mine_bm25_negatives, mine_dense_negatives, save_negatives
 from dotcat.training.rates import measure_rates, measure_teacher_rate
 from dotcat.training.run import train
 

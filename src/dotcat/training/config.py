@@ -79,6 +79,33 @@ MIN_ADAPT_QUERIES = 64
 DISTILL_NEGATIVES = 1
 
 
+def auto_setting(help: str) -> Any:
+    """A number that is None (``auto`` on the command line) until given."""
+    return setting(None, help=help, cli_type=str, cli_default="auto", parse=auto_float)
+
+
+def window_setting(default: tuple[int, int]) -> Any:
+    """The rank window ``(start, end)`` negatives are mined from."""
+    return setting(
+        default,
+        help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
+        parts=("--window-start", "--window-end"),
+        part_help=("Mine negatives from this rank", "...up to (excluding) this rank."),
+    )
+
+
+def cache_chunk_setting(default: int | None) -> Any:
+    """GradCache's chunk size (0 on the command line: off)."""
+    return setting(
+        default, help="GradCache chunk size (0: off).", flags=("--cache-chunk",), parse=zero_is_none
+    )
+
+
+def above_zero(name: str, value: float | None) -> Check:
+    """``value > 0`` (None passes: "decide for me")."""
+    return (value is None or value > 0, name, f"{name} must be > 0, got {value}")
+
+
 def is_lexical(teacher: object) -> bool:
     """Whether ``teacher`` names the lexical teacher rather than a cross-encoder."""
     return str(teacher) == LEXICAL_TEACHER
@@ -271,18 +298,11 @@ class DotConfig(TrainConfig):
     negatives: str = setting(
         "bm25", help="Hard negatives: bm25, dense or none.", choices=NEGATIVE_SOURCES
     )
-    window: tuple[int, int] = setting(
-        DEFAULT_WINDOW,
-        help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
-        parts=("--window-start", "--window-end"),
-        part_help=("Mine negatives from this rank", "...up to (excluding) this rank."),
-    )
+    window: tuple[int, int] = window_setting(DEFAULT_WINDOW)
     remine_each_epoch: bool = setting(
         False, help="Re-mine dense negatives each epoch.", flags=("--remine/--no-remine",)
     )
-    cache_chunk_size: int | None = setting(
-        None, help="GradCache chunk size (0: off).", flags=("--cache-chunk",), parse=zero_is_none
-    )
+    cache_chunk_size: int | None = cache_chunk_setting(None)
     temperature: float | None = setting(
         None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
     )
@@ -305,12 +325,8 @@ class DotConfig(TrainConfig):
         return [
             *super().checks(),
             at_least("cache_chunk_size", self.cache_chunk_size or None, 1),
-            (
-                self.temperature is None or self.temperature > 0,
-                "temperature",
-                f"temperature must be > 0, got {self.temperature}",
-            ),
-            (self.margin > 0, "margin", f"margin must be > 0, got {self.margin}"),
+            above_zero("temperature", self.temperature),
+            above_zero("margin", self.margin),
             (self.max_length is not None, "max_length", "max_length must be a number of tokens"),
             at_least("max_length", self.max_length, 2),
             at_least("query_max_length", self.query_max_length, 2),
@@ -455,15 +471,8 @@ class DistillConfig(DotConfig):
     negatives: str = setting(
         "dense", help="Hard negatives: dense (the student's own) or bm25.", choices=NEGATIVE_SOURCES
     )
-    window: tuple[int, int] = setting(
-        (0, 30),
-        help="Rank window (start, end): negatives mined from rank start up to (excluding) end.",
-        parts=("--window-start", "--window-end"),
-        part_help=("Mine negatives from this rank", "...up to (excluding) this rank."),
-    )
-    cache_chunk_size: int | None = setting(
-        16, help="GradCache chunk size (0: off).", flags=("--cache-chunk",), parse=zero_is_none
-    )
+    window: tuple[int, int] = window_setting((0, 30))
+    cache_chunk_size: int | None = cache_chunk_setting(16)
     teacher: str | Path = setting(
         "", help="The BERT_CAT teacher (a train cat output); bm25: BM25 + dense.", cli_type=str
     )
@@ -474,24 +483,16 @@ class DistillConfig(DotConfig):
         1.0, help="Weight of in-batch InfoNCE on the labels (0: none)."
     )
     kl_temperature: float = setting(1.0, help="Temperature of the kl loss.")
-    teacher_alpha: float | None = setting(
-        None,
-        help="Cross-encoder share of the teacher score; None: its dev weight (1 when it "
-        "records none); 0: the dense model alone teaches.",
-        cli_type=str,
-        cli_default="auto",
-        parse=auto_float,
+    teacher_alpha: float | None = auto_setting(
+        "Cross-encoder share of the teacher score; None: its dev weight (1 when it "
+        "records none); 0: the dense model alone teaches."
     )
     teacher_dense: str | None = setting(
         None, help="BERT_DOT mixed into the teacher (default: the student)."
     )
     teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
-    teacher_scale: float | None = setting(
-        None,
-        help="Factor on the teacher's scores; None: to the student's spread; 1: raw.",
-        cli_type=str,
-        cli_default="auto",
-        parse=auto_float,
+    teacher_scale: float | None = auto_setting(
+        "Factor on the teacher's scores; None: to the student's spread; 1: raw."
     )
 
     def check_files(self) -> None:
@@ -567,12 +568,8 @@ class AdaptConfig(Settings):
         help="A BERT_CAT whose scores label the pseudo pairs (Margin-MSE, GPL), or bm25 "
         "(BM25 + the model's score); default: contrastive on the pseudo pairs.",
     )
-    teacher_alpha: float | None = setting(
-        None,
-        help="Cross-encoder share of the teacher score; None: its record.",
-        cli_type=str,
-        cli_default="auto",
-        parse=auto_float,
+    teacher_alpha: float | None = auto_setting(
+        "Cross-encoder share of the teacher score; None: its record."
     )
     teacher_precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     n_negatives: int = setting(
@@ -608,11 +605,7 @@ class AdaptConfig(Settings):
 
     def checks(self) -> list[Check]:
         return [
-            (
-                self.budget_minutes > 0,
-                "budget_minutes",
-                f"budget_minutes must be > 0, got {self.budget_minutes}",
-            ),
+            above_zero("budget_minutes", self.budget_minutes),
             at_least("max_queries", self.max_queries, MIN_ADAPT_QUERIES),
             within("teacher_alpha", self.teacher_alpha, 0, 1),
             (

@@ -7,9 +7,7 @@ epoch walk its batches (gradient accumulation, clipping, one optimizer step per 
 batches, checkpoints every ``checkpoint_every`` steps), score the epoch on dev and keep the
 best model, and write the run record ``dotcat_training.json`` as it goes.
 
-A recipe (:class:`Recipe`) supplies only what differs between models: the model, the batches
-of an epoch, the forward/backward of one batch with its loss, the dev evaluation, how the
-model is saved, and what the record and the checkpoint carry besides the loop's own state.
+A recipe (:class:`~dotcat.training.recipe.Recipe`) supplies only what differs between models.
 Under ``torchrun`` (the ``dot`` recipes) the loop gathers every process's random state into
 the checkpoint and averages the step's loss; only rank 0 writes. :func:`dotcat.training.run.train`
 picks the recipe for a config and calls :func:`train`.
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import logging
 import math
@@ -34,18 +31,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
-from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.files import write_json
-from dotcat.models.resolve import TRAINING_RECORD, file_sha256
-from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
     CHECKPOINTS_DIR,
@@ -59,6 +53,7 @@ from dotcat.training.checkpoint import (
 )
 from dotcat.training.config import TrainConfig
 from dotcat.training.ddp import DistributedContext
+from dotcat.training.recipe import Recipe
 from dotcat.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -69,105 +64,12 @@ HELDOUT_DIR = "heldout"
 DEV_MEASURE = "nDCG@10"
 #: Config fields that may differ on resume without changing what is trained.
 RESUME_FREE = frozenset(
-    {
-        "resume",
-        "overwrite",
-        "stop_after_steps",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "show_progress",
-        "device",
-    }
+    {"resume", "overwrite", "stop_after_steps", "checkpoint_every", "keep_checkpoints"}
+    | {"show_progress", "device"}
 )
 
 
-class Recipe(Protocol):
-    """What a recipe supplies to :func:`train` (see ``dotcat.training.recipes``).
-
-    Attributes:
-        kind: ``"dot"``, ``"cat"`` or ``"distill"`` (recorded; a finished run of another kind
-            is not taken for this one).
-        model: the module whose parameters train (unwrapped: never the DDP wrapper).
-        stale_files: file patterns in the output directory that ``overwrite`` removes.
-        base_is_candidate: whether the starting model may be kept as the best (epoch 0).
-    """
-
-    kind: str
-    model: torch.nn.Module
-    stale_files: tuple[str, ...]
-    base_is_candidate: bool
-
-    def prepare(self) -> None:
-        """Load data and model, mine or load negatives (the output directory exists)."""
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        """AdamW parameter groups."""
-
-    def begin_epoch(self, epoch: int) -> None:
-        """Called before each epoch's batches (e.g. re-mining negatives)."""
-
-    def batches(self, epoch: int) -> list[Sequence[int]]:
-        """The epoch's batches of example indices, the same on every call."""
-
-    def backward(self, batch: Sequence[int], epoch: int, scale: float, last: bool) -> float:
-        """Forward and backward one batch (loss times ``scale``); ``last``: of its step."""
-
-    def evaluate(self, epoch: int) -> dict[str, float] | None:
-        """Dev measures of the current model (epoch 0: the starting point); None: no dev.
-
-        ``DEV_MEASURE`` selects the kept model; any other measure is recorded beside it.
-        """
-
-    def save(self, out_dir: Path) -> None:
-        """Write the current model as the run's output (the best so far)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint must carry for this recipe (JSON-ready)."""
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (called after :meth:`begin_epoch`)."""
-
-    def record(self) -> dict[str, Any]:
-        """The recipe's part of the run record (data, negatives, model, loss, timings...)."""
-
-    def finish(self, out_dir: Path) -> None:
-        """After the last epoch of a run that was not stopped (e.g. choose a weight on dev)."""
-
-
-# -- settings shared by every recipe ------------------------------------------------------
-
-
-def resolve_bf16(setting: str, device: torch.device) -> bool:
-    """Whether to train under bf16 autocast: ``"on"``, ``"off"``, or ``"auto"`` (native only).
-
-    ``auto``: CUDA GPUs with bf16, CPUs with native bf16 instructions (AVX512-BF16 / AMX on
-    x86, :func:`dotcat.models.runtime.cpu_has_native_bf16`). Elsewhere PyTorch emulates bf16
-    matmuls, slower than float32, so ``auto`` leaves it off; ``on`` still works there.
-    """
-    if setting == "off":
-        return False
-    supported = (
-        torch.cuda.is_bf16_supported()
-        if device.type == "cuda"
-        else device.type == "cpu" and cpu_has_native_bf16()
-    )
-    if setting == "on":
-        if not supported:
-            logger.warning("bf16 forced on %s without native support: slower than float32", device)
-        return True
-    return supported
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay for matrices (weights, embeddings), none for biases and norms."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+# -- seeds, the output directory, a resumed run's settings ----------------------------------
 
 
 def seed_everything(seed: int, rank: int = 0) -> None:
@@ -175,50 +77,6 @@ def seed_everything(seed: int, rank: int = 0) -> None:
     np.random.seed(seed % 2**32)
     # Different dropout masks on every process (they embed different examples anyway).
     torch.manual_seed(seed + rank)
-
-
-def data_fingerprint(config: TrainConfig) -> dict[str, Any]:
-    """The files a run reads and the sha256 of their bytes, plus one combined fingerprint."""
-    data = Path(config.data)
-    files = {
-        "corpus": find_corpus_file(data),
-        "queries": Path(config.queries) if config.queries else find_queries_file(data),
-        "qrels": Path(config.qrels) if config.qrels else find_qrels_file(data, config.split),
-    }
-    hashes = {name: file_sha256(path) for name, path in files.items()}
-    combined = hashlib.sha256(
-        "\n".join(f"{name}:{h}" for name, h in sorted(hashes.items())).encode()
-    ).hexdigest()
-    return {
-        "files": {name: str(path.resolve()) for name, path in files.items()},
-        "sha256": hashes,
-        "fingerprint": combined,
-    }
-
-
-def data_record(config: TrainConfig, corpus_documents: int) -> dict[str, Any]:
-    """The run record's ``data`` entry: where the data is, its files' sha256, its size."""
-    return {
-        "path": str(Path(config.data).resolve()),
-        "split": config.split,
-        **data_fingerprint(config),
-        "corpus_documents": corpus_documents,
-        # an index, or a folder exported from one: that index's corpus, though the file read
-        # (its document store, the exported corpus) hashes otherwise
-        "source_corpus_sha256": source_corpus_sha256(config.data),
-    }
-
-
-def split_record(config: TrainConfig, recipe: Any, **extra: Any) -> dict[str, Any]:
-    """The run record's ``split`` entry: the dev split and how many examples trained."""
-    return {
-        "dev_fraction": config.dev_fraction,
-        "seed": config.seed,
-        "train_queries": len(recipe.train_queries),
-        "dev_queries": len(recipe.dev_queries),
-        "train_examples": len(recipe.examples),
-        **extra,
-    }
 
 
 def finished(out_dir: Path, kind: str, epochs: int) -> bool:

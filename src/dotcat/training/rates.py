@@ -25,8 +25,8 @@ from dotcat.models import resolve_model
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.models.runtime import resolve_device
 from dotcat.training.data.examples import TrainingExample
-from dotcat.training.loop import param_groups, resolve_bf16
 from dotcat.training.model import TrainableBiEncoder
+from dotcat.training.recipe import param_groups, resolve_bf16
 from dotcat.training.recipes.dot import backward_batch
 
 logger = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dotcat.training import heldout, loop
 from dotcat.training.config import CatConfig, DistillConfig, DotConfig, TrainConfig
+from dotcat.training.recipe import Recipe
 from dotcat.training.recipes.cat import CatRecipe
 from dotcat.training.recipes.distill import DistillRecipe
 from dotcat.training.recipes.dot import DotRecipe
@@ -22,7 +23,7 @@ from dotcat.training.recipes.dot import DotRecipe
 logger = logging.getLogger(__name__)
 
 #: The recipe each config type trains.
-RECIPES: dict[type[TrainConfig], type[DotRecipe] | type[CatRecipe]] = {
+RECIPES: dict[type[TrainConfig], type[Recipe]] = {
     DotConfig: DotRecipe,
     CatConfig: CatRecipe,
     DistillConfig: DistillRecipe,

@@ -188,6 +188,12 @@ def _draw(
     return chosen
 
 
+def _warn_some(what: str, items: Sequence[str], count: int | None = None) -> None:
+    """Warn that ``count`` (default: all) of ``items`` are ``what``, naming a few."""
+    shown = ", ".join(repr(x) for x in items[:_EXAMPLES])
+    logger.warning("%d %s (e.g. %s)", len(items) if count is None else count, what, shown)
+
+
 def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> None:
     logger.info(
         "%d training examples from %d queries (%d negatives each)",
@@ -196,11 +202,7 @@ def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> Non
         n_negatives,
     )
     if stats.skipped_no_text:
-        logger.warning(
-            "%d judged queries have no text and were skipped (e.g. %s)",
-            stats.skipped_no_text,
-            ", ".join(repr(q) for q in no_text[:_EXAMPLES]),
-        )
+        _warn_some("judged queries have no text and were skipped", no_text, stats.skipped_no_text)
     if stats.skipped_no_qrels:
         logger.info("%d queries without a relevant document were skipped", stats.skipped_no_qrels)
     if stats.removed_relevant:
@@ -263,21 +265,14 @@ def load_training_data(
         if kept:
             kept_qrels[qid] = kept
     if missing_docs:
-        logger.warning(
-            "%d qrels entries name documents missing from the corpus and were dropped (e.g. %s)",
-            len(missing_docs),
-            ", ".join(repr(d) for d in missing_docs[:_EXAMPLES]),
-        )
+        what = "qrels entries name documents missing from the corpus and were dropped"
+        _warn_some(what, missing_docs)
     kept_queries = {qid: text for qid, text in texts.items() if qid in kept_qrels}
     if len(kept_queries) < len(texts):
         logger.info("%d queries without judgements ignored", len(texts) - len(kept_queries))
     no_text = [qid for qid in kept_qrels if qid not in kept_queries]
     if no_text:
-        logger.warning(
-            "%d judged queries have no text (e.g. %s)",
-            len(no_text),
-            ", ".join(repr(q) for q in no_text[:_EXAMPLES]),
-        )
+        _warn_some("judged queries have no text", no_text)
     if not kept_queries:
         raise DotcatError(f"{data_path}: no judged query with text to train on (split {split!r})")
     logger.info(

@@ -63,12 +63,10 @@ from dotcat.evaluation.choice import MIN_QUERIES, Choice, choose
 from dotcat.files import replacing, write_json
 from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from dotcat.models.resolve import weights_fingerprint
 from dotcat.models.runtime import resolve_device
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
-from dotcat.training.data.examples import load_training_data
-from dotcat.training.data.judged import split_queries, with_judged_negatives
+from dotcat.training.data.judged import with_judged_negatives
 from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.data.pools import (
     build_cat_examples,
@@ -80,22 +78,13 @@ from dotcat.training.data.pools import (
 )
 from dotcat.training.ddp import DistributedContext
 from dotcat.training.heldout import compare
-from dotcat.training.loop import (
-    DEV_MEASURE,
-    data_record,
-    finished,
-    param_groups,
-    prepare_out_dir,
-    resolve_bf16,
-    split_record,
-    train,
-)
+from dotcat.training.loop import DEV_MEASURE, finished, prepare_out_dir, train
+from dotcat.training.recipe import NEGATIVES_FILE, Recipe, param_groups, resolve_bf16
 from dotcat.training.recipes.cat_pretrain import pretrain_config, resolve_pretrain_queries
 from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
 
-NEGATIVES_FILE = "negatives.jsonl.gz"
 TEACHER_FILE = "teacher.json.gz"
 #: Interpolation weights tried on dev (1.0 = the plain cross-encoder).
 ALPHAS = tuple(round(float(a), 2) for a in np.linspace(0.0, 1.0, 11))
@@ -118,15 +107,13 @@ def read_json_gz(path: Path) -> Any:
         return json.load(f)
 
 
-class CatRecipe:
+class CatRecipe(Recipe):
     """BERT_CAT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
     kind = "cat"
     stale_files = (NEGATIVES_FILE, TEACHER_FILE)
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
-    #: What the held-out check's folds reuse of the run (:mod:`dotcat.training.heldout`).
-    negatives_name = NEGATIVES_FILE
     fold_files = (TEACHER_FILE,)
 
     @staticmethod
@@ -160,12 +147,9 @@ class CatRecipe:
         return dataclasses.replace(config, base=str(pre_dir))
 
     def __init__(self, config: CatConfig, ctx: DistributedContext) -> None:
-        self.config = config
-        self.ctx = ctx
-        self.out_dir = Path(config.out_dir)
+        super().__init__(config, ctx)
         # The model is loaded in prepare(), after the loop seeded the random generators.
         self.device = ctx.device
-        self.mining_seconds = 0.0
         self.best_score: float | None = None
         self.best_candidates: dict[str, Any] = {}
         self.choice: Choice | None = None  # the weight the held-out check's lists choose
@@ -173,7 +157,10 @@ class CatRecipe:
     def prepare(self) -> None:
         """Data and dev split, the model's training settings, pools and examples."""
         config = self.config
-        data = load_training_data(config.data, config.split, config.queries, config.qrels)
+        # The interpolation weight's rule needs MIN_QUERIES dev queries to judge the
+        # re-ranker against its first stage: a small judged set holds out that many where it can.
+        self.load_data(MIN_QUERIES)
+        data = self.data
         self.cross_encoder = CrossEncoder.load(
             # PyTorch weights, trained in place (never an export); autocast is set below.
             CrossEncoderConfig(
@@ -185,14 +172,6 @@ class CatRecipe:
             seed=config.seed,
         )
         self.model = self.cross_encoder.model
-        # DEV_SEED, not the run's seed: the same held-out queries as every other stage. The
-        # interpolation weight's rule needs MIN_QUERIES dev queries to judge the re-ranker
-        # against its first stage: a small judged set holds out that many where it can.
-        train_qids, dev_qids = split_queries(config, list(data.queries), MIN_QUERIES)
-        self.data = data
-        self.data_info = data_record(config, len(data.corpus))
-        self.train_queries = {q: data.queries[q] for q in train_qids}
-        self.dev_queries = {q: data.queries[q] for q in dev_qids}
         self.model.requires_grad_(True)
         if config.attention_dropout is not None:
             set_attention_dropout(self.model, config.attention_dropout)
@@ -266,9 +245,6 @@ class CatRecipe:
     def param_groups(self) -> list[dict[str, Any]]:
         return cat_param_groups(self.model, self.config)
 
-    def begin_epoch(self, epoch: int) -> None:
-        pass
-
     def batches(self, epoch: int) -> list[Sequence[int]]:
         """A seeded permutation of the examples per epoch, cut into batches."""
         order = np.random.default_rng([self.config.seed, epoch]).permutation(len(self.examples))
@@ -328,13 +304,13 @@ class CatRecipe:
         # The best epoch's dev lists travel with the checkpoint: a resumed run would otherwise
         # choose no interpolation weight.
         return {
-            "mining_seconds": self.mining_seconds,
+            **super().state_dict(),
             "best_dev_score": self.best_score,
             "best_candidates": {q: c.to_json() for q, c in self.best_candidates.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.mining_seconds = state.get("mining_seconds", self.mining_seconds)
+        super().load_state_dict(state)
         self.best_score = state.get("best_dev_score", state["best"]["score"])
         self.best_candidates = {
             q: Candidates.from_json(c) for q, c in state.get("best_candidates", {}).items()
@@ -413,29 +389,15 @@ class CatRecipe:
         return {"check": {"interpolation_alpha": alpha, "line": line}, "interpolation": entry}
 
     def record(self) -> dict[str, Any]:
-        config, out = self.config, self.out_dir
-        return {
-            "data": self.data_info,
-            "split": split_record(config, self),
-            "negatives": self.pools_meta,
-            "base_model": {
-                "name": config.base,
-                "path": str(self.cross_encoder.path),
-                "fingerprint": self.cross_encoder.fingerprint,
-            },
-            "model": {
-                "max_length": self.cross_encoder.max_length,
-                "fingerprint": weights_fingerprint(out)
-                if (out / "model.safetensors").exists()
-                else None,
-            },
-            "loss": {"name": config.loss, "group_size": 1 + config.n_negatives},
-            "device": str(self.device),
-            "bf16": self.bf16,
-            "interpolation": getattr(self, "interpolation", {}),
-            "pairs_per_example": 1 + config.n_negatives,
-            "timings": {"mining_seconds": round(self.mining_seconds, 3)},
-        }
+        config, cross_encoder = self.config, self.cross_encoder
+        return self.record_entries(
+            self.pools_meta,
+            (cross_encoder.path, cross_encoder.fingerprint),
+            {"max_length": cross_encoder.max_length},
+            {"name": config.loss, "group_size": 1 + config.n_negatives},
+            interpolation=getattr(self, "interpolation", {}),
+            pairs_per_example=1 + config.n_negatives,
+        )
 
 
 # -- one batch ------------------------------------------------------------------------------
@@ -517,16 +479,12 @@ def dev_candidates(
 
 def dev_score(candidates: Mapping[str, Any], qrels: Qrels, alpha: float = 1.0) -> float:
     """Dev nDCG@10 of the re-ranked lists (``alpha``: see :func:`dotcat.search.reranker.fuse`)."""
-    run = fuse(candidates, alpha)
-    report = evaluate(run, {q: dict(qrels[q]) for q in candidates}, measures=[DEV_MEASURE])
-    return report.aggregate[DEV_MEASURE]
+    return _dev_report(candidates, qrels, alpha).aggregate[DEV_MEASURE]
 
 
-def dev_per_query(candidates: Mapping[str, Any], qrels: Qrels, alpha: float) -> dict[str, float]:
-    """:func:`dev_score` per dev query."""
-    run = fuse(candidates, alpha)
-    report = evaluate(run, {q: dict(qrels[q]) for q in candidates}, measures=[DEV_MEASURE])
-    return {q: v[DEV_MEASURE] for q, v in report.per_query.items()}
+def _dev_report(candidates: Mapping[str, Any], qrels: Qrels, alpha: float) -> Any:
+    qrels = {q: dict(qrels[q]) for q in candidates}
+    return evaluate(fuse(candidates, alpha), qrels, measures=[DEV_MEASURE])
 
 
 def cat_param_groups(model: torch.nn.Module, config: CatConfig) -> list[dict[str, Any]]:
@@ -553,7 +511,10 @@ def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
 def choose_alpha(candidates: Mapping[str, Candidates], qrels: Qrels) -> Choice:
     """The interpolation weight of :data:`ALPHAS` the paired one-standard-error rule chooses
     (:func:`dotcat.evaluation.choice.choose`, prior :data:`PRIOR_ALPHA`) on re-ranked lists."""
-    per_query = {a: dev_per_query(candidates, qrels, a) for a in ALPHAS}
+    per_query = {
+        a: {q: v[DEV_MEASURE] for q, v in _dev_report(candidates, qrels, a).per_query.items()}
+        for a in ALPHAS
+    }
     return choose(per_query, PRIOR_ALPHA, ALPHAS)
 
 

@@ -55,9 +55,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
@@ -74,9 +74,8 @@ from dotcat.training.data.examples import (
     build_examples,
     dev_subset,
     document_texts,
-    load_training_data,
 )
-from dotcat.training.data.judged import split_queries, with_judged_negatives
+from dotcat.training.data.judged import with_judged_negatives
 from dotcat.training.data.mining import (
     exact_search,
     load_negatives,
@@ -87,20 +86,13 @@ from dotcat.training.data.mining import (
 from dotcat.training.data.sampler import NoDuplicatePositiveBatchSampler, batch_false_negatives
 from dotcat.training.ddp import DistributedContext, init_distributed, shard_sizes
 from dotcat.training.heldout import compare
-from dotcat.training.loop import (
-    DEV_MEASURE,
-    data_record,
-    param_groups,
-    resolve_bf16,
-    split_record,
-)
+from dotcat.training.loop import DEV_MEASURE
 from dotcat.training.model import TrainableBiEncoder
+from dotcat.training.recipe import NEGATIVES_FILE, Recipe, resolve_bf16
 from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
 
-
-NEGATIVES_FILE = "negatives.jsonl.gz"
 #: Where a model the held-out check did not show better than its base goes (``OUT_DIR`` then
 #: holds the base model).
 TRAINED_DIR = "trained"
@@ -114,31 +106,20 @@ def negatives_path(out_dir: Path, epoch: int) -> Path:
     return out_dir / (NEGATIVES_FILE if epoch == 0 else f"negatives-epoch-{epoch}.jsonl.gz")
 
 
-class DotRecipe:
+class DotRecipe(Recipe):
     """BERT_DOT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
     kind = "dot"
     stale_files = ("negatives*.jsonl.gz",)
     base_is_candidate = True
-    #: What the held-out check's folds reuse of the run (:mod:`dotcat.training.heldout`).
-    negatives_name = NEGATIVES_FILE
-    fold_files: tuple[str, ...] = ()
 
     @staticmethod
     def context(device: str) -> DistributedContext:
         """This process's place in a ``torchrun`` job (a single process without one)."""
         return init_distributed(device)
 
-    @classmethod
-    def first_steps(cls, config: DotConfig) -> DotConfig | None:
-        """Nothing to do before the loop: the config it trains."""
-        return config
-
     def __init__(self, config: DotConfig, ctx: DistributedContext) -> None:
-        self.config = config
-        self.ctx = ctx
-        self.out_dir = Path(config.out_dir)
-        self.mining_seconds = 0.0
+        super().__init__(config, ctx)
         self.negatives_meta: dict[str, Any] = {}
         self._negatives_epoch: int | None = None
         self._pool: dict[str, list[tuple[str, float]]] | None = None
@@ -148,20 +129,14 @@ class DotRecipe:
     def prepare(self) -> None:
         """Data and dev split, the model (DDP-wrapped under torchrun), epoch 0's negatives."""
         config = self.config
-        self.data = load_training_data(config.data, config.split, config.queries, config.qrels)
-        # DEV_SEED, not the run's seed: every stage (train dot/cat/distill, calibrate, the
-        # index's fusion weight) then holds out the same queries, whatever --seed a run takes.
-        train_qids, dev_qids = split_queries(config, list(self.data.queries))
-        self.train_queries = {q: self.data.queries[q] for q in train_qids}
-        self.dev_queries = {q: self.data.queries[q] for q in dev_qids}
+        self.load_data()
         self.evaluating = bool(self.dev_queries) and config.dev_eval != "none"
         self.dev_corpus = None
         if self.evaluating:
-            dev_qrels = {q: self.data.qrels[q] for q in dev_qids}
+            dev_qrels = {q: self.data.qrels[q] for q in self.dev_queries}
             self.dev_corpus = dev_subset(
                 self.data.corpus, dev_qrels, config.dev_max_docs, config.seed
             )
-        self.data_info = data_record(config, len(self.data.corpus)) if self.ctx.is_main else {}
         self._load_model()
         self.loss = self.make_loss()
         self.begin_epoch(0)
@@ -198,9 +173,6 @@ class DotRecipe:
         return LossConfig.for_model(
             config.loss, self.model.similarity, config.temperature, config.margin
         )
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        return param_groups(self.model, self.config.weight_decay)
 
     # -- negatives and examples ---------------------------------------------------------
 
@@ -244,8 +216,15 @@ class DotRecipe:
             return negatives, {**meta, "loaded_from": str(config.negatives_file)}
         args = (data.corpus, self.train_queries, data.qrels, config.window)
         if epoch > 0 or config.negatives == "dense":
-            view = EncoderView(
-                self.model, config.query_max_length, self.bf16, state_fingerprint(self.model)
+            model, bf16 = self.model, self.bf16
+            view = SimpleNamespace(  # the encoder mine_dense_negatives expects
+                encode_queries=lambda texts: model.encode(
+                    model.query_texts(texts), config.query_max_length, bf16=bf16
+                ),
+                encode_documents=lambda texts: model.encode(model.document_texts(texts), bf16=bf16),
+                similarity=model.similarity,
+                name=model.name,
+                fingerprint=state_fingerprint(model),
             )
             negatives = mine_dense_negatives(
                 view, *args, show_progress=config.show_progress, meta=meta
@@ -345,7 +324,7 @@ class DotRecipe:
         self.model.save(out_dir)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "mining_seconds": self.mining_seconds}
+        return {"sampler": self.sampler.state_dict(), **super().state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         # Loading the sampler's state checks the examples and batching settings are the
@@ -353,42 +332,23 @@ class DotRecipe:
         sampler_state = dict(state["sampler"])
         sampler_state.update(epoch=state["epoch"], batches_yielded=state["batches_done"])
         self.sampler.load_state_dict(sampler_state)
-        self.mining_seconds = state.get("mining_seconds", self.mining_seconds)
-
-    def finish(self, out_dir: Path) -> None:
-        pass
+        super().load_state_dict(state)
 
     def record(self) -> dict[str, Any]:
-        config, model = self.config, self.model
-        out = self.out_dir
-        return {
-            "data": self.data_info,
-            "split": split_record(
-                config,
-                self,
-                dev_documents=len(self.dev_corpus) if self.dev_corpus is not None else 0,
-            ),
-            "negatives": {k: v for k, v in self.negatives_meta.items() if k != "format"},
-            "base_model": {
-                "name": config.base,
-                "path": str(self.base_path),
-                "fingerprint": self.base_fingerprint,
-            },
-            "model": {
+        model = self.model
+        return self.record_entries(
+            {k: v for k, v in self.negatives_meta.items() if k != "format"},
+            (self.base_path, self.base_fingerprint),
+            {
                 "pooling": model.pooling,
                 "similarity": model.similarity,
                 "max_length": model.max_length,
-                "query_max_length": config.query_max_length,
+                "query_max_length": self.config.query_max_length,
                 "dim": model.dim,
-                "fingerprint": (
-                    weights_fingerprint(out) if (out / "model.safetensors").exists() else None
-                ),
             },
-            "loss": dataclasses.asdict(self.loss),
-            "device": str(self.ctx.device),
-            "bf16": self.bf16,
-            "timings": {"mining_seconds": round(self.mining_seconds, 3)},
-        }
+            dataclasses.asdict(self.loss),
+            {"dev_documents": len(self.dev_corpus) if self.dev_corpus is not None else 0},
+        )
 
     # -- the held-out check (dotcat.training.heldout) ----------------------------------------
 
@@ -586,30 +546,6 @@ def state_fingerprint(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-class EncoderView:
-    """The duck-typed encoder :func:`~dotcat.training.data.mining.mine_dense_negatives`
-    expects, over the model being trained."""
-
-    def __init__(
-        self, model: TrainableBiEncoder, query_max_length: int, bf16: bool, fingerprint: str
-    ) -> None:
-        self.model = model
-        self.query_max_length = query_max_length
-        self.bf16 = bf16
-        self.similarity = model.similarity
-        self.dim = model.dim
-        self.name = model.name
-        self.fingerprint = fingerprint
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.model.encode(
-            self.model.query_texts(texts), self.query_max_length, bf16=self.bf16
-        )
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self.model.encode(self.model.document_texts(texts), bf16=self.bf16)
 
 
 # -- dev evaluation ---------------------------------------------------------------------------
