@@ -620,14 +620,11 @@ def build_from_docstore(
     merge the side index of an index directory is built again from its doc store, never
     patched or merged.
     """
-    store = DocStore(docstore)
-    try:
+    with DocStore(docstore) as store:
         if len(store) == 0:  # every document deleted: an index that finds nothing
             return EmptyBM25(config)
         rows = docstore_rows(store, passages)
         return BM25Index.build(rows, config=config, show_progress=show_progress)
-    finally:
-        store.close()
 
 
 def docstore_rows(

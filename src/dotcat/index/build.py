@@ -371,19 +371,13 @@ def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str,
 
 
 def _passage_count(path: Path) -> int:
-    store = DocStore(path)
-    try:
+    with DocStore(path) as store:
         return store.passage_count()
-    finally:
-        store.close()
 
 
 def _has_passages(path: Path) -> bool:
-    store = DocStore(path)
-    try:
+    with DocStore(path) as store:
         return store.has_passages()
-    finally:
-        store.close()
 
 
 def _shard_entry(shard: tuple[int, int], rows: tuple[int, int]) -> dict[str, int]:
@@ -405,27 +399,21 @@ def _write_docstore(
     start, stop = rows
     path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
     desc = "storing documents" if splitter is None else "splitting documents"
-    with replacing(path) as tmp:
-        store = DocStore(tmp, readonly=False)
-        try:
-            with progress_bar(
-                total=stop - start, desc=desc, unit="doc", enabled=show_progress
-            ) as bar:
-                pid = 0
-                for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
-                    positions = range(first - start, first - start + len(batch["id"]))
-                    ids, titles, texts = batch["id"], batch["title"], batch["text"]
-                    store.add(zip(positions, ids, titles, texts, strict=True))
-                    store.add_fields(batch_field_rows(positions, batch["fields"]))
-                    if splitter is not None:
-                        pid = store_passages(store, splitter, positions, batch, pid)
-                    bar.update(len(batch["id"]))
-            if splitter is not None and splitter.longer_than is not None:
-                _report_long(store, splitter, keep_passages)
-            store.finish_fields()
-            store.commit()
-        finally:
-            store.close()
+    with replacing(path) as tmp, DocStore(tmp, readonly=False) as store:
+        with progress_bar(total=stop - start, desc=desc, unit="doc", enabled=show_progress) as bar:
+            pid = 0
+            for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
+                positions = range(first - start, first - start + len(batch["id"]))
+                ids, titles, texts = batch["id"], batch["title"], batch["text"]
+                store.add(zip(positions, ids, titles, texts, strict=True))
+                store.add_fields(batch_field_rows(positions, batch["fields"]))
+                if splitter is not None:
+                    pid = store_passages(store, splitter, positions, batch, pid)
+                bar.update(len(batch["id"]))
+        if splitter is not None and splitter.longer_than is not None:
+            _report_long(store, splitter, keep_passages)
+        store.finish_fields()
+        store.commit()
 
 
 def _report_long(store: DocStore, splitter: Splitter, keep: bool) -> None:
@@ -450,22 +438,16 @@ class _Spans:
         self.path = path
 
     def __call__(self, first: int, stop: int) -> list[tuple[int, int, int]]:
-        store = DocStore(self.path)
-        try:
+        with DocStore(self.path) as store:
             return [(pos, a, b) for _, pos, _, a, b in store.passage_spans(first, stop)]
-        finally:
-            store.close()
 
 
 def _passage_chunks(path: Path, chunk_size: int) -> Iterator[tuple[int, list[str]]]:
     """``(chunk number, its texts)`` of every passage in id order: title and passage text."""
-    store = DocStore(path)
-    try:
+    with DocStore(path) as store:
         rows = store.iter_passages(batch=chunk_size)
         yield from _chunks(((title, text) for batch in rows for _, _, title, text in batch),
                            chunk_size)  # fmt: skip
-    finally:
-        store.close()
 
 
 def _chunk_texts(

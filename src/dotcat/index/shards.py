@@ -63,9 +63,13 @@ IVFDATA_NAME = "index.ivfdata"
 ON_DISK_SHARE = 0.5
 
 
-def shard_dirs(folder: Path) -> list[Path]:
-    """The index directories inside ``folder`` (not ``folder`` itself), in shard order."""
-    return _in_order([(p, Manifest.read(p)) for p in indexes_in(folder)])
+def shard_dirs(folder: Path, required: bool = False) -> list[Path]:
+    """The index directories inside ``folder`` (not ``folder`` itself), in shard order (none:
+    an error where ``required``)."""
+    paths = _in_order([(p, Manifest.read(p)) for p in indexes_in(folder)])
+    if required and not paths:
+        raise DotcatError(f"{folder}: no index and no shard indexes inside")
+    return paths
 
 
 def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
@@ -175,9 +179,7 @@ class ShardSet:
         search_params: dict[str, float] | None = None,
     ) -> None:
         self.dir = Path(folder)
-        paths = shard_dirs(self.dir)
-        if not paths:
-            raise DotcatError(f"{self.dir}: no index and no shard indexes inside")
+        paths = shard_dirs(self.dir, required=True)
         self.shards = [DenseIndex(p, device=device, search_params=search_params) for p in paths]
         check_compatible([(s.dir, s.manifest) for s in self.shards])
         # A shard's FAISS ids (and document positions) run to its next unused one (updates may
@@ -519,13 +521,10 @@ def _vectors_of(path: Path, manifest: Manifest, dim: int):
 
 def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -> None:
     """Every shard's rows, positions shifted by the documents before; a repeated id refused."""
-    store = DocStore(target, readonly=False)
     offset = 0
-    try:
+    with DocStore(target, readonly=False) as store:
         for path in paths:
-            source = DocStore(path / DOCSTORE_NAME)
-            count = len(source)
-            try:
+            with DocStore(path / DOCSTORE_NAME) as source:
                 for rows in source.iter_rows():
                     try:
                         store.add((pos + offset, i, title, text) for pos, i, title, text in rows)
@@ -538,46 +537,35 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
                         ) from None
                 if source.has_fields():
                     store.copy_fields_from(source, offset)
-            finally:
-                source.close()
-            offset += count
+                offset += len(source)
         store.finish_fields()
         store.commit()
-    finally:
-        store.close()
 
 
 def _merge_passages(paths: Sequence[Path], target: Path, block: int = 100_000) -> None:
     """Every shard's passages, their ids shifted by the passages before and their documents'
     positions by the documents before (as :func:`_merge_docstores` shifted them); a shard
     without passages (every document short) gives each document as its one passage."""
-    store = DocStore(target, readonly=False)
     pid_offset = pos_offset = 0
-    try:
+    with DocStore(target, readonly=False) as store:
         for path in paths:
-            source = DocStore(path / DOCSTORE_NAME)
-            try:
+            with DocStore(path / DOCSTORE_NAME) as source:
                 if not source.has_passages():
                     store.add_passages(
                         (pos + pid_offset, pos + pos_offset, 0, 0, length)
                         for pos, length in source.text_lengths()
                     )
-                    pid_offset += len(source)
-                    pos_offset += len(source)
-                    continue
-                span = source.passage_count()
-                for first in range(0, span, block):
-                    store.add_passages(
-                        (pid + pid_offset, pos + pos_offset, part, a, b)
-                        for pid, pos, part, a, b in source.passage_spans(first, first + block)
-                    )
+                    span = len(source)
+                else:
+                    span = source.passage_count()
+                    for first in range(0, span, block):
+                        store.add_passages(
+                            (pid + pid_offset, pos + pos_offset, part, a, b)
+                            for pid, pos, part, a, b in source.passage_spans(first, first + block)
+                        )
                 pid_offset += span
                 pos_offset += len(source)
-            finally:
-                source.close()
         store.commit()
-    finally:
-        store.close()
 
 
 def _blocks(vectors: Sequence, block: int = 65_536) -> Iterator[np.ndarray]:

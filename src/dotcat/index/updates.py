@@ -134,11 +134,8 @@ def add_documents(
     stats = CorpusStats()
     dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     with Generation(index_dir, wait) as generation:
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
-            existing = _existing(store, dataset)
-        finally:
-            store.close()
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
+            existing = set(store.by_ids(_existing_ids(dataset)))
         if existing and not upsert:
             sample = ", ".join(repr(i) for i in sorted(existing)[:5])
             raise DotcatError(
@@ -170,26 +167,25 @@ def delete_documents(
         raise DotcatError("delete: no document id given")
     layout.check_writable(index_dir)
     with Generation(index_dir, wait) as generation:
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
             found = store.by_ids(wanted)
-        finally:
-            store.close()
         missing = [i for i in wanted if i not in found]
         if missing and not missing_ok:
-            sample = ", ".join(repr(i) for i in missing[:5])
-            raise DotcatError(
-                f"{index_dir}: no document with id {sample}"
-                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-                + "; pass missing_ok=True to delete the others",
-                settings=("missing_ok",),
-            )
+            lead = f"{index_dir}: no document with id"
+            raise missing_error(lead, missing, "missing_ok=True", settings=("missing_ok",))
         if not found:  # nothing to delete: no new generation
             return UpdateResult(0, 0, 0, generation.manifest.documents["count"])
         result = generation.apply(Change(remove=sorted(found)), None, False,
                                   ("delete", {"ids": sorted(found)[:20]}))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
+
+
+def missing_error(lead: str, missing: Sequence[str], flag: str, **kwargs: Any) -> DotcatError:
+    """The error for ids to delete that are not there: the first five, ``flag`` to skip them."""
+    more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+    sample = ", ".join(repr(i) for i in missing[:5])
+    return DotcatError(f"{lead} {sample}{more}; pass {flag} to delete the others", **kwargs)
 
 
 class Generation:
@@ -269,8 +265,7 @@ def apply_change(
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
     state), encoding the added documents with ``encoder`` (loaded, or the settings to load the
     index's with, :func:`document_config`; unused without documents to add)."""
-    store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
-    try:
+    with DocStore(tmp / DOCSTORE_NAME, readonly=False) as store:
         added_ids = _existing_ids(change.add)
         found = store.by_ids(sorted({*change.remove, *added_ids}))
         replaced = len(found.keys() & set(added_ids))
@@ -295,8 +290,6 @@ def apply_change(
         after = (first_id if by_passage else first) - 1
         rows = list(docstore_rows(store, by_passage, after)) if manifest.bm25 else []
         documents = len(store)
-    finally:
-        store.close()
     added = len(added_ids)
     _finish(tmp, manifest, index, first + added, documents, next_id)
     if manifest.bm25:
@@ -338,11 +331,6 @@ def _batches(documents, size: int):
         part = documents[start : start + size]
         rows = zip(*((d.id, d.title, d.text, fields_json(d.fields)) for d in part), strict=True)
         yield dict(zip(("id", "title", "text", "fields"), map(list, rows), strict=True))
-
-
-def _existing(store: DocStore, dataset) -> set[str]:
-    """Ids of ``dataset`` that the doc store already holds."""
-    return set(store.by_ids(_existing_ids(dataset)))
 
 
 def _updatable(index: faiss.Index) -> faiss.Index:
