@@ -277,16 +277,7 @@ class DocStore:
     ) -> Iterator[list[tuple[int, str, str, str]]]:
         """Every ``(pos, id, title, text)`` row in position order (of positions over
         ``after``), ``batch`` rows at a time."""
-        last = after
-        while True:
-            rows = self._execute(
-                "SELECT pos, id, title, text FROM docs WHERE pos > ? ORDER BY pos LIMIT ?",
-                (last, batch),
-            )
-            if not rows:
-                return
-            yield rows
-            last = rows[-1][0]
+        return self._pages("pos, id, title, text", "docs", "pos", batch, after)
 
     def iter_passages(
         self, batch: int = 10_000, after: int = -1
@@ -295,20 +286,22 @@ class DocStore:
         FAISS id order, ``batch`` at a time, cut out of its document here: each document of a
         batch is read once (SQLite's ``substr`` would read a 50 MB document again for each of
         its thousands of passages, and count its characters from the start each time)."""
-        last = after
-        while True:
-            spans = self._execute(
-                "SELECT pid, pos, start, stop FROM passages WHERE pid > ? ORDER BY pid LIMIT ?",
-                (last, batch),
-            )
-            if not spans:
-                return
+        for spans in self._pages("pid, pos, start, stop", "passages", "pid", batch, after):
             docs = self.get([pos for _, pos, _, _ in spans])
             yield [
                 (pid, docs[pos].id, docs[pos].title, docs[pos].text[start:stop])
                 for pid, pos, start, stop in spans
             ]
-            last = spans[-1][0]
+
+    def _pages(
+        self, columns: str, table: str, key: str, batch: int, after: int
+    ) -> Iterator[list[tuple]]:
+        """``columns`` of the rows with ``key`` over ``after``, by key, ``batch`` at a time
+        (each page starts after the last key of the one before)."""
+        sql = f"SELECT {columns} FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?"
+        while rows := self._execute(sql, (after, batch)):
+            yield rows
+            after = rows[-1][0]
 
     def passage_spans(self, first: int, stop: int) -> list[tuple[int, int, int, int, int]]:
         """``(pid, pos, part, start, stop)`` of the passages with ids in ``[first, stop)``."""

@@ -31,7 +31,13 @@ from dotcat.errors import DotcatError
 from dotcat.index.docstore import DocStore
 from dotcat.index.manifest import DOCSTORE_NAME
 from dotcat.index.shards import shard_dirs
-from dotcat.index.updates import UpdateResult, add_documents, delete_documents, missing_error
+from dotcat.index.updates import (
+    UpdateResult,
+    add_documents,
+    delete_documents,
+    held_error,
+    missing_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +79,7 @@ def add_to_shards(
     rows = [dict(row) for row in dataset]
     held = owners(paths, [row["id"] for row in rows])
     if held and not upsert:
-        sample = ", ".join(repr(i) for i in sorted(held)[:5])
-        raise DotcatError(
-            f"{stats.path}: {len(held)} document(s) are in {folder} already (e.g. {sample}); "
-            "pass --upsert to replace them"
-        )
+        raise held_error(stats.path, held, folder, "--upsert")
     routed: dict[int, list[dict]] = {}
     for row in rows:
         shard = held.get(row["id"], home_shard(row["id"], len(paths)))
