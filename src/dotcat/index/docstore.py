@@ -239,7 +239,7 @@ class DocStore:
                 f"{self.path}: not a dotcat doc store (expected table docs with columns "
                 f"{', '.join(_COLUMNS)}; found {found}); rebuild the index"
             )
-        self._check_range("docs", "pos", expected, span, "documents (positions")
+        self._check_range("docs", "pos", expected, span, ("documents", "positions"))
 
     def check_passages(self, expected: int, span: int | None = None) -> None:
         """Check the passages table: its columns, ``expected`` rows, ids in ``0..span-1``
@@ -254,21 +254,24 @@ class DocStore:
                 f"{self.path}: the manifest records passages, the doc store has {found} "
                 f"(expected {', '.join(_PASSAGE_COLUMNS)}); rebuild the index"
             )
-        self._check_range("passages", "pid", expected, span, "passages (ids")
+        self._check_range("passages", "pid", expected, span, ("passages", "ids"))
 
     def _columns(self, table: str, expected: list[str], none: str) -> str | None:
         """None where ``table`` has the ``expected`` columns, else what it has (or ``none``)."""
         columns = [row[1] for row in self._execute(f"PRAGMA table_info({table})")]
         return None if columns == expected else (", ".join(columns) if columns else none)
 
-    def _check_range(self, table: str, key: str, expected: int, span: int | None, what: str):
+    def _check_range(
+        self, table: str, key: str, expected: int, span: int | None, what: tuple[str, str]
+    ) -> None:
         """``expected`` rows with keys in ``0..span-1`` (a unique key: n rows spanning
-        0..n-1 are exactly 0..n-1)."""
+        0..n-1 are exactly 0..n-1); ``what``: the rows' and the keys' names."""
         span = expected if span is None else span
         count, low, high = self._execute(f"SELECT COUNT(*), MIN({key}), MAX({key}) FROM {table}")[0]
         if count != expected or (count and (low < 0 or high >= span)):
+            rows, keys = what
             raise DotcatError(
-                f"{self.path}: the doc store holds {count} {what} {low}..{high}), the "
+                f"{self.path}: the doc store holds {count} {rows} ({keys} {low}..{high}), the "
                 f"manifest says {expected}; rebuild the index"
             )
 
