@@ -54,6 +54,7 @@ from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
 from dotcat.index.config import BM25Config
 from dotcat.index.docstore import DocStore
+from dotcat.index.layout import BM25_DIR
 from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.types import Run
@@ -242,11 +243,9 @@ class BM25Index:
         del token_ids
         logger.info(
             "BM25 index: %d documents, %d terms, %.1f tokens/document, built in %.1f s",
-            len(doc_ids),
-            len(tokenizer.get_vocab_dict()),
-            n_tokens / len(doc_ids),
+            len(doc_ids), len(tokenizer.get_vocab_dict()), n_tokens / len(doc_ids),
             time.perf_counter() - start,
-        )
+        )  # fmt: skip
         return cls(retriever, tokenizer, doc_ids, config, counts)
 
     def count_terms(self, corpus: Iterable[Any]) -> TermCounts | None:
@@ -420,19 +419,18 @@ class BM25Index:
             (tmp / _DOC_IDS).write_text(json.dumps(self.doc_ids, ensure_ascii=False), "utf-8")
             if self.counts is not None:
                 self.counts.save(tmp)
-            manifest = {
-                "format": "dotcat-bm25",
-                "format_version": FORMAT_VERSION,
-                "bm25s_version": _bm25s().__version__,
-                "n_docs": len(self.doc_ids),
-                "config": self.config.to_dict(),
-            }
-            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+            self._write_manifest(tmp)
             if path.exists():
                 path.rmdir()  # empty, checked above
             os.replace(tmp, path)
         logger.info("BM25 index saved to %s", path)
         return path
+
+    def _write_manifest(self, path: Path) -> None:
+        manifest = {"format": "dotcat-bm25", "format_version": FORMAT_VERSION,
+                    "bm25s_version": _bm25s().__version__, "n_docs": len(self.doc_ids),
+                    "config": self.config.to_dict()}  # fmt: skip
+        (path / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = False, search_only: bool = False
@@ -602,11 +600,8 @@ class EmptyBM25(BM25Index):
         """Its manifest only (``n_docs`` 0): there is nothing else to keep."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        manifest = {"format": "dotcat-bm25", "format_version": FORMAT_VERSION,
-                    "bm25s_version": _bm25s().__version__, "n_docs": 0,
-                    "config": self.config.to_dict()}  # fmt: skip
         with writing(path / _MANIFEST):
-            (path / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
+            self._write_manifest(path)
         return path
 
 
@@ -620,14 +615,20 @@ def build_from_docstore(
     merge the side index of an index directory is built again from its doc store, never
     patched or merged.
     """
-    store = DocStore(docstore)
-    try:
+    with DocStore(docstore) as store:
         if len(store) == 0:  # every document deleted: an index that finds nothing
             return EmptyBM25(config)
         rows = docstore_rows(store, passages)
         return BM25Index.build(rows, config=config, show_progress=show_progress)
-    finally:
-        store.close()
+
+
+def side_entry(n: int, passages: int | None = None) -> dict[str, Any]:
+    """The manifest's entry of an index's BM25 side over ``n`` documents; with ``passages``,
+    its rows are passages (their ids FAISS ids)."""
+    entry: dict[str, Any] = {"dir": BM25_DIR, "config": BM25Config().to_dict(), "documents": n}
+    if passages is not None:
+        entry["passages"] = passages
+    return entry
 
 
 def docstore_rows(

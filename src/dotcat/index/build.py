@@ -42,7 +42,7 @@ from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
 from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
-from dotcat.index.bm25 import BM25Index, build_from_docstore
+from dotcat.index.bm25 import BM25Index, build_from_docstore, side_entry
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
 from dotcat.index.config import BM25Config, IndexConfig, check_shard
 from dotcat.index.docstore import DocStore, document_text
@@ -116,16 +116,10 @@ def build_index(
     if not loaded:
         encoder.validate()
     n_all = preflight.check_build(
-        corpus,
-        index_dir,
-        config,
-        overwrite=overwrite,
-        fresh=fresh,
-        model=None if loaded else encoder.model,
-        dim=encoder.dim if loaded else None,
-        options=corpus_options,
-        max_length=encoder.max_length,
-    )
+        corpus, index_dir, config, overwrite=overwrite, fresh=fresh,
+        model=None if loaded else encoder.model, dim=encoder.dim if loaded else None,
+        options=corpus_options, max_length=encoder.max_length,
+    )  # fmt: skip
     faiss_device = faiss_index.resolve_faiss_device(config.device)
 
     with layout.index_lock(index_dir):
@@ -222,11 +216,7 @@ class _Encoding:
 
 
 def _plan(
-    corpus: _Corpus,
-    n_all: int,
-    encoder: BiEncoder,
-    config: IndexConfig,
-    splitter: Splitter | None,
+    corpus: _Corpus, n_all: int, encoder: BiEncoder, config: IndexConfig, splitter: Splitter | None
 ) -> dict:
     """What must match for an interrupted build to be resumed: the corpus's content (its
     sha256) and how it is read, the encoder, the settings."""
@@ -261,29 +251,20 @@ def _report_kept(tmp: Path, chunk_size: int, dim: int) -> None:
     """After a failure or an interruption: what is kept, and how to resume."""
     if not tmp.exists():
         return
+    n = encoded = 0
     try:  # (a ChunkStore would make the vectors file were it missing: a write, on a full disk)
-        n = _stored_rows(tmp / VECTORS_FILE)
-        encoded = (
-            sum(ChunkStore(tmp, n, dim, chunk_size).encoded(verify=False).values()) if n else 0
-        )
+        if (tmp / VECTORS_FILE).is_file():
+            with open(tmp / VECTORS_FILE, "rb") as f:  # the rows its header says
+                n = int(npy_header(f)[0][0])
+        if n:
+            encoded = sum(ChunkStore(tmp, n, dim, chunk_size).encoded(verify=False).values())
     except (OSError, ValueError, DotcatError):
         n, encoded = 0, 0
     logger.warning(
         "build stopped; %d of %d vectors encoded are kept in %s: run the same command again "
-        "to resume, or pass fresh=True to start over",
-        encoded,
-        n,
-        tmp,
+        "to resume, or pass fresh=True to start over", encoded, n, tmp,
         extra={"settings": ("fresh",)},
-    )
-
-
-def _stored_rows(path: Path) -> int:
-    """The rows of a build's ``vectors.npy`` (its header), 0 when there is none."""
-    if not path.is_file():
-        return 0
-    with open(path, "rb") as f:
-        return int(npy_header(f)[0][0])
+    )  # fmt: skip
 
 
 def _build(
@@ -298,26 +279,27 @@ def _build(
 ) -> Manifest:
     """Complete (or continue) the build in ``tmp``; each part is written last-step-atomic,
     so a part that exists is whole; the manifest comes last (it marks completion)."""
-    start, stop = rows
-    n = stop - start
-    encoder, splitter = encoding.encoder, encoding.splitter
-    if not (tmp / DOCSTORE_NAME).is_file():
+    n = rows[1] - rows[0]
+    encoder, splitter, docstore = encoding.encoder, encoding.splitter, tmp / DOCSTORE_NAME
+    if not docstore.is_file():
         keep = config.shard is not None  # every shard of a corpus has the same layout
-        _write_docstore(dataset, rows, tmp / DOCSTORE_NAME, show_progress, splitter, keep)
-    if splitter is not None and not _has_passages(tmp / DOCSTORE_NAME):
-        splitter = None  # no document long enough: an index without passages
-    vectors = n if splitter is None else _passage_count(tmp / DOCSTORE_NAME)
+        _write_docstore(dataset, rows, docstore, show_progress, splitter, keep)
+    with DocStore(docstore) as docs:
+        if splitter is not None and not docs.has_passages():
+            splitter = None  # no document long enough: an index without passages
+        vectors = n if splitter is None else docs.passage_count()
     store = ChunkStore(tmp, vectors, encoder.dim, config.chunk_size)
     if config.ray is not None:
         encode_chunks_on_ray(
             corpus.given, rows, encoding.requested, store, config.ray, config.ray_workers,
             show_progress, options=corpus.options,
-            spans=None if splitter is None else _Spans(tmp / DOCSTORE_NAME),
+            spans=None if splitter is None else _Spans(docstore),
         )  # fmt: skip
     elif splitter is None:
-        _encode_chunks(_chunk_texts(dataset, rows, store.chunk_size), encoder, store, show_progress)
+        pairs = ((doc["title"], doc["text"]) for doc in _documents(dataset, rows))
+        _encode_chunks(_chunks(pairs, store.chunk_size), encoder, store, show_progress)
     else:
-        texts = _passage_chunks(tmp / DOCSTORE_NAME, store.chunk_size)
+        texts = _passage_chunks(docstore, store.chunk_size)
         _encode_chunks(texts, encoder, store, show_progress, unit="passage")
     if not (tmp / INDEX_NAME).is_file():
         _write_faiss(store, config, faiss_device, tmp / INDEX_NAME, show_progress)
@@ -329,38 +311,34 @@ def _build(
         # own length normalisation).
         by_passage = splitter is not None and splitter.longer_than is None
         if not (tmp / BM25_DIR).is_dir():
-            if not by_passage:
-                _build_bm25(dataset, rows, tmp / BM25_DIR, show_progress)
+            if by_passage:
+                side = build_from_docstore(docstore, BM25Config(), show_progress)
             else:
-                config_bm25 = BM25Config()
-                build_from_docstore(tmp / DOCSTORE_NAME, config_bm25, show_progress).save(
-                    tmp / BM25_DIR
-                )
-        bm25 = _bm25_entry(tmp / BM25_DIR, n, vectors if by_passage else None)
+                side = BM25Index.build(_documents(dataset, rows), BM25Config(), show_progress)
+            side.save(tmp / BM25_DIR)
+        bm25 = side_entry(n, vectors if by_passage else None)
     keep = config.keep_vectors or config.shard is not None  # a shard's vectors feed a merge
-    for name in (
-        ("chunks.jsonl", "build.json") if keep else ("chunks.jsonl", "build.json", "vectors.npy")
-    ):
+    for name in ["chunks.jsonl", "build.json", *([] if keep else ["vectors.npy"])]:
         (tmp / name).unlink(missing_ok=True)
     manifest = Manifest(
         encoder=encoder.manifest_entry(),
-        faiss={
-            "spec": config.faiss_spec,
-            "metric": "inner_product",
-            "ntotal": int(index.ntotal),
-            "search_params": faiss_index.applicable_search_params(index, config.search_params),
-            "built_on": faiss_device,
-        },
+        faiss=faiss_index.manifest_entry(
+            index, config.faiss_spec, config.search_params, faiss_device
+        ),
         documents={"count": n},
         corpus={**corpus.entry, "documents": len(dataset)},
         dotcat_version=__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         bm25=bm25,
-        shard=_shard_entry(config.shard, rows) if config.shard else None,
+        shard=_shard_entry(config.shard, rows),
         passages=None if splitter is None else _passages_entry(splitter, vectors, n),
     )
     manifest.write(tmp)
     return manifest
+
+
+def _shard_entry(shard: tuple[int, int] | None, rows: tuple[int, int]) -> dict[str, int] | None:
+    return shard and {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
 
 
 def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str, Any]:
@@ -368,26 +346,6 @@ def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str,
     if count > documents:
         logger.info("%d documents split into %d passages", documents, count)
     return {**splitter.to_json(), "count": count, "next_pid": count}
-
-
-def _passage_count(path: Path) -> int:
-    store = DocStore(path)
-    try:
-        return store.passage_count()
-    finally:
-        store.close()
-
-
-def _has_passages(path: Path) -> bool:
-    store = DocStore(path)
-    try:
-        return store.has_passages()
-    finally:
-        store.close()
-
-
-def _shard_entry(shard: tuple[int, int], rows: tuple[int, int]) -> dict[str, int]:
-    return {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
 
 
 def _write_docstore(
@@ -405,27 +363,21 @@ def _write_docstore(
     start, stop = rows
     path.with_suffix(".sqlite.tmp").unlink(missing_ok=True)
     desc = "storing documents" if splitter is None else "splitting documents"
-    with replacing(path) as tmp:
-        store = DocStore(tmp, readonly=False)
-        try:
-            with progress_bar(
-                total=stop - start, desc=desc, unit="doc", enabled=show_progress
-            ) as bar:
-                pid = 0
-                for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
-                    positions = range(first - start, first - start + len(batch["id"]))
-                    ids, titles, texts = batch["id"], batch["title"], batch["text"]
-                    store.add(zip(positions, ids, titles, texts, strict=True))
-                    store.add_fields(batch_field_rows(positions, batch["fields"]))
-                    if splitter is not None:
-                        pid = store_passages(store, splitter, positions, batch, pid)
-                    bar.update(len(batch["id"]))
-            if splitter is not None and splitter.longer_than is not None:
-                _report_long(store, splitter, keep_passages)
-            store.finish_fields()
-            store.commit()
-        finally:
-            store.close()
+    with replacing(path) as tmp, DocStore(tmp, readonly=False) as store:
+        with progress_bar(total=stop - start, desc=desc, unit="doc", enabled=show_progress) as bar:
+            pid = 0
+            for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
+                positions = range(first - start, first - start + len(batch["id"]))
+                ids, titles, texts = batch["id"], batch["title"], batch["text"]
+                store.add(zip(positions, ids, titles, texts, strict=True))
+                store.add_fields(batch_field_rows(positions, batch["fields"]))
+                if splitter is not None:
+                    pid = store_passages(store, splitter, positions, batch, pid)
+                bar.update(len(batch["id"]))
+        if splitter is not None and splitter.longer_than is not None:
+            _report_long(store, splitter, keep_passages)
+        store.finish_fields()
+        store.commit()
 
 
 def _report_long(store: DocStore, splitter: Splitter, keep: bool) -> None:
@@ -442,40 +394,24 @@ def _report_long(store: DocStore, splitter: Splitter, keep: bool) -> None:
         store.drop_passages()
 
 
+@dataclass(frozen=True)
 class _Spans:
     """Where the passages with ids ``[first, stop)`` lie, read from a build's doc store, for
     Ray's actors: ``(document position, start, stop)`` per passage."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    path: Path
 
     def __call__(self, first: int, stop: int) -> list[tuple[int, int, int]]:
-        store = DocStore(self.path)
-        try:
+        with DocStore(self.path) as store:
             return [(pos, a, b) for _, pos, _, a, b in store.passage_spans(first, stop)]
-        finally:
-            store.close()
 
 
 def _passage_chunks(path: Path, chunk_size: int) -> Iterator[tuple[int, list[str]]]:
     """``(chunk number, its texts)`` of every passage in id order: title and passage text."""
-    store = DocStore(path)
-    try:
+    with DocStore(path) as store:
         rows = store.iter_passages(batch=chunk_size)
         yield from _chunks(((title, text) for batch in rows for _, _, title, text in batch),
                            chunk_size)  # fmt: skip
-    finally:
-        store.close()
-
-
-def _chunk_texts(
-    dataset, rows: tuple[int, int], chunk_size: int
-) -> Iterator[tuple[int, list[str]]]:
-    """``(chunk number, its texts)`` over rows ``[start, stop)``, read in one sequential pass."""
-    start, stop = rows
-    batches = iter_row_batches(dataset, start, stop, batch_size=chunk_size)
-    pairs = (pair for _, b in batches for pair in zip(b["title"], b["text"], strict=True))
-    yield from _chunks(pairs, chunk_size)
 
 
 def _chunks(pairs: Iterable[tuple[str, str]], chunk_size: int) -> Iterator[tuple[int, list[str]]]:
@@ -508,13 +444,8 @@ def _encode_chunks(
     if done:
         logger.warning("%d of %d %ss already encoded and verified", sum(done.values()), store.n,
                        unit)  # fmt: skip
-    with progress_bar(
-        total=store.n,
-        initial=sum(done.values()),
-        desc=f"encoding {unit}s",
-        unit=unit[:3],
-        enabled=show_progress,
-    ) as bar:
+    with progress_bar(total=store.n, initial=sum(done.values()), desc=f"encoding {unit}s",
+                      unit=unit[:3], enabled=show_progress) as bar:  # fmt: skip
         size = FIRST_PART
         for chunk, texts in chunks:
             first = done.get(chunk, 0)
@@ -554,20 +485,8 @@ def _gather(store: ChunkStore, positions: np.ndarray) -> np.ndarray:
     return out
 
 
-def _build_bm25(dataset, rows: tuple[int, int], out: Path, show_progress: bool) -> None:
-    """The BM25 side index over the same documents, in doc-store order."""
-
-    def documents() -> Iterator[dict[str, str]]:
-        for _, batch in iter_row_batches(dataset, *rows, batch_size=10_000):
-            for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
-                yield {"id": doc_id, "title": title, "text": text}
-
-    BM25Index.build(documents(), config=BM25Config(), show_progress=show_progress).save(out)
-
-
-def _bm25_entry(out: Path, n: int, passages: int | None = None) -> dict[str, Any]:
-    """The manifest's BM25 entry; with ``passages``, its rows are passages (ids: FAISS ids)."""
-    entry: dict[str, Any] = {"dir": out.name, "config": BM25Config().to_dict(), "documents": n}
-    if passages is not None:
-        entry["passages"] = passages
-    return entry
+def _documents(dataset, rows: tuple[int, int]) -> Iterator[dict[str, str]]:
+    """The documents of corpus rows ``[start, stop)`` (BM25's, in doc-store order)."""
+    for _, batch in iter_row_batches(dataset, *rows, batch_size=10_000):
+        for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
+            yield {"id": doc_id, "title": title, "text": text}

@@ -206,13 +206,10 @@ class DocStore:
 
     def delete(self, positions: Sequence[int]) -> None:
         """Remove the documents at these positions, and their passages."""
-        passages = self.has_passages()
-        for start in range(0, len(positions), _LOOKUP_CHUNK):
-            chunk = [int(p) for p in positions[start : start + _LOOKUP_CHUNK]]
-            marks = ",".join("?" * len(chunk))
-            self._conn.execute(f"DELETE FROM docs WHERE pos IN ({marks})", chunk)
-            if passages:
-                self._conn.execute(f"DELETE FROM passages WHERE pos IN ({marks})", chunk)
+        tables = ["docs", "passages"] if self.has_passages() else ["docs"]
+        for chunk, marks in _chunks([int(p) for p in positions]):
+            for table in tables:
+                self._conn.execute(f"DELETE FROM {table} WHERE pos IN ({marks})", chunk)
         if self.has_fields():
             field_table.delete(self._conn, [int(p) for p in positions])
 
@@ -224,14 +221,7 @@ class DocStore:
 
     def passage_ids(self, positions: Sequence[int]) -> list[int]:
         """The FAISS ids of the passages of the documents at these positions."""
-        wanted = sorted({int(p) for p in positions})
-        found: list[int] = []
-        for start in range(0, len(wanted), _LOOKUP_CHUNK):
-            chunk = wanted[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            found += [r[0] for r in self._execute(
-                f"SELECT pid FROM passages WHERE pos IN ({marks})", chunk)]  # fmt: skip
-        return sorted(found)
+        return sorted(row[0] for row in self._select("pid", positions, "passages"))
 
     def check(self, expected: int, span: int | None = None) -> None:
         """Check the schema, the row count, and that positions lie in ``0..span-1``.
@@ -244,21 +234,12 @@ class DocStore:
             DotcatError: not SQLite, corrupt or truncated, another schema, or rows missing
                 or extra against the manifest's document count.
         """
-        span = expected if span is None else span
-        columns = [row[1] for row in self._execute("PRAGMA table_info(docs)")]
-        if columns != _COLUMNS:
-            found = ", ".join(columns) if columns else "no docs table"
+        if (found := self._columns("docs", _COLUMNS, "no docs table")) is not None:
             raise DotcatError(
                 f"{self.path}: not a dotcat doc store (expected table docs with columns "
                 f"{', '.join(_COLUMNS)}; found {found}); rebuild the index"
             )
-        # pos is the INTEGER PRIMARY KEY (unique): n rows spanning 0..n-1 are exactly 0..n-1.
-        count, low, high = self._execute("SELECT COUNT(*), MIN(pos), MAX(pos) FROM docs")[0]
-        if count != expected or (count and (low < 0 or high >= span)):
-            raise DotcatError(
-                f"{self.path}: the doc store holds {count} documents (positions {low}..{high}), "
-                f"the manifest says {expected}; rebuild the index"
-            )
+        self._check_range("docs", "pos", expected, span, ("documents", "positions"))
 
     def check_passages(self, expected: int, span: int | None = None) -> None:
         """Check the passages table: its columns, ``expected`` rows, ids in ``0..span-1``
@@ -268,18 +249,29 @@ class DocStore:
             DotcatError: the table is missing or another schema, or disagrees with the
                 manifest or with the documents.
         """
-        span = expected if span is None else span
-        columns = [row[1] for row in self._execute("PRAGMA table_info(passages)")]
-        if columns != _PASSAGE_COLUMNS:
-            found = ", ".join(columns) if columns else "no passages table"
+        if (found := self._columns("passages", _PASSAGE_COLUMNS, "no passages table")) is not None:
             raise DotcatError(
                 f"{self.path}: the manifest records passages, the doc store has {found} "
                 f"(expected {', '.join(_PASSAGE_COLUMNS)}); rebuild the index"
             )
-        count, low, high = self._execute("SELECT COUNT(*), MIN(pid), MAX(pid) FROM passages")[0]
+        self._check_range("passages", "pid", expected, span, ("passages", "ids"))
+
+    def _columns(self, table: str, expected: list[str], none: str) -> str | None:
+        """None where ``table`` has the ``expected`` columns, else what it has (or ``none``)."""
+        columns = [row[1] for row in self._execute(f"PRAGMA table_info({table})")]
+        return None if columns == expected else (", ".join(columns) if columns else none)
+
+    def _check_range(
+        self, table: str, key: str, expected: int, span: int | None, what: tuple[str, str]
+    ) -> None:
+        """``expected`` rows with keys in ``0..span-1`` (a unique key: n rows spanning
+        0..n-1 are exactly 0..n-1); ``what``: the rows' and the keys' names."""
+        span = expected if span is None else span
+        count, low, high = self._execute(f"SELECT COUNT(*), MIN({key}), MAX({key}) FROM {table}")[0]
         if count != expected or (count and (low < 0 or high >= span)):
+            rows, keys = what
             raise DotcatError(
-                f"{self.path}: the doc store holds {count} passages (ids {low}..{high}), the "
+                f"{self.path}: the doc store holds {count} {rows} ({keys} {low}..{high}), the "
                 f"manifest says {expected}; rebuild the index"
             )
 
@@ -288,16 +280,7 @@ class DocStore:
     ) -> Iterator[list[tuple[int, str, str, str]]]:
         """Every ``(pos, id, title, text)`` row in position order (of positions over
         ``after``), ``batch`` rows at a time."""
-        last = after
-        while True:
-            rows = self._execute(
-                "SELECT pos, id, title, text FROM docs WHERE pos > ? ORDER BY pos LIMIT ?",
-                (last, batch),
-            )
-            if not rows:
-                return
-            yield rows
-            last = rows[-1][0]
+        return self._pages("pos, id, title, text", "docs", "pos", batch, after)
 
     def iter_passages(
         self, batch: int = 10_000, after: int = -1
@@ -306,20 +289,22 @@ class DocStore:
         FAISS id order, ``batch`` at a time, cut out of its document here: each document of a
         batch is read once (SQLite's ``substr`` would read a 50 MB document again for each of
         its thousands of passages, and count its characters from the start each time)."""
-        last = after
-        while True:
-            spans = self._execute(
-                "SELECT pid, pos, start, stop FROM passages WHERE pid > ? ORDER BY pid LIMIT ?",
-                (last, batch),
-            )
-            if not spans:
-                return
+        for spans in self._pages("pid, pos, start, stop", "passages", "pid", batch, after):
             docs = self.get([pos for _, pos, _, _ in spans])
             yield [
                 (pid, docs[pos].id, docs[pos].title, docs[pos].text[start:stop])
                 for pid, pos, start, stop in spans
             ]
-            last = spans[-1][0]
+
+    def _pages(
+        self, columns: str, table: str, key: str, batch: int, after: int
+    ) -> Iterator[list[tuple]]:
+        """``columns`` of the rows with ``key`` over ``after``, by key, ``batch`` at a time
+        (each page starts after the last key of the one before)."""
+        sql = f"SELECT {columns} FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?"
+        while rows := self._execute(sql, (after, batch)):
+            yield rows
+            after = rows[-1][0]
 
     def passage_spans(self, first: int, stop: int) -> list[tuple[int, int, int, int, int]]:
         """``(pid, pos, part, start, stop)`` of the passages with ids in ``[first, stop)``."""
@@ -375,11 +360,11 @@ class DocStore:
     def _select(
         self, columns: str, positions: Sequence[int], table: str = "docs", key: str = "pos"
     ) -> Iterator[tuple]:
-        """Rows ``SELECT columns`` at the given keys, in chunks of host parameters."""
-        wanted = sorted({int(p) for p in positions if p >= 0})
-        for start in range(0, len(wanted), _LOOKUP_CHUNK):
-            chunk = wanted[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
+        """Rows ``SELECT columns`` at the given positions, in chunks of host parameters."""
+        return self._select_in(columns, sorted({int(p) for p in positions if p >= 0}), table, key)
+
+    def _select_in(self, columns: str, keys: list, table: str, key: str) -> Iterator[tuple]:
+        for chunk, marks in _chunks(keys):
             yield from self._execute(
                 f"SELECT {columns} FROM {table} WHERE {key} IN ({marks})", chunk
             )
@@ -392,16 +377,8 @@ class DocStore:
 
     def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
         """Documents with the given ids (the ``id`` column is UNIQUE, hence indexed)."""
-        wanted = sorted(set(doc_ids))
-        found: dict[str, StoredDocument] = {}
-        for start in range(0, len(wanted), _LOOKUP_CHUNK):
-            chunk = wanted[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._execute(
-                f"SELECT pos, id, title, text FROM docs WHERE id IN ({marks})", chunk
-            )
-            found.update((row[1], StoredDocument(*row)) for row in rows)
-        return found
+        rows = self._select_in("pos, id, title, text", sorted(set(doc_ids)), "docs", "id")
+        return {row[1]: StoredDocument(*row) for row in rows}
 
     def of_file(self, doc_id: str) -> list[StoredDocument]:
         """The documents of one file of a folder: ``doc_id`` itself (a document file) and the
@@ -436,3 +413,16 @@ class DocStore:
 
     def close(self) -> None:
         self._conn.close()
+
+    def __enter__(self) -> DocStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _chunks(keys: list) -> Iterator[tuple[list, str]]:
+    """``(keys, "?,?,...")`` in chunks under SQLite's limit of host parameters."""
+    for start in range(0, len(keys), _LOOKUP_CHUNK):
+        chunk = keys[start : start + _LOOKUP_CHUNK]
+        yield chunk, ",".join("?" * len(chunk))

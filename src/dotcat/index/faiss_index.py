@@ -336,6 +336,13 @@ def applicable_search_params(index: faiss.Index, params: dict[str, float]) -> di
     return kept
 
 
+def manifest_entry(index: faiss.Index, spec: str, params: dict, built_on: str) -> dict:
+    """The manifest's ``faiss`` entry of an index built from ``spec`` on ``built_on``."""
+    params = applicable_search_params(index, params)
+    return {"spec": spec, "metric": "inner_product", "ntotal": int(index.ntotal),
+            "search_params": params, "built_on": built_on}  # fmt: skip
+
+
 def set_search_params(index: faiss.Index, params: dict[str, float]) -> None:
     """Apply search-time parameters through faiss's ParameterSpace (CPU or GPU)."""
     if not params:

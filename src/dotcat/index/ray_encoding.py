@@ -94,8 +94,8 @@ def encode_chunks_on_ray(
     ray = _import_ray()
     started = _connect(ray, address)
     try:
-        source = _Source(_portable(corpus), options, spans)
-        _encode(ray, source, rows, encoder_config, store, workers, show_progress)
+        job = _Job(_portable(corpus), options, rows, encoder_config, workers, spans)
+        _encode(ray, job, store, show_progress)
     finally:
         if started:
             ray.shutdown()
@@ -143,12 +143,16 @@ def check_reachable(address: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Source:
-    """The corpus as each actor reads it: the source and its options; and where the passages
-    lie (the driver's, read into each chunk's descriptor)."""
+class _Job:
+    """What the actors encode (:func:`encode_chunks_on_ray`'s arguments): the corpus as each
+    reads it, its rows, the encoder, the pool's size; and where the passages lie (the
+    driver's, read into each chunk's descriptor)."""
 
     corpus: Any
     options: Any
+    rows: tuple[int, int]
+    encoder_config: EncoderConfig
+    workers: int | None
     spans: Callable[[int, int], list[tuple[int, int, int]]] | None = None
 
 
@@ -159,15 +163,7 @@ def _portable(corpus: Any) -> Any:
     return corpus
 
 
-def _encode(
-    ray: Any,
-    corpus: _Source,
-    rows: tuple[int, int],
-    encoder_config: EncoderConfig,
-    store: ChunkStore,
-    workers: int | None,
-    show_progress: bool,
-) -> None:
+def _encode(ray: Any, job: _Job, store: ChunkStore, show_progress: bool) -> None:
     """Stream the pending chunks through the actor pool and write each result as it comes."""
     done = store.finished(verify=True)
     pending = [c for c in range(store.n_chunks) if c not in done]
@@ -183,25 +179,19 @@ def _encode(
     ) as bar:
         if not pending:
             return
-        for chunk, vectors in _run_pool(ray, corpus, rows, encoder_config, store, pending, workers):
+        for chunk, vectors in _run_pool(ray, job, store, pending):
             store.write(chunk, vectors)
             bar.update(len(vectors))
 
 
 def _run_pool(
-    ray: Any,
-    corpus: _Source,
-    rows: tuple[int, int],
-    encoder_config: EncoderConfig,
-    store: ChunkStore,
-    pending: list[int],
-    workers: int | None,
+    ray: Any, job: _Job, store: ChunkStore, pending: list[int]
 ) -> Iterator[tuple[int, np.ndarray]]:
     """``(chunk, vectors)`` for every pending chunk, in the order the actors finish them."""
     context = ray.data.DataContext.get_current()  # a dataset copies it when made
     bars, context.enable_progress_bars = context.enable_progress_bars, False  # ours is enough
     try:
-        dataset = _pipeline(ray, corpus, rows, encoder_config, store, pending, workers)
+        dataset = _pipeline(ray, job, store, pending)
         for row in dataset.iter_rows():
             chunk = int(row["chunk"])
             yield chunk, _checked(row["vectors"], chunk, store)
@@ -211,30 +201,22 @@ def _run_pool(
         context.enable_progress_bars = bars
 
 
-def _pipeline(
-    ray: Any,
-    corpus: _Source,
-    rows: tuple[int, int],
-    encoder_config: EncoderConfig,
-    store: ChunkStore,
-    pending: list[int],
-    workers: int | None,
-) -> Any:
+def _pipeline(ray: Any, job: _Job, store: ChunkStore, pending: list[int]) -> Any:
     """The lazy Ray Dataset: chunk descriptors mapped by a fixed pool of encoder actors."""
-    use_gpu = _use_gpu(ray, encoder_config)
-    size = min(_worker_count(ray, workers, use_gpu), len(pending))
+    use_gpu = _use_gpu(ray, job.encoder_config)
+    size = min(_worker_count(ray, job.workers, use_gpu), len(pending))
     kind = "GPU" if use_gpu else "CPU"
     logger.info("encoding %d chunks on Ray with %d %s actors", len(pending), size, kind)
-    items = [_descriptor(store, rows[0], c, corpus.spans) for c in pending]
+    items = [_descriptor(store, job.rows[0], c, job.spans) for c in pending]
     return _from_items(ray, items).map_batches(
         _ChunkEncoder,
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=size),
         fn_constructor_kwargs={
-            "corpus": corpus.corpus,
-            "encoder_config": _actor_config(encoder_config, use_gpu),
+            "corpus": job.corpus,
+            "encoder_config": _actor_config(job.encoder_config, use_gpu),
             "cache_dir": _cache_dir(),
-            "options": corpus.options,
+            "options": job.options,
         },
         **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}),
     )

@@ -23,6 +23,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.sources import CorpusSource
@@ -30,7 +31,13 @@ from dotcat.errors import DotcatError
 from dotcat.index.docstore import DocStore
 from dotcat.index.manifest import DOCSTORE_NAME
 from dotcat.index.shards import shard_dirs
-from dotcat.index.updates import UpdateResult, add_documents, delete_documents
+from dotcat.index.updates import (
+    UpdateResult,
+    add_documents,
+    delete_documents,
+    held_error,
+    missing_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +53,8 @@ def owners(paths: Sequence[Path], doc_ids: Sequence[str]) -> dict[str, int]:
     """Which shard holds each of ``doc_ids`` (those no shard holds are left out)."""
     found: dict[str, int] = {}
     for i, path in enumerate(paths):
-        store = DocStore(path / DOCSTORE_NAME)
-        try:
+        with DocStore(path / DOCSTORE_NAME) as store:
             found.update(dict.fromkeys(store.by_ids(list(doc_ids)), i))
-        finally:
-            store.close()
     return found
 
 
@@ -59,28 +63,23 @@ def add_to_shards(
     corpus: CorpusSource,
     *,
     upsert: bool = False,
-    device: str = "auto",
-    precision: str = "auto",
-    show_progress: bool = True,
     corpus_options: CorpusOptions | None = None,
+    **encoding: Any,
 ) -> UpdateResult:
-    """Add the documents of ``corpus`` to the shards of ``folder``, each to its owner.
+    """Add the documents of ``corpus`` to the shards of ``folder``, each to its owner;
+    ``encoding``: :func:`~dotcat.index.updates.add_documents`'s ``device``, ``precision``...
 
     Raises:
         DotcatError: an id a shard holds already (unless ``upsert``: replaced there), or any
             problem with the corpus or a shard.
     """
-    paths = _shards(folder)
+    paths = shard_dirs(Path(folder), required=True)
     stats = CorpusStats()
     dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     rows = [dict(row) for row in dataset]
     held = owners(paths, [row["id"] for row in rows])
     if held and not upsert:
-        sample = ", ".join(repr(i) for i in sorted(held)[:5])
-        raise DotcatError(
-            f"{stats.path}: {len(held)} document(s) are in {folder} already (e.g. {sample}); "
-            "pass --upsert to replace them"
-        )
+        raise held_error(stats.path, held, folder, "--upsert")
     routed: dict[int, list[dict]] = {}
     for row in rows:
         shard = held.get(row["id"], home_shard(row["id"], len(paths)))
@@ -88,8 +87,7 @@ def add_to_shards(
     results = []
     for shard, documents in sorted(routed.items()):
         logger.info("%s: %d document(s)", paths[shard].name, len(documents))
-        results.append(add_documents(paths[shard], documents, upsert=upsert, device=device,
-                                     precision=precision, show_progress=show_progress))  # fmt: skip
+        results.append(add_documents(paths[shard], documents, upsert=upsert, **encoding))
     return _total(results, paths)
 
 
@@ -101,19 +99,14 @@ def delete_from_shards(
     Raises:
         DotcatError: an id no shard holds (unless ``missing_ok``), or no id given.
     """
-    paths = _shards(folder)
+    paths = shard_dirs(Path(folder), required=True)
     wanted = sorted(set(doc_ids))
     if not wanted:
         raise DotcatError("delete: no document id given")
     held = owners(paths, wanted)
     missing = [i for i in wanted if i not in held]
     if missing and not missing_ok:
-        sample = ", ".join(repr(i) for i in missing[:5])
-        raise DotcatError(
-            f"{folder}: no shard holds a document with id {sample}"
-            + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-            + "; pass --missing-ok to delete the others"
-        )
+        raise missing_error(f"{folder}: no shard holds a document with id", missing, "--missing-ok")
     results = []
     for shard in sorted(set(held.values())):
         ids = [i for i, s in held.items() if s == shard]
@@ -121,22 +114,12 @@ def delete_from_shards(
     return _total(results, paths)
 
 
-def _shards(folder: str | Path) -> list[Path]:
-    paths = shard_dirs(Path(folder))
-    if not paths:
-        raise DotcatError(f"{folder}: no index and no shard indexes inside")
-    return paths
-
-
 def _total(results: Sequence[UpdateResult], paths: Sequence[Path]) -> UpdateResult:
     """The shards' updates summed; ``documents``: the collection's count afterwards."""
     documents = 0
     for path in paths:
-        store = DocStore(path / DOCSTORE_NAME)
-        try:
+        with DocStore(path / DOCSTORE_NAME) as store:
             documents += len(store)
-        finally:
-            store.close()
     return UpdateResult(
         added=sum(r.added for r in results),
         replaced=sum(r.replaced for r in results),

@@ -39,7 +39,7 @@ from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
 from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
-from dotcat.index.bm25 import build_from_docstore
+from dotcat.index.bm25 import build_from_docstore, side_entry
 from dotcat.index.config import BM25Config, MergeConfig
 from dotcat.index.dense_index import DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
@@ -63,9 +63,13 @@ IVFDATA_NAME = "index.ivfdata"
 ON_DISK_SHARE = 0.5
 
 
-def shard_dirs(folder: Path) -> list[Path]:
-    """The index directories inside ``folder`` (not ``folder`` itself), in shard order."""
-    return _in_order([(p, Manifest.read(p)) for p in indexes_in(folder)])
+def shard_dirs(folder: Path, required: bool = False) -> list[Path]:
+    """The index directories inside ``folder`` (not ``folder`` itself), in shard order (none:
+    an error where ``required``)."""
+    paths = _in_order([(p, Manifest.read(p)) for p in indexes_in(folder)])
+    if required and not paths:
+        raise DotcatError(f"{folder}: no index and no shard indexes inside")
+    return paths
 
 
 def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
@@ -103,16 +107,14 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
                 f"{path} was built with another encoder or settings than {first_dir} "
                 f"({'; '.join(diffs)}); its vectors cannot be combined"
             )
-        if first.shard and manifest.shard and first.shard["of"] != manifest.shard["of"]:
+        if not (first.shard and manifest.shard):
+            continue
+        if first.shard["of"] != manifest.shard["of"]:
             raise DotcatError(
                 f"{path} is shard {manifest.shard['index']}/{manifest.shard['of']}, {first_dir} "
                 f"is {first.shard['index']}/{first.shard['of']}: not one split of a corpus"
             )
-        if (
-            first.shard
-            and manifest.shard
-            and first.corpus.get("sha256") != manifest.corpus.get("sha256")
-        ):
+        if first.corpus.get("sha256") != manifest.corpus.get("sha256"):
             raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
 
 
@@ -175,9 +177,7 @@ class ShardSet:
         search_params: dict[str, float] | None = None,
     ) -> None:
         self.dir = Path(folder)
-        paths = shard_dirs(self.dir)
-        if not paths:
-            raise DotcatError(f"{self.dir}: no index and no shard indexes inside")
+        paths = shard_dirs(self.dir, required=True)
         self.shards = [DenseIndex(p, device=device, search_params=search_params) for p in paths]
         check_compatible([(s.dir, s.manifest) for s in self.shards])
         # A shard's FAISS ids (and document positions) run to its next unused one (updates may
@@ -239,15 +239,14 @@ class ShardSet:
     def fields_of(self, positions) -> dict[int, dict[str, Any]]:
         """The fields of the documents at these (global) positions."""
         out: dict[int, dict[str, Any]] = {}
-        for i, shard, local in self._by_document(positions):
-            shift = int(self.doc_offsets[i])
+        for _, shard, shift, local in self._by_shard(positions, self.doc_offsets):
             out.update((pos + shift, f) for pos, f in shard.fields_of(local).items())
         return out
 
     def field_counts(self, positions, names) -> dict[str, dict[str, int]]:
         """Documents per value of each field of ``names`` among ``positions``, summed."""
         out: dict[str, dict[str, int]] = {name: {} for name in names}
-        for _, shard, local in self._by_document(positions):
+        for _, shard, _, local in self._by_shard(positions, self.doc_offsets):
             for name, values in shard.field_counts(local, names).items():
                 for value, count in values.items():
                     out[name][value] = out[name].get(value, 0) + count
@@ -261,22 +260,15 @@ class ShardSet:
         )
         return ShardAdmitted(parts, positions)
 
-    def _by_document(self, positions) -> Iterator[tuple[int, DenseIndex, list[int]]]:
-        """The shards holding documents at these global positions, with their local ones."""
-        wanted = sorted({int(p) for p in positions if p >= 0})
+    def _by_shard(self, ids, offsets) -> Iterator[tuple[int, DenseIndex, int, list[int]]]:
+        """``(i, shard, its offset, its local ids)`` of the shards holding these global ids
+        (``offsets``: :attr:`offsets` for FAISS ids, :attr:`doc_offsets` for positions)."""
+        wanted = sorted({int(p) for p in np.ravel(ids) if p >= 0})
         for i, shard in enumerate(self.shards):
-            lo, hi = int(self.doc_offsets[i]), int(self.doc_offsets[i + 1])
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
             local = [p - lo for p in wanted if lo <= p < hi]
             if local:
-                yield i, shard, local
-
-    def _split(self, positions) -> Iterator[tuple[DenseIndex, int, list[int]]]:
-        wanted = sorted({int(p) for p in np.ravel(positions) if p >= 0})
-        for i, shard in enumerate(self.shards):
-            lo, hi = self.offsets[i], self.offsets[i + 1]
-            local = [p - int(lo) for p in wanted if lo <= p < hi]
-            if local:
-                yield shard, int(lo), local
+                yield i, shard, lo, local
 
     def vectors(self, positions) -> np.ndarray:
         """The vectors at global positions, each from its shard (zeros for -1)."""
@@ -292,22 +284,22 @@ class ShardSet:
     def documents(self, positions) -> dict[int, StoredDocument]:
         """The stored document behind each (shifted) FAISS id, its position shifted too."""
         out = {}
-        for shard, offset, local in self._split(positions):
-            shift = int(self.doc_offsets[self.shards.index(shard)])
+        for i, shard, offset, local in self._by_shard(positions, self.offsets):
+            shift = int(self.doc_offsets[i])
             for pos, doc in shard.documents(local).items():
                 out[pos + offset] = StoredDocument(doc.pos + shift, doc.id, doc.title, doc.text)
         return out
 
     def doc_ids(self, positions) -> dict[int, str]:
         out = {}
-        for shard, offset, local in self._split(positions):
+        for _, shard, offset, local in self._by_shard(positions, self.offsets):
             out.update((pos + offset, doc_id) for pos, doc_id in shard.doc_ids(local).items())
         return out
 
     def locate(self, ids) -> dict[int, PassageRef]:
         """Where the vectors with these (shifted) FAISS ids lie, ids shifted back again."""
         out = {}
-        for shard, offset, local in self._split(ids):
+        for _, shard, offset, local in self._by_shard(ids, self.offsets):
             for pid, ref in shard.locate(local).items():
                 out[pid + offset] = PassageRef(pid + offset, ref.doc_id, ref.part, ref.start,
                                                ref.stop)  # fmt: skip
@@ -315,7 +307,7 @@ class ShardSet:
 
     def passage_texts(self, refs) -> dict[int, str]:
         out = {}
-        for shard, offset, local in self._split([r.pid for r in refs]):
+        for _, shard, offset, local in self._by_shard([r.pid for r in refs], self.offsets):
             texts = shard.passage_texts([PassageRef(p, "") for p in local])
             out.update((pid + offset, text) for pid, text in texts.items())
         return out
@@ -431,7 +423,7 @@ def merge_indexes(
         tmp.mkdir(parents=True)
         try:
             with writing(tmp / DOCSTORE_NAME):
-                _merge_docstores(paths, tmp / DOCSTORE_NAME, show_progress)
+                _merge_docstores(paths, tmp / DOCSTORE_NAME)
                 if any(m.passages for m in manifests):
                     _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
@@ -472,13 +464,9 @@ def _merged_manifest(
     return Manifest(
         encoder=first.encoder,
         faiss={
-            "spec": spec,
-            "metric": "inner_product",
-            "ntotal": int(index.ntotal),
-            "search_params": faiss_index.applicable_search_params(
-                index, dict(faiss_index.DEFAULT_SEARCH_PARAMS)
+            **faiss_index.manifest_entry(
+                index, spec, dict(faiss_index.DEFAULT_SEARCH_PARAMS), "cpu"
             ),
-            "built_on": "cpu",
             "on_disk": on_disk,
         },
         documents={
@@ -517,15 +505,12 @@ def _vectors_of(path: Path, manifest: Manifest, dim: int):
     return index.reconstruct_n(0, index.ntotal)
 
 
-def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -> None:
+def _merge_docstores(paths: Sequence[Path], target: Path) -> None:
     """Every shard's rows, positions shifted by the documents before; a repeated id refused."""
-    store = DocStore(target, readonly=False)
     offset = 0
-    try:
+    with DocStore(target, readonly=False) as store:
         for path in paths:
-            source = DocStore(path / DOCSTORE_NAME)
-            count = len(source)
-            try:
+            with DocStore(path / DOCSTORE_NAME) as source:
                 for rows in source.iter_rows():
                     try:
                         store.add((pos + offset, i, title, text) for pos, i, title, text in rows)
@@ -538,46 +523,35 @@ def _merge_docstores(paths: Sequence[Path], target: Path, show_progress: bool) -
                         ) from None
                 if source.has_fields():
                     store.copy_fields_from(source, offset)
-            finally:
-                source.close()
-            offset += count
+                offset += len(source)
         store.finish_fields()
         store.commit()
-    finally:
-        store.close()
 
 
 def _merge_passages(paths: Sequence[Path], target: Path, block: int = 100_000) -> None:
     """Every shard's passages, their ids shifted by the passages before and their documents'
     positions by the documents before (as :func:`_merge_docstores` shifted them); a shard
     without passages (every document short) gives each document as its one passage."""
-    store = DocStore(target, readonly=False)
     pid_offset = pos_offset = 0
-    try:
+    with DocStore(target, readonly=False) as store:
         for path in paths:
-            source = DocStore(path / DOCSTORE_NAME)
-            try:
+            with DocStore(path / DOCSTORE_NAME) as source:
                 if not source.has_passages():
                     store.add_passages(
                         (pos + pid_offset, pos + pos_offset, 0, 0, length)
                         for pos, length in source.text_lengths()
                     )
-                    pid_offset += len(source)
-                    pos_offset += len(source)
-                    continue
-                span = source.passage_count()
-                for first in range(0, span, block):
-                    store.add_passages(
-                        (pid + pid_offset, pos + pos_offset, part, a, b)
-                        for pid, pos, part, a, b in source.passage_spans(first, first + block)
-                    )
+                    span = len(source)
+                else:
+                    span = source.passage_count()
+                    for first in range(0, span, block):
+                        store.add_passages(
+                            (pid + pid_offset, pos + pos_offset, part, a, b)
+                            for pid, pos, part, a, b in source.passage_spans(first, first + block)
+                        )
                 pid_offset += span
                 pos_offset += len(source)
-            finally:
-                source.close()
         store.commit()
-    finally:
-        store.close()
 
 
 def _blocks(vectors: Sequence, block: int = 65_536) -> Iterator[np.ndarray]:
@@ -664,10 +638,6 @@ def _bm25_from_docstore(
 ) -> dict[str, Any]:
     """BM25 over the merged documents or passages (BM25's statistics are global: never
     merged)."""
-    config = BM25Config()
-    build_from_docstore(tmp / DOCSTORE_NAME, config, show_progress,
+    build_from_docstore(tmp / DOCSTORE_NAME, BM25Config(), show_progress,
                         passages=passages is not None).save(tmp / BM25_DIR)  # fmt: skip
-    entry: dict[str, Any] = {"dir": BM25_DIR, "config": config.to_dict(), "documents": n}
-    if passages is not None:
-        entry["passages"] = passages
-    return entry
+    return side_entry(n, passages)

@@ -127,12 +127,9 @@ def sync_index(
     source = open_source(corpus, options)
     with Generation(index_dir, wait) as generation:
         state = _state(source, options)
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
             change, counts = _compare(source, store, read_files(index_dir), state)
             total = len(store)
-        finally:
-            store.close()
         runtime = {k: v for k, v in settings.items() if k in RUNTIME_SETTINGS}
         if change.remove or change.fields or change.add is not None:
             generation.apply(change, encoder or runtime, show_progress,
@@ -159,11 +156,8 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
     index_dir = Path(index_dir)
     state = _state(source, options or CorpusOptions())
     with layout.index_lock(index_dir, wait=30.0):
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
             held = {i.split("#", 1)[0] for i in store.all_ids()}
-        finally:
-            store.close()
         if isinstance(source, FolderSource):
             state["files"] = {k: v for k, v in state["files"].items() if k in held}
         write_files(index_dir, state)

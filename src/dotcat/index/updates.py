@@ -34,7 +34,7 @@ import datetime as dt
 import json
 import logging
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -134,18 +134,10 @@ def add_documents(
     stats = CorpusStats()
     dataset = load_corpus(corpus, stats=stats, options=corpus_options)
     with Generation(index_dir, wait) as generation:
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
-            existing = _existing(store, dataset)
-        finally:
-            store.close()
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
+            existing = set(store.by_ids(_existing_ids(dataset)))
         if existing and not upsert:
-            sample = ", ".join(repr(i) for i in sorted(existing)[:5])
-            raise DotcatError(
-                f"{stats.path}: {len(existing)} document(s) are in {index_dir} already "
-                f"(e.g. {sample}); pass upsert=True to replace them",
-                settings=("upsert",),
-            )
+            raise held_error(stats.path, existing, index_dir, "upsert=True", settings=("upsert",))
         log = {"corpus": stats.path, "sha256": stats.sha256}
         runtime = {"device": device, "precision": precision}
         result = generation.apply(Change(add=dataset), encoder or runtime, show_progress,
@@ -170,26 +162,37 @@ def delete_documents(
         raise DotcatError("delete: no document id given")
     layout.check_writable(index_dir)
     with Generation(index_dir, wait) as generation:
-        store = DocStore(index_dir / DOCSTORE_NAME)
-        try:
+        with DocStore(index_dir / DOCSTORE_NAME) as store:
             found = store.by_ids(wanted)
-        finally:
-            store.close()
         missing = [i for i in wanted if i not in found]
         if missing and not missing_ok:
-            sample = ", ".join(repr(i) for i in missing[:5])
-            raise DotcatError(
-                f"{index_dir}: no document with id {sample}"
-                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-                + "; pass missing_ok=True to delete the others",
-                settings=("missing_ok",),
-            )
+            lead = f"{index_dir}: no document with id"
+            raise missing_error(lead, missing, "missing_ok=True", settings=("missing_ok",))
         if not found:  # nothing to delete: no new generation
             return UpdateResult(0, 0, 0, generation.manifest.documents["count"])
         result = generation.apply(Change(remove=sorted(found)), None, False,
                                   ("delete", {"ids": sorted(found)[:20]}))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
+
+
+def held_error(source: Any, held: Collection[str], where: Any, flag: str, **kwargs: Any):
+    """The error for documents to add that ``where`` holds already: ``flag`` replaces them."""
+    return DotcatError(
+        f"{source}: {len(held)} document(s) are in {where} already (e.g. "
+        f"{_first_five(sorted(held))}); pass {flag} to replace them", **kwargs,
+    )  # fmt: skip
+
+
+def missing_error(lead: str, missing: Sequence[str], flag: str, **kwargs: Any) -> DotcatError:
+    """The error for ids to delete that are not there: the first five, ``flag`` to skip them."""
+    more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+    return DotcatError(f"{lead} {_first_five(missing)}{more}; pass {flag} to delete the others",
+                       **kwargs)  # fmt: skip
+
+
+def _first_five(ids: Sequence[str]) -> str:
+    return ", ".join(repr(i) for i in ids[:5])
 
 
 class Generation:
@@ -241,9 +244,7 @@ class Generation:
         manifest = Manifest.read(tmp)
         result = apply_change(tmp, manifest, change, encoder, show_progress)
         manifest.next_generation()  # made now: only fsync and the swap come after
-        op, detail = log
-        manifest.updates = _log(manifest, op, result.added, result.replaced, result.deleted,
-                                detail)  # fmt: skip
+        manifest.updates = _log(manifest, result, *log)
         manifest.write(tmp)
         self.manifest = manifest
         return result
@@ -269,14 +270,14 @@ def apply_change(
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
     state), encoding the added documents with ``encoder`` (loaded, or the settings to load the
     index's with, :func:`document_config`; unused without documents to add)."""
-    store = DocStore(tmp / DOCSTORE_NAME, readonly=False)
-    try:
+    with DocStore(tmp / DOCSTORE_NAME, readonly=False) as store:
         added_ids = _existing_ids(change.add)
         found = store.by_ids(sorted({*change.remove, *added_ids}))
         replaced = len(found.keys() & set(added_ids))
         index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
         positions = [doc.pos for doc in found.values()]
-        vector_ids = _vector_ids(store, manifest, positions)
+        # The FAISS ids of these documents: every passage of each, or the positions themselves.
+        vector_ids = store.passage_ids(positions) if manifest.passages else positions
         _remove(index, vector_ids)
         by_passage = bool(manifest.bm25 and "passages" in manifest.bm25)
         dropped = {str(i) for i in vector_ids} if by_passage else set(found)
@@ -295,8 +296,6 @@ def apply_change(
         after = (first_id if by_passage else first) - 1
         rows = list(docstore_rows(store, by_passage, after)) if manifest.bm25 else []
         documents = len(store)
-    finally:
-        store.close()
     added = len(added_ids)
     _finish(tmp, manifest, index, first + added, documents, next_id)
     if manifest.bm25:
@@ -316,12 +315,6 @@ def document_config(manifest: Manifest, runtime: Mapping[str, Any]) -> EncoderCo
     return replace(config, **{k: v for k, v in runtime.items() if k in names})
 
 
-def _vector_ids(store: DocStore, manifest: Manifest, positions: list[int]) -> list[int]:
-    """The FAISS ids of the documents at ``positions``: every passage of each, or (without
-    passages) the positions themselves."""
-    return store.passage_ids(positions) if manifest.passages else positions
-
-
 def _existing_ids(dataset) -> list[str]:
     """Every id of ``dataset`` (none for None)."""
     return [i for batch in _batches(dataset, 10_000) for i in batch["id"]] if dataset else []
@@ -338,11 +331,6 @@ def _batches(documents, size: int):
         part = documents[start : start + size]
         rows = zip(*((d.id, d.title, d.text, fields_json(d.fields)) for d in part), strict=True)
         yield dict(zip(("id", "title", "text", "fields"), map(list, rows), strict=True))
-
-
-def _existing(store: DocStore, dataset) -> set[str]:
-    """Ids of ``dataset`` that the doc store already holds."""
-    return set(store.by_ids(_existing_ids(dataset)))
 
 
 def _updatable(index: faiss.Index) -> faiss.Index:
@@ -436,12 +424,7 @@ def _passage_texts(store: DocStore, ids: np.ndarray) -> list[tuple[int, str, str
 
 
 def _finish(
-    tmp: Path,
-    manifest: Manifest,
-    index: faiss.Index,
-    next_pos: int,
-    documents: int,
-    next_id: int,
+    tmp: Path, manifest: Manifest, index: faiss.Index, next_pos: int, documents: int, next_id: int
 ) -> None:
     """Write the updated FAISS index, the counts and the BM25 side (rebuilt) into ``tmp``."""
     with replacing(tmp / INDEX_NAME) as tmp_index:
@@ -502,13 +485,13 @@ def _files_after(tmp: Path, change: Change, found: Mapping[str, Any]) -> None:
         write_files(tmp, state)
 
 
-def _log(manifest: Manifest, op: str, added: int, replaced: int, deleted: int, detail: dict):
+def _log(manifest: Manifest, result: UpdateResult, op: str, detail: dict) -> list[dict]:
     entry = {
         "op": op,
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "added": added,
-        "replaced": replaced,
-        "deleted": deleted,
+        "added": result.added,
+        "replaced": result.replaced,
+        "deleted": result.deleted,
         "documents": manifest.documents["count"],
         **detail,
     }
