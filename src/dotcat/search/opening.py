@@ -32,10 +32,7 @@ def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
     """The shard directories of a folder of shards, or of a list of index directories, in
     shard order."""
     if isinstance(index, str | Path):
-        paths = shard_dirs(Path(index))
-        if not paths:
-            raise DotcatError(f"{index}: no index and no shard indexes inside")
-        return paths
+        return shard_dirs(Path(index), required=True)
     paths = shard_order([Path(p) for p in index])
     if not paths:
         raise DotcatError("no shard index given")
