@@ -87,6 +87,9 @@ PRECISION_HELP = (
     "fp32), fp32, bf16, fp16 (GPUs only), or int8 (CPU only, exported on first use); "
     "DOTCAT_NATIVE_BF16=on|off overrides the detection."
 )
+INT8_BACKEND_HELP = (
+    "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
+)
 DEVICE_HELP = "auto (a GPU when one is visible, else the CPU), cpu, cuda or cuda:N."
 K_HELP = (
     f"Results per query (default: {SHOWN_K} shown, {RUN_K} written to a run file, what R@100 "

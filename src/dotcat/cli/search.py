@@ -180,11 +180,14 @@ def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str)
         )
     elif r is not None:
         what += f", not re-ranked: {r.cross_encoder.path} has weight 0 here ({r.alpha_source})"
+    _wrote(f"searched {len(topics)} queries in {seconds:.1f} s, top {k} each ({what})", output)
+
+
+def _wrote(summary: str, output: Path) -> None:
+    """The summary line of a run written to ``output``: on standard error where the run goes
+    to standard output (a pipe reads only the run)."""
     where = "standard output" if str(output) == "-" else output
-    typer.echo(
-        f"searched {len(topics)} queries in {seconds:.1f} s, top {k} each ({what}); wrote {where}",
-        err=str(output) == "-",
-    )
+    typer.echo(f"{summary}; wrote {where}", err=str(output) == "-")
 
 
 def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args,
@@ -218,12 +221,8 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args
         start = time.perf_counter()
         run = client.run(topics, k, first_stage=stage, filter=config.filter)
         write_run(run, output, tag=tag)
-        where = "standard output" if str(output) == "-" else output
-        typer.echo(
-            f"searched {len(topics)} queries on {url} in {time.perf_counter() - start:.1f} s, "
-            f"top {k} each; wrote {where}",
-            err=str(output) == "-",
-        )
+        seconds = time.perf_counter() - start
+        _wrote(f"searched {len(topics)} queries on {url} in {seconds:.1f} s, top {k} each", output)
         return
 
     def ask(text: str):
@@ -274,12 +273,9 @@ def rerank_run(
     seconds = time.perf_counter() - start
     write_run(out, output, tag=tag)
     pairs = sum(min(depth, len(d)) for d in first.values())
-    typer.echo(
-        f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
-        f"({pairs / max(seconds, 1e-9):.1f} pairs/s, interpolation {reranker.alpha:g} "
-        f"{reranker.alpha_source}); wrote {'standard output' if str(output) == '-' else output}",
-        err=str(output) == "-",
-    )
+    _wrote(f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
+           f"({pairs / max(seconds, 1e-9):.1f} pairs/s, interpolation {reranker.alpha:g} "
+           f"{reranker.alpha_source})", output)  # fmt: skip
 
 
 @app.command()
@@ -309,9 +305,5 @@ def bm25(
     run = bm25_search(load_corpus(corpus, options=options), topics, k=k, config=config)
     seconds = time.perf_counter() - start
     write_run(run, output, tag=tag)
-    where = "standard output" if str(output) == "-" else output
-    typer.echo(
-        f"BM25: searched {len(topics)} queries in {seconds:.1f} s, top {k} each (bm25 scores); "
-        f"wrote {where}",
-        err=str(output) == "-",
-    )
+    _wrote(f"BM25: searched {len(topics)} queries in {seconds:.1f} s, top {k} each (bm25 "
+           "scores)", output)  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar
 from dotcat.options import (
     DEVICE_HELP,
     EXPORT_PRECISIONS,
+    INT8_BACKEND_HELP,
     INT8_BACKENDS,
     INT8_VARIANTS,
     KEEP_FP32,
@@ -144,12 +145,7 @@ class CrossEncoderConfig(Settings):
     fast: bool = setting(True, help="Speed tricks that keep the scores (False: reference path).")
     max_batch_tokens: int | None = setting(None, help="Padded tokens per forward pass.")
     precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
-    backend: str = setting(
-        "auto",
-        help="The re-ranker's int8 runtime: auto (openvino where installed), openvino or "
-        "onnxruntime.",
-        choices=INT8_BACKENDS,
-    )
+    backend: str = setting("auto", help=INT8_BACKEND_HELP, choices=INT8_BACKENDS)
     cpu_workers: int | None = setting(None, help="Pair batches scored at once on CPU.")
     num_threads: int | None = setting(None, help="Intra-op threads (default: every core).")
 

@@ -27,6 +27,7 @@ from dotcat.options import (
     DEVICE_HELP,
     FUSION_DEPTH,
     FUSIONS,
+    INT8_BACKEND_HELP,
     INT8_BACKENDS,
     MAX_QUERY_CHARS,
     PRECISION_HELP,
@@ -178,12 +179,7 @@ class PipelineConfig(Settings):
     model: str | None = setting(None, help="Query encoder, if not the one the index records.")
     device: str = setting("auto", help=DEVICE_HELP)
     precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
-    rerank_backend: str = setting(
-        "auto",
-        help="The re-ranker's int8 runtime: auto (openvino where installed), openvino or "
-        "onnxruntime.",
-        choices=INT8_BACKENDS,
-    )
+    rerank_backend: str = setting("auto", help=INT8_BACKEND_HELP, choices=INT8_BACKENDS)
     nprobe: int | None = setting(None, help="IVF lists to visit (FAISS nprobe).")
     ef_search: int | None = setting(None, help="HNSW's candidate list (FAISS efSearch).")
     batch_size: int = setting(32, help="Most (query, document) pairs per cross-encoder pass.")
