@@ -12,37 +12,9 @@ Relative paths are taken from the current directory, as on the command line. A d
 :mod:`dotcat.data.catalog`), fetched into dotcat's cache on first use.
 
 Several collections: ``[[datasets]]`` tables instead of ``[dataset]``, each with its ``path``,
-``split`` and a short ``name`` (default: the path's last part), and every system runs on
-every one of them (:func:`dotcat.experiment.runner.run_experiment`)::
-
-    [[datasets]]
-    name = "scifact"
-    path = "data/scifact"
-
-    [[datasets]]
-    name = "nfcorpus"
-    path = "beir/nfcorpus"
-
-An example::
-
-    output = "runs/experiments/scifact"
-    baseline = "BM25"
-    measures = ["nDCG@10", "R@100"]
-
-    [dataset]
-    path = "data/scifact"
-    split = "test"
-
-    [[systems]]
-    name = "BM25"
-    first_stage = "bm25"
-
-    [[systems]]
-    name = "hybrid + BERT_CAT"
-    first_stage = "hybrid"
-    index = "indexes/scifact-dot"
-    rerank = "runs/cat"
-    depth = 100
+``split`` and a short ``name`` (default: the path's last part); every system runs on every one
+of them (:func:`dotcat.experiment.runner.run_experiment`). A whole example: docs/benchmarks.md
+("A benchmark in one command") and ``eval/experiments/scifact.toml``.
 """
 
 from __future__ import annotations
