@@ -48,6 +48,8 @@ except ImportError:  # typer on click itself
 
 #: How a value reached a command: given by the user (not the option's default).
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+#: A command's INDEX_DIR argument (typer copies it for each command).
+INDEX_DIR = typer.Argument(..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR")
 
 
 def option(
