@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from dotcat.cli.main import app
-from dotcat.cli.params import given_settings, option, with_settings
+from dotcat.cli.params import INDEX_DIR, given_settings, option, with_settings
 from dotcat.data.sources import CorpusOptions, open_source
 from dotcat.errors import DotcatError
 from dotcat.index.config import IndexConfig, MergeConfig
@@ -28,7 +28,6 @@ CORPUS_HELP = (
     "A BEIR directory, a corpus file (JSONL, JSON, CSV, TSV, Parquet; .gz ok) or a folder of "
     "files (.txt .md .rst .html .pdf, and record files), walked recursively."
 )
-INDEX_HELP = "An index directory from `dotcat index`."
 
 
 @app.command()
@@ -118,7 +117,7 @@ def describe_fusion(fusion) -> str:
 @app.command()
 @with_settings(CorpusOptions, "options")
 def add(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     corpus: Path = typer.Argument(..., help="The new documents. " + CORPUS_HELP, metavar="CORPUS"),
     upsert: bool = typer.Option(False, help="Replace documents whose id the index holds already."),
     device: str = option(EncoderConfig, "device"),
@@ -146,7 +145,7 @@ def add(
 
 @app.command()
 def delete(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     doc_ids: list[str] | None = typer.Argument(
         None, help="Document ids to delete.", metavar="DOC_IDS"
     ),

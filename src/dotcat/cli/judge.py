@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from dotcat.cli.main import Group, app
-from dotcat.cli.params import with_settings
+from dotcat.cli.params import INDEX_DIR, with_settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
 from dotcat.judging.config import (
@@ -32,8 +32,6 @@ judge_app = typer.Typer(
     help="Judge pooled results for your queries: a test collection of your own.",
 )
 app.add_typer(judge_app, name="judge")
-
-INDEX_HELP = "An index directory from `dotcat index`."
 
 
 def _index(index_dir: Path) -> Path:
@@ -67,7 +65,7 @@ def _topics(config: TopicsConfig, store) -> list:
 @with_settings(StoreConfig, "store_config")
 @with_settings(PoolConfig, "config")
 def pool(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     topics_config: TopicsConfig = None,
     store_config: StoreConfig = None,
     config: PoolConfig = None,
@@ -107,7 +105,7 @@ def pool(
 @with_settings(StoreConfig, "store_config")
 @with_settings(QrelsConfig, "qrels_config", exclude=("combine",))
 def status(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     store_config: StoreConfig = None,
     qrels_config: QrelsConfig = None,
@@ -147,7 +145,7 @@ def status(
 @with_settings(StoreConfig, "store_config")
 @with_settings(QrelsConfig, "config")
 def qrels(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     output: Path = typer.Argument(
         ..., help="The qrels file: BEIR layout for a .tsv name, else TREC.", metavar="OUTPUT"
     ),
@@ -171,7 +169,7 @@ def qrels(
 @with_settings(QrelsConfig, "config")
 @with_settings(ExportConfig, "export_config")
 def export(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     out_dir: Path = typer.Argument(..., help="The BEIR directory to write.", metavar="OUT_DIR"),
     store_config: StoreConfig = None,
     config: QrelsConfig = None,
@@ -196,7 +194,7 @@ def export(
 @with_settings(QrelsConfig, "config", exclude=("combine",), required=("assessor",),
                words={"assessor": "Whose judgements these are."})  # fmt: skip
 def import_(
-    index_dir: Path = typer.Argument(..., help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: Path = INDEX_DIR,
     qrels_file: Path = typer.Argument(..., help="A qrels file (TREC or BEIR).", metavar="QRELS"),
     store_config: StoreConfig = None,
     config: QrelsConfig = None,

@@ -48,6 +48,8 @@ except ImportError:  # typer on click itself
 
 #: How a value reached a command: given by the user (not the option's default).
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+#: A command's INDEX_DIR argument (typer copies it for each command).
+INDEX_DIR = typer.Argument(..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR")
 
 
 def option(
@@ -151,10 +153,7 @@ def build(cls: type, values: Mapping[str, Any], exclude: tuple[str, ...] = ()) -
     """A ``cls`` object from option values (parsed as each field's metadata says), nested
     settings built from their own fields."""
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in exclude or not f.metadata.get("cli", True):
-            continue
-        hint = _hints(cls)[f.name]
+    for f, hint in _offered(cls, exclude):
         if is_settings(hint):
             kwargs[f.name] = build(hint, values)
         elif "parts" in f.metadata:
@@ -220,10 +219,7 @@ def _cli_fields(cls: type, exclude: tuple[str, ...]) -> list[tuple[type, datacla
     """``(owner, field)`` of every option ``cls`` offers: its own fields and those of its
     nested settings (a pair's two halves are two options)."""
     out = []
-    for f in dataclasses.fields(cls):
-        if f.name in exclude or not f.metadata.get("cli", True):
-            continue
-        hint = _hints(cls)[f.name]
+    for f, hint in _offered(cls, exclude):
         if is_settings(hint):
             out.extend(_cli_fields(hint, exclude))
         elif "parts" in f.metadata:
@@ -299,6 +295,12 @@ def _parsed(f: dataclasses.Field, value: Any) -> Any:
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+def _offered(cls: type, exclude: tuple[str, ...]) -> list[tuple[dataclasses.Field, Any]]:
+    """The fields of ``cls`` a command may offer (not excluded, not ``cli=False``), typed."""
+    return [(f, _hints(cls)[f.name]) for f in dataclasses.fields(cls)
+            if f.name not in exclude and f.metadata.get("cli", True)]  # fmt: skip
 
 
 def _field(cls: type, name: str) -> dataclasses.Field:

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from dotcat.cli.main import app, train_app
-from dotcat.cli.params import with_settings
+from dotcat.cli.params import INDEX_DIR, with_settings
 from dotcat.files import read_json_or_none
 from dotcat.index.layout import check_writable
 from dotcat.index.manifest import check_index
@@ -95,9 +95,7 @@ def adapt(config: AdaptConfig) -> None:
                words={"rerank": "The BERT_CAT to calibrate."})  # fmt: skip
 @with_settings(CalibrationConfig, "calibration")
 def calibrate(
-    index_dir: Path = typer.Argument(
-        ..., help="An index directory from `dotcat index`.", metavar="INDEX_DIR"
-    ),
+    index_dir: Path = INDEX_DIR,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     config: PipelineConfig = None,
     calibration: CalibrationConfig = None,

@@ -19,6 +19,7 @@ waits for another (``busy_timeout``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import sqlite3
@@ -69,6 +70,10 @@ _REQUEST = (
 )
 #: A row of ``judgments`` as :class:`Judgment` holds it, after its id.
 _FIELDS = "qid, doc_id, assessor, grade, time, source, client, seq"
+_JUDGMENTS = f"SELECT id, {_FIELDS} FROM judgments"
+_INSERT = f"INSERT INTO judgments ({_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_TOPICS = "SELECT qid, text, description, source FROM topics"
+_POOLED = "SELECT doc_id, ranks, weight, start, stop FROM pooled WHERE qid = ?"
 #: The orders :meth:`JudgmentStore.pooled` returns a topic's documents in (config.ORDERS).
 _ORDER_BY = {
     "weight": "weight DESC, best_rank, doc_id",
@@ -203,10 +208,8 @@ class JudgmentStore:
             values = {"format": FORMAT, "created": now(), "scale": GRADES,
                       "index": str(Path(index_dir).resolve()) if index_dir else None}  # fmt: skip
             with self._write() as db:
-                db.executemany(
-                    "INSERT OR IGNORE INTO meta VALUES (?, ?)",
-                    [(k, json.dumps(v)) for k, v in values.items()],
-                )
+                db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)",
+                               [(k, json.dumps(v)) for k, v in values.items()])  # fmt: skip
             return
         if meta.get("format", FORMAT) > FORMAT:
             raise DotcatError(f"{self.path}: written by a newer dotcat (format {meta['format']})")
@@ -280,30 +283,24 @@ class JudgmentStore:
         return added
 
     def topics(self) -> list[Topic]:
-        rows = self._rows("SELECT qid, text, description, source FROM topics ORDER BY seq")
-        return [Topic(*row) for row in rows]
+        return [Topic(*row) for row in self._rows(f"{_TOPICS} ORDER BY seq")]
 
     def topic(self, qid: str) -> Topic | None:
-        rows = self._rows("SELECT qid, text, description, source FROM topics WHERE qid = ?", (qid,))
+        rows = self._rows(f"{_TOPICS} WHERE qid = ?", (qid,))
         return Topic(*rows[0]) if rows else None
 
     def new_topic_id(self, prefix: str = "page-") -> str:
         """The first ``page-N`` id not taken."""
         taken = {row[0] for row in self._rows("SELECT qid FROM topics")}
-        n = 1
-        while f"{prefix}{n}" in taken:
-            n += 1
-        return f"{prefix}{n}"
+        return next(f"{prefix}{n}" for n in itertools.count(1) if f"{prefix}{n}" not in taken)
 
     # -- pools -------------------------------------------------------------------------------
 
     def add_pool(self, provenance: Mapping[str, Any]) -> int:
         """Record one pooling (its systems, depth, order...) and return its id."""
         with self._write() as db:
-            cursor = db.execute(
-                "INSERT INTO pools (created, provenance) VALUES (?, ?)",
-                (now(), json.dumps(provenance)),
-            )
+            cursor = db.execute("INSERT INTO pools (created, provenance) VALUES (?, ?)",
+                                (now(), json.dumps(provenance)))  # fmt: skip
             return int(cursor.lastrowid)
 
     def pools(self) -> list[dict[str, Any]]:
@@ -333,18 +330,11 @@ class JudgmentStore:
 
     def pooled(self, qid: str, order: str | None = None) -> list[PoolEntry]:
         """A topic's pooled documents in judging order (the store's, or ``order``)."""
-        by = _ORDER_BY[order or self.order]
-        rows = self._rows(
-            f"SELECT doc_id, ranks, weight, start, stop FROM pooled WHERE qid = ? ORDER BY {by}",
-            (qid,),
-        )
+        rows = self._rows(f"{_POOLED} ORDER BY {_ORDER_BY[order or self.order]}", (qid,))
         return [PoolEntry(d, json.loads(r), w, s, e) for d, r, w, s, e in rows]
 
     def pooled_entry(self, qid: str, doc_id: str) -> PoolEntry | None:
-        rows = self._rows(
-            "SELECT doc_id, ranks, weight, start, stop FROM pooled WHERE qid = ? AND doc_id = ?",
-            (qid, doc_id),
-        )
+        rows = self._rows(f"{_POOLED} AND doc_id = ?", (qid, doc_id))
         return PoolEntry(rows[0][0], json.loads(rows[0][1]), *rows[0][2:]) if rows else None
 
     def pool_sizes(self) -> dict[str, int]:
@@ -385,22 +375,14 @@ class JudgmentStore:
             stored = None if client is None else _answered(db, row)
             if stored is not None:
                 return stored
-            cursor = db.execute(
-                f"INSERT INTO judgments ({_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
-            )
-            return Judgment(int(cursor.lastrowid), *row)
+            return Judgment(int(db.execute(_INSERT, row).lastrowid), *row)
 
     def judge_many(self, rows: Iterable[tuple[str, str, str, int | None]], source: str) -> int:
         """Save many ``(qid, doc_id, assessor, grade)`` at once (one transaction): an import.
         The caller has checked them (:func:`dotcat.judging.imports.import_qrels`)."""
         time = now()
         with self._write() as db:
-            cursor = db.executemany(
-                "INSERT INTO judgments (qid, doc_id, assessor, grade, time, source) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(q, d, a, g, time, source) for q, d, a, g in rows],
-            )
-            return cursor.rowcount
+            return db.executemany(_INSERT, [(*r, time, source, None, None) for r in rows]).rowcount
 
     def undo(
         self, assessor: str, *, client: str | None = None, seq: int | None = None
@@ -414,30 +396,24 @@ class JudgmentStore:
         _check_request(client, seq)
         name = None if client is None else f"{client} {seq}"
         with self._write() as db:
-            select = f"SELECT id, {_FIELDS} FROM judgments WHERE "
+            select = f"{_JUDGMENTS} WHERE "
             done = name and db.execute(select + "undone_by = ?", (name,)).fetchone()
             if done:
                 return Judgment(*done)
             row = db.execute(
                 select + "assessor = ? AND undone = 0 ORDER BY id DESC LIMIT 1", (assessor,)
             ).fetchone()
-            if row is None:
-                return None
-            db.execute(
-                "UPDATE judgments SET undone = 1, undone_by = ? WHERE id = ?", (name, row[0])
-            )
-            return Judgment(*row)
+            if row is not None:
+                db.execute("UPDATE judgments SET undone = 1, undone_by = ? WHERE id = ?",
+                           (name, row[0]))  # fmt: skip
+            return Judgment(*row) if row is not None else None
 
     def current(self, assessor: str | None = None, qid: str | None = None) -> list[Judgment]:
         """Each (query, document, assessor)'s standing judgement: the latest row not undone
         (a skip included, grade None)."""
-        where, params = ["undone = 0"], []
-        if assessor is not None:
-            where.append("assessor = ?")
-            params.append(assessor)
-        if qid is not None:
-            where.append("qid = ?")
-            params.append(qid)
+        given = {"assessor": assessor, "qid": qid}
+        where = ["undone = 0", *(f"{k} = ?" for k, v in given.items() if v is not None)]
+        params = [v for v in given.values() if v is not None]
         rows = self._rows(
             f"SELECT j.id, {_FIELDS} FROM judgments j "
             "JOIN (SELECT MAX(id) AS id FROM judgments WHERE " + " AND ".join(where) +
@@ -448,8 +424,7 @@ class JudgmentStore:
 
     def log(self) -> list[Judgment]:
         """Every row ever written, undone ones included, oldest first."""
-        rows = self._rows(f"SELECT id, {_FIELDS} FROM judgments ORDER BY id")
-        return [Judgment(*row) for row in rows]
+        return [Judgment(*row) for row in self._rows(f"{_JUDGMENTS} ORDER BY id")]
 
     def assessors(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT DISTINCT assessor FROM judgments ORDER BY 1")]
@@ -464,14 +439,13 @@ class JudgmentStore:
             return out
         pooled = {(q, d) for q, d in self._rows("SELECT qid, doc_id FROM pooled")}
         for j in self.current(assessor):
-            if (j.qid, j.doc_id) not in pooled or j.qid not in out:
-                continue
-            progress = out[j.qid]
-            if j.grade is None:
-                progress.skipped += 1
-            else:
-                progress.judged += 1
-                progress.grades[j.grade] = progress.grades.get(j.grade, 0) + 1
+            if (j.qid, j.doc_id) in pooled and j.qid in out:
+                progress = out[j.qid]
+                if j.grade is None:
+                    progress.skipped += 1
+                else:
+                    progress.judged += 1
+                    progress.grades[j.grade] = progress.grades.get(j.grade, 0) + 1
         return out
 
 
@@ -493,16 +467,14 @@ def _answered(db: sqlite3.Connection, row: tuple) -> Judgment | None:
     """
     qid, doc_id, assessor, grade, _, _, client, seq = row
     found = db.execute(
-        f"SELECT id, {_FIELDS} FROM judgments WHERE client = ? AND (seq = ? OR (seq > ? "
-        "AND qid = ? AND doc_id = ? AND assessor = ?)) ORDER BY seq DESC LIMIT 1",
+        f"{_JUDGMENTS} WHERE client = ? AND (seq = ? OR (seq > ? AND qid = ? AND doc_id = ? "
+        "AND assessor = ?)) ORDER BY seq DESC LIMIT 1",
         (client, seq, seq, qid, doc_id, assessor),
     ).fetchone()
     if found is None:
         return None
     stored = Judgment(*found)
-    if stored.seq == seq and (stored.qid, stored.doc_id, stored.assessor, stored.grade) != (
-        qid, doc_id, assessor, grade
-    ):  # fmt: skip
+    if stored.seq == seq and found[1:5] != row[:4]:  # (qid, doc_id, assessor, grade)
         raise DotcatError(
             f"request {seq} of client {client!r} was saved for another judgement (query "
             f"{stored.qid!r}, document {stored.doc_id!r}, grade {stored.grade}); a request "

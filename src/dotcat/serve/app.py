@@ -58,14 +58,12 @@ from dotcat.options import SHOWN_K
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS
 from dotcat.serve.batcher import Job, MicroBatcher
-from dotcat.serve.config import API_KEY_ENV as API_KEY_ENV
 from dotcat.serve.config import ServeConfig
 from dotcat.serve.config import is_loopback as is_loopback
 from dotcat.serve.judging import QueryLog, add_judging_routes, open_judgments
 from dotcat.serve.live import Live, add_document_routes
 from dotcat.serve.middleware import AccessLog, BodyLimit, PagePolicy, Utf8Query
 from dotcat.serve.protocol import (
-    NON_BLANK,
     CoverageOut,
     DocumentOut,
     EncoderInfo,
@@ -116,9 +114,7 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI app serving ``pipeline`` (a loaded :class:`SearchPipeline`)."""
     config = config or ServeConfig()
     config.check()
-    service = SearchService(pipeline, config)
-
-    live = Live(pipeline, config)
+    service, live = SearchService(pipeline, config), Live(pipeline, config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -128,14 +124,8 @@ def create_app(pipeline: Any, config: ServeConfig | None = None) -> FastAPI:
         await live.stop()
         await service.batcher.stop()
 
-    app = FastAPIOffline(
-        title="dotcat",
-        version=__version__,
-        description=DESCRIPTION,
-        lifespan=lifespan,
-        docs_url="/docs",
-        redoc_url="/redoc",
-    )
+    app = FastAPIOffline(title="dotcat", version=__version__, description=DESCRIPTION,
+                         lifespan=lifespan, docs_url="/docs", redoc_url="/redoc")  # fmt: skip
     app.state.service = service
     app.state.pipeline = pipeline
     app.state.retry_after = config.retry_after_s
@@ -407,32 +397,19 @@ _GET_PARAMS = ("q", "k", "rerank", "depth", "first_stage", "full_text", "filter"
 
 def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
     c, d = svc.config, svc.described
-    Stage, Rerank, SearchBody = svc.Stage, svc.Rerank, svc.SearchBody  # noqa: N806 - types
+    Stage, Rerank, Text, SearchBody = svc.Stage, svc.Rerank, svc.Text, svc.SearchBody  # noqa: N806
 
-    @app.get(
-        "/search",
-        tags=["search"],
-        summary="Search with one query in the URL",
-        description="The top `k` documents for the query `q`, best first, each with a "
-        "snippet (and its whole text with `full_text=true`). Queries too long for a URL "
-        f"(over {MAX_URL_BYTES} bytes encoded: 414) go by `POST /search`.",
-        operation_id="search",
-        response_model=SearchOut,
-        response_description="The hits, best first",
-        responses=svc.errors(400, 414, 422, 503, 504),
-        dependencies=[*svc.auth, Depends(only(*_GET_PARAMS))],
-    )
+    @app.get("/search", tags=["search"], summary="Search with one query in the URL",
+             description="The top `k` documents for the query `q`, best first, each with a "
+             "snippet (and its whole text with `full_text=true`). Queries too long for a URL "
+             f"(over {MAX_URL_BYTES} bytes encoded: 414) go by `POST /search`.",
+             operation_id="search", response_model=SearchOut,
+             response_description="The hits, best first",
+             responses=svc.errors(400, 414, 422, 503, 504),
+             dependencies=[*svc.auth, Depends(only(*_GET_PARAMS))])  # fmt: skip
     async def search_get(
         request: Request,
-        q: Annotated[
-            str,
-            Query(
-                min_length=1,
-                max_length=c.max_query_chars,
-                pattern=NON_BLANK,
-                description=d["query"],
-            ),
-        ],  # fmt: skip
+        q: Annotated[Text, Query(description=d["query"])],  # type: ignore[valid-type]
         k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = SHOWN_K,
         rerank: Annotated[Rerank | None, Query(description=d["rerank"])] = None,  # type: ignore[valid-type]
         depth: Annotated[int | None, Query(ge=1, le=c.max_depth, description=d["depth"])] = None,
@@ -449,22 +426,14 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
         took = (time.perf_counter() - start) * 1000
         return svc.respond(svc.result(q, job, hits, took, full_text), full_text)
 
-    @app.post(
-        "/search",
-        tags=["search"],
-        summary="Search with one query or many in a JSON body",
-        description="`query` (one query: the answer is one result) or `queries` (several: "
-        "the answer is `results`, in the same order), and the options of `GET /search`.",
-        operation_id="search_many",
-        response_model=SearchAnswer,
-        response_description="The answer: one result, or `results` in the queries' order",
-        responses=svc.errors(400, 413, 422, 503, 504),
-        dependencies=[*svc.auth, Depends(only())],
-    )
-    async def search_post(
-        request: Request,
-        body: SearchBody,  # type: ignore[valid-type]
-    ) -> SearchOut | MultiSearchOut:
+    @app.post("/search", tags=["search"], summary="Search with one query or many in a JSON body",
+              description="`query` (one query: the answer is one result) or `queries` (several: "
+              "the answer is `results`, in the same order), and the options of `GET /search`.",
+              operation_id="search_many", response_model=SearchAnswer,
+              response_description="The answer: one result, or `results` in the queries' order",
+              responses=svc.errors(400, 413, 422, 503, 504),
+              dependencies=[*svc.auth, Depends(only())])  # fmt: skip
+    async def search_post(request: Request, body: SearchBody) -> SearchOut | MultiSearchOut:  # type: ignore[valid-type]
         start = time.perf_counter()
         texts = [body.query] if body.query is not None else list(body.queries)
         job = Job(texts, body.k, body.first_stage, body.rerank, body.depth, body.filter,
@@ -482,17 +451,11 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
 def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
     pipeline = svc.pipeline
 
-    @app.get(
-        "/documents/{doc_id:path}",
-        tags=["documents"],
-        summary="One document, whole",
-        description="The title and whole text of a document of the index, by its id.",
-        operation_id="document",
-        response_model=DocumentOut,
-        response_description="The document",
-        responses=svc.errors(404, 422),
-        dependencies=[*svc.auth, Depends(only())],
-    )
+    @app.get("/documents/{doc_id:path}", tags=["documents"], summary="One document, whole",
+             description="The title and whole text of a document of the index, by its id.",
+             operation_id="document", response_model=DocumentOut,
+             response_description="The document", responses=svc.errors(404, 422),
+             dependencies=[*svc.auth, Depends(only())])  # fmt: skip
     def document(
         doc_id: Annotated[str, Path(description="The document's id, as in a hit's `doc_id`.")],
     ) -> DocumentOut:
@@ -502,18 +465,11 @@ def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
         fields = pipeline.index.fields_of([doc.pos]).get(doc.pos, {})
         return DocumentOut(doc_id=doc.id, title=doc.title, text=doc.text, fields=fields)
 
-    @app.get(
-        "/healthz",
-        tags=["server"],
-        summary="Is the server up?",
-        description="Answers once the models and the index are loaded (the server binds "
-        "its port only then). Open without the API key.",
-        operation_id="healthz",
-        response_model=HealthOut,
-        response_description="Up",
-        responses=error_responses(422),
-        dependencies=[Depends(only())],
-    )
+    @app.get("/healthz", tags=["server"], summary="Is the server up?",
+             description="Answers once the models and the index are loaded (the server binds "
+             "its port only then). Open without the API key.",
+             operation_id="healthz", response_model=HealthOut, response_description="Up",
+             responses=error_responses(422), dependencies=[Depends(only())])  # fmt: skip
     def healthz() -> HealthOut:
         return HealthOut(status="ok")
 
@@ -522,19 +478,13 @@ def _add_index_routes(app: FastAPI, svc: SearchService) -> None:
         """As ``GET /healthz``, without the body (load balancers and ``curl -I`` ask so)."""
         return Response(status_code=200, media_type="application/json")
 
-    @app.get(
-        "/info",
-        tags=["server"],
-        summary="What this server searches, and its limits",
-        description="The index (name, documents, FAISS type, precision), the models (names "
-        "and weight fingerprints), the first stages, the re-ranker, the limits of a request, "
-        "and which server process answered.",
-        operation_id="info",
-        response_model=InfoOut,
-        response_description="The server's description",
-        responses=svc.errors(422),
-        dependencies=[*svc.auth, Depends(only())],
-    )
+    @app.get("/info", tags=["server"], summary="What this server searches, and its limits",
+             description="The index (name, documents, FAISS type, precision), the models (names "
+             "and weight fingerprints), the first stages, the re-ranker, the limits of a "
+             "request, and which server process answered.",
+             operation_id="info", response_model=InfoOut,
+             response_description="The server's description", responses=svc.errors(422),
+             dependencies=[*svc.auth, Depends(only())])  # fmt: skip
     def info() -> InfoOut:
         return svc.info()
 

@@ -52,7 +52,6 @@ class Job:
     filter: str | None = None
     fetch: int = 0
     future: asyncio.Future = field(default=None, repr=False)  # type: ignore[assignment]
-    enqueued: float = field(default_factory=time.perf_counter)
     batch_queries: int = 0  # queries in the model call that served it (for the access log)
 
     @property
@@ -87,10 +86,6 @@ class MicroBatcher:
         self.batches = 0
         self.queries = 0
         self._expected = 1  # the crowd counted after the last batch: how many to wait for
-
-    @property
-    def waiting(self) -> int:
-        return self._queue.qsize()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="dotcat-batcher")

@@ -21,13 +21,12 @@ from dotcat.errors import DotcatError
 from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.search.hits import Hit
+from dotcat.serve.config import API_KEY_ENV
 from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
 #: How many times a batch refused with 503 (the server's queue full) is asked again.
 BUSY_RETRIES = 5
-
-API_KEY_ENV = "DOTCAT_API_KEY"
 #: The pipeline settings a request may set for itself; the others are the server's own.
 PER_REQUEST = frozenset({"first_stage", "filter"})
 
@@ -69,17 +68,10 @@ class ServerClient:
                 bounded excerpt around the query's words), a smaller answer.
             filter: only documents whose fields match (:mod:`dotcat.search.filters`).
         """
-        params: dict[str, Any] = {"q": query, "k": k}
-        if full_text:
-            params["full_text"] = "true"
-        if first_stage:
-            params["first_stage"] = first_stage
-        if rerank is not None:
-            params["rerank"] = "true" if rerank else "false"
-        if depth is not None:
-            params["depth"] = depth
-        if filter:
-            params["filter"] = filter
+        options = {"full_text": "true" if full_text else None, "first_stage": first_stage or None,
+                   "rerank": None if rerank is None else str(rerank).lower(), "depth": depth,
+                   "filter": filter or None}  # fmt: skip
+        params = {"q": query, "k": k, **{n: v for n, v in options.items() if v is not None}}
         answer = self._get("/search?" + urllib.parse.urlencode(params))
         return [_hit(h, full_text) for h in answer["hits"]]
 

@@ -26,11 +26,11 @@ The routes take the server's API key like every other; refusals are ``{"error": 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations as objects.
 import threading
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 from fastapi import FastAPI, Query
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.judging.agreement import assessor_agreement
@@ -123,18 +123,18 @@ class JudgedDocumentOut(BaseModel):
     ranks: dict[str, int]
 
 
-class JudgmentOut(BaseModel):
-    id: int
-    qid: str
-    doc_id: str
-    assessor: str
-    grade: int | None
-    time: str
-    client: str | None = Field(description="The request that stored this row (null: none named).")
-    seq: int | None
-    judged: int = Field(description="This assessor's judged documents of the query, now.")
-    skipped: int
-    pooled: int
+def _judgment_out() -> type[BaseModel]:
+    """A stored row (:class:`Judgment`'s fields, less its source), then its query's progress
+    for its assessor, now."""
+    kinds = {**get_type_hints(Judgment), "judged": int, "skipped": int, "pooled": int}
+    del kinds["source"]
+    described = {"client": "The request that stored this row (null: none named).",
+                 "judged": "This assessor's judged documents of the query, now."}  # fmt: skip
+    fields = {n: (kind, Field(description=described.get(n))) for n, kind in kinds.items()}
+    return create_model("JudgmentOut", **fields)
+
+
+JudgmentOut = _judgment_out()
 
 
 class AgreementOut(BaseModel):

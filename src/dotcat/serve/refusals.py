@@ -161,12 +161,9 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
-class _URLTooLong(Exception):
-    """Raised inside the parser's URL callback: the parser stops and reports an error."""
-
-
-class _HeadersTooLarge(Exception):
-    """Raised inside the parser's header callback, as :class:`_URLTooLong`."""
+class _TooLarge(Exception):
+    """Raised inside the parser's URL or header callback: the parser stops and reports an
+    error (:meth:`JSONHttpProtocol.send_400_response` says which limit)."""
 
 
 class JSONHttpProtocol(HttpToolsProtocol):
@@ -197,29 +194,23 @@ class JSONHttpProtocol(HttpToolsProtocol):
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
         if len(self.url) > MAX_URL_BYTES:
-            raise _URLTooLong  # the parser stops here: data_received sends the 400 below
+            raise _TooLarge  # the parser stops here: data_received sends the 400 below
 
     def on_header(self, name: bytes, value: bytes) -> None:
         super().on_header(name, value)
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > MAX_HEADER_BYTES:
-            raise _HeadersTooLarge  # the parser stops here: data_received sends the 431 below
+            raise _TooLarge  # the parser stops here: data_received sends the 431 below
 
     def send_400_response(self, msg: str) -> None:
         url = getattr(self, "url", b"")
         if getattr(self, "_header_bytes", 0) > MAX_HEADER_BYTES:
-            status, error = (
-                431,
-                f"the header fields are over {MAX_HEADER_BYTES} bytes, this server's limit",
-            )
+            status = 431
+            error = f"the header fields are over {MAX_HEADER_BYTES} bytes, this server's limit"
         elif len(url) > MAX_URL_BYTES:
-            status, error = (
-                414,
-                (
-                    f"the URL is over {MAX_URL_BYTES} bytes, this server's limit: send long "
-                    "queries in the body of POST /search"
-                ),
-            )
+            status = 414
+            error = (f"the URL is over {MAX_URL_BYTES} bytes, this server's limit: send long "
+                     "queries in the body of POST /search")  # fmt: skip
         else:
             status, error = 400, "invalid HTTP request (malformed request line or headers)"
         body = json.dumps({"error": error}).encode()
