@@ -13,15 +13,11 @@ from typing import Annotated
 
 import typer
 
-from dotcat.cli.main import Group, app
+from dotcat.cli.main import sub_app
 
-datasets_app = typer.Typer(
-    cls=Group,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    help="BEIR datasets by name (beir/NAME) and ir_datasets ids (irds:ID): list, get.",
+datasets_app = sub_app(
+    "datasets", "BEIR datasets by name (beir/NAME) and ir_datasets ids (irds:ID): list, get."
 )
-app.add_typer(datasets_app, name="datasets")
 
 
 @datasets_app.command("list")

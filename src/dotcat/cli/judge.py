@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from dotcat.cli.main import Group, app
+from dotcat.cli.main import sub_app
 from dotcat.cli.params import INDEX_DIR, with_settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
@@ -25,13 +25,9 @@ from dotcat.judging.config import (
 )
 from dotcat.search.config import PipelineConfig, check_pipeline
 
-judge_app = typer.Typer(
-    cls=Group,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    help="Judge pooled results for your queries: a test collection of your own.",
+judge_app = sub_app(
+    "judge", "Judge pooled results for your queries: a test collection of your own."
 )
-app.add_typer(judge_app, name="judge")
 
 
 def _index(index_dir: Path) -> Path:

@@ -159,11 +159,17 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text as written: no markup eats "[ray]", no <bool> columns
     help="dotcat: index a corpus with BERT_DOT + FAISS, search it, re-rank, evaluate.",
 )
+
+
+def sub_app(name: str, help: str) -> typer.Typer:
+    """``dotcat NAME``: a group of commands."""
+    group = typer.Typer(cls=Group, no_args_is_help=True, rich_markup_mode=None, help=help)
+    app.add_typer(group, name=name)
+    return group
+
+
 #: ``dotcat train``: its recipes' commands.
-train_app = typer.Typer(
-    cls=Group, no_args_is_help=True, rich_markup_mode=None, help="Train BERT_DOT or BERT_CAT."
-)
-app.add_typer(train_app, name="train")
+train_app = sub_app("train", "Train BERT_DOT or BERT_CAT.")
 
 
 class _StderrHandler(logging.Handler):

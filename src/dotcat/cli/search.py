@@ -14,7 +14,7 @@ import typer
 
 from dotcat.cli.main import app
 from dotcat.cli.output import print_hits, search_lines
-from dotcat.cli.params import given_settings, refuse_with, with_settings
+from dotcat.cli.params import INDEX_DIR, given_settings, refuse_with, with_settings
 from dotcat.data import (
     check_output_file,
     find_corpus_file,
@@ -42,7 +42,6 @@ from dotcat.serve.client import PER_REQUEST, ServerClient
 
 logger = logging.getLogger(__name__)
 
-INDEX_HELP = "An index directory from `dotcat index`."
 SPLIT_HELP = "With a BEIR dir: the qrels split whose queries to run."
 TAG_HELP = "Run tag (TREC column 6)."
 OUTPUT_HELP = "TREC run file to write ('-': standard output)."
@@ -60,7 +59,7 @@ _NOT_RERANK = tuple(
 @with_settings(PipelineConfig, "config")
 @with_settings(ClusterConfig, "cluster")
 def search(
-    index_dir: str | None = typer.Argument(None, help=INDEX_HELP, metavar="INDEX_DIR"),
+    index_dir: str | None = typer.Argument(None, help=INDEX_DIR.help, metavar="INDEX_DIR"),
     query: str | None = typer.Argument(
         None,
         help="Query text; none: read queries line by line (or use --queries).",

@@ -34,10 +34,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
 from dotcat.data.sources import CorpusOptions
 from dotcat.errors import DotcatError
+from dotcat.index.encoder import load_document_encoder
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, document_config
-from dotcat.models import BiEncoder
 from dotcat.serve.protocol import DocumentIn, DocumentsIn, IdentifiedDocument, WriteOut
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Live:
         self.index_dir = FilePath(pipeline.index_dir)
         self._write = threading.Lock()  # one writer (write or sync) of this server at a time
         self._reload = threading.Lock()
-        self._encoder: BiEncoder | None = None
+        self._encoder: Any = None
         self._failed: tuple[int, ...] | None = None  # a generation that could not be opened
         self._tasks: list[asyncio.Task] = []
         self._stop: asyncio.Event | None = None
@@ -146,11 +146,11 @@ class Live:
         with self._write:
             self.encoder()
 
-    def encoder(self) -> BiEncoder:
+    def encoder(self) -> Any:
         """The index's document encoder, loaded once (as the server starts) and kept."""
         if self._encoder is None:
             runtime = {"device": self.pipeline.config.device}
-            self._encoder = BiEncoder.load(document_config(self.pipeline.manifest, runtime))
+            self._encoder = load_document_encoder(document_config(self.pipeline.manifest, runtime))
         return self._encoder
 
     async def write(self, documents: list[IdentifiedDocument], delete: str | None) -> WriteOut:
