@@ -142,22 +142,12 @@ _CLI_KEYS = {
 
 def auto_float(name: str, value: Any) -> float | None:
     """``auto`` (the shell's word for None: "decide") -> None, else a number."""
-    return _auto(name, value, float)
-
-
-def auto_int(name: str, value: Any) -> int | None:
-    """``auto`` -> None, else a whole number."""
-    return _auto(name, value, int)
-
-
-def _auto(name: str, value: Any, kind: type) -> Any:
     if value is None or value == "auto":
         return None
     try:
-        return kind(value)
+        return float(value)
     except (TypeError, ValueError):
-        noun = "a whole number" if kind is int else "a number"
-        raise SettingError(name, f"{name}: expected 'auto' or {noun}, got {value!r}") from None
+        raise SettingError(name, f"{name}: expected 'auto' or a number, got {value!r}") from None
 
 
 def zero_is_none(name: str, value: Any) -> Any:
@@ -305,11 +295,6 @@ def _jsonable(value: Any) -> Any:
 def is_settings(hint: Any) -> bool:
     """Whether a type is a settings dataclass (a nested settings field)."""
     return isinstance(hint, type) and issubclass(hint, Settings) and dataclasses.is_dataclass(hint)
-
-
-def help_of(cls: type, name: str) -> str:
-    """The help text of a settings field."""
-    return _field(cls, name).metadata.get("help", "")
 
 
 def choices_of(cls: type, name: str) -> tuple | None:

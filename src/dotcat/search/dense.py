@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,16 +98,9 @@ class DenseRetriever:
         docs = self.index.store.by_ids(list(doc_ids))
         return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
 
-    def batch_search(
-        self,
-        queries: Mapping[str, str],
-        k: int = RUN_K,
-        batch_size: int = 256,
-        show_progress: bool = True,
-        rocchio: Rocchio | None = None,
-    ) -> Run:
-        """Top-k for many queries: ``{qid: [(doc_id, score), ...]}`` ranked best first."""
-        return to_run(self.batch_matches(queries, k, batch_size, show_progress, rocchio))
+    def batch_search(self, queries: Mapping[str, str], *args: Any, **kwargs: Any) -> Run:
+        """:meth:`batch_matches` as a run: ``{qid: [(doc_id, score), ...]}``, best first."""
+        return to_run(self.batch_matches(queries, *args, **kwargs))
 
     def batch_matches(
         self,
