@@ -277,14 +277,10 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _datasets(self) -> ExperimentConfig:
+        both = "give either a [dataset] table or [[datasets]] tables (several collections)"
+        none = "missing; expected a [dataset] table with `path` and `split`, or [[datasets]] tables"
         if (self.dataset is None) == (self.datasets is None):
-            raise _field_error(
-                "dataset",
-                "give either a [dataset] table or [[datasets]] tables (several collections)"
-                if self.dataset is not None
-                else "missing; expected a [dataset] table with `path` and `split`, or "
-                "[[datasets]] tables",
-            )
+            raise _field_error("dataset", both if self.dataset is not None else none)
         labels = [d.label for d in self.dataset_list]
         for i, label in enumerate(labels):
             if label in labels[:i]:
@@ -419,13 +415,7 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 def _description(fields: list[str | int]) -> str | None:
     names = [p for p in fields if isinstance(p, str)]
-    model: type[BaseModel] | None = ExperimentConfig
-    info = None
-    for name in names:
-        if model is None or name not in model.model_fields:
-            return None
-        info = model.model_fields[name]
-        model = _nested_model(info.annotation)
+    info = _model_at(names[:-1]).model_fields.get(names[-1]) if names else None
     return (expects(info) or info.description) if info is not None else None
 
 
@@ -463,14 +453,12 @@ def check_paths(
             where = "dataset" if config.dataset is not None else f"datasets[{i}]"
             _checked(source, _check_dataset, dataset, where)
     for i, system in enumerate(config.systems):
-        for field in ("model", "rerank"):
-            value = getattr(system, field)
+        where = f"{source}: systems[{i}]"
+        for field, value in (("model", system.model), ("rerank", system.rerank)):
             if value is not None:
-                cross = field == "rerank"
-                _checked(f"{source}: systems[{i}].{field}", check_model, value, cross_encoder=cross)
+                _checked(f"{where}.{field}", check_model, value, cross_encoder=field == "rerank")
         if system.index is not None:
-            index = Path(system.index)
-            _checked(f"{source}: systems[{i}].index", _check_index, index, system.first_stage)
+            _checked(f"{where}.index", _check_index, Path(system.index), system.first_stage)
 
 
 def _checked(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
