@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index
-from dotcat.index.encoder import prepare_queries
+from dotcat.index.encoder import load_document_encoder
 from dotcat.index.manifest import Manifest
-from dotcat.index.updates import add_documents, delete_documents
+from dotcat.index.updates import add_documents, delete_documents, document_config
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
@@ -126,7 +126,8 @@ def test_an_add_loads_no_pytorch_and_scores_as_a_fresh_build(encoder, tmp_path):
     """Added documents are encoded by the index's exported encoder (no PyTorch to load: a sync
     of a few files takes seconds), and the index then ranks as one built whole in PyTorch."""
     index = _build(tmp_path, encoder)
-    prepare_queries(Manifest.read(index).encoder, "cpu")  # the export, made as `dotcat index` does
+    runtime = {"device": "cpu", "precision": "fp32"}  # the export the add loads, made beforehand
+    load_document_encoder(document_config(Manifest.read(index), runtime))  # (as `dotcat index`)
     new = _corpus(tmp_path / "new.jsonl.gz", range(120, 140))
     done = subprocess.run([sys.executable, "-c", _ADD_WITHOUT_TORCH, str(index), str(new)],
                           capture_output=True, text=True, timeout=300)  # fmt: skip

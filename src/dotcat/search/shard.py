@@ -60,7 +60,7 @@ from dotcat.search.config import PipelineConfig
 from dotcat.search.dense import rank_vectors
 from dotcat.search.feedback import eligible_terms
 from dotcat.search.lexical import BM25Stage, load_bm25
-from dotcat.search.stages import FirstStage, StageContext, filters
+from dotcat.search.stages import FirstStage, StageContext, filters, recent
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,6 @@ FeedbackRow = tuple[str, float, dict[int, float]]
 #: A filter as the front sends it: its SQL over a doc store's ``fields`` table and the SQL's
 #: parameters (:meth:`dotcat.search.filters.Filter.sql`).
 FilterQuery = tuple[str, tuple]
-#: Filters whose admitted documents a shard keeps (the last ones asked).
-ADMITTED_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -315,18 +313,12 @@ class ShardSearcher:
 
     def _within(self, query: FilterQuery | None) -> Admitted | None:
         """The documents the filter ``query`` admits here (None: no filter), found once
-        per filter (the last :data:`ADMITTED_KEPT` kept)."""
+        per filter (:func:`~dotcat.search.stages.recent`)."""
         if query is None:
             return None
         sql, params = query
         key = repr((sql, tuple(params)))
-        if key in self._admitted:
-            self._admitted.move_to_end(key)
-            return self._admitted[key]
-        admitted = self._admitted[key] = self.index.admit(sql, list(params))
-        if len(self._admitted) > ADMITTED_KEPT:
-            self._admitted.popitem(last=False)
-        return admitted
+        return recent(self._admitted, key, lambda: self.index.admit(sql, list(params)))
 
     # -- documents -----------------------------------------------------------------------------
 

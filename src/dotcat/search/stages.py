@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "dotcat.first_stages"
 #: The first stage that follows the index (the default): hybrid where it has BM25, else dense.
 AUTO = "auto"
+#: Filters whose admitted documents are kept, the last ones asked (a pipeline's, a shard's).
+ADMITTED_KEPT = 32
 
 
 @runtime_checkable
@@ -182,6 +184,22 @@ def entry(name: str) -> StageEntry:
         raise DotcatError(f"no first stage {name!r}; the stages are {known}") from None
 
 
+def recent(
+    cache: OrderedDict, key: Any, make: Callable[[], Any], keep: Callable[[Any], bool] | None = None
+) -> Any:
+    """``cache[key]``, made by ``make()`` where missing and kept (unless ``keep`` says not)
+    among the :data:`ADMITTED_KEPT` last used (least recently used out first)."""
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = make()
+    if keep is None or keep(value):
+        cache[key] = value
+        if len(cache) > ADMITTED_KEPT:
+            cache.popitem(last=False)
+    return value
+
+
 class StageContext:
     """What stages are built from: one open index and the pipeline's settings.
 
@@ -258,7 +276,7 @@ class StageContext:
     def admitted(self, filter: str) -> Any:
         """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`; over
         shards, :class:`dotcat.search.sharded.ShardedAdmitted`: each shard admits its own),
-        found once per filter (the last 32 kept).
+        found once per filter (:func:`recent`).
 
         Raises:
             FilterError: a syntax error, a field the index does not have or a value of the
@@ -266,18 +284,12 @@ class StageContext:
         """
         from dotcat.search.filters import parse_filter
 
-        with self._lock:
-            if filter in self._admitted:
-                self._admitted.move_to_end(filter)
-                return self._admitted[filter]
+        def admit() -> Any:
             sql, params = parse_filter(filter).sql(self.index.field_kinds())
-            admitted = self.index.admit(sql, params)
-            if not getattr(admitted, "complete", True):  # a shard left out: count it again
-                return admitted
-            self._admitted[filter] = admitted
-            if len(self._admitted) > 32:
-                self._admitted.popitem(last=False)
-            return admitted
+            return self.index.admit(sql, params)
+
+        with self._lock:  # a shard left out (not `complete`): counted again next time
+            return recent(self._admitted, filter, admit, lambda a: getattr(a, "complete", True))
 
     def search(
         self,
