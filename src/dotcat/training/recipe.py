@@ -19,7 +19,7 @@ import torch
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.index_source import source_corpus_sha256
 from dotcat.models.resolve import file_sha256, weights_fingerprint
-from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.models.runtime import cpu_has_native_bf16, resolve_device
 from dotcat.training.config import TrainConfig
 from dotcat.training.data.examples import load_training_data
 from dotcat.training.data.judged import split_queries
@@ -38,6 +38,8 @@ class Recipe:
         kind: ``"dot"``, ``"cat"`` or ``"distill"`` (recorded; a finished run of another kind
             is not taken for this one).
         model: the module whose parameters train (unwrapped: never the DDP wrapper).
+        trained: what a fold of the held-out check ranks its held-out queries with (``model``,
+            or the cross-encoder around it).
         stale_files: file patterns in the output directory that ``overwrite`` removes.
         base_is_candidate: whether the starting model may be kept as the best (epoch 0).
         negatives_name, fold_files: what the held-out check's folds reuse of the run
@@ -55,6 +57,7 @@ class Recipe:
 
     kind: str
     model: torch.nn.Module
+    trained: Any
     stale_files: tuple[str, ...]
     base_is_candidate: bool
     negatives_name = NEGATIVES_FILE
@@ -65,6 +68,11 @@ class Recipe:
         self.ctx = ctx
         self.out_dir = Path(config.out_dir)
         self.mining_seconds = 0.0
+
+    @staticmethod
+    def context(device: str) -> DistributedContext:
+        """One process on ``device`` (``dot`` trains under ``torchrun`` too)."""
+        return DistributedContext(device=resolve_device(device))
 
     @classmethod
     def first_steps(cls, config: Any) -> Any:
@@ -124,7 +132,7 @@ class Recipe:
                 "train_examples": len(self.examples),
                 **(split or {}),
             },
-            "negatives": negatives,
+            "negatives": {k: v for k, v in negatives.items() if k != "format"},
             "base_model": {"name": config.base, "path": str(base[0]), "fingerprint": base[1]},
             "model": {**model, "fingerprint": weights_fingerprint(out) if saved else None},
             "loss": loss,

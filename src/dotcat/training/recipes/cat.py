@@ -63,7 +63,6 @@ from dotcat.evaluation.choice import MIN_QUERIES, Choice, choose
 from dotcat.files import replacing, write_json
 from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-from dotcat.models.runtime import resolve_device
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
 from dotcat.training.data.judged import with_judged_negatives
@@ -97,16 +96,6 @@ ALPHAS = tuple(round(float(a), 2) for a in np.linspace(0.0, 1.0, 11))
 PRIOR_ALPHA = 0.5
 
 
-def write_json_gz(path: Path, value: Any) -> None:
-    with replacing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(value, f)
-
-
-def read_json_gz(path: Path) -> Any:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
-
-
 class CatRecipe(Recipe):
     """BERT_CAT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
@@ -115,11 +104,6 @@ class CatRecipe(Recipe):
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
     fold_files = (TEACHER_FILE,)
-
-    @staticmethod
-    def context(device: str) -> DistributedContext:
-        """One process on ``device``: the cat recipe does not train under ``torchrun``."""
-        return DistributedContext(device=resolve_device(device))
 
     @classmethod
     def first_steps(cls, config: CatConfig) -> CatConfig | None:
@@ -148,14 +132,13 @@ class CatRecipe(Recipe):
 
     def __init__(self, config: CatConfig, ctx: DistributedContext) -> None:
         super().__init__(config, ctx)
-        # The model is loaded in prepare(), after the loop seeded the random generators.
-        self.device = ctx.device
         self.best_score: float | None = None
         self.best_candidates: dict[str, Any] = {}
         self.choice: Choice | None = None  # the weight the held-out check's lists choose
 
     def prepare(self) -> None:
-        """Data and dev split, the model's training settings, pools and examples."""
+        """Data and dev split, the model's training settings, pools and examples (the model is
+        loaded here, after the loop seeded the random generators)."""
         config = self.config
         # The interpolation weight's rule needs MIN_QUERIES dev queries to judge the
         # re-ranker against its first stage: a small judged set holds out that many where it can.
@@ -171,16 +154,16 @@ class CatRecipe(Recipe):
             ),
             seed=config.seed,
         )
-        self.model = self.cross_encoder.model
-        self.model.requires_grad_(True)
+        self.trained = self.cross_encoder
+        self.model = self.cross_encoder.model.requires_grad_(True)
         if config.attention_dropout is not None:
             set_attention_dropout(self.model, config.attention_dropout)
-        self.bf16 = resolve_bf16(config.bf16, self.device)
+        self.bf16 = resolve_bf16(config.bf16, self.ctx.device)
         # The run's precision governs its dev scoring too: --bf16 off means fp32 throughout.
         self.cross_encoder.autocast_dtype = torch.bfloat16 if self.bf16 else None
 
         t0 = time.perf_counter()
-        self.pools, self.pools_meta, first_run, self.teacher = self._pools(data.queries)
+        first_run = self._pools(data.queries)
         # The first stage's lists re-ranked on dev, or by the k-fold check's folds: every query.
         ranked = data.queries if config.kfold(len(data.queries)) else self.dev_queries
         if ranked and first_run is None:  # pools read back: the first stage again
@@ -196,11 +179,9 @@ class CatRecipe(Recipe):
         self.dev_first = {q: self.first_lists[q] for q in self.dev_queries}
         self.doc_texts = self._texts()
 
-    def _pools(
-        self, queries: Mapping[str, str]
-    ) -> tuple[dict[str, list[str]], dict[str, Any], Run | None, dict[str, dict[str, float]]]:
-        """Negative pools (saved, or read back on resume), the first stage's run for dev, and
-        the first stages' teacher scores when ``teacher_weight`` > 0 (saved likewise)."""
+    def _pools(self, queries: Mapping[str, str]) -> Run | None:
+        """Negative pools (saved, or read back on resume) and the first stages' teacher scores
+        when ``teacher_weight`` > 0 (saved likewise); returns the first stage's run for dev."""
         config, data = self.config, self.data
         path, teacher_path = self.out_dir / NEGATIVES_FILE, self.out_dir / TEACHER_FILE
         want_teacher = config.teacher_weight > 0
@@ -225,14 +206,15 @@ class CatRecipe(Recipe):
         elif config.negatives_file is not None and not path.is_file():
             pools, meta = load_negatives(config.negatives_file)
             save_negatives(path, pools, {**meta, "loaded_from": str(config.negatives_file)})
-        pools, meta = load_negatives(path)
-        teacher: dict[str, dict[str, float]] = {}
+        self.pools, self.pools_meta = load_negatives(path)
+        self.teacher: dict[str, dict[str, float]] = {}
+        if want_teacher and runs:
+            with replacing(teacher_path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
+                json.dump(teacher_scores(runs, config.depth), f)
         if want_teacher:
-            if runs:
-                write_json_gz(teacher_path, teacher_scores(runs, config.depth))
-            teacher = read_json_gz(teacher_path)
-        meta = {k: v for k, v in meta.items() if k != "format"}
-        return pools, meta, runs[0] if runs else None, teacher
+            with gzip.open(teacher_path, "rt", encoding="utf-8") as f:
+                self.teacher = json.load(f)
+        return runs[0] if runs else None
 
     def _texts(self) -> dict[str, str]:
         """The texts of every document a training group or a dev list can hold."""
@@ -327,11 +309,6 @@ class CatRecipe(Recipe):
             self.interpolation = record_alpha(out_dir, choice.chosen, choice)
 
     # -- the held-out check (dotcat.training.heldout) ----------------------------------------
-
-    @property
-    def trained(self) -> CrossEncoder:
-        """What a fold of the held-out check re-ranks its held-out queries with."""
-        return self.cross_encoder
 
     def heldout_lists(self, cross_encoder: CrossEncoder, qids: Sequence[str]) -> dict[str, Any]:
         """The first stage's lists for ``qids``, their top ``dev_depth`` scored by

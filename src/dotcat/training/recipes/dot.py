@@ -68,7 +68,6 @@ from dotcat.losses import LossConfig, grad_cache_backward, pick_loss, split_batc
 from dotcat.models import resolve_model, weights_fingerprint
 from dotcat.search.fusion import default_fusion
 from dotcat.search.lexical import bm25_search
-from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import (
     TrainingExample,
     build_examples,
@@ -102,27 +101,20 @@ DEV_DEPTH = 100
 DEV_MEASURES = (DEV_MEASURE, f"R@{DEV_DEPTH}")
 
 
-def negatives_path(out_dir: Path, epoch: int) -> Path:
-    return out_dir / (NEGATIVES_FILE if epoch == 0 else f"negatives-epoch-{epoch}.jsonl.gz")
-
-
 class DotRecipe(Recipe):
     """BERT_DOT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
     kind = "dot"
     stale_files = ("negatives*.jsonl.gz",)
     base_is_candidate = True
+    negatives_meta: dict[str, Any]
+    _negatives_epoch: int | None = None
+    _pool: dict[str, list[tuple[str, float]]] | None = None
 
     @staticmethod
     def context(device: str) -> DistributedContext:
         """This process's place in a ``torchrun`` job (a single process without one)."""
         return init_distributed(device)
-
-    def __init__(self, config: DotConfig, ctx: DistributedContext) -> None:
-        super().__init__(config, ctx)
-        self.negatives_meta: dict[str, Any] = {}
-        self._negatives_epoch: int | None = None
-        self._pool: dict[str, list[tuple[str, float]]] | None = None
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -138,7 +130,9 @@ class DotRecipe(Recipe):
                 self.data.corpus, dev_qrels, config.dev_max_docs, config.seed
             )
         self._load_model()
-        self.loss = self.make_loss()
+        self.loss = LossConfig.for_model(
+            config.loss, self.model.similarity, config.temperature, config.margin
+        )
         self.begin_epoch(0)
 
     def _load_model(self) -> None:
@@ -153,26 +147,15 @@ class DotRecipe(Recipe):
         model.name = config.base
         model.to(ctx.device)
         model.freeze_unused_parameters()
-        self.model = model
+        self.model = self.trained = model
         self.bf16 = resolve_bf16(config.bf16, ctx.device)
         self.base_fingerprint = weights_fingerprint(self.base_path) if ctx.is_main else None
         # broadcast_buffers=False: BERT's buffers (position ids) are constants, and a broadcast
         # at every forward would be a collective that GradCache's uneven chunks could misalign.
-        self.ddp = (
-            DistributedDataParallel(
-                model,
-                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                broadcast_buffers=False,
-            )
-            if ctx.enabled
-            else None
-        )
-
-    def make_loss(self) -> LossConfig:
-        config = self.config
-        return LossConfig.for_model(
-            config.loss, self.model.similarity, config.temperature, config.margin
-        )
+        self.ddp = None
+        if ctx.enabled:
+            ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
     # -- negatives and examples ---------------------------------------------------------
 
@@ -195,16 +178,15 @@ class DotRecipe(Recipe):
         file rank 0 wrote.
         """
         config, ctx = self.config, self.ctx
-        path = negatives_path(self.out_dir, epoch)
+        name = NEGATIVES_FILE if epoch == 0 else f"negatives-epoch-{epoch}.jsonl.gz"
+        path = self.out_dir / name
         if epoch == 0 and config.negatives_file is None and config.negatives == "none":
             return None, {"method": "none"}
-        if config.resume and path.is_file():
-            negatives, meta = load_negatives(path)
-            return negatives, {**meta, "file": path.name}
-        if ctx.is_main:
-            negatives, meta = self._mine(epoch)
-            save_negatives(path, negatives, {**meta, "epoch": epoch})
-        ctx.barrier()
+        if not (config.resume and path.is_file()):
+            if ctx.is_main:
+                negatives, meta = self._mine(epoch)
+                save_negatives(path, negatives, {**meta, "epoch": epoch})
+            ctx.barrier()
         negatives, meta = load_negatives(path)
         return negatives, {**meta, "file": path.name}
 
@@ -337,7 +319,7 @@ class DotRecipe(Recipe):
     def record(self) -> dict[str, Any]:
         model = self.model
         return self.record_entries(
-            {k: v for k, v in self.negatives_meta.items() if k != "format"},
+            self.negatives_meta,
             (self.base_path, self.base_fingerprint),
             {
                 "pooling": model.pooling,
@@ -351,11 +333,6 @@ class DotRecipe(Recipe):
         )
 
     # -- the held-out check (dotcat.training.heldout) ----------------------------------------
-
-    @property
-    def trained(self) -> TrainableBiEncoder:
-        """The model a fold of the held-out check ranks its held-out queries with."""
-        return self.model
 
     def heldout_lists(self, model: TrainableBiEncoder, qids: Sequence[str]) -> dict[str, Any]:
         """``model``'s ranking of each query's BM25 top ``DEV_DEPTH``, by its dense score: the
