@@ -50,6 +50,8 @@ from dotcat.options import (
 
 #: ``bf16``: autocast where the hardware has native bf16 (``auto``), always, or never.
 BF16_SETTINGS = ("auto", "on", "off")
+BF16_HELP = "bf16 autocast: auto (where native), on or off."
+TEMPERATURE_HELP = "InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
 #: The losses of each recipe (the names :data:`dotcat.losses.registry.LOSSES` holds).
 DOT_LOSSES = ("contrastive", "triplet")
 CAT_LOSSES = ("lce", "bce")
@@ -200,9 +202,7 @@ class TrainConfig(Settings):
         1, help="Smallest grade of a positive; documents graded 0 are negatives too."
     )
     seed: int = setting(42, help="Random seed.")
-    bf16: str = setting(
-        "auto", help="bf16 autocast: auto (where native), on or off.", choices=BF16_SETTINGS
-    )
+    bf16: str = setting("auto", help=BF16_HELP, choices=BF16_SETTINGS)
     device: str = setting("auto", help=DEVICE_HELP)
     checkpoint_every: int = setting(0, help="Checkpoint every N steps (0: off).")
     keep_checkpoints: int = setting(2, help="Newest checkpoints kept (0: all).")
@@ -303,9 +303,7 @@ class DotConfig(TrainConfig):
         False, help="Re-mine dense negatives each epoch.", flags=("--remine/--no-remine",)
     )
     cache_chunk_size: int | None = cache_chunk_setting(None)
-    temperature: float | None = setting(
-        None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
-    )
+    temperature: float | None = setting(None, help=TEMPERATURE_HELP)
     margin: float = setting(0.1, help="Triplet margin gamma (in cosine units).")
     query_max_length: int = setting(64, help="Max query tokens.")
     dev_eval: str = setting(
@@ -585,13 +583,9 @@ class AdaptConfig(Settings):
     cache_chunk: int | None = setting(16, help="GradCache chunk size (0: off).", parse=zero_is_none)
     max_length: int = setting(256, help="Max document tokens.")
     query_max_length: int = setting(64, help="Max query tokens.")
-    temperature: float | None = setting(
-        None, help="InfoNCE temperature (default: 0.05 for cos, 1 for dot similarity)."
-    )
+    temperature: float | None = setting(None, help=TEMPERATURE_HELP)
     seed: int = setting(42, help="Random seed.")
-    bf16: str = setting(
-        "auto", help="bf16 autocast: auto (where native), on or off.", choices=BF16_SETTINGS
-    )
+    bf16: str = setting("auto", help=BF16_HELP, choices=BF16_SETTINGS)
     device: str = setting("auto", help=DEVICE_HELP)
     resume: bool = setting(False, help="Continue an interrupted run.")
     overwrite: bool = setting(False, help="Replace an earlier run in OUT_DIR.")

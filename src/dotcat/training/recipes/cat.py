@@ -75,7 +75,6 @@ from dotcat.training.data.pools import (
     sample_negatives,
     teacher_scores,
 )
-from dotcat.training.ddp import DistributedContext
 from dotcat.training.heldout import compare
 from dotcat.training.loop import DEV_MEASURE, finished, prepare_out_dir, train
 from dotcat.training.recipe import NEGATIVES_FILE, Recipe, param_groups, resolve_bf16
@@ -104,6 +103,8 @@ class CatRecipe(Recipe):
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
     fold_files = (TEACHER_FILE,)
+    best_score: float | None = None
+    choice: Choice | None = None  # the weight the held-out check's lists choose
 
     @classmethod
     def first_steps(cls, config: CatConfig) -> CatConfig | None:
@@ -130,16 +131,11 @@ class CatRecipe(Recipe):
             return None
         return dataclasses.replace(config, base=str(pre_dir))
 
-    def __init__(self, config: CatConfig, ctx: DistributedContext) -> None:
-        super().__init__(config, ctx)
-        self.best_score: float | None = None
-        self.best_candidates: dict[str, Any] = {}
-        self.choice: Choice | None = None  # the weight the held-out check's lists choose
-
     def prepare(self) -> None:
         """Data and dev split, the model's training settings, pools and examples (the model is
         loaded here, after the loop seeded the random generators)."""
         config = self.config
+        self.best_candidates: dict[str, Any] = {}  # the best epoch's dev lists
         # The interpolation weight's rule needs MIN_QUERIES dev queries to judge the
         # re-ranker against its first stage: a small judged set holds out that many where it can.
         self.load_data(MIN_QUERIES)
@@ -177,7 +173,11 @@ class CatRecipe(Recipe):
             raise DotcatError("no training examples (no judged query with first-stage negatives)")
         self.first_lists = {q: first_run.get(q, []) for q in ranked} if ranked else {}
         self.dev_first = {q: self.first_lists[q] for q in self.dev_queries}
-        self.doc_texts = self._texts()
+        # The texts of every document a training group or a dev list can hold.
+        needed = {e.positive_id for e in self.examples}
+        needed |= {d for q in self.train_queries for d in self.pools.get(q, [])}
+        needed |= {d for docs in self.first_lists.values() for d, _ in docs[: config.dev_depth]}
+        self.doc_texts = corpus_texts(data.corpus, needed)
 
     def _pools(self, queries: Mapping[str, str]) -> Run | None:
         """Negative pools (saved, or read back on resume) and the first stages' teacher scores
@@ -216,14 +216,6 @@ class CatRecipe(Recipe):
                 self.teacher = json.load(f)
         return runs[0] if runs else None
 
-    def _texts(self) -> dict[str, str]:
-        """The texts of every document a training group or a dev list can hold."""
-        needed = {e.positive_id for e in self.examples}
-        needed |= {d for q in self.train_queries for d in self.pools.get(q, [])}
-        depth = self.config.dev_depth
-        needed |= {d for docs in self.first_lists.values() for d, _ in docs[:depth]}
-        return corpus_texts(self.data.corpus, needed)
-
     def param_groups(self) -> list[dict[str, Any]]:
         return cat_param_groups(self.model, self.config)
 
@@ -242,8 +234,7 @@ class CatRecipe(Recipe):
             negs = sample_negatives(
                 self.pools[e.qid], config.n_negatives, config.seed, epoch, e.qid, e.positive_id
             )
-            docs = [self.doc_texts[e.positive_id]] + [self.doc_texts[d] for d in negs]
-            groups.append((e.query, docs))
+            groups.append((e.query, [self.doc_texts[d] for d in (e.positive_id, *negs)]))
             if self.teacher:
                 group_scores.append(group_teacher(self.teacher.get(e.qid, {}), e.positive_id, negs))
         return backward_groups(
@@ -264,8 +255,11 @@ class CatRecipe(Recipe):
         if not self.dev_first:
             return None
         qrels = self.data.qrels
-        if epoch == 0:
-            first = {q: first_stage_only(d) for q, d in self.dev_first.items()}
+        if epoch == 0:  # the first stage's own ranking: lists with no re-ranked head
+            first = {
+                q: Candidates([d for d, _ in docs], np.asarray([s for _, s in docs]), np.empty(0))
+                for q, docs in self.dev_first.items()
+            }
             return {DEV_MEASURE: dev_score(first, qrels)}
         depth = self.config.dev_depth
         candidates = dev_candidates(
@@ -377,9 +371,6 @@ class CatRecipe(Recipe):
         )
 
 
-# -- one batch ------------------------------------------------------------------------------
-
-
 def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
     """Set the dropout on attention probabilities (``*.attention.self.dropout``); returns count.
 
@@ -391,6 +382,18 @@ def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
             module.p = p
             changed += 1
     return changed
+
+
+def cat_param_groups(model: torch.nn.Module, config: CatConfig) -> list[dict[str, Any]]:
+    """AdamW groups: the encoder as in ``train dot``; the head at ``lr * head_lr_scale``."""
+    head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
+    ids = {id(p) for p in head}
+    groups = [
+        {**g, "params": [p for p in g["params"] if id(p) not in ids]}
+        for g in param_groups(model, config.weight_decay)
+    ]
+    groups.append({"params": head, "weight_decay": 0.0, "lr": config.lr * config.head_lr_scale})
+    return [g for g in groups if g["params"]]
 
 
 def backward_groups(
@@ -462,27 +465,6 @@ def dev_score(candidates: Mapping[str, Any], qrels: Qrels, alpha: float = 1.0) -
 def _dev_report(candidates: Mapping[str, Any], qrels: Qrels, alpha: float) -> Any:
     qrels = {q: dict(qrels[q]) for q in candidates}
     return evaluate(fuse(candidates, alpha), qrels, measures=[DEV_MEASURE])
-
-
-def cat_param_groups(model: torch.nn.Module, config: CatConfig) -> list[dict[str, Any]]:
-    """AdamW groups: the encoder as in ``train dot``; the head at ``lr * head_lr_scale``."""
-    head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
-    ids = {id(p) for p in head}
-    groups = [
-        {**g, "params": [p for p in g["params"] if id(p) not in ids]}
-        for g in param_groups(model, config.weight_decay)
-    ]
-    groups.append({"params": head, "weight_decay": 0.0, "lr": config.lr * config.head_lr_scale})
-    return [g for g in groups if g["params"]]
-
-
-def first_stage_only(docs: Sequence[tuple[str, float]]) -> Any:
-    """Candidates with no re-ranked head: the first stage's own ranking."""
-    return Candidates(
-        docs=[d for d, _ in docs],
-        first=np.asarray([s for _, s in docs], dtype=np.float64),
-        cat=np.empty(0),
-    )
 
 
 def choose_alpha(candidates: Mapping[str, Candidates], qrels: Qrels) -> Choice:

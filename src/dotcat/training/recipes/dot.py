@@ -422,8 +422,13 @@ def backward_batch(
     """Forward and backward one global batch; gradients accumulate in the parameters' ``.grad``.
 
     This process embeds its slice of ``batch`` (all of it without DDP): the queries, then the
-    positives followed by the hard negatives (example-major) in one document pass; the loss is
-    :func:`_batch_loss`'s. With ``chunk_size``, GradCache
+    positives followed by the hard negatives (example-major) in one document pass. The loss of
+    its rows is ``weight`` times the ``dot`` loss ``loss.name`` (0: not computed), a
+    multi-process form that reduces to the plain loss in a single process
+    (:mod:`dotcat.losses.gathered`); the contrastive loss masks the batch's false negatives
+    (:func:`~dotcat.training.data.sampler.batch_false_negatives`). Plus ``extra(query, positive,
+    negatives, rows)`` when given (the ``distill`` recipe's teacher loss), all times ``scale``
+    (``1 / batches per optimizer step``). With ``chunk_size``, GradCache
     (:func:`dotcat.losses.cached.grad_cache_backward`): the texts are embedded ``chunk_size`` at a
     time without a graph, the loss is back-propagated to the embeddings, then each chunk is
     embedded again with its RNG state replayed and its slice of the gradient pushed through the
@@ -436,7 +441,6 @@ def backward_batch(
         batch: the global batch (every process passes the same one).
         doc_texts: document id -> text to embed.
         no_sync: DDP's ``no_sync``, for GradCache's intermediate chunks.
-        scale, weight, extra: see :func:`_batch_loss`.
 
     Returns:
         This process's loss value (scaled; averaged over processes it is the batch loss times
@@ -450,47 +454,6 @@ def backward_batch(
     queries = [e.query for e in local]
     docs = [doc_texts[e.positive_id] for e in local]
     docs += [doc_texts[d] for e in local for d in e.negative_ids]
-    loss_fn = _batch_loss(batch, rows, loss, qrels, ctx, scale, weight, extra)
-
-    def encode_queries(texts: list[str]) -> Tensor:
-        return encode(texts, query_max_length)
-
-    def encode_documents(texts: list[str]) -> Tensor:
-        return encode(texts, max_length)
-
-    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
-        if chunk_size:
-            value = grad_cache_backward(
-                [encode_queries, encode_documents],
-                [split_batch(queries, chunk_size), split_batch(docs, chunk_size)],
-                loss_fn,
-                no_sync=no_sync,
-            )
-        else:
-            value = loss_fn(encode_queries(queries), encode_documents(docs))
-            value.backward()
-    return float(value.detach())
-
-
-def _batch_loss(
-    batch: Sequence[TrainingExample],
-    rows: slice,
-    loss: LossConfig,
-    qrels: Qrels | None,
-    ctx: DistributedContext,
-    scale: float,
-    weight: float,
-    extra: Callable[[Tensor, Tensor, Tensor | None, slice], Tensor] | None,
-) -> Callable[[Tensor, Tensor], Tensor]:
-    """``loss_fn(query embeddings, document embeddings)`` of this process's rows of ``batch``.
-
-    ``weight`` times the ``dot`` loss ``loss.name`` (0: not computed), a multi-process form
-    that reduces to the plain loss in a single process (:mod:`dotcat.losses.gathered`); the
-    contrastive loss masks the batch's false negatives
-    (:func:`~dotcat.training.data.sampler.batch_false_negatives`). Plus ``extra(query, positive,
-    negatives, rows)`` when given (the ``distill`` recipe's teacher loss), all times ``scale`` (``1
-    / batches per optimizer step``).
-    """
     sizes = shard_sizes(len(batch), ctx.world_size)
     b = rows.stop - rows.start
     n_neg = len(batch[rows.start].negative_ids)
@@ -510,7 +473,24 @@ def _batch_loss(
             value = value + extra(q, d[:b], negatives, rows)
         return value * scale
 
-    return loss_fn
+    def encode_queries(texts: list[str]) -> Tensor:
+        return encode(texts, query_max_length)
+
+    def encode_documents(texts: list[str]) -> Tensor:
+        return encode(texts, max_length)
+
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+        if chunk_size:
+            value = grad_cache_backward(
+                [encode_queries, encode_documents],
+                [split_batch(queries, chunk_size), split_batch(docs, chunk_size)],
+                loss_fn,
+                no_sync=no_sync,
+            )
+        else:
+            value = loss_fn(encode_queries(queries), encode_documents(docs))
+            value.backward()
+    return float(value.detach())
 
 
 # -- dense mining with the model being trained ------------------------------------------------
