@@ -36,6 +36,7 @@ from dotcat.options import (
     SIMILARITIES,
     Check,
     Settings,
+    _jsonable,
     at_least,
     auto_float,
     device_checks,
@@ -260,13 +261,7 @@ class TrainConfig(Settings):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (paths as strings, tuples as lists)."""
-        out = dataclasses.asdict(self)
-        for key, value in out.items():
-            if isinstance(value, Path):
-                out[key] = str(value)
-            elif isinstance(value, tuple):
-                out[key] = [str(v) if isinstance(v, Path) else v for v in value]
-        return out
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 @dataclass(repr=False)

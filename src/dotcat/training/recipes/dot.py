@@ -138,14 +138,8 @@ class DotRecipe(Recipe):
     def _load_model(self) -> None:
         config, ctx = self.config, self.ctx
         self.base_path = resolve_model(config.base)
-        model = TrainableBiEncoder.from_pretrained(
-            self.base_path,
-            pooling=config.pooling,
-            similarity=config.similarity,
-            max_length=config.max_length,
-        )
+        model = self._load(self.base_path, config)
         model.name = config.base
-        model.to(ctx.device)
         model.freeze_unused_parameters()
         self.model = self.trained = model
         self.bf16 = resolve_bf16(config.bf16, ctx.device)
@@ -390,15 +384,14 @@ class DotRecipe(Recipe):
             self._pool = bm25_search(self.data.corpus, checked, k=DEV_DEPTH, show_progress=False)
         return self._pool
 
-    def _load(self, path: str | Path) -> TrainableBiEncoder:
+    def _load(self, path: str | Path, like: Any = None) -> TrainableBiEncoder:
+        """``path``'s model on this process's device, with the pooling, similarity and length
+        of ``like`` (the config, where None is the model's own; default: the trained model)."""
+        like = self.model if like is None else like
         model = TrainableBiEncoder.from_pretrained(
-            path, pooling=self.model.pooling, similarity=self.model.similarity,
-            max_length=self.model.max_length,
-        )  # fmt: skip
+            path, pooling=like.pooling, similarity=like.similarity, max_length=like.max_length
+        )
         return model.to(self.ctx.device)
-
-
-# -- one batch ------------------------------------------------------------------------------
 
 
 def backward_batch(
@@ -493,9 +486,6 @@ def backward_batch(
     return float(value.detach())
 
 
-# -- dense mining with the model being trained ------------------------------------------------
-
-
 def state_fingerprint(model: torch.nn.Module) -> str:
     """sha256 over the parameter names and float32 bytes of a model in memory."""
     digest = hashlib.sha256()
@@ -503,9 +493,6 @@ def state_fingerprint(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-# -- dev evaluation ---------------------------------------------------------------------------
 
 
 def evaluate_dev(
