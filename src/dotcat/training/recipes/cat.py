@@ -22,9 +22,8 @@
    :func:`dotcat.losses.pointwise.bce_loss`) or localized contrastive estimation (LCE, a softmax
    over the positive and its negatives, :func:`dotcat.losses.listwise.lce_loss`), optionally with
    the first stages as a teacher (:func:`dotcat.losses.listwise.soft_lce_loss`); each batch is
-   forwarded a few groups at a time (:func:`backward_groups`: both losses are means over groups, so
-   the gradient is the whole batch's, in the memory of a chunk; on CPU small chunks are also
-   faster);
+   forwarded a few groups at a time (:func:`backward_groups`: both losses are means over groups,
+   so the gradient is the whole batch's, in a chunk's memory; on CPU small chunks are faster too);
 6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
    model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
    dev score; finally choose the interpolation weight of first-stage and cross-encoder scores
@@ -140,7 +139,7 @@ class CatRecipe(Recipe):
         # re-ranker against its first stage: a small judged set holds out that many where it can.
         self.load_data(MIN_QUERIES)
         data = self.data
-        self.cross_encoder = CrossEncoder.load(
+        self.trained = self.cross_encoder = CrossEncoder.load(
             # PyTorch weights, trained in place (never an export); autocast is set below.
             CrossEncoderConfig(
                 model=config.base,
@@ -150,7 +149,6 @@ class CatRecipe(Recipe):
             ),
             seed=config.seed,
         )
-        self.trained = self.cross_encoder
         self.model = self.cross_encoder.model.requires_grad_(True)
         if config.attention_dropout is not None:
             set_attention_dropout(self.model, config.attention_dropout)

@@ -19,9 +19,8 @@ The run, driven by the loop (:func:`dotcat.training.loop.train`):
    sentence-transformers directory, :meth:`~dotcat.training.model.TrainableBiEncoder.save`);
 6. the held-out check (:mod:`dotcat.training.heldout`; :meth:`DotRecipe.judge`): the hybrid with
    the trained model against the hybrid with the base model on queries it never trained on
-   (over each query's BM25 top 100);
-   where no gain shows, ``OUT_DIR`` gets the base model back and the trained one moves to
-   ``OUT_DIR/trained``.
+   (over each query's BM25 top 100); where no gain shows, ``OUT_DIR`` gets the base model back
+   and the trained one moves to ``OUT_DIR/trained``.
 
 The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et al.
 2020; :func:`dotcat.losses.contrastive.contrastive_loss`) or the triplet margin loss of
@@ -116,8 +115,6 @@ class DotRecipe(Recipe):
         """This process's place in a ``torchrun`` job (a single process without one)."""
         return init_distributed(device)
 
-    # -- set-up -------------------------------------------------------------------------
-
     def prepare(self) -> None:
         """Data and dev split, the model (DDP-wrapped under torchrun), epoch 0's negatives."""
         config = self.config
@@ -150,8 +147,6 @@ class DotRecipe(Recipe):
         if ctx.enabled:
             ids = [ctx.device.index] if ctx.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
-
-    # -- negatives and examples ---------------------------------------------------------
 
     def begin_epoch(self, epoch: int) -> None:
         """Epoch 0: the run's negatives; later epochs re-mine them when asked (ANCE)."""
@@ -242,12 +237,7 @@ class DotRecipe(Recipe):
 
     def batches(self, epoch: int) -> list[Sequence[int]]:
         """The epoch's batches; under DDP, without batches smaller than the process count."""
-        batches = self.sampler.batches(epoch)
-        if self.ctx.world_size > 1:
-            batches = [b for b in batches if len(b) >= self.ctx.world_size]
-        return batches
-
-    # -- one batch ----------------------------------------------------------------------
+        return [b for b in self.sampler.batches(epoch) if len(b) >= self.ctx.world_size]
 
     def encode(self, texts: list[str], max_length: int) -> Any:
         wrapped = self.ddp if self.ddp is not None else self.model
@@ -280,8 +270,6 @@ class DotRecipe(Recipe):
                 device_type=self.ctx.device.type,
                 **kwargs,
             )
-
-    # -- dev, saving, state ---------------------------------------------------------------
 
     def evaluate(self, epoch: int) -> dict[str, float] | None:
         if not self.evaluating:
