@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import time
@@ -108,7 +109,6 @@ class DotRecipe(Recipe):
     base_is_candidate = True
     negatives_meta: dict[str, Any]
     _negatives_epoch: int | None = None
-    _pool: dict[str, list[tuple[str, float]]] | None = None
 
     @staticmethod
     def context(device: str) -> DistributedContext:
@@ -319,7 +319,7 @@ class DotRecipe(Recipe):
     def heldout_lists(self, model: TrainableBiEncoder, qids: Sequence[str]) -> dict[str, Any]:
         """``model``'s ranking of each query's BM25 top ``DEV_DEPTH``, by its dense score: the
         pool the check's hybrids fuse (a corpus encoded per fold would cost k + 1 passes)."""
-        pool = self._bm25_pool()
+        pool = self._bm25_pool
         docs = sorted({d for q in qids for d, _ in pool[q]})
         texts = document_texts(self.data.corpus, set(docs))
         vectors = model.encode(model.document_texts([texts[d] for d in docs]), bf16=self.bf16)
@@ -342,7 +342,7 @@ class DotRecipe(Recipe):
         searches with (dense and BM25 fused by :func:`~dotcat.search.fusion.default_fusion`),
         the dense score the trained model's, against the same with the base model's."""
         base = self.heldout_lists(self._load(self.base_path), list(lists))
-        bm25 = {q: self._bm25_pool()[q] for q in lists}
+        bm25 = {q: self._bm25_pool[q] for q in lists}
         fusion = default_fusion()
         trained = fusion.fuse_runs(lists, bm25)
         return compare(fusion.fuse_runs(base, bm25), trained, self.data.qrels, method)
@@ -365,12 +365,11 @@ class DotRecipe(Recipe):
         logger.warning(line)
         return {"check": {"kept": "base", "trained_model": str(out / TRAINED_DIR), "line": line}}
 
+    @functools.cached_property
     def _bm25_pool(self) -> dict[str, list[tuple[str, float]]]:
         """BM25's top ``DEV_DEPTH`` of the checked queries (all, or the dev split's)."""
-        if self._pool is None:
-            checked = self.dev_queries or self.data.queries
-            self._pool = bm25_search(self.data.corpus, checked, k=DEV_DEPTH, show_progress=False)
-        return self._pool
+        checked = self.dev_queries or self.data.queries
+        return bm25_search(self.data.corpus, checked, k=DEV_DEPTH, show_progress=False)
 
     def _load(self, path: str | Path, like: Any = None) -> TrainableBiEncoder:
         """``path``'s model on this process's device, with the pooling, similarity and length
