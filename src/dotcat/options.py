@@ -38,10 +38,14 @@ SIMILARITIES = ("dot", "cos")
 #: (:mod:`dotcat.search.stages`), which other packages extend.
 FUSIONS = ("auto", "rrf", "linear")
 #: How a document is ranked from its passages' scores (:mod:`dotcat.search.aggregation`),
-#: and the default: MaxP (chosen on pylib's dev queries), summing the best 2 under ``sum``.
-AGGREGATIONS = ("maxp", "firstp", "sum")
+#: and the default: ``auto`` (``lead`` where mid-length documents were split one by one, else
+#: MaxP), summing the best 2 under ``sum``.
+AGGREGATIONS = ("auto", "maxp", "firstp", "lead", "sum")
 AGGREGATION = AGGREGATIONS[0]
 AGGREGATE_TOP = 2
+#: ``lead``'s margin, in standard deviations of the query's scores (chosen on dev queries:
+#: eval/studies/length_bias).
+LEAD_MARGIN = 1.0
 #: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
 #: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.
 PRF_METHODS = ("none", "rm3", "rocchio", "both")
@@ -97,7 +101,10 @@ K_HELP = (
 )
 AGGREGATION_HELP = (
     "How a document is scored from its passages: maxp (its best passage), firstp (its first "
-    "passage only, as truncation), sum (the sum of its best --aggregate-top passages)."
+    "passage only, as truncation), lead (its first, or a later one less "
+    f"{LEAD_MARGIN:g} standard deviation of the query's scores, whichever is higher), sum "
+    "(its best --aggregate-top passages summed); auto: lead where only long documents were "
+    "split, else maxp."
 )
 DEPTH_HELP = (
     "With a cross-encoder: how many first-stage results it re-ranks (fewer: faster answers)."

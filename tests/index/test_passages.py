@@ -13,6 +13,8 @@ from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index, document_text
 from dotcat.index.passages import SPLIT_FACTOR, PassageConfig, Splitter, token_spans
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.options import AGGREGATION
+from dotcat.search.aggregation import resolve
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
 WINDOW = 32
@@ -210,6 +212,23 @@ def test_a_long_document_among_short_ones_is_split_on_its_own(encoder, tmp_path,
     assert forced.passages["count"] == forced.faiss["ntotal"] > 4
 
 
+def test_split_over_two_splits_mid_length_documents_ranked_by_lead(encoder, tmp_path):
+    """``split_over=2``: a document past two windows among short ones is split (under the
+    default it is cut), and ``auto`` ranks such an index by ``lead``; the default by MaxP."""
+    shorts = [{"id": f"s{i}", "title": "Short", "text": f"Note {i} fits."} for i in range(3)]
+    docs = [{"id": "d1", "title": "Doc 1", "text": long_text(1, 6)}, *shorts]  # ~80 tokens
+    config = IndexConfig(device="cpu", passages=PassageConfig(split_over=2))
+    mid = build_index(docs, tmp_path / "mid", encoder, config, show_progress=False)
+    assert mid.passages["split_longer_than"] == 2 * encoder.max_length
+    assert mid.faiss["ntotal"] > 4 and "split_over" not in mid.passages
+    assert resolve(AGGREGATION, mid.passages) == "lead"
+    cut = build_index(docs, tmp_path / "cut", encoder, IndexConfig(device="cpu"),
+                      show_progress=False)  # fmt: skip
+    assert cut.passages is None and cut.faiss["ntotal"] == 4
+    with pytest.raises(DotcatError, match="split_over"):
+        PassageConfig(True, split_over=2)
+
+
 def test_the_doc_store_disagreeing_with_the_manifest_is_refused(encoder, tmp_path):
     out = tmp_path / "idx"
     build_index(long_docs(), out, encoder, IndexConfig(device="cpu"), show_progress=False)
@@ -352,6 +371,5 @@ def test_the_command_line_and_python_set_the_passages_and_the_aggregation(tiny_b
                                       "--passage-window", "4"])  # fmt: skip
     assert result.exit_code == 2 and "--passage-window must be >= 8, got 4" in result.output
     result = CliRunner().invoke(app, ["search", str(split), "q", "--aggregation", "meanp"])
-    assert result.exit_code == 2 and "--aggregation must be one of maxp, firstp, sum" in (
-        result.output
-    )
+    expected = "--aggregation must be one of auto, maxp, firstp, lead, sum"
+    assert result.exit_code == 2 and expected in result.output

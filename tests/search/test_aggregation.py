@@ -3,11 +3,22 @@ and the hybrid's passages."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from dotcat.errors import DotcatError
 from dotcat.index.docstore import PassageRef
-from dotcat.search.aggregation import Match, aggregate, rank_documents, to_run
+from dotcat.options import LEAD_MARGIN
+from dotcat.search.aggregation import (
+    Match,
+    aggregate,
+    lead_margins,
+    rank_documents,
+    resolve,
+    to_run,
+)
 from dotcat.search.fusion import Fusion
 from dotcat.search.hybrid import fuse_matches
 
@@ -49,13 +60,59 @@ def test_sum_adds_a_document_s_best_passages():
     assert scores(aggregate(RANKING, "sum", top=1)) == scores(aggregate(RANKING, "maxp"))
 
 
+def test_lead_scores_the_first_passage_or_a_later_one_less_the_margin():
+    # a: first 0.3, later best 0.9; b: first 0.8, later 0.7; c: one passage, 0.6.
+    assert scores(aggregate(RANKING, "lead", margin=0.05)) == [("a", 0.85), ("b", 0.8), ("c", 0.6)]
+    assert scores(aggregate(RANKING, "lead", margin=0.5)) == [("b", 0.8), ("c", 0.6), ("a", 0.4)]
+    assert scores(aggregate(RANKING, "lead", margin=0.7)) == [("b", 0.8), ("c", 0.6), ("a", 0.3)]
+    assert aggregate(RANKING, "lead", margin=0.7)[2].passages[0][0].part == 2  # snippet: best
+    later_only = [(ref(4, "d", 3), 0.5)]  # its first passage was below the depth fetched
+    assert scores(aggregate(later_only, "lead", margin=0.25)) == [("d", 0.25)]
+
+
+def test_lead_asks_again_until_k_documents_score_above_the_depth_fetched():
+    # d's later passages (0.85, 0.8), less the margin 0.5, fall below the first search's last
+    # score (0.8), and its first passage (0.05) lies deeper: asked again, d is exact (0.35).
+    passages = [(1, 0.9), (2, 0.85), (3, 0.8), (4, 0.6), (5, 0.5), (6, 0.05)]
+    where = {1: ref(1, "a", 0), 2: ref(2, "d", 1), 3: ref(3, "d", 2), 4: ref(4, "b", 0),
+             5: ref(5, "e", 0), 6: ref(6, "d", 0)}  # fmt: skip
+    depths = []
+
+    def search(qids, n):
+        depths.append(n)
+        return {q: passages[:n] for q in qids}
+
+    found = rank_documents(search, lambda ids: {i: where[i] for i in ids}, ["q"], 2,
+                           vectors=6, documents=4, method="lead", margins={"q": 0.5})  # fmt: skip
+    assert depths == [3, 6]
+    assert scores(found["q"]) == [("a", 0.9), ("b", 0.6)]
+
+
+def test_auto_is_lead_where_mid_length_documents_were_split_one_by_one_else_maxp():
+    assert resolve("auto", {"window": 256, "split_longer_than": 512}) == "lead"
+    assert resolve("auto", {"window": 256, "split_longer_than": 4096}) == "maxp"  # the default
+    assert resolve("auto", {"window": 128}) == "maxp"
+    assert resolve("auto", None) == "maxp"
+    assert resolve("firstp", {"window": 256, "split_longer_than": 512}) == "firstp"
+
+
+def test_lead_margins_are_z_standard_deviations_of_the_query_s_sample_scores():
+    sample = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]], dtype=np.float32)
+    queries = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float32)
+    expected = LEAD_MARGIN * np.array([np.std([1, 0, 1, -1]), np.std([0, 2, 2, 0])])
+    index = SimpleNamespace(sample=lambda: sample)
+    np.testing.assert_allclose(lead_margins(index, queries), expected, rtol=1e-6)
+
+
 def test_ties_keep_the_order_in_which_documents_first_appear():
     tied = [(ref(0, "z", 0), 0.5), (ref(1, "y", 0), 0.5), (ref(2, "x", 0), 0.5)]
     assert [m.doc_id for m in aggregate(tied, "maxp")] == ["z", "y", "x"]
 
 
 def test_unknown_rules_are_refused():
-    with pytest.raises(DotcatError, match="aggregation must be one of maxp, firstp, sum"):
+    with pytest.raises(
+        DotcatError, match="aggregation must be one of auto, maxp, firstp, lead, sum"
+    ):
         aggregate(RANKING, "meanp")
     with pytest.raises(DotcatError, match="aggregate_top"):
         aggregate(RANKING, "sum", top=0)

@@ -34,7 +34,6 @@ from dotcat.search.cluster import ClusterConfig, is_shard_folder
 from dotcat.search.config import (
     RUN_RERANK_SETTINGS,
     PipelineConfig,
-    check_pipeline,
     check_query,
     results_per_query,
 )
@@ -112,7 +111,6 @@ def search(
 
     if output is not None:
         check_output_file(output)
-    check_pipeline(index_dir, config)
     if not is_shard_folder(index_dir):
         why = "they place the shards of a folder of shards (this is one index)"
         refuse_with("one index", given_settings(ClusterConfig), why)

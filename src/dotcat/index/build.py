@@ -11,10 +11,10 @@ size: a chunk of texts, a training sample, the FAISS index itself.
 
 Where most documents are several windows long (or when asked), documents longer than the
 encoder's window are split into passages first (:mod:`dotcat.index.passages`); elsewhere only
-the documents more than sixteen windows long are, document by document: the doc store keeps
-the documents and where each passage lies, and the vectors and chunks are the passages' (the
-BM25 side too where every long document is split; it reads documents whole where only a few
-are). A document that is not split is one passage, so a collection of short passages
+the documents more than ``split_over`` (sixteen) windows long are, document by document: the
+doc store keeps the documents and where each passage lies, and the vectors and chunks are the
+passages' (the BM25 side too where every long document is split; it reads documents whole where
+only a few are). A document that is not split is one passage, so a collection of short passages
 indexes as it would whole (and without a passages table where none was split).
 
 The index is written into a build folder beside its target and swapped into place at the
@@ -169,7 +169,7 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
     :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
     corpus chooses alike): every document longer than the window, or document by document
     (:meth:`Splitter.long_documents`: those more than
-    :data:`~dotcat.index.passages.SPLIT_FACTOR` times the max length, in passages of ``given``
+    ``split_over`` times the max length, in passages of ``given``
     tokens where the settings give a window)."""
     if splitter is None or splitter.config.enabled is not None:
         return splitter
@@ -189,8 +189,9 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
         logger.info(
             "%d of %d documents sampled (%.0f%%) are longer than the encoder's window (%d "
             "tokens): those longer than %d tokens are split into passages, the others cut at "
-            "the window (passages=True splits every one)", long, len(rows), 100 * share, window,
-            one_by_one.longer_than, extra={"settings": ("passages",)},
+            "the window (split_over=2 splits those past two windows too, passages=True every "
+            "one)", long, len(rows), 100 * share, window, one_by_one.longer_than,
+            extra={"settings": ("passages", "split_over")},
         )  # fmt: skip
     return one_by_one
 

@@ -25,6 +25,8 @@ from dotcat.index.filtered import Admitted, search_admitted
 from dotcat.index.manifest import Manifest
 
 logger = logging.getLogger(__name__)
+#: Vectors :meth:`DenseIndex.sample` reads.
+SAMPLE = 2048
 
 
 class DenseIndex:
@@ -76,6 +78,7 @@ class DenseIndex:
             self.store.check_passages(self.passages["count"], self.manifest.next_vector_id)
         self._lock = threading.Lock()
         self._vectors: tuple | None = None
+        self._sample: np.ndarray | None = None
         self._kinds: dict[str, FieldInfo] | None = None
 
     def __len__(self) -> int:
@@ -144,6 +147,15 @@ class DenseIndex:
     def vectors(self, positions) -> np.ndarray:
         """The vectors at FAISS positions (:func:`faiss_index.reconstruct`; zeros for -1)."""
         return faiss_index.reconstruct(self.index, positions)
+
+    def sample(self, size: int = SAMPLE) -> np.ndarray:
+        """Up to ``size`` of the index's vectors, evenly spaced by id, read once: where a
+        query's score spread is measured (:func:`dotcat.search.aggregation.lead_margins`)."""
+        if self._sample is None:
+            ids = self._vector_positions()[0]
+            picked = np.unique(np.linspace(0, len(ids) - 1, min(len(ids), size)).astype(int))
+            self._sample = self.vectors(ids[picked]) if len(ids) else np.zeros((0, self.index.d))
+        return self._sample
 
     def documents(self, ids) -> dict[int, StoredDocument]:
         """The stored document behind each FAISS id (-1, FAISS's padding, is skipped)."""

@@ -18,28 +18,25 @@ Whether to split (``enabled``): by default (None, "auto") a build splits every d
 than the window when at least :data:`AUTO_LONG_SHARE` of the documents (an evenly spaced sample
 of up to :data:`AUTO_SAMPLE`) are longer than :data:`AUTO_LENGTH_FACTOR` times the encoder's
 max length (the median document would lose more than half its text to the cut); otherwise it
-decides document by document: a document longer than :data:`SPLIT_FACTOR` times the max
-length is split (into passages of :data:`LONG_WINDOW` tokens, or the window given), wherever it
-is, and the others are kept whole, one vector each, cut at the max length as before (an index
-where no document is that long has no passages at all). A 5,000-word text in a folder of short
-notes is then found by its last section too. Measured on five collections (dev nDCG@10
-of the hybrid unless said): splitting pays where documents are several windows long (pylib, median
-2,317 tokens, 89% longer than 512: +0.088), is a toss-up where they are a little longer than the
-window (SciFact, median 322 tokens, 9% longer than 512: +0.003 and +0.011 with windows of 256 and
-128, on test -0.006 and -0.009, for 2.1 and 4.8 times the vectors) and hurts where a few long
-documents compete with many short ones (faq, 8% longer than 512: -0.016; pydoc 3%: -0.015;
-debian 0%: -0.004) when every document longer than the window is split: a document's best of
-many passages outscores short documents by chance more often than one vector would (MaxP's
-length bias). Splitting only the documents more than sixteen times the max length keeps that
-bias to the few that would otherwise lose most of their text: at two, four and eight times,
-faq's or pydoc's hybrid lost up to 0.015 against the rule before; at sixteen no collection's
-index changes but debian's, where one document in 8,000 is split and the hybrid's nDCG@10 stays
-as it was (see the passages study). ``True`` and ``False`` force the choice.
+decides document by document: a document longer than ``split_over`` (:data:`SPLIT_FACTOR`)
+times the max length is split (into passages of :data:`LONG_WINDOW` tokens, or the window
+given), wherever it is, and the others are kept whole, one vector each, cut at the max length
+as before (an index where no document is that long has no passages at all). Splitting pays
+where documents are several windows long (pylib, median 2,317 tokens: dev nDCG@10 of the
+hybrid +0.088); where a few long documents compete with many short ones, a document's best of
+many passages outscores short documents by chance (MaxP's length bias: faq -0.016, pydoc
+-0.015 when every document longer than the window is split). ``split_over=2`` splits every
+document past two windows and ranks them by ``lead`` (:mod:`dotcat.search.aggregation`): in a
+folder of notes with mid-length documents, a passage anywhere in them is found; on collections
+answered by a document's first window it cost up to 0.008 (eval/studies/length_bias), which
+is why sixteen stays the default. ``True`` and ``False`` force the choice.
 
 At search time documents are ranked by their passages' scores (:data:`AGGREGATIONS`; Dai and
 Callan, "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR
-2019): ``maxp``, a document's best passage (the default); ``firstp``, its first passage only
-(what truncation ranks by); ``sum``, the sum of its best ``aggregate_top`` passages.
+2019): ``maxp``, a document's best passage; ``firstp``, its first passage only (what
+truncation ranks by); ``lead``, its first passage or a later one less a margin; ``sum``, the sum
+of its best ``aggregate_top`` passages; ``auto`` (the default), ``lead`` where documents past
+fewer than :data:`SPLIT_FACTOR` windows were split one by one, else ``maxp``.
 
 Documents of any size: whether a document fits a window is counted on a head of its text only
 as long as the answer needs (:func:`dotcat.models.tokens.count_upto`), never on the whole of a
@@ -92,7 +89,7 @@ AUTO_SAMPLE = 1000
 #: A document longer (characters) gets its own progress bar while it is tokenized.
 LONG_TEXT = 1_000_000
 #: Elsewhere a document is split on its own when longer than this many times the max length
-#: (a cut would drop at least three quarters of it): chosen on dev (see the module docstring).
+#: (by default: ``split_over`` sets it; a cut would drop over nine tenths of it).
 SPLIT_FACTOR = 16
 #: ... into passages of this many tokens, or the encoder's max length where shorter.
 LONG_WINDOW = 256
@@ -113,6 +110,8 @@ class PassageConfig(Settings):
         stride: tokens shared by consecutive passages of a document (0: none; None:
             :data:`DEFAULT_STRIDE_SHARE` of the window).
         sentence_aware: move a cut back to a sentence end within the window's last 20%.
+        split_over: where documents are split one by one (``enabled=None``, most documents
+            short), those longer than this many times the max length are split.
     """
 
     enabled: bool | None = setting(
@@ -137,6 +136,12 @@ class PassageConfig(Settings):
     sentence_aware: bool = setting(
         True, help="End a passage at a sentence end found in its last 20% of tokens."
     )
+    split_over: int = setting(
+        SPLIT_FACTOR,
+        help="Where most documents are short, split those longer than this many windows (2: "
+        "every one past twice the window, its documents then ranked by the lead rule; "
+        "docs/passages.md).",
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,6 +151,7 @@ class PassageConfig(Settings):
         return [
             at_least("window", self.window, 8),
             at_least("stride", self.stride, 0),
+            at_least("split_over", self.split_over, 1),
             (
                 half,
                 "stride",
@@ -157,6 +163,8 @@ class PassageConfig(Settings):
         return [
             (("window", "stride", "sentence_aware"), self.enabled is not False,
              "does not apply without passages (documents cut at the encoder's window)"),
+            (("split_over",), self.enabled is None,
+             "applies where the build decides (neither --passages nor --no-passages)"),
         ]  # fmt: skip
 
     def resolved(self, max_length: int) -> PassageConfig:
@@ -173,11 +181,11 @@ class PassageConfig(Settings):
         stride = self.stride
         if stride is None:
             stride = int(DEFAULT_STRIDE_SHARE * window)
-        return PassageConfig(self.enabled, window, stride, self.sentence_aware)
+        return PassageConfig(self.enabled, window, stride, self.sentence_aware, self.split_over)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's record of the settings (``window``, ``stride``, ``sentence_aware``)."""
-        return {k: v for k, v in asdict(self).items() if k != "enabled"}
+        return {k: v for k, v in asdict(self).items() if k not in ("enabled", "split_over")}
 
     @classmethod
     def from_manifest(cls, entry: dict[str, Any] | None) -> PassageConfig:
@@ -328,14 +336,14 @@ class Splitter:
 
     def long_documents(self, window: int | None = None) -> Splitter:
         """This splitter deciding document by document: only documents longer than
-        :data:`SPLIT_FACTOR` times the max length are split, into passages of ``window``
+        ``split_over`` times the max length are split, into passages of ``window``
         tokens (default :data:`LONG_WINDOW`, at most the max length; a window the settings
         gave is kept), a quarter of it shared."""
         size = window or min(LONG_WINDOW, self.max_length)
         stride = self.config.stride if window else int(DEFAULT_STRIDE_SHARE * size)
         config = PassageConfig(None, size, stride, self.config.sentence_aware)
         return Splitter(self.tokenizer, config, self.prefix, self.lowercase, self.max_length,
-                        self.show_progress, SPLIT_FACTOR * self.max_length)  # fmt: skip
+                        self.show_progress, self.config.split_over * self.max_length)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's record: the settings, and the per-document rule where there is one."""

@@ -41,7 +41,7 @@ from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import build_from_docstore, side_entry
 from dotcat.index.config import BM25Config, MergeConfig
-from dotcat.index.dense_index import DenseIndex
+from dotcat.index.dense_index import SAMPLE, DenseIndex
 from dotcat.index.docstore import DocStore, PassageRef, StoredDocument
 from dotcat.index.fields import merged_kinds
 from dotcat.index.filtered import Admitted
@@ -269,6 +269,10 @@ class ShardSet:
             local = [p - lo for p in wanted if lo <= p < hi]
             if local:
                 yield i, shard, lo, local
+
+    def sample(self) -> np.ndarray:
+        """Evenly spaced vectors of every shard, as many from each (:meth:`DenseIndex.sample`)."""
+        return np.vstack([s.sample(max(1, SAMPLE // len(self.shards))) for s in self.shards])
 
     def vectors(self, positions) -> np.ndarray:
         """The vectors at global positions, each from its shard (zeros for -1)."""

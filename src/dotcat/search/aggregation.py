@@ -8,13 +8,27 @@ Contextual Neural Language Modeling", SIGIR 2019)::
     maxp:    s(d) = max_{p in d} s(p)
     firstp:  s(d) = s(p_1), p_1 the first passage of d
     sum:     s(d) = sum of the n largest s(p), p in d (n = ``top``)
+    lead:    s(d) = max(s(p_1), m_d - z * sd_q),   m_d = max_{p in d, p != p_1} s(p)
+
+``lead`` answers MaxP's length bias: a document of many passages has many chances to score
+high by chance, so where long documents are split among short ones MaxP ranks them above short
+relevant documents (docs/passages.md). Under ``lead`` a document scores its first passage (what
+it is about, as a document of one window does) or a later passage less a margin learned
+without labels, whichever is higher: ``z`` (:data:`~dotcat.options.LEAD_MARGIN`) standard
+deviations ``sd_q`` of the query's scores over an evenly spaced sample of the index's vectors
+(:func:`lead_margins`). ``auto``, the default, is ``lead`` on an index that split documents
+past fewer than sixteen windows one by one (``--split-over``) and MaxP elsewhere (an index that
+split every document: all of many passages, none favoured; or only documents past sixteen
+windows, as before); eval/studies/length_bias has the figures.
 
 :func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per
 document, so that k documents come out of one search when a query's best passages spread over
 documents as the collection's passages do; a query whose passages crowd into fewer documents
 is asked again for twice as many, until k documents come out or the index has no more. MaxP
 and FirstP are then exact: the i-th document by MaxP is the i-th distinct document down the
-passage ranking, the i-th by FirstP the i-th first passage down it. The sum is over the
+passage ranking, the i-th by FirstP the i-th first passage down it; ``lead`` counts only the
+documents scored at or above the lowest passage fetched (a first passage not fetched is below
+it, so their scores are exact). The sum is over the
 passages fetched (a document's passages below the fetched depth count 0).
 
 An index without passages is the same search with one passage per document (each vector a
@@ -27,8 +41,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dotcat.index.docstore import PassageRef
-from dotcat.options import AGGREGATE_TOP, AGGREGATION, AGGREGATIONS, at_least, first_failure, one_of
+from dotcat.index.passages import SPLIT_FACTOR, split_longer_than
+from dotcat.options import (
+    AGGREGATE_TOP,
+    AGGREGATION,
+    AGGREGATIONS,
+    LEAD_MARGIN,
+    at_least,
+    first_failure,
+    one_of,
+)
 from dotcat.types import Run
 
 #: A passage ranking: ``(FAISS id, score)`` pairs, best first.
@@ -62,12 +87,38 @@ def check_aggregation(method: str, top: int) -> None:
     first_failure([one_of("aggregation", method, AGGREGATIONS), at_least("aggregate_top", top, 1)])
 
 
+def resolve(method: str, passages: dict | None) -> str:
+    """The rule ``auto`` means on an index whose manifest records ``passages``: ``lead`` where
+    documents past fewer than :data:`~dotcat.index.passages.SPLIT_FACTOR` windows were split
+    one by one (``split_over``), else ``maxp``; any other rule is itself."""
+    if method != "auto":
+        return method
+    longer = split_longer_than(passages)
+    return "lead" if longer is not None and longer < SPLIT_FACTOR * passages["window"] else "maxp"
+
+
+def lead_margins(index, matrix: np.ndarray) -> np.ndarray:
+    """``z * sd_q`` for each query vector (rows of ``matrix``): the standard deviation of its
+    scores over the index's sample of vectors, times :data:`~dotcat.options.LEAD_MARGIN`."""
+    sample = index.sample()
+    if not len(sample):
+        return np.zeros(len(matrix))
+    return LEAD_MARGIN * (np.asarray(matrix, dtype=np.float32) @ sample.T).std(axis=1)
+
+
+def _lead(passages: list[tuple[PassageRef, float]], margin: float) -> float:
+    first = next((s for ref, s in passages if ref.part == 0), -math.inf)
+    return max(first, max((s - margin for ref, s in passages if ref.part != 0), default=first))
+
+
 def aggregate(
     ranking: Sequence[tuple[PassageRef, float]],
     method: str = AGGREGATION,
     top: int = AGGREGATE_TOP,
+    margin: float = 0.0,
 ) -> list[Match]:
-    """Documents from a passage ranking (best first), best first (see the module docstring).
+    """Documents from a passage ranking (best first), best first (see the module docstring;
+    ``margin``: ``lead``'s ``z * sd_q``; ``auto`` counts as ``maxp`` here).
 
     Equal scores keep the order in which their documents first appear in ``ranking``.
     """
@@ -81,15 +132,22 @@ def aggregate(
     for doc_id, passages in found.items():
         scores = sorted((s for _, s in passages), reverse=True)
         value = math.fsum(scores[:top]) if method == "sum" else scores[0]
+        if method == "lead":
+            value = _lead(passages, margin)
         ordered = tuple(sorted(passages, key=lambda p: -p[1]))  # stable: ties keep their order
         matches.append(Match(doc_id, value, ordered))
     return sorted(matches, key=lambda m: -m.score)  # stable: ties by first appearance
 
 
-def documents_found(ranking: Sequence[tuple[PassageRef, float]], method: str) -> int:
-    """How many documents :func:`aggregate` would rank from ``ranking``."""
+def documents_found(
+    ranking: Sequence[tuple[PassageRef, float]], method: str, margin: float = 0.0
+) -> int:
+    """How many documents :func:`aggregate` would rank exactly from ``ranking``."""
     if method == "firstp":
         return sum(1 for ref, _ in ranking if ref.part == 0)
+    if method == "lead" and ranking:
+        floor = ranking[-1][1]
+        return sum(1 for m in aggregate(ranking, method, margin=margin) if m.score >= floor)
     return len({ref.doc_id for ref, _ in ranking})
 
 
@@ -103,6 +161,7 @@ def rank_documents(
     documents: int,
     method: str = AGGREGATION,
     top: int = AGGREGATE_TOP,
+    margins: Mapping[str, float] | None = None,
 ) -> dict[str, list[Match]]:
     """The top ``k`` documents of each query, from a first stage that ranks passages.
 
@@ -111,7 +170,7 @@ def rank_documents(
             has fewer that match).
         locate: where passages lie (their documents), by FAISS id.
         vectors, documents: the index's passages and documents (their ratio sets the depth).
-        method, top: the aggregation (:func:`aggregate`).
+        method, top: the aggregation (:func:`aggregate`); ``margins``: ``lead``'s, by query.
     """
     check_aggregation(method, top)
     if vectors == 0:  # every document deleted: nothing to find
@@ -128,10 +187,11 @@ def rank_documents(
             passages = found.get(qid, ())
             ranking = [(refs[pid], score) for pid, score in passages]
             exhausted = len(passages) < depth or depth >= vectors
-            if documents_found(ranking, method) < k and not exhausted:
+            margin = margins[qid] if margins is not None else 0.0
+            if documents_found(ranking, method, margin) < k and not exhausted:
                 short.append(qid)
             else:
-                out[qid] = aggregate(ranking, method, top)[:k]
+                out[qid] = aggregate(ranking, method, top, margin)[:k]
         pending, depth = short, min(vectors, depth * 2)
     return {qid: out[qid] for qid in qids}
 

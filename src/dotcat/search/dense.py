@@ -33,7 +33,14 @@ from dotcat.index.filtered import Admitted
 from dotcat.index.shards import ShardSet, open_index
 from dotcat.options import AGGREGATE_TOP, AGGREGATION, RUN_K
 from dotcat.progress import progress_bar
-from dotcat.search.aggregation import Match, check_aggregation, rank_documents, to_run
+from dotcat.search.aggregation import (
+    Match,
+    check_aggregation,
+    lead_margins,
+    rank_documents,
+    resolve,
+    to_run,
+)
 from dotcat.search.feedback import Rocchio, rocchio_expand, rocchio_of
 from dotcat.search.hits import Hit
 from dotcat.types import Run
@@ -144,12 +151,15 @@ def rank_vectors(
     """Each query vector's (``rows``: qid -> vector) top ``k`` documents of ``index``, ranked
     from FAISS's passages (:func:`rank_documents`, by ``method`` and ``top``), among the
     ``admitted`` ones where a filter is given."""
+    method, margins = resolve(method, index.passages), None
+    if method == "lead":
+        margins = dict(zip(rows, lead_margins(index, np.stack(list(rows.values()))), strict=True))
     return rank_documents(
         functools.partial(_nearest, index, rows=rows, admitted=admitted), index.locate,
         list(rows), k,
         vectors=len(index) if admitted is None else admitted.vectors,
         documents=index.document_count if admitted is None else admitted.documents,
-        method=method, top=top,
+        method=method, top=top, margins=margins,
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from dotcat.index.config import BM25Config
 from dotcat.index.filtered import Admitted
 from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
-from dotcat.search.aggregation import Match, rank_documents
+from dotcat.search.aggregation import Match, rank_documents, resolve
 from dotcat.search.feedback import RM3, RM3Expander, rm3_of, rm3_search
 from dotcat.types import Run
 
@@ -149,7 +149,8 @@ class BM25Stage:
                         search, self.index.locate, chunk, k,
                         vectors=len(self.bm25) if admitted is None else admitted.vectors,
                         documents=self.index.document_count if admitted is None
-                        else admitted.documents, method=self.aggregation,
+                        else admitted.documents,
+                        method=resolve(self.aggregation, self.index.passages),
                         top=self.aggregate_top,
                     )
                 )  # fmt: skip
