@@ -370,6 +370,12 @@ def test_the_command_line_and_python_set_the_passages_and_the_aggregation(tiny_b
     result = CliRunner().invoke(app, ["index", str(corpus), str(tmp_path / "bad"),
                                       "--passage-window", "4"])  # fmt: skip
     assert result.exit_code == 2 and "--passage-window must be >= 8, got 4" in result.output
+    for args, said in (
+        (["--split-over", "0"], "--split-over must be >= 1, got 0"),
+        (["--passages", "--split-over", "2"], "--split-over applies where the build decides"),
+    ):
+        result = CliRunner().invoke(app, ["index", str(corpus), str(tmp_path / "bad"), *args])
+        assert result.exit_code == 2 and said in result.output, result.output  # fmt: skip
     result = CliRunner().invoke(app, ["search", str(split), "q", "--aggregation", "meanp"])
     expected = "--aggregation must be one of auto, maxp, firstp, lead, sum"
     assert result.exit_code == 2 and expected in result.output
