@@ -103,8 +103,8 @@ AGGREGATION_HELP = (
     "How a document is scored from its passages: maxp (its best passage), firstp (its first "
     "passage only, as truncation), lead (its first, or a later one less "
     f"{LEAD_MARGIN:g} standard deviation of the query's scores, whichever is higher), sum "
-    "(its best --aggregate-top passages summed); auto: lead where only long documents were "
-    "split, else maxp."
+    "(its best --aggregate-top passages summed); auto: lead on an index built with "
+    "--split-over under 16, else maxp."
 )
 DEPTH_HELP = (
     "With a cross-encoder: how many first-stage results it re-ranks (fewer: faster answers)."

@@ -88,8 +88,8 @@ AUTO_LENGTH_FACTOR = 2
 AUTO_SAMPLE = 1000
 #: A document longer (characters) gets its own progress bar while it is tokenized.
 LONG_TEXT = 1_000_000
-#: Elsewhere a document is split on its own when longer than this many times the max length
-#: (by default: ``split_over`` sets it; a cut would drop over nine tenths of it).
+#: The default ``split_over``: elsewhere a document is split on its own when longer than this
+#: many times the max length (a cut would drop over nine tenths of it).
 SPLIT_FACTOR = 16
 #: ... into passages of this many tokens, or the encoder's max length where shorter.
 LONG_WINDOW = 256

@@ -130,25 +130,21 @@ def aggregate(
         found.setdefault(ref.doc_id, []).append((ref, float(score)))
     matches = []
     for doc_id, passages in found.items():
-        scores = sorted((s for _, s in passages), reverse=True)
-        value = math.fsum(scores[:top]) if method == "sum" else scores[0]
+        ordered = tuple(sorted(passages, key=lambda p: -p[1]))  # stable: ties keep their order
         if method == "lead":
             value = _lead(passages, margin)
-        ordered = tuple(sorted(passages, key=lambda p: -p[1]))  # stable: ties keep their order
+        else:
+            value = math.fsum(s for _, s in ordered[:top]) if method == "sum" else ordered[0][1]
         matches.append(Match(doc_id, value, ordered))
     return sorted(matches, key=lambda m: -m.score)  # stable: ties by first appearance
 
 
-def documents_found(
-    ranking: Sequence[tuple[PassageRef, float]], method: str, margin: float = 0.0
-) -> int:
-    """How many documents :func:`aggregate` would rank exactly from ``ranking``."""
-    if method == "firstp":
-        return sum(1 for ref, _ in ranking if ref.part == 0)
-    if method == "lead" and ranking:
-        floor = ranking[-1][1]
-        return sum(1 for m in aggregate(ranking, method, margin=margin) if m.score >= floor)
-    return len({ref.doc_id for ref, _ in ranking})
+def _exact(matches: list[Match], ranking: Sequence[tuple[PassageRef, float]], method: str) -> int:
+    """How many of ``matches`` (aggregated from ``ranking``) are exact: every one, but under
+    ``lead`` only those scored at or above the last passage fetched."""
+    if method != "lead" or not ranking:
+        return len(matches)
+    return sum(1 for m in matches if m.score >= ranking[-1][1])
 
 
 def rank_documents(
@@ -188,10 +184,11 @@ def rank_documents(
             ranking = [(refs[pid], score) for pid, score in passages]
             exhausted = len(passages) < depth or depth >= vectors
             margin = margins[qid] if margins is not None else 0.0
-            if documents_found(ranking, method, margin) < k and not exhausted:
+            matches = aggregate(ranking, method, top, margin)
+            if _exact(matches, ranking, method) < k and not exhausted:
                 short.append(qid)
             else:
-                out[qid] = aggregate(ranking, method, top, margin)[:k]
+                out[qid] = matches[:k]
         pending, depth = short, min(vectors, depth * 2)
     return {qid: out[qid] for qid in qids}
 
