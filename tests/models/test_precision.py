@@ -64,12 +64,17 @@ def test_a_bad_env_value_is_a_clear_error(monkeypatch):
 
 def test_auto_follows_the_switch_and_records_it(tiny_bert_dir, tiny_cat_dir, monkeypatch):
     # on: a Zen 4-class CPU (native bf16, VNNI): int8 where INT8_BY_DEFAULT's runtime is
-    # installed, the rest under bf16 autocast; off: an AVX2-only CPU, fp32 everywhere.
-    for value, encoder_name, dtype in (("on", "int8", torch.bfloat16), ("off", "fp32", None)):
+    # installed, the rest under bf16 autocast; off: an AVX2-only CPU, documents int8 on ONNX
+    # Runtime with fp32 queries, the cross-encoder fp32.
+    for value, encoder_name, dtype in (("on", "int8", torch.bfloat16), ("off", "int8", None)):
         monkeypatch.setenv(runtime.NATIVE_BF16_ENV, value)
         enc = BiEncoder.load(EncoderConfig(model=str(tiny_bert_dir), device="cpu"))
-        assert enc.precision == encoder_name == enc.manifest_entry()["precision"]
+        entry = enc.manifest_entry()
+        assert enc.precision == encoder_name == entry["precision"]
         assert (enc.onnx is not None) is (encoder_name == "int8")
+        if value == "off":
+            assert entry["backend"] == "onnxruntime"
+            assert entry["queries"] == {"precision": "fp32", "backend": "torch"}
         # A new head is for training: never int8, whatever the table says.
         ce = CrossEncoder.load(CrossEncoderConfig(model=str(tiny_bert_dir), device="cpu"))
         assert ce.autocast_dtype is dtype and ce.onnx is None
@@ -83,10 +88,20 @@ def test_auto_chooses_per_cpu_kind_and_per_side(monkeypatch):
     """AUTO_ENCODER is read for this CPU's kind, for documents and queries apart; an int8
     choice whose runtime is missing falls back to the autocast rule, on both sides."""
     cpu = torch.device("cpu")
-    for value, kind in (("on", "vnni+bf16"), ("off", "other")):
+    for value, kind in (("on", "vnni+bf16"), ("off", "avx2")):
         monkeypatch.setenv(runtime.NATIVE_BF16_ENV, value)
         assert runtime.cpu_kind() == kind
     monkeypatch.delenv(runtime.NATIVE_BF16_ENV)
+    monkeypatch.setattr(runtime, "cpu_has_vnni", lambda: False)
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    for flags, kind in ((frozenset({"avx2", "fma", "sse4_2"}), "avx2"), (frozenset(), "other")):
+        monkeypatch.setattr(runtime, "cpu_flags", lambda flags=flags: flags)
+        assert runtime.cpu_kind() == kind
+        assert runtime.auto_precision("encoder", cpu) == ("int8" if kind == "avx2" else "fp32")
+        assert runtime.auto_precision("encoder", cpu, "queries") == "fp32"
+        assert runtime.int8_backend("encoder") == (
+            "onnxruntime" if kind == "avx2" else runtime.int8_backend("cross-encoder")
+        )
     monkeypatch.setattr(runtime, "cpu_has_vnni", lambda: True)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     assert runtime.cpu_kind() == "vnni"

@@ -59,11 +59,13 @@ class EncoderConfig(Settings):
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, 65,536 on a GPU;
             0: no cap.
         precision: ``auto`` (per CPU kind, :data:`dotcat.models.runtime.AUTO_ENCODER`: int8
-            on CPUs with VNNI where OpenVINO is installed, else bf16 where native, fp16 on
-            older GPUs, else fp32), ``int8``, ``fp32``, ``bf16``, ``fp16``: the autocast dtype,
-            or the int8 runtime; pooling and outputs stay fp32. An index also records the
-            precision its queries run at under ``auto`` (:meth:`BiEncoder.query_path`).
-        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
+            on CPUs with VNNI where OpenVINO is installed, int8 documents on ONNX Runtime on
+            AVX2-only CPUs, else bf16 where native, fp16 on older GPUs, else fp32), ``int8``,
+            ``fp32``, ``bf16``, ``fp16``: the autocast dtype, or the int8 runtime; pooling and
+            outputs stay fp32. An index also records the precision its queries run at under
+            ``auto`` (:meth:`BiEncoder.query_path`).
+        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime;
+            ONNX Runtime on AVX2-only CPUs, :func:`dotcat.models.runtime.int8_runtimes`),
             ``onnxruntime``, ``openvino``; an index records which one made its vectors.
         cpu_workers: batches encoded at once on CPU, each by its own thread with one
             intra-op thread (data parallel: no barrier between cores inside an op, robust when
@@ -129,7 +131,8 @@ class CrossEncoderConfig(Settings):
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
         precision: ``auto`` (int8 on CPUs with VNNI where OpenVINO is installed, else bf16
             where native, fp16 on older GPUs, else fp32), ``fp32``, ``bf16``, ``fp16``, ``int8``.
-        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
+        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime;
+            ONNX Runtime on AVX2-only CPUs, :func:`dotcat.models.runtime.int8_runtimes`),
             ``openvino``, ``onnxruntime``; other precisions run in PyTorch.
         cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
             intra-op thread.

@@ -7,7 +7,7 @@ bf16 where the GPU has it (Ampere and later), else fp16.
 
 The detection can be overridden with the environment variable ``DOTCAT_NATIVE_BF16``: ``on``
 makes ``auto`` choose bf16 (emulated, slow, but the numbers a bf16 CPU gives), ``off`` makes
-it choose fp32 (what an AVX2-only CPU gives). CI runs the tests under both, so neither kind of
+it choose as an AVX2-only CPU does (fp32 autocast). CI runs the tests under both, so neither kind of
 CPU can hide a failure of the other.
 
 PyTorch is imported by the functions that need it, not by this module: a search from the shell
@@ -189,20 +189,26 @@ ALL_PRECISIONS = options.PRECISIONS
 #: (docs/precision.md, "Measured"). Indexes record which runtime made their vectors; queries
 #: follow it.
 INT8_BY_DEFAULT = {"encoder": ("openvino",), "cross-encoder": ("openvino",)}
+#: Per CPU kind, where it differs from :data:`INT8_BY_DEFAULT`: on AVX2 without VNNI the
+#: bi-encoder's int8 runs on ONNX Runtime's 7-bit export, 2.22x sentence-transformers' fp32
+#: where OpenVINO's int8 is 1.20x (a quiet Zen 3: results/precision_speed_zen3.md).
+INT8_BY_CPU = {"avx2": {"encoder": ("onnxruntime",)}}
 #: The runtimes of the int8 path (each runs both model kinds).
 INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+_AVX2_FLAGS = frozenset({"avx2", "fma"})
 #: What ``auto`` runs the bi-encoder at, per CPU kind (:func:`cpu_kind`): (documents, queries).
-#: ``int8`` runs on the encoder's runtime in :data:`INT8_BY_DEFAULT`, or where that is not
+#: ``int8`` runs on the encoder's runtime of :func:`int8_runtimes`, or where that is not
 #: installed falls back to the autocast rule (bf16 where native, else fp32). Chosen as the
 #: fastest path that keeps >= 99.8% of fp32's default-pipeline nDCG@10 on the mean of six
-#: collections and >= 99.0% on each, measured on a VNNI + bf16 Zen 4 (docs/precision.md).
-#: ``vnni`` follows it untested (no such CPU at hand); AVX2-only CPUs keep fp32 (int8's speed
-#: there was not measured, so nothing says it is faster).
+#: collections, >= 98.5% on each and none significantly below (docs/precision.md): measured on
+#: a VNNI + bf16 Zen 4, and for ``avx2`` on a Zen 3 (int8 documents, fp32 queries). ``vnni``
+#: follows Zen 4 untested (no such CPU at hand); other CPUs (e.g. ARM) keep fp32 (unmeasured).
 AUTO_ENCODER = {
     "vnni+bf16": ("int8", "int8"),
     "vnni": ("int8", "int8"),
     "bf16": ("bf16", "bf16"),
+    "avx2": ("int8", "fp32"),
     "other": ("fp32", "fp32"),
 }
 #: The sides of the bi-encoder whose precision ``auto`` chooses apart.
@@ -219,18 +225,27 @@ def cpu_has_vnni() -> bool:
 def cpu_kind() -> str:
     """This CPU as precision sees it: ``vnni+bf16`` (native int8 dot products and bf16: AMD Zen
     4, Intel Sapphire Rapids), ``vnni`` (int8 only: Intel Cascade Lake, Ice Lake, AVX-VNNI
-    client CPUs), ``bf16`` (bf16 only) or ``other`` (AVX2-only x86 such as AMD Zen 3, and the
-    rest). ``DOTCAT_NATIVE_BF16=on`` gives ``vnni+bf16``, ``=off`` ``other``."""
+    client CPUs), ``bf16`` (bf16 only), ``avx2`` (x86 with AVX2 and FMA, neither of the others:
+    AMD Zen 3, Intel Skylake) or ``other`` (the rest). ``DOTCAT_NATIVE_BF16=on`` gives
+    ``vnni+bf16``, ``=off`` ``avx2``."""
     vnni, bf16 = cpu_has_vnni(), cpu_has_native_bf16()
     kinds = {(True, True): "vnni+bf16", (True, False): "vnni", (False, True): "bf16"}
-    return kinds.get((vnni, bf16), "other")
+    avx2 = native_bf16_override() is False or cpu_flags() >= _AVX2_FLAGS
+    return kinds.get((vnni, bf16), "avx2" if avx2 else "other")
+
+
+def int8_runtimes(kind: str, cpu: str | None = None) -> tuple[str, ...]:
+    """The int8 runtimes a model ``kind`` runs on under ``auto``, preferred first, on a CPU of
+    kind ``cpu`` (default: this one's): :data:`INT8_BY_CPU`, else :data:`INT8_BY_DEFAULT`."""
+    by_cpu = INT8_BY_CPU.get(cpu or cpu_kind(), {})
+    return by_cpu.get(kind, INT8_BY_DEFAULT.get(kind, ()))
 
 
 def auto_precision(kind: str, device: torch.device, side: str = "documents") -> str:
     """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``;
     for the encoder one ``side``, ``documents`` or ``queries``): the encoder's from
     :data:`AUTO_ENCODER`, the cross-encoder's int8 on a CPU with VNNI; int8 only where one of
-    the kind's runtimes in :data:`INT8_BY_DEFAULT` is installed, otherwise the autocast rule of
+    the kind's runtimes (:func:`int8_runtimes`) is installed, otherwise the autocast rule of
     :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
@@ -240,7 +255,7 @@ def auto_precision(kind: str, device: torch.device, side: str = "documents") -> 
         wanted = "int8" if cpu_has_vnni() else "auto"
     autocast_rule = precision_name(resolve_precision("auto", device))
     if wanted == "int8":
-        runtimes = INT8_BY_DEFAULT.get(kind, ())
+        runtimes = int8_runtimes(kind)
         choice = "int8" if any(backend_installed(r) for r in runtimes) else autocast_rule
     else:
         choice = autocast_rule if wanted == "auto" else wanted
@@ -263,13 +278,13 @@ def openvino_installed() -> bool:
 
 def int8_backend(kind: str, backend: str = "auto") -> str:
     """The runtime that runs a model ``kind`` at int8: ``auto`` is the first of the kind's
-    :data:`INT8_BY_DEFAULT` installed, else ONNX Runtime.
+    :func:`int8_runtimes` installed, else ONNX Runtime.
 
     Raises:
         DotcatError: an unknown runtime.
     """
     if backend == "auto":
-        runtimes = INT8_BY_DEFAULT.get(kind, ())
+        runtimes = int8_runtimes(kind)
         return next((r for r in runtimes if backend_installed(r)), "onnxruntime")
     if backend not in INT8_BACKENDS:
         raise DotcatError(f"unknown int8 backend {backend!r} (auto, {', '.join(INT8_BACKENDS)})")
