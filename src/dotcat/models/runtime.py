@@ -178,32 +178,22 @@ def detect_native_bf16() -> bool:
 
 #: Precisions run by ONNX Runtime instead of PyTorch autocast (CPU only).
 ONNX_PRECISIONS = ("int8",)
-#: Every precision a command accepts: ``auto``, :data:`PRECISIONS`, :data:`ONNX_PRECISIONS`.
-ALL_PRECISIONS = options.PRECISIONS
-
-
-#: Per model kind, the int8 runtimes ``auto`` may run it on, in the order it prefers them (the
-#: first installed). OpenVINO for both kinds: it quantises an activation per group of features of
-#: each token, where ONNX Runtime takes one range per tensor, and it kept more of fp32's quality:
-#: re-ranked nDCG@10 on SciFact and the default (hybrid) pipeline's nDCG@10 on six collections
-#: (docs/precision.md, "Measured"). Indexes record which runtime made their vectors; queries
-#: follow it.
+#: Per model kind, the int8 runtimes ``auto`` prefers, first installed first: OpenVINO, whose
+#: activation ranges per group of each token's features kept more of fp32's quality than ONNX
+#: Runtime's one per tensor (docs/precision.md, "Measured"). Indexes record the runtime.
 INT8_BY_DEFAULT = {"encoder": ("openvino",), "cross-encoder": ("openvino",)}
-#: Per CPU kind, where it differs from :data:`INT8_BY_DEFAULT`: on AVX2 without VNNI the
-#: bi-encoder's int8 runs on ONNX Runtime's 7-bit export, 2.22x sentence-transformers' fp32
-#: where OpenVINO's int8 is 1.20x (a quiet Zen 3: results/precision_speed_zen3.md).
+#: Per CPU kind, where it differs: on AVX2 ONNX Runtime's 7-bit export encodes 2.22x
+#: sentence-transformers' fp32, OpenVINO's int8 1.20x (results/precision_speed_zen3.md).
 INT8_BY_CPU = {"avx2": {"encoder": ("onnxruntime",)}}
 #: The runtimes of the int8 path (each runs both model kinds).
 INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 _AVX2_FLAGS = frozenset({"avx2", "fma"})
-#: What ``auto`` runs the bi-encoder at, per CPU kind (:func:`cpu_kind`): (documents, queries).
-#: ``int8`` runs on the encoder's runtime of :func:`int8_runtimes`, or where that is not
-#: installed falls back to the autocast rule (bf16 where native, else fp32). Chosen as the
-#: fastest path that keeps >= 99.8% of fp32's default-pipeline nDCG@10 on the mean of six
-#: collections, >= 98.5% on each and none significantly below (docs/precision.md): measured on
-#: a VNNI + bf16 Zen 4, and for ``avx2`` on a Zen 3 (int8 documents, fp32 queries). ``vnni``
-#: follows Zen 4 untested (no such CPU at hand); other CPUs (e.g. ARM) keep fp32 (unmeasured).
+#: What ``auto`` runs the bi-encoder at, per CPU kind (:func:`cpu_kind`): (documents, queries);
+#: ``int8`` on :func:`int8_runtimes`, else (none installed) the autocast rule. The fastest path
+#: keeping >= 99.8% of fp32's default-pipeline nDCG@10 on the mean of six collections, >= 98.5%
+#: on each, none significantly below (docs/precision.md): measured on a Zen 4 and, for ``avx2``,
+#: a Zen 3. ``vnni`` follows Zen 4 untested; other CPUs (e.g. ARM) keep fp32, unmeasured.
 AUTO_ENCODER = {
     "vnni+bf16": ("int8", "int8"),
     "vnni": ("int8", "int8"),
@@ -223,11 +213,9 @@ def cpu_has_vnni() -> bool:
 
 
 def cpu_kind() -> str:
-    """This CPU as precision sees it: ``vnni+bf16`` (native int8 dot products and bf16: AMD Zen
-    4, Intel Sapphire Rapids), ``vnni`` (int8 only: Intel Cascade Lake, Ice Lake, AVX-VNNI
-    client CPUs), ``bf16`` (bf16 only), ``avx2`` (x86 with AVX2 and FMA, neither of the others:
-    AMD Zen 3, Intel Skylake) or ``other`` (the rest). ``DOTCAT_NATIVE_BF16=on`` gives
-    ``vnni+bf16``, ``=off`` ``avx2``."""
+    """This CPU as precision sees it: ``vnni+bf16`` (AMD Zen 4, Intel Sapphire Rapids), ``vnni``
+    (Cascade Lake, Ice Lake, AVX-VNNI clients), ``bf16``, ``avx2`` (AVX2 and FMA only: Zen 3,
+    Skylake) or ``other``. ``DOTCAT_NATIVE_BF16=on`` gives ``vnni+bf16``, ``=off`` ``avx2``."""
     vnni, bf16 = cpu_has_vnni(), cpu_has_native_bf16()
     kinds = {(True, True): "vnni+bf16", (True, False): "vnni", (False, True): "bf16"}
     avx2 = native_bf16_override() is False or cpu_flags() >= _AVX2_FLAGS
@@ -235,8 +223,7 @@ def cpu_kind() -> str:
 
 
 def int8_runtimes(kind: str, cpu: str | None = None) -> tuple[str, ...]:
-    """The int8 runtimes a model ``kind`` runs on under ``auto``, preferred first, on a CPU of
-    kind ``cpu`` (default: this one's): :data:`INT8_BY_CPU`, else :data:`INT8_BY_DEFAULT`."""
+    """A model ``kind``'s int8 runtimes under ``auto`` on a ``cpu`` kind (default: this one)."""
     by_cpu = INT8_BY_CPU.get(cpu or cpu_kind(), {})
     return by_cpu.get(kind, INT8_BY_DEFAULT.get(kind, ()))
 
@@ -351,7 +338,7 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
             return torch.bfloat16
         return None
     if precision not in PRECISIONS:
-        raise DotcatError(f"unknown precision {precision!r} ({', '.join(ALL_PRECISIONS)})")
+        raise DotcatError(f"unknown precision {precision!r} ({', '.join(options.PRECISIONS)})")
     name = PRECISIONS[precision]
     dtype = None if name is None else getattr(torch, name)
     if dtype is torch.bfloat16 and device.type == "cpu" and not detect_native_bf16():
