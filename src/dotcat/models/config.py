@@ -131,8 +131,7 @@ class CrossEncoderConfig(Settings):
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.
         precision: ``auto`` (int8 on CPUs with VNNI where OpenVINO is installed, else bf16
             where native, fp16 on older GPUs, else fp32), ``fp32``, ``bf16``, ``fp16``, ``int8``.
-        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime;
-            ONNX Runtime on AVX2-only CPUs, :func:`dotcat.models.runtime.int8_runtimes`),
+        backend: the int8 runtime: ``auto`` (OpenVINO where installed, else ONNX Runtime),
             ``openvino``, ``onnxruntime``; other precisions run in PyTorch.
         cpu_workers: pairs batches scored at once on CPU, one thread each; None: one per
             intra-op thread.

@@ -7,8 +7,8 @@ bf16 where the GPU has it (Ampere and later), else fp16.
 
 The detection can be overridden with the environment variable ``DOTCAT_NATIVE_BF16``: ``on``
 makes ``auto`` choose bf16 (emulated, slow, but the numbers a bf16 CPU gives), ``off`` makes
-it choose as an AVX2-only CPU does (fp32 autocast). CI runs the tests under both, so neither kind of
-CPU can hide a failure of the other.
+it choose as an AVX2-only CPU does (no bf16; int8 documents, fp32 queries). CI runs the tests
+under both, so neither kind of CPU can hide a failure of the other.
 
 PyTorch is imported by the functions that need it, not by this module: a search from the shell
 chooses its query path here and runs it without PyTorch (:mod:`.exported_encoder`); importing
