@@ -35,7 +35,10 @@ scores, ``s_1`` its first):
   it only by what it beats the expected best of as many irrelevant passages by;
 - ``soft z``: max(s_1, max_{i>1} s_i - z * sd_q): a later passage counts by what it beats
   its document's first window by, less z standard deviations of the query's passage scores;
-- ``hard z``: max_{i>1} s_i where it beats s_1 by more than z * sd_q, else s_1.
+- ``hard z``: max_{i>1} s_i where it beats s_1 by more than z * sd_q, else s_1;
+- ``query z``: per query, MaxP where the best later passage of the collection beats the best
+  first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
+  (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
 
 The mixed folder (``mixed_folder.py``) has no dev queries: half of its queries (those whose
 document is at an even position in the corpus) are judged here, the other half only by
@@ -65,6 +68,7 @@ CANDIDATES = (
     "maxp", "firstp", "first+max", "top2 mean", "emax", "emax sample", "gauss", "fitted",
     "floor emax", "floor fitted", "soft 0.5", "soft 1", "soft 1.5", "soft 2", "soft 3",
     "hard 1", "hard 1.5", "hard 2", "hard 3", "keep16 soft 1", "keep16 hard 2",
+    "query 0", "query 0.5", "query 1", "query 0 soft 1", "query 0.5 soft 1", "query 1 soft 1",
 )  # fmt: skip
 #: ``keep16 ...``: MaxP for a document of more passages than one of 16 windows (4,096 tokens)
 #: splits into (windows of 256 tokens, stride 64), the rule after it for the others.
@@ -132,6 +136,13 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
             out[:, d] = block[:, -2:].mean(axis=1)
         return out
     rest = np.full_like(best, -np.inf)
+    if name.startswith("query"):  # query z [rule]: the query's kind decides the rule
+        for d in np.flatnonzero(counts > 1):
+            rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
+        _, z, *other = name.split(maxsplit=2)
+        tail = rest.max(axis=1) - first.max(axis=1) > float(z) * scores.std(axis=1)
+        other = doc_scores(scores, doc_of, part, ndocs, (other or ["firstp"])[0])
+        return np.where(tail[:, None], best, other)
     if name.startswith(("soft", "hard")):
         for d in np.flatnonzero(counts > 1):
             rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
@@ -294,9 +305,12 @@ def pooled(raw: dict) -> list[str]:
 
 
 def main() -> None:
+    global CANDIDATES
     p = common.parser(__doc__, output=HERE / "candidates.md", work="runs/length_bias")
     p.add_argument("--collections", nargs="+", default=list(DATA), choices=list(DATA))
+    p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), metavar="NAME")
     args = p.parse_args()
+    CANDIDATES = tuple(args.candidates)
     common.setup_logging()
     from dotcat.evaluation.significance import paired_ttest
 
