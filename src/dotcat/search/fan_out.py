@@ -25,12 +25,14 @@ from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match
-from dotcat.search.dense import DenseRetriever
+from dotcat.search.dense import DenseRetriever, dense_retriever
 from dotcat.search.feedback import (
     RM3,
     Rocchio,
     expanded_query,
     relevance_model,
+    rm3_of,
+    rocchio_of,
     rocchio_vectors,
 )
 from dotcat.search.shard import FilterQuery
@@ -151,6 +153,13 @@ class FanOutDense(_FanOut):
     name: str = "dense"
     desc = "searching"
 
+    @classmethod
+    def create(cls, context: Any) -> FanOutDense:
+        """Over a folder of shards (its front, :class:`~dotcat.search.sharded.ShardedStages`):
+        the front's encoder, Rocchio where the settings ask."""
+        front = context.shared("dense", lambda: dense_retriever(context))
+        return cls(front, context.group, context.index, rocchio_of(context.config))
+
     @property
     def score_kind(self) -> str:
         return self.retriever.score_kind
@@ -197,6 +206,12 @@ class FanOutBM25(_FanOut):
     score_kind: str = "bm25"
     desc = "BM25 search"
     warn_unmatched = True
+
+    @classmethod
+    def create(cls, context: Any) -> FanOutBM25:
+        """Over a folder of shards: the collection's statistics, RM3 where the settings ask."""
+        return cls(context.group, context.index, context.bm25, context.bm25_config,
+                   rm3_of(context.config))  # fmt: skip
 
     def ask(self, texts: list[str], k: int, within: FilterQuery | None) -> list:
         if self.rm3 is None:

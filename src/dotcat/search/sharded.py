@@ -56,13 +56,7 @@ from dotcat.index.shards import (
     collection_manifest,
 )
 from dotcat.search.cluster import ClusterConfig
-from dotcat.search.dense import dense_retriever
-from dotcat.search.fan_out import FanOutBM25, FanOutDense, FanOutStage
-from dotcat.search.feedback import (
-    rm3_of,
-    rocchio_of,
-)
-from dotcat.search.hybrid import HybridStage
+from dotcat.search.fan_out import FanOutStage
 from dotcat.search.shard import (
     FilterQuery,
     ShardSearcher,
@@ -70,7 +64,7 @@ from dotcat.search.shard import (
     collection_statistics,
     statistics_of,
 )
-from dotcat.search.stages import FirstStage, StageContext, entry
+from dotcat.search.stages import FirstStage, StageContext, entry, registry
 
 __all__ = [
     "Coverage",
@@ -88,9 +82,6 @@ FETCH_GRACE_S = 1.0
 #: Fields with at most this many distinct values in every shard have them counted exactly
 #: across the shards (their values' union); others, summed (an upper bound).
 EXACT_DISTINCT = 1000
-#: The stages searched in the collection's terms over shards (dense and BM25 fanned out, their
-#: hybrid fused here); any other registered stage is built on each shard (:class:`FanOutStage`).
-FANNED_OUT = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -257,8 +248,8 @@ class ShardedStages(StageContext):
         """Why the shards cannot serve ``name``: as one index, and a registered stage that
         reads BM25 (only dense, BM25 and hybrid score in the collection's BM25 statistics)."""
         reason = super().missing(name)
-        if reason is None and name not in FANNED_OUT and "bm25" in entry(name).sides:
-            only = ", ".join(FANNED_OUT)
+        if reason is None and entry(name).sharded is None and "bm25" in entry(name).sides:
+            only = ", ".join(n for n, e in registry().items() if e.sharded)
             return (f"{self.index_dir}: first stage {name!r} reads BM25, which a folder of "
                     f"shards scores in the collection's terms for {only} only")  # fmt: skip
         return reason
@@ -273,15 +264,10 @@ class ShardedStages(StageContext):
             return self._stages[name]
 
     def _build(self, name: str) -> FirstStage:
-        if name == "dense":
-            front = self.shared("dense", lambda: dense_retriever(self))
-            return FanOutDense(front, self.group, self.index, rocchio_of(self.config))
-        if name == "bm25":
-            return FanOutBM25(self.group, self.index, self.bm25, self.bm25_config,
-                              rm3_of(self.config))  # fmt: skip
-        if name == "hybrid":
-            return HybridStage.create(self)
-        return FanOutStage.create(self, name)
+        """The registry's factory over shards (:attr:`~dotcat.search.stages.StageEntry.sharded`),
+        else the stage built on each shard (:class:`FanOutStage`)."""
+        found = entry(name)
+        return found.load(sharded=True)(self) if found.sharded else FanOutStage.create(self, name)
 
     # -- one search at a time: its deadline and what it covered ---------------------------
 

@@ -99,17 +99,23 @@ class StageEntry:
             available where the index has every side it reads, and feedback applies to a stage
             that reads the side the feedback rewrites.
         help: one line for the help texts.
+        sharded: over a folder of shards, a factory (as ``factory``) taking the front's
+            context that searches in the collection's terms; None: the stage is built on each
+            shard and their answers merged (:class:`~dotcat.search.fan_out.FanOutStage`).
     """
 
     factory: str | Callable[[StageContext], FirstStage]
     sides: tuple[str, ...] = ()
     help: str = ""
+    sharded: str | Callable[[StageContext], FirstStage] | None = None
 
-    def load(self) -> Callable[[StageContext], FirstStage]:
-        """The factory (imported from ``module:callable`` on first use)."""
-        if callable(self.factory):
-            return self.factory
-        module, _, name = self.factory.partition(":")
+    def load(self, sharded: bool = False) -> Callable[[StageContext], FirstStage]:
+        """The factory, or with ``sharded`` the one over shards (imported from
+        ``module:callable`` on first use)."""
+        factory = self.sharded if sharded else self.factory
+        if callable(factory):
+            return factory
+        module, _, name = factory.partition(":")
         value: Any = importlib.import_module(module)
         for part in name.split("."):
             value = getattr(value, part)
@@ -118,12 +124,13 @@ class StageEntry:
 
 #: The built-in first stages, in the order the help texts and the server list them.
 REGISTRY: dict[str, StageEntry] = {
-    "dense": StageEntry("dotcat.search.dense:DenseStage.create", ("dense",), "BERT_DOT + FAISS"),
-    "bm25": StageEntry("dotcat.search.lexical:BM25Stage.create", ("bm25",), "the BM25 index"),
-    "hybrid": StageEntry(
-        "dotcat.search.hybrid:HybridStage.create", ("dense", "bm25"), "dense and BM25, fused"
-    ),
-}
+    "dense": StageEntry("dotcat.search.dense:DenseStage.create", ("dense",), "BERT_DOT + FAISS",
+                        "dotcat.search.fan_out:FanOutDense.create"),
+    "bm25": StageEntry("dotcat.search.lexical:BM25Stage.create", ("bm25",), "the BM25 index",
+                       "dotcat.search.fan_out:FanOutBM25.create"),
+    "hybrid": StageEntry("dotcat.search.hybrid:HybridStage.create", ("dense", "bm25"),
+                         "dense and BM25, fused", "dotcat.search.hybrid:HybridStage.create"),
+}  # fmt: skip
 
 _plugins_loaded = False
 
