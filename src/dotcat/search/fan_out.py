@@ -155,8 +155,7 @@ class FanOutDense(_FanOut):
 
     @classmethod
     def create(cls, context: Any) -> FanOutDense:
-        """Over a folder of shards (its front, :class:`~dotcat.search.sharded.ShardedStages`):
-        the front's encoder, Rocchio where the settings ask."""
+        """Over a folder of shards: the front's encoder, Rocchio where the settings ask."""
         front = context.shared("dense", lambda: dense_retriever(context))
         return cls(front, context.group, context.index, rocchio_of(context.config))
 

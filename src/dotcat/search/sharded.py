@@ -255,8 +255,7 @@ class ShardedStages(StageContext):
         return reason
 
     def stage(self, name: str) -> FirstStage:
-        """The sharded stage ``name``: dense, BM25 (both fanned out), their hybrid, or any
-        other registered stage built on each shard."""
+        """The sharded stage ``name`` (its registry entry's ``sharded``), built once."""
         name = self.resolve(name)
         with self._lock:
             if name not in self._stages:
@@ -264,8 +263,6 @@ class ShardedStages(StageContext):
             return self._stages[name]
 
     def _build(self, name: str) -> FirstStage:
-        """The registry's factory over shards (:attr:`~dotcat.search.stages.StageEntry.sharded`),
-        else the stage built on each shard (:class:`FanOutStage`)."""
         found = entry(name)
         return found.load(sharded=True)(self) if found.sharded else FanOutStage.create(self, name)
 

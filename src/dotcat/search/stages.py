@@ -110,8 +110,7 @@ class StageEntry:
     sharded: str | Callable[[StageContext], FirstStage] | None = None
 
     def load(self, sharded: bool = False) -> Callable[[StageContext], FirstStage]:
-        """The factory, or with ``sharded`` the one over shards (imported from
-        ``module:callable`` on first use)."""
+        """The factory (``sharded``: over shards), imported from ``module:callable`` once."""
         factory = self.sharded if sharded else self.factory
         if callable(factory):
             return factory
