@@ -36,6 +36,8 @@ scores, ``s_1`` its first):
 - ``soft z``: max(s_1, max_{i>1} s_i - z * sd_q): a later passage counts by what it beats
   its document's first window by, less z standard deviations of the query's passage scores;
 - ``hard z``: max_{i>1} s_i where it beats s_1 by more than z * sd_q, else s_1;
+- ``trunc RULE``: RULE with each split document's first passage scored by the vector of the
+  document cut at the window (the ``x16`` index's, as the default encodes it);
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -176,6 +178,26 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
     return best - delta[:, at]
 
 
+def _truncated_firsts(work: Path, name: str, vectors, doc_of, part, doc_ids) -> np.ndarray:
+    """``vectors`` with each split document's first passage replaced by its ``x16`` vector
+    where ``x16`` kept it whole (the document cut at the window, as the default encodes it)."""
+    whole_of, whole_part, whole_ids = layout(index_dir(work, name, "x16"))
+    whole = _whole_vectors(index_dir(work, name, "x16"), len(whole_of))
+    once = np.bincount(whole_of, minlength=len(whole_ids)) == 1
+    row = {whole_ids[d]: i for i, d in enumerate(whole_of) if once[d]}
+    out = vectors.copy()
+    for pid in np.flatnonzero(part == 0):
+        if doc_ids[doc_of[pid]] in row:
+            out[pid] = whole[row[doc_ids[doc_of[pid]]]]
+    return out
+
+
+def _whole_vectors(index: Path, n: int) -> np.ndarray:
+    from dotcat.search.pipeline import PipelineConfig, SearchPipeline
+
+    return SearchPipeline(index, PipelineConfig(first_stage="dense")).index.vectors(np.arange(n))
+
+
 def _sample(n: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(n, SAMPLE)).astype(int))
 
@@ -222,12 +244,14 @@ def study(name: str, work: Path) -> dict:
     bm25 = {s: pipeline.run(q, K, first_stage="bm25") for s, (q, _) in splits.items()}
     today = SearchPipeline(index_dir(work, name, "x16"), maxp)
     runs = {}
+    truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids)
     for split, (queries, _) in splits.items():
         qids = list(queries)
         encoded = np.asarray(pipeline.encoder.encode_queries([queries[q] for q in qids]))
         scores = encoded.astype(np.float32) @ vectors.T
         for cand in CANDIDATES:
-            values = doc_scores(scores, doc_of, part, len(doc_ids), cand)
+            rows = encoded.astype(np.float32) @ truncated.T if cand.startswith("trunc") else scores
+            values = doc_scores(rows, doc_of, part, len(doc_ids), cand.removeprefix("trunc "))
             runs[cand, split] = run_of(values, qids, doc_ids)
         runs["today", split] = today.run(queries, K, first_stage="dense")
         runs["today bm25", split] = today.run(queries, K, first_stage="bm25")
