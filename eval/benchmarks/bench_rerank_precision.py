@@ -53,48 +53,39 @@ def first_stage(name: str, data: Path, index: Path, work: Path, n: int) -> Path:
     return run
 
 
-def per_query(run: Path, data: Path) -> dict[str, float]:
-    """nDCG@10 of each query of ``run`` (ir-measures, the test qrels)."""
-    import ir_measures
-
+def report(run: Path, data: Path):
+    """nDCG@10 of each query of ``run`` against the test qrels (:func:`dotcat.evaluation.evaluate`
+    over the run's own queries)."""
     from dotcat.data import load_qrels
+    from dotcat.data.runs import read_run
+    from dotcat.evaluation import evaluate
 
-    qrels = [
-        ir_measures.Qrel(q, d, int(g))
-        for q, docs in load_qrels(data, split="test").items()
-        for d, g in docs.items()
-    ]
-    run_rows = ir_measures.read_trec_run(str(run))
-    out = {
-        m.query_id: m.value for m in ir_measures.iter_calc([ir_measures.nDCG @ 10], qrels, run_rows)
-    }
-    queried = {line.split()[0] for line in run.read_text().splitlines()}
-    return {q: out.get(q, 0.0) for q in queried}
+    found = read_run(run)
+    return evaluate(found, load_qrels(data, split="test"), ["nDCG@10"], known_queries=found)
 
 
 def study(name: str, args) -> list[dict]:
     """Every path's run and figures on one collection."""
-    from scipy.stats import ttest_rel
+    from dotcat.evaluation.significance import paired_ttest
 
     data, work = common.COLLECTIONS[name], args.work / name
     work.mkdir(parents=True, exist_ok=True)
     first = first_stage(name, data, Path(args.index.format(name)), work, args.queries)
-    figures = {"first stage": per_query(first, data)}
+    reports = {"first stage": report(first, data)}
     for path in args.paths.split(","):
         out = work / f"{path}.trec"
         if not out.exists():
             weight = ("--interpolate", args.interpolate) if args.interpolate else ()
             common.dotcat("rerank", first, data, args.cat, "--split", "test", "--depth",
                           args.depth, *weight, *PATHS[path], "--output", out)  # fmt: skip
-        figures[path] = per_query(out, data)
-    qids = sorted(figures["first stage"])
-    base = [figures["fp32"][q] for q in qids]
+        reports[path] = report(out, data)
+    base = reports["fp32"]
     rows = []
-    for label, values in figures.items():
-        v = [values[q] for q in qids]
-        mean, ref = sum(v) / len(v), sum(base) / len(base)
-        p = 1.0 if v == base else float(ttest_rel(v, base).pvalue)
-        rows.append({"collection": name, "system": label, "queries": len(qids),
+    for label, r in reports.items():
+        mean, ref = r.aggregate["nDCG@10"], base.aggregate["nDCG@10"]
+        same = r.per_query == base.per_query
+        p = 1.0 if same else paired_ttest(base, r, "nDCG@10").pvalue
+        rows.append({"collection": name, "system": label, "queries": len(r.per_query),
                      "ndcg": mean, "retention": mean / ref, "p": p})  # fmt: skip
     return rows
 

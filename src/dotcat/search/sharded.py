@@ -247,8 +247,8 @@ class ShardedStages(StageContext):
     def missing(self, name: str) -> str | None:
         """Why the shards cannot serve ``name``: as one index, and a registered stage that
         reads BM25 (only dense, BM25 and hybrid score in the collection's BM25 statistics)."""
-        reason = super().missing(name)
-        if reason is None and entry(name).sharded is None and "bm25" in entry(name).sides:
+        reason, found = super().missing(name), entry(name)
+        if reason is None and found.sharded is None and "bm25" in found.sides:
             only = ", ".join(n for n, e in registry().items() if e.sharded)
             return (f"{self.index_dir}: first stage {name!r} reads BM25, which a folder of "
                     f"shards scores in the collection's terms for {only} only")  # fmt: skip

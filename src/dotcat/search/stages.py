@@ -110,7 +110,7 @@ class StageEntry:
     sharded: str | Callable[[StageContext], FirstStage] | None = None
 
     def load(self, sharded: bool = False) -> Callable[[StageContext], FirstStage]:
-        """The factory (``sharded``: over shards), imported from ``module:callable`` once."""
+        """The factory (``sharded``: over shards), imported from ``module:callable`` here."""
         factory = self.sharded if sharded else self.factory
         if callable(factory):
             return factory
