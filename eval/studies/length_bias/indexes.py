@@ -36,11 +36,12 @@ def index_dir(work: Path, name: str, variant: str) -> Path:
     return work / name / ("x16" if name in SPLIT_WHOLE else variant)
 
 
-def build(data: str | Path, out: Path, factor: int) -> float:
-    """Build (or reuse) one index with documents longer than ``factor`` windows split; its
-    build seconds."""
+def build(data: str | Path, out: Path, factor: int, precision: str = "auto") -> float:
+    """Build (or reuse) one index with documents longer than ``factor`` windows split, the
+    encoder at ``precision``; its build seconds."""
     import dotcat
     from dotcat.index.config import IndexConfig
+    from dotcat.models.config import EncoderConfig
     from dotcat.index.passages import PassageConfig
 
     seconds = out / "seconds.txt"
@@ -49,7 +50,8 @@ def build(data: str | Path, out: Path, factor: int) -> float:
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     config = IndexConfig(passages=PassageConfig(split_over=factor))  # dotcat index --split-over
-    dotcat.build_and_tune(data, out, config=config, overwrite=True, show_progress=False)
+    dotcat.build_and_tune(data, out, EncoderConfig(model="default", precision=precision),
+                          config=config, overwrite=True, show_progress=False)  # fmt: skip
     seconds.write_text(f"{time.perf_counter() - start:.1f}\n")
     return float(seconds.read_text())
 
@@ -58,12 +60,13 @@ def main() -> None:
     p = common.parser(__doc__, work="runs/length_bias")
     p.add_argument("--collections", nargs="+", default=list(DATA), choices=list(DATA))
     p.add_argument("--variants", nargs="+", default=list(FACTORS), choices=list(FACTORS))
+    p.add_argument("--precision", default="auto", help="the encoder's (the study's: fp32)")
     args = p.parse_args()
     common.setup_logging()
     for name in args.collections:
         for variant in args.variants:
             out = index_dir(args.work, name, variant)
-            seconds = build(DATA[name], out, FACTORS[variant])
+            seconds = build(DATA[name], out, FACTORS[variant], args.precision)
             from dotcat.index.manifest import Manifest
 
             manifest = Manifest.read(out)
