@@ -45,7 +45,7 @@ AGGREGATION = AGGREGATIONS[0]
 AGGREGATE_TOP = 2
 #: ``lead``'s margin, in standard deviations of the query's scores (chosen on dev queries:
 #: eval/studies/length_bias).
-LEAD_MARGIN = 0.5
+LEAD_MARGIN = 1.0
 #: Pseudo-relevance feedback (:mod:`dotcat.search.feedback`): RM3 on the BM25 side, Rocchio on
 #: the dense side, ``both`` (each side its own, before a hybrid fuses them), or none.
 PRF_METHODS = ("none", "rm3", "rocchio", "both")
@@ -101,9 +101,8 @@ K_HELP = (
 )
 AGGREGATION_HELP = (
     "How a document is scored from its passages: maxp (its best passage), firstp (its first "
-    "passage only, as truncation), lead (its first, but its best where the query's best later "
-    f"passage beats its best first one by {LEAD_MARGIN:g} standard deviation of its scores, "
-    "or the document is past 16 windows), sum "
+    "passage only, as truncation), lead (its first, or a later one less "
+    f"{LEAD_MARGIN:g} standard deviation of the query's scores, whichever is higher), sum "
     "(its best --aggregate-top passages summed); auto: lead on an index built with "
     "--split-over under 16, else maxp."
 )

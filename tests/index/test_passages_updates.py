@@ -176,7 +176,7 @@ def test_shards_searched_unmerged_rank_as_the_whole_index(sharded, encoder):
 def test_split_over_two_ranks_by_lead_alike_whole_and_in_shards(encoder, tmp_path):
     """``split_over=2`` among short documents: ``auto`` is ``lead`` in one index and in its
     shards searched unmerged, whose sample of vectors is the same: the same documents,
-    passages and scores, as ``lead`` itself gives them."""
+    passages and scores, a later passage scored less the margin (MaxP: its cosine, 1)."""
     docs = [doc(i, 6 if i % 7 == 3 else 1) for i in range(21)]  # 3 of 21 past two windows
     corpus = write(tmp_path / "c.jsonl.gz", docs)
     passages = PassageConfig(split_over=2)
@@ -187,12 +187,12 @@ def test_split_over_two_ranks_by_lead_alike_whole_and_in_shards(encoder, tmp_pat
         build_index(corpus, tmp_path / "shards" / f"s{i}", encoder, config, show_progress=False)
     query = exact_passage_query(encoder, docs[10], 2)
     hits = {}
-    for name, aggregation in (("whole", "auto"), ("shards", "auto"), ("whole", "lead")):
+    for name, aggregation in (("whole", "auto"), ("shards", "auto"), ("whole", "maxp")):
         config = PipelineConfig(device="cpu", precision="fp32", first_stage="dense",
                                 aggregation=aggregation)  # fmt: skip
         hits[name, aggregation] = SearchPipeline(tmp_path / name, config).search(query, 3)
-    whole, shards, lead = hits["whole", "auto"], hits["shards", "auto"], hits["whole", "lead"]
-    for other in (shards, lead):
-        assert [(h.doc_id, h.start) for h in whole] == [(h.doc_id, h.start) for h in other]
-        assert [h.score for h in whole] == pytest.approx([h.score for h in other], abs=1e-5)
-    assert whole[0].doc_id == "r10"
+    whole, shards, maxp = hits["whole", "auto"], hits["shards", "auto"], hits["whole", "maxp"]
+    assert [(h.doc_id, h.start) for h in whole] == [(h.doc_id, h.start) for h in shards]
+    assert [h.score for h in whole] == pytest.approx([h.score for h in shards], abs=1e-5)
+    assert whole[0].doc_id == maxp[0].doc_id == "r10" and whole[0].start > 0
+    assert maxp[0].score == pytest.approx(1.0, abs=1e-4) and whole[0].score < maxp[0].score - 1e-3

@@ -15,7 +15,6 @@ from dotcat.search.aggregation import (
     Match,
     aggregate,
     lead_margins,
-    long_parts,
     rank_documents,
     resolve,
     to_run,
@@ -25,8 +24,7 @@ from dotcat.search.hybrid import fuse_matches
 
 
 def ref(pid: int, doc: str, part: int) -> PassageRef:
-    parts = {"a": 3, "b": 2, "d": 4, "e": 2}.get(doc, 1)
-    return PassageRef(pid, doc, part, 10 * part, 10 * part + 10, parts)
+    return PassageRef(pid, doc, part, 10 * part, 10 * part + 10)
 
 
 # A passage ranking, best first: a's best passage is its third, b's its first, c has one.
@@ -62,27 +60,19 @@ def test_sum_adds_a_document_s_best_passages():
     assert scores(aggregate(RANKING, "sum", top=1)) == scores(aggregate(RANKING, "maxp"))
 
 
-def test_lead_scores_the_first_passage_unless_the_query_is_aimed_past_openings():
-    # a: first 0.3, later best 0.9; b: first 0.8, later 0.7; c: one passage, 0.6. The best
-    # later passage (0.9) beats the best first one (0.8) by 0.1.
-    aimed_past = aggregate(RANKING, "lead", margin=0.05, long=21)
-    assert scores(aimed_past) == scores(aggregate(RANKING, "maxp"))
-    at_openings = aggregate(RANKING, "lead", margin=0.2, long=21)
-    assert scores(at_openings) == scores(aggregate(RANKING, "firstp"))
-    assert at_openings[2].passages == ((ref(0, "a", 0), 0.3),)  # its snippet: what scored
-    # A document past sixteen windows (more passages than ``long``) keeps its best passage.
-    assert scores(aggregate(RANKING, "lead", margin=0.2, long=2)) == [("a", 0.9), ("b", 0.8),
-                                                                     ("c", 0.6)]  # fmt: skip
-    assert scores(aggregate(RANKING, "lead", margin=0.2)) == scores(aggregate(RANKING, "maxp"))
-    # A first passage not fetched counts as the last score fetched.
-    later_only = [(ref(4, "d", 3), 0.5), (ref(7, "e", 1), 0.2)]
-    assert scores(aggregate(later_only, "lead", margin=0.25, long=21)) == [("d", 0.5), ("e", 0.2)]
-    assert aggregate(later_only, "lead", margin=0.35, long=21) == []
+def test_lead_scores_the_first_passage_or_a_later_one_less_the_margin():
+    # a: first 0.3, later best 0.9; b: first 0.8, later 0.7; c: one passage, 0.6.
+    assert scores(aggregate(RANKING, "lead", margin=0.05)) == [("a", 0.85), ("b", 0.8), ("c", 0.6)]
+    assert scores(aggregate(RANKING, "lead", margin=0.5)) == [("b", 0.8), ("c", 0.6), ("a", 0.4)]
+    assert scores(aggregate(RANKING, "lead", margin=0.7)) == [("b", 0.8), ("c", 0.6), ("a", 0.3)]
+    assert aggregate(RANKING, "lead", margin=0.7)[2].passages[0][0].part == 2  # snippet: best
+    later_only = [(ref(4, "d", 3), 0.5)]  # its first passage was below the depth fetched
+    assert scores(aggregate(later_only, "lead", margin=0.25)) == [("d", 0.25)]
 
 
-def test_lead_asks_again_until_k_documents_have_their_first_passage_fetched():
-    # The query is aimed at openings (its best first passage 0.9): d's later passages do not
-    # count, and its first passage (0.05) lies deeper than the first search: asked again.
+def test_lead_asks_again_until_k_documents_score_above_the_depth_fetched():
+    # d's later passages (0.85, 0.8), less the margin 0.5, fall below the first search's last
+    # score (0.8), and its first passage (0.05) lies deeper: asked again, d is exact (0.35).
     passages = [(1, 0.9), (2, 0.85), (3, 0.8), (4, 0.6), (5, 0.5), (6, 0.05)]
     where = {1: ref(1, "a", 0), 2: ref(2, "d", 1), 3: ref(3, "d", 2), 4: ref(4, "b", 0),
              5: ref(5, "e", 0), 6: ref(6, "d", 0)}  # fmt: skip
@@ -93,15 +83,9 @@ def test_lead_asks_again_until_k_documents_have_their_first_passage_fetched():
         return {q: passages[:n] for q in qids}
 
     found = rank_documents(search, lambda ids: {i: where[i] for i in ids}, ["q"], 2,
-                           vectors=6, documents=4, method="lead", margins={"q": 0.5},
-                           long=21)  # fmt: skip
+                           vectors=6, documents=4, method="lead", margins={"q": 0.5})  # fmt: skip
     assert depths == [3, 6]
     assert scores(found["q"]) == [("a", 0.9), ("b", 0.6)]
-
-
-def test_a_document_past_sixteen_windows_has_more_passages_than_long_parts():
-    assert long_parts({"window": 256, "stride": 64}) == 21  # 256 + 20 * 192 = 4,096 tokens
-    assert long_parts({"window": 128, "stride": 32}) == 21
 
 
 def test_auto_is_lead_where_mid_length_documents_were_split_one_by_one_else_maxp():

@@ -90,7 +90,6 @@ class PassageRef:
         part: its number in the document (0: the first passage).
         start, stop: its characters in the document's text; ``stop`` None: to the end (a
             whole document, in an index without passages).
-        parts: how many passages its document has.
     """
 
     pid: int
@@ -98,7 +97,6 @@ class PassageRef:
     part: int = 0
     start: int = 0
     stop: int | None = None
-    parts: int = 1
 
 
 class DocStore:
@@ -318,9 +316,7 @@ class DocStore:
 
     def passages(self, pids: Sequence[int]) -> dict[int, PassageRef]:
         """Where the passages with these FAISS ids lie (missing ones are absent)."""
-        parts = "(SELECT COUNT(*) FROM passages q WHERE q.pos = p.pos)"
-        rows = self._select(f"p.pid, d.id, p.part, p.start, p.stop, {parts}", pids,
-                            _PASSAGES_JOIN, "p.pid")  # fmt: skip
+        rows = self._select("p.pid, d.id, p.part, p.start, p.stop", pids, _PASSAGES_JOIN, "p.pid")
         return {row[0]: PassageRef(*row) for row in rows}
 
     def passage_texts(self, pids: Sequence[int]) -> dict[int, tuple[str, str]]:

@@ -208,7 +208,6 @@ def token_spans(
     budget: int,
     stride: int,
     sentence_aware: bool,
-    exact_first: bool = False,
 ) -> list[tuple[int, int]]:
     """Split a text's tokens into windows: ``(first token, stop token)`` pairs.
 
@@ -219,8 +218,6 @@ def token_spans(
         stride: tokens each window shares with the one before it.
         sentence_aware: a cut inside a sentence moves back to the last sentence end in the
             window's last :data:`SENTENCE_SLACK` of tokens (:data:`SENTENCE_END`), if any.
-        exact_first: the first window is cut at ``budget`` tokens exactly, as the encoder cuts
-            a whole document (``lead`` scores a document's opening by it).
 
     Cuts fall between words where one is near (:data:`WORD_REACH` tokens): a word cut into
     sub-word pieces would be read as other tokens. Every token is in at least one window, and
@@ -236,10 +233,9 @@ def token_spans(
     first = 0
     while True:
         stop = min(first + budget, n)
-        exact = exact_first and first == 0
-        if stop < n and sentence_aware and not exact:
+        if stop < n and sentence_aware:
             stop = _sentence_cut(text, offsets, starts, first, stop, budget)
-        if stop < n and not exact:
+        if stop < n:
             stop = _word_start(offsets, stop, first + 1, -1)
         spans.append((first, stop))
         if stop >= n:
@@ -362,8 +358,7 @@ class Splitter:
         A document that fits the window (title, prefix and special tokens included) is one
         passage, ``(0, len(text))``: it is encoded exactly as it would be whole; so is one no
         longer than :attr:`longer_than` tokens where that is set (the encoder cuts it at its
-        max length, as an index without passages does); one split where that is set opens
-        with the window the encoder would cut it at whole.
+        max length, as an index without passages does).
         """
         if self.fits(title, text) or (
             self.longer_than is not None and self.fits(title, text, self.longer_than)
@@ -376,8 +371,7 @@ class Splitter:
         budget = max(window - head, window // 2)
         offsets = self._offsets(text)
         stride = min(int(self.config.stride or 0), budget // 2)
-        found = token_spans(offsets, text, budget, stride, self.config.sentence_aware,
-                            exact_first=self.longer_than is not None)
+        found = token_spans(offsets, text, budget, stride, self.config.sentence_aware)
         return [(int(offsets[a][0]), int(offsets[b - 1][1])) for a, b in found]
 
     def fits(self, title: str, text: str, window: int | None = None) -> bool:

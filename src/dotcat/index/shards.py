@@ -23,7 +23,6 @@ same document id, are refused.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import shutil
@@ -306,7 +305,8 @@ class ShardSet:
         out = {}
         for _, shard, offset, local in self._by_shard(ids, self.offsets):
             for pid, ref in shard.locate(local).items():
-                out[pid + offset] = dataclasses.replace(ref, pid=pid + offset)
+                out[pid + offset] = PassageRef(pid + offset, ref.doc_id, ref.part, ref.start,
+                                               ref.stop)  # fmt: skip
         return out
 
     def passage_texts(self, refs) -> dict[int, str]:

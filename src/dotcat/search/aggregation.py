@@ -8,32 +8,28 @@ Contextual Neural Language Modeling", SIGIR 2019)::
     maxp:    s(d) = max_{p in d} s(p)
     firstp:  s(d) = s(p_1), p_1 the first passage of d
     sum:     s(d) = sum of the n largest s(p), p in d (n = ``top``)
-    lead:    s(d) = max_{p in d} s(p)  where  L_q - F_q > z * sd_q  or  n_d > n_16,
-             s(d) = s(p_1)             elsewhere
+    lead:    s(d) = max(s(p_1), m_d - z * sd_q),   m_d = max_{p in d, p != p_1} s(p)
 
 ``lead`` answers MaxP's length bias: a document of many passages has many chances to score
 high by chance, so where long documents are split among short ones MaxP ranks them above short
 relevant documents (docs/passages.md). Under ``lead`` a document scores its first passage (what
-it is about, as a document of one window does), unless the query is aimed past documents'
-openings: its best later passage scores ``L_q``, more than a margin above its best first
-passage ``F_q`` (both lie in the top passages a search fetches); then every document scores
-its best passage, as under MaxP. The margin is learned without labels: ``z``
-(:data:`~dotcat.options.LEAD_MARGIN`) standard deviations ``sd_q`` of the query's scores over an
-evenly spaced sample of the index's vectors (:func:`lead_margins`). A document past sixteen
-windows (more than ``n_16`` passages, :func:`long_parts`) keeps MaxP, as before the rule.
-``auto``, the default, is ``lead`` on an index that split documents past fewer than sixteen
-windows one by one (``--split-over``) and MaxP elsewhere (an index that split every document:
-all of many passages, none favoured); eval/studies/length_bias has the figures.
+it is about, as a document of one window does) or a later passage less a margin learned
+without labels, whichever is higher: ``z`` (:data:`~dotcat.options.LEAD_MARGIN`) standard
+deviations ``sd_q`` of the query's scores over an evenly spaced sample of the index's vectors
+(:func:`lead_margins`). ``auto``, the default, is ``lead`` on an index that split documents
+past fewer than sixteen windows one by one (``--split-over``) and MaxP elsewhere (an index that
+split every document: all of many passages, none favoured; or only documents past sixteen
+windows, as before); eval/studies/length_bias has the figures.
 
 :func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per
 document, so that k documents come out of one search when a query's best passages spread over
 documents as the collection's passages do; a query whose passages crowd into fewer documents
 is asked again for twice as many, until k documents come out or the index has no more. MaxP
 and FirstP are then exact: the i-th document by MaxP is the i-th distinct document down the
-passage ranking, the i-th by FirstP the i-th first passage down it; under ``lead`` each
-document scores one of its passages fetched (one whose first passage is not fetched is below
-them all). The sum is over the passages fetched (a document's passages below the fetched depth
-count 0).
+passage ranking, the i-th by FirstP the i-th first passage down it; ``lead`` counts only the
+documents scored at or above the lowest passage fetched (a first passage not fetched is below
+it, so their scores are exact). The sum is over the
+passages fetched (a document's passages below the fetched depth count 0).
 
 An index without passages is the same search with one passage per document (each vector a
 whole document): k are fetched, and every rule gives the first stage's own ranking.
@@ -110,19 +106,9 @@ def lead_margins(index, matrix: np.ndarray) -> np.ndarray:
     return LEAD_MARGIN * (np.asarray(matrix, dtype=np.float32) @ sample.T).std(axis=1)
 
 
-def long_parts(passages: dict) -> int:
-    """``n_16``: the passages of a document :data:`SPLIT_FACTOR` windows long, by an index's
-    window and stride (``lead`` ranks a document of more by its best passage)."""
-    window, stride = passages["window"], passages["stride"]
-    return 1 + math.ceil((SPLIT_FACTOR - 1) * window / (window - stride))
-
-
-def _past_openings(ranking: Sequence[tuple[PassageRef, float]], margin: float) -> bool:
-    """Whether the query's best later passage beats its best first passage by more than
-    ``margin`` (a first passage not fetched scores at most the last one fetched)."""
-    later = max((s for ref, s in ranking if ref.part), default=-math.inf)
-    first = max((s for ref, s in ranking if not ref.part), default=ranking[-1][1])
-    return later - first > margin
+def _lead(passages: list[tuple[PassageRef, float]], margin: float) -> float:
+    first = next((s for ref, s in passages if ref.part == 0), -math.inf)
+    return max(first, max((s - margin for ref, s in passages if ref.part != 0), default=first))
 
 
 def aggregate(
@@ -130,28 +116,35 @@ def aggregate(
     method: str = AGGREGATION,
     top: int = AGGREGATE_TOP,
     margin: float = 0.0,
-    long: int = 0,
 ) -> list[Match]:
     """Documents from a passage ranking (best first), best first (see the module docstring;
-    ``margin``: ``lead``'s ``z * sd_q``; ``long``: its ``n_16``, 0 making it MaxP; ``auto``
-    counts as ``maxp`` here).
+    ``margin``: ``lead``'s ``z * sd_q``; ``auto`` counts as ``maxp`` here).
 
     Equal scores keep the order in which their documents first appear in ``ranking``.
     """
     check_aggregation(method, top)
-    if method == "lead" and ranking and _past_openings(ranking, margin):
-        method = "maxp"
     found: dict[str, list[tuple[PassageRef, float]]] = {}
     for ref, score in ranking:
-        if ref.part and (method == "firstp" or method == "lead" and ref.parts <= long):
+        if method == "firstp" and ref.part != 0:
             continue
         found.setdefault(ref.doc_id, []).append((ref, float(score)))
     matches = []
     for doc_id, passages in found.items():
         ordered = tuple(sorted(passages, key=lambda p: -p[1]))  # stable: ties keep their order
-        value = math.fsum(s for _, s in ordered[:top]) if method == "sum" else ordered[0][1]
+        if method == "lead":
+            value = _lead(passages, margin)
+        else:
+            value = math.fsum(s for _, s in ordered[:top]) if method == "sum" else ordered[0][1]
         matches.append(Match(doc_id, value, ordered))
     return sorted(matches, key=lambda m: -m.score)  # stable: ties by first appearance
+
+
+def _exact(matches: list[Match], ranking: Sequence[tuple[PassageRef, float]], method: str) -> int:
+    """How many of ``matches`` (aggregated from ``ranking``) are exact: every one, but under
+    ``lead`` only those scored at or above the last passage fetched."""
+    if method != "lead" or not ranking:
+        return len(matches)
+    return sum(1 for m in matches if m.score >= ranking[-1][1])
 
 
 def rank_documents(
@@ -165,7 +158,6 @@ def rank_documents(
     method: str = AGGREGATION,
     top: int = AGGREGATE_TOP,
     margins: Mapping[str, float] | None = None,
-    long: int = 0,
 ) -> dict[str, list[Match]]:
     """The top ``k`` documents of each query, from a first stage that ranks passages.
 
@@ -174,8 +166,7 @@ def rank_documents(
             has fewer that match).
         locate: where passages lie (their documents), by FAISS id.
         vectors, documents: the index's passages and documents (their ratio sets the depth).
-        method, top, long: the aggregation (:func:`aggregate`); ``margins``: ``lead``'s, by
-            query.
+        method, top: the aggregation (:func:`aggregate`); ``margins``: ``lead``'s, by query.
     """
     check_aggregation(method, top)
     if vectors == 0:  # every document deleted: nothing to find
@@ -193,8 +184,8 @@ def rank_documents(
             ranking = [(refs[pid], score) for pid, score in passages]
             exhausted = len(passages) < depth or depth >= vectors
             margin = margins[qid] if margins is not None else 0.0
-            matches = aggregate(ranking, method, top, margin, long)
-            if len(matches) < k and not exhausted:
+            matches = aggregate(ranking, method, top, margin)
+            if _exact(matches, ranking, method) < k and not exhausted:
                 short.append(qid)
             else:
                 out[qid] = matches[:k]

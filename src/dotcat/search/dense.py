@@ -37,7 +37,6 @@ from dotcat.search.aggregation import (
     Match,
     check_aggregation,
     lead_margins,
-    long_parts,
     rank_documents,
     resolve,
     to_run,
@@ -152,16 +151,15 @@ def rank_vectors(
     """Each query vector's (``rows``: qid -> vector) top ``k`` documents of ``index``, ranked
     from FAISS's passages (:func:`rank_documents`, by ``method`` and ``top``), among the
     ``admitted`` ones where a filter is given."""
-    method, margins, long = resolve(method, index.passages), None, 0
+    method, margins = resolve(method, index.passages), None
     if method == "lead":
         margins = dict(zip(rows, lead_margins(index, np.stack(list(rows.values()))), strict=True))
-        long = long_parts(index.passages)
     return rank_documents(
         functools.partial(_nearest, index, rows=rows, admitted=admitted), index.locate,
         list(rows), k,
         vectors=len(index) if admitted is None else admitted.vectors,
         documents=index.document_count if admitted is None else admitted.documents,
-        method=method, top=top, margins=margins, long=long,
+        method=method, top=top, margins=margins,
     )  # fmt: skip
 
 
