@@ -41,8 +41,8 @@ def build(data: str | Path, out: Path, factor: int, precision: str = "auto") -> 
     encoder at ``precision``; its build seconds."""
     import dotcat
     from dotcat.index.config import IndexConfig
-    from dotcat.models.config import EncoderConfig
     from dotcat.index.passages import PassageConfig
+    from dotcat.models.config import EncoderConfig
 
     seconds = out / "seconds.txt"
     if (out / "manifest.json").is_file() and seconds.is_file():
