@@ -181,7 +181,7 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
 def _truncated_firsts(work: Path, name: str, vectors, doc_of, part, doc_ids) -> np.ndarray:
     """``vectors`` with each split document's first passage replaced by its ``x16`` vector
     where ``x16`` kept it whole (the document cut at the window, as the default encodes it)."""
-    whole_of, whole_part, whole_ids = layout(index_dir(work, name, "x16"))
+    whole_of, _, whole_ids = layout(index_dir(work, name, "x16"))
     whole = _whole_vectors(index_dir(work, name, "x16"), len(whole_of))
     once = np.bincount(whole_of, minlength=len(whole_ids)) == 1
     row = {whole_ids[d]: i for i, d in enumerate(whole_of) if once[d]}
@@ -244,14 +244,17 @@ def study(name: str, work: Path) -> dict:
     bm25 = {s: pipeline.run(q, K, first_stage="bm25") for s, (q, _) in splits.items()}
     today = SearchPipeline(index_dir(work, name, "x16"), maxp)
     runs = {}
-    truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids)
+    trunc = any(cand.startswith("trunc") for cand in CANDIDATES)
+    truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids) if trunc else None
     for split, (queries, _) in splits.items():
         qids = list(queries)
         encoded = np.asarray(pipeline.encoder.encode_queries([queries[q] for q in qids]))
-        scores = encoded.astype(np.float32) @ vectors.T
+        scores = {"": encoded.astype(np.float32) @ vectors.T}
+        if trunc:
+            scores["trunc "] = encoded.astype(np.float32) @ truncated.T
         for cand in CANDIDATES:
-            rows = encoded.astype(np.float32) @ truncated.T if cand.startswith("trunc") else scores
-            values = doc_scores(rows, doc_of, part, len(doc_ids), cand.removeprefix("trunc "))
+            side = "trunc " if cand.startswith("trunc ") else ""
+            values = doc_scores(scores[side], doc_of, part, len(doc_ids), cand.removeprefix(side))
             runs[cand, split] = run_of(values, qids, doc_ids)
         runs["today", split] = today.run(queries, K, first_stage="dense")
         runs["today bm25", split] = today.run(queries, K, first_stage="bm25")

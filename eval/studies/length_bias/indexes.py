@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # eval/benchmarks
 import common
+from dotcat.options import PRECISIONS
 
 FACTORS = {"x16": 16, "x2": 2}
 #: The collections, and the mixed folder of ``mixed_folder.py``.
@@ -60,7 +61,8 @@ def main() -> None:
     p = common.parser(__doc__, work="runs/length_bias")
     p.add_argument("--collections", nargs="+", default=list(DATA), choices=list(DATA))
     p.add_argument("--variants", nargs="+", default=list(FACTORS), choices=list(FACTORS))
-    p.add_argument("--precision", default="auto", help="the encoder's (the study's: fp32)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="the encoder's (the study's indexes: fp32)")  # fmt: skip
     args = p.parse_args()
     common.setup_logging()
     for name in args.collections:
