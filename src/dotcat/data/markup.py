@@ -35,13 +35,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import sys
+import tomllib
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 logger = logging.getLogger(__name__)
 

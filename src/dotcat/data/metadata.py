@@ -45,7 +45,7 @@ _DATE = re.compile(
     r"(?::(?P<second>[0-9]{2})(?P<fraction>\.[0-9]+)?)?"
     r"(?P<zone>Z|[+-][0-9]{2}:?[0-9]{2})?)?"
 )
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def parse_date(text: str) -> tuple[float, bool] | None:
@@ -59,9 +59,9 @@ def parse_date(text: str) -> tuple[float, bool] | None:
     try:
         day = dt.date.fromisoformat(match["date"])
         if match["hour"] is None:
-            moment = dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc)
+            moment = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
             return (moment - _EPOCH).total_seconds(), True
-        zone = dt.timezone.utc
+        zone = dt.UTC
         if match["zone"] and match["zone"] != "Z":
             sign = -1 if match["zone"][0] == "-" else 1
             digits = match["zone"][1:].replace(":", "")
@@ -81,7 +81,7 @@ def iso_date(value: dt.date | dt.datetime) -> str:
     taken as UTC)."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc)
+            value = value.astimezone(dt.UTC)
         return value.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
     return value.isoformat()
 
@@ -188,7 +188,7 @@ def file_fields(rel: str, size: int, mtime_ns: int) -> dict[str, Any]:
     folder, _, name = rel.rpartition("/")
     base = name[:-3] if name.lower().endswith(".gz") else name
     extension = base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
-    moment = dt.datetime.fromtimestamp(mtime_ns / 1e9, tz=dt.timezone.utc).replace(microsecond=0)
+    moment = dt.datetime.fromtimestamp(mtime_ns / 1e9, tz=dt.UTC).replace(microsecond=0)
     return {"path": rel, "folder": folder, "extension": extension, "size": size,
             "mtime": iso_date(moment)}  # fmt: skip
 

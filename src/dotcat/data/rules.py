@@ -29,7 +29,7 @@ Ids keep their ``PATH#ID`` shape whatever names a file's ids come from.
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -38,11 +38,6 @@ from typing import Any
 
 from dotcat.data.encodings import check_encoding
 from dotcat.errors import DataFormatError, SettingError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 #: The file a folder's rules are read from.
 RULES_FILE = "dotcat.toml"

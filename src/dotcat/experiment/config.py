@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import sys
+import tomllib
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -45,11 +45,6 @@ from dotcat.models.config import EncoderConfig
 from dotcat.models.resolve import check_model
 from dotcat.search.config import PRF_SIDES, RM3_SETTINGS, ROCCHIO_SETTINGS, PipelineConfig
 from dotcat.search.stages import entry, first_stage_choices
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 #: What a system takes, and from which settings: every setting of the query pipeline but
 #: those an experiment sets for all systems (device, precision) or that a system names

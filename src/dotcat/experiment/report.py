@@ -119,7 +119,7 @@ def run_json(result: ExperimentResult | SuiteResult, source_name: str | None) ->
     """When and where an experiment ran, and from which file and settings."""
     env = result.environment
     return {
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "config_file": source_name,
         "config": result.config.model_dump(),
         "dotcat_version": __version__,
@@ -173,7 +173,7 @@ def header_lines(
         f"# Experiment: {title}",
         "",
         f"Command: `dotcat experiment {source_name or 'CONFIG'}{options}`",
-        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. "
         f"Machine: {machine['cpu']}; flags: {' '.join(machine['cpu_flags']) or 'none of note'}; "
         f"{machine['cores']} cores; models at {env.precision} on {env.device} "
         f"(precision {config.precision}); dotcat {__version__}, torch {torch_version()}.",

@@ -329,7 +329,7 @@ def _build(
         documents={"count": n},
         corpus={**corpus.entry, "documents": len(dataset)},
         dotcat_version=__version__,
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         bm25=bm25,
         shard=_shard_entry(config.shard, rows),
         passages=None if splitter is None else _passages_entry(splitter, vectors, n),

@@ -88,7 +88,7 @@ class Manifest:
     def next_generation(self) -> None:
         """Make this the manifest of the next generation, made now."""
         self.generation += 1
-        self.made = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+        self.made = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
     @property
     def vector_count(self) -> int:

@@ -481,7 +481,7 @@ def _merged_manifest(
         },
         corpus=first.corpus if all(m.shard for _, _, m in merged) else {"merged": True},
         dotcat_version=__version__,
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         files={
             "index": INDEX_NAME,
             "docstore": DOCSTORE_NAME,

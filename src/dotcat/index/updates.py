@@ -488,7 +488,7 @@ def _files_after(tmp: Path, change: Change, found: Mapping[str, Any]) -> None:
 def _log(manifest: Manifest, result: UpdateResult, op: str, detail: dict) -> list[dict]:
     entry = {
         "op": op,
-        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "added": result.added,
         "replaced": result.replaced,
         "deleted": result.deleted,

@@ -37,7 +37,7 @@ import heapq
 import logging
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +240,7 @@ def calibrate_reranker(
         best=choice.best,
         choice=choice.to_json(),
         pseudo={k: v for k, v in found.pseudo.summary().items() if k != "queries"},
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
 

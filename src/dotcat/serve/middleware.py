@@ -56,7 +56,7 @@ class BodyLimit:
         while True:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 error = f"the body did not arrive within {self.timeout_s:g} s (got {size} bytes" + (
                     f" of the {int(declared)} declared)" if declared is not None else ")"
                 )
@@ -90,7 +90,7 @@ class BodyLimit:
         while 0 < left <= DRAIN_BYTES:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break

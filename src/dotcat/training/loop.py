@@ -460,7 +460,7 @@ def _record(run: _Run, status: str) -> dict[str, Any]:
         "format_version": 1,
         "kind": run.recipe.kind,
         "status": status,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "dotcat_version": __version__,
         "torch_version": torch.__version__,
         **own,

@@ -67,14 +67,6 @@ _ST_FILES = (
 )
 
 
-def _float32_kwargs() -> dict[str, Any]:
-    # Load the weights in float32 whatever dtype the checkpoint was saved in: Adam's updates of
-    # about lr * 1 = 2e-5 vanish in the 8-bit mantissa of bf16 weights. (transformers 5 loads
-    # in the checkpoint's dtype by default and names the argument `dtype`.)
-    major = int(transformers.__version__.split(".", 1)[0])
-    return {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
-
-
 class TrainableBiEncoder(nn.Module):
     """BERT_DOT with autograd: tokenizer + transformer + pooling (+ L2 normalisation for cos).
 
@@ -160,7 +152,9 @@ class TrainableBiEncoder(nn.Module):
             tokenizer = AutoTokenizer.from_pretrained(st.transformer_dir)
         except (OSError, ValueError) as e:
             raise DotcatError(f"{path}: cannot load its tokenizer ({first_line(e)})") from None
-        model = load_hf_model(AutoModel, st.transformer_dir, **_float32_kwargs())
+        # float32 whatever dtype the checkpoint was saved in (transformers 5 keeps the saved
+        # one): Adam's updates of about lr * 1 = 2e-5 vanish in bf16's 8-bit mantissa.
+        model = load_hf_model(AutoModel, st.transformer_dir, dtype=torch.float32)
         positions = max_positions(model.config)
         max_length = max_length or st.max_length or min(DEFAULT_MAX_LENGTH, positions)
         if not 2 <= max_length <= positions:

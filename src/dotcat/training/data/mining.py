@@ -348,7 +348,7 @@ def negatives_meta(
         "window": [start, end],
         "model_fingerprint": model_fingerprint,
         "corpus_size": int(corpus_size),
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **extra,
     }
 
@@ -371,7 +371,7 @@ def save_negatives(
     """
     path = Path(path)
     header = {"format": NEGATIVES_FORMAT, "format_version": NEGATIVES_FORMAT_VERSION, **meta}
-    header.setdefault("created", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    header.setdefault("created", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     header["n_queries"] = len(negatives)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
