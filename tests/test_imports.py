@@ -201,14 +201,25 @@ def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, 
     done = CliRunner().invoke(app, ["-q", "index", str(tiny_beir_dir), str(index), *model])
     assert done.exit_code == 0, done.output  # (and the query export made: the first search)
     query = [str(index), "blood sugar", "--device", "cpu", "--json"]
+    # As the console script runs it (dotcat.cli:run), with a thread and an atexit handler of
+    # the process's own: the quick exit still waits for one and runs the other.
     code = (
-        "import sys\n"
-        "from dotcat.cli import app\n"
-        f"app(['search', *{query!r}], standalone_mode=False)\n"
-        "print('loaded:', sorted({'torch', 'transformers'} & set(sys.modules)), file=sys.stderr)\n"
+        "import atexit, sys, threading, time\n"
+        "from dotcat.cli import run\n"
+        "heavy = {'torch', 'transformers'}\n"
+        "loaded = lambda: print('loaded:', sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
+        "atexit.register(loaded)\n"
+        "late = lambda: (time.sleep(1), print('joined', file=sys.stderr))\n"
+        "threading.Thread(target=late).start()\n"
+        f"sys.argv = ['dotcat', 'search', *{query!r}]\n"
+        "run()\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "loaded: []" in run.stderr
+    assert run.stderr.splitlines()[-2:] == ["joined", "loaded: []"]
     again = CliRunner().invoke(app, ["search", *query])
     assert json.loads(run.stdout) == json.loads(again.stdout)  # the same hits
+    code = code.replace(repr(query), repr([str(tmp_path / "none"), "blood sugar"]))
+    failed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert failed.returncode == 2  # an error's status through the quick exit
+    assert "dotcat: error: " in failed.stderr and "Traceback" not in failed.stderr

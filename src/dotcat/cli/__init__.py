@@ -9,11 +9,11 @@ Commands by group: :mod:`.index` (index, add, delete, merge, export), :mod:`.sea
 rerank, bm25), :mod:`.evaluate` (eval, experiment), :mod:`.train` (train dot/cat/distill,
 adapt, calibrate), :mod:`.judge` (judge pool/status/qrels/export/import), :mod:`.serve`,
 :mod:`.datasets` (datasets list/get); :mod:`.main` holds the application and its global
-options, :mod:`.commands` the application with every command.
+options, :mod:`.commands` the application with every command and the console script (``run``).
 """
 
 from dotcat.exports import lazy_exports
 
-_EXPORTS = {"app": "dotcat.cli.commands"}
+_EXPORTS = {"app": "dotcat.cli.commands", "run": "dotcat.cli.commands"}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
