@@ -16,8 +16,6 @@ from dotcat.cli import index, search, evaluate, train, judge, serve, datasets  #
 # isort: on
 from dotcat.cli.main import app
 
-__all__ = ["app", "run"]
-
 
 def run() -> None:
     """The console script ``dotcat``. A search ends as Python's shutdown would (threads joined,
