@@ -20,7 +20,7 @@ from dotcat.cli.main import app
 def run() -> None:
     """The console script ``dotcat``. A search ends as Python's shutdown would (threads joined,
     ``atexit`` handlers run, output flushed) but without destroying every module and object one
-    by one, 0.3-0.4 s of a one-query search (eval/benchmarks/results/cli_search.md)."""
+    by one: 0.28 s of a 1.5 s one-query search on a Zen 3 (results/cli_search_exit.md)."""
     try:
         app()
     except SystemExit as e:
