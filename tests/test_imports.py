@@ -201,10 +201,14 @@ def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, 
     done = CliRunner().invoke(app, ["-q", "index", str(tiny_beir_dir), str(index), *model])
     assert done.exit_code == 0, done.output  # (and the query export made: the first search)
     query = [str(index), "blood sugar", "--device", "cpu", "--json"]
-    # As the console script runs it (dotcat.cli:run), with a thread and an atexit handler of
-    # the process's own: the quick exit still waits for one and runs the other.
+    # As the console script runs it (dotcat.cli:run), with a thread, an idle thread pool and an
+    # atexit handler of the process's own: the quick exit waits for the thread, stops the
+    # pool's worker (which waits for work until the interpreter's shutdown says stop) and
+    # runs the handler.
     code = (
         "import atexit, sys, threading, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "ThreadPoolExecutor(1).submit(time.sleep, 0)\n"
         "from dotcat.cli import run\n"
         "heavy = {'torch', 'transformers'}\n"
         "loaded = lambda: print('loaded:', sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
@@ -214,7 +218,7 @@ def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, 
         f"sys.argv = ['dotcat', 'search', *{query!r}]\n"
         "run()\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stderr.splitlines()[-2:] == ["joined", "loaded: []"]
     again = CliRunner().invoke(app, ["search", *query])

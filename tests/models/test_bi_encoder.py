@@ -357,17 +357,22 @@ def test_auto_precision_uses_bf16_only_with_native_support(monkeypatch):
 
 def test_cpu_flags_follow_cpuid_where_proc_cpuinfo_describes_the_host(monkeypatch):
     """Under an emulator (or a hypervisor masking features) /proc/cpuinfo lists the host's
-    AVX-512 while CPUID, which the libraries' kernels follow, says AVX2: CPUID wins."""
-    host = frozenset({"fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"})
-    monkeypatch.setattr(runtime, "_proc_cpuinfo_flags", lambda: host)
-    for check in ("_is_avx512_supported", "_is_vnni_supported", "_is_avx512_bf16_supported"):
-        monkeypatch.setattr(torch.cpu, check, lambda: False, raising=False)
+    AVX-512 while CPUID, which the libraries' kernels follow, says AVX2: CPUID wins, as NumPy's
+    runtime detection read it, or PyTorch's check where NumPy has no name for the feature."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    host = {"fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni"}
+    monkeypatch.setattr(runtime, "_proc_cpuinfo_flags", lambda: frozenset(host))
+    for feature in ("AVX512F", "AVX512VNNI", "AVX512BF16"):
+        monkeypatch.setitem(__cpu_features__, feature, False)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     runtime.cpu_flags.cache_clear()
     try:
         assert runtime.cpu_flags() == {"fma", "avx2"}
-        monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: True, raising=False)
+        monkeypatch.setitem(__cpu_features__, "AVX512F", True)
+        monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
         runtime.cpu_flags.cache_clear()
-        assert runtime.cpu_flags() == {"fma", "avx2", "avx512f", "avx512bw"}
+        assert runtime.cpu_flags() == {"fma", "avx2", "avx512f", "avx512bw", "avx_vnni"}
     finally:
         runtime.cpu_flags.cache_clear()
 

@@ -99,15 +99,16 @@ def recorded_precision(encoder_entry: Mapping, side: str = "queries") -> str | N
 
 
 def _follow_index(requested: str, built: str | None, device: str) -> str:
-    """``auto`` follows the index: int8 where the side's recorded precision is int8 (on CPU),
-    else the autocast rule of this machine (bf16 where native, else fp32: either meets fp32 and
-    bf16 documents, see :func:`dotcat.index.manifest.precisions_compatible`). Manifests from
-    before int8 record no precision: their vectors are fp32 or bf16."""
+    """``auto`` follows the index: on a CPU, the side's recorded precision where it is int8 or
+    fp32 (an fp32 query runs without PyTorch, like an int8 one); else the autocast rule of this
+    machine (bf16 where native, else fp32: either meets fp32 and bf16 documents, see
+    :func:`dotcat.index.manifest.precisions_compatible`). Manifests from before int8 record no
+    precision: their vectors are fp32 or bf16."""
     if requested != "auto":
         return requested
-    if built == "int8":
-        return "int8" if runs_on_cpu(device) else requested
-    return autocast_rule(device)
+    if built in ("int8", "fp32") and runs_on_cpu(device):
+        return built
+    return requested if built == "int8" else autocast_rule(device)
 
 
 def describe_precision(encoder_entry: Mapping, requested: str = "auto") -> str:

@@ -91,17 +91,18 @@ def autocast_rule(device: str) -> str:
     return precision_name(resolve_precision("auto", resolve_device(device)))
 
 
-#: x86 flags checked against CPUID as PyTorch's cpuinfo reads it: the flag is dropped when the
-#: check says no. /proc/cpuinfo describes the host, CPUID what this process runs on, and the
+#: x86 flags checked against CPUID, as NumPy's runtime dispatch read it where NumPy names the
+#: feature (no PyTorch import: a search from the shell needs none), else as PyTorch's cpuinfo
+#: reads it (``torch.cpu.<check>()``): the flag is dropped when the check says no. /proc/cpuinfo describes the host, CPUID what this process runs on, and the
 #: kernels of FAISS, oneDNN and ONNX Runtime follow CPUID; the two differ under an emulator
 #: (``make test-zen3`` runs the suite as an AVX2-only Zen 3 under ``qemu-x86_64 -cpu
 #: EPYC-Milan``) and under hypervisors that mask features.
 _CPUID_CHECKS = {
-    "avx512f": "_is_avx512_supported",
-    "avx512_vnni": "_is_vnni_supported",
-    "avx_vnni": "_is_vnni_supported",
-    "avx512_bf16": "_is_avx512_bf16_supported",
-    "amx_bf16": "_is_amx_tile_supported",
+    "avx512f": ("AVX512F", "_is_avx512_supported"),
+    "avx512_vnni": ("AVX512VNNI", "_is_vnni_supported"),
+    "avx_vnni": (None, "_is_vnni_supported"),
+    "avx512_bf16": ("AVX512BF16", "_is_avx512_bf16_supported"),
+    "amx_bf16": (None, "_is_amx_tile_supported"),
 }
 
 
@@ -111,7 +112,7 @@ def cpu_flags() -> frozenset[str]:
     flags that CPUID denies to this process (see :data:`_CPUID_CHECKS`); all AVX-512 flags go
     when CPUID says there is no AVX-512."""
     flags = _proc_cpuinfo_flags()
-    denied = {f for f, check in _CPUID_CHECKS.items() if f in flags and not _cpuid_says(check)}
+    denied = {f for f, checks in _CPUID_CHECKS.items() if f in flags and not _cpuid_says(*checks)}
     if "avx512f" in denied:
         denied |= {f for f in flags if f.startswith("avx512")}
     return flags - denied
@@ -129,8 +130,13 @@ def _proc_cpuinfo_flags() -> frozenset[str]:
     return frozenset()
 
 
-def _cpuid_says(check: str) -> bool:
-    """PyTorch's CPUID check ``torch.cpu.<check>()``; True where this torch lacks it."""
+def _cpuid_says(numpy_feature: str | None, check: str) -> bool:
+    """CPUID's answer: NumPy's runtime detection where it has ``numpy_feature``, else PyTorch's
+    check ``torch.cpu.<check>()``; True where this torch lacks it."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    if numpy_feature in __cpu_features__:
+        return bool(__cpu_features__[numpy_feature])
     import torch
 
     probe = getattr(torch.cpu, check, None)
