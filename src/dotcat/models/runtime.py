@@ -93,10 +93,11 @@ def autocast_rule(device: str) -> str:
 
 #: x86 flags checked against CPUID, as NumPy's runtime dispatch read it where NumPy names the
 #: feature (no PyTorch import: a search from the shell needs none), else as PyTorch's cpuinfo
-#: reads it (``torch.cpu.<check>()``): the flag is dropped when the check says no. /proc/cpuinfo describes the host, CPUID what this process runs on, and the
-#: kernels of FAISS, oneDNN and ONNX Runtime follow CPUID; the two differ under an emulator
-#: (``make test-zen3`` runs the suite as an AVX2-only Zen 3 under ``qemu-x86_64 -cpu
-#: EPYC-Milan``) and under hypervisors that mask features.
+#: reads it (``torch.cpu.<check>()``): the flag is dropped when the check says no.
+#: /proc/cpuinfo describes the host, CPUID what this process runs on, and the kernels of FAISS,
+#: oneDNN and ONNX Runtime follow CPUID; the two differ under an emulator (``make test-zen3``
+#: runs the suite as an AVX2-only Zen 3 under ``qemu-x86_64 -cpu EPYC-Milan``) and under
+#: hypervisors that mask features.
 _CPUID_CHECKS = {
     "avx512f": ("AVX512F", "_is_avx512_supported"),
     "avx512_vnni": ("AVX512VNNI", "_is_vnni_supported"),
