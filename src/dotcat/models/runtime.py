@@ -169,18 +169,12 @@ def cpu_has_native_bf16() -> bool:
 
 
 def detect_native_bf16() -> bool:
-    """Whether this CPU's hardware computes bf16 natively (``DOTCAT_NATIVE_BF16`` ignored)."""
+    """Whether this CPU's hardware computes bf16 natively (``DOTCAT_NATIVE_BF16`` ignored): its
+    flags, checked against CPUID (:func:`cpu_flags`), without importing PyTorch."""
     flags = cpu_flags()
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "bf16" in flags
-    if not flags & _X86_BF16_FLAGS:
-        return False
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    return bool(flags & _X86_BF16_FLAGS)
 
 
 #: Precisions run by ONNX Runtime instead of PyTorch autocast (CPU only).
