@@ -13,6 +13,8 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
+
 import dotcat
 
 SRC = Path(dotcat.__file__).parent
@@ -188,6 +190,7 @@ def test_the_query_path_imports_no_model_library_but_through_its_doors():
     assert {m for m, _ in DOORS} <= seen  # every door is on the path (none left stale)
 
 
+@pytest.mark.kernels  # the path auto picks (OpenVINO int8 on a Zen 4, ONNX Runtime elsewhere)
 def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, tmp_path):
     import subprocess
     import sys
@@ -197,7 +200,7 @@ def test_a_search_from_the_shell_loads_no_pytorch(tiny_bert_dir, tiny_beir_dir, 
     from dotcat.cli import app
 
     index = tmp_path / "index"
-    model = ["--model", str(tiny_bert_dir), "--device", "cpu", "--precision", "fp32"]
+    model = ["--model", str(tiny_bert_dir), "--device", "cpu"]  # auto: this CPU's default path
     done = CliRunner().invoke(app, ["-q", "index", str(tiny_beir_dir), str(index), *model])
     assert done.exit_code == 0, done.output  # (and the query export made: the first search)
     query = [str(index), "blood sugar", "--device", "cpu", "--json"]
