@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dotcat.index.manifest import int8_runtime
 from dotcat.models import EncoderConfig
-from dotcat.models.exported_encoder import try_load
+from dotcat.models.exported_encoder import EXPORTED_PRECISIONS, try_load
 from dotcat.models.runtime import autocast_rule, cpu_kind, runs_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -99,14 +99,14 @@ def recorded_precision(encoder_entry: Mapping, side: str = "queries") -> str | N
 
 
 def _follow_index(requested: str, built: str | None, device: str) -> str:
-    """``auto`` follows the index: on a CPU, the side's recorded precision where it is int8 or
-    fp32 (an fp32 query runs without PyTorch, like an int8 one); else the autocast rule of this
-    machine (bf16 where native, else fp32: either meets fp32 and bf16 documents, see
-    :func:`dotcat.index.manifest.precisions_compatible`). Manifests from before int8 record no
-    precision: their vectors are fp32 or bf16."""
+    """``auto`` follows the index: on a CPU, the side's recorded precision where an export runs
+    it without PyTorch (:data:`~dotcat.models.exported_encoder.EXPORTED_PRECISIONS`: fp32,
+    int8); else the autocast rule of this machine (bf16 where native, else fp32: either meets
+    fp32 and bf16 documents, see :func:`dotcat.index.manifest.precisions_compatible`).
+    Manifests from before int8 record no precision: their vectors are fp32 or bf16."""
     if requested != "auto":
         return requested
-    if built in ("int8", "fp32") and runs_on_cpu(device):
+    if built in EXPORTED_PRECISIONS and runs_on_cpu(device):
         return built
     return requested if built == "int8" else autocast_rule(device)
 
