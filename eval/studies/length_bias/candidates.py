@@ -38,6 +38,12 @@ scores, ``s_1`` its first):
 - ``hard z``: max_{i>1} s_i where it beats s_1 by more than z * sd_q, else s_1;
 - ``trunc RULE``: RULE with each split document's first passage scored by the vector of the
   document cut at the window (the ``x16`` index's, as the default encodes it);
+- ``distinct Q``: max(s_1, max s_i over the later passages that are distinct from their
+  document's opening: cos(v_i, v_1) below the collection's Q-quantile of each opening's
+  similarity to its nearest other document's opening (a later passage as far from its own
+  opening as another document is, counts as one; one like its opening is spoken for by it);
+  ``distinct doc``: below the document's own nearest neighbour's similarity. Label-free, set
+  at indexing time from the vectors alone;
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -71,6 +77,8 @@ CANDIDATES = (
     "floor emax", "floor fitted", "soft 0.5", "soft 1", "soft 1.5", "soft 2", "soft 3",
     "hard 1", "hard 1.5", "hard 2", "hard 3", "keep16 soft 1", "keep16 hard 2",
     "query 0", "query 0.5", "query 1", "query 0 soft 1", "query 0.5 soft 1", "query 1 soft 1",
+    "distinct 0.1", "distinct 0.5", "distinct doc", "keep16 distinct doc",
+    "trunc keep16 distinct 0.5", "trunc keep16 distinct doc",
 )  # fmt: skip
 #: ``keep16 ...``: MaxP for a document of more passages than one of 16 windows (4,096 tokens)
 #: splits into (windows of 256 tokens, stride 64), the rule after it for the others.
@@ -114,8 +122,11 @@ def expected_max(sorted_scores: np.ndarray, n: np.ndarray) -> np.ndarray:
     return sorted_scores @ weights.T
 
 
-def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: int, name: str):
-    """Every document's aggregated score for each query: ``(queries, ndocs)``."""
+def doc_scores(
+    scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: int, name: str, gate=None
+):
+    """Every document's aggregated score for each query: ``(queries, ndocs)``; ``gate``:
+    :func:`distinctness` of the vectors scored (``distinct`` candidates)."""
     counts = np.bincount(doc_of, minlength=ndocs)
     order = np.lexsort((part, doc_of))  # by document, then part
     starts = np.r_[0, np.cumsum(counts)][:-1]
@@ -125,7 +136,7 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
     if name == "maxp":
         return best
     if name.startswith("keep16"):
-        inner = doc_scores(scores, doc_of, part, ndocs, name.removeprefix("keep16 "))
+        inner = doc_scores(scores, doc_of, part, ndocs, name.removeprefix("keep16 "), gate)
         return np.where(counts > KEEP16, best, inner)
     if name == "firstp":
         return first
@@ -138,6 +149,12 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
             out[:, d] = block[:, -2:].mean(axis=1)
         return out
     rest = np.full_like(best, -np.inf)
+    if name.startswith("distinct"):
+        own, nn = gate
+        at = name.split()[1]
+        limit = nn[doc_of] if at == "doc" else np.full(len(own), np.quantile(nn, float(at)))
+        counted = np.where((part > 0) & (own < limit), scores, -np.inf)[:, order]
+        return np.maximum(first, np.maximum.reduceat(counted, starts, axis=1))
     if name.startswith("query"):  # query z [rule]: the query's kind decides the rule
         for d in np.flatnonzero(counts > 1):
             rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
@@ -176,6 +193,21 @@ def doc_scores(scores: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: 
         before = np.array([col[max(int(v) - 1, 1)] for v in counts])
         return np.maximum(first, rest - delta[:, before])
     return best - delta[:, at]
+
+
+def distinctness(vectors: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndocs: int):
+    """Each passage's cosine with its document's opening, and each opening's cosine with its
+    nearest other document's opening (vectors normalised, as the default model's are)."""
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    opening = np.empty((ndocs, unit.shape[1]), dtype=unit.dtype)
+    opening[doc_of[part == 0]] = unit[part == 0]
+    own = np.einsum("ij,ij->i", unit, opening[doc_of])
+    nn = np.empty(ndocs, dtype=np.float32)
+    for start in range(0, ndocs, 1024):
+        block = opening[start : start + 1024] @ opening.T
+        block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf
+        nn[start : start + 1024] = block.max(axis=1)
+    return own, nn
 
 
 def _truncated_firsts(work: Path, name: str, vectors, doc_of, part, doc_ids) -> np.ndarray:
@@ -246,6 +278,9 @@ def study(name: str, work: Path) -> dict:
     runs = {}
     trunc = any(cand.startswith("trunc") for cand in CANDIDATES)
     truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids) if trunc else None
+    gates = {"": distinctness(vectors, doc_of, part, len(doc_ids))}
+    if trunc:
+        gates["trunc "] = distinctness(truncated, doc_of, part, len(doc_ids))
     for split, (queries, _) in splits.items():
         qids = list(queries)
         encoded = np.asarray(pipeline.encoder.encode_queries([queries[q] for q in qids]))
@@ -254,7 +289,8 @@ def study(name: str, work: Path) -> dict:
             scores["trunc "] = encoded.astype(np.float32) @ truncated.T
         for cand in CANDIDATES:
             side = "trunc " if cand.startswith("trunc ") else ""
-            values = doc_scores(scores[side], doc_of, part, len(doc_ids), cand.removeprefix(side))
+            values = doc_scores(scores[side], doc_of, part, len(doc_ids), cand.removeprefix(side),
+                                gates[side])  # fmt: skip
             runs[cand, split] = run_of(values, qids, doc_ids)
         runs["today", split] = today.run(queries, K, first_stage="dense")
         runs["today bm25", split] = today.run(queries, K, first_stage="bm25")
