@@ -44,6 +44,10 @@ scores, ``s_1`` its first):
   opening as another document is, counts as one; one like its opening is spoken for by it);
   ``distinct doc``: below the document's own nearest neighbour's similarity. Label-free, set
   at indexing time from the vectors alone;
+- ``peak z``: max(s_1, the best later passage where it beats the median of its document's
+  passage scores by more than z * sd_q): a later passage counts where it stands out of its
+  own document (a chapter that answers), not where the whole document is near the query
+  (many near draws, MaxP's length bias);
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -79,6 +83,7 @@ CANDIDATES = (
     "query 0", "query 0.5", "query 1", "query 0 soft 1", "query 0.5 soft 1", "query 1 soft 1",
     "distinct 0.1", "distinct 0.5", "distinct doc", "keep16 distinct doc",
     "trunc keep16 distinct 0.5", "trunc keep16 distinct doc",
+    "peak 1", "peak 2", "trunc keep16 peak 1", "trunc keep16 peak 2",
 )  # fmt: skip
 #: ``keep16 ...``: MaxP for a document of more passages than one of 16 windows (4,096 tokens)
 #: splits into (windows of 256 tokens, stride 64), the rule after it for the others.
@@ -155,6 +160,15 @@ def doc_scores(
         limit = nn[doc_of] if at == "doc" else np.full(len(own), np.quantile(nn, float(at)))
         counted = np.where((part > 0) & (own < limit), scores, -np.inf)[:, order]
         return np.maximum(first, np.maximum.reduceat(counted, starts, axis=1))
+    if name.startswith("peak"):
+        margin = float(name.split()[1]) * scores.std(axis=1)
+        out = first.copy()
+        for d in np.flatnonzero(counts > 1):
+            block = s[:, starts[d] : starts[d] + counts[d]]
+            peak = block[:, 1:].max(axis=1)
+            stands = peak - np.median(block, axis=1) > margin
+            out[:, d] = np.where(stands, np.maximum(first[:, d], peak), first[:, d])
+        return out
     if name.startswith("query"):  # query z [rule]: the query's kind decides the rule
         for d in np.flatnonzero(counts > 1):
             rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
