@@ -153,7 +153,6 @@ def doc_scores(
             block = np.sort(s[:, starts[d] : starts[d] + counts[d]], axis=1)
             out[:, d] = block[:, -2:].mean(axis=1)
         return out
-    rest = np.full_like(best, -np.inf)
     if name.startswith("distinct"):
         own, nn = gate
         at = name.split()[1]
@@ -169,6 +168,7 @@ def doc_scores(
             stands = peak - np.median(block, axis=1) > margin
             out[:, d] = np.where(stands, np.maximum(first[:, d], peak), first[:, d])
         return out
+    rest = np.full_like(best, -np.inf)
     if name.startswith("query"):  # query z [rule]: the query's kind decides the rule
         for d in np.flatnonzero(counts > 1):
             rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
@@ -292,9 +292,11 @@ def study(name: str, work: Path) -> dict:
     runs = {}
     trunc = any(cand.startswith("trunc") for cand in CANDIDATES)
     truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids) if trunc else None
-    gates = {"": distinctness(vectors, doc_of, part, len(doc_ids))}
-    if trunc:
-        gates["trunc "] = distinctness(truncated, doc_of, part, len(doc_ids))
+    gates = {"": None, "trunc ": None}  # only where a ``distinct`` candidate reads them
+    if any("distinct" in cand for cand in CANDIDATES):
+        gates[""] = distinctness(vectors, doc_of, part, len(doc_ids))
+        if trunc:
+            gates["trunc "] = distinctness(truncated, doc_of, part, len(doc_ids))
     for split, (queries, _) in splits.items():
         qids = list(queries)
         encoded = np.asarray(pipeline.encoder.encode_queries([queries[q] for q in qids]))
