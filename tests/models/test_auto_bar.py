@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from dotcat.models import runtime
 
 RECORD = Path(__file__).resolve().parents[2] / "eval/benchmarks/results/precision_auto.json"
@@ -45,10 +47,32 @@ def test_auto_picks_no_path_whose_recorded_retention_is_under_the_bar():
             assert _keeps(found, bar), f"{kind}: {_path(kind, sides)} is under the bar: {found}"
 
 
+def test_auto_reranks_at_int8_only_where_its_recorded_retention_keeps_the_bar(monkeypatch):
+    """Per CPU kind, where ``auto`` re-ranks at int8, that runtime's recorded retention of a
+    cross-encoder's re-ranked nDCG@10 (its order alone, six collections) keeps the bar."""
+    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    monkeypatch.setattr(runtime, "openvino_installed", lambda: True)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    kinds = {"vnni+bf16": (True, True), "vnni": (True, False), "bf16": (False, True),
+             "avx2": (False, False)}  # fmt: skip
+    int8_kinds = []
+    for kind, (vnni, bf16) in kinds.items():
+        monkeypatch.setattr(runtime, "cpu_has_vnni", lambda vnni=vnni: vnni)
+        monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda bf16=bf16: bf16)
+        assert runtime.cpu_kind() == kind
+        if runtime.auto_precision("cross-encoder", torch.device("cpu")) == "int8":
+            int8_kinds.append(kind)
+            name = f"int8 {runtime.int8_backend('cross-encoder')}"
+            found = record["rerankers"].get(name)
+            assert found is not None, f"{kind}: re-ranking at {name} has no recorded retention"
+            assert _keeps(found, record["bar"]), f"{kind}: {name} is under the bar: {found}"
+    assert int8_kinds == ["vnni+bf16", "vnni"]
+
+
 def test_the_record_is_what_its_results_files_say():
     record = json.loads(RECORD.read_text(encoding="utf-8"))
     root = RECORD.parents[3]
-    for name, found in record["paths"].items():
+    for name, found in [*record["paths"].items(), *record["rerankers"].items()]:
         text = (root / found["source"]).read_text(encoding="utf-8")
         assert f"{found['mean']:.2%}" in text, name
         assert f"{found['lowest']:.2%}" in text, name
