@@ -171,7 +171,8 @@ class DevPairs:
 
 
 def sensitivity(args, dev, fp32_onnx: Path, parts: dict) -> dict:
-    """Each unit's sensitivity, quantised alone, on the dev pairs (cached as JSON)."""
+    """Each unit's sensitivity, quantised alone, on the dev pairs (cached as JSON); ``dev``
+    gives the :class:`DevPairs`, made only where the cache is missing."""
     cache = args.work / "sensitivity.json"
     if cache.exists():
         return json.loads(cache.read_text())
