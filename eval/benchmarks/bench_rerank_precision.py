@@ -35,17 +35,21 @@ PATHS = {
 SEED = 42
 
 
-def first_stage(name: str, data: Path, index: Path, work: Path, n: int) -> Path:
-    """The first stage's test run, cut to ``n`` queries (all with fewer)."""
-    run = work / "first.trec"
+def first_stage(
+    name: str, data: Path, index: Path, work: Path, n: int, split: str = "test"
+) -> Path:
+    """The first stage's run of the ``split`` queries, cut to ``n`` drawn with :data:`SEED`
+    (all with fewer)."""
+    tail = "" if split == "test" else f"-{split}"
+    run = work / f"first{tail}.trec"
     if run.exists():
         return run
     if not index.exists():
         from dotcat.data import find_corpus_file
 
         common.dotcat("index", find_corpus_file(data), index)
-    whole = work / "first-all.trec"
-    common.dotcat("search", index, "--queries", data, "--split", "test", "--output", whole)
+    whole = work / f"first{tail}-all.trec"
+    common.dotcat("search", index, "--queries", data, "--split", split, "--output", whole)
     lines = whole.read_text().splitlines()
     qids = sorted({line.split()[0] for line in lines})
     kept = set(random.Random(SEED).sample(qids, min(n, len(qids))))

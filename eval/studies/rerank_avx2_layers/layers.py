@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -51,27 +50,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import common  # noqa: E402
 
-SEED = 42
 BAR = {"mean": 0.998, "floor": 0.985, "p": 0.05}
 
 
 def first_stage(name: str, split: str, n: int, work: Path) -> Path:
-    """``dotcat search`` of the collection's ``split`` queries, cut to ``n`` drawn with SEED."""
-    run = work / name / f"first-{split}.trec"
-    if run.exists():
-        return run
-    data, index = common.COLLECTIONS[name], work / name / "index"
-    if not index.exists():
-        from dotcat.data import find_corpus_file
+    """``dotcat search WORK/NAME/index`` of the collection's ``split`` queries, ``n`` of them
+    (:func:`bench_rerank_precision.first_stage`)."""
+    from bench_rerank_precision import first_stage as searched
 
-        common.dotcat("index", find_corpus_file(data), index)
-    whole = work / name / f"first-{split}-all.trec"
-    common.dotcat("search", index, "--queries", data, "--split", split, "--output", whole)
-    lines = whole.read_text().splitlines()
-    qids = sorted({line.split()[0] for line in lines})
-    kept = set(random.Random(SEED).sample(qids, min(n, len(qids))))
-    run.write_text("".join(f"{line}\n" for line in lines if line.split()[0] in kept))
-    return run
+    folder = work / name
+    return searched(name, common.COLLECTIONS[name], folder / "index", folder, n, split)
 
 
 def pairs_of(name: str, split: str, run: Path, depth: int):
