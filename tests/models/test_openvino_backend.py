@@ -45,6 +45,28 @@ def _load(model, precision="int8", backend="openvino") -> CrossEncoder:
     return CrossEncoder.load(config)
 
 
+def test_openvino_runs_without_its_telemetry(tiny_cat_dir, tmp_path):
+    """Unless a file in ~/intel opts out, importing OpenVINO sends an event to Google Analytics
+    from a forked process (and NNCF on use). dotcat's OpenVINO path, export included, forks
+    nothing and writes nothing in the home directory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "os.register_at_fork(before=lambda: print('forked', file=sys.stderr))\n"
+        "from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig\n"
+        f"config = CrossEncoderConfig(model={str(tiny_cat_dir)!r}, precision='int8', "
+        "backend='openvino')\n"
+        f"print(CrossEncoder.load(config).score_query({QUERY!r}, ['glucose', 'tax']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    env |= {"HOME": str(tmp_path), "DOTCAT_CACHE": str(tmp_path / "cache")}  # export anew
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "forked" not in run.stderr and not (tmp_path / "intel").exists()
+
+
 @pytest.mark.kernels
 def test_openvino_int8_ranks_like_fp32(tiny_cat_dir):
     fp32 = _load(tiny_cat_dir, "fp32")

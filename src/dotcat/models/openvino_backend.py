@@ -1,14 +1,13 @@
 """The cross-encoder's int8 path: OpenVINO, int8 weights, int8 activations per token group.
 
-Why (measured on SciFact): ONNX Runtime's dynamic int8 takes one
-range per activation tensor, and a re-ranker run that way kept 99.1-99.4% of fp32's nDCG@10 after
-re-ranking, below the 99.5% bar. OpenVINO's CPU plugin quantises the activations of an int8-weight
-linear layer *per group of* :data:`GROUP_SIZE` *input features of each token*, on the fly
-(``DYNAMIC_QUANTIZATION_GROUP_SIZE``): the range follows each token's own values, so an outlier
-feature (the FFN-output outliers of Bondarenko et al., EMNLP 2021) spoils one group of one token,
-not the whole batch; and a pair's logit does not depend on its neighbours in a batch. The int8 dot
-products use VNNI; everything else (attention, softmax, LayerNorm) runs in bf16 where the CPU has it
-natively, fp32 elsewhere.
+Why (measured on SciFact): ONNX Runtime's dynamic int8 takes one range per activation tensor, and a
+re-ranker run that way kept 99.1-99.4% of fp32's nDCG@10 after re-ranking, below the 99.5% bar.
+OpenVINO's CPU plugin quantises the activations of an int8-weight linear layer *per group of*
+:data:`GROUP_SIZE` *input features of each token*, on the fly (``DYNAMIC_QUANTIZATION_GROUP_SIZE``):
+the range follows each token's own values, so an outlier feature (the FFN-output outliers of
+Bondarenko et al., EMNLP 2021) spoils one group of one token, not the whole batch; and a pair's
+logit does not depend on its neighbours in a batch. The int8 dot products use VNNI; everything else
+(attention, softmax, LayerNorm) runs in bf16 where the CPU has it natively, fp32 elsewhere.
 
 Weights are int8 symmetric per output channel (``nncf.compress_weights``, no calibration data:
 nothing fitted to one corpus). The classifier and pooler stay in full precision: they are tiny,
@@ -31,6 +30,7 @@ import contextlib
 import io
 import logging
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -75,10 +75,8 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
     The .bin and .xml are written in a temporary directory and renamed into place, the
     record last: a crash leaves either the old export or one whose record does not match.
     """
-    _require()
-    # OpenVINO and NNCF are an optional extra (dotcat[openvino]); NNCF takes ~4 s to import.
-    import nncf
-    import openvino as ov
+    ov = _openvino()
+    import nncf  # ~4 s to import
 
     fp32 = onnx_backend.find_or_export(weights_dir, kind, "fp32", fingerprint)
     home.mkdir(parents=True, exist_ok=True)
@@ -131,8 +129,7 @@ class OpenVinoRunner:
     concurrent = False
 
     def __init__(self, path: Path, workers: int = 1, group_size: int = GROUP_SIZE) -> None:
-        import openvino as ov  # an optional extra (dotcat[openvino])
-
+        ov = _openvino()
         workers = max(1, int(workers))
         config = {
             # The hardware decides, not DOTCAT_NATIVE_BF16: OpenVINO has no bf16 emulation.
@@ -167,6 +164,19 @@ class OpenVinoRunner:
             return np.array(result[self._output], dtype=np.float32)  # a copy: the request reuses it
 
 
+def _openvino():
+    """``openvino`` (an optional extra, with NNCF), telemetry off: unless ~/intel opts out, its
+    import sends an event to Google Analytics from a process forked by a thread (exit waits up
+    to 3 s). A search must not call out, nor fork beside OpenVINO's threads (a search's sender
+    dumped core in getaddrinfo). Without ``openvino_telemetry`` both libraries use stubs."""
+    if not runtime.openvino_installed():
+        raise DotcatError("OpenVINO int8 needs openvino and nncf: pip install 'dotcat[openvino]'")
+    sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
 def _recipe(kind: str, fingerprint: str) -> dict:
     return {
         "kind": kind,
@@ -185,11 +195,3 @@ def _quiet_nncf() -> Iterator[None]:
     bar ("Applying Weight Compression", rich, on standard output); one log line says enough."""
     with quiet_logger("nncf"), contextlib.redirect_stdout(io.StringIO()):
         yield
-
-
-def _require() -> None:
-    if not runtime.openvino_installed():
-        raise DotcatError(
-            "the OpenVINO int8 path needs the packages openvino and nncf "
-            "(pip install 'dotcat[openvino]')"
-        )
