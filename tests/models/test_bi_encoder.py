@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -355,23 +356,30 @@ def test_auto_precision_uses_bf16_only_with_native_support(monkeypatch):
 
 
 def test_cpu_flags_follow_cpuid_where_proc_cpuinfo_describes_the_host(monkeypatch):
-    """Under an emulator (or a hypervisor masking features) /proc/cpuinfo lists the host's
-    AVX-512 while CPUID, which the libraries' kernels follow, says AVX2: CPUID wins, as NumPy's
-    runtime detection read it, or PyTorch's check where NumPy has no name for the feature."""
+    """Under an emulator /proc/cpuinfo lists the host's AVX-512 while CPUID, which the libraries'
+    kernels follow, says AVX2: CPUID wins, as NumPy's runtime detection read it; the flags NumPy
+    has no name for (AVX-VNNI, AMX) go where it denies any. On the host itself (an Intel
+    Sapphire Rapids' flags) they stay, and nothing imports PyTorch to check them."""
     from numpy._core._multiarray_umath import __cpu_features__
 
     host = {"fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni"}
     monkeypatch.setattr(runtime, "_proc_cpuinfo_flags", lambda: frozenset(host))
     for feature in ("AVX512F", "AVX512VNNI", "AVX512BF16"):
         monkeypatch.setitem(__cpu_features__, feature, False)
-    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     runtime.cpu_flags.cache_clear()
     try:
         assert runtime.cpu_flags() == {"fma", "avx2"}
         monkeypatch.setitem(__cpu_features__, "AVX512F", True)
-        monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
         runtime.cpu_flags.cache_clear()
-        assert runtime.cpu_flags() == {"fma", "avx2", "avx512f", "avx512bw", "avx_vnni"}
+        assert runtime.cpu_flags() == {"fma", "avx2", "avx512f", "avx512bw"}
+        spr = host | {"avx512_fp16", "amx_bf16", "amx_tile", "amx_int8", "gfni"}
+        monkeypatch.setattr(runtime, "_proc_cpuinfo_flags", lambda: frozenset(spr))
+        for feature in ("AVX512F", "AVX512VNNI", "AVX512BF16", "AVX512FP16", "GFNI", "AVX2"):
+            monkeypatch.setitem(__cpu_features__, feature, True)
+        monkeypatch.setitem(sys.modules, "torch", None)  # importing it would fail
+        runtime.cpu_flags.cache_clear()
+        assert runtime.cpu_flags() == spr
+        assert runtime.cpu_kind() == "vnni+bf16" and runtime.detect_native_bf16()
     finally:
         runtime.cpu_flags.cache_clear()
 

@@ -91,32 +91,33 @@ def autocast_rule(device: str) -> str:
     return precision_name(resolve_precision("auto", resolve_device(device)))
 
 
-#: x86 flags checked against CPUID, as NumPy's runtime dispatch read it where NumPy names the
-#: feature (no PyTorch import: a search from the shell needs none), else as PyTorch's cpuinfo
-#: reads it (``torch.cpu.<check>()``): the flag is dropped when the check says no.
-#: /proc/cpuinfo describes the host, CPUID what this process runs on, and the kernels of FAISS,
-#: oneDNN and ONNX Runtime follow CPUID; the two differ under an emulator (``make test-zen3``
-#: runs the suite as an AVX2-only Zen 3 under ``qemu-x86_64 -cpu EPYC-Milan``) and under
-#: hypervisors that mask features.
-_CPUID_CHECKS = {
-    "avx512f": ("AVX512F", "_is_avx512_supported"),
-    "avx512_vnni": ("AVX512VNNI", "_is_vnni_supported"),
-    "avx_vnni": (None, "_is_vnni_supported"),
-    "avx512_bf16": ("AVX512BF16", "_is_avx512_bf16_supported"),
-    "amx_bf16": (None, "_is_amx_tile_supported"),
-}
+#: /proc/cpuinfo flags and NumPy's names for them: its runtime dispatch read CPUID (no PyTorch
+#: import: a search from the shell needs none). /proc/cpuinfo describes the host, CPUID what this
+#: process runs on, and the kernels of FAISS, oneDNN and ONNX Runtime follow CPUID; the two
+#: differ under an emulator (``make test-zen3`` runs the suite as an AVX2-only Zen 3 under
+#: ``qemu-x86_64 -cpu EPYC-Milan``).
+_CPUID_NAMES = {
+    "avx2": "AVX2", "fma": "FMA3", "f16c": "F16C", "bmi2": "BMI2", "gfni": "GFNI", "vaes": "VAES",
+    "avx512f": "AVX512F", "avx512_vnni": "AVX512VNNI", "avx512_bf16": "AVX512BF16",
+    "avx512_fp16": "AVX512FP16",
+}  # fmt: skip
+#: Flags NumPy has no name for (Intel's AVX-VNNI and AMX): dropped where CPUID denies any flag
+#: /proc/cpuinfo lists, which then describes another CPU than this process's.
+_UNCHECKED = frozenset({"avx_vnni", "amx_bf16", "amx_int8", "amx_tile"})
 
 
 @functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags from /proc/cpuinfo (empty where it does not exist), less the x86
-    flags that CPUID denies to this process (see :data:`_CPUID_CHECKS`); all AVX-512 flags go
-    when CPUID says there is no AVX-512."""
+    """The CPU feature flags from /proc/cpuinfo (empty where it does not exist), less those
+    CPUID denies to this process (see :data:`_CPUID_NAMES`): every AVX-512 flag where it denies
+    AVX-512, and the :data:`_UNCHECKED` ones where it denies any."""
+    from numpy._core._multiarray_umath import __cpu_features__ as cpuid
+
     flags = _proc_cpuinfo_flags()
-    denied = {f for f, checks in _CPUID_CHECKS.items() if f in flags and not _cpuid_says(*checks)}
+    denied = {f for f, name in _CPUID_NAMES.items() if f in flags and not cpuid.get(name, True)}
     if "avx512f" in denied:
         denied |= {f for f in flags if f.startswith("avx512")}
-    return flags - denied
+    return flags - (denied | (_UNCHECKED if denied else frozenset()))
 
 
 def _proc_cpuinfo_flags() -> frozenset[str]:
@@ -129,19 +130,6 @@ def _proc_cpuinfo_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
-
-
-def _cpuid_says(numpy_feature: str | None, check: str) -> bool:
-    """CPUID's answer: NumPy's runtime detection where it has ``numpy_feature``, else PyTorch's
-    check ``torch.cpu.<check>()``; True where this torch lacks it."""
-    from numpy._core._multiarray_umath import __cpu_features__
-
-    if numpy_feature in __cpu_features__:
-        return bool(__cpu_features__[numpy_feature])
-    import torch
-
-    probe = getattr(torch.cpu, check, None)
-    return True if probe is None else bool(probe())
 
 
 def native_bf16_override() -> bool | None:
