@@ -102,7 +102,8 @@ def parser(
     )
     if output is not None:
         default = RESULTS / output if isinstance(output, str) else output
-        p.add_argument("--output", type=Path, default=default, help=f"default: {shown(default)}")
+        p.add_argument("--output", type=_results_file, default=default,
+                       help=f"default: {shown(default)}")  # fmt: skip
     if data is REQUIRED:
         p.add_argument("--data", type=Path, required=True, help="a BEIR directory")
     elif data is not None:
@@ -110,6 +111,11 @@ def parser(
     if work is not None:
         p.add_argument("--work", type=Path, default=Path(work), help=f"default: {work}")
     return p
+
+
+def _results_file(value: str) -> Path:
+    """``--output``: a bare file name under :data:`RESULTS`, a path as it is."""
+    return RESULTS / value if Path(value).name == value else Path(value)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
