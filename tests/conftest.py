@@ -6,9 +6,14 @@ import gzip
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+# The tests import OpenVINO themselves too (importorskip): without its telemetry, as dotcat's
+# import door has it (dotcat.models.openvino_backend._openvino), so no test forks a sender.
+sys.modules.setdefault("openvino_telemetry", None)
 
 
 def _packaged_model_dir() -> Path:
