@@ -48,6 +48,10 @@ scores, ``s_1`` its first):
   passage scores by more than z * sd_q): a later passage counts where it stands out of its
   own document (a chapter that answers), not where the whole document is near the query
   (many near draws, MaxP's length bias);
+- ``prior c``: ``soft z`` with ``z = max(1, c * ln(D / (P - D)))``, ``D`` documents and ``P``
+  passages of the index: the margin grows with the log prior odds that an answer lies in a
+  document's opening rather than in a later passage (the Bayes threshold's shift under
+  equal-variance scores), never below ``lead``'s 1;
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -176,6 +180,9 @@ def doc_scores(
         tail = rest.max(axis=1) - first.max(axis=1) > float(z) * scores.std(axis=1)
         other = doc_scores(scores, doc_of, part, ndocs, (other or ["firstp"])[0])
         return np.where(tail[:, None], best, other)
+    if name.startswith("prior"):  # prior c: soft z, z from the index's passage counts
+        z = max(1.0, float(name.split()[1]) * np.log(ndocs / (len(doc_of) - ndocs)))
+        return doc_scores(scores, doc_of, part, ndocs, f"soft {z}")
     if name.startswith(("soft", "hard")):
         for d in np.flatnonzero(counts > 1):
             rest[:, d] = s[:, starts[d] + 1 : starts[d] + counts[d]].max(axis=1)
