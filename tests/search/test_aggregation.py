@@ -20,7 +20,7 @@ from dotcat.search.aggregation import (
     to_run,
 )
 from dotcat.search.fusion import Fusion
-from dotcat.search.hybrid import fuse_matches
+from dotcat.search.hybrid import fuse_matches, fuse_tiers
 
 
 def ref(pid: int, doc: str, part: int) -> PassageRef:
@@ -166,3 +166,17 @@ def test_hybrid_fuses_document_scores_and_keeps_the_larger_side_s_passage_first(
     whole = [Match.whole("a", 3.0)]
     fused = fuse_matches(Fusion("rrf"), dense[:1], whole)
     assert fused[0].passages[0][0].pid == 2  # a passage before the whole document
+
+
+@pytest.mark.parametrize("method", ["linear", "rrf"])
+def test_fusing_in_tiers_keeps_the_head_of_a_fusion_at_the_depth(method):
+    dense = [Match(d, s, ()) for d, s in [("a", 1.0), ("b", 0.9), ("x", 0.1), ("v", 0.0)]]
+    bm25 = [Match(d, s, ()) for d, s in [("y", 1.0), ("z", 0.95), ("b", 0.9), ("w", 0.0)]]
+    fusion = Fusion(method, weight=0.5)
+    # Read whole, b's third place in BM25 lifts it to the top; at depth 2 it has no BM25 share.
+    assert fuse_matches(fusion, dense, bm25)[0].doc_id == "b"
+    at_depth = [m.doc_id for m in fuse_matches(fusion, dense[:2], bm25[:2])]
+    tiered = fuse_tiers(fusion, dense, bm25, depth=2)
+    assert [m.doc_id for m in tiered] == [*at_depth, "x", "v", "w"]  # v, w tie: by id
+    assert [m.score for m in tiered] == sorted((m.score for m in tiered), reverse=True)
+    assert tiered[4].score < tiered[3].score  # the second tier under the first

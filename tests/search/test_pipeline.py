@@ -62,6 +62,17 @@ def test_hybrid_is_the_recorded_fusion_of_both(index):
 
 
 @pytest.mark.kernels
+@pytest.mark.parametrize("fusion", ["linear", "rrf"])
+def test_asking_a_hybrid_for_more_results_never_reorders_the_first_ones(index, fusion):
+    pipeline = _pipeline(index, fusion=fusion, fusion_depth=3)
+    head, longer = pipeline.run(QUERIES, 3), pipeline.run(QUERIES, 20)
+    assert {q: docs[:3] for q, docs in longer.items()} == head
+    assert all(len(docs) == 20 for docs in longer.values())
+    for docs in longer.values():  # a run file's order is its scores' (trec_eval sorts by them)
+        assert [s for _, s in docs] == sorted((s for _, s in docs), reverse=True)
+
+
+@pytest.mark.kernels
 def test_index_without_bm25_is_dense_by_default_and_refuses_bm25(data, tiny_bert_dir, tmp_path):
     out = tmp_path / "dense_only"
     build_index(data, out, _encoder(tiny_bert_dir), IndexConfig(bm25=False), show_progress=False)

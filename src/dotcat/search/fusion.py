@@ -25,11 +25,10 @@ Two fusions, both over each first stage's top ``depth``:
 
 Where the data has dev queries, :func:`choose_fusion` picks the fusion (RRF, or linear with a
 weight in 0, 0.1, ..., 1) by dev nDCG@10 with the paired one-standard-error rule
-(:func:`dotcat.evaluation.choice.choose`): linear 0.5, the prior (:data:`PRIOR`), is kept
-unless the best fusion beats it by more than a standard error of their per-query differences,
-else the fusion nearest it among those within a standard error of the best; argmax on ~100
-dev queries chased noise. The index manifest records the choice with its curve, tied set and
-reason.
+(:func:`dotcat.evaluation.choice.choose`): linear 0.5, the prior (:data:`PRIOR`), is kept unless
+the best fusion beats it by more than a standard error of their per-query differences, else the
+fusion nearest it among those within a standard error of the best; argmax on ~100 dev queries
+chased noise. The index manifest records the choice with its curve, tied set and reason.
 """
 
 from __future__ import annotations

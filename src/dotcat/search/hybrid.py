@@ -3,13 +3,15 @@
 With a filter, each stage ranks within the admitted documents and the two filtered rankings
 are fused: the fusion of what each side would return from the admitted documents alone.
 
-Both stages fetch their top ``depth`` documents (at least ``k``) for every query, and
-:class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank fusion,
-or a linear mix of min-max normalised scores with the first stage's weight). The built-in
-``hybrid`` fuses the dense and the BM25 stages (each with its own feedback, where the settings
-ask for it) with the fusion the index recorded on its dev queries, else linear 0.5
-(:func:`~dotcat.search.fusion.default_fusion`); any two stages
-fuse the same way.
+Both stages fetch their top ``depth`` documents (``k`` where more are asked) for every query,
+and :class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank
+fusion, or a linear mix of min-max normalised scores with the first stage's weight). A fusion
+reads the whole lists it is given (min-max's floor, RRF's ranks), so the top ``depth`` are
+fused first and deeper documents below them (:func:`fuse_tiers`): asking for more results does
+not reorder the first ``depth``. The built-in ``hybrid`` fuses the dense and the BM25 stages
+(each with its own feedback, where the settings ask for it) with the fusion the index recorded
+on its dev queries, else linear 0.5 (:func:`~dotcat.search.fusion.default_fusion`); any two
+stages fuse the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dotcat.options import FUSION_WEIGHT
 from dotcat.search.aggregation import Match
 from dotcat.search.fusion import Fusion, default_fusion
 
-__all__ = ["HybridStage", "fuse_matches", "index_fusion"]
+__all__ = ["HybridStage", "fuse_matches", "fuse_tiers", "index_fusion"]
 
 
 def index_fusion(recorded: Mapping[str, Any] | None, config: Any) -> Fusion:
@@ -48,7 +50,7 @@ class HybridStage:
     Attributes:
         first, second: the stages (the built-in hybrid: dense, then BM25).
         fusion: how their rankings are fused.
-        depth: candidates each stage gives the fusion (at least ``k``).
+        depth: candidates each stage gives the fusion (more for a larger ``k``, fused below).
     """
 
     first: Any
@@ -78,29 +80,41 @@ class HybridStage:
         show_progress: bool = False,
         admitted: Any = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` of the fused ranking (progress shown for the first stage);
-        with ``admitted``, the fusion of the two stages' rankings within a filter's
-        documents."""
+        """Each query's top ``k`` of the fused ranking (progress shown for the first stage); with
+        ``admitted``, the fusion of the two stages' rankings within a filter's documents."""
         n = max(k, self.depth)
         within = {} if admitted is None else {"admitted": admitted}
         first = self.first.search(queries, n, show_progress=show_progress, **within)
         second = self.second.search(queries, n, **within)
         return {
-            q: fuse_matches(self.fusion, first.get(q, []), second.get(q, []))[:k]
+            q: fuse_tiers(self.fusion, first.get(q, []), second.get(q, []), self.depth)[:k]
             for q in {**first, **second}
         }
 
 
-def fuse_matches(fusion: Fusion, first: Sequence[Match], second: Sequence[Match]) -> list[Match]:
+def fuse_tiers(fusion: Fusion, first: Sequence[Match], second: Sequence[Match], depth: int):
+    """:func:`fuse_matches` of each side's top ``depth`` (as the dev choice fused them), then of
+    the whole lists for the documents only deeper ranks hold, below them (scaled under the
+    last): a fusion reads the whole lists it is given, so this keeps the head from moving."""
+    head = fuse_matches(fusion, first[:depth], second[:depth])
+    rest = fuse_matches(fusion, first, second, {m.doc_id for m in head}) if head else []
+    scale = min(1.0, head[-1].score / rest[0].score * (1 - 1e-9)) if rest else 1.0
+    return head + [Match(m.doc_id, m.score * scale, m.passages) for m in rest]
+
+
+def fuse_matches(fusion: Fusion, first: Sequence[Match], second: Sequence[Match], skip=()):
     """One query's fused ranking of documents (:meth:`Fusion.fuse` of their scores), each with
     its passages found: first those of the side that gave it the larger share of its fused
-    score (:meth:`Fusion.shares`), then the other side's; a whole document last."""
+    score (:meth:`Fusion.shares`), then the other side's; a whole document last; the documents
+    in ``skip`` left out."""
     first_run = [(m.doc_id, m.score) for m in first]
     second_run = [(m.doc_id, m.score) for m in second]
     shares = fusion.shares(first_run, second_run)
     by_first, by_second = {m.doc_id: m for m in first}, {m.doc_id: m for m in second}
     out = []
     for doc, score in fusion.fuse(first_run, second_run):
+        if doc in skip:
+            continue
         a, b = shares[doc]
         sides = (by_first.get(doc), by_second.get(doc))
         passages: dict[tuple, tuple[PassageRef, float]] = {}

@@ -95,12 +95,11 @@ class BM25Stage:
         show_progress: bool = False,
         admitted: Admitted | None = None,
     ) -> dict[str, list[Match]]:
-        """Each query's top ``k`` documents: ranked from its passages (an index with
-        passages), or BM25's own document ranking (each document matched whole). With RM3,
-        each query is expanded once from its top rows (passages, on an index with passages)
-        and the expanded query ranks the rows, as the plain one would. With ``admitted``,
-        only the rows of a filter's documents are ranked (and fed back): their score arrays
-        masked, the statistics the index's."""
+        """Each query's top ``k`` documents: ranked from its passages (an index with passages), or
+        BM25's own document ranking (each document matched whole). With RM3, each query is expanded
+        once from its top rows (passages, on an index with passages) and the expanded query ranks
+        the rows, as the plain one would. With ``admitted``, only the rows of a filter's documents
+        are ranked (and fed back): their score arrays masked, the statistics the index's."""
         if not self.passages:
             mask = None if admitted is None else admitted.document_mask
             run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,

@@ -1,10 +1,9 @@
 """Second stage: re-rank a first stage's top-k with BERT_CAT.
 
 ``rerank`` = :func:`score_candidates` (the cross-encoder's logit for each of a query's top
-``depth`` documents) then :func:`fuse` (order by that logit, or by an interpolation of the
-min-max normalised first-stage and cross-encoder scores). Documents below ``depth`` keep their
-first-stage order underneath the re-ranked ones, so R@100 of a depth-20 re-ranking is the
-first stage's.
+``depth`` documents) then :func:`fuse` (order by that logit, or by an interpolation of the min-max
+normalised first-stage and cross-encoder scores). Documents below ``depth`` keep their first-stage
+order underneath the re-ranked ones, so R@100 of a depth-20 re-ranking is the first stage's.
 
 Interpolation (``alpha`` in [0, 1]) follows the usual hybrid re-ranking recipe
 (e.g. Pyserini's and Nogueira et al.'s score fusion)::
@@ -324,9 +323,8 @@ class Reranker:
     ) -> Run:
         """Each query's top ``depth`` re-ordered; the rest keeps its first-stage order below.
 
-        ``pair_texts``: ``(qid, doc id)`` -> the passages the cross-encoder reads of that
-        document for that query instead of its text (see
-        :func:`dotcat.search.reranker.score_candidates`).
+        ``pair_texts``: ``(qid, doc id)`` -> the passages the cross-encoder reads of that document
+        for that query instead of its text (see :func:`dotcat.search.reranker.score_candidates`).
 
         At weight 0 (``dotcat calibrate`` found that the cross-encoder does not help on this
         corpus) the first stage's ranking is the answer, and the cross-encoder is not run.

@@ -1,11 +1,10 @@
 """One shard of a collection, searched for a front that merges the shards' answers.
 
-A folder of shard indexes is searched as one index by a front (:mod:`dotcat.search.sharded`)
-that sends every batch of queries to each shard and merges what they answer.
-:class:`ShardSearcher` is what a shard does. It holds the shard's FAISS index, its doc store
-and its BM25 index scored with the collection's statistics
-(:func:`dotcat.index.bm25_global.with_collection_statistics`), and answers in the
-collection's terms:
+A folder of shard indexes is searched as one index by a front (:mod:`dotcat.search.sharded`) that
+sends every batch of queries to each shard and merges what they answer. :class:`ShardSearcher` is
+what a shard does. It holds the shard's FAISS index, its doc store and its BM25 index scored with
+the collection's statistics (:func:`dotcat.index.bm25_global.with_collection_statistics`), and
+answers in the collection's terms:
 
 * FAISS ids are the shard's own in the documents it ranks (the front shifts those it keeps
   by :attr:`ShardSpec.first_vector`, the vectors of the shards before), and the collection's

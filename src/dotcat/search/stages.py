@@ -1,16 +1,15 @@
 """First stages as parts: the protocol every first stage follows, and the registry of them.
 
-A first stage takes a batch of queries and gives each its top ``k`` documents, scored on one
-scale (its ``score_kind``), optionally within the documents a filter admits (``admitted``:
-:class:`dotcat.index.filtered.Admitted`, from :mod:`dotcat.search.filters`): the filter is
-applied while ranking, never to a ranking afterwards, so k documents come back whenever k are
-admitted. Dense search (:mod:`dotcat.search.dense`), BM25
-(:mod:`dotcat.search.lexical`) and the fusion of two stages (:mod:`dotcat.search.hybrid`) are
-the built-in ones; pseudo-relevance feedback wraps the stage whose side it rewrites
-(:mod:`dotcat.search.feedback`), and the re-ranker is a later stage
-(:mod:`dotcat.search.reranker`). :class:`~dotcat.search.pipeline.SearchPipeline` composes
-them from its settings, the way ir_measures chooses a provider from a registry and PyLate
-splits retrieval from ranking.
+A first stage takes a batch of queries and gives each its top ``k`` documents, scored on one scale
+(its ``score_kind``), optionally within the documents a filter admits (``admitted``:
+:class:`dotcat.index.filtered.Admitted`, from :mod:`dotcat.search.filters`): the filter is applied
+while ranking, never to a ranking afterwards, so k documents come back whenever k are admitted.
+Dense search (:mod:`dotcat.search.dense`), BM25 (:mod:`dotcat.search.lexical`) and the fusion of
+two stages (:mod:`dotcat.search.hybrid`) are the built-in ones; pseudo-relevance feedback wraps the
+stage whose side it rewrites (:mod:`dotcat.search.feedback`), and the re-ranker is a later stage
+(:mod:`dotcat.search.reranker`). :class:`~dotcat.search.pipeline.SearchPipeline` composes them from
+its settings, the way ir_measures chooses a provider from a registry and PyLate splits retrieval
+from ranking.
 
 Adding a first stage takes one module and one registry entry: a factory that builds the stage
 from a :class:`StageContext` (the open index, its BM25 side, the settings, the shared query
