@@ -52,6 +52,10 @@ scores, ``s_1`` its first):
   passages of the index: the margin grows with the log prior odds that an answer lies in a
   document's opening rather than in a later passage (the Bayes threshold's shift under
   equal-variance scores), never below ``lead``'s 1;
+- ``meanp``: a split document (2-16 windows with ``keep16``) scores the cosine with the
+  normalised mean of its passage vectors (one vector per document, its tail's content inside:
+  no maximum over n draws, so no length bias by construction; AvgP among Zhang, Yates and Lin's
+  aggregations); ``first|meanp``: max(s_1, that);
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -180,6 +184,9 @@ def doc_scores(
         tail = rest.max(axis=1) - first.max(axis=1) > float(z) * scores.std(axis=1)
         other = doc_scores(scores, doc_of, part, ndocs, (other or ["firstp"])[0])
         return np.where(tail[:, None], best, other)
+    if name in ("meanp", "first|meanp"):  # gate: each document's mean vector's length
+        pooled = np.where(counts > 1, np.add.reduceat(s, starts, axis=1) / counts / gate, first)
+        return pooled if name == "meanp" else np.maximum(first, pooled)
     if name.startswith("prior"):  # prior c: soft z, z from the index's passage counts
         z = max(1.0, float(name.split()[1]) * np.log(ndocs / (len(doc_of) - ndocs)))
         return doc_scores(scores, doc_of, part, ndocs, f"soft {z}")
@@ -229,6 +236,14 @@ def distinctness(vectors: np.ndarray, doc_of: np.ndarray, part: np.ndarray, ndoc
         block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf
         nn[start : start + 1024] = block.max(axis=1)
     return own, nn
+
+
+def mean_lengths(vectors: np.ndarray, doc_of: np.ndarray, ndocs: int) -> np.ndarray:
+    """The length of each document's mean passage vector (``meanp``: a query's cosine with the
+    normalised mean is its mean passage score over that length)."""
+    sums = np.zeros((ndocs, vectors.shape[1]))
+    np.add.at(sums, doc_of, vectors)
+    return np.linalg.norm(sums / np.bincount(doc_of, minlength=ndocs)[:, None], axis=1)
 
 
 def _truncated_firsts(work: Path, name: str, vectors, doc_of, part, doc_ids) -> np.ndarray:
@@ -300,6 +315,9 @@ def study(name: str, work: Path) -> dict:
     trunc = any(cand.startswith("trunc") for cand in CANDIDATES)
     truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids) if trunc else None
     gates = {"": None, "trunc ": None}  # only where a ``distinct`` candidate reads them
+    if any("meanp" in cand for cand in CANDIDATES):  # (not with ``distinct``: one gate each)
+        sides = (("", vectors), ("trunc ", truncated))
+        gates = {side: mean_lengths(v, doc_of, len(doc_ids)) for side, v in sides if v is not None}
     if any("distinct" in cand for cand in CANDIDATES):
         gates[""] = distinctness(vectors, doc_of, part, len(doc_ids))
         if trunc:
