@@ -97,7 +97,9 @@ def fuse_tiers(fusion: Fusion, first: Sequence[Match], second: Sequence[Match], 
     the whole lists for the documents only deeper ranks hold, below them (scaled under the
     last): a fusion reads the whole lists it is given, so this keeps the head from moving."""
     head = fuse_matches(fusion, first[:depth], second[:depth])
-    rest = fuse_matches(fusion, first, second, {m.doc_id for m in head}) if head else []
+    if max(len(first), len(second)) <= depth:  # the usual search: nothing deeper to fuse again
+        return head
+    rest = fuse_matches(fusion, first, second, {m.doc_id for m in head})
     scale = min(1.0, head[-1].score / rest[0].score * (1 - 1e-9)) if rest else 1.0
     return head + [Match(m.doc_id, m.score * scale, m.passages) for m in rest]
 
