@@ -10,8 +10,8 @@ Every query's score against every passage is then exact (no FAISS depth), and ea
 aggregation ranks documents from them; dense alone and the hybrid (dense documents fused with
 the index's own BM25 documents, the fusion chosen on the dev queries by
 :func:`dotcat.search.fusion.choose_fusion` for each candidate, as ``dotcat index`` chooses it)
-are scored by nDCG@10 on the **dev** queries only (test queries are read by ``pipeline.py``,
-for the rule chosen here, and never here). ``today`` is the ``x16`` index (the rule before
+are scored by nDCG@10 on the **dev** queries (``--split test``: the test queries, for a rule
+chosen here on dev, its fusion still chosen on dev). ``today`` is the ``x16`` index (the rule before
 issue 68) with MaxP, the pipeline's own runs. Candidates (``s_1..s_n`` a document's passage
 scores, ``s_1`` its first):
 
@@ -56,6 +56,10 @@ scores, ``s_1`` its first):
   normalised mean of its passage vectors (one vector per document, its tail's content inside:
   no maximum over n draws, so no length bias by construction; AvgP among Zhang, Yates and Lin's
   aggregations); ``first|meanp``: max(s_1, that);
+- ``anchor RULE``: RULE, with the dense list's min-max floor (the score linear fusion maps to 0)
+  anchored at the ``K``-th score of the same list without lifts (``keep16 firstp``): a later
+  passage moves its own document up, not every other document's fused score (by pushing the
+  list's last entry up);
 - ``query z``: per query, MaxP where the best later passage of the collection beats the best
   first window by more than z * sd_q (a query aimed past a document's opening), else FirstP
   (``query z RULE``: else that candidate): both maxima lie in a search's top passages.
@@ -99,6 +103,11 @@ KEEP16 = (16 * 256 - 64) // (256 - 64)
 #: The mixed folder's queries judged here: those whose document is at an even position in
 #: its corpus (``choice``); the others are ``pipeline.py``'s.
 MIXED = "mixed"
+#: The queries reported: ``dev`` (the screen), or ``test`` (``--split test``, for a rule
+#: chosen on dev; the fusion still chosen on dev).
+SPLIT = "dev"
+#: ``anchor``'s floor entry (no document has this id).
+FLOOR = "\x00floor"
 
 
 def layout(index: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -290,6 +299,16 @@ def run_of(values: np.ndarray, qids: list[str], doc_ids: list[str]) -> dict:
     return {q: [(doc_ids[d], float(values[i, d])) for d in top[i]] for i, q in enumerate(qids)}
 
 
+def anchor(run: dict, plain: np.ndarray, qids: list[str]) -> None:
+    """``anchor RULE``: each query's list gets the floor of the same list without lifts (the
+    ``K``-th score of ``plain``) as its last entry, a document no qrels name, so min-max maps
+    that floor to 0 however many documents a later passage lifted into the list."""
+    floors = -np.partition(-plain, K - 1, axis=1)[:, K - 1]
+    for i, q in enumerate(qids):
+        if floors[i] < run[q][-1][1]:
+            run[q].append((FLOOR, float(floors[i])))
+
+
 def study(name: str, work: Path) -> dict:
     """Dev and test nDCG@10 of every candidate (dense and hybrid) on one collection."""
     from dotcat.data.splits import find_dev_split
@@ -300,6 +319,12 @@ def study(name: str, work: Path) -> dict:
     data = DATA[name]
     dev = find_dev_split(data) if name != MIXED else mixed_half(data, 0)
     splits = {"dev": (dev.queries, dev.qrels)}
+    if SPLIT == "test":  # ``--split test``: a rule fixed on dev, scored on test
+        from dotcat.data import load_qrels, load_queries
+
+        held = mixed_half(data, 1) if name == MIXED else None
+        splits["test"] = ((held.queries, held.qrels) if held else
+                          (load_queries(data, split="test"), load_qrels(data, "test")))  # fmt: skip
     out: dict = {"reports": {}}
     index = index_dir(work, name, "x2")
     maxp = PipelineConfig(first_stage="dense", aggregation="maxp")  # today's rule
@@ -312,7 +337,7 @@ def study(name: str, work: Path) -> dict:
     bm25 = {s: pipeline.run(q, K, first_stage="bm25") for s, (q, _) in splits.items()}
     today = SearchPipeline(index_dir(work, name, "x16"), maxp)
     runs = {}
-    trunc = any(cand.startswith("trunc") for cand in CANDIDATES)
+    trunc = any(cand.removeprefix("anchor ").startswith("trunc") for cand in CANDIDATES)
     truncated = _truncated_firsts(work, name, vectors, doc_of, part, doc_ids) if trunc else None
     gates = {"": None, "trunc ": None}  # only where a ``distinct`` candidate reads them
     if any("meanp" in cand for cand in CANDIDATES):  # (not with ``distinct``: one gate each)
@@ -329,10 +354,14 @@ def study(name: str, work: Path) -> dict:
         if trunc:
             scores["trunc "] = encoded.astype(np.float32) @ truncated.T
         for cand in CANDIDATES:
-            side = "trunc " if cand.startswith("trunc ") else ""
-            values = doc_scores(scores[side], doc_of, part, len(doc_ids), cand.removeprefix(side),
+            rule = cand.removeprefix("anchor ")
+            side = "trunc " if rule.startswith("trunc ") else ""
+            values = doc_scores(scores[side], doc_of, part, len(doc_ids), rule.removeprefix(side),
                                 gates[side])  # fmt: skip
             runs[cand, split] = run_of(values, qids, doc_ids)
+            if rule != cand:
+                plain = doc_scores(scores[side], doc_of, part, len(doc_ids), "keep16 firstp")
+                anchor(runs[cand, split], plain, qids)
         runs["today", split] = today.run(queries, K, first_stage="dense")
         runs["today bm25", split] = today.run(queries, K, first_stage="bm25")
     check = evaluate(pipeline.run(splits["dev"][0], K, first_stage="dense"), dev.qrels,
@@ -370,11 +399,11 @@ def by_kind(report, measure: str, kinds: dict, group: tuple) -> tuple[float, int
     return (float(np.mean(values)) if values else float("nan")), len(values)
 
 
-def mixed_table(reports: dict) -> list[str]:
+def mixed_table(reports: dict, split: str = "dev") -> list[str]:
     """Dense recall@10 of the mixed folder's tail queries by kind and length (windows of 256
     tokens), and the hybrid's nDCG@10 on its short documents' queries."""
     kinds = json.loads((DATA[MIXED] / "kinds.json").read_text())
-    counts = {g: by_kind(reports["today", "dev"][0], "R@10", kinds, GROUPS[g])[1] for g in GROUPS}
+    counts = {g: by_kind(reports["today", split][0], "R@10", kinds, GROUPS[g])[1] for g in GROUPS}
     head = " | ".join(f"{g} ({counts[g]})" for g in GROUPS)
     lines = [
         "Mixed folder (half its queries): dense recall@10 by kind and length in windows; the "
@@ -384,7 +413,7 @@ def mixed_table(reports: dict) -> list[str]:
         "| --- | " + " | ".join("---:" for _ in GROUPS) + " | ---: |",
     ]
     for cand in ("today", *CANDIDATES):
-        dense, hybrid = reports[cand, "dev"]
+        dense, hybrid = reports[cand, split]
         cells = " | ".join(f"{by_kind(dense, 'R@10', kinds, GROUPS[g])[0]:.3f}" for g in GROUPS)
         short = by_kind(hybrid, "nDCG@10", kinds, ("short", 0, 1e9))[0]
         lines.append(f"| {cand} | {cells} | {short:.4f} |")
@@ -392,11 +421,11 @@ def mixed_table(reports: dict) -> list[str]:
 
 
 def pooled(raw: dict) -> list[str]:
-    """Each candidate's mean dev hybrid nDCG@10 difference to ``today`` over the queries of
+    """Each candidate's mean hybrid nDCG@10 difference to ``today`` over the queries of
     every collection, with its standard error: the choice is the most conservative candidate
     (the largest margin) within one standard error of the best
     (:mod:`dotcat.evaluation.choice`'s rule), over all the queries."""
-    lines = ["", "Pooled dev queries: hybrid nDCG@10 minus today's (standard error).", "",
+    lines = ["", f"Pooled {SPLIT} queries: hybrid nDCG@10 minus today's (standard error).", "",
              "| candidate | without the mixed folder | all |", "| --- | ---: | ---: |"]  # fmt: skip
     for cand in ("today", *CANDIDATES):
         cells = []
@@ -409,12 +438,13 @@ def pooled(raw: dict) -> list[str]:
 
 
 def main() -> None:
-    global CANDIDATES
+    global CANDIDATES, SPLIT
     p = common.parser(__doc__, output=HERE / "candidates.md", work="runs/length_bias")
     p.add_argument("--collections", nargs="+", default=list(DATA), choices=list(DATA))
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), metavar="NAME")
+    p.add_argument("--split", choices=("dev", "test"), default=SPLIT)
     args = p.parse_args()
-    CANDIDATES = tuple(args.candidates)
+    CANDIDATES, SPLIT = tuple(args.candidates), args.split
     common.setup_logging()
     from dotcat.evaluation.significance import paired_ttest
 
@@ -431,19 +461,20 @@ def main() -> None:
     lines += [
         "Index: `x2` (documents longer than 512 tokens split into passages of 256, each on its "
         "own; pylib split whole as today); `today`: the `x16` index (4,096 tokens) with MaxP, "
-        "the pipeline's runs. Dev queries only; each hybrid's fusion chosen on them for its "
-        "candidate. p: paired t-test of the dev hybrid against `today`.",
+        f"the pipeline's runs. Queries: {SPLIT} (the mixed folder: half {int(SPLIT == 'test')}); "
+        "each hybrid's fusion chosen on the dev queries for its candidate. p: paired t-test of "
+        "the hybrid against `today`.",
         "",
-        "| collection | split docs | candidate | dev dense | dev hybrid | hybrid - today | p "
-        "| fusion |",
+        f"| collection | split docs | candidate | {SPLIT} dense | {SPLIT} hybrid | hybrid - today "
+        "| p | fusion |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     raw = {}
     for name, row in rows.items():
         rep = row["reports"]
-        base = rep["today", "dev"][1]
+        base = rep["today", SPLIT][1]
         for cand in ("today", *CANDIDATES):
-            dense, hybrid = rep[cand, "dev"]
+            dense, hybrid = rep[cand, SPLIT]
             dd, dh = (float(r.aggregate["nDCG@10"]) for r in (dense, hybrid))
             diff = dh - float(base.aggregate["nDCG@10"])
             p = paired_ttest(base, hybrid, "nDCG@10").pvalue if cand != "today" else 1.0
@@ -457,7 +488,7 @@ def main() -> None:
             }  # fmt: skip
         raw[name]["pipeline maxp dev dense"] = row["pipeline maxp dev dense"]
     if MIXED in rows:
-        lines += ["", *mixed_table(rows[MIXED]["reports"])]
+        lines += ["", *mixed_table(rows[MIXED]["reports"], SPLIT)]
     common.write(args.output, lines + pooled(raw) + [""])
     args.output.with_suffix(".json").write_text(json.dumps(raw) + "\n")
 
