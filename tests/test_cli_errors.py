@@ -141,6 +141,8 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["add", i, ws["root"] / "nope"], "no such file or directory"),
         (["search", i, "   "], "the query is empty"),
         (["search", i, ""], "the query is empty"),
+        (["search", i, "heart\udce9"], "the query's byte 0xE9 at character 6 is not UTF-8"),
+        (["search", i, "w", "--filter", 'a = "\udce9"'], "column 6 at '\ufffd': byte 0xE9"),
         (["search", i, "words", "-k", "0"], "-k must be >= 1, got 0"),
         (["search", i, "words", "-k", "-1"], "-k must be >= 1, got -1"),
         (["search", i, "words", "--depth", "0", "--rerank", m], "--depth must be >= 1, got 0"),

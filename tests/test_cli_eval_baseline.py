@@ -142,6 +142,19 @@ def test_without_baseline_the_output_is_unchanged(runs):
     assert "vs_baseline" not in data["base.trec"]
 
 
+def test_runs_of_one_file_name_are_named_by_their_paths(runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("base", "better"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.trec").write_bytes(runs[name].read_bytes())
+    args = ["better/run.trec", "base/run.trec", runs["qrels"], "-m", "RR@10", "--json"]
+    data = json.loads(invoke("eval", *args, "--baseline", "base/run.trec").stdout)
+    assert set(data) == {"better/run.trec", "base/run.trec"}  # not one run in place of both
+    assert data["better/run.trec"]["vs_baseline"]["measures"]["RR@10"]["significant"]
+    twice = invoke("eval", "base/run.trec", "./base/run.trec", runs["qrels"])
+    assert twice.exit_code == 2 and "the run base/run.trec is given twice" in twice.output
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

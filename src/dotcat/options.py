@@ -375,3 +375,11 @@ def precision_checks(name: str, precision: str, device: str) -> list[Check]:
             f"{name} int8 runs on the CPU only; use --device cpu, or bf16/fp16 on a GPU",
         ),
     ]
+
+
+def not_utf8(text: str) -> tuple[int, str] | None:
+    """The first byte of ``text`` that was not UTF-8 (a command line's or a pipe's, which Python
+    keeps as a lone surrogate and no encoder reads): ``(character from 1, what to say)``."""
+    at = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    said = None if at is None else f"byte 0x{ord(text[at]) & 0xFF:02X} at character {at + 1}"
+    return None if at is None else (at + 1, f"{said} is not UTF-8; use UTF-8 text")

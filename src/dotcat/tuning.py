@@ -34,11 +34,7 @@ __all__ = ["BuiltIndex", "build_and_tune", "tune_fusion"]
 
 
 def tune_fusion(
-    index_dir: str | Path,
-    data: str | Path,
-    *,
-    device: str = "auto",
-    precision: str = "auto",
+    index_dir: str | Path, data: str | Path, *, device: str = "auto", precision: str = "auto"
 ) -> Fusion | None:
     """Choose an index's hybrid fusion on the data's dev queries, and record it in the index.
 

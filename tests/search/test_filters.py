@@ -162,3 +162,32 @@ def test_parsing_is_cached_and_bounded():
         parse_filter("  ")
     with pytest.raises(FilterError, match="more than 200 conditions"):
         parse_filter(" or ".join(['a = "b"'] * 201))
+
+
+def test_a_filter_of_many_conditions_runs_and_a_deep_one_is_refused_in_one_line(store):
+    sizes = [" or ".join(f"size = {n}" for n in range(80, 279)), "size = 300"]
+    assert admitted(store, " or ".join(sizes)) == ["t1", "t2", "t3"]  # 200: SQLite once failed
+    assert admitted(store, " and ".join(f"not size = {n}" for n in range(81, 280))) == [
+        "n1", "n2", "t2", "t3"]  # fmt: skip
+    deep = "(" * 40 + "size = 80" + ")" * 40
+    with pytest.raises(FilterError, match="nested more than 32 deep") as error:
+        admitted(store, deep)
+    assert error.value.column == 33
+    assert admitted(store, "not " * 31 + "size = 80") == ["n1", "n2", "t1", "t3"]
+
+
+def test_integers_past_two_to_the_53_are_told_apart_and_shown_as_they_were(tmp_path):
+    path = tmp_path / "docstore.sqlite"
+    writer = DocStore(path, readonly=False)  # ids a double cannot hold: ...567 -> ...568
+    writer.add([(0, "a", "", "t"), (1, "b", "", "t"), (2, "c", "", "t")])
+    values = {0: 12345678901234567, 1: 12345678901234568, 2: 5.0}
+    writer.add_fields(row for pos, v in values.items() for row in field_rows(pos, {"id": v}))
+    writer.finish_fields()
+    writer.commit()
+    writer.close()
+    store = DocStore(path)
+    assert admitted(store, "id = 12345678901234567") == ["a"]
+    assert admitted(store, "id in [12345678901234568, 7]") == ["b"]
+    assert admitted(store, "id = 5 or id = 12345678901234568") == ["b", "c"]
+    assert store.fields_of([0, 2]) == {0: {"id": 12345678901234567}, 2: {"id": 5}}
+    store.close()

@@ -74,10 +74,11 @@ def eval_runs(
     if len(paths) < 2:
         raise DotcatError("usage: dotcat eval RUN [RUN ...] QRELS")
     *runs, qrels = paths
-    baseline_name = _baseline_name(baseline, runs) if baseline is not None else None
+    names = _run_names(runs)
+    baseline_name = _baseline_name(baseline, runs, names) if baseline is not None else None
 
     judged = load_judgements(qrels, split=split, queries=queries, corpus=corpus)
-    read = {run.name: read_run(run) for run in runs}
+    read = {name: read_run(run) for name, run in zip(names, runs, strict=True)}
     reports = evaluate_runs(
         read,
         judged.qrels,
@@ -108,16 +109,22 @@ def _print_notes(reports: dict, per_query: bool) -> None:
             typer.echo(f"\n{name}, per query:\n{format_per_query(report)}")
 
 
-def _baseline_name(baseline: str, runs: list[Path]) -> str:
-    """The report name (file name) of the run ``--baseline`` names, by path or file name."""
-    for run in runs:
-        if baseline == run.name or Path(baseline) == run:
-            return run.name
-    for run in runs:
-        if Path(baseline).resolve() == run.resolve():
-            return run.name
-    names = ", ".join(run.name for run in runs)
-    raise DotcatError(f"--baseline {baseline!r} is not one of the runs ({names})")
+def _run_names(runs: list[Path]) -> list[str]:
+    """Each run's report name: its file name, or its path where runs share a file name
+    (``bm25/run.trec``, ``hybrid/run.trec``); a run given twice is refused."""
+    names = [run.name for run in runs]
+    names = [str(run) if names.count(run.name) > 1 else run.name for run in runs]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise DotcatError(f"the run {twice[0]} is given twice")
+    return names
+
+
+def _baseline_name(baseline: str, runs: list[Path], names: list[str]) -> str:
+    """The report name of the run ``--baseline`` names, by its name or path."""
+    for run, name in zip(runs, names, strict=True):
+        if baseline == name or Path(baseline) in (run, run.resolve()):
+            return name
+    raise DotcatError(f"--baseline {baseline!r} is not one of the runs ({', '.join(names)})")
 
 
 def _print_comparison(

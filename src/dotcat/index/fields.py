@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -183,7 +184,7 @@ def of(
             if info is not None and info.kind == "list":
                 fields.setdefault(name, []).append(value)
             elif info is not None and info.kind == "number" and num is not None:
-                fields[name] = int(num) if float(num).is_integer() else num
+                fields[name] = int(value) if re.fullmatch(r"-?[0-9]+", value) else num
             else:
                 fields[name] = value
     return out

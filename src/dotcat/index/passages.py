@@ -203,11 +203,7 @@ def split_longer_than(entry: dict[str, Any] | None) -> int | None:
 
 
 def token_spans(
-    offsets: Sequence[tuple[int, int]],
-    text: str,
-    budget: int,
-    stride: int,
-    sentence_aware: bool,
+    offsets: Sequence[tuple[int, int]], text: str, budget: int, stride: int, sentence_aware: bool
 ) -> list[tuple[int, int]]:
     """Split a text's tokens into windows: ``(first token, stop token)`` pairs.
 
@@ -257,12 +253,7 @@ def _word_start(offsets: np.ndarray, at: int, limit: int, step: int) -> int:
 
 
 def _sentence_cut(
-    text: str,
-    offsets: np.ndarray,
-    starts: np.ndarray,
-    first: int,
-    stop: int,
-    budget: int,
+    text: str, offsets: np.ndarray, starts: np.ndarray, first: int, stop: int, budget: int
 ) -> int:
     """The window's stop token moved back to just after the last sentence end in its last
     :data:`SENTENCE_SLACK` of tokens; ``stop`` itself where there is none."""

@@ -56,13 +56,7 @@ from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.encoder import encoder_config_from_manifest, load_document_encoder
 from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
-from dotcat.index.manifest import (
-    DOCSTORE_NAME,
-    FORMAT_VERSION,
-    INDEX_NAME,
-    Manifest,
-    check_encoder,
-)
+from dotcat.index.manifest import DOCSTORE_NAME, FORMAT_VERSION, INDEX_NAME, Manifest, check_encoder
 from dotcat.index.passages import PassageConfig, Splitter, split_longer_than, store_passages
 from dotcat.models.config import EncoderConfig
 from dotcat.progress import progress_bar
@@ -230,11 +224,7 @@ class Generation:
         return self
 
     def apply(
-        self,
-        change: Change,
-        encoder: Any,
-        show_progress: bool,
-        log: tuple[str, dict],
+        self, change: Change, encoder: Any, show_progress: bool, log: tuple[str, dict]
     ) -> UpdateResult:
         """Make the next generation with ``change`` applied (:func:`apply_change`), its
         manifest written; published when the block ends."""
@@ -261,11 +251,7 @@ class Generation:
 
 
 def apply_change(
-    tmp: Path,
-    manifest: Manifest,
-    change: Change,
-    encoder: Any,
-    show_progress: bool = False,
+    tmp: Path, manifest: Manifest, change: Change, encoder: Any, show_progress: bool = False
 ) -> UpdateResult:
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
     state), encoding the added documents with ``encoder`` (loaded, or the settings to load the

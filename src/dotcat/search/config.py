@@ -49,6 +49,7 @@ from dotcat.options import (
     at_least,
     default_of,
     device_checks,
+    not_utf8,
     precision_checks,
     setting,
     within,
@@ -339,12 +340,14 @@ def control_character(text: str) -> str | None:
 
 
 def check_query(text: str) -> str:
-    """A query's text: not blank, no control character (:data:`CONTROL`), and not longer
-    than :data:`~dotcat.options.MAX_QUERY_CHARS` (a pasted document, not a query: the
-    encoder would read its first few hundred words)."""
+    """A query's text: not blank, UTF-8 (:func:`not_utf8`), no control character
+    (:data:`CONTROL`), and not longer than :data:`~dotcat.options.MAX_QUERY_CHARS` (a pasted
+    document, not a query: the encoder would read its first few hundred words)."""
     if not text.strip():
         raise DotcatError("the query is empty; give some words to search for")
-    control = control_character(text)
+    control, bad = control_character(text), not_utf8(text)
+    if bad is not None:
+        raise DotcatError(f"the query's {bad[1]}")
     if control is not None:
         raise DotcatError(f"the query holds a control character ({control}); give words")
     if len(text) > MAX_QUERY_CHARS:

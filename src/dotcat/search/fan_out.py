@@ -38,14 +38,7 @@ from dotcat.search.feedback import (
 from dotcat.search.shard import FilterQuery
 
 # (The front's types live in dotcat.search.sharded, which imports this module: annotated Any.)
-__all__ = [
-    "FanOutBM25",
-    "FanOutDense",
-    "FanOutStage",
-    "bm25_key",
-    "dense_key",
-    "merge",
-]
+__all__ = ["FanOutBM25", "FanOutDense", "FanOutStage", "bm25_key", "dense_key", "merge"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +50,7 @@ BATCH = 256
 
 
 def merge(
-    answers: Sequence[Sequence[Match] | None],
-    k: int,
-    key: Callable[[int, int, Match], tuple],
+    answers: Sequence[Sequence[Match] | None], k: int, key: Callable[[int, int, Match], tuple]
 ) -> list[tuple[int, Match]]:
     """The top ``k`` of the shards' rankings (each sorted by ``key``), by ``key``, each with
     its shard: a k-way merge, ``O(k log shards)``."""

@@ -56,11 +56,14 @@ from dotcat.errors import SettingError
 from dotcat.index.docstore import DocStore
 from dotcat.index.fields import merged_kinds
 from dotcat.index.layout import DOCSTORE_NAME, MANIFEST_NAME
+from dotcat.options import not_utf8
 
 #: The longest filter accepted (characters).
 MAX_FILTER_CHARS = 4_000
 #: The most comparisons in one filter (a filter is a few conditions, not a program).
 MAX_COMPARISONS = 200
+#: The deepest nesting of ``not`` and brackets (SQLite's parser and Python's stack have limits).
+MAX_DEPTH = 32
 _DAY = 86_400.0
 _KEYWORDS = ("and", "or", "not", "in", "contains", "startswith")
 _OPERATORS = ("==", "!=", "<=", ">=", "=", "<", ">")
@@ -167,9 +170,8 @@ def _token(kind: str, piece: str, column: int) -> Token:
     if kind == "string":
         return Token("string", piece, _unescape(piece[1:-1]), column)
     if kind == "number":
-        value = float(piece)
-        return Token("number", piece, int(value) if re.fullmatch(r"-?\d+", piece) else value,
-                     column)  # fmt: skip
+        exact = re.fullmatch(r"-?\d+", piece)  # an integer as written (past 2^53 too)
+        return Token("number", piece, int(piece) if exact else float(piece), column)
     if kind == "date":
         parsed = parse_date(piece)
         if parsed is None:
@@ -190,7 +192,7 @@ class _Parser:
     """Recursive descent over the tokens (see the module docstring's grammar)."""
 
     def __init__(self, tokens: list[Token]) -> None:
-        self.tokens, self.at, self.comparisons = tokens, 0, 0
+        self.tokens, self.at, self.comparisons, self.depth = tokens, 0, 0, 0
 
     def peek(self) -> Token:
         return self.tokens[self.at]
@@ -238,14 +240,21 @@ class _Parser:
         return node
 
     def negation(self) -> Node:
-        if self.skip("not"):
-            return Not(self.negation())
-        if self.peek().text == "(":
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            token = self.peek()
+            raise FilterError(token.column, token.text, f"nested more than {MAX_DEPTH} deep")
+        try:
+            if self.skip("not"):
+                return Not(self.negation())
+            if self.peek().text != "(":
+                return self.comparison()
             self.take()
             node = self.either()
             self.expect(")", "')' to close the '('")
             return node
-        return self.comparison()
+        finally:
+            self.depth -= 1
 
     def comparison(self) -> Node:
         field = self.take()
@@ -321,7 +330,7 @@ class Filter:
         """A SQLite query giving the positions of the admitted documents (``SELECT pos``),
         and its parameters; the field table is :mod:`dotcat.index.fields`'s."""
         params: list[Any] = []
-        return _compile(self.tree, kinds, params), params
+        return f"SELECT pos FROM docs WHERE {_compile(self.tree, kinds, params)}", params
 
     def __str__(self) -> str:
         return self.text
@@ -339,6 +348,8 @@ def parse_filter(text: str) -> Filter:
         raise FilterError(1, "", "the filter is empty")
     if len(text) > MAX_FILTER_CHARS:
         raise FilterError(MAX_FILTER_CHARS, "", f"longer than {MAX_FILTER_CHARS} characters")
+    if (bad := not_utf8(text)) is not None:
+        raise FilterError(bad[0], "\ufffd", bad[1])
     return Filter(text, _Parser(tokenize(text)).parse())
 
 
@@ -370,15 +381,20 @@ def index_field_kinds(index_dir: str | Path) -> dict[str, Any]:
 
 
 def _compile(node: Node, kinds: Mapping[str, Any], params: list[Any]) -> str:
+    """One condition on ``docs.pos``; a chain (``a or b or c``) is one flat ``OR`` (``AND``),
+    as SQLite's parser overflows on nested subqueries past about a dozen."""
     if isinstance(node, Comparison):
-        return _comparison(node, kinds, params)
+        return f"pos IN ({_comparison(node, kinds, params)})"
     if isinstance(node, Not):
-        inner = _compile(node.inner, kinds, params)
-        return f"SELECT pos FROM docs EXCEPT SELECT pos FROM ({inner})"
-    left = _compile(node.left, kinds, params)
-    right = _compile(node.right, kinds, params)
-    joint = "INTERSECT" if isinstance(node, Both) else "UNION"
-    return f"SELECT pos FROM ({left}) {joint} SELECT pos FROM ({right})"
+        return f"NOT {_compile(node.inner, kinds, params)}"
+    joint = " AND " if isinstance(node, Both) else " OR "
+    return "(" + joint.join(_compile(n, kinds, params) for n in _chained(node)) + ")"
+
+
+def _chained(node: Both | Either) -> list[Node]:
+    """The operands of a chain of one join, in order (the parser joins from the left)."""
+    head = _chained(node.left) if type(node.left) is type(node) else [node.left]
+    return [*head, node.right]
 
 
 def _comparison(node: Comparison, kinds: Mapping[str, Any], params: list[Any]) -> str:
@@ -440,17 +456,21 @@ def _refuse_text_ops(node: Comparison, holds: str) -> None:
 
 
 def _number(node: Comparison, kind: str, params: list[Any]) -> str:
+    """A number field; ``=`` and ``in`` compare an integer past 2^53, which a double cannot
+    hold (ids, nanosecond times), by its stored text, which is exact."""
     _refuse_text_ops(node, "numbers")
-    values = []
     for token in node.values:
         if token.kind != "number":
             problem = f"field {node.field.value!r} holds numbers; {token.text} is not one"
             raise FilterError(token.column, token.text, problem)
-        values.append(float(token.value))
-    params += values
-    if node.op == "in":
-        return f"num IN ({','.join('?' * len(values))})"
-    return f"num {node.op} ?"
+    if node.op not in ("=", "in"):
+        params.append(float(node.values[0].value))
+        return f"num {node.op} ?"
+    big = [str(v) for t in node.values if isinstance(v := t.value, int) and abs(v) >= 2**53]
+    rest = [float(t.value) for t in node.values if str(t.value) not in big]
+    params += big + rest
+    sides = [f"{c} IN ({','.join('?' * len(v))})" for c, v in (("value", big), ("num", rest)) if v]
+    return f"({' OR '.join(sides)})"
 
 
 def _date(node: Comparison, kind: str, params: list[Any]) -> str:

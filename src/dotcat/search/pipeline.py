@@ -29,7 +29,7 @@ from dotcat.index import document_text
 from dotcat.options import RUN_K, SHOWN_K
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.cluster import ClusterConfig
-from dotcat.search.config import PipelineConfig
+from dotcat.search.config import PipelineConfig, check_query
 from dotcat.search.dense import hit
 from dotcat.search.facets import count_facets, facet_fields
 from dotcat.search.feedback import rm3_of, rocchio_of
@@ -160,8 +160,8 @@ class SearchPipeline:
     ) -> list[list[Hit]]:
         """:meth:`search` for several queries in one pass: one encoder call, one FAISS
         search, one cross-encoder call (the batching that makes the server scale)."""
-        if any(not isinstance(query, str) or not query.strip() for query in queries):
-            raise DotcatError("a query is empty; give some words to search for")
+        for query in queries:
+            check_query(query if isinstance(query, str) else "")
         keyed = {str(i): q for i, q in enumerate(queries)}
         with self._lock:  # the documents come from where the search found them (shards)
             found = self.matches(keyed, k, **options)

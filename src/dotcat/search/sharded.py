@@ -51,10 +51,7 @@ from dotcat.index.config import BM25Config
 from dotcat.index.docstore import PassageRef, StoredDocument
 from dotcat.index.fields import FieldInfo, merged_kinds, with_distinct
 from dotcat.index.manifest import Manifest
-from dotcat.index.shards import (
-    check_compatible,
-    collection_manifest,
-)
+from dotcat.index.shards import check_compatible, collection_manifest
 from dotcat.search.cluster import ClusterConfig
 from dotcat.search.fan_out import FanOutStage
 from dotcat.search.shard import (
@@ -66,13 +63,7 @@ from dotcat.search.shard import (
 )
 from dotcat.search.stages import FirstStage, StageContext, entry, registry
 
-__all__ = [
-    "Coverage",
-    "HitList",
-    "LocalShards",
-    "ShardedAdmitted",
-    "ShardedStages",
-]
+__all__ = ["Coverage", "HitList", "LocalShards", "ShardedAdmitted", "ShardedStages"]
 
 logger = logging.getLogger(__name__)
 
