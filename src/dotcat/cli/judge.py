@@ -16,13 +16,7 @@ from dotcat.cli.main import sub_app
 from dotcat.cli.params import INDEX_DIR, with_settings
 from dotcat.errors import DotcatError
 from dotcat.index.manifest import check_index
-from dotcat.judging.config import (
-    ExportConfig,
-    PoolConfig,
-    QrelsConfig,
-    StoreConfig,
-    TopicsConfig,
-)
+from dotcat.judging.config import ExportConfig, PoolConfig, QrelsConfig, StoreConfig, TopicsConfig
 from dotcat.search.config import PipelineConfig, check_pipeline
 
 judge_app = sub_app(

@@ -53,11 +53,7 @@ INDEX_DIR = typer.Argument(..., help="An index directory from `dotcat index`.", 
 
 
 def option(
-    owner: type,
-    name: str,
-    *flags: str,
-    default: Any = dataclasses.MISSING,
-    help: str | None = None,
+    owner: type, name: str, *flags: str, default: Any = dataclasses.MISSING, help: str | None = None
 ) -> Any:
     """A typer option for the settings field ``owner.name``: its flags, default, help, choices
     (as the metavar) and environment variable are the field's."""

@@ -31,12 +31,7 @@ from dotcat.index.config import BM25Config
 from dotcat.models.resolve import check_model
 from dotcat.options import K_HELP
 from dotcat.search.cluster import ClusterConfig, is_shard_folder
-from dotcat.search.config import (
-    RUN_RERANK_SETTINGS,
-    PipelineConfig,
-    check_query,
-    results_per_query,
-)
+from dotcat.search.config import RUN_RERANK_SETTINGS, PipelineConfig, check_query, results_per_query
 from dotcat.serve.client import PER_REQUEST, ServerClient
 
 logger = logging.getLogger(__name__)

@@ -28,10 +28,7 @@ class Judgements:
 
 
 def load_judgements(
-    path: str | Path,
-    split: str = "test",
-    queries: str | Path | None = None,
-    corpus: Any = None,
+    path: str | Path, split: str = "test", queries: str | Path | None = None, corpus: Any = None
 ) -> Judgements:
     """A qrels file, or a BEIR directory's ``qrels/<split>.tsv`` (or a dataset name's) with its
     queries' and corpus's ids to check them against (as ``dotcat eval`` and ``dotcat

@@ -35,10 +35,7 @@ def _figure(width: float, height: float):
 
 
 def per_query_difference_plot(
-    reports: Mapping[str, EvalReport],
-    baseline: str,
-    measure: str,
-    path: str | Path,
+    reports: Mapping[str, EvalReport], baseline: str, measure: str, path: str | Path
 ) -> Path:
     """Per-query differences against the baseline, sorted, one panel per system.
 

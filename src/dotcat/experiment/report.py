@@ -43,10 +43,7 @@ def comparison_table(result: ExperimentResult) -> str:
 
 
 def write_report(
-    result: ExperimentResult,
-    source_text: str | None,
-    source_name: str | None,
-    started: float,
+    result: ExperimentResult, source_text: str | None, source_name: str | None, started: float
 ) -> None:
     """Write the plots, ``results.json`` and ``report.md`` into ``result.output``."""
     out = result.output

@@ -225,11 +225,7 @@ class _Runner:
         start = time.perf_counter()
         manifest, fusion = self._build(system, path)
         fused = fusion.describe() if fusion else f"{default_fusion().describe()}, no dev queries"
-        details = {
-            "model": system.model,
-            "documents": manifest.documents["count"],
-            "fusion": fused,
-        }
+        details = {"model": system.model, "documents": manifest.documents["count"], "fusion": fused}
         record = self.cache.commit("index", path, time.perf_counter() - start, description, details)
         return path, fingerprint, record
 

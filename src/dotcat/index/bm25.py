@@ -198,10 +198,7 @@ class BM25Index:
 
     @classmethod
     def build(
-        cls,
-        corpus: Iterable[Any],
-        config: BM25Config = BM25Config(),
-        show_progress: bool = True,
+        cls, corpus: Iterable[Any], config: BM25Config = BM25Config(), show_progress: bool = True
     ) -> BM25Index:
         """Tokenize the corpus in one streaming pass and build the bm25s index.
 

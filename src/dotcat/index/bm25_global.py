@@ -255,11 +255,7 @@ _RESCORED = ("lucene", "robertson", "atire")
 
 
 def _scores(
-    config: BM25Config,
-    counts,
-    scores: Mapping[str, np.ndarray],
-    idf: np.ndarray,
-    avgdl: np.float64,
+    config: BM25Config, counts, scores: Mapping[str, np.ndarray], idf: np.ndarray, avgdl: np.float64
 ) -> np.ndarray:
     """bm25s' score of every stored entry, ``idf(t) * tfc(tf, |d|, avgdl)``, in its dtypes
     (float32 counts and idf, float64 lengths ratio, float32 result), block by block."""

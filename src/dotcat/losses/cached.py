@@ -260,9 +260,7 @@ class GradCache:
         self.chunk_size = chunk_size
 
     def __call__(
-        self,
-        *groups: Any,
-        no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+        self, *groups: Any, no_sync: Callable[[], contextlib.AbstractContextManager] | None = None
     ) -> Tensor:
         chunks = [split_batch(group, self.chunk_size) for group in groups]
         return grad_cache_backward(self.encode, chunks, self.loss_fn, no_sync=no_sync)

@@ -54,10 +54,7 @@ def mean_pooling(hidden: Tensor, mask: Tensor) -> Tensor:
 
 
 #: Pooling name -> function (an explicit registry; ``EncoderConfig.pooling`` picks one).
-POOLINGS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "cls": cls_pooling,
-    "mean": mean_pooling,
-}
+POOLINGS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"cls": cls_pooling, "mean": mean_pooling}
 
 
 def pool(name: str, hidden: Tensor, mask: Tensor) -> Tensor:

@@ -56,14 +56,11 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         subdir="model",
         weights_file="model.safetensors",
         sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    ),
+    )
 }
 
 #: Other spellings of the hub names above.
-ALIASES: dict[str, str] = {
-    "default": DEFAULT_MODEL,
-    "all-MiniLM-L6-v2": DEFAULT_MODEL,
-}
+ALIASES: dict[str, str] = {"default": DEFAULT_MODEL, "all-MiniLM-L6-v2": DEFAULT_MODEL}
 
 # "org/name" or "name" of letters, digits, '-', '_', '.' (the hub's own check is stricter).
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")

@@ -59,9 +59,7 @@ def count_upto(count: Callable[[str], int], text: str, limit: int) -> int:
 
 
 def truncated(
-    tokenize: Callable[[list[str]], Sequence[Sequence[int]]],
-    texts: Sequence[str],
-    max_tokens: int,
+    tokenize: Callable[[list[str]], Sequence[Sequence[int]]], texts: Sequence[str], max_tokens: int
 ) -> list[Sequence[int]]:
     """``tokenize(texts)`` as a tokenizer that truncates at ``max_tokens`` gives it, long
     texts tokenized by their heads: a head that gave fewer than ``max_tokens`` (fewer

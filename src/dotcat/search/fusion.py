@@ -169,10 +169,7 @@ def default_fusion() -> Fusion:
 
 
 def choose_fusion(
-    dense: Mapping[str, Ranking],
-    bm25: Mapping[str, Ranking],
-    qrels: Qrels,
-    source: str,
+    dense: Mapping[str, Ranking], bm25: Mapping[str, Ranking], qrels: Qrels, source: str
 ) -> Fusion:
     """The fusion :func:`dotcat.evaluation.choice.choose` picks on dev nDCG@10 from
     :func:`fusion_grid`, :data:`PRIOR` the prior default; ``Fusion.dev`` records the choice

@@ -106,9 +106,7 @@ def statistics_of(spec: ShardSpec) -> ShardStatistics | None:
     return shard_statistics(_counted(_load_bm25(spec, manifest), spec, manifest))
 
 
-def collection_statistics(
-    parts: Sequence[ShardStatistics | None],
-) -> CollectionStatistics | None:
+def collection_statistics(parts: Sequence[ShardStatistics | None]) -> CollectionStatistics | None:
     """The shards' BM25 statistics summed (None where a shard has no BM25 index)."""
     if not parts or any(p is None for p in parts):
         return None

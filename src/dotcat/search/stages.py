@@ -219,11 +219,7 @@ class StageContext:
     """
 
     def __init__(
-        self,
-        index_dir: Path,
-        index: DenseIndex | ShardSet,
-        bm25: BM25Index | None,
-        config: Any,
+        self, index_dir: Path, index: DenseIndex | ShardSet, bm25: BM25Index | None, config: Any
     ) -> None:
         self.index_dir, self.index, self.bm25, self.config = index_dir, index, bm25, config
         self.manifest = index.manifest

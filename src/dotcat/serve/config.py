@@ -86,8 +86,7 @@ class ServeConfig(Settings):
         "is on disk and searchable when answered.",
     )
     watch: bool = setting(
-        False,
-        help="Follow the folder the index was built from: sync it when its files change.",
+        False, help="Follow the folder the index was built from: sync it when its files change."
     )
 
     def checks(self) -> list[Check]:

@@ -447,8 +447,7 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
     Stage = Literal.__getitem__(tuple(stages))  # noqa: N806 - a type
     Rerank = bool if reranker else _NoRerank  # noqa: N806 - a type
     Text = Annotated[  # noqa: N806 - a type
-        str,
-        StringConstraints(min_length=1, max_length=config.max_query_chars, pattern=NON_BLANK),
+        str, StringConstraints(min_length=1, max_length=config.max_query_chars, pattern=NON_BLANK)
     ]
     max_k, max_depth, max_queries = config.max_k, config.max_depth, config.max_queries
 

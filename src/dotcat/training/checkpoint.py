@@ -162,10 +162,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    path: str | Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Load weights, optimizer and scheduler in place; return ``(state, torch_rng)``.
 

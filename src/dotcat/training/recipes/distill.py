@@ -133,10 +133,7 @@ class DistillRecipe(DotRecipe):
         self.teacher_info["scale"] = float(f"{scale:.6g}")
 
     def _first_component(
-        self,
-        pairs: Sequence[tuple[str, str]],
-        queries: Mapping[str, str],
-        texts: Mapping[str, str],
+        self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str], texts: Mapping[str, str]
     ) -> tuple[float, Any]:
         """The teacher's weight ``alpha`` and a function giving its scores of ``pairs``: the
         cross-encoder's logits, or BM25's for the lexical teacher (``teacher="bm25"``)."""
@@ -198,10 +195,7 @@ class DistillRecipe(DotRecipe):
         return {p: _score(logit, p) for p in pairs}
 
     def _dense_teacher_alone(
-        self,
-        pairs: Sequence[tuple[str, str]],
-        queries: Mapping[str, str],
-        texts: Mapping[str, str],
+        self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str], texts: Mapping[str, str]
     ) -> dict[tuple[str, str], float]:
         """The teacher when the cross-encoder's weight is 0: the dense model's score itself.
 
