@@ -49,6 +49,18 @@ def test_stemming_matches_word_forms():
     assert _search({"q": "running"}, config=BM25Config(stemmer=None))["q"] == []
 
 
+def test_a_word_composed_or_decomposed_is_one_term(tmp_path):
+    docs = [{"id": "nfd", "title": "", "text": "Re\u0301sume\u0301 of the cafe\u0301 owner"},
+            {"id": "nfc", "title": "", "text": "A na\u00efve plan"}]  # fmt: skip
+    queries = {"typed": "r\u00e9sum\u00e9", "cafe": "caf\u00e9", "naive": "nai\u0308ve"}
+    run = _search(queries, docs=docs)
+    assert [d for d, _ in run["typed"]] == ["nfd"] and [d for d, _ in run["cafe"]] == ["nfd"]
+    assert [d for d, _ in run["naive"]] == ["nfc"]
+    BM25Index.build(docs, show_progress=False).save(tmp_path / "bm25")  # a search without bm25s
+    light = BM25Index.load(tmp_path / "bm25", mmap=True, search_only=True)
+    assert [d for d, _ in light.search_one("naïve r\u00e9sum\u00e9", k=2)] == ["nfc", "nfd"]
+
+
 def test_stop_words_are_ignored():
     run = _search({"plain": "wolves", "padded": "the wolves of and in", "stop": "the of and"})
     assert run["padded"] == run["plain"]

@@ -40,6 +40,7 @@ import re
 import sys
 import tempfile
 import time
+import unicodedata
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -72,6 +73,7 @@ _TOKENIZER_VOCAB = "vocab.tokenizer.json"
 #: has none, and :meth:`BM25Index.count_terms` counts them again from its texts).
 _TERM_COUNTS = "counts.tf.npy"
 _LENGTHS = "counts.lengths.npy"
+_WORDS = re.compile(r"(?u)\b\w\w+\b").findall
 
 
 def _bm25s():
@@ -84,13 +86,20 @@ def _bm25s():
     return bm25s
 
 
+def words(text: str) -> list[str]:
+    """bm25s' words (its default splitter) of ``text`` composed (Unicode NFC): "é" typed and
+    "e" + U+0301 as some editors and macOS file names store it are then one term."""
+    return _WORDS(unicodedata.normalize("NFC", text))
+
+
 def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
     stopwords = list(config.stopwords) if config.stopwords is not None else None
     if isinstance(config.stopwords, str):
         stopwords = config.stopwords
-    return _bm25s().tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=stemmer)
+    tokenizer = _bm25s().tokenization.Tokenizer
+    return tokenizer(lower=True, splitter=words, stopwords=stopwords, stemmer=stemmer)
 
 
 @functools.cache
@@ -515,8 +524,7 @@ class _QueryTokenizer:
     more characters; a word the vocabulary holds is its term, a stop word is dropped, another
     word is stemmed and kept where its stem is a term."""
 
-    #: bm25s' splitter (its default, which :func:`make_tokenizer` keeps).
-    WORDS = re.compile(r"(?u)\b\w\w+\b").findall
+    WORDS = staticmethod(words)
 
     def __init__(self, path: Path, config: BM25Config, stopwords: Sequence[str]) -> None:
         vocab = json.loads((path / _TOKENIZER_VOCAB).read_text("utf-8"))
