@@ -105,6 +105,18 @@ def test_markdown_and_rst_lose_their_markup_but_not_their_words():
     assert "Mind this." in text and ".." not in text and "http" not in text
 
 
+def test_a_readmes_html_blocks_give_their_words():
+    title, text = markdown_text(
+        '<p align="center">\n  <b>Fastwidget</b> renders sparkline charts &amp; tables.\n</p>\n\n'
+        "<!-- a note to self -->\n\n<details><summary>More</summary>About walruses.</details>"
+        "\n\n<div><script>track(1)</script><style>p {}</style></div>\n\n## Usage\n\nCall it.\n"
+    )
+    assert title == "Usage"
+    assert text == (
+        "Fastwidget renders sparkline charts & tables.\n\nMore About walruses.\n\nUsage\n\nCall it."
+    )
+
+
 def test_a_pdf_with_a_generic_producer_title_takes_its_first_line():
     found = extract(
         minimal_pdf(["Quarterly report", "Revenue grew."], "Enscript Output"), "pdf", "report"

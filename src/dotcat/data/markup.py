@@ -18,16 +18,17 @@ The **text** kept is the plain text a reader sees, not the markup (:func:`markdo
 ``**``, link targets, directives, roles or HTML. Snippets are cut from the stored text, and the
 encoders and BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link
 target no part of what the note says). Markdown is parsed by markdown-it-py (CommonMark, with
-GitHub's tables): HTML blocks are left out (a sidebar's ``<div>``, a comment), inline HTML tags
-too (their text kept), code is kept as code, and diagrams (a ``mermaid``, ``plantuml`` or
-``dot`` fence) are left out: their source is arrows and node ids, neither words a person
-searches for nor text a snippet should show. reStructuredText is parsed by docutils, the
-reference parser, with file inclusion and raw content disabled (no ``.. raw:: html``, no
-``.. include::`` reaches the text) and its reports silenced; the roles and directives of Sphinx
-and its extensions, which docutils does not know, are read as their text (``:ref:`Title
-<label>``` gives "Title", ``.. versionadded:: 2.0`` its words, ``.. code-block::`` its code),
-but for tables of contents and diagrams, left out as in Markdown. Template tags outside code
-(Jinja's and Liquid's ``{% %}``, ``{{ }}``, ``{# #}``) are left out too.
+GitHub's tables): HTML blocks and inline HTML give their text, without tags, comments or
+scripts (a README's centred ``<p>`` intro and its ``<details>`` are prose), code is kept as
+code, and diagrams (a ``mermaid``, ``plantuml`` or ``dot`` fence) are left out: their source is
+arrows and node ids, neither words a person searches for nor text a snippet should show.
+reStructuredText is parsed by docutils, the reference parser, with file inclusion and raw
+content disabled (no ``.. raw:: html``, no ``.. include::`` reaches the text) and its reports
+silenced; the roles and directives of Sphinx and its extensions, which docutils does not know,
+are read as their text (``:ref:`Title <label>``` gives "Title", ``.. versionadded:: 2.0`` its
+words, ``.. code-block::`` its code), but for tables of contents and diagrams, left out as in
+Markdown. Template tags outside code (Jinja's and Liquid's ``{% %}``, ``{{ }}``, ``{# #}``) are
+left out too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import functools
 import logging
 import re
 import tomllib
+from html import unescape
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -166,12 +168,23 @@ def markdown_text(text: str) -> tuple[str, str]:
             if line:
                 blocks.append(gap + line)
                 gap = "\n" if lists else "\n\n"
+        elif kind == "html_block" and (words := _html_words(token.content)):
+            blocks.append(_blank(blocks) + words)
+            gap = _blank(blocks)
         elif kind in ("fence", "code_block"):
             language = token.info.split()[0].lower() if token.info.strip() else ""
             if language not in DIAGRAMS and token.content.strip():
                 blocks.append(_blank(blocks) + token.content.strip("\n"))
             gap = _blank(blocks)
     return title, "".join(blocks)
+
+
+def _html_words(html: str) -> str:
+    """The text of a Markdown file's HTML block (a README's centred intro, a ``<details>``
+    body): its words without tags, comments, scripts or styles, entities decoded."""
+    text = re.sub(r"<!--.*?-->|<(script|style)\b.*?</\1\s*>", " ", html, flags=re.S | re.I)
+    text = _TEMPLATE.sub(" ", re.sub(r"<[^>]*>", " ", text))
+    return " ".join(unescape(text).split())
 
 
 def _blank(blocks: list[str]) -> str:
