@@ -418,6 +418,15 @@ def test_an_answer_over_the_size_cap_is_refused(long_pipeline):
     assert document.status_code == 200 and len(document.json()["text"]) > 8000
 
 
+def test_a_run_through_the_client_asks_in_batches_whose_answers_fit(long_pipeline):
+    from dotcat.serve.client import ServerClient
+
+    queries = {f"q{i}": "pyruvate dehydrogenase" if i % 2 else "x y z" for i in range(20)}
+    with live_server(long_pipeline, max_answer_bytes=8000) as url:
+        run = ServerClient(url).run(queries, 7, first_stage="bm25", show_progress=False)
+    assert run == long_pipeline.run(queries, 7, first_stage="bm25")  # once refused: 400
+
+
 def test_the_client_gets_whole_texts_or_snippets(long_pipeline):
     from dotcat.serve.client import ServerClient
 

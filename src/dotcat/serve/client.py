@@ -103,7 +103,7 @@ class ServerClient:
         run: Run = {}
         with progress_bar(total=len(ids), desc="searching", unit="query",
                           enabled=show_progress) as bar:  # fmt: skip
-            for batch in _batches(ids, queries, limits):
+            for batch in _batches(ids, queries, limits, k):
                 body = {"queries": [queries[q] for q in batch], "k": k}
                 if first_stage:
                     body["first_stage"] = first_stage
@@ -157,15 +157,19 @@ class _Busy(Exception):
         self.wait = min(max(wait, 0.1), 30.0)
 
 
-def _batches(ids: list[str], queries: Mapping[str, str], limits: Mapping[str, int]):
+def _batches(ids: list[str], queries: Mapping[str, str], limits: Mapping[str, int], k: int):
     """Query ids in batches of at most ``max_queries`` whose JSON body stays well under
-    ``max_body_bytes`` (a query over ``max_query_chars`` is sent alone: the server names it)."""
+    ``max_body_bytes`` (a query over ``max_query_chars`` is sent alone: the server names it),
+    and whose answers (``k`` hits each: a snippet and ~512 bytes of ids, title and fields) stay
+    well under ``max_answer_bytes`` (a run of 1,000 per query: a few queries a request)."""
+    hit = limits.get("snippet_chars", 300) + 512
+    most = max(1, min(limits["max_queries"], limits["max_answer_bytes"] // (2 * k * hit)))
     budget = limits["max_body_bytes"] // 2  # (escapes, the other fields)
     batch: list[str] = []
     size = 0
     for qid in ids:
         cost = len(json.dumps(queries[qid]).encode("utf-8")) + 2
-        if batch and (len(batch) == limits["max_queries"] or size + cost > budget):
+        if batch and (len(batch) == most or size + cost > budget):
             yield batch
             batch, size = [], 0
         batch.append(qid)
