@@ -172,10 +172,13 @@ def test_bad_settings(settings, message):
 @pytest.mark.kernels
 def test_bad_calls(index):
     pipeline = _pipeline(index)
-    with pytest.raises(DotcatError, match="k must be >= 1"):
-        pipeline.run(QUERIES, 0)
+    for k in (0, None, "3", 2.5, True):  # a DotcatError, not a TypeError from deep inside
+        with pytest.raises(DotcatError, match=f"k must be a whole number >= 1, got {k!r}"):
+            pipeline.run(QUERIES, k)
     with pytest.raises(DotcatError, match="empty"):
         pipeline.search("   ", 3)
+    with pytest.raises(DotcatError, match="byte 0xE9 at character 6 is not UTF-8"):
+        pipeline.search("heart\udce9 failure", 3)  # a Latin-1 byte of a command line
 
 
 @pytest.mark.kernels

@@ -224,8 +224,8 @@ class SearchPipeline:
         **options: Unpack[CallOptions],
     ) -> dict[str, list[Match]]:
         """:meth:`run` with each document's passages that matched (best first)."""
-        if k < 1:
-            raise DotcatError(f"k must be >= 1, got {k}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise DotcatError(f"k must be a whole number >= 1, got {k!r}")
         if options.get("rerank") and self.reranker is None:
             raise DotcatError("re-ranking was asked for, but this pipeline has no cross-encoder")
         reranker = None if options.get("rerank") is False else self.reranker
