@@ -148,3 +148,14 @@ def test_a_log_gets_a_line_a_minute_of_long_work_and_none_of_short(tmp_path, mon
     training = [line for line in lines if line.startswith("training")]
     assert 9 <= len(training) <= 11 and "600/600" in training[-1], training
     assert "60/600" in training[0]  # the first after a minute
+
+
+def test_a_table_cuts_text_without_spaces_inside_it(capsys):
+    from dotcat.cli.output import print_hits
+    from dotcat.search.hits import Hit
+
+    cjk = "東京の天気は晴れです。" * 30  # no space: one "word" longer than any line
+    print_hits([Hit(1, "jp.txt", 0.5, cjk, cjk, "cosine")], False, width=80)
+    title, snippet = capsys.readouterr().out.splitlines()[1:]
+    for line in (title, snippet):  # cut inside, not "..." alone
+        assert "東京の天気は晴れです。東京" in line and line.endswith("...") and len(line) <= 80

@@ -69,12 +69,18 @@ def print_hits(
     for h in hits:
         # (cut first: textwrap reads all of a text, and a document may be 50 MB)
         head = 4 * text_width + 100
-        title = textwrap.shorten(h.title[:head] or "(no title)", text_width, placeholder="...")
-        cut = hit_snippet(h, terms)[0][:head]
-        snippet = textwrap.shorten(cut, text_width, placeholder="...")
+        title = _shorten(h.title[:head] or "(no title)", text_width)
+        snippet = _shorten(hit_snippet(h, terms)[0][:head], text_width)
         typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` on one line of ``width``, cut between words, or inside the first where it is
+    longer than the line (Chinese or Japanese text has no spaces: one "word" a sentence)."""
+    short = textwrap.shorten(text, width, placeholder="...")
+    return " ".join(text.split())[: width - 3] + "..." if short == "..." else short
 
 
 def search_lines(
