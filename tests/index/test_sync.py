@@ -16,7 +16,7 @@ from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import layout
 from dotcat.index.manifest import Manifest
-from dotcat.index.updates import read_files
+from dotcat.index.updates import add_documents, read_files
 from dotcat.models import EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.tuning import build_and_tune
@@ -212,3 +212,54 @@ def test_python_build_and_tune_refuses_a_changed_model(synced, tiny_cat_dir):
     root, _ = synced
     with pytest.raises(DotcatError, match="would change what the index holds"):
         build_and_tune(root / "docs", root / "idx", EncoderConfig(model=str(tiny_cat_dir)))
+
+
+def _folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    (root / name).mkdir()
+    for file, text in files.items():
+        (root / name / file).write_text(text)
+    return root / name
+
+
+def test_documents_added_with_dotcat_add_stay_whatever_the_folder_options(tmp_path, encoder):
+    docs = _folder(tmp_path, "docs", {"a.txt": "about lighthouses", "b.md": "about gulls"})
+    extra = _folder(tmp_path, "extra", {"manual.txt": "manually added note about puffins"})
+    index = tmp_path / "idx"
+    build_and_tune(docs, index, encoder, show_progress=False)
+    add_documents(index, extra, device="cpu", precision="fp32", show_progress=False)
+    # Options unchanged, changed, then leaving a.txt out: only a.txt goes.
+    for options, removed in (([], 0), (["--exclude", "*.docx"], 0), (["--exclude", "*.txt"], 1)):
+        result = CliRunner().invoke(app, ["index", str(docs), str(index), *options])
+        assert result.exit_code == 0, result.output
+        assert f"0 added, 0 changed, {removed} removed" in result.output, (options, result.output)
+    # Other options that select no file (a mistyped pattern) are refused: nothing removed.
+    result = CliRunner().invoke(app, ["index", str(docs), str(index), "--include", "*.mdx"])
+    assert result.exit_code == 2 and "no file to read matches" in result.output, result.output
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    assert sorted(pipeline.index.store.all_ids()) == ["b.md", "manual.txt"]
+    found = pipeline.run({"q": "puffins"}, k=5, first_stage="bm25")["q"]
+    assert [doc_id for doc_id, _ in found] == ["manual.txt"]
+
+
+def test_a_sync_of_a_folder_left_with_no_file_empties_the_index(tmp_path, encoder):
+    docs = _folder(tmp_path, "docs", {"a.txt": "a note about kiwis"})
+    index, unrecorded = tmp_path / "idx", tmp_path / "unrecorded"
+    for built in (index, unrecorded):
+        build_and_tune(docs, built, encoder, show_progress=False)
+    (unrecorded / "files.json").unlink()  # as an index built before files were recorded
+    (docs / "a.txt").unlink()
+    runner = CliRunner()
+    for built in (index, unrecorded):
+        result = runner.invoke(app, ["index", str(docs), str(built)])
+        assert result.exit_code == 0, result.output
+        assert "0 added, 0 changed, 1 removed, 0 unchanged" in result.output
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    assert pipeline.index.document_count == 0
+    for stage in ("dense", "bm25", "hybrid"):
+        assert pipeline.run({"q": "kiwis"}, k=5, first_stage=stage) == {"q": []}, stage
+        result = runner.invoke(app, ["search", str(index), "kiwis", "--first-stage", stage])
+        assert result.exit_code == 0 and "no results" in result.output, result.output
+    # A first build of the empty folder is still refused in one line.
+    result = runner.invoke(app, ["index", str(docs), str(tmp_path / "other")])
+    assert result.exit_code == 2 and "no file to index here" in result.output, result.output
+    assert not (tmp_path / "other").exists()

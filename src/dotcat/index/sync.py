@@ -6,7 +6,8 @@ A file whose size and modification time (ns) are those the index recorded when i
 read and each of its documents compared with the stored one, record by record for a record
 file: a new document is encoded and added, a changed text encoded again, new fields alone (a
 file touched: its ``mtime`` field) written without encoding. The documents of a file gone
-(removed, renamed, now excluded or unreadable) are deleted. A corpus file (JSONL, CSV, a BEIR
+(removed, renamed, now excluded or unreadable, the folder emptied) are deleted; those added
+otherwise (``dotcat add``) are kept, whatever the options. A corpus file (JSONL, CSV, a BEIR
 directory's ``corpus.jsonl``) is one such file, compared record by record when it changed.
 
 A sync is one generation of the index (:class:`~dotcat.index.updates.Generation`): killed at
@@ -32,8 +33,8 @@ from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, iter_corpus
 from dotcat.data.corpus import CACHE_FORMAT_VERSION, fields_json
-from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id
-from dotcat.errors import DotcatError
+from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id, walk
+from dotcat.errors import DataFormatError, DotcatError
 from dotcat.index import layout
 from dotcat.index.docstore import DocStore
 from dotcat.index.encoder import load_document_encoder
@@ -124,7 +125,19 @@ def sync_index(
     options = corpus_options or CorpusOptions()
     layout.check_writable(index_dir)
     encoder = encoder or _encoder(index_dir, corpus, settings)  # (checks the settings)
-    source = open_source(corpus, options)
+    try:
+        source = open_source(corpus, options)
+    except DataFormatError:  # a folder left with no file to read: see _Emptied
+        empty = _Emptied(Path(corpus), options) if Path(corpus).is_dir() else None
+        recorded = read_files(index_dir)
+        if (
+            empty is None
+            or empty.listing.files
+            or empty.listing.problems
+            or (recorded and recorded.get("key") != _state(empty, options)["key"])
+        ):
+            raise
+        source = empty
     with Generation(index_dir, wait) as generation:
         state = _state(source, options)
         with DocStore(index_dir / DOCSTORE_NAME) as store:
@@ -163,6 +176,15 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
         write_files(index_dir, state)
 
 
+class _Emptied(FolderSource):
+    """A folder left with no file to read, walked without the refusal a build gives it: the
+    sync removes the documents it gave. Only with the options it was last read with: other
+    options that select no file (a pattern mistyped) are refused, as a build refuses them."""
+
+    def _walk(self) -> Listing:
+        return walk(self.root, self.options)
+
+
 def _state(source: FolderSource | FileSource, options: CorpusOptions) -> dict[str, Any]:
     """The files of a folder as walked (document id prefix -> ``[size, mtime_ns]``; a corpus
     file's under ``""``), and what they were read with (``key``: the options, the folder's
@@ -191,12 +213,12 @@ def _compare(
     """The change that makes the index hold what ``source`` holds now, and the counts
     ``(added, changed, new fields only, files read)``."""
     now = state["files"]
-    if recorded is None or recorded.get("key") != state["key"]:
-        # No record (an index built before they were kept) or other options: every file is
-        # read; the files the index holds documents of are known by their ids.
-        before: dict[str, Any] = dict.fromkeys({i.split("#", 1)[0] for i in store.all_ids()})
-    else:
-        before = recorded["files"]
+    # The files recorded (no record, an index built before they were kept: those of every
+    # document), every one read again where the options differ; documents added otherwise
+    # (``dotcat add``) are no file's, and kept.
+    recorded = recorded or {"files": dict.fromkeys({i.split("#", 1)[0] for i in store.all_ids()})}
+    same = recorded.get("key") == state["key"]
+    before: dict[str, Any] = recorded["files"] if same else dict.fromkeys(recorded["files"])
     stale = [k for k, v in now.items() if before.get(k) != v]
     gone = [k for k in before if k not in now]
     if isinstance(source, FileSource):
