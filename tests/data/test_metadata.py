@@ -12,11 +12,11 @@ from tests.data.documents import minimal_pdf
 
 from dotcat.data import iter_corpus
 from dotcat.data.encodings import decode
-from dotcat.data.extract import extract
+from dotcat.data.extract import Unreadable, extract
 from dotcat.data.markup import front_matter, markdown_text, rst_text
 from dotcat.data.metadata import cell_value, parse_date, record_fields
 from dotcat.data.rules import Rules, parse_fields_option
-from dotcat.data.sources import CorpusOptions
+from dotcat.data.sources import CorpusOptions, CorpusStats
 from dotcat.errors import DataFormatError, DotcatError, SettingError
 
 
@@ -142,6 +142,7 @@ def test_html_meta_becomes_fields():
         "author": "Ada",
         "keywords": ["a", "b"],
         "date": "2025-01-02T10:00:00Z",
+        "encoding": "utf-8",  # as a text file's: what the page was read in
     }
 
 
@@ -278,3 +279,66 @@ def test_parquet_columns_keep_their_types(tmp_path):
         "when": "2025-01-02T03:04:05Z",
         "tags": ["p", "q"],
     }
+
+
+CREME = "Crème brûlée, a dessert of custard under caramel."
+
+
+def _page(text: str, head: str = "", main: bool = True) -> str:
+    body = f"<main><p>{text}</p></main>" if main else f"<div><p>{text}</p></div>"
+    return f"<html><head>{head}<title>Dessert</title></head><body>{body}</body></html>"
+
+
+@pytest.mark.parametrize("main", [True, False])  # read by lxml, or by trafilatura
+def test_html_without_a_charset_is_read_as_a_text_file_is(main):
+    pytest.importorskip("trafilatura")
+    data = _page(CREME, main=main).encode("cp1252")
+    found = extract(data, "html", "page")
+    assert CREME in found.text and found.fields["encoding"] == "cp1252" and found.guess
+    given = extract(data, "html", "page", encoding="cp1252")  # --encoding
+    assert CREME in given.text and given.fields["encoding"] == "cp1252" and not given.guess
+    forced = extract(data, "html", "page", forced="latin-1")  # a rule for the file
+    assert CREME in forced.text and forced.fields["encoding"] == "iso8859-1"
+
+
+def test_a_declared_charset_wins_unless_it_cannot_be_right():
+    pytest.importorskip("trafilatura")
+    polish = "Zażółć gęślą jaźń, powiedział Paweł."  # a guess reads it as iso8859-10
+    data = _page(polish, '<meta charset="iso-8859-2">').encode("iso8859-2")
+    found = extract(data, "html", "page")
+    assert polish in found.text and found.fields["encoding"] == "iso8859-2" and not found.guess
+    assert extract(data, "html", "page", forced="cp1252").fields["encoding"] == "cp1252"
+    wrong = _page(CREME, '<meta charset="utf-8">').encode("cp1252")  # read as a guess
+    found = extract(wrong, "html", "page")
+    assert CREME in found.text and found.guess and found.fields["encoding"] == "cp1252"
+
+
+def test_encoding_option_and_rule_apply_to_html_in_a_folder(tmp_path):
+    pytest.importorskip("trafilatura")
+    (tmp_path / "main.html").write_bytes(_page(CREME).encode("cp1252"))
+    (tmp_path / "other.htm").write_bytes(_page(CREME, main=False).encode("cp1252"))
+    for options in (
+        CorpusOptions(encoding="cp1252"),
+        CorpusOptions(file_rules=("*:encoding=cp1252",)),
+    ):
+        docs = list(iter_corpus(tmp_path, options=options))
+        assert [CREME in d.text and d.fields["encoding"] == "cp1252" for d in docs] == [True, True]
+
+
+@pytest.mark.parametrize("bom", ["utf-16", "utf-32"])
+def test_a_file_with_a_utf16_or_utf32_bom_is_read_by_it(tmp_path, bom):
+    (tmp_path / "note.txt").write_bytes("Penguin colonies à Noël.\n".encode(bom))
+    (tmp_path / "guide.md").write_bytes("# Guide\n\nPenguins **dive**.\n".encode(bom))
+    (tmp_path / "faq.jsonl").write_bytes('{"_id": "f1", "text": "Pingüino"}\n'.encode(bom))
+    (tmp_path / "blob.txt").write_bytes(bytes(range(256)) * 8)  # binary: still refused
+    stats = CorpusStats()
+    docs = {d.id: d for d in iter_corpus(tmp_path, stats)}
+    assert docs["note.txt"].text == "Penguin colonies à Noël.\n"
+    assert (docs["guide.md"].title, docs["guide.md"].text) == ("Guide", "Guide\n\nPenguins dive.")
+    assert docs["faq.jsonl#f1"].text == "Pingüino"
+    assert {d.fields["encoding"] for d in docs.values()} == {bom}
+    assert "blob.txt" not in docs and stats.unreadable_named == ["blob.txt (binary)"]
+    given = CorpusOptions(encoding="utf-16")  # --encoding utf-16
+    assert {d.id for d in iter_corpus(tmp_path, options=given)} == set(docs)
+    with pytest.raises(Unreadable, match="binary"):
+        extract(bytes(range(256)) * 8, "text", "blob", forced="cp1252")

@@ -3,7 +3,7 @@
 A file is read in the first of:
 
 1. the encoding given for it (a ``dotcat.toml`` rule, ``--fields GLOB:encoding=...``);
-2. what a byte-order mark says (UTF-8, UTF-16, UTF-32);
+2. what a byte-order mark says (UTF-8, UTF-16, UTF-32), else an HTML page's ``<meta>`` charset;
 3. UTF-8, when it decodes as UTF-8 (ASCII does; a legacy 8-bit file almost never does as soon
    as it holds one accented letter);
 4. ``--encoding`` (the folder's encoding for whatever is not UTF-8);
@@ -87,9 +87,20 @@ def check_encoding(name: str, where: str = "--encoding") -> str:
         ) from None
 
 
-def decode(data: bytes, fallback: str | None = None, forced: str | None = None) -> Decoded:
-    """``data`` as text: ``forced`` if given, else what a byte-order mark says, else UTF-8,
-    else ``fallback``, else :func:`guess`.
+def binary(data: bytes, forced: str | None = None) -> bool:
+    """Whether ``data`` is no text: a NUL byte in its first 8 KiB (as git and grep decide),
+    unless ``forced`` or a byte-order mark says UTF-16 or UTF-32, whose text is half NULs."""
+    told = codecs.lookup(forced).name if forced else next(
+        (name for mark, name in _BOMS if data.startswith(mark)), "")  # fmt: skip
+    return b"\0" in data[:8192] and not told.startswith(("utf-16", "utf-32"))
+
+
+def decode(
+    data: bytes, fallback: str | None = None, forced: str | None = None, declared: str | None = None
+) -> Decoded:
+    """``data`` as text: ``forced`` if given, else what a byte-order mark says, else
+    ``declared`` (an HTML page's charset) where it decodes ``data``, else UTF-8, else
+    ``fallback``, else :func:`guess`.
 
     Raises:
         NotDecodable: ``forced`` or ``fallback`` cannot decode it, or no guess can.
@@ -99,6 +110,11 @@ def decode(data: bytes, fallback: str | None = None, forced: str | None = None) 
     for mark, encoding in _BOMS:
         if data.startswith(mark):
             return Decoded(_decode(data, encoding), encoding.removesuffix("-sig"))
+    try:
+        if declared is not None:
+            return Decoded(_decode(data, declared), codecs.lookup(declared).name)
+    except NotDecodable:
+        pass  # a wrong or unknown charset: the page is read as a text file is
     try:
         return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError as e:

@@ -34,9 +34,9 @@ generic one that a producer writes, "Enscript Output", "Microsoft Word - report.
 file name, is passed over for the PDF's first outline entry or first line), else the file
 name without its suffixes. Fields (:mod:`dotcat.data.metadata`): the front matter; a PDF's
 author, subject, keywords, creator, producer, creation and modification dates and page count;
-an HTML page's language and its ``<meta>`` author, description, keywords and dates. Text files
-are read as UTF-8, else in the encoding given or detected (:mod:`dotcat.data.encodings`;
-CRLF becomes LF); a NUL byte marks a binary file.
+an HTML page's language and its ``<meta>`` author, description, keywords and dates. Text and
+HTML files are read as UTF-8, else in the encoding given, declared or detected
+(:mod:`dotcat.data.encodings`; CRLF becomes LF); a NUL byte outside UTF-16/32 marks a binary file.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dotcat.data.encodings import Decoded, NotDecodable, decode
+from dotcat.data.encodings import Decoded, NotDecodable, binary, decode
 from dotcat.data.markup import front_matter, markdown_text, rst_text
 from dotcat.data.metadata import record_fields, scalar_value
 from dotcat.errors import DotcatError, first_line
@@ -57,7 +57,6 @@ from dotcat.progress import quiet_logger
 HTML_EXTRA = "pip install 'dotcat[html]'"
 #: Document kinds that are text (read as UTF-8, may be gzipped).
 TEXT_KINDS = frozenset({"text", "markdown", "rst", "html"})
-_BINARY_PROBE = 8192  # bytes searched for a NUL, as git and grep decide "binary"
 
 
 #: PDF titles that name the program or the file, not the document (lower case, matched whole).
@@ -106,8 +105,8 @@ def extract(
         data: the file's content (decompressed when it was gzipped).
         kind: ``text``, ``markdown``, ``rst``, ``html`` or ``pdf``.
         stem: the file name without its suffixes: the title when the file names none.
-        encoding: a text file's encoding when it is not UTF-8 (None: detected).
-        forced: a text file's encoding, UTF-8 or not (a rule for the file).
+        encoding: a text or HTML file's encoding when it is not UTF-8 (None: detected).
+        forced: a text or HTML file's encoding, UTF-8 or not (a rule for the file).
         where: the file, for the warning about front matter that does not parse.
 
     Raises:
@@ -119,23 +118,23 @@ def extract(
     guess = ""
     if kind == "pdf":
         title, text, fields = _pdf(data)
-    elif kind == "html":
-        title, text, fields = _html(data)
     else:
-        text, used, guess = _text(data, encoding, forced)
-        title, text, fields = _marked_up(text, kind, where)
+        text, used, guess = _text(data, encoding, forced, kind == "html")
+        title, text, fields = _html(text) if kind == "html" else _marked_up(text, kind, where)
         fields.setdefault("encoding", used)
     if not text.strip():
         raise Unreadable("no text")
     return Extracted(title.strip() or stem, text, fields, guess)
 
 
-def _text(data: bytes, encoding: str | None, forced: str | None) -> Decoded:
-    """A text file's text (CRLF as LF), the encoding it was read in, and how."""
-    if b"\0" in data[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
+def _text(data: bytes, encoding: str | None, forced: str | None, html: bool = False) -> Decoded:
+    """A text file's text (CRLF as LF), the encoding it was read in, and how; an HTML page in
+    the character set it declares in a ``<meta>``, unless a rule or a byte-order mark says."""
+    if binary(data, forced):
         raise Unreadable("binary")
+    declared = _HTML_CHARSET.search(data[:4096]) if html else None
     try:
-        found = decode(data, encoding, forced)
+        found = decode(data, encoding, forced, declared and declared.group(1).decode("ascii"))
     except NotDecodable as e:
         raise Unreadable(str(e)) from None
     return found._replace(text=found.text.removeprefix("\ufeff").replace("\r\n", "\n"))
@@ -233,36 +232,33 @@ _HTML_BLOCKS = frozenset(
     "address article aside blockquote caption dd details div dl dt figcaption figure footer h1 "  # noqa: SIM905
     "h2 h3 h4 h5 h6 header hr li main ol p pre section summary table td th tr ul".split()
 )
-#: A page's declared character set (``<meta charset>`` or ``http-equiv`` Content-Type); pages
-#: that declare none are read as UTF-8.
-_HTML_CHARSET = re.compile(rb"""<meta[^>]*charset=["']?([A-Za-z0-9_-]+)""", re.IGNORECASE)
+#: A page's declared character set (``<meta charset>`` or ``http-equiv`` Content-Type), but
+#: UTF-16 or UTF-32, which browsers pass over too (the bytes that name it are ASCII's).
+_HTML_CHARSET = re.compile(rb"""<meta[^>]*charset=["']?(?!utf-?(?:16|32))([\w-]+)""", re.I)
 #: Elements whose content is not the page's text.
 _HTML_SKIPPED = frozenset(
     ["script", "style", "noscript", "template", "nav", "form", "button", "select", "svg"]
 )
 
 
-def _html(data: bytes) -> tuple[str, str, dict[str, Any]]:
-    """Title, text and metadata: the marked main element read whole (:func:`_html_main`),
-    else trafilatura's main text; all the page's text when it finds no main text."""
+def _html(page: str) -> tuple[str, str, dict[str, Any]]:
+    """Title, text and metadata of a page's text: the marked main element read whole
+    (:func:`_html_main`), else trafilatura's main text; all its text when it finds none."""
     check_html_support()
-    if b"\0" in data[:_BINARY_PROBE]:
-        raise Unreadable("binary")
-    tree = _html_tree(data)
+    tree = _html_tree(page)
     marked = _html_main(tree) if tree is not None else None
-    title, text = marked if marked is not None else _html_trafilatura(data)
+    title, text = marked if marked is not None else _html_trafilatura(page)
     return title, text, _html_fields(tree) if tree is not None else {}
 
 
-def _html_tree(data: bytes):
-    """The page parsed by lxml in its declared character set (UTF-8 if none), or None."""
+def _html_tree(page: str):
+    """The page parsed by lxml, or None (given as UTF-8: lxml refuses text that opens with an
+    XML declaration naming an encoding)."""
     import lxml.html  # with trafilatura, an optional extra (dotcat[html])
 
-    declared = _HTML_CHARSET.search(data[:4096])
-    encoding = declared.group(1).decode("ascii") if declared else "utf-8"
     try:
-        parser = lxml.html.HTMLParser(encoding=encoding)
-        return lxml.html.fromstring(data, parser=parser)
+        parser = lxml.html.HTMLParser(encoding="utf-8")
+        return lxml.html.fromstring(page.encode(), parser=parser)
     except Exception:  # noqa: BLE001 - left to trafilatura, which reports what it cannot read
         return None
 
@@ -326,16 +322,16 @@ def _block_text(element) -> str:
     return "".join(parts)
 
 
-def _html_trafilatura(data: bytes) -> tuple[str, str]:
+def _html_trafilatura(page: str) -> tuple[str, str]:
     import trafilatura  # an optional extra (dotcat[html])
 
     with quiet_logger("trafilatura"), quiet_logger("htmldate"):
         try:
             doc = trafilatura.bare_extraction(
-                data, with_metadata=True, favor_recall=True, include_comments=False
+                page, with_metadata=True, favor_recall=True, include_comments=False
             )
             title = (doc.title if doc is not None else None) or ""
-            text = (doc.text if doc is not None else None) or trafilatura.html2txt(data) or ""
+            text = (doc.text if doc is not None else None) or trafilatura.html2txt(page) or ""
         except Exception as e:  # noqa: BLE001 - a damaged file can make a parser raise anything
             raise Unreadable(f"unreadable HTML: {_first_line(e)}") from None
     return title, text

@@ -74,7 +74,7 @@ from typing import Any
 
 from dotcat.data._io import find_one, is_gzipped, require_file
 from dotcat.data.catalog import resolve_data_path
-from dotcat.data.encodings import NotDecodable, check_encoding, decode
+from dotcat.data.encodings import NotDecodable, binary, check_encoding, decode
 from dotcat.data.extract import TEXT_KINDS, Unreadable, check_html_support, extract
 from dotcat.data.index_source import IndexSource, file_identity, is_index_dir
 from dotcat.data.metadata import file_fields, merged
@@ -105,7 +105,6 @@ _GZIP_OK = (
     *(suffix for suffix, kind in DOCUMENT_SUFFIXES.items() if kind in TEXT_KINDS),
     *(suffix for suffix in RECORD_SUFFIXES if suffix != ".parquet"),
 )
-_BINARY_PROBE = 8192
 #: How many unreadable files the summary line names.
 UNREADABLE_NAMED = 5
 _ID_ESCAPES = re.compile(r"[\s%#]")
@@ -757,7 +756,7 @@ def _probe_records(
             head = f.read(1 << 20)
         if not head.strip():
             raise Unreadable("empty")
-        if b"\0" in head[:_BINARY_PROBE] and not (forced or "").startswith("utf-16"):
+        if binary(head, forced):
             raise Unreadable("binary")
         encoding, guess = (forced, "") if forced else _head_encoding(head, fallback)
         return _sha256_file(listed.path), encoding, guess
