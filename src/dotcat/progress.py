@@ -37,15 +37,15 @@ _quiet = False
 
 
 @contextlib.contextmanager
-def quiet_logger(name: str) -> Iterator[None]:
-    """Within the block, the logger ``name`` (and its children) logs errors only."""
+def quiet_logger(name: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Within the block, the logger ``name`` (and its children) logs ``level`` and up only."""
     logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    before = logger.level
+    logger.setLevel(level)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.setLevel(before)
 
 
 def set_quiet(quiet: bool = True) -> None:

@@ -129,6 +129,12 @@ def test_a_pdf_with_a_generic_producer_title_takes_its_first_line():
     assert named.title == "Body"
 
 
+def test_an_html_fragment_gives_its_text_and_no_library_errors(caplog):
+    found = extract(b"<p>Fragment about <b>wolverines</b></p>\n", "html", "x")
+    assert (found.title, found.text) == ("x", "Fragment about wolverines")  # was "no text"
+    assert not [r for r in caplog.records if r.name.startswith("trafilatura")]
+
+
 def test_html_meta_becomes_fields():
     pytest.importorskip("trafilatura")
     page = (

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -248,6 +249,8 @@ def _html(page: str) -> tuple[str, str, dict[str, Any]]:
     tree = _html_tree(page)
     marked = _html_main(tree) if tree is not None else None
     title, text = marked if marked is not None else _html_trafilatura(page)
+    if not text.strip() and tree is not None:  # a fragment (no <html>): trafilatura reads none
+        text = _lines(tree)
     return title, text, _html_fields(tree) if tree is not None else {}
 
 
@@ -269,8 +272,7 @@ def _html_main(tree) -> tuple[str, str] | None:
     main = tree.xpath('//main | //*[@role="main"]')
     if not main:
         return None
-    lines = [" ".join(line.split()) for line in _block_text(main[0]).split("\n")]
-    text = "\n".join(line for line in lines if line)
+    text = _lines(main[0])
     title = " ".join((tree.findtext(".//title") or "").split())
     return (title, text) if text else None
 
@@ -302,6 +304,12 @@ def _html_fields(tree) -> dict[str, Any]:
     return record_fields(found)
 
 
+def _lines(element) -> str:
+    """An element's text, one line per block (:func:`_block_text`), spaces collapsed."""
+    lines = [" ".join(line.split()) for line in _block_text(element).split("\n")]
+    return "\n".join(line for line in lines if line)
+
+
 def _block_text(element) -> str:
     """The text of an lxml element, a newline around each block element (skipped elements
     and permalink anchors left out, their tails kept)."""
@@ -325,7 +333,7 @@ def _block_text(element) -> str:
 def _html_trafilatura(page: str) -> tuple[str, str]:
     import trafilatura  # an optional extra (dotcat[html])
 
-    with quiet_logger("trafilatura"), quiet_logger("htmldate"):
+    with quiet_logger("trafilatura", logging.CRITICAL), quiet_logger("htmldate"):
         try:
             doc = trafilatura.bare_extraction(
                 page, with_metadata=True, favor_recall=True, include_comments=False
