@@ -294,9 +294,7 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in sorted(value.items())}
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, Path) else value
 
 
 def is_settings(hint: Any) -> bool:
@@ -312,9 +310,7 @@ def choices_of(cls: type, name: str) -> tuple | None:
 def default_of(cls: type, name: str) -> Any:
     """The default of a settings field (its factory's value for a mutable default)."""
     f = _field(cls, name)
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _field(cls: type, name: str) -> dataclasses.Field:

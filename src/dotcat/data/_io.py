@@ -145,9 +145,7 @@ def json_type(value: Any) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
+    return "array" if isinstance(value, list) else "object"
 
 
 def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:

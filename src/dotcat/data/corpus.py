@@ -124,9 +124,7 @@ def find_corpus_file(path: str | Path) -> Path:
     p = resolve_data_path(path)
     if is_index_dir(p):  # a dotcat index: its document store
         return p / INDEX_DOCSTORE
-    if p.is_dir():
-        return find_one(p, CORPUS_FILE_NAMES, "corpus")
-    return require_file(p)
+    return find_one(p, CORPUS_FILE_NAMES, "corpus") if p.is_dir() else require_file(p)
 
 
 def _location(record: Record, corpus: str) -> str:

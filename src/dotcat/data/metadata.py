@@ -178,9 +178,7 @@ def scalar_value(value: Any) -> str | int | float | None:
 
 
 def _as_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def file_fields(rel: str, size: int, mtime_ns: int) -> dict[str, Any]:

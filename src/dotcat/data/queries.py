@@ -37,9 +37,7 @@ _EXAMPLES = 5
 def find_queries_file(path: str | Path) -> Path:
     """The queries file of ``path``: a BEIR directory's ``queries.jsonl[.gz]``, or a file."""
     p = resolve_data_path(path)
-    if p.is_dir():
-        return find_one(p, QUERIES_FILE_NAMES, "queries")
-    return require_file(p)
+    return find_one(p, QUERIES_FILE_NAMES, "queries") if p.is_dir() else require_file(p)
 
 
 def _read_queries(file: Path) -> dict[str, str]:

@@ -30,9 +30,7 @@ def looks_like(path: Path) -> str | None:
         first = next((text for _, text in iter_lines(path)), None)
     except (OSError, UnicodeDecodeError, EOFError, ValueError):
         return None
-    if first is None:
-        return None
-    return _kind(first)
+    return None if first is None else _kind(first)
 
 
 def _kind(line: str) -> str | None:
@@ -48,9 +46,7 @@ def _kind(line: str) -> str | None:
         return QUERIES
     if len(fields) == 6 and is_integer(fields[3]) and _is_number(fields[4]):
         return RUN
-    if len(fields) == 4 and is_integer(fields[3]):
-        return TREC_QRELS
-    return None
+    return TREC_QRELS if len(fields) == 4 and is_integer(fields[3]) else None
 
 
 def _is_number(text: str) -> bool:
@@ -66,6 +62,4 @@ def hint(path: Path, expected: str | tuple[str, ...]) -> str:
     (one of this module's kinds, or several), else ``""``."""
     kind = looks_like(path)
     wanted = (expected,) if isinstance(expected, str) else expected
-    if kind is None or kind in wanted:
-        return ""
-    return f"; this looks like {kind}"
+    return "" if kind is None or kind in wanted else f"; this looks like {kind}"

@@ -158,9 +158,7 @@ class _Job:
 
 def _portable(corpus: Any) -> Any:
     """A path made absolute (actors run elsewhere); anything else as it is."""
-    if isinstance(corpus, (str, os.PathLike)):
-        return str(Path(corpus).resolve())
-    return corpus
+    return str(Path(corpus).resolve()) if isinstance(corpus, (str, os.PathLike)) else corpus
 
 
 def _encode(ray: Any, job: _Job, store: ChunkStore, show_progress: bool) -> None:
@@ -296,9 +294,7 @@ def _actor_config(config: EncoderConfig, use_gpu: bool) -> EncoderConfig:
 def _cache_dir() -> str | None:
     """The corpus cache the actors use: this process's when ``DOTCAT_CACHE`` sets it (so
     actors on this machine reuse its Arrow copy), else each node's own default."""
-    if not os.environ.get("DOTCAT_CACHE"):
-        return None
-    return str(default_cache_dir())
+    return None if not os.environ.get("DOTCAT_CACHE") else str(default_cache_dir())
 
 
 def _checked(vectors: Any, chunk: int, store: ChunkStore) -> np.ndarray:

@@ -242,9 +242,7 @@ def auto_precision(kind: str, device: torch.device, side: str = "documents") -> 
 
 def backend_installed(backend: str) -> bool:
     """Whether an int8 runtime's packages are installed (OpenVINO is an optional extra)."""
-    if backend == "openvino":
-        return openvino_installed()
-    return True  # onnxruntime is a dependency
+    return openvino_installed() if backend == "openvino" else True  # onnxruntime is a dependency
 
 
 def openvino_installed() -> bool:
@@ -323,9 +321,7 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     if precision == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "cpu" and cpu_has_native_bf16():
-            return torch.bfloat16
-        return None
+        return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else None
     if precision not in PRECISIONS:
         raise DotcatError(f"unknown precision {precision!r} ({', '.join(options.PRECISIONS)})")
     name = PRECISIONS[precision]
@@ -454,9 +450,7 @@ def free_threads(limit: int) -> int:
     """Intra-op threads a small call can use without waiting on a busy core: the cores no
     other task wants right now, at most ``limit``, at least 1 (1 where unknown)."""
     busy = busy_cpus()
-    if busy is None:
-        return 1
-    return max(1, min(limit, available_cpus() - busy))
+    return 1 if busy is None else max(1, min(limit, available_cpus() - busy))
 
 
 def configure_threads(num_threads: int | None = None) -> int:

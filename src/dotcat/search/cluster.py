@@ -94,6 +94,4 @@ class ServeClusterConfig(ClusterConfig):
 def is_shard_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder of shard indexes (no index itself, indexes inside)."""
     path = Path(path)
-    if not path.is_dir() or (path / MANIFEST_NAME).exists():
-        return False
-    return bool(indexes_in(path))
+    return False if not path.is_dir() or (path / MANIFEST_NAME).exists() else bool(indexes_in(path))
