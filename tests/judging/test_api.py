@@ -87,6 +87,12 @@ def test_a_repeated_or_late_grade_request_changes_nothing(served):
     undone = [httpx.post(f"{url}/judge/api/undo", json=undo).json() for _ in range(2)]
     assert undone[0] == undone[1] and undone[0]["id"] == newer["id"]  # one row withdrawn
     assert [(j.doc_id, j.grade) for j in store.current("ann")] == [(a, 2)]
+    graded_b = post(b, 1, 6).json()  # an undo sent before it (seq 5) arrives late:
+    late_undo = httpx.post(f"{url}/judge/api/undo", json={**undo, "seq": 5}).json()
+    assert late_undo["id"] != graded_b["id"] and late_undo["doc_id"] == a  # not the newer grade
+    other = httpx.post(f"{url}/judge/api/undo", json={**undo, "client": "another", "seq": 9})
+    assert other.status_code == 404  # another page's undo withdraws none of this page's grades
+    assert [(j.doc_id, j.grade) for j in store.current("ann")] == [(b, 1)]
     bad = httpx.post(f"{url}/judge/api/judgments", json={"qid": "q1", "doc_id": a,
                      "assessor": "ann", "grade": 1, "client": "c0ffee", "seq": -1})  # fmt: skip
     assert bad.status_code == 422 and "seq" in bad.json()["error"]

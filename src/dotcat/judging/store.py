@@ -390,7 +390,9 @@ class JudgmentStore:
         """Withdraw ``assessor``'s latest judgement (or skip) not yet undone; None if none.
 
         ``client`` and ``seq`` name the request as :meth:`judge`'s do: a repeated undo request
-        is answered with the row it withdrew, and withdraws no other.
+        is answered with the row it withdrew, and withdraws no other; it withdraws the latest
+        of that client's rows sent before it (a lower ``seq``), so a late undo never withdraws
+        a newer grade, nor one another page (the same name on another device) sent.
         """
         assessor = check_assessor(assessor)
         _check_request(client, seq)
@@ -400,8 +402,11 @@ class JudgmentStore:
             done = name and db.execute(select + "undone_by = ?", (name,)).fetchone()
             if done:
                 return Judgment(*done)
+            mine = "" if name is None else " AND client = ? AND seq < ?"
+            params = () if name is None else (client, seq)
             row = db.execute(
-                select + "assessor = ? AND undone = 0 ORDER BY id DESC LIMIT 1", (assessor,)
+                select + f"assessor = ? AND undone = 0{mine} ORDER BY id DESC LIMIT 1",
+                (assessor, *params),
             ).fetchone()
             if row is not None:
                 db.execute("UPDATE judgments SET undone = 1, undone_by = ? WHERE id = ?",

@@ -221,7 +221,8 @@ def add_judging_routes(app: FastAPI, svc: Any, store: JudgmentStore) -> None:
     def undo(body: UndoIn) -> JudgmentOut:
         undone = store.undo(body.assessor, client=body.client, seq=body.seq)
         if undone is None:
-            raise StarletteHTTPException(404, f"nothing to undo: {body.assessor!r} judged nothing")
+            said = f"nothing to undo: {body.assessor!r} judged nothing before it (on this page)"
+            raise StarletteHTTPException(404, said)
         return _answer(store, undone)
 
     _add_topic_routes(app, svc, store, deps)
