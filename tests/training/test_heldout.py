@@ -188,6 +188,8 @@ def test_a_bi_encoder_not_shown_better_leaves_the_base_model_where_index_looks(
 def test_a_finished_run_owing_its_check_runs_it_on_resume(toy_data, tiny_bert_dir, tmp_path):
     unchecked = train(_cat(toy_data, tmp_path / "cat", tiny_bert_dir, epochs=1, check=False))
     assert "heldout_check" not in _record(unchecked)
+    recorded = json.loads((unchecked / "dotcat_cross_encoder.json").read_text())
+    assert recorded["interpolation_alpha"] == 0.0  # unchecked: the first stage alone, not weight 1
     steps = _record(unchecked)["steps"]
     train(_cat(toy_data, unchecked, tiny_bert_dir, epochs=1, resume=True))
     record = _record(unchecked)

@@ -292,9 +292,10 @@ class CatRecipe(Recipe):
 
     def finish(self, out_dir: Path) -> None:
         """Choose the interpolation weight of first-stage and cross-encoder scores on dev; with
-        the held-out check to come, weight 0 (the first stage alone) until it shows a gain."""
+        the held-out check to come, or no dev split to choose on (``--no-check`` on under 100
+        queries: ``--resume`` checks it), weight 0 (the first stage alone) until a gain shows."""
         self.interpolation: dict[str, Any] = {}
-        if self.config.check and not self.config.held_out:
+        if (self.config.check and not self.config.held_out) or not self.best_candidates:
             self.interpolation = record_alpha(out_dir, 0.0) | {"pending": "the held-out check"}
         elif self.best_candidates:
             choice = choose_alpha(self.best_candidates, self.data.qrels)
