@@ -192,6 +192,23 @@ def test_train_dot_then_index_with_the_trained_model(tiny_beir_dir, tiny_bert_di
     assert "kept the prior default linear 0.5" in result.output
 
 
+def test_train_stopped_by_steps_says_so_not_that_a_model_was_written(
+    tiny_beir_dir, tiny_bert_dir, tmp_path
+):
+    import shutil
+
+    shutil.copy(tiny_beir_dir / "qrels" / "test.tsv", tiny_beir_dir / "qrels" / "train.tsv")
+    out = tmp_path / "stopped"
+    result = invoke(
+        "-q", "train", "dot", tiny_beir_dir, out, "--base", tiny_bert_dir, "--epochs", "1",
+        "--batch-size", "2", "--negatives", "none", "--max-length", "32", "--no-check",
+        "--stop-after-steps", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "no model in" in result.output and "--resume continues" in result.output
+    assert "written to" not in result.output and not (out / "modules.json").exists()
+
+
 def test_train_dot_bad_option_is_one_line(tiny_beir_dir, tmp_path):
     result = runner.invoke(
         app, ["train", "dot", str(tiny_beir_dir), str(tmp_path / "o"), "--loss", "hinge"]

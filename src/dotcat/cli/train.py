@@ -28,7 +28,11 @@ def _train(config) -> Path:
     config.check_files()
     from dotcat.training.run import train
 
-    return train(config)
+    path = train(config)
+    if (read_json_or_none(path / TRAINING_RECORD) or {}).get("status") == "stopped":
+        typer.echo(f"stopped (--stop-after-steps): no model in {path} yet; --resume continues")
+        raise typer.Exit(0)
+    return path
 
 
 def _index_hint(what: str, path: Path) -> str:
