@@ -190,6 +190,9 @@ def test_index_shard_and_merge_from_the_command_line(built, tiny_bert_dir, tmp_p
         app, ["merge", str(tmp_path / "p" / "s0"), str(tmp_path / "p" / "s1"), str(tmp_path / "m")]
     )
     assert result.exit_code == 0 and "merged 2 shards (301 documents)" in result.output
+    half = runner.invoke(app, ["merge", str(tmp_path / "p" / "s1"), str(tmp_path / "half")])
+    assert half.exit_code == 2 and "shard(s) 0/2 not given" in half.output  # once: 150 of 301
+    assert not (tmp_path / "half").exists()
     np.testing.assert_allclose(_vectors(tmp_path / "m"), _vectors(built["whole"]), atol=1e-5)
     search = runner.invoke(
         app, ["search", str(tmp_path / "p"), "insulin glucose", "--json", "--precision", "fp32"]

@@ -118,6 +118,20 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             raise DotcatError(f"{path} and {first_dir} are shards of different corpora")
 
 
+def _check_mergeable(manifests: Sequence[tuple[Path, Manifest]]) -> None:
+    """:func:`check_compatible`, and every shard of the split given: a merge that misses one
+    would look like the whole corpus."""
+    if not manifests:
+        raise DotcatError("merge: no shards given")
+    check_compatible(manifests)
+    split = [m.shard for _, m in manifests if m.shard]
+    given = [x["index"] for x in split]  # (one twice: _in_order refuses it; plain ones: merged)
+    missing = sorted(set(range(split[0]["of"])) - set(given)) if split else []
+    if missing and len(set(given)) == len(given) == len(manifests):
+        named = ", ".join(f"{i}/{split[0]['of']}" for i in missing)
+        raise DotcatError(f"merge: shard(s) {named} not given: part of a corpus would look whole")
+
+
 _PASSAGE_SETTINGS = ("window", "stride", "sentence_aware", "split_longer_than")
 
 
@@ -405,9 +419,7 @@ def merge_indexes(
     out = Path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
     manifests = [(Path(p), Manifest.read(Path(p))) for p in shards]
-    if not manifests:
-        raise DotcatError("merge: no shards given")
-    check_compatible(manifests)
+    _check_mergeable(manifests)
     paths = _in_order(manifests)
     manifests = [next(m for p, m in manifests if p == path) for path in paths]
     spec = faiss_spec or manifests[0].faiss["spec"]
