@@ -164,6 +164,9 @@ def test_the_file_takes_one_form_and_distinct_names(tmp_path):
     twice = {**base, "datasets": [{"path": "a/pydoc"}, {"path": "b/pydoc"}]}
     with pytest.raises(DotcatError, match="datasets\\[1\\].name: 'pydoc' names another dataset"):
         parse_config(twice, "x.toml")
+    slugs = {**base, "datasets": [{"path": "a", "name": "set+1"}, {"path": "b", "name": "set-1"}]}
+    with pytest.raises(DotcatError, match="'set-1' names another dataset too .*runs/set-1"):
+        parse_config(slugs, "x.toml")  # once: one run folder, the second's runs over the first's
     named = parse_config({**base, "datasets": [{"path": "irds:beir/nfcorpus/dev"}]})
     assert named.dataset_list[0].label == "beir/nfcorpus/dev"
 

@@ -72,6 +72,12 @@ def _one_of(choices: tuple[str, ...]) -> str:
     return "one of " + ", ".join(repr(c) for c in choices)
 
 
+def slug(name: str) -> str:
+    """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return text or "system"
+
+
 def _field_error(field: str, message: str) -> PydanticCustomError:
     """A cross-field error reported as ``<system>.<field>: <message>``."""
     return PydanticCustomError("dotcat_field", message, {"field": field})
@@ -277,11 +283,12 @@ class ExperimentConfig(_Strict):
         if (self.dataset is None) == (self.datasets is None):
             raise _field_error("dataset", both if self.dataset is not None else none)
         labels = [d.label for d in self.dataset_list]
-        for i, label in enumerate(labels):
-            if label in labels[:i]:
+        for i, label in enumerate(labels):  # (their runs go to runs/SLUG)
+            if slug(label) in map(slug, labels[:i]):
                 raise _field_error(
                     f"datasets[{i}].name",
-                    f"{label!r} names another dataset too; give each a distinct `name`",
+                    f"{label!r} names another dataset too (its run folder: runs/{slug(label)}); "
+                    "give each a distinct `name`",
                 )
         return self
 

@@ -19,8 +19,8 @@ from typing import Any
 from dotcat.evaluation import comparison_text, comparison_to_json
 from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json
-from dotcat.experiment.config import fuses
-from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome, slug
+from dotcat.experiment.config import fuses, slug
+from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome
 from dotcat.files import write_json
 from dotcat.search.feedback import RM3, Rocchio
 from dotcat.version import __version__

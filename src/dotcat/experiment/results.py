@@ -3,7 +3,6 @@ whole result that the report (:mod:`dotcat.experiment.report`) is written from."
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,12 +83,6 @@ class ExperimentResult:
     def computed(self) -> list[StageRecord]:
         """The stages this invocation computed (the others came from the cache)."""
         return [s for o in self.outcomes for s in o.stages if not s.reused]
-
-
-def slug(name: str) -> str:
-    """A file name for a system name: letters, digits, ``.``, ``_`` and ``-``."""
-    text = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
-    return text or "system"
 
 
 @dataclass

@@ -62,7 +62,7 @@ from dotcat.experiment.artifacts import (
     index_fingerprint,
     model_fingerprint,
 )
-from dotcat.experiment.config import DatasetConfig, ExperimentConfig, SystemConfig
+from dotcat.experiment.config import DatasetConfig, ExperimentConfig, SystemConfig, slug
 from dotcat.experiment.report import write_report
 from dotcat.experiment.results import (
     Dataset,
@@ -71,7 +71,6 @@ from dotcat.experiment.results import (
     ExperimentResult,
     SuiteResult,
     SystemOutcome,
-    slug,
 )
 from dotcat.experiment.suite_report import write_suite_report
 from dotcat.files import write_json

@@ -18,6 +18,7 @@ from typing import Any
 from dotcat.evaluation import comparison_note, verdict
 from dotcat.evaluation.plots import datasets_plot
 from dotcat.evaluation.tables import SIGNIFICANT_MARK, markdown_table
+from dotcat.experiment.config import slug
 from dotcat.experiment.report import (
     closing_lines,
     header_lines,
@@ -26,7 +27,7 @@ from dotcat.experiment.report import (
     timing_row,
     write_outputs,
 )
-from dotcat.experiment.results import SuiteResult, slug
+from dotcat.experiment.results import SuiteResult
 
 
 def write_suite_report(
