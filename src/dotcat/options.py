@@ -374,8 +374,8 @@ def precision_checks(name: str, precision: str, device: str) -> list[Check]:
 
 
 def not_utf8(text: str) -> tuple[int, str] | None:
-    """The first byte of ``text`` that was not UTF-8 (a command line's or a pipe's, which Python
-    keeps as a lone surrogate and no encoder reads): ``(character from 1, what to say)``."""
+    """``(character from 1, what to say)`` of the first byte of ``text`` not UTF-8 (Python
+    keeps a command line's or a pipe's as a lone surrogate, which no encoder reads)."""
     at = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
     said = None if at is None else f"byte 0x{ord(text[at]) & 0xFF:02X} at character {at + 1}"
     return None if at is None else (at + 1, f"{said} is not UTF-8; use UTF-8 text")

@@ -230,9 +230,8 @@ def embed(runner: Any, pooling: str, similarity: str, input_ids: Any, mask: Any)
     """The vectors of a right-padded batch run by an exported ``runner`` (its ``calls`` feeds
     each text alone or the batch whole): the last hidden states pooled over the real tokens,
     L2-normalised for ``cos``, as :mod:`dotcat.models.pooling` pools in PyTorch."""
-    rows = []
-    for feeds in runner.calls({"input_ids": input_ids, "attention_mask": mask}):
-        rows.append(_pool(pooling, runner(feeds), feeds["attention_mask"]))
+    calls = runner.calls({"input_ids": input_ids, "attention_mask": mask})
+    rows = [_pool(pooling, runner(feeds), feeds["attention_mask"]) for feeds in calls]
     vectors = np.concatenate(rows).astype(np.float32, copy=False)
     if similarity == "cos":
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

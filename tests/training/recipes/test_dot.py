@@ -19,7 +19,7 @@ from dotcat.errors import DotcatError
 from dotcat.losses import LossConfig
 from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import TrainingExample
-from dotcat.training.data.mining import load_negatives
+from dotcat.training.data.mining import load_negatives, save_negatives
 from dotcat.training.model import TrainableBiEncoder
 from dotcat.training.recipes.dot import backward_batch, evaluate_dev
 from dotcat.training.run import train
@@ -353,6 +353,12 @@ def test_negatives_file_and_in_batch_only(toy_data, tiny_bert_dir, tmp_path):
     # Same negatives, same seed: the same run.
     assert _record(again)["loss_curve"] == _record(first)["loss_curve"]
 
+    foreign, meta = load_negatives(first / "negatives.jsonl.gz")  # as mined on another corpus
+    foreign = {q: ["elsewhere", *docs] for q, docs in foreign.items()}
+    save_negatives(tmp_path / "foreign.jsonl.gz", foreign, meta)
+    with pytest.raises(DotcatError, match="not in the corpus \\(e.g. 'elsewhere'\\)"):
+        train(_config(toy_data, tmp_path / "f", tiny_bert_dir, epochs=1,
+                      negatives_file=tmp_path / "foreign.jsonl.gz"))  # fmt: skip
     none = train(_config(toy_data, tmp_path / "c", tiny_bert_dir, epochs=1, negatives="none"))
     assert not (none / "negatives.jsonl.gz").exists()
     assert _record(none)["negatives"]["method"] == "none"

@@ -292,6 +292,14 @@ def document_texts(corpus: Any, ids: set[str]) -> dict[str, str]:
         for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
             if doc_id in ids:
                 texts[doc_id] = document_text(title or "", text or "")
+    return known_texts(texts, ids)
+
+
+def known_texts(texts: dict[str, str], ids: set[str]) -> dict[str, str]:
+    """``texts``; lists naming documents it lacks: one line now, not a ``KeyError`` mid-run."""
+    if missing := sorted(ids - texts.keys()):
+        said = f"{len(missing):,} document(s) not in the corpus (e.g. {missing[0]!r})"
+        raise DotcatError(f"the training lists name {said}: made for another corpus?")
     return texts
 
 

@@ -64,6 +64,7 @@ from dotcat.losses import pick_loss, soft_lce_loss
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
 from dotcat.search.reranker import Candidates, corpus_texts, fuse, score_candidates
 from dotcat.training.config import CatConfig
+from dotcat.training.data.examples import known_texts
 from dotcat.training.data.judged import with_judged_negatives
 from dotcat.training.data.mining import load_negatives, negatives_meta, save_negatives
 from dotcat.training.data.pools import (
@@ -175,7 +176,7 @@ class CatRecipe(Recipe):
         needed = {e.positive_id for e in self.examples}
         needed |= {d for q in self.train_queries for d in self.pools.get(q, [])}
         needed |= {d for docs in self.first_lists.values() for d, _ in docs[: config.dev_depth]}
-        self.doc_texts = corpus_texts(data.corpus, needed)
+        self.doc_texts = known_texts(corpus_texts(data.corpus, needed), needed)
 
     def _pools(self, queries: Mapping[str, str]) -> Run | None:
         """Negative pools (saved, or read back on resume) and the first stages' teacher scores
