@@ -342,12 +342,15 @@ class Listing:
 
 
 class FolderSource:
-    """A folder of files, walked once when opened (see the module docstring)."""
+    """A folder of files, walked once when opened (see the module docstring); ``empty_ok``: a
+    folder with no file to read is not refused (a sync empties the index it gave)."""
 
     kind = "folder"
 
-    def __init__(self, root: Path, options: CorpusOptions, only: Path | None = None) -> None:
-        self.root, self.options, self.only = root, options, only
+    def __init__(
+        self, root: Path, options: CorpusOptions, only: Path | None = None, empty_ok: bool = False
+    ) -> None:
+        self.root, self.options, self.only, self.empty_ok = root, options, only, empty_ok
         self.rules = Rules.of(options.file_rules, root if only is None else None)
         self.listing = self._walk()
 
@@ -361,7 +364,8 @@ class FolderSource:
             _refuse_record_fields(self.only, listing, self.options)
             return listing
         listing = walk(self.root, self.options)
-        _check_listing(self.root, listing, self.options)
+        if listing.files or not self.empty_ok:
+            _check_listing(self.root, listing, self.options)
         _say_indexes_skipped(self.root, listing.indexes)
         _say_kinds_not_read(self.root, listing)
         return listing

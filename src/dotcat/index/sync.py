@@ -33,7 +33,7 @@ from typing import Any
 
 from dotcat.data import CorpusOptions, CorpusStats, iter_corpus
 from dotcat.data.corpus import CACHE_FORMAT_VERSION, fields_json
-from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id, walk
+from dotcat.data.sources import FileSource, FolderSource, Listing, open_source, path_id
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.index import layout
 from dotcat.index.docstore import DocStore
@@ -127,8 +127,11 @@ def sync_index(
     encoder = encoder or _encoder(index_dir, corpus, settings)  # (checks the settings)
     try:
         source = open_source(corpus, options)
-    except DataFormatError:  # a folder left with no file to read: see _Emptied
-        empty = _Emptied(Path(corpus), options) if Path(corpus).is_dir() else None
+    except DataFormatError:  # a folder left with no file: emptied, under the options it was last
+        # read with only (others that select none, a mistyped pattern, are refused as a build's)
+        empty = (
+            FolderSource(Path(corpus), options, empty_ok=True) if Path(corpus).is_dir() else None
+        )
         recorded = read_files(index_dir)
         if (
             empty is None
@@ -174,15 +177,6 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
         if isinstance(source, FolderSource):
             state["files"] = {k: v for k, v in state["files"].items() if k in held}
         write_files(index_dir, state)
-
-
-class _Emptied(FolderSource):
-    """A folder left with no file to read, walked without the refusal a build gives it: the
-    sync removes the documents it gave. Only with the options it was last read with: other
-    options that select no file (a pattern mistyped) are refused, as a build refuses them."""
-
-    def _walk(self) -> Listing:
-        return walk(self.root, self.options)
 
 
 def _state(source: FolderSource | FileSource, options: CorpusOptions) -> dict[str, Any]:
