@@ -141,6 +141,7 @@ def _cases(ws: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["add", i, ws["root"] / "nope"], "no such file or directory"),
         (["search", i, "   "], "the query is empty"),
         (["search", i, ""], "the query is empty"),
+        (["search", i, "\u200b \u2060"], "the query is empty"),  # zero-width characters only
         (["search", i, "heart\udce9"], "the query's byte 0xE9 at character 6 is not UTF-8"),
         (["search", i, "w", "--filter", 'a = "\udce9"'], "column 6 at '\ufffd': byte 0xE9"),
         (["search", i, "words", "-k", "0"], "-k must be >= 1, got 0"),

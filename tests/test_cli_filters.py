@@ -272,3 +272,20 @@ def test_eval_names_a_small_index_as_the_cause_of_a_short_run(tmp_path, caplog):
     said = caplog.text + result.output
     assert "every query ranks the same 9 documents" in said and "holds only 9" in said
     assert "search -k" not in said
+
+
+def test_a_csv_number_is_kept_as_written_in_a_field_that_holds_words(tmp_path, tiny_bert_dir):
+    rows = "id,text,version,price\na,notes,1.10,9.90\nb,notes,1.1,12.5\nc,notes,2.0-beta,3\n"
+    (tmp_path / "v.csv").write_text(rows)
+    out = tmp_path / "index"
+    assert invoke("-q", "index", tmp_path / "v.csv", out, "--model", tiny_bert_dir).exit_code == 0
+    for where, ids in (
+        ('version = "1.10"', ["a"]),
+        ('version = "1.1"', ["b"]),
+        ("price > 9", ["a", "b"]),
+    ):
+        found = invoke("search", out, "notes", "--json", "--first-stage", "bm25", "--filter", where)
+        hits = json.loads(found.stdout)
+        assert sorted(h["doc_id"] for h in hits) == ids, (where, found.output)
+    shown = {h["doc_id"]: h["fields"]["version"] for h in hits}
+    assert shown == {"a": "1.10", "b": "1.1"}  # a text field's value, as written

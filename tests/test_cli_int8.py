@@ -163,3 +163,4 @@ def test_added_documents_follow_the_index_precision(tiny_beir_dir, tiny_bert_dir
     assert _top(tmp_path / "int8", "Owls Owls hunt at night.")[0]["doc_id"] == "d7"
     refused = invoke("-q", "add", tmp_path / "int8", new, "--precision", "fp32", "--upsert")
     assert refused.exit_code != 0 and "encoded at int8" in refused.output
+    assert f"error: {tmp_path / 'int8'}: " in refused.output  # the index, not its build folder

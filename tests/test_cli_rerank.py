@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,6 +133,16 @@ def test_rerank_interpolate_auto_and_bad_values(workspace):
     assert invoke("-q", *args, "--interpolate", "0.5").exit_code == 0
     result = runner.invoke(app, [str(a) for a in args] + ["--interpolate", "2"])
     assert result.exit_code == 2 and "--interpolate must be in [0, 1]" in result.output
+    # Weight 0 keeps the first stage's order and says the model did not run; a run query
+    # that is not of the split is left out with a word.
+    lines = Path(workspace["bm25"]).read_text().splitlines()
+    extra = workspace["root"] / "extra.trec"
+    extra.write_text("\n".join([*lines, "nosuchq Q0 " + lines[0].split()[2] + " 1 9.0 x"]) + "\n")
+    args[1] = extra
+    result = invoke(*args, "--interpolate", "0")
+    assert "kept the first stage's order of 16 queries (the model not run" in result.output
+    assert "1 of its 17 queries are not of split 'train'" in result.output, result.output
+    assert read_run(out) == read_run(workspace["bm25"])
 
 
 def test_rerank_follows_the_dev_chosen_weight_by_default(workspace):

@@ -70,9 +70,8 @@ class Entry:
     Attributes:
         rel: its path relative to the walk's root, ``/``-separated (a name that is not UTF-8
             shown with ``\\xNN`` escapes).
-        path: its path.
-        info: its ``stat`` (a link's target's); None where it could not be looked at.
-        problem: why it is not read, ``""`` where it can be.
+        path: its path. info: its ``stat`` (a link's target's); None where it could not be looked
+        at. problem: why it is not read, ``""`` where it can be.
     """
 
     rel: str
@@ -344,10 +343,9 @@ def writing(
 def replacing(
     path: str | os.PathLike, suffix: str = ".tmp", advice: str | None = None
 ) -> Iterator[Path]:
-    """A temporary name beside ``path`` (``path`` + ``suffix``) for a writer that needs a
-    name (FAISS, SQLite); renamed over ``path`` when the block ends cleanly, removed when it
-    fails, a full disk reported as by :func:`writing`. The old ``path`` is untouched until
-    the rename."""
+    """A temporary name beside ``path`` (``path`` + ``suffix``) for a writer that needs a name
+    (FAISS, SQLite); renamed over ``path`` when the block ends cleanly, removed when it fails, a
+    full disk reported as by :func:`writing`. The old ``path`` is untouched until the rename."""
     path = Path(path)
     tmp = path.with_name(path.name + suffix)
     with writing(path, remove=[tmp], advice=advice):

@@ -377,5 +377,8 @@ def not_utf8(text: str) -> tuple[int, str] | None:
     """``(character from 1, what to say)`` of the first byte of ``text`` not UTF-8 (Python
     keeps a command line's or a pipe's as a lone surrogate, which no encoder reads)."""
     at = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
-    said = None if at is None else f"byte 0x{ord(text[at]) & 0xFF:02X} at character {at + 1}"
-    return None if at is None else (at + 1, f"{said} is not UTF-8; use UTF-8 text")
+    if at is None:
+        return None
+    code = ord(text[at])  # U+DC80-U+DCFF: a byte kept; other surrogates: Python-made text
+    said = f"byte 0x{code & 0xFF:02X}" if code >= 0xDC80 else f"lone surrogate U+{code:04X}"
+    return at + 1, f"{said} at character {at + 1} is not UTF-8; use UTF-8 text"

@@ -89,6 +89,10 @@ def test_headerless_beir_qrels(write):
     assert load_qrels(write("q.tsv", "q1\td1\t1\n")) == {"q1": {"d1": 1}}
 
 
+def test_trec_qrels_with_a_header(write):
+    assert load_qrels(write("q.tsv", "qid\titer\tdocid\trel\nq1\t0\td1\t1\n")) == {"q1": {"d1": 1}}
+
+
 @pytest.mark.parametrize(
     ("content", "line", "problem"),
     [

@@ -135,6 +135,16 @@ def test_an_html_fragment_gives_its_text_and_no_library_errors(caplog):
     assert not [r for r in caplog.records if r.name.startswith("trafilatura")]
 
 
+def test_a_pages_title_element_is_its_title_with_or_without_a_main_element():
+    page = "<html><head><title>Kiwi field guide</title></head><body>{}</body></html>"
+    body = "<h1>Birds</h1><p>Notes on flightless birds of the islands, seen at night.</p>"
+    for wrapped in (body, f"<main>{body}</main>"):  # trafilatura's, then the main element's
+        found = extract(page.format(wrapped).encode(), "html", "x")
+        assert found.title == "Kiwi field guide" and "flightless birds" in found.text
+    untitled = extract(f"<html><body>{body}</body></html>".encode(), "html", "x")
+    assert untitled.title == "Birds"  # no <title>: trafilatura's, its one <h1>
+
+
 def test_html_meta_becomes_fields():
     pytest.importorskip("trafilatura")
     page = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import faiss
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, build_index
-from dotcat.index.shards import ShardSet, merge_indexes, open_index
+from dotcat.index.shards import ShardSet, merge_indexes, open_index, shard_dirs
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
@@ -164,6 +165,13 @@ def test_overlapping_or_incompatible_shards_are_refused(built, encoder, tiny_ber
     with pytest.raises(DotcatError, match="another encoder or settings .*pooling: 'cls' vs 'mean'"):
         merge_indexes([s0, mean], tmp_path / "bad2", show_progress=False)
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad2").exists()
+    # Their merge beside them would answer every document twice; a merge over a shard is lost.
+    parts = shutil.copytree(built["parts"], tmp_path / "parts")
+    merge_indexes([parts / "s0", parts / "s1"], parts / "all", show_progress=False)
+    with pytest.raises(DotcatError, match="all is a merge of shards: keep it out of a shard set"):
+        shard_dirs(parts, required=True)
+    with pytest.raises(DotcatError, match="s0 is one of the shards merged"):
+        merge_indexes([parts / "s0", parts / "s1"], parts / "s0", overwrite=True)
 
 
 def test_index_shard_and_merge_from_the_command_line(built, tiny_bert_dir, tmp_path):
@@ -220,3 +228,15 @@ def test_shards_of_two_int8_runtimes_are_refused(built):
     check_compatible([(s0, at(a)), (s1, at(b, backend="onnxruntime"))])
     with pytest.raises(DotcatError, match="int8 runtime: 'onnxruntime' vs 'openvino'"):
         check_compatible([(s0, at(a)), (s1, at(b, backend="openvino"))])
+
+
+def test_shards_of_which_one_has_bm25_merge_into_an_index_with_bm25(built, encoder, tmp_path):
+    bare = tmp_path / "s1-bare"
+    config = IndexConfig(chunk_size=64, shard=(1, 2), bm25=False)
+    build_index(built["corpus"], bare, encoder, config, show_progress=False)
+    merged = tmp_path / "merged"
+    merge_indexes([built["parts"] / "s0", bare], merged, show_progress=False)
+    pipeline = SearchPipeline(merged, PipelineConfig(device="cpu", precision="fp32"))
+    whole = SearchPipeline(built["whole"], PipelineConfig(device="cpu", precision="fp32"))
+    query = {"q": "insulin glucose"}
+    assert pipeline.run(query, k=5, first_stage="bm25") == whole.run(query, 5, first_stage="bm25")

@@ -171,3 +171,22 @@ def test_cli_add_takes_the_same_sources(tiny_bert_dir, tmp_path):
     result = runner.invoke(app, [*args, "--precision", "fp32"])
     assert result.exit_code == 0, result.output
     assert "added 1 and replaced 0 documents" in result.stdout
+
+
+@pytest.mark.kernels
+def test_cli_add_reads_a_record_file_with_the_fields_the_index_was_built_with(
+    tiny_bert_dir, tmp_path
+):
+    (tmp_path / "c.csv").write_text("key,body\nk1,Penguins huddle.\nk2,Gulls steal chips.\n")
+    (tmp_path / "new.csv").write_text("key,body,id\nk2,Gulls steal fries.,7\nk3,Terns dive.,8\n")
+    runner, out = CliRunner(), str(tmp_path / "idx")
+    fields = ["--id-field", "key", "--text-field", "body"]
+    built = ["-q", "index", str(tmp_path / "c.csv"), out, "--model", str(tiny_bert_dir), *fields]
+    assert runner.invoke(app, [*built, "--precision", "fp32"]).exit_code == 0
+    refused = runner.invoke(app, ["add", out, str(tmp_path / "new.csv"), "--precision", "fp32"])
+    assert refused.exit_code == 2 and "'k2'" in refused.output, refused.output
+    args = ["add", out, str(tmp_path / "new.csv"), "--upsert", "--precision", "fp32"]
+    result = runner.invoke(app, args)
+    assert "added 1 and replaced 1 documents" in result.stdout, result.output
+    hits = runner.invoke(app, ["search", out, "fries", "--first-stage", "bm25", "--json"])
+    assert [hit["doc_id"] for hit in json.loads(hits.stdout)] == ["k2"]

@@ -16,7 +16,7 @@ from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import layout
 from dotcat.index.manifest import Manifest
-from dotcat.index.updates import add_documents, read_files
+from dotcat.index.updates import add_documents, delete_documents, read_files
 from dotcat.models import EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 from dotcat.tuning import build_and_tune
@@ -168,11 +168,14 @@ def test_a_corpus_file_is_compared_record_by_record(tmp_path, encoder):
     corpus = tmp_path / "tickets.csv"
     corpus.write_text("id,title,text\n1,a,cats here\n2,b,dogs there\n3,c,light\n")
     build_and_tune(corpus, tmp_path / "idx", encoder, show_progress=False)
+    (tmp_path / "mine.jsonl").write_text('{"id": "mine", "text": "wombats"}\n')
+    add_documents(tmp_path / "idx", tmp_path / "mine.jsonl", device="cpu", precision="fp32",
+                  show_progress=False)  # fmt: skip
     corpus.write_text("id,title,text\n1,a,cats here\n2,b,dogs elsewhere\n4,d,energy\n")
     done = build_and_tune(corpus, tmp_path / "idx", encoder, show_progress=False).sync
-    assert (done.added, done.changed, done.removed, done.unchanged) == (1, 1, 1, 1)
+    assert (done.added, done.changed, done.removed, done.unchanged) == (1, 1, 1, 2)
     store = SearchPipeline(tmp_path / "idx", device="cpu").index.store
-    assert sorted(store.all_ids()) == ["1", "2", "4"]
+    assert sorted(store.all_ids()) == ["1", "2", "4", "mine"]  # `dotcat add`'s kept
     assert store.by_ids(["2"])["2"].text == "dogs elsewhere"
 
 
@@ -222,11 +225,17 @@ def _folder(root: Path, name: str, files: dict[str, str]) -> Path:
 
 
 def test_documents_added_with_dotcat_add_stay_whatever_the_folder_options(tmp_path, encoder):
-    docs = _folder(tmp_path, "docs", {"a.txt": "about lighthouses", "b.md": "about gulls"})
-    extra = _folder(tmp_path, "extra", {"manual.txt": "manually added note about puffins"})
+    rows = "id,text\n1,about terns\n"
+    docs = _folder(tmp_path, "docs", {"a.txt": "about lighthouses", "b.md": "about gulls",
+                                      "t.csv": rows})  # fmt: skip
+    extra = _folder(tmp_path, "extra", {"manual.txt": "manually added note about puffins",
+                                        "t.csv": "id,text\n9,another t.csv\n"})  # fmt: skip
     index = tmp_path / "idx"
     build_and_tune(docs, index, encoder, show_progress=False)
     add_documents(index, extra, device="cpu", precision="fp32", show_progress=False)
+    (docs / "t.csv").write_text(rows + "2,about skuas\n")  # t.csv#9 is no row of it: kept
+    result = CliRunner().invoke(app, ["index", str(docs), str(index)])
+    assert "1 added, 0 changed, 0 removed" in result.output, result.output
     # Options unchanged, changed, then leaving a.txt out: only a.txt goes.
     for options, removed in (([], 0), (["--exclude", "*.docx"], 0), (["--exclude", "*.txt"], 1)):
         result = CliRunner().invoke(app, ["index", str(docs), str(index), *options])
@@ -236,7 +245,9 @@ def test_documents_added_with_dotcat_add_stay_whatever_the_folder_options(tmp_pa
     result = CliRunner().invoke(app, ["index", str(docs), str(index), "--include", "*.mdx"])
     assert result.exit_code == 2 and "no file to read matches" in result.output, result.output
     pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
-    assert sorted(pipeline.index.store.all_ids()) == ["b.md", "manual.txt"]
+    assert sorted(pipeline.index.store.all_ids()) == [
+        "b.md", "manual.txt", "t.csv#1", "t.csv#2", "t.csv#9"
+    ]  # fmt: skip
     found = pipeline.run({"q": "puffins"}, k=5, first_stage="bm25")["q"]
     assert [doc_id for doc_id, _ in found] == ["manual.txt"]
 
@@ -263,3 +274,19 @@ def test_a_sync_of_a_folder_left_with_no_file_empties_the_index(tmp_path, encode
     result = runner.invoke(app, ["index", str(docs), str(tmp_path / "other")])
     assert result.exit_code == 2 and "no file to index here" in result.output, result.output
     assert not (tmp_path / "other").exists()
+
+
+def test_a_file_whose_documents_were_deleted_or_replaced_is_still_the_folders(tmp_path, encoder):
+    rows = "id,title,text\n1,Kiwi,kiwis eat worms\n2,Gull,gulls eat fish\n3,Tern,terns dive\n"
+    docs = _folder(tmp_path, "docs", {"birds.csv": rows, "a.txt": "a note about moss"})
+    index = tmp_path / "idx"
+    build_and_tune(docs, index, encoder, show_progress=False)
+    delete_documents(index, ["birds.csv#1"])
+    (tmp_path / "up.jsonl").write_text('{"id": "birds.csv#2", "text": "gulls steal chips"}\n')
+    add_documents(index, tmp_path / "up.jsonl", upsert=True, device="cpu", precision="fp32",
+                  show_progress=False)  # fmt: skip
+    (docs / "birds.csv").unlink()
+    result = CliRunner().invoke(app, ["index", str(docs), str(index)])
+    assert result.exit_code == 0 and "2 removed" in result.output, result.output
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    assert sorted(pipeline.index.store.all_ids()) == ["a.txt"]

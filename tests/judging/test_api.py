@@ -108,6 +108,10 @@ def test_a_repeated_or_late_grade_request_changes_nothing(served):
         ({"qid": "q1", "doc_id": "nope", "assessor": "ann", "grade": 1}, 400,
          "document 'nope' is not in the pool of query 'q1'"),
         ({"qid": "q1", "doc_id": "DOC", "assessor": "ann", "grade": "two"}, 422, "grade"),
+        ({"qid": "q1", "doc_id": "DOC", "assessor": "ann", "grade": "2"}, 422, "grade"),
+        ({"qid": "q1", "doc_id": "DOC", "assessor": "ann", "grade": True}, 422, "grade"),
+        ({"qid": "q1", "doc_id": "DOC", "assessor": "ann", "grade": 1.0}, 422, "grade"),
+        ({"qid": 1, "doc_id": "DOC", "assessor": "ann", "grade": 1}, 422, "qid"),
         ({"qid": "q1", "doc_id": "DOC", "assessor": "ann"}, 422, "grade"),
     ],
 )  # fmt: skip

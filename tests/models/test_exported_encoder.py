@@ -49,6 +49,25 @@ def test_fp32_vectors_are_pytorchs(tiny_bert_dir, pooling, similarity):
 
 
 @pytest.mark.kernels
+def test_a_distilbert_without_token_types_or_hidden_size_is_exported(tiny_bert_dir, tmp_path):
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    config = DistilBertConfig(
+        vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64
+    )  # fmt: skip (its config names no hidden_size)
+    DistilBertModel(config).eval().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    exported, torch_encoder = (
+        ExportedEncoder.load(_config(tmp_path)),
+        BiEncoder.load(_config(tmp_path)),
+    )
+    assert exported.dim == torch_encoder.dim == 32
+    got, want = exported.encode_documents(DOCS), torch_encoder.encode_documents(DOCS)
+    assert np.abs(got - want).max() <= 1e-5
+
+
+@pytest.mark.kernels
 def test_token_ids_and_counts_are_transformers(tiny_bert_dir):
     config = _config(tiny_bert_dir, max_length=16)
     exported, torch_encoder = ExportedEncoder.load(config), BiEncoder.load(config)

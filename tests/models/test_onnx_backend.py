@@ -122,9 +122,7 @@ def test_first_use_exports_into_the_cache_once(bert_copy, monkeypatch):
 
 @pytest.mark.kernels
 def test_an_explicit_export_beside_the_weights_is_used(bert_copy, monkeypatch):
-    result = CliRunner().invoke(
-        app, ["export", str(bert_copy), "--precision", "int8", "--backend", "onnxruntime"]
-    )
+    result = CliRunner().invoke(app, ["export", str(bert_copy)])  # auto: ONNX for an encoder
     assert result.exit_code == 0, result.output
     name = ob.export_name("int8")
     assert (bert_copy / "onnx" / name).is_file()
@@ -228,6 +226,12 @@ def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path
         is_int8("int8", torch.device("cuda"))
     bad = CliRunner().invoke(app, ["export", str(cat), "--precision", "int4"])
     assert bad.exit_code != 0 and "--precision must be one of int8, fp32" in bad.output
+    two = shutil.copytree(tiny_cat_dir, tmp_path / "two", ignore=shutil.ignore_patterns("onnx"))
+    config = json.loads((two / "config.json").read_text())  # 2 labels, as transformers saves it
+    del config["id2label"], config["label2id"]
+    (two / "config.json").write_text(json.dumps(config))
+    refused = CliRunner().invoke(app, ["export", str(two), "--precision", "fp32"])
+    assert refused.exit_code != 0 and "classifier with several labels" in refused.output
 
 
 def test_sentence_transformers_loads_the_exports(bert_copy, tiny_cat_dir, tmp_path):

@@ -91,6 +91,38 @@ def test_encode_converts_as_sentence_transformers_does(ours, peer):
     assert one.shape == peer.encode(TEXTS[0], convert_to_tensor=True).shape == (32,)
 
 
+def test_a_folder_of_the_older_layout_with_its_weights_in_0_transformer(st_dir, peer, tmp_path):
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(st_dir, old / "0_Transformer", ignore=shutil.ignore_patterns("[0-9]_*"))
+    for extra in [p for p in st_dir.iterdir() if p.name[0].isdigit() or p.name == "modules.json"]:
+        shutil.copytree(extra, old / extra.name) if extra.is_dir() else shutil.copy(extra, old)
+    modules = json.loads((old / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (old / "modules.json").write_text(json.dumps(modules))
+    for precision in ("fp32", "int8"):  # PyTorch, and an export of its weights
+        mine = BiEncoder.load(str(old), device="cpu", precision=precision).encode(TEXTS)
+        cosine = (mine * peer.encode(TEXTS)).sum(1) / np.linalg.norm(mine, axis=1)
+        assert np.all(cosine / np.linalg.norm(peer.encode(TEXTS), axis=1) > 0.99), precision
+
+
+def test_a_folder_naming_no_similarity_is_read_as_dot_with_a_warning(st_dir, tmp_path, caplog):
+    import json
+    import shutil
+
+    old = shutil.copytree(st_dir, tmp_path / "nosim")
+    config = json.loads((old / "config_sentence_transformers.json").read_text())
+    del config["similarity_fn_name"]  # as sentence-transformers 2 saved it: cosine by default
+    (old / "config_sentence_transformers.json").write_text(json.dumps(config))
+    for _ in range(2):
+        assert BiEncoder.load(str(old), device="cpu", precision="fp32").similarity == "dot"
+    told = [r.message for r in caplog.records if "names no similarity function" in r.message]
+    assert len(told) == 1 and "--similarity cos" in told[0]  # once a process
+    assert BiEncoder.load(str(old), similarity="cos", precision="fp32").similarity == "cos"
+
+
 def test_queries_and_documents_take_one_string_too(ours):
     np.testing.assert_allclose(ours.encode_query(QUERY), ours.encode_queries([QUERY])[0], atol=1e-6)
     assert ours.encode_documents(TEXTS[0]).shape == (32,)

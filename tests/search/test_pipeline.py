@@ -179,6 +179,20 @@ def test_bad_calls(index):
         pipeline.search("   ", 3)
     with pytest.raises(DotcatError, match="byte 0xE9 at character 6 is not UTF-8"):
         pipeline.search("heart\udce9 failure", 3)  # a Latin-1 byte of a command line
+    with pytest.raises(DotcatError, match="lone surrogate U[+]D800 at character 5"):
+        pipeline.search("pass\ud800word", 3)
+    for query in (None, 42, b"pw", ["a"]):
+        with pytest.raises(DotcatError, match="a query must be a str, got"):
+            pipeline.search(query, 3)
+    with pytest.raises(DotcatError, match="search_many takes a list of queries"):
+        pipeline.search_many("insulin", 3)  # not eight one-letter queries
+    with pytest.raises(DotcatError, match="a query must be a str, got int"):
+        pipeline.run({"q1": 5}, 3)
+    with pytest.raises(DotcatError, match=r"queries: a \{id: text\} mapping, got list"):
+        pipeline.run(["insulin"], 3)
+    for where in (123, None):
+        with pytest.raises(DotcatError, match="an index is a directory"):
+            SearchPipeline(where)
 
 
 @pytest.mark.kernels

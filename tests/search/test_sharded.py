@@ -179,6 +179,8 @@ def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_
     paths = sorted(parts.iterdir())
     held = owners(paths, ["n1", "n2", "d5", "d100", "d101"])
     assert held == {"n1": home_shard("n1", 3), "n2": home_shard("n2", 3), "d5": 0}
+    refused = runner.invoke(app, ["merge", *map(str, paths), str(tmp_path / "merged")])
+    assert refused.exit_code == 2 and "was changed since it was built" in refused.output
     # The updated shards rank as one index of the same documents (not fused: where BM25 ties,
     # the order of its ids, numbered otherwise there, moves RRF's ranks).
     with gzip.open(collection["corpus"], "rt", encoding="utf-8") as f:

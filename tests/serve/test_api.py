@@ -111,6 +111,7 @@ BAD_GETS = [
     ({"q": "insulin", "full_text": "maybe"}, "full_text: expected true or false"),
     ({"q": "insulin", "first_stage": "magic"}, "first_stage: Input should be"),
     ({"q": "insulin", "rerank": "true"}, "this server has no re-ranker"),
+    ({"q": "\u200b \u2060"}, "q: must hold a character other than white space"),
     ({}, "q: Field required"),
 ]
 

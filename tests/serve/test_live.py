@@ -88,6 +88,9 @@ def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):
         assert httpx.delete(f"{url}/documents/web/koala", headers=H).status_code == 404
         own = {"text": "x", "fields": {"title": "clash"}}
         assert httpx.put(f"{url}/documents/y", json=own, headers=H).status_code == 422
+        for bad in ("a%00b", "%E2%80%8B", "%20"):  # a control character, zero-width, blank
+            answer = httpx.put(f"{url}/documents/{bad}", json={"text": "x"}, headers=H)
+            assert answer.status_code == 422 and "doc_id" in answer.json()["error"], answer.text
 
 
 def test_a_generation_made_elsewhere_is_served_without_a_restart(folder_index):
@@ -108,3 +111,24 @@ def test_a_watched_folder_is_synced_when_its_files_change(folder_index):
         (docs / "n0.md").unlink()
         _eventually(lambda: _ids(url, "platypus river", first_stage="bm25") == ["fresh.md"])
         assert "n0.md" not in _ids(url, "cats and dogs", first_stage="bm25")
+
+
+def test_a_write_that_finds_no_room_is_507_and_the_index_answers_as_before(folder_index):
+    import resource
+    import signal
+
+    _, index = folder_index
+    with live_server(_pipeline(index), api_key=KEY, writable=True) as url:
+        before = _ids(url, "cats", first_stage="bm25")
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it: EFBIG
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, ((index / "docstore.sqlite").stat().st_size // 2, hard)
+        )
+        try:
+            answer = httpx.put(f"{url}/documents/z", json={"text": "cats"}, headers=H, timeout=120)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, ignored)
+        assert answer.status_code == 507, answer.text  # the server's, not the client's fault
+        assert _ids(url, "cats", first_stage="bm25") == before

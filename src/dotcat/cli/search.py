@@ -249,9 +249,13 @@ def rerank_run(
     source = queries if queries is not None else data
     topics = load_queries(source, split=split)
     if resolve_data_path(source).is_dir():  # the split's judged queries only, as `search` runs
-        first = {q: docs for q, docs in first.items() if q in topics}
-        if not first:
+        kept = {q: docs for q, docs in first.items() if q in topics}
+        if not kept:
             raise DotcatError(f"{run}: no query of split {split!r} of {source}")
+        if len(kept) < len(first):
+            logger.warning("%s: %d of its %d queries are not of split %r of %s; left out", run,
+                           len(first) - len(kept), len(first), split, source)  # fmt: skip
+        first = kept
     check_model(config.rerank, cross_encoder=True)
 
     from dotcat.search.reranker import Reranker, corpus_texts
@@ -265,9 +269,11 @@ def rerank_run(
     seconds = time.perf_counter() - start
     write_run(out, output, tag=tag)
     pairs = sum(min(depth, len(d)) for d in first.values())
-    _wrote(f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
-           f"({pairs / max(seconds, 1e-9):.1f} pairs/s, interpolation {reranker.alpha:g} "
-           f"{reranker.alpha_source})", output)  # fmt: skip
+    done = (f"re-ranked {len(out)} queries ({pairs} pairs) in {seconds:.1f} s "
+            f"({pairs / max(seconds, 1e-9):.1f} pairs/s")  # fmt: skip
+    if reranker.alpha == 0.0:  # Reranker.rerank does not run the model
+        done = f"kept the first stage's order of {len(out)} queries (the model not run"
+    _wrote(f"{done}, interpolation {reranker.alpha:g} {reranker.alpha_source})", output)
 
 
 @app.command()

@@ -1,8 +1,7 @@
 """``dotcat train dot|cat|distill``, ``adapt``, ``calibrate``: models fitted to the user's data.
 
-Every option is a field of the run's config (:mod:`dotcat.training.config`), with its
-default and help; the config is checked (:meth:`validate`, :meth:`check_files`) before torch
-is imported.
+Every option is a field of the run's config (:mod:`dotcat.training.config`), with its default and
+help; the config is checked (:meth:`validate`, :meth:`check_files`) before torch is imported.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from dotcat.cache import CACHE_ENV, cache_root
 from dotcat.data._io import find_one, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.index_source import INDEX_DOCSTORE, is_index_dir
+from dotcat.data.metadata import WRITTEN, Written
 from dotcat.data.records import Record
 from dotcat.data.sources import (
     CORPUS_FILE_NAMES,
@@ -58,7 +59,7 @@ __all__ = ["CORPUS_FILE_NAMES", "CorpusOptions", "CorpusStats", "Document", "ite
            "load_corpus"]  # fmt: skip
 
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
-CACHE_FORMAT_VERSION = 5
+CACHE_FORMAT_VERSION = 6
 #: The Arrow file's columns: the fields are one JSON object a document ('' for none).
 COLUMNS = ("id", "title", "text", "fields")
 #: What to do when the cache's disk is full (it can live anywhere).
@@ -439,7 +440,10 @@ def _cached_only() -> NoReturn:
 
 
 def fields_json(fields: Mapping[str, Any] | None) -> str:
-    """A document's fields as the Arrow file holds them: one JSON object, '' for none."""
+    """A document's fields as the Arrow file holds them: one JSON object, '' for none; the
+    text of its :class:`~dotcat.data.metadata.Written` numbers under ``WRITTEN``."""
+    written = {k: v.text for k, v in (fields or {}).items() if isinstance(v, Written)}
+    fields = {**fields, WRITTEN: written} if written else fields
     return json.dumps(fields, ensure_ascii=False) if fields else ""
 
 

@@ -1,16 +1,14 @@
 """Downloading a dataset archive and unpacking it into a BEIR directory, safely.
 
-:func:`download` fetches one URL over HTTP(S) into a ``.part`` file with a progress bar. A
-transfer that breaks off (a dropped connection, a timeout, a body shorter than its
-``Content-Length``, a 5xx answer) is retried after a pause, resuming where it stopped with a
-``Range`` request (RFC 9110, section 14) when the server honours it; a 404 or another refusal
-is not retried.
+:func:`download` fetches one URL over HTTP(S) into a ``.part`` file with a progress bar. A transfer
+that breaks off (a dropped connection, a timeout, a body shorter than its ``Content-Length``, a 5xx
+answer) is retried after a pause, resuming where it stopped with a ``Range`` request (RFC 9110,
+section 14) when the server honours it; a 404 or another refusal is not retried.
 
-Every wait on the network is bounded and said: the download's bar shows what is awaited (the
-server, and for how long at most) from before the connection is made; a connection, an answer
-and each
-block of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``,
-default :data:`TIMEOUT`); a server that takes the connection and never answers is asked
+Every wait on the network is bounded and said: the download's bar shows what is awaited (the server,
+and for how long at most) from before the connection is made; a connection, an answer and each block
+of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``, default
+:data:`TIMEOUT`); a server that takes the connection and never answers is asked
 :data:`SILENT_ATTEMPTS` times, then given up on, naming the wait.
 
 The finished file's md5 is checked against the published one when there is one; its size and
@@ -312,9 +310,8 @@ BEIR_QUERIES = ("queries.jsonl", "queries.jsonl.gz")
 def extract_zip(archive: Path, folder: Path) -> None:
     """Extract a zip into ``folder`` (a fresh temporary one: see :func:`fill_atomically`).
 
-    The archive's single top folder, if it has one, is dropped: BEIR's
-    ``nfcorpus/corpus.jsonl`` becomes ``folder/corpus.jsonl``. Every member's CRC is checked
-    before anything is written.
+    The archive's single top folder, if it has one, is dropped: BEIR's ``nfcorpus/corpus.jsonl``
+    becomes ``folder/corpus.jsonl``. Every member's CRC is checked before anything is written.
 
     Raises:
         DotcatError: not a zip archive (a truncated one, say), a corrupt member, or a member

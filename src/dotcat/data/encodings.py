@@ -130,11 +130,10 @@ def decode(
 
 
 def guess(data: bytes) -> tuple[str, bool] | None:
-    """``(encoding, sure)`` for bytes that are not UTF-8 (their first MiB), or None: UTF-8
-    where most of what is not ASCII is UTF-8 (the rest then read as Windows-1252), else the
-    first of :data:`SCRIPTS` whose text looks as it must, else what
-    charset-normalizer finds most likely (see the module docstring). ``sure``: the detector
-    reads the bytes as the encoding chosen does."""
+    """``(encoding, sure)`` for bytes that are not UTF-8 (their first MiB), or None: UTF-8 where
+    most of what is not ASCII is UTF-8 (the rest then read as Windows-1252), else the first of
+    :data:`SCRIPTS` whose text looks as it must, else what charset-normalizer finds most likely (see
+    the module docstring). ``sure``: the detector reads the bytes as the encoding chosen does."""
     from charset_normalizer import from_bytes  # only files that are not UTF-8 need it
 
     head = data[:DETECT_BYTES]

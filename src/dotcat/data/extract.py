@@ -244,14 +244,17 @@ _HTML_SKIPPED = frozenset(
 
 def _html(page: str) -> tuple[str, str, dict[str, Any]]:
     """Title, text and metadata of a page's text: the marked main element read whole
-    (:func:`_html_main`), else trafilatura's main text; all its text when it finds none."""
+    (:func:`_html_main`), else trafilatura's main text; all its text when it finds none. The
+    title is the page's ``<title>`` (else trafilatura's, such as its one ``<h1>``)."""
     check_html_support()
     tree = _html_tree(page)
-    marked = _html_main(tree) if tree is not None else None
-    title, text = marked if marked is not None else _html_trafilatura(page)
-    if not text.strip() and tree is not None:  # a fragment (no <html>): trafilatura reads none
+    text = _html_main(tree) if tree is not None else None
+    title, text = ("", text) if text else _html_trafilatura(page)
+    if tree is None:
+        return title, text, {}
+    if not text.strip():  # a fragment (no <html>): trafilatura reads none
         text = _lines(tree)
-    return title, text, _html_fields(tree) if tree is not None else {}
+    return " ".join((tree.findtext(".//title") or "").split()) or title, text, _html_fields(tree)
 
 
 def _html_tree(page: str):
@@ -266,15 +269,11 @@ def _html_tree(page: str):
         return None
 
 
-def _html_main(tree) -> tuple[str, str] | None:
-    """``(title, text)`` of the page's ``<main>`` / ``role="main"`` element, one line per
-    block; None when the page marks no main element (or it holds no text)."""
+def _html_main(tree) -> str | None:
+    """The text of the page's ``<main>`` / ``role="main"`` element, one line per block; None
+    when the page marks no main element."""
     main = tree.xpath('//main | //*[@role="main"]')
-    if not main:
-        return None
-    text = _lines(main[0])
-    title = " ".join((tree.findtext(".//title") or "").split())
-    return (title, text) if text else None
+    return _lines(main[0]) if main else None
 
 
 #: ``<meta>`` names and properties kept as fields (lower case), and their field names.

@@ -14,21 +14,20 @@ A block that does not parse (a template's, ``title: {{ page.title }}``) is left 
 text all the same: it is no prose, and a comment line in it must not become a heading.
 
 The **text** kept is the plain text a reader sees, not the markup (:func:`markdown_text`,
-:func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``,
-``**``, link targets, directives, roles or HTML. Snippets are cut from the stored text, and the
-encoders and BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link
-target no part of what the note says). Markdown is parsed by markdown-it-py (CommonMark, with
-GitHub's tables): HTML blocks and inline HTML give their text, without tags, comments or
-scripts (a README's centred ``<p>`` intro and its ``<details>`` are prose), code is kept as
-code, and diagrams (a ``mermaid``, ``plantuml`` or ``dot`` fence) are left out: their source is
-arrows and node ids, neither words a person searches for nor text a snippet should show.
-reStructuredText is parsed by docutils, the reference parser, with file inclusion and raw
-content disabled (no ``.. raw:: html``, no ``.. include::`` reaches the text) and its reports
-silenced; the roles and directives of Sphinx and its extensions, which docutils does not know,
-are read as their text (``:ref:`Title <label>``` gives "Title", ``.. versionadded:: 2.0`` its
-words, ``.. code-block::`` its code), but for tables of contents and diagrams, left out as in
-Markdown. Template tags outside code (Jinja's and Liquid's ``{% %}``, ``{{ }}``, ``{# #}``) are
-left out too.
+:func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``, ``**``,
+link targets, directives, roles or HTML. Snippets are cut from the stored text, and the encoders and
+BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link target no part of what
+the note says). Markdown is parsed by markdown-it-py (CommonMark, with GitHub's tables): HTML blocks
+and inline HTML give their text, without tags, comments or scripts (a README's centred ``<p>`` intro
+and its ``<details>`` are prose), code is kept as code, and diagrams (a ``mermaid``, ``plantuml`` or
+``dot`` fence) are left out: their source is arrows and node ids, neither words a person searches
+for nor text a snippet should show. reStructuredText is parsed by docutils, the reference parser,
+with file inclusion and raw content disabled (no ``.. raw:: html``, no ``.. include::`` reaches the
+text) and its reports silenced; the roles and directives of Sphinx and its extensions, which
+docutils does not know, are read as their text (``:ref:`Title <label>``` gives "Title", ``..
+versionadded:: 2.0`` its words, ``.. code-block::`` its code), but for tables of contents and
+diagrams, left out as in Markdown. Template tags outside code (Jinja's and Liquid's ``{% %}``, ``{{
+}}``, ``{# #}``) are left out too.
 """
 
 from __future__ import annotations

@@ -86,14 +86,26 @@ def iso_date(value: dt.date | dt.datetime) -> str:
     return value.isoformat()
 
 
+#: The key of a document's fields JSON that keeps the text its :class:`Written` numbers had.
+WRITTEN = "\x00written"
+
+
+class Written(float):
+    """A CSV cell's decimal number that keeps its text (``1.10``, ``2.5e3``): a field that
+    also holds words (a text field: ``version`` = 1.10, 2.0-beta) stores it as written."""
+
+    def __new__(cls, text: str) -> Written:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def cell_value(text: str) -> str | int | float:
-    """A CSV or TSV cell as a typed value: a decimal number (no leading zeros) as a number,
-    anything else as the text (dates are recognised from text later, whatever the format)."""
+    """A CSV or TSV cell as a typed value: a decimal number (no leading zeros) as a number
+    (:class:`Written`), anything else as the text (dates are recognised from text later)."""
     text = text.strip()
-    if _NUMBER.fullmatch(text):
-        number = float(text)
-        if math.isfinite(number):
-            return int(text) if re.fullmatch(r"-?[0-9]+", text) else number
+    if _NUMBER.fullmatch(text) and math.isfinite(float(text)):
+        return int(text) if re.fullmatch(r"-?[0-9]+", text) else Written(text)
     return text
 
 
@@ -166,7 +178,7 @@ def scalar_value(value: Any) -> str | int | float | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
+    if isinstance(value, int | Written):
         return value
     if isinstance(value, (float, decimal.Decimal)):
         number = float(value)

@@ -79,12 +79,8 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
     for lineno, text in iter_lines(file):
         fields = _split_fields(text)
         if not columns:
-            if (
-                len(fields) == 3
-                and fields[0].lower() in _HEADER_FIRST
-                and not is_integer(fields[2])
-            ):
-                continue  # the BEIR header "query-id corpus-id score"
+            if fields[0].lower() in _HEADER_FIRST and not is_integer(fields[-1]):
+                continue  # a header: BEIR's "query-id corpus-id score", "qid iter docid rel"
             if len(fields) not in _LAYOUTS:
                 raise DataFormatError(file, lineno, _layout_problem(fields, file))
             columns, columns_line = len(fields), lineno

@@ -6,11 +6,10 @@ record without the wanted field gets the same one-line error, naming the file, t
 row, or item) and the fields the record has: the right ``--id-field``, ``--title-field`` or
 ``--text-field`` is one look away.
 
-Field names (:class:`FieldNames`): by default the id comes from ``_id`` or ``id`` (BEIR,
-Pyserini), the title from ``title`` (optional), the text from ``text`` or ``contents``
-(Pyserini's JsonCollection). A named field is the only one read, and every record must have
-it (``null`` reads as empty): a misspelt name fails on the first record instead of indexing
-empty titles.
+Field names (:class:`FieldNames`): by default the id comes from ``_id`` or ``id`` (BEIR, Pyserini),
+the title from ``title`` (optional), the text from ``text`` or ``contents`` (Pyserini's
+JsonCollection). A named field is the only one read, and every record must have it (``null`` reads
+as empty): a misspelt name fails on the first record instead of indexing empty titles.
 
 Readers (:func:`iter_file_records` picks one by :func:`record_format`):
 
@@ -20,11 +19,10 @@ Readers (:func:`iter_file_records` picks one by :func:`record_format`):
 - CSV (``.csv``): a header row naming the columns, RFC 4180 quoting (:mod:`csv`); rows are
   numbered by the physical line they start on.
 - TSV (``.tsv``, and ``.txt`` given as a corpus file): headerless ``id<TAB>text`` or
-  ``id<TAB>title<TAB>text`` (MS MARCO's ``collection.tsv``), or a header row: a header is
-  read as column names when a field is named or when it holds the default id and text names
-  (``_id<TAB>url<TAB>text``); else a 2- or 3-column one naming an id column first and a text
-  column last is skipped and the columns read by position. No quoting, as in MS MARCO's
-  files.
+  ``id<TAB>title<TAB>text`` (MS MARCO's ``collection.tsv``), or a header row: a header is read as
+  column names when a field is named or when it holds the default id and text names
+  (``_id<TAB>url<TAB>text``); else a 2- or 3-column one naming an id column first and a text column
+  last is skipped and the columns read by position. No quoting, as in MS MARCO's files.
 - Parquet (``.parquet``): record batches through :mod:`pyarrow.parquet`; rows numbered from 1.
 - Python (:func:`iter_python_records`): a list of strings (ids ``"0"``, ``"1"``, ...), a list of
   dicts, a pandas DataFrame or a ``datasets.Dataset``; items numbered from 1.

@@ -5,24 +5,22 @@
 
 - :class:`FileSource`: a corpus file (JSON Lines, JSON, CSV, TSV, Parquet; .gz for the text
   ones), or a BEIR directory, whose ``corpus.jsonl[.gz]`` is that file. Ids are the records'.
-- :class:`FolderSource`: any other directory, walked recursively in sorted order (path
-  components compared as strings, so ``--shard I/N`` splits the same list on every machine).
-  Each text (``.txt``), Markdown (``.md``), reStructuredText (``.rst``), HTML (``.html``,
-  ``.htm``) or PDF file is one document (:mod:`dotcat.data.extract`) whose id is its path
-  relative to the folder with ``/`` separators; each record file (``.jsonl``, ``.ndjson``,
-  ``.json``, ``.csv``, ``.tsv``, ``.parquet``) holds documents with ids
-  ``<relative path>#<record id>``. Text kinds may be gzipped (``notes.md.gz``). Whitespace,
-  ``%`` and ``#`` in a path are percent-encoded in its id (``my notes/a.md`` becomes
-  ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and ``#`` separates
-  a record's id. Hidden files and folders (``.git``...) are skipped unless asked for;
-  symbolic links to files are followed, to folders not (no cycles). A single document file
-  (``report.pdf``) is a folder of one file, its name the id. A folder inside that holds a
-  dotcat index (or an index's build) is never read as documents: an index kept inside its
-  own corpus folder (``dotcat index docs docs/idx``) is skipped, and named in one warning.
-  Files of other kinds (``.docx``, images) are not read: counted by kind and named in one
-  warning (exclude patterns leave them out without it). The record field options
-  (``id_field``...) given for a folder that holds no record file are refused: they would do
-  nothing.
+- :class:`FolderSource`: any other directory, walked recursively in sorted order (path components
+  compared as strings, so ``--shard I/N`` splits the same list on every machine). Each text
+  (``.txt``), Markdown (``.md``), reStructuredText (``.rst``), HTML (``.html``, ``.htm``) or PDF
+  file is one document (:mod:`dotcat.data.extract`) whose id is its path relative to the folder with
+  ``/`` separators; each record file (``.jsonl``, ``.ndjson``, ``.json``, ``.csv``, ``.tsv``,
+  ``.parquet``) holds documents with ids ``<relative path>#<record id>``. Text kinds may be gzipped
+  (``notes.md.gz``). Whitespace, ``%`` and ``#`` in a path are percent-encoded in its id (``my
+  notes/a.md`` becomes ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and
+  ``#`` separates a record's id. Hidden files and folders (``.git``...) are skipped unless asked
+  for; symbolic links to files are followed, to folders not (no cycles). A single document file
+  (``report.pdf``) is a folder of one file, its name the id. A folder inside that holds a dotcat
+  index (or an index's build) is never read as documents: an index kept inside its own corpus folder
+  (``dotcat index docs docs/idx``) is skipped, and named in one warning. Files of other kinds
+  (``.docx``, images) are not read: counted by kind and named in one warning (exclude patterns leave
+  them out without it). The record field options (``id_field``...) given for a folder that holds no
+  record file are refused: they would do nothing.
 - :class:`~dotcat.data.index_source.IndexSource`: a dotcat index directory, whose document
   store holds every document it indexed (ids as indexed).
 - :class:`PythonSource`: a list of strings (ids ``"0"``, ``"1"``, ...), a list of dicts, a
@@ -48,11 +46,10 @@ down, stops the read as a corpus file does (file, line, field): skipping a file 
 part of one, would lose documents with only a warning.
 
 ``--include``/``--exclude`` patterns (:class:`CorpusOptions`) are shell patterns
-(:func:`fnmatch.fnmatchcase`): one without ``/`` matches a file's name (``*.md``), one with
-``/`` its relative path, where ``*`` crosses folders (``notes/*.md`` matches
-``notes/2024/a.md``; a leading ``**/`` matches at any depth, none included). A file is read
-when it matches an include (if any) and no exclude; a folder matching an exclude is not
-entered (``--exclude node_modules``).
+(:func:`fnmatch.fnmatchcase`): one without ``/`` matches a file's name (``*.md``), one with ``/``
+its relative path, where ``*`` crosses folders (``notes/*.md`` matches ``notes/2024/a.md``; a
+leading ``**/`` matches at any depth, none included). A file is read when it matches an include (if
+any) and no exclude; a folder matching an exclude is not entered (``--exclude node_modules``).
 """
 
 from __future__ import annotations
@@ -167,11 +164,10 @@ class CorpusOptions(Settings):
         id_field, title_field, text_field: the record fields to read (JSON Lines, JSON, CSV,
             TSV with a header, Parquet, dicts, data frames); None: the defaults (``_id``/``id``,
             ``title``, ``text``/``contents``).
-        include, exclude: shell patterns selecting a folder's files (module docstring).
-        strict: stop at the first file of a folder that cannot be read (else skip it).
-        hidden: also read hidden files and folders (names starting with ``.``).
-        encoding: the encoding of text that is not UTF-8 (None: detected).
-        file_rules: per-file rules, ``GLOB:key=value,...`` (``--fields``;
+        include, exclude: shell patterns selecting a folder's files (module docstring). strict: stop
+        at the first file of a folder that cannot be read (else skip it). hidden: also read hidden
+        files and folders (names starting with ``.``). encoding: the encoding of text that is not
+        UTF-8 (None: detected). file_rules: per-file rules, ``GLOB:key=value,...`` (``--fields``;
             :mod:`dotcat.data.rules`).
     """
 

@@ -15,25 +15,23 @@ count as 0, :func:`dotcat.evaluation.metrics.evaluate`):
 - ``bootstrap`` (:class:`dotcat.evaluation.intervals.Bootstrap`): the paired percentile
   bootstrap, its p-value the smallest level at which its interval excludes 0.
 
-Why the t-test by default: on IR measures it agrees closely with the randomisation test
-(Smucker et al. 2007); in Urbano, Lima and Hanjalic's simulations from TREC data ("Statistical
-significance testing in information retrieval: an empirical analysis of type I, type II and
-type III errors", SIGIR 2019) it and the permutation test kept their type I error rates nearest
-the nominal level, while the bootstrap test erred too often on small topic sets, the case of a
-collection judged by hand. Its interval is closed-form and needs no seed: the effect size with
-its interval that Sakai asks to report beside p ("Statistical reform in information
-retrieval?", SIGIR Forum 2014).
+Why the t-test by default: on IR measures it agrees closely with the randomisation test (Smucker et
+al. 2007); in Urbano, Lima and Hanjalic's simulations from TREC data ("Statistical significance
+testing in information retrieval: an empirical analysis of type I, type II and type III errors",
+SIGIR 2019) it and the permutation test kept their type I error rates nearest the nominal level,
+while the bootstrap test erred too often on small topic sets, the case of a collection judged by
+hand. Its interval is closed-form and needs no seed: the effect size with its interval that Sakai
+asks to report beside p ("Statistical reform in information retrieval?", SIGIR Forum 2014).
 
-Holm's correction (Holm, "A simple sequentially rejective multiple test procedure",
-Scandinavian Journal of Statistics 1979) over m comparisons: with the p-values sorted
-ascending, step i (from 1) rejects where ``(m - i + 1) p_(i) <= alpha`` and the procedure stops
-at the first step that does not. Each comparison's interval is at the level its step tests,
-``1 - alpha / (m - i + 1)``; those after the step where it stopped, never tested, take that
-step's level (their p-values are at least its). So an interval excludes 0 exactly when its
-Holm-adjusted p-value is <= alpha. These intervals are each decision's, not a joint
-1 - alpha region: intervals compatible with Holm's procedure and jointly covering say little
-more than "> 0" for the rejected (Strassburger and Bretz, Statistics in Medicine 2008), and
-Bonferroni's at ``alpha / m`` would disagree with Holm's decisions.
+Holm's correction (Holm, "A simple sequentially rejective multiple test procedure", Scandinavian
+Journal of Statistics 1979) over m comparisons: with the p-values sorted ascending, step i (from 1)
+rejects where ``(m - i + 1) p_(i) <= alpha`` and the procedure stops at the first step that does
+not. Each comparison's interval is at the level its step tests, ``1 - alpha / (m - i + 1)``; those
+after the step where it stopped, never tested, take that step's level (their p-values are at least
+its). So an interval excludes 0 exactly when its Holm-adjusted p-value is <= alpha. These intervals
+are each decision's, not a joint 1 - alpha region: intervals compatible with Holm's procedure and
+jointly covering say little more than "> 0" for the rejected (Strassburger and Bretz, Statistics in
+Medicine 2008), and Bonferroni's at ``alpha / m`` would disagree with Holm's decisions.
 
 - :func:`compare_to_baseline`: every system against a baseline, per measure, as ``dotcat eval
   --baseline`` and ``dotcat experiment`` report it; :func:`holm_across`: Holm over several
@@ -147,18 +145,17 @@ class TTest:
 class Randomisation:
     """Fisher's paired randomisation test, Monte Carlo, and its interval by inversion.
 
-    Permutation ``i`` flips the sign of d_q where ``u_iq < 0.5``, the ``u`` drawn row by row
-    from ``numpy.random.default_rng(seed).random``. Testing that the mean difference is δ, it
-    counts as extreme where ``|sum_q s_iq (d_q - δ)| >= |sum_q (d_q - δ)|``, and ``p(δ) = (1 +
-    c(δ)) / (permutations + 1)`` with c(δ) the permutations that do (the observed assignment
-    counts as one, so p is never 0: Phipson and Smyth, "Permutation p-values should never be
-    zero", 2010); p = p(0). With ``k_i = sum_q s_iq`` and ``B_i = sum_q s_iq (d_q - mean(d))``,
-    permutation i is extreme for ``δ = mean(d) + x`` (x >= 0) while ``x <= max(B_i / (n +
-    k_i), -B_i / (n - k_i))``, and for ``δ = mean(d) - x`` while ``x <= max(B_i / (n - k_i),
-    -B_i / (n + k_i))`` (always, where no sign or every sign is flipped): c falls as δ leaves
-    mean(d), and the interval a level keeps is read off these thresholds, sorted. Thresholds
-    within 1e-9 max|d| of each other count as equal, so that summing in another order does
-    not decide a p-value.
+    Permutation ``i`` flips the sign of d_q where ``u_iq < 0.5``, the ``u`` drawn row by row from
+    ``numpy.random.default_rng(seed).random``. Testing that the mean difference is δ, it counts as
+    extreme where ``|sum_q s_iq (d_q - δ)| >= |sum_q (d_q - δ)|``, and ``p(δ) = (1 + c(δ)) /
+    (permutations + 1)`` with c(δ) the permutations that do (the observed assignment counts as one,
+    so p is never 0: Phipson and Smyth, "Permutation p-values should never be zero", 2010); p =
+    p(0). With ``k_i = sum_q s_iq`` and ``B_i = sum_q s_iq (d_q - mean(d))``, permutation i is
+    extreme for ``δ = mean(d) + x`` (x >= 0) while ``x <= max(B_i / (n + k_i), -B_i / (n - k_i))``,
+    and for ``δ = mean(d) - x`` while ``x <= max(B_i / (n - k_i), -B_i / (n + k_i))`` (always, where
+    no sign or every sign is flipped): c falls as δ leaves mean(d), and the interval a level keeps
+    is read off these thresholds, sorted. Thresholds within 1e-9 max|d| of each other count as
+    equal, so that summing in another order does not decide a p-value.
     """
 
     name = "paired randomisation test"
@@ -315,8 +312,7 @@ class Comparison:
         significant: ``pvalue_holm <= alpha``; exactly when ``[low, high]`` excludes 0.
         low, high: the interval of ``diff`` at ``confidence``, the level of its Holm step
             (module docstring); infinite where too few resamples reach that level.
-        wins, ties, losses: queries where the system scores above, equal to, below the
-            baseline.
+        wins, ties, losses: queries where the system scores above, equal to, below the baseline.
         method: the test (:class:`TTest`, :class:`Randomisation`, ``Bootstrap``), kept to
             draw the interval at another level when the family grows (:func:`holm_across`).
     """
@@ -459,11 +455,10 @@ def holm_across(
 ) -> dict[str, dict[str, dict[str, Comparison]]]:
     """Holm's correction over every cell of several :func:`compare_to_baseline` results.
 
-    ``tables`` maps a dataset to its comparisons (system -> measure -> :class:`Comparison`).
-    Per measure, every (dataset, system) cell forms one family (:func:`holm`): a mark then
-    means "different from the baseline" with a family-wise error rate of at most ``alpha``
-    over the whole systems x datasets table of that measure, not only within one dataset's
-    column.
+    ``tables`` maps a dataset to its comparisons (system -> measure -> :class:`Comparison`). Per
+    measure, every (dataset, system) cell forms one family (:func:`holm`): a mark then means
+    "different from the baseline" with a family-wise error rate of at most ``alpha`` over the whole
+    systems x datasets table of that measure, not only within one dataset's column.
 
     Returns:
         The same structure, each comparison decided and its interval drawn in the larger

@@ -3,11 +3,10 @@ each mean could move on other queries.
 
 ``dotcat eval`` prints both under its table: judged@10 per run, with a warning under 80%
 (:mod:`dotcat.evaluation.judged`), and the bootstrap interval of each run's means
-(:mod:`dotcat.evaluation.intervals`; the differences to a baseline carry their own, from
-their test: :mod:`dotcat.evaluation.significance`). Judged@10 is shown for qrels that judge
-documents not relevant too (grade 0: a judged pool, TREC's qrels); qrels that only list
-relevant documents (most BEIR sets) leave every other document unjudged by construction, and
-say nothing of coverage.
+(:mod:`dotcat.evaluation.intervals`; the differences to a baseline carry their own, from their test:
+:mod:`dotcat.evaluation.significance`). Judged@10 is shown for qrels that judge documents not
+relevant too (grade 0: a judged pool, TREC's qrels); qrels that only list relevant documents (most
+BEIR sets) leave every other document unjudged by construction, and say nothing of coverage.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The experiment file of ``dotcat experiment``: a TOML schema, validated field by field.
 
-Every problem is one line naming the file and the field, e.g.
-``experiment.toml: systems[2].depth: must be an integer >= 1, got 0`` or
-``experiment.toml: systems[0]: unknown field 'modle' (did you mean 'model'?)``. The schema is
-a set of pydantic models in strict mode (TOML has real types: ``depth = "10"`` is an error,
-not a 10) that forbid unknown fields; :func:`check_paths` then checks the files the
-experiment names (dataset, models, indexes) before anything heavy is imported.
+Every problem is one line naming the file and the field, e.g. ``experiment.toml: systems[2].depth:
+must be an integer >= 1, got 0`` or ``experiment.toml: systems[0]: unknown field 'modle' (did you
+mean 'model'?)``. The schema is a set of pydantic models in strict mode (TOML has real types:
+``depth = "10"`` is an error, not a 10) that forbid unknown fields; :func:`check_paths` then checks
+the files the experiment names (dataset, models, indexes) before anything heavy is imported.
 
 Relative paths are taken from the current directory, as on the command line. A dataset's
 ``path`` may be a dataset name (``beir/nfcorpus``, ``irds:vaswani``:

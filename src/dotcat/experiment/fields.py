@@ -3,12 +3,11 @@
 A system of an experiment file takes the settings of the query pipeline
 (:class:`~dotcat.search.config.PipelineConfig`) and of the index its ``model`` builds, under
 the settings' own names (a few renamed to say which part they set: ``passage_window``).
-:func:`pydantic_fields` turns those dataclass fields into pydantic fields: the field's type
-(strict: TOML has real types), its default, its help text as the description; choices become
-a ``Literal`` where the list is closed. Ranges and the rules between settings are not
-repeated here: the settings objects are built from a system and check themselves
-(:meth:`~dotcat.options.Settings.validate`), so a new pipeline setting reaches experiment
-files with no edit to this package.
+:func:`pydantic_fields` turns those dataclass fields into pydantic fields: the field's type (strict:
+TOML has real types), its default, its help text as the description; choices become a ``Literal``
+where the list is closed. Ranges and the rules between settings are not repeated here: the settings
+objects are built from a system and check themselves (:meth:`~dotcat.options.Settings.validate`), so
+a new pipeline setting reaches experiment files with no edit to this package.
 """
 
 from __future__ import annotations

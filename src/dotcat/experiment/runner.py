@@ -195,8 +195,7 @@ class _Runner:
         return index_fingerprint(index_dir)
 
     def _index_description(self, system: SystemConfig) -> dict[str, Any]:
-        """Everything an index built from ``system.model`` depends on (its fingerprint's
-        source)."""
+        """Everything an index built from ``system.model`` depends on (its fingerprint's source)."""
         encoder = system.encoder_config().to_json()
         description = {
             "kind": "index",
@@ -443,10 +442,9 @@ def run_experiment(
     """Build what is missing, run every system, evaluate, and write the report folder.
 
     With ``[[datasets]]``, every system runs on every dataset, each dataset's runs under
-    ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected
-    over the whole systems x datasets table (:func:`dotcat.evaluation.significance.holm_across`);
-    the report with the table, the means and one summary plot
-    (:mod:`dotcat.experiment.suite_report`).
+    ``runs/<dataset>/``; the paired tests against the baseline per dataset, Holm-corrected over the
+    whole systems x datasets table (:func:`dotcat.evaluation.significance.holm_across`); the report
+    with the table, the means and one summary plot (:mod:`dotcat.experiment.suite_report`).
 
     Args:
         config: a validated experiment (:func:`dotcat.experiment.config.load_config`).

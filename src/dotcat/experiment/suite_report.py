@@ -1,12 +1,11 @@
 """The report folder of an experiment over several datasets (``[[datasets]]``).
 
-``report.md``: per measure, the systems x datasets table with each system's mean over the
-datasets, daggers where a system differs from the baseline on a dataset (paired test on that
-dataset's queries, Holm-corrected over every cell of the table); one verdict per system and
-dataset on the first measure (:func:`dotcat.evaluation.tables.verdict`); one summary plot;
-each system's stages and times
-per dataset; the configuration. ``results.json``: the same for a program, with every
-per-query value. Each dataset's runs are in ``runs/<dataset>/<system>.trec``.
+``report.md``: per measure, the systems x datasets table with each system's mean over the datasets,
+daggers where a system differs from the baseline on a dataset (paired test on that dataset's
+queries, Holm-corrected over every cell of the table); one verdict per system and dataset on the
+first measure (:func:`dotcat.evaluation.tables.verdict`); one summary plot; each system's stages and
+times per dataset; the configuration. ``results.json``: the same for a program, with every per-query
+value. Each dataset's runs are in ``runs/<dataset>/<system>.trec``.
 """
 
 from __future__ import annotations

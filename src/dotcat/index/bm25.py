@@ -15,9 +15,8 @@ with tf the term's count in d, ``|d|`` the document's length in (non-stop-word) 
 mean length, N the number of documents and df the number of documents containing t. A query
 term repeated in the query counts once per occurrence, as in Anserini's bag-of-words queries.
 
-Text analysis: lower-cased, split on ``\\b\\w\\w+\\b`` (words of two or more characters), stop
-words removed, then stemmed. A document is ``title + " " + text``, as in Pyserini's BEIR
-"flat" indexes.
+Text analysis: lower-cased, split on ``\\b\\w\\w+\\b`` (words of two or more characters), stop words
+removed, then stemmed. A document is ``title + " " + text``, as in Pyserini's BEIR "flat" indexes.
 
 Results: only documents matching at least one query term are returned (as Lucene does), so a
 query may get fewer than k results; sorted by score (descending) then document id
@@ -256,8 +255,7 @@ class BM25Index:
 
     def count_terms(self, corpus: Iterable[Any]) -> TermCounts | None:
         """The term counts of this index's rows, from the documents it was built from (as
-        :meth:`build` takes them, in row order): for an index saved before :meth:`save` kept
-        them.
+        :meth:`build` takes them, in row order): for an index saved before :meth:`save` kept them.
 
         Raises:
             DotcatError: the documents do not give this index's vocabulary (other documents).
@@ -442,10 +440,9 @@ class BM25Index:
     def load(cls, path: str | os.PathLike, mmap: bool = False, search_only: bool = False
              ) -> BM25Index:  # fmt: skip
         """Load an index written by :meth:`save`; ``mmap`` memory-maps the score arrays.
-        ``search_only``: read what a search needs, without bm25s where the index allows it
-        (stop words ``en``, a list or none; each of dotcat's variants keeps all its scores in
-        the saved matrix): such an index searches and feeds back as any, and cannot be saved
-        or updated.
+        ``search_only``: read what a search needs, without bm25s where the index allows it (stop
+        words ``en``, a list or none; each of dotcat's variants keeps all its scores in the saved
+        matrix): such an index searches and feeds back as any, and cannot be saved or updated.
 
         Raises:
             DotcatError: no BM25 index there, another format version, or a damaged file.
@@ -616,9 +613,8 @@ def build_from_docstore(
     """A BM25 index over a doc store's rows (:func:`docstore_rows`: its passages unless
     ``passages`` is False, an index splitting document by document reading documents whole).
 
-    BM25's statistics (document frequencies, mean length) are global, so after an update or a
-    merge the side index of an index directory is built again from its doc store, never
-    patched or merged.
+    BM25's statistics (document frequencies, mean length) are global, so after an update or a merge
+    the side index of an index directory is built again from its doc store, never patched or merged.
     """
     with DocStore(docstore) as store:
         if len(store) == 0:  # every document deleted: an index that finds nothing

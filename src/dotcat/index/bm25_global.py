@@ -5,17 +5,16 @@ A BM25 score reads three statistics of the whole collection (:mod:`dotcat.index.
     score(q, d) = sum_{t in q} idf(t) * tf(t,d) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
-the number of documents N, each term's document frequency df(t) and the mean length avgdl.
-A shard's own index was built with its own (N_s, df_s, avgdl_s), so its scores are not the
-merged index's, and rankings merged across shards would not be either (Viles and French,
-"Dissemination of collection wide information in a distributed information retrieval system",
-SIGIR 1995; Elasticsearch's ``dfs_query_then_fetch`` gathers the same statistics first). Here
-every shard reports its statistics (:func:`shard_statistics`: its terms, their document
-frequencies, its document count and length in tokens), they are summed
-(:meth:`CollectionStatistics.combine`), and each shard's score matrix is computed again from
-the counts it was computed from (:class:`~dotcat.index.bm25.TermCounts`) with N, df(t) and avgdl
-of the collection (:func:`with_collection_statistics`), by bm25s' own formulas, in the same
-arithmetic, so that a shard's score of a document equals the merged index's.
+the number of documents N, each term's document frequency df(t) and the mean length avgdl. A shard's
+own index was built with its own (N_s, df_s, avgdl_s), so its scores are not the merged index's, and
+rankings merged across shards would not be either (Viles and French, "Dissemination of collection
+wide information in a distributed information retrieval system", SIGIR 1995; Elasticsearch's
+``dfs_query_then_fetch`` gathers the same statistics first). Here every shard reports its statistics
+(:func:`shard_statistics`: its terms, their document frequencies, its document count and length in
+tokens), they are summed (:meth:`CollectionStatistics.combine`), and each shard's score matrix is
+computed again from the counts it was computed from (:class:`~dotcat.index.bm25.TermCounts`) with N,
+df(t) and avgdl of the collection (:func:`with_collection_statistics`), by bm25s' own formulas, in
+the same arithmetic, so that a shard's score of a document equals the merged index's.
 
 The same arithmetic updates one index in place of building it again
 (:func:`updated`): after ``dotcat add``, ``delete`` or a sync, the rows that stay keep their

@@ -81,8 +81,7 @@ class IndexConfig(Settings):
         ray_workers: encoder actors on Ray (None: one per GPU, else one per CPU).
         passages: how long documents are split into passages
             (:class:`~dotcat.index.passages.PassageConfig`); ``False`` is short for
-            ``PassageConfig(enabled=False)``: one vector per document, cut at the encoder's
-            window.
+            ``PassageConfig(enabled=False)``: one vector per document, cut at the encoder's window.
     """
 
     faiss_spec: str = setting(
@@ -161,7 +160,7 @@ class MergeConfig(Settings):
     )
     bm25: bool | None = setting(
         None,
-        help="Build BM25 over the merged corpus (default: as the shards).",
+        help="Build BM25 over the merged corpus (default: when a shard has one).",
         flags=("--bm25/--no-bm25",),
     )
 

@@ -226,9 +226,8 @@ class DocStore:
     def check(self, expected: int, span: int | None = None) -> None:
         """Check the schema, the row count, and that positions lie in ``0..span-1``.
 
-        ``span`` is the next unused position (the count, unless updates deleted some: then
-        positions have gaps); without gaps, count and span equal and positions are exactly
-        ``0..expected-1``.
+        ``span`` is the next unused position (the count, unless updates deleted some: then positions
+        have gaps); without gaps, count and span equal and positions are exactly ``0..expected-1``.
 
         Raises:
             DotcatError: not SQLite, corrupt or truncated, another schema, or rows missing

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dotcat.data.metadata import parse_date
+from dotcat.data.metadata import WRITTEN, parse_date
 
 #: What each value was when read (``kind`` column).
 KIND_CODES = {"string": 0, "number": 1, "date": 2, "list": 3}
@@ -75,13 +75,16 @@ FieldRow = tuple[int, str, str, float | None, int]
 
 def field_rows(pos: int, fields: Mapping[str, Any]) -> list[FieldRow]:
     """The ``fields`` table's rows of one document (see the module docstring)."""
-    rows = []
+    rows, written = [], fields.get(WRITTEN) or {}  # a CSV number's text, as written
     for name, value in fields.items():
         if isinstance(value, list):
             rows += [(pos, name, str(item), None, KIND_CODES["list"]) for item in value]
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             if math.isfinite(value):
-                rows.append((pos, name, _number_text(value), float(value), KIND_CODES["number"]))
+                text = getattr(value, "text", None) or written.get(name) or _number_text(value)
+                rows.append((pos, name, text, float(value), KIND_CODES["number"]))
+        elif name == WRITTEN:
+            continue
         else:
             text = str(value)
             date = parse_date(text)

@@ -11,12 +11,11 @@ al., "The Faiss library", 2024, section 5.4, search within).
 
 :func:`search_admitted` searches a FAISS index within a set of ids:
 
-- an ``IDSelectorBitmap`` over the ids, in the index's own search parameters: a flat index
-  compares only the admitted vectors (exact); an IVF index scans ``nprobe`` lists, widened by
-  the inverse of the admitted share (a list holds fewer admitted vectors), up to every list;
-  an HNSW graph is walked with ``efSearch`` widened so that its candidate list holds at least
-  the k wanted among the admitted (the walk still visits other nodes, only admitted ones are
-  kept);
+- an ``IDSelectorBitmap`` over the ids, in the index's own search parameters: a flat index compares
+  only the admitted vectors (exact); an IVF index scans ``nprobe`` lists, widened by the inverse of
+  the admitted share (a list holds fewer admitted vectors), up to every list; an HNSW graph is
+  walked with ``efSearch`` widened so that its candidate list holds at least the k wanted among the
+  admitted (the walk still visits other nodes, only admitted ones are kept);
 - exactly, by the admitted vectors themselves (read back from the index, compared with the
   query, in blocks), where the set holds at most :data:`EXACT_LIMIT` vectors (cheaper than a
   graph walk or a list scan then, and exact), where a structure cannot take a selector (a GPU

@@ -21,13 +21,12 @@ An index ``INDEX`` is only ever written beside itself and moved into place whole
   checks that it can change the whole index and create files beside it
   (:func:`check_writable`); a read-only or foreign-owned index is refused in one line before
   any work, and nothing is left beside it.
-* Generations: an update (``add``, ``delete``, a sync, an HTTP write) builds the next
-  generation in the build folder, every file hard-linked from the current one but those it
-  changes in place (:data:`IN_PLACE`, copied: :func:`copy_for_update`), fsyncs it and swaps it
-  in. Readers open a generation's files inside :func:`reading` (a shared ``flock`` on its
-  folder); the swap first takes that lock exclusively (:func:`swap_into_place`), so a reader
-  opens one generation whole, never files of two, and keeps what it opened (the old files are
-  unlinked, not changed) until it moves.
+* Generations: an update (``add``, ``delete``, a sync, an HTTP write) builds the next generation in
+  the build folder, every file hard-linked from the current one but those it changes in place
+  (:data:`IN_PLACE`, copied: :func:`copy_for_update`), fsyncs it and swaps it in. Readers open a
+  generation's files inside :func:`reading` (a shared ``flock`` on its folder); the swap first takes
+  that lock exclusively (:func:`swap_into_place`), so a reader opens one generation whole, never
+  files of two, and keeps what it opened (the old files are unlinked, not changed) until it moves.
 
 Nothing here imports FAISS or torch: the CLI checks paths before paying for those imports.
 """

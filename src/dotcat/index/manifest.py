@@ -232,12 +232,11 @@ def precisions_compatible(built: str, given: str, side: str = "queries") -> bool
     """Whether ``given`` vectors may meet an index's documents encoded at ``built``: as queries
     (``side="queries"``) or as added documents (``"documents"``).
 
-    fp32, bf16 and fp16 vectors meet (cosine >= 0.9999). int8 queries meet only int8 documents
-    (of the same runtime, checked apart): int8 queries over fp32 documents lost R@100 (98.99% of
-    fp32's on SciFact dev). Float queries meet int8 documents: they kept >= 99.7% of fp32's
-    default-pipeline nDCG@10 on each of four collections. Added documents must be what the
-    index's are: int8 among int8 only, so that one index never mixes two kinds of document
-    vectors."""
+    fp32, bf16 and fp16 vectors meet (cosine >= 0.9999). int8 queries meet only int8 documents (of
+    the same runtime, checked apart): int8 queries over fp32 documents lost R@100 (98.99% of fp32's
+    on SciFact dev). Float queries meet int8 documents: they kept >= 99.7% of fp32's
+    default-pipeline nDCG@10 on each of four collections. Added documents must be what the index's
+    are: int8 among int8 only, so that one index never mixes two kinds of document vectors."""
     if built == given or "int8" not in (built, given):
         return True
     return side == "queries" and given != "int8"

@@ -101,9 +101,8 @@ class PassageConfig(Settings):
 
     Attributes:
         enabled: split documents longer than the window; False: one vector per document, cut
-            at the encoder's ``max_length`` (the layout of indexes built before passages);
-            None: split when most documents are more than twice the max length (see the
-            module docstring).
+            at the encoder's ``max_length`` (the layout of indexes built before passages); None:
+            split when most documents are more than twice the max length (see the module docstring).
         window: tokens per passage, the title and the encoder's special tokens included;
             None: :data:`DEFAULT_WINDOW`, or the encoder's ``max_length`` where shorter. At
             most ``max_length``.
@@ -210,8 +209,7 @@ def token_spans(
     Args:
         offsets: each token's ``(start, end)`` characters in ``text`` (pairs, or an
             ``(n, 2)`` integer array: what :class:`Splitter` gives).
-        budget: tokens per window.
-        stride: tokens each window shares with the one before it.
+        budget: tokens per window. stride: tokens each window shares with the one before it.
         sentence_aware: a cut inside a sentence moves back to the last sentence end in the
             window's last :data:`SENTENCE_SLACK` of tokens (:data:`SENTENCE_END`), if any.
 
@@ -279,8 +277,7 @@ class Splitter:
         lowercase: the encoder lower-cases texts before tokenizing them.
         max_length: the encoder's max length: a document longer is *long* for
             :meth:`splits` (None: the window).
-        show_progress: a bar while a document over :data:`LONG_TEXT` characters is
-            tokenized.
+        show_progress: a bar while a document over :data:`LONG_TEXT` characters is tokenized.
     """
 
     def __init__(
@@ -441,9 +438,8 @@ class _Offsets:
 def store_passages(
     store: DocStore, splitter: Splitter, positions: Sequence[int], batch: dict, pid: int
 ) -> int:
-    """Split a batch of documents (``title`` and ``text`` lists, at ``positions`` in the doc
-    store) into the store's passages table, ids from ``pid`` on, in document order; returns
-    the next id."""
+    """Split a batch of documents (``title`` and ``text`` lists, at ``positions`` in the doc store)
+    into the store's passages table, ids from ``pid`` on, in document order; returns the next id."""
     rows = []
     for pos, title, text in zip(positions, batch["title"], batch["text"], strict=True):
         for part, (begin, end) in enumerate(splitter.spans(title, text)):

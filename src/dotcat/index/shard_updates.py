@@ -37,14 +37,14 @@ from dotcat.index.updates import (
     delete_documents,
     held_error,
     missing_error,
+    recorded_fields,
 )
 
 logger = logging.getLogger(__name__)
 
 
 def home_shard(doc_id: str, shards: int) -> int:
-    """The shard a new document goes to: ``blake2b(id) mod shards`` (see the module
-    docstring)."""
+    """The shard a new document goes to: ``blake2b(id) mod shards`` (see the module docstring)."""
     digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards
 
@@ -75,8 +75,8 @@ def add_to_shards(
     """
     paths = shard_dirs(Path(folder), required=True)
     stats = CorpusStats()
-    dataset = load_corpus(corpus, stats=stats, options=corpus_options)
-    rows = [dict(row) for row in dataset]
+    options = recorded_fields(paths[0], corpus, corpus_options)
+    rows = [dict(row) for row in load_corpus(corpus, stats=stats, options=options)]
     held = owners(paths, [row["id"] for row in rows])
     if held and not upsert:
         raise held_error(stats.path, held, folder, "--upsert")

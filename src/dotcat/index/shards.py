@@ -81,6 +81,9 @@ def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
             + ", ".join(str(p) for _, p in sorted(numbered, key=lambda x: x[0]))
         )
     plain = [p for p, m in shards if not m.shard]
+    merged = [p for p, m in shards if numbered and m.documents.get("merged_from")]
+    if merged:  # shards beside their merge: every document answered twice
+        raise DotcatError(f"{merged[0]} is a merge of shards: keep it out of a shard set")
     return [p for _, p in sorted(numbered, key=lambda x: x[0])] + plain
 
 
@@ -124,6 +127,12 @@ def _check_mergeable(manifests: Sequence[tuple[Path, Manifest]]) -> None:
     if not manifests:
         raise DotcatError("merge: no shards given")
     check_compatible(manifests)
+    changed = [p for p, m in manifests if m.updates]  # positions with gaps, vectors.npy gone
+    if changed:
+        raise DotcatError(
+            f"merge: {changed[0]} was changed since it was built (add, delete or sync); shards "
+            "merge as built: index them again with --shard I/N, or search their folder as it is"
+        )
     split = [m.shard for _, m in manifests if m.shard]
     given = [x["index"] for x in split]  # (one twice: _in_order refuses it; plain ones: merged)
     missing = sorted(set(range(split[0]["of"])) - set(given)) if split else []
@@ -409,7 +418,7 @@ def merge_indexes(
         faiss_spec: the merged index's FAISS spec (default: the shards' own).
         on_disk: ``auto`` (on-disk inverted lists when IVF lists would take more than half
             the available memory), ``yes`` or ``no``.
-        bm25: build a BM25 side index (default: when the shards have one).
+        bm25: build a BM25 side index (default: when a shard has one).
 
     Raises:
         DotcatError: incompatible shards, the same id in two shards, a shard without its
@@ -419,6 +428,8 @@ def merge_indexes(
     out = Path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
     manifests = [(Path(p), Manifest.read(Path(p))) for p in shards]
+    if any(out.resolve() == p.resolve() for p, _ in manifests):
+        raise DotcatError(f"merge: {out} is one of the shards merged; give another OUT")
     _check_mergeable(manifests)
     paths = _in_order(manifests)
     manifests = [next(m for p, m in manifests if p == path) for path in paths]
@@ -443,7 +454,7 @@ def merge_indexes(
                 if any(m.passages for m in manifests):
                     _merge_passages(paths, tmp / DOCSTORE_NAME)
             stored_on_disk = _merge_faiss(empty, spec, vectors, n, tmp, on_disk, show_progress)
-            with_bm25 = bm25 if bm25 is not None else all(m.bm25 for m in manifests)
+            with_bm25 = bm25 if bm25 is not None else any(m.bm25 for m in manifests)
             by_passage = any(m.passages and "split_longer_than" not in m.passages
                              for m in manifests)  # fmt: skip
             bm25_entry = (
@@ -652,8 +663,7 @@ def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progre
 def _bm25_from_docstore(
     tmp: Path, n: int, passages: int | None, show_progress: bool
 ) -> dict[str, Any]:
-    """BM25 over the merged documents or passages (BM25's statistics are global: never
-    merged)."""
+    """BM25 over the merged documents or passages (BM25's statistics are global: never merged)."""
     build_from_docstore(tmp / DOCSTORE_NAME, BM25Config(), show_progress,
                         passages=passages is not None).save(tmp / BM25_DIR)  # fmt: skip
     return side_entry(n, passages)

@@ -211,15 +211,16 @@ def _compare(
     # document), every one read again where the options differ; documents added otherwise
     # (``dotcat add``) are no file's, and kept.
     recorded = recorded or {"files": dict.fromkeys({i.split("#", 1)[0] for i in store.all_ids()})}
+    kept = set(recorded.get("added", ()))  # ids `dotcat add` and HTTP writes gave: no file's
     same = recorded.get("key") == state["key"]
     before: dict[str, Any] = recorded["files"] if same else dict.fromkeys(recorded["files"])
     stale = [k for k, v in now.items() if before.get(k) != v]
     gone = [k for k in before if k not in now]
     if isinstance(source, FileSource):
-        held = set(store.all_ids()) if stale else set()
+        held = set(store.all_ids()) - kept if stale else set()
         reader = source
     else:
-        held = {d.id for k in (*stale, *gone) for d in store.of_file(k)}
+        held = {d.id for k in (*stale, *gone) for d in store.of_file(k)} - kept
         reader = copy.copy(source)
         wanted = set(stale)
         reader.listing = Listing(files=[f for f in source.listing.files
@@ -241,7 +242,8 @@ def _compare(
     # A file's record is kept where it gave documents (one that gave none is read again).
     files = {k: v for k, v in now.items() if k not in stale and before.get(k) is not None}
     files.update({k: now[k] for k in stale if k in seen or k == ""})
-    change = Change(sorted(held), added or None, fields, {"key": state["key"], "files": files})
+    state = {"key": state["key"], "files": files, **({"added": sorted(kept)} if kept else {})}
+    change = Change(sorted(held), added or None, fields, state)
     return change, (len(added) - changed, changed, len(fields), len(stale))
 
 

@@ -16,14 +16,13 @@ IVF indexes keep explicit ids natively; other index types are wrapped in an ``In
 the first time they are updated (rebuilt from their own vectors, exact for flat storage).
 HNSW cannot remove a vector in place: a delete rebuilds its graph from the remaining vectors.
 
-Each update makes the next generation of the index (:class:`Generation`): a copy in the build
-folder (hard links of the files it only replaces, a copy of the doc store it changes),
-fsynced and swapped into place (:mod:`dotcat.index.layout`), so a crash at any point leaves
-the previous generation whole and searchable, and an update that returned is on disk. The
-manifest keeps the count and a log of updates; the BM25 side, if any, keeps its rows' term
-counts and is scored again with the new collection's statistics
-(:func:`dotcat.index.bm25_global.updated`: as a build over the same documents scores).
-A sync of a folder (:mod:`dotcat.index.sync`) and the server's document API
+Each update makes the next generation of the index (:class:`Generation`): a copy in the build folder
+(hard links of the files it only replaces, a copy of the doc store it changes), fsynced and swapped
+into place (:mod:`dotcat.index.layout`), so a crash at any point leaves the previous generation
+whole and searchable, and an update that returned is on disk. The manifest keeps the count and a log
+of updates; the BM25 side, if any, keeps its rows' term counts and is scored again with the new
+collection's statistics (:func:`dotcat.index.bm25_global.updated`: as a build over the same
+documents scores). A sync of a folder (:mod:`dotcat.index.sync`) and the server's document API
 (:mod:`dotcat.serve.live`) change an index through the same :func:`apply_change`.
 """
 
@@ -126,7 +125,8 @@ def add_documents(
     index_dir = Path(index_dir)
     layout.check_writable(index_dir)  # before the corpus is read and encoded
     stats = CorpusStats()
-    dataset = load_corpus(corpus, stats=stats, options=corpus_options)
+    options = recorded_fields(index_dir, corpus, corpus_options)
+    dataset = load_corpus(corpus, stats=stats, options=options)
     with Generation(index_dir, wait) as generation:
         with DocStore(index_dir / DOCSTORE_NAME) as store:
             existing = set(store.by_ids(_existing_ids(dataset)))
@@ -228,6 +228,11 @@ class Generation:
     ) -> UpdateResult:
         """Make the next generation with ``change`` applied (:func:`apply_change`), its
         manifest written; published when the block ends."""
+        if change.add is not None and len(change.add):  # loaded and checked before the copy
+            if encoder is None or isinstance(encoder, Mapping):
+                encoder = load_document_encoder(document_config(self.manifest, encoder or {}))
+            entry = encoder.manifest_entry()
+            check_encoder(self.manifest, entry, self.index_dir, side="documents")
         self.tmp = tmp = layout.build_path(self.index_dir)
         layout.clear(tmp, "an unusable build folder")
         layout.copy_for_update(self.index_dir, tmp)
@@ -254,8 +259,8 @@ def apply_change(
     tmp: Path, manifest: Manifest, change: Change, encoder: Any, show_progress: bool = False
 ) -> UpdateResult:
     """Apply ``change`` to the index in ``tmp`` (FAISS, doc store, fields, BM25, the files'
-    state), encoding the added documents with ``encoder`` (loaded, or the settings to load the
-    index's with, :func:`document_config`; unused without documents to add)."""
+    state), encoding the added documents with the index's ``encoder`` (loaded and checked by
+    :meth:`Generation.apply`; unused without documents to add)."""
     with DocStore(tmp / DOCSTORE_NAME, readonly=False) as store:
         added_ids = _existing_ids(change.add)
         found = store.by_ids(sorted({*change.remove, *added_ids}))
@@ -272,8 +277,6 @@ def apply_change(
         first_id = manifest.next_vector_id
         next_id = first_id
         if change.add is not None and len(change.add):
-            if encoder is None or isinstance(encoder, Mapping):
-                encoder = load_document_encoder(document_config(manifest, encoder or {}))
             next_id = _add(index, store, change.add, manifest, first, encoder, show_progress)
         store.replace_fields([(d.pos, change.fields[i]) for i, d in
                               store.by_ids(sorted(change.fields)).items()])  # fmt: skip
@@ -299,6 +302,17 @@ def document_config(manifest: Manifest, runtime: Mapping[str, Any]) -> EncoderCo
     )
     names = {f.name for f in dataclasses.fields(EncoderConfig)} - {"device", "precision"}
     return replace(config, **{k: v for k, v in runtime.items() if k in names})
+
+
+def recorded_fields(index_dir: Path, corpus: Any, options: CorpusOptions | None):
+    """``options`` with the record fields a file-built index was read with (``--id-field``...)
+    where none is given: an added record file is read as the index's was, so a record it
+    holds is found by its id, not added again under another."""
+    if not isinstance(corpus, (str, Path)) or not Path(corpus).is_file():
+        return options
+    built, options = Manifest.read(index_dir).corpus.get("options", {}), options or CorpusOptions()
+    names = [k for k in ("id_field", "title_field", "text_field") if getattr(options, k) is None]
+    return replace(options, **{k: built[k] for k in names if k in built})
 
 
 def _existing_ids(dataset) -> list[str]:
@@ -376,7 +390,6 @@ def _add(
     """Encode the dataset's documents with the index's encoder (split into passages as the
     index's were), positions from ``first``; returns the next FAISS id never used."""
     next_id = manifest.next_vector_id
-    check_encoder(manifest, encoder.manifest_entry(), store.path.parent, side="documents")
     config = PassageConfig.from_manifest(manifest.passages)
     splitter = Splitter.for_encoder(encoder, config, split_longer_than(manifest.passages))
     position = first
@@ -460,14 +473,19 @@ def write_files(index_dir: Path, state: dict[str, Any]) -> None:
 
 
 def _files_after(tmp: Path, change: Change, found: Mapping[str, Any]) -> None:
-    """The files' state after ``change``: as a sync gives it, else without the files whose
-    documents changed (``dotcat add``, ``delete``, HTTP writes: the next sync reads them)."""
+    """The files' state after ``change``: as a sync gives it, else with the files whose
+    documents changed (``dotcat add``, ``delete``, HTTP writes) unrecorded (None): the next
+    sync reads them again, or removes their documents if they left the folder; the new ids
+    (not replacing a document) are recorded as no file's (``added``): a sync keeps them."""
     state = read_files(tmp)
     if change.files is not None:
         write_files(tmp, change.files)
     elif state is not None:
-        touched = {unquote(i.split("#", 1)[0]) for i in [*found, *_existing_ids(change.add)]}
-        state["files"] = {k: v for k, v in state["files"].items() if k not in touched}
+        ids = _existing_ids(change.add)
+        touched = {unquote(i.split("#", 1)[0]) for i in [*found, *ids]}
+        state["files"] = {k: None if k in touched else v for k, v in state["files"].items()}
+        new = {i for i in ids if i not in found}
+        state["added"] = sorted({*state.get("added", ()), *new} - set(change.remove))
         write_files(tmp, state)
 
 

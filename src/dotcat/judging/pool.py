@@ -1,15 +1,14 @@
 """Depth-k pools: the documents several systems rank highest for each query, to be judged.
 
-TREC's pooling (Harman, "Overview of the first TREC conference", 1993; Voorhees and Harman,
-"TREC: Experiment and Evaluation in Information Retrieval", 2005): each system ranks the
-collection for a query, the top ``depth`` of every system are put together without
-duplicates, and only that pool is judged; a document outside every pool counts as not
-relevant. The systems here are the first stages an index serves (dense, BM25, and their hybrid
-fusion, over passages where the index has them), optionally the default first stage re-ranked
-by a BERT_CAT, and any TREC run files given: what a user compares. Each pooled document keeps
-the rank each system gave it (the pool's provenance, with the systems' settings, is recorded
-in the store), its judging priority (:mod:`dotcat.judging.priority`) and the passage that
-matched, which the page shows first.
+TREC's pooling (Harman, "Overview of the first TREC conference", 1993; Voorhees and Harman, "TREC:
+Experiment and Evaluation in Information Retrieval", 2005): each system ranks the collection for a
+query, the top ``depth`` of every system are put together without duplicates, and only that pool is
+judged; a document outside every pool counts as not relevant. The systems here are the first stages
+an index serves (dense, BM25, and their hybrid fusion, over passages where the index has them),
+optionally the default first stage re-ranked by a BERT_CAT, and any TREC run files given: what a
+user compares. Each pooled document keeps the rank each system gave it (the pool's provenance, with
+the systems' settings, is recorded in the store), its judging priority
+(:mod:`dotcat.judging.priority`) and the passage that matched, which the page shows first.
 """
 
 from __future__ import annotations
@@ -196,9 +195,8 @@ def build_pool(
     Args:
         pipeline: a :class:`dotcat.search.pipeline.SearchPipeline` over the index (with a
             re-ranker where ``config.rerank`` asks for one).
-        store: where the pool and its provenance are written.
-        topics: the queries.
-        config: depth, systems, runs, order.
+        store: where the pool and its provenance are written. topics: the queries. config: depth,
+        systems, runs, order.
 
     Raises:
         DotcatError: no topics, a stage the index lacks, an unreadable run file, a topic

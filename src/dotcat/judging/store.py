@@ -1,14 +1,13 @@
 """The judgements store: one SQLite file holding the topics, their pools and every judgement.
 
-Tables: ``meta`` (format, the index it pools, the grade scale, the judging order), ``topics``
-(query id, text, description, where it came from), ``pools`` (one row per pooling: the
-systems, depth and order, as JSON: the pool's provenance), ``pooled`` (a topic's pooled
-documents: each system's rank of it, its priority, the passage that matched) and
-``judgments``, an append-only log: one row per grade given or document skipped, with the
-assessor's name and the time (UTC). An undo marks the assessor's latest row undone; an
-assessor's judgement of a document is their latest row not undone. A row may name the request
-that wrote it (``client``, ``seq``: a page load and its n-th request), which makes the request
-idempotent (:meth:`JudgmentStore.judge`).
+Tables: ``meta`` (format, the index it pools, the grade scale, the judging order), ``topics`` (query
+id, text, description, where it came from), ``pools`` (one row per pooling: the systems, depth and
+order, as JSON: the pool's provenance), ``pooled`` (a topic's pooled documents: each system's rank
+of it, its priority, the passage that matched) and ``judgments``, an append-only log: one row per
+grade given or document skipped, with the assessor's name and the time (UTC). An undo marks the
+assessor's latest row undone; an assessor's judgement of a document is their latest row not undone.
+A row may name the request that wrote it (``client``, ``seq``: a page load and its n-th request),
+which makes the request idempotent (:meth:`JudgmentStore.judge`).
 
 Each judgement is its own transaction, committed before the call returns, in WAL mode with
 ``synchronous=FULL``: once the page has been told a grade is saved, neither a killed server
@@ -308,9 +307,8 @@ class JudgmentStore:
         return [{"id": i, "created": c, **json.loads(p)} for i, c, p in rows]
 
     def add_pooled(self, qid: str, entries: Iterable[PoolEntry], pool: int) -> int:
-        """Merge a topic's pooled documents: a document pooled before keeps its ranks (and
-        the pool it came in) and gains the new systems' ranks and weight. Returns how many
-        are new."""
+        """Merge a topic's pooled documents: a document pooled before keeps its ranks (and the pool
+        it came in) and gains the new systems' ranks and weight. Returns how many are new."""
         new = 0
         with self._write() as db:
             for entry in entries:

@@ -1,9 +1,8 @@
 """The queries a pool is built for: a queries file, or the queries a server was asked.
 
 - :func:`read_topics`: any queries file dotcat reads (:func:`dotcat.data.queries.load_queries`: JSON
-  Lines, TSV, a BEIR directory, gzipped or not); a JSON Lines record may carry a
-  ``description`` (or TREC's ``narrative``) saying what an answer must hold, shown to the
-  assessor beside the query.
+  Lines, TSV, a BEIR directory, gzipped or not); a JSON Lines record may carry a ``description`` (or
+  TREC's ``narrative``) saying what an answer must hold, shown to the assessor beside the query.
 - :func:`read_query_log`: the log ``dotcat serve --query-log FILE`` keeps (opt-in: one JSON
   line per query asked, ``{"time": ..., "query": ...}``): its distinct queries, most asked
   first, each with a stable id made from its text (``log-`` and 10 hex digits of its sha1).

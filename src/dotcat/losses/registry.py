@@ -8,8 +8,7 @@ Every entry of a recipe has that recipe's signature:
   global batch, a :class:`LossConfig` and the false-negative mask; the multi-process forms of
   :mod:`dotcat.losses.gathered`, which reduce to the plain losses in one process.
 - ``cat``: ``fn(logits)`` over ``[groups, 1 + n]`` logits, the positive first.
-- ``distill``: ``fn(student, teacher, temperature)`` over ``[b, 1 + n]`` scores, the positive
-  first.
+- ``distill``: ``fn(student, teacher, temperature)`` over ``[b, 1 + n]`` scores, the positive first.
 """
 
 from __future__ import annotations

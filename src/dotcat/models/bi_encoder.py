@@ -338,12 +338,11 @@ class BiEncoder(LoadedModel):
     def _tokenize(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text as a compact int32 array, tokenized a slice at a time.
 
-        A tokenizer's batch result keeps every token as a Python int and a Rust-side
-        encoding object until it is dropped (for 8,192 documents of 300 tokens, about
-        half a GB); slices of :data:`TOKENIZE_SLICE` texts keep that bounded. A long text is
-        tokenized only as far as its first ``max_length`` tokens need
-        (:func:`dotcat.models.tokens.truncated`): truncating, a tokenizer still reads all
-        of a 50 MB document.
+        A tokenizer's batch result keeps every token as a Python int and a Rust-side encoding object
+        until it is dropped (for 8,192 documents of 300 tokens, about half a GB); slices of
+        :data:`TOKENIZE_SLICE` texts keep that bounded. A long text is tokenized only as far as its
+        first ``max_length`` tokens need (:func:`dotcat.models.tokens.truncated`): truncating, a
+        tokenizer still reads all of a 50 MB document.
         """
         if self.lowercase:
             texts = [t.lower() for t in texts]

@@ -40,7 +40,7 @@ from dotcat.models.batching import (
 )
 from dotcat.models.config import EncoderConfig
 from dotcat.models.int8 import int8_runner
-from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
+from dotcat.models.resolve import model_dim, read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import available_cpus, runs_on_cpu
 from dotcat.models.st_config import StSettings, or_prompt, read_st_settings
 from dotcat.models.tokens import truncated
@@ -143,8 +143,8 @@ class ExportedEncoder:
                                  workers)  # fmt: skip
         else:
             runner = onnx_backend.fp32_runner(st.transformer_dir, "encoder", fingerprint)
-        encoder = cls(config, path, runner, tokenizer, st, dim=int(model_config["hidden_size"]),
-                      fingerprint=fingerprint)  # fmt: skip
+        dim = model_dim(model_config)  # (DistilBERT's config names it `dim`)
+        encoder = cls(config, path, runner, tokenizer, st, dim=dim, fingerprint=fingerprint)
         logger.info("encoder %s: %s pooling, %s similarity, max_length %d, %s on %s",
                     config.model, encoder.pooling, encoder.similarity, encoder.max_length,
                     encoder.precision, encoder.backend)  # fmt: skip
@@ -185,8 +185,7 @@ class ExportedEncoder:
 
     def encode_queries(self, texts: str | Sequence[str], **kwargs: Any) -> np.ndarray:
         """Queries' vectors: ``query_prefix + text``, padded to multiples of 8 tokens as
-        :meth:`BiEncoder.encode_queries` pads them (a query's vector never depends on its
-        batch)."""
+        :meth:`BiEncoder.encode_queries` pads them (a query's vector never depends on its batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(prefixed(self.query_prefix, texts), **kwargs)
 

@@ -100,14 +100,17 @@ def export_model(
     architectures = config.get("architectures") or []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         kind, weights_dir = "cross-encoder", path
-        if len(config.get("id2label") or {"0": "LABEL_0"}) != 1:
+        # (transformers leaves out id2label for its default, 2 labels)
+        if len(config.get("id2label") or range(config.get("num_labels", 2))) != 1:
             raise DotcatError(f"{path} is a classifier with several labels, not a re-ranker")
     else:
         kind, weights_dir = "encoder", transformer_dir
     fingerprint = weights_fingerprint(path)
     if not os.access(weights_dir, os.W_OK):
         raise DotcatError(f"{weights_dir} cannot be written; copy the model somewhere writable")
-    openvino = precision == "int8" and int8_backend(kind, backend) == "openvino"
+    # auto: an encoder's ONNX file, which sentence-transformers loads (the option's help)
+    auto_onnx = (kind, backend) == ("encoder", "auto")
+    openvino = precision == "int8" and not auto_onnx and int8_backend(kind, backend) == "openvino"
     home = weights_dir / (openvino_backend.OPENVINO_DIR if openvino else onnx_backend.ONNX_DIR)
     made_home = not home.exists()
     try:

@@ -1,20 +1,18 @@
 """The int8 path: a model exported to ONNX, its linear layers quantised, run by ONNX Runtime.
 
-Why int8 and why ONNX Runtime (measured on SciFact): on a CPU without
-native bf16 (AVX2-only) fp32 matmuls already run near peak, so lower precision is the only way to go
-faster; PyTorch's own dynamic int8 (``torch.ao.quantization.quantize_dynamic``) gave 1.37x and a
-re-ranker Spearman of 0.89 with fp32, while ONNX Runtime's int8 kernels
-(VNNI on AVX-512, u8s8 on AVX2) are faster and per-channel weight scales keep the vectors close
-(cosine ~0.995 with fp32 on SciFact documents).
+Why int8 and why ONNX Runtime (measured on SciFact): on a CPU without native bf16 (AVX2-only) fp32
+matmuls already run near peak, so lower precision is the only way to go faster; PyTorch's own
+dynamic int8 (``torch.ao.quantization.quantize_dynamic``) gave 1.37x and a re-ranker Spearman of
+0.89 with fp32, while ONNX Runtime's int8 kernels (VNNI on AVX-512, u8s8 on AVX2) are faster and
+per-channel weight scales keep the vectors close (cosine ~0.995 with fp32 on SciFact documents).
 
-Recipe (Bondarenko et al., EMNLP 2021, "Understanding and Overcoming the Challenges of
-Efficient Transformer Quantization"): the weights of every linear layer are quantised per
-output channel to int8 once, at export; activations are quantised per call from their own
-range (dynamic: no calibration set to choose, nothing fitted to one corpus). The FFN output
-projections can be kept in fp32 (``keep_fp32="ffn_output"``), where the paper finds the
-outliers of the residual stream. On CPUs without VNNI the weights use 7 bits
-(``reduce_range``): AVX2's u8 x s8 multiply-add (``vpmaddubsw``) saturates int16 sums of two
-8-bit products.
+Recipe (Bondarenko et al., EMNLP 2021, "Understanding and Overcoming the Challenges of Efficient
+Transformer Quantization"): the weights of every linear layer are quantised per output channel to
+int8 once, at export; activations are quantised per call from their own range (dynamic: no
+calibration set to choose, nothing fitted to one corpus). The FFN output projections can be kept in
+fp32 (``keep_fp32="ffn_output"``), where the paper finds the outliers of the residual stream. On
+CPUs without VNNI the weights use 7 bits (``reduce_range``): AVX2's u8 x s8 multiply-add
+(``vpmaddubsw``) saturates int16 sums of two 8-bit products.
 
 Files are laid out as sentence-transformers (``backend="onnx"``) and Optimum look for them,
 inside the directory that holds the transformer's weights::

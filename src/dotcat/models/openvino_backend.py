@@ -113,13 +113,12 @@ class OpenVinoRunner:
     (seen once in five runs by hand, not reproduced since). Pinning is off: the cores are shared
     with tokenisation and, when serving, the event loop.
 
-    Why one stream and not one per worker: OpenVINO 2026.4's CPU plugin, with int8 weights, a
-    bf16 inference precision and two streams, returned logits unrelated to fp32's (off by 8-74
-    times their whole spread, and not the same twice) for models whose hidden size is not a
-    multiple of 64 (32, 100, 312 -- TinyBERT's; 384 was right), on an Intel Xeon with AMX
-    (flags avx512_bf16 amx_bf16 amx_int8). One stream of two threads was right for all of them,
-    at 0.88x the two streams' pairs/s.
-    ``tests/models/test_openvino_backend.py`` checks hidden sizes of both kinds.
+    Why one stream and not one per worker: OpenVINO 2026.4's CPU plugin, with int8 weights, a bf16
+    inference precision and two streams, returned logits unrelated to fp32's (off by 8-74 times
+    their whole spread, and not the same twice) for models whose hidden size is not a multiple of 64
+    (32, 100, 312 -- TinyBERT's; 384 was right), on an Intel Xeon with AMX (flags avx512_bf16
+    amx_bf16 amx_int8). One stream of two threads was right for all of them, at 0.88x the two
+    streams' pairs/s. ``tests/models/test_openvino_backend.py`` checks hidden sizes of both kinds.
     """
 
     #: The runtime's name (``CrossEncoder.backend``).

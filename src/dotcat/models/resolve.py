@@ -287,8 +287,8 @@ def weights_fingerprint(model_dir: str | os.PathLike) -> str:
     Raises:
         DotcatError: the directory holds no weights file.
     """
-    model_dir = Path(model_dir)
-    files = _weight_files(model_dir)
+    model_dir = Path(model_dir)  # (else a sentence-transformers folder's 0_Transformer/)
+    files = _weight_files(model_dir) or _weight_files(read_st_settings(model_dir).transformer_dir)
     if not files:
         raise DotcatError(
             f"no model weights in {model_dir} (expected model.safetensors or pytorch_model.bin)"

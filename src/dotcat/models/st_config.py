@@ -39,6 +39,9 @@ _SIMILARITIES = {"cosine": "cos", "dot": "dot"}
 _DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
+_TOLD: set[Path] = set()  # models warned about (once a process)
+
+
 @dataclass(frozen=True)
 class StSettings:
     """What a model directory says about itself; None where it says nothing."""
@@ -63,6 +66,11 @@ class StSettings:
             if self.pooling_error:
                 raise DotcatError(f"{self.pooling_error}; pass an explicit pooling (cls or mean)")
             pooling = "cls"
+        told = similarity or self.similarity or not self.pooling or self.transformer_dir in _TOLD
+        if not told:  # sentence-transformers would take cosine
+            _TOLD.add(self.transformer_dir)
+            logger.warning("%s names no similarity function: dot product is used (give "
+                           "--similarity cos for cosine)", self.transformer_dir)  # fmt: skip
         return pooling, similarity or self.similarity or "dot"
 
 

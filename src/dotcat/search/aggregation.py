@@ -21,14 +21,13 @@ past fewer than sixteen windows one by one (``--split-over``) and MaxP elsewhere
 split every document: all of many passages, none favoured; or only documents past sixteen
 windows, as before); eval/studies/length_bias has the figures.
 
-:func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per
-document, so that k documents come out of one search when a query's best passages spread over
-documents as the collection's passages do; a query whose passages crowd into fewer documents
-is asked again for twice as many, until k documents come out or the index has no more. MaxP
-and FirstP are then exact: the i-th document by MaxP is the i-th distinct document down the
-passage ranking, the i-th by FirstP the i-th first passage down it; ``lead`` counts only the
-documents scored at or above the lowest passage fetched (a first passage not fetched is below
-it, so their scores are exact). The sum is over the
+:func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per document, so
+that k documents come out of one search when a query's best passages spread over documents as the
+collection's passages do; a query whose passages crowd into fewer documents is asked again for twice
+as many, until k documents come out or the index has no more. MaxP and FirstP are then exact: the
+i-th document by MaxP is the i-th distinct document down the passage ranking, the i-th by FirstP the
+i-th first passage down it; ``lead`` counts only the documents scored at or above the lowest passage
+fetched (a first passage not fetched is below it, so their scores are exact). The sum is over the
 passages fetched (a document's passages below the fetched depth count 0).
 
 An index without passages is the same search with one passage per document (each vector a

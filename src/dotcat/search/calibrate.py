@@ -23,12 +23,11 @@ It is recorded in the index manifest under the cross-encoder's weights fingerpri
 the tied weights and the reason, and ``interpolate="auto"`` follows it before the model's dev
 weight (:class:`dotcat.search.reranker.Reranker`).
 
-Measured with the guard of before (the best weight kept where a paired t-test against the
-first stage gave p < 0.05): two SciFact-trained BERT_CATs whose SciFact dev weights made the
-pipeline lose up to 0.15 nDCG@10 to its first stage on two collections they never saw are
-calibrated there to no loss. With prior 0.2 a weak one can keep a little weight where the
-pseudo-queries cannot tell (one lost 0.0135 on debian at its chosen 0.2;
-``eval/studies/cat_corpus_weight``).
+Measured with the guard of before (the best weight kept where a paired t-test against the first
+stage gave p < 0.05): two SciFact-trained BERT_CATs whose SciFact dev weights made the pipeline lose
+up to 0.15 nDCG@10 to its first stage on two collections they never saw are calibrated there to no
+loss. With prior 0.2 a weak one can keep a little weight where the pseudo-queries cannot tell (one
+lost 0.0135 on debian at its chosen 0.2; ``eval/studies/cat_corpus_weight``).
 """
 
 from __future__ import annotations
@@ -79,12 +78,11 @@ class CorpusWeight:
         best: the weight with the best nDCG@10 on the pseudo-queries.
         choice: the rule's record (:meth:`~dotcat.evaluation.choice.Choice.to_json`: the
             standard errors, the tied weights, the reason).
-        model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256.
-        depth: documents re-ranked per pseudo-query.
-        first_stage: the first stage re-ranked (``dense``, ``bm25`` or ``hybrid``).
-        queries, documents: pseudo-queries asked, documents of the sample they were asked on.
-        scores: ``str(alpha) -> nDCG@10`` over the pseudo-queries.
-        pseudo: where the pseudo-queries came from (titles, cut sentences...).
+        model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256. depth:
+        documents re-ranked per pseudo-query. first_stage: the first stage re-ranked (``dense``,
+        ``bm25`` or ``hybrid``). queries, documents: pseudo-queries asked, documents of the sample
+        they were asked on. scores: ``str(alpha) -> nDCG@10`` over the pseudo-queries. pseudo: where
+        the pseudo-queries came from (titles, cut sentences...).
     """
 
     alpha: float

@@ -148,9 +148,8 @@ class PipelineConfig(Settings):
             side, ``rocchio`` on the dense side, ``both``, or ``none``.
         fb_docs, fb_terms, original_query_weight: RM3's feedback documents (passages, on an
             index with passages), expansion terms and the original query's weight.
-        rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta *
-            mean(top rocchio_docs document vectors)`` (passage vectors, on an index with
-            passages).
+        rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta * mean(top
+            rocchio_docs document vectors)`` (passage vectors, on an index with passages).
         filter: only documents this expression over their fields admits, applied inside
             the first stage (:mod:`dotcat.search.filters`); None: every document.
     """
@@ -331,6 +330,10 @@ def results_per_query(k: int | None, *, run: bool) -> int:
 #: arbitrary documents.
 CONTROL_CLASS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 CONTROL = re.compile(f"[{CONTROL_CLASS}]")
+#: Characters that show nothing (soft hyphen, zero-width spaces and joiners, marks of
+#: direction, word joiner, BOM): a query of them and white space is empty.
+INVISIBLE_CLASS = r"\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff"
+INVISIBLE = re.compile(f"[{INVISIBLE_CLASS}]")
 
 
 def control_character(text: str) -> str | None:
@@ -339,11 +342,13 @@ def control_character(text: str) -> str | None:
     return None if found is None else f"U+{ord(found.group()):04X}"
 
 
-def check_query(text: str) -> str:
-    """A query's text: not blank, UTF-8 (:func:`not_utf8`), no control character
+def check_query(text: object) -> str:
+    """A query's text: a str, not blank, UTF-8 (:func:`not_utf8`), no control character
     (:data:`CONTROL`), and not longer than :data:`~dotcat.options.MAX_QUERY_CHARS` (a pasted
     document, not a query: the encoder would read its first few hundred words)."""
-    if not text.strip():
+    if not isinstance(text, str):
+        raise DotcatError(f"a query must be a str, got {type(text).__name__}")
+    if not INVISIBLE.sub("", text).strip():
         raise DotcatError("the query is empty; give some words to search for")
     control, bad = control_character(text), not_utf8(text)
     if bad is not None:

@@ -236,9 +236,8 @@ def dense_retriever(context) -> DenseRetriever:
 def hit(
     rank: int, match: Match, doc: StoredDocument, score_kind: str, fields: dict | None = None
 ) -> Hit:
-    """A result: the document, its score on the ``score_kind`` scale, where the passage that
-    matched lies in its text (none for a whole document: an index without passages), and its
-    fields."""
+    """A result: the document, its score on the ``score_kind`` scale, where the passage that matched
+    lies in its text (none for a whole document: an index without passages), and its fields."""
     ref = match.passages[0][0] if match.passages else None
     span = (ref.start, ref.stop) if ref is not None and ref.stop is not None else (None, None)
     return Hit(rank, doc.id, match.score, doc.title, doc.text, score_kind, *span,

@@ -165,9 +165,8 @@ class RM3Expander:
     def search_expanded(
         self, weights: Mapping[int, float], k: int, mask: np.ndarray | None = None
     ) -> list[tuple[str, float]]:
-        """Top-k ``(row id, score)`` for an expanded query :meth:`expand` gave (rows: the
-        index's documents, or its passages in an index directory built with them; those
-        ``mask`` admits)."""
+        """Top-k ``(row id, score)`` for an expanded query :meth:`expand` gave (rows: the index's
+        documents, or its passages in an index directory built with them; those ``mask`` admits)."""
         if not weights:
             return []
         top = self.index.top(self.index.weighted_scores(weights), k, mask)

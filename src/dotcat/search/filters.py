@@ -21,9 +21,8 @@ A FIELD is a name as the index keeps it (``product``, ``meta.owner``: dotted for
 fields), or any name between backquotes (```Product line```). What a comparison means follows
 the field's kind (:mod:`dotcat.index.fields`):
 
-- a **string** field compares text (``=`` exactly, ``<``... in code-point order);
-  ``contains`` finds a piece of text (ignoring case, for ASCII letters), ``startswith`` a
-  beginning;
+- a **string** field compares text (``=`` exactly, ``<``... in code-point order); ``contains`` finds
+  a piece of text (ignoring case, for ASCII letters), ``startswith`` a beginning;
 - a **number** field compares numbers; a **date** field compares dates: a date alone stands
   for its whole day (``updated = 2025-01-31`` is any time that day, ``updated <= 2025-01-31``
   includes it, ``> 2025-01-31`` starts the next day), a date-time for its instant (UTC when it

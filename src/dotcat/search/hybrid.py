@@ -3,15 +3,14 @@
 With a filter, each stage ranks within the admitted documents and the two filtered rankings
 are fused: the fusion of what each side would return from the admitted documents alone.
 
-Both stages fetch their top ``depth`` documents (``k`` where more are asked) for every query,
-and :class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank
-fusion, or a linear mix of min-max normalised scores with the first stage's weight). A fusion
-reads the whole lists it is given (min-max's floor, RRF's ranks), so the top ``depth`` are
-fused first and deeper documents below them (:func:`fuse_tiers`): asking for more results does
-not reorder the first ``depth``. The built-in ``hybrid`` fuses the dense and the BM25 stages
-(each with its own feedback, where the settings ask for it) with the fusion the index recorded
-on its dev queries, else linear 0.5 (:func:`~dotcat.search.fusion.default_fusion`); any two
-stages fuse the same way.
+Both stages fetch their top ``depth`` documents (``k`` where more are asked) for every query, and
+:class:`~dotcat.search.fusion.Fusion` merges the two document rankings (reciprocal rank fusion, or a
+linear mix of min-max normalised scores with the first stage's weight). A fusion reads the whole
+lists it is given (min-max's floor, RRF's ranks), so the top ``depth`` are fused first and deeper
+documents below them (:func:`fuse_tiers`): asking for more results does not reorder the first
+``depth``. The built-in ``hybrid`` fuses the dense and the BM25 stages (each with its own feedback,
+where the settings ask for it) with the fusion the index recorded on its dev queries, else linear
+0.5 (:func:`~dotcat.search.fusion.default_fusion`); any two stages fuse the same way.
 """
 
 from __future__ import annotations

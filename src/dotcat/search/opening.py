@@ -33,6 +33,8 @@ def shard_paths(index: str | Path | Sequence[str | Path]) -> list[Path]:
     shard order."""
     if isinstance(index, str | Path):
         return shard_dirs(Path(index), required=True)
+    if not isinstance(index, Sequence) or not all(isinstance(p, str | Path) for p in index):
+        raise DotcatError(f"an index is a directory (str or Path), got {index!r:.80}")
     paths = shard_order([Path(p) for p in index])
     if not paths:
         raise DotcatError("no shard index given")

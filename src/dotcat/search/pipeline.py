@@ -160,8 +160,10 @@ class SearchPipeline:
     ) -> list[list[Hit]]:
         """:meth:`search` for several queries in one pass: one encoder call, one FAISS
         search, one cross-encoder call (the batching that makes the server scale)."""
+        if isinstance(queries, str):
+            raise DotcatError("search_many takes a list of queries; search(query) takes one")
         for query in queries:
-            check_query(query if isinstance(query, str) else "")
+            check_query(query)
         keyed = {str(i): q for i, q in enumerate(queries)}
         with self._lock:  # the documents come from where the search found them (shards)
             found = self.matches(keyed, k, **options)
@@ -226,6 +228,11 @@ class SearchPipeline:
         """:meth:`run` with each document's passages that matched (best first)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise DotcatError(f"k must be a whole number >= 1, got {k!r}")
+        if not isinstance(queries, Mapping):
+            raise DotcatError(f"queries: a {{id: text}} mapping, got {type(queries).__name__}")
+        for text in queries.values():
+            if not isinstance(text, str):
+                check_query(text)  # one line naming the type
         if options.get("rerank") and self.reranker is None:
             raise DotcatError("re-ranking was asked for, but this pipeline has no cross-encoder")
         reranker = None if options.get("rerank") is False else self.reranker

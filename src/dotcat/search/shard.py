@@ -15,12 +15,11 @@ answers in the collection's terms:
   documents merged by score are the collection's top-k;
 * BM25 terms travel as the collection's term ids (RM3's expanded queries and its feedback
   documents' terms), which this shard maps to its own;
-* a filter travels as the front parsed it once (:data:`FilterQuery`: its SQL over a doc
-  store's ``fields`` table, :meth:`dotcat.search.filters.Filter.sql`), and each shard
-  admits its own documents from its own fields (:meth:`dotcat.index.dense_index.DenseIndex.admit`,
-  kept for the searches that follow) and ranks only those, as one index does
-  (:mod:`dotcat.index.filtered`): a document lives in one shard, so the shards' admitted
-  sets make up the collection's.
+* a filter travels as the front parsed it once (:data:`FilterQuery`: its SQL over a doc store's
+  ``fields`` table, :meth:`dotcat.search.filters.Filter.sql`), and each shard admits its own
+  documents from its own fields (:meth:`dotcat.index.dense_index.DenseIndex.admit`, kept for the
+  searches that follow) and ranks only those, as one index does (:mod:`dotcat.index.filtered`): a
+  document lives in one shard, so the shards' admitted sets make up the collection's.
 
 It runs in the front's process or in a Ray actor (:mod:`dotcat.search.ray_shards`): what it
 takes and gives is plain data (NumPy arrays, lists, dicts, dataclasses), which pickles.

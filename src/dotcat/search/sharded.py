@@ -8,10 +8,9 @@ the shard is (:class:`~dotcat.search.shard.ShardSearcher`; in this process, or b
 on a cluster, :mod:`dotcat.search.ray_shards`) and the rest done here, once (the fan-out
 stages: :mod:`dotcat.search.fan_out`):
 
-* **dense**: the query encoded here, once; each shard returns its top-k documents (ranked
-  from its passages), and the lists are merged by score, ties by shard then rank, which is
-  the merged index's order: every shard's top-k holds every document of the collection's
-  top-k that it owns;
+* **dense**: the query encoded here, once; each shard returns its top-k documents (ranked from its
+  passages), and the lists are merged by score, ties by shard then rank, which is the merged index's
+  order: every shard's top-k holds every document of the collection's top-k that it owns;
 * **BM25**: every shard scores with the collection's statistics
   (:mod:`dotcat.index.bm25_global`), so a shard's score is the merged index's and the merge
   by score (ties by id, as BM25 orders them) is the merged index's ranking;
@@ -19,8 +18,7 @@ stages: :mod:`dotcat.search.fan_out`):
   the collection's top rows and their terms (each shard's, merged, in collection term ids),
   and the rewritten query is searched as any;
 * **hybrid** fuses the two merged rankings (:class:`~dotcat.search.hybrid.HybridStage`), and
-  re-ranking reads the texts from the shards that hold them, after the merge, as on one
-  index;
+  re-ranking reads the texts from the shards that hold them, after the merge, as on one index;
 * **filters** are parsed once here, against the shards' fields merged
   (:func:`dotcat.index.fields.merged_kinds`); each shard admits its own documents from its
   own fields table and every search above ranks only those (:class:`ShardedAdmitted`), so a

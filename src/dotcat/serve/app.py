@@ -19,10 +19,9 @@ What keeps it up under load and bad input:
 
 * concurrent requests are micro-batched (:mod:`dotcat.serve.batcher`): one model call serves
   many, so throughput grows with concurrency, and only one call at a time uses the cores;
-* a bounded queue: when it is full the excess gets 503 with ``Retry-After`` at once; every
-  request has a time limit (504 past it); body size, URL length, query length, query count,
-  ``k``, ``depth`` and the answer's size are capped (the caps are in the OpenAPI schema and
-  ``/info``);
+* a bounded queue: when it is full the excess gets 503 with ``Retry-After`` at once; every request
+  has a time limit (504 past it); body size, URL length, query length, query count, ``k``, ``depth``
+  and the answer's size are capped (the caps are in the OpenAPI schema and ``/info``);
 * every refusal is a 4xx with ``{"error": "..."}`` in the request's own terms, never a 500 or
   a traceback, the HTTP layer's included (:mod:`dotcat.serve.refusals`); unknown fields and
   unknown query parameters are refused;
@@ -376,8 +375,7 @@ def _key_check(api_key: str | None) -> list:
 
 
 def only(*names: str):
-    """A dependency refusing query parameters the endpoint does not know (a typo is not
-    ignored)."""
+    """A dependency refusing query parameters the endpoint does not know (a typo is not ignored)."""
 
     def check(request: Request) -> None:
         unknown = sorted(set(request.query_params) - set(names))

@@ -1,21 +1,19 @@
 """Micro-batching: concurrent requests share one encoder call, one FAISS search, one re-ranking.
 
-Requests go into a bounded queue. One loop takes whatever is waiting (up to ``max_batch``
-queries), groups it by the options that change the work (first stage, re-ranking, depth, k),
-and runs each group as one :meth:`dotcat.search.pipeline.SearchPipeline.search_many` call in a
-worker thread. While that call runs, new requests queue up and form the next batch: with one
-client a request is answered at once, with many the batches grow and throughput grows with
-them (the model's cost per query falls with batch size, and only one call at a time uses the
-cores).
+Requests go into a bounded queue. One loop takes whatever is waiting (up to ``max_batch`` queries),
+groups it by the options that change the work (first stage, re-ranking, depth, k), and runs each
+group as one :meth:`dotcat.search.pipeline.SearchPipeline.search_many` call in a worker thread.
+While that call runs, new requests queue up and form the next batch: with one client a request is
+answered at once, with many the batches grow and throughput grows with them (the model's cost per
+query falls with batch size, and only one call at a time uses the cores).
 
-Taking only what is waiting splits a steady crowd in two: while a batch of half the clients
-runs, the other half queues up and becomes the next batch, whose clients come back while the
-first half's batch runs, and so on; every call serves half the crowd at the price of nearly the
-whole. So when a batch is done the loop counts the crowd, the requests it just answered
-(their clients are likely to ask again) plus those that queued up meanwhile, and while fewer
-are waiting it gives the missing ones up to ``window`` seconds to arrive. A lone client is
-never kept waiting (its crowd is itself); a crowd that thins out costs one window at most,
-after which the count drops.
+Taking only what is waiting splits a steady crowd in two: while a batch of half the clients runs,
+the other half queues up and becomes the next batch, whose clients come back while the first half's
+batch runs, and so on; every call serves half the crowd at the price of nearly the whole. So when a
+batch is done the loop counts the crowd, the requests it just answered (their clients are likely to
+ask again) plus those that queued up meanwhile, and while fewer are waiting it gives the missing
+ones up to ``window`` seconds to arrive. A lone client is never kept waiting (its crowd is itself);
+a crowd that thins out costs one window at most, after which the count drops.
 
 A full queue refuses at once (:class:`QueueFull`, the server's 503 with ``Retry-After``);
 a request whose caller gave up (time limit) is dropped before its batch runs.

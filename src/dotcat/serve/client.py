@@ -87,10 +87,9 @@ class ServerClient:
         filter: str | None = None,
         show_progress: bool = True,
     ) -> Run:
-        """A TREC run's content for ``{query_id: text}``, asked of the server by ``POST
-        /search`` in batches its limits take (``/info``: queries per request, body size);
-        a batch refused because the server's queue is full is asked again after its
-        ``Retry-After``.
+        """A TREC run's content for ``{query_id: text}``, asked of the server by ``POST /search`` in
+        batches its limits take (``/info``: queries per request, body size); a batch refused because
+        the server's queue is full is asked again after its ``Retry-After``.
 
         Raises:
             DotcatError: ``k`` over the server's limit, a query it refuses (named), or the

@@ -49,7 +49,7 @@ _SEQ = "The client's request number, rising; a repeated or late request changes 
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a grade "2" or true is refused
 
 
 class JudgmentIn(_In):

@@ -1,12 +1,11 @@
 """An index that stays current while it is served: new generations picked up, the folder it
 was built from followed, documents written over HTTP.
 
-* **Generations** (:mod:`dotcat.index.layout`): every :data:`POLL_S` the server looks at the
-  index's manifest (one ``stat``); when another generation is in place (``dotcat add``,
-  ``delete``, a sync, ``merge --overwrite``, ``calibrate``, a write here) it opens it beside
-  the one it serves and swaps to it between two calls
-  (:meth:`dotcat.search.pipeline.SearchPipeline.reload`): the old one answers until the new
-  one is ready, and no call sees two.
+* **Generations** (:mod:`dotcat.index.layout`): every :data:`POLL_S` the server looks at the index's
+  manifest (one ``stat``); when another generation is in place (``dotcat add``, ``delete``, a sync,
+  ``merge --overwrite``, ``calibrate``, a write here) it opens it beside the one it serves and swaps
+  to it between two calls (:meth:`dotcat.search.pipeline.SearchPipeline.reload`): the old one
+  answers until the new one is ready, and no call sees two.
 * **--watch**: the folder (or corpus file) the index was built from is watched
   (``watchfiles``: inotify on Linux, changes gathered over :data:`DEBOUNCE_MS`); once the
   watch is on, and then after each batch of changes, a sync
@@ -38,7 +37,7 @@ from dotcat.index.encoder import load_document_encoder
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, document_config
-from dotcat.serve.protocol import DocumentIn, DocumentsIn, IdentifiedDocument, WriteOut
+from dotcat.serve.protocol import NON_BLANK, DocumentIn, DocumentsIn, IdentifiedDocument, WriteOut
 
 logger = logging.getLogger(__name__)
 
@@ -216,11 +215,12 @@ def add_document_routes(app: FastAPI, svc: Any, live: Live, no_parameters: Any) 
             )  # fmt: skip
 
     deps = [*svc.auth, Depends(writable), no_parameters]
-    doc_id_path = Path(description="The document's id (new: added; held: replaced).")
+    doc_id_path = Path(min_length=1, pattern=NON_BLANK,
+                       description="The document's id (new: added; held: replaced).")  # fmt: skip
     # What each can answer: a read-only server refuses every write before reading it.
     writes = svc.config.writable
-    answers = svc.errors(400, 413, 422, 503) if writes else svc.errors(403, 413, 422)
-    deletes = svc.errors(400, 404, 422, 503) if writes else svc.errors(403, 422)
+    answers = svc.errors(400, 413, 422, 503, 507) if writes else svc.errors(403, 413, 422)
+    deletes = svc.errors(400, 404, 422, 503, 507) if writes else svc.errors(403, 422)
 
     shared = {"tags": ["documents"], "response_model": WriteOut, "response_description": DONE,
               "dependencies": deps}  # fmt: skip

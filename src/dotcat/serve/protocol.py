@@ -24,17 +24,18 @@ from pydantic import (
 )
 
 from dotcat.options import DEPTH_HELP, SHOWN_K
-from dotcat.search.config import CONTROL_CLASS
+from dotcat.search.config import CONTROL_CLASS, INVISIBLE_CLASS
 from dotcat.search.facets import FACET_DEPTH
 from dotcat.search.filters import MAX_FILTER_CHARS
 from dotcat.search.stages import entry
 from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 
-# A query must hold a character Python does not strip: regex \S (Unicode White_Space, as the
-# schema's validators read it) leaves out \x1c-\x1f, which str.strip() removes.
+# A query must hold a visible character that Python does not strip: regex \S (Unicode
+# White_Space, as the schema's validators read it) leaves out \x1c-\x1f, which str.strip()
+# removes, and zero-width ones (INVISIBLE_CLASS) show nothing.
 # A query holds no control character either (dotcat.search.config.CONTROL): said in the
 # schema's pattern, so that a client (or a schema-driven test) knows the rule.
-NON_BLANK = rf"^[^{CONTROL_CLASS}]*[^\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
+NON_BLANK = rf"^[^{CONTROL_CLASS}]*[^\s{CONTROL_CLASS}{INVISIBLE_CLASS}][^{CONTROL_CLASS}]*$"
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -364,6 +365,7 @@ ERRORS: dict[int, str] = {
     422: "Invalid parameters or body: the error names the field",
     503: "Queue full, or the index busy with another writer: retry after Retry-After seconds",
     504: "Over the per-request time limit",
+    507: "No room on the server's disk for the write: the index is as it was",
 }
 
 

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DiskFullError, DotcatError
 from dotcat.search.config import control_character
 from dotcat.serve.batcher import QueueFull
 
@@ -122,8 +122,8 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
         return JSONResponse({"error": str(exc.detail)}, exc.status_code, headers=headers)
 
     @app.exception_handler(DotcatError)
-    async def refused(request: Request, exc: DotcatError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
+    async def refused(request: Request, exc: DotcatError) -> JSONResponse:  # no room: the server's
+        return JSONResponse({"error": str(exc)}, 507 if isinstance(exc, DiskFullError) else 400)
 
     @app.exception_handler(QueueFull)
     async def full(request: Request, exc: QueueFull) -> JSONResponse:

@@ -1,12 +1,11 @@
 """Run :func:`dotcat.serve.app.create_app` under uvicorn (what ``dotcat serve`` calls).
 
-One process by default. With ``workers`` > 1 the port is bound once here and handed to that
-many worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each
-with its own pipeline, restarted if one dies; the kernel spreads connections over them). Each
-worker takes its share of the cores (:func:`share_cores`) and micro-batches its own requests;
-what the processes add is a second Python interpreter (HTTP parsing, JSON and the model
-calls' Python glue no longer share one GIL), at the price of one copy of the models and the
-index per worker.
+One process by default. With ``workers`` > 1 the port is bound once here and handed to that many
+worker processes (uvicorn's :class:`~uvicorn.supervisors.Multiprocess`: spawned, each with its own
+pipeline, restarted if one dies; the kernel spreads connections over them). Each worker takes its
+share of the cores (:func:`share_cores`) and micro-batches its own requests; what the processes add
+is a second Python interpreter (HTTP parsing, JSON and the model calls' Python glue no longer share
+one GIL), at the price of one copy of the models and the index per worker.
 """
 
 from __future__ import annotations
@@ -238,11 +237,10 @@ class _Workers(Multiprocess):
         """While the workers load: one that exited is replaced, as uvicorn's
         ``keep_subprocess_alive`` would; one that exited with ``STARTUP_FAILURE`` stops the server.
 
-        Unlike uvicorn's check this one does not ping the workers: a worker importing its
-        libraries holds the GIL and cannot answer, and when it then fails to load and exits, the
-        ping waits out the whole health-check timeout (30 s; this process keeps the pipe's other
-        end open, so no end-of-file cuts it short). A hung worker is the startup timeout's
-        business here.
+        Unlike uvicorn's check this one does not ping the workers: a worker importing its libraries
+        holds the GIL and cannot answer, and when it then fails to load and exits, the ping waits
+        out the whole health-check timeout (30 s; this process keeps the pipe's other end open, so
+        no end-of-file cuts it short). A hung worker is the startup timeout's business here.
         """
         for idx, process in enumerate(self.processes):
             if process.process.is_alive():

@@ -1,13 +1,11 @@
 """Training BERT_DOT and BERT_CAT: settings, data, recipes, the one loop.
 
 - :mod:`.config`: the settings of a run (:class:`DotConfig`, :class:`CatConfig`,
-  :class:`DistillConfig` over :class:`TrainConfig`; :class:`AdaptConfig`), checked without
-  torch.
+  :class:`DistillConfig` over :class:`TrainConfig`; :class:`AdaptConfig`), checked without torch.
 - :mod:`.run`: :func:`~dotcat.training.run.train`, the one entry point: a config in, the
   trained model's directory out.
-- :mod:`.recipes`: what each model trains on and how (``dot``, ``cat``, ``distill``), run by
-  the loop of :mod:`.loop` (checkpoints in :mod:`.checkpoint`, processes in
-  :mod:`.ddp`).
+- :mod:`.recipes`: what each model trains on and how (``dot``, ``cat``, ``distill``), run by the
+  loop of :mod:`.loop` (checkpoints in :mod:`.checkpoint`, processes in :mod:`.ddp`).
 - :mod:`.data`: examples from qrels, mined negatives, batches, first-stage pools, cached
   teacher scores.
 - :mod:`.model`: :class:`~dotcat.training.model.TrainableBiEncoder`.

@@ -268,14 +268,13 @@ class TrainConfig(Settings):
 class DotConfig(TrainConfig):
     """A BERT_DOT training run (``dotcat train dot``; :mod:`dotcat.training.recipes.dot`).
 
-    The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et
-    al. 2020) or the triplet margin loss of Sentence-BERT on cosines. ``batch_size`` counts
-    the examples of all processes (the global batch): the pool of in-batch negatives.
-    ``grad_accum_steps`` sums gradients over batches but the contrastive loss still sees one
-    batch at a time; to enlarge the in-batch pool in little memory, raise ``batch_size`` and
-    set ``cache_chunk_size`` (GradCache, Gao et al. 2021). The default temperature follows the
-    similarity: 0.05 for cosines in [-1, 1], 1 for inner products, whose unnormalised scores
-    divided by 0.05 would saturate the softmax.
+    The loss is InfoNCE over in-batch and hard negatives with a temperature (DPR, Karpukhin et al.
+    2020) or the triplet margin loss of Sentence-BERT on cosines. ``batch_size`` counts the examples
+    of all processes (the global batch): the pool of in-batch negatives. ``grad_accum_steps`` sums
+    gradients over batches but the contrastive loss still sees one batch at a time; to enlarge the
+    in-batch pool in little memory, raise ``batch_size`` and set ``cache_chunk_size`` (GradCache,
+    Gao et al. 2021). The default temperature follows the similarity: 0.05 for cosines in [-1, 1], 1
+    for inner products, whose unnormalised scores divided by 0.05 would saturate the softmax.
     """
 
     recipe: ClassVar[str] = "dot"

@@ -6,13 +6,12 @@ on 18 judged queries gave nDCG@10 0.556 re-ranked against the first stage's 0.81
 queries it had trained on (issue 64). So ``train dot`` and ``train cat`` (``check``, on any
 labels) estimate their effect on queries they did not train on:
 
-- under :data:`~dotcat.training.config.KFOLD_BELOW` training queries, by k-fold
-  cross-validation (Stone, "Cross-validatory choice and assessment of statistical
-  predictions", JRSS B, 1974; Hastie, Tibshirani and Friedman, *The Elements of Statistical
-  Learning*, 2009, section 7.10): the queries are dealt into ``check_folds`` folds
-  (:func:`folds`), the run is repeated per fold with the same settings on the other folds'
-  queries (``held_out``), and that run's pipeline ranks the fold; the run itself trains on
-  every query, without a dev split;
+- under :data:`~dotcat.training.config.KFOLD_BELOW` training queries, by k-fold cross-validation
+  (Stone, "Cross-validatory choice and assessment of statistical predictions", JRSS B, 1974; Hastie,
+  Tibshirani and Friedman, *The Elements of Statistical Learning*, 2009, section 7.10): the queries
+  are dealt into ``check_folds`` folds (:func:`folds`), the run is repeated per fold with the same
+  settings on the other folds' queries (``held_out``), and that run's pipeline ranks the fold; the
+  run itself trains on every query, without a dev split;
 - with more, on the run's dev split, on which its best epoch was chosen too (a small optimism).
 
 The recipe ranks each held-out query with and without the trained model (``judge``);

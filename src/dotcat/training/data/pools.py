@@ -1,14 +1,13 @@
 """BERT_CAT's training data: negative pools from the first stages it will sit behind.
 
-Gao, Dai & Callan (2021, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
-Pipeline", ECIR, arXiv:2101.08751) train a re-ranker on negatives from its own pipeline's first
-stage: the documents it will be asked to re-rank. A query's pool is the top ``depth`` of every
-first stage (BM25, a dotcat index of a trained BERT_DOT, or a TREC run file), interleaved by
-rank, minus the documents judged relevant (:func:`negative_pools`). Each judged (query,
-relevant document) pair is an example (:func:`build_cat_examples`) whose negatives are drawn
-from its pool every epoch by a hash (:func:`sample_negatives`), so a resumed or repeated run
-sees the same groups. The first stages' fused scores (:func:`teacher_scores`) can teach the
-re-ranker beside the labels.
+Gao, Dai & Callan (2021, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval Pipeline",
+ECIR, arXiv:2101.08751) train a re-ranker on negatives from its own pipeline's first stage: the
+documents it will be asked to re-rank. A query's pool is the top ``depth`` of every first stage
+(BM25, a dotcat index of a trained BERT_DOT, or a TREC run file), interleaved by rank, minus the
+documents judged relevant (:func:`negative_pools`). Each judged (query, relevant document) pair is
+an example (:func:`build_cat_examples`) whose negatives are drawn from its pool every epoch by a
+hash (:func:`sample_negatives`), so a resumed or repeated run sees the same groups. The first
+stages' fused scores (:func:`teacher_scores`) can teach the re-ranker beside the labels.
 """
 
 from __future__ import annotations

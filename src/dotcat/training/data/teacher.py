@@ -120,9 +120,8 @@ def load_teacher_scores(path: str | os.PathLike, header: Mapping[str, Any]) -> T
     Raises:
         TeacherMismatchError: (a :class:`DotcatError`) the file's header differs, naming the
             file and the field; the caller decides whether to score again from scratch.
-        DataFormatError: a missing file, a foreign header, or a bad line other than the last,
-            naming the file and the line. A bad *last* line (a crash mid-write) is dropped
-            with a warning.
+        DataFormatError: a missing file, a foreign header, or a bad line other than the last, naming
+            the file and the line. A bad *last* line (a crash mid-write) is dropped with a warning.
     """
     file = scores_file(path)
     if not file.is_file():

@@ -2,10 +2,9 @@
 
 ``dotcat train cat DATA OUT_DIR``, driven by the loop (:func:`dotcat.training.loop.train`):
 
-1. optionally, first, one epoch of label-free pre-training on pseudo-pairs of the corpus (a
-   title or a cut sentence as the query, its document as the positive), from which the
-   fine-tuning on the qrels starts (:meth:`CatRecipe.first_steps`,
-   :mod:`dotcat.training.recipes.cat_pretrain`);
+1. optionally, first, one epoch of label-free pre-training on pseudo-pairs of the corpus (a title or
+   a cut sentence as the query, its document as the positive), from which the fine-tuning on the
+   qrels starts (:meth:`CatRecipe.first_steps`, :mod:`dotcat.training.recipes.cat_pretrain`);
 2. load the queries, qrels and corpus; from 100 training queries, carve a dev split out of
    them (:func:`dotcat.data.splits.split_dev`, the same hash split as ``train dot``; where that
    makes fewer than the interpolation rule's 20 queries, the 20 of smallest hash); under 100,
@@ -24,14 +23,13 @@
    the first stages as a teacher (:func:`dotcat.losses.listwise.soft_lce_loss`); each batch is
    forwarded a few groups at a time (:func:`backward_groups`: both losses are means over groups,
    so the gradient is the whole batch's, in a chunk's memory; on CPU small chunks are faster too);
-6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the
-   model with the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own
-   dev score; finally choose the interpolation weight of first-stage and cross-encoder scores
-   on dev (recorded, used by ``dotcat rerank --interpolate auto``). ``dev_depth`` is search's
-   re-ranking depth (100): min-max normalisation and the documents a weak re-ranker lifts
-   both depend on the list's length, so a weight chosen on the top 20 is another weight at
-   100 (the judge loop's SciFact re-ranker: -0.042 re-ranking 20, -0.058 re-ranking 100,
-   ``eval/benchmarks/results/judge_loop_rerank.md``);
+6. after every epoch re-rank the dev queries' first-stage top ``dev_depth`` and keep the model with
+   the best dev nDCG@10 as ``OUT_DIR``; epoch 0 records the first stage's own dev score; finally
+   choose the interpolation weight of first-stage and cross-encoder scores on dev (recorded, used by
+   ``dotcat rerank --interpolate auto``). ``dev_depth`` is search's re-ranking depth (100): min-max
+   normalisation and the documents a weak re-ranker lifts both depend on the list's length, so a
+   weight chosen on the top 20 is another weight at 100 (the judge loop's SciFact re-ranker: -0.042
+   re-ranking 20, -0.058 re-ranking 100, ``eval/benchmarks/results/judge_loop_rerank.md``);
 7. the held-out check (:mod:`dotcat.training.heldout`; :meth:`CatRecipe.judge`): the re-ranked
    lists of queries the model never trained on against the first stage's; the weight is
    recorded only where that shows a gain, else 0 (until then, 0 too).

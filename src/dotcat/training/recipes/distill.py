@@ -24,17 +24,16 @@ With ``teacher="bm25"`` BM25's score takes the logit's place (the lexical teache
 student taught BM25's ranking beside its own, as SPAR's Lambda learns BM25's; Chen et al.,
 ACL 2022, "Salient Phrase Aware Dense Retrieval"), at ``alpha`` 0.5 unless given.
 
-The student's score is its similarity divided by the contrastive temperature (cosines in
-[-1, 1] / 0.05; inner products / 1), the scale its own InfoNCE trains it on. A cosine student's
-margins are bounded (at most 2 / 0.05), a confident teacher's are not: a cross-encoder
-pre-trained to a loss of 1e-4 spreads its logits over +-18, and Margin-MSE then asks the student
-for margins it can reach only by pulling its whole space apart (on SciFact, dev nDCG@10 fell
-from 0.787 to 0.674 in one epoch). So by default (``teacher_scale``
-None) the teacher's scores are multiplied by one factor, ``s = sigma_student / sigma_teacher``,
-the ratio of the two pooled within-query standard deviations (the student's as it starts, in
-its score units): the teacher's *relative* margins, at the spread the student already has. One
-factor for all queries, not a per-query normalisation, so a query the teacher is sure of still
-teaches larger margins than one it hesitates on.
+The student's score is its similarity divided by the contrastive temperature (cosines in [-1, 1] /
+0.05; inner products / 1), the scale its own InfoNCE trains it on. A cosine student's margins are
+bounded (at most 2 / 0.05), a confident teacher's are not: a cross-encoder pre-trained to a loss of
+1e-4 spreads its logits over +-18, and Margin-MSE then asks the student for margins it can reach
+only by pulling its whole space apart (on SciFact, dev nDCG@10 fell from 0.787 to 0.674 in one
+epoch). So by default (``teacher_scale`` None) the teacher's scores are multiplied by one factor,
+``s = sigma_student / sigma_teacher``, the ratio of the two pooled within-query standard deviations
+(the student's as it starts, in its score units): the teacher's *relative* margins, at the spread
+the student already has. One factor for all queries, not a per-query normalisation, so a query the
+teacher is sure of still teaches larger margins than one it hesitates on.
 """
 
 from __future__ import annotations
