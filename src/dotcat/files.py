@@ -70,8 +70,9 @@ class Entry:
     Attributes:
         rel: its path relative to the walk's root, ``/``-separated (a name that is not UTF-8
             shown with ``\\xNN`` escapes).
-        path: its path. info: its ``stat`` (a link's target's); None where it could not be looked
-        at. problem: why it is not read, ``""`` where it can be.
+        path: its path.
+        info: its ``stat`` (a link's target's); None where it could not be looked at.
+        problem: why it is not read, ``""`` where it can be.
     """
 
     rel: str
@@ -103,7 +104,7 @@ def walk_tree(root: Path, enter: Callable[[Entry], bool] | None = None) -> Itera
 
     The one walk of a folder in dotcat (a corpus, an index, a model): whatever it meets is an
     entry, never an exception. A link to a file is followed (``info`` is the file's); a link
-    to a folder is not, and not yielded (no cycles). Entries not read say why in ``problem``:
+    to a folder is not (no cycles), and says so. Entries not read say why in ``problem``:
     a folder that cannot be listed (a second entry for its path, after its own; ``.`` for
     ``root`` itself), a file that cannot be looked at, a broken link or a loop of links, a
     path past PATH_MAX, a name that is not UTF-8 (it could be no document id), a FIFO, socket
@@ -133,21 +134,19 @@ def _listed(folder: Path, prefix: str, info: os.stat_result | None) -> Iterator[
         yield Entry(prefix.rstrip("/") or ".", folder, info, _reason(e))
         return
     for item in items:
-        entry = entry_of(Path(item.path), prefix + item.name)
-        if entry is not None:
-            yield entry
+        yield entry_of(Path(item.path), prefix + item.name)
 
 
-def entry_of(path: Path, rel: str) -> Entry | None:
-    """What :func:`walk_tree` says of ``path`` (None: a link to a folder, not followed)."""
+def entry_of(path: Path, rel: str) -> Entry:
+    """What :func:`walk_tree` says of ``path`` (a link to a folder: not followed, said)."""
     try:
         info = os.stat(path)
     except OSError as e:
         broken = e.errno == errno.ENOENT and os.path.islink(path)
         return Entry(printable(rel), path, None, "a broken symbolic link" if broken else _reason(e))
-    if stat.S_ISDIR(info.st_mode) and os.path.islink(path):
-        return None
     special = next((what for test, what in _SPECIAL if test(info.st_mode)), "")
+    if stat.S_ISDIR(info.st_mode) and os.path.islink(path):
+        special = "a link to a folder (not followed: index the folder itself)"
     if printable(rel) != rel:
         special = "a name that is not UTF-8"
     return Entry(printable(rel), path, info, special)

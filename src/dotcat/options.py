@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import types
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -295,6 +297,11 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in sorted(value.items())}
     return str(value) if isinstance(value, Path) else value
+
+
+def is_union(hint: Any) -> bool:
+    """Whether a type hint is a union (``int | None``, ``Optional[int]``)."""
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 def is_settings(hint: Any) -> bool:

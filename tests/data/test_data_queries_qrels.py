@@ -46,11 +46,14 @@ def test_judged_query_without_text_is_reported(tiny_beir_dir, caplog):
     assert "1 queries judged in split 'test' have no text (e.g. 'q9')" in caplog.text
 
 
-def test_queries_file_formats(write, gz):
+def test_queries_file_formats(write, gz, caplog):
     tsv = write(f"q.tsv{gz}", "qid\tquery\n1\tfirst query\n2\tsecond\n")
     assert load_queries(tsv) == {"1": "first query", "2": "second"}
     js = write(f"q.jsonl{gz}", json.dumps({"id": 1, "query": "x"}) + "\n\n")
     assert load_queries(js, split="test") == {"1": "x"}  # split ignored for a file
+    assert load_queries(js, split="dev") == {"1": "x"}  # and said, where not the default
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [f"split 'dev' ignored: {js} is a queries file: all its queries are read"]
 
 
 @pytest.mark.parametrize(

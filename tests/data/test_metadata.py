@@ -18,6 +18,7 @@ from dotcat.data.metadata import cell_value, parse_date, record_fields
 from dotcat.data.rules import Rules, parse_fields_option
 from dotcat.data.sources import CorpusOptions, CorpusStats
 from dotcat.errors import DataFormatError, DotcatError, SettingError
+from dotcat.index.fields import field_rows
 
 
 def test_record_fields_are_flattened_and_typed():
@@ -75,8 +76,26 @@ def test_what_is_not_a_date(text):
 def test_front_matter_yaml_toml_and_rst_fields():
     yaml_doc = "---\ntitle: Plan\ntags: [hr, onboarding]\nupdated: 2025-03-01\n---\n# Head\n"
     matter, body = front_matter(yaml_doc, "markdown")
-    assert matter == {"title": "Plan", "tags": ["hr", "onboarding"], "updated": dt.date(2025, 3, 1)}
+    assert matter == {"title": "Plan", "tags": ["hr", "onboarding"], "updated": "2025-03-01"}
     assert body == "# Head\n"
+    # Values as written (YAML 1.2's core types), not YAML 1.1's octal, base 60 and "no" = false.
+    found = extract(b"---\nticket: 0042\ntime: 12:30\nversion: 1.10\ncountry: no\nn: 7\nx: ~\n"
+                    b"draft: true\nmeta: {w: 2.5}\n---\nA note.\n", "markdown", "x")  # fmt: skip
+    assert found.fields == {"ticket": "0042", "time": "12:30", "version": 1.1, "country": "no",
+                            "n": 7, "draft": "true", "meta.w": 2.5,
+                            "encoding": "utf-8"}  # fmt: skip
+    assert field_rows(0, found.fields)[2][2] == "1.10"  # stored as written
+
+
+def test_a_notes_own_path_or_size_does_not_hide_where_its_file_is(tmp_path):
+    (tmp_path / "blog").mkdir()
+    (tmp_path / "blog" / "post.md").write_text(
+        '---\npath: "/blog/first"\nsize: large\n---\nBody.\n'
+    )
+    (doc,) = iter_corpus(tmp_path)
+    assert doc.fields["path"] == "blog/post.md" and doc.fields["folder"] == "blog"
+    assert isinstance(doc.fields["size"], int)  # a number field for every file still
+    assert (doc.fields["meta.path"], doc.fields["meta.size"]) == ("/blog/first", "large")
     matter, body = front_matter('+++\ntitle = "T"\nweight = 3\n+++\ntext\n', "markdown")
     assert matter == {"title": "T", "weight": 3} and body == "text\n"
     matter, body = front_matter("Title\n=====\n\n:date: 2025-01-02\n:tags: a, b\n\nBody.\n", "rst")
@@ -84,6 +103,14 @@ def test_front_matter_yaml_toml_and_rst_fields():
     assert "Body." in body and ":date:" not in body
     broken = "---\ntitle: [unclosed\n---\ntext\n"
     assert front_matter(broken, "markdown") == ({}, "text\n")  # no fields, and no prose
+
+
+def test_markdown_breaks_strikes_and_comparisons_keep_their_words_apart():
+    _, text = markdown_text("Use x<br>y, ~~old~~ new.\n\n| h |\n|---|\n| one<br/>two |\n")
+    assert text == "Use x y, old new.\n\nh\none two"
+    assert markdown_text("<div>\nif a < b and c > d then stop\n</div>\n")[1] == (
+        "if a < b and c > d then stop"
+    )
 
 
 def test_markdown_and_rst_lose_their_markup_but_not_their_words():

@@ -122,6 +122,11 @@ def test_include_and_exclude_globs(tmp_path):
     ]
     with pytest.raises(DataFormatError, match=r"no file to read matches include=\['\*.pdf'\]"):
         docs_of(tmp_path, include=["*.pdf"])
+    # `**/` inside a pattern matches no folder too (as gitignore, globstar and ripgrep do); a
+    # leading `/` anchors at the top folder.
+    assert sorted(docs_of(tmp_path, include=["notes/**/*.md"])) == ["notes/2024/d.md", "notes/c.md"]
+    kept = docs_of(tmp_path, include=["*.md"], exclude=["notes/**/*.md", "/e.md"])
+    assert sorted(kept) == ["a.md", "node_modules/e.md"]
 
 
 def test_unreadable_files_are_skipped_and_named_in_one_warning(tmp_path, caplog):

@@ -98,6 +98,8 @@ def test_unknown_queries_are_reported_and_not_evaluated():
     assert report.n_queries == 2
     assert report.missing_queries == []
     assert report.aggregate["nDCG@10"] == pytest.approx((Q1_NDCG + 1.0) / 2)
+    asked = evaluate(RUN, QRELS, known_queries={"q1": "text", "q4": "text"})
+    assert asked.unknown_queries == ["q2", "q3"] and asked.unjudged_queries == ["q4"]  # not q2
 
 
 def test_unknown_docs_are_counted_and_kept():

@@ -68,6 +68,8 @@ def test_lead_scores_the_first_passage_or_a_later_one_less_the_margin():
     assert aggregate(RANKING, "lead", margin=0.7)[2].passages[0][0].part == 2  # snippet: best
     later_only = [(ref(4, "d", 3), 0.5)]  # its first passage was below the depth fetched
     assert scores(aggregate(later_only, "lead", margin=0.25)) == [("d", 0.25)]
+    margin = np.float32(0.25)  # as lead_margins gives it: a score JSON and Python can carry
+    assert all(type(m.score) is float for m in aggregate(RANKING, "lead", margin=margin))
 
 
 def test_lead_asks_again_until_k_documents_score_above_the_depth_fetched():

@@ -91,6 +91,9 @@ def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):
         for bad in ("a%00b", "%E2%80%8B", "%20"):  # a control character, zero-width, blank
             answer = httpx.put(f"{url}/documents/{bad}", json={"text": "x"}, headers=H)
             assert answer.status_code == 422 and "doc_id" in answer.json()["error"], answer.text
+        listed = {"text": "ibis", "fields": {"sizes": [3, 4.5, "xl"]}}  # as a JSON Lines list
+        assert httpx.put(f"{url}/documents/ibis", json=listed, headers=H).status_code == 200
+        assert _ids(url, "ibis", filter='sizes contains "4.5"', first_stage="bm25") == ["ibis"]
 
 
 def test_a_generation_made_elsewhere_is_served_without_a_restart(folder_index):

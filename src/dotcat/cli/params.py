@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import typer
 
 from dotcat.errors import DotcatError
-from dotcat.options import Settings, choices_of, default_of, is_settings
+from dotcat.options import Settings, choices_of, default_of, is_settings, is_union
 
 #: What an option's default stands for when the field's None means "decide": shown as
 #: ``auto`` on the command line (``--teacher-alpha auto``).
@@ -57,7 +56,7 @@ def option(
 ) -> Any:
     """A typer option for the settings field ``owner.name``: its flags, default, help, choices
     (as the metavar) and environment variable are the field's."""
-    meta = _field(owner, name).metadata
+    meta = {f.name: f for f in dataclasses.fields(owner)}[name].metadata
     choices = choices_of(owner, name)
     if default is dataclasses.MISSING:
         default = meta.get("cli_default", default_of(owner, name))
@@ -265,7 +264,7 @@ def _cli_type(owner: type, f: dataclasses.Field) -> Any:
     hint = _hints(owner)[f.name]
     args = typing.get_args(hint)
     optional = type(None) in args
-    base = [a for a in args if a is not type(None)] if _is_union(hint) else [hint]
+    base = [a for a in args if a is not type(None)] if is_union(hint) else [hint]
     if len(base) > 1:
         if not set(base) <= {str, Path}:
             raise TypeError(f"{owner.__name__}.{f.name}: give its command-line type (cli_type)")
@@ -274,10 +273,6 @@ def _cli_type(owner: type, f: dataclasses.Field) -> Any:
     if typing.get_origin(kind) is tuple:
         kind = list[typing.get_args(kind)[0]]
     return kind | None if optional else kind
-
-
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 def _parsed(f: dataclasses.Field, value: Any) -> Any:
@@ -297,7 +292,3 @@ def _offered(cls: type, exclude: tuple[str, ...]) -> list[tuple[dataclasses.Fiel
     """The fields of ``cls`` a command may offer (not excluded, not ``cli=False``), typed."""
     return [(f, _hints(cls)[f.name]) for f in dataclasses.fields(cls)
             if f.name not in exclude and f.metadata.get("cli", True)]  # fmt: skip
-
-
-def _field(cls: type, name: str) -> dataclasses.Field:
-    return {f.name: f for f in dataclasses.fields(cls)}[name]

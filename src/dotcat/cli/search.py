@@ -38,6 +38,15 @@ logger = logging.getLogger(__name__)
 
 SPLIT_HELP = "With a BEIR dir: the qrels split whose queries to run."
 TAG_HELP = "Run tag (TREC column 6)."
+
+
+def _tag(value: str) -> str:
+    """Checked before any work (a run is written last): one word, as TREC's columns are."""
+    if not value or any(c.isspace() for c in value):
+        raise DotcatError(f"--tag {value!r}: a run tag is one word (TREC's sixth column)")
+    return value
+
+
 OUTPUT_HELP = "TREC run file to write ('-': standard output)."
 
 
@@ -71,7 +80,7 @@ def search(
     output: Path | None = typer.Option(
         None, help=OUTPUT_HELP + " With --queries (default: standard output)."
     ),
-    tag: str = typer.Option("dotcat", help=TAG_HELP),
+    tag: str = typer.Option("dotcat", help=TAG_HELP, callback=_tag),
     server: str | None = typer.Option(
         None, help="Ask a running `dotcat serve` at this URL instead (it has its index)."
     ),
@@ -87,6 +96,8 @@ def search(
     """
     if full_text and not as_json:
         raise DotcatError("--full-text goes with --json (the table shows snippets)")
+    if as_json and queries is not None:
+        raise DotcatError("--json shows one query's hits (or line mode's); --queries writes a run")
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         refuse_with("--server", given_settings(ClusterConfig), "the server runs its shards")
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
@@ -118,8 +129,7 @@ def search(
 
     pipeline = SearchPipeline(index_dir, config, cluster=cluster)
     if topics is not None:
-        _write_run(pipeline, topics, k, output, tag)
-        return
+        return _write_run(pipeline, topics, k, output, tag)
 
     def one(text: str):
         _warn_if_cut(pipeline, check_query(text))
@@ -239,7 +249,7 @@ def rerank_run(
     output: Path = typer.Option(..., help=OUTPUT_HELP),
     queries: Path | None = typer.Option(None, help="Queries file (default: DATA's queries.jsonl)."),
     split: str = typer.Option("test", help="With a BEIR dir: only the queries of this split."),
-    tag: str = typer.Option("dotcat-rerank", help=TAG_HELP),
+    tag: str = typer.Option("dotcat-rerank", help=TAG_HELP, callback=_tag),
     config: PipelineConfig = None,
 ) -> None:
     """Re-rank a TREC run's top --depth with a BERT_CAT cross-encoder into a new TREC run."""
@@ -287,7 +297,7 @@ def bm25(
     output: Path = typer.Option(..., help=OUTPUT_HELP),
     split: str = typer.Option("test", help=SPLIT_HELP),
     k: int | None = K_OPTION,
-    tag: str = typer.Option("bm25", help=TAG_HELP),
+    tag: str = typer.Option("bm25", help=TAG_HELP, callback=_tag),
     config: BM25Config = None,
     options: CorpusOptions = None,
 ) -> None:

@@ -143,9 +143,7 @@ def json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
+    return "string" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
 
 
 def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:

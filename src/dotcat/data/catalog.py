@@ -132,8 +132,7 @@ def catalog() -> dict[str, Entry]:
     """:data:`BEIR` and the entries of the :data:`CATALOG_ENV` file (which win on a name).
 
     Raises:
-        DotcatError: the file is unreadable, holds no JSON object, or an entry lacks its
-            ``file``.
+        DotcatError: the file is unreadable, holds no JSON object, or an entry lacks its ``file``.
     """
     path = os.environ.get(CATALOG_ENV, "").strip()
     if not path:

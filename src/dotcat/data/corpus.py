@@ -59,7 +59,7 @@ __all__ = ["CORPUS_FILE_NAMES", "CorpusOptions", "CorpusStats", "Document", "ite
            "load_corpus"]  # fmt: skip
 
 #: Bump when the reader's output for the same file could change: old cache entries then miss.
-CACHE_FORMAT_VERSION = 6
+CACHE_FORMAT_VERSION = 7
 #: The Arrow file's columns: the fields are one JSON object a document ('' for none).
 COLUMNS = ("id", "title", "text", "fields")
 #: What to do when the cache's disk is full (it can live anywhere).

@@ -1,14 +1,16 @@
 """Downloading a dataset archive and unpacking it into a BEIR directory, safely.
 
-:func:`download` fetches one URL over HTTP(S) into a ``.part`` file with a progress bar. A transfer
-that breaks off (a dropped connection, a timeout, a body shorter than its ``Content-Length``, a 5xx
-answer) is retried after a pause, resuming where it stopped with a ``Range`` request (RFC 9110,
-section 14) when the server honours it; a 404 or another refusal is not retried.
+:func:`download` fetches one URL over HTTP(S) into a ``.part`` file with a progress bar. A
+transfer that breaks off (a dropped connection, a timeout, a body shorter than its
+``Content-Length``, a 5xx answer) is retried after a pause, resuming where it stopped with a
+``Range`` request (RFC 9110, section 14) when the server honours it; a 404 or another refusal
+is not retried.
 
-Every wait on the network is bounded and said: the download's bar shows what is awaited (the server,
-and for how long at most) from before the connection is made; a connection, an answer and each block
-of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``, default
-:data:`TIMEOUT`); a server that takes the connection and never answers is asked
+Every wait on the network is bounded and said: the download's bar shows what is awaited (the
+server, and for how long at most) from before the connection is made; a connection, an answer
+and each
+block of the body wait at most :func:`network_timeout` seconds (``DOTCAT_NETWORK_TIMEOUT``,
+default :data:`TIMEOUT`); a server that takes the connection and never answers is asked
 :data:`SILENT_ATTEMPTS` times, then given up on, naming the wait.
 
 The finished file's md5 is checked against the published one when there is one; its size and

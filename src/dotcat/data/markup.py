@@ -14,20 +14,21 @@ A block that does not parse (a template's, ``title: {{ page.title }}``) is left 
 text all the same: it is no prose, and a comment line in it must not become a heading.
 
 The **text** kept is the plain text a reader sees, not the markup (:func:`markdown_text`,
-:func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``, ``**``,
-link targets, directives, roles or HTML. Snippets are cut from the stored text, and the encoders and
-BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link target no part of what
-the note says). Markdown is parsed by markdown-it-py (CommonMark, with GitHub's tables): HTML blocks
-and inline HTML give their text, without tags, comments or scripts (a README's centred ``<p>`` intro
-and its ``<details>`` are prose), code is kept as code, and diagrams (a ``mermaid``, ``plantuml`` or
-``dot`` fence) are left out: their source is arrows and node ids, neither words a person searches
-for nor text a snippet should show. reStructuredText is parsed by docutils, the reference parser,
-with file inclusion and raw content disabled (no ``.. raw:: html``, no ``.. include::`` reaches the
-text) and its reports silenced; the roles and directives of Sphinx and its extensions, which
-docutils does not know, are read as their text (``:ref:`Title <label>``` gives "Title", ``..
-versionadded:: 2.0`` its words, ``.. code-block::`` its code), but for tables of contents and
-diagrams, left out as in Markdown. Template tags outside code (Jinja's and Liquid's ``{% %}``, ``{{
-}}``, ``{# #}``) are left out too.
+:func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``,
+``**``, link targets, directives, roles or HTML. Snippets are cut from the stored text, and the
+encoders and BM25 read it too: markup is noise to both (``**`` is no word, a URL in a link
+target no part of what the note says). Markdown is parsed by markdown-it-py (CommonMark, with
+GitHub's tables): HTML blocks and inline HTML give their text, without tags, comments or
+scripts (a README's centred ``<p>`` intro and its ``<details>`` are prose), code is kept as
+code, and diagrams (a ``mermaid``, ``plantuml`` or ``dot`` fence) are left out: their source is
+arrows and node ids, neither words a person searches for nor text a snippet should show.
+reStructuredText is parsed by docutils, the reference parser, with file inclusion and raw
+content disabled (no ``.. raw:: html``, no ``.. include::`` reaches the text) and its reports
+silenced; the roles and directives of Sphinx and its extensions, which docutils does not know,
+are read as their text (``:ref:`Title <label>``` gives "Title", ``.. versionadded:: 2.0`` its
+words, ``.. code-block::`` its code), but for tables of contents and diagrams, left out as in
+Markdown. Template tags outside code (Jinja's and Liquid's ``{% %}``, ``{{ }}``, ``{# #}``) are
+left out too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import re
 import tomllib
 from html import unescape
 from typing import Any
+
+from dotcat.data.metadata import cell_value
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ _RST_FIELD = re.compile(r"^:(?P<name>[^:\s][^:]*):(?:[ \t]+(?P<value>.*))?$")
 _RST_ADORNMENT = re.compile(r"""^([!-/:-@\[-`{-~])\1{2,}\s*$""")
 _RST_ROLE_NAME = re.compile(r"(?<![\w`]):(?P<name>[A-Za-z][\w.+-]*(?::[\w.+-]+)*):`")
 _RST_DIRECTIVE_NAME = re.compile(r"^[ \t]*\.\.[ \t]+(?P<name>[A-Za-z][\w.+:-]*?)::", re.M)
+_BREAK = re.compile(r"</?(?:br|p|div|li|td|th|tr|hr)\b", re.I)
 _TEMPLATE = re.compile(r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}", re.DOTALL)
 
 
@@ -85,19 +89,26 @@ def front_matter(text: str, kind: str, where: str = "") -> tuple[dict[str, Any],
                        "%s: front matter not read (%s); left out of the text", where,
                        str(e).splitlines()[0])  # fmt: skip
             return {}, text[match.end() :]
-        if isinstance(data, dict):
-            return data, text[match.end() :]
-        return {}, text
-    if kind == "rst":
-        return _rst_fields(text)
-    return {}, text
+        return (data, text[match.end() :]) if isinstance(data, dict) else ({}, text)
+    return _rst_fields(text) if kind == "rst" else ({}, text)
 
 
 def _yaml(body: str) -> Any:
+    """YAML read untyped (PyYAML's base loader: text, lists, mappings only), each value then typed
+    as a CSV cell is (:func:`~dotcat.data.metadata.cell_value`): ``0042``, ``12:30`` and ``no`` stay
+    as written, where YAML 1.1's rules (PyYAML's safe loader) read 34, 750 and false."""
     import yaml  # only front matter needs it
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(body, Loader=loader)  # noqa: S506 - a safe loader: plain data only
+    loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
+    return _typed(yaml.load(body, Loader=loader))  # noqa: S506 - text only, no objects
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _typed(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_typed(inner) for inner in value]
+    return None if value in ("", "~", "null", "Null", "NULL") else cell_value(value)
 
 
 def _rst_fields(text: str) -> tuple[dict[str, Any], str]:
@@ -124,9 +135,7 @@ def _rst_fields(text: str) -> tuple[dict[str, Any], str]:
         else:
             fields[name] = value
         end += 1
-    if not fields:
-        return {}, text
-    return fields, "\n".join(lines[:start] + lines[end:])
+    return (fields, "\n".join(lines[:start] + lines[end:])) if fields else ({}, text)
 
 
 # -- Markdown ------------------------------------------------------------------------------
@@ -136,7 +145,7 @@ def markdown_text(text: str) -> tuple[str, str]:
     """``(first heading, plain text)`` of a Markdown text (see the module docstring)."""
     from markdown_it import MarkdownIt  # only Markdown files need it; keeps `dotcat` fast
 
-    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(text)
     blocks: list[str] = []
     title = ""
     row: list[str] | None = None
@@ -182,7 +191,7 @@ def _html_words(html: str) -> str:
     """The text of a Markdown file's HTML block (a README's centred intro, a ``<details>``
     body): its words without tags, comments, scripts or styles, entities decoded."""
     text = re.sub(r"<!--.*?-->|<(script|style)\b.*?</\1\s*>", " ", html, flags=re.S | re.I)
-    text = _TEMPLATE.sub(" ", re.sub(r"<[^>]*>", " ", text))
+    text = _TEMPLATE.sub(" ", re.sub(r"<[A-Za-z/!?][^>]*>", " ", text))  # (not `a < b`)
     return " ".join(unescape(text).split())
 
 
@@ -202,6 +211,8 @@ def _inline(token: Any) -> str:
             parts.append(_TEMPLATE.sub("", child.content))
         elif child.type in ("softbreak", "hardbreak"):
             parts.append("\n")
+        elif child.type == "html_inline" and _BREAK.match(child.content):
+            parts.append(" ")  # a table cell's <br>: two words, not one
         elif child.type == "image":
             parts.append(child.content)
     return "".join(parts).strip()

@@ -22,8 +22,9 @@ dates a date field, any list makes it a list field, and anything else a string f
 
 A folder's file gives ``path`` (its path in the folder), ``folder``, ``extension`` (lower
 case, no dot, ``.gz`` left out), ``size`` (bytes) and ``mtime`` (its modification time); a
-text file also ``encoding``, the one it was read in (:mod:`dotcat.data.encodings`). A field
-the document itself names (a record's column, a front matter key) keeps the document's value.
+text file also ``encoding``, the one it was read in (:mod:`dotcat.data.encodings`). A record's
+column of the same name keeps the record's value; a document file's own key (front matter) is
+kept as ``meta.NAME``, the file's field keeping its value.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class Written(float):
         number = super().__new__(cls, text)
         number.text = text
         return number
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def cell_value(text: str) -> str | int | float:
@@ -203,6 +207,10 @@ def file_fields(rel: str, size: int, mtime_ns: int) -> dict[str, Any]:
             "mtime": iso_date(moment)}  # fmt: skip
 
 
-def merged(own: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str, Any]:
-    """A document's fields: the ``derived`` ones (a file's), then its ``own`` (which win)."""
+def merged(own: Mapping[str, Any], derived: Mapping[str, Any], file_wins: bool = False) -> dict:
+    """A document's fields: the ``derived`` ones (a file's), then its ``own``, which win in a
+    record (a product's ``size``); in a document file the file's win (``path`` is where the
+    file is, whatever a Gatsby note's front matter says), its own key kept as ``meta.KEY``."""
+    if file_wins:
+        own = {f"meta.{key}" if key in derived else key: value for key, value in own.items()}
     return {**derived, **own}

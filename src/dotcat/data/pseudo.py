@@ -102,9 +102,7 @@ def cut_sentence(doc: Document, seed: int) -> tuple[str, str] | None:
         return None
     pick = usable[int(unit_hash(seed, doc.id) * len(usable))]
     rest = " ".join(s for i, s in enumerate(sentences) if i != pick)
-    if len(rest.split()) < MIN_REST_WORDS:
-        return None
-    return sentences[pick], rest
+    return (sentences[pick], rest) if len(rest.split()) >= MIN_REST_WORDS else None
 
 
 #: Which signal a document's pseudo-query comes from first: its title, or a cut sentence.

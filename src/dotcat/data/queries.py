@@ -109,8 +109,10 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
     """
     p = resolve_data_path(path)
     file = find_queries_file(p)
-    if split is not None and not p.is_dir():
-        logger.info("split %r ignored: %s is a queries file, not a BEIR directory", split, p)
+    if split is not None and not p.is_dir():  # (a split other than the CLI's default: said)
+        level = logging.INFO if split == "test" else logging.WARNING
+        logger.log(level, "split %r ignored: %s is a queries file: all its queries are read",
+                   split, p)  # fmt: skip
         split = None
     if split is not None:
         judged = load_qrels(p, split)  # first, so a missing split fails before any reading

@@ -71,14 +71,14 @@ class FileRule:
 
 def pattern_matches(rel: str, name: str, pattern: str) -> bool:
     """Whether a file (its path in the folder, its name) matches a shell pattern: one without
-    ``/`` matches the name, one with ``/`` the path, where ``*`` crosses folders; a leading
-    ``**/`` matches at any depth, none included."""
-    pattern = pattern.removeprefix("./")
-    if "/" not in pattern:
+    ``/`` matches the name, one with ``/`` the path, where ``*`` crosses folders; ``**/``
+    matches any depth, none included (``**/x``, ``notes/**/*.md``); a leading ``/`` anchors a
+    name at the top folder (gitignore's ``/drafts``)."""
+    anchored, pattern = pattern.startswith("/"), pattern.removeprefix("./").removeprefix("/")
+    if "/" not in pattern and not anchored:
         return fnmatchcase(name, pattern)
-    return fnmatchcase(rel, pattern) or (
-        pattern.startswith("**/") and fnmatchcase(rel, pattern[3:])
-    )
+    flat = {pattern, pattern.replace("/**/", "/"), pattern.removeprefix("**/")}
+    return any(fnmatchcase(rel, p) for p in flat)
 
 
 def parse_fields_option(spec: str) -> FileRule:

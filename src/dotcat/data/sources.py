@@ -164,11 +164,11 @@ class CorpusOptions(Settings):
         id_field, title_field, text_field: the record fields to read (JSON Lines, JSON, CSV,
             TSV with a header, Parquet, dicts, data frames); None: the defaults (``_id``/``id``,
             ``title``, ``text``/``contents``).
-        include, exclude: shell patterns selecting a folder's files (module docstring). strict: stop
-        at the first file of a folder that cannot be read (else skip it). hidden: also read hidden
-        files and folders (names starting with ``.``). encoding: the encoding of text that is not
-        UTF-8 (None: detected). file_rules: per-file rules, ``GLOB:key=value,...`` (``--fields``;
-            :mod:`dotcat.data.rules`).
+        include, exclude: shell patterns selecting a folder's files (module docstring).
+        strict: stop at the first file of a folder that cannot be read (else skip it).
+        hidden: also read hidden files and folders (names starting with ``.``).
+        encoding: the encoding of text that is not UTF-8 (None: detected).
+        file_rules: per-file rules, ``GLOB:key=value,...`` (``--fields``; :mod:`dotcat.data.rules`).
     """
 
     id_field: str | None = setting(
@@ -419,7 +419,7 @@ class FolderSource:
         how its encoding was known (:class:`dotcat.data.encodings.Decoded`)."""
         found = extract(data, listed.kind, _stem(listed.rel), self.options.encoding,
                         rule.encoding, str(listed.path))  # fmt: skip
-        fields = merged(found.fields, file_fields(listed.rel, listed.size, listed.mtime_ns))
+        fields = merged(found.fields, file_fields(listed.rel, listed.size, listed.mtime_ns), True)
         record = Record(str(listed.path), None, path_id(listed.rel), "path", found.title,
                         found.text, fields)  # fmt: skip
         return record, found.guess
@@ -580,8 +580,9 @@ def walk(root: Path, options: CorpusOptions) -> Listing:
         name = entry.path.name
         if entry.rel == ".":  # the root cannot be listed
             raise DataFormatError(root, None, f"cannot be read: {entry.problem}")
-        if entry.is_folder:
-            if entry.problem:  # one that cannot be listed, or whose name is not UTF-8
+        if entry.is_folder:  # one that cannot be listed, a link, or a name not UTF-8: named
+            left_out = name.startswith(".") and not options.hidden
+            if entry.problem and not left_out and not _excluded_dir(entry.rel, name, options):
                 listing.problems.append((entry.rel, entry.path, entry.problem))
             continue
         if name.startswith(".") and not options.hidden:

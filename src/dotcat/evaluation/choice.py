@@ -67,7 +67,8 @@ class Choice:
         errors: point -> standard error of its paired per-query differences from ``best``.
         tied: the points within ``Z`` standard errors of the best, in the grid's order (empty
             when too few queries left no test).
-        queries: dev queries. reason: why ``chosen`` was chosen, in words.
+        queries: dev queries.
+        reason: why ``chosen`` was chosen, in words.
     """
 
     chosen: Hashable

@@ -201,7 +201,8 @@ def evaluate(
     unknown_queries = _drop_unknown_queries(judged, known_queries)
 
     ranked = _normalise_run(run)
-    unjudged = sorted((q for q in ranked if q not in judged), key=qid_sort_key)
+    left = set(unknown_queries)  # judged, but not of the queries asked: not "no qrels"
+    unjudged = sorted((q for q in ranked if q not in judged and q not in left), key=qid_sort_key)
     to_score = {q: docs for q, docs in ranked.items() if q in judged and docs}
     evaluated = sorted(judged, key=qid_sort_key)
     missing = [q for q in evaluated if q not in to_score]
@@ -290,15 +291,10 @@ def _ranks_everything(run: RunLike, depth: int) -> bool:
     for results in run.values():
         if len(results) != depth:
             return False
-        documents.update(_doc_of(r) for r in results)
+        documents.update(r[0] if isinstance(r, (tuple, list)) else r for r in results)
         if len(documents) > depth:
             return False
     return len(run) > 1 and len(documents) == depth
-
-
-def _doc_of(result: Any) -> Any:
-    """A run entry's document: a ``(doc, score)`` pair's first item, or a mapping's key."""
-    return result[0] if isinstance(result, (tuple, list)) else result
 
 
 def _count_unknown_docs(judged: dict[str, dict[str, int]], known_docs: Iterable[Any] | None) -> int:

@@ -63,7 +63,9 @@ def per_query_difference_plot(
         )
         ax.set_ylabel(f"Δ {measure}")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(handles=_legend_handles(), loc="upper right", fontsize=8)
+        handles = [Patch(color=_BETTER, label="better than baseline"),
+                   Patch(color=_WORSE, label="worse than baseline")]  # fmt: skip
+        ax.legend(handles=handles, loc="upper right", fontsize=8)
     if not systems:
         axes[0, 0].text(0.5, 0.5, "no system besides the baseline", ha="center")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -72,13 +74,6 @@ def per_query_difference_plot(
     figure.suptitle(f"Per-query {measure} difference against the baseline {baseline}")
     figure.tight_layout()
     return _save(figure, path)
-
-
-def _legend_handles():
-    return [
-        Patch(color=_BETTER, label="better than baseline"),
-        Patch(color=_WORSE, label="worse than baseline"),
-    ]
 
 
 def recall_plot(curves: Mapping[str, Mapping[int, float]], path: str | Path) -> Path:

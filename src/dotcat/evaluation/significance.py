@@ -145,17 +145,18 @@ class TTest:
 class Randomisation:
     """Fisher's paired randomisation test, Monte Carlo, and its interval by inversion.
 
-    Permutation ``i`` flips the sign of d_q where ``u_iq < 0.5``, the ``u`` drawn row by row from
-    ``numpy.random.default_rng(seed).random``. Testing that the mean difference is δ, it counts as
-    extreme where ``|sum_q s_iq (d_q - δ)| >= |sum_q (d_q - δ)|``, and ``p(δ) = (1 + c(δ)) /
-    (permutations + 1)`` with c(δ) the permutations that do (the observed assignment counts as one,
-    so p is never 0: Phipson and Smyth, "Permutation p-values should never be zero", 2010); p =
-    p(0). With ``k_i = sum_q s_iq`` and ``B_i = sum_q s_iq (d_q - mean(d))``, permutation i is
-    extreme for ``δ = mean(d) + x`` (x >= 0) while ``x <= max(B_i / (n + k_i), -B_i / (n - k_i))``,
-    and for ``δ = mean(d) - x`` while ``x <= max(B_i / (n - k_i), -B_i / (n + k_i))`` (always, where
-    no sign or every sign is flipped): c falls as δ leaves mean(d), and the interval a level keeps
-    is read off these thresholds, sorted. Thresholds within 1e-9 max|d| of each other count as
-    equal, so that summing in another order does not decide a p-value.
+    Permutation ``i`` flips the sign of d_q where ``u_iq < 0.5``, the ``u`` drawn row by row
+    from ``numpy.random.default_rng(seed).random``. Testing that the mean difference is δ, it
+    counts as extreme where ``|sum_q s_iq (d_q - δ)| >= |sum_q (d_q - δ)|``, and ``p(δ) = (1 +
+    c(δ)) / (permutations + 1)`` with c(δ) the permutations that do (the observed assignment
+    counts as one, so p is never 0: Phipson and Smyth, "Permutation p-values should never be
+    zero", 2010); p = p(0). With ``k_i = sum_q s_iq`` and ``B_i = sum_q s_iq (d_q - mean(d))``,
+    permutation i is extreme for ``δ = mean(d) + x`` (x >= 0) while ``x <= max(B_i / (n +
+    k_i), -B_i / (n - k_i))``, and for ``δ = mean(d) - x`` while ``x <= max(B_i / (n - k_i),
+    -B_i / (n + k_i))`` (always, where no sign or every sign is flipped): c falls as δ leaves
+    mean(d), and the interval a level keeps is read off these thresholds, sorted. Thresholds
+    within 1e-9 max|d| of each other count as equal, so that summing in another order does
+    not decide a p-value.
     """
 
     name = "paired randomisation test"

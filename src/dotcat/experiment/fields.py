@@ -3,17 +3,17 @@
 A system of an experiment file takes the settings of the query pipeline
 (:class:`~dotcat.search.config.PipelineConfig`) and of the index its ``model`` builds, under
 the settings' own names (a few renamed to say which part they set: ``passage_window``).
-:func:`pydantic_fields` turns those dataclass fields into pydantic fields: the field's type (strict:
-TOML has real types), its default, its help text as the description; choices become a ``Literal``
-where the list is closed. Ranges and the rules between settings are not repeated here: the settings
-objects are built from a system and check themselves (:meth:`~dotcat.options.Settings.validate`), so
-a new pipeline setting reaches experiment files with no edit to this package.
+:func:`pydantic_fields` turns those dataclass fields into pydantic fields: the field's type
+(strict: TOML has real types), its default, its help text as the description; choices become
+a ``Literal`` where the list is closed. Ranges and the rules between settings are not
+repeated here: the settings objects are built from a system and check themselves
+(:meth:`~dotcat.options.Settings.validate`), so a new pipeline setting reaches experiment
+files with no edit to this package.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dotcat.options import choices_of, default_of
+from dotcat.options import choices_of, default_of, is_union
 
 #: How an error message says what a type expects.
 _EXPECTS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -58,7 +58,7 @@ def _annotation(cls: type, name: str, hint: Any) -> tuple[Any, str]:
     static = choices is not None and not callable(
         {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("choices")
     )
-    args = typing.get_args(hint) if _is_union(hint) else (hint,)
+    args = typing.get_args(hint) if is_union(hint) else (hint,)
     optional = type(None) in args
     base = tuple(a for a in args if a is not type(None))
     if static:
@@ -72,7 +72,3 @@ def _annotation(cls: type, name: str, hint: Any) -> tuple[Any, str]:
         words = " or ".join(_EXPECTS.get(b, b.__name__ if isinstance(b, type) else str(b))
                             for b in base)  # fmt: skip
     return (kind | None if optional else kind), words
-
-
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)

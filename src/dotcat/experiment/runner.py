@@ -555,7 +555,8 @@ def _run_dataset(
 ) -> DatasetOutcome:
     """One dataset's systems, runs copied into ``runs/<dataset>/`` and evaluated; with ``compute``
     False, only what the cache holds (the outcome has no systems if any stage is missing)."""
-    if not compute and not _fetched(spec.path):
+    p = spec.path  # here without fetching: a local path, or a name in the cache
+    if not compute and not (Path(p).exists() or not looks_like_name(p) or cached_dir(p).is_dir()):
         logger.warning("%s: not run (%s is not fetched yet)", spec.label, spec.path)
         data = Dataset(Path(spec.path), spec.split, {}, {}, {}, name=spec.label, given=spec.path)
         return DatasetOutcome(spec.label, data, None, computed_here=False)
@@ -571,11 +572,6 @@ def _run_dataset(
         logger.warning("%s: not run (%s is not in the cache: run without --only)", spec.label, e)
         return DatasetOutcome(spec.label, data, None, computed_here=False)
     return DatasetOutcome(spec.label, data, outcomes, reports, run_files, compute)
-
-
-def _fetched(path: str) -> bool:
-    """Whether a dataset is here without fetching: a local path, or a name in the cache."""
-    return Path(path).exists() or not looks_like_name(path) or cached_dir(path).is_dir()
 
 
 def _evaluate(

@@ -255,7 +255,8 @@ class BM25Index:
 
     def count_terms(self, corpus: Iterable[Any]) -> TermCounts | None:
         """The term counts of this index's rows, from the documents it was built from (as
-        :meth:`build` takes them, in row order): for an index saved before :meth:`save` kept them.
+        :meth:`build` takes them, in row order): for an index saved before :meth:`save` kept
+        them.
 
         Raises:
             DotcatError: the documents do not give this index's vocabulary (other documents).

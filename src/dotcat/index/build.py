@@ -1,12 +1,13 @@
 """Build an index directory: corpus -> BERT_DOT vectors -> FAISS + doc store + manifest.
 
 The corpus is read as an Arrow dataset and streamed (never memory-mapped, see
-:func:`dotcat.data.corpus.iter_row_batches`) in chunks of ``chunk_size`` documents; the encoder
-sorts each chunk by length, so padding stays small. A chunk's vectors are written to disk in parts
-of about a minute of encoding, each logged with a checksum (:mod:`dotcat.index.chunks`), so a build
-killed in hour six resumes after its last part when the same command runs again: the plan (corpus,
-encoder and settings) must match, or the resume is refused with what differs; ``fresh`` starts over.
-Memory stays flat with the corpus size: a chunk of texts, a training sample, the FAISS index itself.
+:func:`dotcat.data.corpus.iter_row_batches`) in chunks of ``chunk_size`` documents; the
+encoder sorts each chunk by length, so padding stays small. A chunk's vectors are written to
+disk in parts of about a minute of encoding, each logged with a checksum
+(:mod:`dotcat.index.chunks`), so a build killed in hour six resumes after its last part
+when the same command runs again: the plan (corpus, encoder and settings) must match, or the
+resume is refused with what differs; ``fresh`` starts over. Memory stays flat with the corpus
+size: a chunk of texts, a training sample, the FAISS index itself.
 
 Where most documents are several windows long (or when asked), documents longer than the
 encoder's window are split into passages first (:mod:`dotcat.index.passages`); elsewhere only
@@ -91,9 +92,10 @@ def build_index(
         index_dir: where the index goes; swapped into place when complete.
         encoder: a loaded :class:`BiEncoder` or the config to load one (default model); a
             search's query encoder gives its config.
-        config: the FAISS side and the build settings (:class:`IndexConfig`). overwrite: replace an
-        existing dotcat index at ``index_dir``. fresh: discard an interrupted build of ``index_dir``
-        instead of resuming it. corpus_options: record field names and a folder's file selection
+        config: the FAISS side and the build settings (:class:`IndexConfig`).
+        overwrite: replace an existing dotcat index at ``index_dir``.
+        fresh: discard an interrupted build of ``index_dir`` instead of resuming it.
+        corpus_options: record field names and a folder's file selection
             (:class:`dotcat.data.sources.CorpusOptions`).
 
     Returns:
@@ -164,10 +166,11 @@ def split_sample(dataset):
 
 def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Splitter | None:
     """The splitter of a build: as asked, or with ``enabled=None`` the choice of
-    :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a corpus
-    chooses alike): every document longer than the window, or document by document
-    (:meth:`Splitter.long_documents`: those more than ``split_over`` times the max length, in
-    passages of ``given`` tokens where the settings give a window)."""
+    :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
+    corpus chooses alike): every document longer than the window, or document by document
+    (:meth:`Splitter.long_documents`: those more than
+    ``split_over`` times the max length, in passages of ``given``
+    tokens where the settings give a window)."""
     if splitter is None or splitter.config.enabled is not None:
         return splitter
     rows = split_sample(dataset)

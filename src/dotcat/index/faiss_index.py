@@ -209,15 +209,10 @@ def _warn_thin_lists(spec: str, n: int, lists: int) -> None:
     )
 
 
-def _suggested_lists(n: int) -> int:
-    """The usual 4*sqrt(n) lists, but never fewer than 39 training points per list."""
-    return max(1, min(int(4 * np.sqrt(n)), n // MIN_POINTS_PER_LIST))
-
-
 def _ivf_suggestion(n: int) -> str:
     """The IVF setting ``n`` vectors train well, with the rule that gave it; Flat when they
     are too few for two lists (one list is Flat with extra steps)."""
-    lists = _suggested_lists(n)
+    lists = max(1, min(int(4 * np.sqrt(n)), n // MIN_POINTS_PER_LIST))  # 4 sqrt(n), not fewer
     if lists < 2:
         return f"Flat ({n} vectors are too few for IVF lists of {MIN_POINTS_PER_LIST} or more)"
     if lists < int(4 * np.sqrt(n)):

@@ -86,10 +86,6 @@ def build_path(index_dir: Path) -> Path:
     return index_dir.with_name(f".{index_dir.name}.building")
 
 
-def _old_path(index_dir: Path) -> Path:
-    return index_dir.with_name(f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}")
-
-
 def leftovers(index_dir: Path) -> list[Path]:
     """Build and old-index folders beside ``index_dir`` (``.building-*`` from dotcat 0.1 too)."""
     parent, name = index_dir.parent, index_dir.name
@@ -341,7 +337,7 @@ def recover(index_dir: Path, strict: bool = True) -> list[str]:
     found = leftovers(index_dir)
     if not found:
         return actions
-    if not is_complete(index_dir) and not _has_other_content(index_dir):
+    if not is_complete(index_dir) and not (index_dir.is_dir() and any(index_dir.iterdir())):
         # Newest complete build first (it finished: only the swap was cut short), else the
         # old index that it was replacing.
         builds = [p for p in found if ".building" in p.name and is_complete(p)]
@@ -422,7 +418,7 @@ def swap_into_place(new: Path, index_dir: Path) -> None:
         if _exchange(new, index_dir):
             old = new  # the exchange left the old index there
         else:
-            old = _old_path(index_dir)
+            old = index_dir.with_name(f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}")
             os.replace(index_dir, old)
             os.replace(new, index_dir)
         _fsync_dir(index_dir.parent)
@@ -462,10 +458,6 @@ def _exchange(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False  # kernel or filesystem without it: the two-rename path
     raise OSError(err, os.strerror(err), str(b))
-
-
-def _has_other_content(index_dir: Path) -> bool:
-    return index_dir.is_dir() and any(index_dir.iterdir())
 
 
 def _mtime(path: Path) -> float:

@@ -100,9 +100,9 @@ class PassageConfig(Settings):
     """How an index splits long documents into passages (recorded in its manifest).
 
     Attributes:
-        enabled: split documents longer than the window; False: one vector per document, cut
-            at the encoder's ``max_length`` (the layout of indexes built before passages); None:
-            split when most documents are more than twice the max length (see the module docstring).
+        enabled: split documents longer than the window; False: one vector per document, cut at the
+            encoder's ``max_length`` (the layout of indexes built before passages); None: split when
+            most documents are more than twice the max length (see the module docstring).
         window: tokens per passage, the title and the encoder's special tokens included;
             None: :data:`DEFAULT_WINDOW`, or the encoder's ``max_length`` where shorter. At
             most ``max_length``.
@@ -209,7 +209,8 @@ def token_spans(
     Args:
         offsets: each token's ``(start, end)`` characters in ``text`` (pairs, or an
             ``(n, 2)`` integer array: what :class:`Splitter` gives).
-        budget: tokens per window. stride: tokens each window shares with the one before it.
+        budget: tokens per window.
+        stride: tokens each window shares with the one before it.
         sentence_aware: a cut inside a sentence moves back to the last sentence end in the
             window's last :data:`SENTENCE_SLACK` of tokens (:data:`SENTENCE_END`), if any.
 

@@ -46,9 +46,10 @@ def check_build(
     Args:
         corpus: a corpus source (:mod:`dotcat.data.sources`): a BEIR directory, a corpus
             file, a folder of files, or documents in Python.
-        index_dir: where the index will go. config: the build's settings (FAISS spec, shard, chunk
-        size...), checked here. overwrite: whether an existing index may be replaced. fresh: an
-        interrupted build of ``index_dir`` is discarded, not resumed (else its
+        index_dir: where the index will go.
+        config: the build's settings (FAISS spec, shard, chunk size...), checked here.
+        overwrite: whether an existing index may be replaced.
+        fresh: an interrupted build of ``index_dir`` is discarded, not resumed (else its
             recorded settings must match: checked here, before any model loads).
         model: the encoder's model argument (its dimension is read from its config), or
         dim: the dimension itself, when the encoder is already loaded.

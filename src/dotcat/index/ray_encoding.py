@@ -94,7 +94,9 @@ def encode_chunks_on_ray(
     ray = _import_ray()
     started = _connect(ray, address)
     try:
-        job = _Job(_portable(corpus), options, rows, encoder_config, workers, spans)
+        path = isinstance(corpus, (str, os.PathLike))  # made absolute: actors run elsewhere
+        given = str(Path(corpus).resolve()) if path else corpus
+        job = _Job(given, options, rows, encoder_config, workers, spans)
         _encode(ray, job, store, show_progress)
     finally:
         if started:
@@ -156,11 +158,6 @@ class _Job:
     spans: Callable[[int, int], list[tuple[int, int, int]]] | None = None
 
 
-def _portable(corpus: Any) -> Any:
-    """A path made absolute (actors run elsewhere); anything else as it is."""
-    return str(Path(corpus).resolve()) if isinstance(corpus, (str, os.PathLike)) else corpus
-
-
 def _encode(ray: Any, job: _Job, store: ChunkStore, show_progress: bool) -> None:
     """Stream the pending chunks through the actor pool and write each result as it comes."""
     done = store.finished(verify=True)
@@ -213,7 +210,9 @@ def _pipeline(ray: Any, job: _Job, store: ChunkStore, pending: list[int]) -> Any
         fn_constructor_kwargs={
             "corpus": job.corpus,
             "encoder_config": _actor_config(job.encoder_config, use_gpu),
-            "cache_dir": _cache_dir(),
+            # this process's cache where DOTCAT_CACHE sets it (actors here reuse its Arrow
+            # copy), else each node's own default
+            "cache_dir": str(default_cache_dir()) if os.environ.get("DOTCAT_CACHE") else None,
             "options": job.options,
         },
         **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}),
@@ -289,12 +288,6 @@ def _actor_config(config: EncoderConfig, use_gpu: bool) -> EncoderConfig:
     if use_gpu:
         return dataclasses.replace(config, model=model, device="cuda")
     return dataclasses.replace(config, model=model, device="cpu", num_threads=1, cpu_workers=1)
-
-
-def _cache_dir() -> str | None:
-    """The corpus cache the actors use: this process's when ``DOTCAT_CACHE`` sets it (so
-    actors on this machine reuse its Arrow copy), else each node's own default."""
-    return None if not os.environ.get("DOTCAT_CACHE") else str(default_cache_dir())
 
 
 def _checked(vectors: Any, chunk: int, store: ChunkStore) -> np.ndarray:

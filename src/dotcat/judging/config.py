@@ -57,9 +57,10 @@ class PoolConfig(Settings):
         pool_depth: documents taken from the top of each system's ranking (TREC's pool depth).
         systems: first stages run over the index: any registered one
             (:func:`dotcat.search.stages.first_stage_choices`); ``auto``: every one it serves.
-        rerank: a BERT_CAT; with it the default first stage re-ranked is pooled too. runs: TREC run
-        files pooled beside the systems (each a system named by its file). order: the order
-        documents are shown in (:data:`ORDERS`). device, precision: where the models run.
+        rerank: a BERT_CAT; with it the default first stage re-ranked is pooled too.
+        runs: TREC run files pooled beside the systems (each a system named by its file).
+        order: the order documents are shown in (:data:`ORDERS`).
+        device, precision: where the models run.
     """
 
     pool_depth: int = setting(

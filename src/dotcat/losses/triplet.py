@@ -98,8 +98,7 @@ class TripletLoss(nn.Module):
     Embeddings in, scalar out; no model inside.
 
     Args:
-        margin: ``gamma`` > 0 (default 0.1, FaceNet's 0.2 on squared distance between unit
-            vectors).
+        margin: ``gamma`` > 0 (default 0.1, FaceNet's 0.2 on squared distance between unit vectors).
         similarity: ``"cos"`` (default) or ``"dot"``.
 
     Inputs:

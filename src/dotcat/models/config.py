@@ -124,7 +124,8 @@ class CrossEncoderConfig(Settings):
             packaged); a checkpoint without a classification head gets a new one.
         max_length: tokens per pair, special tokens included; None: what the model directory
             records (its tokenizer's ``model_max_length``), else 256.
-        batch_size: most pairs per forward pass. device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+        batch_size: most pairs per forward pass.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
         fast: token-budget batches, worker threads and autocast per ``precision``; False:
             fixed-size batches, one at a time, fp32 (the reference path).
         max_batch_tokens: padded tokens per forward pass; None: 2048 on CPU, no cap on GPU.

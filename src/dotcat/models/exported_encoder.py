@@ -185,7 +185,8 @@ class ExportedEncoder:
 
     def encode_queries(self, texts: str | Sequence[str], **kwargs: Any) -> np.ndarray:
         """Queries' vectors: ``query_prefix + text``, padded to multiples of 8 tokens as
-        :meth:`BiEncoder.encode_queries` pads them (a query's vector never depends on its batch)."""
+        :meth:`BiEncoder.encode_queries` pads them (a query's vector never depends on its
+        batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
         return self.encode(prefixed(self.query_prefix, texts), **kwargs)
 

@@ -97,7 +97,8 @@ def find_or_export(weights_dir: Path, kind: str, precision: str, fingerprint: st
     name = export_name(precision, variant)
     recipe = _recipe(kind, precision, variant, DEFAULT_KEEP_FP32, fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
-    found = export_files.current_export(homes, name, recipe, *_companions(precision))
+    companions = (DATA_SUFFIX,) if precision == "fp32" else ()  # fp32's weights beside it
+    found = export_files.current_export(homes, name, recipe, *companions)
     if found is not None:
         return found
     return export(weights_dir, kind, precision, homes[1], fingerprint, variant=variant)
@@ -241,11 +242,6 @@ def _recipe(kind: str, precision: str, variant: str, keep_fp32: str, fingerprint
     else:
         recipe["weights_file"] = Path(export_name("fp32")).with_suffix(DATA_SUFFIX).name
     return recipe
-
-
-def _companions(precision: str) -> tuple[str, ...]:
-    """The suffixes of the files an export has beside it: fp32's weights."""
-    return (DATA_SUFFIX,) if precision == "fp32" else ()
 
 
 def _write_fp32(weights_dir: Path, kind: str, target: Path) -> None:

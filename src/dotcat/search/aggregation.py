@@ -21,13 +21,14 @@ past fewer than sixteen windows one by one (``--split-over``) and MaxP elsewhere
 split every document: all of many passages, none favoured; or only documents past sixteen
 windows, as before); eval/studies/length_bias has the figures.
 
-:func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per document, so
-that k documents come out of one search when a query's best passages spread over documents as the
-collection's passages do; a query whose passages crowd into fewer documents is asked again for twice
-as many, until k documents come out or the index has no more. MaxP and FirstP are then exact: the
-i-th document by MaxP is the i-th distinct document down the passage ranking, the i-th by FirstP the
-i-th first passage down it; ``lead`` counts only the documents scored at or above the lowest passage
-fetched (a first passage not fetched is below it, so their scores are exact). The sum is over the
+:func:`rank_documents` asks a first stage for ``k`` times the index's mean passages per
+document, so that k documents come out of one search when a query's best passages spread over
+documents as the collection's passages do; a query whose passages crowd into fewer documents
+is asked again for twice as many, until k documents come out or the index has no more. MaxP
+and FirstP are then exact: the i-th document by MaxP is the i-th distinct document down the
+passage ranking, the i-th by FirstP the i-th first passage down it; ``lead`` counts only the
+documents scored at or above the lowest passage fetched (a first passage not fetched is below
+it, so their scores are exact). The sum is over the
 passages fetched (a document's passages below the fetched depth count 0).
 
 An index without passages is the same search with one passage per document (each vector a
@@ -107,7 +108,8 @@ def lead_margins(index, matrix: np.ndarray) -> np.ndarray:
 
 def _lead(passages: list[tuple[PassageRef, float]], margin: float) -> float:
     first = next((s for ref, s in passages if ref.part == 0), -math.inf)
-    return max(first, max((s - margin for ref, s in passages if ref.part != 0), default=first))
+    later = max((s - margin for ref, s in passages if ref.part != 0), default=first)
+    return float(max(first, later))  # (a float32 margin's difference: numpy's, not JSON's)
 
 
 def aggregate(

@@ -78,11 +78,12 @@ class CorpusWeight:
         best: the weight with the best nDCG@10 on the pseudo-queries.
         choice: the rule's record (:meth:`~dotcat.evaluation.choice.Choice.to_json`: the
             standard errors, the tied weights, the reason).
-        model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256. depth:
-        documents re-ranked per pseudo-query. first_stage: the first stage re-ranked (``dense``,
-        ``bm25`` or ``hybrid``). queries, documents: pseudo-queries asked, documents of the sample
-        they were asked on. scores: ``str(alpha) -> nDCG@10`` over the pseudo-queries. pseudo: where
-        the pseudo-queries came from (titles, cut sentences...).
+        model: the cross-encoder (path or name) and ``fingerprint``, its weights' sha256.
+        depth: documents re-ranked per pseudo-query.
+        first_stage: the first stage re-ranked (``dense``, ``bm25`` or ``hybrid``).
+        queries, documents: pseudo-queries asked, documents of the sample they were asked on.
+        scores: ``str(alpha) -> nDCG@10`` over the pseudo-queries.
+        pseudo: where the pseudo-queries came from (titles, cut sentences...).
     """
 
     alpha: float

@@ -255,6 +255,9 @@ class PipelineConfig(Settings):
             (ROCCHIO_SETTINGS, "dense" in sides,
              "applies only with prf rocchio or both (Rocchio, on the dense side)"),
             (("aggregate_top",), self.aggregation == "sum", "applies only with aggregation sum"),
+            (("fusion", "fusion_weight", "fusion_depth"),
+             self.first_stage == "auto" or len(entry(self.first_stage).sides) > 1,
+             "applies only to a first_stage that fuses (hybrid)"),
             (RERANK_SETTINGS, self.rerank is not None,
              "applies only with a cross-encoder (rerank)"),
         ]  # fmt: skip

@@ -25,7 +25,8 @@ NOT_FACETS = frozenset({"path", "size", "mtime", "encoding"})
 
 def facet_fields(kinds: Mapping[str, Any]) -> list[str]:
     """The fields that make facets: string, list or number fields with 2 to
-    :data:`FACET_VALUES` distinct values in the index (a file's :data:`NOT_FACETS` left out)."""
+    :data:`FACET_VALUES` distinct values in the index (a file's :data:`NOT_FACETS` left
+    out)."""
     return [
         name
         for name, info in kinds.items()

@@ -13,14 +13,15 @@ Two fusions, both over each first stage's top ``depth``:
 
       s(d) = w * norm(s_dense(d)) + (1 - w) * norm(s_bm25(d))
 
-  with ``norm`` the min-max normalisation over the query's list (a list of equal scores, e.g. BM25's
-  one match, is its own best: 1); a document missing from one list scores 0 on that side. The lowest
-  candidate of every list it is in would then score 0, as one no side found: with a filter of few
-  documents, a shown hit (the second of two showed 0.0000). So the ``n`` candidates' scores are put
-  on ``[1 / (n + 1), 1]`` (``(n * s + 1) / (n + 1)``, add-one smoothing of their place between the
-  lists' lowest and best): an increasing map, the ranking min-max's own, and a hit never scores 0.
-  Linear 0.5 (:data:`PRIOR`, :func:`default_fusion`) is what a hybrid search runs where nothing was
-  chosen on dev.
+  with ``norm`` the min-max normalisation over the query's list (a list of equal scores, e.g.
+  BM25's one match, is its own best: 1); a document missing from one list scores 0 on that side.
+  The lowest candidate of every list it is in would then score 0, as one no side found: with a
+  filter of few documents, a shown hit (the second of two showed 0.0000). So the ``n``
+  candidates' scores are put on ``[1 / (n + 1), 1]`` (``(n * s + 1) / (n + 1)``, add-one
+  smoothing of their place between the lists' lowest and best): an increasing map, the ranking
+  min-max's own, and a hit never scores 0.
+  Linear 0.5 (:data:`PRIOR`, :func:`default_fusion`) is what a hybrid search runs where nothing
+  was chosen on dev.
 
 Where the data has dev queries, :func:`choose_fusion` picks the fusion (RRF, or linear with a
 weight in 0, 0.1, ..., 1) by dev nDCG@10 with the paired one-standard-error rule

@@ -245,7 +245,8 @@ class Reranker:
     Args:
         cross_encoder: a loaded :class:`dotcat.models.cross_encoder.CrossEncoder` with a
             trained head.
-        depth: how many results per query it re-ranks. interpolate: see :class:`PipelineConfig`.
+        depth: how many results per query it re-ranks.
+        interpolate: see :class:`PipelineConfig`.
         corpus_weights: the index manifest's ``rerank`` entries (weights chosen on its corpus,
             keyed by cross-encoder fingerprint).
     """

@@ -10,13 +10,14 @@ below the run's ``min_relevance`` is neither: it answers in part.
 
 A dev split of a handful of queries chooses an epoch (or a re-ranker's weight) by noise, so
 :func:`dev_split` holds out ``dev_fraction`` of the queries only when that makes at least
-``min_dev_queries``; with fewer, every judged query trains and the last epoch is kept. A re-ranker's
-interpolation weight needs more (``at_least``: 20, the rule's minimum, where the set has 40 or
-more): 50 judged queries held out 6-7 by the fraction, too few for the rule, which then kept the
-plain cross-encoder; trained on 44 queries, it lost 0.08 and 0.17 nDCG@10 to its first stage on
-SciFact and pylib (``eval/benchmarks/results/judge_loop.md``). A run whose held-out check is k-fold
-(under :data:`~dotcat.training.config.KFOLD_BELOW` queries) holds out no dev split at all: its folds
-judge it (:mod:`dotcat.training.heldout`), and every query trains (:func:`split_queries`).
+``min_dev_queries``; with fewer, every judged query trains and the last epoch is kept. A
+re-ranker's interpolation weight needs more (``at_least``: 20, the rule's minimum, where the
+set has 40 or more): 50 judged queries held out 6-7 by the fraction, too few for the rule, which
+then kept the plain cross-encoder; trained on 44 queries, it lost 0.08 and 0.17 nDCG@10 to its
+first stage on SciFact and pylib (``eval/benchmarks/results/judge_loop.md``). A run whose
+held-out check is k-fold (under :data:`~dotcat.training.config.KFOLD_BELOW` queries) holds out
+no dev split at all: its folds judge it (:mod:`dotcat.training.heldout`), and every query
+trains (:func:`split_queries`).
 """
 
 from __future__ import annotations

@@ -97,11 +97,12 @@ def mine_bm25_negatives(
     Args:
         corpus: a ``datasets.Dataset`` (``id``, ``title``, ``text``) or an iterable of documents
             (see :meth:`dotcat.index.bm25.BM25Index.build`).
-        queries: qid -> text; every query gets an entry (possibly empty). qrels: qid -> docid ->
-        grade; grade > 0 is excluded. window: ``(start, end)`` 0-based ranks, end exclusive (see the
-        module docstring). config: BM25 settings; default ``BM25Config()`` (Pyserini's BEIR
-        defaults). show_progress: tqdm bars. meta: if given, filled in with the header for
-        :func:`save_negatives` (method, window,
+        queries: qid -> text; every query gets an entry (possibly empty).
+        qrels: qid -> docid -> grade; grade > 0 is excluded.
+        window: ``(start, end)`` 0-based ranks, end exclusive (see the module docstring).
+        config: BM25 settings; default ``BM25Config()`` (Pyserini's BEIR defaults).
+        show_progress: tqdm bars.
+        meta: if given, filled in with the header for :func:`save_negatives` (method, window,
             BM25 config, corpus size, created).
 
     Returns:
@@ -204,9 +205,11 @@ def mine_dense_negatives(
             its ``fingerprint`` (if any) is recorded in ``meta``.
         corpus: a ``datasets.Dataset`` or an iterable of documents
             (see :func:`iter_document_chunks`).
-        queries: qid -> text; every query gets an entry. qrels: qid -> docid -> grade; grade > 0 is
-        excluded. window: ``(start, end)`` 0-based ranks, end exclusive. chunk_size: documents
-        encoded and searched at a time (bounds memory). show_progress: a tqdm bar over the corpus.
+        queries: qid -> text; every query gets an entry.
+        qrels: qid -> docid -> grade; grade > 0 is excluded.
+        window: ``(start, end)`` 0-based ranks, end exclusive.
+        chunk_size: documents encoded and searched at a time (bounds memory).
+        show_progress: a tqdm bar over the corpus.
         meta: if given, filled in with the header for :func:`save_negatives`.
 
     Returns:

@@ -112,8 +112,7 @@ def load_teacher_scores(path: str | os.PathLike, header: Mapping[str, Any]) -> T
     """Read a scores file written for the teacher ``header`` describes.
 
     Args:
-        path: the directory holding ``teacher_scores.jsonl``, or the file (see
-            :func:`scores_file`).
+        path: the directory holding ``teacher_scores.jsonl``, or the file (see :func:`scores_file`).
         header: the expected header (:func:`teacher_header`); the file's ``fingerprint`` and
             ``max_length`` must equal its own, ``teacher`` and ``backend`` are not compared.
 

@@ -418,8 +418,9 @@ def backward_batch(
     Args:
         encode: ``encode(texts, max_length) -> [len(texts), dim]`` embeddings with autograd
             (the model, or its DDP wrapper, on the tokenized texts).
-        batch: the global batch (every process passes the same one). doc_texts: document id -> text
-        to embed. no_sync: DDP's ``no_sync``, for GradCache's intermediate chunks.
+        batch: the global batch (every process passes the same one).
+        doc_texts: document id -> text to embed.
+        no_sync: DDP's ``no_sync``, for GradCache's intermediate chunks.
 
     Returns:
         This process's loss value (scaled; averaged over processes it is the batch loss times
