@@ -315,9 +315,8 @@ def test_bm25_and_the_hybrid_point_at_the_passage_bm25_matched(encoder, tmp_path
     docs = [{"id": "long", "title": "Long", "text": text}, *long_docs(2)]
     out = tmp_path / "idx"
     build_index(docs, out, encoder, IndexConfig(device="cpu", bm25=True), show_progress=False)
-    for stage, weight in (("bm25", None), ("hybrid", 0.2)):
-        config = PipelineConfig(device="cpu", first_stage=stage, fusion="linear",
-                                fusion_weight=weight)  # fmt: skip
+    for stage, fusion in (("bm25", {}), ("hybrid", {"fusion": "linear", "fusion_weight": 0.2})):
+        config = PipelineConfig(device="cpu", first_stage=stage, **fusion)
         (hit, *_) = SearchPipeline(out, config).search("speaks of item5x14", 3)
         assert hit.doc_id == "long" and hit.start > 0
         assert hit.passage == text[hit.start : hit.stop]

@@ -79,6 +79,12 @@ def test_a_re_ranker_worse_than_the_first_stage_on_the_corpus_is_weighted_down(
     weight = calibrate_reranker(pipeline, queries=25, show_progress=False)
     assert (weight.queries, weight.documents, weight.depth) == (25, len(TOPICS), 10)
     assert weight.first_stage == "hybrid" and weight.pseudo["from_titles"] == len(TOPICS)
+    dense = calibrate_reranker(
+        _pipeline(index, tiny_cat_dir, depth=10, first_stage="dense"),
+        queries=25,
+        show_progress=False,
+    )  # fmt: skip (no fusion there)
+    assert dense.first_stage == "dense" and dense.queries == 25
     assert weight.fingerprint == pipeline.reranker.cross_encoder.fingerprint
     scores = {float(a): s for a, s in weight.scores.items()}
     assert sorted(scores) == list(WEIGHTS)

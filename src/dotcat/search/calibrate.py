@@ -54,6 +54,7 @@ from dotcat.search.config import CalibrationConfig
 from dotcat.search.fusion import WEIGHTS as FUSION_WEIGHTS
 from dotcat.search.pipeline import SearchPipeline
 from dotcat.search.reranker import fuse, score_candidates
+from dotcat.search.stages import entry
 from dotcat.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
@@ -138,12 +139,10 @@ def pseudo_first_stage(
         ),
         show_progress=show_progress,
     )
-    config = replace(
-        pipeline.config.first_stage_only(),
-        first_stage=pipeline.first_stage,
-        fusion=pipeline.fusion.method,
-        fusion_weight=pipeline.fusion.weight if pipeline.fusion.method == "linear" else None,
-    )
+    linear = pipeline.fusion.method == "linear"
+    fused = {"fusion": pipeline.fusion.method, "fusion_weight": pipeline.fusion.weight if linear
+             else None} if len(entry(pipeline.first_stage).sides) > 1 else {}  # fmt: skip
+    config = replace(pipeline.config.first_stage_only(), first_stage=pipeline.first_stage, **fused)
     queries = {qid: text for qid, text, _ in pseudo.queries}
     pseudo_pipeline = SearchPipeline(index_dir, config)
     found = pseudo_pipeline.matches(queries, k, show_progress=show_progress)
