@@ -28,6 +28,8 @@ from typing import Annotated, Any
 
 import watchfiles
 from fastapi import Depends, FastAPI, Path
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
@@ -37,7 +39,7 @@ from dotcat.index.encoder import load_document_encoder
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, document_config
-from dotcat.serve.protocol import NON_BLANK, DocumentIn, DocumentsIn, IdentifiedDocument, WriteOut
+from dotcat.serve.protocol import DocumentIn, DocumentsIn, IdentifiedDocument, WriteOut
 
 logger = logging.getLogger(__name__)
 
@@ -215,8 +217,7 @@ def add_document_routes(app: FastAPI, svc: Any, live: Live, no_parameters: Any) 
             )  # fmt: skip
 
     deps = [*svc.auth, Depends(writable), no_parameters]
-    doc_id_path = Path(min_length=1, pattern=NON_BLANK,
-                       description="The document's id (new: added; held: replaced).")  # fmt: skip
+    doc_id_path = Path(description="The document's id (new: added; held: replaced).")
     # What each can answer: a read-only server refuses every write before reading it.
     writes = svc.config.writable
     answers = svc.errors(400, 413, 422, 503, 507) if writes else svc.errors(403, 413, 422)
@@ -230,7 +231,11 @@ def add_document_routes(app: FastAPI, svc: Any, live: Live, no_parameters: Any) 
              description=f"Add the document (or replace the one with this id); {searchable}.",
              operation_id="put_document", **shared)  # fmt: skip
     async def put_document(doc_id: Annotated[str, doc_id_path], body: DocumentIn) -> WriteOut:
-        return await live.write([IdentifiedDocument(doc_id=doc_id, **body.model_dump())], None)
+        try:  # (checked here: a pattern on a path parameter trips schema-driven clients)
+            document = IdentifiedDocument(doc_id=doc_id, **body.model_dump())
+        except ValidationError as e:  # a control character or a blank id: 422, not 500
+            raise RequestValidationError(e.errors()) from None
+        return await live.write([document], None)
 
     @app.post("/documents", summary="Write several documents", responses=answers,
               description=f"Add (or replace) the documents in one generation; {searchable}.",

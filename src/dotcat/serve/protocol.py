@@ -315,7 +315,7 @@ class InfoOut(BaseModel):
 
 #: What a document's field may hold (:mod:`dotcat.data.metadata`: text, a number, a date
 #: written in ISO 8601, a list of strings; nested objects flatten into dotted names).
-FieldValue = str | int | float | bool | list[str | int | float | bool] | dict[str, Any] | None
+FieldValue = str | int | float | bool | list[Any] | dict[str, Any] | None  # a list as in JSONL
 
 
 class DocumentIn(BaseModel):
