@@ -122,6 +122,21 @@ def test_index_refuses_another_encoder(tiny_index, tiny_bert_dir, tmp_path):
     assert "refusing to search" in result.output and str(other) in result.output
 
 
+def test_a_model_folder_moved_after_indexing_is_named_with_the_way_out(
+    tiny_beir_dir, tiny_bert_dir, tmp_path
+):
+    import shutil
+
+    model = shutil.copytree(tiny_bert_dir, tmp_path / "mine")
+    assert invoke("-q", "index", tiny_beir_dir, tmp_path / "idx", "--model", model).exit_code == 0
+    model.rename(tmp_path / "moved")
+    result = runner.invoke(app, ["search", str(tmp_path / "idx"), "cats"])
+    assert result.exit_code == 2
+    assert f"the index's model {model} is gone" in result.output and "--model DIR" in result.output
+    result = invoke("search", tmp_path / "idx", "cats", "--model", tmp_path / "moved")
+    assert result.exit_code == 0 and "gone" not in result.output
+
+
 def test_bad_corpus_line_is_one_clear_error(tiny_bert_dir, tmp_path):
     corpus = tmp_path / "bad.jsonl.gz"
     with gzip.open(corpus, "wt") as f:

@@ -54,6 +54,11 @@ def test_queries_file_formats(write, gz, caplog):
     assert load_queries(js, split="dev") == {"1": "x"}  # and said, where not the default
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == [f"split 'dev' ignored: {js} is a queries file: all its queries are read"]
+    beir = js.parent / "beir"  # a BEIR folder without qrels/: its queries, not "no split"
+    beir.mkdir()
+    (beir / "queries.jsonl").write_text('{"_id": "1", "text": "x"}\n', encoding="utf-8")
+    assert load_queries(beir, split="test") == load_queries(beir, split="dev") == {"1": "x"}
+    assert f"split 'dev' ignored: {beir} has no qrels/: all its queries are read" in caplog.text
 
 
 @pytest.mark.parametrize(

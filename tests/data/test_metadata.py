@@ -236,14 +236,20 @@ def _mixed(root):
     return root
 
 
-def test_a_mixed_folder_reads_in_one_go_with_dotcat_toml(tmp_path):
+def test_a_mixed_folder_reads_in_one_go_with_dotcat_toml(tmp_path, caplog):
     root = _mixed(tmp_path / "docs")
     rules = (
         '[files."faq.jsonl"]\nid = "key"\ntitle = "question"\ntext = "answer"\n\n'
-        '[files."*.csv"]\nid = "ticket"\ntitle = "subject"\ntext = "body"\n'
+        '[files."*.csv"]\nid = "ticket"\ntitle = "subject"\ntext = "body"\n\n'
+        '[files."note/*.txt"]\nencoding = "latin-1"\n'  # a misspelt folder: said, not silent
     )
     (root / "dotcat.toml").write_text(rules, encoding="utf-8")
-    docs = {d.id: d for d in iter_corpus(root)}
+    docs = {d.id: d for d in iter_corpus(root, options=CorpusOptions(file_rules=("*.rst:id=x",)))}
+    said = [r.getMessage() for r in caplog.records if "matches no file" in r.getMessage()]
+    assert said == [
+        f"--fields: the rule for '*.rst' matches no file in {root}",
+        f"{root / 'dotcat.toml'}: the rule for 'note/*.txt' matches no file in {root}",
+    ]
     assert sorted(docs) == [
         "faq.jsonl#f1",
         "notes/cafe.txt",

@@ -39,10 +39,13 @@ def test_build_writes_complete_index(tiny_docs, tiny_beir_dir, tiny_encoder, tmp
     assert beside == ["idx"]  # the lock file goes when the lock is released
 
 
-def test_every_document_finds_itself_first(tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path):
+def test_every_document_finds_itself_first(
+    tiny_docs, tiny_beir_dir, tiny_encoder, tmp_path, caplog
+):
     out = tmp_path / "idx"
     build_index(tiny_beir_dir, out, tiny_encoder, show_progress=False)
-    index = DenseIndex(out, device="cpu")
+    index = DenseIndex(out, device="cpu", search_params={"nprobe": 8})
+    assert "nprobe does nothing on a FAISS Flat index" in caplog.text  # not silently ignored
     texts = [f"{d['title']} {d['text']}" for d in tiny_docs]
     scores, positions = index.search(tiny_encoder.encode_documents(texts), k=3)
     ids = index.doc_ids(positions[:, 0])

@@ -21,7 +21,7 @@ from dotcat.data._io import (
     split_tsv,
 )
 from dotcat.data.catalog import resolve_data_path
-from dotcat.data.qrels import load_qrels
+from dotcat.data.qrels import available_splits, load_qrels
 from dotcat.data.sniff import QUERIES, hint
 from dotcat.errors import DataFormatError
 
@@ -109,10 +109,10 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
     """
     p = resolve_data_path(path)
     file = find_queries_file(p)
-    if split is not None and not p.is_dir():  # (a split other than the CLI's default: said)
+    if split is not None and not (p.is_dir() and available_splits(p)):  # (not the default: said)
         level = logging.INFO if split == "test" else logging.WARNING
-        logger.log(level, "split %r ignored: %s is a queries file: all its queries are read",
-                   split, p)  # fmt: skip
+        what = "has no qrels/" if p.is_dir() else "is a queries file"
+        logger.log(level, "split %r ignored: %s %s: all its queries are read", split, p, what)
         split = None
     if split is not None:
         judged = load_qrels(p, split)  # first, so a missing split fails before any reading

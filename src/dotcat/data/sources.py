@@ -364,6 +364,12 @@ class FolderSource:
             _check_listing(self.root, listing, self.options)
         _say_indexes_skipped(self.root, listing.indexes)
         _say_kinds_not_read(self.root, listing)
+        for rule in self.rules.rules:  # a misspelt pattern is never silently nothing
+            key = (str(self.root.resolve()), (rule.origin, rule.pattern))
+            names = ((f.rel, f.rel.rsplit("/", 1)[-1]) for f in listing.files)
+            if key not in _NAMED and not any(pattern_matches(*n, rule.pattern) for n in names):
+                _NAMED.add(key)
+                logger.warning("%s: the rule for %r matches no file in %s", *key[1], self.root)
         return listing
 
     def identity(self, again: bool = False) -> dict[str, Any]:

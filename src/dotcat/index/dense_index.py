@@ -66,7 +66,11 @@ class DenseIndex:
         if self.device == "cuda":
             index = faiss_index.to_gpu(index)
         params = dict(self.manifest.faiss.get("search_params", {}))
-        params.update(faiss_index.applicable_search_params(index, search_params or {}))
+        kept = faiss_index.applicable_search_params(index, search_params or {})
+        if ignored := sorted(set(search_params or {}) - set(kept)):
+            spec = self.manifest.faiss.get("spec")
+            logger.warning("%s: %s does nothing on a FAISS %s index", self.dir, ignored[0], spec)
+        params.update(kept)
         faiss_index.set_search_params(index, params)
         self.search_params = params
         self.index = index

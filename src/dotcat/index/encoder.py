@@ -16,6 +16,7 @@ from pathlib import Path
 from dotcat.index.manifest import int8_runtime
 from dotcat.models import EncoderConfig
 from dotcat.models.exported_encoder import EXPORTED_PRECISIONS, try_load
+from dotcat.models.resolve import ALIASES
 from dotcat.models.runtime import autocast_rule, cpu_kind, runs_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -37,12 +38,12 @@ def encoder_config_from_manifest(
     weights fingerprint is checked afterwards either way.
     """
     if model is None:
-        recorded_path = encoder_entry.get("path")
-        model = (
-            recorded_path
-            if recorded_path and Path(recorded_path).is_dir()
-            else encoder_entry["name"]
-        )
+        model = recorded_path = encoder_entry.get("path")
+        if not (recorded_path and Path(recorded_path).is_dir()):
+            model = encoder_entry["name"]
+            if recorded_path and model not in ALIASES:
+                logger.warning("the index's model %s is gone: looking for %r (give where it is "
+                               "now with --model DIR)", recorded_path, model)  # fmt: skip
     return EncoderConfig(
         model=str(model),
         pooling=encoder_entry["pooling"],
