@@ -72,10 +72,6 @@ def set_progress_anywhere(on: bool = True) -> None:
         os.environ.pop(PROGRESS_ENV, None)
 
 
-def _asked_anywhere() -> bool:
-    return os.environ.get(PROGRESS_ENV, "").strip() not in ("", "0")
-
-
 class _Bar(tqdm):
     """A tqdm bar that never displays the same state (count and postfix) twice in a row (see
     the module doc)."""
@@ -110,7 +106,8 @@ def progress_bar(
     """
     stream = kwargs.pop("file", sys.stderr)
     terminal = hasattr(stream, "isatty") and stream.isatty()
-    every = 0.1 if terminal else LOG_INTERVAL if _asked_anywhere() else HEARTBEAT
+    asked = os.environ.get(PROGRESS_ENV, "").strip() not in ("", "0")
+    every = 0.1 if terminal else LOG_INTERVAL if asked else HEARTBEAT
     return _Bar(
         iterable,
         desc=desc,

@@ -520,7 +520,7 @@ def _run_single(
         outcomes=outcomes,
         reports=reports,
         comparisons=compare(reports, config.baseline, config),
-        recall={name: _recall_curve(run, data.qrels, config.k) for name, run in runs.items()},
+        recall={n: recall_curve(r, data.qrels, recall_depths(config.k)) for n, r in runs.items()},
         run_files=run_files,
         output=output,
         seconds=0.0,
@@ -590,10 +590,6 @@ def recall_depths(k: int) -> list[int]:
     if k > 100:
         depths |= {int(round(d)) for d in np.geomspace(100, k, num=100)}
     return sorted(depths)
-
-
-def _recall_curve(run: Mapping, qrels: Mapping, k: int) -> dict[int, float]:
-    return recall_curve(run, qrels, recall_depths(k))
 
 
 def _copy_runs(outcomes: list[SystemOutcome], folder: Path) -> dict[str, Path]:

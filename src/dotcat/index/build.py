@@ -331,15 +331,12 @@ def _build(
         dotcat_version=__version__,
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         bm25=bm25,
-        shard=_shard_entry(config.shard, rows),
+        shard=(s := config.shard)
+        and {"index": s[0], "of": s[1], "start": rows[0], "stop": rows[1]},
         passages=None if splitter is None else _passages_entry(splitter, vectors, n),
     )
     manifest.write(tmp)
     return manifest
-
-
-def _shard_entry(shard: tuple[int, int] | None, rows: tuple[int, int]) -> dict[str, int] | None:
-    return shard and {"index": shard[0], "of": shard[1], "start": rows[0], "stop": rows[1]}
 
 
 def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str, Any]:

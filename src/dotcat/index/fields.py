@@ -236,7 +236,8 @@ def merged_kinds(parts: Iterable[Mapping[str, FieldInfo]]) -> dict[str, FieldInf
             if held is None:
                 out[name] = info
                 continue
-            kind = held.kind if held.kind == info.kind else _wider(held.kind, info.kind)
+            kinds = {held.kind, info.kind}
+            kind = held.kind if len(kinds) == 1 else "list" if "list" in kinds else "string"
             out[name] = FieldInfo(kind, held.documents + info.documents,
                                   held.distinct_values + info.distinct_values)  # fmt: skip
     return dict(sorted(out.items()))
@@ -253,7 +254,3 @@ def with_distinct(
         if name in out:
             out[name] = replace(out[name], distinct_values=len(seen))
     return out
-
-
-def _wider(a: str, b: str) -> str:
-    return "list" if "list" in (a, b) else "string"

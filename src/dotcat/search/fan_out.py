@@ -83,10 +83,6 @@ def bm25_key(firsts: Sequence[int]) -> Callable[[int, int, Match], tuple]:
     return key
 
 
-def _per_query(answers: Sequence[Sequence | None], i: int) -> list:
-    return [a[i] if a is not None else None for a in answers]
-
-
 class _FanOut:
     """What the fan-out stages share: :meth:`search` asks every shard (:meth:`ask`: texts,
     ``k`` and the filter's query -> each shard's answers) and merges each query's lists
@@ -120,7 +116,8 @@ class _FanOut:
                 chunk = qids[start : start + BATCH]
                 answers = self.ask([queries[q] for q in chunk], k, within)
                 for i, qid in enumerate(chunk):
-                    out[qid] = _kept(self.index, merge(_per_query(answers, i), k, self.key))
+                    mine = [a[i] if a is not None else None for a in answers]
+                    out[qid] = _kept(self.index, merge(mine, k, self.key))
                 bar.update(len(chunk))
         empty = sum(not found for found in out.values())
         if empty and self.warn_unmatched:

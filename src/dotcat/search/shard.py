@@ -102,7 +102,8 @@ def statistics_of(spec: ShardSpec) -> ShardStatistics | None:
     manifest = Manifest.read(Path(spec.path))
     if not manifest.bm25:
         return None
-    return shard_statistics(_counted(_load_bm25(spec, manifest), spec, manifest))
+    bm25 = BM25Index.load(Path(spec.path) / manifest.bm25["dir"], mmap=True)
+    return shard_statistics(_counted(bm25, spec, manifest))
 
 
 def collection_statistics(parts: Sequence[ShardStatistics | None]) -> CollectionStatistics | None:
@@ -351,10 +352,6 @@ def _ray_node() -> str | None:
     if ray is None or not ray.is_initialized():
         return None
     return ray.get_runtime_context().get_node_id()
-
-
-def _load_bm25(spec: ShardSpec, manifest: Manifest) -> BM25Index:
-    return BM25Index.load(Path(spec.path) / manifest.bm25["dir"], mmap=True)
 
 
 def _counted(bm25: BM25Index, spec: ShardSpec, manifest: Manifest) -> BM25Index:
