@@ -26,8 +26,8 @@ _DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
 def _dotcat(*args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     import os
 
-    env = {**os.environ, "DOTCAT_PROGRESS": "1", **(env_extra or {})}
-    env.pop("DOTCAT_QUIET", None)
+    env = {k: v for k, v in os.environ.items() if k != "DOTCAT_QUIET"}
+    env.update({"DOTCAT_PROGRESS": "1", **(env_extra or {})})
     return subprocess.run(
         [sys.executable, "-c", _DOTCAT, *map(str, args)],
         capture_output=True,
@@ -112,6 +112,8 @@ def test_no_bar_is_drawn_where_stderr_is_not_a_terminal_unless_asked(
     asked = _dotcat("--progress", *args, "--overwrite", env_extra={"DOTCAT_PROGRESS": "0"})
     assert asked.returncode == 0, asked.stderr
     assert any(line.startswith("encoding documents") for line in _bar_lines(asked.stderr))
+    quiet = _dotcat(*args, "--overwrite", env_extra={"DOTCAT_QUIET": "1"})  # as -q, for good
+    assert quiet.returncode == 0 and _bar_lines(quiet.stderr) == [], quiet.stderr
 
 
 def test_a_log_file_gets_each_state_once(tmp_path, monkeypatch):

@@ -672,7 +672,7 @@ NOT_APPLYING_CASES = [
     case(*SV, "--rocchio-docs", "0", expect="--rocchio-docs must be >= 1, got 0"),
     case(*SV, "--rerank", "{cat}", expect="a server re-ranks with the cross-encoder it was"),
     # passage settings without passages
-    case(*IX, "--no-passages", "--passage-window", "128", expect="--passage-window does not"),
+    case(*IX, "--no-passages", "--passage-window", "128", expect="encoder's maximum length)"),
     case(*IX, "--no-passages", "--passage-stride", "32", expect="--passage-stride does not"),
     case(*IX, "--no-passages", "--no-sentence-aware", expect="does not apply without passages"),
     # record field options where no record file is read; folder options for one file

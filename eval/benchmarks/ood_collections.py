@@ -44,12 +44,14 @@ them; dev queries are for choices (fusion, feedback, passage settings).
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import random
 import re
 import statistics
 import sys
 import sysconfig
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -456,9 +458,22 @@ def build_faq(opts: Options) -> Collection:
 MAN_SECTIONS = ("1", "5", "7", "8")
 
 
-def build_man(opts: Options, root: Path = src.MAN_ROOT) -> Collection:
+def _man_in(language: str, heading: tuple[str, ...]) -> Callable[[Options], Collection]:
+    """:func:`build_man` of the pages in ``language`` (``/usr/share/man/LANG``)."""
+    return functools.partial(build_man, root=src.MAN_ROOT / language, heading=heading,
+                             words=_cjk_words)  # fmt: skip
+
+
+def _cjk_words(text: str) -> int:
+    """Words of text that may not space its words apart: two CJK characters count as one."""
+    return _words(text) + sum(unicodedata.east_asian_width(c) == "W" for c in text) // 2
+
+
+def build_man(opts: Options, root: Path = src.MAN_ROOT, heading: str | tuple = "DESCRIPTION",
+              words: Callable[[str], int] = _words) -> Collection:  # fmt: skip
     """Manual pages: query, the one-line description of a page's NAME section; document, its
-    DESCRIPTION section as groff renders it."""
+    DESCRIPTION section as groff renders it (``root``, ``heading`` and ``words``: the pages
+    of another language, its heading, how its words are counted)."""
     from concurrent.futures import ThreadPoolExecutor
 
     pages = src.man_pages(MAN_SECTIONS, root)
@@ -471,7 +486,7 @@ def build_man(opts: Options, root: Path = src.MAN_ROOT) -> Collection:
     for path, line in sorted(whatis.items()):
         if shared[_norm(line)] > 1:
             dropped["description shared by several pages"] += 1
-        elif _words(line) < MIN_QUERY_WORDS:
+        elif words(line) < MIN_QUERY_WORDS:
             dropped[f"description under {MIN_QUERY_WORDS} words"] += 1
         else:
             candidates.append((path, line))
@@ -483,8 +498,8 @@ def build_man(opts: Options, root: Path = src.MAN_ROOT) -> Collection:
         texts = list(pool.map(lambda item: src.render_man(item[0]), drawn))
     groups: dict[str, dict] = {}
     for (path, line), text in zip(drawn, texts, strict=True):
-        body = src.man_section(text, "DESCRIPTION")
-        if _words(body) < MIN_DOC_WORDS:
+        body = src.man_section(text, heading)
+        if words(body) < MIN_DOC_WORDS:
             dropped[f"DESCRIPTION under {MIN_DOC_WORDS} words"] += 1
             continue
         name = path.name.removesuffix(".gz")
@@ -630,6 +645,9 @@ BUILDERS = {
     "pylib": Builder(build_pylib, None, 500, 150),
     "faq": Builder(build_faq, None, 300, 80),
     "man": Builder(build_man, 4000, 300, 100),
+    # Japanese and Chinese (manpages-ja, manpages-zh): text without spaces between words.
+    "man-ja": Builder(_man_in("ja", ("説明", "解説", "DESCRIPTION")), 4000, 300, 100),
+    "man-zh": Builder(_man_in("zh_CN", ("描述", "DESCRIPTION")), 4000, 300, 100),
 }
 
 

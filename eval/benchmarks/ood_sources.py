@@ -149,7 +149,7 @@ def render_man(path: Path) -> str:
     return done.stdout.decode("utf-8", errors="replace")
 
 
-def man_section(text: str, name: str) -> str:
+def man_section(text: str, name: str | tuple[str, ...]) -> str:
     """The body of the rendered page's section ``name`` (its heading at the left margin, its
     body indented; the next line at the margin, a heading or the footer, ends it), paragraphs
     joined into lines, blank lines between them."""
@@ -159,7 +159,8 @@ def man_section(text: str, name: str) -> str:
         if line and not line[0].isspace():
             if inside:
                 break
-            inside = line.strip() == name
+            heading = line.strip()  # (a tuple of names: a heading holding any of them)
+            inside = heading == name or isinstance(name, tuple) and any(n in heading for n in name)
             continue
         if inside:
             body.append(line.strip())

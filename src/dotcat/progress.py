@@ -34,6 +34,8 @@ LOG_INTERVAL = 10.0
 HEARTBEAT = 60.0
 
 _quiet = False
+#: ``DOTCAT_QUIET=1`` where the process started: no command line's lack of ``-q`` undoes it.
+QUIET_AT_START = os.environ.get(QUIET_ENV, "").strip() not in ("", "0")
 
 
 @contextlib.contextmanager

@@ -133,6 +133,15 @@ def test_malformed_json(write, assert_error, gz):
     assert_error(e, path, 2, "malformed JSON", "Expecting ',' delimiter")
 
 
+@pytest.mark.parametrize("name", ["c.jsonl", "c.json"])
+def test_a_cut_emoji_escape_is_named_not_a_traceback(write, assert_error, name):
+    whole, cut = '{"_id": "a", "text": "ok \\ud83d\\ude00"}', '{"_id": "b", "text": "cut \\uD83D"}'
+    path = write(name, f"{whole}\n{cut}\n" if name.endswith("l") else f"[{whole},\n{cut}]")
+    with pytest.raises(DataFormatError) as e:
+        list(iter_corpus(path))
+    assert_error(e, path, 2, "a \\u escape of half a character (U+D83D)")
+
+
 @pytest.mark.parametrize(("line", "found"), [('["a", "b"]', "array"), ('"text"', "string")])
 def test_not_an_object(write, assert_error, line, found):
     path = write("c.jsonl", jsonl({"_id": "a", "text": "x"}, line))

@@ -153,7 +153,7 @@ def test_guessed_files_are_named_with_what_fixes_them(tmp_path, caplog):
     (tmp_path / "note.txt").write_bytes(NOTE.encode("latin-1"))
     (tmp_path / "ru.txt").write_bytes("Привет, как дела у тебя сегодня?\n".encode("cp1251"))
     (tmp_path / "plain.md").write_text("# Plain\n\nUTF-8 here: déjà.\n", encoding="utf-8")
-    (tmp_path / "dotcat.toml").write_text('[files."other.csv"]\nid = "key"\n', encoding="utf-8")
+    (tmp_path / "dotcat.toml").write_text('[files."*.md"]\nencoding = "utf-8"\n', encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="dotcat"):
         docs = {d.id: d for d in iter_corpus(tmp_path)}
     assert docs["note.txt"].text == NOTE and docs["ru.txt"].fields["encoding"] == "cp1251"

@@ -159,6 +159,7 @@ def test_evaluate_runs_scores_each_run_as_evaluate_does_and_names_a_shallow_one(
     assert reports["a"].aggregate == evaluate(RUN, QRELS, ["RR@3", "R@100"], ["q1", "q2"]).aggregate
     shallow = [r.message for r in caplog.records if "results per query" in r.message]
     assert len(shallow) == 2 and "a holds at most 3 results per query" in shallow[0]
+    assert "unless that is all there is (BM25 returns only" in shallow[0]
     assert "R@100" in shallow[0] and "RR@3" not in shallow[0]
     caplog.clear()
     with caplog.at_level("WARNING", logger="dotcat.evaluation.metrics"):

@@ -9,6 +9,7 @@ import pytest
 
 from dotcat.errors import DotcatError
 from dotcat.index.bm25 import BM25Index
+from dotcat.index.bm25_global import updated
 from dotcat.index.config import BM25Config
 
 DOCS = [
@@ -59,6 +60,49 @@ def test_a_word_composed_or_decomposed_is_one_term(tmp_path):
     BM25Index.build(docs, show_progress=False).save(tmp_path / "bm25")  # a search without bm25s
     light = BM25Index.load(tmp_path / "bm25", mmap=True, search_only=True)
     assert [d for d, _ in light.search_one("naïve r\u00e9sum\u00e9", k=2)] == ["nfc", "nfd"]
+
+
+WORLD = [
+    {"id": "ja", "title": "", "text": "東京は日本の首都です。寿司とラーメンが有名です。"},
+    {"id": "zh", "title": "", "text": "北京是中国的首都。长城非常有名。猫很可爱。"},
+    {"id": "ko", "title": "", "text": "서울은 한국의 수도입니다."},
+    {"id": "hi", "title": "", "text": "हिन्दी भाषा बहुत सुंदर है।"},
+    {"id": "hi2", "title": "", "text": "बहू घर आई।"},  # "बह" once both words' broken piece
+    {"id": "ar", "title": "", "text": "مُحَمَّدٌ رَسُولُ اللَّهِ"},
+    {"id": "tr", "title": "İzmir", "text": "İzmir ve İstanbul büyük şehirlerdir."},
+    {"id": "tr2", "title": "", "text": "Zmir is a made up word here."},
+    {"id": "de", "title": "", "text": "Straße, pass\u00adword, ｆｕｌｌ ｗｉｄｔｈ, ﬁnancial."},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("search_only", [False, True])
+def test_words_of_every_script_are_found_whole(tmp_path, search_only):
+    BM25Index.build(WORLD, show_progress=False).save(tmp_path / "bm25")
+    index = BM25Index.load(tmp_path / "bm25", search_only=search_only)
+    expected = {"寿司": ["ja"], "東京": ["ja"], "ラーメン": ["ja"], "首都": ["ja", "zh"],
+                "长城": ["zh"], "猫": ["zh"], "한국": ["ko"], "हिन्दी": ["hi"], "बहुत": ["hi"],
+                "مُحَمَّدٌ": ["ar"], "izmir": ["tr"], "İstanbul": ["tr"], "strasse": ["de"],
+                "password": ["de"], "full width": ["de"], "financial": ["de"]}  # fmt: skip
+    for query, ids in expected.items():  # first (a CJK character also finds its other words)
+        assert sorted(d for d, _ in index.search_one(query, k=10)[: len(ids)]) == ids, query
+    assert [d for d, _ in index.search_one("बहुत İzmir", k=10)] == ["tr", "hi"]  # no hi2, tr2
+
+
+def test_an_index_of_the_first_format_is_searched_with_its_own_words(tmp_path, monkeypatch):
+    from dotcat.index import bm25
+
+    made = bm25.make_tokenizer
+    with monkeypatch.context() as m:  # an index built before words(): format 1
+        m.setattr(bm25, "FORMAT_VERSION", 1)
+        m.setattr(bm25, "make_tokenizer", lambda config, splitter=None: made(config, bm25.words_1))
+        BM25Index.build(WORLD, show_progress=False).save(tmp_path / "bm25")
+    for search_only in (False, True):
+        old = BM25Index.load(tmp_path / "bm25", search_only=search_only)
+        assert "tr" in {d for d, _ in old.search_one("İzmir", k=10)}  # its "zmir", as built
+    grown = updated(BM25Index.load(tmp_path / "bm25"), set(), [{"id": "x", "text": "İzmir"}])
+    grown.save(tmp_path / "grown")  # an update keeps the words it was built with: format 1
+    found = BM25Index.load(tmp_path / "grown", search_only=True).search_one("İzmir", k=10)
+    assert {"tr", "x"} <= {d for d, _ in found}
 
 
 def test_stop_words_are_ignored():

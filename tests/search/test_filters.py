@@ -3,6 +3,8 @@ doc store's field table; every error one line naming the column and the token.""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from dotcat.index.docstore import DocStore
@@ -35,20 +37,35 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("filters") / "docstore.sqlite"
+def _store(path, docs: dict) -> DocStore:
     writer = DocStore(path, readonly=False)
-    writer.add((pos, doc_id, "", "text") for pos, doc_id in enumerate(DOCS))
+    writer.add((pos, doc_id, "", "text") for pos, doc_id in enumerate(docs))
     writer.add_fields(
-        row for pos, fields in enumerate(DOCS.values()) for row in field_rows(pos, fields)
+        row for pos, fields in enumerate(docs.values()) for row in field_rows(pos, fields)
     )
     writer.finish_fields()
     writer.commit()
     writer.close()
-    reader = DocStore(path)
+    return DocStore(path)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    reader = _store(tmp_path_factory.mktemp("filters") / "docstore.sqlite", DOCS)
     yield reader
     reader.close()
+
+
+def test_text_beyond_ascii_is_compared_composed_and_contains_ignores_its_case(tmp_path):
+    nfd = unicodedata.normalize("NFD", "Köln")  # as macOS writes a file name
+    docs = {"c1": {"city": "Köln", "tags": [nfd]}, "c2": {"city": nfd}, "c3": {"city": "МОСКВА"}}
+    store = _store(tmp_path / "docstore.sqlite", docs)
+    for typed in ("Köln", nfd):
+        assert admitted(store, f'city = "{typed}"') == ["c1", "c2"]
+        assert admitted(store, f'city startswith "{typed[: len(typed) - 2]}"') == ["c1", "c2"]
+        assert admitted(store, f'tags contains "{typed}"') == ["c1"]
+    assert admitted(store, 'city contains "KÖLN"') == ["c1", "c2"]
+    assert admitted(store, 'city contains "москва"') == ["c3"]
 
 
 def admitted(store: DocStore, text: str) -> list[str]:

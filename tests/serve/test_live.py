@@ -88,9 +88,12 @@ def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):
         assert httpx.delete(f"{url}/documents/web/koala", headers=H).status_code == 404
         own = {"text": "x", "fields": {"title": "clash"}}
         assert httpx.put(f"{url}/documents/y", json=own, headers=H).status_code == 422
-        for bad in ("a%00b", "%E2%80%8B", "%20"):  # a control character, zero-width, blank
+        for bad in ("a%00b", "%E2%80%8B", "%20", "a%20b"):  # control, zero-width, blank, space
             answer = httpx.put(f"{url}/documents/{bad}", json={"text": "x"}, headers=H)
             assert answer.status_code == 422 and "doc_id" in answer.json()["error"], answer.text
+        twice = {"documents": [{"doc_id": "a", "text": "x"}, {"doc_id": "a", "text": "y"}]}
+        answer = httpx.post(f"{url}/documents", json=twice, headers=H)
+        assert answer.json()["error"].startswith("documents[1].doc_id: "), answer.text  # no <list>
         listed = {"text": "ibis", "fields": {"sizes": [3, 4.5, "xl"]}}  # as a JSON Lines list
         assert httpx.put(f"{url}/documents/ibis", json=listed, headers=H).status_code == 200
         assert _ids(url, "ibis", filter='sizes contains "4.5"', first_stage="bm25") == ["ibis"]

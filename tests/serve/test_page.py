@@ -59,7 +59,8 @@ def page_pipeline(tmp_path_factory, tiny_bert_dir):
     root = tmp_path_factory.mktemp("page")
     corpus = root / "corpus.jsonl.gz"
     hostile = {"_id": "x1", "title": "<script>alert(1)</script>", "text": HOSTILE}
-    docs = [*TINY_DOCS, hostile, LONG_DOC]
+    emoji = {"_id": "emoji", "title": "Emoji", "text": "Pizza 🍕 cats 🐱 👨‍👩‍👧 a zymogen here"}
+    docs = [*TINY_DOCS, hostile, LONG_DOC, emoji]
     with gzip.open(corpus, "wt", encoding="utf-8") as f:
         for doc in docs:
             f.write(json.dumps(doc) + "\n")
@@ -217,6 +218,15 @@ def test_a_hit_shows_a_snippet_and_its_whole_text_on_enter(browser, page_pipelin
         assert snippet.inner_text().strip() == whole.strip()
         page.keyboard.press("Enter")  # back to the snippet
         _wait_until(lambda: snippet.inner_text() == short)
+
+
+def test_marks_fall_on_the_words_after_characters_beyond_utf16s_first_plane(browser, page_pipeline):
+    with live_server(page_pipeline) as url:
+        page = browser.new_page()
+        page.goto(url + "/?q=zymogen&first_stage=bm25")
+        page.wait_for_selector(".hit[data-doc-id='emoji']")
+        marks = page.locator(".hit[data-doc-id='emoji'] mark").all_inner_texts()
+        assert marks == ["zymogen"]  # (server offsets count code points; JS strings UTF-16)
 
 
 def _wait_until(condition, seconds: float = 10) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 
 from tests.timing import within
 
 from dotcat.serve.snippet import (
     SCAN_CHARS,
     SNIPPET_CHARS,
+    highlights,
     query_terms,
     shorten,
     snippet,
@@ -80,3 +82,15 @@ def test_letters_whose_lower_case_is_longer_keep_the_window_in_place():
     text = "İİİİ " * 50 + FILLER + PASSAGE + " " + FILLER  # "İ".lower() is two characters
     found = snippet(text, ["mitochondria"])
     assert PASSAGE in found
+
+
+def test_words_of_every_script_are_highlighted_whole():
+    def marked(text: str, query: str) -> list[str]:
+        return [text[a:b] for a, b in highlights(text, query_terms(query))]
+
+    ja = "東京は日本の首都です。寿司とラーメンが有名です。"
+    assert marked(ja, "寿司とラーメン 首都") == ["首都", "寿司とラーメン"]  # no spaces: pairs
+    nfd = unicodedata.normalize("NFD", "Le résumé du café décaféiné")
+    assert marked(nfd, "café") == marked(nfd, "cafe") == [nfd[15:20]]  # the accent in, once
+    assert marked("İstanbul'da", "İstanbul") == marked("İstanbul'da", "istanbul") == ["İstanbul"]
+    assert marked("हिन्दी भाषा बहुत सुंदर है", "बहुत") == ["बहुत"]  # its vowel signs in

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 from dotcat.cli.params import current_context
 from dotcat.errors import DotcatError, SettingError
 from dotcat.files import no_room
-from dotcat.progress import set_progress_anywhere, set_quiet
+from dotcat.progress import QUIET_AT_START, set_progress_anywhere, set_quiet
 from dotcat.version import __version__
 
 #: The global flags, accepted before or after the command.
@@ -225,6 +225,6 @@ def _setup(
     ),
 ) -> None:
     configure_logging(verbose)
-    set_quiet(quiet)
+    set_quiet(quiet or QUIET_AT_START)
     if progress:
         set_progress_anywhere()

@@ -154,6 +154,17 @@ def parse_json_object(path: Path, lineno: int, text: str) -> dict[str, Any]:
         raise DataFormatError(path, lineno, f"malformed JSON: {e.msg} (column {e.colno})") from None
     if not isinstance(obj, dict):
         raise DataFormatError(path, lineno, f"expected a JSON object, found {json_type(obj)}")
+    return whole_characters(path, lineno, obj) if "\\ud" in text.lower() else obj
+
+
+def whole_characters(path: Path, lineno: int | None, obj: Any) -> Any:
+    """``obj``, refused where a ``\\uD83D`` escape without its pair (a cut emoji) left half a
+    character, which no encoder or Arrow file reads."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        half = f"U+{ord(e.object[e.start]):04X}"
+        raise DataFormatError(path, lineno, f"a \\u escape of half a character ({half})") from None
     return obj
 
 

@@ -49,6 +49,7 @@ from dotcat.data._io import (
     json_type,
     parse_json_object,
     split_tsv,
+    whole_characters,
 )
 from dotcat.data.metadata import record_fields
 from dotcat.errors import DataFormatError
@@ -222,7 +223,8 @@ def _jsonl(path: Path, fields: FieldNames, encoding: str | None = None) -> Itera
 def _json_array(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
     """A JSON array of objects; records numbered from 1 (a JSON value has no useful lines)."""
     try:
-        items = json.loads(_read_text(path, encoding))
+        raw = _read_text(path, encoding)
+        items = json.loads(raw)
     except json.JSONDecodeError as e:
         problem = f"malformed JSON: {e.msg} (column {e.colno})"
         raise DataFormatError(path, e.lineno, problem) from None
@@ -231,6 +233,8 @@ def _json_array(path: Path, fields: FieldNames, encoding: str | None = None) -> 
     for n, obj in enumerate(items, start=1):
         if not isinstance(obj, dict):
             raise DataFormatError(path, n, f"array item is {json_type(obj)}, expected an object")
+        if "\\ud" in raw.lower():
+            whole_characters(path, n, obj)
         yield record_from_mapping(path, n, obj, fields)
 
 

@@ -279,7 +279,8 @@ def _warn_if_shallow(
             return
         logger.warning(
             "%s holds at most %d results per query, fewer than %s count: the missing ranks "
-            "score as misses; write %d or more (e.g. search -k %d)",
+            "score as misses; write %d or more (e.g. search -k %d), unless that is all there is "
+            "(BM25 returns only the documents holding a query's words)",
             name, depth, short, needed, needed,
         )  # fmt: skip
 

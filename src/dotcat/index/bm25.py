@@ -15,8 +15,9 @@ with tf the term's count in d, ``|d|`` the document's length in (non-stop-word) 
 mean length, N the number of documents and df the number of documents containing t. A query
 term repeated in the query counts once per occurrence, as in Anserini's bag-of-words queries.
 
-Text analysis: lower-cased, split on ``\\b\\w\\w+\\b`` (words of two or more characters), stop words
-removed, then stemmed. A document is ``title + " " + text``, as in Pyserini's BEIR "flat" indexes.
+Text analysis: lower-cased, split into words by :func:`words` (of two or more characters; CJK
+runs as unigrams and bigrams), stop words removed, then stemmed. A document is ``title + " " +
+text``, as in Pyserini's BEIR "flat" indexes.
 
 Results: only documents matching at least one query term are returned (as Lucene does), so a
 query may get fewer than k results; sorted by score (descending) then document id
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import regex
 import Stemmer
 
 from dotcat.data.corpus import document_fields
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MANIFEST = "dotcat_bm25.json"
 _DOC_IDS = "doc_ids.json"
 _TOKENIZER_VOCAB = "vocab.tokenizer.json"
@@ -72,7 +74,15 @@ _TOKENIZER_VOCAB = "vocab.tokenizer.json"
 #: has none, and :meth:`BM25Index.count_terms` counts them again from its texts).
 _TERM_COUNTS = "counts.tf.npy"
 _LENGTHS = "counts.lengths.npy"
-_WORDS = re.compile(r"(?u)\b\w\w+\b").findall
+#: Scripts written without spaces between words: Han, Hiragana, Katakana (with its long vowel
+#: mark ー) and Hangul.
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}ー"
+#: Runs of those scripts, and words: letters with their marks (Devanagari's vowel signs,
+#: Arabic's harakat), digits and ``_``.
+_RUNS = regex.compile(rf"[{_CJK}]+|[^\W{_CJK}]+").findall
+_IS_CJK = regex.compile(rf"[{_CJK}]").match
+#: The words of an index of format 1 (before :func:`words`): marks split words, CJK unsplit.
+_WORDS_1 = re.compile(r"(?u)\b\w\w+\b").findall
 
 
 def _bm25s():
@@ -86,19 +96,37 @@ def _bm25s():
 
 
 def words(text: str) -> list[str]:
-    """bm25s' words (its default splitter) of ``text`` composed (Unicode NFC): "é" typed and
-    "e" + U+0301 as some editors and macOS file names store it are then one term."""
-    return _WORDS(unicodedata.normalize("NFC", text))
+    """The terms of ``text``: its words of two or more characters, read in Unicode NFKC and
+    case-folded ("e" + U+0301 as macOS file names store it, "ﬁ", "Ｓｔｒａßｅ" and "İ" are then
+    "é", "fi", "strasse" and "i"), soft hyphens dropped; a run of CJK characters is read as
+    each character and each pair of neighbours (the unigrams and bigrams of Lucene's
+    ``CJKBigramFilter`` with ``outputUnigrams``), as its words are not spaced apart.
+    ASCII text splits as bm25s' own splitter (``\\b\\w\\w+\\b``) splits it."""
+    if text.isascii():
+        return _WORDS_1(text)
+    text = unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
+    out = []
+    for run in _RUNS(text.replace("\u00ad", "")):
+        if _IS_CJK(run):
+            out += [*run, *(run[i : i + 2] for i in range(len(run) - 1))]
+        elif len(run) > 1:
+            out.append(run)
+    return out
 
 
-def make_tokenizer(config: BM25Config) -> bm25s.tokenization.Tokenizer:
+def words_1(text: str) -> list[str]:
+    """The words of a BM25 index of format 1 (:data:`_WORDS_1`, Unicode NFC)."""
+    return _WORDS_1(unicodedata.normalize("NFC", text))
+
+
+def make_tokenizer(config: BM25Config, splitter=words) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
     stopwords = list(config.stopwords) if config.stopwords is not None else None
     if isinstance(config.stopwords, str):
         stopwords = config.stopwords
     tokenizer = _bm25s().tokenization.Tokenizer
-    return tokenizer(lower=True, splitter=words, stopwords=stopwords, stemmer=stemmer)
+    return tokenizer(lower=True, splitter=splitter, stopwords=stopwords, stemmer=stemmer)
 
 
 @functools.cache
@@ -432,7 +460,8 @@ class BM25Index:
         return path
 
     def _write_manifest(self, path: Path) -> None:
-        manifest = {"format": "dotcat-bm25", "format_version": FORMAT_VERSION,
+        version = 1 if self._tokenizer.splitter is words_1 else FORMAT_VERSION  # (updated)
+        manifest = {"format": "dotcat-bm25", "format_version": version,
                     "bm25s_version": _bm25s().__version__, "n_docs": len(self.doc_ids),
                     "config": self.config.to_dict()}  # fmt: skip
         (path / _MANIFEST).write_text(json.dumps(manifest, indent=2), "utf-8")
@@ -455,20 +484,21 @@ class BM25Index:
         try:
             manifest = json.loads(manifest_path.read_text("utf-8"))
             version = manifest.get("format_version") if isinstance(manifest, dict) else None
-            if version != FORMAT_VERSION:
+            if version not in (1, FORMAT_VERSION):  # 1: words of :func:`words_1`
                 raise DotcatError(
                     f"{path}: BM25 index format {version}, this dotcat reads {FORMAT_VERSION}"
                 )
             config = BM25Config(**manifest["config"])
+            splitter = words if version == FORMAT_VERSION else words_1
             if manifest.get("n_docs") == 0:
                 return EmptyBM25(config)
             stopwords = _QueryTokenizer.stopwords_of(config)
             if search_only and stopwords is not None:
                 retriever = _SavedScores(path, mmap)
-                tokenizer: Any = _QueryTokenizer(path, config, stopwords)
+                tokenizer: Any = _QueryTokenizer(path, config, stopwords, splitter)
             else:
                 retriever = _bm25s().BM25.load(path, mmap=mmap, load_corpus=False)
-                tokenizer = make_tokenizer(config)
+                tokenizer = make_tokenizer(config, splitter)
                 tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
             counts = TermCounts.load(path, mmap)
@@ -522,13 +552,12 @@ class _QueryTokenizer:
     more characters; a word the vocabulary holds is its term, a stop word is dropped, another
     word is stemmed and kept where its stem is a term."""
 
-    WORDS = staticmethod(words)
-
-    def __init__(self, path: Path, config: BM25Config, stopwords: Sequence[str]) -> None:
+    def __init__(self, path: Path, config: BM25Config, stopwords: Sequence[str], splitter) -> None:
         vocab = json.loads((path / _TOKENIZER_VOCAB).read_text("utf-8"))
         self.word_to_id, self.stem_to_sid = vocab["word_to_id"], vocab["stem_to_sid"]
         self.stopwords = frozenset(stopwords)
         self.stem = Stemmer.Stemmer(config.stemmer).stemWord if config.stemmer else None
+        self.words = splitter
 
     @staticmethod
     def stopwords_of(config: BM25Config) -> tuple[str, ...] | None:
@@ -544,7 +573,7 @@ class _QueryTokenizer:
         """Each text's term ids."""
         for text in texts:
             ids = []
-            for word in self.WORDS(text.lower()):
+            for word in self.words(text.lower()):
                 if word in self.word_to_id:
                     ids.append(self.word_to_id[word])
                 elif word not in self.stopwords and self.stem is not None:

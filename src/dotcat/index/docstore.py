@@ -99,6 +99,11 @@ class PassageRef:
     stop: int | None = None
 
 
+def _casefold(value: object) -> object:
+    """SQL ``casefold(x)``: a filter's ``contains`` beyond ASCII (:mod:`dotcat.search.filters`)."""
+    return value.casefold() if isinstance(value, str) else value
+
+
 class DocStore:
     """Read/write access to ``docstore.sqlite`` in an index directory."""
 
@@ -109,8 +114,10 @@ class DocStore:
                 raise DotcatError(f"{self.path}: doc store missing; rebuild the index")
             uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
             self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._conn.create_function("casefold", 1, _casefold, deterministic=True)
         else:
             self._conn = sqlite3.connect(self.path, check_same_thread=False)
+            self._conn.create_function("casefold", 1, _casefold, deterministic=True)
             # Built in a temporary directory that is renamed into place: durability comes
             # from the final fsync and rename, so the journal is not needed while writing.
             self._conn.execute("PRAGMA journal_mode=OFF")

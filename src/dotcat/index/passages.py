@@ -161,7 +161,7 @@ class PassageConfig(Settings):
     def applies(self) -> list[Applies]:
         return [
             (("window", "stride", "sentence_aware"), self.enabled is not False,
-             "does not apply without passages (documents cut at the encoder's window)"),
+             "does not apply without passages (documents cut at the encoder's maximum length)"),
             (("split_over",), self.enabled is None,
              "applies where the build decides (neither --passages nor --no-passages)"),
         ]  # fmt: skip

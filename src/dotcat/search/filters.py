@@ -44,6 +44,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,9 +430,10 @@ def _text(node: Comparison, kind: str, params: list[Any]) -> str:
     if node.op == "contains" and kind == "list":
         params.append(value)
         return "value = ?"
-    if node.op == "contains":
-        params.append("%" + re.sub(r"([%_\\])", r"\\\1", value) + "%")
-        return "value LIKE ? ESCAPE '\\'"
+    if node.op == "contains":  # (LIKE ignores the case of ASCII letters only)
+        fold = "" if value.isascii() else "casefold"  # DocStore's str.casefold
+        params.append("%" + re.sub(r"([%_\\])", r"\\\1", value.casefold() if fold else value) + "%")
+        return f"{fold}(value) LIKE ? ESCAPE '\\'"
     if node.op == "startswith":
         params += [value, value + "\U0010ffff"]
         return "value >= ? AND value < ?"
@@ -440,8 +442,8 @@ def _text(node: Comparison, kind: str, params: list[Any]) -> str:
 
 
 def _as_text(token: Token, field: str, kind: str) -> str:
-    if token.kind == "string":
-        return token.value
+    if token.kind == "string":  # composed, as the stored values (NFC "é" for NFD "e" + U+0301)
+        return unicodedata.normalize("NFC", token.value)
     what = "text" if kind == "string" else "a list of text"
     problem = f'field {field!r} holds {what}; quote the value: "{token.text}"'
     raise FilterError(token.column, token.text, problem)

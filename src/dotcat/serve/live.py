@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
 from dotcat.data.sources import CorpusOptions
-from dotcat.errors import DotcatError
+from dotcat.errors import DataFormatError, DotcatError
 from dotcat.index.encoder import load_document_encoder
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
@@ -174,6 +174,12 @@ class Live:
                                          wait=WRITE_WAIT_S)  # fmt: skip
         except IndexBusy as e:
             raise StarletteHTTPException(503, str(e), {"Retry-After": "5"}) from None
+        except DataFormatError as e:  # a document, named in the request's terms
+            if e.path != "<list>" or e.line is None:
+                raise
+            field = {"_id": ".doc_id", "title": ".title", "text": ".text", None: ""}.get(
+                e.field, f".fields.{e.field}")  # fmt: skip
+            raise DotcatError(f"documents[{e.line - 1}]{field}: {e.problem}") from None
         self.reload()
         return WriteOut(generation=self.pipeline.manifest.generation, added=done.added,
                         replaced=done.replaced, deleted=done.deleted,

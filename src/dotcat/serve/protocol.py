@@ -36,6 +36,7 @@ from dotcat.serve.snippet import PREFIX_CHARS, SNIPPET_CHARS, TITLE_CHARS
 # A query holds no control character either (dotcat.search.config.CONTROL): said in the
 # schema's pattern, so that a client (or a schema-driven test) knows the rule.
 NON_BLANK = rf"^[^{CONTROL_CLASS}]*[^\s{CONTROL_CLASS}{INVISIBLE_CLASS}][^{CONTROL_CLASS}]*$"
+NO_SPACE = NON_BLANK.replace("[^", "[^\\s")  # an id: a TREC run's column holds no white space
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -332,7 +333,7 @@ class DocumentIn(BaseModel):
 class IdentifiedDocument(DocumentIn):
     """A document to write with its id (``POST /documents``)."""
 
-    doc_id: str = Field(min_length=1, pattern=NON_BLANK, description="The document's id.")
+    doc_id: str = Field(min_length=1, pattern=NO_SPACE, description="The document's id.")
 
 
 class DocumentsIn(BaseModel):

@@ -9,20 +9,24 @@ distinct query terms, opening a little before the first of them (the way web sea
 show a result, e.g. Lucene's highlighter): the query's words of two or more letters or digits,
 lower-cased, without NLTK's English stop words (bm25s' ``STOPWORDS_EN_PLUS``); a term of four
 or more characters matches the words it begins ("cell": "cells"), a shorter one whole words
-only ("dna", not "dnase"). With no term in the text, the text's start. A hit that carries the
-passage that matched (a long document, :mod:`dotcat.index.passages`) gets its snippet from that
-passage (:func:`passage_snippet`); :func:`highlights` says where the terms are in it, as
-character offsets a page or a program marks up. Cuts fall between words
-and are marked with "…"; runs of white space become one space. Only the first
-:data:`SCAN_CHARS` characters are searched for terms, so a huge document costs no more than a
-long one.
+only ("dna", not "dnase"); a CJK run (no spaces between its words) is its pairs of characters,
+found anywhere. Either spelling of an accent (NFC "é", NFD "e" + U+0301) matches. With no term
+in the text, the text's start. A hit that carries the passage that matched (a long document,
+:mod:`dotcat.index.passages`) gets its snippet from that passage (:func:`passage_snippet`);
+:func:`highlights` says where the terms are in it, as character (code point) offsets a page or
+a program marks up. Cuts fall between words and are marked with "…"; runs of white space become
+one space. Only the first :data:`SCAN_CHARS` characters are searched for terms, so a huge
+document costs no more than a long one.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from typing import Any
+
+import regex
 
 from dotcat.index.bm25 import bm25s_stopwords  # (without importing bm25s: SciPy)
 
@@ -37,7 +41,7 @@ PREFIX_CHARS = 4
 #: How much of the window comes before the first term found (context to read it in).
 LEAD = 0.2
 
-_TERM = re.compile(r"[^\W_]{2,}")
+_TERM = regex.compile(r"[^\W_]{2,}")  # (regex's \w holds marks: Devanagari's vowel signs)
 _SPACE = re.compile(r"\s")
 _STOP = frozenset(bm25s_stopwords("STOPWORDS_EN_PLUS"))
 ELLIPSIS = "…"
@@ -46,7 +50,8 @@ ELLIPSIS = "…"
 def query_terms(query: str) -> list[str]:
     """The query's words that a snippet looks for: lower-cased, two or more letters or
     digits, no stop words, each once, in query order."""
-    terms = (t.lower() for t in _TERM.findall(query))
+    words = (t.lower().replace("i\u0307", "i") for t in _TERM.findall(_nfc(query)))
+    terms = (w[i : i + 2] if _is_cjk(w) else w for w in words for i in range(max(1, len(w) - 1)))
     return list(dict.fromkeys(t for t in terms if t not in _STOP))
 
 
@@ -55,13 +60,7 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
     docstring), "…" where it is cut."""
     if len(text) <= width:
         return _squeeze(text)
-    start = _best_start(text[:SCAN_CHARS], terms, width)
-    if start > 0:  # begin on a word: skip the rest of a cut one
-        space = _next_space(text, start, start + width // 4)
-        start = space + 1 if space >= 0 else start
-    end = min(len(text), start + width)
-    if end < len(text) and not text[end].isspace():  # end on a word: leave out a cut one
-        end = _last_space(text, start + width // 2, end)
+    start, end = best_window(text, terms, width)
     body = _squeeze(text[start:end])
     head = f"{ELLIPSIS} " if start > 0 else ""
     tail = f" {ELLIPSIS}" if end < len(text) else ""
@@ -88,9 +87,11 @@ def highlights(text: str, terms: list[str]) -> list[tuple[int, int]]:
     spans = []
     for at, term in _matches(text[:SCAN_CHARS], terms):
         stop = at + len(term)
-        while stop < len(text) and text[stop].isalnum():
+        while stop < len(text) and _in_word(text[stop]) and not _is_cjk(term):
             stop += 1
-        if not spans or at >= spans[-1][1]:
+        if spans and at < spans[-1][1]:  # overlapping (CJK pairs): one span
+            spans[-1] = (spans[-1][0], max(stop, spans[-1][1]))
+        else:
             spans.append((at, stop))
     return spans
 
@@ -112,11 +113,11 @@ def best_window(text: str, terms: list[str], width: int) -> tuple[int, int]:
     if len(text) <= width:
         return 0, len(text)
     start = _best_start(text[:SCAN_CHARS], terms, width)
-    if start > 0:
+    if start > 0:  # begin on a word: skip the rest of a cut one
         space = _next_space(text, start, start + width // 4)
         start = space + 1 if space >= 0 else start
     stop = min(len(text), start + width)
-    if stop < len(text) and not text[stop].isspace():
+    if stop < len(text) and not text[stop].isspace():  # end on a word: leave out a cut one
         stop = _last_space(text, start + width // 2, stop)
     return start, stop
 
@@ -164,17 +165,17 @@ def _matches(text: str, terms: list[str]) -> list[tuple[int, str]]:
     regular expression ignoring case is several times slower.)"""
     lower = text.lower()
     if len(lower) != len(text):  # a letter whose lower case is longer ("İ"): keep positions
-        lower = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+        lower = "".join(c.lower()[0] for c in text)
     found = []
-    for term in terms:
-        whole = len(term) < PREFIX_CHARS
-        at = lower.find(term)
+    for term, form in ((t, f) for t in terms for f in {t, unicodedata.normalize("NFD", t)}):
+        whole, free = len(term) < PREFIX_CHARS, _is_cjk(term)  # (CJK: no spaces, no words)
+        at = lower.find(form)
         while at >= 0:
-            end = at + len(term)
-            starts = at == 0 or not lower[at - 1].isalnum()
-            if starts and not (whole and end < len(lower) and lower[end].isalnum()):
+            end = at + len(form)
+            starts = free or at == 0 or not _in_word(lower[at - 1])
+            if starts and not (whole and not free and end < len(lower) and _in_word(lower[end])):
                 found.append((at, term))
-            at = lower.find(term, end)
+            at = lower.find(form, end)
     found.sort()
     return found
 
@@ -193,6 +194,19 @@ def _last_space(text: str, start: int, end: int) -> int:
         if text[at].isspace():
             return at
     return end
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def _in_word(char: str) -> bool:
+    """A letter, a digit, or a mark on one (the accent of "e" + U+0301, a vowel sign)."""
+    return char.isalnum() or unicodedata.category(char)[0] == "M"
+
+
+def _is_cjk(term: str) -> bool:
+    return bool(term) and unicodedata.east_asian_width(term[0]) == "W"
 
 
 def _squeeze(text: str) -> str:

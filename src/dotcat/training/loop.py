@@ -322,6 +322,7 @@ def _train_epoch(run: _Run, bar: Any) -> bool:
             epoch=state.epoch + 1,
             loss=f"{step_loss:.4f}",
             ex_s=f"{partial['examples'] / max(partial['seconds'], 1e-9):.1f}",
+            refresh=False,  # drawn when the bar next draws (a log: each heartbeat)
         )
         at_stop = config.stop_after_steps is not None and state.step >= config.stop_after_steps
         if at_stop or (config.checkpoint_every and state.step % config.checkpoint_every == 0):

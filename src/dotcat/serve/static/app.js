@@ -31,19 +31,20 @@ async function getJSON(url) {
   return body;
 }
 
-// Append `text` to `parent` with the spans `highlights` ([start, stop) offsets the server
-// found the query's words at) in <mark>.
-function appendMarked(parent, text, highlights) {
+// Append `snippet` to `parent` with the spans `highlights` ([start, stop) offsets the server
+// found the query's words at, in code points as Python counts them, not UTF-16 units) in <mark>.
+function appendMarked(parent, snippet, highlights) {
+  const text = Array.from(snippet);
   let last = 0;
   for (const [start, stop] of highlights) {
     if (start < last || stop > text.length) continue;
-    parent.append(text.slice(last, start));
+    parent.append(text.slice(last, start).join(""));
     const mark = document.createElement("mark");
-    mark.textContent = text.slice(start, stop);
+    mark.textContent = text.slice(start, stop).join("");
     parent.append(mark);
     last = stop;
   }
-  parent.append(text.slice(last));
+  parent.append(text.slice(last).join(""));
 }
 
 // A field's value as text: a list joined by commas.

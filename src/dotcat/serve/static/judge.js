@@ -356,14 +356,15 @@ function renderDocument(doc) {
   appendHighlighted(title, doc.title || "(no title)", terms);
   const text = $("doc-text");
   text.replaceChildren();
-  const { start, stop } = doc.passage;
-  appendHighlighted(text, doc.text.slice(0, start), terms);
+  const { start, stop } = doc.passage; // code points, as Python counts them
+  const chars = Array.from(doc.text);
+  appendHighlighted(text, chars.slice(0, start).join(""), terms);
   const passage = document.createElement("span");
   passage.className = "passage";
   passage.id = "passage";
-  appendHighlighted(passage, doc.text.slice(start, stop), terms);
+  appendHighlighted(passage, chars.slice(start, stop).join(""), terms);
   text.append(passage);
-  appendHighlighted(text, doc.text.slice(stop), terms);
+  appendHighlighted(text, chars.slice(stop).join(""), terms);
   text.scrollTop = Math.max(0, passage.offsetTop - text.offsetTop - 24);
 }
 
