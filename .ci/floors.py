@@ -35,6 +35,7 @@ TESTS = {
     "ir-measures": ["tests/evaluation/test_evaluate.py"],
     "bm25s": ["tests/index/test_bm25.py"],
     "pystemmer": ["tests/index/test_bm25.py"],
+    "regex": ["tests/index/test_bm25.py", "tests/serve/test_snippet.py"],
     "typer": ["tests/test_cli_options.py", "tests/test_cli_errors.py"],
     "tqdm": ["tests/test_cli_output.py"],
     "numpy": ["tests/index/test_filtered.py"],
