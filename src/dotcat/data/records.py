@@ -238,6 +238,10 @@ def _json_array(path: Path, fields: FieldNames, encoding: str | None = None) -> 
         yield record_from_mapping(path, n, obj, fields)
 
 
+#: A file that is not UTF-8: what to do.
+_NAME_IT = "UTF-8 (a file in another charset is read with encoding=NAME)"
+
+
 def _read_text(path: Path, encoding: str | None = None) -> str:
     """A whole file as strict UTF-8 text (a byte-order mark dropped), or in ``encoding``,
     plain or gzipped."""
@@ -246,8 +250,9 @@ def _read_text(path: Path, encoding: str | None = None) -> str:
         with gzip.open(path, "rb") if is_gzipped(path) else open(path, "rb") as f:
             return f.read().decode(name)
     except UnicodeDecodeError as e:
-        what = "UTF-8" if encoding is None else encoding
-        raise DataFormatError(path, None, f"invalid {what} at byte offset {e.start}") from None
+        what = _NAME_IT if encoding is None else encoding
+        raise DataFormatError(path, None, f"invalid {what} at byte offset {e.start}",
+                              settings=("encoding",)) from None  # fmt: skip
     except (OSError, EOFError, zlib.error) as e:
         raise DataFormatError(path, None, f"cannot read: {e}") from None
 
@@ -275,8 +280,9 @@ def _csv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterato
                 record = dict(zip(header, row, strict=True))
                 yield record_from_mapping(path, line, record, fields, cells=True)
     except UnicodeDecodeError as e:
-        what = "UTF-8" if encoding is None else encoding
-        raise DataFormatError(path, None, f"invalid {what}: {e.reason}") from None
+        what = _NAME_IT if encoding is None else encoding
+        raise DataFormatError(path, None, f"invalid {what}: {e.reason}",
+                              settings=("encoding",)) from None  # fmt: skip
     except csv.Error as e:
         raise DataFormatError(path, None, f"malformed CSV: {e}") from None
     except (OSError, EOFError) as e:
