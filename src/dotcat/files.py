@@ -31,8 +31,9 @@ from typing import Any
 
 from dotcat.errors import DiskFullError, DotcatError
 
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
+#: The process umask, read once at import time (os.umask can only be read by setting it).
+UMASK = os.umask(0o022)
+os.umask(UMASK)
 
 
 def nearest_existing(path: Path) -> Path:
@@ -444,21 +445,25 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> None:
-    """Write ``value`` as JSON (UTF-8) atomically: a temporary file beside ``path``, flushed
-    to disk, renamed over it. A crash leaves the old file or the new one, never half of one.
-    Parent directories are created."""
+def write_text(path: str | os.PathLike, lines: Iterable[str], mode: int | None = None) -> None:
+    """Write ``lines`` (UTF-8) atomically: a temporary file beside ``path``, flushed to disk,
+    renamed over it. A crash leaves the old file or the new one, never half of one. Parent
+    directories are created. The file gets ``mode`` (None: a normal file's, by the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with writing(path, remove=[tmp]):
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=indent, ensure_ascii=False)
-            f.write("\n")
+            f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
+        os.chmod(tmp, 0o666 & ~UMASK if mode is None else mode)  # mkstemp creates 0600
         os.replace(tmp, path)
+
+
+def write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> None:
+    """Write ``value`` as JSON (UTF-8) atomically (:func:`write_text`)."""
+    write_text(path, [json.dumps(value, indent=indent, ensure_ascii=False), "\n"])
 
 
 def move_into(src: Path, dst: Path, last: str = ".safetensors") -> None:

@@ -79,13 +79,8 @@ def eval_runs(
 
     judged = load_judgements(qrels, split=split, queries=queries, corpus=corpus)
     read = {name: read_run(run) for name, run in zip(names, runs, strict=True)}
-    reports = evaluate_runs(
-        read,
-        judged.qrels,
-        tuple(measure) if measure else DEFAULT_MEASURES,
-        judged.known_queries,
-        judged.known_docs,
-    )
+    measures = tuple(measure) if measure else DEFAULT_MEASURES
+    reports = evaluate_runs(read, judged.qrels, measures, judged.known_queries, judged.known_docs)
     extra = uncertainty(read, judged.qrels, reports, comparison)
     if baseline_name is not None:
         _print_comparison(reports, baseline_name, comparison, as_json, extra)

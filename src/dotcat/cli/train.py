@@ -62,8 +62,7 @@ def train_dot(config: DotConfig) -> None:
 
 
 @train_app.command("distill")
-@with_settings(DistillConfig, "config", exclude=("loss",),
-               required=("teacher",))  # fmt: skip
+@with_settings(DistillConfig, "config", exclude=("loss",), required=("teacher",))
 def train_distill(config: DistillConfig) -> None:
     """Distil a BERT_CAT into a BERT_DOT with Margin-MSE (Hofstätter et al. 2020)."""
     typer.echo(_index_hint("distilled model", _train(config)))

@@ -85,12 +85,8 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
                 raise DataFormatError(file, lineno, _layout_problem(fields, file))
             columns, columns_line = len(fields), lineno
         elif len(fields) != columns:
-            raise DataFormatError(
-                file,
-                lineno,
-                f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}, "
-                f"found {len(fields)}{hint(file, _QRELS)}",
-            )
+            why = f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}"
+            raise DataFormatError(file, lineno, f"{why}, found {len(fields)}{hint(file, _QRELS)}")
         qid, docid, rel = (
             (fields[0], fields[1], fields[2]) if columns == 3 else (fields[0], fields[2], fields[3])
         )
@@ -130,12 +126,8 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
     for lineno, qid, docid, rel in iter_qrels(file):
         key = (qid, docid)
         if key in first_line:
-            raise DataFormatError(
-                file,
-                lineno,
-                f"query {qid!r} and document {docid!r} judged twice "
-                f"(first at line {first_line[key]})",
-            )
+            why = f"query {qid!r} and document {docid!r} judged twice"
+            raise DataFormatError(file, lineno, f"{why} (first at line {first_line[key]})")
         first_line[key] = lineno
         qrels.setdefault(qid, {})[docid] = rel
     if not qrels:

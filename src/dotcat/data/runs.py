@@ -23,14 +23,11 @@ from typing import BinaryIO
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
 from dotcat.data.sniff import RUN, hint
 from dotcat.errors import DataFormatError, DotcatError
-from dotcat.files import check_can_create_in, writing
+from dotcat.files import UMASK, check_can_create_in, writing
 
 logger = logging.getLogger(__name__)
 
 _WHITESPACE = re.compile(r"\s")
-# The process umask, read once at import time (os.umask can only be read by setting it).
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
@@ -206,6 +203,6 @@ def write_run(
                 count = _write(raw, run, tag)
             raw.flush()
             os.fsync(raw.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give it a normal file's mode
+        os.chmod(tmp, 0o666 & ~UMASK)  # mkstemp creates 0600; give it a normal file's mode
         os.replace(tmp, path)
     logger.info("%s: wrote %d results for %d queries", path, count, len(run))

@@ -80,11 +80,8 @@ def split_dev(
     dev_ids = [qid for qid in ids if qid in dev]
     logger.info(
         "dev split: %d train and %d dev queries (fraction %.3g, seed %d)",
-        len(train),
-        len(dev_ids),
-        dev_fraction,
-        seed,
-    )
+        len(train), len(dev_ids), dev_fraction, seed,
+    )  # fmt: skip
     return train, dev_ids
 
 

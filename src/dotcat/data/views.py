@@ -22,13 +22,9 @@ from dotcat.data.corpus import find_corpus_file, iter_corpus
 from dotcat.data.qrels import find_qrels_file, load_qrels
 from dotcat.data.queries import find_queries_file, load_queries
 from dotcat.data.sources import open_source
-from dotcat.files import writing
+from dotcat.files import UMASK, writing
 
 logger = logging.getLogger(__name__)
-# The process umask, read once at import time (os.umask can only be read by setting it).
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
 _MARKER = "view.json"
 
 
@@ -63,7 +59,7 @@ def beir_view(
     judged = load_qrels(qrels)  # read first: a bad file fails before the corpus is copied
     topics = load_queries(queries)
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-    os.chmod(work, 0o777 & ~_UMASK)  # mkdtemp makes it 0700; the result is a normal folder
+    os.chmod(work, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
     try:
         with writing(target, remove=[work]):
             with open(work / "corpus.jsonl", "w", encoding="utf-8") as f:

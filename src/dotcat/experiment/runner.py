@@ -271,19 +271,15 @@ class _Runner:
             return found
         logger.info(
             "%s: %s first stage, top %d of %d queries",
-            system.name,
-            system.first_stage,
-            k,
-            len(self.data.queries),
-        )
+            system.name, system.first_stage, k, len(self.data.queries),
+        )  # fmt: skip
         start = time.perf_counter()
         if index_dir is None:
             run = self._bm25(system, k)
         else:
             pipeline = self._pipeline(index_dir, system)
             queries = self.data.queries
-            found = pipeline.matches(queries, k, first_stage=system.first_stage,
-                                     show_progress=True)  # fmt: skip
+            found = pipeline.matches(queries, k, first_stage=system.first_stage, show_progress=True)
             run = to_run(found)
             write_json(_passages_path(path), _best_passages(found))
         write_run(run, path, tag=f"dotcat-{system.first_stage}")
@@ -476,11 +472,8 @@ def run_experiment(
     else:
         logger.info(
             "experiment: %d systems on %d datasets, precision %s on %s",
-            len(config.systems),
-            len(config.datasets),
-            env.precision,
-            env.device,
-        )
+            len(config.systems), len(config.datasets), env.precision, env.device,
+        )  # fmt: skip
         columns = [
             _run_dataset(config, env, cache, spec, only is None or spec.label == only, on_system)
             for spec in config.datasets
@@ -502,13 +495,8 @@ def _run_single(
     data = load_dataset(config.dataset)
     logger.info(
         "experiment: %d systems, %d queries of %s (%s), precision %s on %s",
-        len(config.systems),
-        len(data.queries),
-        data.path,
-        data.split,
-        env.precision,
-        env.device,
-    )
+        len(config.systems), len(data.queries), data.path, data.split, env.precision, env.device,
+    )  # fmt: skip
     output = Path(config.output)
     outcomes, run_files, runs, reports = _run_systems(
         _Runner(config, env, data, cache), output / "runs", on_system

@@ -122,9 +122,7 @@ class CollectionStatistics:
         df = np.zeros(len(terms), dtype=np.int64)
         for part in parts:
             np.add.at(df, [terms[t] for t in part.terms], np.asarray(part.df, dtype=np.int64))
-        return cls(
-            terms, df, sum(p.documents for p in parts), sum(p.tokens for p in parts)
-        )  # fmt: skip
+        return cls(terms, df, sum(p.documents for p in parts), sum(p.tokens for p in parts))
 
     @property
     def avgdl(self) -> float:

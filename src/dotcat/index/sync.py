@@ -281,5 +281,4 @@ def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> Any:
 
 
 #: Encoder settings that change the vectors (a sync refuses them where they differ).
-ENCODER_FIELDS = {"model", "pooling", "similarity", "max_length", "query_prefix",
-                  "document_prefix"}  # fmt: skip
+ENCODER_FIELDS = {"model", "pooling", "similarity", "max_length", "query_prefix", "document_prefix"}

@@ -31,17 +31,13 @@ from typing import Any
 from dotcat.data import iter_corpus
 from dotcat.data.index_source import EXPORT_RECORD, source_corpus_sha256
 from dotcat.errors import DotcatError
-from dotcat.files import check_can_create_in, write_json, writing
+from dotcat.files import UMASK, check_can_create_in, write_json, write_text, writing
 from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import ExportConfig, QrelsConfig
 from dotcat.judging.store import JudgmentStore
 from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
-# The process umask, read once at import time (os.umask can only be read by setting it).
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
 #: How several assessors' grades of one document become one.
 _COMBINE = {"median": statistics.median_low, "max": max, "min": min}
 #: Output layouts of :func:`write_qrels`, told from the file name by default.
@@ -113,19 +109,6 @@ def qrels_lines(qrels: Qrels, layout: str) -> Iterable[str]:
             yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"
 
 
-def write_text(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to ``path`` atomically (a temporary file beside it, renamed over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with writing(path, remove=[tmp]):
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-
-
 def write_qrels(qrels: Qrels, path: str | Path, layout: str | None = None) -> str:
     """Write ``qrels`` to ``path`` (TREC or BEIR layout, see :func:`layout_of`); ids with
     white space are refused (neither layout can hold them). Returns the layout written."""
@@ -134,7 +117,7 @@ def write_qrels(qrels: Qrels, path: str | Path, layout: str | None = None) -> st
         for name in (qid, *docs):
             if not name or any(c.isspace() for c in name):
                 raise DotcatError(f"id {name!r} holds white space: no qrels file can hold it")
-    write_text(Path(path), qrels_lines(qrels, layout))
+    write_text(path, qrels_lines(qrels, layout), 0o644)
     return layout
 
 
@@ -175,13 +158,13 @@ def export_beir(
     check_can_create_in(out_dir)
     ids: list[str] = []
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
-    os.chmod(work, 0o777 & ~_UMASK)  # mkdtemp makes it 0700; the result is a normal folder
+    os.chmod(work, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
     try:
         with writing(out_dir, remove=[work]):
-            write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids))
+            write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids), 0o644)
             qrels = judged_qrels(store, config, ids)
             topics = {t.qid: t for t in store.topics() if t.qid in qrels}
-            write_text(work / "queries.jsonl", _query_lines(topics.values()))
+            write_text(work / "queries.jsonl", _query_lines(topics.values()), 0o644)
             write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
             write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
             if out_dir.exists():

@@ -55,15 +55,9 @@ class LossConfig:
 def _contrastive(q: Tensor, pos: Tensor, negs: Any, sizes: Any, rank: int, loss: Any, mask: Any):
     """InfoNCE over in-batch and hard negatives (DPR;
     :func:`dotcat.losses.contrastive.contrastive_loss`)."""
+    t = loss.temperature
     return ddp_contrastive_loss(
-        q,
-        pos,
-        negs,
-        sizes,
-        rank,
-        temperature=loss.temperature,
-        similarity=loss.similarity,
-        mask=mask,
+        q, pos, negs, sizes, rank, temperature=t, similarity=loss.similarity, mask=mask
     )
 
 

@@ -102,8 +102,7 @@ class BM25Stage:
         are ranked (and fed back): their score arrays masked, the statistics the index's."""
         if not self.passages:
             mask = None if admitted is None else admitted.document_mask
-            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress,
-                                                 mask=mask)  # fmt: skip
+            run = (self.rm3 or self.bm25).search(queries, k, show_progress=show_progress, mask=mask)
             return {q: [Match.whole(d, s) for d, s in docs] for q, docs in run.items()}
         expanded: dict[str, dict[int, float]] = {}
         mask = None if admitted is None else admitted.mask

@@ -100,8 +100,7 @@ def reopen(old: StageContext, config: Any) -> StageContext | None:
         return None
     context = open_stages(old.index_dir, config)
     retriever = old.made("dense")
-    same = all(context.manifest.encoder.get(k) == old.manifest.encoder.get(k)
-               for k in ENCODER_KEYS)  # fmt: skip
+    same = all(context.manifest.encoder.get(k) == old.manifest.encoder.get(k) for k in ENCODER_KEYS)
     if retriever is not None and same:
         moved = copy.copy(retriever)
         moved.index = context.index

@@ -135,8 +135,7 @@ class ShardSearcher:
                     self.index.document_count, len(self.index))  # fmt: skip
 
     def _use_statistics(self, view: ShardView) -> None:
-        bm25 = _counted(load_bm25(Path(self.spec.path), self.index), self.spec,
-                        self.index.manifest)  # fmt: skip
+        bm25 = _counted(load_bm25(Path(self.spec.path), self.index), self.spec, self.index.manifest)
         passages = bool(self.index.manifest.bm25 and "passages" in self.index.manifest.bm25)
         # Rows of a passage index are named by their FAISS ids: shifted, as the merged index's.
         names = [str(int(i) + self.spec.first_vector) for i in bm25.doc_ids] if passages else None
@@ -358,8 +357,7 @@ def _counted(bm25: BM25Index, spec: ShardSpec, manifest: Manifest) -> BM25Index:
     """``bm25`` with its term counts: saved beside it, else counted from its doc store's rows
     (an index built before they were kept: once per load, logged)."""
     if bm25.counts is None:
-        logger.info("shard %s: counting BM25 terms from its doc store (an older index)",
-                    spec.name)  # fmt: skip
+        logger.info("shard %s: counting BM25 terms from its doc store (an older index)", spec.name)
         store = DocStore(Path(spec.path) / DOCSTORE_NAME)
         try:
             by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)

@@ -243,15 +243,8 @@ class ShardedStages(StageContext):
                     f"shards scores in the collection's terms for {only} only")  # fmt: skip
         return reason
 
-    def stage(self, name: str) -> FirstStage:
-        """The sharded stage ``name`` (its registry entry's ``sharded``), built once."""
-        name = self.resolve(name)
-        with self._lock:
-            if name not in self._stages:
-                self._stages[name] = self._build(name)
-            return self._stages[name]
-
     def _build(self, name: str) -> FirstStage:
+        """The sharded stage ``name`` (its registry entry's ``sharded``)."""
         found = entry(name)
         return found.load(sharded=True)(self) if found.sharded else FanOutStage.create(self, name)
 
@@ -339,17 +332,14 @@ class ShardedIndex:
     def passage_texts(self, refs: Sequence[PassageRef]) -> dict[int, str]:
         """``pid -> title + passage text`` from the shards whose id ranges hold them."""
         asked: dict[int, list[int]] = {}
+        firsts = [s.first_vector for s in self.group.specs]
         for ref in refs:
-            shard = self._shard_of(ref.pid)
+            shard = int(np.searchsorted(firsts, ref.pid, side="right")) - 1
             asked.setdefault(shard, []).append(ref.pid)
         found: dict[int, str] = {}
         for answer in _fetch(self.group, "passage_texts", {s: (p,) for s, p in asked.items()}):
             found.update(answer or {})
         return {ref.pid: found.get(ref.pid, "") for ref in refs}
-
-    def _shard_of(self, pid: int) -> int:
-        firsts = [s.first_vector for s in self.group.specs]
-        return int(np.searchsorted(firsts, pid, side="right")) - 1
 
     # -- fields and filters --------------------------------------------------------------------
 

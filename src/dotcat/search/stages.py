@@ -271,8 +271,11 @@ class StageContext:
         name = self.resolve(name)
         with self._lock:
             if name not in self._stages:
-                self._stages[name] = entry(name).load()(self)
+                self._stages[name] = self._build(name)
             return self._stages[name]
+
+    def _build(self, name: str) -> FirstStage:
+        return entry(name).load()(self)
 
     def admitted(self, filter: str) -> Any:
         """The documents a filter admits (:class:`dotcat.index.filtered.Admitted`; over

@@ -147,10 +147,6 @@ def init_distributed(
     )
     logger.info(
         "distributed: rank %d of %d (local rank %d) on %s, backend %s",
-        ctx.rank,
-        ctx.world_size,
-        ctx.local_rank,
-        ctx.device,
-        dist.get_backend(),
-    )
+        ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, dist.get_backend(),
+    )  # fmt: skip
     return ctx

@@ -71,12 +71,8 @@ def _finish(negatives: Negatives, window: tuple[int, int], what: str) -> Negativ
     mean = sum(len(v) for v in negatives.values()) / max(len(negatives), 1)
     logger.info(
         "%s negatives: %d queries, ranks [%d, %d), %.1f negatives per query",
-        what,
-        len(negatives),
-        window[0],
-        window[1],
-        mean,
-    )
+        what, len(negatives), window[0], window[1], mean,
+    )  # fmt: skip
     if empty:
         logger.warning("%d of %d queries got no %s negative", empty, len(negatives), what)
     return negatives
@@ -446,17 +442,10 @@ def load_negatives(path: str | os.PathLike) -> tuple[Negatives, dict[str, Any]]:
 
 def _check_header(path: Path, lineno: int, obj: dict[str, Any]) -> dict[str, Any]:
     if obj.get("format") != NEGATIVES_FORMAT:
-        raise DataFormatError(
-            path,
-            lineno,
-            f"not a dotcat negatives file (no header with format {NEGATIVES_FORMAT!r})",
-        )
+        why = f"not a dotcat negatives file (no header with format {NEGATIVES_FORMAT!r})"
+        raise DataFormatError(path, lineno, why)
     version = obj.get("format_version")
     if version != NEGATIVES_FORMAT_VERSION:
-        raise DataFormatError(
-            path,
-            lineno,
-            f"negatives format version {version!r}; this dotcat reads {NEGATIVES_FORMAT_VERSION}",
-            "format_version",
-        )
+        why = f"negatives format version {version!r}; this dotcat reads {NEGATIVES_FORMAT_VERSION}"
+        raise DataFormatError(path, lineno, why, "format_version")
     return obj

@@ -149,11 +149,8 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
         if short > 1:
             logger.info(
                 "epoch %d: %d batches, %d of them smaller than %d (conflicting examples)",
-                epoch,
-                len(batches),
-                short,
-                self.batch_size,
-            )
+                epoch, len(batches), short, self.batch_size,
+            )  # fmt: skip
         self._cache = (epoch, batches)
         return batches
 

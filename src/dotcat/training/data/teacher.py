@@ -171,11 +171,8 @@ def score_pairs(
     missing = [pair for pair in wanted if pair not in cache]
     logger.info(
         "teacher scores %s: %d of %d pairs cached, %d to score",
-        file,
-        len(wanted) - len(missing),
-        len(wanted),
-        len(missing),
-    )
+        file, len(wanted) - len(missing), len(wanted), len(missing),
+    )  # fmt: skip
     if not missing:
         return cache
     texts = _pair_texts(missing, queries, doc_texts)
@@ -258,21 +255,12 @@ def _check_header(file: Path, lineno: int, value: Any, expected: dict) -> dict:
         raise DataFormatError(file, lineno, f"not a {TEACHER_SCORES_FORMAT!r} header")
     version = value.get("format_version")
     if version != TEACHER_SCORES_FORMAT_VERSION:
-        raise DataFormatError(
-            file,
-            lineno,
-            f"unsupported version {version!r} (expected {TEACHER_SCORES_FORMAT_VERSION})",
-            "format_version",
-        )
+        why = f"unsupported version {version!r} (expected {TEACHER_SCORES_FORMAT_VERSION})"
+        raise DataFormatError(file, lineno, why, "format_version")
     for field in CHECKED_FIELDS:
         if value.get(field) != expected[field]:
-            raise TeacherMismatchError(
-                file,
-                lineno,
-                f"the file's {value.get(field)!r} differs from the teacher's "
-                f"{expected[field]!r} (scores of another teacher)",
-                field,
-            )
+            why = f"the file's {value.get(field)!r} differs from the teacher's {expected[field]!r}"
+            raise TeacherMismatchError(file, lineno, f"{why} (scores of another teacher)", field)
     return value
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,7 +156,8 @@ class DistillRecipe(DotRecipe):
             "alpha": alpha,
             "pairs": len(pairs),
         }
-        return alpha, lambda: self._cross_encoder_scores(ce, pairs, queries, texts)
+        header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
+        return alpha, lambda: self._scored(TEACHER_FILE, header, ce.score, pairs, queries, texts)
 
     def _bm25_scores(
         self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str]
@@ -172,26 +173,6 @@ class DistillRecipe(DotRecipe):
             for doc, value in zip(docs, index.pair_scores(queries[qid], docs), strict=True):
                 out[(qid, doc)] = round(value, DECIMALS)
         return out
-
-    def _cross_encoder_scores(
-        self,
-        ce: Any,
-        pairs: Sequence[tuple[str, str]],
-        queries: Mapping[str, str],
-        texts: Mapping[str, str],
-    ) -> dict[tuple[str, str], float]:
-        """The cross-encoder's logit of every pair (cached on disk, resumable)."""
-        header = teacher_header(ce.name, ce.fingerprint, ce.backend, ce.max_length)
-        logit = score_pairs(
-            self.out_dir / TEACHER_FILE,
-            header,
-            pairs,
-            queries,
-            texts,
-            ce.score,
-            show_progress=self.config.show_progress,
-        )
-        return {p: _score(logit, p) for p in pairs}
 
     def _dense_teacher_alone(
         self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str], texts: Mapping[str, str]
@@ -250,15 +231,21 @@ class DistillRecipe(DotRecipe):
             return np.einsum("ij,ij->i", q, d)
 
         header = teacher_header(encoder.name, encoder.fingerprint, "bi-encoder", encoder.max_length)
-        cached = score_pairs(
-            self.out_dir / file,
-            header,
-            pairs,
-            queries,
-            texts,
-            score,
-            show_progress=self.config.show_progress,
-        )
+        return self._scored(file, header, score, pairs, queries, texts)
+
+    def _scored(
+        self,
+        file: str,
+        header: dict,
+        score: Callable[..., Any],
+        pairs: Sequence[tuple[str, str]],
+        queries: Mapping[str, str],
+        texts: Mapping[str, str],
+    ) -> dict[tuple[str, str], float]:
+        """Every pair's score by ``score`` (a cross-encoder's logit, a BERT_DOT's similarity),
+        cached on disk in ``OUT_DIR/file`` (resumable)."""
+        path, show = self.out_dir / file, self.config.show_progress
+        cached = score_pairs(path, header, pairs, queries, texts, score, show_progress=show)
         return {p: _score(cached, p) for p in pairs}
 
     def backward(self, batch: Sequence[int], epoch: int, scale: float, last: bool) -> float:
