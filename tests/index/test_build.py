@@ -193,3 +193,21 @@ def test_thin_ivf_lists_warn_once_in_our_words(tiny_encoder, tmp_path, caplog, c
     warnings = [r.getMessage() for r in caplog.records if "is thin" in r.getMessage()]
     assert len(warnings) == 1 and "IVF5 (one list per 39 vectors) would suit" in warnings[0]
     assert "WARNING clustering" not in capfd.readouterr().err  # FAISS's own C++ line
+
+
+def test_text_in_a_script_the_encoder_does_not_read_is_said(tiny_bert_dir, tmp_path, caplog):
+    import shutil
+
+    model = shutil.copytree(tiny_bert_dir, tmp_path / "english")
+    (model / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# A model\n")
+    japanese = [{"_id": f"j{i}", "text": f"東京は日本の首都です。文書{i}番。"} for i in range(4)]
+    english = [{"_id": f"e{i}", "text": f"Tokyo is the capital of Japan ({i})."} for i in range(4)]
+    config = IndexConfig(bm25=False)
+    for name, docs in (("ja", japanese), ("en", english), ("en-card-missing", japanese)):
+        if name == "en-card-missing":
+            (model / "README.md").unlink()  # no model card: nothing known, nothing said
+        caplog.clear()
+        build_index(docs, tmp_path / name, EncoderConfig(model=str(model)), config,
+                    show_progress=False)  # fmt: skip
+        said = "in scripts other than Latin, and the encoder" in caplog.text
+        assert said == (name == "ja"), name

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +54,7 @@ from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
 from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.models.resolve import resolve_model
 from dotcat.progress import progress_bar
 from dotcat.version import __version__
 
@@ -139,6 +142,7 @@ def build_index(
         splitter = _choose_split(
             Splitter.for_encoder(encoder, config.passages), dataset, config.passages.window
         )
+        _warn_if_unread(split_sample(dataset)["text"], encoder.config.model)
         plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
@@ -194,6 +198,25 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
             extra={"settings": ("passages", "split_over")},
         )  # fmt: skip
     return one_by_one
+
+
+def _warn_if_unread(texts: list[str], model: str) -> None:
+    """Warn where most letters of a corpus's sample are in scripts other than Latin and the
+    encoder's model card names English only: its vectors rank such text poorly (the default
+    model on Japanese manual pages: dense nDCG@10 0.11, BM25 0.61; eval/studies/bm25_words)."""
+    card = resolve_model(model) / "README.md"
+    head = card.read_text("utf-8", errors="replace")[:4000] if card.is_file() else ""
+    if not re.search(r"^language:\s*(?:en|\n- en)\s*\n(?!- )", head, re.M):
+        return
+    letters = [c for text in texts for c in text[:2000] if c.isalpha()]
+    other = sum(not unicodedata.name(c, "").startswith("LATIN") for c in letters)
+    if other > len(letters) / 2:
+        logger.warning(
+            "%.0f%% of the letters are in scripts other than Latin, and the encoder (%s) reads "
+            "English: dense search, and hybrid search without dev queries to weigh it, rank "
+            "such text poorly; give a multilingual --model, or search with --first-stage bm25",
+            100 * other / len(letters), model,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
