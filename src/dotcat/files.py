@@ -36,6 +36,10 @@ UMASK = os.umask(0o022)
 os.umask(UMASK)
 
 
+#: The name's start of the file a check for room in a folder makes there (and removes).
+PROBE = ".dotcat-probe-"
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` itself if it exists, else its closest existing ancestor."""
     path = Path(path).absolute()
@@ -58,7 +62,7 @@ def check_can_create_in(path: Path) -> None:
     if not ancestor.is_dir():
         raise DotcatError(f"{path}: cannot be written, {ancestor} is a file, not a directory")
     try:
-        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".dotcat-probe-"):
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=PROBE):
             pass
     except OSError as e:
         raise DotcatError(f"{path}: cannot write in {ancestor} ({e.strerror})") from None

@@ -16,6 +16,7 @@ from dotcat.cli import app
 from dotcat.errors import DotcatError
 from dotcat.index import layout
 from dotcat.index.manifest import Manifest
+from dotcat.index.sync import sync_index
 from dotcat.index.updates import add_documents, delete_documents, read_files
 from dotcat.models import EncoderConfig
 from dotcat.search.pipeline import PipelineConfig, SearchPipeline
@@ -250,6 +251,20 @@ def test_documents_added_with_dotcat_add_stay_whatever_the_folder_options(tmp_pa
     ]  # fmt: skip
     found = pipeline.run({"q": "puffins"}, k=5, first_stage="bm25")["q"]
     assert [doc_id for doc_id, _ in found] == ["manual.txt"]
+
+
+def test_an_added_id_a_file_takes_over_goes_with_the_file(tmp_path, encoder):
+    docs = _folder(tmp_path, "docs", {"a.txt": "about lighthouses"})
+    index = tmp_path / "idx"
+    build_and_tune(docs, index, encoder, show_progress=False)
+    add_documents(index, [{"_id": "new.md", "text": "added by hand"}], device="cpu",
+                  precision="fp32", show_progress=False)  # fmt: skip
+    (docs / "new.md").write_text("# N\n\nfrom the file\n")
+    sync_index(docs, index, show_progress=False)  # the file's text replaces the added one
+    (docs / "new.md").unlink()
+    assert sync_index(docs, index, show_progress=False).removed == 1  # and goes with it
+    pipeline = SearchPipeline(index, PipelineConfig(device="cpu", precision="fp32"))
+    assert sorted(pipeline.index.store.all_ids()) == ["a.txt"]
 
 
 def test_a_sync_of_a_folder_left_with_no_file_empties_the_index(tmp_path, encoder):

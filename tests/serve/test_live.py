@@ -3,6 +3,7 @@ answer), generations made elsewhere picked up, a watched folder synced."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import httpx
@@ -138,3 +139,20 @@ def test_a_write_that_finds_no_room_is_507_and_the_index_answers_as_before(folde
             signal.signal(signal.SIGXFSZ, ignored)
         assert answer.status_code == 507, answer.text  # the server's, not the client's fault
         assert _ids(url, "cats", first_stage="bm25") == before
+
+
+def test_an_index_inside_its_watched_folder_does_not_sync_itself_again_and_again(
+    tmp_path, tiny_bert_dir, caplog
+):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nkoala\n")
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_and_tune(docs, docs / "idx", encoder, show_progress=False)
+    level = caplog.at_level(logging.INFO, logger="dotcat.serve.live")
+    with level, live_server(_pipeline(docs / "idx"), watch=True) as url:
+        _eventually(lambda: "synced" in caplog.text)  # the watch's first sync
+        time.sleep(within(3.0))  # nothing changes: its own writes are no change
+        assert _ids(url, "koala", first_stage="bm25") == ["a.md"]
+    syncs = [r.message for r in caplog.records if r.message.startswith("synced")]
+    assert len(syncs) <= 2, syncs

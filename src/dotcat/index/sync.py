@@ -234,6 +234,7 @@ def _compare(
             seen.add(doc.id.split("#", 1)[0])
             old = stored.get(doc.id)
             held.discard(doc.id)
+            kept.discard(doc.id)  # a file's now (the file's going takes it, not a write's)
             if old is None or (old.title, old.text) != (doc.title, doc.text):
                 added.append(doc)
                 changed += old is not None

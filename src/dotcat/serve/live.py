@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dotcat.data.records import DEFAULT_ID_FIELDS, DEFAULT_TEXT_FIELDS, DEFAULT_TITLE_FIELDS
 from dotcat.data.sources import CorpusOptions
 from dotcat.errors import DataFormatError, DotcatError
+from dotcat.files import PROBE
 from dotcat.index.encoder import load_document_encoder
 from dotcat.index.layout import IndexBusy, generation_id
 from dotcat.index.sync import sync_index
@@ -118,7 +119,7 @@ class Live:
 
         def wanted(change: watchfiles.Change, path: str) -> bool:
             p = FilePath(path)
-            if index == p or index in p.parents or p.name.startswith(f".{index.name}."):
+            if index == p or index in p.parents or p.name.startswith((f".{index.name}.", PROBE)):
                 return False  # the index's own writes (an index kept inside its folder)
             return (corpus.is_dir() or p == corpus) and usual(change, path)
 

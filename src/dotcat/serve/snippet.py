@@ -50,7 +50,8 @@ ELLIPSIS = "…"
 def query_terms(query: str) -> list[str]:
     """The query's words that a snippet looks for: lower-cased, two or more letters or
     digits, no stop words, each once, in query order."""
-    words = (t.lower().replace("i\u0307", "i") for t in _TERM.findall(_nfc(query)))
+    found = _TERM.findall(unicodedata.normalize("NFC", query))
+    words = (t.lower().replace("i\u0307", "i") for t in found)
     terms = (w[i : i + 2] if _is_cjk(w) else w for w in words for i in range(max(1, len(w) - 1)))
     return list(dict.fromkeys(t for t in terms if t not in _STOP))
 
@@ -194,10 +195,6 @@ def _last_space(text: str, start: int, end: int) -> int:
         if text[at].isspace():
             return at
     return end
-
-
-def _nfc(text: str) -> str:
-    return unicodedata.normalize("NFC", text)
 
 
 def _in_word(char: str) -> bool:
