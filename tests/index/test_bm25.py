@@ -88,10 +88,13 @@ def test_words_of_every_script_are_found_whole(tmp_path, search_only):
     assert [d for d, _ in index.search_one("बहुत İzmir", k=10)] == ["tr", "hi"]  # no hi2, tr2
 
 
-def test_an_index_of_the_first_format_is_searched_with_its_own_words(tmp_path, monkeypatch):
+def test_an_index_of_the_first_format_is_searched_with_its_own_words(
+    tmp_path, monkeypatch, caplog
+):
     from dotcat.index import bm25
 
     made = bm25.make_tokenizer
+    bm25._say_words_1.cache_clear()
     with monkeypatch.context() as m:  # an index built before words(): format 1
         m.setattr(bm25, "FORMAT_VERSION", 1)
         m.setattr(bm25, "make_tokenizer", lambda config, splitter=None: made(config, bm25.words_1))
@@ -99,6 +102,7 @@ def test_an_index_of_the_first_format_is_searched_with_its_own_words(tmp_path, m
     for search_only in (False, True):
         old = BM25Index.load(tmp_path / "bm25", search_only=search_only)
         assert "tr" in {d for d, _ in old.search_one("İzmir", k=10)}  # its "zmir", as built
+    assert "build the index again (--overwrite) to find them" in caplog.text  # said, once
     grown = updated(BM25Index.load(tmp_path / "bm25"), set(), [{"id": "x", "text": "İzmir"}])
     grown.save(tmp_path / "grown")  # an update keeps the words it was built with: format 1
     found = BM25Index.load(tmp_path / "grown", search_only=True).search_one("İzmir", k=10)

@@ -148,6 +148,22 @@ def test_an_add_loads_no_pytorch_and_scores_as_a_fresh_build(encoder, tmp_path):
         np.testing.assert_allclose(mine, theirs, atol=1e-5)
 
 
+def test_an_index_from_before_fields_keeps_saying_so_after_an_add(encoder, tmp_path):
+    import sqlite3
+
+    from dotcat.search.filters import FilterError, check_filter
+
+    index = _build(tmp_path, encoder)
+    manifest = json.loads((index / "manifest.json").read_text())
+    (index / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
+    with sqlite3.connect(index / "docstore.sqlite") as db:  # as dotcat wrote it before fields
+        db.executescript("DROP TABLE fields; DROP TABLE field_kinds;")
+    _update(index, [{"_id": "new", "text": "cells", "lang": "en"}])
+    with pytest.raises(FilterError, match="keeps no fields"):  # not: only the new one admitted
+        check_filter(index, 'lang = "en"')
+    assert Manifest.read(index).format_version == 1
+
+
 def test_an_existing_id_is_refused_or_replaced_with_upsert(encoder, tmp_path):
     index = _build(tmp_path, encoder)
     changed = _corpus(tmp_path / "changed.jsonl.gz", range(10, 12), tag=" glucose glucose")

@@ -81,10 +81,11 @@ def verdict(c: Comparison, digits: int = 4, where: str = "") -> str:
     else:
         decision = "significantly " + ("higher" if c.diff > 0 else "lower")
     holm = f", Holm over {c.family}" if c.family > 1 else ""
+    p = "<0.001" if c.pvalue_holm < 0.001 else f"{c.pvalue_holm:.3f}"
     return (
         f"{c.system} vs {c.baseline}{where}: {c.measure} {_signed(c.diff, digits)} "
         f"[{_signed(c.low, digits)}, {_signed(c.high, digits)}], {decision} over {c.n} queries "
-        f"({100 * c.confidence:.4g}% interval, {c.method.name}{holm}: p {_fmt_p(c.pvalue_holm)}; "
+        f"({100 * c.confidence:.4g}% interval, {c.method.name}{holm}: p {p}; "
         f"won {c.wins}, tied {c.ties}, lost {c.losses})"
     )
 
@@ -177,10 +178,6 @@ def _signed(value: float, digits: int) -> str:
     value += 0.0  # -0.0 -> 0.0
     text = f"{value:+.{digits}f}"
     return f"{value:+.2g}" if value and not float(text) else text
-
-
-def _fmt_p(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _json_float(value: float) -> float | None:

@@ -119,6 +119,13 @@ def words_1(text: str) -> list[str]:
     return _WORDS_1(unicodedata.normalize("NFC", text))
 
 
+@functools.cache
+def _say_words_1() -> None:
+    logger.warning("this index's BM25 side reads words as dotcat did before 2026-11-30: it finds "
+                   "no Chinese, Japanese or Korean word, nor a word with marks (Hindi, Arabic); "
+                   "build the index again (--overwrite) to find them")  # fmt: skip
+
+
 def make_tokenizer(config: BM25Config, splitter=words) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
@@ -419,6 +426,8 @@ class BM25Index:
         """The query's term ids in the index vocabulary (unknown terms and stop words dropped)."""
         # update_vocab=False keeps the vocabulary fixed but still maps an unseen word whose
         # stem is indexed ("running" -> "run"); allow_empty=False: no placeholder token.
+        if self._tokenizer.splitter is words_1 and not query.isascii():
+            _say_words_1()
         stream = self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False)
         return next(stream)
 
@@ -557,7 +566,7 @@ class _QueryTokenizer:
         self.word_to_id, self.stem_to_sid = vocab["word_to_id"], vocab["stem_to_sid"]
         self.stopwords = frozenset(stopwords)
         self.stem = Stemmer.Stemmer(config.stemmer).stemWord if config.stemmer else None
-        self.words = splitter
+        self.splitter = splitter  # (named as bm25s names its tokenizer's)
 
     @staticmethod
     def stopwords_of(config: BM25Config) -> tuple[str, ...] | None:
@@ -573,7 +582,7 @@ class _QueryTokenizer:
         """Each text's term ids."""
         for text in texts:
             ids = []
-            for word in self.words(text.lower()):
+            for word in self.splitter(text.lower()):
                 if word in self.word_to_id:
                     ids.append(self.word_to_id[word])
                 elif word not in self.stopwords and self.stem is not None:

@@ -20,6 +20,7 @@ damaged store is one clear error at load, never a traceback or a missing result 
 from __future__ import annotations
 
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +100,16 @@ class PassageRef:
     stop: int | None = None
 
 
-def _casefold(value: object) -> object:
-    """SQL ``casefold(x)``: a filter's ``contains`` beyond ASCII (:mod:`dotcat.search.filters`)."""
-    return value.casefold() if isinstance(value, str) else value
+def _nfc(value: object) -> object:
+    """SQL ``nfc(x)``: text composed, as a filter compares it beyond ASCII (the "e" + U+0301 of
+    macOS file names is "é"; :mod:`dotcat.search.filters`); ``fold(x)``, case-folded too."""
+    return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
+
+
+def _connected(conn: sqlite3.Connection) -> sqlite3.Connection:
+    conn.create_function("nfc", 1, _nfc, deterministic=True)
+    conn.create_function("fold", 1, lambda v: _nfc(v).casefold(), deterministic=True)
+    return conn
 
 
 class DocStore:
@@ -113,11 +121,9 @@ class DocStore:
             if not self.path.is_file():
                 raise DotcatError(f"{self.path}: doc store missing; rebuild the index")
             uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
-            self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            self._conn.create_function("casefold", 1, _casefold, deterministic=True)
+            self._conn = _connected(sqlite3.connect(uri, uri=True, check_same_thread=False))
         else:
-            self._conn = sqlite3.connect(self.path, check_same_thread=False)
-            self._conn.create_function("casefold", 1, _casefold, deterministic=True)
+            self._conn = _connected(sqlite3.connect(self.path, check_same_thread=False))
             # Built in a temporary directory that is renamed into place: durability comes
             # from the final fsync and rename, so the journal is not needed while writing.
             self._conn.execute("PRAGMA journal_mode=OFF")

@@ -24,7 +24,6 @@ import json
 import math
 import re
 import sqlite3
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -79,7 +78,7 @@ def field_rows(pos: int, fields: Mapping[str, Any]) -> list[FieldRow]:
     rows, written = [], fields.get(WRITTEN) or {}  # a CSV number's text, as written
     for name, value in fields.items():
         if isinstance(value, list):
-            rows += [(pos, name, _nfc(str(item)), None, KIND_CODES["list"]) for item in value]
+            rows += [(pos, name, str(item), None, KIND_CODES["list"]) for item in value]
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             if math.isfinite(value):
                 text = getattr(value, "text", None) or written.get(name) or _number_text(value)
@@ -87,7 +86,7 @@ def field_rows(pos: int, fields: Mapping[str, Any]) -> list[FieldRow]:
         elif name == WRITTEN:
             continue
         else:
-            text = _nfc(str(value))  # what a filter compares: composed (macOS names are not)
+            text = str(value)
             date = parse_date(text)
             if date is not None:
                 rows.append((pos, name, text, date[0], KIND_CODES["date"]))
@@ -103,10 +102,6 @@ def batch_field_rows(positions: Iterable[int], fields: Iterable[str]) -> list[Fi
         row for pos, held in zip(positions, fields, strict=True) if held
         for row in field_rows(pos, json.loads(held))
     ]  # fmt: skip
-
-
-def _nfc(text: str) -> str:
-    return unicodedata.normalize("NFC", text)
 
 
 def _number_text(value: float) -> str:

@@ -399,7 +399,8 @@ def _add(
         for batch in _batches(dataset, 8192):
             positions = range(position, position + len(batch["id"]))
             store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
-            store.add_fields(batch_field_rows(positions, batch["fields"]))
+            if manifest.format_version == FORMAT_VERSION:  # (a store from before fields: none)
+                store.add_fields(batch_field_rows(positions, batch["fields"]))
             if splitter is None:
                 ids = np.asarray(positions, dtype=np.int64)
                 texts = [document_text(t, x) for t, x in zip(batch["title"], batch["text"],
@@ -429,7 +430,6 @@ def _finish(
     with replacing(tmp / INDEX_NAME) as tmp_index:
         faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
-    manifest.format_version = FORMAT_VERSION  # the doc store keeps fields now, if it did not
     manifest.documents["count"] = documents
     manifest.documents["next_pos"] = next_pos
     if manifest.passages:

@@ -168,7 +168,8 @@ def tokenize(text: str) -> list[Token]:
 
 def _token(kind: str, piece: str, column: int) -> Token:
     if kind == "string":
-        return Token("string", piece, _unescape(piece[1:-1]), column)
+        body = re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), piece[1:-1])
+        return Token("string", piece, body, column)
     if kind == "number":
         exact = re.fullmatch(r"-?\d+", piece)  # an integer as written (past 2^53 too)
         return Token("number", piece, int(piece) if exact else float(piece), column)
@@ -182,10 +183,6 @@ def _token(kind: str, piece: str, column: int) -> Token:
     if kind == "name" and piece.lower() in _KEYWORDS:
         return Token("keyword", piece, piece.lower(), column)
     return Token(kind, piece, piece, column)
-
-
-def _unescape(body: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), body)
 
 
 class _Parser:
@@ -423,22 +420,24 @@ def _unknown(name: str, kinds: Mapping[str, Any]) -> str:
 def _text(node: Comparison, kind: str, params: list[Any]) -> str:
     """A string or list field: text comparisons (a list's items one by one)."""
     values = [_as_text(token, node.field.value, kind) for token in node.values]
+    ascii_only = all(v.isascii() for v in values)  # else compared composed: DocStore's nfc()
+    column = "value" if ascii_only else "nfc(value)"
     if node.op == "in":
         params += values
-        return f"value IN ({','.join('?' * len(values))})"
+        return f"{column} IN ({','.join('?' * len(values))})"
     value = values[0]
     if node.op == "contains" and kind == "list":
         params.append(value)
-        return "value = ?"
-    if node.op == "contains":  # (LIKE ignores the case of ASCII letters only)
-        fold = "" if value.isascii() else "casefold"  # DocStore's str.casefold
-        params.append("%" + re.sub(r"([%_\\])", r"\\\1", value.casefold() if fold else value) + "%")
-        return f"{fold}(value) LIKE ? ESCAPE '\\'"
+        return f"{column} = ?"
+    if node.op == "contains":  # (LIKE ignores the case of ASCII letters only: else fold())
+        piece = value if ascii_only else value.casefold()
+        params.append("%" + re.sub(r"([%_\\])", r"\\\1", piece) + "%")
+        return f"{'value' if ascii_only else 'fold(value)'} LIKE ? ESCAPE '\\'"
     if node.op == "startswith":
         params += [value, value + "\U0010ffff"]
-        return "value >= ? AND value < ?"
+        return f"{column} >= ? AND {column} < ?"
     params.append(value)
-    return f"value {node.op} ?"
+    return f"{column} {node.op} ?"
 
 
 def _as_text(token: Token, field: str, kind: str) -> str:

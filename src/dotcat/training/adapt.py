@@ -345,11 +345,11 @@ def _prepare(out: Path, config: AdaptConfig) -> Path:
         shutil.rmtree(out)
     if config.resume and record.exists():
         recorded = (read_json_or_none(record) or {}).get("settings", {})
-        if recorded and recorded != _settings(config):
-            raise DotcatError(
-                f"{out}: the earlier run used other settings ({_diff(recorded, _settings(config))})"
-                "; resume with the same ones or --overwrite"
-            )
+        if recorded and recorded != (now := _settings(config)):
+            diff = ", ".join(f"{k} {recorded.get(k)!r} -> {now.get(k)!r}" for k in sorted(now)
+                             if recorded.get(k) != now[k])  # fmt: skip
+            raise DotcatError(f"{out}: the earlier run used other settings ({diff}); resume with "
+                              "the same ones or --overwrite")  # fmt: skip
     work = out / ADAPT_DIR
     work.mkdir(parents=True, exist_ok=True)
     return work
@@ -362,7 +362,3 @@ def _settings(config: AdaptConfig) -> dict[str, Any]:
         out.pop(key)
     out["corpus"] = str(Path(config.corpus).resolve())
     return out
-
-
-def _diff(a: dict, b: dict) -> str:
-    return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(b) if a.get(k) != b[k])
