@@ -88,9 +88,7 @@ def test_words_of_every_script_are_found_whole(tmp_path, search_only):
     assert [d for d, _ in index.search_one("बहुत İzmir", k=10)] == ["tr", "hi"]  # no hi2, tr2
 
 
-def test_an_index_of_the_first_format_is_searched_with_its_own_words(
-    tmp_path, monkeypatch, caplog
-):
+def test_an_index_of_the_first_format_is_searched_with_its_own_words(tmp_path, monkeypatch, caplog):
     from dotcat.index import bm25
 
     made = bm25.make_tokenizer
