@@ -153,11 +153,16 @@ def test_a_log_gets_a_line_a_minute_of_long_work_and_none_of_short(tmp_path, mon
 
 
 def test_a_table_cuts_text_without_spaces_inside_it(capsys):
-    from dotcat.cli.output import print_hits
+    from dotcat.cli.output import _columns, print_hits
     from dotcat.search.hits import Hit
 
     cjk = "東京の天気は晴れです。" * 30  # no space: one "word" longer than any line
-    print_hits([Hit(1, "jp.txt", 0.5, cjk, cjk, "cosine")], False, width=80)
-    title, snippet = capsys.readouterr().out.splitlines()[1:]
-    for line in (title, snippet):  # cut inside, not "..." alone
-        assert "東京の天気は晴れです。東京" in line and line.endswith("...") and len(line) <= 80
+    nfd, family = "e\u0301" * 200, "\U0001f468\u200d\U0001f469\u200d\U0001f467" * 60
+    hits = [Hit(1, "東京.txt", 0.5, cjk, cjk, "cos"), Hit(2, "a.txt", 0.4, nfd, family, "cos")]
+    print_hits(hits, False, width=80)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert "東京の天気は晴れです。東京" in lines[0] and "東京の天気" in lines[1]  # cut inside
+    assert all(line.endswith("...") and 70 < _columns(line) <= 80 for line in lines), lines
+    at = [_columns(lines[0][: lines[0].index("東京の")]), _columns(lines[2][: lines[2].index("e")])]
+    assert at[0] == at[1]  # the text column starts at one column whatever the id's width
+    assert lines[2].endswith("\u0301...") and lines[3].endswith("\U0001f467...")  # whole marks

@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 import textwrap
+import unicodedata
 from collections.abc import Callable, Sequence
 
 import typer
@@ -62,7 +63,7 @@ def print_hits(
     kind = hits[0].score_kind
     header = f"{kind} score" if kind else "score"
     score_width = max(_SCORE_WIDTH, len(header))
-    id_width = max(6, *(len(h.doc_id) for h in hits))
+    id_width = max(6, *(_columns(h.doc_id) for h in hits))
     text_width = max(_MIN_TEXT, width - (4 + 2 + score_width + 2 + id_width + 2))
     typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
     terms = query_terms(query)
@@ -71,16 +72,35 @@ def print_hits(
         head = 4 * text_width + 100
         title = _shorten(h.title[:head] or "(no title)", text_width)
         snippet = _shorten(hit_snippet(h, terms)[0][:head], text_width)
-        typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {h.doc_id:<{id_width}}  {title}")
+        doc_id = h.doc_id + " " * (id_width - _columns(h.doc_id))  # (wide characters: 2)
+        typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {doc_id}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")
 
 
 def _shorten(text: str, width: int) -> str:
-    """``text`` on one line of ``width``, cut between words, or inside the first where it is
-    longer than the line (Chinese or Japanese text has no spaces: one "word" a sentence)."""
-    short = textwrap.shorten(text, width, placeholder="...")
-    return " ".join(text.split())[: width - 3] + "..." if short == "..." else short
+    """``text`` on one line of ``width`` terminal columns (:func:`_columns`), cut between
+    words, or inside the first where it is longer than the line (Chinese or Japanese text has
+    no spaces: one "word" a sentence), never between a letter and its marks."""
+    flat = " ".join(text.split())
+    if _columns(flat) == len(flat):  # a column a character: cut as textwrap cuts
+        short = textwrap.shorten(flat, width, placeholder="...")
+        return flat[: width - 3] + "..." if short == "..." else short
+    if _columns(flat) <= width:
+        return flat
+    used, end = 3, 0  # (the "..."); ``end``: the first character left out
+    while (used := used + _columns(flat[end])) <= width:
+        end += 1
+    while end and (unicodedata.category(flat[end])[0] == "M" or "\u200d" in flat[end - 1 :][:2]):
+        end -= 1  # (a letter with its marks, a joined emoji: whole or not at all)
+    space = flat.rfind(" ", end // 2, end)
+    return flat[: space if space > 0 else end] + "..."
+
+
+def _columns(text: str) -> int:
+    """The terminal columns ``text`` takes: two a wide (CJK) character, none a mark or a joiner."""
+    return sum(0 if unicodedata.category(c) in ("Mn", "Me", "Cf") else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)  # fmt: skip
 
 
 def search_lines(

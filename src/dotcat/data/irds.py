@@ -135,6 +135,5 @@ def _write_qrels(dataset, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         out.write("query-id\tcorpus-id\tscore\n")
-        for (qid, doc_id), grade in grades.items():
-            out.write(f"{qid}\t{doc_id}\t{grade}\n")
+        out.writelines(f"{qid}\t{doc_id}\t{grade}\n" for (qid, doc_id), grade in grades.items())
     return len(grades)

@@ -160,17 +160,15 @@ def write_pseudo_dataset(data: PseudoQueries, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for doc in data.documents:
-            f.write(
-                json.dumps({"_id": doc.id, "title": "", "text": doc.text}, ensure_ascii=False)
-                + "\n"
-            )
+        f.writelines(
+            json.dumps({"_id": doc.id, "title": "", "text": doc.text}, ensure_ascii=False) + "\n"
+            for doc in data.documents
+        )
     with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
         for qid, text, _ in data.queries:
             f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
     with open(out / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
-        for qid, _, doc_id in data.queries:
-            f.write(f"{qid}\t{doc_id}\t1\n")
+        f.writelines(f"{qid}\t{doc_id}\t1\n" for qid, _, doc_id in data.queries)
     (out / "pseudo.json").write_text(json.dumps(data.summary(), indent=2) + "\n", encoding="utf-8")
     return out

@@ -26,8 +26,7 @@ from dotcat.models.st_config import read_st_settings
 def int8_runner(weights_dir: Path, kind: str, fingerprint: str, backend: str, workers: int) -> Any:
     """The int8 runner of the weights in ``weights_dir`` (a model ``kind``: ``encoder`` or
     ``cross-encoder``) on the runtime ``backend`` resolves to; its export is made first if
-    missing or stale. ``workers``: the threads that call it (OpenVINO sizes its stream by them).
-    """
+    missing or stale. ``workers``: the threads that call it (OpenVINO sizes its stream by them)."""
     if int8_backend(kind, backend) == "openvino":
         return openvino_backend.int8_runner(weights_dir, kind, fingerprint, workers)
     return onnx_backend.int8_runner(weights_dir, kind, fingerprint)

@@ -173,8 +173,7 @@ def choose_fusion(
 ) -> Fusion:
     """The fusion :func:`dotcat.evaluation.choice.choose` picks on dev nDCG@10 from
     :func:`fusion_grid`, :data:`PRIOR` the prior default; ``Fusion.dev`` records the choice
-    (``source``, ``measure`` and :meth:`Choice.to_json`: the curve, the tied set, the reason).
-    """
+    (``source``, ``measure`` and :meth:`Choice.to_json`: the curve, the tied set, the reason)."""
     grid = fusion_grid()
     per_query = {}
     for name, fusion in grid.items():

@@ -30,7 +30,7 @@ import numpy as np
 from dotcat.data import load_corpus, load_qrels, load_queries
 from dotcat.data.index_source import is_index_dir
 from dotcat.errors import DotcatError
-from dotcat.index import document_text
+from dotcat.search.reranker import corpus_texts
 from dotcat.types import Qrels
 
 logger = logging.getLogger(__name__)
@@ -287,12 +287,7 @@ def load_training_data(
 def document_texts(corpus: Any, ids: set[str]) -> dict[str, str]:
     """id -> encoded text (:func:`dotcat.index.docstore.document_text`) of the documents in
     ``ids``."""
-    texts: dict[str, str] = {}
-    for batch in corpus.iter(batch_size=10_000):
-        for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
-            if doc_id in ids:
-                texts[doc_id] = document_text(title or "", text or "")
-    return known_texts(texts, ids)
+    return known_texts(corpus_texts(corpus, ids), ids)
 
 
 def known_texts(texts: dict[str, str], ids: set[str]) -> dict[str, str]:

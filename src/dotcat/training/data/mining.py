@@ -66,9 +66,15 @@ def window_negatives(
     return [doc for doc in ranked[start:end] if judged.get(doc, 0) <= 0]
 
 
-def _finish(negatives: Negatives, window: tuple[int, int], what: str) -> Negatives:
-    empty = sum(not v for v in negatives.values())
-    mean = sum(len(v) for v in negatives.values()) / max(len(negatives), 1)
+def _finish(
+    negatives: Negatives, window: tuple[int, int], what: str, meta, size: int, **extra: Any
+) -> Negatives:
+    """Log the counts; record how the negatives were mined in ``meta`` (where given)."""
+    n, empty = sum(len(v) for v in negatives.values()), sum(not v for v in negatives.values())
+    if meta is not None:
+        counts = {"n_queries": len(negatives), "n_negatives": n}
+        meta.update(negatives_meta(what.lower(), window, size, **extra, **counts))
+    mean = n / max(len(negatives), 1)
     logger.info(
         "%s negatives: %d queries, ranks [%d, %d), %.1f negatives per query",
         what, len(negatives), window[0], window[1], mean,
@@ -113,17 +119,7 @@ def mine_bm25_negatives(
         qid: window_negatives([doc for doc, _ in run.get(qid, [])], window, qrels.get(qid))
         for qid in queries
     }
-    if meta is not None:
-        meta.update(
-            negatives_meta(
-                "bm25", window, len(index), bm25_config=config.to_dict(), **_count(negatives)
-            )
-        )
-    return _finish(negatives, window, "BM25")
-
-
-def _count(negatives: Negatives) -> dict[str, int]:
-    return {"n_queries": len(negatives), "n_negatives": sum(len(v) for v in negatives.values())}
+    return _finish(negatives, window, "BM25", meta, len(index), bm25_config=config.to_dict())
 
 
 def iter_document_chunks(
@@ -225,19 +221,12 @@ def mine_dense_negatives(
         qid: window_negatives(_ranked(heap, row, doc_ids), window, qrels.get(qid))
         for row, qid in enumerate(qids)
     }
-    if meta is not None:
-        meta.update(
-            negatives_meta(
-                "dense",
-                window,
-                len(doc_ids),
-                model_fingerprint=getattr(encoder, "fingerprint", None),
-                model=str(getattr(encoder, "name", "")) or None,
-                similarity=getattr(encoder, "similarity", None),
-                **_count(negatives),
-            )
-        )
-    return _finish(negatives, window, "dense")
+    return _finish(
+        negatives, window, "dense", meta, len(doc_ids),
+        model_fingerprint=getattr(encoder, "fingerprint", None),
+        model=str(getattr(encoder, "name", "")) or None,
+        similarity=getattr(encoder, "similarity", None),
+    )  # fmt: skip
 
 
 def _dense_search(
