@@ -153,8 +153,9 @@ def test_a_log_gets_a_line_a_minute_of_long_work_and_none_of_short(tmp_path, mon
 
 
 def test_a_table_cuts_text_without_spaces_inside_it(capsys):
-    from dotcat.cli.output import _columns, print_hits
+    from dotcat.cli.output import print_hits
     from dotcat.search.hits import Hit
+    from dotcat.serve.snippet import columns
 
     cjk = "東京の天気は晴れです。" * 30  # no space: one "word" longer than any line
     nfd, family = "e\u0301" * 200, "\U0001f468\u200d\U0001f469\u200d\U0001f467" * 60
@@ -162,7 +163,7 @@ def test_a_table_cuts_text_without_spaces_inside_it(capsys):
     print_hits(hits, False, width=80)
     lines = capsys.readouterr().out.splitlines()[1:]
     assert "東京の天気は晴れです。東京" in lines[0] and "東京の天気" in lines[1]  # cut inside
-    assert all(line.endswith("...") and 70 < _columns(line) <= 80 for line in lines), lines
-    at = [_columns(lines[0][: lines[0].index("東京の")]), _columns(lines[2][: lines[2].index("e")])]
+    assert all(line.endswith("...") and 70 < columns(line) <= 80 for line in lines), lines
+    at = [columns(lines[0][: lines[0].index("東京の")]), columns(lines[2][: lines[2].index("e")])]
     assert at[0] == at[1]  # the text column starts at one column whatever the id's width
     assert lines[2].endswith("\u0301...") and lines[3].endswith("\U0001f467...")  # whole marks

@@ -13,7 +13,7 @@ import typer
 
 from dotcat.errors import DotcatError
 from dotcat.search.hits import Hit
-from dotcat.serve.snippet import hit_snippet, query_terms
+from dotcat.serve.snippet import columns, hit_snippet, query_terms
 
 #: Narrowest text column: below it the table would be unreadable, and wraps instead.
 _MIN_TEXT = 20
@@ -63,7 +63,7 @@ def print_hits(
     kind = hits[0].score_kind
     header = f"{kind} score" if kind else "score"
     score_width = max(_SCORE_WIDTH, len(header))
-    id_width = max(6, *(_columns(h.doc_id) for h in hits))
+    id_width = max(6, *(columns(h.doc_id) for h in hits))
     text_width = max(_MIN_TEXT, width - (4 + 2 + score_width + 2 + id_width + 2))
     typer.echo(f"{'rank':>4}  {header:>{score_width}}  {'doc id':<{id_width}}  title / snippet")
     terms = query_terms(query)
@@ -72,35 +72,30 @@ def print_hits(
         head = 4 * text_width + 100
         title = _shorten(h.title[:head] or "(no title)", text_width)
         snippet = _shorten(hit_snippet(h, terms)[0][:head], text_width)
-        doc_id = h.doc_id + " " * (id_width - _columns(h.doc_id))  # (wide characters: 2)
+        doc_id = h.doc_id + " " * (id_width - columns(h.doc_id))  # (wide characters: 2)
         typer.echo(f"{h.rank:>4}  {h.score:>{score_width}.4f}  {doc_id}  {title}")
         if snippet:
             typer.echo(f"{'':>4}  {'':>{score_width}}  {'':<{id_width}}  {snippet}")
 
 
 def _shorten(text: str, width: int) -> str:
-    """``text`` on one line of ``width`` terminal columns (:func:`_columns`), cut between
-    words, or inside the first where it is longer than the line (Chinese or Japanese text has
-    no spaces: one "word" a sentence), never between a letter and its marks."""
+    """``text`` on one line of ``width`` terminal columns (a CJK character takes two), cut
+    between words, or inside the first where it is longer than the line (Chinese or Japanese
+    text has no spaces: one "word" a sentence), never between a letter and its marks."""
     flat = " ".join(text.split())
-    if _columns(flat) == len(flat):  # a column a character: cut as textwrap cuts
+    if columns(flat) == len(flat):  # a column a character: cut as textwrap cuts
         short = textwrap.shorten(flat, width, placeholder="...")
         return flat[: width - 3] + "..." if short == "..." else short
-    if _columns(flat) <= width:
+    if columns(flat) <= width:
         return flat
-    used, end = 3, 0  # (the "..."); ``end``: the first character left out
-    while (used := used + _columns(flat[end])) <= width:
+    used = end = 0  # ``end``: the first character left out
+    width -= 3  # (the "...")
+    while (used := used + columns(flat[end])) <= width:
         end += 1
     while end and (unicodedata.category(flat[end])[0] == "M" or "\u200d" in flat[end - 1 :][:2]):
         end -= 1  # (a letter with its marks, a joined emoji: whole or not at all)
     space = flat.rfind(" ", end // 2, end)
     return flat[: space if space > 0 else end] + "..."
-
-
-def _columns(text: str) -> int:
-    """The terminal columns ``text`` takes: two a wide (CJK) character, none a mark or a joiner."""
-    return sum(0 if unicodedata.category(c) in ("Mn", "Me", "Cf") else
-               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)  # fmt: skip
 
 
 def search_lines(

@@ -197,6 +197,12 @@ def _last_space(text: str, start: int, end: int) -> int:
     return end
 
 
+def columns(text: str) -> int:
+    """The terminal columns ``text`` takes: two a wide (CJK) character, none a mark or a joiner."""
+    return sum(0 if unicodedata.category(c) in ("Mn", "Me", "Cf") else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)  # fmt: skip
+
+
 def _in_word(char: str) -> bool:
     """A letter, a digit, or a mark on one (the accent of "e" + U+0301, a vowel sign)."""
     return char.isalnum() or unicodedata.category(char)[0] == "M"
