@@ -80,7 +80,8 @@ _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}ー"
 #: Runs of those scripts, and words: letters with their marks (Devanagari's vowel signs,
 #: Arabic's harakat), digits and ``_``.
 _RUNS = regex.compile(rf"[{_CJK}]+|[^\W{_CJK}]+").findall
-_IS_CJK = regex.compile(rf"[{_CJK}]").match
+#: Whether a word begins in one of them (BM25 reads it as pairs; snippets find it anywhere).
+starts_cjk = regex.compile(rf"[{_CJK}]").match
 #: The words of an index of format 1 (before :func:`words`): marks split words, CJK unsplit.
 _WORDS_1 = re.compile(r"(?u)\b\w\w+\b").findall
 
@@ -107,7 +108,7 @@ def words(text: str) -> list[str]:
     text = unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
     out = []
     for run in _RUNS(text.replace("\u00ad", "")):
-        if _IS_CJK(run):
+        if starts_cjk(run):
             out += [*run, *(run[i : i + 2] for i in range(len(run) - 1))]
         elif len(run) > 1:
             out.append(run)

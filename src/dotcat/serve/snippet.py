@@ -28,7 +28,7 @@ from typing import Any
 
 import regex
 
-from dotcat.index.bm25 import bm25s_stopwords  # (without importing bm25s: SciPy)
+from dotcat.index.bm25 import bm25s_stopwords, starts_cjk  # (without importing bm25s)
 
 #: The most characters of document text in a snippet (a cut adds "… " or " …").
 SNIPPET_CHARS = 300
@@ -52,7 +52,7 @@ def query_terms(query: str) -> list[str]:
     digits, no stop words, each once, in query order."""
     found = _TERM.findall(unicodedata.normalize("NFC", query))
     words = (t.lower().replace("i\u0307", "i") for t in found)
-    terms = (w[i : i + 2] if _is_cjk(w) else w for w in words for i in range(max(1, len(w) - 1)))
+    terms = (w[i : i + 2] if starts_cjk(w) else w for w in words for i in range(max(1, len(w) - 1)))
     return list(dict.fromkeys(t for t in terms if t not in _STOP))
 
 
@@ -88,7 +88,7 @@ def highlights(text: str, terms: list[str]) -> list[tuple[int, int]]:
     spans = []
     for at, term in _matches(text[:SCAN_CHARS], terms):
         stop = at + len(term)
-        while stop < len(text) and _in_word(text[stop]) and not _is_cjk(term):
+        while stop < len(text) and _in_word(text[stop]) and not starts_cjk(term):
             stop += 1
         if spans and at < spans[-1][1]:  # overlapping (CJK pairs): one span
             spans[-1] = (spans[-1][0], max(stop, spans[-1][1]))
@@ -169,7 +169,7 @@ def _matches(text: str, terms: list[str]) -> list[tuple[int, str]]:
         lower = "".join(c.lower()[0] for c in text)
     found = []
     for term, form in ((t, f) for t in terms for f in {t, unicodedata.normalize("NFD", t)}):
-        whole, free = len(term) < PREFIX_CHARS, _is_cjk(term)  # (CJK: no spaces, no words)
+        whole, free = len(term) < PREFIX_CHARS, starts_cjk(term)  # (CJK: no spaces, no words)
         at = lower.find(form)
         while at >= 0:
             end = at + len(form)
@@ -206,10 +206,6 @@ def columns(text: str) -> int:
 def _in_word(char: str) -> bool:
     """A letter, a digit, or a mark on one (the accent of "e" + U+0301, a vowel sign)."""
     return char.isalnum() or unicodedata.category(char)[0] == "M"
-
-
-def _is_cjk(term: str) -> bool:
-    return bool(term) and unicodedata.east_asian_width(term[0]) == "W"
 
 
 def _squeeze(text: str) -> str:
