@@ -35,7 +35,6 @@ from dotcat.errors import DiskFullError, DotcatError
 UMASK = os.umask(0o022)
 os.umask(UMASK)
 
-
 #: The name's start of the file a check for room in a folder makes there (and removes).
 PROBE = ".dotcat-probe-"
 
@@ -266,10 +265,7 @@ def no_room(error: BaseException, path: str | os.PathLike | None = None) -> Disk
     """The :class:`DiskFullError` that ``error`` (or an error it was raised from) means, naming
     the file the error names, else ``path``; None when it means something else."""
     found = _no_room_cause(error)
-    if found is None:
-        return None
-    code, where = found
-    return disk_full(code, where or path)
+    return None if found is None else disk_full(found[0], found[1] or path)
 
 
 def disk_full(
@@ -339,8 +335,7 @@ def writing(
             _remove(leftover)
         if found is None:
             raise
-        code, where = found
-        raise disk_full(code, where or path, advice) from e
+        raise disk_full(found[0], found[1] or path, advice) from e
 
 
 @contextmanager

@@ -336,8 +336,7 @@ def parse_config(data: dict[str, Any], source: str = "experiment") -> Experiment
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as e:
-        lines = _error_lines(e)
-        raise DotcatError("\n".join(f"{source}: {line}" for line in lines)) from None
+        raise DotcatError("\n".join(f"{source}: {line}" for line in _error_lines(e))) from None
 
 
 def _error_lines(error: ValidationError) -> list[str]:
@@ -407,11 +406,7 @@ def _model_at(fields: list[str | int]) -> type[BaseModel]:
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    for arg in typing.get_args(annotation):
-        found = _nested_model(arg)
-        if found is not None:
-            return found
-    return None
+    return next((m for a in typing.get_args(annotation) if (m := _nested_model(a))), None)
 
 
 def _description(fields: list[str | int]) -> str | None:

@@ -332,11 +332,11 @@ class _Runner:
         # The file keeps the first stage's order (ties included), as the pipeline hands it on.
         first_run = {q: list(docs.items()) for q, docs in read_run(first.path).items()}
         heads = {doc for docs in first_run.values() for doc, _ in docs[: system.depth]}
-        texts = _index_texts(index_dir, heads) if index_dir else self._corpus_texts(heads)
-        passages = (
-            _passage_texts(index_dir, Path(first.path), system.rerank_passages)
-            if index_dir else None
-        )  # fmt: skip
+        if index_dir:
+            texts = _index_texts(index_dir, heads)
+            passages = _passage_texts(index_dir, Path(first.path), system.rerank_passages)
+        else:
+            texts, passages = corpus_texts(self.data.corpus(), heads), None
         out = reranker.rerank(
             first_run, self.data.queries, texts, system.depth, True, pair_texts=passages
         )
@@ -351,9 +351,6 @@ class _Runner:
             "interpolation_source": reranker.alpha_source,
         }
         return self.cache.commit("rerank", path, seconds, description, details)
-
-    def _corpus_texts(self, ids: set[str]) -> dict[str, str]:
-        return corpus_texts(self.data.corpus(), ids)
 
     def _reranker(self, system: SystemConfig, index_dir: Path | None):
         """The system's re-ranker; over an index, with the weights calibrated on its corpus

@@ -26,6 +26,7 @@ loses the old one. Everything that can be checked cheaply is checked before the 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import re
 import time
@@ -130,9 +131,8 @@ def build_index(
         layout.check_target(index_dir, overwrite)  # a restored index needs --overwrite too
         stats = CorpusStats()
         dataset = load_corpus(corpus, stats=stats, options=corpus_options)
-        source = _Corpus(
-            corpus, corpus_options, preflight.corpus_entry(corpus, stats, corpus_options)
-        )
+        entry = preflight.corpus_entry(corpus, stats, corpus_options)
+        source = _Corpus(corpus, corpus_options, entry)
         start, stop = shard_range(n_all, config.shard)
         requested = encoder.config if loaded else encoder  # what Ray's actors load
         if not loaded:
@@ -172,9 +172,8 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
     """The splitter of a build: as asked, or with ``enabled=None`` the choice of
     :meth:`Splitter.splits` on an evenly spaced sample of the whole corpus (every shard of a
     corpus chooses alike): every document longer than the window, or document by document
-    (:meth:`Splitter.long_documents`: those more than
-    ``split_over`` times the max length, in passages of ``given``
-    tokens where the settings give a window)."""
+    (:meth:`Splitter.long_documents`: those more than ``split_over`` times the max length, in
+    passages of ``given`` tokens where the settings give a window)."""
     if splitter is None or splitter.config.enabled is not None:
         return splitter
     rows = split_sample(dataset)
@@ -244,14 +243,12 @@ def _plan(
 ) -> dict:
     """What must match for an interrupted build to be resumed: the corpus's content (its
     sha256) and how it is read, the encoder, the settings."""
-    encoder_entry = encoder.manifest_entry()
-    plan = {
+    return {
         **preflight.settings_plan(corpus.entry, n_all, config),
-        "encoder": {k: v for k, v in encoder_entry.items() if k not in ("name", "path")},
+        "encoder": {k: v for k, v in encoder.manifest_entry().items() if k not in ("name", "path")},
+        # absent without passages: such a plan reads as before
+        **({} if splitter is None else {"passages": splitter.to_json()}),
     }
-    if splitter is not None:  # absent without passages: such a plan reads as before
-        plan["passages"] = splitter.to_json()
-    return plan
 
 
 def _build_folder(index_dir: Path, plan: dict, fresh: bool) -> Path:
@@ -277,9 +274,8 @@ def _report_kept(tmp: Path, chunk_size: int, dim: int) -> None:
         return
     n = encoded = 0
     try:  # (a ChunkStore would make the vectors file were it missing: a write, on a full disk)
-        if (tmp / VECTORS_FILE).is_file():
-            with open(tmp / VECTORS_FILE, "rb") as f:  # the rows its header says
-                n = int(npy_header(f)[0][0])
+        with open(tmp / VECTORS_FILE, "rb") as f:  # the rows its header says
+            n = int(npy_header(f)[0][0])
         if n:
             encoded = sum(ChunkStore(tmp, n, dim, chunk_size).encoded(verify=False).values())
     except (OSError, ValueError, DotcatError):
@@ -344,6 +340,8 @@ def _build(
     keep = config.keep_vectors or config.shard is not None  # a shard's vectors feed a merge
     for name in ["chunks.jsonl", "build.json", *([] if keep else ["vectors.npy"])]:
         (tmp / name).unlink(missing_ok=True)
+    if splitter is not None and vectors > n:
+        logger.info("%d documents split into %d passages", n, vectors)
     manifest = Manifest(
         encoder=encoder.manifest_entry(),
         faiss=faiss_index.manifest_entry(
@@ -356,17 +354,12 @@ def _build(
         bm25=bm25,
         shard=(s := config.shard)
         and {"index": s[0], "of": s[1], "start": rows[0], "stop": rows[1]},
-        passages=None if splitter is None else _passages_entry(splitter, vectors, n),
+        passages=None
+        if splitter is None
+        else {**splitter.to_json(), "count": vectors, "next_pid": vectors},
     )
     manifest.write(tmp)
     return manifest
-
-
-def _passages_entry(splitter: Splitter, count: int, documents: int) -> dict[str, Any]:
-    """The manifest's record of the passages: the settings, the count, the next id."""
-    if count > documents:
-        logger.info("%d documents split into %d passages", documents, count)
-    return {**splitter.to_json(), "count": count, "next_pid": count}
 
 
 def _write_docstore(
@@ -389,8 +382,7 @@ def _write_docstore(
             pid = 0
             for first, batch in iter_row_batches(dataset, start, stop, batch_size=10_000):
                 positions = range(first - start, first - start + len(batch["id"]))
-                ids, titles, texts = batch["id"], batch["title"], batch["text"]
-                store.add(zip(positions, ids, titles, texts, strict=True))
+                store.add(zip(positions, batch["id"], batch["title"], batch["text"], strict=True))
                 store.add_fields(batch_field_rows(positions, batch["fields"]))
                 if splitter is not None:
                     pid = store_passages(store, splitter, positions, batch, pid)
@@ -402,8 +394,7 @@ def _write_docstore(
 
 
 def _report_long(store: DocStore, splitter: Splitter, keep: bool) -> None:
-    """Log the documents a per-document rule split; drop the passages table where it split
-    none (and ``keep`` is off)."""
+    """Log the documents a per-document rule split, else drop the passages table (unless keep)."""
     split = store.split_documents()
     if split:
         logger.info(
@@ -438,14 +429,10 @@ def _passage_chunks(path: Path, chunk_size: int) -> Iterator[tuple[int, list[str
 def _chunks(pairs: Iterable[tuple[str, str]], chunk_size: int) -> Iterator[tuple[int, list[str]]]:
     """``(chunk number, its texts)``: ``(title, text)`` pairs as the encoder reads them
     (:func:`document_text`), ``chunk_size`` a chunk."""
-    chunk, texts = 0, []
-    for title, text in pairs:
-        texts.append(document_text(title, text))
-        if len(texts) == chunk_size:
-            yield chunk, texts
-            chunk, texts = chunk + 1, []
-    if texts:
-        yield chunk, texts
+    texts, chunk = (document_text(title, text) for title, text in pairs), 0
+    while batch := list(itertools.islice(texts, chunk_size)):
+        yield chunk, batch
+        chunk += 1
 
 
 def _encode_chunks(

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import shutil
 from collections.abc import Collection, Mapping, Sequence
@@ -46,7 +45,7 @@ from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import fields_json, iter_row_batches
 from dotcat.data.sources import CorpusSource
 from dotcat.errors import DotcatError
-from dotcat.files import replacing, write_json, writes
+from dotcat.files import read_json_or_none, replacing, write_json, writes
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Index, build_from_docstore, docstore_rows
 from dotcat.index.bm25_global import updated
@@ -409,18 +408,13 @@ def _add(
                 start = next_id
                 next_id = store_passages(store, splitter, positions, batch, next_id)
                 ids = np.arange(start, next_id, dtype=np.int64)
-                texts = [document_text(t, x) for _, t, x in _passage_texts(store, ids)]
+                passages = store.passage_texts(ids.tolist())
+                texts = [document_text(*passages[int(pid)]) for pid in ids]
             vectors = encoder.encode_documents(texts)
             index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
             position += len(positions)
             bar.update(len(positions))
     return position if splitter is None else next_id
-
-
-def _passage_texts(store: DocStore, ids: np.ndarray) -> list[tuple[int, str, str]]:
-    """``(pid, title, passage text)`` of the passages with these ids, in id order."""
-    texts = store.passage_texts(ids.tolist())
-    return [(int(pid), *texts[int(pid)]) for pid in ids]
 
 
 def _finish(
@@ -462,10 +456,7 @@ FILES_NAME = "files.json"
 def read_files(index_dir: Path) -> dict[str, Any] | None:
     """The files' state an index keeps (``{"key": ..., "files": {rel: [size, mtime_ns]}}``),
     or None (an index built before it was kept, or not from a folder)."""
-    try:
-        return json.loads((Path(index_dir) / FILES_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    return read_json_or_none(Path(index_dir) / FILES_NAME)
 
 
 def write_files(index_dir: Path, state: dict[str, Any]) -> None:

@@ -65,7 +65,6 @@ ALIASES: dict[str, str] = {"default": DEFAULT_MODEL, "all-MiniLM-L6-v2": DEFAULT
 # "org/name" or "name" of letters, digits, '-', '_', '.' (the hub's own check is stricter).
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*/*.json", "*/*.safetensors"]
-_HASH_CHUNK = 1 << 22
 _CACHE_FILE = "verified_sha256.json"
 
 _memo: dict[tuple[str, int, int], str] = {}
@@ -320,20 +319,13 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _cache_dir() -> Path:
-    return cache_root()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _read_disk_cache() -> dict[str, str]:
     try:
-        data = json.loads((_cache_dir() / _CACHE_FILE).read_text(encoding="utf-8"))
+        data = json.loads((cache_root() / _CACHE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -341,7 +333,7 @@ def _read_disk_cache() -> dict[str, str]:
 
 def _write_disk_cache(key: str, digest: str) -> None:
     """Add one digest to the on-disk cache; best effort (a read-only home just re-hashes)."""
-    directory = _cache_dir()
+    directory = cache_root()
     try:
         directory.mkdir(parents=True, exist_ok=True)
         data = _read_disk_cache()

@@ -66,7 +66,6 @@ MAX_COMPARISONS = 200
 MAX_DEPTH = 32
 _DAY = 86_400.0
 _KEYWORDS = ("and", "or", "not", "in", "contains", "startswith")
-_OPERATORS = ("==", "!=", "<=", ">=", "=", "<", ">")
 _TOKEN = re.compile(
     r"""(?P<space>\s+)
     |(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
@@ -152,12 +151,9 @@ def tokenize(text: str) -> list[Token]:
         match = _TOKEN.match(text, at)
         if match is None:
             char = text[at]
-            problem = (
-                "a string without its closing quote"
-                if char in "\"'"
-                else f"unexpected character {char!r}"
-            )
-            raise FilterError(at + 1, text[at : at + 12] if char in "\"'" else char, problem)
+            if char in "\"'":
+                raise FilterError(at + 1, text[at : at + 12], "a string without its closing quote")
+            raise FilterError(at + 1, char, f"unexpected character {char!r}")
         kind, piece = match.lastgroup or "", match.group()
         if kind != "space":
             tokens.append(_token(kind, piece, at + 1))
@@ -256,11 +252,8 @@ class _Parser:
     def comparison(self) -> Node:
         field = self.take()
         if field.kind != "name":
-            problem = "expected a field name" + (
-                " (a keyword: put a field of that name in backquotes, `in`)"
-                if field.kind == "keyword"
-                else ""
-            )
+            hint = " (a keyword: put a field of that name in backquotes, `in`)"
+            problem = "expected a field name" + (hint if field.kind == "keyword" else "")
             raise FilterError(field.column, field.text, problem)
         self.comparisons += 1
         if self.comparisons > MAX_COMPARISONS:
@@ -366,11 +359,8 @@ def index_field_kinds(index_dir: str | Path) -> dict[str, Any]:
     dirs = [root] if (root / MANIFEST_NAME).is_file() else indexes_in(root)
     kinds = []
     for directory in dirs:
-        store = DocStore(directory / DOCSTORE_NAME)
-        try:
+        with DocStore(directory / DOCSTORE_NAME) as store:
             kinds.append(store.field_kinds())
-        finally:
-            store.close()
     return merged_kinds(kinds)
 
 
@@ -478,11 +468,8 @@ def _date(node: Comparison, kind: str, params: list[Any]) -> str:
     _refuse_text_ops(node, "dates")
     spans = [_day_span(token, node.field.value) for token in node.values]
     if node.op == "in":
-        parts = []
-        for start, stop in spans:
-            params += [start, stop]
-            parts.append("(num >= ? AND num < ?)")
-        return "(" + " OR ".join(parts) + ")"
+        params += [bound for span in spans for bound in span]
+        return "(" + " OR ".join(["(num >= ? AND num < ?)"] * len(spans)) + ")"
     start, stop = spans[0]
     whole = stop > start
     if node.op == "=":

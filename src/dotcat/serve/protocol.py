@@ -385,25 +385,24 @@ def descriptions(
     ``config``'s caps (a :class:`ServeConfig`), the server's default first stage, its
     re-ranking depth (None: no re-ranker) and the first stages it serves (each described by
     its registry entry, :mod:`dotcat.search.stages`)."""
-    c = config
     reranker = default_depth is not None
     listed = ", ".join(
         f"{name} ({entry(name).help})" if entry(name).help else name
         for name in stages or [default_stage]
     )
     return {
-        "query": f"The query text: 1 to {c.max_query_chars} characters, not only spaces.",
-        "k": f"How many results, 1 to {c.max_k}; default {SHOWN_K}.",
+        "query": f"The query text: 1 to {config.max_query_chars} characters, not only spaces.",
+        "k": f"How many results, 1 to {config.max_k}; default {SHOWN_K}.",
         "first_stage": f"The first stage: {listed}; default {default_stage}.",
         "rerank": (
             "Re-rank the top `depth` results with the BERT_CAT cross-encoder; default true."
             if reranker
             else "Only false here: this server has no cross-encoder (start it with --rerank)."
         ),
-        "depth": f"{DEPTH_HELP} 1 to {c.max_depth}; "
+        "depth": f"{DEPTH_HELP} 1 to {config.max_depth}; "
         + (f"default {default_depth}." if reranker else "used only with a re-ranker."),
         "full_text": "Also return each hit's whole text (`text`); default false: a snippet of "
-        f"at most {SNIPPET_CHARS} characters. An answer over {c.max_answer_bytes} bytes is "
+        f"at most {SNIPPET_CHARS} characters. An answer over {config.max_answer_bytes} bytes is "
         "refused (400); `GET /documents/{doc_id}` gives one document whole.",
         "filter": "Only documents whose fields match this expression, applied inside the "
         'first stage: e.g. `product = "billing" and updated >= 2025-01-01`, `tags contains '
@@ -452,7 +451,6 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
     Text = Annotated[  # noqa: N806 - a type
         str, StringConstraints(min_length=1, max_length=config.max_query_chars, pattern=NON_BLANK)
     ]
-    max_k, max_depth, max_queries = config.max_k, config.max_depth, config.max_queries
 
     class SearchBody(BaseModel):
         """One query (`query`: the answer is one result) or several (`queries`: the answer
@@ -469,19 +467,19 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
         queries: list[Text] = Field(  # type: ignore[assignment]
             None,
             min_length=1,
-            max_length=max_queries,
-            description=f"Several queries (1 to {max_queries}), each as `query`.",
+            max_length=config.max_queries,
+            description=f"Several queries (1 to {config.max_queries}), each as `query`.",
         )
         # (Field before the validator, inside the Optional: that keeps minimum/maximum in
         # the schema and never compares None with a bound.)
-        k: Annotated[int, Field(ge=1, le=max_k), _JSON_INT] = Field(
+        k: Annotated[int, Field(ge=1, le=config.max_k), _JSON_INT] = Field(
             SHOWN_K, description=described["k"]
         )
         first_stage: Stage | None = Field(None, description=described["first_stage"])  # type: ignore[valid-type]
         rerank: Annotated[Rerank, Strict()] | None = Field(  # type: ignore[valid-type]
             None, description=described["rerank"]
         )
-        depth: Annotated[int, Field(ge=1, le=max_depth), _JSON_INT] | None = Field(
+        depth: Annotated[int, Field(ge=1, le=config.max_depth), _JSON_INT] | None = Field(
             None, description=described["depth"]
         )
         full_text: Annotated[bool, Strict()] = Field(False, description=described["full_text"])

@@ -117,23 +117,12 @@ class DotRecipe(Recipe):
 
     def prepare(self) -> None:
         """Data and dev split, the model (DDP-wrapped under torchrun), epoch 0's negatives."""
-        config = self.config
+        config, ctx = self.config, self.ctx
         self.load_data()
         self.evaluating = bool(self.dev_queries) and config.dev_eval != "none"
-        self.dev_corpus = None
-        if self.evaluating:
-            dev_qrels = {q: self.data.qrels[q] for q in self.dev_queries}
-            self.dev_corpus = dev_subset(
-                self.data.corpus, dev_qrels, config.dev_max_docs, config.seed
-            )
-        self._load_model()
-        self.loss = LossConfig.for_model(
-            config.loss, self.model.similarity, config.temperature, config.margin
-        )
-        self.begin_epoch(0)
-
-    def _load_model(self) -> None:
-        config, ctx = self.config, self.ctx
+        dev_qrels = {q: self.data.qrels[q] for q in self.dev_queries}
+        dev_args = (self.data.corpus, dev_qrels, config.dev_max_docs, config.seed)
+        self.dev_corpus = dev_subset(*dev_args) if self.evaluating else None
         self.base_path = resolve_model(config.base)
         model = self._load(self.base_path, config)
         model.name = config.base
@@ -147,6 +136,10 @@ class DotRecipe(Recipe):
         if ctx.enabled:
             ids = [ctx.device.index] if ctx.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        self.loss = LossConfig.for_model(
+            config.loss, model.similarity, config.temperature, config.margin
+        )
+        self.begin_epoch(0)
 
     def begin_epoch(self, epoch: int) -> None:
         """Epoch 0: the run's negatives; later epochs re-mine them when asked (ANCE)."""
@@ -186,6 +179,7 @@ class DotRecipe(Recipe):
             negatives, meta = load_negatives(config.negatives_file)
             return negatives, {**meta, "loaded_from": str(config.negatives_file)}
         args = (data.corpus, self.train_queries, data.qrels, config.window)
+        miner = mine_bm25_negatives
         if epoch > 0 or config.negatives == "dense":
             model, bf16 = self.model, self.bf16
             view = SimpleNamespace(  # the encoder mine_dense_negatives expects
@@ -197,12 +191,8 @@ class DotRecipe(Recipe):
                 name=model.name,
                 fingerprint=state_fingerprint(model),
             )
-            negatives = mine_dense_negatives(
-                view, *args, show_progress=config.show_progress, meta=meta
-            )
-        else:
-            negatives = mine_bm25_negatives(*args, show_progress=config.show_progress, meta=meta)
-        return negatives, meta
+            miner = functools.partial(mine_dense_negatives, view)
+        return miner(*args, show_progress=config.show_progress, meta=meta), meta
 
     def build_examples(self, negatives: Mapping[str, Sequence[str]] | None) -> None:
         """Examples (query texts with the model's query prompt), document texts, sampler."""
@@ -227,10 +217,8 @@ class DotRecipe(Recipe):
             )
         needed = {e.positive_id for e in examples} | {d for e in examples for d in e.negative_ids}
         self.examples: list[TrainingExample] = examples
-        self.doc_texts = {
-            doc: model.document_prefix + text
-            for doc, text in document_texts(self.data.corpus, needed).items()
-        }
+        texts = document_texts(self.data.corpus, needed)
+        self.doc_texts = {doc: model.document_prefix + text for doc, text in texts.items()}
         self.sampler = NoDuplicatePositiveBatchSampler(
             examples, config.batch_size, seed=config.seed, qrels=qrels
         )
@@ -250,9 +238,8 @@ class DotRecipe(Recipe):
         self, examples: list[TrainingExample], scale: float, last: bool, **kwargs: Any
     ) -> float:
         """:func:`backward_batch` on ``examples`` (``kwargs``: its ``weight`` and ``extra``)."""
-        ddp = self.ddp
         # Gradients are all-reduced once per optimizer step, on its last batch.
-        sync = contextlib.nullcontext() if ddp is None or last else ddp.no_sync()
+        sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
         with sync:
             return backward_batch(
                 self.encode,
@@ -265,7 +252,7 @@ class DotRecipe(Recipe):
                 ctx=self.ctx,
                 scale=scale,
                 chunk_size=self.config.cache_chunk_size or None,
-                no_sync=ddp.no_sync if ddp is not None else None,
+                no_sync=self.ddp.no_sync if self.ddp is not None else None,
                 bf16=self.bf16,
                 device_type=self.ctx.device.type,
                 **kwargs,
@@ -419,7 +406,6 @@ def backward_batch(
         encode: ``encode(texts, max_length) -> [len(texts), dim]`` embeddings with autograd
             (the model, or its DDP wrapper, on the tokenized texts).
         batch: the global batch (every process passes the same one).
-        doc_texts: document id -> text to embed.
         no_sync: DDP's ``no_sync``, for GradCache's intermediate chunks.
 
     Returns:
@@ -437,11 +423,8 @@ def backward_batch(
     sizes = shard_sizes(len(batch), ctx.world_size)
     b = rows.stop - rows.start
     n_neg = len(batch[rows.start].negative_ids)
-    mask = None
-    if loss.name == "contrastive":
-        mask = batch_false_negatives(batch, qrels)[rows]
-        if not mask.any():
-            mask = None
+    mask = batch_false_negatives(batch, qrels)[rows] if loss.name == "contrastive" else None
+    mask = mask if mask is not None and mask.any() else None
     fn = pick_loss("dot", loss.name)
 
     def loss_fn(q: Tensor, d: Tensor) -> Tensor:
@@ -453,22 +436,17 @@ def backward_batch(
             value = value + extra(q, d[:b], negatives, rows)
         return value * scale
 
-    def encode_queries(texts: list[str]) -> Tensor:
-        return encode(texts, query_max_length)
-
-    def encode_documents(texts: list[str]) -> Tensor:
-        return encode(texts, max_length)
-
+    encoders = [lambda t: encode(t, query_max_length), lambda t: encode(t, max_length)]
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
         if chunk_size:
             value = grad_cache_backward(
-                [encode_queries, encode_documents],
+                encoders,
                 [split_batch(queries, chunk_size), split_batch(docs, chunk_size)],
                 loss_fn,
                 no_sync=no_sync,
             )
         else:
-            value = loss_fn(encode_queries(queries), encode_documents(docs))
+            value = loss_fn(encoders[0](queries), encoders[1](docs))
             value.backward()
     return float(value.detach())
 
@@ -497,10 +475,9 @@ def evaluate_dev(
     retrieval over ``corpus`` with the current model.
 
     The corpus (a ``datasets.Dataset``) is encoded and searched in chunks, the per-chunk top
-    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`).
-    Scored with :func:`dotcat.evaluation.metrics.evaluate` (ir-measures). Over a sampled dev corpus
-    (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher than over the whole
-    corpus: fewer documents compete.
+    100 merged as a flat index would (:func:`~dotcat.training.data.mining.exact_search`). Over
+    a sampled dev corpus (:func:`~dotcat.training.data.examples.dev_subset`) R@100 is higher
+    than over the whole corpus: fewer documents compete.
     """
     qids = list(queries)
     query_vectors = model.encode(
@@ -515,11 +492,9 @@ def evaluate_dev(
         desc="dev eval",
         show_progress=show_progress,
     )
-    run = {
-        qid: [
-            (doc_ids[p], float(s)) for s, p in zip(heap.D[row], heap.I[row], strict=True) if p >= 0
-        ]
-        for row, qid in enumerate(qids)
-    }
+    run = {}
+    for row, qid in enumerate(qids):
+        pairs = zip(heap.D[row], heap.I[row], strict=True)
+        run[qid] = [(doc_ids[p], float(s)) for s, p in pairs if p >= 0]
     report = evaluate(run, {q: dict(qrels[q]) for q in qids}, measures=list(DEV_MEASURES))
     return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
