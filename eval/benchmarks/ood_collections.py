@@ -648,6 +648,8 @@ BUILDERS = {
     # Japanese and Chinese (manpages-ja, manpages-zh): text without spaces between words.
     "man-ja": Builder(_man_in("ja", ("説明", "解説", "DESCRIPTION")), 4000, 300, 100),
     "man-zh": Builder(_man_in("zh_CN", ("描述", "DESCRIPTION")), 4000, 300, 100),
+    # Russian (manpages-ru): Cyrillic, 208 pages.
+    "man-ru": Builder(_man_in("ru", ("ОПИСАНИЕ", "DESCRIPTION")), 4000, 100, 40),
 }
 
 

@@ -133,12 +133,10 @@ def build_and_tune(
     seconds = time.perf_counter() - start
     if config.shard is None:
         record_files(index_dir, source, corpus_options)
-    fusion = None
+    fusion = Fusion.from_json(manifest.fusion) if manifest.fusion else None  # (unread text)
     if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
         settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig
-        fusion = tune_fusion(
-            index_dir, corpus, device=settings.device, precision=settings.precision
-        )
-        if fusion is not None:  # as tune_fusion recorded it in the index
-            manifest.fusion = fusion.to_json()
+        tuned = tune_fusion(index_dir, corpus, device=settings.device, precision=settings.precision)
+        if tuned is not None:  # as tune_fusion recorded it in the index
+            fusion, manifest.fusion = tuned, tuned.to_json()
     return BuiltIndex(manifest, fusion, seconds)

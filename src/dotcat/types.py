@@ -7,7 +7,12 @@ import them without loading anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import itemgetter
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: One query's results, best first: ``[(doc_id, score), ...]``.
 Ranking = Sequence[tuple[str, float]]
@@ -21,3 +26,13 @@ RunLike = Mapping[str, Mapping[str, float] | Iterable[tuple[str, float]]]
 
 #: Relevance judgements: query id -> document id -> grade (0: judged not relevant).
 Qrels = Mapping[str, Mapping[str, int]]
+
+
+def trec_order(
+    ranking: Iterable[T], doc: Callable[[T], str] = itemgetter(0), score=itemgetter(1)
+) -> list[T]:
+    """``ranking`` (best first) with each run of tied scores by descending document id: the
+    order trec_eval ranks a run in (by score, ties by ``docno`` descending), whatever the order
+    given. Searches, run files and :func:`dotcat.evaluation.evaluate` all use it, so a rank 1
+    shown is the document the figures count first."""
+    return [x for _, tie in groupby(ranking, key=score) for x in sorted(tie, key=doc, reverse=True)]

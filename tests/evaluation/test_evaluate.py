@@ -166,3 +166,29 @@ def test_evaluate_runs_scores_each_run_as_evaluate_does_and_names_a_shallow_one(
         evaluate_runs({"a": RUN}, QRELS, ["nDCG@3"])
         evaluate_runs({"a": RUN}, QRELS, ["R@100"], known_docs=["d1", "d2", "d3"])  # all of it
     assert not [r for r in caplog.records if "results per query" in r.message]
+
+
+def test_tied_scores_are_scored_in_one_order_by_every_measure_as_written(tmp_path):
+    from dotcat.data import read_run, write_run
+
+    qrels = {"q": {"a": 1}}
+    measures = ["P@1", "RR", "RR@10", "nDCG@10", "AP"]
+    # A ranking as listed: "a" is first and relevant, every other document tied with it.
+    listed = {"q": [("a", 0.5), ("b", 0.5), ("c", 0.5), ("d", 0.1)]}
+    assert set(evaluate(listed, qrels, measures).aggregate.values()) == {1.0}
+    # Written and read back (evaluators sort by score alone): the same figures.
+    write_run(listed, tmp_path / "run.trec")
+    back = evaluate(read_run(tmp_path / "run.trec"), qrels, measures)
+    assert set(back.aggregate.values()) == {1.0}
+    # A mapping holds no order: trec_eval's, the larger id first, for every measure alike.
+    mapped = evaluate({"q": {"a": 0.5, "b": 0.5, "c": 0.5}}, qrels, measures).aggregate
+    assert mapped["P@1"] == 0.0 and mapped["RR"] == mapped["RR@10"] == pytest.approx(1 / 3)
+
+
+def test_counts_take_unanswered_queries_and_odd_ids_and_nan_are_refused():
+    qrels = {"1": {"a": 1, "b": 2}, "2": {"c": 1, "x": 0}, "²": {"d": 1}}
+    report = evaluate({"1": {"a": 1.0}}, qrels, ["NumQ", "NumRel"])
+    assert report.aggregate == {"NumQ": 3.0, "NumRel": 4.0}  # as trec_eval -c counts
+    assert list(report.per_query) == ["1", "2", "²"]  # "²" is a digit, not a decimal
+    with pytest.raises(DotcatError, match="document 'a' scores nan"):
+        evaluate({"1": [("a", math.nan), ("b", 1.0)]}, qrels)

@@ -93,3 +93,18 @@ def test_judged_at_10_is_warned_of_for_judged_pools_only():
         assert found.judged["run"] == pytest.approx((1 / 3 + 1 / 2) / 2)
         assert found.pooled is pooled and bool(found.notes) is pooled
         assert ("judged@10: run 0.417" in found.text()) is pooled
+
+
+def test_an_interval_too_few_resamples_leave_open_is_said_and_null_in_json():
+    from dotcat.evaluation.intervals import format_intervals
+
+    values = np.array([0.2, 0.5, 0.9])
+    found = intervals({"run": _report(values)}, samples=10, confidence=0.975, seed=1)
+    interval = found["run"]["nDCG@10"]
+    assert interval.to_json() == {"mean": pytest.approx(1.6 / 3), "low": None, "high": None}
+    text = format_intervals(found, 10, 0.975, 1)
+    assert text.startswith("97.5% bootstrap intervals")  # not rounded to "98%"
+    assert "10 resamples are too few for this level" in text
+    closed = intervals({"run": _report(values)}, samples=999, confidence=0.95, seed=1)
+    assert None not in closed["run"]["nDCG@10"].to_json().values()
+    assert "too few" not in format_intervals(closed, 999, 0.95, 1)

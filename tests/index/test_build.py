@@ -10,6 +10,7 @@ import pytest
 from dotcat.errors import DotcatError
 from dotcat.index import DenseIndex, IndexConfig, Manifest, build_index, check_encoder, faiss_index
 from dotcat.models import BiEncoder, EncoderConfig
+from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
 pytestmark = pytest.mark.kernels  # its results can depend on the CPU (Makefile: test-kernels)
 
@@ -202,7 +203,7 @@ def test_text_in_a_script_the_encoder_does_not_read_is_said(tiny_bert_dir, tmp_p
     (model / "README.md").write_text("---\nlanguage: en\nlicense: mit\n---\n# A model\n")
     japanese = [{"_id": f"j{i}", "text": f"東京は日本の首都です。文書{i}番。"} for i in range(4)]
     english = [{"_id": f"e{i}", "text": f"Tokyo is the capital of Japan ({i})."} for i in range(4)]
-    config = IndexConfig(bm25=False)
+    config = IndexConfig()
     for name, docs in (("ja", japanese), ("en", english), ("en-card-missing", japanese)):
         if name == "en-card-missing":
             (model / "README.md").unlink()  # no model card: nothing known, nothing said
@@ -211,3 +212,6 @@ def test_text_in_a_script_the_encoder_does_not_read_is_said(tiny_bert_dir, tmp_p
                     show_progress=False)  # fmt: skip
         said = "in scripts other than Latin, and the encoder" in caplog.text
         assert said == (name == "ja"), name
+        # Without dev queries, a hybrid search weighs the unread dense side 0.3, not 0.5.
+        fusion = SearchPipeline(tmp_path / name, PipelineConfig()).fusion
+        assert (fusion.method, fusion.weight) == ("linear", 0.3 if name == "ja" else 0.5), name

@@ -29,8 +29,9 @@ def trained_tiny(tiny_bert_dir, tmp_path_factory):
 
 
 def test_ranked_sorts_maps_and_lists_with_id_ties():
-    assert ranked({"q": {"b": 1.0, "a": 1.0, "c": 2.0}}) == {
-        "q": [("c", 2.0), ("a", 1.0), ("b", 1.0)]
+    # Ties as trec_eval ranks them: the larger id first.
+    assert ranked({"q": {"a": 1.0, "b": 1.0, "c": 2.0}}) == {
+        "q": [("c", 2.0), ("b", 1.0), ("a", 1.0)]
     }
     assert ranked({"q": [("x", 0.1), ("y", 0.5)]}) == {"q": [("y", 0.5), ("x", 0.1)]}
 

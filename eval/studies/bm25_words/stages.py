@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 K = 100
 DATA = {
     **common.COLLECTIONS,
-    **{n: common.ROOT / "runs/collections" / n for n in ("man-ja", "man-zh")},
+    **{n: common.ROOT / "runs/collections" / n for n in ("man-ja", "man-zh", "man-ru")},
 }
 #: (label, PipelineConfig settings, first stage)
 STAGES = [
@@ -31,6 +31,7 @@ STAGES = [
     ("BM25", {}, "bm25"),
     ("hybrid, fusion chosen on dev", {}, "hybrid"),
     ("hybrid, linear 0.5", {"fusion": "linear", "fusion_weight": 0.5}, "hybrid"),
+    ("hybrid, linear 0.3", {"fusion": "linear", "fusion_weight": 0.3}, "hybrid"),
     ("hybrid, RRF", {"fusion": "rrf"}, "hybrid"),
 ]
 
@@ -41,7 +42,7 @@ def main() -> None:
     from dotcat.search.pipeline import PipelineConfig, SearchPipeline
 
     p = common.parser(__doc__, output=HERE / "stages.md", work="runs/bm25_words")
-    p.add_argument("--collections", nargs="+", default=["man-ja", "man-zh", "man"])
+    p.add_argument("--collections", nargs="+", default=["man-ja", "man-zh", "man-ru", "man"])
     args = p.parse_args()
     common.setup_logging()
     lines = common.header(

@@ -60,7 +60,9 @@ def eval_runs(
 ) -> None:
     """Evaluate TREC runs with ir-measures (default nDCG@10 RR@10 R@100 AP@100).
 
-    Queries with judgements but no results count as 0; qrels naming unknown queries or
+    Every measure ranks a run as trec_eval does: by score, tied scores by descending document
+    id (the runs dotcat writes hold no ties). Queries with judgements but no results count as
+    0; qrels naming unknown queries or
     documents (checked when QRELS is a BEIR directory) are counted and reported; a run with
     fewer results per query than a measure's cutoff is named in a warning. With --baseline,
     one line per run and measure gives the difference to the baseline, its interval and one

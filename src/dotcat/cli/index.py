@@ -101,8 +101,11 @@ def index(
 
 def describe_fusion(fusion) -> str:
     """One line on the hybrid fusion an index build chose (or did not)."""
+    none = "no dev queries in the data to choose on"
     if fusion is None:
-        return "hybrid fusion: linear (dense weight 0.5) (no dev queries in the data to choose on)"
+        return f"hybrid fusion: linear (dense weight 0.5) ({none})"
+    if "scores" not in fusion.dev:  # recorded by the build: the encoder does not read the text
+        return f"hybrid fusion: {fusion.describe()} ({fusion.dev['reason']}; {none})"
     scores = fusion.dev["scores"]
     best = scores["rrf"] if fusion.method == "rrf" else scores[f"linear {fusion.weight:g}"]
     line = (

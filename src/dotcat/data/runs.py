@@ -2,9 +2,10 @@
 
 The format read by trec_eval and ir-measures (Voorhees & Harman, "TREC: Experiment and
 Evaluation in Information Retrieval", 2005). Evaluation tools order a query's documents by
-descending score and break ties by document id, not by the rank column, so :func:`write_run`
-refuses lists whose scores are not in descending order rather than write a file that would be
-evaluated in another order than the one given.
+descending score and tied scores by descending document id, not by the rank column, so
+:func:`write_run` refuses lists whose scores are not in descending order, and writes a score
+tied with the one above a float step below it, rather than write a file that would be evaluated
+in another order than the one given.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
 from dotcat.data.sniff import RUN, hint
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.files import UMASK, check_can_create_in, writing
+from dotcat.types import trec_order
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +94,12 @@ def _looks_like_qrels(fields: list[str]) -> bool:
 def ranked(
     run: Mapping[str, Mapping[str, float] | Sequence[tuple[str, float]]],
 ) -> dict[str, list[tuple[str, float]]]:
-    """A run as ranked lists, best first (ties: document id), from lists or id->score maps."""
+    """A run as ranked lists, best first (ties: :func:`~dotcat.types.trec_order`), from lists
+    or id->score maps."""
     out: dict[str, list[tuple[str, float]]] = {}
     for qid, docs in run.items():
         pairs = list(docs.items()) if isinstance(docs, Mapping) else list(docs)
-        out[qid] = sorted(((str(d), float(s)) for d, s in pairs), key=lambda x: (-x[1], x[0]))
+        out[qid] = trec_order(sorted(((str(d), float(s)) for d, s in pairs), key=lambda x: -x[1]))
     return out
 
 
@@ -105,11 +110,14 @@ def _check_token(value: str, what: str) -> str:
 
 
 def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable[str]:
-    """The run's lines, validating as they are produced."""
+    """The run's lines, validating as they are produced. A score tied with the one above as
+    trec_eval reads scores (single precision) is written a step of that precision below it,
+    as Anserini's tie adjuster does: evaluators sort by score alone, so the file holds no tie
+    they could order otherwise."""
     for qid, ranking in run.items():
         _check_token(qid, "query id")
         seen: set[str] = set()
-        previous = math.inf
+        previous = written = math.inf
         for rank, (docid, score) in enumerate(ranking, start=1):
             _check_token(docid, f"document id (query {qid!r}, rank {rank})")
             if docid in seen:
@@ -123,9 +131,11 @@ def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable
                     f"ranking of query {qid!r} is not in descending score order at rank {rank} "
                     f"({value!r} > {previous!r})"
                 )
+            tied = np.float32(value) >= np.float32(written)
+            written = float(np.nextafter(np.float32(written), -np.inf)) if tied else value
             previous = value
             # repr() is the shortest text that reads back as the same float: no ties invented.
-            yield f"{qid} Q0 {docid} {rank} {value!r} {tag}\n"
+            yield f"{qid} Q0 {docid} {rank} {written!r} {tag}\n"
 
 
 def _write(stream: BinaryIO, run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> int:

@@ -24,6 +24,7 @@ one evaluation uses the same draws, and the same seed gives the same figures on 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -48,8 +49,10 @@ class Interval:
     low: float
     high: float
 
-    def to_json(self) -> dict[str, float]:
-        return {"mean": self.mean, "low": self.low, "high": self.high}
+    def to_json(self) -> dict[str, float | None]:
+        """The interval as JSON: an open end (too few resamples for the level) is null."""
+        ends = {"low": self.low, "high": self.high}
+        return {"mean": self.mean} | {k: v if math.isfinite(v) else None for k, v in ends.items()}
 
     def __str__(self) -> str:
         return f"{self.mean:.4f} [{self.low:.4f}, {self.high:.4f}]"
@@ -135,8 +138,12 @@ def format_intervals(
     found: Mapping[str, Mapping[str, Interval]], samples: int, confidence: float, seed: int
 ) -> str:
     """The intervals as text: one line per run."""
-    lines = [f"{confidence:.0%} bootstrap intervals of the means ({samples} resamples of the "
-             f"queries, seed {seed}):"]  # fmt: skip
+    level = f"{100 * confidence:.6g}%"
+    lines = [f"{level} bootstrap intervals of the means ({samples} resamples of the queries, "
+             f"seed {seed}):"]  # fmt: skip
     for name, measures in found.items():
         lines.append(f"  {name}: " + ", ".join(f"{m} {i}" for m, i in measures.items()))
+    ends = [e for measures in found.values() for i in measures.values() for e in (i.low, i.high)]
+    if not all(map(math.isfinite, ends)):
+        lines.append(f"  (an infinite end: {samples} resamples are too few for this level)")
     return "\n".join(lines)

@@ -30,25 +30,27 @@ RR@k is 1/rank of the first relevant document within the top k (0 if none), R@k 
 relevant documents found in the top k, AP@k the mean over relevant documents of the precision
 at each relevant document's rank within the top k, divided by the number of relevant documents.
 
-Ties: a run is a set of scored documents; the providers re-sort it by score and break ties by
-document id, *not* by the order of your list. They do not agree on the direction:
-pytrec_eval (nDCG, R, AP) puts the larger id first, as trec_eval does, while the MS MARCO
-provider (RR@k) puts the smaller id first. Runs without tied scores are unaffected; with ties,
-two measures may see two different orders of the same run. Ranks written in a TREC run file
-are ignored by all evaluators.
+Ties: a ranked list is scored in its own order, tied scores as listed (a ranking dotcat
+shows or writes is what its figures count); an ``id -> score`` mapping, such as a run file read
+back, in trec_eval's order: by descending score, tied scores by descending document id
+(:func:`dotcat.types.trec_order`; dotcat's run files hold no ties, :func:`dotcat.data.write_run`).
+Every measure sees that one order: the providers do not agree on ties (the MS MARCO provider of
+RR@k puts the smaller id first), so a query's tied scores are handed to them as ranks.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import ir_measures
+import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.types import Qrels, RunLike
+from dotcat.types import Qrels, RunLike, trec_order
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +122,7 @@ class EvalReport:
 
 def qid_sort_key(qid: str) -> tuple[int, int, str]:
     """Sort key putting numeric ids in numeric order (2 < 10), then the others by string."""
-    return (0, int(qid), qid) if qid.isdigit() else (1, 0, qid)
+    return (0, int(qid), qid) if qid.isdecimal() else (1, 0, qid)
 
 
 def parse_measures(measures: str | Iterable[Any]) -> list[ir_measures.Measure]:
@@ -173,8 +175,8 @@ def evaluate(
 
     Args:
         run: qid -> {docid: score}, or qid -> sequence of (docid, score) (ranked lists as
-            :func:`dotcat.search.lexical.bm25_search` returns). The order of a list does not
-            matter: evaluators rank by score (see the module docstring on ties). A docid
+            :func:`dotcat.search.lexical.bm25_search` returns), ranked by score, tied scores
+            in the list's order (the module docstring on ties). A docid
             repeated within one query's list keeps its first score.
         qrels: qid -> {docid: relevance}; ``relevance > 0`` is relevant for binary measures,
             graded labels are used as gains by nDCG.
@@ -376,13 +378,23 @@ def _per_query_values(
                 per_query[metric.query_id][name] = float(metric.value)
     for qid, values in per_query.items():
         for measure, name in names.items():
-            if name not in values:
+            if name not in values or qid in missing:
                 # An unanswered query is worth the measure's default (0 for every rank-based
                 # measure), as ir-measures itself fills it for the queries it is given.
                 if qid not in missing:
                     logger.debug("no %s value for query %s: scored as missing", name, qid)
-                values[name] = float(measure.DEFAULT)
+                values[name] = _unanswered(measure, judged[qid])
     return {q: {n: per_query[q][n] for n in names.values()} for q in evaluated}
+
+
+def _unanswered(measure: ir_measures.Measure, judgements: dict[str, int]) -> float:
+    """A judged query without results: the measure's default (0 for every rank-based measure),
+    but one query of NumQ and its relevant documents in NumRel, as ``trec_eval -c`` counts."""
+    if measure.NAME == "NumQ":
+        return 1.0
+    if measure.NAME == "NumRel":
+        return float(sum(g >= measure.params.get("rel", 1) for g in judgements.values()))
+    return float(measure.DEFAULT)
 
 
 def recall_curve(run: RunLike, qrels: Qrels, depths: Iterable[int]) -> dict[int, float]:
@@ -428,10 +440,18 @@ def _normalise_run(run: RunLike) -> dict[str, dict[str, float]]:
                 raise DotcatError(
                     f"run: query {qid}: expected (docid, score) pairs, got {pair!r}"
                 ) from None
+            if not math.isfinite(score):
+                raise DotcatError(f"run: query {qid}: document {did!r} scores {score}")
             if did in scores:
                 repeated += 1
                 continue
             scores[did] = score
+        single = {did: np.float32(s) for did, s in scores.items()}  # as trec_eval reads them
+        if len(set(single.values())) < len(single):  # ties: as listed, else trec_eval's; as ranks
+            order = sorted(scores, key=lambda did: -single[did])
+            if isinstance(results, Mapping):
+                order = trec_order(order, doc=lambda did: did, score=single.get)
+            scores = {did: float(len(order) - i) for i, did in enumerate(order)}
         out[str(qid)] = scores
     if repeated:
         logger.warning("run: %d repeated (query, document) pairs; kept the first", repeated)

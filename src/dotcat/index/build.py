@@ -56,6 +56,7 @@ from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, sto
 from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.resolve import resolve_model
+from dotcat.options import FUSION_WEIGHT, UNREAD_FUSION_WEIGHT
 from dotcat.progress import progress_bar
 from dotcat.version import __version__
 
@@ -142,7 +143,7 @@ def build_index(
         splitter = _choose_split(
             Splitter.for_encoder(encoder, config.passages), dataset, config.passages.window
         )
-        _warn_if_unread(split_sample(dataset)["text"], encoder.config.model)
+        unread = _warn_if_unread(split_sample(dataset)["text"], encoder.config.model)
         plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
@@ -153,6 +154,9 @@ def build_index(
         except BaseException:
             _report_kept(tmp, config.chunk_size, encoder.dim)
             raise
+        if unread and config.bm25:  # the hybrid's fusion until dev queries choose one
+            manifest.fusion = {"method": "linear", "weight": UNREAD_FUSION_WEIGHT, "dev": unread}
+            manifest.write(tmp)
         layout.swap_into_place(tmp, index_dir)
     logger.info(
         "indexed %d documents (%d vectors) into %s (%s)",
@@ -199,23 +203,27 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
     return one_by_one
 
 
-def _warn_if_unread(texts: list[str], model: str) -> None:
+def _warn_if_unread(texts: list[str], model: str) -> dict[str, str] | None:
     """Warn where most letters of a corpus's sample are in scripts other than Latin and the
     encoder's model card names English only: its vectors rank such text poorly (the default
-    model on Japanese manual pages: dense nDCG@10 0.11, BM25 0.61; eval/studies/bm25_words)."""
+    model on Japanese manual pages: dense nDCG@10 0.11, BM25 0.61; eval/studies/bm25_words).
+    Returns why, for the index's fusion (:data:`~dotcat.options.UNREAD_FUSION_WEIGHT`)."""
     card = resolve_model(model) / "README.md"
     head = card.read_text("utf-8", errors="replace")[:4000] if card.is_file() else ""
     if not re.search(r"^language:\s*(?:en|\n- en)\s*\n(?!- )", head, re.M):
-        return
+        return None
     letters = [c for text in texts for c in text[:2000] if c.isalpha()]
     other = sum(not unicodedata.name(c, "").startswith("LATIN") for c in letters)
-    if other > len(letters) / 2:
-        logger.warning(
-            "%.0f%% of the letters are in scripts other than Latin, and the encoder (%s) reads "
-            "English: dense search, and hybrid search without dev queries to weigh it, rank "
-            "such text poorly; give a multilingual --model, or search with --first-stage bm25",
-            100 * other / len(letters), model,
-        )  # fmt: skip
+    if other <= len(letters) / 2:
+        return None
+    reason = f"{100 * other / len(letters):.0f}% of the letters are in scripts other than Latin"
+    logger.warning(
+        "%s, and the encoder (%s) reads English: dense search ranks such text poorly, so a "
+        "hybrid search without dev queries to weigh it gives the dense side %g, not %g; give "
+        "a multilingual --model, or search with --first-stage bm25",
+        reason, model, UNREAD_FUSION_WEIGHT, FUSION_WEIGHT,
+    )  # fmt: skip
+    return {"reason": f"{reason}, and the encoder reads English"}
 
 
 @dataclass(frozen=True)
