@@ -175,6 +175,14 @@ def test_baseline_errors_are_one_line(runs, extra, message):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_a_baseline_alone_has_nothing_to_be_compared_with(runs):
+    result = invoke("eval", runs["base"], runs["qrels"], "--baseline", "base.trec")
+    assert result.exit_code == 2, result.output
+    assert (
+        "--baseline 'base.trec' is the only run: give the runs to compare with it" in result.output
+    )
+
+
 @st.composite
 def judged_runs(draw) -> tuple[dict, dict]:
     """Qrels of 2-25 queries over six documents graded 0-2, and a baseline and two systems:

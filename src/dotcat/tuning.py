@@ -12,6 +12,7 @@ command line call it.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from dotcat.search.fusion import Fusion, choose_fusion
 from dotcat.search.pipeline import SearchPipeline
 
 __all__ = ["BuiltIndex", "build_and_tune", "tune_fusion"]
+
+logger = logging.getLogger(__name__)
 
 
 def tune_fusion(
@@ -131,12 +134,19 @@ def build_and_tune(
         fresh=fresh, corpus_options=corpus_options,
     )  # fmt: skip
     seconds = time.perf_counter() - start
-    if config.shard is None:
-        record_files(index_dir, source, corpus_options)
     fusion = Fusion.from_json(manifest.fusion) if manifest.fusion else None  # (unread text)
-    if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
-        settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig
-        tuned = tune_fusion(index_dir, corpus, device=settings.device, precision=settings.precision)
-        if tuned is not None:  # as tune_fusion recorded it in the index
-            fusion, manifest.fusion = tuned, tuned.to_json()
+    try:
+        if config.shard is None:
+            record_files(index_dir, source, corpus_options)
+        if config.bm25 and config.shard is None and isinstance(corpus, (str, Path)):
+            settings = getattr(encoder, "config", encoder)  # a loaded encoder's EncoderConfig
+            tuned = tune_fusion(index_dir, corpus, device=settings.device,
+                                precision=settings.precision)  # fmt: skip
+            if tuned is not None:  # as tune_fusion recorded it in the index
+                fusion, manifest.fusion = tuned, tuned.to_json()
+    except KeyboardInterrupt:
+        logger.warning("%s is built and in place; interrupted before its hybrid fusion was "
+                       "chosen on dev queries (build it again to choose one)",
+                       index_dir)  # fmt: skip
+        raise
     return BuiltIndex(manifest, fusion, seconds)

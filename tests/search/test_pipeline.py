@@ -222,3 +222,19 @@ def test_build_and_tune_builds_then_records_the_dev_fusion(data, tiny_bert_dir, 
     dense_only = build_and_tune(data, tmp_path / "dense", _encoder(tiny_bert_dir),
                                 IndexConfig(bm25=False), show_progress=False)  # fmt: skip
     assert dense_only.fusion is None and Manifest.read(tmp_path / "dense").fusion is None
+
+
+def test_an_interruption_after_the_swap_says_the_index_is_in_place(
+    data, tiny_bert_dir, tmp_path, monkeypatch, caplog
+):
+    import dotcat.tuning
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dotcat.tuning, "tune_fusion", interrupted)
+    out = tmp_path / "built"
+    with pytest.raises(KeyboardInterrupt):
+        dotcat.tuning.build_and_tune(data, out, _encoder(tiny_bert_dir), show_progress=False)
+    assert f"{out} is built and in place; interrupted before its hybrid fusion" in caplog.text
+    assert _pipeline(out).run(QUERIES, 3)  # complete: it searches

@@ -118,6 +118,10 @@ def _run_names(runs: list[Path]) -> list[str]:
 
 def _baseline_name(baseline: str, runs: list[Path], names: list[str]) -> str:
     """The report name of the run ``--baseline`` names, by its name or path."""
+    if len(runs) == 1:
+        raise DotcatError(
+            f"--baseline {baseline!r} is the only run: give the runs to compare with it"
+        )
     for run, name in zip(runs, names, strict=True):
         if baseline == name or Path(baseline) in (run, run.resolve()):
             return name
