@@ -32,7 +32,6 @@ def trec_order(
     ranking: Iterable[T], doc: Callable[[T], str] = itemgetter(0), score=itemgetter(1)
 ) -> list[T]:
     """``ranking`` (best first) with each run of tied scores by descending document id: the
-    order trec_eval ranks a run in (by score, ties by ``docno`` descending), whatever the order
-    given. Searches, run files and :func:`dotcat.evaluation.evaluate` all use it, so a rank 1
-    shown is the document the figures count first."""
+    order trec_eval ranks a run in (by score, ties by ``docno`` descending), for a run that
+    holds no order of its own (a run file read back, an ``id -> score`` mapping evaluated)."""
     return [x for _, tie in groupby(ranking, key=score) for x in sorted(tie, key=doc, reverse=True)]

@@ -4,8 +4,8 @@ The format read by trec_eval and ir-measures (Voorhees & Harman, "TREC: Experime
 Evaluation in Information Retrieval", 2005). Evaluation tools order a query's documents by
 descending score and tied scores by descending document id, not by the rank column, so
 :func:`write_run` refuses lists whose scores are not in descending order, and writes a score
-tied with the one above a float step below it, rather than write a file that would be evaluated
-in another order than the one given.
+tied with the one above a single-precision step below it (trec_eval reads scores so), rather
+than write a file that would be evaluated in another order than the one given.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
-
-import numpy as np
 
 from dotcat.data._io import is_gzipped, is_integer, iter_lines, require_file
 from dotcat.data.sniff import RUN, hint
@@ -114,6 +112,8 @@ def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable
     trec_eval reads scores (single precision) is written a step of that precision below it,
     as Anserini's tie adjuster does: evaluators sort by score alone, so the file holds no tie
     they could order otherwise."""
+    import numpy as np  # (not at import: the command line's argument checks read this module)
+
     for qid, ranking in run.items():
         _check_token(qid, "query id")
         seen: set[str] = set()
