@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -143,6 +144,31 @@ def test_check_encoder_names_both_models(tiny_beir_dir, tiny_encoder, tmp_path):
     assert tiny_encoder.manifest_entry()["name"] in message and "other-model" in message
     assert "fingerprint" in message
     check_encoder(manifest, tiny_encoder.manifest_entry(), tmp_path / "idx")  # same: accepted
+
+
+def test_an_index_refuses_queries_lower_cased_otherwise(tiny_beir_dir, tiny_bert_dir, tmp_path):
+    def cased(name: str, lower: bool) -> BiEncoder:
+        """The tiny BERT with a cased tokenizer, lower-cased by sentence-transformers' setting."""
+        out = shutil.copytree(tiny_bert_dir, tmp_path / name)
+        for file, edit in (("tokenizer.json", ("normalizer", "lowercase")),
+                           ("tokenizer_config.json", ("do_lower_case",))):  # fmt: skip
+            data = json.loads((out / file).read_text())
+            (data[edit[0]] if len(edit) == 2 else data)[edit[-1]] = False
+            (out / file).write_text(json.dumps(data))
+        (out / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": lower}))
+        module = {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}
+        (out / "modules.json").write_text(json.dumps([module]))
+        return BiEncoder.load(EncoderConfig(model=str(out)))
+
+    manifest = build_index(
+        tiny_beir_dir, tmp_path / "idx", cased("lower", True), show_progress=False
+    )
+    assert manifest.encoder["do_lower_case"] is True
+    given = cased("cased", False).manifest_entry()
+    with pytest.raises(DotcatError, match="do_lower_case: index True vs given False"):
+        check_encoder(manifest, given, tmp_path / "idx")
+    del manifest.encoder["do_lower_case"]  # an index written before: not checked
+    check_encoder(manifest, given, tmp_path / "idx")
 
 
 @pytest.mark.parametrize("spec", ["IVF4,Flat", "HNSW16"])

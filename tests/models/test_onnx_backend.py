@@ -209,6 +209,47 @@ def test_a_failed_export_leaves_no_file(bert_copy, tmp_path, monkeypatch):
 
 
 @pytest.mark.kernels
+def test_a_damaged_export_is_made_again(bert_copy, caplog):
+    fingerprint = weights_fingerprint(bert_copy)
+    int8 = ob.find_or_export(bert_copy, "encoder", "int8", fingerprint)
+    data = int8.with_name("model.onnx_data")
+    feeds = {"input_ids": np.array([[101, 2054, 2003, 102]]), "attention_mask": np.ones((1, 4))}
+    before = ob.OnnxRunner(int8)(feeds)
+    with open(int8, "r+b") as f:  # same size, part zeroed: seen by its sha256 only
+        f.seek(int8.stat().st_size // 2)
+        f.write(bytes(4096))
+    os.truncate(data, data.stat().st_size // 2)  # the fp32 weights the int8 file is made from
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.export_files"):
+        assert ob.find_or_export(bert_copy, "encoder", "int8", fingerprint) == int8
+    assert "model_qint8" in caplog.text and "is damaged" in caplog.text
+    assert "model.onnx is damaged" in caplog.text
+    np.testing.assert_allclose(ob.OnnxRunner(int8)(feeds), before, atol=1e-5)
+    fp32 = ob.find_or_export(bert_copy, "encoder", "fp32", fingerprint)  # made again, current
+    assert ob.OnnxRunner(fp32, per_text=False)(feeds).shape[:2] == (1, 4)
+    # A record written before the files' sha256 were kept trusts the files there.
+    record = int8.parent / EXPORT_RECORD
+    entries = json.loads(record.read_text())
+    record.write_text(json.dumps({k: {**v, "sha256": None} for k, v in entries.items()}))
+    caplog.clear()
+    assert ob.find_or_export(bert_copy, "encoder", "int8", fingerprint) == int8
+    assert "damaged" not in caplog.text
+    record.write_text(json.dumps(entries))  # (the cache is the session's: left as found)
+    int8.write_bytes(b"not a model")
+    with pytest.raises(DotcatError, match=f"{int8}: ONNX Runtime cannot load it .*; remove "):
+        ob.OnnxRunner(int8)
+
+
+def test_every_export_file_is_readable_as_the_umask_allows(bert_copy, tmp_path):
+    umask = os.umask(0o022)
+    try:
+        ob.export(bert_copy, "encoder", "fp32", tmp_path / "home", weights_fingerprint(bert_copy))
+    finally:
+        os.umask(umask)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "home").iterdir()}
+    assert modes == dict.fromkeys(["model.onnx", "model.onnx_data", EXPORT_RECORD], "0o644")
+
+
+@pytest.mark.kernels
 def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path):
     import shutil
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -177,6 +178,24 @@ def test_a_stale_export_is_never_used(cat_copy, caplog):
         int8 = _load(cat_copy)
     assert "is stale" in caplog.text
     assert int8.onnx.path == ovb.cache_home(weights_fingerprint(cat_copy)) / ovb.INT8_NAME
+
+
+@pytest.mark.kernels
+def test_a_damaged_export_is_made_again(cat_copy, caplog):
+    scores = _load(cat_copy).score_query(QUERY, DOCS)
+    weights = ovb.cache_home(weights_fingerprint(cat_copy)) / "openvino_model_qint8_weights.bin"
+    os.truncate(weights, weights.stat().st_size // 2)
+    with caplog.at_level(logging.WARNING, logger="dotcat.models.export_files"):
+        again = _load(cat_copy).score_query(QUERY, DOCS)
+    assert "is damaged" in caplog.text
+    np.testing.assert_allclose(again, scores, atol=1e-4)
+
+
+def test_an_openvino_that_does_not_import_is_one_line(tiny_cat_dir, monkeypatch):
+    monkeypatch.setattr(runtime, "openvino_installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as a broken install raises ImportError
+    with pytest.raises(DotcatError, match="openvino is installed but does not import .*"):
+        _load(tiny_cat_dir)
 
 
 @pytest.mark.kernels

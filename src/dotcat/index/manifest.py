@@ -37,17 +37,10 @@ READABLE_VERSIONS = (1, 2)
 __all__ = ["DOCSTORE_NAME", "INDEX_NAME", "MANIFEST_NAME", "Manifest", "check_encoder"]
 
 # Encoder fields that change the vectors: any difference makes query and document vectors
-# incomparable, so searching with a different value is refused.
-ENCODER_KEYS = (
-    "fingerprint",
-    "pooling",
-    "similarity",
-    "normalize",
-    "max_length",
-    "dim",
-    "query_prefix",
-    "document_prefix",
-)
+# incomparable, so searching with a different value is refused (a key an older index lacks,
+# do_lower_case, is not checked).
+ENCODER_KEYS = ("fingerprint", "pooling", "similarity", "normalize", "max_length", "dim",
+                "query_prefix", "document_prefix", "do_lower_case")  # fmt: skip
 
 
 @dataclass
@@ -194,7 +187,7 @@ def check_encoder(
     diffs = [
         f"{key}: index {recorded.get(key)!r} vs given {encoder_entry.get(key)!r}"
         for key in ENCODER_KEYS
-        if recorded.get(key) != encoder_entry.get(key)
+        if key in recorded and recorded.get(key) != encoder_entry.get(key)
     ]
     if diffs:
         raise DotcatError(

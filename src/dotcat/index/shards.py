@@ -100,6 +100,7 @@ def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
             f"{key}: {first.encoder.get(key)!r} vs {manifest.encoder.get(key)!r}"
             for key in (*ENCODER_KEYS, "precision")
             if first.encoder.get(key) != manifest.encoder.get(key)
+            and key in first.encoder.keys() & manifest.encoder.keys()  # (one older: unknown)
         ]
         runtimes = (int8_runtime(first.encoder), int8_runtime(manifest.encoder))
         if not diffs and first.encoder.get("precision") == "int8" and len(set(runtimes)) > 1:

@@ -268,7 +268,7 @@ def _encoder(index_dir: Path, corpus: object, settings: dict[str, Any]) -> Any:
         encoder = load_document_encoder(replace(document_config(manifest, settings), **vectors))
         entry = encoder.manifest_entry()
         differs.update({k: settings.get(k, entry.get(k)) for k in ENCODER_KEYS
-                        if entry.get(k) != manifest.encoder.get(k)})  # fmt: skip
+                        if entry.get(k) != manifest.encoder.get(k, entry.get(k))})  # fmt: skip
     unknown = set(settings) - set(held) - ENCODER_FIELDS - set(RUNTIME_SETTINGS)
     if differs or unknown:
         named = {**differs, **{k: settings[k] for k in unknown}}

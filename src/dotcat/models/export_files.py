@@ -8,9 +8,10 @@ sentence-transformers looks), or, for an export made on first use, in the cache 
 shared one, is not written to behind the user's back.
 
 An export is never silently stale: a home's ``dotcat_export.json`` records, per file, the
-recipe it was made with, the sha256 of the weights included; a file whose record differs
-from the recipe asked for is exported again. Files are written under temporary names and
-renamed into place, so a crash leaves no half file.
+recipe it was made with, the sha256 of the weights included, and the sha256 of each file
+written; a file whose record differs from the recipe asked for, or whose files are not those
+recorded (damaged), is exported again. Files are written under temporary names and renamed
+into place, so a crash leaves no half file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from dotcat.cache import cache_root
 from dotcat.files import write_json, writing
+from dotcat.models.resolve import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -40,27 +42,38 @@ def cache_home(directory: str, fingerprint: str) -> Path:
 
 def current_export(homes: list[Path], name: str, recipe: dict, *companions: str) -> Path | None:
     """``home/name`` in the first of ``homes`` whose record for ``name`` is ``recipe`` and that
-    holds the file (and its ``companions``, suffixes such as ``.bin``); None if none does,
-    with a warning when a file is there under another recipe (stale: other weights)."""
+    holds the file (and its ``companions``, suffixes such as ``.bin``) as recorded (sha256);
+    None if none does, with a warning when a file is there under another recipe (stale: other
+    weights) or differs from its record (damaged: a truncated or overwritten file)."""
+    damaged = None
     for home in homes:
-        path = home / name
-        files = [path, *(path.with_suffix(suffix) for suffix in companions)]
-        if recorded(home, name) == recipe and all(f.is_file() for f in files):
-            return path
+        found = dict(_records(home).get(name) or {})
+        digests = found.pop("sha256", None)  # (None: recorded by a dotcat before the check)
+        if found == recipe:
+            now = _digests(home / name, companions)
+            if now and digests in (None, now):
+                return home / name
+            damaged = damaged or home / name
     stale = [str(h / name) for h in homes if (h / name).is_file()]
-    if stale:
+    if damaged:
+        logger.warning("export %s is damaged (its files are not those its %s records): "
+                       "exporting it again", damaged, EXPORT_RECORD)  # fmt: skip
+    elif stale:
         logger.warning("export %s is stale (other weights or recipe): exporting again", stale[0])
     return None
 
 
-def recorded(home: Path, name: str) -> dict | None:
-    """The recipe ``home/name`` was made with, or None when unrecorded."""
-    return _records(home).get(name)
+def record(home: Path, name: str, recipe: dict, *companions: str) -> None:
+    """Record ``home/name`` (and its ``companions``, in place) as made with ``recipe``."""
+    digests = {"sha256": _digests(home / name, companions)}
+    write_json(home / EXPORT_RECORD, _records(home) | {name: recipe | digests})
 
 
-def record(home: Path, name: str, recipe: dict) -> None:
-    """Record that ``home/name`` was made with ``recipe`` (after the file is in place)."""
-    write_json(home / EXPORT_RECORD, _records(home) | {name: recipe})
+def _digests(path: Path, companions: tuple[str, ...]) -> dict[str, str] | None:
+    """File name -> sha256 of ``path`` and its ``companions`` (None if one is missing), cached
+    by size and mtime: a search does not hash them again."""
+    files = [path, *(path.with_suffix(suffix) for suffix in companions)]
+    return {f.name: file_sha256(f) for f in files} if all(f.is_file() for f in files) else None
 
 
 def _records(home: Path) -> dict:
@@ -81,13 +94,18 @@ def atomic_file(path: Path) -> Iterator[Path]:
     try:
         with writing(path, remove=[tmp]):
             yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not for models
+        shareable(Path(tmp))
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def shareable(path: Path) -> None:
+    """Mode 0666 less the umask: mkstemp's (and onnx's external data's) 0600 is not for models."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 @contextlib.contextmanager

@@ -142,7 +142,8 @@ class ExportedEncoder:
             runner = int8_runner(st.transformer_dir, "encoder", fingerprint, config.backend,
                                  workers)  # fmt: skip
         else:
-            runner = onnx_backend.fp32_runner(st.transformer_dir, "encoder", fingerprint)
+            export = onnx_backend.find_or_export(st.transformer_dir, "encoder", "fp32", fingerprint)
+            runner = onnx_backend.OnnxRunner(export, per_text=False)  # a batch in one call
         dim = model_dim(model_config)  # (DistilBERT's config names it `dim`)
         encoder = cls(config, path, runner, tokenizer, st, dim=dim, fingerprint=fingerprint)
         logger.info("encoder %s: %s pooling, %s similarity, max_length %d, %s on %s",
@@ -261,6 +262,8 @@ def encoder_record(encoder: Any, queries: tuple[str, str]) -> dict[str, Any]:
         "dim": encoder.dim,
         "query_prefix": encoder.query_prefix,
         "document_prefix": encoder.document_prefix,
+        # Text lower-cased (do_lower_case, or the tokenizer's normaliser): "A", "a" alike.
+        "do_lower_case": bool(np.array_equal(*encoder._tokenize(["Lower Case", "lower case"]))),
         # bf16 and fp32 vectors agree to cosine >= 0.999: an index built at one is searched
         # at the other; int8 documents meet float queries and int8 ones of their runtime
         # (index.manifest.check_encoder).

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
 from dotcat.models import export_files
 from dotcat.models.export_files import atomic_file, quiet_export, record
@@ -138,7 +138,7 @@ def export(
     if export_files.current_export([home], fp32.name, fp32_recipe, DATA_SUFFIX) is None:
         logger.info("exporting %s to ONNX: %s", weights_dir, fp32)
         _write_fp32(weights_dir, kind, fp32)
-        record(home, fp32.name, fp32_recipe)
+        record(home, fp32.name, fp32_recipe, DATA_SUFFIX)
     if precision == "fp32":
         return fp32
     target = home / name
@@ -152,12 +152,6 @@ def export(
 def int8_runner(weights_dir: Path, kind: str, fingerprint: str) -> OnnxRunner:
     """The int8 :class:`OnnxRunner` of a model (its export made first if missing or stale)."""
     return OnnxRunner(find_or_export(weights_dir, kind, "int8", fingerprint))
-
-
-def fp32_runner(weights_dir: Path, kind: str, fingerprint: str) -> OnnxRunner:
-    """The fp32 :class:`OnnxRunner` of a model (its export made first if missing or stale): a
-    batch in one call, nothing quantised per call to depend on the batch."""
-    return OnnxRunner(find_or_export(weights_dir, kind, "fp32", fingerprint), per_text=False)
 
 
 class OnnxRunner:
@@ -180,7 +174,8 @@ class OnnxRunner:
                 str(path), options, providers=["CPUExecutionProvider"]
             )
         except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
-            raise DotcatError(f"{path}: ONNX Runtime cannot load it ({e})") from None
+            raise DotcatError(f"{path}: ONNX Runtime cannot load it ({first_line(e)}); remove "
+                              f"{path.parent} to export it again") from None  # fmt: skip
         self.path = path
         self.per_text = per_text
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -257,6 +252,7 @@ def _write_fp32(weights_dir: Path, kind: str, target: Path) -> None:
         model = onnx.load(str(whole))
         onnx.save_model(model, str(Path(tmp) / target.name), save_as_external_data=True,
                         all_tensors_to_one_file=True, location=data.name)  # fmt: skip
+        export_files.shareable(Path(tmp) / data.name)
         os.replace(Path(tmp) / data.name, data)
         os.replace(Path(tmp) / target.name, target)
 

@@ -27,6 +27,7 @@ writes beside the weights and a first use exports into ``$DOTCAT_CACHE/openvino/
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -76,7 +77,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
     record last: a crash leaves either the old export or one whose record does not match.
     """
     ov = _openvino()
-    import nncf  # ~4 s to import
+    nncf = _openvino("nncf")  # ~4 s to import
 
     fp32 = onnx_backend.find_or_export(weights_dir, kind, "fp32", fingerprint)
     home.mkdir(parents=True, exist_ok=True)
@@ -93,7 +94,7 @@ def export(weights_dir: Path, kind: str, home: Path, fingerprint: str) -> Path:
         ov.save_model(compressed, Path(tmp) / INT8_NAME, compress_to_fp16=False)
         os.replace(Path(tmp) / target.with_suffix(".bin").name, target.with_suffix(".bin"))
         os.replace(Path(tmp) / INT8_NAME, target)
-    export_files.record(home, INT8_NAME, _recipe(kind, fingerprint))
+    export_files.record(home, INT8_NAME, _recipe(kind, fingerprint), ".bin")
     return target
 
 
@@ -141,7 +142,8 @@ class OpenVinoRunner:
         try:
             self.compiled = ov.Core().compile_model(str(path), "CPU", config)
         except RuntimeError as e:
-            raise DotcatError(f"{path}: OpenVINO cannot load it ({first_line(e)})") from None
+            raise DotcatError(f"{path}: OpenVINO cannot load it ({first_line(e)}); remove "
+                              f"{path.parent} to export it again") from None  # fmt: skip
         self.path = path
         self.workers = workers
         self.input_names = [port.get_any_name() for port in self.compiled.inputs]
@@ -163,17 +165,20 @@ class OpenVinoRunner:
             return np.array(result[self._output], dtype=np.float32)  # a copy: the request reuses it
 
 
-def _openvino():
-    """``openvino`` (an optional extra, with NNCF), telemetry off: unless ~/intel opts out, its
+def _openvino(module: str = "openvino"):
+    """``openvino`` (or ``nncf``: an optional extra), telemetry off: unless ~/intel opts out, its
     import sends an event to Google Analytics from a process forked by a thread (exit waits up
     to 3 s). A search must not call out, nor fork beside OpenVINO's threads (a search's sender
-    dumped core in getaddrinfo). Without ``openvino_telemetry`` both libraries use stubs."""
+    dumped core in getaddrinfo). Without ``openvino_telemetry`` both libraries use stubs. Not
+    installed, or failing to import: one DotcatError line, not a traceback."""
     if not runtime.openvino_installed():
         raise DotcatError("OpenVINO int8 needs openvino and nncf: pip install 'dotcat[openvino]'")
     sys.modules.setdefault("openvino_telemetry", None)
-    import openvino
-
-    return openvino
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise DotcatError(f"{module} is installed but does not import ({first_line(e)}): "
+                          "reinstall it, or use backend=onnxruntime") from None  # fmt: skip
 
 
 def _recipe(kind: str, fingerprint: str) -> dict:
