@@ -332,7 +332,8 @@ def writing(
                 # here reached the file-size limit.
                 found = _exhausted([Path(path), *remove] if path is not None else remove)
         for leftover in remove:
-            _remove(leftover)
+            with contextlib.suppress(OSError):  # (what cannot be removed is left)
+                remove_tree(leftover)
         if found is None:
             raise
         raise disk_full(found[0], found[1] or path, advice) from e
@@ -421,9 +422,10 @@ def _exhausted(paths: list[Path]) -> tuple[int, None] | None:
 
 
 def _file_sizes(path: Path) -> Iterator[int]:
-    if path.is_file():
-        yield path.stat().st_size
-    elif path.is_dir():
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # and SQLite's beside it
+        if file.is_file():
+            yield file.stat().st_size
+    if path.is_dir():
         yield from (entry.info.st_size for entry in walk_tree(path) if entry.is_file)
 
 
@@ -434,14 +436,6 @@ def _free_bytes(path: str | os.PathLike | None) -> int | None:
         return shutil.disk_usage(nearest_existing(Path(path))).free
     except (OSError, StopIteration):
         return None
-
-
-def _remove(path: Path) -> None:
-    """Delete a file or folder if it is there."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def write_text(path: str | os.PathLike, lines: Iterable[str], mode: int | None = None) -> None:

@@ -249,3 +249,30 @@ def test_add_and_delete_from_the_command_line(encoder, tmp_path, tiny_bert_dir):
     assert result.exit_code == 0 and "deleted 3 documents" in result.output, result.output
     result = runner.invoke(app, ["delete", str(index), "nope"])
     assert result.exit_code == 2 and "no document with id 'nope'" in result.output
+
+
+def test_an_index_reached_through_a_link_is_updated_and_the_link_stays(encoder, tmp_path):
+    index = _build(tmp_path, encoder)
+    link = tmp_path / "link"
+    link.symlink_to(index.name)
+    _update(link, _corpus(tmp_path / "new.jsonl.gz", range(120, 125)))
+    delete_documents(link, ["d0"])
+    assert link.is_symlink() and Manifest.read(index).generation == 3
+    assert len(DenseIndex(index, device="cpu")) == 124
+    config = IndexConfig(faiss_spec="Flat")
+    build_index(tmp_path / "new.jsonl.gz", link, encoder, config, overwrite=True)
+    assert link.is_symlink() and len(DenseIndex(index, device="cpu")) == 5
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_damaged_faiss_file_refuses_an_update_in_one_line_naming_it(encoder, tmp_path):
+    index = _build(tmp_path, encoder)
+    data = (index / "index.faiss").read_bytes()
+    (index / "index.faiss").write_bytes(data[: len(data) // 2])
+    new = _corpus(tmp_path / "new.jsonl.gz", range(120, 125))
+    for update in (lambda: _update(index, new), lambda: delete_documents(index, ["d0"])):
+        with pytest.raises(DotcatError, match="cannot read FAISS index") as error:
+            update()
+        assert str(error.value).startswith(f"{index / 'index.faiss'}: ")
+    assert (index / "index.faiss").read_bytes() == data[: len(data) // 2]
+    assert Manifest.read(index).generation == 1

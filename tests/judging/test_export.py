@@ -21,6 +21,7 @@ from dotcat.judging import (
     judged_qrels,
     write_qrels,
 )
+from dotcat.judging.config import ExportConfig
 
 runner = CliRunner()
 
@@ -73,6 +74,59 @@ def test_a_beir_export_holds_the_index_documents_and_the_judged_queries(
     assert record["agreement"][0]["documents"] == 4
     with pytest.raises(DotcatError, match="exists"):
         export_beir(pooled_store, judge_index, tmp_path / "mine")
+
+
+def test_an_export_overwrites_only_an_earlier_export_or_an_empty_folder(
+    pooled_store, judge_index, tmp_path
+):
+    _judge_some(pooled_store)
+    index = tmp_path / "index"
+    shutil.copytree(judge_index, index)
+    again = ExportConfig(overwrite=True)
+    for out in (tmp_path / "mine", tmp_path / "mine", tmp_path / "empty"):
+        out.mkdir(exist_ok=True)
+        assert export_beir(pooled_store, index, out, export=again).documents == 30
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("precious")
+    (tmp_path / "afile").write_text("hi")
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    refused = {
+        index: "is or lies inside the dotcat index",
+        index / "sub": "is or lies inside the dotcat index",
+        tmp_path / "notes": "exists, is not empty and is not a dotcat export; refusing to touch",
+        tmp_path / "afile": "is a file or a link, not a folder",
+        tmp_path / "link": "is a file or a link, not a folder",
+    }
+    for out, message in refused.items():
+        with pytest.raises(DotcatError, match=message):
+            export_beir(pooled_store, index, out, export=again)
+    assert (index / "manifest.json").is_file() and not (index / "sub").exists()
+    assert (tmp_path / "notes" / "notes.txt").read_text() == "precious"
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "afile").read_text() == "hi"
+
+
+def test_a_qrels_or_run_output_never_overwrites_a_judgements_file_or_an_index_file(
+    pooled_store, judge_index, tmp_path
+):
+    _judge_some(pooled_store)
+    index = tmp_path / "index"
+    shutil.copytree(judge_index, index)
+    before = pooled_store.path.read_bytes()
+    common = ["--judgments", str(pooled_store.path)]
+    for out, message in (
+        (pooled_store.path, "is a SQLite database (judgements?); refusing to overwrite it"),
+        (index / "docstore.sqlite", "lies inside the dotcat index"),
+    ):
+        result = runner.invoke(app, ["judge", "qrels", str(index), str(out), *common])
+        assert result.exit_code == 2 and message in result.output, result.output
+    assert pooled_store.path.read_bytes() == before
+    (tmp_path / "q.tsv").write_text("q1\tdogs\n")
+    for out in ("index.faiss", "new.trec"):
+        args = ["search", str(index), "--queries", str(tmp_path / "q.tsv"), "--output"]
+        result = runner.invoke(app, [*args, str(index / out)])
+        assert result.exit_code == 2 and "lies inside the dotcat index" in result.output
+    assert not (index / "new.trec").exists()
+    assert runner.invoke(app, ["search", str(index), "dogs"]).exit_code == 0
 
 
 def test_eval_on_an_export_equals_eval_on_the_index_and_files(

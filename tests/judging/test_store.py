@@ -117,3 +117,27 @@ def test_a_file_from_before_request_numbers_opens_and_keeps_its_judgements(poole
         again = reopened.judge("q1", doc, "ann", 3, client="tab", seq=1)
         assert reopened.judge("q1", doc, "ann", 3, client="tab", seq=1) == again
         assert len(reopened.log()) == 2
+
+
+def test_a_judgements_file_at_the_file_size_limit_is_one_line_naming_it(pooled_store, tmp_path):
+    import resource
+    import signal
+
+    from dotcat.errors import DiskFullError
+
+    store, doc = pooled_store, pooled_store.pooled("q1")[0].doc_id
+    before = len(store.log())
+    files = [store.path.with_name(store.path.name + end) for end in ("", "-wal", "-shm")]
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it: EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max(f.stat().st_size for f in files), hard))
+    try:
+        with pytest.raises(DiskFullError, match=rf"file too large writing {store.path}"):
+            store.judge_many([("q1", doc, f"a{i}", 1) for i in range(5000)], "import")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, hard))  # a new file's first pages
+        with pytest.raises(DiskFullError, match="file too large writing .*new.sqlite"):
+            JudgmentStore(tmp_path / "new.sqlite", create=True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert len(store.log()) == before  # nothing half saved

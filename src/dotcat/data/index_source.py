@@ -72,6 +72,23 @@ def is_index_dir(path: str | Path) -> bool:
     return os.path.isfile(path / INDEX_MANIFEST) and os.path.isfile(path / INDEX_DOCSTORE)
 
 
+def index_holding(path: str | Path) -> Path | None:
+    """The dotcat index directory that ``path`` is or lies inside (links and ``..`` followed),
+    else None: no output is ever written into an index."""
+    path = Path(path).resolve()
+    return next((p for p in (path, *path.parents) if is_index_dir(p)), None)
+
+
+def is_sqlite(path: str | Path) -> bool:
+    """Whether ``path`` is a SQLite database (a judgements file, a document store): never an
+    output to write over. False where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\0"
+    except OSError:
+        return False
+
+
 def indexes_in(folder: str | Path) -> list[Path]:
     """The folders inside ``folder`` (links to them too) that hold an index manifest, by
     name: a folder of shards. None where ``folder`` cannot be listed, and a folder that cannot

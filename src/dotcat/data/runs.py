@@ -160,17 +160,24 @@ def check_output_file(path: str | Path) -> Path:
     (``-``: standard output, always).
 
     Raises:
-        DotcatError: ``path`` is a directory, lies under a file, its folder is not writable
-            (checked by creating a probe file there), or it exists read-only.
+        DotcatError: ``path`` is a directory, lies under a file or inside a dotcat index, its
+            folder is not writable (checked by creating a probe file there), or it exists
+            read-only or is a SQLite database (a judgements file: never a text output).
     """
+    from dotcat.data.index_source import index_holding, is_sqlite
+
     path = Path(path)
     if str(path) == STDOUT:
         return path
     if path.is_dir():
         raise DotcatError(f"{path}: is a directory; give the path of a file to write")
+    if (index := index_holding(path)) is not None:
+        raise DotcatError(f"{path}: lies inside the dotcat index {index}; write it elsewhere")
     check_can_create_in(path)
     if path.exists() and not os.access(path, os.W_OK):
         raise DotcatError(f"{path}: exists and is not writable")
+    if is_sqlite(path):
+        raise DotcatError(f"{path}: is a SQLite database (judgements?); refusing to overwrite it")
     return path
 
 

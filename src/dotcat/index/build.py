@@ -113,7 +113,7 @@ def build_index(
             encoded so far are kept for a resume.
     """
     config = config or IndexConfig()
-    index_dir = Path(index_dir)
+    index_dir = layout.real_path(index_dir)
     encoder = encoder or EncoderConfig(device=config.device)
     if not isinstance(encoder, BiEncoder | EncoderConfig):  # a search's exported query encoder
         encoder = encoder.config  # (documents are split with the model's own tokenizer)

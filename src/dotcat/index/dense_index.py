@@ -53,11 +53,8 @@ class DenseIndex:
         self.manifest = Manifest.read(self.dir)
         self.device = faiss_index.resolve_faiss_device(device)
         index_path = self.dir / self.manifest.files["index"]
-        try:
-            # On-disk inverted lists (a merged index) are found beside the index file.
-            index = faiss.read_index(str(index_path), faiss.IO_FLAG_ONDISK_SAME_DIR)
-        except RuntimeError as e:
-            raise DotcatError(f"{index_path}: cannot read FAISS index ({e})") from None
+        # On-disk inverted lists (a merged index) are found beside the index file.
+        index = faiss_index.read_index(index_path, faiss.IO_FLAG_ONDISK_SAME_DIR)
         expected = self.manifest.vector_count
         if index.ntotal != expected:
             raise DotcatError(

@@ -274,6 +274,15 @@ def write_index(index: faiss.Index, path: str | os.PathLike) -> None:
         os.fsync(f.fileno())
 
 
+def read_index(path: str | os.PathLike, flags: int = 0) -> faiss.Index:
+    """The FAISS index in the file ``path``, as every reader and writer of an index opens it:
+    a damaged or cut file is one error naming it, never FAISS's C++ trace."""
+    try:
+        return faiss.read_index(str(path), flags)
+    except RuntimeError as e:
+        raise DotcatError(f"{path}: cannot read FAISS index ({e})") from None
+
+
 def training_rows(index: faiss.Index, n: int, seed: int = 0) -> np.ndarray:
     """Sorted positions of a seeded sample of ``n`` vectors to train ``index`` on (empty when
     it needs no training).

@@ -78,6 +78,13 @@ class IndexBusy(DotcatError):
     """Another process holds an index's writer lock (a build, an update, a sync)."""
 
 
+def real_path(index_dir: str | Path) -> Path:
+    """Where the index at ``index_dir`` really is: a symbolic link's target (a writer locks it,
+    builds beside it and swaps it, so the link stays a link and leads to the update), else it."""
+    index_dir = Path(index_dir)
+    return index_dir.resolve() if index_dir.is_symlink() else index_dir
+
+
 def lock_path(index_dir: Path) -> Path:
     return index_dir.with_name(f".{index_dir.name}.lock")
 

@@ -27,6 +27,7 @@ from dotcat.index.layout import (
     index_lock,
     is_complete,
     leftovers,
+    real_path,
     recover_for_reading,
 )
 
@@ -142,7 +143,7 @@ class Manifest:
 def update_manifest(directory: str | Path, change: Callable[[Manifest], None]) -> Manifest:
     """Apply ``change`` to an index's manifest and write it back, under the index's lock
     (waiting up to 30 s for a build or update of the same index) and atomically."""
-    directory = Path(directory)
+    directory = real_path(directory)
     check_writable(directory)
     with index_lock(directory, wait=30.0):
         manifest = Manifest.read(directory)

@@ -426,7 +426,7 @@ def merge_indexes(
             vectors, or a spec the merged corpus cannot train.
         DiskFullError: no room for the merged index (nothing is left of it).
     """
-    out = Path(out)
+    out = layout.real_path(out)
     MergeConfig(faiss_spec=faiss_spec, on_disk=on_disk, bm25=bm25).validate()
     manifests = [(Path(p), Manifest.read(Path(p))) for p in shards]
     if any(out.resolve() == p.resolve() for p, _ in manifests):
@@ -524,7 +524,7 @@ def _vectors_of(path: Path, manifest: Manifest, dim: int):
         if vectors.shape != (manifest.vector_count, dim):
             raise DotcatError(f"{npy}: shape {vectors.shape} does not match the manifest")
         return vectors
-    index = faiss.read_index(str(path / manifest.files["index"]))
+    index = faiss_index.read_index(path / manifest.files["index"])
     if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
         raise DotcatError(
             f"{path}: no vectors.npy, and its {manifest.faiss['spec']} index cannot give its "

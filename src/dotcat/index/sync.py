@@ -169,7 +169,7 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
     source = corpus if isinstance(corpus, (FolderSource, FileSource)) else None
     if source is None:
         return
-    index_dir = Path(index_dir)
+    index_dir = layout.real_path(index_dir)
     state = _state(source, options or CorpusOptions())
     with layout.index_lock(index_dir, wait=30.0):
         with DocStore(index_dir / DOCSTORE_NAME) as store:

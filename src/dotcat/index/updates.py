@@ -44,7 +44,7 @@ import numpy as np
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.corpus import fields_json, iter_row_batches
 from dotcat.data.sources import CorpusSource
-from dotcat.errors import DotcatError
+from dotcat.errors import DiskFullError, DotcatError
 from dotcat.files import read_json_or_none, replacing, write_json, writes
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import BM25Index, build_from_docstore, docstore_rows
@@ -200,8 +200,8 @@ class Generation:
     """
 
     def __init__(self, index_dir: Path, wait: float = 0.0) -> None:
-        self.index_dir = index_dir
-        self.lock = layout.index_lock(index_dir, wait)
+        self.index_dir = layout.real_path(index_dir)
+        self.lock = layout.index_lock(self.index_dir, wait)
         self.tmp: Path | None = None
 
     def __enter__(self) -> Generation:
@@ -236,7 +236,12 @@ class Generation:
         layout.clear(tmp, "an unusable build folder")
         layout.copy_for_update(self.index_dir, tmp)
         manifest = Manifest.read(tmp)
-        result = apply_change(tmp, manifest, change, encoder, show_progress)
+        try:
+            result = apply_change(tmp, manifest, change, encoder, show_progress)
+        except DotcatError as e:  # a damaged file of the copy is the index's own: name that
+            if not isinstance(e, DiskFullError):  # (a write, though, is the copy's)
+                e.args = (str(e).replace(str(tmp), str(self.index_dir)),)
+            raise
         manifest.next_generation()  # made now: only fsync and the swap come after
         manifest.updates = _log(manifest, result, *log)
         manifest.write(tmp)
@@ -264,7 +269,7 @@ def apply_change(
         added_ids = _existing_ids(change.add)
         found = store.by_ids(sorted({*change.remove, *added_ids}))
         replaced = len(found.keys() & set(added_ids))
-        index = _updatable(faiss.read_index(str(tmp / INDEX_NAME)))
+        index = _updatable(faiss_index.read_index(tmp / INDEX_NAME))
         positions = [doc.pos for doc in found.values()]
         # The FAISS ids of these documents: every passage of each, or the positions themselves.
         vector_ids = store.passage_ids(positions) if manifest.passages else positions

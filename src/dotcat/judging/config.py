@@ -123,7 +123,7 @@ class ExportConfig(Settings):
     """Where a BEIR export of judgements goes (:func:`dotcat.judging.export.export_beir`)."""
 
     split: str = setting("test", help="The qrels split written (qrels/SPLIT.tsv).")
-    overwrite: bool = setting(False, help="Replace the folder written.")
+    overwrite: bool = setting(False, help="Replace an earlier export there (only).")
 
 
 JUDGMENTS_HELP = "The judgements file (default: INDEX.judgments.sqlite beside the index)."

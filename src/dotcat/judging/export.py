@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.data import iter_corpus
-from dotcat.data.index_source import EXPORT_RECORD, source_corpus_sha256
+from dotcat.data.index_source import EXPORT_RECORD, index_holding, source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.files import UMASK, check_can_create_in, write_json, write_text, writing
 from dotcat.judging.agreement import assessor_agreement
@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 _COMBINE = {"median": statistics.median_low, "max": max, "min": min}
 #: Output layouts of :func:`write_qrels`, told from the file name by default.
 LAYOUTS = ("trec", "beir")
+#: What :func:`export_beir` writes into its folder: all a folder --overwrite replaces may hold.
+_EXPORTED = {"corpus.jsonl", "queries.jsonl", "qrels", EXPORT_RECORD}
 
 
 def judged_qrels(
@@ -149,12 +151,13 @@ def export_beir(
         export: the split the qrels are written as; whether an existing folder is replaced.
 
     Raises:
-        DotcatError: ``out_dir`` exists (without ``export.overwrite``), or nothing is judged.
+        DotcatError: ``out_dir`` exists (without ``export.overwrite``), is a file, a link, a
+            folder that holds anything but an earlier export, or lies in an index (the source
+            index included: never touched); or nothing is judged.
     """
     config, export = config or QrelsConfig(), export or ExportConfig()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not export.overwrite:
-        raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
+    _check_out_dir(out_dir, export.overwrite)
     check_can_create_in(out_dir)
     ids: list[str] = []
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
@@ -174,6 +177,24 @@ def export_beir(
         shutil.rmtree(work, ignore_errors=True)
     judged = sum(len(d) for d in qrels.values())
     return Exported(out_dir, len(ids), len(qrels), judged, export.split)
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse an ``out_dir`` that --overwrite must not replace: only an empty folder or one an
+    earlier export wrote (its files and nothing else) is ever removed."""
+    if (index := index_holding(out_dir)) is not None:
+        raise DotcatError(
+            f"{out_dir}: is or lies inside the dotcat index {index}; choose another folder"
+        )
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise DotcatError(f"{out_dir}: is a file or a link, not a folder; choose another folder")
+    names = set(os.listdir(out_dir)) if out_dir.exists() else set()
+    if names and not (EXPORT_RECORD in names and names <= _EXPORTED):
+        raise DotcatError(
+            f"{out_dir}: exists, is not empty and is not a dotcat export; refusing to touch it"
+        )
+    if out_dir.exists() and not overwrite:
+        raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
 
 
 def _corpus_lines(index_dir: str | Path, ids: list[str]) -> Iterable[str]:

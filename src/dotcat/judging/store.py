@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.errors import DotcatError
-from dotcat.files import check_can_create_in
+from dotcat.files import check_can_create_in, writing
 from dotcat.judging.config import GRADES
 from dotcat.judging.priority import rank_weight
 
@@ -187,17 +187,18 @@ class JudgmentStore:
             check_can_create_in(self.path)
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            with self._db:
-                self._db.executescript(_SCHEMA)
-                have = {row[1] for row in self._db.execute("PRAGMA table_info(judgments)")}
-                for name, kind in _ADDED.items():
-                    if name not in have:
-                        self._db.execute(f"ALTER TABLE judgments ADD COLUMN {name} {kind}")
-                self._db.execute(_REQUEST)
-            self._init_meta(index_dir)
+            with writing(self.path):  # a file-size limit, a full disk: one line
+                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                with self._db:
+                    self._db.executescript(_SCHEMA)
+                    have = {row[1] for row in self._db.execute("PRAGMA table_info(judgments)")}
+                    for name, kind in _ADDED.items():
+                        if name not in have:
+                            self._db.execute(f"ALTER TABLE judgments ADD COLUMN {name} {kind}")
+                    self._db.execute(_REQUEST)
+                self._init_meta(index_dir)
         except sqlite3.DatabaseError as e:
             raise DotcatError(f"{self.path}: not a judgements file ({e})") from None
 
@@ -224,7 +225,7 @@ class JudgmentStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One transaction, committed (durably: synchronous=FULL) when the block ends."""
-        with self._lock, self._db:
+        with self._lock, writing(self.path), self._db:
             yield self._db
 
     def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
