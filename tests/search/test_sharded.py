@@ -162,7 +162,7 @@ def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_
     parts = tmp_path / "parts"
     shutil.copytree(collection["parts"], parts)
     new = [
-        {"_id": "n1", "title": "Zebra study", "text": "zebra insulin glucose " * 4},
+        {"_id": "n1", "title": "Zebra study", "text": "zebra insulin glucose " * 4, "lab": "z"},
         {"_id": "n2", "title": "", "text": "zebra statin therapy for patients"},
         {"_id": "d5", "title": "Replaced", "text": "zebra bone vitamin"},
     ]
@@ -194,6 +194,8 @@ def test_add_and_delete_go_to_the_shard_that_owns_each_document(collection, tmp_
     for stage in ("dense", "bm25"):
         one = pipeline(whole).run(queries, 30, first_stage=stage)
         assert_same_runs(one, pipeline(parts).run(queries, 30, first_stage=stage), atol=ATOL)
+    filtered = pipeline(parts).run({"z": "zebra"}, 10, first_stage="dense", filter='lab = "z"')
+    assert [d for d, _ in filtered["z"]] == ["n1"]  # an added document's fields, filtered
 
 
 def test_the_merge_keeps_each_document_s_shard_and_orders_ties_as_one_index():

@@ -23,7 +23,8 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from datasets import Dataset
 
 from dotcat.data import CorpusOptions, CorpusStats, load_corpus
 from dotcat.data.sources import CorpusSource
@@ -33,7 +34,7 @@ from dotcat.index.manifest import DOCSTORE_NAME
 from dotcat.index.shards import shard_dirs
 from dotcat.index.updates import (
     UpdateResult,
-    add_documents,
+    add_dataset,
     delete_documents,
     held_error,
     missing_error,
@@ -64,10 +65,11 @@ def add_to_shards(
     *,
     upsert: bool = False,
     corpus_options: CorpusOptions | None = None,
-    **encoding: Any,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> UpdateResult:
-    """Add the documents of ``corpus`` to the shards of ``folder``, each to its owner;
-    ``encoding``: :func:`~dotcat.index.updates.add_documents`'s ``device``, ``precision``...
+    """Add the documents of ``corpus`` to the shards of ``folder``, each to its owner, as
+    :func:`~dotcat.index.updates.add_documents` adds them (read once, fields and all).
 
     Raises:
         DotcatError: an id a shard holds already (unless ``upsert``: replaced there), or any
@@ -76,18 +78,20 @@ def add_to_shards(
     paths = shard_dirs(Path(folder), required=True)
     stats = CorpusStats()
     options = recorded_fields(paths[0], corpus, corpus_options)
-    rows = [dict(row) for row in load_corpus(corpus, stats=stats, options=options)]
-    held = owners(paths, [row["id"] for row in rows])
+    dataset = load_corpus(corpus, stats=stats, options=options)
+    ids = list(dataset["id"])
+    held = owners(paths, ids)
     if held and not upsert:
         raise held_error(stats.path, held, folder, "--upsert")
-    routed: dict[int, list[dict]] = {}
-    for row in rows:
-        shard = held.get(row["id"], home_shard(row["id"], len(paths)))
-        routed.setdefault(shard, []).append(row)
+    routed: dict[int, list[int]] = {}
+    for row, doc_id in enumerate(ids):
+        routed.setdefault(held.get(doc_id, home_shard(doc_id, len(paths))), []).append(row)
     results = []
-    for shard, documents in sorted(routed.items()):
-        logger.info("%s: %d document(s)", paths[shard].name, len(documents))
-        results.append(add_documents(paths[shard], documents, upsert=upsert, **encoding))
+    for shard, rows in sorted(routed.items()):
+        logger.info("%s: %d document(s)", paths[shard].name, len(rows))
+        runtime = {"device": device, "precision": precision}
+        part = Dataset.from_dict(dataset[rows])  # (in memory: a select() of contiguous rows
+        results.append(add_dataset(paths[shard], part, stats, upsert, runtime))  # is a view)
     return _total(results, paths)
 
 

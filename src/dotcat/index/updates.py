@@ -126,15 +126,21 @@ def add_documents(
     stats = CorpusStats()
     options = recorded_fields(index_dir, corpus, corpus_options)
     dataset = load_corpus(corpus, stats=stats, options=options)
+    runtime = {"device": device, "precision": precision}
+    return add_dataset(index_dir, dataset, stats, upsert, encoder or runtime, show_progress, wait)
+
+
+def add_dataset(index_dir: Path, dataset, stats: CorpusStats, upsert: bool, encoder: Any,
+                show_progress: bool = True, wait: float = 0.0) -> UpdateResult:  # fmt: skip
+    """:func:`add_documents` of a corpus loaded (its fields as read: a folder of shards hands
+    each shard its part); ``encoder``: loaded, or the runtime settings to load it with."""
     with Generation(index_dir, wait) as generation:
         with DocStore(index_dir / DOCSTORE_NAME) as store:
             existing = set(store.by_ids(_existing_ids(dataset)))
         if existing and not upsert:
             raise held_error(stats.path, existing, index_dir, "upsert=True", settings=("upsert",))
         log = {"corpus": stats.path, "sha256": stats.sha256}
-        runtime = {"device": device, "precision": precision}
-        result = generation.apply(Change(add=dataset), encoder or runtime, show_progress,
-                                  ("add", log))  # fmt: skip
+        result = generation.apply(Change(add=dataset), encoder, show_progress, ("add", log))
     logger.info("%s: %s", index_dir, result)
     return result
 
