@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.training import config as settings
 from dotcat.training.config import (
     AdaptConfig,
@@ -117,3 +118,54 @@ def test_building_and_checking_a_config_imports_no_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (DotConfig(data="d", out_dir="o", batch_size="8"), "batch_size must be a whole number"),
+        (DotConfig(data="d", out_dir="o", lr="1e-4"), "lr must be a number, got '1e-4'"),
+        (DotConfig(data="d", out_dir="o", epochs=1.5), "epochs must be a whole number, got 1.5"),
+        (CatConfig(data="d", out_dir="o", first_stages="bm25"), "first_stages must be a list"),
+        (CatConfig(data="d", out_dir="o", max_length=True), "max_length must be a whole number"),
+    ],
+)
+def test_a_python_caller_gets_a_setting_error_for_a_value_of_the_wrong_type(config, message):
+    with pytest.raises(SettingError, match=re.escape(message)):
+        config.validate()
+
+
+def test_a_value_of_the_right_type_passes_whatever_its_class():
+    import numpy as np
+
+    DotConfig(data="d", out_dir="o", lr=1, epochs=np.int64(2)).validate()
+    DotConfig(data="d", out_dir="o", lr=np.float32(1e-4), epochs=np.int64(2)).validate()
+    CatConfig(data="d", out_dir="o", first_stages=["bm25"], max_length=None).validate()
+
+
+@pytest.mark.parametrize("overrides", [{"negatives": "none"}, {"n_negatives": 0}])
+def test_batch_size_1_without_hard_negatives_is_refused(overrides):
+    """No in-batch negative and no hard one: the loss would be 0 at every step."""
+    with pytest.raises(SettingError, match=r"batch_size must be >= 2 without hard negatives"):
+        DotConfig(data="d", out_dir="o", batch_size=1, **overrides).validate()
+    DotConfig(data="d", out_dir="o", batch_size=1).validate()  # one bm25 negative each: fine
+    DotConfig(data="d", out_dir="o", batch_size=2, **overrides).validate()
+
+
+def test_an_out_dir_that_is_or_holds_the_base_model_is_refused_before_any_work(
+    tiny_bert_dir, tiny_beir_dir, tmp_path
+):
+    model = tmp_path / "run" / "trained"
+    shutil.copytree(tiny_bert_dir, model)
+    before = sorted(p.name for p in model.iterdir())
+    for cls, out, base in [
+        (DotConfig, model, model),  # train dot DATA OUT --base OUT
+        (CatConfig, model.parent, model),  # --base OUT/trained: the check's own folder
+        (DotConfig, tmp_path / "run" / "." / "trained", str(model)),
+    ]:
+        config = cls(data=tiny_beir_dir, out_dir=out, base=str(base), overwrite=True)
+        with pytest.raises(DotcatError, match=r"OUT_DIR is \(or holds\) the folder of the model"):
+            config.check_files()
+    assert sorted(p.name for p in model.iterdir()) == before
+    elsewhere = DotConfig(data=tiny_beir_dir, out_dir=tmp_path / "other", base=str(model))
+    dataclasses.replace(elsewhere, split="test").check_files()

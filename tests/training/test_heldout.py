@@ -107,6 +107,11 @@ def test_the_split_a_run_trains_on(toy_data):
     many = [f"q{i}" for i in range(120)]
     train_ids, dev = split_queries(config, many)  # 100 or more: the dev split is the check's
     assert 0 < len(dev) < len(many) and sorted(train_ids + dev) == sorted(many)
+    assert not config.kfold(len(many))
+    # No dev split asked for (or too small a share to make one): the folds judge the run.
+    for share in (0.0, 0.02):
+        undivided = _cat(toy_data, "out", "base", dev_fraction=share)
+        assert undivided.kfold(len(many)) and split_queries(undivided, many) == (many, [])
 
 
 def test_a_reranker_the_folds_show_no_better_keeps_weight_0_and_says_so(
@@ -161,8 +166,9 @@ def test_a_reranker_the_folds_show_better_keeps_the_weight_it_chose(
 def test_a_bi_encoder_not_shown_better_leaves_the_base_model_where_index_looks(
     toy_data, tiny_bert_dir, tmp_path
 ):
-    """The hybrid already answers every query: ``OUT_DIR`` gets the base model back (its vectors
-    are the base's), the trained one moves to ``OUT_DIR/trained``."""
+    """The hybrid already answers every query: ``OUT_DIR`` gets the base model back as it
+    searches (its vectors, pooling, similarity and length are the base's, not the ones the run
+    trained with), the trained one moves to ``OUT_DIR/trained``."""
     out = train(DotConfig(
         data=toy_data, out_dir=tmp_path / "dot", base=str(tiny_bert_dir), pooling="mean",
         similarity="cos", window=(1, 10), n_negatives=1, epochs=1, batch_size=4, lr=1e-3,
@@ -179,6 +185,13 @@ def test_a_bi_encoder_not_shown_better_leaves_the_base_model_where_index_looks(
         return BiEncoder.load(config).encode_documents(["insulin glucose", "bone calcium"])
 
     np.testing.assert_allclose(vectors(out), vectors(tiny_bert_dir), atol=1e-5)
+    kept, base = (BiEncoder.load(EncoderConfig(model=str(m), device="cpu", precision="fp32"))
+                  for m in (out, tiny_bert_dir))  # fmt: skip
+    assert (kept.pooling, kept.similarity, kept.max_length) == (
+        base.pooling, base.similarity, base.max_length,
+    ) != ("mean", "cos", 32)  # fmt: skip
+    trained = BiEncoder.load(EncoderConfig(model=str(out / "trained"), device="cpu"))
+    assert (trained.pooling, trained.similarity, trained.max_length) == ("mean", "cos", 32)
     assert not np.allclose(vectors(out / "trained"), vectors(tiny_bert_dir), atol=1e-5)
     from dotcat.models.resolve import weights_fingerprint
 

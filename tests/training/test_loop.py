@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from dotcat.errors import DotcatError
 from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.training.config import DotConfig
+from dotcat.training.loop import prepare_out_dir
 from dotcat.training.recipe import resolve_bf16
 
 
@@ -12,3 +16,23 @@ def test_bf16_auto_follows_the_hardware():
     assert resolve_bf16("auto", torch.device("cpu")) is cpu_has_native_bf16()
     assert resolve_bf16("off", torch.device("cpu")) is False
     assert resolve_bf16("on", torch.device("cpu")) is True
+
+
+def test_overwrite_clears_every_file_an_earlier_run_wrote_and_nothing_else(tmp_path):
+    """A ``cat`` run overwritten by a ``dot`` run keeps neither the cross-encoder's record nor
+    a model the check set aside (``trained/``, which the docs point ``index`` at)."""
+    out = tmp_path / "run"
+    written = ["dotcat_training.json", "dotcat_cross_encoder.json", "model.safetensors",
+               "config.json", "tokenizer.json", "modules.json", "teacher.json.gz"]  # fmt: skip
+    for name in [*written, "notes.txt", "negatives.jsonl.gz"]:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("{}")
+    for folder in ("trained", "1_Pooling", "checkpoints/step-00000004", "heldout"):
+        (out / folder).mkdir(parents=True)
+        (out / folder / "config.json").write_text("{}")
+    with pytest.raises(DotcatError, match="holds an earlier training run"):
+        prepare_out_dir(out, DotConfig(data="d", out_dir=out))
+    reused = out / "negatives.jsonl.gz"  # the run reads it: kept
+    prepare_out_dir(out, DotConfig(data="d", out_dir=out, overwrite=True, negatives_file=reused))
+    assert sorted(p.name for p in out.iterdir()) == ["negatives.jsonl.gz", "notes.txt"]
+    prepare_out_dir(out, DotConfig(data="d", out_dir=out))  # no earlier run left: no refusal

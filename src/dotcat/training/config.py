@@ -40,6 +40,7 @@ from dotcat.options import (
     at_least,
     auto_float,
     device_checks,
+    first_failure,
     int_or_word,
     negative_is_none,
     one_of,
@@ -115,14 +116,20 @@ def is_lexical(teacher: object) -> bool:
 
 
 def check_inputs(data: str | Path, out_dir: str | Path, model: str) -> None:
-    """A run's data (a BEIR dir or corpus file), its output folder (creatable, not a file)
+    """A run's data (a BEIR dir or corpus file), its output folder (creatable, not a file, and
+    neither the starting model's folder nor one holding it: the run writes its model there)
     and its starting model (a model directory), checked without loading any of them."""
     find_corpus_file(data)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DotcatError(f"{out_dir}: exists and is not a directory")
     check_can_create_in(out_dir)
-    check_model(model)
+    start = check_model(model).resolve()
+    if out_dir.resolve() in (start, *start.parents):
+        raise DotcatError(
+            f"{out_dir}: OUT_DIR is (or holds) the folder of the model training starts from "
+            f"({model}): training would overwrite it; give another OUT_DIR"
+        )
 
 
 def check_labels(
@@ -138,6 +145,22 @@ def check_labels(
         raise DotcatError(f"{data}: {what}; give the queries and qrels files as well")
     find_queries_file(queries if queries is not None else data)
     find_qrels_file(qrels if qrels is not None else data, split)
+
+
+def type_checks(config: Any) -> list[Check]:
+    """A number where a field holds one (whole for an ``int``), a list where it holds a tuple: a
+    Python caller's ``"8"``, ``1.5`` epochs or ``"bm25"`` as first stages is refused in one line,
+    not a TypeError deep in the run (checked first: the other checks compare numbers)."""
+    out = []
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), str(f.type).removesuffix(" | None")
+        wanted = {"int": numbers.Integral, "float": numbers.Real}.get(kind)
+        wanted = tuple | list if kind.startswith("tuple") else wanted
+        if wanted is not None and (value is not None or kind == f.type):
+            ok = isinstance(value, wanted) and not isinstance(value, bool)
+            what = {"int": "a whole number", "float": "a number"}.get(kind, "a list or tuple")
+            out.append((ok, f.name, f"{f.name} must be {what}, got {value!r}"))
+    return out
 
 
 def check_window(window: Sequence[int]) -> tuple[int, int]:
@@ -217,8 +240,8 @@ class TrainConfig(Settings):
     show_progress: bool = setting(True, help="Progress bars (rank 0 only).", cli=False)
     check: bool = setting(
         True,
-        help="Check the trained model on held-out judged queries (k-fold under 100 queries, "
-        "else the dev split); where no gain shows, the first stage stays the default.",
+        help="Check the trained model on held-out judged queries (k-fold under 100 queries or no "
+        "dev split, else the dev split); where no gain shows, the first stage stays the default.",
         flags=("--check/--no-check",),
     )
     check_folds: int = setting(5, help="Folds of the held-out check (k-fold).")
@@ -228,8 +251,14 @@ class TrainConfig(Settings):
 
     def kfold(self, n_queries: int) -> bool:
         """Whether the held-out check of a run on ``n_queries`` is k-fold (then every query
-        trains: no dev split) rather than the dev split."""
-        return self.check and n_queries < KFOLD_BELOW
+        trains: no dev split) rather than the dev split: under ``KFOLD_BELOW`` queries, or
+        where ``dev_fraction`` holds out no dev split (0, or under ``min_dev_queries``)."""
+        few = n_queries < KFOLD_BELOW or n_queries * self.dev_fraction < self.min_dev_queries
+        return self.check and few
+
+    def validate(self) -> None:
+        first_failure(type_checks(self))
+        super().validate()
 
     def checks(self) -> list[Check]:
         """Every shared setting's check; subclasses add theirs."""
@@ -313,7 +342,7 @@ class DotConfig(TrainConfig):
     )
 
     def checks(self) -> list[Check]:
-        triplet = self.loss == "triplet"
+        hard = self.n_negatives >= 1 and (self.negatives != "none" or bool(self.negatives_file))
         return [
             *super().checks(),
             at_least("cache_chunk_size", self.cache_chunk_size or None, 1),
@@ -324,14 +353,16 @@ class DotConfig(TrainConfig):
             at_least("query_max_length", self.query_max_length, 2),
             at_least("dev_max_docs", self.dev_max_docs, 1),
             (
-                not triplet or self.negatives != "none" or self.negatives_file is not None,
+                self.loss != "triplet" or hard,
                 "negatives",
-                "the triplet loss needs hard negatives: use negatives bm25 or dense",
+                "the triplet loss needs hard negatives: use negatives bm25 or dense and "
+                "n_negatives >= 1",
             ),
             (
-                not triplet or self.n_negatives >= 1,
-                "n_negatives",
-                "the triplet loss needs n_negatives >= 1",
+                self.batch_size >= 2 or hard,
+                "batch_size",
+                "batch_size must be >= 2 without hard negatives (in-batch negatives are then "
+                f"the only ones), got {self.batch_size}",
             ),
             (
                 not (self.remine_each_epoch and self.negatives == "none"),

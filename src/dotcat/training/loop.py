@@ -62,6 +62,13 @@ RECORD_FORMAT = "dotcat-training"
 #: Where the held-out check keeps its folds' work (:mod:`dotcat.training.heldout`).
 HELDOUT_DIR = "heldout"
 DEV_MEASURE = "nDCG@10"
+#: What training writes in OUT_DIR (records, work, any recipe's model, ``trained/``, a
+#: pre-training): what ``overwrite`` removes, so nothing of an earlier run stays; nothing else.
+RUN_FILES = (
+    "dotcat_*.json", CHECKPOINTS_DIR, HELDOUT_DIR, "trained", "pretrain", "negatives*.jsonl.gz",
+    "teacher*", "student_start*", "model.safetensors", "config*.json", "tokenizer*", "vocab.txt",
+    "*tokens*.json", "modules.json", "1_Pooling", "2_Normalize", "sentence_bert_config.json",
+)  # fmt: skip
 #: Config fields that may differ on resume without changing what is trained.
 RESUME_FREE = frozenset(
     {"resume", "overwrite", "stop_after_steps", "checkpoint_every", "keep_checkpoints"}
@@ -92,13 +99,12 @@ def finished(out_dir: Path, kind: str, epochs: int) -> bool:
     )
 
 
-def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[str]) -> None:
-    """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting."""
+def prepare_out_dir(out_dir: Path, config: TrainConfig) -> None:
+    """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting;
+    overwriting removes what training writes (:data:`RUN_FILES`) but what the run reads."""
     if not out_dir.exists():
         out_dir.mkdir(parents=True)
         return
-    if not out_dir.is_dir():
-        raise DotcatError(f"{out_dir}: exists and is not a directory")
     earlier = (out_dir / TRAINING_RECORD).exists() or (out_dir / CHECKPOINTS_DIR).exists()
     if not earlier or config.resume:
         return
@@ -108,11 +114,17 @@ def prepare_out_dir(out_dir: Path, config: TrainConfig, stale_files: Sequence[st
             "(--overwrite)"
         )
     logger.warning("overwriting the training run in %s", out_dir)
-    shutil.rmtree(out_dir / CHECKPOINTS_DIR, ignore_errors=True)
-    shutil.rmtree(out_dir / HELDOUT_DIR, ignore_errors=True)
-    for pattern in (*stale_files, TRAINING_RECORD):
+    values = [getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "out_dir"]
+    named = [v for value in values for v in (value if isinstance(value, tuple) else (value,))]
+    reads = [Path(v).resolve() for v in named if isinstance(v, str | Path) and v]
+    for pattern in RUN_FILES:
         for stale in out_dir.glob(pattern):
-            stale.unlink()
+            if any(p == stale.resolve() or stale.resolve() in p.parents for p in reads):
+                continue  # e.g. --negatives-file OUT_DIR/negatives.jsonl.gz: the run reads it
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
 
 
 def check_resumed_config(recorded: Mapping[str, Any], config: TrainConfig) -> None:
@@ -189,7 +201,7 @@ def train(recipe: Recipe, config: TrainConfig, ctx: DistributedContext | None = 
     ctx = ctx or DistributedContext()
     out_dir = Path(config.out_dir)
     if ctx.is_main:
-        prepare_out_dir(out_dir, config, recipe.stale_files)
+        prepare_out_dir(out_dir, config)
     ctx.barrier()
     seed_everything(config.seed, ctx.rank)
     recipe.prepare()

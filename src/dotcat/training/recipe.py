@@ -40,7 +40,6 @@ class Recipe:
         model: the module whose parameters train (unwrapped: never the DDP wrapper).
         trained: what a fold of the held-out check ranks its held-out queries with (``model``,
             or the cross-encoder around it).
-        stale_files: file patterns in the output directory that ``overwrite`` removes.
         base_is_candidate: whether the starting model may be kept as the best (epoch 0).
         negatives_name, fold_files: what the held-out check's folds reuse of the run
             (:mod:`dotcat.training.heldout`).
@@ -58,7 +57,6 @@ class Recipe:
     kind: str
     model: torch.nn.Module
     trained: Any
-    stale_files: tuple[str, ...]
     base_is_candidate: bool
     negatives_name = NEGATIVES_FILE
     fold_files: tuple[str, ...] = ()

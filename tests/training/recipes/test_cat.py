@@ -282,3 +282,20 @@ def test_resume_keeps_the_dev_chosen_interpolation_weight(toy_data, tiny_bert_di
     assert want and got == want
     saved = json.loads((split / "dotcat_cross_encoder.json").read_text())
     assert saved["interpolation_alpha"] == want["alpha"]
+
+
+def test_the_dev_lists_are_at_dev_depth_whatever_the_negatives_depth(
+    toy_data, tiny_bert_dir, tmp_path
+):
+    """``--depth 2`` draws negatives from each first stage's top 2; the dev lists, which judge
+    the re-ranker and choose its weight, stay at search's depth (``dev_depth``), fresh or
+    resumed."""
+    lists = []
+    for resume in (False, True):
+        config = _config(toy_data, tmp_path / "run", tiny_bert_dir, depth=2, resume=resume)
+        recipe = CatRecipe(config, CatRecipe.context(config.device))
+        (tmp_path / "run").mkdir(exist_ok=True)
+        recipe.prepare()
+        lists.append(recipe.dev_first)
+    assert lists[0] and {len(docs) for docs in lists[0].values()} == {5}
+    assert lists[1] == lists[0]

@@ -97,7 +97,6 @@ class CatRecipe(Recipe):
     """BERT_CAT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
     kind = "cat"
-    stale_files = (NEGATIVES_FILE, TEACHER_FILE)
     # Epoch 0 is the first stage alone: a score to beat, not a model to keep.
     base_is_candidate = False
     fold_files = (TEACHER_FILE,)
@@ -114,11 +113,11 @@ class CatRecipe(Recipe):
         ``pretrain_queries``: the number ``auto`` resolved to), or None when the pre-training
         stopped before its end (resume finishes it). A finished pre-training is not run again.
         """
+        # Refuse a busy output directory (or clear it) before the pre-training, not after it.
+        prepare_out_dir(Path(config.out_dir), config)
         config = dataclasses.replace(config, pretrain_queries=resolve_pretrain_queries(config))
         if not config.pretrain_queries:
             return config
-        # Refuse a busy output directory before the pre-training, not after it.
-        prepare_out_dir(Path(config.out_dir), config, cls.stale_files)
         pre = pretrain_config(config)
         pre_dir = Path(pre.out_dir)
         if not (pre.resume and finished(pre_dir, cls.kind, pre.epochs)):
@@ -159,7 +158,8 @@ class CatRecipe(Recipe):
         first_run = self._pools(data.queries)
         # The first stage's lists re-ranked on dev, or by the k-fold check's folds: every query.
         ranked = data.queries if config.kfold(len(data.queries)) else self.dev_queries
-        if ranked and first_run is None:  # pools read back: the first stage again
+        # Pools read back, or mined at another depth than the dev lists': the first stage again.
+        if ranked and (first_run is None or config.depth != config.dev_depth):
             first_run = first_stage_run(config.first_stages[0], data, ranked, config.dev_depth)
         self.mining_seconds = time.perf_counter() - t0
         self.pools = with_judged_negatives(self.pools, data.qrels, list(data.queries)) or {}

@@ -83,7 +83,6 @@ class DistillRecipe(DotRecipe):
     """The ``dot`` recipe with a teacher's scores in the loss (see the module docstring)."""
 
     kind = "distill"
-    stale_files = (*DotRecipe.stale_files, TEACHER_FILE, DENSE_TEACHER_FILE, STUDENT_START_FILE)
 
     def __init__(self, config: DistillConfig, ctx: DistributedContext) -> None:
         super().__init__(config, ctx)

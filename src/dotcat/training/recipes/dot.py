@@ -105,7 +105,6 @@ class DotRecipe(Recipe):
     """BERT_DOT trained by :func:`dotcat.training.loop.train` (see the module docstring)."""
 
     kind = "dot"
-    stale_files = ("negatives*.jsonl.gz",)
     base_is_candidate = True
     negatives_meta: dict[str, Any]
     _negatives_epoch: int | None = None
@@ -327,8 +326,10 @@ class DotRecipe(Recipe):
     def judge(self, lists: Mapping[str, Any], parts: Sequence[Sequence[str]], method: str) -> Any:
         """Each held-out query's BM25 top ``DEV_DEPTH`` ranked by the hybrid a new index
         searches with (dense and BM25 fused by :func:`~dotcat.search.fusion.default_fusion`),
-        the dense score the trained model's, against the same with the base model's."""
-        base = self.heldout_lists(self._load(self.base_path), list(lists))
+        the dense score the trained model's, against the same with the base model's (as it
+        searches: its own pooling, similarity and length, whatever the run trained with)."""
+        base = TrainableBiEncoder.from_pretrained(self.base_path).to(self.ctx.device)
+        base = self.heldout_lists(base, list(lists))
         bm25 = {q: self._bm25_pool[q] for q in lists}
         fusion = default_fusion()
         trained = fusion.fuse_runs(lists, bm25)
@@ -344,7 +345,7 @@ class DotRecipe(Recipe):
             logger.info(line)
             return {"check": {"kept": "trained", "line": line}}
         self._load(out).save(out / TRAINED_DIR)
-        self._load(self.base_path).save(out)
+        TrainableBiEncoder.from_pretrained(self.base_path).save(out)  # as it is: its settings
         line = (
             f"held-out check: {figures}: not shown better, so {out} holds the base model; the "
             f"trained one is in {out / TRAINED_DIR}"
