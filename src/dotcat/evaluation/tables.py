@@ -37,7 +37,9 @@ def format_table(
     """
     if isinstance(reports, EvalReport):
         reports = {name: reports}
-    columns = list(measures) if measures is not None else _all_measures(reports.values())
+    if measures is None:
+        measures = dict.fromkeys(m for report in reports.values() for m in report.aggregate)
+    columns = list(measures)
     header = ["system", *columns] + (["queries"] if show_queries else [])
     rows = []
     for system, report in reports.items():
@@ -155,15 +157,6 @@ def to_json(report: EvalReport) -> dict[str, Any]:
             for q, values in report.per_query.items()
         },
     }
-
-
-def _all_measures(reports) -> list[str]:
-    seen: list[str] = []
-    for report in reports:
-        for m in report.aggregate:
-            if m not in seen:
-                seen.append(m)
-    return seen
 
 
 def _fmt(value: float | None, digits: int) -> str:

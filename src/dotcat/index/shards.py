@@ -244,11 +244,7 @@ class ShardSet:
         ]
         scores = np.concatenate([s for s, _ in parts], axis=1)
         positions = np.concatenate(
-            [
-                np.where(p >= 0, p + off, -1)
-                for (_, p), off in zip(parts, self.offsets, strict=False)
-            ],
-            axis=1,
+            [np.where(p >= 0, p + self.offsets[i], -1) for i, (_, p) in enumerate(parts)], axis=1
         )
         scores, positions = faiss_index.order_ties(scores, positions)
         k = min(k, scores.shape[1])
@@ -483,6 +479,7 @@ def _merged_manifest(
     """The merged index's manifest: the shards' encoder, the FAISS index written in ``tmp``,
     the shards it came from (``(dir, documents, manifest)`` in shard order)."""
     index = faiss.read_index(str(tmp / INDEX_NAME), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    entry = faiss_index.manifest_entry(index, spec, dict(faiss_index.DEFAULT_SEARCH_PARAMS), "cpu")
     first = next((m for _, _, m in merged if m.passages), merged[0][2])
     passages = None
     if first.passages:
@@ -491,12 +488,7 @@ def _merged_manifest(
         passages = {**settings, "count": count, "next_pid": count}
     return Manifest(
         encoder=first.encoder,
-        faiss={
-            **faiss_index.manifest_entry(
-                index, spec, dict(faiss_index.DEFAULT_SEARCH_PARAMS), "cpu"
-            ),
-            "on_disk": on_disk,
-        },
+        faiss={**entry, "on_disk": on_disk},
         documents={
             "count": sum(c for _, c, _ in merged),
             "merged_from": [
@@ -624,19 +616,13 @@ def _wants_on_disk(ivf: Any, n: int, on_disk: str) -> bool:
     if on_disk != "auto":
         return on_disk == "yes"
     lists_bytes = n * (ivf.code_size + 8)  # codes and int64 ids
-    available = _available_memory()
-    return available is not None and lists_bytes > ON_DISK_SHARE * available
-
-
-def _available_memory() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found = (int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+            kib = next(found, None)
     except (OSError, ValueError):
-        pass
-    return None
+        kib = None
+    return kib is not None and lists_bytes > ON_DISK_SHARE * kib * 1024
 
 
 def _merge_on_disk(index: faiss.Index, vectors: Sequence, tmp: Path, show_progress: bool) -> None:

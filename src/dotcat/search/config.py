@@ -11,6 +11,7 @@ help text and, for a closed list, its choices (:mod:`dotcat.options`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from dotcat.options import (
     setting,
     within,
 )
-from dotcat.search.filters import FilterError, check_filter, parse_filter
+from dotcat.search.filters import check_filter, parse_filter
 from dotcat.search.stages import entry, first_stage_choices
 
 INTERPOLATE_HELP = (
@@ -96,23 +97,15 @@ def parse_interpolate(value: str | float | None) -> float | None:
     return alpha
 
 
-def _filter_check(text: str | None) -> Check:
-    """A filter's syntax (its fields are checked against an index: :func:`check_pipeline`)."""
+def _parse_check(name: str, parse: Callable[[Any], Any], value: Any) -> Check:
+    """The setting ``name`` as ``parse`` reads it (a filter: its syntax; its fields are checked
+    against an index by :func:`check_pipeline`)."""
     try:
-        if text is not None:
-            parse_filter(text)
-    except FilterError as e:
-        return (False, "filter", str(e))
-    return (True, "filter", "")
-
-
-def _interpolate_check(value: str | float) -> Check:
-    """``interpolate`` as :func:`parse_interpolate` reads it."""
-    try:
-        parse_interpolate(value)
+        if value is not None:
+            parse(value)
     except SettingError as e:
-        return (False, "interpolate", str(e))
-    return (True, "interpolate", "")
+        return (False, name, str(e))
+    return (True, name, "")
 
 
 @dataclass(frozen=True, repr=False)
@@ -235,10 +228,10 @@ class PipelineConfig(Settings):
             *self.feedback_checks(),
             *device_checks("device", self.device),
             *precision_checks("precision", self.precision, self.device),
-            _interpolate_check(self.interpolate),
+            _parse_check("interpolate", parse_interpolate, self.interpolate),
             at_least("nprobe", self.nprobe, 1),
             at_least("ef_search", self.ef_search, 1),
-            _filter_check(self.filter),
+            _parse_check("filter", parse_filter, self.filter),
         ]
 
     @property

@@ -180,14 +180,11 @@ def _batches(ids: list[str], queries: Mapping[str, str], limits: Mapping[str, in
 def _hit(hit: dict[str, Any], full_text: bool) -> Hit:
     """A hit as a local search gives it: with ``full_text``, the whole text and where the
     passage that matched lies in it; else the snippet (and no offsets: they are the text's)."""
-    kind, fields = hit["score_kind"], hit.get("fields") or {}
-    if not full_text:
-        return Hit(hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["snippet"], kind,
-                   fields=fields)  # fmt: skip
-    passage = hit.get("passage") or {}
+    text = hit["text"] if full_text else hit["snippet"]
+    passage = (hit.get("passage") or {}) if full_text else {}
     return Hit(
-        hit["rank"], hit["doc_id"], hit["score"], hit["title"], hit["text"], kind,
-        passage.get("start"), passage.get("stop"), fields=fields,
+        hit["rank"], hit["doc_id"], hit["score"], hit["title"], text, hit["score_kind"],
+        passage.get("start"), passage.get("stop"), fields=hit.get("fields") or {},
     )  # fmt: skip
 
 
