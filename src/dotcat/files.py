@@ -197,18 +197,14 @@ def _why_unwritable(path: Path) -> str:
     if fs.f_flag & getattr(os, "ST_RDONLY", 1):
         return "is on a read-only file system"
     if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-        return f"belongs to user {owner_name(info.st_uid)}"
+        try:
+            import pwd  # (none on Windows)
+
+            owner = pwd.getpwuid(info.st_uid).pw_name
+        except (ImportError, KeyError):  # not in the user database: its number
+            owner = str(info.st_uid)
+        return f"belongs to user {owner}"
     return f"is read-only ({stat.filemode(info.st_mode)})"
-
-
-def owner_name(uid: int) -> str:
-    """A user's name (its number where the user database has none)."""
-    try:
-        import pwd  # (none on Windows)
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        return str(uid)
 
 
 def remove_tree(path: str | os.PathLike) -> None:

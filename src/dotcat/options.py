@@ -210,17 +210,6 @@ def first_failure(checks: Iterable[Check]) -> None:
             raise SettingError(name, message)
 
 
-def choice_checks(config: Any) -> list[Check]:
-    """One :func:`one_of` per field declared with choices (None passes: "decide for me")."""
-    out = []
-    for f in dataclasses.fields(config):
-        choices = _listed(f.metadata.get("choices"))
-        value = getattr(config, f.name)
-        if choices is not None and value is not None:
-            out.append(one_of(f.name, value, choices))
-    return out
-
-
 def _listed(choices: Any) -> tuple | None:
     """A field's choices: the tuple, or what its function lists now."""
     return tuple(choices()) if callable(choices) else choices
@@ -279,7 +268,10 @@ class Settings:
 
     def validate(self) -> None:
         """Raise :class:`~dotcat.errors.SettingError` for the first value that cannot work."""
-        first_failure(choice_checks(self))
+        for f in dataclasses.fields(self):  # a field declared with choices (None passes)
+            choices, value = _listed(f.metadata.get("choices")), getattr(self, f.name)
+            if choices is not None and value is not None:
+                first_failure([one_of(f.name, value, choices)])
         first_failure(self.checks())
         self.check_applies(self._changed())
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import groupby
 from operator import itemgetter
-from typing import TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 #: One query's results, best first: ``[(doc_id, score), ...]``.
 Ranking = Sequence[tuple[str, float]]
@@ -29,8 +27,8 @@ Qrels = Mapping[str, Mapping[str, int]]
 
 
 def trec_order(
-    ranking: Iterable[T], doc: Callable[[T], str] = itemgetter(0), score=itemgetter(1)
-) -> list[T]:
+    ranking: Iterable[Any], doc: Callable[[Any], str] = itemgetter(0), score=itemgetter(1)
+) -> list[Any]:
     """``ranking`` (best first) with each run of tied scores by descending document id: the
     order trec_eval ranks a run in (by score, ties by ``docno`` descending), for a run that
     holds no order of its own (a run file read back, an ``id -> score`` mapping evaluated)."""

@@ -210,6 +210,7 @@ def test_manifest_entry(tiny):
         "dim": 32,
         "query_prefix": "",
         "document_prefix": "",
+        "do_lower_case": True,  # the tiny BERT's uncased tokenizer
         "precision": "fp32",
         "backend": "torch",
         "queries": {"precision": "fp32", "backend": "torch"},

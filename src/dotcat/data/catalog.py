@@ -351,7 +351,14 @@ def _download_and_unpack(entry: Entry, target: Path, retry_waits) -> None:
         got = download(entry.url, part, md5=entry.md5, size=(recorded or {}).get("size"),
                        desc=entry.name, **options)  # fmt: skip
     except DownloadError as e:
-        raise DotcatError(_download_message(entry, e)) from None
+        text = f"cannot download {entry.name}: {e}"
+        if e.offline:
+            text += (
+                f"; fetch it on a machine with network with `dotcat datasets get {entry.name} "
+                f"DIR`, then copy DIR here and give its path (or put it at "
+                f"{cached_dir(entry.name)})"
+            )
+        raise DotcatError(text) from None
     if recorded is not None and got.sha256 != recorded["sha256"]:
         part.unlink()
         raise DotcatError(
@@ -373,16 +380,6 @@ def _download_and_unpack(entry: Entry, target: Path, retry_waits) -> None:
     if entry.md5 is None and recorded is None:
         _record_checksums(entry.url, got)
     part.unlink(missing_ok=True)
-
-
-def _download_message(entry: Entry, error: DownloadError) -> str:
-    text = f"cannot download {entry.name}: {error}"
-    if error.offline:
-        text += (
-            f"; fetch it on a machine with network with `dotcat datasets get {entry.name} DIR`, "
-            f"then copy DIR here and give its path (or put it at {cached_dir(entry.name)})"
-        )
-    return text
 
 
 def _record(entry: Entry, got: Downloaded) -> dict:

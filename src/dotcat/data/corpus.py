@@ -187,8 +187,7 @@ def iter_corpus(
     Memory: one set of the ids seen (needed to detect duplicates), nothing else.
     """
     source = open_source(path, options)
-    if stats is None:
-        stats = CorpusStats()
+    stats = stats if stats is not None else CorpusStats()
     stats.reset()
     stats.path, stats.kind = source.describe(), source.kind
     if isinstance(source, FolderSource):

@@ -137,7 +137,11 @@ def guess(data: bytes) -> tuple[str, bool] | None:
     from charset_normalizer import from_bytes  # only files that are not UTF-8 need it
 
     head = data[:DETECT_BYTES]
-    if _mostly_utf8(head):
+    # Most characters beyond ASCII well-formed UTF-8 (a line in another encoding pasted in, or a
+    # character cut at the end, leaves a few bytes that are not): UTF-8.
+    replaced = head.decode("utf-8", "replace")
+    bad = replaced.count("\ufffd")
+    if len(_NOT_ASCII.findall(replaced)) - bad > bad:
         return "utf-8", False
     best = next(iter(from_bytes(head)), None)
     detected = codecs.lookup(best.encoding).name if best is not None else None
@@ -181,14 +185,6 @@ SCRIPTS = (
     ("koi8-r", cyrillic),
     ("koi8-u", cyrillic),
 )
-
-
-def _mostly_utf8(data: bytes) -> bool:
-    """Whether most characters beyond ASCII are well-formed UTF-8 (a line in another encoding
-    pasted in, or a character cut at the end, leaves a few bytes that are not)."""
-    replaced = data.decode("utf-8", "replace")
-    bad = replaced.count("\ufffd")
-    return len(_NOT_ASCII.findall(replaced)) - bad > bad
 
 
 def _same(data: bytes, encoding: str, text: str) -> bool:

@@ -61,14 +61,6 @@ def find_qrels_file(path: str | Path, split: str = "test") -> Path:
     return find_one(qrels_dir, names, f"{split!r} qrels")
 
 
-def _split_fields(text: str) -> list[str]:
-    """Tab-separated fields, or whitespace-separated ones when tabs do not give 3 or 4."""
-    fields = [f.strip() for f in text.split("\t")]
-    if len(fields) not in (3, 4):
-        fields = text.split()
-    return fields
-
-
 def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str, str, int]]:
     """Each judgement of a qrels file (or a BEIR directory's split) with its line:
     ``(line, qid, docid, relevance)``, in file order; the format checks of :func:`load_qrels`
@@ -77,7 +69,9 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
     columns = 0
     columns_line = 0
     for lineno, text in iter_lines(file):
-        fields = _split_fields(text)
+        fields = [f.strip() for f in text.split("\t")]
+        if len(fields) not in (3, 4):  # whitespace-separated where tabs do not give 3 or 4
+            fields = text.split()
         if not columns:
             if fields[0].lower() in _HEADER_FIRST and not is_integer(fields[-1]):
                 continue  # a header: BEIR's "query-id corpus-id score", "qid iter docid rel"

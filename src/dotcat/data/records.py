@@ -257,18 +257,12 @@ def _read_text(path: Path, encoding: str | None = None) -> str:
         raise DataFormatError(path, None, f"cannot read: {e}") from None
 
 
-def _open_text(path: Path, encoding: str | None = None):
-    """A text stream for :mod:`csv`: UTF-8 (a byte-order mark dropped) or ``encoding``,
-    plain or gzipped."""
-    opener = gzip.open if is_gzipped(path) else open
-    return opener(path, "rt", encoding=encoding or "utf-8-sig", newline="")
-
-
 def _csv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterator[Record]:
     """A CSV file with a header row; each later row is a record under the header's names."""
     csv.field_size_limit(2**31 - 1)  # documents are longer than csv's 128 KiB default
-    try:
-        with _open_text(path, encoding) as f:
+    opener = gzip.open if is_gzipped(path) else open
+    try:  # UTF-8 (a byte-order mark dropped) or ``encoding``
+        with opener(path, "rt", encoding=encoding or "utf-8-sig", newline="") as f:
             header: list[str] | None = None
             for line, row in _csv_rows(csv.reader(f)):
                 if header is None:

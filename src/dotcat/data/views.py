@@ -33,14 +33,6 @@ def _stat(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
-def view_key(corpus: str | Path, queries: str | Path, qrels: str | Path, split: str) -> str:
-    """What a view depends on: the corpus's identity (a folder's listing, a file's size and
-    time), the queries and qrels files' sizes and times, the split's name."""
-    identity = open_source(corpus).identity()
-    parts = [identity, _stat(find_queries_file(queries)), _stat(find_qrels_file(qrels)), split]
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
-
-
 def beir_view(
     corpus: str | Path, queries: str | Path, qrels: str | Path, split: str = "test"
 ) -> Path:
@@ -52,7 +44,12 @@ def beir_view(
     """
     root = cache_root() / "views"
     name = Path(str(corpus)).name or "corpus"
-    target = root / f"{name}-{view_key(corpus, queries, qrels, split)}"
+    # What the view depends on: the corpus's identity (a folder's listing, a file's size and
+    # time), the queries and qrels files' sizes and times, the split's name.
+    identity = open_source(corpus).identity()
+    parts = [identity, _stat(find_queries_file(queries)), _stat(find_qrels_file(qrels)), split]
+    key = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+    target = root / f"{name}-{key}"
     if (target / _MARKER).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import tempfile
 import time
 import unicodedata
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -251,8 +251,6 @@ class BM25Index:
                 batches), or an iterable of documents: objects with ``id``/``title``/``text``
                 attributes (``dotcat.data.Document``) or mappings with ``id`` (or ``_id``),
                 ``title`` and ``text``. A missing title or text counts as empty.
-            config: analysis and scoring settings.
-            show_progress: a progress bar over the documents tokenized.
 
         Raises:
             DotcatError: empty corpus, a document without id, or a repeated id.
@@ -266,7 +264,7 @@ class BM25Index:
         token_ids: list[array] = []
         texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
         stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
-        total = _length(corpus)
+        total = len(corpus) if isinstance(corpus, Sized) else None
         for ids in progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress):
             token_ids.append(array("i", ids))
         if not doc_ids:
@@ -709,13 +707,6 @@ def _iter_fields(corpus: Iterable[Any], doc_ids: list[str]) -> Iterator[tuple[st
         doc_id, title, text = document_fields(doc, n)
         doc_ids.append(doc_id)
         yield title, text
-
-
-def _length(corpus: Any) -> int | None:
-    try:
-        return len(corpus)
-    except TypeError:
-        return None
 
 
 def _check_unique(doc_ids: list[str]) -> None:

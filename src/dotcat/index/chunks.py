@@ -96,7 +96,11 @@ class ChunkStore:
         self.row_bytes = dim * 4
         if not self.path.exists():
             self._create()
-        self.offset = _data_offset(self.path, n, dim)
+        with open(self.path, "rb") as f:  # the rows start after the header, checked
+            shape, fortran, dtype = npy_header(f)
+            if shape != (n, dim) or fortran or dtype != np.dtype("<f4"):
+                raise DotcatError(f"{f.name}: holds {dtype} {shape}, expected float32 {(n, dim)}")
+            self.offset = f.tell()
 
     @property
     def n_chunks(self) -> int:
@@ -204,15 +208,6 @@ def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
         else np.lib.format.read_array_header_2_0
     )
     return read_header(f)
-
-
-def _data_offset(path: Path, n: int, dim: int) -> int:
-    """Where the rows of an .npy file start, after checking its shape and type."""
-    with open(path, "rb") as f:
-        shape, fortran, dtype = npy_header(f)
-        if shape != (n, dim) or fortran or dtype != np.dtype("<f4"):
-            raise DotcatError(f"{path}: holds {dtype} {shape}, expected float32 {(n, dim)}")
-        return f.tell()
 
 
 def _sha(raw: bytes) -> str:

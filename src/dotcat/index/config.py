@@ -70,7 +70,6 @@ class IndexConfig(Settings):
             memory); their vectors are saved in parts (:mod:`dotcat.index.chunks`).
         keep_vectors: keep ``vectors.npy`` in the index directory (to re-index with another
             FAISS spec without encoding again).
-        seed: seed of the training sample.
         bm25: also build a BM25 index (bm25s, memory-mapped at search time) into the index
             directory, so BM25 and hybrid search run from it without the corpus (the
             default, as ``dotcat index``: hybrid search is the safer first stage).

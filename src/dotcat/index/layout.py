@@ -95,13 +95,10 @@ def build_path(index_dir: Path) -> Path:
 
 def leftovers(index_dir: Path) -> list[Path]:
     """Build and old-index folders beside ``index_dir`` (``.building-*`` from dotcat 0.1 too)."""
-    parent, name = index_dir.parent, index_dir.name
+    parent, escaped = index_dir.parent, _glob_escape(index_dir.name)
     if not parent.is_dir():
         return []
-    found = [
-        *parent.glob(f".{_glob_escape(name)}.building*"),
-        *parent.glob(f".{_glob_escape(name)}.old-*"),
-    ]
+    found = [p for end in ("building*", "old-*") for p in parent.glob(f".{escaped}.{end}")]
     return sorted(p for p in found if p.is_dir())
 
 

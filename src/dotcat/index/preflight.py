@@ -23,12 +23,6 @@ from dotcat.models.resolve import check_model, encoder_max_length, model_dim, re
 from dotcat.models.st_config import read_st_settings
 
 
-def model_dimension(model: str) -> int | None:
-    """A model's vector dimension from its ``config.json``, after checking it is a model."""
-    path = check_model(model)
-    return model_dim(read_model_config(path, read_st_settings(path).transformer_dir))
-
-
 def check_build(
     corpus: Any,
     index_dir: str | Path,
@@ -66,7 +60,8 @@ def check_build(
     index_dir = Path(index_dir)
     layout.check_target(index_dir, overwrite)
     if dim is None and model is not None:
-        dim = model_dimension(model)
+        path = check_model(model)
+        dim = model_dim(read_model_config(path, read_st_settings(path).transformer_dir))
     if config.passages.enabled is not False and (model is not None or max_length):
         # A window over the encoder's, a stride over half of it: said before any model loads.
         config.passages.resolved(max_length or encoder_max_length(model))

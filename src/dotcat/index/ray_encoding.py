@@ -80,7 +80,6 @@ def encode_chunks_on_ray(
             ``ray.init`` (``"auto"``, ``"host:6379"``, ``"ray://host:10001"``). A Ray
             already initialised in this process is used as it is, whatever the address.
         workers: encoder actors; None: one per GPU of the cluster, else one per CPU.
-        show_progress: a bar over the documents.
         options: how the corpus is read (:class:`dotcat.data.sources.CorpusOptions`); the actors
             read it the same way, so their rows are the driver's.
         spans: with passages, ``spans(first, stop)`` gives ``(document position, start,
@@ -191,7 +190,11 @@ def _run_pool(
             chunk = int(row["chunk"])
             yield chunk, _checked(row["vectors"], chunk, store)
     except ray.exceptions.RayError as exc:
-        raise DotcatError(f"encoding on Ray failed: {_root_cause(exc)}") from exc
+        # The error behind Ray's wrappers: the last ``module.Type: message`` line of the worker
+        # traceback that Ray puts into its exception's text and that is not Ray's own.
+        found = _ERROR_LINE.findall(_ANSI.sub("", str(exc)))
+        cause = found[-1].strip() if found else first_line(exc)
+        raise DotcatError(f"encoding on Ray failed: {cause}") from exc
     finally:
         context.enable_progress_bars = bars
 
@@ -300,13 +303,6 @@ def _checked(vectors: Any, chunk: int, store: ChunkStore) -> np.ndarray:
             f"float32 {expected} (is the same model at the same path on every node?)"
         )
     return array
-
-
-def _root_cause(exc: BaseException) -> str:
-    """The error behind Ray's wrappers: the last ``module.Type: message`` line of the worker
-    traceback that Ray puts into its exception's text and that is not Ray's own."""
-    found = _ERROR_LINE.findall(_ANSI.sub("", str(exc)))
-    return found[-1].strip() if found else first_line(exc)
 
 
 class _ChunkEncoder:

@@ -196,8 +196,6 @@ def build_pool(
         pipeline: a :class:`dotcat.search.pipeline.SearchPipeline` over the index (with a
             re-ranker where ``config.rerank`` asks for one).
         store: where the pool and its provenance are written.
-        topics: the queries.
-        config: depth, systems, runs, order.
 
     Raises:
         DotcatError: no topics, a stage the index lacks, an unreadable run file, a topic

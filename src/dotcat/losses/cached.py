@@ -121,15 +121,6 @@ def split_batch(inputs: Any, chunk_size: int) -> list[Any]:
     return [inputs[i : i + chunk_size] for i in range(0, len(inputs), chunk_size)]
 
 
-def _encoders(encode: Encode | Sequence[Encode], n_groups: int) -> list[Encode]:
-    if callable(encode):
-        return [encode] * n_groups
-    encoders = list(encode)
-    if len(encoders) != n_groups:
-        raise ValueError(f"{len(encoders)} encode functions for {n_groups} input groups")
-    return encoders
-
-
 def grad_cache_backward(
     encode: Encode | Sequence[Encode],
     chunks: Sequence[Sequence[Any]],
@@ -173,7 +164,9 @@ def grad_cache_backward(
     """
     if not chunks or any(len(group) == 0 for group in chunks):
         raise ValueError("every input group needs at least one chunk")
-    encoders = _encoders(encode, len(chunks))
+    encoders = [encode] * len(chunks) if callable(encode) else list(encode)
+    if len(encoders) != len(chunks):
+        raise ValueError(f"{len(encoders)} encode functions for {len(chunks)} input groups")
 
     # Step 1: embed without a graph, recording the RNG state each chunk starts from.
     states: list[list[RandContext]] = []

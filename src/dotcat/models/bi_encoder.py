@@ -238,7 +238,11 @@ class BiEncoder(LoadedModel):
         )  # fmt: skip
         if normalize_embeddings:
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return _converted(vectors[0] if single else vectors, convert_to_numpy, convert_to_tensor)
+        vectors = vectors[0] if single else vectors
+        if convert_to_numpy and not convert_to_tensor:
+            return vectors
+        tensor = torch.from_numpy(vectors)  # where neither: a list of one tensor per text
+        return tensor if convert_to_tensor or tensor.ndim == 1 else list(tensor)
 
     def _encode_all(
         self,
@@ -385,14 +389,3 @@ class BiEncoder(LoadedModel):
     def _is_small(self, tokens: int) -> bool:
         """A call small enough for one intra-op thread (CPU, fast path, ``SMALL_CALL_TOKENS``)."""
         return self.device.type == "cpu" and self.config.fast and tokens <= SMALL_CALL_TOKENS
-
-
-def _converted(vectors: np.ndarray, to_numpy: bool, to_tensor: bool) -> Any:
-    """``encode``'s output in the type sentence-transformers gives: a float32 array, a tensor
-    (``to_tensor``), or a list of one tensor per text (neither)."""
-    if to_tensor:
-        return torch.from_numpy(vectors)
-    if to_numpy:
-        return vectors
-    tensor = torch.from_numpy(vectors)
-    return tensor if tensor.ndim == 1 else list(tensor)

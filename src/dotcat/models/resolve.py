@@ -248,22 +248,17 @@ def check_model(model: str | os.PathLike, *, cross_encoder: bool = False) -> Pat
     return path
 
 
-def config_positions(config: dict) -> int:
-    """Longest input a model's ``config.json`` allows (RoBERTa-style offsets removed), as
-    :func:`dotcat.models.loading.max_positions` reads a loaded model's config."""
-    positions = config.get("max_position_embeddings") or 512
-    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2  # positions start after the padding index
-    return int(positions)
-
-
 def encoder_max_length(model: str | os.PathLike, max_length: int | None = None) -> int:
     """The window a BERT_DOT loaded from ``model`` will read (``max_length`` if given, else
     the model's sentence-transformers setting, else min(512, its positions)), read from its
-    files without loading it: what :meth:`dotcat.models.bi_encoder.BiEncoder.load` chooses."""
+    files without loading it: what :meth:`dotcat.models.bi_encoder.BiEncoder.load` chooses
+    (its positions as :func:`dotcat.models.loading.max_positions` reads a loaded config)."""
     path = check_model(model)
     st = read_st_settings(path)
-    positions = config_positions(read_model_config(path, st.transformer_dir))
+    config = read_model_config(path, st.transformer_dir)
+    positions = config.get("max_position_embeddings") or 512
+    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # positions start after the padding index
     return int(max_length or st.max_length or min(512, positions))
 
 

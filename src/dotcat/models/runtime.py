@@ -236,7 +236,7 @@ def auto_precision(kind: str, device: torch.device, side: str = "documents") -> 
     else:
         choice = autocast_rule if wanted == "auto" else wanted
     what = f"the encoder's {side}" if kind == "encoder" else f"the {kind}"
-    _log_once(f"precision auto for {what} on this CPU ({cpu_kind()}): {choice}")
+    _say_once(logging.INFO, f"precision auto for {what} on this CPU ({cpu_kind()}): {choice}")
     return choice
 
 
@@ -292,8 +292,8 @@ def describe_precision(precision: str, device: torch.device) -> str:
 
 
 @functools.cache
-def _log_once(message: str) -> None:
-    logger.info(message)
+def _say_once(level: int, message: str) -> None:
+    logger.log(level, message)
 
 
 def is_int8(precision: str, device: torch.device) -> bool:
@@ -327,13 +327,8 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     name = PRECISIONS[precision]
     dtype = None if name is None else getattr(torch, name)
     if dtype is torch.bfloat16 and device.type == "cpu" and not detect_native_bf16():
-        _warn_once("bf16 on a CPU without native bf16: emulated, slower than fp32")
+        _say_once(logging.WARNING, "bf16 on a CPU without native bf16: emulated, slower than fp32")
     return dtype
-
-
-@functools.cache
-def _warn_once(message: str) -> None:
-    logger.warning(message)
 
 
 def store_linear_weights(model: torch.nn.Module, dtype: torch.dtype | None) -> int:

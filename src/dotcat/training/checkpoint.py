@@ -90,11 +90,6 @@ def set_torch_rng_state(state: Mapping[str, Any]) -> None:
 # -- checkpoints --------------------------------------------------------------------------
 
 
-def checkpoint_dir(out_dir: str | Path, step: int) -> Path:
-    """``OUT_DIR/checkpoints/step-{step:08d}``."""
-    return Path(out_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
-
-
 def list_checkpoints(out_dir: str | Path) -> list[Path]:
     """The complete checkpoints of a run, oldest first."""
     root = Path(out_dir) / CHECKPOINTS_DIR
@@ -128,7 +123,7 @@ def save_checkpoint(
             format are added.
         torch_rng: :func:`torch_rng_state` of every process, in rank order.
     """
-    target = checkpoint_dir(out_dir, step)
+    target = Path(out_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()

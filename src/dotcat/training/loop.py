@@ -272,7 +272,7 @@ def _evaluate_start(run: _Run) -> None:
     run.state.history.append(
         {"epoch": 0, "train_loss": None, **_dev_fields(scores), "eval_seconds": seconds}
     )
-    score = _selection_score(scores)
+    score = None if scores is None else scores[DEV_MEASURE]
     if score is not None:
         logger.info("epoch 0 (starting point): dev %s", _describe(scores))
         if run.recipe.base_is_candidate:
@@ -285,11 +285,6 @@ def _timed_evaluate(run: _Run, epoch: int) -> tuple[dict[str, float] | None, flo
     run.ctx.barrier()
     run.recipe.model.train()
     return scores, time.perf_counter() - t0
-
-
-def _selection_score(scores: Mapping[str, float] | None) -> float | None:
-    """The measure that chooses the kept model (None: no dev evaluation)."""
-    return None if scores is None else scores[DEV_MEASURE]
 
 
 def _dev_fields(scores: Mapping[str, float] | None) -> dict[str, float | None]:
@@ -368,7 +363,7 @@ def _end_epoch(run: _Run) -> None:
     partial = state.partial
     train_loss = partial["loss_sum"] / max(partial["steps"], 1)
     scores, seconds = _timed_evaluate(run, state.epoch + 1)
-    score = _selection_score(scores)
+    score = None if scores is None else scores[DEV_MEASURE]
     state.totals["eval_seconds"] += seconds
     state.totals["examples"] += partial["examples"]
     state.totals["train_seconds"] += partial["seconds"]
@@ -449,18 +444,13 @@ def _finish(run: _Run, stopped: bool) -> None:
     run.ctx.barrier()
 
 
-def _best_dev_fields(state: LoopState) -> dict[str, float | None]:
-    """The kept epoch's dev measures as ``best_dev_...`` (its R@100 beside its nDCG@10)."""
-    kept = [e for e in state.history if e["epoch"] == state.best["epoch"]]
-    return {f"best_{k}": v for k, v in (kept[-1] if kept else {}).items() if k.startswith("dev_")}
-
-
 def _record(run: _Run, status: str) -> dict[str, Any]:
     """The run record: the loop's common fields, then the recipe's."""
     state = run.state
     train_seconds = state.totals["train_seconds"] + state.partial["seconds"]
     seen = state.totals["examples"] + state.partial["examples"]
     own = run.recipe.record()
+    kept = [e for e in state.history if e["epoch"] == state.best["epoch"]]  # the kept epoch
     pairs = own.pop("pairs_per_example", None)  # a cross-encoder's rate is counted in pairs
     timings = {
         **own.pop("timings", {}),
@@ -483,7 +473,7 @@ def _record(run: _Run, status: str) -> dict[str, Any]:
         "steps": state.step,
         "epochs": state.history,
         "best_epoch": state.best["epoch"],
-        **_best_dev_fields(state),
+        **{f"best_{k}": v for k, v in (kept[-1] if kept else {}).items() if k.startswith("dev_")},
         f"best_dev_{DEV_MEASURE}": state.best["score"],
         "loss_curve": state.loss_curve,
         "examples_seen": seen,

@@ -72,7 +72,6 @@ class TrainableBiEncoder(nn.Module):
 
     Args:
         model: a Hugging Face ``AutoModel`` (its ``last_hidden_state`` is pooled).
-        tokenizer: its tokenizer.
         pooling: ``"cls"`` or ``"mean"``.
         similarity: ``"cos"`` (outputs L2-normalised) or ``"dot"``.
         max_length: default truncation length in tokens (documents); also the

@@ -113,13 +113,10 @@ def build_examples(
     (grade <= 0) are fine negatives and are kept. Repeated ids in a mined list count once.
 
     Args:
-        queries: qid -> text.
-        qrels: qid -> docid -> grade.
         negatives: qid -> mined negative ids (best first), e.g. from
             :func:`dotcat.training.data.mining.mine_bm25_negatives`; ``None`` for none.
         n_negatives: negatives per example (0: in-batch negatives only).
         min_relevance: smallest grade that makes a document a positive (>= 1).
-        seed: seed of the negative sampling.
         on_short: when fewer than ``n_negatives`` are available: ``"keep"`` the example with
             what there is; ``"drop"`` it; ``"repeat"`` the available ones (cycled, in sampled
             order) up to ``n_negatives``, dropping examples with none. A fixed count per example

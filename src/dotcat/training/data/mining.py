@@ -103,7 +103,6 @@ def mine_bm25_negatives(
         qrels: qid -> docid -> grade; grade > 0 is excluded.
         window: ``(start, end)`` 0-based ranks, end exclusive (see the module docstring).
         config: BM25 settings; default ``BM25Config()`` (Pyserini's BEIR defaults).
-        show_progress: tqdm bars.
         meta: if given, filled in with the header for :func:`save_negatives` (method, window,
             BM25 config, corpus size, created).
 
@@ -201,7 +200,6 @@ def mine_dense_negatives(
         qrels: qid -> docid -> grade; grade > 0 is excluded.
         window: ``(start, end)`` 0-based ranks, end exclusive.
         chunk_size: documents encoded and searched at a time (bounds memory).
-        show_progress: a tqdm bar over the corpus.
         meta: if given, filled in with the header for :func:`save_negatives`.
 
     Returns:

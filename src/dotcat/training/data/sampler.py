@@ -67,7 +67,6 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
         examples: the training examples (objects with ``qid``, ``positive_id`` and
             ``negative_ids``), indexed as the dataset the ``DataLoader`` reads.
         batch_size: examples per batch (>= 1).
-        seed: shuffle seed.
         drop_last: drop batches smaller than ``batch_size``.
         qrels: qid -> docid -> grade, for relevance beyond the examples' own positives.
         check_negatives: also keep hard negatives clear of the batch's relevant documents.

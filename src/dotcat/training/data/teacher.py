@@ -150,12 +150,10 @@ def score_pairs(
         path: the directory holding ``teacher_scores.jsonl``, or the file.
         header: the teacher's header (:func:`teacher_header`).
         pairs: ``(qid, doc_id)`` pairs, string ids.
-        queries: qid -> query text.
         doc_texts: doc_id -> document text (as the teacher should read it).
         score_fn: ``score_fn(query_texts, doc_texts)`` -> one float per pair, e.g.
             ``CrossEncoder.score``.
         chunk_size: pairs per ``score_fn`` call (and per disk sync).
-        show_progress: a progress bar (``dotcat -q`` silences it anyway).
 
     Raises:
         KeyError: a missing pair's query or document has no text (checked before scoring).
@@ -167,7 +165,10 @@ def score_pairs(
     file = scores_file(path)
     expected = _expected_header(header)
     cache, intact = _read(file, expected) if file.is_file() else (TeacherScores(file, None), 0)
-    wanted = _unique_pairs(pairs)
+    wanted = list(dict.fromkeys((q, d) for q, d in pairs))
+    for q, d in wanted:
+        if not isinstance(q, str) or not isinstance(d, str):
+            raise TypeError(f"pair ids must be strings, got ({q!r}, {d!r})")
     missing = [pair for pair in wanted if pair not in cache]
     logger.info(
         "teacher scores %s: %d of %d pairs cached, %d to score",
@@ -175,7 +176,12 @@ def score_pairs(
     )  # fmt: skip
     if not missing:
         return cache
-    texts = _pair_texts(missing, queries, doc_texts)
+    for q, d in missing:
+        if q not in queries:
+            raise KeyError(f"no text for query {q!r} (pair ({q!r}, {d!r}))")
+        if d not in doc_texts:
+            raise KeyError(f"no text for document {d!r} (pair ({q!r}, {d!r}))")
+    texts = [(queries[q], doc_texts[d]) for q, d in missing]
     with (
         _appending(file, expected, intact) as out,
         progress_bar(
@@ -279,25 +285,6 @@ def _record(file: Path, lineno: int, value: Any) -> tuple[Pair, float]:
 
 
 # -- scoring and writing ------------------------------------------------------------------------
-
-
-def _unique_pairs(pairs: Sequence[Pair]) -> list[Pair]:
-    unique = list(dict.fromkeys((q, d) for q, d in pairs))
-    for q, d in unique:
-        if not isinstance(q, str) or not isinstance(d, str):
-            raise TypeError(f"pair ids must be strings, got ({q!r}, {d!r})")
-    return unique
-
-
-def _pair_texts(
-    pairs: list[Pair], queries: Mapping[str, str], doc_texts: Mapping[str, str]
-) -> list[tuple[str, str]]:
-    for q, d in pairs:
-        if q not in queries:
-            raise KeyError(f"no text for query {q!r} (pair ({q!r}, {d!r}))")
-        if d not in doc_texts:
-            raise KeyError(f"no text for document {d!r} (pair ({q!r}, {d!r}))")
-    return [(queries[q], doc_texts[d]) for q, d in pairs]
 
 
 def _score_chunk(score_fn: ScoreFn, chunk: list[Pair], texts: list[tuple[str, str]]) -> list:
