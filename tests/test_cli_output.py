@@ -64,7 +64,18 @@ def test_index_output_has_our_bars_once_and_no_library_noise(corpus, tiny_bert_d
 
 
 def test_quiet_silences_every_bar(corpus, tiny_bert_dir, tmp_path):
-    done = _dotcat("-q", "index", corpus, tmp_path / "idx", "--model", tiny_bert_dir)
+    done = _dotcat(
+        "-q",
+        "index",
+        corpus,
+        tmp_path / "idx",
+        "--model",
+        tiny_bert_dir,
+        "--pooling",
+        "cls",
+        "--similarity",
+        "dot",
+    )  # (asked: no word on them)
     assert done.returncode == 0, done.stderr
     assert _bar_lines(done.stderr) == []
     # What remains is the corpus's one warning (8 title-only documents), said once.

@@ -123,6 +123,24 @@ def test_a_folder_naming_no_similarity_is_read_as_dot_with_a_warning(st_dir, tmp
     assert BiEncoder.load(str(old), similarity="cos", precision="fp32").similarity == "cos"
 
 
+def test_a_folder_without_sentence_transformers_files_is_read_as_dpr_with_a_warning(
+    tiny_bert_dir, tmp_path, caplog
+):
+    import shutil
+
+    plain = shutil.copytree(tiny_bert_dir, tmp_path / "plain")
+    for _ in range(2):
+        encoder = BiEncoder.load(str(plain), device="cpu", precision="fp32")
+        assert (encoder.pooling, encoder.similarity) == ("cls", "dot")
+    told = [
+        r.message for r in caplog.records if "has no sentence-transformers pooling" in r.message
+    ]
+    assert len(told) == 1 and "--pooling mean --similarity cos" in told[0]  # once a process
+    caplog.clear()
+    BiEncoder.load(str(plain), pooling="mean", similarity="cos", precision="fp32")
+    assert "has no sentence-transformers pooling" not in caplog.text  # asked: nothing to say
+
+
 def test_queries_and_documents_take_one_string_too(ours):
     np.testing.assert_allclose(ours.encode_query(QUERY), ours.encode_queries([QUERY])[0], atol=1e-6)
     assert ours.encode_documents(TEXTS[0]).shape == (32,)

@@ -66,6 +66,12 @@ class StSettings:
             if self.pooling_error:
                 raise DotcatError(f"{self.pooling_error}; pass an explicit pooling (cls or mean)")
             pooling = "cls"
+            if self.transformer_dir not in _TOLD:  # sentence-transformers would take mean, cos
+                _TOLD.add(self.transformer_dir)
+                logger.warning("%s has no sentence-transformers pooling: CLS pooling and dot "
+                               "product are used, as DPR's (give --pooling mean --similarity cos "
+                               "for sentence-transformers' choice)",
+                               self.transformer_dir)  # fmt: skip
         told = similarity or self.similarity or not self.pooling or self.transformer_dir in _TOLD
         if not told:  # sentence-transformers would take cosine
             _TOLD.add(self.transformer_dir)
