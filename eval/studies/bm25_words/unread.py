@@ -1,4 +1,4 @@
-"""Which collections the index build's unread-script check flags (``_warn_if_unread``).
+"""Which collections the index build's unread-script check flags (``preflight.unread_script``).
 
     python eval/studies/bm25_words/unread.py
 
@@ -24,7 +24,8 @@ DATA = {**common.COLLECTIONS, **{n: common.ROOT / "runs/collections" / n for n i
 
 def main() -> None:
     from dotcat.data import load_corpus
-    from dotcat.index.build import _warn_if_unread, split_sample
+    from dotcat.index.build import split_sample
+    from dotcat.index.preflight import unread_script
 
     p = common.parser(__doc__, output=HERE / "unread.md")
     args = p.parse_args()
@@ -35,7 +36,7 @@ def main() -> None:
         texts = split_sample(load_corpus(path))["text"]
         letters = [c for text in texts for c in text[:2000] if c.isalpha()]
         other = sum(not unicodedata.name(c, "").startswith("LATIN") for c in letters)
-        fires = _warn_if_unread(texts, "default") is not None
+        fires = unread_script(texts, "default") is not None
         lines.append(f"| {name} | {len(load_corpus(path))} | {100 * other / len(letters):.1f}% | "
                      f"{'yes' if fires else 'no'} |")  # fmt: skip
         print(lines[-1], flush=True)

@@ -28,9 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
-import re
 import time
-import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,8 +53,7 @@ from dotcat.index.manifest import DOCSTORE_NAME, INDEX_NAME, Manifest
 from dotcat.index.passages import AUTO_LENGTH_FACTOR, AUTO_SAMPLE, Splitter, store_passages
 from dotcat.index.ray_encoding import encode_chunks_on_ray
 from dotcat.models import BiEncoder, EncoderConfig
-from dotcat.models.resolve import resolve_model
-from dotcat.options import FUSION_WEIGHT, UNREAD_FUSION_WEIGHT
+from dotcat.options import UNREAD_FUSION_WEIGHT
 from dotcat.progress import progress_bar
 from dotcat.version import __version__
 
@@ -143,7 +140,7 @@ def build_index(
         splitter = _choose_split(
             Splitter.for_encoder(encoder, config.passages), dataset, config.passages.window
         )
-        unread = _warn_if_unread(split_sample(dataset)["text"], encoder.config.model)
+        unread = preflight.unread_script(split_sample(dataset)["text"], encoder.config.model)
         plan = _plan(source, n_all, encoder, config, splitter)
         tmp = _build_folder(index_dir, plan, fresh)
         try:
@@ -201,29 +198,6 @@ def _choose_split(splitter: Splitter | None, dataset, given: int | None) -> Spli
             extra={"settings": ("passages", "split_over")},
         )  # fmt: skip
     return one_by_one
-
-
-def _warn_if_unread(texts: list[str], model: str) -> dict[str, str] | None:
-    """Warn where most letters of a corpus's sample are in scripts other than Latin and the
-    encoder's model card names English only: its vectors rank such text poorly (the default
-    model on Japanese manual pages: dense nDCG@10 0.11, BM25 0.61; eval/studies/bm25_words).
-    Returns why, for the index's fusion (:data:`~dotcat.options.UNREAD_FUSION_WEIGHT`)."""
-    card = resolve_model(model) / "README.md"
-    head = card.read_text("utf-8", errors="replace")[:4000] if card.is_file() else ""
-    if not re.search(r"^language:\s*(?:en|\n- en)\s*\n(?!- )", head, re.M):
-        return None
-    letters = [c for text in texts for c in text[:2000] if c.isalpha()]
-    other = sum(not unicodedata.name(c, "").startswith("LATIN") for c in letters)
-    if other <= len(letters) / 2:
-        return None
-    reason = f"{100 * other / len(letters):.0f}% of the letters are in scripts other than Latin"
-    logger.warning(
-        "%s, and the encoder (%s) reads English: dense search ranks such text poorly, so a "
-        "hybrid search without dev queries to weigh it gives the dense side %g, not %g; give "
-        "a multilingual --model, or search with --first-stage bm25",
-        reason, model, UNREAD_FUSION_WEIGHT, FUSION_WEIGHT,
-    )  # fmt: skip
-    return {"reason": f"{reason}, and the encoder reads English"}
 
 
 @dataclass(frozen=True)

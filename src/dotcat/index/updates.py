@@ -492,13 +492,7 @@ def _files_after(tmp: Path, change: Change, found: Mapping[str, Any]) -> None:
 
 
 def _log(manifest: Manifest, result: UpdateResult, op: str, detail: dict) -> list[dict]:
-    entry = {
-        "op": op,
-        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "added": result.added,
-        "replaced": result.replaced,
-        "deleted": result.deleted,
-        "documents": manifest.documents["count"],
-        **detail,
-    }
+    when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    counts = {k: getattr(result, k) for k in ("added", "replaced", "deleted")}
+    entry = {"op": op, "time": when, **counts, "documents": manifest.documents["count"], **detail}
     return [*(manifest.updates or []), entry][-LOG_LENGTH:]

@@ -330,8 +330,7 @@ class DotRecipe(Recipe):
         searches: its own pooling, similarity and length, whatever the run trained with)."""
         base = TrainableBiEncoder.from_pretrained(self.base_path).to(self.ctx.device)
         base = self.heldout_lists(base, list(lists))
-        bm25 = {q: self._bm25_pool[q] for q in lists}
-        fusion = default_fusion()
+        bm25, fusion = {q: self._bm25_pool[q] for q in lists}, default_fusion()
         trained = fusion.fuse_runs(lists, bm25)
         return compare(fusion.fuse_runs(base, bm25), trained, self.data.qrels, method)
 
