@@ -72,7 +72,7 @@ RERANK_DEPTH = 100
 FUSION_DEPTH = 100
 #: A linear fusion's dense weight where none was chosen (1 - it goes to BM25): equal trust.
 FUSION_WEIGHT = 0.5
-#: ... and where the encoder does not read the corpus's script (:mod:`dotcat.index.build` warns):
+#: ... and where the encoder does not read the corpus's script (``preflight.unread_script``):
 #: the weight dev chose on Japanese and Chinese manual pages, whose test nDCG@10 it lifts from
 #: 0.4937 to 0.6259 and 0.6569 to 0.7345 (Russian, read a little: 0.6684 to 0.6656;
 #: eval/studies/bm25_words/stages.md).
