@@ -62,8 +62,8 @@ def eval_runs(
 
     Every measure ranks a run as trec_eval does: by score, tied scores by descending document
     id (the runs dotcat writes hold no ties). Queries with judgements but no results count as
-    0; qrels naming unknown queries or
-    documents (checked when QRELS is a BEIR directory) are counted and reported; a run with
+    0; qrels naming unknown queries or documents (checked when QRELS is a BEIR directory) are
+    counted and reported; a run with
     fewer results per query than a measure's cutoff is named in a warning. With --baseline,
     one line per run and measure gives the difference to the baseline, its interval and one
     verdict: the paired test (--test: t, randomisation or bootstrap) gives both the p-value

@@ -33,9 +33,10 @@ at each relevant document's rank within the top k, divided by the number of rele
 Ties: a ranked list is scored in its own order, tied scores as listed (a ranking dotcat
 shows or writes is what its figures count); an ``id -> score`` mapping, such as a run file read
 back, in trec_eval's order: by descending score, tied scores by descending document id
-X
-Every measure sees that one order: the providers do not agree on ties (the MS MARCO provider of
-RR@k puts the smaller id first), so a query's tied scores are handed to them as ranks.
+(:func:`dotcat.types.trec_order`; the run files dotcat writes hold no ties,
+:func:`dotcat.data.runs.write_run`). Every measure sees that one order: the providers do not
+agree on ties (the MS MARCO provider of RR@k puts the smaller id first), so a query's tied
+scores are handed to them as ranks.
 """
 
 from __future__ import annotations

@@ -86,12 +86,12 @@ def add_to_shards(
     routed: dict[int, list[int]] = {}
     for row, doc_id in enumerate(ids):
         routed.setdefault(held.get(doc_id, home_shard(doc_id, len(paths))), []).append(row)
-    results = []
+    results, runtime = [], {"device": device, "precision": precision}
     for shard, rows in sorted(routed.items()):
         logger.info("%s: %d document(s)", paths[shard].name, len(rows))
-        runtime = {"device": device, "precision": precision}
-        part = Dataset.from_dict(dataset[rows])  # (in memory: a select() of contiguous rows
-        results.append(add_dataset(paths[shard], part, stats, upsert, runtime))  # is a view)
+        # In memory: a select() of contiguous rows is a view that iter_row_batches reads wrong.
+        part = Dataset.from_dict(dataset[rows])
+        results.append(add_dataset(paths[shard], part, stats, upsert, runtime))
     return _total(results, paths)
 
 
