@@ -162,7 +162,7 @@ def test_the_library_acts_on_the_choices_the_options_module_lists():
     assert ("auto", *runtime.INT8_BACKENDS) == options.INT8_BACKENDS
     assert tuple(pooling.POOLINGS) == options.POOLINGS
     assert ("auto", *FUSIONS) == options.FUSIONS
-    assert tuple(KEEP_FP32) == options.KEEP_FP32
+    assert ("auto", *KEEP_FP32) == options.KEEP_FP32
     assert TESTS == options.SIGNIFICANCE_TESTS
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -179,6 +180,33 @@ def test_another_recipe_is_another_export(bert_copy, tmp_path):
     ffn_out = [n for n in nodes if "/output/dense/MatMul" in n and "attention" not in n]
     assert ffn_out and all(nodes[n] == "MatMul" for n in ffn_out)  # left in fp32
     assert any(op in ("MatMulInteger", "DynamicQuantizeLinear") for op in nodes.values())
+
+
+def test_a_cross_encoders_avx2_export_keeps_its_first_ffns_and_embeddings_in_fp32(
+    tiny_cat_dir, bert_copy, tmp_path
+):
+    """The re-ranker's 7-bit recipe that keeps the bar (eval/studies/rerank_avx2_layers): the
+    FFNs of layers 0-2 and the embedding tables unquantised; the rest int8. Other exports (an
+    encoder's, a VNNI one) quantise them, unless asked."""
+    import onnx
+
+    def export(model, kind, variant, **how):
+        home = tmp_path / f"{kind}-{variant}-{len(how)}"
+        path = ob.export(model, kind, "int8", home, weights_fingerprint(model), variant=variant,
+                         **how)  # fmt: skip
+        graph = onnx.load(str(path)).graph
+        record = json.loads((home / EXPORT_RECORD).read_text())[path.name]
+        ops = {n.name: n.op_type for n in graph.node}
+        ffns = [n for n in ops if re.search(r"layer\.[0-2]/(intermediate|output)/dense/MatMul", n)]
+        tables = {t.name for t in graph.initializer if re.search(r"_embeddings\.weight$", t.name)}
+        assert ffns and any(op == "MatMulInteger" for op in ops.values())
+        return record["keep_fp32"], all(ops[n] == "MatMul" for n in ffns), len(tables)
+
+    assert export(tiny_cat_dir, "cross-encoder", "avx2") == ("first_ffns", True, 3)
+    assert export(tiny_cat_dir, "cross-encoder", "avx512_vnni") == ("none", False, 0)
+    assert export(bert_copy, "encoder", "avx2") == ("none", False, 0)
+    wanted = export(bert_copy, "encoder", "avx2", keep_fp32="first_ffns")
+    assert wanted == ("first_ffns", True, 3)
 
 
 def test_the_avx2_variant_uses_7_bit_weights(bert_copy, tmp_path):

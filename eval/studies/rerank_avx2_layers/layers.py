@@ -32,7 +32,7 @@ AVX2 is not (this script times nothing).
 
 ``--speed N`` also times the candidates on N SciFact pairs against sentence-transformers'
 ``CrossEncoder`` fp32 (``--rounds``, interleaved): on an AVX2-only CPU, the speed this study
-cannot measure elsewhere.
+cannot measure elsewhere. ``--speed-only`` (with ``--order-from``) times them and nothing else.
 
 Indexes: ``WORK/NAME/index`` (built with ``dotcat index`` where missing). Every run and export
 is cached under ``--work``.
@@ -225,6 +225,7 @@ def speed(args, reranker, candidates: dict[str, Path | None]) -> list[str]:
     groups = [(queries[i], texts[i * 20 : (i + 1) * 20]) for i in range(len(texts) // 20)]
     st = CrossEncoder(str(args.cat), device="cpu", max_length=PAIR_TOKENS)
     cat = reranker.cross_encoder
+    cat.max_length = PAIR_TOKENS  # an untrained head's tokenizer says 512: twice ST's work
     sessions = {label: OnnxRunner(model) if model else None for label, model in candidates.items()}
 
     def scored(label: str) -> None:
@@ -306,6 +307,11 @@ def main() -> None:
                         help="another run's sensitivity.json: its order")  # fmt: skip
     parser.add_argument("--speed", type=int, help="also time the candidates on this many pairs")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="time the candidates only (needs --order-from; no collections)",
+    )
     parser.add_argument("--keep", default="1,2,4,6,8", help="how many of the most sensitive layers")
     args = parser.parse_args()
     args.collections = args.collections.split(",")
@@ -336,6 +342,13 @@ def main() -> None:
     candidates = {"fp32": None, **{label: quantised(fp32_onnx, home / f"{label}.onnx",
                                              [n for u in k for n in parts[u][0]])
                                    for label, k in kept.items()}}  # fmt: skip
+    if args.speed_only:  # an AVX2 CPU's speed: the recipes' quality is measured natively
+        title = "The re-ranker's 7-bit int8 (the AVX2 export) with its most sensitive units in fp32"
+        lines = common.header(title, f"Re-ranker: `{common.shown(args.cat)}`; units kept in "
+                              f"the order of `{common.shown(args.order_from)}`.")  # fmt: skip
+        lines += [f"- {label}: {share:.1%} of the linear work in fp32" for label, share in
+                  shares.items()]  # fmt: skip
+        return common.write(args.output, lines + speed(args, reranker, candidates))
     cache = args.work / "agreement.json"
     agree = json.loads(cache.read_text()) if cache.exists() else {}
     for label, model in candidates.items():

@@ -163,7 +163,10 @@ class ExportConfig(Settings):
         "int8", help="int8 (per-channel weights) or fp32.", choices=EXPORT_PRECISIONS
     )
     keep_fp32: str = setting(
-        "none", help="Linear layers left in fp32 under int8: none or ffn_output.", choices=KEEP_FP32
+        "auto",
+        help="Units left in fp32 under int8: none, ffn_output, first_ffns (layers 0-2's FFNs and "
+        "the embeddings); auto: first_ffns for a cross-encoder's avx2 export, else none.",
+        choices=KEEP_FP32,
     )
     variant: str | None = setting(
         None,
@@ -172,8 +175,8 @@ class ExportConfig(Settings):
     )
     backend: str = setting(
         "auto",
-        help="int8 runtime: auto (a cross-encoder: openvino where installed; an encoder: "
-        "onnxruntime), onnxruntime or openvino.",
+        help="int8 runtime: auto (a cross-encoder: openvino where installed, onnxruntime on "
+        "AVX2-only CPUs; an encoder: onnxruntime), onnxruntime or openvino.",
         choices=INT8_BACKENDS,
     )
 

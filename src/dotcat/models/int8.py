@@ -81,7 +81,7 @@ def export_model(
     model: str,
     precision: str = "int8",
     *,
-    keep_fp32: str = onnx_backend.DEFAULT_KEEP_FP32,
+    keep_fp32: str = "auto",
     variant: str | None = None,
     backend: str = "auto",
 ) -> tuple[str, Path]:

@@ -59,14 +59,24 @@ DATA_SUFFIX = ".onnx_data"
 #: What each kind of model outputs (Optimum's names: ``ORTModelForFeatureExtraction`` reads
 #: ``last_hidden_state``, ``ORTModelForSequenceClassification`` reads ``logits``).
 OUTPUTS = {"encoder": "last_hidden_state", "cross-encoder": "logits"}
-#: Linear layers that ``keep_fp32`` can leave unquantised (regexes on ONNX node names).
+#: What ``quantize_dynamic`` quantises: linear layers and embedding lookups.
+QUANTISED_OPS = frozenset({"MatMul", "Gemm", "Gather"})
+#: Units that ``keep_fp32`` can leave unquantised (regexes on ONNX node names).
 KEEP_FP32 = {
     "none": (),
     # BERT's FFN output projection (``layer.N.output.dense``), not the attention's.
     "ffn_output": (r"layer\.\d+/output/dense/",),
+    # The first three layers' FFNs and the embedding tables (their Gathers): the units whose
+    # 7-bit int8 moves a re-ranker's logits most (eval/studies/rerank_avx2_layers).
+    "first_ffns": (r"layer\.[0-2]/(intermediate|output)/dense/", r"_embeddings/Gather"),
 }
-#: The recipe the int8 path uses (every linear layer int8: chosen on SciFact dev).
-DEFAULT_KEEP_FP32 = "none"
+
+
+def default_keep_fp32(kind: str, variant: str) -> str:
+    """The recipe ``auto`` takes: every linear layer int8 (chosen on SciFact dev), but a
+    cross-encoder's AVX2 export keeps ``first_ffns``: with every unit at 7 bits a re-ranker
+    kept 98.29% of fp32's nDCG@10, under the bar (docs/precision.md)."""
+    return "first_ffns" if (kind, variant) == ("cross-encoder", "avx2") else "none"
 
 
 def int8_variant(flags: frozenset[str] | None = None) -> str:
@@ -95,7 +105,7 @@ def find_or_export(weights_dir: Path, kind: str, precision: str, fingerprint: st
     """
     variant = int8_variant()
     name = export_name(precision, variant)
-    recipe = _recipe(kind, precision, variant, DEFAULT_KEEP_FP32, fingerprint)
+    recipe = _recipe(kind, precision, variant, default_keep_fp32(kind, variant), fingerprint)
     homes = [weights_dir / ONNX_DIR, cache_home(fingerprint)]
     companions = (DATA_SUFFIX,) if precision == "fp32" else ()  # fp32's weights beside it
     found = export_files.current_export(homes, name, recipe, *companions)
@@ -116,21 +126,23 @@ def export(
     home: Path,
     fingerprint: str,
     *,
-    keep_fp32: str = DEFAULT_KEEP_FP32,
+    keep_fp32: str = "auto",
     variant: str | None = None,
 ) -> Path:
     """Export the model in ``weights_dir`` to ``home/<export_name>`` and record it.
 
     fp32: ``torch.onnx.export`` of the Hugging Face model, batch and sequence dynamic. int8:
     the fp32 export (made first if needed), quantised by ONNX Runtime's ``quantize_dynamic``
-    (per-channel int8 weights, dynamic activations, the ``keep_fp32`` layers left in fp32).
+    (per-channel int8 weights, dynamic activations, the ``keep_fp32`` layers left in fp32;
+    ``auto``: :func:`default_keep_fp32`).
     Files are written under temporary names and renamed, so a crash leaves no half file.
     """
     if kind not in OUTPUTS:
         raise DotcatError(f"unknown model kind {kind!r} (encoder or cross-encoder)")
-    if keep_fp32 not in KEEP_FP32:
-        raise DotcatError(f"unknown keep_fp32 {keep_fp32!r} ({', '.join(KEEP_FP32)})")
+    if keep_fp32 not in ("auto", *KEEP_FP32):
+        raise DotcatError(f"unknown keep_fp32 {keep_fp32!r} (auto, {', '.join(KEEP_FP32)})")
     variant = variant or int8_variant()
+    keep_fp32 = default_keep_fp32(kind, variant) if keep_fp32 == "auto" else keep_fp32
     home.mkdir(parents=True, exist_ok=True)
     name = export_name(precision, variant)
     fp32 = home / export_name("fp32")
@@ -309,7 +321,7 @@ def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> No
     excluded = [
         node.name
         for node in graph.node
-        if node.op_type in ("MatMul", "Gemm") and any(p.search(node.name) for p in patterns)
+        if node.op_type in QUANTISED_OPS and any(p.search(node.name) for p in patterns)
     ]
     with quiet_export():
         quantize_dynamic(

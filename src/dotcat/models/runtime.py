@@ -173,7 +173,7 @@ ONNX_PRECISIONS = ("int8",)
 INT8_BY_DEFAULT = {"encoder": ("openvino",), "cross-encoder": ("openvino",)}
 #: Per CPU kind, where it differs: on AVX2 ONNX Runtime's 7-bit export encodes 2.22x
 #: sentence-transformers' fp32, OpenVINO's int8 1.20x (results/precision_speed_zen3.md).
-INT8_BY_CPU = {"avx2": {"encoder": ("onnxruntime",)}}
+INT8_BY_CPU = {"avx2": {"encoder": ("onnxruntime",), "cross-encoder": ("onnxruntime",)}}
 #: The runtimes of the int8 path (each runs both model kinds).
 INT8_BACKENDS = tuple(b for b in options.INT8_BACKENDS if b != "auto")
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
@@ -190,6 +190,9 @@ AUTO_ENCODER = {
     "avx2": ("int8", "fp32"),
     "other": ("fp32", "fp32"),
 }
+#: Where ``auto`` re-ranks at int8 (else the autocast rule), by the same bar: on AVX2 the 7-bit
+#: export with its first FFNs in fp32 (``onnx_backend.default_keep_fp32``).
+INT8_RERANK_CPUS = frozenset({"vnni+bf16", "vnni", "avx2"})
 #: The sides of the bi-encoder whose precision ``auto`` chooses apart.
 SIDES = ("documents", "queries")
 
@@ -220,15 +223,15 @@ def int8_runtimes(kind: str, cpu: str | None = None) -> tuple[str, ...]:
 def auto_precision(kind: str, device: torch.device, side: str = "documents") -> str:
     """The precision ``auto`` stands for, for a model ``kind`` (``encoder``, ``cross-encoder``;
     for the encoder one ``side``, ``documents`` or ``queries``): the encoder's from
-    :data:`AUTO_ENCODER`, the cross-encoder's int8 on a CPU with VNNI; int8 only where one of
-    the kind's runtimes (:func:`int8_runtimes`) is installed, otherwise the autocast rule of
-    :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
+    :data:`AUTO_ENCODER`, the cross-encoder's int8 on :data:`INT8_RERANK_CPUS`; int8 only where
+    one of the kind's runtimes (:func:`int8_runtimes`) is installed, otherwise the autocast rule
+    of :func:`resolve_precision` (bf16 where native, else fp32; on GPUs ``auto``)."""
     if device.type != "cpu":
         return "auto"
     if kind == "encoder":
         wanted = AUTO_ENCODER[cpu_kind()][SIDES.index(side)]
     else:
-        wanted = "int8" if cpu_has_vnni() else "auto"
+        wanted = "int8" if cpu_kind() in INT8_RERANK_CPUS else "auto"
     autocast_rule = precision_name(resolve_precision("auto", device))
     if wanted == "int8":
         runtimes = int8_runtimes(kind)
