@@ -99,7 +99,8 @@ PRECISION_HELP = (
     "DOTCAT_NATIVE_BF16=on|off overrides the detection."
 )
 INT8_BACKEND_HELP = (
-    "The re-ranker's int8 runtime: auto (openvino where installed), openvino or onnxruntime."
+    "The re-ranker's int8 runtime: auto (onnxruntime on AVX2-only CPUs, else openvino where "
+    "installed), openvino or onnxruntime."
 )
 DEVICE_HELP = "auto (a GPU when one is visible, else the CPU), cpu, cuda or cuda:N."
 K_HELP = (

@@ -102,8 +102,8 @@ class EncoderConfig(Settings):
     precision: str = setting("auto", help=PRECISION_HELP, choices=PRECISIONS)
     backend: str = setting(
         "auto",
-        help="The encoder's int8 runtime: auto (openvino where installed, else onnxruntime), "
-        "onnxruntime or openvino; an index records it, and its queries follow it.",
+        help="The encoder's int8 runtime: auto (onnxruntime on AVX2-only CPUs, else openvino where "
+        "installed), onnxruntime or openvino; an index records it, and its queries follow it.",
         choices=INT8_BACKENDS,
         flags=("--int8-backend",),
     )
