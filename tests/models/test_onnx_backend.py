@@ -295,6 +295,12 @@ def test_cross_encoder_export_and_refusals(tiny_cat_dir, tiny_bert_dir, tmp_path
         is_int8("int8", torch.device("cuda"))
     bad = CliRunner().invoke(app, ["export", str(cat), "--precision", "int4"])
     assert bad.exit_code != 0 and "--precision must be one of int8, fp32" in bad.output
+    # Which units stay fp32 is a choice of ONNX Runtime's int8 export alone.
+    for how in (["--precision", "fp32"], ["--backend", "openvino"]):
+        unused = CliRunner().invoke(app, ["export", str(cat), "--keep-fp32", "first_ffns", *how])
+        assert unused.exit_code != 0 and "--keep-fp32 first_ffns: ONNX Runtime's int8 only" in (
+            unused.output
+        )
     two = shutil.copytree(tiny_cat_dir, tmp_path / "two", ignore=shutil.ignore_patterns("onnx"))
     config = json.loads((two / "config.json").read_text())  # 2 labels, as transformers saves it
     del config["id2label"], config["label2id"]

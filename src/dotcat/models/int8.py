@@ -110,6 +110,9 @@ def export_model(
     # auto: an encoder's ONNX file, which sentence-transformers loads (the option's help)
     auto_onnx = (kind, backend) == ("encoder", "auto")
     openvino = precision == "int8" and not auto_onnx and int8_backend(kind, backend) == "openvino"
+    if keep_fp32 != "auto" and (precision != "int8" or openvino):
+        what = "an fp32 export" if precision != "int8" else "OpenVINO's int8"
+        raise DotcatError(f"--keep-fp32 {keep_fp32}: ONNX Runtime's int8 only, not {what}")
     home = weights_dir / (openvino_backend.OPENVINO_DIR if openvino else onnx_backend.ONNX_DIR)
     made_home = not home.exists()
     try:
