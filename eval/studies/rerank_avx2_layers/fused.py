@@ -29,18 +29,6 @@ CAT = Path("runs/rerank_avx2/cat-untrained")
 WORK = Path("runs/rerank_avx2")
 
 
-def quantised(fp32: Path, out: Path, kept: list[str]) -> Path:
-    """The 7-bit recipe of a fused graph (its fused ops have no inferred types: float given)."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    if not out.exists():
-        quantize_dynamic(str(fp32), str(out), per_channel=True, reduce_range=True,
-                         weight_type=QuantType.QInt8, nodes_to_exclude=kept,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
-    return out
-
-
 def main() -> None:
     import onnx
 
@@ -54,8 +42,8 @@ def main() -> None:
     candidates = {
         "fp32": None,
         "rr-keep7": WORK / "onnx" / "rr-keep7.onnx",
-        "rr-fused": quantised(whole, WORK / "fused" / "rr-fused.onnx", []),
-        "keep7-fused": quantised(whole, WORK / "fused" / "keep7-fused.onnx", kept),
+        "rr-fused": layers.quantised(whole, WORK / "fused" / "rr-fused.onnx", []),
+        "keep7-fused": layers.quantised(whole, WORK / "fused" / "keep7-fused.onnx", kept),
     }
     reranker = Reranker.load(str(CAT), 20, 1.0, precision="fp32")
     cat = reranker.cross_encoder

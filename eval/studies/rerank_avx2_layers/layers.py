@@ -93,16 +93,20 @@ def units(fp32_onnx: Path) -> dict[str, tuple[list[str], int]]:
 
 
 def quantised(fp32_onnx: Path, out: Path, kept: list[str]) -> Path:
-    """The 7-bit AVX2 export with the nodes ``kept`` left in fp32 (cached)."""
+    """The 7-bit AVX2 export with the nodes ``kept`` left in fp32 (cached). A fused graph's
+    fused ops have no inferred types: float is given (``DefaultTensorType``)."""
     if not out.exists():
+        import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         from dotcat.models.export_files import quiet_export
 
         tmp = out.with_suffix(".part")
         with quiet_export():
+            float32 = {"DefaultTensorType": onnx.TensorProto.FLOAT}
             quantize_dynamic(str(fp32_onnx), str(tmp), per_channel=True, reduce_range=True,
-                             weight_type=QuantType.QInt8, nodes_to_exclude=kept)  # fmt: skip
+                             weight_type=QuantType.QInt8, nodes_to_exclude=kept,
+                             extra_options=float32)  # fmt: skip
         tmp.rename(out)
     return out
 
@@ -266,9 +270,14 @@ def report(args, sens: dict, shares: dict, agree: dict, rows: list[dict]) -> lis
         lines.append(
             f"| {i} | `{r['node']}` | {r['change']:.4f} | {r['discordant']:.4f} | {r['macs']:,} |"
         )
+    return lines + test_table(shares, agree, rows)
+
+
+def test_table(shares: dict, agree: dict, rows: list[dict]) -> list[str]:
+    """Each candidate's dev agreement and test retention per collection, against the bar."""
     names = list(dict.fromkeys(r["collection"] for r in rows))
     head = " | ".join(names)
-    lines += ["", "## Test: nDCG@10 kept of fp32's (paired t-test p)", "",
+    lines = ["", "## Test: nDCG@10 kept of fp32's (paired t-test p)", "",
               f"| path | fp32 share of linear work | dev change / sd | dev discordant | {head} "
               "| mean | lowest | meets the bar |",
               "| --- |" + " ---: |" * (len(names) + 5) + " --- |"]  # fmt: skip
@@ -279,7 +288,7 @@ def report(args, sens: dict, shares: dict, agree: dict, rows: list[dict]) -> lis
         ok = (
             mean >= BAR["mean"]
             and low >= BAR["floor"]
-            and min(r["p"] for r in mine.values()) >= BAR["p"]
+            and all(r["p"] >= BAR["p"] or r["retention"] >= 1 for r in mine.values())
         )
         cells = " | ".join(f"{mine[n]['retention']:.2%} ({mine[n]['p']:.2g})" for n in names)
         dev = agree.get(path, {"change": 0.0, "discordant": 0.0})
