@@ -97,14 +97,19 @@ def smoothed(fp32_onnx: Path, out: Path, found: dict[str, np.ndarray], alpha: fl
     return out
 
 
+def text_feeds(cat, pairs: list[tuple[str, str]], input_names: list[str]) -> list[dict]:
+    """One feed per (query, document) text pair, cut and laid out as the re-ranker does."""
+    return [{k: v.numpy() for k, v in cat.features([q], [d]).items() if k in input_names}
+            for q, d in pairs]  # fmt: skip
+
+
 def calibration(args, cat, input_names: list[str]) -> list[dict]:
     """One feed per pair of ``--calibration`` SciFact train queries (drawn with a fixed seed;
     no judgement read) and their first stage's top ``--depth``."""
     run = layers.first_stage("scifact", "train", args.calibration, args.work)
     first, queries, texts = layers.pairs_of("scifact", "train", run, args.depth)
     pairs = [(queries[q], texts[d]) for q, docs in first.items() for d, _ in docs[: args.depth]]
-    return [{k: v.numpy() for k, v in cat.features([q], [d]).items() if k in input_names}
-            for q, d in pairs]  # fmt: skip
+    return text_feeds(cat, pairs, input_names)
 
 
 def random_pairs(args, cat, input_names: list[str]) -> list[dict]:
@@ -138,8 +143,7 @@ def docstring_pairs(args, cat, input_names: list[str]) -> list[dict]:
     bodies = [body for _, (_, body) in found]
     pairs = [(summary, d) for _, (summary, body) in chosen
              for d in [body, *rng.sample(bodies, args.depth - 1)]]  # fmt: skip
-    return [{k: v.numpy() for k, v in cat.features([q], [d]).items() if k in input_names}
-            for q, d in pairs]  # fmt: skip
+    return text_feeds(cat, pairs, input_names)
 
 
 def main() -> None:
