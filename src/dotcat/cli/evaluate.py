@@ -137,12 +137,9 @@ def _print_comparison(
     if not as_json:
         typer.echo(comparison_text(reports, comparisons, baseline, config) + "\n")
         return
-    out = {}
-    for name, report in reports.items():
-        vs = comparisons.get(name)
-        vs = None if vs is None else comparison_to_json(vs, baseline, config)
-        out[name] = to_json(report) | {"vs_baseline": vs} | extra.to_json(name)
-    typer.echo(json.dumps(out, indent=2))
+    vs = {n: comparison_to_json(c, baseline, config) for n, c in comparisons.items()}
+    out = {n: to_json(r) | {"vs_baseline": vs.get(n)} for n, r in reports.items()}
+    typer.echo(json.dumps({n: o | extra.to_json(n) for n, o in out.items()}, indent=2))
 
 
 @app.command()

@@ -32,12 +32,8 @@ def available_splits(beir_dir: str | Path) -> list[str]:
     qrels_dir = resolve_data_path(beir_dir) / "qrels"
     if not qrels_dir.is_dir():
         return []
-    splits = set()
-    for p in qrels_dir.iterdir():
-        for suffix in (".tsv", ".tsv.gz"):
-            if p.is_file() and p.name.endswith(suffix):
-                splits.add(p.name[: -len(suffix)])
-    return sorted(splits)
+    names = [p.name for p in qrels_dir.iterdir() if p.is_file()]
+    return sorted({n[: -len(s)] for n in names for s in (".tsv", ".tsv.gz") if n.endswith(s)})
 
 
 def find_qrels_file(path: str | Path, split: str = "test") -> Path:

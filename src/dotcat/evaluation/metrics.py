@@ -137,11 +137,7 @@ def parse_measures(measures: str | Iterable[Any]) -> list[ir_measures.Measure]:
     """
     if isinstance(measures, (str, ir_measures.Measure)):
         measures = [measures]
-    parsed: list[ir_measures.Measure] = []
-    for item in measures:
-        for measure in _parse_one(item):
-            if measure not in parsed:
-                parsed.append(measure)
+    parsed = list(dict.fromkeys(m for item in measures for m in _parse_one(item)))
     if not parsed:
         raise DotcatError("no measures given")
     return parsed

@@ -53,10 +53,8 @@ def model_fingerprint(model: str) -> str:
     (``default`` is the packaged all-MiniLM-L6-v2).
     """
     root = resolve_model(model)
-    lines = []
-    for entry in walk_tree(root):
-        if entry.is_file and entry.rel.split("/")[0] not in _MODEL_SKIP:
-            lines.append(f"{entry.rel} {file_digest(entry.path)}")
+    files = [e for e in walk_tree(root) if e.is_file and e.rel.split("/")[0] not in _MODEL_SKIP]
+    lines = [f"{e.rel} {file_digest(e.path)}" for e in files]
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 

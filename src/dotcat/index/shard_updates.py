@@ -111,10 +111,8 @@ def delete_from_shards(
     missing = [i for i in wanted if i not in held]
     if missing and not missing_ok:
         raise missing_error(f"{folder}: no shard holds a document with id", missing, "--missing-ok")
-    results = []
-    for shard in sorted(set(held.values())):
-        ids = [i for i, s in held.items() if s == shard]
-        results.append(delete_documents(paths[shard], ids))
+    shards = sorted(set(held.values()))
+    results = [delete_documents(paths[n], [i for i, s in held.items() if s == n]) for n in shards]
     return _total(results, paths)
 
 

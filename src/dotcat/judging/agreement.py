@@ -80,12 +80,9 @@ def assessor_agreement(store: JudgmentStore) -> list[Agreement]:
     """Every pair of the store's assessors who graded documents in common."""
     judged = store.current()
     labels = sorted(store.scale)
-    out = []
-    for first, second in itertools.combinations(store.assessors(), 2):
-        pair = pair_agreement(first, second, judged, labels)
-        if pair.documents:
-            out.append(pair)
-    return out
+    pairs = itertools.combinations(store.assessors(), 2)
+    agreements = [pair_agreement(first, second, judged, labels) for first, second in pairs]
+    return [pair for pair in agreements if pair.documents]
 
 
 def format_agreement(pairs: Sequence[Agreement]) -> str:

@@ -163,31 +163,17 @@ class BiEncoder(LoadedModel):
         max_length = config.max_length or st.max_length or min(512, max_positions(model.config))
         max_length = within_positions(max_length, 2, model.config)
         encoder = cls(
-            config,
-            path,
-            model,
-            tokenizer,
-            pooling=pooling,
-            similarity=similarity,
-            max_length=max_length,
-            fingerprint=weights_fingerprint(path),
-            device=device,
+            config, path, model, tokenizer, pooling=pooling, similarity=similarity,
+            max_length=max_length, fingerprint=weights_fingerprint(path), device=device,
             query_prefix=or_prompt(config.query_prefix, st.query_prompt),
             document_prefix=or_prompt(config.document_prefix, st.document_prompt),
             lowercase=st.lowercase,
-        )
+        )  # fmt: skip
         if encoder.int8:
             encoder.onnx = encoder._int8_runner(st.transformer_dir)
-        logger.info(
-            "encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, %s",
-            config.model,
-            pooling,
-            similarity,
-            encoder.max_length,
-            encoder.dim,
-            device,
-            encoder.precision,
-        )
+        logger.info("encoder %s: %s pooling, %s similarity, max_length %d, dim %d, %s, %s",
+                    config.model, pooling, similarity, encoder.max_length, encoder.dim, device,
+                    encoder.precision)  # fmt: skip
         return encoder
 
     # -- encoding -------------------------------------------------------------------------

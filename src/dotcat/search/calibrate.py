@@ -128,16 +128,11 @@ def pseudo_first_stage(
     data = write_pseudo_dataset(pseudo, work / "data")
     index_dir = work / "index"
     # The loaded query encoder encodes the documents too: same weights, precision, runtime.
+    passages = PassageConfig.from_manifest(pipeline.manifest.passages)
+    settings = IndexConfig(device=pipeline.config.device, bm25=pipeline.bm25 is not None,
+                           passages=passages)  # fmt: skip
     build_index(
-        data / "corpus.jsonl",
-        index_dir,
-        pipeline.encoder,
-        IndexConfig(
-            device=pipeline.config.device,
-            bm25=pipeline.bm25 is not None,
-            passages=PassageConfig.from_manifest(pipeline.manifest.passages),
-        ),
-        show_progress=show_progress,
+        data / "corpus.jsonl", index_dir, pipeline.encoder, settings, show_progress=show_progress
     )
     linear = pipeline.fusion.method == "linear"
     fused = {"fusion": pipeline.fusion.method, "fusion_weight": pipeline.fusion.weight if linear

@@ -354,11 +354,8 @@ class Reranker:
         reranked = self.rerank(
             to_run(found), queries, {}, depth, show_progress, pair_texts=texts(found, depth)
         )
-        out = {}
-        for qid, docs in reranked.items():
-            by_id = {m.doc_id: m for m in found[qid]}
-            out[qid] = [Match(d, s, by_id[d].passages) for d, s in docs]
-        return out
+        passages = {q: {m.doc_id: m.passages for m in found[q]} for q in reranked}
+        return {q: [Match(d, s, passages[q][d]) for d, s in docs] for q, docs in reranked.items()}
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -322,9 +322,7 @@ class ShardedIndex:
             for shard in range(len(self.manifests)):
                 asked.setdefault(shard, []).extend(unknown)
         answers = _fetch(self.group, "documents", {s: (ids,) for s, ids in asked.items()})
-        found: dict[str, StoredDocument] = {}
-        for answer in answers:
-            found.update(answer or {})
+        found = {d: doc for answer in answers for d, doc in (answer or {}).items()}
         for doc_id in known:
             found.setdefault(doc_id, StoredDocument(-1, doc_id, "", ""))
         return found
@@ -336,9 +334,8 @@ class ShardedIndex:
         for ref in refs:
             shard = int(np.searchsorted(firsts, ref.pid, side="right")) - 1
             asked.setdefault(shard, []).append(ref.pid)
-        found: dict[int, str] = {}
-        for answer in _fetch(self.group, "passage_texts", {s: (p,) for s, p in asked.items()}):
-            found.update(answer or {})
+        answers = _fetch(self.group, "passage_texts", {s: (p,) for s, p in asked.items()})
+        found = {pid: text for answer in answers for pid, text in (answer or {}).items()}
         return {ref.pid: found.get(ref.pid, "") for ref in refs}
 
     # -- fields and filters --------------------------------------------------------------------
@@ -375,10 +372,8 @@ class ShardedIndex:
             if pos >= 0:
                 shard = int(np.searchsorted(firsts, pos, side="right")) - 1
                 asked.setdefault(shard, []).append(int(pos))
-        found: dict[int, dict[str, Any]] = {}
-        for answer in _fetch(self.group, "fields_of", {s: (p,) for s, p in asked.items()}):
-            found.update(answer or {})
-        return found
+        answers = _fetch(self.group, "fields_of", {s: (p,) for s, p in asked.items()})
+        return {pos: f for answer in answers for pos, f in (answer or {}).items()}
 
     def admit(self, sql: str, params: Sequence[Any]) -> ShardedAdmitted:
         """The documents a filter admits (its SQL over a ``fields`` table,

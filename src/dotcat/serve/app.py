@@ -299,17 +299,11 @@ def _hit_out(hit: Any, terms: list[str], full_text: bool) -> HitOut:
     if hit.start is not None and hit.stop is not None:
         passage = PassageOut(start=hit.start, stop=hit.stop, text=hit.passage)
     return HitOut(
-        rank=hit.rank,
-        doc_id=hit.doc_id,
-        score=hit.score,
-        score_kind=hit.score_kind,
-        title=hit.title if full_text else shorten(hit.title, TITLE_CHARS),
-        snippet=cut,
-        highlights=marks,
-        passage=passage,
-        fields=hit.fields,
+        rank=hit.rank, doc_id=hit.doc_id, score=hit.score, score_kind=hit.score_kind,
+        title=hit.title if full_text else shorten(hit.title, TITLE_CHARS), snippet=cut,
+        highlights=marks, passage=passage, fields=hit.fields,
         text=hit.text if full_text else None,
-    )
+    )  # fmt: skip
 
 
 def _coverage_out(coverage: Any) -> CoverageOut | None:

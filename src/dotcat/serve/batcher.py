@@ -149,17 +149,9 @@ class MicroBatcher:
         texts = [q for job in jobs for q in job.queries]
         loop = asyncio.get_running_loop()
         try:
-            results = await loop.run_in_executor(
-                self._executor,
-                lambda: self.pipeline.search_many(
-                    texts,
-                    max(first.k, first.fetch),
-                    first_stage=first.first_stage,
-                    rerank=first.rerank,
-                    depth=first.depth,
-                    filter=first.filter,
-                ),
-            )
+            results = await loop.run_in_executor(self._executor, lambda: self.pipeline.search_many(
+                texts, max(first.k, first.fetch), first_stage=first.first_stage,
+                rerank=first.rerank, depth=first.depth, filter=first.filter))  # fmt: skip
         except Exception as e:  # noqa: BLE001 - every waiting request gets the error
             for job in jobs:
                 if not job.future.done():

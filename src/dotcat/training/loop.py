@@ -409,16 +409,8 @@ def _save_state(run: _Run) -> None:
             "rng": rng,
             "config": run.config.to_dict(),
         }
-        save_checkpoint(
-            run.out_dir,
-            run.state.step,
-            run.recipe.model,
-            run.optimizer,
-            run.scheduler,
-            state,
-            torch_rng,
-            keep=run.config.keep_checkpoints,
-        )
+        save_checkpoint(run.out_dir, run.state.step, run.recipe.model, run.optimizer, run.scheduler,
+                        state, torch_rng, keep=run.config.keep_checkpoints)  # fmt: skip
         write_json(run.out_dir / TRAINING_RECORD, _record(run, "running"))
     ctx.barrier()
 

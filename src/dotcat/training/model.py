@@ -171,15 +171,9 @@ class TrainableBiEncoder(nn.Module):
             document_prefix=st.document_prompt or "",
             lowercase=st.lowercase,
         )
-        logger.info(
-            "loaded %s from %s: %s pooling, %s similarity, max length %d, dim %d",
-            name_or_path,
-            path,
-            encoder.pooling,
-            encoder.similarity,
-            encoder.max_length,
-            encoder.dim,
-        )
+        logger.info("loaded %s from %s: %s pooling, %s similarity, max length %d, dim %d",
+                    name_or_path, path, encoder.pooling, encoder.similarity, encoder.max_length,
+                    encoder.dim)  # fmt: skip
         return encoder
 
     @property
@@ -195,15 +189,9 @@ class TrainableBiEncoder(nn.Module):
         the model's prompts), lower-cased first if the model says ``do_lower_case``.
         """
         texts = [t.lower() for t in texts] if self.lowercase else list(texts)
-        return dict(
-            self.tokenizer(
-                texts,
-                padding=True,
-                truncation=True,
-                max_length=max_length or self.max_length,
-                return_tensors="pt",
-            )
-        )
+        encoded = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
+                                 max_length=max_length or self.max_length)  # fmt: skip
+        return dict(encoded)
 
     def forward(self, features: Mapping[str, Tensor]) -> Tensor:
         """``[batch, dim]`` float32 embeddings of tokenized texts, with autograd.

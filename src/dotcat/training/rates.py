@@ -103,17 +103,9 @@ def measure_rates(
 
 
 def _backward(encoder, batch, docs, loss, chunk_size, query_max_length, bf16) -> None:
-    backward_batch(
-        lambda texts, n: encoder(encoder.tokenize(texts, n)),
-        batch,
-        docs,
-        loss,
-        query_max_length=query_max_length,
-        max_length=encoder.max_length,
-        chunk_size=chunk_size,
-        bf16=bf16,
-        device_type=encoder.device.type,
-    )
+    backward_batch(lambda texts, n: encoder(encoder.tokenize(texts, n)), batch, docs, loss,
+                   query_max_length=query_max_length, max_length=encoder.max_length,
+                   chunk_size=chunk_size, bf16=bf16, device_type=encoder.device.type)  # fmt: skip
 
 
 def _sample_examples(data_dir: Path, n: int, negatives: int = 1):

@@ -34,12 +34,8 @@ logger = logging.getLogger(__name__)
 
 def judged_negatives(qrels: Qrels) -> dict[str, list[str]]:
     """qid -> the documents judged not relevant (grade <= 0), in qrels order."""
-    out = {}
-    for qid, docs in qrels.items():
-        negatives = [doc for doc, grade in docs.items() if grade <= 0]
-        if negatives:
-            out[qid] = negatives
-    return out
+    negatives = {q: [doc for doc, grade in docs.items() if grade <= 0] for q, docs in qrels.items()}
+    return {qid: docs for qid, docs in negatives.items() if docs}
 
 
 def with_judged_negatives(

@@ -167,11 +167,9 @@ class DistillRecipe(DotRecipe):
         by_query: dict[str, list[str]] = defaultdict(list)
         for qid, doc in pairs:
             by_query[qid].append(doc)
-        out: dict[tuple[str, str], float] = {}
-        for qid, docs in by_query.items():
-            for doc, value in zip(docs, index.pair_scores(queries[qid], docs), strict=True):
-                out[(qid, doc)] = round(value, DECIMALS)
-        return out
+        scores = {qid: index.pair_scores(queries[qid], docs) for qid, docs in by_query.items()}
+        return {(qid, doc): round(value, DECIMALS) for qid, docs in by_query.items()
+                for doc, value in zip(docs, scores[qid], strict=True)}  # fmt: skip
 
     def _dense_teacher_alone(
         self, pairs: Sequence[tuple[str, str]], queries: Mapping[str, str], texts: Mapping[str, str]

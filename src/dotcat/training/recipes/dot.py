@@ -241,21 +241,13 @@ class DotRecipe(Recipe):
         sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
         with sync:
             return backward_batch(
-                self.encode,
-                examples,
-                self.doc_texts,
-                self.loss,
-                query_max_length=self.config.query_max_length,
-                max_length=self.model.max_length,
-                qrels=self.data.qrels,
-                ctx=self.ctx,
-                scale=scale,
+                self.encode, examples, self.doc_texts, self.loss,
+                query_max_length=self.config.query_max_length, max_length=self.model.max_length,
+                qrels=self.data.qrels, ctx=self.ctx, scale=scale,
                 chunk_size=self.config.cache_chunk_size or None,
                 no_sync=self.ddp.no_sync if self.ddp is not None else None,
-                bf16=self.bf16,
-                device_type=self.ctx.device.type,
-                **kwargs,
-            )
+                bf16=self.bf16, device_type=self.ctx.device.type, **kwargs,
+            )  # fmt: skip
 
     def evaluate(self, epoch: int) -> dict[str, float] | None:
         if not self.evaluating:
@@ -492,9 +484,7 @@ def evaluate_dev(
         desc="dev eval",
         show_progress=show_progress,
     )
-    run = {}
-    for row, qid in enumerate(qids):
-        pairs = zip(heap.D[row], heap.I[row], strict=True)
-        run[qid] = [(doc_ids[p], float(s)) for s, p in pairs if p >= 0]
+    pairs = {qid: zip(heap.D[row], heap.I[row], strict=True) for row, qid in enumerate(qids)}
+    run = {qid: [(doc_ids[p], float(s)) for s, p in top if p >= 0] for qid, top in pairs.items()}
     report = evaluate(run, {q: dict(qrels[q]) for q in qids}, measures=list(DEV_MEASURES))
     return {m: float(report.aggregate[m]) for m in DEV_MEASURES}
