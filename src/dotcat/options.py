@@ -55,7 +55,7 @@ PRF_METHODS = ("none", "rm3", "rocchio", "both")
 ON_DISK = ("auto", "yes", "no")
 #: ``dotcat export``: precisions, linear layers left in fp32 under int8, int8 kernel variants.
 EXPORT_PRECISIONS = ("int8", "fp32")
-KEEP_FP32 = ("auto", "none", "ffn_output", "first_ffns")
+KEEP_FP32 = ("auto", "none", "ffn_output", "first_ffns", "smoothed")
 INT8_VARIANTS = ("avx512_vnni", "avx2")
 #: Paired significance tests, each with its interval (:mod:`dotcat.evaluation.significance`).
 SIGNIFICANCE_TESTS = ("t", "randomisation", "bootstrap")

@@ -182,12 +182,13 @@ def test_another_recipe_is_another_export(bert_copy, tmp_path):
     assert any(op in ("MatMulInteger", "DynamicQuantizeLinear") for op in nodes.values())
 
 
-def test_a_cross_encoders_avx2_export_keeps_its_first_ffns_and_embeddings_in_fp32(
+def test_a_cross_encoders_avx2_export_is_smoothed_with_its_embeddings_in_fp32(
     tiny_cat_dir, bert_copy, tmp_path
 ):
-    """The re-ranker's 7-bit recipe that keeps the bar (eval/studies/rerank_avx2_layers): the
-    FFNs of layers 0-2 and the embedding tables unquantised; the rest int8. Other exports (an
-    encoder's, a VNNI one) quantise them, unless asked."""
+    """The re-ranker's 7-bit recipe that keeps the bar (eval/studies/rerank_avx2_layers): its
+    LayerNorm outputs smoothed (:mod:`dotcat.models.smoothquant`), every linear layer int8, the
+    embedding tables unquantised. Other exports (an encoder's, a VNNI one) are neither, unless
+    asked; ``first_ffns`` keeps layers 0-2's FFNs in fp32 instead."""
     import onnx
 
     def export(model, kind, variant, **how):
@@ -200,13 +201,14 @@ def test_a_cross_encoders_avx2_export_keeps_its_first_ffns_and_embeddings_in_fp3
         ffns = [n for n in ops if re.search(r"layer\.[0-2]/(intermediate|output)/dense/MatMul", n)]
         tables = {t.name for t in graph.initializer if re.search(r"_embeddings\.weight$", t.name)}
         assert ffns and any(op == "MatMulInteger" for op in ops.values())
-        return record["keep_fp32"], all(ops[n] == "MatMul" for n in ffns), len(tables)
+        smooth = sum(n.startswith("Smooth_") for n in ops)
+        return record["keep_fp32"], all(ops[n] == "MatMul" for n in ffns), len(tables), smooth
 
-    assert export(tiny_cat_dir, "cross-encoder", "avx2") == ("first_ffns", True, 3)
-    assert export(tiny_cat_dir, "cross-encoder", "avx512_vnni") == ("none", False, 0)
-    assert export(bert_copy, "encoder", "avx2") == ("none", False, 0)
-    wanted = export(bert_copy, "encoder", "avx2", keep_fp32="first_ffns")
-    assert wanted == ("first_ffns", True, 3)
+    assert export(tiny_cat_dir, "cross-encoder", "avx2") == ("smoothed", False, 3, 4)
+    assert export(tiny_cat_dir, "cross-encoder", "avx512_vnni") == ("none", False, 0, 0)
+    assert export(bert_copy, "encoder", "avx2") == ("none", False, 0, 0)
+    wanted = export(tiny_cat_dir, "cross-encoder", "avx2", keep_fp32="first_ffns")
+    assert wanted == ("first_ffns", True, 3, 0)
 
 
 def test_the_avx2_variant_uses_7_bit_weights(bert_copy, tmp_path):

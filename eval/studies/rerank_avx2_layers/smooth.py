@@ -3,7 +3,8 @@ outlier channels moved into its weights first.
 
     python eval/studies/rerank_avx2_layers/smooth.py --cat runs/cat-avx2 \\
         [--work runs/rerank_smooth] [--collections scifact,faq,pydoc,man] \\
-        [--alphas 0.5,0.65,0.8] [--dev-queries 16] [--queries 100] [--speed 200]
+        [--alphas 0.5,0.65,0.8] [--dev-queries 16] [--queries 100] [--speed 200] \\
+        [--calibrate-on scifact|random|docstrings] [--smooth-inputs all|ln]
 
 Why: ONNX Runtime's dynamic int8 quantises a MatMul's input with one scale per call. A few
 input channels of BERT's hidden states are far larger than the rest (outlier dimensions,
@@ -22,9 +23,13 @@ with a dev split; test nDCG@10 at weight 1 against PyTorch fp32, with the bar): 
 7-bit recipe on every unit), ``rr-keep7`` (what ``auto`` runs on AVX2: layers 0-2's FFNs and
 the embedding tables in fp32) and ``rr-smooth-A`` (every linear layer int8 after smoothing
 with ``a = A``; the embedding tables in fp32, which costs no arithmetic); of the ``--alphas``,
-the one with the fewest discordant dev pairs goes to test. ``--speed N`` times
-them as ``layers.py --speed`` does, against sentence-transformers fp32; ``--speed-only`` times
-the ``--alphas`` given and measures nothing else (exports and calibration cached under ``--work``).
+the one with the fewest discordant dev pairs goes to test. ``--calibrate-on random`` or
+``docstrings`` draws the calibration pairs from text every machine has instead of SciFact;
+``--smooth-inputs ln`` smooths only the inputs a LayerNorm makes (Q/K/V and the FFN's first
+projection) and leaves the attention context and the GELU output as ``rr`` has them.
+``--speed N`` times them as ``layers.py --speed`` does, against sentence-transformers fp32;
+``--speed-only`` times the ``--alphas`` given and measures nothing else (exports and calibration
+cached under ``--work``).
 """
 
 from __future__ import annotations
@@ -39,24 +44,16 @@ import layers  # noqa: E402
 from layers import common  # noqa: E402
 
 
-def linear_inputs(graph) -> dict[str, list]:
-    """Each MatMul with a weight initialiser (a linear layer), grouped by the tensor it reads."""
-    weights = {t.name for t in graph.initializer}
-    found: dict[str, list] = {}
-    for node in graph.node:
-        if node.op_type == "MatMul" and node.input[1] in weights:
-            found.setdefault(node.input[0], []).append(node)
-    return found
-
-
 def maxima(fp32_onnx: Path, feeds: list[dict]) -> dict[str, np.ndarray]:
     """``max|X_j|`` of every linear layer's input X, per channel j, over ``feeds`` (one pair
     each, no padding): the graph is run with those inputs as extra outputs."""
     import onnx
     import onnxruntime as ort
 
+    from dotcat.models.smoothquant import linear_inputs
+
     model = onnx.load(str(fp32_onnx))
-    names = list(linear_inputs(model.graph))
+    names = list(linear_inputs(model.graph, ln_only=False))
     model.graph.output.extend(onnx.helper.make_tensor_value_info(n, 1, None) for n in names)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     found = {n: np.zeros(0) for n in names}
@@ -68,30 +65,16 @@ def maxima(fp32_onnx: Path, feeds: list[dict]) -> dict[str, np.ndarray]:
     return found
 
 
-def smoothed(fp32_onnx: Path, out: Path, found: dict[str, np.ndarray], alpha: float) -> Path:
-    """The fp32 graph with each linear layer's input divided by ``s`` (a ``Mul`` before it) and
-    its weight's rows multiplied by ``s``."""
+def smoothed(fp32_onnx: Path, out: Path, found: dict[str, np.ndarray], alpha: float,
+             ln_only: bool = False) -> Path:  # fmt: skip
+    """The fp32 graph with each linear layer's input (``ln_only``: each a LayerNorm makes)
+    smoothed by :func:`dotcat.models.smoothquant.smooth`."""
     import onnx
-    from onnx import numpy_helper
+
+    from dotcat.models import smoothquant
 
     model = onnx.load(str(fp32_onnx))
-    graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    nodes = list(graph.node)
-    for i, (x, matmuls) in enumerate(linear_inputs(graph).items()):
-        weights = [numpy_helper.to_array(inits[m.input[1]]) for m in matmuls]
-        w_max = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
-        s = np.maximum(found[x], 1e-5) ** alpha / np.maximum(w_max, 1e-5) ** (1 - alpha)
-        s = s.astype(np.float32)
-        for m, w in zip(matmuls, weights, strict=True):
-            inits[m.input[1]].CopyFrom(numpy_helper.from_array(w * s[:, None], m.input[1]))
-        graph.initializer.append(numpy_helper.from_array(1 / s, f"smooth_{i}"))
-        mul = onnx.helper.make_node("Mul", [x, f"smooth_{i}"], [f"{x}_smooth"], f"Smooth_{i}")
-        for m in matmuls:
-            m.input[0] = f"{x}_smooth"
-        nodes.insert(nodes.index(matmuls[0]), mul)
-    del graph.node[:]
-    graph.node.extend(nodes)
+    smoothquant.smooth(model.graph, smoothquant.linear_inputs(model.graph, ln_only), found, alpha)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out))
     return out
@@ -161,6 +144,8 @@ def main() -> None:
     parser.add_argument("--speed-only", action="store_true", help="time them, nothing else")
     parser.add_argument("--calibrate-on", choices=("scifact", "random", "docstrings"),
                         default="scifact", help="the calibration pairs' text")  # fmt: skip
+    parser.add_argument("--smooth-inputs", choices=("all", "ln"), default="all",
+                        help="every linear input, or only those a LayerNorm makes")  # fmt: skip
     args = parser.parse_args()
     args.collections = args.collections.split(",")
     import functools
@@ -184,12 +169,14 @@ def main() -> None:
     found = functools.cache(
         lambda: maxima(fp32_onnx, pairs[args.calibrate_on](args, reranker.cross_encoder, names))
     )
+    source = "" if args.calibrate_on == "scifact" else f"{args.calibrate_on}-"
+    source += "" if args.smooth_inputs == "all" else "ln-"
     for a in args.alphas.split(","):
-        label = f"rr-smooth-{'' if args.calibrate_on == 'scifact' else args.calibrate_on + '-'}{a}"
+        label = f"rr-smooth-{source}{a}"
         kept[label] = parts["embeddings"][0]
         fp32_s = home / f"{label[3:]}-fp32.onnx"
         if not fp32_s.exists():
-            smoothed(fp32_onnx, fp32_s, found(), float(a))
+            smoothed(fp32_onnx, fp32_s, found(), float(a), args.smooth_inputs == "ln")
         candidates[label] = layers.quantised(fp32_s, home / f"{label}.onnx", kept[label])
     title = "SmoothQuant for the re-ranker's 7-bit int8 (the AVX2 export)"
     if args.speed_only:  # an AVX2 CPU's speed
@@ -212,9 +199,9 @@ def main() -> None:
             if args.calibrate_on == "scifact"
             else f"{args.calibration * args.depth} pairs of {args.calibrate_on}"
         )
-        + "; dev: "
-        f"{args.dev_queries} queries of each of {', '.join(dev.collections)}; test: "
-        f"{args.queries} queries a collection. First stage: `{common.shown(args.work)}/NAME/"
+        + f" text; smoothed inputs: {args.smooth_inputs}; dev: {args.dev_queries} queries of "
+        f"each of {', '.join(dev.collections)}; test: {args.queries} queries a collection. "
+        f"First stage: `{common.shown(args.work)}/NAME/"
         "index`, hybrid.",
     )
     lines += ["## Dev: agreement with fp32", "", "| path | change / sd | discordant pairs |",

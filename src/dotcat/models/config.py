@@ -165,7 +165,8 @@ class ExportConfig(Settings):
     keep_fp32: str = setting(
         "auto",
         help="Units left in fp32 under int8: none, ffn_output, first_ffns (layers 0-2's FFNs and "
-        "the embeddings); auto: first_ffns for a cross-encoder's avx2 export, else none.",
+        "the embeddings), smoothed (the embeddings; LayerNorm outputs smoothed: SmoothQuant); "
+        "auto: smoothed for a cross-encoder's avx2 export, else none.",
         choices=KEEP_FP32,
     )
     variant: str | None = setting(

@@ -46,7 +46,7 @@ from dotcat.models.loading import load_hf_model, max_positions, within_positions
 from dotcat.models.resolve import read_model_config, resolve_model, weights_fingerprint
 from dotcat.models.runtime import autocast, model_device, quiet_transformers
 from dotcat.models.st_config import CAT_RECORD, read_cat_record, recorded_interpolation
-from dotcat.models.tokens import truncated
+from dotcat.models.tokens import PairTemplate, truncated
 from dotcat.progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -77,45 +77,6 @@ def pair_lengths(query_len: int, doc_len: int, budget: int) -> tuple[int, int]:
         return query_len, doc_len
     doc_keep = max(budget - query_len, min(doc_len, budget // 2))
     return budget - doc_keep, doc_keep
-
-
-class PairTemplate:
-    """Where a tokenizer puts its special tokens and segment ids around a (query, doc) pair.
-
-    Learnt once by encoding a probe pair, so BERT (``[CLS] q [SEP] d [SEP]``, segments 0/1)
-    and RoBERTa-style (``<s> q </s></s> d </s>``) tokenizers both work from token id lists.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        first = _single_token(tokenizer, "a")
-        second = _single_token(tokenizer, "b")
-        encoded = tokenizer("a", "b", add_special_tokens=True, return_token_type_ids=True)
-        ids = list(encoded["input_ids"])
-        types = list(encoded.get("token_type_ids") or [0] * len(ids))
-        try:
-            i = ids.index(first)
-            j = ids.index(second, i + 1)
-        except ValueError as e:
-            raise DotcatError(f"cannot find the pair layout of tokenizer {tokenizer!r}") from e
-        self.prefix, self.middle, self.suffix = ids[:i], ids[i + 1 : j], ids[j + 1 :]
-        self.prefix_types, self.middle_types = types[:i], types[i + 1 : j]
-        self.suffix_types = types[j + 1 :]
-        self.query_type, self.doc_type = types[i], types[j]
-        self.n_special = len(self.prefix) + len(self.middle) + len(self.suffix)
-
-    def build(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
-        """``(input_ids, token_type_ids)`` of one pair, special tokens included."""
-        ids = self.prefix + query + self.middle + doc + self.suffix
-        types = self.prefix_types + [self.query_type] * len(query) + self.middle_types
-        types += [self.doc_type] * len(doc) + self.suffix_types
-        return ids, types
-
-
-def _single_token(tokenizer: Any, text: str) -> int:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise DotcatError(f"tokenizer {tokenizer!r} splits the probe {text!r}; unsupported")
-    return int(ids[0])
 
 
 class CrossEncoder(LoadedModel):
@@ -196,15 +157,8 @@ class CrossEncoder(LoadedModel):
             path, tokenizer, positions, trained_head
         )
         max_length = within_positions(max_length, 8, model.config)
-        encoder = cls(
-            config,
-            path,
-            model,
-            tokenizer,
-            max_length=max_length,
-            device=device,
-            trained_head=trained_head,
-        )
+        encoder = cls(config, path, model, tokenizer, max_length=max_length, device=device,
+                      trained_head=trained_head)  # fmt: skip
         if encoder.int8:
             # The export is of the saved weights: a new, untrained head would not be in it.
             encoder.require_trained()

@@ -9,10 +9,10 @@ per-channel weight scales keep the vectors close (cosine ~0.995 with fp32 on Sci
 Recipe (Bondarenko et al., EMNLP 2021, "Understanding and Overcoming the Challenges of Efficient
 Transformer Quantization"): the weights of every linear layer are quantised per output channel to
 int8 once, at export; activations are quantised per call from their own range (dynamic: no
-calibration set to choose, nothing fitted to one corpus). The FFN output projections can be kept in
-fp32 (``keep_fp32="ffn_output"``), where the paper finds the outliers of the residual stream. On
-CPUs without VNNI the weights use 7 bits (``reduce_range``): AVX2's u8 x s8 multiply-add
-(``vpmaddubsw``) saturates int16 sums of two 8-bit products.
+calibration set to choose, nothing fitted to one corpus). ``keep_fp32`` can leave units in fp32
+(``KEEP_FP32``), or smooth a re-ranker's LayerNorm outputs first (:mod:`.smoothquant`, the AVX2
+default). On CPUs without VNNI the weights use 7 bits (``reduce_range``): AVX2's u8 x s8
+multiply-add (``vpmaddubsw``) saturates int16 sums of two 8-bit products.
 
 Files are laid out as sentence-transformers (``backend="onnx"``) and Optimum look for them,
 inside the directory that holds the transformer's weights::
@@ -46,7 +46,7 @@ import onnxruntime as ort
 
 from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
-from dotcat.models import export_files
+from dotcat.models import export_files, smoothquant
 from dotcat.models.export_files import atomic_file, quiet_export, record
 from dotcat.models.runtime import cpu_flags, quiet_transformers
 
@@ -69,14 +69,17 @@ KEEP_FP32 = {
     # The first three layers' FFNs and the embedding tables (their Gathers): the units whose
     # 7-bit int8 moves a re-ranker's logits most (eval/studies/rerank_avx2_layers).
     "first_ffns": (r"layer\.[0-2]/(intermediate|output)/dense/", r"_embeddings/Gather"),
+    # The embedding tables; every linear layer int8, its LayerNorm-fed inputs smoothed first
+    # (:mod:`dotcat.models.smoothquant`).
+    "smoothed": (r"_embeddings/Gather",),
 }
 
 
 def default_keep_fp32(kind: str, variant: str) -> str:
     """The recipe ``auto`` takes: every linear layer int8 (chosen on SciFact dev), but a
-    cross-encoder's AVX2 export keeps ``first_ffns``: with every unit at 7 bits a re-ranker
-    kept 98.29% of fp32's nDCG@10, under the bar (docs/precision.md)."""
-    return "first_ffns" if (kind, variant) == ("cross-encoder", "avx2") else "none"
+    cross-encoder's AVX2 export is ``smoothed``: with every unit at 7 bits as it is, a
+    re-ranker kept 98.29% of fp32's nDCG@10, under the bar (docs/precision.md)."""
+    return "smoothed" if (kind, variant) == ("cross-encoder", "avx2") else "none"
 
 
 def int8_variant(flags: frozenset[str] | None = None) -> str:
@@ -156,7 +159,8 @@ def export(
     target = home / name
     logger.info("quantising %s to int8 (%s, fp32 kept: %s): %s", fp32, variant, keep_fp32, target)
     with atomic_file(target) as tmp:
-        _quantize(fp32, tmp, reduce_range=variant != "avx512_vnni", keep_fp32=keep_fp32)
+        _quantize(fp32, tmp, reduce_range=variant != "avx512_vnni", keep_fp32=keep_fp32,
+                  weights_dir=weights_dir)  # fmt: skip
     record(home, name, _recipe(kind, precision, variant, keep_fp32, fingerprint))
     return target
 
@@ -311,7 +315,8 @@ def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
         )
 
 
-def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> None:
+def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str,
+              weights_dir: Path) -> None:  # fmt: skip
     # onnx and ONNX Runtime's quantiser take ~0.4 s to import; only an int8 export needs them.
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -323,7 +328,9 @@ def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str) -> No
         for node in graph.node
         if node.op_type in QUANTISED_OPS and any(p.search(node.name) for p in patterns)
     ]
-    with quiet_export():
+    with quiet_export(), tempfile.TemporaryDirectory(prefix=".smooth-", dir=out.parent) as tmp:
+        if keep_fp32 == "smoothed":
+            src = smoothquant.smoothed(src, weights_dir, Path(tmp) / "smoothed.onnx")
         quantize_dynamic(
             str(src),
             str(out),

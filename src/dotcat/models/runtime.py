@@ -191,7 +191,7 @@ AUTO_ENCODER = {
     "other": ("fp32", "fp32"),
 }
 #: Where ``auto`` re-ranks at int8 (else the autocast rule), by the same bar: on AVX2 the 7-bit
-#: export with its first FFNs in fp32 (``onnx_backend.default_keep_fp32``).
+#: export, smoothed (``onnx_backend.default_keep_fp32``).
 INT8_RERANK_CPUS = frozenset({"vnni+bf16", "vnni", "avx2"})
 #: The sides of the bi-encoder whose precision ``auto`` chooses apart.
 SIDES = ("documents", "queries")

@@ -14,6 +14,7 @@ grown until it answers it, the whole text at worst.
   the limit, tokenizing only a head that holds the answer.
 - :func:`truncated`: what a tokenizer that truncates at ``max_tokens`` gives, each long text
   tokenized only as far as its first ``max_tokens`` tokens need.
+- :class:`PairTemplate`: where a tokenizer puts its special tokens around a (query, doc) pair.
 - :func:`pieces`: a long text's successive heads, for tokenizing a whole document a piece at a
   time (offsets shifted by the piece's start), with Ctrl-C and progress between pieces.
 """
@@ -21,6 +22,9 @@ grown until it answers it, the whole text at worst.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from dotcat.errors import DotcatError
 
 #: Characters a head starts with per token wanted: a token of English WordPiece spans ~4-5
 #: characters, a rare word's pieces fewer; a head too short is grown (x4) until it answers.
@@ -98,3 +102,42 @@ def pieces(text: str, chars: int = PIECE_CHARS) -> Iterator[tuple[int, str]]:
             piece = text[start : start + chars]
         yield start, piece
         start += len(piece)
+
+
+class PairTemplate:
+    """Where a tokenizer puts its special tokens and segment ids around a (query, doc) pair.
+
+    Learnt once by encoding a probe pair, so BERT (``[CLS] q [SEP] d [SEP]``, segments 0/1)
+    and RoBERTa-style (``<s> q </s></s> d </s>``) tokenizers both work from token id lists.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        first = _single_token(tokenizer, "a")
+        second = _single_token(tokenizer, "b")
+        encoded = tokenizer("a", "b", add_special_tokens=True, return_token_type_ids=True)
+        ids = list(encoded["input_ids"])
+        types = list(encoded.get("token_type_ids") or [0] * len(ids))
+        try:
+            i = ids.index(first)
+            j = ids.index(second, i + 1)
+        except ValueError as e:
+            raise DotcatError(f"cannot find the pair layout of tokenizer {tokenizer!r}") from e
+        self.prefix, self.middle, self.suffix = ids[:i], ids[i + 1 : j], ids[j + 1 :]
+        self.prefix_types, self.middle_types = types[:i], types[i + 1 : j]
+        self.suffix_types = types[j + 1 :]
+        self.query_type, self.doc_type = types[i], types[j]
+        self.n_special = len(self.prefix) + len(self.middle) + len(self.suffix)
+
+    def build(self, query: list[int], doc: list[int]) -> tuple[list[int], list[int]]:
+        """``(input_ids, token_type_ids)`` of one pair, special tokens included."""
+        ids = self.prefix + query + self.middle + doc + self.suffix
+        types = self.prefix_types + [self.query_type] * len(query) + self.middle_types
+        types += [self.doc_type] * len(doc) + self.suffix_types
+        return ids, types
+
+
+def _single_token(tokenizer: Any, text: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise DotcatError(f"tokenizer {tokenizer!r} splits the probe {text!r}; unsupported")
+    return int(ids[0])
