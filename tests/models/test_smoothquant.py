@@ -40,3 +40,13 @@ def test_the_smoothed_graph_gives_the_original_logits_with_its_outliers_moved(
     logits = [ort.InferenceSession(str(p)).run(None, feeds)[0] for p in (fp32, out)]
     assert np.allclose(*logits, rtol=1e-4, atol=1e-5)
     assert np.ptp(logits[0]) > 0.01  # pairs the tiny model tells apart
+
+
+def test_a_graph_without_layernorm_inputs_is_left_as_it_is(tmp_path):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
+    w = numpy_helper.from_array(np.ones((4, 2), dtype=np.float32), "w")
+    node = onnx.helper.make_node("MatMul", ["x", "w"], ["y"])
+    path = tmp_path / "plain.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph([node], "g", [x], [y], [w])), path)
+    assert smoothquant.smoothed(path, tmp_path / "no-tokenizer", tmp_path / "s.onnx") == path
