@@ -150,6 +150,7 @@ DOORS = {
     ("dotcat.search.reranker", "dotcat.models.cross_encoder"): "re-ranking (--rerank)",
     ("dotcat.models.onnx_backend", "torch"): "the export, made once when missing",
     ("dotcat.models.onnx_backend", "transformers"): "the export, made once when missing",
+    ("dotcat.models.smoothquant", "transformers"): "the AVX2 re-ranker export's calibration",
     ("dotcat.models.runtime", "torch"): "functions of the PyTorch paths",
     ("dotcat.models.runtime", "transformers"): "quiet_transformers, around a model load",
     ("dotcat.models.batching", "torch"): "batches that PyTorch runs",
