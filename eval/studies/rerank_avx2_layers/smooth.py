@@ -46,23 +46,13 @@ from layers import common  # noqa: E402
 
 def maxima(fp32_onnx: Path, feeds: list[dict]) -> dict[str, np.ndarray]:
     """``max|X_j|`` of every linear layer's input X, per channel j, over ``feeds`` (one pair
-    each, no padding): the graph is run with those inputs as extra outputs."""
+    each, no padding), by :func:`dotcat.models.smoothquant.maxima`."""
     import onnx
-    import onnxruntime as ort
 
-    from dotcat.models.smoothquant import linear_inputs
+    from dotcat.models import smoothquant
 
     model = onnx.load(str(fp32_onnx))
-    names = list(linear_inputs(model.graph, ln_only=False))
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(n, 1, None) for n in names)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    found = {n: np.zeros(0) for n in names}
-    for feed in feeds:
-        outs = session.run(names, feed)
-        for n, x in zip(names, outs, strict=True):
-            m = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0)
-            found[n] = np.maximum(found[n], m) if found[n].size else m
-    return found
+    return smoothquant.maxima(model, list(smoothquant.linear_inputs(model.graph, False)), feeds)
 
 
 def smoothed(fp32_onnx: Path, out: Path, found: dict[str, np.ndarray], alpha: float,

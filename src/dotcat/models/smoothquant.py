@@ -29,7 +29,7 @@ def smoothed(fp32: Path, weights_dir: Path, out: Path) -> Path:
     inputs = linear_inputs(model.graph, ln_only=True)
     if not inputs:  # no LayerNorm feeds a linear layer: nothing to smooth
         return fp32
-    smooth(model.graph, inputs, _maxima(model, list(inputs), _random_feeds(weights_dir, model)))
+    smooth(model.graph, inputs, maxima(model, list(inputs), _random_feeds(weights_dir, model)))
     onnx.save(model, str(out))
     return out
 
@@ -69,8 +69,8 @@ def smooth(graph, inputs: dict[str, list], found: dict, alpha: float = ALPHA) ->
     graph.node.extend(nodes)
 
 
-def _random_feeds(weights_dir: Path, model) -> dict[str, np.ndarray]:
-    """:data:`PAIRS` pairs of random token ids laid out as the re-ranker lays out a pair."""
+def _random_feeds(weights_dir: Path, model) -> list[dict[str, np.ndarray]]:
+    """:data:`PAIRS` pairs of random token ids laid out as a re-ranker's pairs, 50 a feed."""
     from transformers import AutoTokenizer
 
     from dotcat.models.tokens import PairTemplate
@@ -84,11 +84,12 @@ def _random_feeds(weights_dir: Path, model) -> dict[str, np.ndarray]:
              for _ in range(PAIRS)]  # fmt: skip
     ids, types = (np.array([p[k] for p in pairs], dtype=np.int64) for k in (0, 1))
     feeds = {"input_ids": ids, "token_type_ids": types, "attention_mask": np.ones_like(ids)}
-    return {i.name: feeds[i.name] for i in model.graph.input}
+    return [{i.name: feeds[i.name][at : at + 50] for i in model.graph.input}
+            for at in range(0, PAIRS, 50)]  # fmt: skip
 
 
-def _maxima(model, names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``max|X_j|`` per channel j of each tensor ``names`` over the feeds, 50 pairs a call."""
+def maxima(model, names: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """``max|X_j|`` per channel j of each tensor ``names`` over ``feeds``, one call a feed."""
     import onnx
     import onnxruntime as ort
 
@@ -97,8 +98,8 @@ def _maxima(model, names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, 
     probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, 1, None) for n in names)
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     found = {n: 0.0 for n in names}
-    for start in range(0, PAIRS, 50):
-        outs = session.run(names, {k: v[start : start + 50] for k, v in feeds.items()})
+    for feed in feeds:
+        outs = session.run(names, feed)
         for n, x in zip(names, outs, strict=True):
             found[n] = np.maximum(found[n], np.abs(x.reshape(-1, x.shape[-1])).max(axis=0))
     return found
