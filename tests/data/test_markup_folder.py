@@ -136,6 +136,10 @@ def test_the_latin1_note_is_read_right_and_named_as_a_guess():
         ("Съешь же ещё этих мягких французских булок, да выпей чаю.\n", "koi8-r"),
         ("Über die Brücke gehen wir morgen früh zur Bäckerei.\n", "cp1252"),
         ("El niño pidió más información sobre la opción.\n", "latin-1"),
+        ("Σημειώσεις για τη συνάντηση της Τρίτης με την ομάδα.\n", "cp1253"),  # was Cyrillic
+        ("Σημειώσεις για τη συνάντηση της Τρίτης με την ομάδα.\n", "iso8859-7"),
+        ("הערות לפגישה של יום שלישי עם הצוות.\n", "cp1255"),  # was Cyrillic too
+        ("Kısa not: öğrenci işleri çarşamba günü.\n", "iso8859-9"),
     ],
 )
 def test_each_legacy_text_is_read_as_written(text, encoding):

@@ -44,6 +44,10 @@ SETS = {
     "zh_CN": (*UNICODE, "gb18030"),
     "pl": (*UNICODE, "cp1250", "iso8859-2"),
     "cs": (*UNICODE, "cp1250", "iso8859-2"),
+    "el": (*UNICODE, "cp1253", "iso8859-7"),
+    "he": (*UNICODE, "cp1255", "iso8859-8"),
+    "tr": (*UNICODE, "cp1254", "iso8859-9"),
+    "bg": (*UNICODE, "cp1251"),
 }  # fmt: skip
 SHORT, LONG, LONG_CHARS = 30, 5, 4000
 #: The Latin-1 note of issue 64.

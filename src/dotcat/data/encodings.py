@@ -17,8 +17,9 @@ So a file that is mostly UTF-8 (a line
 pasted from elsewhere, a character cut at the end) is read as UTF-8 and its other bytes as
 Windows-1252; then the first of :data:`SCRIPTS` whose text looks as that script does is taken:
 Western text (:func:`western`) as Windows-1252, or Latin-9 where only that gives Western letters
-(``€`` and ``œ`` are elsewhere in Latin-9), Cyrillic text (:func:`cyrillic`) as Windows-1251,
-KOI8-R or KOI8-U; only other text (Greek, CJK, Central European...) goes to the detector. A
+(``€`` and ``œ`` are elsewhere in Latin-9), Turkish, Hebrew, Cyrillic (Windows-1251, KOI8-R or
+KOI8-U) and Greek text by what each script's text must look like (the detector read Greek and
+Hebrew as Cyrillic); only other text (CJK, Central European...) goes to the detector. A
 guess is ``unsure`` where the detector found nothing or read the bytes otherwise; those come
 first in the warning. Latin-1 is read as Windows-1252: both give the same text but for C1
 control characters, which no text holds (the WHATWG encoding standard reads Latin-1 so). The
@@ -50,14 +51,25 @@ _BOMS = (
 WESTERN = frozenset(
     "ÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÑÒÓÔÕÖØÙÚÛÜßàáâãäåæçèéêëìíîïñòóôõöøùúûüŒœŠšŽžªº×\xa0«»¡¿°§©®·£€…–—‘’“”„•‹›™"
 )
-#: Punctuation of Cyrillic text beyond ASCII.
-CYRILLIC_PUNCTUATION = frozenset("\xa0«»„“”‘’–—…№•")
+#: Turkish letters beyond ASCII, with Windows-1252's punctuation (Windows-1254 adds ğ ı ş).
+TURKISH = frozenset("çÇğĞıİöÖşŞüÜâÂîÎûÛ") | {c for c in WESTERN if not c.isalpha()}
+#: Punctuation of Cyrillic, Greek and Hebrew text beyond ASCII.
+PUNCTUATION = frozenset("\xa0«»„“”‘’–—…№•·΄΅₪־׳״\u200e\u200f")
+#: Cyrillic vowels (ъ is one in Bulgarian): 40-45% of the letters of Russian, Ukrainian,
+#: Bulgarian or Serbian text; a tenth of Greek text's read in Windows-1251.
+CYRILLIC_VOWELS = frozenset("аеёиоуыэюяіїєъАЕЁИОУЫЭЮЯІЇЄЪ")
 #: How many bytes a guess reads.
 DETECT_BYTES = 1 << 20
 _NOT_ASCII = re.compile(r"[^\x00-\x7f]")
-_MIXED_WORD = re.compile(r"[A-Za-z][\u0400-\u04ff]|[\u0400-\u04ff][A-Za-z]")
+_LETTERS = "\u0386-\u03ce\u0400-\u04ff\u05d0-\u05ea"  # Greek, Cyrillic, Hebrew
+_MIXED_WORD = re.compile(f"[A-Za-z][{_LETTERS}]|[{_LETTERS}][A-Za-z]")
+_CAPITAL_INSIDE = re.compile(r"[а-яё][А-ЯЁ]")
 _NOT_WESTERN = re.compile(r"[^\W\d_\x00-\x7f]{3}|[^\W\d_][¿¡]")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+_GREEK = re.compile(r"[\u0386-\u03ce]")
+_TONOS = re.compile(r"[άέήίόύώΐΰΆΈΉΊΌΎΏ]")
+_HEBREW = re.compile(r"[\u05d0-\u05ea]")
+_FINAL_INSIDE = re.compile(r"ς\w|[ךםןףץ][\u05d0-\u05ea]")
 
 
 class NotDecodable(Exception):
@@ -165,15 +177,48 @@ def western(text: str) -> bool:
 
 
 def cyrillic(text: str) -> bool:
-    """Whether ``text`` reads as Cyrillic text: everything beyond ASCII is a Cyrillic letter or
-    :data:`CYRILLIC_PUNCTUATION`, no word mixes Cyrillic and Latin letters (what a Polish text
-    in Windows-1250 read as Windows-1251 does), and most Cyrillic letters are lower case (KOI8
-    and Windows-1251 hold the same letters with the cases swapped)."""
+    """Whether ``text`` reads as Cyrillic text (:func:`_letters`), most of its letters lower case
+    (KOI8 and Windows-1251 hold the same letters with the cases swapped) and a quarter of them
+    :data:`CYRILLIC_VOWELS` (Greek's vowels in Windows-1251 are consonants and soft signs)."""
+    letters = _letters(text, _CYRILLIC)
+    vowels = sum(c in CYRILLIC_VOWELS for c in letters)
+    lower = sum(map(str.islower, letters))
+    return (
+        2 * lower > len(letters) and 4 * vowels >= len(letters) and not _CAPITAL_INSIDE.search(text)
+    )
+
+
+def greek(text: str) -> bool:
+    """Whether ``text`` reads as Greek text (:func:`_letters`) with an accented vowel (monotonic
+    Greek accents every word of two syllables; Hebrew in a Greek code page has none) and final
+    sigma only where a word ends (Cyrillic т and Hebrew ע in a Greek code page are ς)."""
+    return (
+        bool(_letters(text, _GREEK))
+        and bool(_TONOS.search(text))
+        and not _FINAL_INSIDE.search(text)
+    )
+
+
+def hebrew(text: str) -> bool:
+    """Whether ``text`` reads as Hebrew text (:func:`_letters`) in logical order, the final forms
+    ך ם ן ף ץ only where a word ends (Cyrillic к н п у х read in Windows-1255 are those)."""
+    return bool(_letters(text, _HEBREW)) and not _FINAL_INSIDE.search(text)
+
+
+def turkish(text: str) -> bool:
+    """Whether ``text`` reads as Turkish text: everything beyond ASCII in :data:`TURKISH`."""
     beyond = _NOT_ASCII.findall(text)
-    letters = _CYRILLIC.findall(text)
-    if not letters or not CYRILLIC_PUNCTUATION.issuperset(_CYRILLIC.sub("", "".join(beyond))):
-        return False
-    return not _MIXED_WORD.search(text) and 2 * sum(map(str.islower, letters)) > len(letters)
+    return bool(beyond) and TURKISH.issuperset(beyond)
+
+
+def _letters(text: str, script: re.Pattern) -> list[str]:
+    """The letters of ``script`` in ``text``; none where anything else beyond ASCII than those
+    and :data:`PUNCTUATION` is in it, or a word mixes them with Latin letters (what a Polish
+    or Czech text read in a Cyrillic, Greek or Hebrew code page does)."""
+    beyond = "".join(_NOT_ASCII.findall(text))
+    if _MIXED_WORD.search(text) or not PUNCTUATION.issuperset(script.sub("", beyond)):
+        return []
+    return script.findall(beyond)
 
 
 #: The legacy code pages tried before the detector, in order, each with what a text read in
@@ -181,9 +226,13 @@ def cyrillic(text: str) -> bool:
 SCRIPTS = (
     ("cp1252", western),
     ("iso8859-15", western),
+    ("cp1254", turkish),
+    ("cp1255", hebrew),
     ("cp1251", cyrillic),
     ("koi8-r", cyrillic),
     ("koi8-u", cyrillic),
+    ("cp1253", greek),
+    ("iso8859-7", greek),
 )
 
 
