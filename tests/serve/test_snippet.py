@@ -94,3 +94,13 @@ def test_words_of_every_script_are_highlighted_whole():
     assert marked(nfd, "café") == marked(nfd, "cafe") == [nfd[15:20]]  # the accent in, once
     assert marked("İstanbul'da", "İstanbul") == marked("İstanbul'da", "istanbul") == ["İstanbul"]
     assert marked("हिन्दी भाषा बहुत सुंदर है", "बहुत") == ["बहुत"]  # its vowel signs in
+
+
+def test_a_cut_inside_one_long_word_never_splits_what_shows_as_one_character():
+    accents, family = "e\u0301" * 400, "\U0001f468\u200d\U0001f469\u200d\U0001f467" * 100
+    for text in (accents + "cafe" + accents, family + " word " + family):
+        for width in (199, 200, 201):
+            found = snippet(text, ["cafe", "word"], width).strip("… ")
+            assert not unicodedata.combining(found[0]) and found[0] != "\u200d"
+            assert found[-1] not in "e\u200d"  # "e" without its accent, a half emoji
+        assert shorten(text, 201)[-2] not in "e\u200d"

@@ -43,6 +43,7 @@ LEAD = 0.2
 
 _TERM = regex.compile(r"[^\W_]{2,}")  # (regex's \w holds marks: Devanagari's vowel signs)
 _SPACE = re.compile(r"\s")
+_GRAPHEME = regex.compile(r"\X")  # what shows as one character: "e" + U+0301, an emoji sequence
 _STOP = frozenset(bm25s_stopwords("STOPWORDS_EN_PLUS"))
 ELLIPSIS = "…"
 
@@ -120,7 +121,7 @@ def best_window(text: str, terms: list[str], width: int) -> tuple[int, int]:
     stop = min(len(text), start + width)
     if stop < len(text) and not text[stop].isspace():  # end on a word: leave out a cut one
         stop = _last_space(text, start + width // 2, stop)
-    return start, stop
+    return _grapheme_start(text, start), _grapheme_start(text, stop)
 
 
 def shorten(text: str, width: int) -> str:
@@ -129,7 +130,7 @@ def shorten(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     cut = text.rfind(" ", width // 2, width)
-    return text[: cut if cut > 0 else width - 1].rstrip() + ELLIPSIS
+    return text[: cut if cut > 0 else _grapheme_start(text, width - 1)].rstrip() + ELLIPSIS
 
 
 def _best_start(text: str, terms: list[str], width: int) -> int:
@@ -179,6 +180,13 @@ def _matches(text: str, terms: list[str]) -> list[tuple[int, str]]:
             at = lower.find(form, end)
     found.sort()
     return found
+
+
+def _grapheme_start(text: str, at: int) -> int:
+    """``at``, or where the grapheme it cuts begins (a cut inside one long word)."""
+    if 0 < at < len(text):
+        return next(m.start() for m in _GRAPHEME.finditer(text, max(0, at - 32)) if m.end() > at)
+    return at
 
 
 def _next_space(text: str, start: int, stop: int) -> int:
