@@ -61,6 +61,28 @@ def test_the_percentile_interval_agrees_with_scipys():
     assert ours.high == pytest.approx(theirs.high, abs=0.004)
 
 
+def test_a_summed_count_gets_its_interval_and_differences_on_the_scale_of_its_sum():
+    # ir-measures sums NumRet over the queries: the table shows the sum, so its interval and
+    # its difference to a baseline are of sums (n times the means'), the p-values unchanged.
+    from dotcat.evaluation.significance import compare_to_baseline
+
+    qrels = {f"q{i}": {"a": 1, "b": 0} for i in range(12)}
+    runs = {"base": {f"q{i}": {"a": 2.0, "x": 1.0} for i in range(12)},
+            "other": {f"q{i}": {"a": 1.0} for i in range(0, 12, 2)}}  # fmt: skip
+    reports = {name: evaluate(run, qrels, ["NumRet", "nDCG@10"]) for name, run in runs.items()}
+    assert reports["base"].aggregate["NumRet"] == 24 and reports["other"].aggregate["NumRet"] == 6
+    for name, found in intervals(reports, samples=999, seed=0).items():
+        sum_ = found["NumRet"]
+        assert sum_.mean == pytest.approx(reports[name].aggregate["NumRet"])
+        assert sum_.low <= sum_.mean <= sum_.high
+    assert found["NumRet"].high - found["NumRet"].low > 2  # other's: a mean's would be < 1
+    for test in ("t", "randomisation", "bootstrap"):
+        c = compare_to_baseline(reports, "base", test=test, bootstrap=999)["other"]
+        assert c["NumRet"].diff == pytest.approx(6 - 24)
+        assert c["NumRet"].low <= -18 <= c["NumRet"].high and c["NumRet"].significant
+        assert c["nDCG@10"].diff == pytest.approx(reports["other"].aggregate["nDCG@10"] - 1)
+
+
 def test_settings_and_bad_input():
     with pytest.raises(DotcatError, match="bootstrap must be >= 0"):
         ComparisonConfig(bootstrap=-1).validate()
