@@ -117,6 +117,26 @@ def test_judged_at_10_is_warned_of_for_judged_pools_only():
         assert ("judged@10: run 0.417" in found.text()) is pooled
 
 
+def test_a_low_judged_at_10_says_whether_queries_or_judgements_are_missing():
+    # Judging more helps a run whose top 10 holds unjudged documents, not one that leaves
+    # judged queries unanswered: each warning says which is the case.
+    from dotcat.evaluation.judged import judged_notes
+
+    qrels = {"q1": {"a": 1, "b": 0}, "q2": {"c": 1, "d": 0}, "q3": {"e": 1}, "q4": {"f": 0}}
+    whole = {"q1": {"a": 2, "b": 1}, "q2": {"c": 1}}  # all judged; q3, q4 without results
+    gaps = {q: {"x": 9.0, **dict.fromkeys(docs, 1.0)} for q, docs in qrels.items()}
+    runs = {"whole": whole, "gaps": gaps, "both": {"q1": {"x": 1, "a": 0}}}
+    shares, notes = judged_notes(runs, qrels)
+    expected = {"whole": 0.5, "gaps": (2 / 3 + 2 / 3 + 1 / 2 + 1 / 2) / 4, "both": 1 / 8}
+    assert shares == pytest.approx(expected)
+    missing = "judged queries have no results in this run"
+    assert notes[0].startswith("whole: judged@10 0.500 < 80%: 2 of 4 " + missing)
+    assert "judge more" not in notes[0] and missing not in notes[1]
+    assert "only 58% of the top 10 of the queries it answers is judged" in notes[1]
+    assert "judge more (dotcat judge pool --run gaps)" in notes[1]
+    assert "3 of 4 " + missing in notes[2] and "only 50% of the top 10" in notes[2]
+
+
 def test_an_interval_too_few_resamples_leave_open_is_said_and_null_in_json():
     from dotcat.evaluation.intervals import format_intervals
 
