@@ -183,6 +183,19 @@ def test_a_baseline_alone_has_nothing_to_be_compared_with(runs):
     )
 
 
+def test_a_judging_store_given_as_qrels_is_named_with_the_command_that_exports_it(runs, tmp_path):
+    from dotcat.judging import JudgmentStore
+
+    store = JudgmentStore(tmp_path / "index.judgments.sqlite", create=True)
+    store.close()
+    result = invoke("eval", runs["base"], store.path)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"dotcat: error: {store.path}: is a judging store (SQLite), not qrels: export it with "
+        f"`dotcat judge qrels INDEX QRELS --judgments {store.path}`, then give QRELS"
+    )
+
+
 @st.composite
 def judged_runs(draw) -> tuple[dict, dict]:
     """Qrels of 2-25 queries over six documents graded 0-2, and a baseline and two systems:

@@ -61,6 +61,28 @@ def test_the_percentile_interval_agrees_with_scipys():
     assert ours.high == pytest.approx(theirs.high, abs=0.004)
 
 
+def test_a_summed_count_gets_its_interval_and_differences_on_the_scale_of_its_sum():
+    # ir-measures sums NumRet over the queries: the table shows the sum, so its interval and
+    # its difference to a baseline are of sums (n times the means'), the p-values unchanged.
+    from dotcat.evaluation.significance import compare_to_baseline
+
+    qrels = {f"q{i}": {"a": 1, "b": 0} for i in range(12)}
+    runs = {"base": {f"q{i}": {"a": 2.0, "x": 1.0} for i in range(12)},
+            "other": {f"q{i}": {"a": 1.0} for i in range(0, 12, 2)}}  # fmt: skip
+    reports = {name: evaluate(run, qrels, ["NumRet", "nDCG@10"]) for name, run in runs.items()}
+    assert reports["base"].aggregate["NumRet"] == 24 and reports["other"].aggregate["NumRet"] == 6
+    for name, found in intervals(reports, samples=999, seed=0).items():
+        sum_ = found["NumRet"]
+        assert sum_.mean == pytest.approx(reports[name].aggregate["NumRet"])
+        assert sum_.low <= sum_.mean <= sum_.high
+    assert found["NumRet"].high - found["NumRet"].low > 2  # other's: a mean's would be < 1
+    for test in ("t", "randomisation", "bootstrap"):
+        c = compare_to_baseline(reports, "base", test=test, bootstrap=999)["other"]
+        assert c["NumRet"].diff == pytest.approx(6 - 24)
+        assert c["NumRet"].low <= -18 <= c["NumRet"].high and c["NumRet"].significant
+        assert c["nDCG@10"].diff == pytest.approx(reports["other"].aggregate["nDCG@10"] - 1)
+
+
 def test_settings_and_bad_input():
     with pytest.raises(DotcatError, match="bootstrap must be >= 0"):
         ComparisonConfig(bootstrap=-1).validate()
@@ -93,6 +115,26 @@ def test_judged_at_10_is_warned_of_for_judged_pools_only():
         assert found.judged["run"] == pytest.approx((1 / 3 + 1 / 2) / 2)
         assert found.pooled is pooled and bool(found.notes) is pooled
         assert ("judged@10: run 0.417" in found.text()) is pooled
+
+
+def test_a_low_judged_at_10_says_whether_queries_or_judgements_are_missing():
+    # Judging more helps a run whose top 10 holds unjudged documents, not one that leaves
+    # judged queries unanswered: each warning says which is the case.
+    from dotcat.evaluation.judged import judged_notes
+
+    qrels = {"q1": {"a": 1, "b": 0}, "q2": {"c": 1, "d": 0}, "q3": {"e": 1}, "q4": {"f": 0}}
+    whole = {"q1": {"a": 2, "b": 1}, "q2": {"c": 1}}  # all judged; q3, q4 without results
+    gaps = {q: {"x": 9.0, **dict.fromkeys(docs, 1.0)} for q, docs in qrels.items()}
+    runs = {"whole": whole, "gaps": gaps, "both": {"q1": {"x": 1, "a": 0}}}
+    shares, notes = judged_notes(runs, qrels)
+    expected = {"whole": 0.5, "gaps": (2 / 3 + 2 / 3 + 1 / 2 + 1 / 2) / 4, "both": 1 / 8}
+    assert shares == pytest.approx(expected)
+    missing = "judged queries have no results in this run"
+    assert notes[0].startswith("whole: judged@10 0.500 < 80%: 2 of 4 " + missing)
+    assert "judge more" not in notes[0] and missing not in notes[1]
+    assert "only 58% of the top 10 of the queries it answers is judged" in notes[1]
+    assert "judge more (dotcat judge pool --run gaps)" in notes[1]
+    assert "3 of 4 " + missing in notes[2] and "only 50% of the top 10" in notes[2]
 
 
 def test_an_interval_too_few_resamples_leave_open_is_said_and_null_in_json():

@@ -1,9 +1,13 @@
-"""The experiment cache: artifacts found by fingerprint, and a cache another dotcat made."""
+"""The experiment cache: artifacts found by fingerprint, a cache another dotcat made; the report
+folder's files, written atomically."""
 
 from __future__ import annotations
 
 import json
 import logging
+import types
+
+import pytest
 
 from dotcat import __version__
 from dotcat.experiment.artifacts import Cache, digest
@@ -45,3 +49,19 @@ def test_a_cache_of_this_version_says_nothing(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="dotcat.experiment.artifacts"):
         assert cache.lookup("first_stage", cache.run_path(digest({"kind": "y"}))) is None
     assert not caplog.records
+
+
+def test_a_report_that_fails_half_written_leaves_the_previous_one_whole(tmp_path):
+    # A write that fails once the file is open (here: text UTF-8 cannot encode) must leave the
+    # previous report.md as it was, not an emptied or truncated one, and no temporary file.
+    from dotcat.experiment.report import REPORT_NAME, write_outputs
+
+    (tmp_path / REPORT_NAME).write_text("the previous report\n", encoding="utf-8")
+    result = types.SimpleNamespace(output=tmp_path, files={})
+    with pytest.raises(UnicodeEncodeError):
+        write_outputs(result, {"systems": {}}, "# new\n" + "x" * 65536 + "\ud800")
+    assert (tmp_path / REPORT_NAME).read_text(encoding="utf-8") == "the previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]
+    write_outputs(result, {"systems": {}}, "# new\n")
+    assert (tmp_path / REPORT_NAME).read_text(encoding="utf-8") == "# new\n"
+    assert result.files[REPORT_NAME] == tmp_path / REPORT_NAME

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
 from dotcat.data.catalog import resolve_data_path
+from dotcat.data.index_source import is_sqlite
 from dotcat.data.sniff import BEIR_QRELS, TREC_QRELS, hint
 from dotcat.errors import DataFormatError
 
@@ -62,6 +63,9 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
     ``(line, qid, docid, relevance)``, in file order; the format checks of :func:`load_qrels`
     (a repeated pair is not checked here)."""
     file = find_qrels_file(path, split)
+    if is_sqlite(file):  # the judging page's store: its judgements are exported as qrels
+        why = "is a judging store (SQLite), not qrels: export it with `dotcat judge qrels INDEX"
+        raise DataFormatError(file, None, f"{why} QRELS --judgments {file}`, then give QRELS")
     columns = 0
     columns_line = 0
     for lineno, text in iter_lines(file):

@@ -125,7 +125,7 @@ def intervals(
         if set(report.per_query) != set(queries):
             raise DotcatError(f"{name}: evaluated on other queries than the first run")
     cells = [(name, m) for name, report in reports.items() for m in report.measures]
-    values = np.array([[reports[name].per_query[q][m] for q in queries] for name, m in cells])
+    values = np.array([reports[name].values(m, queries) for name, m in cells])
     out: dict[str, dict[str, Interval]] = {name: {} for name in reports}
     for (name, m), row, resampled in zip(cells, values, resample_means(values, samples, seed),
                                          strict=True):  # fmt: skip
@@ -139,8 +139,8 @@ def format_intervals(
 ) -> str:
     """The intervals as text: one line per run."""
     level = f"{100 * confidence:.6g}%"
-    lines = [f"{level} bootstrap intervals of the means ({samples} resamples of the queries, "
-             f"seed {seed}):"]  # fmt: skip
+    lines = [f"{level} bootstrap intervals of the means (sums for the counts ir-measures sums; "
+             f"{samples} resamples of the queries, seed {seed}):"]  # fmt: skip
     for name, measures in found.items():
         lines.append(f"  {name}: " + ", ".join(f"{m} {i}" for m, i in measures.items()))
     ends = [e for measures in found.values() for i in measures.values() for e in (i.low, i.high)]

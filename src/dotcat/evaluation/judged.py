@@ -34,12 +34,15 @@ def judged_at(run: RunLike, qrels: Qrels, depth: int = JUDGED_DEPTH) -> float:
     """The mean share of each judged query's top ``depth`` that is judged (ir-measures'
     ``Judged@depth``), over the judged queries; one without results counts 0 (it is named
     already by :func:`~.metrics.evaluate`'s report, so nothing is logged here)."""
-    if not qrels:
-        return 0.0
+    return sum(_answered(run, qrels, depth).values()) / len(qrels) if qrels else 0.0
+
+
+def _answered(run: RunLike, qrels: Qrels, depth: int) -> dict[str, float]:
+    """``Judged@depth`` of each judged query the run has results for."""
     measure = ir_measures.parse_measure(f"Judged@{depth}")
     scored = {str(q): docs for q, docs in _as_scores(run).items() if str(q) in qrels and docs}
-    values = {m.query_id: float(m.value) for m in ir_measures.iter_calc([measure], qrels, scored)}
-    return sum(values.get(str(q), 0.0) for q in qrels) / len(qrels)
+    values = ir_measures.iter_calc([measure], qrels, scored)
+    return {m.query_id: float(m.value) for m in values if m.query_id in scored}
 
 
 def _as_scores(run: RunLike) -> dict[str, dict[str, float]]:
@@ -57,14 +60,24 @@ def judged_notes(
     runs: Mapping[str, RunLike], qrels: Qrels, depth: int = JUDGED_DEPTH,
     threshold: float = JUDGED_WARNING,
 ) -> tuple[dict[str, float], list[str]]:  # fmt: skip
-    """Each run's judged@``depth``, and one warning line per run under ``threshold``."""
-    shares = {name: judged_at(run, qrels, depth) for name, run in runs.items()}
-    notes = [
-        f"{name}: only {share:.0%} of its top {depth} is judged (judged@{depth} "
-        f"{share:.3f} < {threshold:.0%}): its figures count the unjudged as not relevant; "
-        f"judge more (dotcat judge pool --run {name}) or read {' / '.join(ROBUST_MEASURES)} "
-        "(-m), which tolerate them"
-        for name, share in shares.items()
-        if share < threshold
-    ]
+    """Each run's judged@``depth``, and one warning line per run under ``threshold`` saying why:
+    judged queries without results, or unjudged documents in the others' top ``depth``, or both."""
+    shares, notes = {}, []
+    for name, run in runs.items():
+        answered = _answered(run, qrels, depth)
+        shares[name] = share = sum(answered.values()) / len(qrels) if qrels else 0.0
+        why = []
+        if missing := len(qrels) - len(answered):
+            why.append(
+                f"{missing} of {len(qrels)} judged queries have no results in this run (each "
+                "counts 0; judging more would not change that)"
+            )
+        if answered and (judged := sum(answered.values()) / len(answered)) < threshold:
+            why.append(
+                f"only {judged:.0%} of the top {depth} of the queries it answers is judged: its "
+                f"figures count the unjudged as not relevant; judge more (dotcat judge pool --run "
+                f"{name}) or read {' / '.join(ROBUST_MEASURES)} (-m), which tolerate them"
+            )
+        if share < threshold:
+            notes.append(f"{name}: judged@{depth} {share:.3f} < {threshold:.0%}: " + "; ".join(why))
     return shares, notes

@@ -49,6 +49,7 @@ from typing import Any
 
 import ir_measures
 import numpy as np
+from ir_measures.measures.base import SumAgg
 
 from dotcat.errors import DotcatError
 from dotcat.types import Qrels, RunLike, trec_order
@@ -74,6 +75,7 @@ class EvalReport:
         unknown_queries: qrels queries outside ``known_queries``; not evaluated.
         unknown_docs: qrels entries naming a document outside ``known_docs``; kept in the qrels.
         unjudged_queries: run queries without qrels; ignored.
+        summed: the measures ir-measures sums over the queries (``NumRet``, ``NumRel``...).
     """
 
     aggregate: dict[str, float]
@@ -83,11 +85,18 @@ class EvalReport:
     unknown_queries: list[str] = field(default_factory=list)
     unknown_docs: int = 0
     unjudged_queries: list[str] = field(default_factory=list)
+    summed: list[str] = field(default_factory=list)
 
     @property
     def measures(self) -> list[str]:
         """Measure names, in the order they were asked for."""
         return list(self.aggregate)
+
+    def values(self, measure: str, queries: Iterable[str]) -> list[float]:
+        """The per-query values of ``measure``, each times the number of queries where it is
+        summed: their mean is then its aggregate, as its intervals and differences need."""
+        scale = self.n_queries if measure in self.summed else 1
+        return [self.per_query[q][measure] * scale for q in queries]
 
     def __repr__(self) -> str:
         """The query count and each measure's value (``per_query`` holds one row a query)."""
@@ -223,6 +232,7 @@ def evaluate(
         unknown_queries=unknown_queries,
         unknown_docs=unknown_docs,
         unjudged_queries=unjudged,
+        summed=[name for m, name in names.items() if isinstance(m.aggregator(), SumAgg)],
     )
 
 

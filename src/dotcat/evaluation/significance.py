@@ -236,7 +236,7 @@ class PairedTestResult:
 def paired_values(
     report_a: EvalReport, report_b: EvalReport, measure: str
 ) -> tuple[str, np.ndarray, np.ndarray]:
-    """The canonical measure name and both reports' per-query values, in the same query order.
+    """The canonical measure name and both reports' :meth:`EvalReport.values`, in one query order.
 
     Raises:
         DotcatError: the measure is not in both reports, the query sets differ, or n < 2.
@@ -255,8 +255,8 @@ def paired_values(
         )
     if len(queries) < 2:
         raise DotcatError("paired test needs at least 2 queries")
-    a = np.array([report_a.per_query[q][name] for q in queries], dtype=np.float64)
-    b = np.array([report_b.per_query[q][name] for q in queries], dtype=np.float64)
+    a = np.array(report_a.values(name, queries), dtype=np.float64)
+    b = np.array(report_b.values(name, queries), dtype=np.float64)
     return name, a, b
 
 
@@ -306,7 +306,7 @@ class Comparison:
     """One system against the baseline on one measure (see :func:`compare_to_baseline`).
 
     Attributes:
-        diff: the mean of the per-query differences, system minus baseline.
+        diff: system minus baseline, the mean of their :meth:`EvalReport.values`' differences.
         pvalue: the paired test's two-sided p-value.
         pvalue_holm: ``pvalue`` adjusted by Holm's correction over its ``family`` of
             comparisons (the systems compared with the baseline on this measure).

@@ -21,7 +21,7 @@ from dotcat.evaluation.plots import per_query_difference_plot, recall_plot
 from dotcat.evaluation.tables import markdown_table, to_json
 from dotcat.experiment.config import fuses, slug
 from dotcat.experiment.results import ExperimentResult, SuiteResult, SystemOutcome
-from dotcat.files import write_json
+from dotcat.files import write_json, write_text
 from dotcat.search.feedback import RM3, Rocchio
 from dotcat.version import __version__
 
@@ -62,7 +62,7 @@ def write_outputs(result: ExperimentResult | SuiteResult, record: dict, text: st
     """``results.json`` and ``report.md`` into ``result.output``, named in ``result.files``."""
     out = result.output
     write_json(out / RESULTS_NAME, record)
-    (out / REPORT_NAME).write_text(text, encoding="utf-8")
+    write_text(out / REPORT_NAME, [text])  # atomic: a crash leaves the old report whole
     result.files |= {RESULTS_NAME: out / RESULTS_NAME, REPORT_NAME: out / REPORT_NAME}
 
 
