@@ -183,7 +183,7 @@ def test_a_baseline_alone_has_nothing_to_be_compared_with(runs):
     )
 
 
-def test_a_judging_store_given_as_qrels_is_named_with_the_command_that_exports_it(runs, tmp_path):
+def test_a_judging_store_given_as_qrels_or_as_a_run_is_named_in_one_line(runs, tmp_path):
     from dotcat.judging import JudgmentStore
 
     store = JudgmentStore(tmp_path / "index.judgments.sqlite", create=True)
@@ -193,6 +193,12 @@ def test_a_judging_store_given_as_qrels_is_named_with_the_command_that_exports_i
     assert result.output.strip() == (
         f"dotcat: error: {store.path}: is a judging store (SQLite), not qrels: export it with "
         f"`dotcat judge qrels INDEX QRELS --judgments {store.path}`, then give QRELS"
+    )
+    result = invoke("eval", store.path, runs["base"], runs["qrels"])  # given as a run
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"dotcat: error: {store.path}: an SQLite database (a judging store, a doc store), not a "
+        "text file"
     )
 
 

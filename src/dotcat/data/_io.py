@@ -96,6 +96,9 @@ def iter_lines(path: Path, encoding: str | None = None) -> Iterator[tuple[int, s
     try:
         with gzip.open(path, "rb") if gz else open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
+                if lineno == 1 and raw.startswith(b"SQLite format 3\0"):
+                    why = "an SQLite database (a judging store, a doc store), not a text file"
+                    raise DataFormatError(path, None, why)
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
