@@ -50,6 +50,7 @@ from dotcat.options import (
     at_least,
     default_of,
     device_checks,
+    int8_runtime_applies,
     not_utf8,
     precision_checks,
     setting,
@@ -253,6 +254,7 @@ class PipelineConfig(Settings):
              "applies only to a first_stage that fuses (hybrid)"),
             (RERANK_SETTINGS, self.rerank is not None,
              "applies only with a cross-encoder (rerank)"),
+            int8_runtime_applies("rerank_backend", self.precision),
         ]  # fmt: skip
 
     def first_stage_only(self) -> PipelineConfig:
