@@ -194,11 +194,14 @@ class SearchPipeline:
 
     def score_kind(self, *, first_stage: str | None = None, rerank: bool | None = None) -> str:
         """Which scale a call's scores are on (:data:`dotcat.search.hits.SCORE_KINDS`): the
-        cross-encoder's when it re-ranks, else the first stage's."""
+        cross-encoder's when it re-ranks, else the first stage's (``cosine-sum``: a document's
+        passages' cosines summed, ``--aggregation sum``)."""
         reranks = self.reranker is not None if rerank is None else rerank
         if reranks and self.reranker is not None and self.reranker.alpha > 0:
             return "logit" if self.reranker.alpha == 1.0 else "interpolated"
-        return self.stage(first_stage).score_kind
+        kind = self.stage(first_stage).score_kind
+        summed = self.config.aggregation == "sum" and self.manifest.passages
+        return f"{kind}-sum" if summed and kind in ("bm25", "cosine", "dot") else kind
 
     def run(
         self,
