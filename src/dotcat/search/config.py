@@ -145,7 +145,7 @@ class PipelineConfig(Settings):
         rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta * mean(top
             rocchio_docs document vectors)`` (passage vectors, on an index with passages).
         filter: only documents this expression over their fields admits, applied inside
-            the first stage (:mod:`dotcat.search.filters`); None: every document.
+            the first stage (:mod:`dotcat.search.filters`); None or "": every document.
     """
 
     first_stage: str = setting(
@@ -232,7 +232,7 @@ class PipelineConfig(Settings):
             _parse_check("interpolate", parse_interpolate, self.interpolate),
             at_least("nprobe", self.nprobe, 1),
             at_least("ef_search", self.ef_search, 1),
-            _parse_check("filter", parse_filter, self.filter),
+            _parse_check("filter", parse_filter, self.filter or None),
         ]
 
     @property

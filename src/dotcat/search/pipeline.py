@@ -290,7 +290,7 @@ class SearchPipeline:
             "passages": self.manifest.passages,
             "aggregation": self.config.aggregation,
             "first_stage": self.first_stage,
-            "filter": self.config.filter,
+            "filter": self.config.filter or None,
             "stages_available": self.stages.available(),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
             "feedback": {
