@@ -388,9 +388,8 @@ class DocStore:
         }
 
     def by_ids(self, doc_ids: Sequence[str], composed: bool = False) -> dict[str, StoredDocument]:
-        """Documents with the given ids (the ``id`` column is UNIQUE, hence indexed); with
-        ``composed``, a non-ASCII id held in another form is found too, keyed by the id given
-        (NFC "café.md" typed for the "e" + U+0301 of a macOS file name)."""
+        """Documents by id (the ``id`` column is UNIQUE, hence indexed); ``composed``: also a
+        non-ASCII id held in another form (NFD "e" + U+0301 for "é"), keyed by the id given."""
         rows = self._select_in("pos, id, title, text", sorted(set(doc_ids)), "docs", "id")
         found = {row[1]: StoredDocument(*row) for row in rows}
         other = {_nfc(i): i for i in doc_ids if composed and i not in found and not i.isascii()}

@@ -51,8 +51,7 @@ def home_shard(doc_id: str, shards: int) -> int:
 
 
 def owners(paths: Sequence[Path], doc_ids: Sequence[str], composed: bool = False) -> dict[str, int]:
-    """Which shard holds each of ``doc_ids`` (those no shard holds are left out; ``composed``:
-    :meth:`~dotcat.index.docstore.DocStore.by_ids`')."""
+    """Which shard holds each of ``doc_ids`` (those no shard holds are left out)."""
     found: dict[str, int] = {}
     for i, path in enumerate(paths):
         with DocStore(path / DOCSTORE_NAME) as store:

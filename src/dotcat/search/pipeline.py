@@ -194,8 +194,7 @@ class SearchPipeline:
 
     def score_kind(self, *, first_stage: str | None = None, rerank: bool | None = None) -> str:
         """Which scale a call's scores are on (:data:`dotcat.search.hits.SCORE_KINDS`): the
-        cross-encoder's when it re-ranks, else the first stage's (``cosine-sum``: a document's
-        passages' cosines summed, ``--aggregation sum``)."""
+        cross-encoder's when it re-ranks, else the first stage's (``-sum``: passages summed)."""
         reranks = self.reranker is not None if rerank is None else rerank
         if reranks and self.reranker is not None and self.reranker.alpha > 0:
             return "logit" if self.reranker.alpha == 1.0 else "interpolated"
