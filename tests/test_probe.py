@@ -656,6 +656,25 @@ NOT_APPLYING_CASES = [
     case(*S, "--interpolate", "0.5", expect="--interpolate applies only with a cross-encoder"),
     case(*S, "--batch-size", "8", expect="--batch-size applies only with a cross-encoder"),
     case(*S, "--rerank-passages", "2", expect="--rerank-passages applies only with a cross-enc"),
+    # an int8 runtime where no int8 runs
+    case(
+        *IX,
+        "--precision",
+        "fp32",
+        "--int8-backend",
+        "openvino",
+        expect="--int8-backend applies only with --precision int8 or auto",
+    ),  # fmt: skip
+    case(
+        *S,
+        "--precision",
+        "bf16",
+        "--rerank",
+        "{cat}",
+        "--rerank-backend",
+        "onnxruntime",
+        expect="--rerank-backend applies only with --precision int8 or auto",
+    ),  # fmt: skip
     # aggregation and fusion settings where they do nothing
     case(*S, "--aggregate-top", "3", expect="--aggregate-top applies only with --aggregation sum"),
     case(*S, "--aggregation", "firstp", "--aggregate-top", "3", expect="--aggregate-top"),

@@ -287,6 +287,11 @@ class Settings:
 Applies = tuple[Iterable[str], bool, str]
 
 
+def int8_runtime_applies(name: str, precision: str) -> Applies:
+    """An int8 runtime setting (``name``) applies where int8 may run: never silently ignored."""
+    return ((name,), precision in ("auto", "int8"), "applies only with precision int8 or auto")
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Settings):
         return value.to_json()

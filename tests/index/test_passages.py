@@ -323,6 +323,27 @@ def test_bm25_and_the_hybrid_point_at_the_passage_bm25_matched(encoder, tmp_path
         assert re.search(r"\bitem5x14\b", hit.passage), (stage, hit.passage)
 
 
+def test_summed_passage_scores_are_labelled_as_sums(encoder, tmp_path):
+    """Under ``aggregation="sum"`` a document's score is its passages' scores added (over 1
+    for cosines): its ``score_kind`` says so; fusion and an index of whole documents (one
+    passage each: the sum is the score) keep theirs."""
+    docs = long_docs()
+    query = "Sentence 3 of doc 2 speaks of item2x3."
+    for name, passages in (("split", PassageConfig()), ("whole", PassageConfig(False))):
+        config = IndexConfig(device="cpu", bm25=True, passages=passages)
+        build_index(docs, tmp_path / name, encoder, config, show_progress=False)
+    for stage, kind in (("dense", "cosine-sum"), ("bm25", "bm25-sum"), ("hybrid", "fused")):
+        pipeline = SearchPipeline(tmp_path / "split", first_stage=stage, aggregation="sum",
+                                  aggregate_top=3, device="cpu")  # fmt: skip
+        hits = pipeline.search(query, 3)
+        assert {h.score_kind for h in hits} == {kind} == {pipeline.score_kind()}, stage
+        assert stage != "dense" or hits[0].score > 1  # no cosine
+    maxp = SearchPipeline(tmp_path / "split", first_stage="dense", device="cpu")
+    assert maxp.score_kind() == "cosine"
+    whole = SearchPipeline(tmp_path / "whole", first_stage="dense", aggregation="sum", device="cpu")
+    assert whole.search(query, 1)[0].score_kind == "cosine"
+
+
 # -- the command line and the Python API ----------------------------------------------------
 
 

@@ -184,6 +184,19 @@ def test_unknown_ids_are_refused_unless_missing_ok(encoder, tmp_path):
     assert delete_documents(index, ["d1", "nope"], missing_ok=True).deleted == 1
 
 
+def test_an_id_is_deleted_by_either_spelling_of_its_accents(encoder, tmp_path):
+    """A macOS file name's "e" + U+0301 (NFD) is deleted by the "é" typed (NFC), and the other
+    way; an ASCII id is still compared as written."""
+    nfd, nfc = "cafe\u0301.md", "na\u00efve.md"
+    docs = [{"id": i, "title": "", "text": f"text of {i}"} for i in (nfd, nfc, "plain.md")]
+    build_index(docs, tmp_path / "idx", encoder, IndexConfig(), show_progress=False)
+    assert delete_documents(tmp_path / "idx", ["caf\u00e9.md"]).deleted == 1
+    assert delete_documents(tmp_path / "idx", ["nai\u0308ve.md"]).deleted == 1
+    with pytest.raises(DotcatError, match="no document with id 'PLAIN.md'"):
+        delete_documents(tmp_path / "idx", ["PLAIN.md"])
+    assert DenseIndex(tmp_path / "idx", device="cpu").store.all_ids() == ["plain.md"]
+
+
 @pytest.mark.kernels
 def test_bm25_follows_the_updates(encoder, tmp_path):
     index = _build(tmp_path, encoder, bm25=True)

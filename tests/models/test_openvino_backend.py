@@ -42,6 +42,7 @@ def cat_copy(tiny_cat_dir, tmp_path):
 
 
 def _load(model, precision="int8", backend="openvino") -> CrossEncoder:
+    backend = backend if precision == "int8" else "auto"  # (refused where no int8 runs)
     config = CrossEncoderConfig(model=str(model), precision=precision, backend=backend)
     return CrossEncoder.load(config)
 

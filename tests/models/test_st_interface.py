@@ -80,6 +80,32 @@ def test_encode_gives_sentence_transformers_shapes_and_vectors(ours, peer, kwarg
     assert np.allclose(norms, 1, atol=1e-5) == bool(kwargs.get("normalize_embeddings"))
 
 
+def test_a_model_s_prompts_apply_as_sentence_transformers_applies_them(tiny_bert_dir, tmp_path):
+    """``encode`` puts the ``default_prompt_name`` prompt first (``prompt=""``: none), the
+    query and document sides theirs, as sentence-transformers' ``encode`` and
+    ``encode_query``/``encode_document`` do on the same saved model."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    prompts = {"query": "query: ", "document": "passage: ", "classification": "classify: "}
+    SentenceTransformer(
+        modules=[Transformer(str(tiny_bert_dir), max_seq_length=64), Pooling(32, "mean")],
+        device="cpu", similarity_fn_name="dot", prompts=prompts,
+        default_prompt_name="classification",
+    ).save(str(tmp_path / "prompted"))  # fmt: skip
+    peer = SentenceTransformer(str(tmp_path / "prompted"), device="cpu")
+    ours = BiEncoder.load(str(tmp_path / "prompted"), device="cpu", precision="fp32")
+    for mine, theirs in (
+        (ours.encode(TEXTS), peer.encode(TEXTS)),
+        (ours.encode(TEXTS[0]), peer.encode(TEXTS[0])),
+        (ours.encode(TEXTS, prompt=""), peer.encode(TEXTS, prompt="")),
+        (ours.encode_query(TEXTS), peer.encode_query(TEXTS)),
+        (ours.encode_document(TEXTS), peer.encode_document(TEXTS)),
+    ):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=2e-5)
+    assert not np.allclose(ours.encode(TEXTS), ours.encode(TEXTS, prompt=""), atol=1e-3)
+
+
 def test_encode_converts_as_sentence_transformers_does(ours, peer):
     tensor = ours.encode(TEXTS, convert_to_tensor=True)
     assert isinstance(tensor, torch.Tensor) and tensor.shape == (len(TEXTS), 32)

@@ -3,6 +3,8 @@ facets, highlights, fields in hits, documents and /info; a bad filter is a 400 n
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from tests.serve.conftest import _build, live_server
@@ -97,3 +99,18 @@ def test_a_server_started_with_a_filter_keeps_within_it_unless_asked(index):
         other = httpx.get(f"{base}/search", params={"q": "printer", "k": 12, "filter": ""})
         assert len(other.json()["hits"]) == 12
         assert httpx.get(f"{base}/info").json()["filter"] == 'product = "printing"'
+        # an empty filter is no filter through every door: the command line (the server's
+        # default cleared), the client, a pipeline's settings
+        from typer.testing import CliRunner
+
+        from dotcat.cli import app
+        from dotcat.serve.client import ServerClient
+
+        args = ["search", "--server", base, "printer", "-k", "12", "--json"]
+        every = {"billing", "printing", "accounts"}
+        for given, products in (([], {"printing"}), (["--filter", ""], every)):
+            done = CliRunner().invoke(app, args + given)
+            assert done.exit_code == 0, done.output
+            assert {h["fields"]["product"] for h in json.loads(done.stdout)} == products
+        assert len(ServerClient(base).search("printer", k=12, filter="")) == 12
+    assert SearchPipeline(index, config, filter="").describe()["filter"] is None

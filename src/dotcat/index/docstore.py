@@ -387,10 +387,15 @@ class DocStore:
             row[0]: StoredDocument(*row) for row in self._select("pos, id, title, text", positions)
         }
 
-    def by_ids(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
-        """Documents with the given ids (the ``id`` column is UNIQUE, hence indexed)."""
+    def by_ids(self, doc_ids: Sequence[str], composed: bool = False) -> dict[str, StoredDocument]:
+        """Documents by id (the ``id`` column is UNIQUE, hence indexed); ``composed``: also a
+        non-ASCII id held in another form (NFD "e" + U+0301 for "é"), keyed by the id given."""
         rows = self._select_in("pos, id, title, text", sorted(set(doc_ids)), "docs", "id")
-        return {row[1]: StoredDocument(*row) for row in rows}
+        found = {row[1]: StoredDocument(*row) for row in rows}
+        other = {_nfc(i): i for i in doc_ids if composed and i not in found and not i.isascii()}
+        for row in self._select_in("pos, id, title, text", sorted(other), "docs", "nfc(id)"):
+            found[other[_nfc(row[1])]] = StoredDocument(*row)
+        return found
 
     def of_file(self, doc_id: str) -> list[StoredDocument]:
         """The documents of one file of a folder: ``doc_id`` itself (a document file) and the

@@ -44,6 +44,8 @@ def encoder_config_from_manifest(
             if recorded_path and model not in ALIASES:
                 logger.warning("the index's model %s is gone: looking for %r (give where it is "
                                "now with --model DIR)", recorded_path, model)  # fmt: skip
+    precision = _follow_index(precision, recorded_precision(encoder_entry, side), device)
+    int8 = encoder_entry.get("precision") == precision == "int8"
     return EncoderConfig(
         model=str(model),
         pooling=encoder_entry["pooling"],
@@ -53,9 +55,9 @@ def encoder_config_from_manifest(
         query_prefix=encoder_entry.get("query_prefix"),
         document_prefix=encoder_entry.get("document_prefix"),
         device=device,
-        precision=_follow_index(precision, recorded_precision(encoder_entry, side), device),
+        precision=precision,
         # int8 vectors are met by the runtime that made them (check_encoder refuses others).
-        backend=int8_runtime(encoder_entry) if encoder_entry.get("precision") == "int8" else "auto",
+        backend=int8_runtime(encoder_entry) if int8 else "auto",
     )
 
 

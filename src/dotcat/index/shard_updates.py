@@ -50,12 +50,12 @@ def home_shard(doc_id: str, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
-def owners(paths: Sequence[Path], doc_ids: Sequence[str]) -> dict[str, int]:
+def owners(paths: Sequence[Path], doc_ids: Sequence[str], composed: bool = False) -> dict[str, int]:
     """Which shard holds each of ``doc_ids`` (those no shard holds are left out)."""
     found: dict[str, int] = {}
     for i, path in enumerate(paths):
         with DocStore(path / DOCSTORE_NAME) as store:
-            found.update(dict.fromkeys(store.by_ids(list(doc_ids)), i))
+            found.update(dict.fromkeys(store.by_ids(list(doc_ids), composed), i))
     return found
 
 
@@ -107,7 +107,7 @@ def delete_from_shards(
     wanted = sorted(set(doc_ids))
     if not wanted:
         raise DotcatError("delete: no document id given")
-    held = owners(paths, wanted)
+    held = owners(paths, wanted, composed=True)
     missing = [i for i in wanted if i not in held]
     if missing and not missing_ok:
         raise missing_error(f"{folder}: no shard holds a document with id", missing, "--missing-ok")

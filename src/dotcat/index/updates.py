@@ -162,15 +162,16 @@ def delete_documents(
     layout.check_writable(index_dir)
     with Generation(index_dir, wait) as generation:
         with DocStore(index_dir / DOCSTORE_NAME) as store:
-            found = store.by_ids(wanted)
+            found = store.by_ids(wanted, composed=True)
         missing = [i for i in wanted if i not in found]
         if missing and not missing_ok:
             lead = f"{index_dir}: no document with id"
             raise missing_error(lead, missing, "missing_ok=True", settings=("missing_ok",))
         if not found:  # nothing to delete: no new generation
             return UpdateResult(0, 0, 0, generation.manifest.documents["count"])
-        result = generation.apply(Change(remove=sorted(found)), None, False,
-                                  ("delete", {"ids": sorted(found)[:20]}))  # fmt: skip
+        held = sorted({d.id for d in found.values()})  # as the index writes them
+        result = generation.apply(Change(remove=held), None, False,
+                                  ("delete", {"ids": held[:20]}))  # fmt: skip
     logger.info("%s: %s", index_dir, result)
     return result
 

@@ -103,6 +103,7 @@ class BiEncoder(LoadedModel):
         device: torch.device,
         query_prefix: str = "",
         document_prefix: str = "",
+        default_prompt: str = "",
         lowercase: bool = False,
     ) -> None:
         super().__init__(config, path, model, tokenizer, device, fingerprint=fingerprint,
@@ -112,6 +113,7 @@ class BiEncoder(LoadedModel):
         self.dim = int(model.config.hidden_size)
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
+        self.default_prompt = default_prompt
         self.lowercase = lowercase
         # Inference only, always under this autocast: its linear weights cast once, not per call.
         store_linear_weights(model, self.autocast_dtype)
@@ -167,7 +169,7 @@ class BiEncoder(LoadedModel):
             max_length=max_length, fingerprint=weights_fingerprint(path), device=device,
             query_prefix=or_prompt(config.query_prefix, st.query_prompt),
             document_prefix=or_prompt(config.document_prefix, st.document_prompt),
-            lowercase=st.lowercase,
+            default_prompt=st.default_prompt, lowercase=st.lowercase,
         )  # fmt: skip
         if encoder.int8:
             encoder.onnx = encoder._int8_runner(st.transformer_dir)
@@ -190,8 +192,10 @@ class BiEncoder(LoadedModel):
         out: np.ndarray | None = None,
         progress: Any = None,
         pad_multiple: int = 1,
+        prompt: str | None = None,
     ) -> Any:
-        """Encode texts as they are (no prefix), as ``SentenceTransformer.encode`` does.
+        """Encode texts after ``prompt``, as ``SentenceTransformer.encode`` does (None: the
+        model's ``default_prompt_name`` prompt, none if it names none).
 
         One string gives a ``(dim,)`` vector, a sequence a float32 ``(len(sentences), dim)``
         array (a tensor with ``convert_to_tensor``, a list of tensors with
@@ -216,6 +220,7 @@ class BiEncoder(LoadedModel):
                 batch's longest, the cheapest; see :mod:`dotcat.models.batching`).
         """
         single = isinstance(sentences, str)
+        sentences = prefixed(self.default_prompt if prompt is None else prompt, sentences)
         if single and out is not None:
             raise ValueError("out is for a sequence of texts, not one string")
         vectors = self._encode_all(
@@ -283,7 +288,7 @@ class BiEncoder(LoadedModel):
         """Encode queries: :meth:`encode` on ``query_prefix + text``, padded to multiples of
         :data:`QUERY_PAD_MULTIPLE` (a query's vector never depends on its batch)."""
         kwargs.setdefault("pad_multiple", QUERY_PAD_MULTIPLE)
-        return self.encode(prefixed(self.query_prefix, texts), **kwargs)
+        return self.encode(texts, prompt=self.query_prefix, **kwargs)
 
     #: sentence-transformers' name (``SentenceTransformer.encode_query``).
     encode_query = encode_queries
@@ -299,7 +304,7 @@ class BiEncoder(LoadedModel):
 
     def encode_documents(self, texts: str | Sequence[str], **kwargs: Any) -> Any:
         """Encode documents: :meth:`encode` on ``document_prefix + text``."""
-        return self.encode(prefixed(self.document_prefix, texts), **kwargs)
+        return self.encode(texts, prompt=self.document_prefix, **kwargs)
 
     #: sentence-transformers' name (``SentenceTransformer.encode_document``).
     encode_document = encode_documents

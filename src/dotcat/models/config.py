@@ -23,10 +23,12 @@ from dotcat.options import (
     PRECISION_HELP,
     PRECISIONS,
     SIMILARITIES,
+    Applies,
     Check,
     Settings,
     at_least,
     device_checks,
+    int8_runtime_applies,
     precision_checks,
     setting,
 )
@@ -113,6 +115,9 @@ class EncoderConfig(Settings):
     def checks(self) -> list[Check]:
         return _model_checks(self, shortest=2)
 
+    def applies(self) -> list[Applies]:
+        return [int8_runtime_applies("backend", self.precision)]
+
 
 @dataclass(repr=False)
 class CrossEncoderConfig(Settings):
@@ -153,6 +158,9 @@ class CrossEncoderConfig(Settings):
 
     def checks(self) -> list[Check]:
         return _model_checks(self, shortest=8)
+
+    def applies(self) -> list[Applies]:
+        return [int8_runtime_applies("backend", self.precision)]
 
 
 @dataclass(frozen=True, repr=False)

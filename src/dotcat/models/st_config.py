@@ -54,6 +54,7 @@ class StSettings:
     pooling_error: str | None = None  # the model's pooling cannot be reproduced (and why)
     query_prompt: str | None = None
     document_prompt: str | None = None
+    default_prompt: str = ""  # ``default_prompt_name``'s prompt: what ``encode`` puts first
 
     def pooling_and_similarity(
         self, pooling: str | None, similarity: str | None
@@ -157,6 +158,7 @@ def read_st_settings(model_dir: Path) -> StSettings:
         lowercase=bool(sbert.get("do_lower_case", False)),
         query_prompt=prompts.get("query"),
         document_prompt=document_prompt,
+        default_prompt=prompts.get(st_config.get("default_prompt_name")) or "",
     )
     logger.debug("sentence-transformers settings of %s: %s", model_dir, settings)
     return settings

@@ -50,6 +50,7 @@ from dotcat.options import (
     at_least,
     default_of,
     device_checks,
+    int8_runtime_applies,
     not_utf8,
     precision_checks,
     setting,
@@ -144,7 +145,7 @@ class PipelineConfig(Settings):
         rocchio_docs, rocchio_alpha, rocchio_beta: Rocchio's ``q' = alpha * q + beta * mean(top
             rocchio_docs document vectors)`` (passage vectors, on an index with passages).
         filter: only documents this expression over their fields admits, applied inside
-            the first stage (:mod:`dotcat.search.filters`); None: every document.
+            the first stage (:mod:`dotcat.search.filters`); None or "": every document.
     """
 
     first_stage: str = setting(
@@ -231,7 +232,7 @@ class PipelineConfig(Settings):
             _parse_check("interpolate", parse_interpolate, self.interpolate),
             at_least("nprobe", self.nprobe, 1),
             at_least("ef_search", self.ef_search, 1),
-            _parse_check("filter", parse_filter, self.filter),
+            _parse_check("filter", parse_filter, self.filter or None),
         ]
 
     @property
@@ -253,6 +254,7 @@ class PipelineConfig(Settings):
              "applies only to a first_stage that fuses (hybrid)"),
             (RERANK_SETTINGS, self.rerank is not None,
              "applies only with a cross-encoder (rerank)"),
+            int8_runtime_applies("rerank_backend", self.precision),
         ]  # fmt: skip
 
     def first_stage_only(self) -> PipelineConfig:

@@ -10,7 +10,8 @@ from dotcat.reprs import short_repr
 #: What a score is, by the stage that gave it: a BM25 score; the bi-encoder's cosine or dot
 #: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
 #: the linear fusion's min-max normalised mix (in (0, 1]); the cross-encoder's logit; the
-#: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]).
+#: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]); ``-sum``
+#: after one of the first three: a document's best passages' scores summed (``sum`` aggregation).
 SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
 
 

@@ -194,11 +194,13 @@ class SearchPipeline:
 
     def score_kind(self, *, first_stage: str | None = None, rerank: bool | None = None) -> str:
         """Which scale a call's scores are on (:data:`dotcat.search.hits.SCORE_KINDS`): the
-        cross-encoder's when it re-ranks, else the first stage's."""
+        cross-encoder's when it re-ranks, else the first stage's (``-sum``: passages summed)."""
         reranks = self.reranker is not None if rerank is None else rerank
         if reranks and self.reranker is not None and self.reranker.alpha > 0:
             return "logit" if self.reranker.alpha == 1.0 else "interpolated"
-        return self.stage(first_stage).score_kind
+        kind = self.stage(first_stage).score_kind
+        summed = self.config.aggregation == "sum" and self.manifest.passages
+        return f"{kind}-sum" if summed and kind in ("bm25", "cosine", "dot") else kind
 
     def run(
         self,
@@ -287,7 +289,7 @@ class SearchPipeline:
             "passages": self.manifest.passages,
             "aggregation": self.config.aggregation,
             "first_stage": self.first_stage,
-            "filter": self.config.filter,
+            "filter": self.config.filter or None,
             "stages_available": self.stages.available(),
             "fusion": {**asdict(self.fusion), "description": self.fusion.describe()},
             "feedback": {

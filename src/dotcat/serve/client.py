@@ -66,11 +66,11 @@ class ServerClient:
             full_text: each hit's ``text`` is the document's whole text, as a local search
                 gives it (with the matched passage's offsets); False: the server's snippet (a
                 bounded excerpt around the query's words), a smaller answer.
-            filter: only documents whose fields match (:mod:`dotcat.search.filters`).
+            filter: only documents whose fields match (:mod:`dotcat.search.filters`; "": all).
         """
         options = {"full_text": "true" if full_text else None, "first_stage": first_stage or None,
                    "rerank": None if rerank is None else str(rerank).lower(), "depth": depth,
-                   "filter": filter or None}  # fmt: skip
+                   "filter": filter}  # fmt: skip
         params = {"q": query, "k": k, **{n: v for n, v in options.items() if v is not None}}
         answer = self._get("/search?" + urllib.parse.urlencode(params))
         return [_hit(h, full_text) for h in answer["hits"]]
