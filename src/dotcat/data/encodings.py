@@ -181,22 +181,17 @@ def cyrillic(text: str) -> bool:
     (KOI8 and Windows-1251 hold the same letters with the cases swapped) and a quarter of them
     :data:`CYRILLIC_VOWELS` (Greek's vowels in Windows-1251 are consonants and soft signs)."""
     letters = _letters(text, _CYRILLIC)
-    vowels = sum(c in CYRILLIC_VOWELS for c in letters)
+    n, vowels = len(letters), sum(c in CYRILLIC_VOWELS for c in letters)
     lower = sum(map(str.islower, letters))
-    return (
-        2 * lower > len(letters) and 4 * vowels >= len(letters) and not _CAPITAL_INSIDE.search(text)
-    )
+    return 2 * lower > n and 4 * vowels >= n and not _CAPITAL_INSIDE.search(text)
 
 
 def greek(text: str) -> bool:
     """Whether ``text`` reads as Greek text (:func:`_letters`) with an accented vowel (monotonic
     Greek accents every word of two syllables; Hebrew in a Greek code page has none) and final
     sigma only where a word ends (Cyrillic т and Hebrew ע in a Greek code page are ς)."""
-    return (
-        bool(_letters(text, _GREEK))
-        and bool(_TONOS.search(text))
-        and not _FINAL_INSIDE.search(text)
-    )
+    letters = _letters(text, _GREEK)
+    return bool(letters and _TONOS.search(text) and not _FINAL_INSIDE.search(text))
 
 
 def hebrew(text: str) -> bool:
