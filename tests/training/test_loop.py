@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from dotcat.errors import DotcatError
 from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.training.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dotcat.training.config import DotConfig
 from dotcat.training.loop import prepare_out_dir
 from dotcat.training.recipe import resolve_bf16
@@ -36,3 +39,23 @@ def test_overwrite_clears_every_file_an_earlier_run_wrote_and_nothing_else(tmp_p
     prepare_out_dir(out, DotConfig(data="d", out_dir=out, overwrite=True, negatives_file=reused))
     assert sorted(p.name for p in out.iterdir()) == ["negatives.jsonl.gz", "notes.txt"]
     prepare_out_dir(out, DotConfig(data="d", out_dir=out))  # no earlier run left: no refusal
+
+
+def test_a_step_saved_again_replaces_its_checkpoint_whole(tmp_path, monkeypatch):
+    """The earlier copy of a step is removed only once the new one is in place: a crash
+    while it is removed leaves a complete checkpoint there, never half of one."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    args = (model, optimizer, scheduler)
+    save_checkpoint(tmp_path, 3, *args, {"epoch": 0, "run": "first"}, [{}])
+
+    def crash(path, ignore_errors=False):  # a crash half-way through removing a checkpoint
+        (Path(path) / "model.safetensors").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dotcat.training.checkpoint.shutil.rmtree", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 3, *args, {"epoch": 0, "run": "second"}, [{}])
+    [found] = list_checkpoints(tmp_path)
+    assert load_checkpoint(found, *args)[0]["run"] == "second"
