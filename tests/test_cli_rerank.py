@@ -158,6 +158,24 @@ def test_rerank_follows_the_dev_chosen_weight_by_default(workspace):
     assert read_run(default) == read_run(given)
 
 
+def test_rerank_does_not_call_an_unchosen_weight_dev_chosen(workspace, tmp_path):
+    """train cat --no-check under 100 queries without a dev split records weight 0, chosen by
+    nothing: rerank says so, not "dev-chosen"."""
+    import shutil
+
+    model = tmp_path / "cat"
+    shutil.copytree(workspace["model"], model)
+    record = json.loads((model / "dotcat_cross_encoder.json").read_text())
+    unchosen = {k: v for k, v in record.items() if not k.startswith("interpolation_")}
+    (model / "dotcat_cross_encoder.json").write_text(
+        json.dumps(unchosen | {"interpolation_alpha": 0})
+    )
+    args = ["rerank", workspace["bm25"], workspace["data"], model, "--split", "train"]
+    result = invoke(*args, "--output", tmp_path / "out.trec")
+    assert result.exit_code == 0, result.output
+    assert "interpolation 0 recorded without a dev choice or held-out check" in result.output
+
+
 def test_rerank_refuses_a_model_without_a_trained_head(workspace, tiny_bert_dir):
     args = ["rerank", workspace["bm25"], workspace["data"], tiny_bert_dir, "--output", "x.trec"]
     args += ["--split", "train"]

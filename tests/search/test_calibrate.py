@@ -127,7 +127,7 @@ def test_the_recorded_weight_is_followed_before_the_dev_weight(index, tiny_cat_d
     model = tmp_path / "cat"
     shutil.copytree(tiny_cat_dir, model)
     (model / "dotcat_cross_encoder.json").write_text(
-        json.dumps({"max_length": 64, "interpolation_alpha": 0.9})
+        json.dumps({"max_length": 64, "interpolation_alpha": 0.9, "interpolation_dev_scores": {}})
     )
     followed = _pipeline(index, model, depth=10)
     assert (followed.reranker.alpha, followed.reranker.alpha_source) == (0.4, "corpus-chosen")

@@ -117,14 +117,21 @@ def test_the_recorded_interpolation_weight_is_the_default(tiny_cat_dir, tmp_path
 
     model = tmp_path / "cat"
     shutil.copytree(tiny_cat_dir, model)
+    record = {"max_length": 64, "interpolation_alpha": 0.3}
     (model / "dotcat_cross_encoder.json").write_text(
-        json.dumps({"max_length": 64, "interpolation_alpha": 0.3})
+        json.dumps({**record, "interpolation_dev_scores": {"0.3": 0.5}})
     )
     ce = CrossEncoder.load(CrossEncoderConfig(model=str(model), device="cpu"))
     assert ce.interpolation_alpha == 0.3
     assert Reranker(ce).alpha == 0.3 and Reranker(ce).alpha_source == "dev-chosen"
     assert Reranker(ce, interpolate=1).alpha == 1.0  # the plain logit, one flag away
     assert Reranker(ce, interpolate="0.6").alpha_source == "given"
+    # Where dev chose nothing (train cat --no-check without a dev split: 0), none is claimed.
+    (model / "dotcat_cross_encoder.json").write_text(json.dumps(record))
+    assert Reranker(ce).alpha_source == "recorded without a dev choice or held-out check"
+    check = {"interpolation_dev_scores": {"0.3": 0.5}, "heldout_check": {"shown_better": False}}
+    (model / "dotcat_cross_encoder.json").write_text(json.dumps({**record, **check}))
+    assert Reranker(ce).alpha_source == "held-out check showed no gain"
 
 
 @pytest.mark.kernels

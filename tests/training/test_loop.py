@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from dotcat.errors import DotcatError
 from dotcat.models.runtime import cpu_has_native_bf16
+from dotcat.training.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dotcat.training.config import DotConfig
-from dotcat.training.loop import prepare_out_dir
+from dotcat.training.loop import EARLIER_DIR, prepare_out_dir, settle_earlier
 from dotcat.training.recipe import resolve_bf16
 
 
@@ -33,6 +36,48 @@ def test_overwrite_clears_every_file_an_earlier_run_wrote_and_nothing_else(tmp_p
     with pytest.raises(DotcatError, match="holds an earlier training run"):
         prepare_out_dir(out, DotConfig(data="d", out_dir=out))
     reused = out / "negatives.jsonl.gz"  # the run reads it: kept
-    prepare_out_dir(out, DotConfig(data="d", out_dir=out, overwrite=True, negatives_file=reused))
+    config = DotConfig(data="d", out_dir=out, overwrite=True, negatives_file=reused)
+    prepare_out_dir(out, config)
+    assert sorted(p.name for p in out.iterdir()) == [EARLIER_DIR, "negatives.jsonl.gz", "notes.txt"]
+    settle_earlier(out, config, failed=False)  # the new run finished: the earlier one goes
     assert sorted(p.name for p in out.iterdir()) == ["negatives.jsonl.gz", "notes.txt"]
     prepare_out_dir(out, DotConfig(data="d", out_dir=out))  # no earlier run left: no refusal
+
+
+def test_an_overwrite_that_never_ends_keeps_the_run_it_replaced(tmp_path):
+    """The earlier run stays aside until the new one ends: put back where it failed, kept
+    (and the unfinished run's files removed) where another overwrite comes first."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("dotcat_training.json", "model.safetensors", "notes.txt"):
+        (out / name).write_text(f"first {name}")
+    config = DotConfig(data="d", out_dir=out, overwrite=True)
+    prepare_out_dir(out, config)
+    (out / "dotcat_training.json").write_text("second")  # the new run's record, then a crash
+    prepare_out_dir(out, config)  # overwritten again: the second run goes, the first stays
+    (out / "checkpoints").mkdir()
+    (out / "model.safetensors").write_text("third")
+    settle_earlier(out, config, failed=True)  # the third run fails: the first is back
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        name: f"first {name}" for name in ("dotcat_training.json", "model.safetensors", "notes.txt")
+    }
+
+
+def test_a_step_saved_again_replaces_its_checkpoint_whole(tmp_path, monkeypatch):
+    """The earlier copy of a step is removed only once the new one is in place: a crash
+    while it is removed leaves a complete checkpoint there, never half of one."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    args = (model, optimizer, scheduler)
+    save_checkpoint(tmp_path, 3, *args, {"epoch": 0, "run": "first"}, [{}])
+
+    def crash(path, ignore_errors=False):  # a crash half-way through removing a checkpoint
+        (Path(path) / "model.safetensors").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dotcat.training.checkpoint.shutil.rmtree", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 3, *args, {"epoch": 0, "run": "second"}, [{}])
+    [found] = list_checkpoints(tmp_path)
+    assert load_checkpoint(found, *args)[0]["run"] == "second"

@@ -200,6 +200,15 @@ def read_cat_record(model_dir: Path) -> dict[str, Any]:
     return record
 
 
+def interpolation_source(model_dir: Path) -> str:
+    """Where its record's weight came from (0 chosen by nothing: ``--no-check``, no dev split)."""
+    record = read_cat_record(model_dir)
+    if (record.get("heldout_check") or {}).get("shown_better") is False:
+        return "held-out check showed no gain"
+    chosen = "interpolation_dev_scores" in record
+    return "dev-chosen" if chosen else "recorded without a dev choice or held-out check"
+
+
 def recorded_interpolation(record: dict[str, Any], path: Path) -> float | None:
     """The dev-chosen interpolation weight a cross-encoder record holds, if any."""
     value = record.get("interpolation_alpha")

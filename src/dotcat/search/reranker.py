@@ -37,6 +37,7 @@ from dotcat.files import read_json_or_none
 from dotcat.index import document_text
 from dotcat.models.config import CrossEncoderConfig
 from dotcat.models.resolve import TRAINING_RECORD, check_model
+from dotcat.models.st_config import interpolation_source
 from dotcat.options import RERANK_DEPTH
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.config import parse_interpolate
@@ -267,7 +268,7 @@ class Reranker:
         for source, alpha in (
             ("given", parse_interpolate(interpolate)),
             ("corpus-chosen", corpus),
-            ("dev-chosen", cross_encoder.interpolation_alpha),
+            (interpolation_source(cross_encoder.path), cross_encoder.interpolation_alpha),
             ("plain", 1.0),
         ):
             if alpha is not None:

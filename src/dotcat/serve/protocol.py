@@ -221,7 +221,7 @@ class RerankerInfo(BaseModel):
         description="Its weight in the final score (1: the plain cross-encoder score)."
     )
     interpolation_source: str = Field(
-        description="Where the weight comes from: given, corpus-chosen, dev-chosen or plain."
+        description="Its source: given, corpus-chosen, dev-chosen, plain, or why a record holds it."
     )
 
 

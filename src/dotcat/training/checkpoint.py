@@ -146,9 +146,11 @@ def save_checkpoint(
         with open(tmp / STATE_FILE, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
             f.write("\n")
-        if target.exists():  # the same step written again (e.g. a resumed run): replace it
-            shutil.rmtree(target)
+        # The same step again (e.g. a resumed run): the old one aside, removed once the new is in
+        if target.exists():
+            os.replace(target, f"{tmp}.old")
         os.replace(tmp, target)
+    shutil.rmtree(f"{tmp}.old", ignore_errors=True)
     logger.info("checkpoint at step %d: %s", step, target)
     if keep > 0:
         for old in list_checkpoints(out_dir)[:-keep]:

@@ -25,8 +25,8 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import random
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +38,7 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat.errors import DotcatError
-from dotcat.files import write_json
+from dotcat.files import remove_tree, write_json
 from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
@@ -69,6 +69,7 @@ RUN_FILES = (
     "teacher*", "student_start*", "model.safetensors", "config*.json", "tokenizer*", "vocab.txt",
     "*tokens*.json", "modules.json", "1_Pooling", "2_Normalize", "sentence_bert_config.json",
 )  # fmt: skip
+EARLIER_DIR = ".overwritten"  #: where ``overwrite`` keeps the earlier run until the new one ends
 #: Config fields that may differ on resume without changing what is trained.
 RESUME_FREE = frozenset(
     {"resume", "overwrite", "stop_after_steps", "checkpoint_every", "keep_checkpoints"}
@@ -101,10 +102,11 @@ def finished(out_dir: Path, kind: str, epochs: int) -> bool:
 
 def prepare_out_dir(out_dir: Path, config: TrainConfig) -> None:
     """Refuse to mix a new run into an earlier run's outputs unless resuming or overwriting;
-    overwriting removes what training writes (:data:`RUN_FILES`) but what the run reads."""
+    overwriting moves what training writes (:data:`RUN_FILES`) but what it reads aside."""
     if not out_dir.exists():
         out_dir.mkdir(parents=True)
         return
+    aside = out_dir / EARLIER_DIR
     earlier = (out_dir / TRAINING_RECORD).exists() or (out_dir / CHECKPOINTS_DIR).exists()
     if not earlier or config.resume:
         return
@@ -113,18 +115,31 @@ def prepare_out_dir(out_dir: Path, config: TrainConfig) -> None:
             f"{out_dir}: holds an earlier training run; resume it (--resume) or overwrite it "
             "(--overwrite)"
         )
-    logger.warning("overwriting the training run in %s", out_dir)
+    logger.warning("overwriting the run in %s (kept in %s until this one ends)", out_dir, aside)
+    settle_earlier(out_dir, config, failed=True)  # one kept by an overwrite that never ended
+    aside.mkdir()
+    for stale in _run_files(out_dir, config):
+        os.replace(stale, aside / stale.name)
+
+
+def settle_earlier(out_dir: Path, config: TrainConfig, failed: bool) -> None:
+    """The run ``overwrite`` moved aside: removed, or put back where the new one ``failed``."""
+    aside = out_dir / EARLIER_DIR
+    if failed and aside.is_dir():
+        for stale in _run_files(out_dir, config):
+            remove_tree(stale)
+        for kept in aside.iterdir():
+            os.replace(kept, out_dir / kept.name)
+    remove_tree(aside)
+
+
+def _run_files(out_dir: Path, config: TrainConfig) -> list[Path]:
+    """What training wrote in ``out_dir`` (:data:`RUN_FILES`) but what ``config`` reads there."""
     values = [getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "out_dir"]
     named = [v for value in values for v in (value if isinstance(value, tuple) else (value,))]
     reads = [Path(v).resolve() for v in named if isinstance(v, str | Path) and v]
-    for pattern in RUN_FILES:
-        for stale in out_dir.glob(pattern):
-            if any(p == stale.resolve() or stale.resolve() in p.parents for p in reads):
-                continue  # e.g. --negatives-file OUT_DIR/negatives.jsonl.gz: the run reads it
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale)
-            else:
-                stale.unlink()
+    kept = {path for p in reads for path in (p, *p.parents)}  # e.g. OUT_DIR/negatives.jsonl.gz
+    return [f for pattern in RUN_FILES for f in out_dir.glob(pattern) if f.resolve() not in kept]
 
 
 def check_resumed_config(recorded: Mapping[str, Any], config: TrainConfig) -> None:

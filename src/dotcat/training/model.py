@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
 from dotcat.errors import DotcatError, first_line
-from dotcat.files import writing
+from dotcat.files import move_into, writing
 from dotcat.models import cls_pooling, mean_pooling, resolve_model
 from dotcat.models.batching import CPU_MAX_BATCH_TOKENS, length_sorted_batches, pad_ids
 from dotcat.models.loading import check_max_length, load_hf_model, max_positions
@@ -377,17 +377,9 @@ class TrainableBiEncoder(nn.Module):
 
 
 def _move_contents(src: Path, dst: Path) -> None:
-    """Move ``src``'s files into ``dst`` with ``os.replace``, weights last; drop stale ST dirs."""
+    """Move ``src``'s files into ``dst`` (:func:`~dotcat.files.move_into`); drop stale ST dirs."""
     for stale in _ST_FILES:
         target = dst / stale
         if target.is_dir() and not (src / stale).exists():
             shutil.rmtree(target)
-    entries = sorted(src.iterdir(), key=lambda p: (p.suffix == ".safetensors", p.name))
-    for entry in entries:
-        target = dst / entry.name
-        if entry.is_dir():
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(entry, target)
-        else:
-            os.replace(entry, target)
+    move_into(src, dst)

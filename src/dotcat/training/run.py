@@ -11,6 +11,7 @@ Last, the held-out check of ``train dot`` and ``train cat`` (:mod:`dotcat.traini
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from dotcat.training import heldout, loop
@@ -34,7 +35,8 @@ def train(config: TrainConfig) -> Path:
     """Train the model ``config`` describes, then (``check``) its held-out check
     (:func:`dotcat.training.heldout.check`); returns its output directory (the model kept).
 
-    A resumed run that finished before its check was done runs the check alone.
+    A resumed run that finished before its check was done runs the check alone. The run that
+    ``overwrite`` moved aside is removed once this one is checked, put back if it fails.
 
     Raises:
         DotcatError: bad settings or data, an output directory holding another run (without
@@ -48,18 +50,26 @@ def train(config: TrainConfig) -> Path:
     if done and not heldout.pending(out_dir, config):
         logger.info("%s: this training run has already finished; nothing to resume", out_dir)
         return out_dir
-    ready = recipe.first_steps(config)
-    if ready is None:  # a first step stopped before its end; resume finishes it
-        return out_dir
-    ctx = recipe.context(ready.device)
     try:
-        run = recipe(ready, ctx)
-        if done:
-            run.prepare()
-        else:
-            loop.train(run, ready, ctx)
-        if loop.finished(out_dir, recipe.kind, ready.epochs) and heldout.pending(out_dir, ready):
-            heldout.check(run, ready, ctx)
-        return out_dir
-    finally:
-        ctx.close()
+        ready = recipe.first_steps(config)
+        if ready is None:  # a first step stopped before its end; resume finishes it
+            return out_dir
+        ctx = recipe.context(ready.device)
+        try:
+            run = recipe(ready, ctx)
+            if done:
+                run.prepare()
+            else:
+                loop.train(run, ready, ctx)
+            finished = loop.finished(out_dir, recipe.kind, ready.epochs)
+            if finished and heldout.pending(out_dir, ready):
+                heldout.check(run, ready, ctx)
+            if finished and ctx.is_main and not heldout.pending(out_dir, ready):
+                loop.settle_earlier(out_dir, ready, failed=False)  # done: the earlier run goes
+            return out_dir
+        finally:
+            ctx.close()
+    except BaseException:  # Ctrl-C too
+        if config.overwrite and not config.resume and os.environ.get("RANK", "0") == "0":
+            loop.settle_earlier(out_dir, config, failed=True)
+        raise

@@ -20,8 +20,9 @@ from dotcat.losses import LossConfig
 from dotcat.training.config import DotConfig
 from dotcat.training.data.examples import TrainingExample
 from dotcat.training.data.mining import load_negatives, save_negatives
+from dotcat.training.loop import EARLIER_DIR
 from dotcat.training.model import TrainableBiEncoder
-from dotcat.training.recipes.dot import backward_batch, evaluate_dev
+from dotcat.training.recipes.dot import DotRecipe, backward_batch, evaluate_dev
 from dotcat.training.run import train
 
 
@@ -54,6 +55,10 @@ def _config(data: Path, out: Path, base: Path, cls=DotConfig, **overrides) -> Do
     )
     settings.update(overrides)
     return cls(**settings)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
 def _record(out: Path) -> dict:
@@ -279,6 +284,30 @@ def test_resume_continues_exactly(toy_data, tiny_bert_dir, tmp_path):
     assert [e["train_loss"] for e in resumed["epochs"]] == [
         e["train_loss"] for e in straight_record["epochs"]
     ]
+
+
+def test_an_overwrite_keeps_the_earlier_model_until_it_is_done(
+    toy_data, tiny_bert_dir, tmp_path, monkeypatch
+):
+    """--overwrite: a run that fails (Ctrl-C, a bad setting found late) puts the earlier run
+    back as it was; one that finishes replaces it."""
+    out = tmp_path / "dot"
+    train(_config(toy_data, out, tiny_bert_dir, epochs=1))
+    before = _files(out)
+    prepare = DotRecipe.prepare
+
+    def interrupted(self):
+        prepare(self)  # the new run writes its negatives
+        (out / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DotRecipe, "prepare", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(toy_data, out, tiny_bert_dir, epochs=1, seed=8, overwrite=True))
+    assert _files(out) == before
+    monkeypatch.setattr(DotRecipe, "prepare", prepare)
+    train(_config(toy_data, out, tiny_bert_dir, epochs=1, seed=8, overwrite=True))
+    assert _record(out)["hyperparameters"]["seed"] == 8 and not (out / EARLIER_DIR).exists()
 
 
 def test_checkpoints_every_n_steps_and_resume_keeps_dev_history(toy_data, tiny_bert_dir, tmp_path):
