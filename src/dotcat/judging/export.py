@@ -20,9 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 from dotcat.data import iter_corpus
 from dotcat.data.index_source import EXPORT_RECORD, index_holding, source_corpus_sha256
 from dotcat.errors import DotcatError
-from dotcat.files import UMASK, check_can_create_in, write_json, write_text, writing
+from dotcat.files import atomic_dir, check_can_create_in, write_json, write_text
 from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import ExportConfig, QrelsConfig
 from dotcat.judging.store import JudgmentStore
@@ -160,21 +158,17 @@ def export_beir(
     _check_out_dir(out_dir, export.overwrite)
     check_can_create_in(out_dir)
     ids: list[str] = []
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
-    os.chmod(work, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
-    try:
-        with writing(out_dir, remove=[work]):
-            write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids), 0o644)
-            qrels = judged_qrels(store, config, ids)
-            topics = {t.qid: t for t in store.topics() if t.qid in qrels}
-            write_text(work / "queries.jsonl", _query_lines(topics.values()), 0o644)
-            write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
-            write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
-            if out_dir.exists():
-                shutil.rmtree(out_dir)
-            os.replace(work, out_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    qrels: Qrels = {}
+
+    def fill(work: Path) -> None:
+        write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids), 0o644)
+        qrels.update(judged_qrels(store, config, ids))
+        topics = {t.qid: t for t in store.topics() if t.qid in qrels}
+        write_text(work / "queries.jsonl", _query_lines(topics.values()), 0o644)
+        write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
+        write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
+
+    atomic_dir(out_dir, fill, unique=True)
     judged = sum(len(d) for d in qrels.values())
     return Exported(out_dir, len(ids), len(qrels), judged, export.split)
 
