@@ -67,9 +67,7 @@ def detect_format(path: Path) -> str:
     A name ending in one of :data:`JSONL_SUFFIXES` or :data:`TSV_SUFFIXES` (optionally followed
     by ``.gz``) decides; otherwise a first record starting with ``{`` means JSON Lines.
     """
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    name = path.name.lower().removesuffix(".gz")
     if name.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if name.endswith(TSV_SUFFIXES):

@@ -268,11 +268,9 @@ class SearchService:
             reranker=_reranker_info(described["reranker"]),
             filter=described["filter"],
             fields=[
-                FieldInfoOut(
-                    name=name, kind=f.kind, documents=f.documents, distinct_values=f.distinct_values
-                )
+                FieldInfoOut(name=name, **asdict(f))
                 for name, f in pipeline.index.field_kinds().items()
-            ],  # fmt: skip
+            ],
             auth=bool(config.api_key),
             writable=config.writable,
             watch=config.watch,
