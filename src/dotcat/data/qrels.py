@@ -12,7 +12,7 @@ Relevance grades are integers (negative grades, used by some TREC tracks, are ke
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
@@ -125,3 +125,12 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
     else:
         logger.info("%s: %d judgements for %d queries", file, len(first_line), len(qrels))
     return qrels
+
+
+def qrels_lines(qrels: Mapping[str, Mapping[str, int]], layout: str) -> Iterable[str]:
+    """A qrels file's lines, ``trec`` or ``beir`` layout (a header first in BEIR's)."""
+    if layout == "beir":
+        yield "query-id\tcorpus-id\tscore\n"
+    for qid, docs in qrels.items():
+        for doc, grade in docs.items():
+            yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"

@@ -12,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dotcat.cache import cache_root
 from dotcat.data.corpus import find_corpus_file, iter_corpus
-from dotcat.data.qrels import find_qrels_file, load_qrels
+from dotcat.data.qrels import find_qrels_file, load_qrels, qrels_lines
 from dotcat.data.queries import find_queries_file, load_queries
 from dotcat.data.sources import open_source
-from dotcat.files import atomic_dir
+from dotcat.files import atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 _MARKER = "view.json"
@@ -28,6 +29,10 @@ _MARKER = "view.json"
 def _stat(path: Path) -> list:
     st = path.stat()
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def _jsonl(records: Iterable[dict]) -> Iterator[str]:
+    return (json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
 
 def beir_view(
@@ -54,18 +59,10 @@ def beir_view(
     topics = load_queries(queries)
 
     def fill(work: Path) -> None:
-        with open(work / "corpus.jsonl", "w", encoding="utf-8") as f:
-            for doc in iter_corpus(corpus):
-                record = {"_id": doc.id, "title": doc.title, "text": doc.text}
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        with open(work / "queries.jsonl", "w", encoding="utf-8") as f:
-            for qid, text in topics.items():
-                f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
-        (work / "qrels").mkdir()
-        with open(work / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as f:
-            f.write("query-id\tcorpus-id\tscore\n")
-            for qid, docs in judged.items():
-                f.writelines(f"{qid}\t{doc}\t{grade}\n" for doc, grade in docs.items())
+        documents = ({"_id": d.id, "title": d.title, "text": d.text} for d in iter_corpus(corpus))
+        write_text(work / "corpus.jsonl", _jsonl(documents))
+        write_text(work / "queries.jsonl", _jsonl({"_id": q, "text": t} for q, t in topics.items()))
+        write_text(work / "qrels" / f"{split}.tsv", qrels_lines(judged, "beir"))
         made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
                      else str(corpus), "queries": str(queries), "qrels": str(qrels),
                      "split": split}  # fmt: skip

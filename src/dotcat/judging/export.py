@@ -28,6 +28,7 @@ from typing import Any
 
 from dotcat.data import iter_corpus
 from dotcat.data.index_source import EXPORT_RECORD, index_holding, source_corpus_sha256
+from dotcat.data.qrels import qrels_lines
 from dotcat.errors import DotcatError
 from dotcat.files import atomic_dir, check_can_create_in, write_json, write_text
 from dotcat.judging.agreement import assessor_agreement
@@ -98,15 +99,6 @@ def layout_of(path: str | Path, layout: str | None = None) -> str:
             raise DotcatError(f"qrels layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         return layout
     return "beir" if str(path).lower().removesuffix(".gz").endswith(".tsv") else "trec"
-
-
-def qrels_lines(qrels: Qrels, layout: str) -> Iterable[str]:
-    """The qrels file's lines (a header first in BEIR layout)."""
-    if layout == "beir":
-        yield "query-id\tcorpus-id\tscore\n"
-    for qid, docs in qrels.items():
-        for doc, grade in docs.items():
-            yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"
 
 
 def write_qrels(qrels: Qrels, path: str | Path, layout: str | None = None) -> str:
