@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dotcat.cache import cache_root
+from dotcat.data._io import jsonl_lines
 from dotcat.data.corpus import find_corpus_file, iter_corpus
 from dotcat.data.qrels import find_qrels_file, load_qrels, qrels_lines
 from dotcat.data.queries import find_queries_file, load_queries
@@ -29,10 +29,6 @@ _MARKER = "view.json"
 def _stat(path: Path) -> list:
     st = path.stat()
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-
-
-def _jsonl(records: Iterable[dict]) -> Iterator[str]:
-    return (json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
 
 def beir_view(
@@ -60,8 +56,9 @@ def beir_view(
 
     def fill(work: Path) -> None:
         documents = ({"_id": d.id, "title": d.title, "text": d.text} for d in iter_corpus(corpus))
-        write_text(work / "corpus.jsonl", _jsonl(documents))
-        write_text(work / "queries.jsonl", _jsonl({"_id": q, "text": t} for q, t in topics.items()))
+        write_text(work / "corpus.jsonl", jsonl_lines(documents))
+        asked = ({"_id": qid, "text": text} for qid, text in topics.items())
+        write_text(work / "queries.jsonl", jsonl_lines(asked))
         write_text(work / "qrels" / f"{split}.tsv", qrels_lines(judged, "beir"))
         made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
                      else str(corpus), "queries": str(queries), "qrels": str(qrels),

@@ -17,7 +17,6 @@ out of both, with one warning giving their count.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dotcat.data import iter_corpus
+from dotcat.data._io import jsonl_lines
 from dotcat.data.index_source import EXPORT_RECORD, index_holding, source_corpus_sha256
 from dotcat.data.qrels import qrels_lines
 from dotcat.errors import DotcatError
@@ -153,10 +153,10 @@ def export_beir(
     qrels: Qrels = {}
 
     def fill(work: Path) -> None:
-        write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids), 0o644)
+        write_text(work / "corpus.jsonl", jsonl_lines(_corpus_records(index_dir, ids)), 0o644)
         qrels.update(judged_qrels(store, config, ids))
         topics = {t.qid: t for t in store.topics() if t.qid in qrels}
-        write_text(work / "queries.jsonl", _query_lines(topics.values()), 0o644)
+        write_text(work / "queries.jsonl", jsonl_lines(_query_records(topics.values())), 0o644)
         write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
         write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
 
@@ -183,19 +183,18 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
 
 
-def _corpus_lines(index_dir: str | Path, ids: list[str]) -> Iterable[str]:
+def _corpus_records(index_dir: str | Path, ids: list[str]) -> Iterable[dict[str, str]]:
     for doc in iter_corpus(Path(index_dir)):
         ids.append(doc.id)
-        yield json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text},
-                         ensure_ascii=False) + "\n"  # fmt: skip
+        yield {"_id": doc.id, "title": doc.title, "text": doc.text}
 
 
-def _query_lines(topics: Iterable[Any]) -> Iterable[str]:
+def _query_records(topics: Iterable[Any]) -> Iterable[dict[str, str]]:
     for t in topics:
         record = {"_id": t.qid, "text": t.text}
         if t.description:
             record["description"] = t.description
-        yield json.dumps(record, ensure_ascii=False) + "\n"
+        yield record
 
 
 def export_record(
