@@ -164,7 +164,7 @@ def _nearest(
     """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``),
     among the ``admitted`` vectors where a filter is given."""
     matrix = np.stack([rows[q] for q in qids])
-    scores, ids = index.search(matrix, n) if admitted is None else index.search(matrix, n, admitted)
+    scores, ids = index.search(matrix, n, admitted)
     return {
         qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
         for qid, row_s, row_i in zip(qids, scores, ids, strict=True)

@@ -260,10 +260,7 @@ def rocchio_expand(
     among the ``admitted`` ones, a filter's) read back (:meth:`DenseIndex.vectors`), mixed in
     by :func:`rocchio_vectors`."""
     vectors = np.asarray(vectors, dtype=np.float32)
-    if admitted is None:
-        _, ids = index.search(vectors, params.docs)
-    else:
-        _, ids = index.search(vectors, params.docs, admitted)
+    _, ids = index.search(vectors, params.docs, admitted)
     return rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params, score_kind)
 
 
