@@ -256,8 +256,7 @@ def _add_topic_routes(app: FastAPI, svc: Any, store: JudgmentStore, deps: list) 
             raise StarletteHTTPException(422, "text: must hold a character other than white space")
         existing = next((t for t in store.topics() if t.text == text), None)
         topic = existing or Topic(store.new_topic_id(), text, body.description.strip(), "page")
-        config = _pool_config(store)
-        build_pool(pipeline, store, [topic], config)
+        build_pool(pipeline, store, [topic], _pool_config(store))
         p = store.progress(None)[topic.qid]
         return TopicState(**topic.__dict__, pooled=p.pooled, judged=0, skipped=0)
 
