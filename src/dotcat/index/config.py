@@ -56,6 +56,14 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     return i, n
 
 
+def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of shard ``(i, count)`` over ``n`` documents (None: all)."""
+    if shard is None:
+        return 0, n
+    i, count = check_shard(shard)
+    return i * n // count, (i + 1) * n // count
+
+
 @dataclass(repr=False)
 class IndexConfig(Settings):
     """How to build the FAISS side of an index (and the BM25 one beside it).
