@@ -509,11 +509,9 @@ class BM25Index:
                 tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
             counts = TermCounts.load(path, mmap)
-        except DotcatError:
-            raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
             # bm25s reads its arrays and JSON files as they are: a cut or damaged file shows
-            # as whatever NumPy or json says, named here.
+            # as whatever NumPy or json says, named here (a DotcatError goes on as it is).
             raise DotcatError(
                 f"{path}: damaged BM25 index ({first_line(e)}); rebuild the index"
             ) from None

@@ -170,9 +170,8 @@ def add_judging_routes(app: FastAPI, svc: Any, store: JudgmentStore) -> None:
         found = _topic(store, qid)
         mine = {j.doc_id: j.grade for j in store.current(assessor, qid)} if assessor else {}
         entries = store.pooled(qid)
-        titles = {
-            d: s.title for d, s in pipeline.index.store.by_ids([e.doc_id for e in entries]).items()
-        }
+        stored = pipeline.index.store.by_ids([e.doc_id for e in entries])
+        titles = {doc_id: doc.title for doc_id, doc in stored.items()}
         docs = [
             PooledOut(
                 doc_id=e.doc_id,
