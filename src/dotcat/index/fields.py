@@ -92,13 +92,10 @@ def field_rows(pos: int, fields: Mapping[str, Any]) -> list[FieldRow]:
                 rows.append((pos, name, text, float(value), KIND_CODES["number"]))
         elif name == WRITTEN:
             continue
+        elif (date := parse_date(str(value))) is not None:
+            rows.append((pos, name, str(value), date[0], KIND_CODES["date"]))
         else:
-            text = str(value)
-            date = parse_date(text)
-            if date is not None:
-                rows.append((pos, name, text, date[0], KIND_CODES["date"]))
-            else:
-                rows.append((pos, name, text, None, KIND_CODES["string"]))
+            rows.append((pos, name, str(value), None, KIND_CODES["string"]))
     return rows
 
 
