@@ -474,15 +474,23 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
         return None
 
 
-def atomic_dir(target: str | os.PathLike, fill: Callable[[Path], Any]) -> None:
+def atomic_dir(
+    target: str | os.PathLike, fill: Callable[[Path], Any], unique: bool = False
+) -> None:
     """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data).
 
     Whatever ``fill`` raises (Ctrl-C included), the temporary folder is removed and ``target``
-    is left as it was."""
+    is left as it was. The folder is ``.NAME.tmp`` (what a killed fill left there removed
+    first), or with ``unique`` one of this call's own: writers of one target at once (a cache
+    entry) each fill theirs, and the last rename wins."""
     target = Path(target)
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    if unique:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
+    else:
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
     with writing(target, remove=[tmp]):
         fill(tmp)
         shutil.rmtree(target, ignore_errors=True)

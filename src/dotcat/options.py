@@ -231,14 +231,12 @@ class Settings:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     def _changed(self) -> dict[str, Any]:
-        """The fields set away from their defaults (and those without a default)."""
+        """The fields set away from their defaults (and those without a default: their
+        :func:`default_of` is ``dataclasses.MISSING``, which no value equals)."""
         out = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            required = f.default is dataclasses.MISSING and (
-                f.default_factory is dataclasses.MISSING
-            )
-            if required or value != default_of(type(self), f.name):
+            if value != default_of(type(self), f.name):
                 out[f.name] = value
         return out
 

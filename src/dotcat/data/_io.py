@@ -14,7 +14,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,7 @@ def detect_format(path: Path) -> str:
     A name ending in one of :data:`JSONL_SUFFIXES` or :data:`TSV_SUFFIXES` (optionally followed
     by ``.gz``) decides; otherwise a first record starting with ``{`` means JSON Lines.
     """
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    name = path.name.lower().removesuffix(".gz")
     if name.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if name.endswith(TSV_SUFFIXES):
@@ -253,3 +251,8 @@ def split_tsv(text: str) -> list[str]:
 def is_integer(text: str) -> bool:
     """Whether ``text`` is a plain decimal integer (``int()`` alone would accept ``1_0``)."""
     return _INTEGER.fullmatch(text) is not None
+
+
+def jsonl_lines(records: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """``records`` as JSON Lines (UTF-8 text kept as it is, not escaped)."""
+    return (json.dumps(record, ensure_ascii=False) + "\n" for record in records)

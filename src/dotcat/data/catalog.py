@@ -235,8 +235,7 @@ def resolve_data_path(path: str | os.PathLike) -> Path:
                 if not target.is_dir():
                     fetch(name, target)
         return target
-    entry, subset = _dataset(name)
-    _ensure_cached(entry)
+    _ensure_cached(_dataset(name)[0])  # (a subset: in its zip's folder, the target)
     logger.info("%s: %s", name, target)
     return target
 

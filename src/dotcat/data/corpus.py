@@ -15,6 +15,7 @@ memory-mapped :class:`datasets.Dataset`, so a corpus larger than RAM can be inde
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -145,14 +146,12 @@ def _duplicate_error(
     first appeared, so that memory stays at one set of ids.
     """
     repeated: dict[str, None] = {record.id: None}
-    try:
+    with contextlib.suppress(DataFormatError):
         for other in rest:
             if other.id in seen:
                 repeated[other.id] = None
             else:
                 seen.add(other.id)
-    except DataFormatError:
-        pass
     first = next((r for r in source.records(CorpusStats()) if r.id == record.id), None)
     where = "not found again" if first is None else _location(first, record.path)
     problem = f"duplicate id {record.id!r} (first at {where})"
@@ -426,11 +425,8 @@ def _in_memory(source: PythonSource) -> tuple[datasets.Dataset, CorpusStats]:
     import datasets  # ~1 s to import: dotcat.data is on the CLI's path before torch
 
     stats = CorpusStats()
-    columns: dict[str, list[str]] = {name: [] for name in COLUMNS}
-    for row in _documents(source, stats):
-        for name, value in row.items():
-            columns[name].append(value)
-    return datasets.Dataset.from_dict(columns, features=_features()), stats
+    rows = list(_documents(source, stats))
+    return datasets.Dataset.from_list(rows, features=_features()), stats
 
 
 def _cached_only() -> NoReturn:

@@ -29,6 +29,7 @@ encoding used is recorded per file (the ``encoding`` field).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 from typing import NamedTuple
 
@@ -122,11 +123,9 @@ def decode(
     for mark, encoding in _BOMS:
         if data.startswith(mark):
             return Decoded(_decode(data, encoding), encoding.removesuffix("-sig"))
-    try:
-        if declared is not None:
+    if declared is not None:
+        with contextlib.suppress(NotDecodable):  # a wrong or unknown charset: read as text is
             return Decoded(_decode(data, declared), codecs.lookup(declared).name)
-    except NotDecodable:
-        pass  # a wrong or unknown charset: the page is read as a text file is
     try:
         return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError as e:

@@ -41,6 +41,7 @@ HTML files are read as UTF-8, else in the encoding given, declared or detected
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import logging
@@ -218,10 +219,8 @@ def _pdf_fields(reader) -> dict[str, Any]:
     if not info:
         return found
     for key, name in _PDF_FIELDS.items():
-        try:
+        with contextlib.suppress(Exception):  # a malformed date or string only loses that field
             found[name] = getattr(info, key)
-        except Exception:  # noqa: BLE001 - a malformed date or string only loses that field
-            continue
     keywords = info.get("/Keywords")
     if isinstance(keywords, str):
         found["keywords"] = [k.strip() for k in re.split(r"[,;]", keywords) if k.strip()]
@@ -237,9 +236,7 @@ _HTML_BLOCKS = frozenset(
 #: UTF-16 or UTF-32, which browsers pass over too (the bytes that name it are ASCII's).
 _HTML_CHARSET = re.compile(rb"""<meta[^>]*charset=["']?(?!utf-?(?:16|32))([\w-]+)""", re.I)
 #: Elements whose content is not the page's text.
-_HTML_SKIPPED = frozenset(
-    ["script", "style", "noscript", "template", "nav", "form", "button", "select", "svg"]
-)
+_HTML_SKIPPED = frozenset("script style noscript template nav form button select svg".split())  # noqa: SIM905
 
 
 def _html(page: str) -> tuple[str, str, dict[str, Any]]:

@@ -13,6 +13,7 @@ or one without the ``docs`` table, is one :class:`~dotcat.errors.DataFormatError
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,15 +135,12 @@ class IndexSource:
         digest = hashlib.sha256()
         where = str(self.file)
         try:
-            connection = _connect(self.file)
-            try:
+            with contextlib.closing(_connect(self.file)) as connection:
                 cursor = connection.execute("SELECT pos, id, title, text FROM docs ORDER BY pos")
                 while rows := cursor.fetchmany(_BATCH):
                     for pos, doc_id, title, text in rows:
                         digest.update(json.dumps([doc_id, title, text]).encode() + b"\n")
                         yield Record(where, None, str(doc_id), f"docs row {pos}", title, text)
-            finally:
-                connection.close()
         except sqlite3.Error as e:
             raise DataFormatError(self.file, None, f"cannot read the document store: {e}") from None
         stats.sha256 = digest.hexdigest()

@@ -168,11 +168,8 @@ def _flatten_list(out: dict[str, Any], name: str, items: list[Any]) -> None:
 
 def _append(out: dict[str, Any], name: str, value: Any) -> None:
     items = value if isinstance(value, list) else [_as_text(value)]
-    held = out.get(name)
-    if held is None:
-        out[name] = list(items)
-    else:
-        out[name] = (held if isinstance(held, list) else [_as_text(held)]) + list(items)
+    held = out.get(name, [])  # (a field's value is never None: scalar_value drops it)
+    out[name] = (held if isinstance(held, list) else [_as_text(held)]) + list(items)
 
 
 def scalar_value(value: Any) -> str | int | float | None:

@@ -27,8 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dotcat.data._io import jsonl_lines
 from dotcat.data.corpus import Document
+from dotcat.data.qrels import qrels_lines
 from dotcat.data.splits import unit_hash
+from dotcat.files import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -158,17 +161,11 @@ def pseudo_queries(
 def write_pseudo_dataset(data: PseudoQueries, out_dir: str | Path) -> Path:
     """Write ``data`` as a BEIR directory with a ``train`` split; returns the directory."""
     out = Path(out_dir)
-    (out / "qrels").mkdir(parents=True, exist_ok=True)
-    with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(
-            json.dumps({"_id": doc.id, "title": "", "text": doc.text}, ensure_ascii=False) + "\n"
-            for doc in data.documents
-        )
-    with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
-        for qid, text, _ in data.queries:
-            f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
-    with open(out / "qrels" / "train.tsv", "w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        f.writelines(f"{qid}\t{doc_id}\t1\n" for qid, _, doc_id in data.queries)
+    documents = ({"_id": d.id, "title": "", "text": d.text} for d in data.documents)
+    write_text(out / "corpus.jsonl", jsonl_lines(documents))
+    queries = ({"_id": qid, "text": text} for qid, text, _ in data.queries)
+    write_text(out / "queries.jsonl", jsonl_lines(queries))
+    qrels = {qid: {doc_id: 1} for qid, _, doc_id in data.queries}
+    write_text(out / "qrels" / "train.tsv", qrels_lines(qrels, "beir"))
     (out / "pseudo.json").write_text(json.dumps(data.summary(), indent=2) + "\n", encoding="utf-8")
     return out

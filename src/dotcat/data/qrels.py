@@ -12,18 +12,17 @@ Relevance grades are integers (negative grades, used by some TREC tracks, are ke
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from dotcat.data._io import find_one, is_integer, iter_lines, require_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.index_source import is_sqlite
-from dotcat.data.sniff import BEIR_QRELS, TREC_QRELS, hint
+from dotcat.data.sniff import BEIR_QRELS, QRELS_HEADERS, TREC_QRELS, hint
 from dotcat.errors import DataFormatError
 
 logger = logging.getLogger(__name__)
 
-_HEADER_FIRST = {"query-id", "query_id", "qid", "queryid", "query"}
 _LAYOUTS = {3: "query-id, corpus-id, score", 4: "qid, iteration, docid, relevance"}
 _QRELS = (BEIR_QRELS, TREC_QRELS)
 
@@ -73,7 +72,7 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
         if len(fields) not in (3, 4):  # whitespace-separated where tabs do not give 3 or 4
             fields = text.split()
         if not columns:
-            if fields[0].lower() in _HEADER_FIRST and not is_integer(fields[-1]):
+            if fields[0].lower() in QRELS_HEADERS and not is_integer(fields[-1]):
                 continue  # a header: BEIR's "query-id corpus-id score", "qid iter docid rel"
             if len(fields) not in _LAYOUTS:
                 raise DataFormatError(file, lineno, _layout_problem(fields, file))
@@ -81,9 +80,7 @@ def iter_qrels(path: str | Path, split: str = "test") -> Iterator[tuple[int, str
         elif len(fields) != columns:
             why = f"expected {columns} fields ({_LAYOUTS[columns]}) as on line {columns_line}"
             raise DataFormatError(file, lineno, f"{why}, found {len(fields)}{hint(file, _QRELS)}")
-        qid, docid, rel = (
-            (fields[0], fields[1], fields[2]) if columns == 3 else (fields[0], fields[2], fields[3])
-        )
+        qid, docid, rel = fields[0], fields[-2], fields[-1]  # (TREC's iteration, 2nd of 4: unread)
         if not is_integer(rel):
             raise DataFormatError(
                 file, lineno, f"expected an integer, found {rel!r}{hint(file, _QRELS)}", "relevance"
@@ -129,3 +126,12 @@ def load_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
     else:
         logger.info("%s: %d judgements for %d queries", file, len(first_line), len(qrels))
     return qrels
+
+
+def qrels_lines(qrels: Mapping[str, Mapping[str, int]], layout: str) -> Iterable[str]:
+    """A qrels file's lines, ``trec`` or ``beir`` layout (a header first in BEIR's)."""
+    if layout == "beir":
+        yield "query-id\tcorpus-id\tscore\n"
+    for qid, docs in qrels.items():
+        for doc, grade in docs.items():
+            yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"

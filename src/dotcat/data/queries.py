@@ -56,13 +56,9 @@ def _read_queries(file: Path) -> dict[str, str]:
                 )
         else:
             fields = split_tsv(line)
-            lowered = [f.strip().lower() for f in fields]
-            if (
-                first_record
-                and len(fields) == 2
-                and lowered[0] in _TSV_ID_HEADERS
-                and lowered[1] in _TSV_TEXT_HEADERS
-            ):
+            low = [f.strip().lower() for f in fields]
+            header = len(fields) == 2 and low[0] in _TSV_ID_HEADERS and low[1] in _TSV_TEXT_HEADERS
+            if first_record and header:
                 first_record = False
                 continue  # a header line
             if len(fields) != 2:

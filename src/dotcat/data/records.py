@@ -384,11 +384,9 @@ def _parquet(path: Path, fields: FieldNames) -> Iterator[Record]:
 
 def _table_records(where: str, batches, fields: FieldNames) -> Iterator[Record]:
     """Records from Arrow record batches (Parquet, DataFrame), rows numbered from 1."""
-    row = 0
-    for batch in batches:
-        for obj in batch.to_pylist():
-            row += 1
-            yield record_from_mapping(where, row, obj, fields)
+    rows = (obj for batch in batches for obj in batch.to_pylist())
+    for row, obj in enumerate(rows, start=1):
+        yield record_from_mapping(where, row, obj, fields)
 
 
 # -- Python objects ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ than write a file that would be evaluated in another order than the one given.
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import math
 import os
@@ -139,15 +140,10 @@ def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable
 
 
 def _write(stream: BinaryIO, run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> int:
-    count = 0
-    buffer: list[str] = []
-    for line in _lines(run, tag):
-        buffer.append(line)
-        count += 1
-        if len(buffer) >= 10_000:
-            stream.write("".join(buffer).encode("utf-8"))
-            buffer.clear()
-    stream.write("".join(buffer).encode("utf-8"))
+    count, lines = 0, _lines(run, tag)
+    while batch := list(itertools.islice(lines, 10_000)):  # written 10,000 lines at a time
+        stream.write("".join(batch).encode("utf-8"))
+        count += len(batch)
     return count
 
 

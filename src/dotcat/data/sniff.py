@@ -19,7 +19,8 @@ TREC_QRELS = "TREC qrels (4 columns: query, iteration, document, relevance)"
 BEIR_QRELS = "BEIR qrels (query-id, corpus-id, score, under a header)"
 QUERIES = "a queries file (an id, a tab, the query's text)"
 JSON_LINES = "JSON Lines (a corpus or queries file)"
-_HEADER_FIRST = {"query-id", "query_id", "qid", "queryid", "query"}
+#: What the first column of a qrels file's header says.
+QRELS_HEADERS = {"query-id", "query_id", "qid", "queryid", "query"}
 
 
 def looks_like(path: Path) -> str | None:
@@ -38,9 +39,7 @@ def _kind(line: str) -> str | None:
         return JSON_LINES
     tabs = line.split("\t")
     fields = line.split()
-    if len(tabs) == 3 and tabs[0].strip().lower() in _HEADER_FIRST:
-        return BEIR_QRELS
-    if len(tabs) == 3 and is_integer(tabs[2].strip()):
+    if len(tabs) == 3 and (tabs[0].strip().lower() in QRELS_HEADERS or is_integer(tabs[2].strip())):
         return BEIR_QRELS
     if len(tabs) == 2 and tabs[1].strip():
         return QUERIES

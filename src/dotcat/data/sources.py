@@ -55,6 +55,7 @@ any) and no exclude; a folder matching an exclude is not entered (``--exclude no
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -275,9 +276,7 @@ def file_kind(name: str) -> str | None:
 def _stem(rel: str) -> str:
     """A file's name without its suffixes (``a/notes.md.gz`` -> ``notes``): the default title."""
     name = rel.rsplit("/", 1)[-1]
-    if name.lower().endswith(".gz"):
-        name = name[:-3]
-    return os.path.splitext(name)[0]
+    return os.path.splitext(name[:-3] if name.lower().endswith(".gz") else name)[0]
 
 
 def _sha256_file(path: Path) -> str:
@@ -771,11 +770,9 @@ def _probe_records(
 def _head_encoding(head: bytes, fallback: str | None) -> tuple[str | None, str]:
     """``(None, "")`` where a file's head is UTF-8 (a character cut at its end allowed), else
     the encoding :func:`dotcat.data.encodings.decode` finds for it and how."""
-    try:
+    with contextlib.suppress(UnicodeDecodeError):
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
         return None, ""
-    except UnicodeDecodeError:
-        pass
     try:
         found = decode(head, fallback)
     except NotDecodable as e:

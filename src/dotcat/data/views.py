@@ -12,17 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from dotcat.cache import cache_root
+from dotcat.data._io import jsonl_lines
 from dotcat.data.corpus import find_corpus_file, iter_corpus
-from dotcat.data.qrels import find_qrels_file, load_qrels
+from dotcat.data.qrels import find_qrels_file, load_qrels, qrels_lines
 from dotcat.data.queries import find_queries_file, load_queries
 from dotcat.data.sources import open_source
-from dotcat.files import UMASK, writing
+from dotcat.files import atomic_dir, write_text
 
 logger = logging.getLogger(__name__)
 _MARKER = "view.json"
@@ -55,29 +53,18 @@ def beir_view(
     root.mkdir(parents=True, exist_ok=True)
     judged = load_qrels(qrels)  # read first: a bad file fails before the corpus is copied
     topics = load_queries(queries)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-    os.chmod(work, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
-    try:
-        with writing(target, remove=[work]):
-            with open(work / "corpus.jsonl", "w", encoding="utf-8") as f:
-                for doc in iter_corpus(corpus):
-                    record = {"_id": doc.id, "title": doc.title, "text": doc.text}
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            with open(work / "queries.jsonl", "w", encoding="utf-8") as f:
-                for qid, text in topics.items():
-                    f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
-            (work / "qrels").mkdir()
-            with open(work / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as f:
-                f.write("query-id\tcorpus-id\tscore\n")
-                for qid, docs in judged.items():
-                    f.writelines(f"{qid}\t{doc}\t{grade}\n" for doc, grade in docs.items())
-            made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
-                         else str(corpus), "queries": str(queries), "qrels": str(qrels),
-                         "split": split}  # fmt: skip
-            (work / _MARKER).write_text(json.dumps(made_from, indent=1), encoding="utf-8")
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(work, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+
+    def fill(work: Path) -> None:
+        documents = ({"_id": d.id, "title": d.title, "text": d.text} for d in iter_corpus(corpus))
+        write_text(work / "corpus.jsonl", jsonl_lines(documents))
+        asked = ({"_id": qid, "text": text} for qid, text in topics.items())
+        write_text(work / "queries.jsonl", jsonl_lines(asked))
+        write_text(work / "qrels" / f"{split}.tsv", qrels_lines(judged, "beir"))
+        made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
+                     else str(corpus), "queries": str(queries), "qrels": str(qrels),
+                     "split": split}  # fmt: skip
+        (work / _MARKER).write_text(json.dumps(made_from, indent=1), encoding="utf-8")
+
+    atomic_dir(target, fill, unique=True)  # (two processes may make one view at once)
     logger.info("%s: a BEIR directory of %s, %s and %s", target, corpus, queries, qrels)
     return target

@@ -261,12 +261,11 @@ class BM25Index:
         start = time.perf_counter()
         tokenizer = make_tokenizer(config)
         doc_ids: list[str] = []
-        token_ids: list[array] = []
         texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
         stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
         total = len(corpus) if isinstance(corpus, Sized) else None
-        for ids in progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress):
-            token_ids.append(array("i", ids))
+        bar = progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress)
+        token_ids = [array("i", ids) for ids in bar]
         if not doc_ids:
             raise DotcatError("the corpus has no documents: nothing to index")
         _check_unique(doc_ids)
@@ -510,11 +509,9 @@ class BM25Index:
                 tokenizer.load_vocab(path, _TOKENIZER_VOCAB)
             doc_ids = json.loads((path / _DOC_IDS).read_text("utf-8"))
             counts = TermCounts.load(path, mmap)
-        except DotcatError:
-            raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
             # bm25s reads its arrays and JSON files as they are: a cut or damaged file shows
-            # as whatever NumPy or json says, named here.
+            # as whatever NumPy or json says, named here (a DotcatError goes on as it is).
             raise DotcatError(
                 f"{path}: damaged BM25 index ({first_line(e)}); rebuild the index"
             ) from None

@@ -146,11 +146,8 @@ class CollectionStatistics:
 
 def shard_statistics(bm25: BM25Index) -> ShardStatistics:
     """A shard's statistics (its index must have its term counts)."""
-    counts = _counts(bm25)
-    vocabulary = bm25.vocabulary
-    return ShardStatistics(
-        vocabulary, np.asarray(bm25.document_frequencies), len(bm25), counts.tokens
-    )  # fmt: skip
+    df, tokens = np.asarray(bm25.document_frequencies), _counts(bm25).tokens
+    return ShardStatistics(bm25.vocabulary, df, len(bm25), tokens)
 
 
 def with_collection_statistics(

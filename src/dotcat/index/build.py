@@ -45,7 +45,7 @@ from dotcat.files import replacing, writes
 from dotcat.index import faiss_index, layout, preflight
 from dotcat.index.bm25 import BM25Index, build_from_docstore, side_entry
 from dotcat.index.chunks import VECTORS_FILE, ChunkStore, npy_header, read_plan, write_plan
-from dotcat.index.config import BM25Config, IndexConfig, check_shard
+from dotcat.index.config import BM25Config, IndexConfig, shard_range
 from dotcat.index.docstore import DocStore, document_text
 from dotcat.index.fields import batch_field_rows
 from dotcat.index.layout import BM25_DIR
@@ -63,14 +63,6 @@ logger = logging.getLogger(__name__)
 #: a stop loses), the first of :data:`FIRST_PART` rows (:func:`_encode_chunks`).
 PART_SECONDS = 60.0
 FIRST_PART = 64
-
-
-def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
-    """Positions ``[start, stop)`` of shard ``i`` of ``n`` over ``n_docs`` documents."""
-    if shard is None:
-        return 0, n
-    i, count = check_shard(shard)
-    return i * n // count, (i + 1) * n // count
 
 
 @writes("index_dir")

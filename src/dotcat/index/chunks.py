@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.files import replacing, writing
+from dotcat.files import replacing, write_text, writing
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,7 @@ def read_plan(folder: Path) -> dict[str, Any] | None:
 
 def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
     record = {"format": FORMAT, "format_version": FORMAT_VERSION, "plan": plan}
-    with replacing(folder / PLAN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    write_text(folder / PLAN_FILE, [json.dumps(record, indent=1, sort_keys=True)])
 
 
 def plan_differences(recorded: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
@@ -201,13 +198,9 @@ class ChunkStore:
 
 def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
     """``(shape, fortran_order, dtype)`` of the .npy file open in ``f`` (left after it)."""
-    version = np.lib.format.read_magic(f)
-    read_header = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else np.lib.format.read_array_header_2_0
-    )
-    return read_header(f)
+    if np.lib.format.read_magic(f) == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
 
 
 def _sha(raw: bytes) -> str:

@@ -36,18 +36,16 @@ BM25_METHODS = ("lucene", "robertson", "atire")
 DEFAULT_SEARCH_PARAMS = {"nprobe": 32, "efSearch": 128}
 
 
-def parse_shard(value: str) -> tuple[int, int]:
-    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``: shard I (0-based) of N."""
+def shard_option(name: str, value: str | None) -> tuple[int, int] | None:
+    """The command line's ``--shard I/N`` -> ``(I, N)`` with ``0 <= I < N``: shard I (0-based)
+    of N (None: the whole corpus)."""
+    if value is None:
+        return None
     try:
         i, n = (int(part) for part in value.split("/"))
     except ValueError:
         raise SettingError("shard", f"shard {value!r}: expected I/N, e.g. 0/4") from None
     return check_shard((i, n))
-
-
-def shard_option(name: str, value: str | None) -> tuple[int, int] | None:
-    """The command line's ``--shard I/N`` (None: the whole corpus)."""
-    return parse_shard(value) if value is not None else None
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
@@ -56,6 +54,14 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise SettingError("shard", f"shard {i}/{n}: expected I/N with 0 <= I < N")
     return i, n
+
+
+def shard_range(n: int, shard: tuple[int, int] | None) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of shard ``(i, count)`` over ``n`` documents (None: all)."""
+    if shard is None:
+        return 0, n
+    i, count = check_shard(shard)
+    return i * n // count, (i + 1) * n // count
 
 
 @dataclass(repr=False)

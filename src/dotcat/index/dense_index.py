@@ -174,10 +174,8 @@ class DenseIndex:
 
     def passage_texts(self, refs) -> dict[int, str]:
         """``pid -> document_text(title, passage text)``, what the models read of each."""
-        return {
-            pid: document_text(title, text)
-            for pid, (title, text) in self.store.passage_texts([r.pid for r in refs]).items()
-        }
+        texts = self.store.passage_texts([r.pid for r in refs])
+        return {pid: document_text(title, text) for pid, (title, text) in texts.items()}
 
     def _complete(self, found: dict, ids) -> dict:
         missing = sorted({int(p) for p in ids if p >= 0} - set(found))

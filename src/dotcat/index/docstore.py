@@ -55,7 +55,6 @@ CREATE TABLE IF NOT EXISTS passages (
 _PASSAGES_BY_POS = "CREATE INDEX IF NOT EXISTS passages_pos ON passages (pos)"
 _PASSAGE_COLUMNS = ["pid", "pos", "part", "start", "stop"]
 _PASSAGES_JOIN = "passages p JOIN docs d ON d.pos = p.pos"
-_LOOKUP_CHUNK = 900  # stays under SQLite's default limit of host parameters per statement
 
 
 def document_text(title: str, text: str) -> str:
@@ -220,7 +219,7 @@ class DocStore:
     def delete(self, positions: Sequence[int]) -> None:
         """Remove the documents at these positions, and their passages."""
         tables = ["docs", "passages"] if self.has_passages() else ["docs"]
-        for chunk, marks in _chunks([int(p) for p in positions]):
+        for chunk, marks in field_table.chunks([int(p) for p in positions]):
             for table in tables:
                 self._conn.execute(f"DELETE FROM {table} WHERE pos IN ({marks})", chunk)
         if self.has_fields():
@@ -376,7 +375,7 @@ class DocStore:
         return self._select_in(columns, sorted({int(p) for p in positions if p >= 0}), table, key)
 
     def _select_in(self, columns: str, keys: list, table: str, key: str) -> Iterator[tuple]:
-        for chunk, marks in _chunks(keys):
+        for chunk, marks in field_table.chunks(keys):
             yield from self._execute(
                 f"SELECT {columns} FROM {table} WHERE {key} IN ({marks})", chunk
             )
@@ -436,10 +435,3 @@ class DocStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _chunks(keys: list) -> Iterator[tuple[list, str]]:
-    """``(keys, "?,?,...")`` in chunks under SQLite's limit of host parameters."""
-    for start in range(0, len(keys), _LOOKUP_CHUNK):
-        chunk = keys[start : start + _LOOKUP_CHUNK]
-        yield chunk, ",".join("?" * len(chunk))

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import faiss
@@ -146,24 +146,17 @@ def training_needs(index: faiss.Index) -> list[TrainingNeed]:
             if isinstance(transform, faiss.OPQMatrix):
                 needs.append(TrainingNeed(f"OPQ{transform.M}'s rotation (a 256-centroid PQ)", 256))
             elif isinstance(transform, faiss.PCAMatrix):
-                needs.append(
-                    TrainingNeed(
-                        f"PCA to {transform.d_out} dimensions", transform.d_out, "fewer dimensions"
-                    )
-                )
+                part = f"PCA to {transform.d_out} dimensions"
+                needs.append(TrainingNeed(part, transform.d_out, "fewer dimensions"))
         return needs + training_needs(base.index)
     ivf = faiss.try_extract_index_ivf(base)
     if ivf is not None:
         needs.append(TrainingNeed(f"IVF{ivf.nlist} (one centroid per list)", int(ivf.nlist), "IVF"))
     pq = getattr(base, "pq", None)
     if isinstance(pq, faiss.ProductQuantizer):
-        needs.append(
-            TrainingNeed(
-                f"PQ{pq.M}x{pq.nbits} (2^{pq.nbits} = {pq.ksub} centroids per sub-vector)",
-                int(pq.ksub),
-                f"PQ{pq.M}x4 (16 centroids per sub-vector)" if pq.nbits > 4 else "fewer bits",
-            )
-        )
+        part = f"PQ{pq.M}x{pq.nbits} (2^{pq.nbits} = {pq.ksub} centroids per sub-vector)"
+        hint = f"PQ{pq.M}x4 (16 centroids per sub-vector)" if pq.nbits > 4 else "fewer bits"
+        needs.append(TrainingNeed(part, int(pq.ksub), hint))
     rq = getattr(base, "rq", None)
     if rq is not None and hasattr(rq, "nbits"):
         bits = max(rq.nbits.at(i) for i in range(rq.nbits.size()))
@@ -391,10 +384,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     # A few more than k, so that a tie at the cut is settled by position too, not by which
     # of the tied vectors FAISS's heap happened to keep.
     fetch = min(k + TIE_MARGIN, index.ntotal)
-    if queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK:
-        with _omp_threads(1):
-            scores, positions = index.search(queries, fetch)
-    else:
+    small = queries.shape[0] * index.ntotal < SINGLE_THREAD_WORK
+    with _omp_threads(1) if small else nullcontext():
         scores, positions = index.search(queries, fetch)
     scores, positions = order_ties(scores, positions)
     return scores[:, :k], positions[:, :k]

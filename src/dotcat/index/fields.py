@@ -24,7 +24,7 @@ import json
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +60,13 @@ INDEXES = (
 _CHUNK = 900  # host parameters per statement, under SQLite's default limit
 
 
+def chunks(keys: Sequence, size: int = _CHUNK) -> Iterator[tuple[list, str]]:
+    """``(keys, "?,?,...")`` in chunks of ``size``, under SQLite's limit of host parameters."""
+    for start in range(0, len(keys), size):
+        chunk = list(keys[start : start + size])
+        yield chunk, ",".join("?" * len(chunk))
+
+
 @dataclass(frozen=True)
 class FieldInfo:
     """A field of an index: its kind, how many documents have it, its distinct values."""
@@ -85,13 +92,10 @@ def field_rows(pos: int, fields: Mapping[str, Any]) -> list[FieldRow]:
                 rows.append((pos, name, text, float(value), KIND_CODES["number"]))
         elif name == WRITTEN:
             continue
+        elif (date := parse_date(str(value))) is not None:
+            rows.append((pos, name, str(value), date[0], KIND_CODES["date"]))
         else:
-            text = str(value)
-            date = parse_date(text)
-            if date is not None:
-                rows.append((pos, name, text, date[0], KIND_CODES["date"]))
-            else:
-                rows.append((pos, name, text, None, KIND_CODES["string"]))
+            rows.append((pos, name, str(value), None, KIND_CODES["string"]))
     return rows
 
 
@@ -120,9 +124,8 @@ def insert(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
 
 def delete(conn: sqlite3.Connection, positions: Sequence[int]) -> None:
     """Remove the fields of the documents at these positions."""
-    for start in range(0, len(positions), _CHUNK):
-        chunk = [int(p) for p in positions[start : start + _CHUNK]]
-        conn.execute(f"DELETE FROM fields WHERE pos IN ({','.join('?' * len(chunk))})", chunk)
+    for chunk, marks in chunks([int(p) for p in positions]):
+        conn.execute(f"DELETE FROM fields WHERE pos IN ({marks})", chunk)
 
 
 def finish(conn: sqlite3.Connection) -> None:
@@ -150,13 +153,9 @@ def kinds(conn: sqlite3.Connection) -> dict[str, FieldInfo]:
 def values(conn: sqlite3.Connection, names: Sequence[str]) -> dict[str, set[str]]:
     """The distinct values (as text) of the fields ``names``."""
     out: dict[str, set[str]] = {name: set() for name in names}
-    for start in range(0, len(names), _CHUNK):
-        chunk = list(names[start : start + _CHUNK])
-        rows = conn.execute(
-            f"SELECT DISTINCT name, value FROM fields WHERE name IN ({','.join('?' * len(chunk))})",
-            chunk,
-        )
-        for name, value in rows:
+    for chunk, marks in chunks(names):
+        sql = f"SELECT DISTINCT name, value FROM fields WHERE name IN ({marks})"
+        for name, value in conn.execute(sql, chunk):
             out[name].add(value)
     return out
 
@@ -174,11 +173,9 @@ def of(
     field's value a list, a number a number, a date its ISO text)."""
     out: dict[int, dict[str, Any]] = {int(p): {} for p in positions}
     wanted = sorted(out)
-    for start in range(0, len(wanted), _CHUNK):
-        chunk = wanted[start : start + _CHUNK]
+    for chunk, marks in chunks(wanted):
         rows = conn.execute(
-            f"SELECT pos, name, value, num FROM fields WHERE pos IN ({','.join('?' * len(chunk))})"
-            " ORDER BY pos, rowid",
+            f"SELECT pos, name, value, num FROM fields WHERE pos IN ({marks}) ORDER BY pos, rowid",
             chunk,
         ).fetchall()
         for pos, name, value, num in rows:
@@ -202,12 +199,11 @@ def counts(
     wanted = sorted({int(p) for p in positions})
     if not wanted or not names:
         return out
-    for start in range(0, len(wanted), _CHUNK - len(names)):
-        chunk = wanted[start : start + _CHUNK - len(names)]
+    for chunk, marks in chunks(wanted, _CHUNK - len(names)):
         rows = conn.execute(
             "SELECT name, value, COUNT(DISTINCT pos) FROM fields "
-            f"WHERE name IN ({','.join('?' * len(names))}) "
-            f"AND pos IN ({','.join('?' * len(chunk))}) GROUP BY name, value",
+            f"WHERE name IN ({','.join('?' * len(names))}) AND pos IN ({marks}) "
+            "GROUP BY name, value",
             [*names, *chunk],
         ).fetchall()
         for name, value, count in rows:

@@ -18,7 +18,7 @@ from typing import Any
 
 from dotcat.data.index_source import indexes_in
 from dotcat.errors import DotcatError
-from dotcat.files import replacing
+from dotcat.files import write_text
 from dotcat.index.layout import (
     DOCSTORE_NAME,
     INDEX_NAME,
@@ -98,12 +98,8 @@ class Manifest:
 
     def write(self, directory: Path) -> None:
         """Write ``manifest.json`` durably (temp file, fsync, rename)."""
-        path = Path(directory) / MANIFEST_NAME
-        with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            json.dump(asdict(self), f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        text = json.dumps(asdict(self), indent=2, sort_keys=True)
+        write_text(Path(directory) / MANIFEST_NAME, [text, "\n"])
 
     @classmethod
     def read(cls, directory: Path) -> Manifest:

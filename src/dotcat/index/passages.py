@@ -177,9 +177,7 @@ class PassageConfig(Settings):
             raise SettingError(
                 "window", f"window {window} is longer than the encoder's max length {max_length}"
             )
-        stride = self.stride
-        if stride is None:
-            stride = int(DEFAULT_STRIDE_SHARE * window)
+        stride = int(DEFAULT_STRIDE_SHARE * window) if self.stride is None else self.stride
         return PassageConfig(self.enabled, window, stride, self.sentence_aware, self.split_over)
 
     def to_json(self) -> dict[str, Any]:
@@ -429,9 +427,7 @@ class _Offsets:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
 
-    def __call__(
-        self, text: str, *, add_special_tokens: bool, return_offsets_mapping: bool = False, **_
-    ) -> dict[str, list]:
+    def __call__(self, text: str, *, add_special_tokens: bool, **_) -> dict[str, list]:
         encoded = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return {"input_ids": encoded.ids, "offset_mapping": encoded.offsets}
 

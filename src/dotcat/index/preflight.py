@@ -21,7 +21,7 @@ from dotcat.data.index_source import source_corpus_sha256
 from dotcat.errors import DotcatError
 from dotcat.index import faiss_index, layout
 from dotcat.index.chunks import plan_differences, read_plan
-from dotcat.index.config import IndexConfig, check_shard
+from dotcat.index.config import IndexConfig, shard_range
 from dotcat.models.resolve import (
     check_model,
     encoder_max_length,
@@ -82,16 +82,14 @@ def check_build(
     n = len(load_corpus(corpus, stats=stats, options=options))
     if n == 0:
         raise DotcatError(f"{stats.path}: the corpus has no documents to index")
-    size = n
-    if config.shard is not None:
-        i, count = check_shard(config.shard)
-        size = (i + 1) * n // count - i * n // count
-        if size == 0:
-            raise DotcatError(
-                f"shard={i}/{count}: {n} documents leave this shard empty", settings=("shard",)
-            )
+    start, stop = shard_range(n, config.shard)
+    if start == stop:  # (n > 0: a shard)
+        i, count = config.shard
+        raise DotcatError(
+            f"shard={i}/{count}: {n} documents leave this shard empty", settings=("shard",)
+        )
     if empty is not None:
-        faiss_index.check_trainable(empty, config.faiss_spec, size)
+        faiss_index.check_trainable(empty, config.faiss_spec, stop - start)
     if not fresh:
         entry = corpus_entry(corpus, stats, options)
         check_resumable(index_dir, settings_plan(entry, n, config))

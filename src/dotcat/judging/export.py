@@ -17,21 +17,20 @@ out of both, with one warning giving their count.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dotcat.data import iter_corpus
+from dotcat.data._io import jsonl_lines
 from dotcat.data.index_source import EXPORT_RECORD, index_holding, source_corpus_sha256
+from dotcat.data.qrels import qrels_lines
 from dotcat.errors import DotcatError
-from dotcat.files import UMASK, check_can_create_in, write_json, write_text, writing
+from dotcat.files import atomic_dir, check_can_create_in, write_json, write_text
 from dotcat.judging.agreement import assessor_agreement
 from dotcat.judging.config import ExportConfig, QrelsConfig
 from dotcat.judging.store import JudgmentStore
@@ -102,15 +101,6 @@ def layout_of(path: str | Path, layout: str | None = None) -> str:
     return "beir" if str(path).lower().removesuffix(".gz").endswith(".tsv") else "trec"
 
 
-def qrels_lines(qrels: Qrels, layout: str) -> Iterable[str]:
-    """The qrels file's lines (a header first in BEIR layout)."""
-    if layout == "beir":
-        yield "query-id\tcorpus-id\tscore\n"
-    for qid, docs in qrels.items():
-        for doc, grade in docs.items():
-            yield f"{qid}\t{doc}\t{grade}\n" if layout == "beir" else f"{qid} 0 {doc} {grade}\n"
-
-
 def write_qrels(qrels: Qrels, path: str | Path, layout: str | None = None) -> str:
     """Write ``qrels`` to ``path`` (TREC or BEIR layout, see :func:`layout_of`); ids with
     white space are refused (neither layout can hold them). Returns the layout written."""
@@ -160,21 +150,17 @@ def export_beir(
     _check_out_dir(out_dir, export.overwrite)
     check_can_create_in(out_dir)
     ids: list[str] = []
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent or "."))
-    os.chmod(work, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
-    try:
-        with writing(out_dir, remove=[work]):
-            write_text(work / "corpus.jsonl", _corpus_lines(index_dir, ids), 0o644)
-            qrels = judged_qrels(store, config, ids)
-            topics = {t.qid: t for t in store.topics() if t.qid in qrels}
-            write_text(work / "queries.jsonl", _query_lines(topics.values()), 0o644)
-            write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
-            write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
-            if out_dir.exists():
-                shutil.rmtree(out_dir)
-            os.replace(work, out_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    qrels: Qrels = {}
+
+    def fill(work: Path) -> None:
+        write_text(work / "corpus.jsonl", jsonl_lines(_corpus_records(index_dir, ids)), 0o644)
+        qrels.update(judged_qrels(store, config, ids))
+        topics = {t.qid: t for t in store.topics() if t.qid in qrels}
+        write_text(work / "queries.jsonl", jsonl_lines(_query_records(topics.values())), 0o644)
+        write_qrels(qrels, work / "qrels" / f"{export.split}.tsv", "beir")
+        write_json(work / EXPORT_RECORD, export_record(store, qrels, config, index_dir))
+
+    atomic_dir(out_dir, fill, unique=True)
     judged = sum(len(d) for d in qrels.values())
     return Exported(out_dir, len(ids), len(qrels), judged, export.split)
 
@@ -197,19 +183,18 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         raise DotcatError(f"{out_dir}: exists; choose another folder or give --overwrite")
 
 
-def _corpus_lines(index_dir: str | Path, ids: list[str]) -> Iterable[str]:
+def _corpus_records(index_dir: str | Path, ids: list[str]) -> Iterable[dict[str, str]]:
     for doc in iter_corpus(Path(index_dir)):
         ids.append(doc.id)
-        yield json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text},
-                         ensure_ascii=False) + "\n"  # fmt: skip
+        yield {"_id": doc.id, "title": doc.title, "text": doc.text}
 
 
-def _query_lines(topics: Iterable[Any]) -> Iterable[str]:
+def _query_records(topics: Iterable[Any]) -> Iterable[dict[str, str]]:
     for t in topics:
         record = {"_id": t.qid, "text": t.text}
         if t.description:
             record["description"] = t.description
-        yield json.dumps(record, ensure_ascii=False) + "\n"
+        yield record
 
 
 def export_record(

@@ -25,18 +25,15 @@ def import_qrels(
     path: str | Path,
     assessor: str,
     known_docs: Iterable[str] | None = None,
-    *,
-    pooled_only: bool = False,
 ) -> int:
     """Save the judgements of a qrels file as ``assessor``'s; returns how many.
 
     Args:
         known_docs: the index's documents; a judgement of another is refused.
-        pooled_only: refuse a judgement of a document outside its query's pool.
 
     Raises:
         DataFormatError: naming the file and line of the first judgement of a query that is
-            not pooled, a grade outside the scale, a document not in the index (or pool).
+            not pooled, a grade outside the scale, a document not in the index.
     """
     assessor = check_assessor(assessor)
     file = find_qrels_file(path)
@@ -57,8 +54,6 @@ def import_qrels(
             )  # fmt: skip
         if known is not None and doc not in known:
             raise DataFormatError(file, lineno, f"document {doc!r} is not in the index", "docid")
-        if pooled_only and store.pooled_entry(qid, doc) is None:
-            raise DataFormatError(file, lineno, f"document {doc!r} is not in the pool of {qid!r}")
         rows.append((qid, doc, assessor, grade))
     return store.judge_many(rows, source=f"import {file}")
 

@@ -95,12 +95,12 @@ def run_systems(
     pipeline: Any, topics: Sequence[Topic], config: PoolConfig, show_progress: bool = False
 ) -> list[SystemRanking]:
     """Every pooled system's top ``config.pool_depth`` for ``topics`` (runs read from files)."""
-    queries = {t.qid: t.text for t in topics}
+    queries, depth = {t.qid: t.text for t in topics}, config.pool_depth
     described = pipeline.describe()
     out = []
     for stage in pool_stages(pipeline, config.systems):
         found = pipeline.matches(
-            queries, config.pool_depth, first_stage=stage, rerank=False, show_progress=show_progress
+            queries, depth, first_stage=stage, rerank=False, show_progress=show_progress
         )
         info = {"kind": "first stage", "first_stage": stage, "passages": described["passages"],
                 "aggregation": described["aggregation"]}  # fmt: skip
@@ -109,14 +109,12 @@ def run_systems(
             info["fusion"] = fusion.describe()
         out.append(SystemRanking(stage, info, _matches_ranked(found)))
     if pipeline.reranker is not None:
-        found = pipeline.matches(
-            queries, config.pool_depth, rerank=True, show_progress=show_progress
-        )
+        found = pipeline.matches(queries, depth, rerank=True, show_progress=show_progress)
         info = {"kind": "re-ranked", "first_stage": pipeline.first_stage,
                 "reranker": described["reranker"]}  # fmt: skip
         out.append(SystemRanking(f"{pipeline.first_stage}+rerank", info, _matches_ranked(found)))
     for path in config.runs:
-        out.append(run_file_system(Path(path), queries, config.pool_depth, pipeline))
+        out.append(run_file_system(Path(path), queries, depth, pipeline))
     return out
 
 

@@ -91,9 +91,7 @@ def read_query_log(path: str | Path, max_queries: int | None = None) -> list[Top
         first.setdefault(key, text.strip())
     if not counts:
         raise DotcatError(f"{file}: the query log holds no query yet")
-    order = sorted(counts, key=lambda key: -counts[key])  # stable: first asked first
-    if max_queries is not None:
-        order = order[:max_queries]
+    order = sorted(counts, key=lambda key: -counts[key])[:max_queries]  # stable: first asked first
     logger.info("%s: %d distinct queries of %d asked", file, len(counts), sum(counts.values()))
     return [Topic(log_id(first[k]), first[k], "", f"query log {file}") for k in order]
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.index import DenseIndex, check_encoder, document_text
+from dotcat.index import DenseIndex, check_encoder
 from dotcat.index.docstore import StoredDocument
 from dotcat.index.encoder import encoder_config_from_manifest, load_query_encoder
 from dotcat.index.filtered import Admitted
@@ -100,11 +100,6 @@ class DenseRetriever:
             hit(rank, m, docs[m.doc_id], self.score_kind) for rank, m in enumerate(matches, start=1)
         ]
 
-    def document_texts(self, doc_ids) -> dict[str, str]:
-        """id -> ``document_text(title, text)`` from the index's document store."""
-        docs = self.index.store.by_ids(list(doc_ids))
-        return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
-
     def batch_search(self, queries: Mapping[str, str], *args: Any, **kwargs: Any) -> Run:
         """:meth:`batch_matches` as a run: ``{qid: [(doc_id, score), ...]}``, best first."""
         return to_run(self.batch_matches(queries, *args, **kwargs))
@@ -169,7 +164,7 @@ def _nearest(
     """FAISS's top ``n`` ``(id, score)`` for each query of ``qids`` (vectors in ``rows``),
     among the ``admitted`` vectors where a filter is given."""
     matrix = np.stack([rows[q] for q in qids])
-    scores, ids = index.search(matrix, n) if admitted is None else index.search(matrix, n, admitted)
+    scores, ids = index.search(matrix, n, admitted)
     return {
         qid: [(int(i), float(s)) for s, i in zip(row_s, row_i, strict=True) if i >= 0]
         for qid, row_s, row_i in zip(qids, scores, ids, strict=True)

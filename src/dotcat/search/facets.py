@@ -45,13 +45,9 @@ def count_facets(hits: Iterable[Any], names: Iterable[str]) -> dict[str, list[tu
             value = (hit.fields or {}).get(name)
             if value is None:
                 continue
-            counter.update({_text(v) for v in value} if isinstance(value, list) else [_text(value)])
+            counter.update({str(v) for v in value} if isinstance(value, list) else [str(value)])
     return {
         name: sorted(counter.items(), key=lambda item: (-item[1], item[0]))
         for name, counter in counters.items()
         if counter
     }
-
-
-def _text(value: Any) -> str:
-    return str(value)

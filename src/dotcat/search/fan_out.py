@@ -15,14 +15,13 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from dotcat.index.bm25_global import CollectionStatistics
 from dotcat.index.config import BM25Config
-from dotcat.index.docstore import PassageRef
 from dotcat.progress import progress_bar
 from dotcat.search.aggregation import Match
 from dotcat.search.dense import DenseRetriever, dense_retriever
@@ -270,9 +269,7 @@ def _kept(index: Any, merged: list[tuple[int, Match]]) -> list[Match]:
         index.owners[m.doc_id] = shard
         shift = index.group.specs[shard].first_vector
         if shift and any(r.pid >= 0 for r, _ in m.passages):  # (BM25's whole documents: -1)
-            m = Match(m.doc_id, m.score, tuple(
-                (PassageRef(r.pid + shift, r.doc_id, r.part, r.start, r.stop)
-                 if r.pid >= 0 else r, s) for r, s in m.passages
-            ))  # fmt: skip
+            moved = [(replace(r, pid=r.pid + shift) if r.pid >= 0 else r, s) for r, s in m.passages]
+            m = Match(m.doc_id, m.score, tuple(moved))
         out.append(m)
     return out

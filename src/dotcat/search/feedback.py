@@ -130,12 +130,10 @@ class RM3Expander:
     """RM3 over one :class:`BM25Index`: :meth:`expand` a query into weighted terms,
     :meth:`search` with them. The terms eligible for feedback are found once, here."""
 
-    def __init__(self, index: BM25Index, params: RM3 = RM3(), max_df_ratio: float = MAX_DF_RATIO):
+    def __init__(self, index: BM25Index, params: RM3 = RM3()):
         self.index = index
         self.params = params
-        self._eligible = eligible_terms(
-            index.vocabulary, index.document_frequencies, len(index), max_df_ratio
-        )
+        self._eligible = eligible_terms(index.vocabulary, index.document_frequencies, len(index))
 
     def expand(self, query: str, mask: np.ndarray | None = None) -> dict[int, float]:
         """The expanded query ``q'``: term id -> weight (empty: no indexed term); with
@@ -212,13 +210,11 @@ def expanded_query(ids: Sequence[int], model: Mapping[int, float], params: RM3) 
     return {t: lam * original.get(t, 0.0) + (1 - lam) * model.get(t, 0.0) for t in terms}
 
 
-def eligible_terms(
-    vocabulary: Sequence[str], df: np.ndarray, documents: int, max_df_ratio: float = MAX_DF_RATIO
-) -> np.ndarray:
+def eligible_terms(vocabulary: Sequence[str], df: np.ndarray, documents: int) -> np.ndarray:
     """Which terms may expand a query: Anserini's shape (:data:`TERM_PATTERN`), in at most
-    ``max_df_ratio`` of the ``documents``."""
+    :data:`MAX_DF_RATIO` of the ``documents``."""
     shaped = np.array([TERM_PATTERN.fullmatch(t) is not None for t in vocabulary], dtype=bool)
-    return shaped & ~(np.asarray(df) > max_df_ratio * documents)
+    return shaped & ~(np.asarray(df) > MAX_DF_RATIO * documents)
 
 
 def rm3_search(
@@ -264,10 +260,7 @@ def rocchio_expand(
     among the ``admitted`` ones, a filter's) read back (:meth:`DenseIndex.vectors`), mixed in
     by :func:`rocchio_vectors`."""
     vectors = np.asarray(vectors, dtype=np.float32)
-    if admitted is None:
-        _, ids = index.search(vectors, params.docs)
-    else:
-        _, ids = index.search(vectors, params.docs, admitted)
+    _, ids = index.search(vectors, params.docs, admitted)
     return rocchio_vectors(vectors, index.vectors(ids), ids >= 0, params, score_kind)
 
 

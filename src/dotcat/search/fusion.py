@@ -158,9 +158,7 @@ def linear_fusion(dense: Ranking, bm25: Ranking, weight: float) -> list[tuple[st
 def fusion_grid() -> dict[str, Fusion]:
     """The fusions judged on dev, by name (``rrf``, ``linear 0`` ... ``linear 1``), in the
     grid's order."""
-    grid = {"rrf": Fusion("rrf")}
-    grid.update({f"linear {w:g}": Fusion("linear", weight=w) for w in WEIGHTS})
-    return grid
+    return {"rrf": Fusion("rrf"), **{f"linear {w:g}": Fusion("linear", weight=w) for w in WEIGHTS}}
 
 
 def default_fusion() -> Fusion:

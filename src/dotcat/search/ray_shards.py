@@ -78,9 +78,7 @@ def start_on_ray(
         task = ray.remote(statistics_of).options(num_cpus=0)
         parts = _get(ray, [task.remote(s) for s in specs])
         stats = collection_statistics(parts)
-        views = [None] * len(specs)
-        if stats is not None:
-            views = [ray.put(stats.view(p)) for p in parts]
+        views = [None if stats is None else ray.put(stats.view(p)) for p in parts]
         return RayShards(ray, specs, views, cluster, started), stats
     except BaseException:
         if started:

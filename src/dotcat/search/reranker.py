@@ -265,15 +265,14 @@ class Reranker:
         # The weight: given > chosen on this corpus (dotcat calibrate) > chosen on the
         # model's dev split > 1 (the plain logit).
         corpus = _corpus_alpha(corpus_weights, cross_encoder.fingerprint)
-        for source, alpha in (
+        weights = (
             ("given", parse_interpolate(interpolate)),
             ("corpus-chosen", corpus),
             (interpolation_source(cross_encoder.path), cross_encoder.interpolation_alpha),
             ("plain", 1.0),
-        ):
-            if alpha is not None:
-                self.alpha, self.alpha_source = float(alpha), source
-                break
+        )
+        self.alpha_source, alpha = next((s, a) for s, a in weights if a is not None)
+        self.alpha = float(alpha)
 
     @classmethod
     def load(

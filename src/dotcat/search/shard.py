@@ -358,10 +358,7 @@ def _counted(bm25: BM25Index, spec: ShardSpec, manifest: Manifest) -> BM25Index:
     (an index built before they were kept: once per load, logged)."""
     if bm25.counts is None:
         logger.info("shard %s: counting BM25 terms from its doc store (an older index)", spec.name)
-        store = DocStore(Path(spec.path) / DOCSTORE_NAME)
-        try:
+        with DocStore(Path(spec.path) / DOCSTORE_NAME) as store:
             by_passage = "passages" in manifest.bm25  # as it was built (documents whole, or not)
             bm25.counts = bm25.count_terms(docstore_rows(store, by_passage))
-        finally:
-            store.close()
     return bm25

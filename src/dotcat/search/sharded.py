@@ -329,11 +329,7 @@ class ShardedIndex:
 
     def passage_texts(self, refs: Sequence[PassageRef]) -> dict[int, str]:
         """``pid -> title + passage text`` from the shards whose id ranges hold them."""
-        asked: dict[int, list[int]] = {}
-        firsts = [s.first_vector for s in self.group.specs]
-        for ref in refs:
-            shard = int(np.searchsorted(firsts, ref.pid, side="right")) - 1
-            asked.setdefault(shard, []).append(ref.pid)
+        asked = _by_shard([s.first_vector for s in self.group.specs], [r.pid for r in refs])
         answers = _fetch(self.group, "passage_texts", {s: (p,) for s, p in asked.items()})
         found = {pid: text for answer in answers for pid, text in (answer or {}).items()}
         return {ref.pid: found.get(ref.pid, "") for ref in refs}
@@ -367,11 +363,7 @@ class ShardedIndex:
         """The fields of the documents at these collection positions (as :meth:`by_ids`
         gives them: -1, a document no shard gave, is skipped), from the shards holding them."""
         firsts = [s.first_position for s in self.group.specs]
-        asked: dict[int, list[int]] = {}
-        for pos in positions:
-            if pos >= 0:
-                shard = int(np.searchsorted(firsts, pos, side="right")) - 1
-                asked.setdefault(shard, []).append(int(pos))
+        asked = _by_shard(firsts, [p for p in positions if p >= 0])
         answers = _fetch(self.group, "fields_of", {s: (p,) for s, p in asked.items()})
         return {pos: f for answer in answers for pos, f in (answer or {}).items()}
 
@@ -383,6 +375,15 @@ class ShardedIndex:
         counted = [a for a in answers if a is not None]
         return ShardedAdmitted(query, sum(d for d, _ in counted), sum(v for _, v in counted),
                                complete=len(counted) == len(answers))  # fmt: skip
+
+
+def _by_shard(firsts: Sequence[int], ids: Sequence[int]) -> dict[int, list[int]]:
+    """``ids`` (collection ids or positions) by the shard whose range holds each (``firsts``:
+    each shard's first)."""
+    asked: dict[int, list[int]] = {}
+    for i in ids:
+        asked.setdefault(int(np.searchsorted(firsts, i, side="right")) - 1, []).append(int(i))
+    return asked
 
 
 def _fetch(group: ShardGroup, method: str, asked: Mapping[int, tuple]) -> list[Any]:

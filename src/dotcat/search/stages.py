@@ -25,8 +25,8 @@ before any model loads, and each factory's module is imported when a stage is fi
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -111,13 +111,7 @@ class StageEntry:
     def load(self, sharded: bool = False) -> Callable[[StageContext], FirstStage]:
         """The factory (``sharded``: over shards), imported from ``module:callable`` here."""
         factory = self.sharded if sharded else self.factory
-        if callable(factory):
-            return factory
-        module, _, name = factory.partition(":")
-        value: Any = importlib.import_module(module)
-        for part in name.split("."):
-            value = getattr(value, part)
-        return value
+        return factory if callable(factory) else pkgutil.resolve_name(factory)
 
 
 #: The built-in first stages, in the order the help texts and the server list them.

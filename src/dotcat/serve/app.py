@@ -268,11 +268,9 @@ class SearchService:
             reranker=_reranker_info(described["reranker"]),
             filter=described["filter"],
             fields=[
-                FieldInfoOut(
-                    name=name, kind=f.kind, documents=f.documents, distinct_values=f.distinct_values
-                )
+                FieldInfoOut(name=name, **asdict(f))
                 for name, f in pipeline.index.field_kinds().items()
-            ],  # fmt: skip
+            ],
             auth=bool(config.api_key),
             writable=config.writable,
             watch=config.watch,
@@ -310,11 +308,8 @@ def _coverage_out(coverage: Any) -> CoverageOut | None:
     """A search's coverage over shards (:class:`dotcat.search.sharded.Coverage`), or None."""
     if coverage is None:
         return None
-    return CoverageOut(
-        full=coverage.full, coverage=round(100 * coverage.share, 3),
-        documents=coverage.documents, total=coverage.total, shards=coverage.shards,
-        answered=coverage.answered, missing=list(coverage.missing),
-    )  # fmt: skip
+    share = round(100 * coverage.share, 3)
+    return CoverageOut(full=coverage.full, coverage=share, **asdict(coverage))
 
 
 def _shards_info(status: list[dict[str, Any]] | None) -> list[ShardInfo] | None:

@@ -143,9 +143,7 @@ class MicroBatcher:
         return [job for job in batch if not job.future.done()]
 
     async def _run_group(self, jobs: list[Job]) -> None:
-        if not jobs:
-            return
-        first = jobs[0]
+        first = jobs[0]  # (a group holds a job at least)
         texts = [q for job in jobs for q in job.queries]
         loop = asyncio.get_running_loop()
         try:

@@ -100,14 +100,12 @@ class ServerClient:
             raise DotcatError(f"k {k} is over this server's limit of {limits['max_k']}")
         ids = list(queries)
         run: Run = {}
+        given = {"first_stage": first_stage or None, "filter": filter}
+        options = {name: value for name, value in given.items() if value is not None}
         with progress_bar(total=len(ids), desc="searching", unit="query",
                           enabled=show_progress) as bar:  # fmt: skip
             for batch in _batches(ids, queries, limits, k):
-                body = {"queries": [queries[q] for q in batch], "k": k}
-                if first_stage:
-                    body["first_stage"] = first_stage
-                if filter is not None:
-                    body["filter"] = filter
+                body = {"queries": [queries[q] for q in batch], "k": k, **options}
                 answer = self._post_retrying("/search", body)
                 for qid, result in zip(batch, answer["results"], strict=True):
                     run[qid] = [(h["doc_id"], float(h["score"])) for h in result["hits"]]

@@ -21,6 +21,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: The settings that count something: one at least.
+_COUNTS = ("max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers")
+
+
 @dataclass(frozen=True, repr=False)
 class ServeConfig(Settings):
     """How the server listens and what it accepts.
@@ -110,17 +114,7 @@ class ServeConfig(Settings):
                 "watch: one server process follows the folder; use workers=1",
             ),
             within("port", self.port, 1, 65535),
-            *(
-                at_least(name, getattr(self, name), 1)
-                for name in (
-                    "max_batch",
-                    "queue_size",
-                    "max_k",
-                    "max_depth",
-                    "max_queries",
-                    "workers",
-                )
-            ),  # fmt: skip
+            *(at_least(name, getattr(self, name), 1) for name in _COUNTS),
             (self.timeout_s > 0, "timeout_s", f"timeout must be > 0 seconds, got {self.timeout_s}"),
             within("batch_window_ms", self.batch_window_ms, 0, 1000),
         ]

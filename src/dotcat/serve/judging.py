@@ -170,9 +170,8 @@ def add_judging_routes(app: FastAPI, svc: Any, store: JudgmentStore) -> None:
         found = _topic(store, qid)
         mine = {j.doc_id: j.grade for j in store.current(assessor, qid)} if assessor else {}
         entries = store.pooled(qid)
-        titles = {
-            d: s.title for d, s in pipeline.index.store.by_ids([e.doc_id for e in entries]).items()
-        }
+        stored = pipeline.index.store.by_ids([e.doc_id for e in entries])
+        titles = {doc_id: doc.title for doc_id, doc in stored.items()}
         docs = [
             PooledOut(
                 doc_id=e.doc_id,
@@ -256,8 +255,7 @@ def _add_topic_routes(app: FastAPI, svc: Any, store: JudgmentStore, deps: list) 
             raise StarletteHTTPException(422, "text: must hold a character other than white space")
         existing = next((t for t in store.topics() if t.text == text), None)
         topic = existing or Topic(store.new_topic_id(), text, body.description.strip(), "page")
-        config = _pool_config(store)
-        build_pool(pipeline, store, [topic], config)
+        build_pool(pipeline, store, [topic], _pool_config(store))
         p = store.progress(None)[topic.qid]
         return TopicState(**topic.__dict__, pooled=p.pooled, judged=0, skipped=0)
 

@@ -23,6 +23,7 @@ was built from followed, documents written over HTTP.
 import asyncio
 import logging
 import threading
+from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
@@ -182,9 +183,7 @@ class Live:
                 e.field, f".fields.{e.field}")  # fmt: skip
             raise DotcatError(f"documents[{e.line - 1}]{field}: {e.problem}") from None
         self.reload()
-        return WriteOut(generation=self.pipeline.manifest.generation, added=done.added,
-                        replaced=done.replaced, deleted=done.deleted,
-                        documents=done.documents)  # fmt: skip
+        return WriteOut(generation=self.pipeline.manifest.generation, **asdict(done))
 
 
 def watched_corpus(entry: dict[str, Any], index_dir: FilePath) -> FilePath:

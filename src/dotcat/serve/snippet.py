@@ -199,10 +199,7 @@ def _next_space(text: str, start: int, stop: int) -> int:
 
 def _last_space(text: str, start: int, end: int) -> int:
     """The last white space in ``text[start:end]``, else ``end`` (one long word: cut it)."""
-    for at in range(end - 1, start - 1, -1):
-        if text[at].isspace():
-            return at
-    return end
+    return next((at for at in range(end - 1, start - 1, -1) if text[at].isspace()), end)
 
 
 def columns(text: str) -> int:
