@@ -140,6 +140,7 @@ def test_the_latin1_note_is_read_right_and_named_as_a_guess():
         ("Σημειώσεις για τη συνάντηση της Τρίτης με την ομάδα.\n", "iso8859-7"),
         ("הערות לפגישה של יום שלישי עם הצוות.\n", "cp1255"),  # was Cyrillic too
         ("Kısa not: öğrenci işleri çarşamba günü.\n", "iso8859-9"),
+        ("\n设置                 符号\n\n", "gb18030"),  # not Greek (ΙθΦΓ)
     ],
 )
 def test_each_legacy_text_is_read_as_written(text, encoding):

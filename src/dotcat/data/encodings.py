@@ -64,7 +64,7 @@ DETECT_BYTES = 1 << 20
 _NOT_ASCII = re.compile(r"[^\x00-\x7f]")
 _LETTERS = "\u0386-\u03ce\u0400-\u04ff\u05d0-\u05ea"  # Greek, Cyrillic, Hebrew
 _MIXED_WORD = re.compile(f"[A-Za-z][{_LETTERS}]|[{_LETTERS}][A-Za-z]")
-_CAPITAL_INSIDE = re.compile(r"[а-яё][А-ЯЁ]")
+_CAPITAL_INSIDE = re.compile(r"[а-яёα-ωάέήίόύώϊϋΐΰ][А-ЯЁΑ-ΩΆΈΉΊΌΎΏ]")  # in one word
 _NOT_WESTERN = re.compile(r"[^\W\d_\x00-\x7f]{3}|[^\W\d_][¿¡]")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 _GREEK = re.compile(r"[\u0386-\u03ce]")
@@ -188,9 +188,11 @@ def cyrillic(text: str) -> bool:
 def greek(text: str) -> bool:
     """Whether ``text`` reads as Greek text (:func:`_letters`) with an accented vowel (monotonic
     Greek accents every word of two syllables; Hebrew in a Greek code page has none) and final
-    sigma only where a word ends (Cyrillic т and Hebrew ע in a Greek code page are ς)."""
+    sigma only where a word ends (Cyrillic т and Hebrew ע in a Greek code page are ς), no capital
+    after a small letter in a word (what GB18030's Chinese is in a Greek code page)."""
     letters = _letters(text, _GREEK)
-    return bool(letters and _TONOS.search(text) and not _FINAL_INSIDE.search(text))
+    inside = _FINAL_INSIDE.search(text) or _CAPITAL_INSIDE.search(text)
+    return bool(letters and _TONOS.search(text) and not inside)
 
 
 def hebrew(text: str) -> bool:
