@@ -20,6 +20,9 @@ from typing import Any
 
 from dotcat.errors import DataFormatError
 
+#: The first bytes of every SQLite database (a judging store, a doc store).
+SQLITE_HEADER = b"SQLite format 3\0"
+
 #: File name endings (after an optional ``.gz``) read as JSON Lines.
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 #: File name endings (after an optional ``.gz``) read as tab-separated values.
@@ -94,7 +97,7 @@ def iter_lines(path: Path, encoding: str | None = None) -> Iterator[tuple[int, s
     try:
         with gzip.open(path, "rb") if gz else open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
-                if lineno == 1 and raw.startswith(b"SQLite format 3\0"):
+                if lineno == 1 and raw.startswith(SQLITE_HEADER):
                     why = "an SQLite database (a judging store, a doc store), not a text file"
                     raise DataFormatError(path, None, why)
                 try:

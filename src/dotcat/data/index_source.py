@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dotcat.data._io import SQLITE_HEADER
 from dotcat.data.records import Record
 from dotcat.errors import DataFormatError
 from dotcat.files import read_json_or_none
@@ -85,7 +86,7 @@ def is_sqlite(path: str | Path) -> bool:
     output to write over. False where it cannot be read."""
     try:
         with open(path, "rb") as f:
-            return f.read(16) == b"SQLite format 3\0"
+            return f.read(16) == SQLITE_HEADER
     except OSError:
         return False
 
