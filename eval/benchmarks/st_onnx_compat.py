@@ -66,12 +66,13 @@ def reference(out: Path, cat: Path | None) -> None:
             common.dotcat(*command, "--backend", "onnxruntime")
     outputs = {}
     for precision in ("fp32", "int8"):
-        # ONNX Runtime's int8, the file sentence-transformers loads (``auto`` picks OpenVINO).
-        encoder_config = EncoderConfig(
-            model=str(encoder_dir), precision=precision, backend="onnxruntime"
+        # ONNX Runtime's int8, the file sentence-transformers loads (``auto`` picks OpenVINO);
+        # fp32 is PyTorch (a backend applies only to int8).
+        backend = {"backend": "onnxruntime"} if precision == "int8" else {}
+        encoder = BiEncoder.load(
+            EncoderConfig(model=str(encoder_dir), precision=precision, **backend)
         )
-        encoder = BiEncoder.load(encoder_config)
-        config = CrossEncoderConfig(model=str(cat_dir), precision=precision, backend="onnxruntime")
+        config = CrossEncoderConfig(model=str(cat_dir), precision=precision, **backend)
         cross = CrossEncoder.load(config)
         # The export beside the weights, not one of the cache.
         assert precision == "fp32" or encoder.onnx.path.parent == (encoder_dir / "onnx").resolve()
