@@ -480,18 +480,23 @@ def atomic_dir(
     """Fill a temporary sibling folder, then rename it to ``target`` (no half-written data).
 
     Whatever ``fill`` raises (Ctrl-C included), the temporary folder is removed and ``target``
-    is left as it was. The folder is ``.NAME.tmp`` (what a killed fill left there removed
-    first), or with ``unique`` one of this call's own: writers of one target at once (a cache
-    entry) each fill theirs, and the last rename wins."""
+    is left as it was; an earlier ``target`` is renamed aside and removed only once the new
+    one is in place, so a crash while it is removed loses neither. The folder is
+    ``.NAME.tmp`` (what a killed fill left there removed first), or with ``unique`` one of this
+    call's own: writers of one target at once (a cache entry) each fill theirs, and the last
+    rename wins."""
     target = Path(target)
     if unique:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes it 0700; the result is a normal folder
     else:
         tmp = target.with_name(f".{target.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in (tmp, Path(f"{tmp}.old")):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
     with writing(target, remove=[tmp]):
         fill(tmp)
-        shutil.rmtree(target, ignore_errors=True)
+        if target.exists():
+            os.replace(target, f"{tmp}.old")
         os.replace(tmp, target)
+    shutil.rmtree(f"{tmp}.old", ignore_errors=True)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dotcat.errors import DotcatError
+from dotcat.files import atomic_dir
 from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.training.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dotcat.training.config import DotConfig
@@ -76,8 +77,25 @@ def test_a_step_saved_again_replaces_its_checkpoint_whole(tmp_path, monkeypatch)
         (Path(path) / "model.safetensors").unlink()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dotcat.training.checkpoint.shutil.rmtree", crash)
+    monkeypatch.setattr("dotcat.files.shutil.rmtree", crash)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 3, *args, {"epoch": 0, "run": "second"}, [{}])
     [found] = list_checkpoints(tmp_path)
     assert load_checkpoint(found, *args)[0]["run"] == "second"
+
+
+def test_a_folder_written_again_is_replaced_whole(tmp_path, monkeypatch):
+    """:func:`atomic_dir` (downloads, exports, pretrained re-rankers) removes the earlier folder
+    only once the new one is in place: a crash while it is removed leaves the new one whole."""
+    target = tmp_path / "made"
+    atomic_dir(target, lambda tmp: (tmp / "data.txt").write_text("first"), unique=True)
+
+    def crash(path, ignore_errors=False):  # a crash half-way through removing a folder
+        for entry in Path(path).iterdir():
+            entry.unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dotcat.files.shutil.rmtree", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_dir(target, lambda tmp: (tmp / "data.txt").write_text("second"), unique=True)
+    assert (target / "data.txt").read_text() == "second"

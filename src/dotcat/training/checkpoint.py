@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
 import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from dotcat.errors import DotcatError
-from dotcat.files import writing
+from dotcat.files import atomic_dir
 
 logger = logging.getLogger(__name__)
 
@@ -125,18 +123,15 @@ def save_checkpoint(
     """
     target = Path(out_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    with writing(target, remove=[tmp]):  # a full disk: one line, and no half checkpoint
+
+    def fill(tmp: Path) -> None:
         save_model(model, str(tmp / MODEL_FILE))
-        torch.save(
-            {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "torch_rng": torch_rng,
-            },
-            tmp / OPTIMIZER_FILE,
-        )
+        optimizer_state = {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "torch_rng": torch_rng,
+        }
+        torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
         record = {
             "format": CHECKPOINT_FORMAT,
             "format_version": CHECKPOINT_VERSION,
@@ -146,11 +141,10 @@ def save_checkpoint(
         with open(tmp / STATE_FILE, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
             f.write("\n")
-        # The same step again (e.g. a resumed run): the old one aside, removed once the new is in
-        if target.exists():
-            os.replace(target, f"{tmp}.old")
-        os.replace(tmp, target)
-    shutil.rmtree(f"{tmp}.old", ignore_errors=True)
+
+    # A full disk is one line and no half checkpoint; the same step again (a resumed run)
+    # replaces its checkpoint whole.
+    atomic_dir(target, fill, unique=True)
     logger.info("checkpoint at step %d: %s", step, target)
     if keep > 0:
         for old in list_checkpoints(out_dir)[:-keep]:
