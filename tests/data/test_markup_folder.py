@@ -140,6 +140,12 @@ def test_the_latin1_note_is_read_right_and_named_as_a_guess():
         ("Σημειώσεις για τη συνάντηση της Τρίτης με την ομάδα.\n", "iso8859-7"),
         ("הערות לפגישה של יום שלישי עם הצוות.\n", "cp1255"),  # was Cyrillic too
         ("Kısa not: öğrenci işleri çarşamba günü.\n", "iso8859-9"),
+        ("Zastosować zmianę trybu do indeksu.\n", "cp1250"),  # was Windows-1252 'Zastosowaæ'
+        ("Przyciąganie do krawędzi.\n", "iso8859-2"),
+        ("Chyba při čtení souboru.\n", "cp1250"),
+        ("Opravdu odstranit všechny uživatele?\n", "iso8859-2"),
+        ("Nije moguće otvoriti datoteku.\n", "cp1250"),
+        ("Il file è già presente.\n", "cp1252"),  # è and à, not Czech č and Slovak ŕ
     ],
 )
 def test_each_legacy_text_is_read_as_written(text, encoding):

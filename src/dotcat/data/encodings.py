@@ -16,10 +16,12 @@ cp1252 and KOI8 messages as cp775, Big5 or Shift-JIS (figures in ``eval/studies/
 So a file that is mostly UTF-8 (a line
 pasted from elsewhere, a character cut at the end) is read as UTF-8 and its other bytes as
 Windows-1252; then the first of :data:`SCRIPTS` whose text looks as that script does is taken:
-Western text (:func:`western`) as Windows-1252, or Latin-9 where only that gives Western letters
-(``€`` and ``œ`` are elsewhere in Latin-9), Turkish, Hebrew, Cyrillic (Windows-1251, KOI8-R or
+text in one Western language (:func:`one_language`) as Windows-1252, or Latin-9 where only that
+gives Western letters (``€`` and ``œ`` are elsewhere in Latin-9), Turkish, Central European
+(Latin-2, Windows-1250), any other Western text, Hebrew, Cyrillic (Windows-1251, KOI8-R or
 KOI8-U) and Greek text by what each script's text must look like (the detector read Greek and
-Hebrew as Cyrillic); only other text (CJK, Central European...) goes to the detector. A
+Hebrew as Cyrillic, Polish and Czech as Windows-1252); only other text (CJK...) goes to the
+detector. A
 guess is ``unsure`` where the detector found nothing or read the bytes otherwise; those come
 first in the warning. Latin-1 is read as Windows-1252: both give the same text but for C1
 control characters, which no text holds (the WHATWG encoding standard reads Latin-1 so). The
@@ -34,6 +36,12 @@ import re
 from typing import NamedTuple
 
 from dotcat.errors import SettingError
+
+
+def _alphabets(letters: str) -> tuple[frozenset[str], ...]:
+    """Each alphabet of ``letters`` (space-separated), small and capital letters."""
+    return tuple(frozenset(a + a.upper()) for a in letters.split())
+
 
 #: Byte-order marks and the encodings they announce (UTF-32's first: its LE mark starts
 #: with UTF-16's).
@@ -52,6 +60,17 @@ _BOMS = (
 WESTERN = frozenset(
     "ÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÑÒÓÔÕÖØÙÚÛÜßàáâãäåæçèéêëìíîïñòóôõöøùúûüŒœŠšŽžªº×\xa0«»¡¿°§©®·£€…–—‘’“”„•‹›™"
 )
+#: The letters beyond ASCII of each Western language: French (its æ left out: Polish ć read in
+#: Windows-1252 is æ; French writes it in a few Latin words), German, Spanish, Portuguese,
+#: Italian, Dutch, Catalan, Danish/Norwegian, Swedish, Finnish.
+WESTERN_ALPHABETS = _alphabets(
+    "àâçéèêëîïôœùûüÿ äöüß áéíñóúü àáâãçéêíóôõú àèéìíîòóùú àáéèêëíïóöúü àçèéíïòóúü åæéø åäöé äöåšž"
+)
+#: The letters beyond ASCII of Polish, Czech, Slovak, Hungarian, Croatian/Slovenian and
+#: Romanian (Windows-1250 and Latin-2 hold them).
+CENTRAL_ALPHABETS = _alphabets("ąćęłńóśźż áčďéěíňóřšťúůýž áäčďéíĺľňóôŕšťúýž áéíóöőúüű čćđšž ăâîşţ")
+#: Punctuation of Windows-1250 text beyond ASCII.
+CENTRAL_PUNCTUATION = frozenset("\xa0„“”‚‘’–—…•·°§")
 #: Turkish letters beyond ASCII, with Windows-1252's punctuation (Windows-1254 adds ğ ı ş).
 TURKISH = frozenset("çÇğĞıİöÖşŞüÜâÂîÎûÛ") | {c for c in WESTERN if not c.isalpha()}
 #: Punctuation of Cyrillic, Greek and Hebrew text beyond ASCII.
@@ -66,6 +85,8 @@ _LETTERS = "\u0386-\u03ce\u0400-\u04ff\u05d0-\u05ea"  # Greek, Cyrillic, Hebrew
 _MIXED_WORD = re.compile(f"[A-Za-z][{_LETTERS}]|[{_LETTERS}][A-Za-z]")
 _CAPITAL_INSIDE = re.compile(r"[а-яёα-ωάέήίόύώϊϋΐΰ][А-ЯЁΑ-ΩΆΈΉΊΌΎΏ]")  # in one word
 _NOT_WESTERN = re.compile(r"[^\W\d_\x00-\x7f]{3}|[^\W\d_][¿¡]")
+_CENTRAL_IN_WESTERN = re.compile(r"[èæÈÆ][aeiouAEIOU]|[ãÃ][^\W\d_oesiOESI]")
+_FOUR_LETTERS = re.compile(r"[^\W\d_\x00-\x7f]{4}")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 _GREEK = re.compile(r"[\u0386-\u03ce]")
 _TONOS = re.compile(r"[άέήίόύώΐΰΆΈΉΊΌΎΏ]")
@@ -175,6 +196,36 @@ def western(text: str) -> bool:
     return bool(beyond) and WESTERN.issuperset(beyond) and not _NOT_WESTERN.search(text)
 
 
+def one_language(text: str) -> bool:
+    """Whether ``text`` is Western text (:func:`western`) whose letters beyond ASCII are all
+    those of one Western language (:data:`WESTERN_ALPHABETS`), no vowel after ``è æ`` and only
+    ``o e s i`` after ``ã`` (what č ć ă of Slavic and Romanian text read in Windows-1252 are)."""
+    return (
+        western(text)
+        and _one_alphabet(text, WESTERN_ALPHABETS)
+        and not _CENTRAL_IN_WESTERN.search(text)
+    )
+
+
+def central(text: str) -> bool:
+    """Whether ``text`` reads as Central European text: everything beyond ASCII the letters of
+    one language of :data:`CENTRAL_ALPHABETS` or :data:`CENTRAL_PUNCTUATION`, no four letters
+    beyond ASCII in a row (Cyrillic, Greek, Hebrew or CJK text read in Windows-1250)."""
+    beyond = {c for c in _NOT_ASCII.findall(text) if not c.isalpha()}
+    return (
+        CENTRAL_PUNCTUATION.issuperset(beyond)
+        and _one_alphabet(text, CENTRAL_ALPHABETS)
+        and not _FOUR_LETTERS.search(text)
+    )
+
+
+def _one_alphabet(text: str, alphabets: tuple[frozenset[str], ...]) -> bool:
+    """Whether some letter beyond ASCII is in ``text`` and all of them are in one of
+    ``alphabets``."""
+    letters = {c for c in _NOT_ASCII.findall(text) if c.isalpha()} - {"ª", "º"}
+    return bool(letters) and any(letters <= alphabet for alphabet in alphabets)
+
+
 def cyrillic(text: str) -> bool:
     """Whether ``text`` reads as Cyrillic text (:func:`_letters`), most of its letters lower case
     (KOI8 and Windows-1251 hold the same letters with the cases swapped) and a quarter of them
@@ -220,9 +271,13 @@ def _letters(text: str, script: re.Pattern) -> list[str]:
 #: The legacy code pages tried before the detector, in order, each with what a text read in
 #: it must look like to be taken.
 SCRIPTS = (
+    ("cp1252", one_language),
+    ("iso8859-15", one_language),
+    ("cp1254", turkish),
+    ("iso8859-2", central),  # (its 0x80-0x9f are controls, where Windows-1250 has letters)
+    ("cp1250", central),
     ("cp1252", western),
     ("iso8859-15", western),
-    ("cp1254", turkish),
     ("cp1255", hebrew),
     ("cp1251", cyrillic),
     ("koi8-r", cyrillic),
