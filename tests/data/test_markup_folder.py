@@ -146,6 +146,8 @@ def test_the_latin1_note_is_read_right_and_named_as_a_guess():
         ("Opravdu odstranit všechny uživatele?\n", "iso8859-2"),
         ("Nije moguće otvoriti datoteku.\n", "cp1250"),
         ("Il file è già presente.\n", "cp1252"),  # è and à, not Czech č and Slovak ŕ
+        ("Spausdinti šiuo laiku, ačiū.\n", "cp1257"),  # was Windows-1250 'điuo'
+        ("Burimi është i zënë.\n", "cp1252"),  # not Lithuanian ė
     ],
 )
 def test_each_legacy_text_is_read_as_written(text, encoding):

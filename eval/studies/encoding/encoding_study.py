@@ -49,6 +49,9 @@ SETS = {
     "hr": (*UNICODE, "cp1250", "iso8859-2"),
     "sl": (*UNICODE, "cp1250", "iso8859-2"),
     "ro": (*UNICODE, "cp1250", "iso8859-2"),
+    "lt": (*UNICODE, "cp1257", "iso8859-13"),
+    "lv": (*UNICODE, "cp1257", "iso8859-13"),
+    "et": (*UNICODE, "cp1252", "iso8859-15", "cp1257"),
     "el": (*UNICODE, "cp1253", "iso8859-7"),
     "he": (*UNICODE, "cp1255", "iso8859-8"),
     "tr": (*UNICODE, "cp1254", "iso8859-9"),
@@ -151,8 +154,17 @@ def now(data: bytes) -> tuple[str, str, str]:
 
 
 def main() -> None:
-    common.parser(__doc__).parse_args()
-    samples, used = build(random.Random(64))
+    global SETS
+    parser = common.parser(__doc__)
+    parser.add_argument("--seed", type=int, default=64, help="draw another set")
+    parser.add_argument(
+        "--languages", help="comma-separated locales instead of SETS (others: Western encodings)"
+    )
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("encoding.md"))
+    args = parser.parse_args()
+    if args.languages:
+        SETS = {lang: SETS.get(lang, WEST) for lang in args.languages.split(",")}
+    samples, used = build(random.Random(args.seed))
     right: dict[tuple, Counter] = defaultdict(Counter)
     wrong_as: dict[tuple, Counter] = defaultdict(Counter)
     for lang, encoding, length, text in samples:
@@ -218,7 +230,7 @@ def main() -> None:
     lines += ["", "Catalogues the texts came from (/usr/share/locale/LANG/LC_MESSAGES/):", ""]
     lines += [f"- {lang}: {len(names)} catalogues ({', '.join(names[:12])}"
               f"{', ...' if len(names) > 12 else ''})" for lang, names in used.items()]  # fmt: skip
-    common.write(Path(__file__).with_name("encoding.md"), lines)
+    common.write(args.out, lines)
 
 
 def _share(cell: Counter, hits: str, total: str) -> str:

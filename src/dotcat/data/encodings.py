@@ -13,18 +13,17 @@ A guess prefers UTF-8, then Windows-1252, over what a detector says, because a d
 least sure on short texts: charset-normalizer (Ousret's successor of chardet, which requests
 uses) reads the Latin-1 line "Le modèle déjà entraîné" as Baltic cp1257, and short Latin-1,
 cp1252 and KOI8 messages as cp775, Big5 or Shift-JIS (figures in ``eval/studies/encoding/``).
-So a file that is mostly UTF-8 (a line
-pasted from elsewhere, a character cut at the end) is read as UTF-8 and its other bytes as
-Windows-1252; then the first of :data:`SCRIPTS` whose text looks as that script does is taken:
-text in one Western language (:func:`one_language`) as Windows-1252, or Latin-9 where only that
-gives Western letters (``€`` and ``œ`` are elsewhere in Latin-9), Turkish, Central European
-(Latin-2, Windows-1250), any other Western text, Hebrew, Cyrillic (Windows-1251, KOI8-R or
-KOI8-U) and Greek text by what each script's text must look like (the detector read Greek and
-Hebrew as Cyrillic, Polish and Czech as Windows-1252); only other text (CJK...) goes to the
-detector. A
-guess is ``unsure`` where the detector found nothing or read the bytes otherwise; those come
-first in the warning. Latin-1 is read as Windows-1252: both give the same text but for C1
-control characters, which no text holds (the WHATWG encoding standard reads Latin-1 so). The
+So a file that is mostly UTF-8 (a line pasted from elsewhere, a character cut at the end) is
+read as UTF-8 and its other bytes as Windows-1252; then the first of :data:`SCRIPTS` whose text
+looks as that script does is taken: text in one Western language (:func:`one_language`) as
+Windows-1252, or Latin-9 where only that gives Western letters (``€`` and ``œ`` are elsewhere
+in Latin-9), Turkish, Central European (Latin-2, Windows-1250), Baltic (Latin-7, Windows-1257),
+any other Western text, Hebrew, Cyrillic (Windows-1251, KOI8-R or KOI8-U) and Greek text by
+what each script's text must look like (the detector read Greek and Hebrew as Cyrillic, Polish
+and Czech as Windows-1252); only other text (CJK...) goes to the detector. A guess is
+``unsure`` where the detector found nothing or read the bytes otherwise; those come first in
+the warning. Latin-1 is read as Windows-1252: both give the same text but for C1 control
+characters, which no text holds (the WHATWG encoding standard reads Latin-1 so). The
 encoding used is recorded per file (the ``encoding`` field).
 """
 
@@ -62,14 +61,18 @@ WESTERN = frozenset(
 )
 #: The letters beyond ASCII of each Western language: French (its æ left out: Polish ć read in
 #: Windows-1252 is æ; French writes it in a few Latin words), German, Spanish, Portuguese,
-#: Italian, Dutch, Catalan, Danish/Norwegian, Swedish, Finnish.
+#: Italian, Dutch, Catalan/Occitan, Danish/Norwegian, Swedish, Finnish, Estonian, Faroese,
+#: Icelandic.
 WESTERN_ALPHABETS = _alphabets(
-    "àâçéèêëîïôœùûüÿ äöüß áéíñóúü àáâãçéêíóôõú àèéìíîòóùú àáéèêëíïóöúü àçèéíïòóúü åæéø åäöé äöåšž"
+    "àâçéèêëîïôœùûüÿ äöüß áéíñóúü àáâãçéêíóôõú àèéìíîòóùú àáéèêëíïóöúü àáçèéíïòóúü åæéø åäöé äöåšž "
+    "äöõüšž áíóúæø áéíóúæö"
 )
 #: The letters beyond ASCII of Polish, Czech, Slovak, Hungarian, Croatian/Slovenian and
 #: Romanian (Windows-1250 and Latin-2 hold them).
 CENTRAL_ALPHABETS = _alphabets("ąćęłńóśźż áčďéěíňóřšťúůýž áäčďéíĺľňóôŕšťúýž áéíóöőúüű čćđšž ăâîşţ")
-#: Punctuation of Windows-1250 text beyond ASCII.
+#: The letters beyond ASCII of Lithuanian, Latvian and Estonian (Windows-1257, Latin-7).
+BALTIC_ALPHABETS = _alphabets("ąčęėįšųūž āčēģīķļņšūž äöõüšž")
+#: Punctuation of Windows-1250 and Windows-1257 text beyond ASCII.
 CENTRAL_PUNCTUATION = frozenset("\xa0„“”‚‘’–—…•·°§")
 #: Turkish letters beyond ASCII, with Windows-1252's punctuation (Windows-1254 adds ğ ı ş).
 TURKISH = frozenset("çÇğĞıİöÖşŞüÜâÂîÎûÛ") | {c for c in WESTERN if not c.isalpha()}
@@ -85,7 +88,8 @@ _LETTERS = "\u0386-\u03ce\u0400-\u04ff\u05d0-\u05ea"  # Greek, Cyrillic, Hebrew
 _MIXED_WORD = re.compile(f"[A-Za-z][{_LETTERS}]|[{_LETTERS}][A-Za-z]")
 _CAPITAL_INSIDE = re.compile(r"[а-яёα-ωάέήίόύώϊϋΐΰ][А-ЯЁΑ-ΩΆΈΉΊΌΎΏ]")  # in one word
 _NOT_WESTERN = re.compile(r"[^\W\d_\x00-\x7f]{3}|[^\W\d_][¿¡]")
-_CENTRAL_IN_WESTERN = re.compile(r"[èæÈÆ][aeiouAEIOU]|[ãÃ][^\W\d_oesiOESI]")
+_CENTRAL_IN_WESTERN = re.compile(r"[èÈ][aeoAEO]|[æÆ][aeiouAEIOU]|[ãÃ][^\W\d_oesiOESI]")
+_WORD_START_Ğ = re.compile(r"(?<![^\W\d_])[ğĞ]")
 _FOUR_LETTERS = re.compile(r"[^\W\d_\x00-\x7f]{4}")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 _GREEK = re.compile(r"[\u0386-\u03ce]")
@@ -207,16 +211,21 @@ def one_language(text: str) -> bool:
     )
 
 
-def central(text: str) -> bool:
+def central(text: str, alphabets: tuple[frozenset[str], ...] = CENTRAL_ALPHABETS) -> bool:
     """Whether ``text`` reads as Central European text: everything beyond ASCII the letters of
-    one language of :data:`CENTRAL_ALPHABETS` or :data:`CENTRAL_PUNCTUATION`, no four letters
-    beyond ASCII in a row (Cyrillic, Greek, Hebrew or CJK text read in Windows-1250)."""
+    one language of ``alphabets`` or :data:`CENTRAL_PUNCTUATION`, no four letters beyond ASCII
+    in a row (Cyrillic, Greek, Hebrew or CJK text read in Windows-1250)."""
     beyond = {c for c in _NOT_ASCII.findall(text) if not c.isalpha()}
     return (
         CENTRAL_PUNCTUATION.issuperset(beyond)
-        and _one_alphabet(text, CENTRAL_ALPHABETS)
+        and _one_alphabet(text, alphabets)
         and not _FOUR_LETTERS.search(text)
     )
+
+
+def baltic(text: str) -> bool:
+    """Whether ``text`` reads as Baltic text: :func:`central` with :data:`BALTIC_ALPHABETS`."""
+    return central(text, BALTIC_ALPHABETS)
 
 
 def _one_alphabet(text: str, alphabets: tuple[frozenset[str], ...]) -> bool:
@@ -253,9 +262,10 @@ def hebrew(text: str) -> bool:
 
 
 def turkish(text: str) -> bool:
-    """Whether ``text`` reads as Turkish text: everything beyond ASCII in :data:`TURKISH`."""
+    """Whether ``text`` reads as Turkish text: everything beyond ASCII in :data:`TURKISH`, and
+    no word begins with ğ (Lithuanian and Latvian š read in Windows-1254)."""
     beyond = _NOT_ASCII.findall(text)
-    return bool(beyond) and TURKISH.issuperset(beyond)
+    return bool(beyond) and TURKISH.issuperset(beyond) and not _WORD_START_Ğ.search(text)
 
 
 def _letters(text: str, script: re.Pattern) -> list[str]:
@@ -276,6 +286,8 @@ SCRIPTS = (
     ("cp1254", turkish),
     ("iso8859-2", central),  # (its 0x80-0x9f are controls, where Windows-1250 has letters)
     ("cp1250", central),
+    ("iso8859-13", baltic),  # (as Latin-2 before Windows-1250)
+    ("cp1257", baltic),
     ("cp1252", western),
     ("iso8859-15", western),
     ("cp1255", hebrew),
