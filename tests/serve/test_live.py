@@ -62,6 +62,11 @@ def test_writes_need_the_key_and_a_writable_server(folder_index):
     with live_server(_pipeline(index), api_key=KEY, writable=True) as url:
         assert httpx.put(f"{url}/documents/x", json=body).status_code == 401
         assert httpx.post(f"{url}/documents", json={"documents": []}, headers=H).status_code == 422
+        # A document's body is capped as a search's is (--max-body-bytes), key or not.
+        big = {"title": "t", "text": "word " * 20_000}
+        for headers in (H, {}):
+            answer = httpx.put(f"{url}/documents/x", json=big, headers=headers)
+            assert answer.status_code == 413 and "body over 65536" in answer.json()["error"]
 
 
 def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):

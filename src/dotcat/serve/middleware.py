@@ -17,7 +17,7 @@ DRAIN_BYTES = 16 * 2**20
 
 
 class BodyLimit:
-    """Refuse POST bodies over ``max_bytes`` with 413, whether declared or streamed, and
+    """Refuse POST and PUT bodies over ``max_bytes`` with 413, whether declared or streamed, and
     bodies that do not arrive within ``timeout_s`` with 408.
 
     A declared ``Content-Length`` over the cap is refused before reading; otherwise the body
@@ -28,8 +28,8 @@ class BodyLimit:
     (Python's urllib, any with ``Connection: close``) would otherwise find the connection
     reset, its 413 lost (a "lingering close", as web servers do). A client that
     sends less than it declared (or stalls) would hold the connection and a worker forever:
-    the whole body must arrive within the request's time limit. Only POST routes read a body;
-    the body of any other request is never read, so it is not checked.
+    the whole body must arrive within the request's time limit. Only POST and PUT routes read a
+    body; the body of any other request is never read, so it is not checked.
     """
 
     def __init__(self, app: Any, max_bytes: int, timeout_s: float = 30.0) -> None:
@@ -38,7 +38,7 @@ class BodyLimit:
         self.timeout_s = timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT"):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")

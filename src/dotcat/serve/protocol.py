@@ -241,7 +241,7 @@ class LimitsInfo(BaseModel):
     max_depth: int = Field(description="Most results re-ranked per query.")
     max_query_chars: int = Field(description="Longest query, in characters.")
     max_queries: int = Field(description="Most queries in one POST.")
-    max_body_bytes: int = Field(description="Largest POST body (413 beyond).")
+    max_body_bytes: int = Field(description="Largest POST or PUT body (413 beyond).")
     max_url_bytes: int = Field(description="Longest URL (414 beyond): long queries go by POST.")
     max_answer_bytes: int = Field(description="Largest answer (400 beyond).")
     snippet_chars: int = Field(description="Most characters of text in a hit's snippet.")
