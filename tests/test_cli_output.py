@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dotcat.models import BiEncoder, EncoderConfig
-from dotcat.progress import progress_bar
+from dotcat.progress import progress_bar, progress_enabled
 
 _DOTCAT = "import sys; from dotcat.cli import app; sys.exit(app())"
 
@@ -136,6 +136,20 @@ def test_a_log_file_gets_each_state_once(tmp_path, monkeypatch):
             bar.update()
     lines = _bar_lines(log.read_text())
     assert sum("3/3" in line for line in lines) == 1, lines
+
+
+@pytest.mark.parametrize("word", ["false", "Off", "no", "0", ""])
+def test_false_or_off_in_the_environment_is_off(tmp_path, monkeypatch, word):
+    """``DOTCAT_QUIET=false`` silenced every bar, ``DOTCAT_PROGRESS=off`` drew them in logs."""
+    monkeypatch.setenv("DOTCAT_QUIET", word)
+    monkeypatch.setenv("DOTCAT_PROGRESS", word)
+    assert progress_enabled()
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f, progress_bar(total=3, desc="work", unit="x", file=f) as bar:
+        bar.update(3)
+    assert _bar_lines(log.read_text()) == []
+    monkeypatch.setenv("DOTCAT_QUIET", "yes")
+    assert not progress_enabled()
 
 
 def test_a_log_gets_a_line_a_minute_of_long_work_and_none_of_short(tmp_path, monkeypatch):

@@ -34,8 +34,15 @@ LOG_INTERVAL = 10.0
 HEARTBEAT = 60.0
 
 _quiet = False
+
+
+def env_on(name: str) -> bool:
+    """Whether the environment variable ``name`` is set on: not empty, 0, false, no or off."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 #: ``DOTCAT_QUIET=1`` where the process started: no command line's lack of ``-q`` undoes it.
-QUIET_AT_START = os.environ.get(QUIET_ENV, "").strip() not in ("", "0")
+QUIET_AT_START = env_on(QUIET_ENV)
 
 
 @contextlib.contextmanager
@@ -62,7 +69,7 @@ def set_quiet(quiet: bool = True) -> None:
 
 def progress_enabled() -> bool:
     """False under ``-q`` / ``DOTCAT_QUIET=1``."""
-    return not (_quiet or os.environ.get(QUIET_ENV, "").strip() not in ("", "0"))
+    return not (_quiet or env_on(QUIET_ENV))
 
 
 def set_progress_anywhere(on: bool = True) -> None:
@@ -108,7 +115,7 @@ def progress_bar(
     """
     stream = kwargs.pop("file", sys.stderr)
     terminal = hasattr(stream, "isatty") and stream.isatty()
-    asked = os.environ.get(PROGRESS_ENV, "").strip() not in ("", "0")
+    asked = env_on(PROGRESS_ENV)
     every = 0.1 if terminal else LOG_INTERVAL if asked else HEARTBEAT
     return _Bar(
         iterable,
