@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.serve.conftest import free_port
+from tests.serve.conftest import free_port, live_server
 from tests.timing import within
 
 from dotcat.models.runtime import available_cpus
@@ -113,6 +113,19 @@ def test_search_through_the_server_prints_what_the_index_gives(served, pipeline)
     assert [(h["snippet"], h["highlights"]) for h in json.loads(local.stdout)] == [
         (h["snippet"], h["highlights"]) for h in hits
     ]
+
+
+def test_search_through_the_server_asks_for_whole_texts_only_with_full_text(long_pipeline):
+    """Without --full-text the CLI prints snippets: it asks the server for those alone, so an
+    answer of long documents stays under the server's --max-answer-bytes."""
+    query = ["search", "--server", None, "pyruvate dehydrogenase glycolysis", "-k", "3", "--json"]
+    with live_server(long_pipeline, max_answer_bytes=8_000) as url:
+        query[2] = url
+        done = _dotcat(*query)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)[0]["doc_id"] == "long"
+        whole = _dotcat(*query, "--full-text")
+        assert whole.returncode == 2 and "over" in whole.stderr, whole.stderr
 
 
 def test_queries_line_by_line_from_stdin_locally_and_remotely(served, hybrid_index, pipeline):

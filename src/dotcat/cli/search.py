@@ -228,7 +228,8 @@ def _search_remote(url, positional, k, as_json, config: PipelineConfig, run_args
         return
 
     def ask(text: str):
-        return client.search(check_query(text), k=k, first_stage=stage, filter=config.filter)
+        return client.search(check_query(text), k=k, first_stage=stage, full_text=full_text,
+                             filter=config.filter)  # fmt: skip
 
     if positional:
         print_hits(ask(positional[0]), as_json, query=positional[0], full_text=full_text)
