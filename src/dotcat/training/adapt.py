@@ -55,6 +55,7 @@ from dotcat.training.config import (
     is_lexical,
 )
 from dotcat.training.data.mining import mine_bm25_negatives, mine_dense_negatives, save_negatives
+from dotcat.training.data.pools import interleave_ranks
 from dotcat.training.rates import measure_rates, measure_teacher_rate
 from dotcat.training.run import train
 
@@ -292,19 +293,8 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
 
 
 def interleave(lists: list[dict[str, list[str]]]) -> dict[str, list[str]]:
-    """Per query, the lists merged rank by rank (a1, b1, a2, b2, ...), duplicates dropped."""
-    out: dict[str, list[str]] = {}
-    for qid in lists[0]:
-        merged: list[str] = []
-        seen: set[str] = set()
-        columns = [lst.get(qid, []) for lst in lists]
-        for rank in range(max(len(c) for c in columns)):
-            for column in columns:
-                if rank < len(column) and column[rank] not in seen:
-                    seen.add(column[rank])
-                    merged.append(column[rank])
-        out[qid] = merged
-    return out
+    """Per query, the lists merged rank by rank (:func:`interleave_ranks`)."""
+    return {qid: interleave_ranks([lst.get(qid, []) for lst in lists]) for qid in lists[0]}
 
 
 def _write_subset(work: Path, n: int, seed: int) -> None:
