@@ -218,9 +218,7 @@ def _negatives_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> di
     data = work / "train"
     corpus, queries = load_corpus(data), load_queries(data)
     qrels = load_qrels(data, split="train")
-    show = config.show_progress
-    bm25 = mine_bm25_negatives(corpus, queries, qrels, show_progress=show)
-    lists = [bm25]
+    lists = [mine_bm25_negatives(corpus, queries, qrels, show_progress=config.show_progress)]
     if plan["dense_negatives"]:
         lists.append(_dense_negatives(config, corpus, queries, qrels))
     negatives = interleave(lists)
@@ -266,27 +264,17 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         show_progress=config.show_progress,
     )
     if config.teacher:
-        train(
-            DistillConfig(
-                **settings,
-                teacher=config.teacher,
-                teacher_alpha=config.teacher_alpha,
-                teacher_precision=config.teacher_precision,
-                n_negatives=config.n_negatives,
-                contrastive_weight=config.contrastive_weight,
-            )
+        settings.update(
+            teacher=config.teacher,
+            teacher_alpha=config.teacher_alpha,
+            teacher_precision=config.teacher_precision,
+            n_negatives=config.n_negatives,
+            contrastive_weight=config.contrastive_weight,
         )
-    else:
-        train(DotConfig(**settings))
+    train(DistillConfig(**settings) if config.teacher else DotConfig(**settings))
     record = read_json_or_none(Path(config.out_dir) / TRAINING_RECORD) or {}
-    result = {
-        "examples_per_second": record.get("examples_per_second"),
-        "steps": record.get("steps"),
-        "timings": record.get("timings"),
-    }
-    if config.teacher:
-        result["teacher"] = record.get("teacher")
-    return result
+    kept = ("examples_per_second", "steps", "timings", *(("teacher",) if config.teacher else ()))
+    return {key: record.get(key) for key in kept}
 
 
 # -- helpers --------------------------------------------------------------------------------
