@@ -87,19 +87,15 @@ class Choice:
         return {
             "rule": RULE,
             "queries": self.queries,
-            "prior": _key(self.prior),
-            "best": None if self.best is None else _key(self.best),
-            "chosen": _key(self.chosen),
-            "grid": [_key(p) for p in self.means],
-            "scores": {_key(p): round(v, digits) for p, v in self.means.items()},
-            "errors": {_key(p): round(v, digits) for p, v in self.errors.items()},
-            "tied": [_key(p) for p in self.tied],
+            "prior": str(self.prior),
+            "best": None if self.best is None else str(self.best),
+            "chosen": str(self.chosen),
+            "grid": [str(p) for p in self.means],
+            "scores": {str(p): round(v, digits) for p, v in self.means.items()},
+            "errors": {str(p): round(v, digits) for p, v in self.errors.items()},
+            "tied": [str(p) for p in self.tied],
             "reason": self.reason,
         }
-
-
-def _key(point: Hashable) -> str:
-    return str(point)
 
 
 def choose(
@@ -131,7 +127,7 @@ def choose(
     if n < max(min_queries, 2):  # a standard error needs two queries
         means = {p: _mean([per_query[p][q] for q in queries]) for p in order} if n else {}
         reason = f"only {n} dev queries (fewer than {min_queries}): kept the prior default"
-        return Choice(prior, None, prior, means, queries=n, reason=f"{reason} {_key(prior)}")
+        return Choice(prior, None, prior, means, queries=n, reason=f"{reason} {prior}")
     rows = {p: [per_query[p][q] for q in queries] for p in order}
     means = {p: _mean(rows[p]) for p in order}
     top = max(means.values())
@@ -187,17 +183,15 @@ def _nearest(tied: Sequence[Hashable], prior: Hashable, order: list, means: Mapp
 def _reason(chosen, best, prior, tied, means, errors, z) -> str:
     within = f"within {z:g} standard error{'s' if z != 1 else ''} of the best"
     if chosen == prior and prior == best:
-        return f"the prior default {_key(prior)} is the best on dev: kept"
+        return f"the prior default {prior} is the best on dev: kept"
     if chosen == prior:
         return (
-            f"{len(tied)} points {within} ({_key(best)}, {means[best]:.4f}; paired per-query "
-            f"differences): tied; the prior default {_key(prior)} ({means[prior]:.4f}) is "
-            "tied: kept"
+            f"{len(tied)} points {within} ({best}, {means[best]:.4f}; paired per-query "
+            f"differences): tied; the prior default {prior} ({means[prior]:.4f}) is tied: kept"
         )
     gap = means[best] - means[prior]
     return (
-        f"the prior default {_key(prior)} is {gap:.4f} below the best ({_key(best)}, "
-        f"{means[best]:.4f}), more than {z:g} x its standard error {errors[prior]:.4f}; of the "
-        f"{len(tied)} points {within} ({', '.join(map(_key, tied))}), {_key(chosen)} is the "
-        "nearest to it"
+        f"the prior default {prior} is {gap:.4f} below the best ({best}, {means[best]:.4f}), "
+        f"more than {z:g} x its standard error {errors[prior]:.4f}; of the {len(tied)} points "
+        f"{within} ({', '.join(map(str, tied))}), {chosen} is the nearest to it"
     )

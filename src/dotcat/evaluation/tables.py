@@ -78,10 +78,8 @@ def verdict(c: Comparison, digits: int = 4, where: str = "") -> str:
         hybrid vs bm25: nDCG@10 +0.0280 [-0.0220, +0.0790], not significant over 18 queries
         (97.5% interval, paired t-test, Holm over 2: p 0.310; won 8, tied 4, lost 6)
     """
-    if not c.significant:
-        decision = "not significant"
-    else:
-        decision = "significantly " + ("higher" if c.diff > 0 else "lower")
+    direction = "higher" if c.diff > 0 else "lower"
+    decision = f"significantly {direction}" if c.significant else "not significant"
     holm = f", Holm over {c.family}" if c.family > 1 else ""
     p = "<0.001" if c.pvalue_holm < 0.001 else f"{c.pvalue_holm:.3f}"
     return (

@@ -55,6 +55,7 @@ from dotcat.training.config import (
     is_lexical,
 )
 from dotcat.training.data.mining import mine_bm25_negatives, mine_dense_negatives, save_negatives
+from dotcat.training.data.pools import interleave_ranks
 from dotcat.training.rates import measure_rates, measure_teacher_rate
 from dotcat.training.run import train
 
@@ -217,9 +218,7 @@ def _negatives_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> di
     data = work / "train"
     corpus, queries = load_corpus(data), load_queries(data)
     qrels = load_qrels(data, split="train")
-    show = config.show_progress
-    bm25 = mine_bm25_negatives(corpus, queries, qrels, show_progress=show)
-    lists = [bm25]
+    lists = [mine_bm25_negatives(corpus, queries, qrels, show_progress=config.show_progress)]
     if plan["dense_negatives"]:
         lists.append(_dense_negatives(config, corpus, queries, qrels))
     negatives = interleave(lists)
@@ -265,46 +264,25 @@ def _train_step(config: AdaptConfig, work: Path, plan: dict[str, Any]) -> dict[s
         show_progress=config.show_progress,
     )
     if config.teacher:
-        train(
-            DistillConfig(
-                **settings,
-                teacher=config.teacher,
-                teacher_alpha=config.teacher_alpha,
-                teacher_precision=config.teacher_precision,
-                n_negatives=config.n_negatives,
-                contrastive_weight=config.contrastive_weight,
-            )
+        settings.update(
+            teacher=config.teacher,
+            teacher_alpha=config.teacher_alpha,
+            teacher_precision=config.teacher_precision,
+            n_negatives=config.n_negatives,
+            contrastive_weight=config.contrastive_weight,
         )
-    else:
-        train(DotConfig(**settings))
+    train(DistillConfig(**settings) if config.teacher else DotConfig(**settings))
     record = read_json_or_none(Path(config.out_dir) / TRAINING_RECORD) or {}
-    result = {
-        "examples_per_second": record.get("examples_per_second"),
-        "steps": record.get("steps"),
-        "timings": record.get("timings"),
-    }
-    if config.teacher:
-        result["teacher"] = record.get("teacher")
-    return result
+    kept = ("examples_per_second", "steps", "timings", *(("teacher",) if config.teacher else ()))
+    return {key: record.get(key) for key in kept}
 
 
 # -- helpers --------------------------------------------------------------------------------
 
 
 def interleave(lists: list[dict[str, list[str]]]) -> dict[str, list[str]]:
-    """Per query, the lists merged rank by rank (a1, b1, a2, b2, ...), duplicates dropped."""
-    out: dict[str, list[str]] = {}
-    for qid in lists[0]:
-        merged: list[str] = []
-        seen: set[str] = set()
-        columns = [lst.get(qid, []) for lst in lists]
-        for rank in range(max(len(c) for c in columns)):
-            for column in columns:
-                if rank < len(column) and column[rank] not in seen:
-                    seen.add(column[rank])
-                    merged.append(column[rank])
-        out[qid] = merged
-    return out
+    """Per query, the lists merged rank by rank (:func:`interleave_ranks`)."""
+    return {qid: interleave_ranks([lst.get(qid, []) for lst in lists]) for qid in lists[0]}
 
 
 def _write_subset(work: Path, n: int, seed: int) -> None:

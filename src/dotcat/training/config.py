@@ -447,14 +447,10 @@ class CatConfig(TrainConfig):
             at_least("n_negatives", self.n_negatives, 1),
             at_least("pairs_per_forward", self.pairs_per_forward, 0),
             at_least("max_length", self.max_length, 8),
-            (self.head_lr_scale > 0, "head_lr_scale", "head_lr_scale must be > 0"),
+            above_zero("head_lr_scale", self.head_lr_scale),
             within("attention_dropout", self.attention_dropout, 0, 1, open_high=True),
             within("teacher_weight", self.teacher_weight, 0, 1),
-            (
-                self.teacher_temperature > 0,
-                "teacher_temperature",
-                "teacher_temperature must be > 0",
-            ),
+            above_zero("teacher_temperature", self.teacher_temperature),
             (
                 self.teacher_weight == 0 or self.loss == "lce",
                 "teacher_weight",
@@ -545,7 +541,7 @@ class DistillConfig(DotConfig):
                 "distillation needs hard negatives (negatives dense or bm25)",
             ),
             at_least("contrastive_weight", self.contrastive_weight, 0),
-            (self.kl_temperature > 0, "kl_temperature", "kl_temperature must be > 0"),
+            above_zero("kl_temperature", self.kl_temperature),
             within("teacher_alpha", self.teacher_alpha, 0, 1),
             (
                 self.teacher_scale is None or 0 < self.teacher_scale < math.inf,

@@ -345,11 +345,8 @@ class TrainableBiEncoder(nn.Module):
             "pooling_mode_lasttoken": False,
             "include_prompt": True,
         }
-        prompts = {}
-        if self.query_prefix:
-            prompts["query"] = self.query_prefix
-        if self.document_prefix:
-            prompts["document"] = self.document_prefix
+        prefixes = {"query": self.query_prefix, "document": self.document_prefix}
+        prompts = {name: prefix for name, prefix in prefixes.items() if prefix}
         versions = {"transformers": transformers.__version__, "pytorch": torch.__version__}
         # The installed version, read without importing the package (~7 s); not needed to write
         # the files, so a missing one is left out.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import itertools
 import json
 import logging
 import os
@@ -145,18 +146,9 @@ def iter_document_chunks(
                 [t or "" for t in batch["text"]],
             )
         return
-    ids: list[str] = []
-    titles: list[str] = []
-    texts: list[str] = []
-    for n, doc in enumerate(corpus):
-        doc_id, title, text = document_fields(doc, n)
-        ids.append(doc_id)
-        titles.append(title)
-        texts.append(text)
-        if len(ids) == chunk_size:
-            yield ids, titles, texts
-            ids, titles, texts = [], [], []
-    if ids:
+    fields = (document_fields(doc, n) for n, doc in enumerate(corpus))
+    while chunk := list(itertools.islice(fields, chunk_size)):
+        ids, titles, texts = (list(column) for column in zip(*chunk, strict=True))
         yield ids, titles, texts
 
 

@@ -12,6 +12,7 @@ stages' fused scores (:func:`teacher_scores`) can teach the re-ranker beside the
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,15 +59,15 @@ def negative_pools(runs: Sequence[Run], qrels: Qrels, depth: int) -> dict[str, l
     """
     pools: dict[str, list[str]] = {}
     for qid in {q for run in runs for q in run}:
-        judged = qrels.get(qid, {})
-        lists = [[d for d, _ in run.get(qid, [])[:depth]] for run in runs]
-        seen: dict[str, None] = {}
-        for rank in range(max((len(x) for x in lists), default=0)):
-            for docs in lists:
-                if rank < len(docs) and judged.get(docs[rank], 0) <= 0:
-                    seen.setdefault(docs[rank], None)
-        pools[qid] = list(seen)
+        merged = interleave_ranks([[d for d, _ in run.get(qid, [])[:depth]] for run in runs])
+        pools[qid] = [d for d in merged if qrels.get(qid, {}).get(d, 0) <= 0]
     return dict(sorted(pools.items()))
+
+
+def interleave_ranks(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The lists merged rank by rank (a1, b1, a2, b2, ...), each id at its first place."""
+    ranks = itertools.zip_longest(*lists)
+    return list(dict.fromkeys(d for rank in ranks for d in rank if d is not None))
 
 
 def teacher_scores(runs: Sequence[Run], depth: int) -> dict[str, dict[str, float]]:

@@ -173,9 +173,8 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
             batch = batches[self._yielded]
             self._yielded += 1
             yield list(batch)
-        if batches and self.epoch == epoch and self._yielded >= len(batches):
-            self.epoch += 1
-            self._yielded = 0
+        if self.epoch == epoch:  # the epoch handed out completely moves on to the next
+            self._normalise()
 
     def __len__(self) -> int:
         """Number of batches in the current epoch (including any already handed out)."""
@@ -190,12 +189,9 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
             self.epoch = int(epoch)
             self._yielded = 0
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position (epoch, batches of it handed out) and what it depends on."""
-        self._normalise()
+    def _settings(self) -> dict[str, Any]:
+        """What the batches depend on besides the epoch: a resumed state must match it."""
         return {
-            "epoch": self.epoch,
-            "batches_yielded": self._yielded,
             "seed": self.seed,
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
@@ -204,6 +200,11 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
             "examples_sha256": self._fingerprint,
         }
 
+    def state_dict(self) -> dict[str, Any]:
+        """The position (epoch, batches of it handed out) and what it depends on."""
+        self._normalise()
+        return {"epoch": self.epoch, "batches_yielded": self._yielded, **self._settings()}
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state_dict`.
 
@@ -211,14 +212,7 @@ class NoDuplicatePositiveBatchSampler(Sampler[list[int]]):
             DotcatError: the state was taken with other examples or settings (the remaining
                 batches would not be the same).
         """
-        for key, mine in (
-            ("seed", self.seed),
-            ("batch_size", self.batch_size),
-            ("drop_last", self.drop_last),
-            ("check_negatives", self.check_negatives),
-            ("n_examples", len(self._qids)),
-            ("examples_sha256", self._fingerprint),
-        ):
+        for key, mine in self._settings().items():
             if key in state and state[key] != mine:
                 raise DotcatError(
                     f"cannot resume the batch sampler: {key} was {state[key]!r}, now {mine!r} "

@@ -293,10 +293,9 @@ class CatRecipe(Recipe):
         """Choose the interpolation weight of first-stage and cross-encoder scores on dev; with
         the held-out check to come, or no dev split to choose on (``--no-check`` on under 100
         queries: ``--resume`` checks it), weight 0 (the first stage alone) until a gain shows."""
-        self.interpolation: dict[str, Any] = {}
         if (self.config.check and not self.config.held_out) or not self.best_candidates:
             self.interpolation = record_alpha(out_dir, 0.0) | {"pending": "the held-out check"}
-        elif self.best_candidates:
+        else:
             choice = choose_alpha(self.best_candidates, self.data.qrels)
             self.interpolation = record_alpha(out_dir, choice.chosen, choice)
 

@@ -223,9 +223,7 @@ class DistillRecipe(DotRecipe):
         encoder = BiEncoder.load(EncoderConfig(model=model, device=self.config.device))
 
         def score(qs: list[str], ds: list[str]) -> np.ndarray:
-            q = encoder.encode_queries(qs)
-            d = encoder.encode_documents(ds)
-            return np.einsum("ij,ij->i", q, d)
+            return np.einsum("ij,ij->i", encoder.encode_queries(qs), encoder.encode_documents(ds))
 
         header = teacher_header(encoder.name, encoder.fingerprint, "bi-encoder", encoder.max_length)
         return self._scored(file, header, score, pairs, queries, texts)
