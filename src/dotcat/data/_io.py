@@ -181,12 +181,8 @@ def check_id(path: Path, lineno: int | None, value: str, field: str) -> str:
     if not value.strip():
         raise DataFormatError(path, lineno, "empty id", field)
     if _WHITESPACE.search(value):
-        raise DataFormatError(
-            path,
-            lineno,
-            f"id {value!r} contains whitespace (TREC runs and qrels cannot hold it)",
-            field,
-        )
+        problem = f"id {value!r} contains whitespace (TREC runs and qrels cannot hold it)"
+        raise DataFormatError(path, lineno, problem, field)
     return value
 
 
@@ -229,16 +225,12 @@ def get_json_text(
     present = [name for name in names if name in obj]
     if not present:
         return None
-    values = []
     for name in present:
-        value = obj[name]
-        if value is None:
-            value = ""
-        elif not isinstance(value, str):
+        if obj[name] is not None and not isinstance(obj[name], str):
             raise DataFormatError(
-                path, lineno, f"expected a string, found {json_type(value)}", name
+                path, lineno, f"expected a string, found {json_type(obj[name])}", name
             )
-        values.append(value)
+    values = [obj[name] or "" for name in present]
     if any(v != values[0] for v in values[1:]):
         raise DataFormatError(
             path, lineno, f"fields {' and '.join(present)} are both present and differ", present[0]

@@ -233,12 +233,11 @@ def _append(response, part: Path, span: tuple[int, int | None], bar, timeout: fl
     """Write the answer's body into ``part`` from byte ``start`` (of ``total``, when known),
     advancing ``bar``; a short body, or ``timeout`` seconds without a byte, is broken."""
     start, total = span
-    mode = "ab" if start else "wb"
     written = start
     bar.reset(total=total)
     bar.update(start)
     bar.set_postfix_str("")
-    with open(part, mode) as out:
+    with open(part, "ab" if start else "wb") as out:
         while True:
             try:
                 block = response.read(_BLOCK)

@@ -51,11 +51,9 @@ def load_judgements(
     if not qrels:
         file = find_qrels_file(path, split)
         raise DataFormatError(file, None, "no judgements: there is nothing to evaluate")
-    beir = path.is_dir()
-    if queries is None and beir:
-        queries = path
-    if corpus is None and beir:
-        corpus = path
+    if path.is_dir():  # a BEIR directory: its own queries and corpus, unless others are given
+        queries = path if queries is None else queries
+        corpus = path if corpus is None else corpus
     known_queries = set(load_queries(queries)) if queries is not None else None
     known_docs = {str(i) for i in load_corpus(corpus)["id"]} if corpus is not None else None
     return Judgements(qrels, known_queries, known_docs)

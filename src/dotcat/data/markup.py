@@ -7,11 +7,10 @@ right under the title (``:tags: hr, onboarding``, docutils' bibliographic fields
 writes them). :func:`front_matter` splits it off and parses it: YAML with PyYAML's safe
 loader (plain data only, never objects), TOML with :mod:`tomllib`; a ``title`` key becomes
 the document's title; a reStructuredText field named ``tags``, ``keywords``, ``categories``
-or ``authors`` is a comma-separated list. A block that does not parse (or is not a mapping)
-is left in the text, and the file read as if it had none.
-
-A block that does not parse (a template's, ``title: {{ page.title }}``) is left out of the
-text all the same: it is no prose, and a comment line in it must not become a heading.
+or ``authors`` is a comma-separated list. A block that is not a mapping is left in the text,
+and the file read as if it had none; one that does not parse (a template's,
+``title: {{ page.title }}``) is left out of the text: it is no prose, and a comment line in it
+must not become a heading.
 
 The **text** kept is the plain text a reader sees, not the markup (:func:`markdown_text`,
 :func:`rst_text`): headings, paragraphs, list items, table cells and code, without ``#``,

@@ -49,8 +49,7 @@ def find_qrels_file(path: str | Path, split: str = "test") -> Path:
     qrels_dir = p / "qrels"
     names = (f"{split}.tsv", f"{split}.tsv.gz")
     if not any((qrels_dir / name).is_file() for name in names):
-        splits = available_splits(p)
-        listed = ", ".join(splits) if splits else "none"
+        listed = ", ".join(available_splits(p)) or "none"
         raise DataFormatError(
             p, None, f"no qrels for split {split!r} (qrels/{split}.tsv); available splits: {listed}"
         )

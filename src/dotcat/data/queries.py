@@ -62,21 +62,13 @@ def _read_queries(file: Path) -> dict[str, str]:
                 first_record = False
                 continue  # a header line
             if len(fields) != 2:
-                raise DataFormatError(
-                    file,
-                    lineno,
-                    f"expected 2 tab-separated columns (id, text), found {len(fields)}"
-                    + hint(file, QUERIES),
-                )
+                problem = f"expected 2 tab-separated columns (id, text), found {len(fields)}"
+                raise DataFormatError(file, lineno, problem + hint(file, QUERIES))
             id_field = "id"
             qid, text = check_id(file, lineno, fields[0], id_field), fields[1]
         if qid in first_line:
-            raise DataFormatError(
-                file,
-                lineno,
-                f"duplicate query id {qid!r} (first at line {first_line[qid]})",
-                id_field,
-            )
+            problem = f"duplicate query id {qid!r} (first at line {first_line[qid]})"
+            raise DataFormatError(file, lineno, problem, id_field)
         if not text.strip():
             raise DataFormatError(file, lineno, f"query {qid!r} has an empty text", "text")
         first_line[qid] = lineno

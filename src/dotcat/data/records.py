@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import sys
 import zlib
@@ -250,9 +251,8 @@ def _read_text(path: Path, encoding: str | None = None) -> str:
         with gzip.open(path, "rb") if is_gzipped(path) else open(path, "rb") as f:
             return f.read().decode(name)
     except UnicodeDecodeError as e:
-        what = _NAME_IT if encoding is None else encoding
-        raise DataFormatError(path, None, f"invalid {what} at byte offset {e.start}",
-                              settings=("encoding",)) from None  # fmt: skip
+        problem = f"invalid {encoding or _NAME_IT} at byte offset {e.start}"
+        raise DataFormatError(path, None, problem, settings=("encoding",)) from None
     except (OSError, EOFError, zlib.error) as e:
         raise DataFormatError(path, None, f"cannot read: {e}") from None
 
@@ -263,20 +263,10 @@ def _csv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterato
     opener = gzip.open if is_gzipped(path) else open
     try:  # UTF-8 (a byte-order mark dropped) or ``encoding``
         with opener(path, "rt", encoding=encoding or "utf-8-sig", newline="") as f:
-            header: list[str] | None = None
-            for line, row in _csv_rows(csv.reader(f)):
-                if header is None:
-                    header = _header(path, line, row)
-                    continue
-                if len(row) != len(header):
-                    problem = f"{len(row)} columns, the header has {len(header)}"
-                    raise DataFormatError(path, line, problem)
-                record = dict(zip(header, row, strict=True))
-                yield record_from_mapping(path, line, record, fields, cells=True)
+            yield from _under_header(path, _csv_rows(csv.reader(f)), fields, "columns")
     except UnicodeDecodeError as e:
-        what = _NAME_IT if encoding is None else encoding
-        raise DataFormatError(path, None, f"invalid {what}: {e.reason}",
-                              settings=("encoding",)) from None  # fmt: skip
+        problem = f"invalid {encoding or _NAME_IT}: {e.reason}"
+        raise DataFormatError(path, None, problem, settings=("encoding",)) from None
     except csv.Error as e:
         raise DataFormatError(path, None, f"malformed CSV: {e}") from None
     except (OSError, EOFError) as e:
@@ -291,6 +281,20 @@ def _csv_rows(reader) -> Iterator[tuple[int, list[str]]]:
         if any(cell.strip() for cell in row):
             yield start, row
         start = reader.line_num + 1
+
+
+def _under_header(path: Path, rows, fields: FieldNames, columns: str) -> Iterator[Record]:
+    """``(line, cells)`` rows, the first a header: each later row a record under its names
+    (``columns``: what the error for a row of another length calls them)."""
+    header: list[str] | None = None
+    for line, row in rows:
+        if header is None:
+            header = _header(path, line, row)
+            continue
+        if len(row) != len(header):
+            raise DataFormatError(path, line, f"{len(row)} {columns}, the header has {len(header)}")
+        record = dict(zip(header, row, strict=True))
+        yield record_from_mapping(path, line, record, fields, cells=True)
 
 
 def _header(path: Path, line: int, row: list[str]) -> list[str]:
@@ -319,22 +323,12 @@ def _tsv(path: Path, fields: FieldNames, encoding: str | None = None) -> Iterato
     # "id<TAB>title<TAB>text" reads the same either way; "_id<TAB>url<TAB>text" must be named.
     plain_layout = positional_header and (len(names) == 2 or lowered[1] == "title")
     if named_header and not (plain_layout and not fields.named):
-        yield from _tsv_named(path, _header(path, lineno, names), lines, fields)
+        rows = ((n, split_tsv(text)) for n, text in itertools.chain([first], lines))
+        yield from _under_header(path, rows, fields, "tab-separated columns")
     elif positional_header:
         yield from _tsv_positional(path, len(names), lineno, lines)
     else:
-        yield from _tsv_positional(path, 0, 0, iter([first, *lines]))
-
-
-def _tsv_named(path: Path, header: list[str], lines, fields: FieldNames) -> Iterator[Record]:
-    for lineno, line in lines:
-        row = split_tsv(line)
-        if len(row) != len(header):
-            raise DataFormatError(
-                path, lineno, f"{len(row)} tab-separated columns, the header has {len(header)}"
-            )
-        record = dict(zip(header, row, strict=True))
-        yield record_from_mapping(path, lineno, record, fields, cells=True)
+        yield from _tsv_positional(path, 0, 0, itertools.chain([first], lines))
 
 
 def _tsv_positional(path: Path, columns: int, first_line: int, lines) -> Iterator[Record]:

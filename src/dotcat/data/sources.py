@@ -247,8 +247,7 @@ class CorpusOptions(Settings):
 
     def folder_options(self) -> list[str]:
         """The options given that only apply to a folder of files (their names)."""
-        given = {"include": self.include, "exclude": self.exclude, "hidden": self.hidden}
-        return [name for name, value in given.items() if value]
+        return [name for name in ("include", "exclude", "hidden") if getattr(self, name)]
 
 
 def _names(rule: FileRule) -> FieldNames:
@@ -263,14 +262,10 @@ def path_id(rel: str) -> str:
 def file_kind(name: str) -> str | None:
     """What a folder reads a file name as: a document kind, ``records``, or None (not read)."""
     lowered = name.lower()
-    gz = lowered.endswith(".gz")
-    base = lowered.removesuffix(".gz")
-    suffix = os.path.splitext(base)[1]
-    if gz and suffix not in _GZIP_OK:
+    suffix = os.path.splitext(lowered.removesuffix(".gz"))[1]
+    if lowered.endswith(".gz") and suffix not in _GZIP_OK:
         return None
-    if suffix in DOCUMENT_SUFFIXES:
-        return DOCUMENT_SUFFIXES[suffix]
-    return "records" if suffix in RECORD_SUFFIXES else None
+    return DOCUMENT_SUFFIXES.get(suffix) or ("records" if suffix in RECORD_SUFFIXES else None)
 
 
 def _stem(rel: str) -> str:
@@ -548,8 +543,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
 
 
 def _refuse_folder_options(options: CorpusOptions, where: object, what: str) -> None:
-    given = options.folder_options()
-    if given:
+    if given := options.folder_options():
         verb = "select" if len(given) > 1 else "selects"
         raise DotcatError(f"{' and '.join(given)} {verb} files in a folder; {where} is {what}",
                           settings=given)  # fmt: skip

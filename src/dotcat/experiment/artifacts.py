@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,8 @@ def index_fingerprint(index_dir: str | os.PathLike) -> str:
     """
     root = Path(index_dir)
     lines = [hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()]
-    for entry in walk_tree(root):
-        if entry.is_file:
-            lines.append(f"{entry.rel} {entry.info.st_size} {entry.info.st_mtime_ns}")
+    files = [e for e in walk_tree(root) if e.is_file]
+    lines += [f"{e.rel} {e.info.st_size} {e.info.st_mtime_ns}" for e in files]
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
@@ -94,14 +93,7 @@ class StageRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "fingerprint": self.fingerprint,
-            "path": self.path,
-            "reused": self.reused,
-            "seconds": round(self.seconds, 3),
-            "details": self.details,
-        }
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
 class Cache:
@@ -133,14 +125,8 @@ class Cache:
             logger.warning("%s: unreadable record (%s); computing it again", record_path, e)
             return None
         logger.info("%s %s: reused (%s)", kind, artifact.name, record.get("created", "?"))
-        return StageRecord(
-            kind=kind,
-            fingerprint=artifact.name.split(".")[0],
-            path=str(artifact),
-            reused=True,
-            seconds=float(record.get("seconds", 0.0)),
-            details=record.get("details", {}),
-        )
+        seconds, details = float(record.get("seconds", 0.0)), record.get("details", {})
+        return StageRecord(kind, artifact.name.split(".")[0], str(artifact), True, seconds, details)
 
     def _note_other_versions(self) -> None:
         """Say once why a cache made by another dotcat is not reused: every fingerprint mixes

@@ -199,9 +199,8 @@ class _System(_Strict):
         if self.first_stage == "bm25" and self.model is not None:
             raise _field_error("model", "first_stage 'bm25' takes no `model` (BM25 is lexical)")
         for fields, applies, why in self._applies():
-            for name in sorted(self.model_fields_set & fields):
-                if not applies:
-                    raise _field_error(name, why)
+            if not applies and (given := sorted(self.model_fields_set & fields)):
+                raise _field_error(given[0], why)
         return self
 
     @model_validator(mode="after")
