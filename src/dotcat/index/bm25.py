@@ -130,9 +130,7 @@ def _say_words_1() -> None:
 def make_tokenizer(config: BM25Config, splitter=words) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
-    stopwords = config.stopwords
-    if stopwords is not None and not isinstance(stopwords, str):
-        stopwords = list(stopwords)
+    stopwords = config.to_dict()["stopwords"]  # a list's name, a list of words, or None
     tokenizer = _bm25s().tokenization.Tokenizer
     return tokenizer(lower=True, splitter=splitter, stopwords=stopwords, stemmer=stemmer)
 
