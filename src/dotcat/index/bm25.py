@@ -130,9 +130,7 @@ def _say_words_1() -> None:
 def make_tokenizer(config: BM25Config, splitter=words) -> bm25s.tokenization.Tokenizer:
     """A fresh bm25s tokenizer with ``config``'s stemmer and stop words."""
     stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
-    stopwords = list(config.stopwords) if config.stopwords is not None else None
-    if isinstance(config.stopwords, str):
-        stopwords = config.stopwords
+    stopwords = config.to_dict()["stopwords"]  # a list's name, a list of words, or None
     tokenizer = _bm25s().tokenization.Tokenizer
     return tokenizer(lower=True, splitter=splitter, stopwords=stopwords, stemmer=stemmer)
 
@@ -185,9 +183,8 @@ class TermCounts:
         tf = np.concatenate([c for _, c in counted]) if counted else np.empty(0, np.float32)
         docs = np.repeat(np.arange(n_docs, dtype=np.int32), [len(t) for t, _ in counted])
         data, indices, indptr = bm25s.BM25._np_csc(tf, docs, terms, (n_docs, n_vocab))
-        if not (np.array_equal(indptr, scores["indptr"]) and np.array_equal(
-            indices, scores["indices"]
-        )):  # fmt: skip
+        same = np.array_equal(indptr, scores["indptr"])
+        if not (same and np.array_equal(indices, scores["indices"])):
             logger.warning("bm25s %s lays out its scores in an unknown way: term counts not "
                            "kept (shards of this index cannot be scored together)",
                            bm25s.__version__)  # fmt: skip
@@ -337,8 +334,7 @@ class BM25Index:
         if not ids:
             return []
         scores = self._retriever.get_scores_from_ids(ids)
-        top = self._top_k(scores, k, mask)
-        return [(self.doc_ids[i], float(scores[i])) for i in top]
+        return [(self.doc_ids[i], float(scores[i])) for i in self._top_k(scores, k, mask)]
 
     def pair_scores(self, query: str, doc_ids: Sequence[str]) -> list[float]:
         """BM25 scores of ``query`` against each of ``doc_ids`` (0 where no term matches).
@@ -360,8 +356,7 @@ class BM25Index:
         term's BM25 column read from bm25s' precomputed score matrix (a term weighted by its
         count in the query is plain BM25)."""
         scores = np.zeros(len(self.doc_ids), dtype=np.float64)
-        matrix = self._retriever.scores
-        data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
+        data, indices, indptr = (self._retriever.scores[k] for k in ("data", "indices", "indptr"))
         for term, weight in weights.items():
             lo, hi = indptr[term], indptr[term + 1]
             scores[indices[lo:hi]] += weight * data[lo:hi]  # a column's rows are distinct
@@ -596,11 +591,9 @@ class _Rows:
     def __init__(self, matrix: Mapping[str, Any], n_docs: int) -> None:
         from scipy.sparse import csc_matrix
 
-        data = np.asarray(matrix["data"])
         indptr = np.asarray(matrix["indptr"])
-        csc = csc_matrix((data, np.asarray(matrix["indices"]), indptr),
-                         shape=(n_docs, indptr.size - 1))  # fmt: skip
-        self._csr = csc.tocsr()
+        arrays = (np.asarray(matrix["data"]), np.asarray(matrix["indices"]), indptr)
+        self._csr = csc_matrix(arrays, shape=(n_docs, indptr.size - 1)).tocsr()
 
     def __getitem__(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = self._csr.indptr[row], self._csr.indptr[row + 1]

@@ -124,10 +124,6 @@ class CollectionStatistics:
             np.add.at(df, [terms[t] for t in part.terms], np.asarray(part.df, dtype=np.int64))
         return cls(terms, df, sum(p.documents for p in parts), sum(p.tokens for p in parts))
 
-    @property
-    def avgdl(self) -> float:
-        return self.tokens / max(self.documents, 1)
-
     def view(self, part: ShardStatistics) -> ShardView:
         """What the shard that reported ``part`` needs: its terms' ids and frequencies."""
         ids = np.fromiter((self.terms[t] for t in part.terms), np.int64, count=len(part.terms))
@@ -234,8 +230,7 @@ def updated(bm25: BM25Index, drop: Collection[str], rows: Iterable[object]) -> B
     new_counts = TermCounts(data, np.concatenate(lengths).astype(np.int32))
     layout = {"indptr": pointers, "indices": rows, "num_docs": n_docs}
     idf_of = bm25s.scoring._select_idf_scorer(config.method)
-    df = np.diff(pointers)
-    idf = np.array([idf_of(int(d), n_docs) if d else 0.0 for d in df], dtype=np.float32)
+    idf = np.array([idf_of(int(d), n_docs) if d else 0.0 for d in np.diff(pointers)], np.float32)
     avgdl = np.float64(new_counts.tokens / n_docs)
     retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
     retriever.scores = {**layout, "data": _scores(config, new_counts, layout, idf, avgdl)}

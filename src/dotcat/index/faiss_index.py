@@ -344,8 +344,7 @@ def set_search_params(index: faiss.Index, params: dict[str, float]) -> None:
     """Apply search-time parameters through faiss's ParameterSpace (CPU or GPU)."""
     if not params:
         return
-    on_gpu = "Gpu" in type(index).__name__
-    space = faiss.GpuParameterSpace() if on_gpu else faiss.ParameterSpace()
+    space = faiss.GpuParameterSpace() if "Gpu" in type(index).__name__ else faiss.ParameterSpace()
     for name, value in params.items():
         space.set_index_parameter(index, name, value)
 

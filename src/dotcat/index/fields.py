@@ -172,8 +172,7 @@ def of(
     """The fields of the documents at these positions, typed as their fields' kinds (a list
     field's value a list, a number a number, a date its ISO text)."""
     out: dict[int, dict[str, Any]] = {int(p): {} for p in positions}
-    wanted = sorted(out)
-    for chunk, marks in chunks(wanted):
+    for chunk, marks in chunks(sorted(out)):
         rows = conn.execute(
             f"SELECT pos, name, value, num FROM fields WHERE pos IN ({marks}) ORDER BY pos, rowid",
             chunk,
@@ -214,10 +213,7 @@ def counts(
 def copy_shifted(source: sqlite3.Connection, target: sqlite3.Connection, shift: int) -> None:
     """Copy every field row of ``source`` into ``target``, positions shifted (a merge)."""
     cursor = source.execute("SELECT pos, name, value, num, kind FROM fields ORDER BY rowid")
-    while True:
-        rows = cursor.fetchmany(50_000)
-        if not rows:
-            return
+    while rows := cursor.fetchmany(50_000):
         insert(target, ((pos + shift, *rest) for pos, *rest in rows))
 
 

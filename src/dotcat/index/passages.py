@@ -256,13 +256,10 @@ def _sentence_cut(
     :data:`SENTENCE_SLACK` of tokens; ``stop`` itself where there is none."""
     low = max(first + 1, stop - math.ceil(SENTENCE_SLACK * budget))
     begin, end = offsets[low][0], starts[stop]  # the next window would start at ``stop``
-    boundary = -1
-    for match in SENTENCE_END.finditer(text, begin, end + 1):
-        if match.end() <= end:
-            boundary = match.end()
-    if boundary < 0:
+    ends = [m.end() for m in SENTENCE_END.finditer(text, begin, end + 1) if m.end() <= end]
+    if not ends:
         return stop
-    cut = int(np.searchsorted(starts[low : stop + 1], boundary)) + low
+    cut = int(np.searchsorted(starts[low : stop + 1], ends[-1])) + low
     return cut if first < cut <= stop else stop
 
 
@@ -376,11 +373,7 @@ class Splitter:
         the encoder's max length, and how many are longer than the max length (what a build
         that does not split cuts)."""
         twice = AUTO_LENGTH_FACTOR * self.max_length
-        long = [
-            (title, text)
-            for title, text in documents
-            if not self.fits(title, text, self.max_length)
-        ]
+        long = [(t, x) for t, x in documents if not self.fits(t, x, self.max_length)]
         longer = sum(not self.fits(title, text, twice) for title, text in long)
         return longer >= AUTO_LONG_SHARE * len(documents) and longer > 0, len(long)
 
@@ -412,10 +405,8 @@ class Splitter:
 
     def _cased(self, text: str) -> str:
         """As the encoder sees it; offsets stay valid only where lower-casing keeps lengths."""
-        if self.lowercase:
-            lower = text.lower()
-            return lower if len(lower) == len(text) else text
-        return text
+        lower = text.lower() if self.lowercase else text
+        return lower if len(lower) == len(text) else text
 
 
 class _Offsets:

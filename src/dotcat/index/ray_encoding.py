@@ -355,7 +355,5 @@ class _ChunkEncoder:
         """The texts of corpus rows ``[start, stop)``, streamed as the local build reads them."""
         texts: list[str] = []
         for _, batch in iter_row_batches(self.dataset, start, stop, batch_size=stop - start):
-            texts += [
-                document_text(t, x) for t, x in zip(batch["title"], batch["text"], strict=True)
-            ]
+            texts += map(document_text, batch["title"], batch["text"])
         return texts

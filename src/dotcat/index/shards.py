@@ -28,6 +28,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +75,15 @@ def shard_dirs(folder: Path, required: bool = False) -> list[Path]:
 
 def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
     """Shards by their shard number (plain indexes: as given, after the shards)."""
-    numbered = [(m.shard["index"], p) for p, m in shards if m.shard]
+    numbered = sorted(((m.shard["index"], p) for p, m in shards if m.shard), key=lambda x: x[0])
     if len({i for i, _ in numbered}) != len(numbered):
-        raise DotcatError(
-            "two shards have the same shard number: "
-            + ", ".join(str(p) for _, p in sorted(numbered, key=lambda x: x[0]))
-        )
+        named = ", ".join(str(p) for _, p in numbered)
+        raise DotcatError(f"two shards have the same shard number: {named}")
     plain = [p for p, m in shards if not m.shard]
     merged = [p for p, m in shards if numbered and m.documents.get("merged_from")]
     if merged:  # shards beside their merge: every document answered twice
         raise DotcatError(f"{merged[0]} is a merge of shards: keep it out of a shard set")
-    return [p for _, p in sorted(numbered, key=lambda x: x[0])] + plain
+    return [p for _, p in numbered] + plain
 
 
 def check_compatible(manifests: Sequence[tuple[Path, Manifest]]) -> None:
@@ -207,11 +206,9 @@ class ShardSet:
         # A shard's FAISS ids (and document positions) run to its next unused one (updates may
         # leave gaps); with passages they differ: ids are the passages'.
         spans = [s.manifest.next_vector_id for s in self.shards]
-        self.offsets = np.concatenate([[0], np.cumsum(spans)]).astype(np.int64)
-        positions = [
-            int(s.manifest.documents.get("next_pos", s.document_count)) for s in self.shards
-        ]
-        self.doc_offsets = np.concatenate([[0], np.cumsum(positions)]).astype(np.int64)
+        self.offsets = np.cumsum([0, *spans], dtype=np.int64)
+        positions = [s.manifest.documents.get("next_pos", s.document_count) for s in self.shards]
+        self.doc_offsets = np.cumsum([0, *positions], dtype=np.int64)
         self.count = sum(len(s) for s in self.shards)
         self.manifest = collection_manifest([s.manifest for s in self.shards])
         self.passages = self.manifest.passages
@@ -311,7 +308,7 @@ class ShardSet:
         for i, shard, offset, local in self._by_shard(positions, self.offsets):
             shift = int(self.doc_offsets[i])
             for pos, doc in shard.documents(local).items():
-                out[pos + offset] = StoredDocument(doc.pos + shift, doc.id, doc.title, doc.text)
+                out[pos + offset] = replace(doc, pos=doc.pos + shift)
         return out
 
     def doc_ids(self, positions) -> dict[int, str]:
@@ -325,8 +322,7 @@ class ShardSet:
         out = {}
         for _, shard, offset, local in self._by_shard(ids, self.offsets):
             for pid, ref in shard.locate(local).items():
-                out[pid + offset] = PassageRef(pid + offset, ref.doc_id, ref.part, ref.start,
-                                               ref.stop)  # fmt: skip
+                out[pid + offset] = replace(ref, pid=pid + offset)
         return out
 
     def passage_texts(self, refs) -> dict[int, str]:
@@ -372,7 +368,7 @@ class _ShardStores:
         found: dict[str, StoredDocument] = {}
         for shard, offset in zip(self.shards.shards, self.shards.doc_offsets, strict=False):
             for doc_id, doc in shard.store.by_ids(doc_ids).items():
-                found[doc_id] = StoredDocument(doc.pos + int(offset), doc.id, doc.title, doc.text)
+                found[doc_id] = replace(doc, pos=doc.pos + int(offset))
         return found
 
     def get(self, positions) -> dict[int, StoredDocument]:

@@ -166,15 +166,14 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
     """After a build of ``index_dir`` from ``corpus`` (a folder or a corpus file, opened
     before the build began): record its files' size and time, for the next sync. Files that
     gave no document (unreadable, empty) are left out: a sync reads them again."""
-    source = corpus if isinstance(corpus, (FolderSource, FileSource)) else None
-    if source is None:
+    if not isinstance(corpus, (FolderSource, FileSource)):
         return
     index_dir = layout.real_path(index_dir)
-    state = _state(source, options or CorpusOptions())
+    state = _state(corpus, options or CorpusOptions())
     with layout.index_lock(index_dir, wait=30.0):
         with DocStore(index_dir / DOCSTORE_NAME) as store:
             held = {i.split("#", 1)[0] for i in store.all_ids()}
-        if isinstance(source, FolderSource):
+        if isinstance(corpus, FolderSource):
             state["files"] = {k: v for k, v in state["files"].items() if k in held}
         write_files(index_dir, state)
 

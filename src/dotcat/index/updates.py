@@ -285,8 +285,7 @@ def apply_change(
         dropped = {str(i) for i in vector_ids} if by_passage else set(found)
         store.delete(positions)
         first = int(manifest.documents.get("next_pos", manifest.documents["count"]))
-        first_id = manifest.next_vector_id
-        next_id = first_id
+        first_id = next_id = manifest.next_vector_id
         if change.add is not None and len(change.add):
             next_id = _add(index, store, change.add, manifest, first, encoder, show_progress)
         store.replace_fields([(d.pos, change.fields[i]) for i, d in
@@ -414,8 +413,7 @@ def _add(
                 store.add_fields(batch_field_rows(positions, batch["fields"]))
             if splitter is None:
                 ids = np.asarray(positions, dtype=np.int64)
-                texts = [document_text(t, x) for t, x in zip(batch["title"], batch["text"],
-                                                             strict=True)]  # fmt: skip
+                texts = list(map(document_text, batch["title"], batch["text"]))
             else:
                 start = next_id
                 next_id = store_passages(store, splitter, positions, batch, next_id)
@@ -432,7 +430,7 @@ def _add(
 def _finish(
     tmp: Path, manifest: Manifest, index: faiss.Index, next_pos: int, documents: int, next_id: int
 ) -> None:
-    """Write the updated FAISS index, the counts and the BM25 side (rebuilt) into ``tmp``."""
+    """Write the updated FAISS index and the counts into ``tmp``."""
     with replacing(tmp / INDEX_NAME) as tmp_index:
         faiss_index.write_index(index, tmp_index)
     manifest.faiss["ntotal"] = int(index.ntotal)
