@@ -200,6 +200,11 @@ def test_bad_calls(index):
     for where in (123, None):
         with pytest.raises(DotcatError, match="an index is a directory"):
             SearchPipeline(where)
+    # a misspelled option was ignored: the pipeline's own choice answered in its place
+    with pytest.raises(DotcatError, match="option 'firststage' .did you mean 'first_stage'?"):
+        pipeline.search("insulin", 3, firststage="bm25")
+    with pytest.raises(DotcatError, match="unknown option 'top_k'.*first_stage, rerank, depth"):
+        pipeline.run(QUERIES, 3, top_k=5)
 
 
 @pytest.mark.kernels

@@ -34,7 +34,7 @@ from dotcat import options
 from dotcat.data import find_corpus_file, find_qrels_file, find_queries_file
 from dotcat.data.catalog import resolve_data_path
 from dotcat.data.sources import open_source
-from dotcat.errors import DotcatError, SettingError
+from dotcat.errors import DotcatError, SettingError, did_you_mean
 from dotcat.evaluation.metrics import DEFAULT_MEASURES, parse_measures
 from dotcat.experiment.fields import expects, pydantic_fields
 from dotcat.index.config import BM25Config, IndexConfig
@@ -299,7 +299,7 @@ class ExperimentConfig(_Strict):
         if self.baseline not in names:
             raise _field_error(
                 "baseline",
-                f"{self.baseline!r} is not a system name" + _did_you_mean(self.baseline, names),
+                f"{self.baseline!r} is not a system name" + did_you_mean(self.baseline, names),
             )
         for i, measure in enumerate(self.measures):
             try:
@@ -352,7 +352,7 @@ def _error_lines(error: ValidationError) -> list[str]:
             name = str(fields[-1])
             parent = _format_loc(fields[:-1]) or "top level"
             known = list(_model_at(fields[:-1]).model_fields)
-            message = f"{parent}: unknown field {name!r}{_did_you_mean(name, known)}"
+            message = f"{parent}: unknown field {name!r}{did_you_mean(name, known)}"
             seen.setdefault(f"{where}:extra", message)
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             misspelt.update(_format_loc([*fields[:-1], c]) for c in close)
@@ -419,11 +419,6 @@ def _format_loc(fields: list[str | int]) -> str:
     for part in fields:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
-
-
-def _did_you_mean(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # -- the files an experiment names -----------------------------------------------------------

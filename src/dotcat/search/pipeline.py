@@ -24,7 +24,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, did_you_mean
 from dotcat.index import document_text
 from dotcat.options import RUN_K, SHOWN_K
 from dotcat.search.aggregation import Match, to_run
@@ -230,6 +230,10 @@ class SearchPipeline:
         """:meth:`run` with each document's passages that matched (best first)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise DotcatError(f"k must be a whole number >= 1, got {k!r}")
+        known = list(CallOptions.__annotations__)
+        for name in sorted(set(options) - set(known)):  # (ignored, it would answer another way)
+            hint = did_you_mean(name, known)
+            raise DotcatError(f"unknown option {name!r}{hint}: the options are {', '.join(known)}")
         if not isinstance(queries, Mapping):
             raise DotcatError(f"queries: a {{id: text}} mapping, got {type(queries).__name__}")
         for text in queries.values():
