@@ -29,6 +29,10 @@ def test_round_trip(tmp_path, name):
         # (trec_eval would put d4, the larger id, first, were they tied).
         "q2": {"d3": float(np.float32(0.1)), "d4": float(np.nextafter(np.float32(0.1), -1))},
     }
+    # What read_run gives ({doc: score}, as ir-measures takes runs) is written as it ranks
+    # (it was read as a list of pairs: 'd2' as the document 'd' scored '2')
+    write_run(back, path.with_name("again"), tag="mine")
+    assert read_run(path.with_name("again")) == back
     if not name.endswith(".gz"):
         lines = path.read_text().splitlines()
         assert lines[0] == "q1 Q0 d2 1 3.25 mine"

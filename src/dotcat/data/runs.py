@@ -117,6 +117,8 @@ def _lines(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Iterable
 
     for qid, ranking in run.items():
         _check_token(qid, "query id")
+        if isinstance(ranking, Mapping):  # {doc: score}, as read_run gives: ranked by score
+            ranking = ranked({qid: ranking})[qid]
         seen: set[str] = set()
         previous = written = math.inf
         for rank, (docid, score) in enumerate(ranking, start=1):
@@ -178,7 +180,9 @@ def check_output_file(path: str | Path) -> Path:
 
 
 def write_run(
-    run: Mapping[str, Sequence[tuple[str, float]]], path: str | Path, tag: str = "dotcat"
+    run: Mapping[str, Sequence[tuple[str, float]] | Mapping[str, float]],
+    path: str | Path,
+    tag: str = "dotcat",
 ) -> None:
     """Write ranked lists as a TREC run, atomically (gzipped if ``path`` ends in ``.gz``).
 
@@ -189,7 +193,8 @@ def write_run(
     file or the complete new one, never half a run. Parent directories are created.
 
     Args:
-        run: ``{query_id: [(doc_id, score), ...]}`` best first.
+        run: ``{query_id: [(doc_id, score), ...]}`` best first, or ``{query_id: {doc_id:
+            score}}`` (:func:`read_run`'s, ranked by :func:`ranked`).
         path: the run file to (over)write; ``-``: standard output.
         tag: the run name in the last column.
 
