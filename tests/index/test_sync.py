@@ -242,6 +242,9 @@ def test_documents_added_with_dotcat_add_stay_whatever_the_folder_options(tmp_pa
         result = CliRunner().invoke(app, ["index", str(docs), str(index), *options])
         assert result.exit_code == 0, result.output
         assert f"0 added, 0 changed, {removed} removed" in result.output, (options, result.output)
+    # Run again as first typed, without them: what the last sync left out stays out.
+    result = CliRunner().invoke(app, ["index", str(docs), str(index)])
+    assert "0 added, 0 changed, 0 removed" in result.output, result.output
     # Other options that select no file (a mistyped pattern) are refused: nothing removed.
     result = CliRunner().invoke(app, ["index", str(docs), str(index), "--include", "*.mdx"])
     assert result.exit_code == 2 and "no file to read matches" in result.output, result.output

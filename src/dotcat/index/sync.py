@@ -7,8 +7,10 @@ read and each of its documents compared with the stored one, record by record fo
 file: a new document is encoded and added, a changed text encoded again, new fields alone (a
 file touched: its ``mtime`` field) written without encoding. The documents of a file gone
 (removed, renamed, now excluded or unreadable, the folder emptied) are deleted; those added
-otherwise (``dotcat add``) are kept, whatever the options. A corpus file (JSONL, CSV, a BEIR
-directory's ``corpus.jsonl``) is one such file, compared record by record when it changed.
+otherwise (``dotcat add``) are kept, whatever the options. Without ``--include``,
+``--exclude`` or ``--hidden``, the folder's files are selected as when it was last read. A
+corpus file (JSONL, CSV, a BEIR directory's ``corpus.jsonl``) is one such file, compared record
+by record when it changed.
 
 A sync is one generation of the index (:class:`~dotcat.index.updates.Generation`): killed at
 any point, it leaves the index as it was, and the next one does the whole job again. The BM25
@@ -122,7 +124,7 @@ def sync_index(
     """
     start = time.perf_counter()
     index_dir, settings = Path(index_dir), dict(settings or {})
-    options = corpus_options or CorpusOptions()
+    options = _selection_kept(corpus_options or CorpusOptions(), read_files(index_dir))
     layout.check_writable(index_dir)
     encoder = encoder or _encoder(index_dir, corpus, settings)  # (checks the settings)
     try:
@@ -176,6 +178,17 @@ def record_files(index_dir: str | Path, corpus: object, options: CorpusOptions |
         if isinstance(corpus, FolderSource):
             state["files"] = {k: v for k, v in state["files"].items() if k in held}
         write_files(index_dir, state)
+
+
+def _selection_kept(options: CorpusOptions, recorded: Mapping[str, Any] | None) -> CorpusOptions:
+    """``options`` with the ``include``, ``exclude`` and ``hidden`` the folder was last read
+    with where none is given: a command run again as first typed must not index what the
+    build or a sync left out."""
+    before = recorded["key"][1] if recorded and not options.folder_options() else {}
+    kept = {n: before[n] for n in ("include", "exclude", "hidden") if n in before}
+    if kept:
+        logger.info("the folder read as last time: %s", kept)
+    return replace(options, **{n: tuple(v) if isinstance(v, list) else v for n, v in kept.items()})
 
 
 def _state(source: FolderSource | FileSource, options: CorpusOptions) -> dict[str, Any]:
