@@ -59,3 +59,23 @@ def test_header_fields_over_the_limit_are_a_431(server):
     assert httpx.get(f"{server}/healthz", headers=several, timeout=30).status_code == 431
     fine = httpx.get(f"{server}/healthz", headers={"x-some": "c" * 12_000}, timeout=30)
     assert fine.status_code == 200
+
+
+def test_a_request_without_k_under_a_max_k_below_ten_gets_max_k(pipeline):
+    """The default k (10) was never checked against --max-k 5: six hits came back."""
+    from tests.serve.conftest import live_server
+
+    with live_server(pipeline, max_k=5) as url:
+        got = httpx.get(f"{url}/search", params={"q": "insulin"})
+        posted = httpx.post(f"{url}/search", json={"queries": ["insulin"]})
+    assert got.status_code == 200 and len(got.json()["hits"]) == 5, got.text
+    assert posted.status_code == 200 and len(posted.json()["results"][0]["hits"]) == 5
+
+
+@pytest.mark.parametrize("cap", ["max_query_chars", "max_body_bytes", "max_answer_bytes"])
+def test_a_cap_under_one_is_refused(cap):
+    from dotcat.errors import DotcatError
+    from dotcat.serve.config import ServeConfig
+
+    with pytest.raises(DotcatError, match=f"{cap} must be >= 1, got 0"):
+        ServeConfig(**{cap: 0}).check()

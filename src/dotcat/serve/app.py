@@ -397,7 +397,7 @@ def _add_search_routes(app: FastAPI, svc: SearchService) -> None:
     async def search_get(
         request: Request,
         q: Annotated[Text, Query(description=d["query"])],  # type: ignore[valid-type]
-        k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = SHOWN_K,
+        k: Annotated[int, Query(ge=1, le=c.max_k, description=d["k"])] = min(SHOWN_K, c.max_k),
         rerank: Annotated[Rerank | None, Query(description=d["rerank"])] = None,  # type: ignore[valid-type]
         depth: Annotated[int | None, Query(ge=1, le=c.max_depth, description=d["depth"])] = None,
         first_stage: Annotated[Stage | None, Query(description=d["first_stage"])] = None,  # type: ignore[valid-type]

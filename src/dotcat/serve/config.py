@@ -22,7 +22,8 @@ def is_loopback(host: str) -> bool:
 
 
 #: The settings that count something: one at least.
-_COUNTS = ("max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers")
+_COUNTS = ("max_batch", "queue_size", "max_k", "max_depth", "max_queries", "workers",
+           "max_query_chars", "max_body_bytes", "max_answer_bytes")  # fmt: skip
 
 
 @dataclass(frozen=True, repr=False)

@@ -393,7 +393,7 @@ def descriptions(
     )
     return {
         "query": f"The query text: 1 to {config.max_query_chars} characters, not only spaces.",
-        "k": f"How many results, 1 to {config.max_k}; default {SHOWN_K}.",
+        "k": f"How many results, 1 to {config.max_k}; default {min(SHOWN_K, config.max_k)}.",
         "first_stage": f"The first stage: {listed}; default {default_stage}.",
         "rerank": (
             "Re-rank the top `depth` results with the BERT_CAT cross-encoder; default true."
@@ -474,7 +474,7 @@ def request_models(config: Any, stages: list[str], reranker: bool, described: di
         # (Field before the validator, inside the Optional: that keeps minimum/maximum in
         # the schema and never compares None with a bound.)
         k: Annotated[int, Field(ge=1, le=config.max_k), _JSON_INT] = Field(
-            SHOWN_K, description=described["k"]
+            min(SHOWN_K, config.max_k), description=described["k"]
         )
         first_stage: Stage | None = Field(None, description=described["first_stage"])  # type: ignore[valid-type]
         rerank: Annotated[Rerank, Strict()] | None = Field(  # type: ignore[valid-type]
