@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import unicodedata
 
 import httpx
 import pytest
@@ -67,6 +68,19 @@ def test_writes_need_the_key_and_a_writable_server(folder_index):
         for headers in (H, {}):
             answer = httpx.put(f"{url}/documents/x", json=big, headers=headers)
             assert answer.status_code == 413 and "body over 65536" in answer.json()["error"]
+
+
+def test_a_document_is_found_by_its_id_in_either_unicode_form(tmp_path, tiny_bert_dir):
+    """A file named on macOS (NFD) was a 404 for the id as typed or linked (NFC)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / unicodedata.normalize("NFD", "café.md")).write_text("# Café\n\ncoffee notes\n")
+    encoder = EncoderConfig(model=str(tiny_bert_dir), device="cpu", precision="fp32")
+    build_and_tune(docs, tmp_path / "idx", encoder, show_progress=False)
+    with live_server(_pipeline(tmp_path / "idx")) as url:
+        for form in ("NFC", "NFD"):
+            answer = httpx.get(f"{url}/documents/{unicodedata.normalize(form, 'café.md')}")
+            assert answer.status_code == 200 and answer.json()["title"] == "Café", answer.text
 
 
 def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):

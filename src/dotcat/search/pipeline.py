@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -272,8 +273,11 @@ class SearchPipeline:
         return {doc_id: document_text(d.title, d.text) for doc_id, d in docs.items()}
 
     def document(self, doc_id: str):
-        """The stored document with this id, or None."""
-        return self.index.store.by_ids([doc_id]).get(doc_id)
+        """The stored document with this id, else with it in the other Unicode form (a file
+        named on macOS is NFD, the id as typed NFC), or None."""
+        forms = dict.fromkeys([doc_id, *(unicodedata.normalize(f, doc_id) for f in ("NFC", "NFD"))])
+        found = self.index.store.by_ids(list(forms))
+        return next((found[form] for form in forms if form in found), None)
 
     def _feedback(self) -> tuple[Any, Any]:
         """The RM3 (where the index has BM25) and Rocchio settings, each None when off."""
