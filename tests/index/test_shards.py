@@ -151,8 +151,10 @@ def test_on_disk_lists_give_the_same_results_and_travel_with_the_index(built, en
 
 def test_overlapping_or_incompatible_shards_are_refused(built, encoder, tiny_bert_dir, tmp_path):
     s0 = built["parts"] / "s0"
-    with pytest.raises(DotcatError, match="same shard number"):
+    with pytest.raises(DotcatError, match="s0 is given twice"):
         merge_indexes([s0, s0], tmp_path / "twice", show_progress=False)
+    with pytest.raises(DotcatError, match="same shard number"):  # a copy of it
+        merge_indexes([s0, shutil.copytree(s0, tmp_path / "copy")], tmp_path / "twice")
     overlap = tmp_path / "overlap"
     build_index(_corpus(tmp_path / "o.jsonl.gz", 20), overlap, encoder, show_progress=False)
     with pytest.raises(DotcatError, match="ids that an earlier shard holds too .*'d0'"):

@@ -200,6 +200,8 @@ def test_bad_calls(index):
     for where in (123, None):
         with pytest.raises(DotcatError, match="an index is a directory"):
             SearchPipeline(where)
+    with pytest.raises(DotcatError, match="is given twice: its documents would be answered twice"):
+        SearchPipeline([index, index])  # (each of its documents came twice)
     # a misspelled option was ignored: the pipeline's own choice answered in its place
     with pytest.raises(DotcatError, match="option 'firststage' .did you mean 'first_stage'?"):
         pipeline.search("insulin", 3, firststage="bm25")
