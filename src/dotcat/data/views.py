@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dotcat.cache import cache_root
 from dotcat.data._io import jsonl_lines
-from dotcat.data.corpus import find_corpus_file, iter_corpus
+from dotcat.data.corpus import iter_corpus
 from dotcat.data.qrels import find_qrels_file, load_qrels, qrels_lines
 from dotcat.data.queries import find_queries_file, load_queries
 from dotcat.data.sources import open_source
@@ -60,8 +60,7 @@ def beir_view(
         asked = ({"_id": qid, "text": text} for qid, text in topics.items())
         write_text(work / "queries.jsonl", jsonl_lines(asked))
         write_text(work / "qrels" / f"{split}.tsv", qrels_lines(judged, "beir"))
-        made_from = {"corpus": str(find_corpus_file(corpus)) if Path(str(corpus)).exists()
-                     else str(corpus), "queries": str(queries), "qrels": str(qrels),
+        made_from = {"corpus": str(corpus), "queries": str(queries), "qrels": str(qrels),
                      "split": split}  # fmt: skip
         (work / _MARKER).write_text(json.dumps(made_from, indent=1), encoding="utf-8")
 
