@@ -21,6 +21,7 @@ from tests.timing import within
 
 from dotcat.errors import DotcatError
 from dotcat.serve.app import ServeConfig, is_loopback
+from dotcat.serve.client import ServerClient
 from dotcat.serve.refusals import MAX_URL_BYTES
 from dotcat.serve.snippet import SNIPPET_CHARS, TITLE_CHARS
 
@@ -199,6 +200,13 @@ def test_beyond_loopback_only_with_a_key():
     with pytest.raises(DotcatError, match="needs an API key"):
         ServeConfig(host="0.0.0.0").check()
     ServeConfig(host="0.0.0.0", api_key="k").check()
+    # A key an HTTP header cannot carry as typed locked every client out (curl sends UTF-8,
+    # the server reads Latin-1; urllib failed with a traceback): refused, on both sides.
+    for key in ("clé€", "two words"):
+        with pytest.raises(DotcatError, match="api_key: only ASCII letters, digits and punct"):
+            ServeConfig(api_key=key).check()
+        with pytest.raises(DotcatError, match="api_key: only ASCII letters, digits and"):
+            ServerClient("http://127.0.0.1:9", api_key=key)
 
 
 # -- load: batching, a bounded queue, a time limit ------------------------------------------
@@ -420,8 +428,6 @@ def test_an_answer_over_the_size_cap_is_refused(long_pipeline):
 
 
 def test_a_run_through_the_client_asks_in_batches_whose_answers_fit(long_pipeline):
-    from dotcat.serve.client import ServerClient
-
     queries = {f"q{i}": "pyruvate dehydrogenase" if i % 2 else "x y z" for i in range(20)}
     with live_server(long_pipeline, max_answer_bytes=8000) as url:
         run = ServerClient(url).run(queries, 7, first_stage="bm25", show_progress=False)

@@ -21,7 +21,7 @@ from dotcat.errors import DotcatError
 from dotcat.options import RUN_K
 from dotcat.progress import progress_bar
 from dotcat.search.hits import Hit
-from dotcat.serve.config import API_KEY_ENV
+from dotcat.serve.config import API_KEY_ENV, API_KEY_RULE, API_KEY_TEXT
 from dotcat.types import Run
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ class ServerClient:
             raise DotcatError(f"--server {url!r}: expected a URL like http://127.0.0.1:8080")
         self.url = url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        if self.api_key and not API_KEY_TEXT.fullmatch(self.api_key):
+            raise DotcatError(f"{API_KEY_ENV if api_key is None else 'api_key'}: {API_KEY_RULE}")
         self.timeout = timeout or network_timeout()
 
     def search(

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from dotcat.judging.config import JUDGMENTS_HELP
 from dotcat.options import Check, Settings, at_least, setting, within
 
 API_KEY_ENV = "DOTCAT_API_KEY"
+#: What an API key may hold: an HTTP header carries ASCII as typed, other text as each client
+#: encodes it (curl UTF-8, the server reads Latin-1), and a bearer token's spaces are cut.
+API_KEY_TEXT = re.compile(r"[!-~]+")
+API_KEY_RULE = "only ASCII letters, digits and punctuation (an HTTP header carries no other)"
 
 
 def is_loopback(host: str) -> bool:
@@ -102,6 +107,11 @@ class ServeConfig(Settings):
                 "host",
                 f"host {self.host}: serving beyond this machine needs an API key "
                 f"(--api-key or ${API_KEY_ENV})",
+            ),
+            (
+                not self.api_key or API_KEY_TEXT.fullmatch(self.api_key),
+                "api_key",
+                f"api_key: {API_KEY_RULE}",
             ),
             (
                 not self.writable or bool(self.api_key),
