@@ -109,6 +109,8 @@ BAD_GETS = [
     ({"q": "insulin", "k": "1001"}, "k: Input should be less than or equal to 1000"),
     ({"q": "insulin", "k": "ten"}, "k: expected an integer"),
     ({"q": "insulin", "kk": "3"}, "unknown query parameter(s): kk (known: q, k, rerank,"),
+    ({"q": ["insulin", "cats"]}, "query parameter(s) given twice: q (one value each; several"),
+    ({"q": "insulin", "k": ["3", "5"]}, "given twice: k"),  # (the last one was taken)
     ({"q": "insulin", "full_text": "maybe"}, "full_text: expected true or false"),
     ({"q": "insulin", "first_stage": "magic"}, "first_stage: Input should be"),
     ({"q": "insulin", "rerank": "true"}, "this server has no re-ranker"),

@@ -373,6 +373,12 @@ def only(*names: str):
             raise StarletteHTTPException(
                 422, f"unknown query parameter(s): {', '.join(unknown)}{known}"
             )
+        names_given = [name for name, _ in request.query_params.multi_items()]
+        if twice := sorted({n for n in names_given if names_given.count(n) > 1}):
+            raise StarletteHTTPException(
+                422, f"query parameter(s) given twice: {', '.join(twice)} (one value each; "
+                "several queries: POST /search)",
+            )  # fmt: skip
 
     return check
 
