@@ -200,6 +200,10 @@ def test_bad_calls(index):
     for where in (123, None):
         with pytest.raises(DotcatError, match="an index is a directory"):
             SearchPipeline(where)
+    # an int id: each side of the hybrid fused it apart from its text form, as two queries
+    assert pipeline.run({1: "insulin"}, 3) == pipeline.run({"1": "insulin"}, 3)
+    with pytest.raises(DotcatError, match="two ids are the same as text"):
+        pipeline.run({1: "insulin", "1": "cats"}, 3)
     with pytest.raises(DotcatError, match="is given twice: its documents would be answered twice"):
         SearchPipeline([index, index])  # (each of its documents came twice)
     # a misspelled option was ignored: the pipeline's own choice answered in its place

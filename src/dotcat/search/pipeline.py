@@ -228,7 +228,8 @@ class SearchPipeline:
         show_progress: bool = False,
         **options: Unpack[CallOptions],
     ) -> dict[str, list[Match]]:
-        """:meth:`run` with each document's passages that matched (best first)."""
+        """:meth:`run` with each document's passages that matched (best first); query ids are
+        read as text (TREC's): ``{1: ...}`` is answered as ``{"1": ...}``."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise DotcatError(f"k must be a whole number >= 1, got {k!r}")
         known = list(CallOptions.__annotations__)
@@ -237,6 +238,10 @@ class SearchPipeline:
             raise DotcatError(f"unknown option {name!r}{hint}: the options are {', '.join(known)}")
         if not isinstance(queries, Mapping):
             raise DotcatError(f"queries: a {{id: text}} mapping, got {type(queries).__name__}")
+        ids = {str(q): text for q, text in queries.items()}  # (an int id split hybrid's fusion)
+        if len(ids) < len(queries):
+            raise DotcatError("queries: two ids are the same as text (e.g. 1 and '1')")
+        queries = ids
         for text in queries.values():
             if not isinstance(text, str):
                 check_query(text)  # one line naming the type
