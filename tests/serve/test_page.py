@@ -90,6 +90,18 @@ def test_type_a_query_and_read_the_results(browser, page_pipeline, tmp_path):
         assert (tmp_path / "page.png").stat().st_size > 10_000
 
 
+def test_a_server_that_gives_fewer_than_ten_results_answers_the_page(browser, page_pipeline):
+    """The page asked for its 10 whatever the server's --max-k: a 422 on every search."""
+    with live_server(page_pipeline, max_k=3) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        page.wait_for_selector("#index-info:has-text('documents')")
+        page.fill("#q", "insulin")
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".hit")
+        assert page.locator(".hit").count() == 3 and page.input_value("#k") == "3"
+
+
 def test_keyboard_only(browser, page_pipeline):
     with live_server(page_pipeline) as url:
         page = browser.new_page()

@@ -245,6 +245,7 @@ async function loadInfo() {
   }
   if (info.first_stages.includes(select.dataset.wanted)) select.value = select.dataset.wanted;
   $("k").max = String(info.limits.max_k);
+  if (Number($("k").value) > info.limits.max_k) $("k").value = $("k").max; // (else a 422)
   $("depth").max = String(info.limits.max_depth);
   $("rerank").disabled = $("depth").disabled = !info.reranker;
   if (!info.reranker || !$("rerank").dataset.set) $("rerank").checked = Boolean(info.reranker);
