@@ -250,6 +250,8 @@ def test_the_judge_commands_pool_status_and_write_qrels(judge_index, topics_file
                                  "--device", "cpu", "--precision", "fp32"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "pooled 3 queries (3 new) at depth 3 over bm25" in result.output
+    # the command it says to run next judges this file, not the index's own
+    assert f"dotcat serve {judge_index} --judge --judgments {store}, then" in result.output
     with JudgmentStore(store) as opened:
         doc = opened.pooled("q1")[0].doc_id
         opened.judge("q1", doc, "ann", 2)

@@ -83,11 +83,12 @@ def pool(
     pipeline = SearchPipeline(index_dir, pipeline_config)
     summary = build_pool(pipeline, store, topics, config, show_progress=True)
     depth = config.pool_depth
+    store_given = f" --judgments {store_config.judgments}" if store_config.judgments else ""
     typer.echo(
         f"pooled {summary.topics} queries ({summary.added_topics} new) at depth {depth} "
         f"over {', '.join(summary.systems)}: {summary.pooled} documents ({summary.per_query:.1f} "
         f"a query, {summary.new} new) in {store.path}\n"
-        f"judge them: dotcat serve {index_dir} --judge, then open /judge"
+        f"judge them: dotcat serve {index_dir} --judge{store_given}, then open /judge"
     )
 
 
