@@ -112,3 +112,18 @@ def test_a_catalogue_that_is_no_json_object_is_one_line_not_ignored(
     expected = f"{path} ({CATALOG_ENV}): holds {kind}, expected an object of entries"
     assert expected in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"file": "t.zip", "subsets": 5}, {"file": "t.zip", "subsets": "cqa"},
+     {"file": "t.zip", "md5": 123}, {"file": "t.zip", "description": ["x"]}],
+)  # fmt: skip
+def test_an_entry_with_a_field_of_another_type_is_one_line(tmp_path, monkeypatch, spec):
+    """A number for its subsets was a TypeError's traceback; a string, one subset per letter."""
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"mine": spec}))
+    monkeypatch.setenv(CATALOG_ENV, str(path))
+    result = invoke("datasets", "list")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"{path} ({CATALOG_ENV}): mine: md5 and description are text" in result.output

@@ -132,7 +132,8 @@ def catalog() -> dict[str, Entry]:
     """:data:`BEIR` and the entries of the :data:`CATALOG_ENV` file (which win on a name).
 
     Raises:
-        DotcatError: the file is unreadable, holds no JSON object, or an entry lacks its ``file``.
+        DotcatError: the file is unreadable, holds no JSON object, or an entry lacks its ``file``
+            or holds a field of another type.
     """
     path = os.environ.get(CATALOG_ENV, "").strip()
     if not path:
@@ -151,8 +152,12 @@ def catalog() -> dict[str, Entry]:
     for name, spec in extra.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("file"), str):
             raise DotcatError(f"{path} ({CATALOG_ENV}): {name}: needs a 'file' (the zip's name)")
-        entries[name] = Entry(name, spec["file"], spec.get("md5"), spec.get("description", ""),
-                              tuple(spec.get("subsets", ())))  # fmt: skip
+        md5, about, subsets = spec.get("md5"), spec.get("description", ""), spec.get("subsets", [])
+        texts = isinstance(md5 or "", str) and isinstance(about, str)
+        if not (texts and isinstance(subsets, list) and all(isinstance(s, str) for s in subsets)):
+            raise DotcatError(f"{path} ({CATALOG_ENV}): {name}: md5 and description are text, "
+                              "subsets a list of names")  # fmt: skip
+        entries[name] = Entry(name, spec["file"], md5, about, tuple(subsets))
     return entries
 
 
