@@ -76,7 +76,7 @@ def shard_dirs(folder: Path, required: bool = False) -> list[Path]:
 def _in_order(shards: list[tuple[Path, Manifest]]) -> list[Path]:
     """Shards by their shard number (plain indexes: as given, after the shards)."""
     resolved = [p.resolve() for p, _ in shards]
-    twice = [p for p, _ in shards if resolved.count(p.resolve()) > 1]
+    twice = [p for (p, _), r in zip(shards, resolved, strict=True) if resolved.count(r) > 1]
     if twice:
         raise DotcatError(f"{twice[0]} is given twice: its documents would be answered twice")
     numbered = sorted(((m.shard["index"], p) for p, m in shards if m.shard), key=lambda x: x[0])

@@ -124,7 +124,8 @@ def sync_index(
     """
     start = time.perf_counter()
     index_dir, settings = Path(index_dir), dict(settings or {})
-    options = _selection_kept(corpus_options or CorpusOptions(), read_files(index_dir))
+    recorded = read_files(index_dir)
+    options = _selection_kept(corpus_options or CorpusOptions(), recorded)
     layout.check_writable(index_dir)
     encoder = encoder or _encoder(index_dir, corpus, settings)  # (checks the settings)
     try:
@@ -134,7 +135,6 @@ def sync_index(
         empty = (
             FolderSource(Path(corpus), options, empty_ok=True) if Path(corpus).is_dir() else None
         )
-        recorded = read_files(index_dir)
         if (
             empty is None
             or empty.listing.files
@@ -188,7 +188,7 @@ def _selection_kept(options: CorpusOptions, recorded: Mapping[str, Any] | None) 
     kept = {n: before[n] for n in ("include", "exclude", "hidden") if n in before}
     if kept:
         logger.info("the folder read as last time: %s", kept)
-    return replace(options, **{n: tuple(v) if isinstance(v, list) else v for n, v in kept.items()})
+    return replace(options, **kept)
 
 
 def _state(source: FolderSource | FileSource, options: CorpusOptions) -> dict[str, Any]:

@@ -233,9 +233,10 @@ class SearchPipeline:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise DotcatError(f"k must be a whole number >= 1, got {k!r}")
         known = list(CallOptions.__annotations__)
-        for name in sorted(set(options) - set(known)):  # (ignored, it would answer another way)
-            hint = did_you_mean(name, known)
-            raise DotcatError(f"unknown option {name!r}{hint}: the options are {', '.join(known)}")
+        if unknown := sorted(set(options) - set(known)):  # (ignored, it answered another way)
+            hint = did_you_mean(unknown[0], known)
+            raise DotcatError(f"unknown option {unknown[0]!r}{hint}: the options are "
+                              f"{', '.join(known)}")  # fmt: skip
         if not isinstance(queries, Mapping):
             raise DotcatError(f"queries: a {{id: text}} mapping, got {type(queries).__name__}")
         ids = {str(q): text for q, text in queries.items()}  # (an int id split hybrid's fusion)

@@ -37,6 +37,7 @@ import asyncio
 import hmac
 import os
 import time
+from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from importlib import resources
@@ -373,8 +374,8 @@ def only(*names: str):
             raise StarletteHTTPException(
                 422, f"unknown query parameter(s): {', '.join(unknown)}{known}"
             )
-        names_given = [name for name, _ in request.query_params.multi_items()]
-        if twice := sorted({n for n in names_given if names_given.count(n) > 1}):
+        given = Counter(name for name, _ in request.query_params.multi_items())
+        if twice := sorted(name for name, n in given.items() if n > 1):
             raise StarletteHTTPException(
                 422, f"query parameter(s) given twice: {', '.join(twice)} (one value each; "
                 "several queries: POST /search)",
