@@ -293,6 +293,20 @@ def test_a_crash_resumes_without_redoing_finished_steps(corpus, tiny_bert_dir, t
         assert second["steps"][step] == first["steps"][step]  # not done again
     assert second["steps"]["plan"]["result"]["queries"] == 64
     assert (out / "model.safetensors").exists()
+    # An overwrite that fails (or is stopped) puts the finished run back, whole.
+    module._train_step = _crash
+    try:
+        with pytest.raises(RuntimeError, match="killed"):
+            adapt(_config(corpus, out, tiny_bert_dir, max_queries=64, overwrite=True))
+    finally:
+        module._train_step = real
+    assert json.loads((out / RECORD).read_text()) == second
+    assert (out / "model.safetensors").exists()
+    assert not (tmp_path / ".model.overwritten").exists()
+    adapt(_config(corpus, out, tiny_bert_dir, max_queries=70, overwrite=True))  # ends: replaced
+    third = json.loads((out / RECORD).read_text())
+    assert (third["status"], third["settings"]["max_queries"]) == ("finished", 70)
+    assert not (tmp_path / ".model.overwritten").exists()
 
 
 def _crash(*args):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ from dotcat.data.corpus import iter_corpus
 from dotcat.data.pseudo import pseudo_queries, write_pseudo_dataset
 from dotcat.data.splits import unit_hash
 from dotcat.errors import DotcatError
-from dotcat.files import atomic_dir, read_json_or_none, write_json
+from dotcat.files import atomic_dir, read_json_or_none, remove_tree, write_json
 from dotcat.models import BiEncoder, EncoderConfig
 from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.training.config import (
@@ -79,14 +80,25 @@ def adapt(config: AdaptConfig) -> Path:
     config.validate()
     config.check_files()
     out = Path(config.out_dir)
-    work = _prepare(out, config)
-    run = _Record(out / RECORD, config)
-    pseudo = run.step("pseudo_queries", _pseudo_step, config, work)
-    rates = run.step("calibration", _calibrate, config, work)
-    plan = run.step("plan", _plan, config, pseudo, rates, run.elapsed())
-    run.step("negatives", _negatives_step, config, work, plan)
-    run.step("training", _train_step, config, work, plan)
-    run.finish()
+    aside = out.with_name(f".{out.name}.overwritten")  # an overwritten run, until this one ends
+    if aside.is_dir():  # kept by an overwrite that never ended: the earlier run comes back
+        remove_tree(out)
+        os.replace(aside, out)
+    work = _prepare(out, config, aside)
+    try:
+        run = _Record(out / RECORD, config)
+        pseudo = run.step("pseudo_queries", _pseudo_step, config, work)
+        rates = run.step("calibration", _calibrate, config, work)
+        plan = run.step("plan", _plan, config, pseudo, rates, run.elapsed())
+        run.step("negatives", _negatives_step, config, work, plan)
+        run.step("training", _train_step, config, work, plan)
+        run.finish()
+    except BaseException:  # Ctrl-C too: an overwritten run is put back, not lost
+        if aside.is_dir():
+            remove_tree(out)
+            os.replace(aside, out)
+        raise
+    remove_tree(aside)
     logger.info("adapted model written to %s (%.1f min)", out, run.elapsed() / 60)
     return out
 
@@ -308,8 +320,8 @@ def _write_subset(work: Path, n: int, seed: int) -> None:
     atomic_dir(work / "train", write)
 
 
-def _prepare(out: Path, config: AdaptConfig) -> Path:
-    """The output directory and its work folder; refuses to mix with an earlier run."""
+def _prepare(out: Path, config: AdaptConfig, aside: Path) -> Path:
+    """The work folder in ``out``; refuses to mix with an earlier run, moves an overwritten one."""
     record = out / RECORD
     if out.exists() and not out.is_dir():
         raise DotcatError(f"{out}: exists and is not a directory")
@@ -320,7 +332,8 @@ def _prepare(out: Path, config: AdaptConfig) -> Path:
                 f"{out}: holds an earlier adaptation; resume it (--resume) or overwrite it "
                 "(--overwrite)"
             )
-        shutil.rmtree(out)
+        logger.warning("overwriting the run in %s (kept in %s until this one ends)", out, aside)
+        os.replace(out, aside)
     if config.resume and record.exists():
         recorded = (read_json_or_none(record) or {}).get("settings", {})
         if recorded and recorded != (now := _settings(config)):
