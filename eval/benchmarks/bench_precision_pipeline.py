@@ -79,6 +79,8 @@ VARIANTS = {
     "u8u8": "ONNX Runtime, u8 activations x u8 weights, 8 bits",
     "fused": "ONNX Runtime fp32, the graph fused by onnxruntime.transformers (Attention, "
     "SkipLayerNormalization, BiasGelu, EmbedLayerNormalization)",
+    "skipln": "ONNX Runtime int8 with its SkipLayerNormalization fusion on (dotcat's runner "
+    "before it turned the fusion off)",
 }
 
 #: name -> (documents, queries, what it is)
@@ -99,6 +101,7 @@ PATHS: dict[str, tuple[Side, Side, str]] = {
     "ort-u8u8": (Side("int8", "onnxruntime", "u8u8"),) * 2 + (VARIANTS["u8u8"],),
     "ort-fp32": (ORT_FP32, ORT_FP32, "fp32 run by ONNX Runtime (its default graph optimisations)"),
     "ort-fp32-fused": (Side("fp32", "onnxruntime", "fused"),) * 2 + (VARIANTS["fused"],),
+    "ort-skipln": (Side("int8", "onnxruntime", "skipln"),) * 2 + (VARIANTS["skipln"],),
 }
 DEFAULT_PATHS = ("fp32", "bf16", "int8-ort", "int8-ov", "ov+q-fp32", "ov+q-bf16")
 
@@ -175,6 +178,8 @@ def variant_runner(encoder, side: Side, work: Path):
         from dotcat.models.openvino_backend import OpenVinoRunner
 
         return OpenVinoRunner(encoder.onnx.path, encoder.onnx.workers, int(side.variant[1:]))
+    if side.variant == "skipln":
+        return skipln_runner(encoder.onnx.path)
     from dotcat.models.onnx_backend import OnnxRunner, export, export_name
     from dotcat.models.st_config import read_st_settings
 
@@ -470,6 +475,7 @@ CAT_PATHS = {
     "int8-ov": ("int8", "openvino"),
     "fp32-ort": ("fp32", "onnxruntime"),  # (not options of the product: candidates)
     "fp32-ort-fused": ("fp32", "onnxruntime-fused"),
+    "int8-ort-skipln": ("int8", "onnxruntime-skipln"),
 }
 
 
@@ -514,8 +520,10 @@ def load_cat(model: Path, precision: str, backend: str, work: Path):
 
     ort_fp32 = precision == "fp32" and backend.startswith("onnxruntime")
     config = CrossEncoderConfig(model=str(model), precision=precision, max_length=PAIR_TOKENS,
-                                backend="auto" if ort_fp32 else backend)  # fmt: skip
+                                backend="auto" if ort_fp32 else backend.split("-")[0])  # fmt: skip
     cat = CrossEncoder.load(config)
+    if backend.endswith("skipln"):
+        cat.onnx = skipln_runner(cat.onnx.path)
     if ort_fp32:
         fingerprint = weights_fingerprint(model)
         path = onnx_backend.find_or_export(model, "cross-encoder", "fp32", fingerprint)
@@ -523,6 +531,19 @@ def load_cat(model: Path, precision: str, backend: str, work: Path):
             path = fused(path, work / "exports" / f"{fingerprint[:16]}-cat-fused", model)
         cat.onnx = onnx_backend.OnnxRunner(path, per_text=False)
     return cat
+
+
+def skipln_runner(path: Path):
+    """An int8 runner as dotcat's was before it turned ONNX Runtime's SkipLayerNormalization
+    fusion off (``onnx_backend.DISABLED_OPTIMIZERS``)."""
+    from dotcat.models import onnx_backend
+
+    kept = onnx_backend.DISABLED_OPTIMIZERS
+    onnx_backend.DISABLED_OPTIMIZERS = (kept[0], "")
+    try:
+        return onnx_backend.OnnxRunner(path)
+    finally:
+        onnx_backend.DISABLED_OPTIMIZERS = kept
 
 
 def time_queries(args, queries: list[str], sides: dict, n: int = 100) -> dict:

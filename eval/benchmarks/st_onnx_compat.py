@@ -14,7 +14,8 @@ runs in two environments:
 random one) into ``--out``, runs ``dotcat export`` at fp32 and int8 on the copies, and saves
 dotcat's vectors and logits at both precisions. ``check`` loads each export with
 ``SentenceTransformer(..., backend="onnx")`` / ``CrossEncoder(..., backend="onnx")`` and
-compares: fp32 within 1e-4; int8 exactly at batch size 1 (dotcat runs one text per call, see
+compares (ONNX Runtime's session set as dotcat's, ``onnx_backend.DISABLED_OPTIMIZERS``):
+fp32 within 1e-4; int8 exactly at batch size 1 (dotcat runs one text per call, see
 ``OnnxRunner.one_by_one``) and, for the record, the difference at batch size 32 (dynamic int8
 quantises a whole padded batch with one range). Exit status 1 on a mismatch. CI runs both
 steps (``.ci/run``).
@@ -47,7 +48,7 @@ FILES = {"fp32": "onnx/model.onnx", "int8": None}  # int8: the record names the 
 def reference(out: Path, cat: Path | None) -> None:
     from dotcat.models import BiEncoder, EncoderConfig
     from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
-    from dotcat.models.onnx_backend import export_name
+    from dotcat.models.onnx_backend import DISABLED_OPTIMIZERS, export_name
     from dotcat.models.resolve import resolve_model
 
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +82,7 @@ def reference(out: Path, cat: Path | None) -> None:
         outputs["max_length"] = encoder.max_length
         outputs["cat_max_length"] = cross.max_length
     outputs["int8_file"] = f"onnx/{export_name('int8')}"
+    outputs["session_config"] = list(DISABLED_OPTIMIZERS)  # what dotcat's sessions set
     (out / "reference.json").write_text(json.dumps(outputs))
     print(f"wrote {out / 'reference.json'}")
 
@@ -107,15 +109,19 @@ def _small_cross_encoder(tokenizer_dir: Path, out: Path) -> None:
 
 
 def check(root: Path, record: Path | None) -> int:
+    import onnxruntime as ort
     import sentence_transformers
     import torch
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     ref = json.loads((root / "reference.json").read_text())
+    options = ort.SessionOptions()  # ONNX Runtime's fusions as dotcat leaves them
+    options.add_session_config_entry(*ref["session_config"])
     rows, failed = [], False
     for precision in ("fp32", "int8"):
         file_name = FILES[precision] or ref["int8_file"]
-        kwargs = {"backend": "onnx", "device": "cpu", "model_kwargs": {"file_name": file_name}}
+        model_kwargs = {"file_name": file_name, "session_options": options}
+        kwargs = {"backend": "onnx", "device": "cpu", "model_kwargs": model_kwargs}
         st = SentenceTransformer(str(root / "encoder"), **kwargs)
         st.max_seq_length = ref["max_length"]
         ce = CrossEncoder(str(root / "cat"), max_length=ref["cat_max_length"], **kwargs)

@@ -73,6 +73,11 @@ KEEP_FP32 = {
     # (:mod:`dotcat.models.smoothquant`).
     "smoothed": (r"_embeddings/Gather",),
 }
+#: ONNX Runtime fusions left off (a session config entry, so sentence-transformers can pass the
+#: same): in the int8 exports its fused SkipLayerNormalization (a scalar kernel) took 8x the Add
+#: and LayerNormalization it replaces, 8-13% of a 256-token text's time on a Zen 4
+#: (eval/studies/avx2_int8/skipln.md).
+DISABLED_OPTIMIZERS = ("optimization.disable_specified_optimizers", "SkipLayerNormFusion")
 
 
 def default_keep_fp32(kind: str, variant: str) -> str:
@@ -185,10 +190,9 @@ class OnnxRunner:
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry(*DISABLED_OPTIMIZERS)
         try:
-            self.session = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
-            )
+            self.session = ort.InferenceSession(str(path), options, ["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
             raise DotcatError(f"{path}: ONNX Runtime cannot load it ({first_line(e)}); remove "
                               f"{path.parent} to export it again") from None  # fmt: skip
@@ -283,11 +287,8 @@ def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
         # The eager attention exports to plain MatMul/Softmax nodes every runtime has.
         model = auto.from_pretrained(weights_dir, attn_implementation="eager").eval()
         tokenizer = AutoTokenizer.from_pretrained(weights_dir)
-    names = [
-        n
-        for n in ("input_ids", "attention_mask", "token_type_ids")
-        if n in tokenizer.model_input_names
-    ]
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids")
+             if n in tokenizer.model_input_names]  # fmt: skip
     sample = tokenizer(["a query", "a longer document text"], padding=True, return_tensors="pt")
     output = OUTPUTS[kind]
 
@@ -303,16 +304,10 @@ def _export_fp32(weights_dir: Path, kind: str, out: Path) -> None:
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes[output] = {0: "batch"} if kind == "cross-encoder" else {0: "batch", 1: "sequence"}
     with torch.no_grad(), quiet_export():
-        torch.onnx.export(
-            Wrapped(),
-            tuple(sample[n] for n in names),
-            str(out),
-            input_names=names,
-            output_names=[output],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,  # the TorchScript exporter: dynamic axes without onnxscript
-        )
+        # dynamo=False: the TorchScript exporter, dynamic axes without onnxscript.
+        torch.onnx.export(Wrapped(), tuple(sample[n] for n in names), str(out), input_names=names,
+                          output_names=[output], dynamic_axes=axes, opset_version=OPSET,
+                          dynamo=False)  # fmt: skip
 
 
 def _quantize(src: Path, out: Path, *, reduce_range: bool, keep_fp32: str,
