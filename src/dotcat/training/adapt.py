@@ -81,9 +81,7 @@ def adapt(config: AdaptConfig) -> Path:
     config.check_files()
     out = Path(config.out_dir)
     aside = out.with_name(f".{out.name}.overwritten")  # an overwritten run, until this one ends
-    if aside.is_dir():  # kept by an overwrite that never ended: the earlier run comes back
-        remove_tree(out)
-        os.replace(aside, out)
+    _put_back(aside, out)  # one kept by an overwrite that never ended
     work = _prepare(out, config, aside)
     try:
         run = _Record(out / RECORD, config)
@@ -94,9 +92,7 @@ def adapt(config: AdaptConfig) -> Path:
         run.step("training", _train_step, config, work, plan)
         run.finish()
     except BaseException:  # Ctrl-C too: an overwritten run is put back, not lost
-        if aside.is_dir():
-            remove_tree(out)
-            os.replace(aside, out)
+        _put_back(aside, out)
         raise
     remove_tree(aside)
     logger.info("adapted model written to %s (%.1f min)", out, run.elapsed() / 60)
@@ -318,6 +314,13 @@ def _write_subset(work: Path, n: int, seed: int) -> None:
         (tmp / "qrels" / "train.tsv").write_text("\n".join(kept) + "\n", encoding="utf-8")
 
     atomic_dir(work / "train", write)
+
+
+def _put_back(aside: Path, out: Path) -> None:
+    """The run an overwrite moved to ``aside`` back in ``out`` (nothing there: nothing to do)."""
+    if aside.is_dir():
+        remove_tree(out)
+        os.replace(aside, out)
 
 
 def _prepare(out: Path, config: AdaptConfig, aside: Path) -> Path:
