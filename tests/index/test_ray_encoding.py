@@ -41,7 +41,7 @@ def local_ray(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DOTCAT_CACHE", str(tmp_path_factory.getbasetemp() / "dotcat-cache"))
         mp.setenv("HF_HUB_OFFLINE", "1")
-        ray.init(num_cpus=2, include_dashboard=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False)  # not a cluster found here
         try:
             yield
         finally:

@@ -230,14 +230,19 @@ def test_with_one_replica_answers_are_partial_while_its_shard_is_down(
         pipeline.close()
 
 
-def test_dotcat_serve_runs_the_shards_on_the_cluster_it_is_given(local_ray, collection):
+@pytest.mark.parametrize("given", [True, False], ids=["--ray ADDRESS", "default: local"])
+def test_dotcat_serve_runs_the_shards_on_the_cluster_it_is_given(local_ray, collection, given):
+    """Without --ray, serve starts a Ray of its own, even where RAY_ADDRESS names another
+    cluster (ray.init(num_cpus=...) joined that one, and failed: num_cpus is not allowed)."""
     port = free_port()
     command = [
         sys.executable, "-c", "import sys; from dotcat.cli import app; sys.exit(app())",
-        "serve", str(collection["parts"]), "--port", str(port), "--ray", local_ray.address,
+        "serve", str(collection["parts"]), "--port", str(port),
+        *(["--ray", local_ray.address] if given else []),
         "--replicas", "1", "--shard-cpus", "0.5", "--device", "cpu", "--precision", "fp32",
     ]  # fmt: skip
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "RAY_ADDRESS": local_ray.address}
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(url) or server.poll() is not None, 120, "the server's start")
