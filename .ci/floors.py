@@ -60,6 +60,7 @@ TESTS = {
     "trafilatura": ["tests/data/test_metadata.py"],
     "lxml_html_clean": ["tests/data/test_metadata.py"],
     "pytest": [],  # runs every test
+    "pytest-xdist": [],  # runs them in two processes (make test, test-fast, test-floors)
     "ruff": [],  # make lint
     "httpx": ["tests/serve/test_api.py"],
     "schemathesis": ["tests/serve/test_openapi.py"],
