@@ -31,11 +31,13 @@ def beir_files(qrels: bool = True) -> dict[str, bytes]:
 
 
 def make_zip(files: dict[str, bytes], top: str | None = "tiny") -> bytes:
-    """A zip of ``files`` (stored, uncompressed), under one top folder as BEIR's are."""
+    """A zip of ``files`` (stored, uncompressed), under one top folder as BEIR's are; the same
+    bytes in every process (a fixed date: tests are named by its md5, and pytest-xdist's
+    workers must collect the same names)."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
         for name, data in files.items():
-            zf.writestr(f"{top}/{name}" if top else name, data)
+            zf.writestr(zipfile.ZipInfo(f"{top}/{name}" if top else name), data)
     return out.getvalue()
 
 
