@@ -26,7 +26,8 @@ scifact: $(STAMP)
 	$(BIN)/dotcat eval $(RUNS)/scifact-bm25.trec $(RUNS)/scifact-minilm.trec $(RUNS)/scifact-hybrid.trec data/scifact --split test
 
 # Two processes (pytest-xdist), each given whole test files: a file's tests keep their order and
-# module fixtures. The suite on 2 cores: 744 s, against 981 s in one (eval/benchmarks/results/ci_time.md).
+# module fixtures. The suite on 2 cores: 744 s, against 981 s in one
+# (eval/benchmarks/results/ci_time.md).
 PARALLEL ?= -n 2 --dist loadfile
 
 # The whole test suite, slow (real-model) tests included.

@@ -117,8 +117,7 @@ def _connect(ray: Any, address: str) -> bool:
     if ray.is_initialized():
         logger.info("reusing the Ray runtime already initialised in this process")
         return False
-    if address != "local":
-        check_reachable(address)
+    check_reachable(address)  # (not "local", which has no port)
     try:
         # "local" always starts a Ray on this machine, even if RAY_ADDRESS is set
         ray.init(address=address, include_dashboard=False)

@@ -104,8 +104,7 @@ def _connect(ray: Any, address: str, cpus: int) -> bool:
     # ray.init sets SIGTERM to exit at once; ours (dotcat.cli.main) stops in order.
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        if address != "local":  # "local" starts a Ray here, whatever RAY_ADDRESS names
-            check_reachable(address)
+        check_reachable(address)  # (not "local": it starts a Ray here, whatever RAY_ADDRESS names)
         here = {"num_cpus": max(os.cpu_count() or 1, cpus)} if address == "local" else {}
         ray.init(address=address, include_dashboard=False, **here)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
