@@ -14,6 +14,10 @@ import pytest
 # The tests import OpenVINO themselves too (importorskip): without its telemetry, as dotcat's
 # import door has it (dotcat.models.openvino_backend._openvino), so no test forks a sender.
 sys.modules.setdefault("openvino_telemetry", None)
+# Tests that put this process under a file-size limit (a full disk) would otherwise leave a
+# cut-short .pyc of any module first imported meanwhile: CPython writes it without checking the
+# count written ("marshal data too short" in every later process). Subprocesses still write.
+sys.dont_write_bytecode = True
 
 
 def _packaged_model_dir() -> Path:

@@ -132,6 +132,7 @@ _ZYGOTE = textwrap.dedent(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if request.get("fsize") is not None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            sys.dont_write_bytecode = True  # a .pyc cut at the limit would be kept (conftest)
             resource.setrlimit(resource.RLIMIT_FSIZE, (request["fsize"], request["fsize"]))
         if request.get("stop"):
             stop_at(request["stop"])
