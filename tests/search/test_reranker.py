@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datasets
 import numpy as np
 import pytest
 
@@ -95,3 +96,7 @@ def test_corpus_texts_from_dataset_and_iterable(tiny_beir_dir, tiny_docs):
     from_list = corpus_texts(tiny_docs, want)
     assert from_ds == from_list
     assert from_ds["d1"] == "Cats Cats are small domesticated carnivorous mammals."
+    untitled = datasets.Dataset.from_list([{"id": 7, "text": "no title column"}])
+    assert corpus_texts(untitled, {"7"}) == {"7": "no title column"}  # (a KeyError before)
+    with pytest.raises(DotcatError, match="corpus document #1 has no id"):  # (#2 before)
+        corpus_texts([{"text": "first"}], {"x"})

@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -110,6 +110,25 @@ def document_fields(doc: object, n: int) -> tuple[str, str, str]:
     if doc_id is None:
         raise DotcatError(f"corpus document #{n + 1} has no id")
     return str(doc_id), title or "", text or ""
+
+
+def iter_document_fields(
+    corpus: Iterable[Any], batch_size: int = 1024
+) -> Iterator[tuple[str, str, str]]:
+    """``(id, title, text)`` of each document of ``corpus``, in order: a ``datasets.Dataset``
+    with ``id``, ``title`` (optional) and ``text`` columns, read in batches of ``batch_size``,
+    or an iterable of documents (:func:`document_fields`)."""
+    column_names = getattr(corpus, "column_names", None)
+    if column_names is not None and hasattr(corpus, "iter"):  # datasets.Dataset
+        if "id" not in column_names or "text" not in column_names:
+            raise DotcatError(f"corpus dataset needs columns id and text, has {column_names}")
+        for batch in corpus.iter(batch_size=batch_size):
+            titles = batch["title"] if "title" in batch else [""] * len(batch["id"])
+            for doc_id, title, text in zip(batch["id"], titles, batch["text"], strict=True):
+                yield str(doc_id), title or "", text or ""
+        return
+    for n, doc in enumerate(corpus):
+        yield document_fields(doc, n)
 
 
 def find_corpus_file(path: str | Path) -> Path:

@@ -109,11 +109,8 @@ def load_queries(path: str | Path, split: str | None = None) -> dict[str, str]:
         if missing:
             logger.warning(
                 "%s: %d queries judged in split %r have no text (e.g. %s)",
-                file,
-                len(missing),
-                split,
-                ", ".join(repr(q) for q in missing[:_EXAMPLES]),
-            )
+                file, len(missing), split, ", ".join(repr(q) for q in missing[:_EXAMPLES]),
+            )  # fmt: skip
         queries = {qid: text for qid, text in queries.items() if qid in judged}
         if not queries:
             raise DataFormatError(

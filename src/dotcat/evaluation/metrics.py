@@ -336,9 +336,8 @@ def _drop_unknown_queries(
     if unknown:
         logger.warning(
             "%d qrels queries are not in the query set and are not evaluated: %s",
-            len(unknown),
-            _preview(unknown),
-        )
+            len(unknown), _preview(unknown),
+        )  # fmt: skip
     if not judged:
         raise DotcatError(
             "none of the qrels queries is in the query set: check the queries and the split"
@@ -356,16 +355,13 @@ def _log_coverage(
         logger.warning(
             "none of the run's %d queries is judged: every one of the %d judged queries "
             "scores 0 (wrong qrels file or split?)",
-            n_run,
-            len(evaluated),
-        )
+            n_run, len(evaluated),
+        )  # fmt: skip
     elif missing:
         logger.warning(
             "%d of %d judged queries have no results and score 0: %s",
-            len(missing),
-            len(evaluated),
-            _preview(missing),
-        )
+            len(missing), len(evaluated), _preview(missing),
+        )  # fmt: skip
 
 
 def _per_query_values(

@@ -188,10 +188,8 @@ class _Runner:
             logger.warning(
                 "%s: the index was built from another corpus than %s's (sha256 %s...); its "
                 "results are evaluated against this dataset's qrels all the same",
-                index_dir,
-                self.data.path,
-                shas[-1][:12],
-            )
+                index_dir, self.data.path, shas[-1][:12],
+            )  # fmt: skip
         return index_fingerprint(index_dir)
 
     def _index_description(self, system: SystemConfig) -> dict[str, Any]:
@@ -592,8 +590,7 @@ def _copy_runs(outcomes: list[SystemOutcome], folder: Path) -> dict[str, Path]:
         out[outcome.name] = target
     if not out:
         raise DotcatError("the experiment has no systems")
-    current = {p.name for p in out.values()}
     for stale in folder.glob("*.trec"):  # runs of systems an earlier version of the file had
-        if stale.name not in current:
+        if stale.stem not in used:
             stale.unlink()
     return out

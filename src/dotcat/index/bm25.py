@@ -51,7 +51,7 @@ import numpy as np
 import regex
 import Stemmer
 
-from dotcat.data.corpus import document_fields
+from dotcat.data.corpus import iter_document_fields
 from dotcat.errors import DotcatError, first_line
 from dotcat.files import writing
 from dotcat.index.config import BM25Config
@@ -258,7 +258,7 @@ class BM25Index:
         start = time.perf_counter()
         tokenizer = make_tokenizer(config)
         doc_ids: list[str] = []
-        texts = (_join(title, text) for title, text in _iter_fields(corpus, doc_ids))
+        texts = _texts(corpus, doc_ids)
         stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
         total = len(corpus) if isinstance(corpus, Sized) else None
         bar = progress_bar(stream, total=total, desc="BM25 tokenize", enabled=show_progress)
@@ -292,7 +292,7 @@ class BM25Index:
             DotcatError: the documents do not give this index's vocabulary (other documents).
         """
         tokenizer = make_tokenizer(self.config)
-        texts = (_join(title, text) for title, text in _iter_fields(corpus, []))
+        texts = _texts(corpus, [])
         stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
         token_ids = [array("i", ids) for ids in stream]
         if len(token_ids) != len(self) or tokenizer.get_vocab_dict() != self._retriever.vocab_dict:
@@ -677,26 +677,11 @@ def docstore_rows(
             yield {"id": doc_id, "title": title, "text": text}
 
 
-def _join(title: str, text: str) -> str:
-    return f"{title} {text}" if title else text
-
-
-def _iter_fields(corpus: Iterable[Any], doc_ids: list[str]) -> Iterator[tuple[str, str]]:
-    """Yield (title, text) per document, appending its id to ``doc_ids`` as it goes."""
-    column_names = getattr(corpus, "column_names", None)
-    if column_names is not None and hasattr(corpus, "iter"):  # datasets.Dataset
-        if "id" not in column_names or "text" not in column_names:
-            raise DotcatError(f"corpus dataset needs columns id and text, has {column_names}")
-        for batch in corpus.iter(batch_size=1024):
-            titles = batch["title"] if "title" in batch else [""] * len(batch["id"])
-            for doc_id, title, text in zip(batch["id"], titles, batch["text"], strict=True):
-                doc_ids.append(str(doc_id))
-                yield title or "", text or ""
-        return
-    for n, doc in enumerate(corpus):
-        doc_id, title, text = document_fields(doc, n)
+def _texts(corpus: Iterable[Any], doc_ids: list[str]) -> Iterator[str]:
+    """Each document's title and text joined, its id appended to ``doc_ids`` as it goes."""
+    for doc_id, title, text in iter_document_fields(corpus):
         doc_ids.append(doc_id)
-        yield title, text
+        yield f"{title} {text}" if title else text
 
 
 def _check_unique(doc_ids: list[str]) -> None:

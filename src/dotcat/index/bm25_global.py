@@ -44,8 +44,7 @@ from dotcat.index.bm25 import (
     EmptyBM25,
     TermCounts,
     _bm25s,
-    _iter_fields,
-    _join,
+    _texts,
     make_tokenizer,
 )
 from dotcat.index.config import BM25Config
@@ -209,7 +208,7 @@ def updated(bm25: BM25Index, drop: Collection[str], rows: Iterable[object]) -> B
     tf = [np.asarray(counts.tf)[entry_kept]]
     lengths = [np.asarray(counts.lengths)[keep]]
     tokenizer = bm25._tokenizer  # the index's vocabulary, grown by the new rows' terms
-    texts = (_join(title, text) for title, text in _iter_fields(rows, doc_ids))
+    texts = _texts(rows, doc_ids)
     stream = tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True)
     for row, ids in enumerate(stream, start=len(doc_ids)):  # (doc_ids grows as it goes)
         found, counted = bm25s.scoring._get_counts_from_token_ids(

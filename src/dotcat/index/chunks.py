@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dotcat.errors import DotcatError
-from dotcat.files import replacing, write_text, writing
+from dotcat.files import read_json_or_none, replacing, write_text, writing
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +44,7 @@ FORMAT_VERSION = 1
 
 def read_plan(folder: Path) -> dict[str, Any] | None:
     """The plan recorded in a build folder (None: none, or unreadable)."""
-    try:
-        record = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    record = read_json_or_none(folder / PLAN_FILE) or {}
     if record.get("format") != FORMAT or record.get("format_version") != FORMAT_VERSION:
         return None
     return record.get("plan")

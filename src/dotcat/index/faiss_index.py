@@ -194,12 +194,8 @@ def _warn_thin_lists(spec: str, n: int, lists: int) -> None:
     logger.warning(
         "FAISS spec %r: %d vectors for %d lists is thin (FAISS asks for %d per list); recall "
         "may suffer; %s would suit this corpus",
-        spec,
-        n,
-        lists,
-        MIN_POINTS_PER_LIST,
-        _ivf_suggestion(n),
-    )
+        spec, n, lists, MIN_POINTS_PER_LIST, _ivf_suggestion(n),
+    )  # fmt: skip
 
 
 def _ivf_suggestion(n: int) -> str:

@@ -275,10 +275,8 @@ def _worker_count(ray: Any, workers: int | None, use_gpu: bool) -> int:
     if workers > have:
         logger.warning(
             "%d Ray workers asked for, the cluster has %d %ss: the others start when some are free",
-            workers,
-            have,
-            kind,
-        )
+            workers, have, kind,
+        )  # fmt: skip
     return workers
 
 

@@ -165,13 +165,9 @@ class CrossEncoder(LoadedModel):
             encoder.onnx = encoder._int8_runner(path)
         logger.info(
             "cross-encoder %s: max_length %d, %s, %s (%s)%s",
-            config.model,
-            encoder.max_length,
-            device,
-            encoder.precision,
-            encoder.backend,
+            config.model, encoder.max_length, device, encoder.precision, encoder.backend,
             "" if trained_head else ", new classification head (untrained)",
-        )
+        )  # fmt: skip
         return encoder
 
     @property

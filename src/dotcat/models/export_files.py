@@ -17,7 +17,6 @@ into place, so a crash leaves no half file.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -26,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dotcat.cache import cache_root
-from dotcat.files import write_json, writing
+from dotcat.files import read_json_or_none, write_json, writing
 from dotcat.models.resolve import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -78,10 +77,7 @@ def _digests(path: Path, companions: tuple[str, ...]) -> dict[str, str] | None:
 
 def _records(home: Path) -> dict:
     """``home/dotcat_export.json``: file name -> recipe (empty when missing or unreadable)."""
-    try:
-        records = json.loads((home / EXPORT_RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
+    records = read_json_or_none(home / EXPORT_RECORD)
     return records if isinstance(records, dict) else {}
 
 

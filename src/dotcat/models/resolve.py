@@ -28,6 +28,7 @@ import huggingface_hub
 
 from dotcat.cache import cache_root
 from dotcat.errors import DotcatError
+from dotcat.files import read_json_or_none
 from dotcat.models.st_config import read_st_settings
 
 logger = logging.getLogger(__name__)
@@ -319,10 +320,7 @@ def _hash_file(path: Path) -> str:
 
 
 def _read_disk_cache() -> dict[str, str]:
-    try:
-        data = json.loads((cache_root() / _CACHE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = read_json_or_none(cache_root() / _CACHE_FILE)
     return data if isinstance(data, dict) else {}
 
 

@@ -430,8 +430,7 @@ def busy_cpus() -> int | None:
     parallel region) are taken off, read from ``/proc/self/task/*/stat``.
     """
     try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            running = int(f.read().split()[3].split("/")[0])
+        running = int(Path("/proc/loadavg").read_text(encoding="ascii").split()[3].split("/")[0])
         own = 0
         for task in os.listdir("/proc/self/task"):
             try:

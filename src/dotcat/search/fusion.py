@@ -184,8 +184,6 @@ def choose_fusion(
     logger.info("fusion on dev (%s), %s: %s", source, DEV_MEASURE, curve)
     logger.info(
         "fusion chosen: %s (tied with the best: %s); %s",
-        chosen.describe(),
-        ", ".join(dev["tied"]) or "not tested",
-        choice.reason,
-    )
+        chosen.describe(), ", ".join(dev["tied"]) or "not tested", choice.reason,
+    )  # fmt: skip
     return Fusion(chosen.method, chosen.weight, chosen.k, dev)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dotcat.data.corpus import document_fields
+from dotcat.data.corpus import iter_document_fields
 from dotcat.data.index_source import corpus_shas
 from dotcat.data.runs import ranked
 from dotcat.errors import DotcatError
@@ -82,18 +82,8 @@ def corpus_texts(corpus: Iterable, ids: set[str]) -> dict[str, str]:
     ``corpus``: a ``datasets.Dataset`` from :func:`dotcat.data.corpus.load_corpus` (read in Arrow
     batches) or any iterable of documents with ``id``, ``title``, ``text``.
     """
-    texts: dict[str, str] = {}
-    if hasattr(corpus, "iter") and hasattr(corpus, "column_names"):
-        for batch in corpus.iter(batch_size=10_000):
-            for doc_id, title, text in zip(batch["id"], batch["title"], batch["text"], strict=True):
-                if doc_id in ids:
-                    texts[doc_id] = document_text(title or "", text or "")
-        return texts
-    for n, doc in enumerate(corpus, start=1):
-        doc_id, title, text = document_fields(doc, n)
-        if doc_id in ids:
-            texts[doc_id] = document_text(title, text)
-    return texts
+    fields = iter_document_fields(corpus, batch_size=10_000)
+    return {i: document_text(title, text) for i, title, text in fields if i in ids}
 
 
 def score_candidates(

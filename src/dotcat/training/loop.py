@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import math
 import os
@@ -38,7 +37,7 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from dotcat.errors import DotcatError
-from dotcat.files import remove_tree, write_json
+from dotcat.files import read_json_or_none, remove_tree, write_json
 from dotcat.models.resolve import TRAINING_RECORD
 from dotcat.progress import progress_bar
 from dotcat.training.checkpoint import (
@@ -89,10 +88,7 @@ def seed_everything(seed: int, rank: int = 0) -> None:
 
 def finished(out_dir: Path, kind: str, epochs: int) -> bool:
     """True when ``out_dir`` holds a finished run of this kind and number of epochs."""
-    try:
-        record = json.loads((out_dir / TRAINING_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    record = read_json_or_none(out_dir / TRAINING_RECORD) or {}
     return (
         record.get("status") == "finished"
         and record.get("kind", "dot") == kind
@@ -273,9 +269,8 @@ def _restore(run: _Run) -> dict[str, Any] | None:
         logger.warning(
             "checkpoint written by %d processes, resumed by %d: random states differ, the "
             "run continues but not bit for bit",
-            len(rng),
-            run.ctx.world_size,
-        )
+            len(rng), run.ctx.world_size,
+        )  # fmt: skip
     run.resumed_from = str(checkpoint)
     return state
 
@@ -396,11 +391,8 @@ def _end_epoch(run: _Run) -> None:
     )
     logger.info(
         "epoch %d: train loss %.4f, dev %s, %.1f examples/s",
-        state.epoch + 1,
-        train_loss,
-        _describe(scores),
-        rate,
-    )
+        state.epoch + 1, train_loss, _describe(scores), rate,
+    )  # fmt: skip
     _keep_if_best(run, state.epoch + 1, score)
     state.epoch += 1
     state.batches_done = 0
@@ -441,11 +433,8 @@ def _finish(run: _Run, stopped: bool) -> None:
             best = run.state.best
             logger.info(
                 "training finished: best epoch %s (dev %s %s), model in %s",
-                best["epoch"],
-                DEV_MEASURE,
-                best["score"],
-                run.out_dir,
-            )
+                best["epoch"], DEV_MEASURE, best["score"], run.out_dir,
+            )  # fmt: skip
             if best["epoch"] == 0:
                 logger.warning("no epoch beat the starting model on the dev split; it is kept")
     run.ctx.barrier()

@@ -194,10 +194,8 @@ def _warn_some(what: str, items: Sequence[str], count: int | None = None) -> Non
 def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> None:
     logger.info(
         "%d training examples from %d queries (%d negatives each)",
-        stats.examples,
-        stats.queries,
-        n_negatives,
-    )
+        stats.examples, stats.queries, n_negatives,
+    )  # fmt: skip
     if stats.skipped_no_text:
         _warn_some("judged queries have no text and were skipped", no_text, stats.skipped_no_text)
     if stats.skipped_no_qrels:
@@ -210,10 +208,9 @@ def _log_stats(stats: ExampleStats, n_negatives: int, no_text: list[str]) -> Non
     if stats.short_negatives:
         logger.warning(
             "%d examples have fewer than %d mined negatives available%s",
-            stats.short_negatives,
-            n_negatives,
+            stats.short_negatives, n_negatives,
             f" ({stats.dropped_short} dropped)" if stats.dropped_short else "",
-        )
+        )  # fmt: skip
 
 
 class TrainingData(NamedTuple):
@@ -274,10 +271,8 @@ def load_training_data(
         raise DotcatError(f"{data_path}: no judged query with text to train on (split {split!r})")
     logger.info(
         "training data: %d queries, %d judgements, %d documents",
-        len(kept_queries),
-        sum(len(d) for d in kept_qrels.values()),
-        len(corpus),
-    )
+        len(kept_queries), sum(len(d) for d in kept_qrels.values()), len(corpus),
+    )  # fmt: skip
     return TrainingData(kept_queries, kept_qrels, corpus)
 
 

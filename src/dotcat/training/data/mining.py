@@ -36,7 +36,7 @@ from typing import IO, Any
 import faiss
 import numpy as np
 
-from dotcat.data.corpus import document_fields
+from dotcat.data.corpus import iter_document_fields
 from dotcat.errors import DataFormatError, DotcatError
 from dotcat.files import writing
 from dotcat.index import document_text
@@ -133,20 +133,7 @@ def iter_document_chunks(
     """
     if chunk_size < 1:
         raise DotcatError(f"chunk size must be >= 1, got {chunk_size}")
-    column_names = getattr(corpus, "column_names", None)
-    if column_names is not None and hasattr(corpus, "iter"):  # datasets.Dataset
-        if "id" not in column_names or "text" not in column_names:
-            raise DotcatError(f"corpus dataset needs columns id and text, has {column_names}")
-        for batch in corpus.iter(batch_size=chunk_size):
-            n = len(batch["id"])
-            titles = batch["title"] if "title" in batch else [""] * n
-            yield (
-                [str(i) for i in batch["id"]],
-                [t or "" for t in titles],
-                [t or "" for t in batch["text"]],
-            )
-        return
-    fields = (document_fields(doc, n) for n, doc in enumerate(corpus))
+    fields = iter_document_fields(corpus, batch_size=chunk_size)
     while chunk := list(itertools.islice(fields, chunk_size)):
         ids, titles, texts = (list(column) for column in zip(*chunk, strict=True))
         yield ids, titles, texts
