@@ -629,7 +629,10 @@ MESSAGE_CASES = [
     case(*BM25[:1], "{bad}/fields.jsonl", *BM25[1:], expect="name the field with --id-field"),
 ]
 
-SV = ("search", "--server", "http://127.0.0.1:9", "words")  # refused before it is asked
+SV = ("search", "--server", "http://127.0.0.1:9", "words")
+TD = ("train", "dot", "{beir}", "{out}/m", "--base", "{model}")
+DISTILL = ("train", "distill", "{beir}", "{out}/m", "--student", "{model}", "--teacher", "{cat}")
+EXPORT = ("export", "{model_copy}", "--precision", "fp32")  # refused before it is asked
 SERVE = ("serve", "{idx}", "--port", "8765")
 CAL = ("calibrate", "{idx}", "--rerank", "{cat}")
 DOCS = "{bad}/folder_docs"
@@ -704,6 +707,20 @@ NOT_APPLYING_CASES = [
     case("index", DOCS + "/a.md", "{out}/i", *INDEX, "--id-field", "k", expect="--id-field 'k'"),
     case(*IX, "--include", "*.md", expect="--include selects files in a folder"),
     case("add", "{idx}", "{new}", "--exclude", "*.md", expect="--exclude selects files in a"),
+    # a loss's settings under the other loss; export's int8 settings at fp32
+    case(*TD, "--margin", "0.3", expect="--margin applies only with --loss triplet"),
+    case(*TD, "--loss", "triplet", "--temperature", "0.1", expect="--temperature does not apply"),
+    case(*DISTILL, "--margin", "0.3", expect="--margin does not apply to distillation"),
+    case(*DISTILL, "--kl-temperature", "2", expect="--kl-temperature applies only with --loss kl"),
+    case(*EXPORT, "--variant", "avx2", expect="--variant applies only with --precision int8"),
+    case(*EXPORT, "--backend", "openvino", expect="--backend applies only with --precision int8"),
+    # an on-disk merge of lists a Flat index has not; a judgements file with no judging page
+    case("merge", "{shards}/s0", "{shards}/s1", "{out}/m", "--on-disk", "yes", expect="IVF"),
+    case(*SERVE, "--judgments", "{out}/j.sqlite", expect="--judgments applies only with --judge"),
+    # a run's options without its queries; a restart of an index that is brought up to date
+    case(*S, "--split", "dev", expect="--split and --tag go with --queries"),
+    case(*S, "--tag", "mine", expect="--split and --tag go with --queries"),
+    case("index", "{corpus}", "{idx}", *INDEX, "--fresh", expect="--fresh restarts an interr"),
     # experiment systems, from the same source
     case("experiment", "{bad}/exp_fb_docs.toml", expect="fb_docs applies only with prf rm3"),
     case("experiment", "{bad}/exp_depth.toml", expect="depth applies only with a cross-encod"),

@@ -460,10 +460,11 @@ def move_into(src: Path, dst: Path, last: str = ".safetensors") -> None:
     replacing what is there, the files ending in ``last`` (the weights) last: a crash on the
     way leaves the old weights or the new, never half a file."""
     for entry in sorted(Path(src).iterdir(), key=lambda p: (p.name.endswith(last), p.name)):
-        target = Path(dst) / entry.name
-        if entry.is_dir() and target.is_dir():
-            shutil.rmtree(target)
+        target, old = Path(dst) / entry.name, Path(src) / f".old-{entry.name}"
+        if entry.is_dir() and target.is_dir():  # moved aside, removed once the new one is in
+            os.replace(target, old)
         os.replace(entry, target)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:

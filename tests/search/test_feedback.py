@@ -301,6 +301,8 @@ def test_feedback_needs_its_side(index, data, tiny_bert_dir, tmp_path):
     build_index(data, dense_only, encoder, IndexConfig(bm25=False), show_progress=False)
     with pytest.raises(DotcatError, match="first stage is 'dense'"):
         _pipeline(dense_only, prf="rm3")
+    with pytest.raises(SettingError, match="fusion applies only to a first stage that fuses"):
+        _pipeline(dense_only, fusion="rrf")  # the hybrid's settings, where no hybrid runs
 
 
 def test_rm3_agrees_with_anserini_on_the_same_corpus():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dotcat.errors import DotcatError
-from dotcat.files import atomic_dir
+from dotcat.files import atomic_dir, move_into
 from dotcat.models.runtime import cpu_has_native_bf16
 from dotcat.training.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dotcat.training.config import DotConfig
@@ -84,18 +84,34 @@ def test_a_step_saved_again_replaces_its_checkpoint_whole(tmp_path, monkeypatch)
     assert load_checkpoint(found, *args)[0]["run"] == "second"
 
 
+def _crash_removing(path, ignore_errors=False):
+    """``shutil.rmtree`` crashing half-way through removing a folder."""
+    for entry in Path(path).iterdir():
+        entry.unlink()
+    raise KeyboardInterrupt
+
+
 def test_a_folder_written_again_is_replaced_whole(tmp_path, monkeypatch):
     """:func:`atomic_dir` (downloads, exports, pretrained re-rankers) removes the earlier folder
     only once the new one is in place: a crash while it is removed leaves the new one whole."""
     target = tmp_path / "made"
     atomic_dir(target, lambda tmp: (tmp / "data.txt").write_text("first"), unique=True)
 
-    def crash(path, ignore_errors=False):  # a crash half-way through removing a folder
-        for entry in Path(path).iterdir():
-            entry.unlink()
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr("dotcat.files.shutil.rmtree", crash)
+    monkeypatch.setattr("dotcat.files.shutil.rmtree", _crash_removing)
     with pytest.raises(KeyboardInterrupt):
         atomic_dir(target, lambda tmp: (tmp / "data.txt").write_text("second"), unique=True)
     assert (target / "data.txt").read_text() == "second"
+
+
+def test_a_model_saved_over_another_keeps_each_module_folder_whole(tmp_path, monkeypatch):
+    """:func:`move_into` (a model saved over one: its sentence-transformers folders) removes an
+    earlier folder only once the new one is in place."""
+    new, out = tmp_path / ".saving", tmp_path / "model"
+    for folder, text in ((new, "new"), (out, "old")):
+        (folder / "1_Pooling").mkdir(parents=True)
+        (folder / "1_Pooling" / "config.json").write_text(text)
+
+    monkeypatch.setattr("dotcat.files.shutil.rmtree", _crash_removing)
+    with pytest.raises(KeyboardInterrupt):
+        move_into(new, out)
+    assert (out / "1_Pooling" / "config.json").read_text() == "new"

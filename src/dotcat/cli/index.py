@@ -68,6 +68,9 @@ def index(
     if not overwrite and built_from(corpus, index_dir):
         from dotcat.index.sync import sync_index
 
+        if fresh:
+            raise DotcatError("--fresh restarts an interrupted build; this index is brought up to "
+                              "date from CORPUS (--overwrite builds it again)")  # fmt: skip
         given = given_settings(EncoderConfig) | given_settings(IndexConfig)
         settings = {n: getattr(encoder if hasattr(encoder, n) else config, n) for n in given}
         settings |= {n: getattr(config.passages, n) for n in given_settings(PassageConfig)}

@@ -94,10 +94,7 @@ def search(
     --filter only documents whose fields match are searched. A folder of shards is searched
     as one index: in this process, or on Ray (--ray).
     """
-    if full_text and not as_json:
-        raise DotcatError("--full-text goes with --json (the table shows snippets)")
-    if as_json and queries is not None:
-        raise DotcatError("--json shows one query's hits (or line mode's); --queries writes a run")
+    _check_paired(as_json, full_text, queries, split, tag)
     if server is not None:  # `dotcat search --server URL "query"`: the one positional is it
         refuse_with("--server", given_settings(ClusterConfig), "the server runs its shards")
         _search_remote(server, [x for x in (index_dir, query) if x is not None], k, as_json,
@@ -158,6 +155,16 @@ def _warn_if_partial(pipeline) -> None:
             "partial answer: shard(s) %s did not answer within the budget; %d of %d documents "
             "searched", ", ".join(coverage.missing), coverage.documents, coverage.total,
         )  # fmt: skip
+
+
+def _check_paired(as_json: bool, full_text: bool, queries: Path | None, split: str, tag: str):
+    """Refuse an option given without the one it goes with."""
+    if full_text and not as_json:
+        raise DotcatError("--full-text goes with --json (the table shows snippets)")
+    if as_json and queries is not None:
+        raise DotcatError("--json shows one query's hits (or line mode's); --queries writes a run")
+    if queries is None and (split != "test" or tag != "dotcat"):
+        raise DotcatError("--split and --tag go with --queries (a run's queries and its name)")
 
 
 def _write_run(pipeline, topics: dict[str, str], k: int, output: Path, tag: str) -> None:

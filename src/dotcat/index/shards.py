@@ -37,7 +37,7 @@ import numpy as np
 from faiss.contrib.ondisk import merge_ondisk
 
 from dotcat.data.index_source import indexes_in
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.files import writes, writing
 from dotcat.index import faiss_index, layout
 from dotcat.index.bm25 import build_from_docstore, side_entry
@@ -431,12 +431,10 @@ def merge_indexes(
     paths = _in_order(manifests)
     manifests = [next(m for p, m in manifests if p == path) for path in paths]
     spec = faiss_spec or manifests[0].faiss["spec"]
-    dim = int(manifests[0].encoder["dim"])
     counts = [int(m.documents["count"]) for m in manifests]
     n = sum(m.vector_count for m in manifests)
-    empty = faiss_index.create_index(spec, dim)
-    faiss_index.check_trainable(empty, spec, n)
-    vectors = [_vectors_of(p, m, dim) for p, m in zip(paths, manifests, strict=True)]
+    empty = _empty_index(spec, int(manifests[0].encoder["dim"]), n, on_disk)
+    vectors = [_vectors_of(p, m, empty.d) for p, m in zip(paths, manifests, strict=True)]
     layout.check_target(out, overwrite)
 
     with layout.index_lock(out):
@@ -588,6 +586,16 @@ def _sample(vectors: Sequence, positions: np.ndarray) -> np.ndarray:
         if len(mine):
             out.append(np.asarray(array[mine], dtype=np.float32))
     return np.concatenate(out) if out else np.empty((0, vectors[0].shape[1]), np.float32)
+
+
+def _empty_index(spec: str, dim: int, n: int, on_disk: str) -> faiss.Index:
+    """The merged index, empty; refused where ``n`` vectors cannot train it or ``on_disk`` is
+    ``yes`` for a spec without inverted lists."""
+    empty = faiss_index.create_index(spec, dim)
+    faiss_index.check_trainable(empty, spec, n)
+    if on_disk == "yes" and faiss.try_extract_index_ivf(faiss.downcast_index(empty)) is None:
+        raise SettingError("on_disk", f"on_disk yes applies only to IVF lists; {spec} has none")
+    return empty
 
 
 def _merge_faiss(

@@ -189,6 +189,10 @@ class ExportConfig(Settings):
         choices=INT8_BACKENDS,
     )
 
+    def applies(self) -> list[Applies]:
+        int8 = self.precision == "int8"
+        return [(("variant", "backend"), int8, "applies only with precision int8")]
+
 
 def _model_checks(config: EncoderConfig | CrossEncoderConfig, shortest: int) -> list[Check]:
     """The checks both models' settings make (``shortest``: the least ``max_length``)."""

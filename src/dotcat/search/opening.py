@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dotcat.errors import DotcatError
+from dotcat.errors import DotcatError, SettingError
 from dotcat.index import layout
 from dotcat.index.manifest import ENCODER_KEYS
 from dotcat.index.shards import open_index, shard_dirs, shard_order
@@ -63,7 +63,7 @@ def open_stages(
             check_pipeline(path, config)
         folder = Path(index) if isinstance(index, str | Path) else Path(os.path.commonpath(paths))
         context = ShardedStages(folder, paths, config, cluster or ClusterConfig())
-    _check_feedback(context, config)
+    _check_sides(context, config)
     return context
 
 
@@ -78,16 +78,21 @@ def _open_one(index_dir: Path, config: Any) -> StageContext:
     return context
 
 
-def _check_feedback(context: StageContext, config: Any) -> None:
-    """Feedback rewrites one side (:data:`~dotcat.search.config.PRF_SIDES`); the first stage
-    must read it."""
+def _check_sides(context: StageContext, config: Any) -> None:
+    """Feedback rewrites one side (:data:`~dotcat.search.config.PRF_SIDES`), the fusion's
+    settings fuse two: the first stage this index resolves must read them."""
     first_stage = context.resolve(config.first_stage)
-    missing = [s for s in PRF_SIDES[config.prf] if s not in entry(first_stage).sides]
+    sides = entry(first_stage).sides
+    missing = [s for s in PRF_SIDES[config.prf] if s not in sides]
     if missing:
         raise DotcatError(
             f"{context.index_dir}: prf {config.prf!r} rewrites the {' and '.join(missing)} "
             f"side, and this index's first stage is {first_stage!r}"
         )
+    fusing = sorted({"fusion", "fusion_weight", "fusion_depth"} & set(config.to_json()))
+    if fusing and len(sides) < 2:
+        raise SettingError(fusing[0], f"{context.index_dir}: {fusing[0]} applies only to a first "
+                           f"stage that fuses, and this index's is {first_stage!r}")  # fmt: skip
 
 
 def reopen(old: StageContext, config: Any) -> StageContext | None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from dotcat.judging.config import JUDGMENTS_HELP
-from dotcat.options import Check, Settings, at_least, setting, within
+from dotcat.options import Applies, Check, Settings, at_least, setting, within
 
 API_KEY_ENV = "DOTCAT_API_KEY"
 #: What an API key may hold: an HTTP header carries ASCII as typed, other text as each client
@@ -98,6 +98,9 @@ class ServeConfig(Settings):
     watch: bool = setting(
         False, help="Follow the folder the index was built from: sync it when its files change."
     )
+
+    def applies(self) -> list[Applies]:
+        return [(("judgments",), self.judge, "applies only with judge (the judging page)")]
 
     def checks(self) -> list[Check]:
         """An open address and writes need an API key; the limits must make sense."""

@@ -34,6 +34,7 @@ from dotcat.options import (
     PRECISIONS,
     RERANK_DEPTH,
     SIMILARITIES,
+    Applies,
     Check,
     Settings,
     _jsonable,
@@ -371,6 +372,11 @@ class DotConfig(TrainConfig):
             ),
         ]
 
+    def applies(self) -> list[Applies]:
+        triplet = self.loss == "triplet"
+        return [(("margin",), triplet, "applies only with loss triplet"),
+                (("temperature",), not triplet, "does not apply with loss triplet")]  # fmt: skip
+
     def validate(self) -> None:
         super().validate()
         check_window(self.window)
@@ -555,6 +561,11 @@ class DistillConfig(DotConfig):
                 f"the loss added to distillation is contrastive, got {self.loss!r}",
             ),
         ]
+
+    def applies(self) -> list[Applies]:
+        kl = self.distill_loss == "kl"
+        return [(("margin",), False, "does not apply to distillation (its losses have none)"),
+                (("kl_temperature",), kl, "applies only with distill_loss kl")]  # fmt: skip
 
 
 @dataclass(frozen=True, repr=False)
