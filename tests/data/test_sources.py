@@ -168,6 +168,23 @@ def test_a_folder_with_nothing_to_read_says_what_it_holds(tmp_path):
         open_source(tmp_path)
 
 
+def test_a_file_without_a_suffix_is_text_unless_it_is_binary(tmp_path, caplog):
+    """``README``, ``TODO``, ``README.gz`` (Debian's docs) are read as grep reads them; an
+    executable without a suffix is a kind not read, as a ``.docx`` is."""
+    (tmp_path / "README").write_text("Install with make install.")
+    (tmp_path / "NEWS.gz").write_bytes(gzip.compress(b"Version 2 reads gzipped notes."))
+    (tmp_path / "tool").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(64))
+    (tmp_path / "empty").write_bytes(b"")
+    with caplog.at_level(logging.WARNING):
+        docs = {d.id: d for d in iter_corpus(tmp_path)}
+    assert {i: (d.title, d.text) for i, d in docs.items()} == {
+        "NEWS.gz": ("NEWS", "Version 2 reads gzipped notes."),
+        "README": ("README", "Install with make install."),
+    }
+    assert "does not index (2 (no suffix)): empty, tool;" in caplog.text
+    assert list(iter_corpus(tmp_path / "README")) == [docs["README"]]  # one file, as a folder's
+
+
 def test_a_single_document_file_is_a_one_document_corpus(tmp_path):
     path = tmp_path / "report.pdf"
     path.write_bytes(minimal_pdf(["Quarterly figures"], "Report"))

@@ -26,7 +26,7 @@ from dotcat.search.cluster import is_shard_folder
 
 CORPUS_HELP = (
     "A BEIR directory, a corpus file (JSONL, JSON, CSV, TSV, Parquet; .gz ok) or a folder of "
-    "files (.txt .md .rst .html .pdf, and record files), walked recursively."
+    "files (.txt .md .rst .html .pdf, text without a suffix, and record files), walked recursively."
 )
 
 

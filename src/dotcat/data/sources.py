@@ -7,9 +7,10 @@
   ones), or a BEIR directory, whose ``corpus.jsonl[.gz]`` is that file. Ids are the records'.
 - :class:`FolderSource`: any other directory, walked recursively in sorted order (path components
   compared as strings, so ``--shard I/N`` splits the same list on every machine). Each text
-  (``.txt``), Markdown (``.md``), reStructuredText (``.rst``), HTML (``.html``, ``.htm``) or PDF
-  file is one document (:mod:`dotcat.data.extract`) whose id is its path relative to the folder with
-  ``/`` separators; each record file (``.jsonl``, ``.ndjson``, ``.json``, ``.csv``, ``.tsv``,
+  (``.txt``, or no suffix where its first 8 KiB are not binary: ``README``), Markdown (``.md``),
+  reStructuredText (``.rst``), HTML (``.html``, ``.htm``) or PDF file is one document
+  (:mod:`dotcat.data.extract`) whose id is its path relative to the folder with ``/``
+  separators; each record file (``.jsonl``, ``.ndjson``, ``.json``, ``.csv``, ``.tsv``,
   ``.parquet``) holds documents with ids ``<relative path>#<record id>``. Text kinds may be gzipped
   (``notes.md.gz``). Whitespace, ``%`` and ``#`` in a path are percent-encoded in its id (``my
   notes/a.md`` becomes ``my%20notes/a.md``): TREC runs separate their columns with whitespace, and
@@ -266,6 +267,20 @@ def file_kind(name: str) -> str | None:
     if lowered.endswith(".gz") and suffix not in _GZIP_OK:
         return None
     return DOCUMENT_SUFFIXES.get(suffix) or ("records" if suffix in RECORD_SUFFIXES else None)
+
+
+def plain_text(path: Path) -> str | None:
+    """``text`` for a regular file without a suffix (``README``, ``TODO``, or gzipped:
+    ``README.gz``) whose first 8 KiB are not binary (:func:`~dotcat.data.encodings.binary`),
+    as grep reads it; else None."""
+    name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
+    if os.path.splitext(name)[1] or not path.is_file():
+        return None
+    opener = gzip.open if name != path.name else open
+    with contextlib.suppress(OSError, EOFError, zlib.error), opener(path, "rb") as f:
+        head = f.read(8192)
+        return "text" if head and not binary(head) else None
+    return None
 
 
 def _stem(rel: str) -> str:
@@ -532,7 +547,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             )  # fmt: skip
         return FolderSource(path, options)
     require_file(path)
-    kind = file_kind(path.name)
+    kind = file_kind(path.name) or plain_text(path)
     if kind is not None and kind != "records":
         _refuse_folder_options(options, path, "one file")
         if kind == "html":
@@ -638,12 +653,11 @@ def is_index_folder(folder: Path) -> bool:
 
 def _list_file(listing: Listing, entry: Entry) -> None:
     """``entry`` read, named as not read (:attr:`Entry.problem`), or counted as a kind not read."""
-    kind = file_kind(entry.path.name)
     if entry.rel == RULES_FILE:  # the folder's own rules: configuration, never a document
         return
     if entry.problem:
         listing.problems.append((entry.rel, entry.path, entry.problem))
-    elif kind is None:
+    elif (kind := file_kind(entry.path.name) or plain_text(entry.path)) is None:
         listing.other_kinds[_suffix(entry.path.name)] += 1
         if len(listing.other_named) < UNREADABLE_NAMED:
             listing.other_named.append(entry.rel)
