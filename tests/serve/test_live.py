@@ -108,9 +108,15 @@ def test_a_write_is_searchable_when_answered_and_a_delete_is_gone(folder_index):
         assert httpx.delete(f"{url}/documents/web/koala", headers=H).status_code == 404
         own = {"text": "x", "fields": {"title": "clash"}}
         assert httpx.put(f"{url}/documents/y", json=own, headers=H).status_code == 422
-        for bad in ("a%00b", "%E2%80%8B", "%20", "a%20b"):  # control, zero-width, blank, space
+        refusals = {"a%00b": "control character (U+0000", "%E2%80%8B": "other than white",
+                    "%20": "other than white", "a%20b": "must hold no white space"}  # fmt: skip
+        for bad, why in refusals.items():  # control, zero-width, blank, space
             answer = httpx.put(f"{url}/documents/{bad}", json={"text": "x"}, headers=H)
             assert answer.status_code == 422 and "doc_id" in answer.json()["error"], answer.text
+            assert why in answer.json()["error"], answer.text
+        unknown = {"documents": [{"doc_id": "a", "text": "x", "body": "y"}]}
+        answer = httpx.post(f"{url}/documents", json=unknown, headers=H).json()["error"]
+        assert answer == "documents[0].body: unknown field", answer  # (it listed /search's)
         twice = {"documents": [{"doc_id": "a", "text": "x"}, {"doc_id": "a", "text": "y"}]}
         answer = httpx.post(f"{url}/documents", json=twice, headers=H)
         assert answer.json()["error"].startswith("documents[1].doc_id: "), answer.text  # no <list>

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -29,6 +30,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from dotcat.errors import DiskFullError, DotcatError
 from dotcat.search.config import control_character
 from dotcat.serve.batcher import QueueFull
+from dotcat.serve.protocol import NON_BLANK
 
 logger = logging.getLogger(__name__)
 access_log = logging.getLogger("dotcat.serve.access")
@@ -62,7 +64,8 @@ def validation_message(errors: Iterable[dict[str, Any]], fields: Iterable[str] =
 
     Args:
         errors: ``RequestValidationError.errors()``.
-        fields: the body's field names, listed when a body holds an unknown one.
+        fields: the body's field names, listed when a body holds an unknown one (``POST
+            /search``'s: the other bodies name their own fields in the API's schema).
     """
     problems = []
     for error in errors:
@@ -77,18 +80,22 @@ def validation_message(errors: Iterable[dict[str, Any]], fields: Iterable[str] =
             problems.append(f"{where}: unknown field" + (f" (known: {known})" if known else ""))
         else:
             message = _MESSAGES.get(kind) or str(error.get("msg", "invalid"))
-            control = _control(error) if kind == "string_pattern_mismatch" else None
-            if control is not None:  # (the query pattern's other half)
-                message = f"holds a control character ({control})"
+            if kind == "string_pattern_mismatch":
+                message = _mismatch(error.get("input")) or message
             message = message.removeprefix("Value error, ")
             problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems) or "invalid request"
 
 
-def _control(error: dict[str, Any]) -> str | None:
-    """The control character a value that failed the query pattern holds, if any."""
-    value = error.get("input")
-    return control_character(value) if isinstance(value, str) else None
+def _mismatch(value: Any) -> str | None:
+    """What a text that failed its pattern holds: a control character, or white space in an id
+    (:data:`~dotcat.serve.protocol.NO_SPACE`); None: it is blank."""
+    if not isinstance(value, str):
+        return None
+    if (control := control_character(value)) is not None:
+        return f"holds a control character ({control})"
+    spaced = re.search(NON_BLANK, value) is not None  # not blank: it failed NO_SPACE
+    return "must hold no white space (an id is one column of a TREC run)" if spaced else None
 
 
 def _where(loc: tuple) -> str:
@@ -107,7 +114,9 @@ def add_error_handlers(app: FastAPI, body_fields: Iterable[str] = ()) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": validation_message(exc.errors(), fields)}, 422)
+        searched = request.method == "POST" and request.url.path.endswith("/search")
+        known = fields if searched else []  # (the other bodies' fields: the API's schema)
+        return JSONResponse({"error": validation_message(exc.errors(), known)}, 422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
