@@ -354,7 +354,7 @@ def test_a_model_trained_on_an_export_is_known_to_fit_the_index_it_came_from(
         )
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dotcat.search.reranker"):
-            advise_calibration(reranker, manifest, judge_index)
+            advise_calibration(reranker, manifest, judge_index, "hybrid")
         return [r.getMessage() for r in caplog.records]
 
     assert advice(record) == []
@@ -400,9 +400,9 @@ def test_an_index_rebuilt_from_an_index_stands_for_the_first_ones_corpus(
         alpha_source="dev-chosen", alpha=0.5, cross_encoder=SimpleNamespace(path=str(model))
     )
     with caplog.at_level(logging.WARNING, logger="dotcat.search.reranker"):
-        advise_calibration(reranker, manifest, rebuilt)
+        advise_calibration(reranker, manifest, rebuilt, "hybrid")
         assert caplog.records == []
         other = {**trained, "sha256": {"corpus": "0" * 64}, "source_corpus_sha256": "1" * 64}
         (model / "dotcat_training.json").write_text(json.dumps({"data": other}))
-        advise_calibration(reranker, manifest, rebuilt)
+        advise_calibration(reranker, manifest, rebuilt, "hybrid")
     assert "trained on another corpus" in caplog.records[0].getMessage()

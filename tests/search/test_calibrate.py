@@ -17,6 +17,7 @@ from dotcat.evaluation.choice import choose
 from dotcat.index import IndexConfig, build_index
 from dotcat.index.manifest import Manifest
 from dotcat.models import EncoderConfig
+from dotcat.options import RERANK_DEPTH
 from dotcat.search.calibrate import (
     WEIGHTS,
     calibrate_reranker,
@@ -178,13 +179,16 @@ def test_cli_calibrate_records_and_search_follows(index, tiny_cat_dir, tmp_path)
     assert Manifest.read(copy).rerank[weight["fingerprint"]] == weight
     queries = tmp_path / "q.tsv"
     queries.write_text("q1\tinsulin glucose\n")
-    search = runner.invoke(
-        app,
-        ["search", str(copy), "--queries", str(queries), "--output", str(tmp_path / "r.trec"),
-         "--rerank", str(tiny_cat_dir), "--precision", "fp32", "--device", "cpu"],
-        catch_exceptions=False,
-    )  # fmt: skip
+    searched = ["search", str(copy), "--queries", str(queries), "--output", str(tmp_path / "r"),
+                "--rerank", str(tiny_cat_dir), "--precision", "fp32"]  # fmt: skip
+    search = runner.invoke(app, searched, catch_exceptions=False)
     assert search.exit_code == 0, search.output
+    stage = weight["first_stage"]  # re-ranked at the default depth, not the one calibrated
+    advice = f"was chosen re-ranking {stage} at depth 8, not {stage} at depth {RERANK_DEPTH}: "
+    assert advice + f"`dotcat calibrate {copy} --rerank {tiny_cat_dir}" in search.output
+    searched[5] = str(tmp_path / "r8")
+    same = runner.invoke(app, [*searched, "--depth", "8"], catch_exceptions=False)
+    assert same.exit_code == 0 and "was chosen re-ranking" not in same.output, same.output
     if weight["alpha"]:
         assert f"interpolation {weight['alpha']:g}, corpus-chosen" in search.output
     else:  # the corpus did not vouch for this re-ranker: the first stage's ranking

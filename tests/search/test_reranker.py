@@ -8,8 +8,10 @@ import pytest
 
 from dotcat.errors import DotcatError
 from dotcat.models.cross_encoder import CrossEncoder, CrossEncoderConfig
+from dotcat.search.aggregation import Match
 from dotcat.search.reranker import (
     Candidates,
+    Reranker,
     corpus_texts,
     fuse,
     minmax,
@@ -100,3 +102,19 @@ def test_corpus_texts_from_dataset_and_iterable(tiny_beir_dir, tiny_docs):
     assert corpus_texts(untitled, {"7"}) == {"7": "no title column"}  # (a KeyError before)
     with pytest.raises(DotcatError, match="corpus document #1 has no id"):  # (#2 before)
         corpus_texts([{"text": "first"}], {"x"})
+
+
+def test_a_depth_that_cuts_through_tied_scores_reranks_the_documents_read(trained_tiny):
+    """The head's texts are fetched for the documents the cross-encoder re-ranks: where depth
+    cuts through tied first-stage scores (duplicates), both take ties as :func:`ranked` does
+    (it said "1 run documents are not in the corpus: c" when `dotcat search --depth` did)."""
+    found = {"q": [Match("a", 1.0, ()), Match("b", 0.5, ()), Match("c", 0.5, ())]}
+    read = []
+
+    def texts(head, depth):
+        read.extend(m.doc_id for m in head["q"][:depth])
+        return {("q", d): [f"text of {d}"] for d in read}
+
+    reranked = Reranker(trained_tiny, depth=2).rerank_matches(found, {"q": "x"}, 2, texts)
+    assert read == ["a", "c"] and {m.doc_id for m in reranked["q"][:2]} == {"a", "c"}
+    assert reranked["q"][2].doc_id == "b"

@@ -69,8 +69,7 @@ def index(
         from dotcat.index.sync import sync_index
 
         if fresh:
-            raise DotcatError("--fresh restarts an interrupted build; this index is brought up to "
-                              "date from CORPUS (--overwrite builds it again)")  # fmt: skip
+            raise DotcatError("--fresh restarts an interrupted build; --overwrite rebuilds")
         given = given_settings(EncoderConfig) | given_settings(IndexConfig)
         settings = {n: getattr(encoder if hasattr(encoder, n) else config, n) for n in given}
         settings |= {n: getattr(config.passages, n) for n in given_settings(PassageConfig)}

@@ -282,8 +282,7 @@ def _warn_if_shallow(
             logger.warning(
                 "%s: every query ranks the same %d documents, fewer than %s count: the index "
                 "(or corpus) holds only %d, so the ranks past %d are missing for any run of it; "
-                "asking for more results would not add any",
-                name, depth, short, depth, depth,
+                "asking for more results would not add any", name, depth, short, depth, depth,
             )  # fmt: skip
             return
         logger.warning(

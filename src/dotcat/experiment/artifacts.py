@@ -147,8 +147,7 @@ class Cache:
             logger.warning(
                 "%s holds stages made by dotcat %s: dotcat %s fingerprints them anew (its "
                 "settings say what a stage depends on), so they are computed again once; the "
-                "old ones can be deleted",
-                self.root, ", ".join(sorted(others)), __version__,
+                "old ones can be deleted", self.root, ", ".join(sorted(others)), __version__,
             )  # fmt: skip
 
     def discard(self, artifact: Path) -> None:

@@ -102,7 +102,7 @@ class SearchPipeline:
         if config.rerank:
             self.reranker = Reranker.from_config(config, self.manifest.rerank)
             if advise:
-                advise_calibration(self.reranker, self.manifest, self.index_dir)
+                advise_calibration(self.reranker, self.manifest, self.index_dir, self.first_stage)
         logger.info("search pipeline over %s: %s", self.index_dir, self.describe())
 
     def reload(self) -> bool:

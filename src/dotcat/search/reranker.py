@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ from dotcat.models.st_config import interpolation_source
 from dotcat.options import RERANK_DEPTH
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.config import parse_interpolate
-from dotcat.types import Run, RunLike
+from dotcat.types import Run, RunLike, trec_order
 
 if TYPE_CHECKING:  # loaded only where a pipeline re-ranks: PyTorch takes seconds to import
     from dotcat.models.cross_encoder import CrossEncoder
@@ -341,6 +342,8 @@ class Reranker:
         """
         if self.alpha == 0.0:  # the first stage's ranking is the answer
             return {q: list(docs) for q, docs in found.items()}
+        by = attrgetter("doc_id"), attrgetter("score")  # ties in the order rerank reads (ranked)
+        found = {q: trec_order(sorted(ms, key=lambda m: -m.score), *by) for q, ms in found.items()}
         reranked = self.rerank(
             to_run(found), queries, {}, depth, show_progress, pair_texts=texts(found, depth)
         )
@@ -377,10 +380,18 @@ def candidate_texts(
     }
 
 
-def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path) -> None:
-    """Warn when a dev-chosen weight meets a corpus the cross-encoder was not trained on: out
-    of domain that weight made re-ranking worse than the first stage it re-ranks; ``dotcat
-    calibrate`` chooses one on the index's own corpus."""
+def advise_calibration(reranker: Reranker, manifest: Any, index_dir: Path, stage: str) -> None:
+    """Warn where a weight may not suit a search of first stage ``stage``: one ``dotcat
+    calibrate`` chose for another first stage or depth, or a dev-chosen one on a corpus the
+    cross-encoder was not trained on (out of domain it re-ranked below its first stage)."""
+    if reranker.alpha_source == "corpus-chosen":
+        chosen, now = manifest.rerank[reranker.cross_encoder.fingerprint], (stage, reranker.depth)
+        if (chosen["first_stage"], chosen["depth"]) != now:
+            logger.warning(
+                "the interpolation weight %g was chosen re-ranking %s at depth %d, not %s at "
+                "depth %d: `dotcat calibrate %s --rerank %s --first-stage %s --depth %d` chooses "
+                "one for it", reranker.alpha, chosen["first_stage"], chosen["depth"], *now,
+                index_dir, reranker.cross_encoder.path, *now)  # fmt: skip
     if reranker.alpha_source != "dev-chosen":
         return
     record = read_json_or_none(Path(reranker.cross_encoder.path) / TRAINING_RECORD)
