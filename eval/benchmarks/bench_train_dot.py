@@ -104,8 +104,8 @@ def train(system: str, args: argparse.Namespace, qrels_file: Path | None) -> Pat
         cache_chunk_size=args.cache_chunk_size,
         lr=args.lr,
         warmup_ratio=args.warmup_ratio,
-        temperature=args.temperature,
-        margin=args.margin,
+        # each loss's own setting (the other does not apply to it)
+        **({"margin": args.margin} if system == "triplet" else {"temperature": args.temperature}),
         max_length=args.max_length,
         query_max_length=args.query_max_length,
         dev_fraction=args.dev_fraction,
