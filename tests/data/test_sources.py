@@ -182,7 +182,8 @@ def test_a_file_without_a_suffix_is_text_unless_it_is_binary(tmp_path, caplog):
         "README": ("README", "Install with make install."),
     }
     assert "does not index (2 (no suffix)): empty, tool;" in caplog.text
-    assert list(iter_corpus(tmp_path / "README")) == [docs["README"]]  # one file, as a folder's
+    (tmp_path / "corpus").write_text('{"_id": "a", "text": "records"}\n')  # given alone:
+    assert [d.id for d in iter_corpus(tmp_path / "corpus")] == ["a"]  # a corpus file, as before
 
 
 def test_a_single_document_file_is_a_one_document_corpus(tmp_path):

@@ -547,7 +547,7 @@ def open_source(source: CorpusSource, options: CorpusOptions | None = None) -> S
             )  # fmt: skip
         return FolderSource(path, options)
     require_file(path)
-    kind = file_kind(path.name) or plain_text(path)
+    kind = file_kind(path.name)  # (a file without a suffix given alone: records, as before)
     if kind is not None and kind != "records":
         _refuse_folder_options(options, path, "one file")
         if kind == "html":
