@@ -180,6 +180,8 @@ def test_a_reranker_sees_only_admitted_documents(pipeline, docs, tiny_cat_dir):
     hits = reranked.search("river mountain", k=25, filter='group = "a"')
     assert {h.doc_id for h in hits} == keep  # all 20 admitted, nothing else
     assert hits[0].score_kind == "logit"
+    deep = reranked.search("river mountain", k=25, depth=4, filter='group = "a"')
+    assert [h.score_kind for h in deep] == ["logit"] * 4 + ["order"] * 16  # below: no logit
 
 
 def test_passages_carry_their_documents_fields(encoder, tmp_path):

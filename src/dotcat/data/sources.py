@@ -270,9 +270,8 @@ def file_kind(name: str) -> str | None:
 
 
 def plain_text(path: Path) -> str | None:
-    """``text`` for a regular file without a suffix (``README``, ``TODO``, or gzipped:
-    ``README.gz``) whose first 8 KiB are not binary (:func:`~dotcat.data.encodings.binary`),
-    as grep reads it; else None."""
+    """``text`` for a regular file without a suffix (``README``, ``NEWS.gz``) whose first 8 KiB
+    are not binary (:func:`~dotcat.data.encodings.binary`), as grep reads it; else None."""
     name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
     if os.path.splitext(name)[1] or not path.is_file():
         return None

@@ -589,8 +589,7 @@ def _sample(vectors: Sequence, positions: np.ndarray) -> np.ndarray:
 
 
 def _empty_index(spec: str, dim: int, n: int, on_disk: str) -> faiss.Index:
-    """The merged index, empty; refused where ``n`` vectors cannot train it or ``on_disk`` is
-    ``yes`` for a spec without inverted lists."""
+    """The merged index, empty (refused: too few vectors to train it, on_disk yes without IVF)."""
     empty = faiss_index.create_index(spec, dim)
     faiss_index.check_trainable(empty, spec, n)
     if on_disk == "yes" and faiss.try_extract_index_ivf(faiss.downcast_index(empty)) is None:

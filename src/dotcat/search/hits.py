@@ -11,8 +11,9 @@ from dotcat.reprs import short_repr
 #: product; reciprocal rank fusion's sum (:mod:`dotcat.search.fusion`; about 1/60 per list);
 #: the linear fusion's min-max normalised mix (in (0, 1]); the cross-encoder's logit; the
 #: cross-encoder's normalised score interpolated with the first stage's (in [0, 1]); ``-sum``
-#: after one of the first three: a document's best passages' scores summed (``sum`` aggregation).
-SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated")
+#: after one of the first three: a document's best passages' scores summed (``sum`` aggregation);
+#: ``order``: a hit below the re-ranked head, its score only keeping the first stage's order.
+SCORE_KINDS = ("bm25", "cosine", "dot", "rrf", "fused", "logit", "interpolated", "order")
 
 
 @dataclass(frozen=True)

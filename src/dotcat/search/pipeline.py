@@ -173,11 +173,11 @@ class SearchPipeline:
             fields = self.index.fields_of([d.pos for d in stored.values()])
             coverage = self.stages.coverage()
         kind = self.score_kind(first_stage=options.get("first_stage"), rerank=options.get("rerank"))
-        hits = [
-            [hit(rank, m, stored[m.doc_id], kind, fields.get(stored[m.doc_id].pos))
-             for rank, m in enumerate(found[key], start=1)]
-            for key in keyed
-        ]  # fmt: skip
+        reranked = kind in ("logit", "interpolated")  # the head's scores; below it: its order
+        head = (options.get("depth") or self.reranker.depth) if reranked else k
+        hits = [[hit(r, m, stored[m.doc_id], kind if r <= head else "order",
+                     fields.get(stored[m.doc_id].pos)) for r, m in enumerate(found[key], start=1)]
+                for key in keyed]  # fmt: skip
         return hits if coverage is None else [HitList(h, coverage) for h in hits]
 
     def facets(self, hits: Sequence[Hit]) -> dict[str, list[tuple[str, int]]]:

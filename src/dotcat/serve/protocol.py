@@ -65,7 +65,8 @@ class HitOut(BaseModel):
         description="The score's scale: bm25, cosine or dot (the bi-encoder), rrf (reciprocal "
         "rank fusion), fused (the linear fusion, in [0, 1]), logit (the cross-encoder's) or "
         "interpolated (the cross-encoder's mixed with the first stage's, in [0, 1]); bm25-sum, "
-        "cosine-sum or dot-sum: a document's best passages' scores summed (aggregation sum)."
+        "cosine-sum or dot-sum: a document's best passages' scores summed (aggregation sum); "
+        "order: below the re-ranked depth, a score that only keeps the first stage's order."
     )
     title: str = Field(
         description=f"The document's title ('' if none); over {TITLE_CHARS} characters it is "

@@ -88,8 +88,7 @@ def validation_message(errors: Iterable[dict[str, Any]], fields: Iterable[str] =
 
 
 def _mismatch(value: Any) -> str | None:
-    """What a text that failed its pattern holds: a control character, or white space in an id
-    (:data:`~dotcat.serve.protocol.NO_SPACE`); None: it is blank."""
+    """What a failed text holds: a control character or a space inside an id; None: blank."""
     if not isinstance(value, str):
         return None
     if (control := control_character(value)) is not None:
