@@ -79,6 +79,7 @@ RUN_RERANK_SETTINGS = ("rerank", "depth", "interpolate", "rerank_backend", "batc
 #: The settings of RM3 (on the BM25 side) and of Rocchio (on the dense side).
 RM3_SETTINGS = ("fb_docs", "fb_terms", "original_query_weight")
 ROCCHIO_SETTINGS = ("rocchio_docs", "rocchio_alpha", "rocchio_beta")
+FUSION_SETTINGS = ("fusion", "fusion_weight", "fusion_depth")
 #: Which sides each feedback method rewrites.
 PRF_SIDES = {"none": (), "rm3": ("bm25",), "rocchio": ("dense",), "both": ("bm25", "dense")}
 
@@ -249,8 +250,7 @@ class PipelineConfig(Settings):
             (ROCCHIO_SETTINGS, "dense" in sides,
              "applies only with prf rocchio or both (Rocchio, on the dense side)"),
             (("aggregate_top",), self.aggregation == "sum", "applies only with aggregation sum"),
-            (("fusion", "fusion_weight", "fusion_depth"),
-             self.first_stage == "auto" or len(entry(self.first_stage).sides) > 1,
+            (FUSION_SETTINGS, self.first_stage == "auto" or len(entry(self.first_stage).sides) > 1,
              "applies only to a first_stage that fuses (hybrid)"),
             (RERANK_SETTINGS, self.rerank is not None,
              "applies only with a cross-encoder (rerank)"),

@@ -20,7 +20,7 @@ from dotcat.index import layout
 from dotcat.index.manifest import ENCODER_KEYS
 from dotcat.index.shards import open_index, shard_dirs, shard_order
 from dotcat.search.cluster import ClusterConfig, is_shard_folder
-from dotcat.search.config import PRF_SIDES, check_pipeline
+from dotcat.search.config import FUSION_SETTINGS, PRF_SIDES, check_pipeline
 from dotcat.search.lexical import load_bm25
 from dotcat.search.sharded import ShardedStages
 from dotcat.search.stages import StageContext, entry
@@ -89,7 +89,7 @@ def _check_sides(context: StageContext, config: Any) -> None:
             f"{context.index_dir}: prf {config.prf!r} rewrites the {' and '.join(missing)} "
             f"side, and this index's first stage is {first_stage!r}"
         )
-    fusing = sorted({"fusion", "fusion_weight", "fusion_depth"} & set(config.to_json()))
+    fusing = [name for name in FUSION_SETTINGS if name in config.to_json()]
     if fusing and len(sides) < 2:
         raise SettingError(fusing[0], f"{context.index_dir}: {fusing[0]} applies only to a first "
                            f"stage that fuses, and this index's is {first_stage!r}")  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,7 @@ from dotcat.models.st_config import interpolation_source
 from dotcat.options import RERANK_DEPTH
 from dotcat.search.aggregation import Match, to_run
 from dotcat.search.config import parse_interpolate
-from dotcat.types import Run, RunLike, trec_order
+from dotcat.types import Run, RunLike
 
 if TYPE_CHECKING:  # loaded only where a pipeline re-ranks: PyTorch takes seconds to import
     from dotcat.models.cross_encoder import CrossEncoder
@@ -342,8 +341,8 @@ class Reranker:
         """
         if self.alpha == 0.0:  # the first stage's ranking is the answer
             return {q: list(docs) for q, docs in found.items()}
-        by = attrgetter("doc_id"), attrgetter("score")  # ties in the order rerank reads (ranked)
-        found = {q: trec_order(sorted(ms, key=lambda m: -m.score), *by) for q, ms in found.items()}
+        by_id = {q: {m.doc_id: m for m in ms} for q, ms in found.items()}  # ties as rerank reads
+        found = {q: [by_id[q][d] for d, _ in run] for q, run in ranked(to_run(found)).items()}
         reranked = self.rerank(
             to_run(found), queries, {}, depth, show_progress, pair_texts=texts(found, depth)
         )
